@@ -1,0 +1,168 @@
+//! Encoders for replies (server side) and requests (client side).
+//!
+//! Every function appends one complete RESP2 item to `out`, reserving the space it
+//! needs once and formatting integers with a small digit loop: no intermediate
+//! allocation, no `fmt` machinery.
+
+use bytes::{BufMut, BytesMut};
+
+const CRLF: &[u8] = b"\r\n";
+
+/// Appends a simple string, `+<text>\r\n`. CR and LF in `text` (which the format
+/// cannot carry) are replaced by spaces.
+pub fn simple(out: &mut BytesMut, text: &str) {
+    line(out, b'+', text.as_bytes());
+}
+
+/// Appends an error, `-<message>\r\n`. By convention `message` starts with an
+/// error code such as `ERR` or `WRONGTYPE`. CR and LF in `message` are replaced by
+/// spaces.
+pub fn error(out: &mut BytesMut, message: &str) {
+    line(out, b'-', message.as_bytes());
+}
+
+/// Appends an integer, `:<n>\r\n`.
+pub fn integer(out: &mut BytesMut, n: i64) {
+    decimal_line(out, b':', n < 0, n.unsigned_abs());
+}
+
+/// Appends a bulk string, `$<len>\r\n<data>\r\n`.
+pub fn bulk(out: &mut BytesMut, data: &[u8]) {
+    out.reserve(data.len() + 2);
+    length_line(out, b'$', data.len());
+    out.extend_from_slice(data);
+    out.extend_from_slice(CRLF);
+}
+
+/// Appends the null bulk string, `$-1\r\n` (a missing value).
+pub fn null(out: &mut BytesMut) {
+    out.extend_from_slice(b"$-1\r\n");
+}
+
+/// Appends the null array, `*-1\r\n`.
+pub fn null_array(out: &mut BytesMut) {
+    out.extend_from_slice(b"*-1\r\n");
+}
+
+/// Appends an array header, `*<len>\r\n`; the caller then appends `len` items.
+pub fn array_header(out: &mut BytesMut, len: usize) {
+    length_line(out, b'*', len);
+}
+
+/// Appends a command as a multibulk request: an array of bulk strings, which is
+/// how clients send commands (`request(out, &[b"GET", b"key"])`).
+pub fn request(out: &mut BytesMut, args: &[&[u8]]) {
+    let payload: usize = args.iter().map(|arg| arg.len() + 16).sum();
+    out.reserve(payload + 16);
+    array_header(out, args.len());
+    for arg in args {
+        bulk(out, arg);
+    }
+}
+
+/// `<prefix><text>\r\n` with CR and LF in `text` replaced by spaces.
+fn line(out: &mut BytesMut, prefix: u8, text: &[u8]) {
+    let is_break = |b: &u8| *b == b'\r' || *b == b'\n';
+    out.reserve(text.len() + 3);
+    out.put_u8(prefix);
+    if text.iter().any(is_break) {
+        out.extend(text.iter().map(|b| if is_break(b) { b' ' } else { *b }));
+    } else {
+        out.extend_from_slice(text);
+    }
+    out.extend_from_slice(CRLF);
+}
+
+fn length_line(out: &mut BytesMut, prefix: u8, len: usize) {
+    // usize is at most 64 bits on every supported target.
+    decimal_line(out, prefix, false, len as u64);
+}
+
+/// `<prefix>[-]<magnitude>\r\n`.
+fn decimal_line(out: &mut BytesMut, prefix: u8, negative: bool, magnitude: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    let mut rest = magnitude;
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.reserve(digits.len() + 4);
+    out.put_u8(prefix);
+    if negative {
+        out.put_u8(b'-');
+    }
+    out.extend_from_slice(&digits[start..]);
+    out.extend_from_slice(CRLF);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(f: impl FnOnce(&mut BytesMut)) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        f(&mut out);
+        out.to_vec()
+    }
+
+    #[test]
+    fn simple_strings() {
+        assert_eq!(encoded(|o| simple(o, "OK")), b"+OK\r\n");
+        assert_eq!(encoded(|o| simple(o, "")), b"+\r\n");
+        assert_eq!(encoded(|o| simple(o, "a\r\nb\nc")), b"+a  b c\r\n");
+    }
+
+    #[test]
+    fn errors() {
+        assert_eq!(encoded(|o| error(o, "ERR unknown")), b"-ERR unknown\r\n");
+        assert_eq!(encoded(|o| error(o, "ERR x\r\ny")), b"-ERR x  y\r\n");
+    }
+
+    #[test]
+    fn integers() {
+        assert_eq!(encoded(|o| integer(o, 0)), b":0\r\n");
+        assert_eq!(encoded(|o| integer(o, 7)), b":7\r\n");
+        assert_eq!(encoded(|o| integer(o, -42)), b":-42\r\n");
+        assert_eq!(encoded(|o| integer(o, 1000)), b":1000\r\n");
+        assert_eq!(
+            encoded(|o| integer(o, i64::MAX)),
+            b":9223372036854775807\r\n"
+        );
+        assert_eq!(
+            encoded(|o| integer(o, i64::MIN)),
+            b":-9223372036854775808\r\n"
+        );
+    }
+
+    #[test]
+    fn bulks_and_nulls() {
+        assert_eq!(encoded(|o| bulk(o, b"hello")), b"$5\r\nhello\r\n");
+        assert_eq!(encoded(|o| bulk(o, b"")), b"$0\r\n\r\n");
+        assert_eq!(encoded(|o| bulk(o, b"a\r\nb")), b"$4\r\na\r\nb\r\n");
+        assert_eq!(encoded(null), b"$-1\r\n");
+        assert_eq!(encoded(null_array), b"*-1\r\n");
+    }
+
+    #[test]
+    fn arrays_and_requests() {
+        assert_eq!(encoded(|o| array_header(o, 0)), b"*0\r\n");
+        assert_eq!(encoded(|o| array_header(o, 12)), b"*12\r\n");
+        assert_eq!(
+            encoded(|o| request(o, &[b"SET", b"k", b""])),
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n"
+        );
+        assert_eq!(encoded(|o| request(o, &[])), b"*0\r\n");
+    }
+
+    #[test]
+    fn appends_to_existing_content() {
+        let mut out = BytesMut::from(&b"+A\r\n"[..]);
+        integer(&mut out, 5);
+        assert_eq!(&out[..], b"+A\r\n:5\r\n");
+    }
+}

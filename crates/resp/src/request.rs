@@ -1,0 +1,195 @@
+//! Decoding client requests, multibulk (`*2\r\n$3\r\nGET\r\n$1\r\nk\r\n`) or inline
+//! (`GET k\r\n`), into zero-copy argument slices.
+
+use bytes::{Bytes, BytesMut};
+
+use crate::cursor::{self, Bulk};
+use crate::inline::Inline;
+use crate::{Limits, ProtocolError};
+
+/// Decodes one request from the front of `buf`.
+///
+/// - `Ok(None)`: the request is incomplete; `buf` is untouched. Read more and retry.
+/// - `Ok(Some(args))`: exactly the request's bytes were removed from `buf` (split off
+///   and frozen), and `args` are [`Bytes`] slices of that chunk, not copies (quoted
+///   inline arguments, which need unescaping, are the exception). An empty `args`
+///   (`*0`, `*-1` or a blank inline line) is to be ignored, as Redis does.
+/// - `Err(_)`: the input violates the protocol or a [`Limits`]; reply with
+///   [`ProtocolError::write_reply`] and close the connection. `buf` is untouched.
+///
+/// Each call re-checks the partial request from its start; a server reading from a
+/// socket should keep a [`RequestDecoder`] per connection instead, which resumes
+/// where it stopped.
+pub fn decode_request(
+    buf: &mut BytesMut,
+    limits: &Limits,
+) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    RequestDecoder::new().decode(buf, limits)
+}
+
+/// A request decoder that remembers how much of an incomplete request it already
+/// checked, so a request trickling in over many reads costs linear, not quadratic,
+/// time.
+///
+/// Between calls the buffer may only grow at its end (as reading into a `BytesMut`
+/// does); after `Ok(Some(_))` or an error the decoder starts afresh. Feeding it a
+/// different buffer mid-request gives wrong results or errors, never a panic (call
+/// [`RequestDecoder::reset`] when switching buffers).
+#[derive(Debug, Clone, Default)]
+pub struct RequestDecoder {
+    pending: Option<Pending>,
+}
+
+/// A request begun but not complete.
+#[derive(Debug, Clone, Copy)]
+enum Pending {
+    Multibulk(Multibulk),
+    Inline(Inline),
+}
+
+/// A complete request found by the check pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ready {
+    /// Bytes from the start of the buffer to the end of the request.
+    pub(crate) len: usize,
+    /// How many arguments it has.
+    pub(crate) args: usize,
+}
+
+impl RequestDecoder {
+    /// A decoder at the start of a request.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Forgets any partial progress.
+    pub fn reset(&mut self) {
+        self.pending = None;
+    }
+
+    /// Decodes one request from the front of `buf`, exactly like [`decode_request`],
+    /// but resuming the check of an incomplete request where the last call stopped.
+    pub fn decode(
+        &mut self,
+        buf: &mut BytesMut,
+        limits: &Limits,
+    ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        let pending = match self.pending.take() {
+            Some(pending) => pending,
+            None => match begin(buf, limits)? {
+                Some(pending) => pending,
+                None => return Ok(None),
+            },
+        };
+        let checked = match pending {
+            Pending::Multibulk(m) => m.resume(buf, limits)?.map_err(Pending::Multibulk),
+            Pending::Inline(i) => i.resume(buf, limits)?.map_err(Pending::Inline),
+        };
+        let ready = match checked {
+            Ok(ready) => ready,
+            Err(pending) => {
+                self.pending = Some(pending);
+                return Ok(None);
+            }
+        };
+        let frame = buf.split_to(ready.len).freeze();
+        match pending {
+            Pending::Multibulk(m) => m.split(&frame, limits),
+            Pending::Inline(_) => crate::inline::split(&frame, ready.args),
+        }
+        .map(Some)
+    }
+}
+
+/// Starts a request: reads the multibulk header, or recognises an inline line.
+fn begin(buf: &[u8], limits: &Limits) -> Result<Option<Pending>, ProtocolError> {
+    match buf.first() {
+        None => Ok(None),
+        Some(b'*') => Ok(Multibulk::begin(buf, limits)?.map(Pending::Multibulk)),
+        Some(_) => Ok(Some(Pending::Inline(Inline::START))),
+    }
+}
+
+/// Progress through a multibulk request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Multibulk {
+    /// Elements announced by the header.
+    count: usize,
+    /// Where the first element starts.
+    body: usize,
+    /// Elements found complete so far.
+    checked: usize,
+    /// Where the next element starts.
+    pos: usize,
+}
+
+/// The smallest element, `$0\r\n\r\n`.
+const MIN_ELEMENT: usize = 6;
+
+impl Multibulk {
+    /// Reads the header `*<count>\r\n`; `*0` and `*-1` are requests without arguments.
+    fn begin(buf: &[u8], limits: &Limits) -> Result<Option<Self>, ProtocolError> {
+        let read = cursor::read_int(buf, 1).map_err(|_| ProtocolError::InvalidMultibulkLength)?;
+        let Some((claimed, body)) = read else {
+            return Ok(None);
+        };
+        let count = cursor::array_len(claimed, limits)?.unwrap_or(0);
+        Ok(Some(Self {
+            count,
+            body,
+            checked: 0,
+            pos: body,
+        }))
+    }
+
+    /// Check pass: validates the elements present, without allocating.
+    fn resume(mut self, buf: &[u8], limits: &Limits) -> Result<Result<Ready, Self>, ProtocolError> {
+        while self.checked < self.count {
+            match element(buf, self.pos, limits)? {
+                Some((_, next)) => self.pos = next,
+                None => return Ok(Err(self)),
+            }
+            self.checked += 1;
+        }
+        Ok(Ok(Ready {
+            len: self.pos,
+            args: self.count,
+        }))
+    }
+
+    /// Slicing pass over the request the check pass accepted.
+    fn split(self, frame: &Bytes, limits: &Limits) -> Result<Vec<Bytes>, ProtocolError> {
+        let available = frame.len().saturating_sub(self.body);
+        let mut args = Vec::with_capacity(cursor::capacity(self.count, available, MIN_ELEMENT));
+        let mut pos = self.body;
+        for _ in 0..self.count {
+            let (data, next) = element(frame, pos, limits)?.ok_or(ProtocolError::Truncated)?;
+            args.push(frame.slice(data));
+            pos = next;
+        }
+        Ok(args)
+    }
+}
+
+/// One element of a multibulk request, which must be a non-null bulk string.
+fn element(
+    buf: &[u8],
+    pos: usize,
+    limits: &Limits,
+) -> Result<Option<(std::ops::Range<usize>, usize)>, ProtocolError> {
+    match buf.get(pos) {
+        None => return Ok(None),
+        Some(b'$') => {}
+        Some(&got) => {
+            return Err(ProtocolError::UnexpectedByte {
+                expected: b'$',
+                got,
+            })
+        }
+    }
+    match cursor::read_bulk(buf, pos + 1, limits)? {
+        None => Ok(None),
+        Some(Bulk::Null { .. }) => Err(ProtocolError::InvalidBulkLength),
+        Some(Bulk::Data { data, next }) => Ok(Some((data, next))),
+    }
+}
