@@ -1,0 +1,152 @@
+//! A cursor over a request's arguments, so commands never index into raw frames.
+
+use super::CommandError;
+use bytes::Bytes;
+use std::iter::Peekable;
+use std::vec::IntoIter;
+use txcache_model::Timestamp;
+
+/// The arguments after the command name, consumed front to back.
+pub struct Args {
+    command: &'static str,
+    items: Peekable<IntoIter<Bytes>>,
+}
+
+impl Args {
+    /// Wraps the arguments of `command` (its name already removed).
+    pub fn new(command: &'static str, items: Vec<Bytes>) -> Self {
+        Self {
+            command,
+            items: items.into_iter().peekable(),
+        }
+    }
+
+    /// The command these arguments belong to, for error messages.
+    pub fn command(&self) -> &'static str {
+        self.command
+    }
+
+    /// Arguments not consumed yet.
+    pub fn remaining(&self) -> usize {
+        self.items.len()
+    }
+
+    /// The next argument; a missing one is a wrong-arity error.
+    pub fn next_bytes(&mut self) -> Result<Bytes, CommandError> {
+        self.items
+            .next()
+            .ok_or(CommandError::WrongArity(self.command))
+    }
+
+    /// The next argument as UTF-8 text.
+    pub fn next_text(&mut self, what: &str) -> Result<String, CommandError> {
+        let bytes = self.next_bytes()?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| self.invalid(what, &bytes, "UTF-8 text"))
+    }
+
+    /// The next argument as a non-negative integer.
+    pub fn next_u64(&mut self, what: &str) -> Result<u64, CommandError> {
+        let bytes = self.next_bytes()?;
+        parse_u64(&bytes).ok_or_else(|| self.invalid(what, &bytes, "a non-negative integer"))
+    }
+
+    /// The next argument as a timestamp (a commit LSN within the RESP integer range).
+    pub fn next_timestamp(&mut self, what: &str) -> Result<Timestamp, CommandError> {
+        let bytes = self.next_bytes()?;
+        parse_u64(&bytes)
+            .map(Timestamp)
+            .filter(|ts| *ts <= Timestamp::MAX)
+            .ok_or_else(|| self.invalid(what, &bytes, "a timestamp (0..=9223372036854775807)"))
+    }
+
+    /// Consumes the next argument if it equals `keyword` (case-insensitive).
+    pub fn eat_keyword(&mut self, keyword: &str) -> bool {
+        let found = self
+            .items
+            .peek()
+            .is_some_and(|arg| arg.eq_ignore_ascii_case(keyword.as_bytes()));
+        if found {
+            self.items.next();
+        }
+        found
+    }
+
+    /// All arguments not consumed yet.
+    pub fn rest(&mut self) -> Vec<Bytes> {
+        self.items.by_ref().collect()
+    }
+
+    /// Fails with a wrong-arity error when arguments are left over.
+    pub fn finish(&mut self) -> Result<(), CommandError> {
+        match self.items.peek() {
+            None => Ok(()),
+            Some(_) => Err(CommandError::WrongArity(self.command)),
+        }
+    }
+
+    /// An invalid-argument error naming this command, the argument and what was expected.
+    pub fn invalid(&self, what: &str, got: &[u8], expected: &str) -> CommandError {
+        CommandError::InvalidArgument {
+            command: self.command,
+            message: format!("{what} must be {expected}, got '{}'", printable(got)),
+        }
+    }
+}
+
+/// Parses plain ASCII decimal digits (no sign, no spaces) without allocating.
+pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() || bytes.len() > 20 {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |acc, &b| {
+        let digit = b.checked_sub(b'0').filter(|d| *d < 10)?;
+        acc.checked_mul(10)?.checked_add(u64::from(digit))
+    })
+}
+
+/// A bounded, printable rendering of client bytes for error messages and logs.
+pub fn printable(bytes: &[u8]) -> String {
+    const LIMIT: usize = 64;
+    let shown = &bytes[..bytes.len().min(LIMIT)];
+    let mut text: String = String::from_utf8_lossy(shown)
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if bytes.len() > LIMIT {
+        text.push('…');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_u64_refuses_signs_spaces_and_overflow() {
+        assert_eq!(parse_u64(b"0"), Some(0));
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        for bad in [
+            &b""[..],
+            b"-1",
+            b"+1",
+            b" 1",
+            b"1a",
+            b"18446744073709551616",
+        ] {
+            assert_eq!(parse_u64(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn timestamps_stay_within_resp_integers() {
+        let mut args = Args::new("TXGET", vec![Bytes::from_static(b"9223372036854775808")]);
+        assert!(args.next_timestamp("lo").is_err());
+    }
+
+    #[test]
+    fn printable_bounds_and_cleans() {
+        assert_eq!(printable(b"a\r\nb"), "a??b");
+        assert_eq!(printable(&[b'x'; 100]).chars().count(), 65);
+    }
+}

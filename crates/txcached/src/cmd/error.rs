@@ -1,0 +1,67 @@
+//! Errors a command reports to its client; each renders as one RESP error reply.
+
+use txcache_resp::encode;
+use txcache_store::StoreError;
+
+/// Why a command was refused. The connection stays open after any of these.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// The command name is not one the node knows.
+    #[error("ERR unknown command '{0}'")]
+    Unknown(String),
+    /// Too few or too many arguments.
+    #[error("ERR wrong number of arguments for '{}' command", .0.to_ascii_lowercase())]
+    WrongArity(&'static str),
+    /// Arguments left over, or an unsupported option.
+    #[error("ERR syntax error in '{}' command", .0.to_ascii_lowercase())]
+    Syntax(&'static str),
+    /// An argument of the wrong form.
+    #[error("ERR {command}: {message}")]
+    InvalidArgument {
+        /// The command refused.
+        command: &'static str,
+        /// What was wrong, naming the argument.
+        message: String,
+    },
+    /// A plain command on a versioned key, or the reverse.
+    #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
+    WrongType,
+    /// A value that can never fit in the node's memory.
+    #[error("TOOLARGE value of {size} bytes can never fit: each of the node's shards holds at most {limit} bytes (raise --max-memory)")]
+    TooLarge {
+        /// The value's accounted size.
+        size: usize,
+        /// One shard's memory limit.
+        limit: usize,
+    },
+    /// A password is configured and this connection has not authenticated.
+    #[error("NOAUTH Authentication required.")]
+    NoAuth,
+    /// `HELLO` asked for a protocol other than RESP2.
+    #[error("NOPROTO txcached speaks RESP2 only: connect with protocol 2 (redis-py: protocol=2)")]
+    NoProtocol,
+    /// AUTH with the wrong password.
+    #[error("WRONGPASS invalid username-password pair or user is disabled.")]
+    WrongPassword,
+}
+
+impl CommandError {
+    /// Appends this error as a RESP error reply.
+    pub fn encode(&self, out: &mut bytes::BytesMut) {
+        encode::error(out, &self.to_string());
+    }
+}
+
+impl CommandError {
+    /// The reply for a store refusal of `command`.
+    pub fn from_store(command: &'static str, error: StoreError) -> Self {
+        match error {
+            StoreError::WrongType => CommandError::WrongType,
+            StoreError::TooLarge { size, limit } => CommandError::TooLarge { size, limit },
+            other => CommandError::InvalidArgument {
+                command,
+                message: other.to_string(),
+            },
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The commands a node answers: one module per command (or per small family), a table that
+//! names them, and the dispatcher.
+//!
+//! Each command module has a `run(args, context, out)` that parses its arguments with
+//! [`Args`], applies the command and appends exactly one reply to `out`.
+
+mod args;
+mod error;
+
+mod auth;
+mod client;
+mod config;
+mod dbsize;
+mod del;
+mod exists;
+mod flushall;
+mod get;
+mod hello;
+mod info;
+mod ping;
+mod set;
+mod txget;
+mod txheartbeat;
+mod txinvalidate;
+mod txreset;
+mod txset;
+mod txstatus;
+
+pub use args::{printable, Args};
+pub use error::CommandError;
+
+use crate::node::Node;
+use bytes::{Bytes, BytesMut};
+use txcache_resp::encode;
+
+/// One connection's state between commands.
+#[derive(Debug, Default)]
+pub struct Session {
+    /// The connection's number, unique per node run (`CLIENT ID`).
+    pub id: u64,
+    /// Whether `AUTH` succeeded (or no password is configured).
+    pub authenticated: bool,
+    /// Set by `CLIENT SETNAME`.
+    pub name: Option<Bytes>,
+    /// Set by `QUIT`: close after this reply.
+    pub closing: bool,
+}
+
+/// What a command may touch.
+pub struct Context<'a> {
+    /// The node's shared state.
+    pub node: &'a Node,
+    /// The calling connection's state.
+    pub session: &'a mut Session,
+}
+
+type Run = fn(&mut Args, &mut Context<'_>, &mut BytesMut) -> Result<(), CommandError>;
+
+/// A command the node answers.
+pub struct CommandSpec {
+    /// Upper-case name, as documented in docs/protocol.md.
+    pub name: &'static str,
+    /// Whether the command may run before `AUTH` when a password is set.
+    pub before_auth: bool,
+    run: Run,
+}
+
+const fn spec(name: &'static str, run: Run) -> CommandSpec {
+    CommandSpec {
+        name,
+        before_auth: false,
+        run,
+    }
+}
+
+/// Every command, most frequent first (the dispatcher scans in order).
+pub static COMMANDS: &[CommandSpec] = &[
+    spec("TXGET", txget::run),
+    spec("GET", get::run),
+    spec("TXSET", txset::run),
+    spec("SET", set::run),
+    spec("TXINVALIDATE", txinvalidate::run),
+    spec("TXHEARTBEAT", txheartbeat::run),
+    spec("DEL", del::run),
+    spec("EXISTS", exists::run),
+    spec("PING", ping::run_ping),
+    spec("ECHO", ping::run_echo),
+    spec("TXRESET", txreset::run),
+    spec("TXSTATUS", txstatus::run),
+    spec("DBSIZE", dbsize::run),
+    spec("FLUSHALL", flushall::run),
+    spec("INFO", info::run),
+    spec("CONFIG", config::run),
+    spec("CLIENT", client::run_client),
+    spec("SELECT", client::run_select),
+    spec("COMMAND", client::run_command),
+    CommandSpec {
+        name: "AUTH",
+        before_auth: true,
+        run: auth::run,
+    },
+    CommandSpec {
+        name: "HELLO",
+        before_auth: true,
+        run: hello::run,
+    },
+    CommandSpec {
+        name: "QUIT",
+        before_auth: true,
+        run: client::run_quit,
+    },
+];
+
+/// Runs one request (name and arguments) and appends its reply to `out`.
+pub fn execute(request: Vec<Bytes>, context: &mut Context<'_>, out: &mut BytesMut) {
+    let mut items = request.into_iter();
+    let Some(name) = items.next() else { return };
+    let result = match find(&name) {
+        None => Err(CommandError::Unknown(printable(&name))),
+        Some(spec) if !spec.before_auth && !context.session.authenticated => {
+            Err(CommandError::NoAuth)
+        }
+        Some(spec) => (spec.run)(&mut Args::new(spec.name, items.collect()), context, out),
+    };
+    context.node.metrics.count_command(result.is_ok());
+    if let Err(error) = result {
+        error.encode(out);
+    }
+}
+
+fn find(name: &[u8]) -> Option<&'static CommandSpec> {
+    COMMANDS
+        .iter()
+        .find(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// Appends `+OK`.
+pub fn ok(out: &mut BytesMut) {
+    encode::simple(out, "OK");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::COMMANDS;
+
+    const PROTOCOL_DOC: &str = include_str!("../../../../docs/protocol.md");
+
+    #[test]
+    fn protocol_doc_and_dispatcher_name_the_same_commands() {
+        let documented: Vec<&str> = PROTOCOL_DOC
+            .lines()
+            .filter_map(|line| line.strip_prefix("### "))
+            .collect();
+        for spec in COMMANDS {
+            assert!(
+                documented.contains(&spec.name),
+                "{} is not in docs/protocol.md",
+                spec.name
+            );
+        }
+        for name in &documented {
+            assert!(
+                COMMANDS.iter().any(|spec| spec.name == *name),
+                "docs/protocol.md documents {name}, which the dispatcher does not know"
+            );
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! `TXGET key lo hi [WITHTAGS]`: the most recent version valid somewhere in `[lo, hi]`.
+
+use super::{Args, CommandError, Context};
+use bytes::BytesMut;
+use txcache_model::ValidityInterval;
+use txcache_resp::encode;
+use txcache_store::{Hit, Lookup};
+
+/// Appends the reply for one lookup.
+pub fn run(
+    args: &mut Args,
+    context: &mut Context<'_>,
+    out: &mut BytesMut,
+) -> Result<(), CommandError> {
+    let key = args.next_bytes()?;
+    let lo = args.next_timestamp("lo")?;
+    let hi = args.next_timestamp("hi")?;
+    let with_tags = args.eat_keyword("WITHTAGS");
+    if args.remaining() > 0 {
+        return Err(CommandError::Syntax(args.command()));
+    }
+    if lo > hi {
+        return Err(CommandError::InvalidArgument {
+            command: args.command(),
+            message: format!("lo ({lo}) must not exceed hi ({hi})"),
+        });
+    }
+    let lookup = context
+        .node
+        .shards
+        .for_key(&key)
+        .lookup(&key, lo, hi, with_tags)
+        .map_err(|error| CommandError::from_store(args.command(), error))?;
+    match lookup {
+        Lookup::Hit(hit) => encode_hit(out, &hit, with_tags),
+        Lookup::Miss(kind) => {
+            encode::array_header(out, 2);
+            encode::null(out);
+            encode::bulk(out, kind.as_str().as_bytes());
+        }
+    }
+    Ok(())
+}
+
+fn encode_hit(out: &mut BytesMut, hit: &Hit, with_tags: bool) {
+    encode::array_header(out, if with_tags { 5 } else { 4 });
+    encode::bulk(out, &hit.value);
+    encode_interval(out, &hit.interval);
+    encode::integer(out, i64::from(hit.open));
+    if with_tags {
+        let tags = hit.tags.as_deref().unwrap_or_default();
+        encode::array_header(out, tags.len());
+        for tag in tags {
+            encode::bulk(out, tag.as_str().as_bytes());
+        }
+    }
+}
+
+/// Appends `:lo` and `:hi` (or `nil` for an open interval).
+pub fn encode_interval(out: &mut BytesMut, interval: &ValidityInterval) {
+    encode::integer(out, wire(interval.lo().0));
+    match interval.hi() {
+        Some(hi) => encode::integer(out, wire(hi.0)),
+        None => encode::null(out),
+    }
+}
+
+/// A timestamp as a RESP integer (timestamps never exceed `i64::MAX`; saturate if one did).
+fn wire(ts: u64) -> i64 {
+    i64::try_from(ts).unwrap_or(i64::MAX)
+}

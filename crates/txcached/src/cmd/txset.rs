@@ -1,0 +1,89 @@
+//! `TXSET key value lo hi|OPEN [SNAPSHOT s] [TAGS tag ...]`: stores one version.
+
+use super::{printable, txget::encode_interval, Args, CommandError, Context};
+use bytes::{Bytes, BytesMut};
+use txcache_model::{InvalidationTag, ValidityInterval};
+use txcache_resp::encode;
+use txcache_store::{InsertOutcome, InsertRequest};
+
+/// Appends the reply for one insert.
+pub fn run(
+    args: &mut Args,
+    context: &mut Context<'_>,
+    out: &mut BytesMut,
+) -> Result<(), CommandError> {
+    let key = args.next_bytes()?;
+    // Copy out of the read buffer: a stored value must own exactly its bytes.
+    let value = Bytes::copy_from_slice(&args.next_bytes()?);
+    let request = parse_request(args)?;
+    let outcome = context
+        .node
+        .shards
+        .for_key(&key)
+        .insert(&key, value, request)
+        .map_err(|error| CommandError::from_store(args.command(), error))?;
+    encode::array_header(out, 3);
+    match outcome {
+        InsertOutcome::Inserted(interval) => encode_stored(out, "inserted", &interval),
+        InsertOutcome::Extended(interval) => encode_stored(out, "extended", &interval),
+        InsertOutcome::Nondeterministic => encode_dropped(out, "nondeterministic"),
+        InsertOutcome::EmptyInterval => encode_dropped(out, "empty"),
+    }
+    Ok(())
+}
+
+fn parse_request(args: &mut Args) -> Result<InsertRequest, CommandError> {
+    let lo = args.next_timestamp("lo")?;
+    let hi = if args.eat_keyword("OPEN") {
+        None
+    } else {
+        Some(args.next_timestamp("hi")?)
+    };
+    let interval =
+        ValidityInterval::new(lo, hi).map_err(|error| CommandError::InvalidArgument {
+            command: args.command(),
+            message: error.to_string(),
+        })?;
+    let snapshot = match args.eat_keyword("SNAPSHOT") {
+        true => Some(args.next_timestamp("snapshot")?),
+        false => None,
+    };
+    let tags = match args.eat_keyword("TAGS") {
+        true => parse_tags(args)?,
+        false => Vec::new(),
+    };
+    if args.remaining() > 0 {
+        return Err(CommandError::Syntax(args.command()));
+    }
+    Ok(InsertRequest {
+        interval,
+        snapshot,
+        tags,
+    })
+}
+
+/// Parses every remaining argument as an invalidation tag.
+pub fn parse_tags(args: &mut Args) -> Result<Vec<InvalidationTag>, CommandError> {
+    args.rest()
+        .iter()
+        .map(|raw| {
+            let text =
+                std::str::from_utf8(raw).map_err(|_| args.invalid("tag", raw, "UTF-8 text"))?;
+            InvalidationTag::parse(text).map_err(|error| CommandError::InvalidArgument {
+                command: args.command(),
+                message: format!("{error} ('{}')", printable(raw)),
+            })
+        })
+        .collect()
+}
+
+fn encode_stored(out: &mut BytesMut, outcome: &str, interval: &ValidityInterval) {
+    encode::bulk(out, outcome.as_bytes());
+    encode_interval(out, interval);
+}
+
+fn encode_dropped(out: &mut BytesMut, outcome: &str) {
+    encode::bulk(out, outcome.as_bytes());
+    encode::null(out);
+    encode::null(out);
+}

@@ -1,0 +1,134 @@
+//! The node's settings: command-line flags, each with an environment variable and a default.
+
+use clap::Parser;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// txcached: a versioned, invalidation-aware cache node speaking RESP (the Redis protocol).
+///
+/// Flags take precedence over the environment variables named beside them.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "txcached", version, about, long_about = None)]
+pub struct Config {
+    /// Address to listen on. Default: 127.0.0.1 (localhost only; set 0.0.0.0 deliberately).
+    #[arg(long, env = "TXCACHED_BIND", default_value = "127.0.0.1")]
+    pub bind: IpAddr,
+
+    /// TCP port for RESP clients; 0 picks a free port (printed on the first log line).
+    #[arg(long, env = "TXCACHED_PORT", default_value_t = 6380)]
+    pub port: u16,
+
+    /// Hard limit on cached data (values, keys, intervals, tags, history), e.g. 64mb, 2gb.
+    #[arg(long, env = "TXCACHED_MAX_MEMORY", default_value = "1gb", value_parser = parse_size)]
+    pub max_memory: usize,
+
+    /// The largest staleness limit any client uses; versions that ended longer ago than this
+    /// are removed eagerly, e.g. 120s, 2m.
+    #[arg(long, env = "TXCACHED_MAX_STALENESS", default_value = "120s", value_parser = parse_duration)]
+    pub max_staleness: Duration,
+
+    /// Password clients must send with AUTH before any other command. Default: none.
+    #[arg(long, env = "TXCACHED_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+
+    /// Worker threads. Default: the number of CPU cores.
+    #[arg(long, env = "TXCACHED_THREADS")]
+    pub threads: Option<usize>,
+
+    /// Store shards (each locked separately); memory is split evenly between them.
+    /// Default: 4 per worker thread.
+    #[arg(long, env = "TXCACHED_SHARDS")]
+    pub shards: Option<usize>,
+
+    /// Most simultaneous client connections; further ones are refused with an error.
+    #[arg(long, env = "TXCACHED_MAX_CLIENTS", default_value_t = 10_000)]
+    pub max_clients: usize,
+
+    /// Port for the Prometheus text endpoint (GET /metrics) on the same address. Default: off.
+    #[arg(long, env = "TXCACHED_METRICS_PORT")]
+    pub metrics_port: Option<u16>,
+
+    /// Log filter (error, warn, info, debug, trace, or a tracing directive).
+    #[arg(long, env = "TXCACHED_LOG", default_value = "info")]
+    pub log: String,
+}
+
+impl Config {
+    /// Worker threads to run, resolving the default.
+    pub fn worker_threads(&self) -> usize {
+        self.threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1)
+    }
+
+    /// Shards to create, resolving the default.
+    pub fn shard_count(&self) -> usize {
+        self.shards.unwrap_or(4 * self.worker_threads()).max(1)
+    }
+}
+
+/// Parses a byte size: a number with an optional `b`, `kb`, `mb`, `gb` suffix (powers of 1024).
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let lower = text.trim().to_ascii_lowercase();
+    let split = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
+    let (digits, unit) = lower.split_at(split);
+    let number: usize = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size (expected e.g. 512mb)"))?;
+    let multiplier: usize = match unit.trim() {
+        "" | "b" => 1,
+        "k" | "kb" => 1 << 10,
+        "m" | "mb" => 1 << 20,
+        "g" | "gb" => 1 << 30,
+        other => return Err(format!("unknown size unit {other:?} in {text:?}")),
+    };
+    number
+        .checked_mul(multiplier)
+        .ok_or_else(|| format!("size {text:?} is too large"))
+}
+
+/// Parses a duration: a number of seconds with an optional `ms`, `s`, `m` or `h` suffix.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let lower = text.trim().to_ascii_lowercase();
+    let split = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
+    let (digits, unit) = lower.split_at(split);
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (expected e.g. 30s)"))?;
+    match unit.trim() {
+        "ms" => Ok(Duration::from_millis(number)),
+        "" | "s" => Ok(Duration::from_secs(number)),
+        "m" => Ok(Duration::from_secs(number.saturating_mul(60))),
+        "h" => Ok(Duration::from_secs(number.saturating_mul(3600))),
+        other => Err(format!("unknown duration unit {other:?} in {text:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations_parse() {
+        assert_eq!(parse_size("64mb"), Ok(64 << 20));
+        assert_eq!(parse_size("1GB"), Ok(1 << 30));
+        assert_eq!(parse_size("100"), Ok(100));
+        assert!(parse_size("mb").is_err() && parse_size("5tb").is_err());
+        assert!(parse_size("99999999999999999999gb").is_err());
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("1y").is_err());
+    }
+
+    #[test]
+    fn defaults_bind_localhost() {
+        let config = Config::parse_from(["txcached"]);
+        assert!(config.bind.is_loopback());
+        assert!(config.password.is_none());
+    }
+}

@@ -1,0 +1,90 @@
+//! txcached: one txcache cache node.
+//!
+//! ```text
+//!   clients (RESP) ──▶ server (accept) ──▶ connection task ──▶ cmd::execute
+//!                                                                 │ lock one shard by key hash
+//!   agent (RESP) ───▶ TXINVALIDATE / TXHEARTBEAT / TXRESET ──────▶ broadcast: every shard, in order
+//! ```
+//! Threads: a tokio runtime with one worker per core; each shard is a synchronous
+//! `txcache_store::Store` behind its own mutex, never held across an await.
+
+mod cmd;
+mod config;
+mod connection;
+mod http;
+mod metrics;
+mod node;
+mod server;
+mod shards;
+
+use anyhow::Context as _;
+use clap::Parser;
+use config::Config;
+use node::Node;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+fn main() -> anyhow::Result<()> {
+    let config = Config::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&config.log).context("invalid --log filter")?,
+        )
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.worker_threads())
+        .enable_all()
+        .build()
+        .context("could not start the runtime")?
+        .block_on(run(config))
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    let address = SocketAddr::new(config.bind, config.port);
+    let listener = TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen on {address} (port in use? try --port)"))?;
+    let local = listener.local_addr()?;
+    let node = Arc::new(Node::new(config));
+    tracing::info!(
+        address = %local,
+        max_memory = node.max_memory(),
+        shards = node.shards.len(),
+        threads = node.config.worker_threads(),
+        auth = node.config.password.is_some(),
+        "txcached listening"
+    );
+    if let Some(port) = node.config.metrics_port {
+        let metrics_address = SocketAddr::new(node.config.bind, port);
+        let metrics_listener = TcpListener::bind(metrics_address)
+            .await
+            .with_context(|| format!("cannot listen for metrics on {metrics_address}"))?;
+        tracing::info!(address = %metrics_listener.local_addr()?, "metrics at /metrics");
+        tokio::spawn(http::run(metrics_listener, Arc::clone(&node)));
+    }
+    tokio::select! {
+        () = server::run(listener, node) => Ok(()),
+        signal = shutdown_signal() => {
+            tracing::info!(signal, "shutting down");
+            Ok(())
+        }
+    }
+}
+
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => "SIGINT",
+        _ = terminate.recv() => "SIGTERM",
+    }
+}

@@ -1,0 +1,91 @@
+//! Everything a connection reaches: the shards, the server metrics, the settings.
+
+use crate::config::Config;
+use crate::metrics::ServerMetrics;
+use crate::shards::Shards;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+use txcache_resp::Limits;
+use txcache_store::StoreConfig;
+
+/// One cache node's shared state.
+pub struct Node {
+    /// The versioned store, sharded.
+    pub shards: Shards,
+    /// Counters kept by the server itself (connections, commands, protocol errors).
+    pub metrics: ServerMetrics,
+    /// The settings the node was started with.
+    pub config: Config,
+    /// Protocol limits for client requests; the bulk limit follows `maxmemory`.
+    max_bulk_len: AtomicUsize,
+    /// Node-wide memory limit (changes with `CONFIG SET maxmemory`).
+    max_memory: AtomicUsize,
+    /// When the node started, for `uptime_in_seconds`.
+    pub started: Instant,
+}
+
+impl Node {
+    /// The largest request bulk the protocol accepts, whatever the memory limit (as Redis).
+    const MAX_BULK_CEILING: usize = 512 << 20;
+
+    /// A node with empty shards for `config`.
+    pub fn new(config: Config) -> Self {
+        let store_config = StoreConfig {
+            max_memory: config.max_memory,
+            max_staleness_micros: u64::try_from(config.max_staleness.as_micros())
+                .unwrap_or(u64::MAX),
+        };
+        let shards = Shards::new(config.shard_count(), store_config);
+        let node = Self {
+            shards,
+            metrics: ServerMetrics::default(),
+            max_bulk_len: AtomicUsize::new(0),
+            max_memory: AtomicUsize::new(config.max_memory),
+            config,
+            started: Instant::now(),
+        };
+        node.update_bulk_limit(node.max_memory());
+        node
+    }
+
+    /// Limits for decoding the next request.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_bulk_len: self.max_bulk_len.load(Ordering::Relaxed),
+            ..Limits::default()
+        }
+    }
+
+    /// The node-wide memory limit in bytes.
+    pub fn max_memory(&self) -> usize {
+        self.max_memory.load(Ordering::Relaxed)
+    }
+
+    /// Changes the memory limit; shards evict down to it at once.
+    pub fn set_max_memory(&self, bytes: usize) {
+        self.max_memory.store(bytes, Ordering::Relaxed);
+        self.shards.set_max_memory(bytes);
+        self.update_bulk_limit(bytes);
+    }
+
+    /// A value larger than the whole node can never be stored, so the protocol refuses to
+    /// buffer it; one between a shard's share and the whole limit still gets a clean
+    /// `-TOOLARGE` reply instead of a closed connection.
+    fn update_bulk_limit(&self, max_memory: usize) {
+        let limit = max_memory.saturating_add(4096).min(Self::MAX_BULK_CEILING);
+        self.max_bulk_len.store(limit, Ordering::Relaxed);
+    }
+
+    /// Whether `given` is the configured password (compared in constant time).
+    pub fn password_matches(&self, given: &[u8]) -> bool {
+        let Some(expected) = &self.config.password else {
+            return false;
+        };
+        let expected = expected.as_bytes();
+        let differences = expected
+            .iter()
+            .zip(given)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        differences == 0 && expected.len() == given.len()
+    }
+}

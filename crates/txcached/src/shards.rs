@@ -1,0 +1,78 @@
+//! The node's store, cut into shards that lock independently.
+//!
+//! Keys route to one shard by hash, so data commands on different shards run in parallel.
+//! Stream messages (invalidations, heartbeats, resets) go to *every* shard; the ordering lock
+//! makes each message reach all shards before the next one starts, so every shard sees the
+//! same stream in the same order and `N` never differs between shards once a message is done.
+
+use parking_lot::{Mutex, MutexGuard};
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+use txcache_store::{Store, StoreConfig};
+
+/// The shards of one node.
+pub struct Shards {
+    shards: Box<[Mutex<Store>]>,
+    /// Held while one stream message is applied to all shards.
+    ordering: Mutex<()>,
+    hasher: BuildHasherDefault<DefaultHasher>,
+}
+
+impl Shards {
+    /// `count` shards splitting `config.max_memory` evenly.
+    pub fn new(count: usize, config: StoreConfig) -> Self {
+        let per_shard = Self::split(config.max_memory, count);
+        let shards = (0..count)
+            .map(|_| {
+                Mutex::new(Store::new(StoreConfig {
+                    max_memory: per_shard,
+                    ..config.clone()
+                }))
+            })
+            .collect();
+        Self {
+            shards,
+            ordering: Mutex::new(()),
+            hasher: BuildHasherDefault::default(),
+        }
+    }
+
+    fn split(total: usize, count: usize) -> usize {
+        total / count.max(1)
+    }
+
+    /// The shard holding `key`, locked.
+    pub fn for_key(&self, key: &[u8]) -> MutexGuard<'_, Store> {
+        let index = self.hasher.hash_one(key) as usize % self.shards.len();
+        self.shards[index].lock()
+    }
+
+    /// Applies one stream message to every shard, in shard order, under the ordering lock.
+    /// Returns what the first shard returned (all shards agree on `N`, so on the answer).
+    pub fn broadcast<R>(&self, mut apply: impl FnMut(&mut Store) -> R) -> R {
+        let _ordering = self.ordering.lock();
+        let mut first = None;
+        for shard in self.shards.iter() {
+            let result = apply(&mut shard.lock());
+            first.get_or_insert(result);
+        }
+        first.expect("a node has at least one shard")
+    }
+
+    /// Visits every shard in turn (for statistics and whole-node commands).
+    pub fn for_each(&self, mut visit: impl FnMut(&mut Store)) {
+        for shard in self.shards.iter() {
+            visit(&mut shard.lock());
+        }
+    }
+
+    /// Sets the node-wide memory limit, split evenly; shards evict down to it at once.
+    pub fn set_max_memory(&self, total: usize) {
+        let per_shard = Self::split(total, self.shards.len());
+        self.for_each(|store| store.set_max_memory(per_shard));
+    }
+
+    /// Number of shards.
+    pub fn len(&self) -> usize {
+        self.shards.len()
+    }
+}

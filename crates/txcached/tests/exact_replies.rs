@@ -1,0 +1,144 @@
+//! The real binary, on a free port, answering raw RESP with exact bytes.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running `txcached`, killed on drop.
+struct Node {
+    child: Child,
+    address: String,
+}
+
+impl Node {
+    fn start(args: &[&str]) -> Node {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_txcached"))
+            .args(["--port", "0"])
+            .args(args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("txcached starts");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let mut lines = BufReader::new(stderr).lines();
+        let address = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|line| {
+                let (_, rest) = line.split_once("address=")?;
+                Some(rest.split_whitespace().next()?.to_owned())
+            })
+            .expect("txcached logs its address");
+        // Keep draining the log so the node never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Node { child, address }
+    }
+
+    fn connect(&self) -> TcpStream {
+        let stream = TcpStream::connect(&self.address).expect("connects");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout set");
+        stream
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn command(parts: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", parts.len()).into_bytes();
+    for part in parts {
+        out.extend_from_slice(format!("${}\r\n{part}\r\n", part.len()).as_bytes());
+    }
+    out
+}
+
+/// Sends `request` and reads exactly `expected.len()` bytes back.
+fn exchange(stream: &mut TcpStream, request: &[u8], expected: &[u8]) {
+    stream.write_all(request).expect("sends");
+    let mut reply = vec![0; expected.len()];
+    stream.read_exact(&mut reply).expect("replies");
+    assert_eq!(
+        String::from_utf8_lossy(&reply),
+        String::from_utf8_lossy(expected),
+        "reply to {:?}",
+        String::from_utf8_lossy(request)
+    );
+}
+
+#[test]
+fn versioned_round_trip_has_exact_replies() {
+    let node = Node::start(&["--max-memory", "16mb"]);
+    let mut stream = node.connect();
+    exchange(
+        &mut stream,
+        &command(&["TXHEARTBEAT", "100", "5"]),
+        b":1\r\n",
+    );
+    exchange(
+        &mut stream,
+        &command(&[
+            "TXSET", "k", "hello", "0", "OPEN", "SNAPSHOT", "100", "TAGS", "s.t:id=1",
+        ]),
+        b"*3\r\n$8\r\ninserted\r\n:100\r\n$-1\r\n",
+    );
+    exchange(
+        &mut stream,
+        &command(&["TXGET", "k", "90", "200", "WITHTAGS"]),
+        b"*5\r\n$5\r\nhello\r\n:100\r\n:101\r\n:1\r\n*1\r\n$8\r\ns.t:id=1\r\n",
+    );
+    exchange(
+        &mut stream,
+        &command(&["TXINVALIDATE", "150", "6", "s.t"]),
+        b":1\r\n",
+    );
+    exchange(
+        &mut stream,
+        &command(&["TXGET", "k", "90", "200"]),
+        b"*4\r\n$5\r\nhello\r\n:100\r\n:150\r\n:0\r\n",
+    );
+    exchange(
+        &mut stream,
+        &command(&["TXGET", "k", "150", "200"]),
+        b"*2\r\n$-1\r\n$9\r\nstaleness\r\n",
+    );
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let node = Node::start(&[]);
+    let mut stream = node.connect();
+    let mut batch = Vec::new();
+    for part in [
+        command(&["SET", "a", "1"]),
+        command(&["GET", "a"]),
+        command(&["NOPE"]),
+        command(&["EXISTS", "a", "b"]),
+        command(&["DEL", "a"]),
+        command(&["GET", "a"]),
+    ] {
+        batch.extend(part);
+    }
+    exchange(
+        &mut stream,
+        &batch,
+        b"+OK\r\n$1\r\n1\r\n-ERR unknown command 'NOPE'\r\n:1\r\n:1\r\n$-1\r\n",
+    );
+}
+
+#[test]
+fn protocol_error_closes_only_that_connection() {
+    let node = Node::start(&[]);
+    let mut healthy = node.connect();
+    let mut hostile = node.connect();
+    hostile.write_all(b"*1\r\n$99999999999\r\n").expect("sends");
+    let mut reply = Vec::new();
+    hostile.read_to_end(&mut reply).expect("closed by the node");
+    assert!(reply.starts_with(b"-ERR Protocol error"), "{reply:?}");
+    exchange(&mut healthy, &command(&["PING"]), b"+PONG\r\n");
+}

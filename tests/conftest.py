@@ -1,0 +1,46 @@
+"""Fixtures that start real ``txcached`` processes and connect real clients to them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+
+from txcache import NodeProcess
+
+StartNode = Callable[..., NodeProcess]
+
+
+@pytest.fixture
+def start_node() -> Iterator[StartNode]:
+    """Start nodes with extra flags; every node started is stopped after the test."""
+    started: list[NodeProcess] = []
+
+    def start(*args: str) -> NodeProcess:
+        node = NodeProcess(*args)
+        started.append(node)
+        return node
+
+    yield start
+    for node in started:
+        node.stop()
+
+
+@pytest.fixture
+def node(start_node: StartNode) -> NodeProcess:
+    """One node with default settings and a small memory limit."""
+    return start_node("--max-memory", "64mb")
+
+
+@pytest.fixture
+def client(node: NodeProcess) -> Iterator[redis.Redis]:
+    """A redis-py client of ``node``."""
+    connection = redis.Redis(host=node.host, port=node.port, socket_timeout=10, protocol=2)
+    yield connection
+    connection.close()
+
+
+def info(client: redis.Redis, section: str = "all") -> dict[str, int]:
+    """INFO as integers (every txcached INFO field is one)."""
+    return {key: int(value) for key, value in client.info(section).items()}

@@ -1,0 +1,186 @@
+"""Plain key-value mode, server commands, INFO and AUTH, through redis-py."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+import pytest
+import redis
+
+from conftest import info
+
+
+def test_get_set_del_exists(client):
+    assert client.get("missing") is None
+    assert client.set("a", b"1")
+    assert client.set("b", b"")
+    assert client.get("a") == b"1"
+    assert client.get("b") == b""
+    assert client.exists("a", "b", "a", "c") == 3
+    assert client.dbsize() == 2
+    assert client.delete("a", "c") == 1
+    assert client.get("a") is None
+    assert client.set("b", b"2")
+    assert client.get("b") == b"2"
+
+
+def test_flushall_empties_every_shard(client):
+    for i in range(100):
+        client.set(f"k{i}", b"v")
+    assert client.dbsize() == 100
+    assert client.flushall()
+    assert client.dbsize() == 0
+
+
+def test_set_options_are_refused_not_ignored(client):
+    with pytest.raises(redis.ResponseError, match="syntax error"):
+        client.set("k", b"v", ex=10)
+    assert client.get("k") is None
+
+
+def test_ping_echo_select_client(client):
+    assert client.ping()
+    assert client.echo("hi") == b"hi"
+    assert client.execute_command("SELECT", 0)
+    with pytest.raises(redis.ResponseError, match="out of range"):
+        client.execute_command("SELECT", 1)
+    assert client.client_setname("tester")
+    assert client.client_getname() == "tester"
+
+
+def test_unknown_command_and_wrong_arity(client):
+    with pytest.raises(redis.ResponseError, match="unknown command 'NOPE'"):
+        client.execute_command("NOPE", 1)
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments for 'get'"):
+        client.execute_command("GET")
+    assert info(client, "stats")["command_errors"] == 2
+
+
+def test_info_reports_every_documented_field(client):
+    client.set("plain", b"x" * 100)
+    client.execute_command("TXSET", "v", b"y" * 1000, 0, "OPEN", "SNAPSHOT", 5, "TAGS", "s.t:c=1")
+    client.get("plain")
+    fields = info(client)
+    for name in [
+        "uptime_in_seconds",
+        "connected_clients",
+        "total_commands_processed",
+        "maxmemory",
+        "used_memory",
+        "used_memory_values",
+        "used_memory_keys",
+        "used_memory_intervals",
+        "used_memory_tags",
+        "used_memory_history",
+        "used_memory_rss",
+        "hits",
+        "misses_compulsory",
+        "misses_capacity",
+        "misses_staleness",
+        "misses_consistency",
+        "inserts",
+        "extensions",
+        "evictions",
+        "nondeterminism_warnings",
+        "keys",
+        "versions",
+        "open_versions",
+    ]:
+        assert name in fields, name
+    assert fields["used_memory_values"] == 1100
+    assert fields["keys"] == 2
+    assert fields["open_versions"] == 1
+    assert fields["used_memory_tags"] > 0
+    assert fields["maxmemory"] == 64 << 20
+    sizes = info(client, "sizes")
+    assert sum(sizes.values()) == 2
+    assert info(client, "nosuchsection") == {}
+
+
+def test_config_set_maxmemory_evicts_and_refuses_what_never_fits(start_node):
+    node = start_node("--max-memory", "16mb", "--shards", "2")
+    client = redis.Redis(host=node.host, port=node.port, protocol=2)
+    for i in range(1000):
+        client.set(f"k{i}", b"x" * 10_000)
+    assert info(client, "memory")["used_memory"] <= 16 << 20
+    assert client.config_get("maxmemory") == {"maxmemory": str(16 << 20)}
+    assert client.config_set("maxmemory", "4mb")
+    memory = info(client, "memory")
+    assert memory["used_memory"] <= 4 << 20
+    assert memory["maxmemory"] == 4 << 20
+    assert info(client, "txcache")["evictions"] > 0
+    with pytest.raises(redis.ResponseError, match=r"TOOLARGE .*can never fit"):
+        client.set("huge", b"x" * (3 << 20))
+    with pytest.raises(redis.ResponseError, match="TOOLARGE"):
+        client.execute_command("TXSET", "huge", b"x" * (3 << 20), 1, 2)
+    assert client.get("huge") is None
+    client.close()
+
+
+def test_auth_is_required_when_a_password_is_set(start_node):
+    node = start_node("--password", "s3cret")
+    anonymous = redis.Redis(host=node.host, port=node.port, protocol=2)
+    with pytest.raises(redis.AuthenticationError):
+        anonymous.get("k")
+    with pytest.raises(redis.AuthenticationError):
+        anonymous.execute_command("TXGET", "k", 1, 2)
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(host=node.host, port=node.port, password="wrong", protocol=2).ping()
+    good = redis.Redis(host=node.host, port=node.port, password="s3cret", protocol=2)
+    assert good.set("k", b"v")
+    assert good.get("k") == b"v"
+    assert "AUTH failed" in node.log_text()
+
+
+def test_auth_without_a_configured_password_is_an_error(client):
+    with pytest.raises(redis.ResponseError, match="without any password configured"):
+        client.execute_command("AUTH", "x")
+
+
+def test_max_clients_refuses_with_an_error(start_node):
+    node = start_node("--max-clients", "2")
+    first = redis.Redis(host=node.host, port=node.port, protocol=2)
+    second = redis.Redis(host=node.host, port=node.port, protocol=2)
+    assert first.ping()
+    assert second.ping()
+    with pytest.raises(redis.ConnectionError, match="max number of clients"):
+        redis.Redis(host=node.host, port=node.port, protocol=2).ping()
+    assert first.ping()
+
+
+def test_prometheus_endpoint_serves_the_same_metrics(start_node):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    node = start_node("--metrics-port", str(port))
+    client = redis.Redis(host=node.host, port=node.port, protocol=2)
+    client.set("k", b"v")
+    client.get("k")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        body = response.read().decode()
+    assert "# TYPE txcached_plain_hits counter" in body
+    assert "txcached_plain_hits 1" in body
+    assert "txcached_used_memory_values 1" in body
+    assert 'txcached_objects_by_size{le="1"} 1' in body
+
+
+def test_hello_speaks_resp2_and_refuses_resp3_with_advice(node):
+    client = redis.Redis(host=node.host, port=node.port, protocol=2)
+    reply = client.execute_command("HELLO", 2)
+    properties = dict(zip(reply[::2], reply[1::2], strict=True))
+    assert properties[b"server"] == b"txcached"
+    assert properties[b"proto"] == 2
+    with pytest.raises(redis.ResponseError, match="protocol=2"):
+        redis.Redis(host=node.host, port=node.port, protocol=3).ping()
+
+
+def test_hello_auth_authenticates(start_node):
+    node = start_node("--password", "pw")
+    with socket.create_connection((node.host, node.port), timeout=5) as sock:
+        sock.sendall(b"HELLO 2\r\n")
+        assert sock.recv(1000).startswith(b"-NOAUTH")
+        sock.sendall(b"HELLO 2 AUTH default pw\r\n")
+        assert b"txcached" in sock.recv(1000)
+        sock.sendall(b"PING\r\n")
+        assert sock.recv(1000) == b"+PONG\r\n"

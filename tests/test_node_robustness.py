@@ -1,0 +1,132 @@
+"""Hostile input and memory pressure: the node answers errors, stays up, and stays bounded."""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+
+import pytest
+import redis
+
+from conftest import info
+
+
+def raw_exchange(node, payload: bytes, read_timeout: float = 2.0) -> bytes:
+    """Send ``payload`` on a fresh connection and return what the node answers until it
+    closes the connection or goes quiet."""
+    with socket.create_connection((node.host, node.port), timeout=5) as sock:
+        sock.sendall(payload)
+        sock.settimeout(read_timeout)
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except TimeoutError:
+            pass
+        except ConnectionResetError:
+            pass
+        return received
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        (b"*99999999999\r\n", b"-ERR Protocol error"),
+        (b"*1\r\n$99999999999\r\n", b"-ERR Protocol error"),
+        (b"*1\r\n$-5\r\n", b"-ERR Protocol error"),
+        (b"*1\r\n$abc\r\n", b"-ERR Protocol error"),
+        (b"*1\r\n:5\r\n", b"-ERR Protocol error"),
+        (b"*2\r\n$3\r\nGET\r\n$1\r\nkXY\r\n", b"-ERR Protocol error"),
+        (b"x" * 70_000, b"-ERR Protocol error"),
+        (b'SET "unbalanced\r\n', b"-ERR Protocol error"),
+        (b"*1\r\n*1\r\n*1\r\n$4\r\nPING\r\n", b"-ERR Protocol error"),
+    ],
+    ids=[
+        "absurd-multibulk",
+        "absurd-bulk",
+        "negative-bulk",
+        "non-numeric-length",
+        "non-bulk-argument",
+        "bulk-overrun",
+        "endless-inline",
+        "unbalanced-quotes",
+        "nested-request",
+    ],
+)
+def test_malformed_frames_get_an_error_and_a_closed_connection(node, payload, expected):
+    answer = raw_exchange(node, payload)
+    assert answer.startswith(expected), answer
+    assert node.alive()
+    assert redis.Redis(host=node.host, port=node.port, protocol=2).ping()
+
+
+def test_inline_commands_work_for_humans(node):
+    answer = raw_exchange(node, b'PING\r\nSET k "a b"\r\nGET k\r\nQUIT\r\n')
+    assert answer == b"+PONG\r\n+OK\r\n$3\r\na b\r\n+OK\r\n"
+
+
+def test_random_garbage_never_disturbs_other_clients(node):
+    healthy = redis.Redis(host=node.host, port=node.port, protocol=2)
+    healthy.set("canary", b"alive")
+    generator = random.Random(20101004)
+    prefixes = [b"*", b"$", b"*3\r\n$3\r\nSET\r\n", b"*2\r\n", b"", b"TXGET "]
+    for _ in range(200):
+        garbage = generator.choice(prefixes) + generator.randbytes(generator.randint(1, 300))
+        raw_exchange(node, garbage, read_timeout=0.05)
+        assert healthy.get("canary") == b"alive"
+    assert node.alive()
+    assert info(healthy, "stats")["protocol_errors"] > 0
+
+
+def test_claimed_lengths_are_not_allocated(start_node):
+    node = start_node("--max-memory", "64mb", "--shards", "1")
+    baseline = node.rss_bytes()
+    # 40 clients each claim a 60 MB value and send only its first byte.
+    sockets = []
+    for i in range(40):
+        sock = socket.create_connection((node.host, node.port))
+        sock.sendall(b"*3\r\n$3\r\nSET\r\n$%d\r\nk%d\r\n$60000000\r\nx" % (len(str(i)) + 1, i))
+        sockets.append(sock)
+    time.sleep(0.5)
+    grown = node.rss_bytes() - baseline
+    for sock in sockets:
+        sock.close()
+    assert grown < 20 << 20, f"RSS grew by {grown} bytes for 40 claimed 60 MB values"
+    assert redis.Redis(host=node.host, port=node.port, protocol=2).ping()
+
+
+def test_slow_partial_request_completes(node):
+    with socket.create_connection((node.host, node.port), timeout=5) as sock:
+        for byte in b"*2\r\n$4\r\nECHO\r\n$5\r\nhello\r\n":
+            sock.sendall(bytes([byte]))
+        assert sock.recv(100) == b"$5\r\nhello\r\n"
+
+
+def test_memory_stays_under_the_limit_far_past_it(start_node):
+    limit = 32 << 20
+    node = start_node("--max-memory", str(limit))
+    client = redis.Redis(host=node.host, port=node.port, protocol=2)
+    value = b"v" * 1000
+    written = 0
+    for batch in range(100):  # 100 batches x 2000 x ~1 KB = ~200 MB, 6x the limit
+        pipe = client.pipeline(transaction=False)
+        for i in range(1000):
+            n = batch * 1000 + i
+            pipe.set(f"plain:{n}", value)
+            pipe.execute_command(
+                "TXSET", f"ver:{n}", value, 0, "OPEN", "SNAPSHOT", 10, "TAGS", f"s.t:id={n}"
+            )
+        pipe.execute()
+        written += 2000 * len(value)
+        assert info(client, "memory")["used_memory"] <= limit
+    memory = info(client, "memory")
+    stats = info(client, "txcache")
+    assert written > 5 * limit
+    assert stats["evictions"] > 0
+    assert memory["used_memory"] > limit // 2, "eviction should keep the cache mostly full"
+    rss = node.rss_bytes()
+    print(f"limit={limit} used={memory['used_memory']} rss={rss} keys={stats['keys']}")
+    assert rss < 2 * limit + (32 << 20), f"RSS {rss} is not bounded by the memory limit"
+    # Recent keys are still served.
+    assert client.get(f"plain:{100 * 1000 - 1}") == value
