@@ -136,14 +136,23 @@ mod tests {
         let b = ValidityInterval::open(ts(5));
         assert_eq!(a.intersect(&b), None);
         let c = ValidityInterval::open(ts(3));
-        assert_eq!(a.intersect(&c), Some(ValidityInterval::bounded(ts(3), ts(5)).unwrap()));
+        assert_eq!(
+            a.intersect(&c),
+            Some(ValidityInterval::bounded(ts(3), ts(5)).unwrap())
+        );
     }
 
     #[test]
     fn truncation_never_extends() {
         let a = ValidityInterval::bounded(ts(1), ts(5)).unwrap();
         assert_eq!(a.truncated_at(ts(9)).unwrap(), a);
-        assert_eq!(ValidityInterval::open(ts(1)).truncated_at(ts(3)).unwrap().hi(), Some(ts(3)));
+        assert_eq!(
+            ValidityInterval::open(ts(1))
+                .truncated_at(ts(3))
+                .unwrap()
+                .hi(),
+            Some(ts(3))
+        );
         assert!(a.truncated_at(ts(1)).is_err());
     }
 }

@@ -12,5 +12,5 @@ mod timestamp;
 
 pub use interval::{IntervalError, ValidityInterval};
 pub use invalidation::Invalidation;
-pub use tag::{InvalidationTag, TagError};
+pub use tag::{escape_name, table_name, InvalidationTag, TagError};
 pub use timestamp::{Timestamp, WallClock};

@@ -38,6 +38,27 @@ impl InvalidationTag {
     /// to store.
     pub const MAX_LEN: usize = 4096;
 
+    /// The wildcard tag of table `schema.table`, with both names escaped (see [`escape_name`]).
+    pub fn for_table(schema: &str, table: &str) -> Result<Self, TagError> {
+        Self::parse(&table_name(schema, table))
+    }
+
+    /// The fine tag of rows of `schema.table` whose `column` has text output `value`, with the
+    /// names escaped (see [`escape_name`]); the value is kept as it is.
+    pub fn for_row_value(
+        schema: &str,
+        table: &str,
+        column: &str,
+        value: &str,
+    ) -> Result<Self, TagError> {
+        let text = format!(
+            "{}:{}={value}",
+            table_name(schema, table),
+            escape_name(column)
+        );
+        Self::parse(&text)
+    }
+
     /// Parses `schema.table` or `schema.table:column=value`.
     pub fn parse(text: &str) -> Result<Self, TagError> {
         if text.len() > Self::MAX_LEN {
@@ -104,6 +125,31 @@ impl InvalidationTag {
     }
 }
 
+/// The canonical `schema.table` of a table in tags, each name escaped by [`escape_name`].
+pub fn table_name(schema: &str, table: &str) -> String {
+    format!("{}.{}", escape_name(schema), escape_name(table))
+}
+
+/// Escapes an identifier for use in a tag: `%`, `.`, `:` and `=` become `%25`, `%2E`, `%3A`
+/// and `%3D`, so that any PostgreSQL identifier (quoted names may hold anything) yields an
+/// unambiguous tag. The agent and every library must escape identically.
+pub fn escape_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.contains(['%', '.', ':', '=']) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut escaped = String::with_capacity(name.len() + 8);
+    for c in name.chars() {
+        match c {
+            '%' => escaped.push_str("%25"),
+            '.' => escaped.push_str("%2E"),
+            ':' => escaped.push_str("%3A"),
+            '=' => escaped.push_str("%3D"),
+            other => escaped.push(other),
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
+}
+
 impl fmt::Display for InvalidationTag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
@@ -143,13 +189,31 @@ mod tests {
 
     #[test]
     fn refuses_malformed_tags() {
-        assert!(matches!(InvalidationTag::parse(""), Err(TagError::EmptyTable(_))));
-        assert!(matches!(InvalidationTag::parse(":c=1"), Err(TagError::EmptyTable(_))));
-        assert!(matches!(InvalidationTag::parse("t:"), Err(TagError::MissingColumn(_))));
-        assert!(matches!(InvalidationTag::parse("t:=1"), Err(TagError::MissingColumn(_))));
-        assert!(matches!(InvalidationTag::parse("t:c"), Err(TagError::MissingColumn(_))));
+        assert!(matches!(
+            InvalidationTag::parse(""),
+            Err(TagError::EmptyTable(_))
+        ));
+        assert!(matches!(
+            InvalidationTag::parse(":c=1"),
+            Err(TagError::EmptyTable(_))
+        ));
+        assert!(matches!(
+            InvalidationTag::parse("t:"),
+            Err(TagError::MissingColumn(_))
+        ));
+        assert!(matches!(
+            InvalidationTag::parse("t:=1"),
+            Err(TagError::MissingColumn(_))
+        ));
+        assert!(matches!(
+            InvalidationTag::parse("t:c"),
+            Err(TagError::MissingColumn(_))
+        ));
         let long = "t".repeat(InvalidationTag::MAX_LEN + 1);
-        assert!(matches!(InvalidationTag::parse(&long), Err(TagError::TooLong(_))));
+        assert!(matches!(
+            InvalidationTag::parse(&long),
+            Err(TagError::TooLong(_))
+        ));
     }
 
     #[test]
@@ -165,8 +229,22 @@ mod tests {
     }
 
     #[test]
+    fn names_are_escaped_so_any_identifier_makes_a_tag() {
+        assert_eq!(escape_name("items"), "items");
+        assert_eq!(escape_name("a.b:c=d%"), "a%2Eb%3Ac%3Dd%25");
+        let tag = InvalidationTag::for_row_value("my.schema", "t:1", "c=x", "v:=.").unwrap();
+        assert_eq!(tag.as_str(), "my%2Eschema.t%3A1:c%3Dx=v:=.");
+        assert_eq!(tag.table(), "my%2Eschema.t%3A1");
+        assert_eq!(tag.column_value(), Some("c%3Dx=v:=."));
+        assert!(tag.matches(&InvalidationTag::for_table("my.schema", "t:1").unwrap()));
+    }
+
+    #[test]
     fn constructors_agree_with_parse() {
-        assert_eq!(InvalidationTag::fine("s.a", "id", "1").unwrap(), tag("s.a:id=1"));
+        assert_eq!(
+            InvalidationTag::fine("s.a", "id", "1").unwrap(),
+            tag("s.a:id=1")
+        );
         assert_eq!(InvalidationTag::wildcard("s.a").unwrap(), tag("s.a"));
         assert!(InvalidationTag::wildcard("s:a").is_err());
     }

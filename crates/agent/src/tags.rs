@@ -1,0 +1,238 @@
+//! Rows to invalidation tags: the write side of DESIGN.md §4.
+//!
+//! Each changed row yields, for every tag column of its table (a column that leads some
+//! index, the primary key included), a fine tag `schema.table:column=value` for its old value
+//! and one for its new value. Wherever a value cannot be named exactly — not sent, binary,
+//! not UTF-8, too long for a tag — the table's wildcard stands in for it: coarser is only
+//! slower, while a missed tag would serve stale data. Every row change yields at least one
+//! tag.
+
+use std::collections::HashSet;
+
+use bytes::Bytes;
+use txcache_model::{InvalidationTag, TagError};
+
+use crate::pgoutput::{
+    ColumnValue, OldTuple, OldTupleKind, PgOutputMessage, Relation, RelationColumn, TupleData,
+};
+
+/// Which columns of a table are tag columns (columns that lead some index, primary key
+/// included), by column name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TagColumns {
+    names: HashSet<String>,
+}
+
+impl TagColumns {
+    /// The tag columns named in `names`.
+    pub fn new<I, S>(names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            names: names.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// Whether `name` is a tag column.
+    pub fn contains(&self, name: &str) -> bool {
+        self.names.contains(name)
+    }
+
+    /// How many tag columns there are.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether the table has no tag column.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Whether some tag column is not among `relation`'s published columns (a column list
+    /// leaves it out, or it is generated): its values never reach us.
+    fn any_missing_from(&self, relation: &Relation) -> bool {
+        self.names
+            .iter()
+            .any(|name| !relation.columns.iter().any(|column| &column.name == name))
+    }
+}
+
+/// One row change, borrowed from a decoded message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowChange<'a> {
+    /// A row was inserted.
+    Insert {
+        /// The new row.
+        new: &'a TupleData,
+    },
+    /// A row was updated.
+    Update {
+        /// The old row, if the server sent it (whole under REPLICA IDENTITY FULL).
+        old: Option<&'a OldTuple>,
+        /// The new row.
+        new: &'a TupleData,
+    },
+    /// A row was deleted.
+    Delete {
+        /// The old row, whole or only its key.
+        old: &'a OldTuple,
+    },
+}
+
+impl<'a> RowChange<'a> {
+    /// The relation OID and row change of an Insert, Update or Delete message; `None` for the
+    /// other messages.
+    pub fn from_message(message: &'a PgOutputMessage) -> Option<(u32, Self)> {
+        match message {
+            PgOutputMessage::Insert { relation_id, new } => {
+                Some((*relation_id, RowChange::Insert { new }))
+            }
+            PgOutputMessage::Update {
+                relation_id,
+                old,
+                new,
+            } => Some((
+                *relation_id,
+                RowChange::Update {
+                    old: old.as_ref(),
+                    new,
+                },
+            )),
+            PgOutputMessage::Delete { relation_id, old } => {
+                Some((*relation_id, RowChange::Delete { old }))
+            }
+            _ => None,
+        }
+    }
+
+    /// The old row (if any was sent) and the new row (if the change has one).
+    fn rows(&self) -> (Option<&'a OldTuple>, Option<&'a TupleData>) {
+        match *self {
+            RowChange::Insert { new } => (None, Some(new)),
+            RowChange::Update { old, new } => (old, Some(new)),
+            RowChange::Delete { old } => (Some(old), None),
+        }
+    }
+}
+
+/// Appends to `out` the tags of one row change of `relation`: a fine tag for each old and new
+/// value of a tag column, the table's wildcard where a value cannot be named, and the
+/// wildcard alone when the change yields no other tag. No tag is appended twice for one row.
+///
+/// Fails only when even the wildcard cannot be written: the escaped `schema.table` is longer
+/// than [`InvalidationTag::MAX_LEN`]. Then nothing is appended and the caller cannot
+/// invalidate soundly.
+pub fn change_tags(
+    relation: &Relation,
+    tag_columns: &TagColumns,
+    change: &RowChange<'_>,
+    out: &mut Vec<InvalidationTag>,
+) -> Result<(), TagError> {
+    let wildcard = truncate_tags(relation)?;
+    let (old, new) = change.rows();
+    // Without the old row of an update its old values are unknown, and a tag column that is
+    // not published has no values here at all.
+    let needs_wildcard = matches!(change, RowChange::Update { old: None, .. })
+        || tag_columns.any_missing_from(relation);
+    let start = out.len();
+    let mut row = RowTags {
+        relation,
+        out,
+        start,
+        needs_wildcard,
+    };
+    let tagged = relation.columns.iter().enumerate();
+    for (index, column) in tagged.filter(|(_, column)| tag_columns.contains(&column.name)) {
+        if let Some(old) = old {
+            row.add(column, old_value(old, index));
+        }
+        if let Some(new) = new {
+            row.add(column, new_value(new, old, index));
+        }
+    }
+    row.finish(wildcard);
+    Ok(())
+}
+
+/// The tag of a TRUNCATE of `relation`: its wildcard. Fails only when the escaped
+/// `schema.table` is longer than [`InvalidationTag::MAX_LEN`].
+pub fn truncate_tags(relation: &Relation) -> Result<InvalidationTag, TagError> {
+    InvalidationTag::for_table(&relation.schema, &relation.name)
+}
+
+/// What is known of one column value.
+enum Value<'a> {
+    /// The value's text output.
+    Text(&'a Bytes),
+    /// SQL NULL, which no equality matches: no fine tag.
+    Null,
+    /// Not sent, or not nameable: only the wildcard covers it.
+    Unknown,
+}
+
+/// The value of column `index` in an old row. A NULL in a key-only row is a column the
+/// server did not send, not a NULL.
+fn old_value(old: &OldTuple, index: usize) -> Value<'_> {
+    match old.data.0.get(index) {
+        Some(ColumnValue::Text(text)) => Value::Text(text),
+        Some(ColumnValue::Null) if old.kind == OldTupleKind::Full => Value::Null,
+        _ => Value::Unknown,
+    }
+}
+
+/// The value of column `index` in a new row; an unchanged TOASTed value is the old row's.
+fn new_value<'a>(new: &'a TupleData, old: Option<&'a OldTuple>, index: usize) -> Value<'a> {
+    match new.0.get(index) {
+        Some(ColumnValue::Text(text)) => Value::Text(text),
+        Some(ColumnValue::Null) => Value::Null,
+        Some(ColumnValue::UnchangedToast) => match old.map(|old| old_value(old, index)) {
+            Some(Value::Text(text)) => Value::Text(text),
+            // A TOASTed value is never NULL, so an old NULL contradicts it: trust neither.
+            _ => Value::Unknown,
+        },
+        _ => Value::Unknown,
+    }
+}
+
+/// The tags of one row so far.
+struct RowTags<'r> {
+    relation: &'r Relation,
+    out: &'r mut Vec<InvalidationTag>,
+    /// Where this row's tags start in `out`: earlier ones belong to other rows.
+    start: usize,
+    needs_wildcard: bool,
+}
+
+impl RowTags<'_> {
+    /// Adds the tag of `column` having `value`, or marks the row for the wildcard.
+    fn add(&mut self, column: &RelationColumn, value: Value<'_>) {
+        let text = match value {
+            Value::Null => return,
+            Value::Text(bytes) => std::str::from_utf8(bytes).ok(),
+            Value::Unknown => None,
+        };
+        let tag = text.and_then(|text| {
+            let (schema, table) = (&self.relation.schema, &self.relation.name);
+            InvalidationTag::for_row_value(schema, table, &column.name, text).ok()
+        });
+        match tag {
+            Some(tag) => self.push(tag),
+            None => self.needs_wildcard = true,
+        }
+    }
+
+    fn push(&mut self, tag: InvalidationTag) {
+        if !self.out[self.start..].contains(&tag) {
+            self.out.push(tag);
+        }
+    }
+
+    /// Adds the wildcard if some value was not nameable or the row yielded no tag at all.
+    fn finish(mut self, wildcard: InvalidationTag) {
+        if self.needs_wildcard || self.out.len() == self.start {
+            self.push(wildcard);
+        }
+    }
+}
