@@ -1,0 +1,115 @@
+//! A from-scratch check of the store's invariants, for tests and debugging.
+
+use crate::entry::{Kind, Version};
+use crate::memory::Ledger;
+use crate::Store;
+
+/// Returns `Err(message)` from the enclosing function when `condition` is false.
+macro_rules! ensure {
+    ($condition:expr, $($message:tt)+) => {
+        if !$condition {
+            return Err(format!($($message)+));
+        }
+    };
+}
+
+impl Store {
+    /// Recomputes the accounting, gauges and index from scratch and checks every structural
+    /// invariant: versions sorted and disjoint, only the last open, tags exactly on open
+    /// versions and registered in the index, every part's bytes as charged, and the total
+    /// under the limit. O(everything): for tests and debugging, not for serving.
+    pub fn verify_invariants(&self) -> Result<(), String> {
+        ensure!(
+            self.keys.slots_consistent(),
+            "key table and sampling list disagree"
+        );
+        let (ledger, registrations) = self.recount_entries()?;
+        let (usage, gauges) = (&self.ledger.usage, &self.ledger.gauges);
+        ensure!(
+            ledger.usage == *usage,
+            "charges {usage:?} != recomputed {:?}",
+            ledger.usage
+        );
+        ensure!(
+            ledger.gauges == *gauges,
+            "gauges {gauges:?} != recomputed {:?}",
+            ledger.gauges
+        );
+        let index = (registrations, self.index.bytes());
+        ensure!(
+            self.index.recount() == index,
+            "tag index {:?} != {index:?}",
+            self.index.recount()
+        );
+        let parts = [
+            ("history", self.history.bytes(), self.history.recount()),
+            ("ghosts", self.ghosts.bytes(), self.ghosts.recount()),
+            ("staleness queue", self.stale.bytes(), self.stale.recount()),
+        ];
+        for (part, charged, recounted) in parts {
+            ensure!(
+                charged == recounted,
+                "{part}: charged {charged} != recounted {recounted}"
+            );
+        }
+        let (total, limit) = (self.memory().total(), self.config.max_memory);
+        ensure!(total <= limit, "accounted {total} > limit {limit}");
+        Ok(())
+    }
+
+    /// The charges and gauges of every entry, and its number of tag registrations.
+    fn recount_entries(&self) -> Result<(Ledger, usize), String> {
+        let mut ledger = Ledger::default();
+        let mut registrations = 0;
+        for (key, entry) in self.keys.iter() {
+            ledger.add_key(key.len());
+            match &entry.kind {
+                Kind::Plain { value, .. } => ledger.add_plain(value),
+                Kind::Versioned(versions) => {
+                    let name = String::from_utf8_lossy(key);
+                    ensure!(
+                        versions.capacity() == versions.len(),
+                        "{name}: version list has slack"
+                    );
+                    self.check_versions(key, versions)?;
+                    for version in versions {
+                        ledger.add_version(version);
+                        registrations += version.tags.as_deref().map_or(0, <[_]>::len);
+                    }
+                }
+            }
+        }
+        Ok((ledger, registrations))
+    }
+
+    fn check_versions(&self, key: &[u8], versions: &[Version]) -> Result<(), String> {
+        let name = String::from_utf8_lossy(key);
+        ensure!(
+            !versions.is_empty(),
+            "{name}: versioned key without versions"
+        );
+        for pair in versions.windows(2) {
+            ensure!(
+                pair[0].stored_hi() <= pair[1].interval.lo(),
+                "{name}: versions overlap or are unsorted"
+            );
+        }
+        for (i, version) in versions.iter().enumerate() {
+            ensure!(
+                !version.is_open() || i + 1 == versions.len(),
+                "{name}: open version is not the last"
+            );
+            ensure!(
+                version.is_open() == version.tags.is_some(),
+                "{name}: tags on a bounded version, or none on an open one"
+            );
+            for tag in version.tags.iter().flatten() {
+                ensure!(
+                    self.index.is_registered(key, tag),
+                    "{name}: open version not registered under {tag}"
+                );
+            }
+        }
+        Ok(())
+    }
+}

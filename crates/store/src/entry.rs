@@ -1,0 +1,78 @@
+//! What one key holds: a plain value, or versions of a versioned value.
+
+use bytes::Bytes;
+use std::sync::Arc;
+use txcache_model::{InvalidationTag, Timestamp, ValidityInterval};
+
+/// A key, shared by the key table, the tag index, ghosts and the staleness queue so that its
+/// bytes are stored once.
+pub(crate) type Key = Arc<[u8]>;
+
+/// One version of a versioned key.
+#[derive(Clone, Debug)]
+pub(crate) struct Version {
+    pub value: Bytes,
+    /// As stored: open until an invalidation, a reset or an extension bounds it.
+    pub interval: ValidityInterval,
+    /// Store-local clock of the last insert or hit, for eviction.
+    pub recency: u64,
+    /// The tags the version is registered under in the tag index; `Some` exactly while open.
+    pub tags: Option<Box<[InvalidationTag]>>,
+}
+
+impl Version {
+    /// The interval the version is known valid over, as `(lo, hi)` with `hi` exclusive:
+    /// an open version is known valid through `n` (the last applied message), never below its
+    /// own `lo`, so it counts as `[lo, max(n, lo) + 1)`.
+    pub fn effective(&self, n: Timestamp) -> (Timestamp, Timestamp) {
+        let lo = self.interval.lo();
+        let hi = self.interval.hi().unwrap_or_else(|| succ(n.max(lo)));
+        (lo, hi)
+    }
+
+    /// The stored upper end, with open as "infinitely far".
+    pub fn stored_hi(&self) -> Timestamp {
+        self.interval.hi().unwrap_or(Timestamp(u64::MAX))
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.interval.is_open()
+    }
+}
+
+/// The timestamp after `t`. Saturates at `u64::MAX` (never reached: wire timestamps stay
+/// below `i64::MAX`), where an interval built from it comes out empty and is treated so.
+pub(crate) fn succ(t: Timestamp) -> Timestamp {
+    Timestamp(t.0.saturating_add(1))
+}
+
+/// The value(s) of one key.
+#[derive(Debug)]
+pub(crate) enum Kind {
+    /// Set by `set`; invalidations never touch it.
+    Plain { value: Bytes, recency: u64 },
+    /// Non-overlapping versions sorted by `lo`; only the last may be open.
+    Versioned(Vec<Version>),
+}
+
+/// One key's slot in the key table.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub kind: Kind,
+    /// Position of the key in the key table's dense list (for O(1) random sampling).
+    pub slot: usize,
+}
+
+/// Index of the first version whose stored interval ends after `lo`, and the first whose
+/// start is at or after `hi`: the versions in between overlap `[lo, hi)`.
+pub(crate) fn overlapping(
+    versions: &[Version],
+    interval: &ValidityInterval,
+) -> std::ops::Range<usize> {
+    let lo = interval.lo();
+    let hi = interval.hi().unwrap_or(Timestamp(u64::MAX));
+    // Sorted by lo and disjoint, so sorted by hi too: both are partition points.
+    let start = versions.partition_point(|v| v.stored_hi() <= lo);
+    let end = versions.partition_point(|v| v.interval.lo() < hi);
+    start..end.max(start)
+}

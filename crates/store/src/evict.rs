@@ -1,0 +1,130 @@
+//! Eviction: sampled LRU, like Redis.
+//!
+//! To free memory the store samples [`SAMPLES`] keys uniformly at random (a dense key list
+//! makes that O(1)), takes each key's least recently used version (or its plain value), and
+//! evicts the least recent of those. The random source is a seeded xorshift, so a run is
+//! reproducible. An evicted version leaves a capacity ghost. Only when no key is left does
+//! the store shed its overheads: dead staleness records, then ghosts, then history.
+
+use crate::entry::{Entry, Key, Kind};
+use crate::ghost::GhostReason;
+use crate::Store;
+
+/// Keys sampled per eviction (Redis's default `maxmemory-samples`).
+pub(crate) const SAMPLES: usize = 5;
+
+/// xorshift64*: a small, fast, deterministic random source for sampling.
+#[derive(Clone, Debug)]
+pub(crate) struct XorShift(u64);
+
+impl Default for XorShift {
+    fn default() -> Self {
+        XorShift(0x9E37_79B9_7F4A_7C15)
+    }
+}
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A random index below `n` (`n > 0`).
+    fn below(&mut self, n: usize) -> usize {
+        // The top bits of xorshift* are its best; the modulo bias is irrelevant here.
+        ((self.next() >> 16) % n as u64) as usize
+    }
+}
+
+/// The recency of an entry's eviction candidate, and which version it is (`None`: plain).
+fn oldest_in(entry: &Entry) -> Option<(u64, Option<usize>)> {
+    match &entry.kind {
+        Kind::Plain { recency, .. } => Some((*recency, None)),
+        Kind::Versioned(versions) => versions
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, v)| v.recency)
+            .map(|(i, v)| (v.recency, Some(i))),
+    }
+}
+
+impl Store {
+    /// Evicts until `needed` more bytes fit under the limit (or nothing is left to free).
+    pub(crate) fn make_room(&mut self, needed: usize) {
+        while self.memory().total() + needed > self.config.max_memory {
+            if !self.evict_one() && !self.shed_overhead() {
+                return;
+            }
+        }
+    }
+
+    /// Evicts the least recently used of a few sampled candidates; false if there are no keys.
+    fn evict_one(&mut self) -> bool {
+        let Some((key, version)) = self.pick_victim() else {
+            return false;
+        };
+        match version {
+            Some(index) => self.remove_version(&key, index, GhostReason::Capacity),
+            None => {
+                self.drop_entry(&key);
+            }
+        }
+        self.stats.evictions += 1;
+        true
+    }
+
+    fn pick_victim(&mut self) -> Option<(Key, Option<usize>)> {
+        let len = self.keys.len();
+        let mut best: Option<(u64, &Key, Option<usize>)> = None;
+        for _ in 0..SAMPLES.min(len) {
+            let key = self.keys.key_at(self.rng.below(len))?;
+            let Some((recency, index)) = self.keys.get(key).and_then(oldest_in) else {
+                continue;
+            };
+            if best.is_none_or(|(r, _, _)| recency < r) {
+                best = Some((recency, key, index));
+            }
+        }
+        best.map(|(_, key, index)| (key.clone(), index))
+    }
+
+    /// Frees bookkeeping once no key is left to evict; false when nothing is left at all.
+    fn shed_overhead(&mut self) -> bool {
+        let before = self.stale.bytes();
+        self.compact_stale();
+        self.stale.bytes() < before || self.ghosts.pop_oldest() || self.history.pop_oldest()
+    }
+
+    /// Removes version `index` of `key`, leaving a ghost with `reason`; drops the key when
+    /// it was the last version.
+    pub(crate) fn remove_version(&mut self, key: &Key, index: usize, reason: GhostReason) {
+        let Some(Entry {
+            kind: Kind::Versioned(versions),
+            ..
+        }) = self.keys.get_mut(key)
+        else {
+            return;
+        };
+        if index >= versions.len() {
+            return;
+        }
+        let version = versions.remove(index);
+        // Version lists are kept exactly as long as they are: that is what they are charged.
+        versions.shrink_to_fit();
+        let now_empty = versions.is_empty();
+        self.ledger.remove_version(&version);
+        if let Some(tags) = &version.tags {
+            self.index.unregister(key, tags);
+        }
+        if now_empty {
+            self.keys.remove(key);
+            self.ledger.remove_key(key.len());
+        }
+        self.ghosts
+            .leave(key, version.interval, reason, self.ghost_budget());
+    }
+}

@@ -1,0 +1,292 @@
+//! The invalidation history: recent commits and their tags, to compute an insert's interval.
+//!
+//! The node knows every commit with a timestamp above the horizon `H` (and the one at `H`).
+//! Per fine tag, per table (commits with any tag of the table) and per table for wildcard
+//! commits it keeps sorted deques of commit timestamps, so "the latest matching commit at or
+//! before s" and "the first matching commit after s" are binary searches; a global deque of
+//! records is what trimming walks, oldest first.
+
+use crate::memory::{HISTORY_FINE_KEY, HISTORY_RECORD, HISTORY_TABLE, HISTORY_TAG};
+use hashbrown::HashMap;
+use std::collections::VecDeque;
+use txcache_model::{Invalidation, InvalidationTag, Timestamp, WallClock};
+
+/// One recorded commit.
+#[derive(Debug)]
+pub(crate) struct Record {
+    ts: Timestamp,
+    commit_time: WallClock,
+    tags: Box<[InvalidationTag]>,
+    /// What this record was charged, credited back when it is trimmed.
+    cost: usize,
+}
+
+/// The commits of one table.
+#[derive(Debug, Default)]
+pub(crate) struct TableHistory {
+    /// Commits carrying any tag of the table.
+    any: VecDeque<Timestamp>,
+    /// Commits carrying the table's wildcard tag.
+    wildcard: VecDeque<Timestamp>,
+}
+
+/// Recent commits, oldest first.
+#[derive(Debug, Default)]
+pub(crate) struct History {
+    records: VecDeque<Record>,
+    fine: HashMap<InvalidationTag, VecDeque<Timestamp>>,
+    tables: HashMap<Box<str>, TableHistory>,
+    horizon: Option<Timestamp>,
+    bytes: usize,
+}
+
+/// Appends `ts` unless it is already the last (a commit with two tags of one table).
+fn push_once(deque: &mut VecDeque<Timestamp>, ts: Timestamp) {
+    if deque.back() != Some(&ts) {
+        deque.push_back(ts);
+    }
+}
+
+/// Removes `ts` from the front, where the oldest record's timestamps are.
+fn pop_once(deque: &mut VecDeque<Timestamp>, ts: Timestamp) {
+    if deque.front() == Some(&ts) {
+        deque.pop_front();
+    }
+}
+
+impl History {
+    /// `H`: `None` before the first message.
+    pub fn horizon(&self) -> Option<Timestamp> {
+        self.horizon
+    }
+
+    /// Accounted bytes of the history.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Marks the first message: history starts at `ts`.
+    pub fn start(&mut self, ts: Timestamp) {
+        self.horizon.get_or_insert(ts);
+    }
+
+    /// Forgets every commit: the node knows nothing below `horizon` any more.
+    pub fn reset(&mut self, horizon: Timestamp) {
+        *self = History {
+            horizon: Some(horizon),
+            ..History::default()
+        };
+    }
+
+    /// Records an applied invalidation (timestamps arrive strictly increasing).
+    pub fn record(&mut self, invalidation: &Invalidation) {
+        let ts = invalidation.ts;
+        self.start(ts);
+        let mut cost = HISTORY_RECORD;
+        for tag in &invalidation.tags {
+            cost += HISTORY_TAG + tag.as_str().len();
+            self.file(tag, ts);
+        }
+        self.bytes += cost;
+        self.records.push_back(Record {
+            ts,
+            commit_time: invalidation.commit_time,
+            tags: invalidation.tags.clone().into_boxed_slice(),
+            cost,
+        });
+    }
+
+    fn file(&mut self, tag: &InvalidationTag, ts: Timestamp) {
+        if !tag.is_wildcard() {
+            if !self.fine.contains_key(tag) {
+                self.bytes += HISTORY_FINE_KEY + tag.as_str().len();
+            }
+            push_once(self.fine.entry(tag.clone()).or_default(), ts);
+        }
+        if !self.tables.contains_key(tag.table()) {
+            self.bytes += HISTORY_TABLE + tag.table().len();
+            self.tables
+                .insert(tag.table().into(), TableHistory::default());
+        }
+        if let Some(table) = self.tables.get_mut(tag.table()) {
+            push_once(&mut table.any, ts);
+            if tag.is_wildcard() {
+                push_once(&mut table.wildcard, ts);
+            }
+        }
+    }
+
+    /// Drops the oldest records while they are older than `oldest` or the history is over
+    /// `max_bytes`; `H` becomes the last dropped timestamp.
+    pub fn trim(&mut self, oldest: WallClock, max_bytes: usize) {
+        while let Some(front) = self.records.front() {
+            if front.commit_time >= oldest && self.bytes <= max_bytes {
+                break;
+            }
+            self.pop_oldest();
+        }
+    }
+
+    /// Drops the oldest record; false when there is none.
+    pub fn pop_oldest(&mut self) -> bool {
+        let Some(record) = self.records.pop_front() else {
+            return false;
+        };
+        for tag in record.tags.iter() {
+            self.unfile(tag, record.ts);
+        }
+        self.bytes -= record.cost;
+        self.horizon = Some(record.ts);
+        true
+    }
+
+    fn unfile(&mut self, tag: &InvalidationTag, ts: Timestamp) {
+        if let Some(deque) = self.fine.get_mut(tag) {
+            pop_once(deque, ts);
+            if deque.is_empty() {
+                self.fine.remove(tag);
+                self.bytes -= HISTORY_FINE_KEY + tag.as_str().len();
+            }
+        }
+        if let Some(table) = self.tables.get_mut(tag.table()) {
+            pop_once(&mut table.any, ts);
+            pop_once(&mut table.wildcard, ts);
+            if table.any.is_empty() {
+                self.tables.remove(tag.table());
+                self.bytes -= HISTORY_TABLE + tag.table().len();
+            }
+        }
+    }
+
+    /// The deques holding the commits that match `tag`: for `t:c=v` its own and `t`'s
+    /// wildcard commits; for `t`, every commit of `t`.
+    fn deques(&self, tag: &InvalidationTag) -> [Option<&VecDeque<Timestamp>>; 2] {
+        let table = self.tables.get(tag.table());
+        match tag.is_wildcard() {
+            true => [table.map(|t| &t.any), None],
+            false => [self.fine.get(tag), table.map(|t| &t.wildcard)],
+        }
+    }
+
+    /// The latest recorded commit at or before `s` that matches one of `tags`.
+    pub fn latest_matching(&self, tags: &[InvalidationTag], s: Timestamp) -> Option<Timestamp> {
+        let latest =
+            |d: &VecDeque<Timestamp>| d.partition_point(|&t| t <= s).checked_sub(1).map(|i| d[i]);
+        tags.iter()
+            .flat_map(|tag| self.deques(tag))
+            .flatten()
+            .filter_map(latest)
+            .max()
+    }
+
+    /// The first recorded commit after `s` that matches one of `tags`.
+    pub fn first_matching_after(
+        &self,
+        tags: &[InvalidationTag],
+        s: Timestamp,
+    ) -> Option<Timestamp> {
+        let first = |d: &VecDeque<Timestamp>| d.get(d.partition_point(|&t| t <= s)).copied();
+        tags.iter()
+            .flat_map(|tag| self.deques(tag))
+            .flatten()
+            .filter_map(first)
+            .min()
+    }
+
+    /// The commit time of the first recorded commit at or after `ts`: no earlier than that of
+    /// the first commit at or after `ts`, and equal to it when that commit is recorded.
+    pub fn commit_time_from(&self, ts: Timestamp) -> Option<WallClock> {
+        let index = self.records.partition_point(|r| r.ts < ts);
+        self.records.get(index).map(|r| r.commit_time)
+    }
+
+    /// The bytes recomputed from scratch (for the invariant check).
+    pub fn recount(&self) -> usize {
+        let records: usize = self
+            .records
+            .iter()
+            .map(|r| {
+                HISTORY_RECORD
+                    + r.tags
+                        .iter()
+                        .map(|t| HISTORY_TAG + t.as_str().len())
+                        .sum::<usize>()
+            })
+            .sum();
+        let fine: usize = self
+            .fine
+            .keys()
+            .map(|t| HISTORY_FINE_KEY + t.as_str().len())
+            .sum();
+        let tables: usize = self.tables.keys().map(|t| HISTORY_TABLE + t.len()).sum();
+        records + fine + tables
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tag(s: &str) -> InvalidationTag {
+        InvalidationTag::parse(s).expect("valid tag")
+    }
+
+    fn commit(history: &mut History, ts: u64, time: u64, tags: &[&str]) {
+        history.record(&Invalidation {
+            ts: Timestamp(ts),
+            commit_time: WallClock(time),
+            tags: tags.iter().map(|t| tag(t)).collect(),
+        });
+    }
+
+    fn sample() -> History {
+        let mut h = History::default();
+        commit(&mut h, 10, 100, &["s.t:id=1", "s.t:id=2"]);
+        commit(&mut h, 20, 200, &["s.t"]);
+        commit(&mut h, 30, 300, &["s.t:id=2", "s.u:id=1"]);
+        h
+    }
+
+    #[test]
+    fn matching_follows_tag_rules() {
+        let h = sample();
+        let ts = |n| Some(Timestamp(n));
+        assert_eq!(h.latest_matching(&[tag("s.t:id=1")], Timestamp(35)), ts(20));
+        assert_eq!(h.latest_matching(&[tag("s.t:id=1")], Timestamp(15)), ts(10));
+        assert_eq!(
+            h.first_matching_after(&[tag("s.t:id=1")], Timestamp(20)),
+            None
+        );
+        assert_eq!(
+            h.first_matching_after(&[tag("s.t:id=3")], Timestamp(5)),
+            ts(20)
+        );
+        assert_eq!(h.latest_matching(&[tag("s.u")], Timestamp(29)), None);
+        assert_eq!(
+            h.first_matching_after(&[tag("s.u"), tag("s.t:id=1")], Timestamp(10)),
+            ts(20)
+        );
+        assert_eq!(h.latest_matching(&[], Timestamp(30)), None);
+    }
+
+    #[test]
+    fn trimming_moves_the_horizon_and_frees_every_byte() {
+        let mut h = sample();
+        assert_eq!(h.horizon(), Some(Timestamp(10)));
+        assert_eq!(h.recount(), h.bytes());
+        h.trim(WallClock(250), usize::MAX);
+        assert_eq!(h.horizon(), Some(Timestamp(20)));
+        assert_eq!(h.recount(), h.bytes());
+        assert_eq!(h.latest_matching(&[tag("s.t:id=2")], Timestamp(25)), None);
+        h.trim(WallClock(0), 0);
+        assert_eq!((h.horizon(), h.bytes()), (Some(Timestamp(30)), 0));
+    }
+
+    #[test]
+    fn commit_time_from_finds_the_first_commit_at_or_after() {
+        let h = sample();
+        assert_eq!(h.commit_time_from(Timestamp(20)), Some(WallClock(200)));
+        assert_eq!(h.commit_time_from(Timestamp(21)), Some(WallClock(300)));
+        assert_eq!(h.commit_time_from(Timestamp(31)), None);
+    }
+}

@@ -1,0 +1,304 @@
+//! Inserts: the final interval from the invalidation history, then extension or
+//! nondeterminism against the key's existing versions.
+
+use crate::entry::{overlapping, succ, Entry, Key, Kind, Version};
+use crate::memory::Ledger;
+use crate::memory::{
+    key_usage, registration_bound, tag_list_usage, STALE_RECORD, VERSION_OVERHEAD,
+};
+use crate::tag_index::TagIndex;
+use crate::{Store, StoreError};
+use bytes::Bytes;
+use std::ops::Range;
+use txcache_model::{InvalidationTag, Timestamp, ValidityInterval};
+
+/// What the caller knows about a value it wants stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InsertRequest {
+    /// Where the cache reads made while computing the value allow it to be valid (open when
+    /// they allow every later timestamp).
+    pub interval: ValidityInterval,
+    /// The snapshot the value's database queries ran at; `None` when it ran none.
+    pub snapshot: Option<Timestamp>,
+    /// The tags of those queries (and of cache hits it inherited): the rows it depends on.
+    pub tags: Vec<InvalidationTag>,
+}
+
+/// What an insert did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InsertOutcome {
+    /// Stored as a new version with this interval (open: registered for invalidation).
+    Inserted(ValidityInterval),
+    /// Equal bytes overlapped existing versions; they were merged into one version with this
+    /// interval.
+    Extended(ValidityInterval),
+    /// Different bytes overlapped an existing version: the existing one was kept, this one
+    /// dropped, a warning logged and counted.
+    Nondeterministic,
+    /// The request's interval and the database interval do not meet: nothing was stored.
+    EmptyInterval,
+}
+
+/// Sorted, without duplicates: the form tags are stored and returned in.
+fn normalized(mut tags: Vec<InvalidationTag>) -> Vec<InvalidationTag> {
+    tags.sort_unstable();
+    tags.dedup();
+    tags
+}
+
+/// The key as logged: lossy UTF-8 of at most its first 100 bytes.
+fn printable(key: &[u8]) -> String {
+    String::from_utf8_lossy(&key[..key.len().min(100)]).into_owned()
+}
+
+/// The merge of `new` with the overlapping `old` versions (non-empty, equal bytes): their
+/// union, open if any was. Its tags are those of the open input with the lowest `lo` (the
+/// existing one on a tie): that input alone covers the whole open-ended part, and the bounded
+/// inputs cover what lies below it, so truncating by its tags is sound.
+fn merged(old: &[Version], new: Version) -> Version {
+    let interval = old
+        .iter()
+        .fold(new.interval, |acc, v| acc.span(&v.interval));
+    let tags = old
+        .iter()
+        .chain([&new])
+        .filter(|v| v.is_open())
+        .min_by_key(|v| v.interval.lo())
+        .and_then(|v| v.tags.clone());
+    Version {
+        value: old.first().map_or(new.value.clone(), |v| v.value.clone()),
+        interval,
+        recency: new.recency,
+        tags,
+    }
+}
+
+/// Moves the charges and registrations of `old` versions to their merge `new`.
+fn swap_charges(
+    ledger: &mut Ledger,
+    index: &mut TagIndex,
+    key: &Key,
+    old: &[Version],
+    new: &Version,
+) {
+    for version in old {
+        ledger.remove_version(version);
+        if let Some(tags) = &version.tags {
+            index.unregister(key, tags);
+        }
+    }
+    ledger.add_version(new);
+    if let Some(tags) = &new.tags {
+        index.register(key, tags);
+    }
+}
+
+impl Store {
+    /// Stores `value` for `key` with the interval the request and the history allow.
+    ///
+    /// Refusals, checked in this order, leave the store unchanged: an open interval without a
+    /// snapshot ([`StoreError::OpenWithoutSnapshot`]), a plain key ([`StoreError::WrongType`]).
+    /// Then an empty final interval gives [`InsertOutcome::EmptyInterval`], a contradiction of
+    /// an overlapping version [`InsertOutcome::Nondeterministic`], and an item larger than the
+    /// whole limit [`StoreError::TooLarge`]; otherwise the store evicts until the item fits.
+    pub fn insert(
+        &mut self,
+        key: &[u8],
+        value: Bytes,
+        request: InsertRequest,
+    ) -> Result<InsertOutcome, StoreError> {
+        let Some(interval) = self.admit(key, &request)? else {
+            self.stats.empty_inserts += 1;
+            return Ok(InsertOutcome::EmptyInterval);
+        };
+        if self.contradicts(key, &value, &interval) {
+            return Ok(self.nondeterministic(key, &interval));
+        }
+        let tags = interval
+            .is_open()
+            .then(|| normalized(request.tags).into_boxed_slice());
+        self.reserve(key, &value, tags.as_deref().unwrap_or_default())?;
+        let version = Version {
+            value,
+            interval,
+            recency: self.tick(),
+            tags,
+        };
+        let outcome = self.place(key, version);
+        self.maybe_compact_stale();
+        Ok(outcome)
+    }
+
+    /// The final interval, after the refusals that depend on the request and the key's kind.
+    fn admit(
+        &self,
+        key: &[u8],
+        request: &InsertRequest,
+    ) -> Result<Option<ValidityInterval>, StoreError> {
+        if request.interval.is_open() && request.snapshot.is_none() {
+            return Err(StoreError::OpenWithoutSnapshot);
+        }
+        if matches!(
+            self.keys.get(key).map(|e| &e.kind),
+            Some(Kind::Plain { .. })
+        ) {
+            return Err(StoreError::WrongType);
+        }
+        Ok(self.final_interval(request))
+    }
+
+    /// The request's interval intersected with the database interval of its snapshot.
+    fn final_interval(&self, request: &InsertRequest) -> Option<ValidityInterval> {
+        match request.snapshot {
+            None => Some(request.interval),
+            Some(s) => request
+                .interval
+                .intersect(&self.database_interval(s, &request.tags)?),
+        }
+    }
+
+    /// Where a value computed at snapshot `s` from rows named by `tags` is known valid.
+    fn database_interval(
+        &self,
+        s: Timestamp,
+        tags: &[InvalidationTag],
+    ) -> Option<ValidityInterval> {
+        if s > self.last_applied {
+            // Commits in (N, s] are unknown but visible in s: valid from s until one after s.
+            return Some(ValidityInterval::open(s));
+        }
+        match self.history.horizon() {
+            Some(horizon) if s >= horizon => {
+                let lo = self
+                    .history
+                    .latest_matching(tags, s)
+                    .map_or(horizon, |c| c.max(horizon));
+                ValidityInterval::new(lo, self.history.first_matching_after(tags, s)).ok()
+            }
+            // Commits around s are unknown: valid at s alone.
+            _ => ValidityInterval::bounded(s, succ(s)).ok(),
+        }
+    }
+
+    /// Whether different bytes overlap `interval` in `key`'s versions.
+    fn contradicts(&self, key: &[u8], value: &Bytes, interval: &ValidityInterval) -> bool {
+        self.versions(key)[self.overlap(key, interval)]
+            .iter()
+            .any(|v| v.value != *value)
+    }
+
+    /// Counts and logs a contradicted insert.
+    fn nondeterministic(&mut self, key: &[u8], interval: &ValidityInterval) -> InsertOutcome {
+        self.stats.nondeterminism_warnings += 1;
+        tracing::warn!(
+            key = %printable(key), %interval,
+            "nondeterministic insert: different bytes overlap a stored version; kept the stored one"
+        );
+        InsertOutcome::Nondeterministic
+    }
+
+    /// Refuses an item that could never fit; otherwise evicts until it fits as if it were new
+    /// (merging never costs more). Eviction may take versions of this very key, so the
+    /// placement is decided only afterwards.
+    fn reserve(
+        &mut self,
+        key: &[u8],
+        value: &Bytes,
+        tags: &[InvalidationTag],
+    ) -> Result<(), StoreError> {
+        let tag_bytes = tag_list_usage(tags) + registration_bound(tags);
+        let record = STALE_RECORD + key.len();
+        let size =
+            key_usage(key.len()).total() + VERSION_OVERHEAD + value.len() + tag_bytes + record;
+        if size > self.config.max_memory {
+            let limit = self.config.max_memory;
+            return Err(StoreError::TooLarge { size, limit });
+        }
+        self.make_room(size);
+        Ok(())
+    }
+
+    /// `key`'s versions; empty for an absent or plain key.
+    fn versions(&self, key: &[u8]) -> &[Version] {
+        match self.keys.get(key).map(|e| &e.kind) {
+            Some(Kind::Versioned(versions)) => versions,
+            _ => &[],
+        }
+    }
+
+    /// The indices of `key`'s versions that overlap `interval`.
+    fn overlap(&self, key: &[u8], interval: &ValidityInterval) -> Range<usize> {
+        overlapping(self.versions(key), interval)
+    }
+
+    /// Inserts or merges the version (no contradiction exists).
+    fn place(&mut self, key: &[u8], version: Version) -> InsertOutcome {
+        let key = self.versioned_key(key);
+        let range = self.overlap(&key, &version.interval);
+        if range.is_empty() {
+            self.stats.inserts += 1;
+            let interval = version.interval;
+            self.add_version(&key, range.start, version);
+            InsertOutcome::Inserted(interval)
+        } else {
+            self.stats.extensions += 1;
+            InsertOutcome::Extended(self.extend(&key, range, version))
+        }
+    }
+
+    /// The shared key of a versioned entry, creating the entry if absent.
+    fn versioned_key(&mut self, key: &[u8]) -> Key {
+        if let Some((shared, _)) = self.keys.get_key_value(key) {
+            return shared.clone();
+        }
+        let shared = Key::from(key);
+        self.ledger.add_key(key.len());
+        self.keys
+            .insert_new(shared.clone(), Kind::Versioned(Vec::new()));
+        shared
+    }
+
+    /// Adds `version` at `position` of `key`'s versions, with its charges, registrations and
+    /// staleness record.
+    fn add_version(&mut self, key: &Key, position: usize, version: Version) {
+        let Some(Entry {
+            kind: Kind::Versioned(versions),
+            ..
+        }) = self.keys.get_mut(key)
+        else {
+            return;
+        };
+        swap_charges(&mut self.ledger, &mut self.index, key, &[], &version);
+        if let Some(hi) = version.interval.hi() {
+            self.stale.push(key, hi, self.history.commit_time_from(hi));
+        }
+        versions.reserve_exact(1);
+        versions.insert(position, version);
+    }
+
+    /// Replaces the versions in `range` (equal bytes, overlapping `new`) by their merge with
+    /// `new`; returns the merged interval.
+    fn extend(&mut self, key: &Key, range: Range<usize>, new: Version) -> ValidityInterval {
+        let Some(Entry {
+            kind: Kind::Versioned(versions),
+            ..
+        }) = self.keys.get_mut(key)
+        else {
+            return new.interval;
+        };
+        let old: Vec<Version> = versions.drain(range.clone()).collect();
+        let merged = merged(&old, new);
+        swap_charges(&mut self.ledger, &mut self.index, key, &old, &merged);
+        let interval = merged.interval;
+        // A new upper end needs its own staleness record; an old one already has one.
+        if let Some(hi) = interval
+            .hi()
+            .filter(|hi| old.iter().all(|v| v.interval.hi() != Some(*hi)))
+        {
+            self.stale.push(key, hi, self.history.commit_time_from(hi));
+        }
+        versions.insert(range.start, merged);
+        versions.shrink_to_fit();
+        interval
+    }
+}

@@ -1,0 +1,170 @@
+//! The invalidation stream: invalidations, heartbeats and resets, and the housekeeping that
+//! follows each (history trimming, stale removal, eviction down to the limit).
+
+use crate::entry::{Entry, Key, Kind};
+use crate::ghost::GhostReason;
+use crate::keys::KeyTable;
+use crate::Store;
+use txcache_model::{Invalidation, Timestamp, ValidityInterval, WallClock};
+
+/// Whether `key` has a bounded version ending at `hi`; its index if so.
+fn bounded_version(keys: &KeyTable, key: &[u8], hi: Timestamp) -> Option<usize> {
+    let Some(Kind::Versioned(versions)) = keys.get(key).map(|e| &e.kind) else {
+        return None;
+    };
+    let index = versions.partition_point(|v| v.stored_hi() < hi);
+    versions
+        .get(index)
+        .filter(|v| v.interval.hi() == Some(hi))
+        .map(|_| index)
+}
+
+impl Store {
+    /// Applies one committed write transaction: bounds at `ts` every open version one of its
+    /// tags matches (unless the version starts at or after `ts`: a commit at or before an
+    /// entry's `lo` never truncates it), records it in the history and advances `N`.
+    /// Returns false, changing nothing, when `ts` is not after `N` (a duplicate).
+    pub fn invalidate(&mut self, invalidation: &Invalidation) -> bool {
+        let Invalidation {
+            ts, commit_time, ..
+        } = *invalidation;
+        if ts <= self.last_applied {
+            self.stats.invalidations_duplicate += 1;
+            return false;
+        }
+        let mut matched = Vec::new();
+        for tag in &invalidation.tags {
+            self.index.matching(tag, &mut matched);
+        }
+        for key in &matched {
+            self.truncate_open(key, ts, commit_time);
+        }
+        self.history.record(invalidation);
+        self.last_applied = ts;
+        self.latest_commit_time = self.latest_commit_time.max(commit_time);
+        self.stale.resolve(ts, commit_time);
+        self.stats.invalidations_applied += 1;
+        self.housekeeping();
+        true
+    }
+
+    /// Bounds `key`'s open version at `ts` (a commit at `commit_time`), if it starts before.
+    fn truncate_open(&mut self, key: &Key, ts: Timestamp, commit_time: WallClock) {
+        let Some(Entry {
+            kind: Kind::Versioned(versions),
+            ..
+        }) = self.keys.get_mut(key)
+        else {
+            return;
+        };
+        let Some(version) = versions.last_mut().filter(|v| v.is_open()) else {
+            return;
+        };
+        let Ok(bounded) = ValidityInterval::bounded(version.interval.lo(), ts) else {
+            return; // lo >= ts: the commit is visible in the version's own snapshot.
+        };
+        self.ledger.remove_version(version);
+        version.interval = bounded;
+        let tags = version.tags.take();
+        self.ledger.add_version(version);
+        if let Some(tags) = tags {
+            self.index.unregister(key, &tags);
+        }
+        self.stale.push(key, ts, Some(commit_time));
+        self.stats.versions_truncated += 1;
+    }
+
+    /// Says nothing committed up to `ts` beyond what was sent: advances `N` when `ts` is after
+    /// it (returning whether it did). The commit time advances the clock either way.
+    pub fn heartbeat(&mut self, ts: Timestamp, commit_time: WallClock) -> bool {
+        let advanced = ts > self.last_applied;
+        if advanced {
+            self.last_applied = ts;
+            self.history.start(ts);
+            self.stats.heartbeats += 1;
+        }
+        self.latest_commit_time = self.latest_commit_time.max(commit_time);
+        self.housekeeping();
+        advanced
+    }
+
+    /// The stream had a gap the agent cannot replay: every open version `[lo, ∞)` becomes
+    /// `[lo, max(N, lo) + 1)` (valid through the old `N`, never beyond) and leaves the tag
+    /// index; the history is forgotten; `N` becomes `max(N, ts)` and `H` the new `N`.
+    pub fn reset(&mut self, ts: Timestamp, commit_time: WallClock) {
+        self.bound_open_versions();
+        self.index.clear();
+        self.last_applied = self.last_applied.max(ts);
+        self.history.reset(self.last_applied);
+        self.latest_commit_time = self.latest_commit_time.max(commit_time);
+        self.stats.resets += 1;
+        self.housekeeping();
+    }
+
+    /// Bounds every open version at `max(N, lo) + 1`.
+    fn bound_open_versions(&mut self) {
+        let n = self.last_applied;
+        let mut unboundable = Vec::new();
+        for (key, entry) in self.keys.iter_mut() {
+            let Kind::Versioned(versions) = &mut entry.kind else {
+                continue;
+            };
+            let Some(version) = versions.last_mut().filter(|v| v.is_open()) else {
+                continue;
+            };
+            let (lo, hi) = version.effective(n);
+            let Ok(bounded) = ValidityInterval::bounded(lo, hi) else {
+                // Only at lo = u64::MAX, beyond any wire timestamp: drop the version below.
+                unboundable.push((key.clone(), versions.len() - 1));
+                continue;
+            };
+            self.ledger.remove_version(version);
+            version.interval = bounded;
+            version.tags = None;
+            self.ledger.add_version(version);
+            // The first commit at or after hi is yet to come: its time is not known.
+            self.stale.push(key, hi, None);
+        }
+        for (key, index) in unboundable {
+            self.remove_version(&key, index, GhostReason::Staleness);
+        }
+    }
+
+    /// After every message: trim the history, remove stale versions, evict to the limit.
+    pub(crate) fn housekeeping(&mut self) {
+        let cutoff = self
+            .latest_commit_time
+            .minus_micros(self.config.max_staleness_micros);
+        self.history.trim(cutoff, self.history_budget());
+        self.remove_stale(cutoff);
+        self.maybe_compact_stale();
+        self.make_room(0);
+    }
+
+    /// Removes bounded versions whose first later commit is older than `cutoff`: no reader
+    /// within the staleness limit can ask for them.
+    fn remove_stale(&mut self, cutoff: WallClock) {
+        while let Some((key, hi)) = self.stale.pop_expired(cutoff) {
+            if let Some(index) = bounded_version(&self.keys, &key, hi) {
+                self.remove_version(&key, index, GhostReason::Staleness);
+                self.stats.stale_removals += 1;
+            }
+        }
+    }
+
+    /// Compacts the staleness queue once its dead records outnumber the live ones.
+    pub(crate) fn maybe_compact_stale(&mut self) {
+        let gauges = &self.ledger.gauges;
+        let bounded = gauges.versions - gauges.open_versions;
+        if self.stale.len() > 2 * bounded + 64 {
+            self.compact_stale();
+        }
+    }
+
+    /// Drops staleness records whose version is gone.
+    pub(crate) fn compact_stale(&mut self) {
+        let keys = &self.keys;
+        self.stale
+            .compact(|key, hi| bounded_version(keys, key, hi).is_some());
+    }
+}

@@ -1,0 +1,163 @@
+//! Lookups of versioned keys and the classification of their misses.
+
+use crate::entry::{Kind, Version};
+use crate::{Store, StoreError};
+use bytes::Bytes;
+use txcache_model::{InvalidationTag, Timestamp, ValidityInterval};
+
+/// The answer to a lookup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// A version valid somewhere in the requested range.
+    Hit(Hit),
+    /// No version is; why not.
+    Miss(MissKind),
+}
+
+/// The version a lookup found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hit {
+    /// The stored bytes.
+    pub value: Bytes,
+    /// Where the value is known valid, always bounded: an open version counts as valid through
+    /// `N`, so it answers `[lo, max(N, lo) + 1)`.
+    pub interval: ValidityInterval,
+    /// Whether the version is still open (no commit has bounded it yet).
+    pub open: bool,
+    /// The version's tags, when asked for and the version is open (an enclosing cacheable
+    /// function inherits them); `None` otherwise.
+    pub tags: Option<Vec<InvalidationTag>>,
+}
+
+/// Why a lookup missed (the paper's Fig. 8, with capacity told apart from staleness).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MissKind {
+    /// The key has no versions and no ghost: never stored, or deleted or overwritten since.
+    Compulsory,
+    /// A version evicted for memory would have answered.
+    Capacity,
+    /// Only versions too old for the range are left (or were removed for staleness).
+    Staleness,
+    /// A version fresh enough for the range exists but starts after it.
+    Consistency,
+}
+
+impl MissKind {
+    /// The lower-case name used on the wire and in statistics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MissKind::Compulsory => "compulsory",
+            MissKind::Capacity => "capacity",
+            MissKind::Staleness => "staleness",
+            MissKind::Consistency => "consistency",
+        }
+    }
+}
+
+/// The index of the version with the greatest `lo` whose effective interval meets the
+/// inclusive range `[lo, hi]`, with that interval.
+fn find(
+    versions: &[Version],
+    n: Timestamp,
+    lo: Timestamp,
+    hi: Timestamp,
+) -> Option<(usize, ValidityInterval)> {
+    // Effective intervals are disjoint and sorted like the stored ones, so only the last
+    // version starting at or before `hi` can meet the range.
+    let index = versions
+        .partition_point(|v| v.interval.lo() <= hi)
+        .checked_sub(1)?;
+    let (start, end) = versions[index].effective(n);
+    let interval = ValidityInterval::bounded(start, end)
+        .ok()
+        .filter(|_| end > lo)?;
+    Some((index, interval))
+}
+
+impl Store {
+    /// The most recent version valid somewhere in the inclusive range `[lo, hi]`: among the
+    /// versions whose effective interval meets the range, the one with the greatest `lo`.
+    /// A hit refreshes the version's recency; a miss says why it missed.
+    pub fn lookup(
+        &mut self,
+        key: &[u8],
+        lo: Timestamp,
+        hi: Timestamp,
+        with_tags: bool,
+    ) -> Result<Lookup, StoreError> {
+        if lo > hi {
+            return Err(StoreError::InvalidRange { lo, hi });
+        }
+        let lookup = match self.find_hit(key, lo, hi, with_tags)? {
+            Some(hit) => Lookup::Hit(hit),
+            None => Lookup::Miss(self.classify_miss(key, lo, hi)),
+        };
+        self.count(&lookup);
+        Ok(lookup)
+    }
+
+    /// The hit for `[lo, hi]`, its recency refreshed; `None` on a miss.
+    fn find_hit(
+        &mut self,
+        key: &[u8],
+        lo: Timestamp,
+        hi: Timestamp,
+        with_tags: bool,
+    ) -> Result<Option<Hit>, StoreError> {
+        let (n, stamp) = (self.last_applied, self.tick());
+        let versions = match self.keys.get_mut(key).map(|e| &mut e.kind) {
+            Some(Kind::Plain { .. }) => return Err(StoreError::WrongType),
+            Some(Kind::Versioned(versions)) => versions,
+            None => return Ok(None),
+        };
+        let Some((index, interval)) = find(versions, n, lo, hi) else {
+            return Ok(None);
+        };
+        let version = &mut versions[index];
+        version.recency = stamp;
+        Ok(Some(Hit {
+            value: version.value.clone(),
+            interval,
+            open: version.is_open(),
+            tags: version
+                .tags
+                .as_deref()
+                .filter(|_| with_tags)
+                .map(<[_]>::to_vec),
+        }))
+    }
+
+    /// Why nothing in `key` answers `[lo, hi]`, checked in the order compulsory, capacity,
+    /// consistency, staleness.
+    fn classify_miss(&self, key: &[u8], lo: Timestamp, hi: Timestamp) -> MissKind {
+        let versions = match self.keys.get(key).map(|e| &e.kind) {
+            Some(Kind::Versioned(versions)) => versions.as_slice(),
+            _ => &[],
+        };
+        let ghost = self.ghosts.get(key);
+        if versions.is_empty() && ghost.is_none() {
+            MissKind::Compulsory
+        } else if ghost.is_some_and(|g| g.answers(lo, hi)) {
+            MissKind::Capacity
+        } else if versions
+            .last()
+            .is_some_and(|v| v.effective(self.last_applied).1 > lo)
+        {
+            // Fresh enough, yet it missed: it starts after `hi`.
+            MissKind::Consistency
+        } else {
+            MissKind::Staleness
+        }
+    }
+
+    fn count(&mut self, lookup: &Lookup) {
+        let counter = match lookup {
+            Lookup::Hit(_) => &mut self.stats.hits,
+            Lookup::Miss(MissKind::Compulsory) => &mut self.stats.misses_compulsory,
+            Lookup::Miss(MissKind::Capacity) => &mut self.stats.misses_capacity,
+            Lookup::Miss(MissKind::Staleness) => &mut self.stats.misses_staleness,
+            Lookup::Miss(MissKind::Consistency) => &mut self.stats.misses_consistency,
+        };
+        *counter += 1;
+    }
+}

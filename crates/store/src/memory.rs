@@ -1,0 +1,260 @@
+//! Memory accounting: what every stored thing is charged, and the totals by part.
+//!
+//! The charges aim at what the allocator really hands out, so that a node's resident size
+//! tracks its accounted total: a value is charged its length; everything else is charged the
+//! size of the structs that hold it, times [`slack`] where it sits in a hash table or a growable
+//! vector, plus [`ALLOCATION`] per heap allocation. `docs/store.md` lists the resulting numbers.
+
+use crate::entry::{Entry, Key, Version};
+use crate::ghost::Ghost;
+use crate::history::{Record, TableHistory};
+use crate::stats::Gauges;
+use crate::tag_index::TableIndex;
+use bytes::Bytes;
+use hashbrown::HashSet;
+use std::collections::VecDeque;
+use std::mem::size_of;
+use txcache_model::{InvalidationTag, Timestamp, WallClock};
+
+/// Accounted bytes, by part.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUsage {
+    /// Value bytes (each value's length).
+    pub values: usize,
+    /// Key bytes plus the per-key overhead (hash table slot, sampling list, entry).
+    pub keys: usize,
+    /// Per-version overhead (interval, recency, value handle) and staleness-queue records.
+    pub intervals: usize,
+    /// Tags of open versions and the tag index.
+    pub tags: usize,
+    /// The invalidation history.
+    pub history: usize,
+    /// Records of evicted and stale-removed versions, for miss classification.
+    pub ghosts: usize,
+}
+
+impl MemoryUsage {
+    /// All parts together: what the memory limit bounds.
+    pub fn total(&self) -> usize {
+        self.values + self.keys + self.intervals + self.tags + self.history + self.ghosts
+    }
+
+    /// Adds `other`'s parts to these (to sum shards).
+    pub fn add(&mut self, other: &MemoryUsage) {
+        self.values += other.values;
+        self.keys += other.keys;
+        self.intervals += other.intervals;
+        self.tags += other.tags;
+        self.history += other.history;
+        self.ghosts += other.ghosts;
+    }
+
+    pub(crate) fn sub(&mut self, other: &MemoryUsage) {
+        self.values -= other.values;
+        self.keys -= other.keys;
+        self.intervals -= other.intervals;
+        self.tags -= other.tags;
+        self.history -= other.history;
+        self.ghosts -= other.ghosts;
+    }
+}
+
+/// Average bytes the allocator spends per heap allocation beyond the request (header and
+/// rounding up to its size class).
+pub(crate) const ALLOCATION: usize = 16;
+
+/// Bytes per item of a hash table or growable vector whose items are `item` bytes: hashbrown
+/// fills at most 7/8 of its buckets and doubles when full, vectors double too, so on average
+/// about 1.5 slots are allocated per item.
+pub(crate) const fn slack(item: usize) -> usize {
+    item * 3 / 2
+}
+
+/// Reference counts in front of an `Arc`'s data.
+const ARC_HEADER: usize = 2 * size_of::<usize>();
+
+/// Per key, beyond its bytes: the map slot (key handle, entry, control byte), the sampling
+/// list slot, the key's `Arc` allocation, and the allocation of its version list.
+pub(crate) const KEY_OVERHEAD: usize =
+    slack(size_of::<(Key, Entry)>() + 1) + slack(size_of::<Key>()) + ARC_HEADER + 2 * ALLOCATION;
+
+/// Per stored value: its allocation, and the shared header `bytes` allocates when a value is
+/// first handed out (a hit clones it).
+const VALUE_OVERHEAD: usize = ALLOCATION + 4 * size_of::<usize>() + ALLOCATION;
+
+/// Per version, beyond its value bytes: the version struct (value handle, interval, recency,
+/// tag list pointer; version lists grow exactly, without slack) and the value's overhead.
+pub(crate) const VERSION_OVERHEAD: usize = size_of::<Version>() + VALUE_OVERHEAD;
+
+/// Per plain value, beyond its bytes (the handle itself lives in the entry).
+pub(crate) const PLAIN_OVERHEAD: usize = VALUE_OVERHEAD;
+
+/// Per tag held by a version, beyond its text: the tag struct and its text's allocation.
+pub(crate) const TAG_OVERHEAD: usize = size_of::<InvalidationTag>() + ALLOCATION;
+
+/// Per open version with tags: the allocation of its tag list.
+pub(crate) const TAG_LIST_OVERHEAD: usize = ALLOCATION;
+
+/// Per registration of a key under a tag in the tag index: a key handle in a hash set.
+pub(crate) const REGISTRATION: usize = slack(size_of::<Key>() + 1);
+
+/// The smallest table a hash set of keys allocates: 4 buckets, their control bytes plus a
+/// 16-byte group, and the allocation. Most `column=value` sets hold one key.
+const MIN_KEY_SET: usize = 4 * size_of::<Key>() + 4 + 16 + ALLOCATION;
+
+/// The smallest buffer a deque of timestamps allocates (4 slots) and the allocation.
+const MIN_TS_DEQUE: usize = 4 * size_of::<Timestamp>() + ALLOCATION;
+
+/// Per `column=value` set in the tag index, beyond its text: the map slot, the text's
+/// allocation, and the set's smallest table.
+pub(crate) const INDEX_BUCKET: usize =
+    slack(size_of::<(Box<str>, HashSet<Key>)>() + 1) + ALLOCATION + MIN_KEY_SET;
+
+/// Per table in the tag index, beyond its name: the map slot and three allocations (name,
+/// wildcard set, value map).
+pub(crate) const INDEX_TABLE: usize =
+    slack(size_of::<(Box<str>, TableIndex)>() + 1) + 3 * ALLOCATION;
+
+/// Per history record: the record in the global deque and its tag list's allocation.
+pub(crate) const HISTORY_RECORD: usize = slack(size_of::<Record>()) + ALLOCATION;
+
+/// Per tag of a history record, beyond its text: the tag struct, its text's allocation, and
+/// a timestamp in each of the two per-tag deques it is filed in.
+pub(crate) const HISTORY_TAG: usize = TAG_OVERHEAD + 2 * slack(size_of::<Timestamp>());
+
+/// Per fine tag with a deque in the history, beyond its text: map slot, text allocation
+/// and the deque's smallest buffer.
+pub(crate) const HISTORY_FINE_KEY: usize =
+    slack(size_of::<(InvalidationTag, VecDeque<Timestamp>)>() + 1) + ALLOCATION + MIN_TS_DEQUE;
+
+/// Per table with deques in the history, beyond its name: map slot, name allocation and the
+/// smallest buffers of its two deques.
+pub(crate) const HISTORY_TABLE: usize =
+    slack(size_of::<(Box<str>, TableHistory)>() + 1) + ALLOCATION + 2 * MIN_TS_DEQUE;
+
+/// Per ghost, beyond its key bytes: the map slot, about two FIFO slots (replaced ghosts
+/// leave a stale one until compaction), and the key's `Arc` allocation.
+pub(crate) const GHOST_OVERHEAD: usize = slack(size_of::<(Key, Ghost)>() + 1)
+    + 2 * slack(size_of::<(u64, Key)>())
+    + ARC_HEADER
+    + ALLOCATION;
+
+/// Per staleness-queue record, beyond the key bytes it may keep alive: a heap slot.
+pub(crate) const STALE_RECORD: usize = slack(size_of::<(WallClock, Timestamp, Key)>());
+
+/// The charge for a key of `len` bytes.
+pub(crate) fn key_usage(len: usize) -> MemoryUsage {
+    MemoryUsage {
+        keys: len + KEY_OVERHEAD,
+        ..MemoryUsage::default()
+    }
+}
+
+/// The charge for a plain value.
+pub(crate) fn plain_usage(value: &Bytes) -> MemoryUsage {
+    MemoryUsage {
+        values: value.len(),
+        intervals: PLAIN_OVERHEAD,
+        ..MemoryUsage::default()
+    }
+}
+
+/// The charge for a version, its own tag copies included (not the index's registrations).
+pub(crate) fn version_usage(version: &Version) -> MemoryUsage {
+    MemoryUsage {
+        values: version.value.len(),
+        intervals: VERSION_OVERHEAD,
+        tags: version.tags.as_deref().map_or(0, tag_list_usage),
+        ..MemoryUsage::default()
+    }
+}
+
+/// The charge for a version's own copy of its tags.
+pub(crate) fn tag_list_usage(tags: &[InvalidationTag]) -> usize {
+    TAG_LIST_OVERHEAD
+        + tags
+            .iter()
+            .map(|t| TAG_OVERHEAD + t.as_str().len())
+            .sum::<usize>()
+}
+
+/// The most registering `tags` can add to the tag index (every table and bucket new).
+pub(crate) fn registration_bound(tags: &[InvalidationTag]) -> usize {
+    let per_tag =
+        |t: &InvalidationTag| REGISTRATION + INDEX_BUCKET + INDEX_TABLE + t.as_str().len() * 2;
+    tags.iter().map(per_tag).sum()
+}
+
+/// The entries' own charges (values, keys, versions, their tags) and the gauges, updated
+/// together so they never disagree.
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    pub usage: MemoryUsage,
+    pub gauges: Gauges,
+}
+
+impl Ledger {
+    pub fn add_key(&mut self, len: usize) {
+        self.usage.add(&key_usage(len));
+        self.gauges.keys += 1;
+    }
+
+    pub fn remove_key(&mut self, len: usize) {
+        self.usage.sub(&key_usage(len));
+        self.gauges.keys -= 1;
+    }
+
+    pub fn add_plain(&mut self, value: &Bytes) {
+        self.usage.add(&plain_usage(value));
+        self.gauges.value_added(value.len());
+    }
+
+    pub fn remove_plain(&mut self, value: &Bytes) {
+        self.usage.sub(&plain_usage(value));
+        self.gauges.value_removed(value.len());
+    }
+
+    pub fn add_version(&mut self, version: &Version) {
+        self.usage.add(&version_usage(version));
+        self.gauges.value_added(version.value.len());
+        self.gauges.versions += 1;
+        self.gauges.open_versions += usize::from(version.is_open());
+    }
+
+    pub fn remove_version(&mut self, version: &Version) {
+        self.usage.sub(&version_usage(version));
+        self.gauges.value_removed(version.value.len());
+        self.gauges.versions -= 1;
+        self.gauges.open_versions -= usize::from(version.is_open());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Prints the constants for docs/store.md: `cargo test -p txcache-store print_constants -- --nocapture`.
+    #[test]
+    fn print_constants() {
+        let constants = [
+            ("KEY_OVERHEAD", KEY_OVERHEAD),
+            ("VERSION_OVERHEAD", VERSION_OVERHEAD),
+            ("PLAIN_OVERHEAD", PLAIN_OVERHEAD),
+            ("TAG_OVERHEAD", TAG_OVERHEAD),
+            ("TAG_LIST_OVERHEAD", TAG_LIST_OVERHEAD),
+            ("REGISTRATION", REGISTRATION),
+            ("INDEX_BUCKET", INDEX_BUCKET),
+            ("INDEX_TABLE", INDEX_TABLE),
+            ("HISTORY_RECORD", HISTORY_RECORD),
+            ("HISTORY_TAG", HISTORY_TAG),
+            ("HISTORY_FINE_KEY", HISTORY_FINE_KEY),
+            ("HISTORY_TABLE", HISTORY_TABLE),
+            ("GHOST_OVERHEAD", GHOST_OVERHEAD),
+            ("STALE_RECORD", STALE_RECORD),
+        ];
+        for (name, value) in constants {
+            println!("{name} = {value}");
+            assert!(value > 0);
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The store: its parts, plain key-value operations and accessors. Versioned operations live
+//! in `lookup.rs`, `insert.rs` and `invalidate.rs`; eviction in `evict.rs`.
+
+use crate::entry::{Key, Kind};
+use crate::evict::XorShift;
+use crate::ghost::Ghosts;
+use crate::history::History;
+use crate::keys::KeyTable;
+use crate::memory::{key_usage, plain_usage, Ledger, MemoryUsage};
+use crate::stale::StaleQueue;
+use crate::stats::{Gauges, StoreStats};
+use crate::tag_index::TagIndex;
+use crate::{StoreConfig, StoreError};
+use bytes::Bytes;
+use txcache_model::{Timestamp, WallClock};
+
+/// One shard of a cache node's data: versioned and plain entries, the tag index, the
+/// invalidation history, and the accounting that keeps all of it under a byte limit.
+///
+/// Synchronous and single-threaded: it does no I/O, reads no clock (all time comes in with the
+/// messages) and spawns nothing. See the crate documentation for the contract.
+#[derive(Debug)]
+pub struct Store {
+    pub(crate) config: StoreConfig,
+    pub(crate) keys: KeyTable,
+    pub(crate) index: TagIndex,
+    pub(crate) history: History,
+    pub(crate) ghosts: Ghosts,
+    pub(crate) stale: StaleQueue,
+    /// `N`: the timestamp of the last applied invalidation, heartbeat or reset.
+    pub(crate) last_applied: Timestamp,
+    /// The latest commit time any message carried.
+    pub(crate) latest_commit_time: WallClock,
+    /// Store-local recency clock, advanced by every insert and hit.
+    pub(crate) clock: u64,
+    pub(crate) rng: XorShift,
+    pub(crate) ledger: Ledger,
+    pub(crate) stats: StoreStats,
+}
+
+impl Store {
+    /// An empty store with no history: `N` is [`Timestamp::ZERO`] and `H` unset.
+    pub fn new(config: StoreConfig) -> Self {
+        Self {
+            config,
+            keys: KeyTable::default(),
+            index: TagIndex::default(),
+            history: History::default(),
+            ghosts: Ghosts::default(),
+            stale: StaleQueue::default(),
+            last_applied: Timestamp::ZERO,
+            latest_commit_time: WallClock(0),
+            clock: 0,
+            rng: XorShift::default(),
+            ledger: Ledger::default(),
+            stats: StoreStats::default(),
+        }
+    }
+
+    /// `N`: the timestamp of the last applied invalidation, heartbeat or reset.
+    pub fn last_applied(&self) -> Timestamp {
+        self.last_applied
+    }
+
+    /// `H`: every commit after it is known (and the one at it); `None` before the first message.
+    pub fn horizon(&self) -> Option<Timestamp> {
+        self.history.horizon()
+    }
+
+    /// The latest commit time carried by any message (zero before the first).
+    pub fn latest_commit_time(&self) -> WallClock {
+        self.latest_commit_time
+    }
+
+    /// The limits in force.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// Counters since creation.
+    pub fn stats(&self) -> &StoreStats {
+        &self.stats
+    }
+
+    /// Keys, versions, open versions and the value-size histogram, now.
+    pub fn gauges(&self) -> &Gauges {
+        &self.ledger.gauges
+    }
+
+    /// Accounted bytes by part; the total never exceeds `max_memory` between operations.
+    pub fn memory(&self) -> MemoryUsage {
+        let data = &self.ledger.usage;
+        MemoryUsage {
+            values: data.values,
+            keys: data.keys,
+            intervals: data.intervals + self.stale.bytes(),
+            tags: data.tags + self.index.bytes(),
+            history: self.history.bytes(),
+            ghosts: self.ghosts.bytes(),
+        }
+    }
+
+    /// The plain value of `key`; `None` when absent. Refreshes its recency.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
+        let stamp = self.tick();
+        let value = match self.keys.get_mut(key).map(|e| &mut e.kind) {
+            None => None,
+            Some(Kind::Versioned(_)) => return Err(StoreError::WrongType),
+            Some(Kind::Plain { value, recency }) => {
+                *recency = stamp;
+                Some(value.clone())
+            }
+        };
+        self.stats.plain_gets += 1;
+        match value.is_some() {
+            true => self.stats.plain_hits += 1,
+            false => self.stats.plain_misses += 1,
+        }
+        Ok(value)
+    }
+
+    /// Stores a plain value, replacing whatever `key` held (of either kind, like Redis).
+    /// Evicts as needed; a value that could never fit is refused and nothing changes.
+    pub fn set(&mut self, key: &[u8], value: Bytes) -> Result<(), StoreError> {
+        let size = key_usage(key.len()).total() + plain_usage(&value).total();
+        if size > self.config.max_memory {
+            return Err(StoreError::TooLarge {
+                size,
+                limit: self.config.max_memory,
+            });
+        }
+        self.drop_entry(key);
+        self.ghosts.forget(key);
+        self.make_room(size);
+        self.ledger.add_key(key.len());
+        self.ledger.add_plain(&value);
+        let recency = self.tick();
+        self.keys
+            .insert_new(Key::from(key), Kind::Plain { value, recency });
+        self.stats.plain_sets += 1;
+        Ok(())
+    }
+
+    /// Removes `key` of either kind and its ghost (its next miss is compulsory). Returns
+    /// whether it existed.
+    pub fn remove(&mut self, key: &[u8]) -> bool {
+        let existed = self.drop_entry(key);
+        self.ghosts.forget(key);
+        if existed {
+            self.stats.plain_deletes += 1;
+            self.maybe_compact_stale();
+        }
+        existed
+    }
+
+    /// Whether `key` holds a value of either kind.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.keys.get(key).is_some()
+    }
+
+    /// Removes every key and ghost. The stream position (`N`, `H`, history) and the
+    /// statistics stay: they describe the database, not the data.
+    pub fn clear(&mut self) {
+        self.keys.clear();
+        self.index.clear();
+        self.ghosts.clear();
+        self.stale.clear();
+        self.ledger = Ledger::default();
+    }
+
+    /// Changes the memory limit, evicting down to a lower one at once.
+    pub fn set_max_memory(&mut self, bytes: usize) {
+        self.config.max_memory = bytes;
+        // Ghosts over their new budget go first, so that entries are not evicted for them.
+        self.ghosts.shrink_to(self.ghost_budget());
+        self.housekeeping();
+    }
+
+    /// Advances and returns the recency clock.
+    pub(crate) fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// Removes `key`'s entry with everything it charged and registered; false if absent.
+    pub(crate) fn drop_entry(&mut self, key: &[u8]) -> bool {
+        let Some((key, entry)) = self.keys.remove(key) else {
+            return false;
+        };
+        self.ledger.remove_key(key.len());
+        match &entry.kind {
+            Kind::Plain { value, .. } => self.ledger.remove_plain(value),
+            Kind::Versioned(versions) => {
+                for version in versions {
+                    self.ledger.remove_version(version);
+                    if let Some(tags) = &version.tags {
+                        self.index.unregister(&key, tags);
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// The history may use an eighth of the memory limit.
+    pub(crate) fn history_budget(&self) -> usize {
+        self.config.max_memory / 8
+    }
+
+    /// Ghosts may use a thirty-second of the memory limit.
+    pub(crate) fn ghost_budget(&self) -> usize {
+        self.config.max_memory / 32
+    }
+}

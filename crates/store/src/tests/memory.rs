@@ -1,0 +1,184 @@
+use super::*;
+use crate::StoreError;
+
+fn small(max_memory: usize) -> Store {
+    Store::new(StoreConfig {
+        max_memory,
+        ..StoreConfig::default()
+    })
+}
+
+fn value(len: usize) -> Bytes {
+    Bytes::from(vec![b'x'; len])
+}
+
+#[test]
+fn accounted_total_stays_under_the_limit_under_churn() {
+    let mut s = small(32 << 10);
+    for i in 0..2000u64 {
+        let key = format!("key{}", i % 300);
+        let request = InsertRequest {
+            interval: open(0),
+            snapshot: Some(ts(i)),
+            tags: tags(&["t:id=1", "t"]),
+        };
+        let _ = s.insert(key.as_bytes(), value((i % 700) as usize), request);
+        if i % 7 == 0 {
+            commit(&mut s, i, &["t:id=1"]);
+        }
+        if i % 11 == 0 {
+            s.set(format!("plain{i}").as_bytes(), value(100))
+                .expect("fits");
+        }
+        s.verify_invariants().expect("invariants hold");
+    }
+    assert!(s.stats().evictions > 0);
+}
+
+#[test]
+fn eviction_prefers_the_least_recently_used() {
+    let mut s = small(16 << 10);
+    insert_bounded(&mut s, "old", "v", bounded(1, 2));
+    insert_bounded(&mut s, "hot", "v", bounded(1, 2));
+    let mut i = 0;
+    while s.contains(b"old") {
+        hit(&mut s, "hot", 1, 1);
+        insert_bounded(&mut s, &format!("filler{i}"), "v", bounded(1, 2));
+        i += 1;
+    }
+    assert!(
+        s.contains(b"hot"),
+        "a key hit before every insert outlives the sampled LRU"
+    );
+}
+
+#[test]
+fn capacity_and_staleness_misses_are_told_apart() {
+    let mut s = Store::new(StoreConfig {
+        max_memory: 16 << 10,
+        max_staleness_micros: 100,
+    });
+    commit_at(&mut s, 10, 1000, &[]);
+    insert_at(&mut s, "stale", "v", 10, &["t:id=1"]);
+    commit_at(&mut s, 20, 1000, &["t:id=1"]);
+    s.heartbeat(ts(21), WallClock(2000));
+    assert_eq!(answer(&mut s, "stale", 12, 12), Err(MissKind::Staleness));
+    insert_at(&mut s, "evicted", "v", 21, &["t:id=2"]);
+    let mut i = 0;
+    while s.contains(b"evicted") {
+        insert_bounded(&mut s, &format!("filler{i}"), "v", bounded(1, 2));
+        i += 1;
+    }
+    // The evicted version was open: a ghost counts from its lo on.
+    assert_eq!(answer(&mut s, "evicted", 25, 30), Err(MissKind::Capacity));
+    // History up to 20 was trimmed, so the version was open from H = 20.
+    assert_eq!(answer(&mut s, "evicted", 20, 20), Err(MissKind::Capacity));
+    assert_eq!(answer(&mut s, "evicted", 0, 19), Err(MissKind::Staleness));
+    assert_eq!(
+        (s.stats().misses_capacity, s.stats().misses_staleness),
+        (2, 2)
+    );
+}
+
+#[test]
+fn evicting_an_open_version_unregisters_its_tags() {
+    let mut s = small(16 << 10);
+    commit(&mut s, 1, &[]);
+    insert_at(&mut s, "open", "v", 1, &["t:id=1", "u"]);
+    let mut i = 0;
+    while s.contains(b"open") {
+        insert_bounded(&mut s, &format!("filler{i}"), "v", bounded(1, 2));
+        i += 1;
+    }
+    s.verify_invariants().expect("invariants hold");
+    commit(&mut s, 2, &["t:id=1"]);
+    assert_eq!(s.stats().versions_truncated, 0);
+}
+
+#[test]
+fn item_larger_than_the_limit_is_refused() {
+    let mut s = small(4096);
+    let request = InsertRequest {
+        interval: bounded(1, 2),
+        snapshot: None,
+        tags: vec![],
+    };
+    assert!(matches!(
+        s.insert(b"k", value(4096), request),
+        Err(StoreError::TooLarge { limit: 4096, .. })
+    ));
+    assert!(s.set(b"k", value(3000)).is_ok());
+}
+
+#[test]
+fn lowering_max_memory_evicts_at_once() {
+    let mut s = small(1 << 20);
+    for i in 0..500 {
+        insert_bounded(&mut s, &format!("k{i}"), "value", bounded(1, 2));
+    }
+    let before = s.memory().total();
+    s.set_max_memory(before / 4);
+    assert!(s.memory().total() <= before / 4);
+    s.verify_invariants().expect("invariants hold");
+    s.set_max_memory(0);
+    assert_eq!((s.memory().total(), s.gauges().keys), (0, 0));
+}
+
+#[test]
+fn ghosts_are_bounded_by_a_thirty_second_of_memory() {
+    let mut s = small(64 << 10);
+    for i in 0..5000 {
+        insert_bounded(&mut s, &format!("key-{i:06}"), "v", bounded(1, 2));
+        assert!(s.memory().ghosts <= (64 << 10) / 32);
+    }
+    assert!(s.memory().ghosts > 0);
+}
+
+#[test]
+fn gauges_and_histogram_follow_every_change() {
+    let mut s = store();
+    commit(&mut s, 1, &[]);
+    insert_at(&mut s, "a", "", 1, &["t:id=1"]);
+    insert_bounded(&mut s, "b", "xyz", bounded(1, 2));
+    s.set(b"c", value(1024)).expect("set");
+    let g = s.gauges().clone();
+    assert_eq!((g.keys, g.versions, g.open_versions), (3, 2, 1));
+    assert_eq!(
+        (
+            g.size_histogram[0],
+            g.size_histogram[2],
+            g.size_histogram[11]
+        ),
+        (1, 1, 1)
+    );
+    commit(&mut s, 2, &["t:id=1"]);
+    assert_eq!(s.gauges().open_versions, 0);
+    s.remove(b"c");
+    assert_eq!(s.gauges().size_histogram[11], 0);
+    s.clear();
+    assert_eq!(
+        (s.gauges().keys, s.memory().total() - s.memory().history),
+        (0, 0)
+    );
+    assert_eq!(s.last_applied(), ts(2), "clear keeps the stream position");
+}
+
+#[test]
+fn memory_is_accounted_by_part() {
+    let mut s = store();
+    commit(&mut s, 1, &["t:id=1"]);
+    insert_at(&mut s, "key", "12345", 1, &["t:id=1"]);
+    let m = s.memory();
+    assert_eq!(m.values, 5);
+    assert!(m.keys > 3 && m.intervals > 0 && m.tags > 0 && m.history > 0 && m.ghosts == 0);
+    assert_eq!(
+        m.total(),
+        m.values + m.keys + m.intervals + m.tags + m.history
+    );
+}
+
+#[test]
+fn store_can_be_shared_behind_a_mutex() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Store>();
+}
