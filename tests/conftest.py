@@ -9,6 +9,8 @@ import redis
 
 from txcache import NodeProcess
 
+pytest_plugins = ["postgres_fixtures"]
+
 StartNode = Callable[..., NodeProcess]
 
 

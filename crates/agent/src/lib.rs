@@ -1,6 +1,14 @@
 //! txcache-agent: turns PostgreSQL's logical-decoding stream into invalidations for the
 //! cache nodes, and keeps the pincushion of certified snapshots.
 
+pub mod assemble;
+pub mod catalog;
 pub mod certify;
+pub mod config;
+pub mod connect;
+pub mod fanout;
+pub mod heartbeat;
+pub mod node_link;
 pub mod pgoutput;
+pub mod stream;
 pub mod tags;

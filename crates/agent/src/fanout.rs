@@ -1,0 +1,329 @@
+//! Ordered delivery of the invalidation stream to every cache node.
+//!
+//! ```text
+//!  stream task ──push──▶ ReplayBuffer (recent messages, in ts order) ──▶ node task 1 ──▶ txcached
+//!                              │  watch: newest ts                   └─▶ node task 2 ──▶ txcached
+//! ```
+//! Each node has its own task and cursor, so a slow or dead node never holds up the others.
+//! A node that (re)connects reports its position `N` (`TXSTATUS`); if the buffer still holds
+//! every message after `N` they are replayed, otherwise the node is reset (`TXRESET`) just
+//! below the buffer's start and then replayed from there — never stale, only colder.
+
+use crate::node_link::{encode_heartbeat, encode_invalidation, NodeLink};
+use bytes::BytesMut;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use txcache_model::{Invalidation, Timestamp, WallClock};
+
+/// One message of the stream to the nodes.
+#[derive(Clone, Debug)]
+pub enum StreamMessage {
+    /// A committed write transaction.
+    Invalidate(Arc<Invalidation>),
+    /// Every commit up to `ts` has been sent.
+    Heartbeat {
+        /// The position reached.
+        ts: Timestamp,
+        /// Wall-clock time at which that position was current.
+        time: WallClock,
+    },
+}
+
+impl StreamMessage {
+    /// The message's position in the stream.
+    pub fn ts(&self) -> Timestamp {
+        match self {
+            StreamMessage::Invalidate(invalidation) => invalidation.ts,
+            StreamMessage::Heartbeat { ts, .. } => *ts,
+        }
+    }
+
+    /// The message's wall-clock time.
+    pub fn time(&self) -> WallClock {
+        match self {
+            StreamMessage::Invalidate(invalidation) => invalidation.commit_time,
+            StreamMessage::Heartbeat { time, .. } => *time,
+        }
+    }
+
+    /// Appends the node command carrying this message.
+    pub fn encode(&self, out: &mut BytesMut) {
+        match self {
+            StreamMessage::Invalidate(invalidation) => encode_invalidation(out, invalidation),
+            StreamMessage::Heartbeat { ts, time } => encode_heartbeat(out, *ts, *time),
+        }
+    }
+}
+
+/// The buffer no longer holds every message after a node's position.
+#[derive(Debug)]
+pub struct Gap;
+
+/// Recent stream messages, for replay to nodes that fall behind or reconnect.
+#[derive(Debug)]
+pub struct ReplayBuffer {
+    messages: VecDeque<StreamMessage>,
+    /// Every message with `ts >= low` is in the buffer (or not produced yet).
+    low: Timestamp,
+    newest: Timestamp,
+    newest_time: WallClock,
+    capacity: usize,
+}
+
+impl ReplayBuffer {
+    /// An empty buffer for a stream that resumes at `low`, holding at most `capacity` messages.
+    pub fn new(low: Timestamp, capacity: usize) -> Self {
+        Self {
+            messages: VecDeque::new(),
+            low,
+            newest: Timestamp(low.0.saturating_sub(1)),
+            newest_time: WallClock(0),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Appends a message; false (and nothing kept) when it is not after the newest, as when
+    /// the stream replays after a reconnect.
+    pub fn push(&mut self, message: StreamMessage) -> bool {
+        if message.ts() <= self.newest && !self.messages.is_empty() {
+            return false;
+        }
+        self.newest = message.ts();
+        self.newest_time = self.newest_time.max(message.time());
+        self.messages.push_back(message);
+        while self.messages.len() > self.capacity {
+            if let Some(oldest) = self.messages.pop_front() {
+                self.low = oldest.ts().next();
+            }
+        }
+        true
+    }
+
+    /// Every message after `position`, or [`Gap`] when some were already dropped.
+    pub fn after(&self, position: Timestamp) -> Result<Vec<StreamMessage>, Gap> {
+        if position.0.saturating_add(1) < self.low.0 {
+            return Err(Gap);
+        }
+        let start = self.messages.partition_point(|m| m.ts() <= position);
+        Ok(self.messages.range(start..).cloned().collect())
+    }
+
+    /// The position a node is reset to when it has a gap: just below the oldest message kept.
+    pub fn reset_point(&self) -> (Timestamp, WallClock) {
+        (Timestamp(self.low.0.saturating_sub(1)), self.newest_time)
+    }
+
+    /// Forgets everything: the stream restarts at `low` and earlier commits are lost.
+    pub fn restart_at(&mut self, low: Timestamp) {
+        self.messages.clear();
+        self.low = low;
+        self.newest = Timestamp(low.0.saturating_sub(1));
+    }
+
+    /// The newest message's position.
+    pub fn newest(&self) -> Timestamp {
+        self.newest
+    }
+}
+
+/// What the stream task knows of one node.
+#[derive(Debug)]
+pub struct NodeState {
+    /// `host:port`.
+    pub address: String,
+    connected: AtomicBool,
+    delivered: AtomicU64,
+}
+
+/// The shared side of fan-out: the buffer and each node's progress.
+pub struct Fanout {
+    buffer: Mutex<ReplayBuffer>,
+    newest: watch::Sender<Timestamp>,
+    nodes: Vec<Arc<NodeState>>,
+}
+
+impl Fanout {
+    /// A fan-out to `addresses` for a stream resuming at `resume`.
+    pub fn new(addresses: &[String], resume: Timestamp, capacity: usize) -> Arc<Self> {
+        let nodes = addresses
+            .iter()
+            .map(|address| {
+                Arc::new(NodeState {
+                    address: address.clone(),
+                    connected: AtomicBool::new(false),
+                    delivered: AtomicU64::new(0),
+                })
+            })
+            .collect();
+        Arc::new(Self {
+            buffer: Mutex::new(ReplayBuffer::new(resume, capacity)),
+            newest: watch::channel(resume).0,
+            nodes,
+        })
+    }
+
+    /// Starts one delivery task per node.
+    pub fn spawn_nodes(self: &Arc<Self>, password: Option<String>) {
+        for node in &self.nodes {
+            tokio::spawn(run_node(
+                Arc::clone(self),
+                Arc::clone(node),
+                password.clone(),
+            ));
+        }
+    }
+
+    /// Queues a message for every node.
+    pub fn push(&self, message: StreamMessage) {
+        let ts = message.ts();
+        if self.lock().push(message) {
+            self.newest.send_replace(ts);
+        }
+    }
+
+    /// The stream lost commits before `restart`: every node is reset before it gets more.
+    pub fn declare_gap(&self, restart: Timestamp) {
+        self.lock().restart_at(restart);
+        self.newest.send_replace(restart);
+    }
+
+    /// The position every connected node has received (the newest pushed when none is
+    /// connected: a node that comes back later replays from the buffer or is reset).
+    pub fn delivered_everywhere(&self) -> Timestamp {
+        let newest = self.lock().newest();
+        self.nodes
+            .iter()
+            .filter(|node| node.connected.load(Ordering::Acquire))
+            .map(|node| Timestamp(node.delivered.load(Ordering::Acquire)))
+            .min()
+            .unwrap_or(newest)
+            .min(newest)
+    }
+
+    /// How many nodes are connected now.
+    pub fn connected_nodes(&self) -> usize {
+        self.nodes
+            .iter()
+            .filter(|node| node.connected.load(Ordering::Relaxed))
+            .count()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ReplayBuffer> {
+        // A panic while holding the lock leaves a consistent buffer: every method is one step.
+        self.buffer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Keeps one node connected and fed, forever.
+async fn run_node(fanout: Arc<Fanout>, node: Arc<NodeState>, password: Option<String>) {
+    let mut backoff = Duration::from_millis(50);
+    let mut outage_reported = false;
+    loop {
+        let error = match serve_node(&fanout, &node, password.as_deref()).await {
+            Ok(()) => return, // the stream ended: the agent is shutting down
+            Err(error) => error,
+        };
+        if node.connected.swap(false, Ordering::AcqRel) {
+            backoff = Duration::from_millis(50);
+            outage_reported = false;
+        }
+        if !outage_reported {
+            tracing::warn!(node = %node.address, %error,
+                "cache node unreachable; retrying (on return it is replayed or reset, never stale)");
+            outage_reported = true;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+async fn serve_node(
+    fanout: &Fanout,
+    node: &NodeState,
+    password: Option<&str>,
+) -> anyhow::Result<()> {
+    let mut link = NodeLink::connect(&node.address, password).await?;
+    let mut position = link.position().await?.applied;
+    let mut newest = fanout.newest.subscribe();
+    tracing::info!(node = %node.address, position = %position, "cache node connected");
+    loop {
+        let batch = fanout.lock().after(position);
+        let batch = match batch {
+            Ok(batch) => batch,
+            Err(Gap) => {
+                let (ts, time) = fanout.lock().reset_point();
+                tracing::warn!(node = %node.address, node_position = %position, reset_to = %ts,
+                    "cache node missed commits that are no longer buffered; resetting it (its open entries are bounded at its old position)");
+                link.reset(ts, time).await?;
+                position = ts;
+                continue;
+            }
+        };
+        if let Some(last) = batch.last() {
+            link.deliver(&batch).await?;
+            position = last.ts();
+        }
+        node.delivered.store(position.0, Ordering::Release);
+        node.connected.store(true, Ordering::Release);
+        if newest.changed().await.is_err() {
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn heartbeat(ts: u64) -> StreamMessage {
+        StreamMessage::Heartbeat {
+            ts: Timestamp(ts),
+            time: WallClock(ts * 10),
+        }
+    }
+
+    #[test]
+    fn replays_everything_after_a_covered_position() {
+        let mut buffer = ReplayBuffer::new(Timestamp(100), 10);
+        for ts in [100, 110, 120] {
+            assert!(buffer.push(heartbeat(ts)));
+        }
+        let after: Vec<u64> = buffer
+            .after(Timestamp(105))
+            .unwrap()
+            .iter()
+            .map(|m| m.ts().0)
+            .collect();
+        assert_eq!(after, vec![110, 120]);
+        assert_eq!(buffer.after(Timestamp(99)).unwrap().len(), 3);
+        assert!(
+            buffer.after(Timestamp(98)).is_err(),
+            "commits before 100 were never buffered"
+        );
+    }
+
+    #[test]
+    fn trimming_moves_the_low_mark_and_reports_gaps() {
+        let mut buffer = ReplayBuffer::new(Timestamp(100), 2);
+        for ts in [100, 110, 120] {
+            buffer.push(heartbeat(ts));
+        }
+        assert!(buffer.after(Timestamp(100)).is_ok());
+        assert!(buffer.after(Timestamp(99)).is_err());
+        assert_eq!(buffer.reset_point().0, Timestamp(100));
+    }
+
+    #[test]
+    fn replayed_stream_messages_are_not_buffered_twice() {
+        let mut buffer = ReplayBuffer::new(Timestamp(100), 10);
+        assert!(buffer.push(heartbeat(110)));
+        assert!(!buffer.push(heartbeat(110)));
+        assert!(!buffer.push(heartbeat(105)));
+        assert_eq!(buffer.after(Timestamp(99)).unwrap().len(), 1);
+    }
+}

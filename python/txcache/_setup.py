@@ -1,0 +1,813 @@
+"""``txcache setup``: prepare a PostgreSQL database for txcache, idempotently.
+
+:func:`setup_database` first *plans* every step from the catalogs (changing nothing), raises
+:class:`SetupError` naming every unmet prerequisite, and only then applies the plan, step by
+step, unless ``check`` is set. Each step of the :class:`SetupReport` says what it found or
+did. The objects it creates and the DDL message format are described in ``docs/setup.md``.
+
+Exceptions::
+
+    TxcacheError            base of every txcache error
+     └── SetupError         the database cannot be set up; the message says what to change
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import TupleRow
+
+__all__ = [
+    "DDL_MESSAGE_PREFIX",
+    "SetupError",
+    "SetupReport",
+    "SetupStep",
+    "StepStatus",
+    "TxcacheError",
+    "setup_database",
+]
+
+DDL_MESSAGE_PREFIX = "txcache-ddl"
+"""The prefix of the logical messages the DDL event trigger emits (``docs/setup.md``)."""
+
+_SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
+_SHOWN = 8  # objects named in a step's detail before "and N more"
+_EVENT_TRIGGERS = (
+    ("txcache_ddl_command_end", "ddl_command_end"),
+    ("txcache_sql_drop", "sql_drop"),
+)
+Connection = psycopg.Connection[TupleRow]
+
+# Escapes a name for one tab-separated field: backslash, tab, newline, carriage return.
+_DDL_ESCAPE_BODY = r"""
+SELECT replace(replace(replace(replace($1, E'\\', E'\\\\'), E'\t', E'\\t'), E'\n', E'\\n'),
+               E'\r', E'\\r')
+"""
+
+# The event trigger function. Runs as the user who issued the DDL (who owns the tables it
+# alters). ``txcache.in_ddl_notice`` keeps its own ALTER TABLE from notifying twice.
+_DDL_NOTICE_BODY = r"""
+DECLARE
+    tracked name[] := ARRAY(SELECT schema_name FROM txcache.tracked_schemas);
+    target oid;
+    lines text[];
+BEGIN
+    IF current_setting('txcache.in_ddl_notice', true) = 'on' THEN
+        RETURN;
+    END IF;
+    IF TG_EVENT = 'sql_drop' THEN
+        lines := ARRAY(
+            SELECT DISTINCT
+                CASE WHEN d.object_type IN ('table', 'index') THEN d.object_type ELSE 'other' END
+                || E'\t' || txcache.ddl_escape(d.schema_name) || E'\t'
+                || txcache.ddl_escape(CASE WHEN d.object_type IN ('table', 'index')
+                                           THEN d.object_name ELSE d.object_identity END)
+                || E'\t' || d.objid
+            FROM pg_event_trigger_dropped_objects() d
+            WHERE d.schema_name = ANY (tracked) AND d.objsubid = 0 AND NOT d.is_temporary
+              AND (d.object_type IN ('table', 'index') OR d.original OR d.normal)
+            ORDER BY 1);
+    ELSE
+        FOR target IN
+            SELECT DISTINCT c.oid
+            FROM pg_event_trigger_ddl_commands() d
+            JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
+            JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE c.relkind IN ('r', 'p') AND c.relreplident <> 'f' AND c.relpersistence <> 't'
+              AND (n.nspname = ANY (tracked)
+                   OR (c.relispartition AND (
+                       SELECT rn.nspname FROM pg_class rc
+                       JOIN pg_namespace rn ON rn.oid = rc.relnamespace
+                       WHERE rc.oid = pg_partition_root(c.oid)) = ANY (tracked)))
+        LOOP
+            PERFORM set_config('txcache.in_ddl_notice', 'on', true);
+            EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', target::regclass);
+            PERFORM set_config('txcache.in_ddl_notice', 'off', true);
+        END LOOP;
+        lines := ARRAY(
+            SELECT DISTINCT
+                CASE WHEN t.oid IS NOT NULL
+                     THEN 'table' || E'\t' || txcache.ddl_escape(tn.nspname) || E'\t'
+                          || txcache.ddl_escape(t.relname) || E'\t' || t.oid
+                     ELSE 'other' || E'\t' || txcache.ddl_escape(d.schema_name) || E'\t'
+                          || txcache.ddl_escape(d.object_identity) || E'\t' || d.objid
+                END
+            FROM pg_event_trigger_ddl_commands() d
+            LEFT JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
+            LEFT JOIN pg_index i ON i.indexrelid = c.oid
+            LEFT JOIN pg_class t ON t.oid = CASE WHEN c.relkind IN ('r', 'p') THEN c.oid
+                                                 WHEN c.relkind IN ('i', 'I') THEN i.indrelid END
+            LEFT JOIN pg_namespace tn ON tn.oid = t.relnamespace
+            WHERE d.schema_name = ANY (tracked) AND d.objid IS NOT NULL
+            ORDER BY 1);
+    END IF;
+    IF cardinality(lines) > 0 THEN
+        PERFORM pg_logical_emit_message(true, 'txcache-ddl', array_to_string(lines, E'\n'));
+    END IF;
+END
+"""
+
+_CREATE_ESCAPE = sql.SQL(
+    "CREATE OR REPLACE FUNCTION txcache.ddl_escape(text) RETURNS text LANGUAGE sql "
+    "IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS {}"
+).format(sql.Literal(_DDL_ESCAPE_BODY))
+_CREATE_NOTICE = sql.SQL(
+    "CREATE OR REPLACE FUNCTION txcache.ddl_notice() RETURNS event_trigger LANGUAGE plpgsql "
+    "SET search_path = pg_catalog, pg_temp AS {}"
+).format(sql.Literal(_DDL_NOTICE_BODY))
+
+
+class TxcacheError(Exception):
+    """Base class of every error txcache raises."""
+
+
+class SetupError(TxcacheError):
+    """The database cannot be set up for txcache; ``problems`` lists what to change."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        if len(self.problems) == 1:
+            message = self.problems[0]
+        else:
+            lines = "\n".join(f"  - {problem}" for problem in self.problems)
+            message = f"the database is not ready for txcache:\n{lines}"
+        super().__init__(message)
+
+
+class StepStatus(enum.Enum):
+    """What one step found or did."""
+
+    OK = "ok"  # already in place
+    CHANGED = "changed"  # created or altered by this run
+    MISSING = "missing"  # ``check`` only: a real run would change this
+    WARNING = "warning"  # works, with a caveat the detail explains
+
+
+@dataclass(frozen=True)
+class SetupStep:
+    """One line of the report: the step's name, its status and a sentence of detail."""
+
+    name: str
+    status: StepStatus
+    detail: str
+
+
+@dataclass
+class SetupReport:
+    """Everything one run of :func:`setup_database` found and did, in order."""
+
+    target: str
+    check: bool
+    steps: list[SetupStep] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        """Whether this run changed the database."""
+        return any(step.status is StepStatus.CHANGED for step in self.steps)
+
+    @property
+    def missing(self) -> list[SetupStep]:
+        """With ``check``: the steps a real run would carry out."""
+        return [step for step in self.steps if step.status is StepStatus.MISSING]
+
+    @property
+    def warnings(self) -> list[SetupStep]:
+        """Steps that work but deserve attention."""
+        return [step for step in self.steps if step.status is StepStatus.WARNING]
+
+    def step(self, name: str) -> SetupStep:
+        """The step called ``name``."""
+        for step in self.steps:
+            if step.name == name:
+                return step
+        raise KeyError(name)
+
+    def format(self) -> str:
+        """The report as aligned lines of text, with a closing summary."""
+        mode = " --check" if self.check else ""
+        lines = [f"txcache setup{mode}: {self.target}"]
+        width = max((len(step.name) for step in self.steps), default=0)
+        for step in self.steps:
+            lines.append(f"  {step.status.value:<8} {step.name:<{width}}  {step.detail}")
+        lines.append(self._summary())
+        return "\n".join(lines)
+
+    def _summary(self) -> str:
+        warned = f" ({len(self.warnings)} warning(s))" if self.warnings else ""
+        if self.missing:
+            return (
+                f"{len(self.missing)} step(s) missing{warned}: "
+                "run `txcache setup` without --check to carry them out"
+            )
+        if self.changed:
+            changes = sum(step.status is StepStatus.CHANGED for step in self.steps)
+            return f"done: {changes} step(s) changed the database{warned}"
+        return f"everything was already in place{warned}"
+
+
+@dataclass
+class _Plan:
+    """One step: what is there, and the statements that would complete it."""
+
+    name: str
+    found: str  # the detail when nothing is to do
+    todo: str = ""  # the detail of the change, as a verb phrase ("create …")
+    statements: list[sql.SQL | sql.Composed] = field(default_factory=list)
+    warning: str = ""  # a caveat that makes an otherwise complete step a WARNING
+
+    def step(self, *, check: bool) -> SetupStep:
+        if self.statements and check:
+            return SetupStep(self.name, StepStatus.MISSING, f"would {self.todo}")
+        if self.statements:
+            return SetupStep(self.name, StepStatus.CHANGED, _past(self.todo))
+        if self.warning:
+            return SetupStep(self.name, StepStatus.WARNING, f"{self.found}; {self.warning}")
+        return SetupStep(self.name, StepStatus.OK, self.found)
+
+
+def _past(todo: str) -> str:
+    verb, _, rest = todo.partition(" ")
+    done = {"create": "created", "add": "added", "set": "set", "install": "installed"}
+    return f"{done.get(verb, verb)} {rest}"
+
+
+@dataclass(frozen=True)
+class _Table:
+    oid: int
+    display: str  # schema-qualified, quoted where needed
+    schema: str
+    relname: str
+    is_partition: bool
+    full: bool
+    owned: bool
+    owner: str
+
+
+@dataclass
+class _Context:
+    """The connection, the request and the facts every step plans from."""
+
+    conn: Connection
+    schemas: tuple[str, ...]
+    slot: str
+    publication: str
+    facts: dict[str, Any]
+    tables: list[_Table]
+    problems: list[str] = field(default_factory=list)
+    found: list[SetupStep] = field(default_factory=list)
+
+    @property
+    def role(self) -> str:
+        return str(self.facts["rolname"])
+
+    @property
+    def superuser(self) -> bool:
+        return bool(self.facts["rolsuper"])
+
+    @property
+    def version(self) -> int:
+        return int(self.facts["server_version_num"])
+
+    def rows(self, query: str, *params: object) -> list[TupleRow]:
+        return self.conn.execute(query, params).fetchall()
+
+    def ok(self, name: str, detail: str) -> None:
+        self.found.append(SetupStep(name, StepStatus.OK, detail))
+
+
+def setup_database(
+    dsn: str,
+    schemas: Iterable[str] = ("public",),
+    slot: str = "txcache",
+    publication: str = "txcache",
+    *,
+    check: bool = False,
+) -> SetupReport:
+    """Make the database at ``dsn`` ready for txcache; with ``check``, only report.
+
+    Tracks every table of ``schemas``: a publication ``publication`` of them (with
+    ``publish_via_partition_root``), ``REPLICA IDENTITY FULL`` on each, a DDL event trigger
+    (superuser only) and the logical replication slot ``slot`` (pgoutput). Idempotent: a
+    second run changes nothing. Raises :class:`SetupError` before changing anything if a
+    prerequisite is unmet (``wal_level``, free slots, the role's privileges, …).
+    """
+    listed = [schemas] if isinstance(schemas, str) else schemas
+    wanted = _validate(tuple(dict.fromkeys(listed)), slot, publication)
+    try:
+        conn = psycopg.connect(dsn, autocommit=True, application_name="txcache setup")
+    except psycopg.Error as error:
+        raise SetupError([f"cannot connect to PostgreSQL: {error}".strip()]) from error
+    with conn:
+        try:
+            ctx = _context(conn, wanted, slot, publication)
+            _check_prerequisites(ctx)
+            plans = _plan_all(ctx)
+        except psycopg.Error as error:
+            raise SetupError([f"reading the catalogs failed: {error}".strip()]) from error
+        if ctx.problems:
+            raise SetupError(ctx.problems)
+        report = SetupReport(_describe(ctx), check, list(ctx.found))
+        for plan in plans:
+            if not check:
+                _apply(conn, plan)
+            report.steps.append(plan.step(check=check))
+    return report
+
+
+def _plan_all(ctx: _Context) -> list[_Plan]:
+    """Every step that may change the database, in the order they are applied."""
+    publish, published = _plan_publication(ctx)
+    trigger = _plan_ddl_trigger(ctx)
+    identity = not trigger.warning  # the trigger is (or will be) there
+    plans = [publish, _plan_replica_identity(ctx), trigger]
+    return [*plans, *_plan_new_tables(published, identity), _plan_slot(ctx)]
+
+
+def _validate(schemas: tuple[str, ...], slot: str, publication: str) -> tuple[str, ...]:
+    problems = []
+    if not schemas:
+        problems.append("no schema given: name at least one schema to track")
+    if "txcache" in schemas:
+        problems.append("schema txcache holds txcache's own objects and cannot be tracked")
+    if not _SLOT_NAME.fullmatch(slot):
+        problems.append(
+            f"invalid slot name {slot!r}: use 1 to 63 lower-case letters, digits and underscores"
+        )
+    if not publication:
+        problems.append("the publication name is empty")
+    if problems:
+        raise SetupError(problems)
+    return schemas
+
+
+_FACTS = """
+SELECT current_setting('server_version_num')::int AS server_version_num,
+       current_setting('server_version') AS server_version,
+       current_setting('wal_level') AS wal_level,
+       current_setting('max_replication_slots')::int AS max_replication_slots,
+       current_setting('max_wal_senders')::int AS max_wal_senders,
+       coalesce(current_setting('max_slot_wal_keep_size', true), '-1')
+           AS max_slot_wal_keep_size,
+       (SELECT count(*) FROM pg_replication_slots) AS slots_used,
+       r.rolname, r.rolsuper, r.rolreplication, current_database() AS database,
+       has_database_privilege(current_database(), 'CREATE') AS can_create
+FROM pg_roles r WHERE r.rolname = current_user
+"""
+
+# Ordinary and partitioned tables of the tracked schemas, and partitions of tracked roots.
+_TABLES = """
+SELECT c.oid, format('%%I.%%I', n.nspname, c.relname), n.nspname, c.relname,
+       c.relispartition, c.relreplident = 'f', pg_has_role(c.relowner, 'USAGE'),
+       pg_get_userbyid(c.relowner)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'p') AND c.relpersistence <> 't'
+  AND (n.nspname = ANY(%(schemas)s)
+       OR (c.relispartition AND (
+           SELECT rn.nspname FROM pg_class rc JOIN pg_namespace rn ON rn.oid = rc.relnamespace
+           WHERE rc.oid = pg_partition_root(c.oid)) = ANY(%(schemas)s)))
+ORDER BY 2
+"""
+
+
+def _context(conn: Connection, schemas: tuple[str, ...], slot: str, publication: str) -> _Context:
+    cursor = conn.execute(_FACTS)
+    names = [column.name for column in cursor.description or ()]
+    facts = dict(zip(names, cursor.fetchone() or (), strict=True))
+    rows = conn.execute(_TABLES, {"schemas": list(schemas)}).fetchall()
+    tables = [_Table(*row) for row in rows]
+    return _Context(conn, schemas, slot, publication, facts, tables)
+
+
+def _describe(ctx: _Context) -> str:
+    info = ctx.conn.info
+    where = f"{info.user}@{info.host}:{info.port}/{info.dbname}"
+    return f"{where} (PostgreSQL {ctx.facts['server_version']})"
+
+
+def _names(items: Sequence[str]) -> str:
+    shown = ", ".join(items[:_SHOWN])
+    return shown if len(items) <= _SHOWN else f"{shown} and {len(items) - _SHOWN} more"
+
+
+# -- prerequisites ---------------------------------------------------------------------------
+
+
+def _check_prerequisites(ctx: _Context) -> None:
+    """Server settings, the role's privileges and the schemas: found steps and problems."""
+    facts = ctx.facts
+    if ctx.version < 140000:
+        ctx.problems.append(f"PostgreSQL {facts['server_version']} is too old: txcache needs 14+")
+    if facts["wal_level"] != "logical":
+        ctx.problems.append(
+            f"wal_level is {facts['wal_level']}, txcache needs logical: run "
+            "ALTER SYSTEM SET wal_level = logical and restart PostgreSQL"
+        )
+    else:
+        ctx.ok("wal_level", "logical")
+    _check_capacity(ctx)
+    _check_wal_keep(ctx)
+    _check_role(ctx)
+    existing = {row[0] for row in ctx.rows("SELECT nspname::text FROM pg_namespace")}
+    for schema in ctx.schemas:
+        if schema not in existing:
+            ctx.problems.append(f"schema {schema} does not exist: create it or leave it out")
+    for table in ctx.tables:
+        if not table.full and not table.owned:
+            ctx.problems.append(
+                f"role {ctx.role} does not own table {table.display} (owner: {table.owner}), "
+                f"so it cannot set its replica identity: run ALTER TABLE {table.display} "
+                "REPLICA IDENTITY FULL as its owner, or run txcache setup as a superuser"
+            )
+
+
+def _check_capacity(ctx: _Context) -> None:
+    for setting in ("max_replication_slots", "max_wal_senders"):
+        value = int(ctx.facts[setting])
+        if value <= 0:
+            ctx.problems.append(
+                f"{setting} is 0, txcache needs at least 1: run ALTER SYSTEM SET {setting} = 10 "
+                "and restart PostgreSQL"
+            )
+        elif setting == "max_replication_slots":
+            ctx.ok(setting, f"{value} ({ctx.facts['slots_used']} in use)")
+        else:
+            ctx.ok(setting, str(value))
+
+
+def _check_wal_keep(ctx: _Context) -> None:
+    value = str(ctx.facts["max_slot_wal_keep_size"])
+    if value != "-1":
+        ctx.ok("max_slot_wal_keep_size", value)
+        return
+    detail = (
+        "-1 (unlimited): a stopped agent makes PostgreSQL keep WAL until the disk fills; "
+        "bound it, e.g. ALTER SYSTEM SET max_slot_wal_keep_size = '10GB' and SELECT "
+        "pg_reload_conf() (past the bound the slot is invalidated and the caches are flushed)"
+    )
+    ctx.found.append(SetupStep("max_slot_wal_keep_size", StepStatus.WARNING, detail))
+
+
+def _check_role(ctx: _Context) -> None:
+    if ctx.superuser:
+        ctx.ok("role", f"{ctx.role} is a superuser")
+    elif ctx.facts["rolreplication"]:
+        ctx.ok("role", f"{ctx.role} has REPLICATION (not a superuser)")
+    else:
+        ctx.problems.append(
+            f"role {ctx.role} lacks the REPLICATION attribute the replication slot needs: run "
+            f"ALTER ROLE {ctx.role} REPLICATION as a superuser, or run txcache setup as a "
+            "superuser"
+        )
+
+
+# -- publication -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Publication:
+    all_tables: bool
+    via_root: bool
+    all_actions: bool
+    owned: bool
+    owner: str
+    schemas: set[str]
+    tables: set[int]
+    filtered: list[str]
+
+
+def _find_publication(ctx: _Context) -> _Publication | None:
+    rows = ctx.rows(
+        "SELECT oid, puballtables, pubviaroot, pubinsert AND pubupdate AND pubdelete AND "
+        "pubtruncate, pg_has_role(pubowner, 'USAGE'), pg_get_userbyid(pubowner)::text "
+        "FROM pg_publication WHERE pubname = %s",
+        ctx.publication,
+    )
+    if not rows:
+        return None
+    oid, all_tables, via_root, all_actions, owned, owner = rows[0]
+    query = "SELECT prrelid FROM pg_publication_rel WHERE prpubid = %s"
+    tables = {row[0] for row in ctx.rows(query, oid)}
+    schemas: set[str] = set()
+    filtered: list[str] = []
+    if ctx.version >= 150000:
+        schemas = {
+            row[0]
+            for row in ctx.rows(
+                "SELECT n.nspname::text FROM pg_publication_namespace p "
+                "JOIN pg_namespace n ON n.oid = p.pnnspid WHERE p.pnpubid = %s",
+                oid,
+            )
+        }
+        filtered = [
+            row[0]
+            for row in ctx.rows(
+                "SELECT prrelid::regclass::text FROM pg_publication_rel WHERE prpubid = %s "
+                "AND (prqual IS NOT NULL OR prattrs IS NOT NULL) ORDER BY 1",
+                oid,
+            )
+        ]
+    return _Publication(all_tables, via_root, all_actions, owned, owner, schemas, tables, filtered)
+
+
+def _plan_publication(ctx: _Context) -> tuple[_Plan, bool]:
+    """Whole schemas (superuser, 15+) or, failing that, the tables one by one.
+
+    Also says whether tables created later will be published without another run.
+    """
+    by_schema = ctx.superuser and ctx.version >= 150000
+    existing = _find_publication(ctx)
+    if existing is None:
+        return _plan_new_publication(ctx, by_schema), by_schema
+    plan = _Plan("publication", "")
+    _plan_existing_publication(ctx, plan, existing, by_schema)
+    automatic = existing.all_tables or set(ctx.schemas) <= existing.schemas
+    return plan, by_schema or automatic
+
+
+def _plan_new_tables(published: bool, identity: bool) -> list[_Plan]:
+    """A warning when tables created later are not published or not given FULL identity."""
+    missing = [what for what, ok in (("published", published), ("made FULL", identity)) if not ok]
+    if not missing:
+        return []
+    return [
+        _Plan(
+            "new tables",
+            f"tables created later will not be {' nor '.join(missing)} automatically",
+            warning="run txcache setup again after creating tables (or run it once as a "
+            "superuser, on PostgreSQL 15 or later)",
+        )
+    ]
+
+
+def _plan_new_publication(ctx: _Context, by_schema: bool) -> _Plan:
+    name = sql.Identifier(ctx.publication)
+    options = sql.SQL("WITH (publish_via_partition_root = true)")
+    plan = _Plan("publication", "")
+    if by_schema:
+        schemas = sql.SQL(", ").join(map(sql.Identifier, ctx.schemas))
+        shown = ", ".join(ctx.schemas)
+        plan.todo = f"create publication {ctx.publication} FOR TABLES IN SCHEMA {shown}"
+        create = sql.SQL("CREATE PUBLICATION {} FOR TABLES IN SCHEMA {} {}")
+        plan.statements.append(create.format(name, schemas, options))
+        return plan
+    roots = [table for table in ctx.tables if not table.is_partition]
+    _require_owned(ctx, roots, "add it to the publication")
+    listed = sql.SQL(", ").join(sql.Identifier(t.schema, t.relname) for t in roots)
+    target = sql.SQL("FOR TABLE {} ").format(listed) if roots else sql.SQL("")
+    plan.todo = f"create publication {ctx.publication} of {len(roots)} table(s)"
+    plan.statements.append(sql.SQL("CREATE PUBLICATION {} {}{}").format(name, target, options))
+    if not ctx.superuser and not ctx.facts["can_create"]:
+        ctx.problems.append(
+            f"role {ctx.role} may not create the publication: run GRANT CREATE ON DATABASE "
+            f"{ctx.facts['database']} TO {ctx.role}, or run txcache setup as a superuser"
+        )
+    return plan
+
+
+def _plan_existing_publication(
+    ctx: _Context, plan: _Plan, pub: _Publication, by_schema: bool
+) -> None:
+    name = sql.Identifier(ctx.publication)
+    todo: list[str] = []
+    if pub.filtered:
+        ctx.problems.append(
+            f"publication {ctx.publication} filters rows or columns of {_names(pub.filtered)}; "
+            "txcache must see every change: remove the WHERE clauses and column lists"
+        )
+    if not pub.all_tables:
+        _plan_coverage(ctx, plan, pub, by_schema, todo)
+    if not pub.via_root:
+        todo.append("set publish_via_partition_root")
+        plan.statements.append(
+            sql.SQL("ALTER PUBLICATION {} SET (publish_via_partition_root = true)").format(name)
+        )
+    if not pub.all_actions:
+        todo.append("publish insert, update, delete and truncate")
+        plan.statements.append(
+            sql.SQL(
+                "ALTER PUBLICATION {} SET (publish = 'insert, update, delete, truncate')"
+            ).format(name)
+        )
+    if plan.statements and not pub.owned:
+        ctx.problems.append(
+            f"publication {ctx.publication} needs changes ({'; '.join(todo)}) but role "
+            f"{ctx.role} does not own it (owner: {pub.owner}): run txcache setup as its owner"
+        )
+    scope = "all tables" if pub.all_tables else _scope(pub)
+    plan.found = f"{ctx.publication} publishes {scope}, via the partition root"
+    plan.todo = f"{'; '.join(todo)} (publication {ctx.publication})"
+
+
+def _plan_coverage(
+    ctx: _Context, plan: _Plan, pub: _Publication, by_schema: bool, todo: list[str]
+) -> None:
+    name = sql.Identifier(ctx.publication)
+    if by_schema:
+        schemas = [schema for schema in ctx.schemas if schema not in pub.schemas]
+        if schemas:
+            todo.append(f"add TABLES IN SCHEMA {', '.join(schemas)}")
+            plan.statements.append(
+                sql.SQL("ALTER PUBLICATION {} ADD TABLES IN SCHEMA {}").format(
+                    name, sql.SQL(", ").join(map(sql.Identifier, schemas))
+                )
+            )
+        return
+    tables = [
+        t
+        for t in ctx.tables
+        if not t.is_partition and t.schema not in pub.schemas and t.oid not in pub.tables
+    ]
+    _require_owned(ctx, tables, "add it to the publication")
+    if tables:
+        todo.append(f"add table(s) {_names([t.display for t in tables])}")
+        listed = sql.SQL(", ").join(sql.Identifier(t.schema, t.relname) for t in tables)
+        plan.statements.append(sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(name, listed))
+
+
+def _require_owned(ctx: _Context, tables: Iterable[_Table], action: str) -> None:
+    for table in tables:
+        if not table.owned and table.full:  # not full: already named by the prerequisites
+            ctx.problems.append(
+                f"role {ctx.role} does not own table {table.display} (owner: {table.owner}) "
+                f"and cannot {action}: run txcache setup as its owner or as a superuser"
+            )
+
+
+def _scope(pub: _Publication) -> str:
+    parts = []
+    if pub.schemas:
+        parts.append(f"TABLES IN SCHEMA {', '.join(sorted(pub.schemas))}")
+    if pub.tables:
+        parts.append(f"{len(pub.tables)} listed table(s)")
+    return " and ".join(parts) or "no table"
+
+
+# -- replica identity, DDL trigger, slot -----------------------------------------------------
+
+
+def _plan_replica_identity(ctx: _Context) -> _Plan:
+    pending = [table for table in ctx.tables if not table.full]
+    plan = _Plan("replica identity", f"FULL on all {len(ctx.tables)} tracked table(s)")
+    if pending:
+        plan.todo = f"set REPLICA IDENTITY FULL on {_names([t.display for t in pending])}"
+        plan.statements.append(sql.SQL("SET lock_timeout = '10s'"))
+        for table in pending:
+            identifier = sql.Identifier(table.schema, table.relname)
+            plan.statements.append(
+                sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(identifier)
+            )
+        plan.statements.append(sql.SQL("RESET lock_timeout"))
+    return plan
+
+
+def _plan_ddl_trigger(ctx: _Context) -> _Plan:
+    """The event trigger; a warning instead if it is missing and the role is no superuser."""
+    plan = _plan_trigger(ctx)
+    if ctx.superuser or not plan.statements:
+        return plan
+    missing = "" if plan.todo.startswith("install txcache") else f": {plan.todo}"
+    return _Plan(
+        "ddl trigger",
+        f"not installed{missing} (event triggers need a superuser)",
+        warning="DDL is not seen: after changing the indexes or columns of tracked "
+        "tables, restart txcache-agent so that it re-reads their tag columns",
+    )
+
+
+def _plan_trigger(ctx: _Context) -> _Plan:
+    parts: list[str] = []
+    plan = _Plan("ddl trigger", "")
+    tracked = _plan_trigger_objects(ctx, plan, parts)
+    rows = ctx.rows(
+        "SELECT e.evtname::text, e.evtevent::text, e.evtenabled::text, "
+        "e.evtfoid = to_regprocedure('txcache.ddl_notice()') "
+        "FROM pg_event_trigger e WHERE e.evtname = ANY(%s)",
+        [name for name, _ in _EVENT_TRIGGERS],
+    )
+    existing = {row[0]: row[1:] for row in rows}
+    for name, event in _EVENT_TRIGGERS:
+        _plan_event_trigger(plan, parts, name, event, existing.get(name))
+    events = " and ".join(event for _, event in _EVENT_TRIGGERS)
+    plan.found = f"txcache.ddl_notice() on {events}, tracking {', '.join(tracked)}"
+    fresh = parts[:1] == ["schema txcache"]
+    plan.todo = f"install {plan.found}" if fresh else f"install the DDL trigger: {', '.join(parts)}"
+    return plan
+
+
+def _plan_trigger_objects(ctx: _Context, plan: _Plan, parts: list[str]) -> list[str]:
+    """Schema ``txcache``, its table of tracked schemas and the two functions."""
+    if not ctx.rows("SELECT 1 FROM pg_namespace WHERE nspname = 'txcache'"):
+        parts.append("schema txcache")
+        plan.statements += [
+            sql.SQL("CREATE SCHEMA txcache"),
+            sql.SQL("GRANT USAGE ON SCHEMA txcache TO PUBLIC"),
+        ]
+    tracked: list[str] = []
+    if ctx.rows("SELECT to_regclass('txcache.tracked_schemas') IS NOT NULL")[0][0]:
+        tracked = [r[0] for r in ctx.rows("SELECT schema_name::text FROM txcache.tracked_schemas")]
+    else:
+        parts.append("table txcache.tracked_schemas")
+        plan.statements += [
+            sql.SQL("CREATE TABLE txcache.tracked_schemas (schema_name name PRIMARY KEY)"),
+            sql.SQL("GRANT SELECT ON txcache.tracked_schemas TO PUBLIC"),
+        ]
+    new = [schema for schema in ctx.schemas if schema not in tracked]
+    if new:
+        parts.append(f"tracking of schema(s) {', '.join(new)}")
+        plan.statements.append(
+            sql.SQL("INSERT INTO txcache.tracked_schemas VALUES {}").format(
+                sql.SQL(", ").join(sql.SQL("({})").format(sql.Literal(s)) for s in new)
+            )
+        )
+    sources: dict[str, str] = dict(
+        ctx.rows(
+            "SELECT p.proname::text, p.prosrc FROM pg_proc p JOIN pg_namespace n "
+            "ON n.oid = p.pronamespace WHERE n.nspname = 'txcache'"
+        )
+    )
+    for function, body, create in (
+        ("ddl_escape", _DDL_ESCAPE_BODY, _CREATE_ESCAPE),
+        ("ddl_notice", _DDL_NOTICE_BODY, _CREATE_NOTICE),
+    ):
+        if sources.get(function) != body:
+            parts.append(f"function txcache.{function}()")
+            plan.statements.append(create)
+    return sorted({*tracked, *new})
+
+
+def _plan_event_trigger(
+    plan: _Plan, parts: list[str], name: str, event: str, found: tuple[Any, ...] | None
+) -> None:
+    identifier = sql.Identifier(name)
+    if found is not None and (found[0] != event or not found[2]):
+        plan.statements.append(sql.SQL("DROP EVENT TRIGGER {}").format(identifier))
+        found = None
+    if found is None:
+        plan.statements.append(
+            sql.SQL("CREATE EVENT TRIGGER {} ON {} EXECUTE FUNCTION txcache.ddl_notice()").format(
+                identifier, sql.Identifier(event)
+            )
+        )
+    if found is None or found[1] != "A":
+        parts.append(f"event trigger {name} ({event}, enabled always)")
+        plan.statements.append(sql.SQL("ALTER EVENT TRIGGER {} ENABLE ALWAYS").format(identifier))
+
+
+def _plan_slot(ctx: _Context) -> _Plan:
+    rows = ctx.rows(
+        "SELECT plugin::text, slot_type, database::text, wal_status, "
+        "confirmed_flush_lsn::text, active FROM pg_replication_slots WHERE slot_name = %s",
+        ctx.slot,
+    )
+    plan = _Plan("slot", "")
+    if not rows:
+        if int(ctx.facts["slots_used"]) >= int(ctx.facts["max_replication_slots"]):
+            ctx.problems.append(
+                f"all {ctx.facts['max_replication_slots']} replication slots are in use: drop an "
+                "unused one (pg_drop_replication_slot) or raise max_replication_slots"
+            )
+        plan.todo = f"create logical replication slot {ctx.slot} (pgoutput)"
+        plan.statements.append(
+            sql.SQL("SELECT pg_create_logical_replication_slot({}, 'pgoutput')").format(
+                sql.Literal(ctx.slot)
+            )
+        )
+        return plan
+    plugin, kind, database, wal_status, confirmed, active = rows[0]
+    drop = f"drop it (SELECT pg_drop_replication_slot('{ctx.slot}')) or choose another --slot"
+    if kind != "logical" or plugin != "pgoutput":
+        ctx.problems.append(
+            f"slot {ctx.slot} exists as a {kind} slot with plugin {plugin}, txcache needs a "
+            f"logical slot with pgoutput: {drop}"
+        )
+    elif database != ctx.facts["database"]:
+        ctx.problems.append(f"slot {ctx.slot} belongs to database {database}: {drop}")
+    elif wal_status == "lost":
+        ctx.problems.append(
+            f"slot {ctx.slot} was invalidated (its WAL was removed): {drop}, then run txcache "
+            "setup again; the cache nodes must drop their entries"
+        )
+    state = "in use" if active else "not in use"
+    plan.found = f"{ctx.slot} (pgoutput), confirmed up to {confirmed}, {state}"
+    return plan
+
+
+def _apply(conn: Connection, plan: _Plan) -> None:
+    for statement in plan.statements:
+        try:
+            conn.execute(statement)
+        except psycopg.errors.LockNotAvailable as error:
+            raise SetupError(
+                [
+                    f"{plan.name}: could not lock a table within 10 s ({error}): a long "
+                    "transaction holds it; run txcache setup again when it has ended"
+                ]
+            ) from error
+        except psycopg.Error as error:
+            raise SetupError([f"{plan.name}: {error}".strip()]) from error

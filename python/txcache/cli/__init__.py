@@ -1,0 +1,33 @@
+"""The ``txcache`` command: one sub-command per module of this package.
+
+Each command module has ``add_parser(subparsers)``, which registers its arguments and sets
+``run`` (``args -> exit status``) as the parser's ``handler`` default. Exit statuses: 0 for
+success, 1 for an error (the message goes to stderr), 2 for a usage error (argparse),
+3 for ``setup --check`` finding steps to carry out.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from txcache.cli import setup
+
+__all__ = ["main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of the ``txcache`` command and all its sub-commands."""
+    parser = argparse.ArgumentParser(
+        prog="txcache", description="A transactional, automatically invalidated cache."
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    setup.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``txcache`` command with ``argv`` (default: ``sys.argv[1:]``)."""
+    args = build_parser().parse_args(argv)
+    status: int = args.handler(args)
+    return status

@@ -1,0 +1,70 @@
+"""``txcache setup``: prepare a PostgreSQL database for txcache (see ``docs/setup.md``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from txcache._setup import SetupError, setup_database
+
+__all__ = ["add_parser", "run"]
+
+EXIT_MISSING = 3
+"""Exit status of ``--check`` when a real run would change something."""
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``setup`` and its options."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "setup",
+        help="prepare a database: publication, replica identity, DDL trigger, slot",
+        description=(
+            "Prepare a PostgreSQL database for txcache, idempotently: a publication of the "
+            "tracked schemas, REPLICA IDENTITY FULL on their tables, a DDL event trigger and "
+            "a logical replication slot. Each step reports what it found or did."
+        ),
+    )
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("TXCACHE_DSN", ""),
+        help="libpq connection string or URI (default: $TXCACHE_DSN, else libpq's PG* "
+        "environment variables)",
+    )
+    parser.add_argument(
+        "--schema",
+        dest="schemas",
+        action="append",
+        metavar="SCHEMA",
+        help="a schema whose tables are tracked; repeat for several (default: public)",
+    )
+    parser.add_argument(
+        "--slot", default="txcache", help="logical replication slot name (default: txcache)"
+    )
+    parser.add_argument(
+        "--publication", default="txcache", help="publication name (default: txcache)"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help=f"only verify and report, change nothing; exit {EXIT_MISSING} if something is missing",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run setup, print the report; on an error print it to stderr and return 1."""
+    try:
+        report = setup_database(
+            args.dsn,
+            schemas=args.schemas or ["public"],
+            slot=args.slot,
+            publication=args.publication,
+            check=args.check,
+        )
+    except SetupError as error:
+        print(f"txcache setup: error: {error}", file=sys.stderr)
+        return 1
+    print(report.format())
+    return EXIT_MISSING if report.missing else 0

@@ -1,0 +1,167 @@
+"""The embedded PostgreSQL the other tests run against."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from txcache import EmbeddedPostgres, PostgresStartError
+
+
+def test_server_runs_with_logical_decoding_settings(postgres):
+    with psycopg.connect(postgres.dsn) as conn:
+        settings = dict(
+            conn.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN "
+                "('wal_level', 'max_replication_slots', 'max_wal_senders', 'fsync', "
+                "'listen_addresses')"
+            ).fetchall()
+        )
+        version = conn.execute("SHOW server_version_num").fetchone()[0]
+    assert settings == {
+        "wal_level": "logical",
+        "max_replication_slots": "10",
+        "max_wal_senders": "10",
+        "fsync": "off",
+        "listen_addresses": "127.0.0.1",
+    }
+    assert int(version) >= 180000
+    assert postgres.dsn == f"host=127.0.0.1 port={postgres.port} user=postgres dbname=postgres"
+
+
+def test_client_programs_are_shipped(postgres):
+    for program in ("psql", "pgbench", "pg_isready", "pg_recvlogical"):
+        assert postgres.binary(program).is_file(), program
+    result = subprocess.run(
+        [str(postgres.binary("psql")), postgres.dsn, "-Atc", "SELECT 6 * 7"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.strip() == "42"
+    version = subprocess.run(
+        [str(postgres.binary("pgbench")), "--version"], capture_output=True, text=True, check=True
+    )
+    assert "pgbench (PostgreSQL) 18" in version.stdout
+
+
+def test_each_database_fixture_is_fresh(database, postgres):
+    with psycopg.connect(database) as conn:
+        name = conn.execute("SELECT current_database()").fetchone()[0]
+        tables = conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+        ).fetchone()[0]
+        conn.execute("CREATE TABLE scratch (id int)")
+    assert name.startswith("test_")
+    assert tables == 0
+    assert database == postgres.dsn_for(name)
+
+
+def test_restart_keeps_data_and_applies_new_settings(postgres_factory):
+    server = postgres_factory({"wal_level": "replica"})
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        assert conn.execute("SHOW wal_level").fetchone()[0] == "replica"
+        conn.execute("CREATE TABLE kept (id int)")
+        conn.execute("INSERT INTO kept VALUES (1)")
+    server.restart({"wal_level": "logical"})
+    assert server.settings == {"wal_level": "logical"}
+    with psycopg.connect(server.dsn) as conn:
+        assert conn.execute("SHOW wal_level").fetchone()[0] == "logical"
+        assert conn.execute("SELECT id FROM kept").fetchall() == [(1,)]
+
+
+def test_stop_ends_server_and_removes_its_directory(postgres_factory):
+    server = postgres_factory()
+    base, dsn = server.base_dir, server.dsn
+    process = server._handle.process
+    server.stop()
+    server.stop()  # idempotent
+    assert process.poll() is not None
+    assert not base.exists()
+    assert not server.running()
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(dsn, connect_timeout=2)
+
+
+@pytest.fixture
+def kept_dir():
+    """A directory the server's system user can reach (pytest's tmp_path is root-only)."""
+    path = Path(tempfile.mkdtemp(prefix="txcache-kept-"))
+    path.chmod(0o711)
+    yield path / "pg"
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_kept_base_dir_is_reused(kept_dir):
+    with (
+        EmbeddedPostgres(base_dir=kept_dir) as server,
+        psycopg.connect(server.dsn, autocommit=True) as conn,
+    ):
+        conn.execute("CREATE TABLE kept (id int)")
+    assert (kept_dir / "data" / "PG_VERSION").is_file()
+    with EmbeddedPostgres(base_dir=kept_dir) as server, psycopg.connect(server.dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM kept").fetchone()[0] == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another user")
+def test_unreachable_base_dir_is_named(tmp_path):
+    with pytest.raises(PostgresStartError, match=r"lack\(s\) o\+x") as caught:
+        EmbeddedPostgres(base_dir=tmp_path / "pg")
+    assert f"{tmp_path} " in str(caught.value)  # the base directory's parent, 0700
+
+
+def test_a_bad_setting_fails_with_the_server_log():
+    with pytest.raises(PostgresStartError, match="no_such_setting"):
+        EmbeddedPostgres({"no_such_setting": 1})
+
+
+_START_AND_DIE = """
+import os, signal, sys
+from txcache import EmbeddedPostgres
+server = EmbeddedPostgres()
+print(server._handle.process.pid, server.base_dir, flush=True)
+if sys.argv[1] == "crash":
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _start_in_child(how):
+    result = subprocess.run(
+        [sys.executable, "-c", _START_AND_DIE, how], capture_output=True, text=True, check=False
+    )
+    pid, base = result.stdout.split()
+    return int(pid), Path(base)
+
+
+def _wait_gone(pid, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_server_is_stopped_when_its_owner_exits_without_stopping_it():
+    pid, base = _start_in_child("exit")
+    assert _wait_gone(pid)
+    assert not base.exists()
+
+
+def test_server_of_a_crashed_owner_is_reaped_by_the_next_process():
+    pid, base = _start_in_child("crash")
+    assert not _wait_gone(pid, timeout=0.2)  # SIGKILL ran no finalizer: an orphan
+    assert base.exists()
+    _start_in_child("exit")  # any later process sweeps what dead ones left
+    assert _wait_gone(pid)
+    assert not base.exists()

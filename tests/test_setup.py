@@ -1,0 +1,433 @@
+"""``txcache setup`` against real PostgreSQL: prerequisites, idempotence, the DDL trigger."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import subprocess
+import sys
+
+import psycopg
+import pytest
+
+from txcache import SetupError, StepStatus, setup_database
+
+_role_numbers = itertools.count(1)
+
+
+def query(dsn, statement, params=()):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cursor = conn.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def execute(dsn, *statements):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def oid(dsn, relation):
+    return query(dsn, "SELECT %s::regclass::oid", (relation,))[0][0]
+
+
+def decode_message(data):
+    """A pgoutput 'M' message: (transactional, prefix, content)."""
+    assert data[:1] == b"M"
+    flags = data[1]
+    (_lsn,) = struct.unpack_from(">Q", data, 2)
+    end = data.index(b"\0", 10)
+    prefix = data[10:end].decode()
+    (length,) = struct.unpack_from(">i", data, end + 1)
+    content = data[end + 5 :]
+    assert len(content) == length
+    return bool(flags & 1), prefix, content.decode()
+
+
+def take_ddl_messages(dsn, slot="txcache", publication="txcache"):
+    """Consume the slot's changes; the contents of the 'txcache-ddl' messages among them."""
+    rows = query(
+        dsn,
+        "SELECT data FROM pg_logical_slot_get_binary_changes(%s, NULL, NULL, "
+        "'proto_version', '1', 'publication_names', %s, 'messages', 'true')",
+        (slot, publication),
+    )
+    messages = [decode_message(bytes(data)) for (data,) in rows if bytes(data)[:1] == b"M"]
+    assert all(transactional for transactional, _, _ in messages)
+    return [content for _, prefix, content in messages if prefix == "txcache-ddl"]
+
+
+def statuses(report):
+    return {step.name: step.status for step in report.steps}
+
+
+@pytest.fixture
+def shop(database):
+    """A database with a plain table, a partitioned one and a table already FULL."""
+    execute(
+        database,
+        "CREATE TABLE items (id int PRIMARY KEY, name text)",
+        "CREATE TABLE bids (item int, amount int) PARTITION BY RANGE (item)",
+        "CREATE TABLE bids_low PARTITION OF bids FOR VALUES FROM (0) TO (1000)",
+        "CREATE TABLE users (id int PRIMARY KEY)",
+        "ALTER TABLE users REPLICA IDENTITY FULL",
+    )
+    return database
+
+
+@pytest.fixture
+def make_role(database):
+    """Create a login role in the cluster; yields a function returning the role's DSN."""
+    created = []
+
+    def make(attributes=""):
+        name = f"app_{next(_role_numbers)}"
+        execute(database, f"CREATE ROLE {name} LOGIN {attributes}")
+        created.append(name)
+        return name, database.replace("user=postgres", f"user={name}")
+
+    yield make
+    for name in created:
+        execute(database, f"DROP OWNED BY {name}", f"DROP ROLE {name}")
+
+
+def test_wal_level_replica_is_refused_naming_alter_system(postgres_factory):
+    server = postgres_factory({"wal_level": "replica"})
+    with pytest.raises(SetupError, match=r"ALTER SYSTEM SET wal_level = logical") as caught:
+        setup_database(server.dsn)
+    assert "restart PostgreSQL" in str(caught.value)
+    assert query(server.dsn, "SELECT count(*) FROM pg_publication") == [(0,)]
+    assert query(server.dsn, "SELECT count(*) FROM pg_replication_slots") == [(0,)]
+
+
+def test_setup_creates_publication_replica_identity_trigger_and_slot(shop):
+    report = setup_database(shop)
+
+    assert report.step("ddl trigger").detail == (
+        "installed txcache.ddl_notice() on ddl_command_end and sql_drop, tracking public"
+    )
+    assert statuses(report) == {
+        "wal_level": StepStatus.OK,
+        "max_replication_slots": StepStatus.OK,
+        "max_wal_senders": StepStatus.OK,
+        "max_slot_wal_keep_size": StepStatus.WARNING,  # the server's default: unlimited
+        "role": StepStatus.OK,
+        "publication": StepStatus.CHANGED,
+        "replica identity": StepStatus.CHANGED,
+        "ddl trigger": StepStatus.CHANGED,
+        "slot": StepStatus.CHANGED,
+    }
+    assert report.step("replica identity").detail == (
+        "set REPLICA IDENTITY FULL on public.bids, public.bids_low, public.items"
+    )
+    assert query(
+        shop,
+        "SELECT p.pubviaroot, n.nspname FROM pg_publication p JOIN pg_publication_namespace pn "
+        "ON pn.pnpubid = p.oid JOIN pg_namespace n ON n.oid = pn.pnnspid "
+        "WHERE p.pubname = 'txcache'",
+    ) == [(True, "public")]
+    assert query(shop, "SELECT relname, relreplident FROM pg_class WHERE relkind IN ('r', 'p') "
+                 "AND relnamespace = 'public'::regnamespace ORDER BY 1") == [
+        ("bids", "f"), ("bids_low", "f"), ("items", "f"), ("users", "f")]  # fmt: skip
+    assert query(
+        shop,
+        "SELECT evtname, evtevent, evtenabled, evtfoid::regproc::text FROM pg_event_trigger "
+        "ORDER BY 1",
+    ) == [
+        ("txcache_ddl_command_end", "ddl_command_end", "A", "txcache.ddl_notice"),
+        ("txcache_sql_drop", "sql_drop", "A", "txcache.ddl_notice"),
+    ]
+    assert query(shop, "SELECT schema_name::text FROM txcache.tracked_schemas") == [("public",)]
+    assert query(
+        shop,
+        "SELECT slot_type, plugin, database = current_database() FROM pg_replication_slots "
+        "WHERE slot_name = 'txcache'",
+    ) == [("logical", "pgoutput", True)]
+
+
+def test_second_run_changes_nothing(shop):
+    setup_database(shop)
+    fingerprint = (
+        "SELECT (SELECT array_agg(oid ORDER BY oid) FROM pg_proc "
+        "        WHERE pronamespace = 'txcache'::regnamespace), "
+        "(SELECT array_agg(oid ORDER BY oid) FROM pg_event_trigger), "
+        "(SELECT oid FROM pg_publication), "
+        "(SELECT restart_lsn FROM pg_replication_slots)"
+    )
+    before = query(shop, fingerprint)
+
+    report = setup_database(shop)
+
+    assert not report.changed
+    assert not report.missing
+    assert {step.status for step in report.steps} == {StepStatus.OK, StepStatus.WARNING}
+    assert [step.name for step in report.warnings] == ["max_slot_wal_keep_size"]
+    assert query(shop, fingerprint) == before
+    assert report.format().endswith("everything was already in place (1 warning(s))")
+
+
+def test_check_reports_missing_steps_and_changes_nothing(shop):
+    report = setup_database(shop, check=True)
+
+    assert [step.name for step in report.missing] == [
+        "publication",
+        "replica identity",
+        "ddl trigger",
+        "slot",
+    ]
+    assert report.step("slot").detail == "would create logical replication slot txcache (pgoutput)"
+    assert not report.changed
+    assert query(shop, "SELECT count(*) FROM pg_publication") == [(0,)]
+    assert query(shop, "SELECT count(*) FROM pg_replication_slots") == [(0,)]
+    assert query(shop, "SELECT count(*) FROM pg_event_trigger") == [(0,)]
+    assert query(shop, "SELECT relreplident FROM pg_class WHERE relname = 'items'") == [("d",)]
+
+    setup_database(shop)
+    assert not setup_database(shop, check=True).missing
+
+
+def test_another_schema_is_added_to_publication_and_trigger(shop):
+    setup_database(shop)
+    execute(shop, "CREATE SCHEMA sales", "CREATE TABLE sales.orders (id int PRIMARY KEY)")
+    take_ddl_messages(shop)  # sales is not tracked yet: nothing
+
+    report = setup_database(shop, schemas=["sales"])
+
+    assert report.step("publication").detail == (
+        "added TABLES IN SCHEMA sales (publication txcache)"
+    )
+    assert report.step("replica identity").detail == "set REPLICA IDENTITY FULL on sales.orders"
+    assert report.step("ddl trigger").detail == (
+        "installed the DDL trigger: tracking of schema(s) sales"
+    )
+    execute(shop, "CREATE TABLE sales.refunds (id int)")
+    refunds = oid(shop, "sales.refunds")
+    assert take_ddl_messages(shop) == [f"table\tsales\trefunds\t{refunds}"]
+    assert query(shop, "SELECT count(*) FROM pg_publication_tables WHERE schemaname = 'sales'") == [
+        (2,)
+    ]
+
+
+def test_new_table_gets_full_replica_identity_and_is_published(shop):
+    setup_database(shop)
+    execute(
+        shop,
+        "CREATE TABLE later (id int PRIMARY KEY, note text)",
+        "CREATE TABLE bids_high PARTITION OF bids FOR VALUES FROM (1000) TO (2000)",
+    )
+    assert query(
+        shop,
+        "SELECT relname, relreplident FROM pg_class WHERE relname IN ('later', 'bids_high') "
+        "ORDER BY 1",
+    ) == [("bids_high", "f"), ("later", "f")]
+    published = query(
+        shop,
+        "SELECT tablename::text FROM pg_publication_tables WHERE pubname = 'txcache' ORDER BY 1",
+    )
+    assert published == [("bids",), ("items",), ("later",), ("users",)]  # partitions via root
+
+
+def test_replica_identity_default_is_set_back_to_full(shop):
+    setup_database(shop)
+    execute(shop, "ALTER TABLE items REPLICA IDENTITY DEFAULT")
+    assert query(shop, "SELECT relreplident FROM pg_class WHERE relname = 'items'") == [("f",)]
+
+
+def test_ddl_by_an_ordinary_role_is_seen(shop, make_role):
+    setup_database(shop)
+    take_ddl_messages(shop)
+    role, dsn = make_role()
+    execute(shop, f"GRANT CREATE ON SCHEMA public TO {role}")
+    execute(dsn, "CREATE TABLE notes (id int PRIMARY KEY)")  # the trigger runs as the role
+    notes = oid(shop, "notes")
+    assert query(shop, "SELECT relreplident FROM pg_class WHERE relname = 'notes'") == [("f",)]
+    assert take_ddl_messages(shop) == [f"table\tpublic\tnotes\t{notes}"]
+
+
+def test_ddl_emits_documented_messages(shop):
+    setup_database(shop)
+    take_ddl_messages(shop)  # nothing before this point matters
+
+    execute(shop, "CREATE TABLE lots (id int PRIMARY KEY, seller int)")
+    lots = oid(shop, "lots")
+    assert take_ddl_messages(shop) == [f"table\tpublic\tlots\t{lots}"]
+
+    execute(shop, "CREATE INDEX lots_seller ON lots (seller)")
+    index = oid(shop, "lots_seller")
+    assert take_ddl_messages(shop) == [f"table\tpublic\tlots\t{lots}"]
+
+    execute(shop, "ALTER TABLE lots ADD COLUMN price int")
+    assert take_ddl_messages(shop) == [f"table\tpublic\tlots\t{lots}"]
+
+    execute(shop, "DROP INDEX lots_seller")
+    assert take_ddl_messages(shop) == [f"index\tpublic\tlots_seller\t{index}"]
+
+    primary_key = oid(shop, "lots_pkey")
+    execute(shop, "DROP TABLE lots")
+    assert take_ddl_messages(shop) == [
+        f"index\tpublic\tlots_pkey\t{primary_key}\ntable\tpublic\tlots\t{lots}"
+    ]
+
+
+def test_dropping_a_constraint_emits_a_drop_and_an_alter_message(shop):
+    setup_database(shop)
+    take_ddl_messages(shop)
+    items, primary_key = oid(shop, "items"), oid(shop, "items_pkey")
+    constraint = query(shop, "SELECT oid FROM pg_constraint WHERE conname = 'items_pkey'")[0][0]
+    execute(shop, "ALTER TABLE items DROP CONSTRAINT items_pkey")
+    assert take_ddl_messages(shop) == [
+        f"index\tpublic\titems_pkey\t{primary_key}\n"
+        f"other\tpublic\titems_pkey on public.items\t{constraint}",
+        f"table\tpublic\titems\t{items}",
+    ]
+
+
+def test_ddl_messages_for_other_objects_and_odd_names(shop):
+    setup_database(shop)
+    take_ddl_messages(shop)
+
+    execute(shop, "CREATE VIEW cheap AS SELECT * FROM items WHERE id < 10")
+    view = oid(shop, "cheap")
+    assert take_ddl_messages(shop) == [f"other\tpublic\tpublic.cheap\t{view}"]
+
+    execute(shop, 'CREATE TABLE "odd\tname\\" (id int)')
+    odd = oid(shop, '"odd\tname\\"')
+    assert take_ddl_messages(shop) == [f"table\tpublic\todd\\tname\\\\\t{odd}"]
+
+    execute(shop, "DROP VIEW cheap")
+    assert take_ddl_messages(shop) == [f"other\tpublic\tpublic.cheap\t{view}"]
+
+
+def test_ddl_outside_tracked_schemas_is_silent(shop):
+    setup_database(shop)
+    take_ddl_messages(shop)
+    execute(
+        shop,
+        "CREATE SCHEMA elsewhere",
+        "CREATE TABLE elsewhere.t (id int PRIMARY KEY)",
+        "CREATE INDEX ON elsewhere.t (id)",
+        "DROP TABLE elsewhere.t",
+    )
+    with psycopg.connect(shop, autocommit=True) as conn:
+        conn.execute("CREATE TEMPORARY TABLE scratch (id int)")
+        conn.execute("DROP TABLE scratch")
+    assert take_ddl_messages(shop) == []
+
+
+def test_role_without_replication_is_refused(database, make_role):
+    role, dsn = make_role()
+    with pytest.raises(SetupError, match=rf"role {role} lacks the REPLICATION attribute") as caught:
+        setup_database(dsn)
+    assert f"run ALTER ROLE {role} REPLICATION as a superuser" in str(caught.value)
+    assert query(database, "SELECT count(*) FROM pg_replication_slots") == [(0,)]
+
+
+def test_replication_role_sets_up_table_by_table(database, make_role):
+    role, dsn = make_role("REPLICATION")
+    execute(database, f"GRANT CREATE ON DATABASE {database.split('dbname=')[1]} TO {role}",
+            f"GRANT CREATE ON SCHEMA public TO {role}")  # fmt: skip
+    execute(dsn, "CREATE TABLE mine (id int PRIMARY KEY)")
+
+    report = setup_database(dsn)
+
+    assert statuses(report)["role"] is StepStatus.OK
+    assert report.step("publication").detail == "created publication txcache of 1 table(s)"
+    assert [step.name for step in report.warnings] == [
+        "max_slot_wal_keep_size",
+        "ddl trigger",
+        "new tables",
+    ]
+    assert "restart txcache-agent" in report.step("ddl trigger").detail
+    assert report.step("new tables").detail.startswith(
+        "tables created later will not be published nor made FULL automatically"
+    )
+    assert query(dsn, "SELECT tablename::text FROM pg_publication_tables") == [("mine",)]
+    assert query(dsn, "SELECT relreplident FROM pg_class WHERE relname = 'mine'") == [("f",)]
+
+    execute(database, "CREATE TABLE theirs (id int)")  # owned by postgres
+    with pytest.raises(SetupError, match=rf"role {role} does not own table public.theirs"):
+        setup_database(dsn)
+
+
+def test_replication_role_accepts_what_a_superuser_installed(shop, make_role):
+    setup_database(shop)
+    _role, dsn = make_role("REPLICATION")
+    execute(shop, "SELECT pg_drop_replication_slot('txcache')")
+
+    report = setup_database(dsn)
+
+    assert [step.name for step in report.warnings] == ["max_slot_wal_keep_size"]
+    assert report.step("publication").detail == (
+        "txcache publishes TABLES IN SCHEMA public, via the partition root"
+    )
+    assert report.step("ddl trigger").status is StepStatus.OK
+    assert report.step("slot").status is StepStatus.CHANGED
+
+
+def test_slot_with_another_plugin_is_refused(database):
+    query(database, "SELECT pg_create_logical_replication_slot('txcache', 'test_decoding')")
+    with pytest.raises(SetupError, match="plugin test_decoding, txcache needs a logical slot"):
+        setup_database(database)
+    assert query(database, "SELECT count(*) FROM pg_publication") == [(0,)]
+
+
+def test_several_problems_are_reported_together(postgres_factory):
+    server = postgres_factory({"wal_level": "replica", "max_wal_senders": 0})
+    with pytest.raises(SetupError) as caught:
+        setup_database(server.dsn, schemas=["public", "missing"])
+    message = str(caught.value)
+    assert "wal_level is replica" in message
+    assert "max_wal_senders is 0" in message
+    assert "schema missing does not exist" in message
+    assert len(caught.value.problems) == 3
+
+
+def run_cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "txcache", "setup", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_cli_prints_report_and_exit_status(shop):
+    check = run_cli("--dsn", shop, "--check")
+    assert check.returncode == 3, check.stderr
+    assert "missing  slot" in check.stdout
+
+    done = run_cli("--dsn", shop, "--schema", "public")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("txcache setup: postgres@127.0.0.1:")
+    assert (
+        "  changed  slot                    created logical replication slot txcache" in lines[-2]
+    )
+    assert lines[-1] == "done: 4 step(s) changed the database (1 warning(s))"
+
+    again = run_cli("--dsn", shop, "--check")
+    assert again.returncode == 0
+    assert again.stdout.splitlines()[-1] == "everything was already in place (1 warning(s))"
+
+
+def test_cli_failure_exits_nonzero_with_the_message(postgres_factory):
+    server = postgres_factory({"wal_level": "replica"})
+    result = run_cli("--dsn", server.dsn)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith("txcache setup: error: wal_level is replica")
+    assert "ALTER SYSTEM SET wal_level = logical" in result.stderr
+
+
+def test_cli_refuses_unreachable_server():
+    result = run_cli("--dsn", "host=127.0.0.1 port=1 connect_timeout=2")
+    assert result.returncode == 1
+    assert "cannot connect to PostgreSQL" in result.stderr
+
+
+def test_bounded_wal_keep_size_is_not_a_warning(postgres_factory):
+    server = postgres_factory({"max_slot_wal_keep_size": "1GB"})
+    report = setup_database(server.dsn)
+    assert report.step("max_slot_wal_keep_size").status is StepStatus.OK
+    assert report.step("max_slot_wal_keep_size").detail == "1GB"
+    assert not report.warnings
