@@ -89,11 +89,20 @@ pub fn collect(node: &Node) -> Vec<Metric> {
     let mut memory = MemoryUsage::default();
     let mut sink = Vec::new();
     let mut gauges = txcache_store::Gauges::default();
+    let mut stream: Option<StoreStats> = None;
     node.shards.for_each(|store| {
         stats.add(store.stats());
         memory.add(&store.memory());
         gauges.add(store.gauges());
+        stream.get_or_insert_with(|| store.stats().clone());
     });
+    // Every shard applies every stream message: count those once, not once per shard.
+    if let Some(first) = stream {
+        stats.invalidations_applied = first.invalidations_applied;
+        stats.invalidations_duplicate = first.invalidations_duplicate;
+        stats.heartbeats = first.heartbeats;
+        stats.resets = first.resets;
+    }
     server_metrics(node, &mut sink);
     memory_metrics(node, &memory, &mut sink);
     store_metrics(&stats, &gauges, &mut sink);
