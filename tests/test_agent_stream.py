@@ -135,7 +135,9 @@ def test_insert_update_delete_tag_old_and_new_values(stack: Stack):
         f"{item}:added=2026-11-22",
         item,
     ]:
-        assert hit[tag] is not None and before < hit[tag] <= after, tag
+        bound = hit[tag]
+        assert bound is not None, tag
+        assert before < bound <= after, tag
     # Not an index column, another id, another category: untouched.
     assert hit[f"{item}:price=9.50"] is None
     assert hit[f"{item}:id=2"] is None
