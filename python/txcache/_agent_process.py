@@ -6,15 +6,19 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from txcache._process import ManagedProcess, find_binary
+from txcache._process import ManagedProcess, ProcessStartError, find_binary
 
 __all__ = ["AgentProcess"]
 
 _STARTED = re.compile(r"invalidation stream started")
+_LISTENING = re.compile(r"txcache-agent listening address=(?P<host>[\d.]+):(?P<port>\d+)")
 
 
 class AgentProcess(ManagedProcess):
-    """One running ``txcache-agent``, ready once its invalidation stream has started."""
+    """One running ``txcache-agent``, ready once its invalidation stream has started.
+
+    Its library endpoint listens on a free port unless ``--listen`` is among ``args``.
+    """
 
     def __init__(
         self,
@@ -26,5 +30,21 @@ class AgentProcess(ManagedProcess):
     ) -> None:
         """Start the agent for database ``dsn`` feeding ``nodes`` (``host:port`` each)."""
         self.binary = binary or find_binary("txcache-agent")
-        command = [str(self.binary), "--dsn", dsn, *(f"--node={node}" for node in nodes), *args]
+        listen = [] if any(arg.startswith("--listen") for arg in args) else ["--listen=127.0.0.1:0"]
+        command = [
+            str(self.binary),
+            "--dsn",
+            dsn,
+            *(f"--node={node}" for node in nodes),
+            *listen,
+            *args,
+        ]
         super().__init__(command, _STARTED, start_timeout)
+        match = next(filter(None, map(_LISTENING.search, self.log)), None)
+        if match is None:
+            self.stop()
+            raise ProcessStartError(
+                f"txcache-agent did not say where it listens:\n{self.log_text()}"
+            )
+        self.host = match["host"]
+        self.port = int(match["port"])

@@ -43,6 +43,28 @@ pub struct Config {
     #[arg(long, env = "TXCACHE_REPLAY_BUFFER", default_value_t = 100_000)]
     pub replay_buffer: usize,
 
+    /// Address of the endpoint libraries ask for pins; port 0 picks a free one (logged).
+    #[arg(long, env = "TXCACHE_AGENT_LISTEN", default_value = "127.0.0.1:6390")]
+    pub listen: std::net::SocketAddr,
+
+    /// Password libraries must send with AUTH. Default: none.
+    #[arg(long, env = "TXCACHE_AGENT_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+
+    /// How often a new pin is taken while something commits, e.g. 1s.
+    #[arg(long, env = "TXCACHE_PIN_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub pin_interval: Duration,
+
+    /// The largest staleness limit any library uses; pins live this long after they stop
+    /// being current (plus the lease), e.g. 120s.
+    #[arg(long, env = "TXCACHE_MAX_STALENESS", default_value = "120s", value_parser = parse_duration)]
+    pub max_staleness: Duration,
+
+    /// Extra life of a pin past the staleness limit, for transactions that chose it just in
+    /// time to import it, e.g. 30s.
+    #[arg(long, env = "TXCACHE_PIN_LEASE", default_value = "30s", value_parser = parse_duration)]
+    pub pin_lease: Duration,
+
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
     #[arg(long, env = "TXCACHE_LOG", default_value = "info")]
     pub log: String,

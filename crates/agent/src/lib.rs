@@ -10,5 +10,8 @@ pub mod fanout;
 pub mod heartbeat;
 pub mod node_link;
 pub mod pgoutput;
+pub mod pincushion;
+pub mod server;
 pub mod stream;
 pub mod tags;
+pub mod tracker;

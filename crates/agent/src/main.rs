@@ -1,9 +1,15 @@
 //! txcache-agent: the database side of txcache.
 
+use anyhow::Context as _;
 use clap::Parser;
+use std::sync::Arc;
+use txcache_agent::certify::Snapshot;
 use txcache_agent::config::Config;
 use txcache_agent::fanout::Fanout;
+use txcache_agent::pincushion::{PinSettings, Pincushion};
+use txcache_agent::server::{self, Endpoint};
 use txcache_agent::stream::{slot_state, Stream};
+use txcache_agent::tracker::StreamTracker;
 use txcache_agent::{connect::connect_sql, heartbeat};
 
 fn main() -> anyhow::Result<()> {
@@ -25,19 +31,62 @@ async fn run(config: Config) -> anyhow::Result<()> {
     // Check the database once up front, so a wrong setting fails loudly at start.
     let sql = connect_sql(&config.dsn, "txcache-agent").await?;
     let slot = slot_state(&sql, &config.slot).await?;
+    // Transactions running now may have committed below the resume point without being
+    // visible yet: pins wait until they are seen finished (certify.rs, the floor).
+    let now: String = sql
+        .client
+        .query_one("SELECT pg_current_snapshot()::text", &[])
+        .await?
+        .get(0);
+    let pending_xid = Snapshot::parse(&now)?
+        .in_progress
+        .last()
+        .copied()
+        .unwrap_or(0);
     drop(sql);
+    let tracker = Arc::new(StreamTracker::new(slot.confirmed, pending_xid));
     let fanout = Fanout::new(&config.nodes, slot.confirmed, config.replay_buffer);
     fanout.spawn_nodes(config.node_password.clone());
     tokio::spawn(heartbeat::run(
         config.dsn.clone(),
         config.heartbeat_interval,
     ));
-    tracing::info!(nodes = config.nodes.len(), slot = %config.slot, "txcache-agent started");
+    let settings = PinSettings {
+        pin_interval: config.pin_interval,
+        max_staleness: config.max_staleness,
+        lease: config.pin_lease,
+    };
+    let pincushion = Pincushion::start(config.dsn.clone(), settings, Arc::clone(&tracker));
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (try --listen)", config.listen))?;
+    tracing::info!(address = %listener.local_addr()?, nodes = config.nodes.len(), slot = %config.slot, "txcache-agent listening");
+    let endpoint = Endpoint {
+        pincushion,
+        tracker: Arc::clone(&tracker),
+        fanout: Arc::clone(&fanout),
+        password: config.password.clone(),
+    };
+    tokio::spawn(server::run(listener, Arc::new(endpoint)));
     tokio::select! {
-        () = Stream::new(config, fanout).run() => Ok(()),
-        _ = tokio::signal::ctrl_c() => {
-            tracing::info!("shutting down");
+        () = Stream::new(config, fanout, tracker).run() => Ok(()),
+        signal = shutdown_signal() => {
+            tracing::info!(signal, "shutting down");
             Ok(())
         }
+    }
+}
+
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => "SIGINT",
+        _ = terminate.recv() => "SIGTERM",
     }
 }

@@ -14,6 +14,8 @@ use crate::config::Config;
 use crate::connect::{connect_sql, replication_config, SqlSession};
 use crate::fanout::{Fanout, StreamMessage};
 use crate::heartbeat::HEARTBEAT_PREFIX;
+use crate::pincushion::FENCE_PREFIX;
+use crate::tracker::StreamTracker;
 use anyhow::{bail, Context as _};
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
 use std::sync::Arc;
@@ -65,17 +67,19 @@ pub async fn slot_state(sql: &SqlSession, slot: &str) -> anyhow::Result<SlotStat
 pub struct Stream {
     config: Config,
     fanout: Arc<Fanout>,
+    tracker: Arc<StreamTracker>,
     assembler: Assembler,
     catalog: Catalog,
     acknowledged: Timestamp,
 }
 
 impl Stream {
-    /// A stream feeding `fanout`.
-    pub fn new(config: Config, fanout: Arc<Fanout>) -> Self {
+    /// A stream feeding `fanout` and recording into `tracker`.
+    pub fn new(config: Config, fanout: Arc<Fanout>, tracker: Arc<StreamTracker>) -> Self {
         Self {
             config,
             fanout,
+            tracker,
             assembler: Assembler::default(),
             catalog: Catalog::default(),
             acknowledged: Timestamp::ZERO,
@@ -159,11 +163,18 @@ impl Stream {
                 content,
                 lsn,
             } if prefix == HEARTBEAT_PREFIX => {
-                let time = String::from_utf8_lossy(&content).parse().unwrap_or(0);
-                self.fanout.push(StreamMessage::Heartbeat {
-                    ts: Timestamp(lsn.as_u64()),
-                    time: WallClock(time),
-                });
+                let (ts, time) = (Timestamp(lsn.as_u64()), WallClock(parse_number(&content)));
+                self.tracker.heartbeat(ts, time);
+                self.fanout.push(StreamMessage::Heartbeat { ts, time });
+            }
+            ReplicationEvent::Message {
+                transactional: false,
+                prefix,
+                content,
+                lsn,
+            } if prefix == FENCE_PREFIX => {
+                self.tracker
+                    .fence(parse_number(&content), Timestamp(lsn.as_u64()));
             }
             ReplicationEvent::Commit {
                 lsn,
@@ -182,6 +193,9 @@ impl Stream {
             return Ok(());
         };
         tracing::trace!(ts = lsn, tags = committed.invalidation.tags.len(), "commit");
+        let invalidation = &committed.invalidation;
+        self.tracker
+            .commit(invalidation.ts, committed.xid, invalidation.commit_time);
         self.fanout
             .push(StreamMessage::Invalidate(Arc::new(committed.invalidation)));
         if committed.changed_schema {
@@ -223,4 +237,12 @@ impl Stream {
             .declare_gap(Timestamp(Lsn::parse(&position)?.as_u64()));
         Ok(())
     }
+}
+
+/// A decimal number from a message's content; 0 when it is not one.
+fn parse_number(content: &[u8]) -> u64 {
+    std::str::from_utf8(content)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(0)
 }

@@ -1,0 +1,301 @@
+//! The pincushion: certified snapshots that read-only transactions may run at.
+//!
+//! A few long READ COMMITTED *pinner sessions* export one snapshot per statement; each
+//! statement also writes a fence message, and the pin is certified when the stream decodes
+//! that fence (see `certify.rs`); an unclean snapshot is discarded and another taken.
+//! A new pin is taken every `pin_interval` when something committed since the newest; while
+//! nothing commits, heartbeats move the newest pin's "current as of" time forward. A pin lives
+//! `max_staleness + lease` after it stopped being current. New pins go to a fresh session
+//! every `rotation`, and a session ends when its last pin expires, so no session holds the
+//! vacuum horizon longer than about `rotation + max_staleness + lease`.
+
+use crate::assemble::unix_micros_now;
+use crate::certify::{Certification, Snapshot};
+use crate::connect::{connect_sql, SqlSession};
+use crate::tracker::StreamTracker;
+use anyhow::{bail, Context as _};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use txcache_model::{Timestamp, WallClock};
+
+/// The prefix of fence messages.
+pub const FENCE_PREFIX: &str = "txcache-fence";
+
+/// How long a fence may take to be decoded before the pin is given up.
+const FENCE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Attempts at a clean snapshot before a fresh-pin request fails.
+const MAX_ATTEMPTS: usize = 50;
+
+/// A certified snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pin {
+    /// The commit point it shows: the LSN of the last commit it sees.
+    pub ts: Timestamp,
+    /// `SET TRANSACTION SNAPSHOT` takes this.
+    pub snapshot_id: String,
+    /// The wall-clock time up to which it is known to be the current state.
+    pub current_as_of: WallClock,
+    session: u64,
+}
+
+/// Settings of the pincushion.
+#[derive(Clone, Debug)]
+pub struct PinSettings {
+    /// How often a new pin is taken when something committed.
+    pub pin_interval: Duration,
+    /// The largest staleness any library uses.
+    pub max_staleness: Duration,
+    /// Extra time a pin stays importable after it could last be chosen.
+    pub lease: Duration,
+}
+
+/// Counters of pin certification.
+#[derive(Debug, Default)]
+pub struct PinStats {
+    /// Pins certified clean.
+    pub certified: AtomicU64,
+    /// Snapshots discarded as unclean.
+    pub unclean: AtomicU64,
+    /// Snapshots discarded because a transaction running at startup had not finished.
+    pub below_floor: AtomicU64,
+}
+
+type FreshRequest = oneshot::Sender<anyhow::Result<Pin>>;
+
+/// The handle libraries' requests go through.
+pub struct Pincushion {
+    pins: Mutex<Vec<Pin>>,
+    requests: mpsc::Sender<FreshRequest>,
+    /// Certification counters.
+    pub stats: PinStats,
+}
+
+impl Pincushion {
+    /// Starts the pinner task.
+    pub fn start(dsn: String, settings: PinSettings, tracker: Arc<StreamTracker>) -> Arc<Self> {
+        let (requests, receiver) = mpsc::channel(64);
+        let pincushion = Arc::new(Self {
+            pins: Mutex::new(Vec::new()),
+            requests,
+            stats: PinStats::default(),
+        });
+        let pinner = Pinner::new(dsn, settings, tracker, Arc::clone(&pincushion));
+        tokio::spawn(pinner.run(receiver));
+        pincushion
+    }
+
+    /// The live pins, oldest first.
+    pub fn pins(&self) -> Vec<Pin> {
+        self.lock().clone()
+    }
+
+    /// A pin taken and certified now (the library's ★).
+    pub async fn fresh(&self) -> anyhow::Result<Pin> {
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .send(reply)
+            .await
+            .context("the pinner has stopped")?;
+        answer.await.context("the pinner dropped the request")?
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Pin>> {
+        self.pins
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+struct PinnerSession {
+    id: u64,
+    sql: SqlSession,
+    opened: Instant,
+}
+
+/// The task that owns the pinner sessions.
+struct Pinner {
+    dsn: String,
+    settings: PinSettings,
+    tracker: Arc<StreamTracker>,
+    cushion: Arc<Pincushion>,
+    sessions: Vec<PinnerSession>,
+    next_pin: u64,
+    next_session: u64,
+}
+
+impl Pinner {
+    fn new(
+        dsn: String,
+        settings: PinSettings,
+        tracker: Arc<StreamTracker>,
+        cushion: Arc<Pincushion>,
+    ) -> Self {
+        Self {
+            dsn,
+            settings,
+            tracker,
+            cushion,
+            sessions: Vec::new(),
+            next_pin: 1,
+            next_session: 1,
+        }
+    }
+
+    async fn run(mut self, mut requests: mpsc::Receiver<FreshRequest>) {
+        let mut ticker = tokio::time::interval(self.settings.pin_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                request = requests.recv() => match request {
+                    Some(reply) => {
+                        let result = self.take_certified().await;
+                        let _ = reply.send(result);
+                    }
+                    None => return,
+                },
+                _ = ticker.tick() => {
+                    if let Err(error) = self.tick().await {
+                        tracing::warn!(error = format!("{error:#}"), "pinner: could not take a pin; retrying");
+                        self.sessions.clear();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Periodic work: refresh the newest pin, pin again if something committed, expire.
+    async fn tick(&mut self) -> anyhow::Result<()> {
+        self.refresh_current();
+        let progress = self.tracker.progress();
+        let newest = self.cushion.lock().last().map(|pin| pin.ts);
+        if newest.is_none_or(|ts| progress.commit > ts) {
+            self.take_certified().await?;
+        }
+        self.expire();
+        Ok(())
+    }
+
+    /// While nothing committed after the newest pin, it is current as of the last heartbeat.
+    fn refresh_current(&self) {
+        let progress = self.tracker.progress();
+        let mut pins = self.cushion.lock();
+        if let Some(newest) = pins.last_mut() {
+            if progress.commit <= newest.ts && progress.heartbeat > newest.ts {
+                newest.current_as_of = newest.current_as_of.max(progress.heartbeat_time);
+            }
+        }
+    }
+
+    /// Forgets pins that can no longer be chosen and ends sessions that hold none.
+    fn expire(&mut self) {
+        let keep_micros = (self.settings.max_staleness + self.settings.lease).as_micros() as u64;
+        let cutoff = WallClock(unix_micros_now().saturating_sub(keep_micros));
+        let mut pins = self.cushion.lock();
+        let newest = pins.len().saturating_sub(1);
+        let mut index = 0;
+        pins.retain(|pin| {
+            index += 1;
+            index - 1 == newest || pin.current_as_of >= cutoff
+        });
+        let active = self.sessions.last().map(|session| session.id);
+        self.sessions.retain(|session| {
+            Some(session.id) == active || pins.iter().any(|pin| pin.session == session.id)
+        });
+    }
+
+    /// Takes snapshots until one certifies clean.
+    async fn take_certified(&mut self) -> anyhow::Result<Pin> {
+        for _ in 0..MAX_ATTEMPTS {
+            if let Some(pin) = self.take_one().await? {
+                self.cushion.stats.certified.fetch_add(1, Ordering::Relaxed);
+                self.cushion.lock().push(pin.clone());
+                return Ok(pin);
+            }
+        }
+        bail!("no clean snapshot in {MAX_ATTEMPTS} attempts")
+    }
+
+    async fn take_one(&mut self) -> anyhow::Result<Option<Pin>> {
+        let id = self.next_pin;
+        self.next_pin += 1;
+        let index = self.session_index().await?;
+        let session = &self.sessions[index];
+        let session_id = session.id;
+        let statement = if session.sql.server_version_num >= 170_000 {
+            "SELECT pg_current_snapshot()::text, pg_export_snapshot(), pg_logical_emit_message(false, $1, $2, true)::text"
+        } else {
+            "SELECT pg_current_snapshot()::text, pg_export_snapshot(), pg_logical_emit_message(false, $1, $2)::text"
+        };
+        let taken_at = WallClock(unix_micros_now());
+        let row = session
+            .sql
+            .client
+            .query_one(statement, &[&FENCE_PREFIX, &id.to_string()])
+            .await?;
+        let snapshot = Snapshot::parse(row.get::<_, &str>(0))?;
+        let snapshot_id: String = row.get(1);
+        let Some((_fence, verdict)) = self.tracker.certify(id, &snapshot, FENCE_TIMEOUT).await
+        else {
+            bail!("the fence of pin {id} was not decoded within {FENCE_TIMEOUT:?}: is the stream running?");
+        };
+        let stats = &self.cushion.stats;
+        Ok(match verdict {
+            Certification::Clean(ts) => Some(Pin {
+                ts,
+                snapshot_id,
+                current_as_of: taken_at,
+                session: session_id,
+            }),
+            Certification::Unclean { missing, visible } => {
+                stats.unclean.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%missing, %visible, "pin discarded: its snapshot is not a prefix of commit order");
+                None
+            }
+            Certification::BelowFloor => {
+                stats.below_floor.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                None
+            }
+        })
+    }
+
+    /// The index of the session new pins go to, opening a new one every rotation period.
+    async fn session_index(&mut self) -> anyhow::Result<usize> {
+        let rotation = (self.settings.max_staleness / 4).max(Duration::from_secs(1));
+        if self
+            .sessions
+            .last()
+            .is_none_or(|session| session.opened.elapsed() > rotation)
+        {
+            let session = self.open_session().await?;
+            self.sessions.push(session);
+        }
+        Ok(self.sessions.len() - 1)
+    }
+
+    async fn open_session(&mut self) -> anyhow::Result<PinnerSession> {
+        let id = self.next_session;
+        self.next_session += 1;
+        let sql = connect_sql(&self.dsn, &format!("txcache-agent pinner {id}")).await?;
+        // The session idles in its transaction by design: no timeout may end it.
+        sql.client
+            .batch_execute("SET idle_in_transaction_session_timeout = 0")
+            .await?;
+        if sql.server_version_num >= 170_000 {
+            sql.client
+                .batch_execute("SET transaction_timeout = 0")
+                .await?;
+        }
+        sql.client
+            .batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+            .await?;
+        Ok(PinnerSession {
+            id,
+            sql,
+            opened: Instant::now(),
+        })
+    }
+}

@@ -1,0 +1,184 @@
+//! The agent's RESP endpoint for libraries: pins and read-your-writes.
+//!
+//! Commands (docs/protocol.md, "Agent commands"): `PINS`, `PIN`, `COMMITLSN xid [timeout_ms]`,
+//! `STATUS`, `PING`, `AUTH`, `QUIT`.
+
+use crate::fanout::Fanout;
+use crate::pincushion::{Pin, Pincushion};
+use crate::tracker::StreamTracker;
+use bytes::{Bytes, BytesMut};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use txcache_resp::{encode, Limits, RequestDecoder};
+
+/// Longest a `COMMITLSN` may wait.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// What the endpoint serves from.
+pub struct Endpoint {
+    /// The pins.
+    pub pincushion: Arc<Pincushion>,
+    /// The stream's record.
+    pub tracker: Arc<StreamTracker>,
+    /// Node delivery state.
+    pub fanout: Arc<Fanout>,
+    /// The password clients must send, if any.
+    pub password: Option<String>,
+}
+
+/// Accepts library connections forever.
+pub async fn run(listener: TcpListener, endpoint: Arc<Endpoint>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(serve(stream, Arc::clone(&endpoint)));
+            }
+            Err(error) => {
+                tracing::error!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn serve(mut stream: TcpStream, endpoint: Arc<Endpoint>) {
+    let _ = stream.set_nodelay(true);
+    let limits = Limits {
+        max_bulk_len: 64 * 1024,
+        ..Limits::default()
+    };
+    let (mut input, mut output) = (BytesMut::with_capacity(4096), BytesMut::with_capacity(4096));
+    let mut decoder = RequestDecoder::new();
+    let mut authenticated = endpoint.password.is_none();
+    loop {
+        loop {
+            match decoder.decode(&mut input, &limits) {
+                Ok(Some(request)) if request.is_empty() => {}
+                Ok(Some(request)) => {
+                    if !execute(&request, &endpoint, &mut authenticated, &mut output).await {
+                        let _ = stream.write_all(&output).await;
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    error.write_reply(&mut output);
+                    let _ = stream.write_all(&output).await;
+                    return;
+                }
+            }
+        }
+        if !output.is_empty() && stream.write_all(&output).await.is_err() {
+            return;
+        }
+        output.clear();
+        match stream.read_buf(&mut input).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Runs one command; false when the connection must close.
+async fn execute(
+    request: &[Bytes],
+    endpoint: &Endpoint,
+    authenticated: &mut bool,
+    out: &mut BytesMut,
+) -> bool {
+    let name = request[0].to_ascii_uppercase();
+    let args = &request[1..];
+    match (name.as_slice(), args) {
+        (b"AUTH", [.., password]) => match &endpoint.password {
+            Some(expected) if expected.as_bytes() == password.as_ref() => {
+                *authenticated = true;
+                encode::simple(out, "OK");
+            }
+            Some(_) => encode::error(out, "WRONGPASS invalid username-password pair"),
+            None => encode::error(
+                out,
+                "ERR AUTH: no password is configured (txcache-agent --password)",
+            ),
+        },
+        (b"QUIT", _) => {
+            encode::simple(out, "OK");
+            return false;
+        }
+        _ if !*authenticated => encode::error(out, "NOAUTH Authentication required."),
+        (b"PING", []) => encode::simple(out, "PONG"),
+        (b"PINS", []) => {
+            let pins = endpoint.pincushion.pins();
+            encode::array_header(out, pins.len());
+            pins.iter().for_each(|pin| encode_pin(out, pin));
+        }
+        (b"PIN", []) => match endpoint.pincushion.fresh().await {
+            Ok(pin) => encode_pin(out, &pin),
+            Err(error) => encode::error(out, &format!("ERR PIN: {error:#}")),
+        },
+        (b"COMMITLSN", [xid, rest @ ..]) if rest.len() <= 1 => {
+            commit_lsn(endpoint, xid, rest.first(), out).await
+        }
+        (b"STATUS", []) => encode::bulk(out, status(endpoint).as_bytes()),
+        _ => encode::error(
+            out,
+            &format!(
+                "ERR unknown command or wrong arguments '{}'",
+                String::from_utf8_lossy(&name)
+            ),
+        ),
+    }
+    true
+}
+
+/// `*3 :ts $snapshot_id :current_as_of`.
+fn encode_pin(out: &mut BytesMut, pin: &Pin) {
+    encode::array_header(out, 3);
+    encode::integer(out, i64::try_from(pin.ts.0).unwrap_or(i64::MAX));
+    encode::bulk(out, pin.snapshot_id.as_bytes());
+    encode::integer(out, i64::try_from(pin.current_as_of.0).unwrap_or(i64::MAX));
+}
+
+async fn commit_lsn(endpoint: &Endpoint, xid: &[u8], timeout: Option<&Bytes>, out: &mut BytesMut) {
+    let parse = |bytes: &[u8]| {
+        std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|text| text.parse::<u64>().ok())
+    };
+    let Some(xid) = parse(xid) else {
+        return encode::error(
+            out,
+            "ERR COMMITLSN: xid must be a transaction id (pg_current_xact_id())",
+        );
+    };
+    let wait = timeout
+        .map_or(Some(5000), |t| parse(t))
+        .map(Duration::from_millis);
+    let Some(wait) = wait else {
+        return encode::error(out, "ERR COMMITLSN: timeout must be milliseconds");
+    };
+    // Logical decoding reports 32-bit xids: compare the low half of the caller's xid8.
+    match endpoint.tracker.commit_lsn(xid as u32, wait.min(MAX_WAIT)).await {
+        Some(lsn) => encode::integer(out, i64::try_from(lsn.0).unwrap_or(i64::MAX)),
+        None => encode::error(out, "TIMEOUT the commit was not decoded in time (did the transaction write to a tracked table?)"),
+    }
+}
+
+fn status(endpoint: &Endpoint) -> String {
+    let progress = endpoint.tracker.progress();
+    let stats = &endpoint.pincushion.stats;
+    let pins = endpoint.pincushion.pins();
+    format!(
+        "commit_position:{}\r\nheartbeat_position:{}\r\nnodes_connected:{}\r\ndelivered_everywhere:{}\r\npins:{}\r\npins_certified:{}\r\npins_unclean:{}\r\npins_below_floor:{}\r\n",
+        progress.commit.0,
+        progress.heartbeat.0,
+        endpoint.fanout.connected_nodes(),
+        endpoint.fanout.delivered_everywhere().0,
+        pins.len(),
+        stats.certified.load(Ordering::Relaxed),
+        stats.unclean.load(Ordering::Relaxed),
+        stats.below_floor.load(Ordering::Relaxed),
+    )
+}

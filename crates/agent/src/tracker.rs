@@ -1,0 +1,154 @@
+//! What the stream has decoded, shared with the pincushion and the library server.
+//!
+//! The stream task records every commit (LSN, xid, time), every fence and every heartbeat;
+//! pins are certified against the commit log, "current as of" times come from the progress,
+//! and read-your-writes waits for an xid's commit here.
+
+use crate::certify::{Certification, CommitLog, DecodedCommit, Snapshot};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::Notify;
+use txcache_model::{Timestamp, WallClock};
+
+/// Recent commits kept for read-your-writes lookups by xid.
+const XID_MEMORY: usize = 1 << 20;
+
+/// Positions and times the stream has reached.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Progress {
+    /// The newest decoded commit's LSN.
+    pub commit: Timestamp,
+    /// When it committed.
+    pub commit_time: WallClock,
+    /// The newest decoded heartbeat or fence position…
+    pub heartbeat: Timestamp,
+    /// …and the wall-clock time it was written.
+    pub heartbeat_time: WallClock,
+}
+
+#[derive(Debug)]
+struct State {
+    log: CommitLog,
+    fences: HashMap<u64, Timestamp>,
+    xids: HashMap<u32, Timestamp>,
+    xid_order: VecDeque<u32>,
+    progress: Progress,
+}
+
+/// The stream's record, behind one lock; waiters are woken on every change.
+#[derive(Debug)]
+pub struct StreamTracker {
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+impl StreamTracker {
+    /// A tracker for a stream resuming at `resume`; `pending_xid` as for [`CommitLog::new`].
+    pub fn new(resume: Timestamp, pending_xid: u64) -> Self {
+        Self {
+            state: Mutex::new(State {
+                log: CommitLog::new(resume, pending_xid),
+                fences: HashMap::new(),
+                xids: HashMap::new(),
+                xid_order: VecDeque::new(),
+                progress: Progress {
+                    heartbeat: Timestamp(resume.0.saturating_sub(1)),
+                    ..Progress::default()
+                },
+            }),
+            changed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records a decoded commit (a repeat after a reconnect is ignored).
+    pub fn commit(&self, lsn: Timestamp, xid: u32, time: WallClock) {
+        let mut state = self.lock();
+        if lsn <= state.progress.commit {
+            return;
+        }
+        state.log.push(DecodedCommit { lsn, xid });
+        state.progress.commit = lsn;
+        state.progress.commit_time = time;
+        if state.xids.insert(xid, lsn).is_none() {
+            state.xid_order.push_back(xid);
+        }
+        while state.xid_order.len() > XID_MEMORY {
+            if let Some(old) = state.xid_order.pop_front() {
+                state.xids.remove(&old);
+            }
+        }
+        drop(state);
+        self.changed.notify_waiters();
+    }
+
+    /// Records a decoded heartbeat written at `time`.
+    pub fn heartbeat(&self, lsn: Timestamp, time: WallClock) {
+        let mut state = self.lock();
+        if lsn > state.progress.heartbeat {
+            state.progress.heartbeat = lsn;
+            state.progress.heartbeat_time = time;
+        }
+        drop(state);
+        self.changed.notify_waiters();
+    }
+
+    /// Records a decoded fence of pin `id`.
+    pub fn fence(&self, id: u64, lsn: Timestamp) {
+        self.lock().fences.insert(id, lsn);
+        self.changed.notify_waiters();
+    }
+
+    /// The stream's progress now.
+    pub fn progress(&self) -> Progress {
+        self.lock().progress
+    }
+
+    /// Waits until the fence of pin `id` is decoded, then certifies `snapshot` against the
+    /// commits before it. `None` when the fence does not arrive within `timeout`.
+    pub async fn certify(
+        &self,
+        id: u64,
+        snapshot: &Snapshot,
+        timeout: Duration,
+    ) -> Option<(Timestamp, Certification)> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.changed.notified();
+            {
+                let mut state = self.lock();
+                if let Some(fence) = state.fences.remove(&id) {
+                    let verdict = state.log.certify(snapshot, fence);
+                    if matches!(verdict, Certification::Clean(_)) {
+                        state.log.trim_visible_to_all(snapshot, fence);
+                    }
+                    return Some((fence, verdict));
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// Waits until the commit of transaction `xid` (its low 32 bits) is decoded; its LSN,
+    /// or `None` after `timeout`.
+    pub async fn commit_lsn(&self, xid: u32, timeout: Duration) -> Option<Timestamp> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.changed.notified();
+            if let Some(lsn) = self.lock().xids.get(&xid) {
+                return Some(*lsn);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return None;
+            }
+        }
+    }
+}

@@ -1,0 +1,114 @@
+"""The pincushion against a real PostgreSQL: certified pins are exact commit points.
+
+Writers append rows to a log table, each row in its own transaction, and learn each
+transaction's commit LSN from the agent (``COMMITLSN``, read-your-writes). For every pin
+the test imports its snapshot and checks that it sees exactly the rows whose commit LSN is
+at most the pin's timestamp — no row missing, none too many.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+import redis
+
+from conftest import StartNode
+from txcache import AgentProcess, setup_database
+
+
+@pytest.fixture
+def agent(database: str, start_node: StartNode) -> Iterator[tuple[AgentProcess, redis.Redis]]:
+    with psycopg.connect(database, autocommit=True) as db:
+        db.execute("CREATE TABLE log (id bigserial PRIMARY KEY, writer integer, seq integer)")
+    setup_database(database)
+    node = start_node()
+    process = AgentProcess(database, [node.address], "--pin-interval", "50ms")
+    client = redis.Redis(host=process.host, port=process.port, protocol=2, socket_timeout=30)
+    yield process, client
+    client.close()
+    process.stop()
+
+
+def commit_row(
+    db: psycopg.Connection, client: redis.Redis, writer: int, seq: int
+) -> tuple[int, int]:
+    """Insert one row in its own transaction; returns (row id, commit LSN)."""
+    with db.transaction():
+        row = db.execute(
+            "INSERT INTO log (writer, seq) VALUES (%s, %s) "
+            "RETURNING id, pg_current_xact_id()::text",
+            (writer, seq),
+        ).fetchone()
+        assert row is not None
+    return int(row[0]), int(client.execute_command("COMMITLSN", row[1]))
+
+
+def visible_rows(dsn: str, snapshot_id: str) -> set[int]:
+    with psycopg.connect(dsn) as db:
+        db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        db.execute(f"SET TRANSACTION SNAPSHOT '{snapshot_id}'")
+        return {row[0] for row in db.execute("SELECT id FROM log")}
+
+
+def test_pins_are_listed_and_importable(database, agent):
+    _process, client = agent
+    with psycopg.connect(database, autocommit=True) as db:
+        row_id, commit_lsn = commit_row(db, client, 0, 0)
+    ts, snapshot_id, current_as_of = client.execute_command("PIN")
+    assert ts >= commit_lsn
+    assert current_as_of > 0
+    assert row_id in visible_rows(database, snapshot_id.decode())
+    pins = client.execute_command("PINS")
+    assert [ts, snapshot_id, current_as_of] in pins or any(pin[0] >= ts for pin in pins)
+
+
+def test_commitlsn_of_an_unknown_xid_times_out(agent):
+    _process, client = agent
+    with pytest.raises(redis.ResponseError, match="TIMEOUT"):
+        client.execute_command("COMMITLSN", 4_000_000_000, 100)
+
+
+def test_certified_pins_are_exact_under_concurrent_writers(database, agent):
+    process, client = agent
+    commits: dict[int, int] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def writer(number: int) -> None:
+        own = redis.Redis(host=process.host, port=process.port, protocol=2, socket_timeout=30)
+        with psycopg.connect(database, autocommit=True) as db:
+            seq = 0
+            while not stop.is_set():
+                row_id, lsn = commit_row(db, own, number, seq)
+                with lock:
+                    commits[row_id] = lsn
+                seq += 1
+        own.close()
+
+    writers = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for thread in writers:
+        thread.start()
+    pins = []
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        pins.append(client.execute_command("PIN"))
+        time.sleep(0.01)
+    stop.set()
+    for thread in writers:
+        thread.join()
+    assert len(pins) >= 10
+    assert len(commits) >= 100
+    for ts, snapshot_id, _current in pins:
+        seen = visible_rows(database, snapshot_id.decode())
+        expected = {row for row, lsn in commits.items() if lsn <= ts}
+        assert seen == expected, (
+            f"pin at {ts}: missing {sorted(expected - seen)[:5]}, "
+            f"extra {sorted(seen - expected)[:5]}"
+        )
+    status = client.execute_command("STATUS").decode()
+    print(status)
+    assert "pins_certified" in status
