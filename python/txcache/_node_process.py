@@ -27,9 +27,11 @@ class NodeProcess(ManagedProcess):
     """One running ``txcached``."""
 
     def __init__(self, *args: str, binary: Path | None = None, start_timeout: float = 10.0) -> None:
-        """Start the node with extra command-line ``args`` and wait until it listens."""
+        """Start the node with extra command-line ``args`` and wait until it listens (on a
+        free port unless ``args`` name one)."""
         self.binary = binary or find_txcached()
-        super().__init__([str(self.binary), "--port", "0", *args], _LISTENING, start_timeout)
+        port = [] if any(arg.startswith("--port") for arg in args) else ["--port", "0"]
+        super().__init__([str(self.binary), *port, *args], _LISTENING, start_timeout)
         assert self.ready_match is not None
         self.host = self.ready_match["host"]
         self.port = int(self.ready_match["port"])

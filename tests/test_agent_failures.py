@@ -1,0 +1,118 @@
+"""The agent under failures: a stalled node, a restarted node, a lost replication slot."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psycopg
+import redis
+
+from agent_fixtures import SCHEMA, Stack
+from conftest import StartNode, info
+from postgres_fixtures import PostgresFactory
+from txcache import AgentProcess, NodeProcess, setup_database
+
+
+def two_node_stack(database: str, start_node: StartNode) -> tuple[Stack, NodeProcess, redis.Redis]:
+    with psycopg.connect(database, autocommit=True) as db:
+        db.execute(SCHEMA)
+    setup_database(database)
+    first, second = start_node(), start_node()
+    agent = AgentProcess(database, [first.address, second.address], "--heartbeat-interval", "50ms")
+    db = psycopg.connect(database, autocommit=True)
+    cache = redis.Redis(host=first.host, port=first.port, protocol=2)
+    other = redis.Redis(host=second.host, port=second.port, protocol=2, socket_timeout=30)
+    return Stack(database, first, agent, cache, db), second, other
+
+
+def test_a_stalled_node_never_holds_up_the_others_and_catches_up(database, start_node):
+    stack, second, other = two_node_stack(database, start_node)
+    try:
+        tags = [f"public.items:id={n}" for n in range(20)]
+        probes = stack.probe(*tags)
+        other_probes = stack.probe(*tags, cache=other)
+        resets = info(other, "txcache")["resets"]
+        os.kill(second.process.pid, signal.SIGSTOP)
+        try:
+            for n in range(20):
+                stack.write("INSERT INTO items (id) VALUES (%s)", n)
+            # The first node gets everything while the second one is frozen.
+            assert all(stack.truncated(probes).values())
+        finally:
+            os.kill(second.process.pid, signal.SIGCONT)
+        # Thawed, the second one catches up by replay, not by a reset.
+        assert all(stack.truncated(other_probes, cache=other).values())
+        assert info(other, "txcache")["resets"] == resets
+    finally:
+        close(stack, other)
+
+
+def close(stack: Stack, *clients: redis.Redis) -> None:
+    stack.agent.stop()
+    stack.db.close()
+    stack.cache.close()
+    for client in clients:
+        client.close()
+
+
+def test_a_restarted_node_is_reset_then_streamed(database, start_node):
+    stack, second, other = two_node_stack(database, start_node)
+    try:
+        stack.write("INSERT INTO items (id) VALUES (1)")
+        stack.caught_up(cache=other)
+        port = second.port
+        second.kill()
+        stack.write("INSERT INTO items (id) VALUES (2)")
+        reborn = start_node("--port", str(port))
+        fresh = redis.Redis(host=reborn.host, port=reborn.port, protocol=2)
+        stack.caught_up(cache=fresh)
+        assert info(fresh, "txcache")["resets"] == 1
+        probes = stack.probe("public.items:id=3", cache=fresh)
+        stack.write("INSERT INTO items (id) VALUES (3)")
+        assert all(stack.truncated(probes, cache=fresh).values())
+        fresh.close()
+    finally:
+        close(stack, other)
+
+
+def test_a_lost_slot_resets_every_node_loudly(postgres_factory: PostgresFactory, start_node):
+    server = postgres_factory({"max_slot_wal_keep_size": "1MB"})
+    dsn = server.dsn
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute(SCHEMA)
+        setup_database(dsn)
+        node = start_node()
+        agent = AgentProcess(dsn, [node.address], "--heartbeat-interval", "50ms")
+        cache = redis.Redis(host=node.host, port=node.port, protocol=2)
+        stack = Stack(dsn, node, agent, cache, db)
+        probes = stack.probe("public.items:id=1")
+        resets = info(cache, "txcache")["resets"]
+        agent.stop()
+        # Write far more WAL than the slot may keep, then let checkpoints remove it.
+        for _ in range(4):
+            db.execute("CREATE TABLE IF NOT EXISTS junk (filler text)")
+            db.execute("INSERT INTO junk SELECT repeat('x', 2000) FROM generate_series(1, 10000)")
+            db.execute("SELECT pg_switch_wal()")
+            db.execute("CHECKPOINT")
+        status = db.execute(
+            "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'txcache'"
+        ).fetchone()
+        assert status == ("lost",)
+        stack.agent = AgentProcess(dsn, [node.address], "--heartbeat-interval", "50ms")
+        try:
+            deadline = time.monotonic() + 20
+            while info(cache, "txcache")["resets"] == resets and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert info(cache, "txcache")["resets"] == resets + 1
+            assert "REPLICATION SLOT LOST" in stack.agent.log_text()
+            # The open probe was bounded by the reset: nothing stale survives the gap.
+            assert stack.truncated(probes)["public.items:id=1"] is not None
+            # And the recreated slot streams again.
+            fresh = stack.probe("public.items:id=2")
+            stack.write("INSERT INTO items (id) VALUES (2)")
+            assert all(stack.truncated(fresh).values())
+        finally:
+            stack.agent.stop()
+            cache.close()
