@@ -12,6 +12,7 @@ import threading
 import time
 
 import psycopg
+import redis
 
 from agent_fixtures import Stack
 from conftest import info
@@ -145,3 +146,17 @@ def test_nothing_is_lost_when_the_agent_is_killed(stack: Stack):
     assert not spurious, f"rows {spurious} were never updated but their probes were truncated"
     # Replayed from the slot, not reset: the node kept every open entry it could.
     assert info(stack.cache, "txcache")["resets"] == resets_before
+
+
+def test_tag_column_catalog_is_served_with_versions(stack: Stack):
+    endpoint = redis.Redis(host=stack.agent.host, port=stack.agent.port, protocol=2)
+    versions = endpoint.execute_command("TAGCOLUMNS")
+    since, tables = versions[-1]
+    columns = dict(tables)[b"public.items"]
+    assert sorted(columns) == [b"added", b"category", b"id", b"ref", b"sku"]
+    before, after = stack.write("CREATE INDEX ON items (price)")
+    stack.caught_up()
+    since, tables = endpoint.execute_command("TAGCOLUMNS")[-1]
+    assert before < since <= after
+    assert b"price" in dict(tables)[b"public.items"]
+    endpoint.close()

@@ -9,6 +9,7 @@
 use crate::tags::TagColumns;
 use std::collections::{BTreeSet, HashMap};
 use tokio_postgres::Client;
+use txcache_model::table_name;
 
 /// Leading columns of every index on ordinary and partitioned tables, with the index oid.
 const TAG_COLUMNS_QUERY: &str = "
@@ -66,5 +67,18 @@ impl Catalog {
     /// Every table with a known tag column.
     pub fn tables(&self) -> impl Iterator<Item = &(String, String)> {
         self.columns.keys()
+    }
+
+    /// The tag columns of every table, as tags name them (`schema.table`, escaped), sorted.
+    pub fn published(&self) -> Vec<(String, Vec<String>)> {
+        let mut tables: Vec<(String, Vec<String>)> = self
+            .columns
+            .iter()
+            .map(|((schema, table), columns)| {
+                (table_name(schema, table), columns.iter().cloned().collect())
+            })
+            .collect();
+        tables.sort();
+        tables
     }
 }

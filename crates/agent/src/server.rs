@@ -1,11 +1,11 @@
 //! The agent's RESP endpoint for libraries: pins and read-your-writes.
 //!
 //! Commands (docs/protocol.md, "Agent commands"): `PINS`, `PIN`, `COMMITLSN xid [timeout_ms]`,
-//! `STATUS`, `PING`, `AUTH`, `QUIT`.
+//! `TAGCOLUMNS`, `STATUS`, `PING`, `AUTH`, `QUIT`.
 
 use crate::fanout::Fanout;
 use crate::pincushion::{Pin, Pincushion};
-use crate::tracker::StreamTracker;
+use crate::tracker::{CatalogVersion, StreamTracker};
 use bytes::{Bytes, BytesMut};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -122,6 +122,7 @@ async fn execute(
             commit_lsn(endpoint, xid, rest.first(), out).await
         }
         (b"STATUS", []) => encode::bulk(out, status(endpoint).as_bytes()),
+        (b"TAGCOLUMNS", []) => encode_catalogs(out, &endpoint.tracker.catalogs()),
         _ => encode::error(
             out,
             &format!(
@@ -131,6 +132,24 @@ async fn execute(
         ),
     }
     true
+}
+
+/// `*n` versions, each `*2 :since *tables`, each table `*2 $schema.table *columns`.
+fn encode_catalogs(out: &mut BytesMut, versions: &[CatalogVersion]) {
+    encode::array_header(out, versions.len());
+    for version in versions {
+        encode::array_header(out, 2);
+        encode::integer(out, i64::try_from(version.since.0).unwrap_or(i64::MAX));
+        encode::array_header(out, version.tables.len());
+        for (table, columns) in version.tables.iter() {
+            encode::array_header(out, 2);
+            encode::bulk(out, table.as_bytes());
+            encode::array_header(out, columns.len());
+            columns
+                .iter()
+                .for_each(|column| encode::bulk(out, column.as_bytes()));
+        }
+    }
 }
 
 /// `*3 :ts $snapshot_id :current_as_of`.

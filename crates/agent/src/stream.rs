@@ -117,6 +117,8 @@ impl Stream {
             .refresh(&sql.client)
             .await
             .context("reading tag columns")?;
+        self.tracker
+            .catalog(Timestamp::ZERO, self.catalog.published());
         let start = Lsn::from_u64(slot.confirmed.0);
         let replication = replication_config(
             &self.config.dsn,
@@ -204,6 +206,8 @@ impl Stream {
                 .await
                 .context("reloading tag columns after DDL")?;
             self.assembler.catalog_changed();
+            self.tracker
+                .catalog(Timestamp(lsn), self.catalog.published());
         }
         Ok(())
     }

@@ -6,13 +6,26 @@
 
 use crate::certify::{Certification, CommitLog, DecodedCommit, Snapshot};
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::Notify;
 use txcache_model::{Timestamp, WallClock};
 
 /// Recent commits kept for read-your-writes lookups by xid.
 const XID_MEMORY: usize = 1 << 20;
+
+/// Tag-column catalog versions kept for libraries.
+const CATALOG_VERSIONS: usize = 16;
+
+/// One version of the tag-column catalog: in force from `since` (the commit LSN of the DDL
+/// that produced it; 0 for the catalog read at start).
+#[derive(Clone, Debug)]
+pub struct CatalogVersion {
+    /// The first timestamp it applies to.
+    pub since: Timestamp,
+    /// `(schema.table, tag columns)`, sorted by table.
+    pub tables: Arc<Vec<(String, Vec<String>)>>,
+}
 
 /// Positions and times the stream has reached.
 #[derive(Clone, Copy, Debug, Default)]
@@ -34,6 +47,7 @@ struct State {
     xids: HashMap<u32, Timestamp>,
     xid_order: VecDeque<u32>,
     progress: Progress,
+    catalogs: VecDeque<CatalogVersion>,
 }
 
 /// The stream's record, behind one lock; waiters are woken on every change.
@@ -56,6 +70,7 @@ impl StreamTracker {
                     heartbeat: Timestamp(resume.0.saturating_sub(1)),
                     ..Progress::default()
                 },
+                catalogs: VecDeque::new(),
             }),
             changed: Notify::new(),
         }
@@ -103,6 +118,31 @@ impl StreamTracker {
     pub fn fence(&self, id: u64, lsn: Timestamp) {
         self.lock().fences.insert(id, lsn);
         self.changed.notify_waiters();
+    }
+
+    /// Records the tag-column catalog in force from `since` (unchanged versions are not
+    /// repeated).
+    pub fn catalog(&self, since: Timestamp, tables: Vec<(String, Vec<String>)>) {
+        let mut state = self.lock();
+        if state
+            .catalogs
+            .back()
+            .is_some_and(|last| *last.tables == tables)
+        {
+            return;
+        }
+        state.catalogs.push_back(CatalogVersion {
+            since,
+            tables: Arc::new(tables),
+        });
+        while state.catalogs.len() > CATALOG_VERSIONS {
+            state.catalogs.pop_front();
+        }
+    }
+
+    /// The catalog versions kept, oldest first.
+    pub fn catalogs(&self) -> Vec<CatalogVersion> {
+        self.lock().catalogs.iter().cloned().collect()
     }
 
     /// The stream's progress now.

