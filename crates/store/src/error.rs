@@ -22,6 +22,15 @@ pub enum StoreError {
     /// invalidations are tracked.
     #[error("an open interval needs a snapshot timestamp")]
     OpenWithoutSnapshot,
+    /// An insert whose snapshot lies outside its own interval: the value read at the
+    /// snapshot cannot vouch for timestamps it was not computed at.
+    #[error("snapshot {snapshot} lies outside the interval {interval} the cache reads allow")]
+    SnapshotOutsideInterval {
+        /// The snapshot given.
+        snapshot: Timestamp,
+        /// The interval given.
+        interval: txcache_model::ValidityInterval,
+    },
     /// A lookup range whose `lo` exceeds its `hi`.
     #[error("lookup range is empty: lo {lo} exceeds hi {hi}")]
     InvalidRange {

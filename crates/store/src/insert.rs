@@ -138,6 +138,14 @@ impl Store {
         if request.interval.is_open() && request.snapshot.is_none() {
             return Err(StoreError::OpenWithoutSnapshot);
         }
+        // "A commit at or before lo never truncates" holds only when lo is at most the
+        // snapshot: a commit in (s, lo] would change the value yet be ignored.
+        if let Some(snapshot) = request.snapshot.filter(|s| !request.interval.contains(*s)) {
+            return Err(StoreError::SnapshotOutsideInterval {
+                snapshot,
+                interval: request.interval,
+            });
+        }
         if matches!(
             self.keys.get(key).map(|e| &e.kind),
             Some(Kind::Plain { .. })
@@ -148,13 +156,21 @@ impl Store {
     }
 
     /// The request's interval intersected with the database interval of its snapshot.
+    ///
+    /// When the database side is open but the cache reads bound the result, the version is
+    /// not registered for invalidations, so it may claim only what this node has seen: up to
+    /// and including `max(N, lo_db)`.
     fn final_interval(&self, request: &InsertRequest) -> Option<ValidityInterval> {
-        match request.snapshot {
-            None => Some(request.interval),
-            Some(s) => request
-                .interval
-                .intersect(&self.database_interval(s, &request.tags)?),
+        let Some(s) = request.snapshot else {
+            return Some(request.interval);
+        };
+        let database = self.database_interval(s, &request.tags)?;
+        let combined = request.interval.intersect(&database)?;
+        if database.is_open() && !combined.is_open() {
+            let known = self.last_applied.max(database.lo()).next();
+            return combined.truncated_at(known).ok();
         }
+        Some(combined)
     }
 
     /// Where a value computed at snapshot `s` from rows named by `tags` is known valid.

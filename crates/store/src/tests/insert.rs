@@ -139,19 +139,18 @@ fn request_interval_bounds_the_result() {
 }
 
 #[test]
-fn empty_intersection_stores_nothing() {
+fn snapshot_outside_the_cache_interval_stores_nothing() {
     let mut s = with_history();
     let request = InsertRequest {
         interval: bounded(1, 10),
         snapshot: Some(ts(25)),
         tags: tags(&["t:id=2"]),
     };
-    assert_eq!(
+    assert!(matches!(
         s.insert(b"k", Bytes::from_static(b"v"), request),
-        Ok(InsertOutcome::EmptyInterval)
-    );
+        Err(StoreError::SnapshotOutsideInterval { .. })
+    ));
     assert!(!s.contains(b"k"));
-    assert_eq!(s.stats().empty_inserts, 1);
 }
 
 #[test]
@@ -276,5 +275,51 @@ fn too_large_item_is_refused_and_changes_nothing() {
     assert!(matches!(
         s.set(b"k", Bytes::from(vec![0; 1000])),
         Err(StoreError::TooLarge { .. })
+    ));
+}
+
+fn insert_request(
+    store: &mut Store,
+    key: &str,
+    interval: ValidityInterval,
+    s: u64,
+    list: &[&str],
+) -> Result<InsertOutcome, StoreError> {
+    let request = InsertRequest {
+        interval,
+        snapshot: Some(ts(s)),
+        tags: tags(list),
+    };
+    store.insert(key.as_bytes(), Bytes::from_static(b"v"), request)
+}
+
+/// Regression: a bounded cache-read interval reaching past N, with an open database side,
+/// used to be stored unregistered over commits the node had not seen.
+#[test]
+fn bounded_insert_past_n_claims_only_what_the_node_has_seen() {
+    let mut s = with_history();
+    let stored = insert_request(&mut s, "k", bounded(35, 200), 38, &["u:id=2"]).unwrap();
+    assert_eq!(stored, InsertOutcome::Inserted(bounded(35, 41)));
+    commit(&mut s, 150, &["u:id=2"]);
+    assert!(matches!(lookup(&mut s, "k", 160, 160), Lookup::Miss(_)));
+    // Snapshot above N: only the snapshot itself is known.
+    let stored = insert_request(&mut s, "j", bounded(155, 500), 160, &["u:id=2"]).unwrap();
+    assert_eq!(stored, InsertOutcome::Inserted(bounded(160, 161)));
+}
+
+/// Regression: with lo above the snapshot, a commit in (s, lo] changed the value but was
+/// ignored as "at or before lo". Such inserts are refused.
+#[test]
+fn snapshot_outside_the_request_interval_is_refused() {
+    let mut s = with_history();
+    let refused = insert_request(&mut s, "k", open(45), 42, &["t:id=1"]);
+    assert!(matches!(
+        refused,
+        Err(StoreError::SnapshotOutsideInterval { .. })
+    ));
+    let refused = insert_request(&mut s, "k", bounded(10, 20), 25, &["t:id=1"]);
+    assert!(matches!(
+        refused,
+        Err(StoreError::SnapshotOutsideInterval { .. })
     ));
 }

@@ -219,14 +219,20 @@ impl Harness {
             Mode::Staleness => self.model.stale_frontier(self.max_staleness),
             _ => Timestamp::ZERO,
         };
+        let snapshot = snapshot.map(|s| offset(n, i64::from(s)).max(floor));
         let lo = offset(n, i64::from(*lo)).max(floor);
+        // Libraries run queries at a pin inside their cache-read interval; keep most
+        // snapshots there and a few outside (those inserts are refused).
+        let lo = match snapshot {
+            Some(s) if lo > s && s.0 % 4 != 0 => s,
+            _ => lo,
+        };
         let interval = match len {
             Some(len) => {
                 ValidityInterval::bounded(lo, Timestamp(lo.0 + u64::from(*len))).expect("non-empty")
             }
             None => ValidityInterval::open(lo),
         };
-        let snapshot = snapshot.map(|s| offset(n, i64::from(s)).max(floor));
         let request = InsertRequest {
             interval,
             snapshot,

@@ -97,12 +97,17 @@ impl Model {
     }
 
     pub fn final_interval(&self, request: &InsertRequest) -> Option<ValidityInterval> {
-        match request.snapshot {
-            None => Some(request.interval),
-            Some(s) => request
-                .interval
-                .intersect(&self.database_interval(s, &request.tags)?),
+        let Some(s) = request.snapshot else {
+            return Some(request.interval);
+        };
+        let database = self.database_interval(s, &request.tags)?;
+        let combined = request.interval.intersect(&database)?;
+        if database.is_open() && !combined.is_open() {
+            // Not registered: only what the node has seen, through max(N, lo_db).
+            let known = Timestamp(self.n.max(database.lo()).0 + 1);
+            return combined.truncated_at(known).ok();
         }
+        Some(combined)
     }
 
     pub fn insert(
@@ -113,6 +118,12 @@ impl Model {
     ) -> Result<InsertOutcome, StoreError> {
         if request.interval.is_open() && request.snapshot.is_none() {
             return Err(StoreError::OpenWithoutSnapshot);
+        }
+        if let Some(snapshot) = request.snapshot.filter(|s| !request.interval.contains(*s)) {
+            return Err(StoreError::SnapshotOutsideInterval {
+                snapshot,
+                interval: request.interval,
+            });
         }
         if matches!(self.keys.get(key), Some(Entry::Plain(_))) {
             return Err(StoreError::WrongType);
