@@ -9,7 +9,7 @@ import time
 import psycopg
 import redis
 
-from agent_fixtures import SCHEMA, Stack
+from agent_fixtures import SCHEMA, Stack, lsn
 from conftest import StartNode, info
 from postgres_fixtures import PostgresFactory
 from txcache import AgentProcess, NodeProcess, setup_database
@@ -113,6 +113,15 @@ def test_a_lost_slot_resets_every_node_loudly(postgres_factory: PostgresFactory,
             fresh = stack.probe("public.items:id=2")
             stack.write("INSERT INTO items (id) VALUES (2)")
             assert all(stack.truncated(fresh).values())
+            # Pins are certified against the new stream only, never below the gap.
+            restart = db.execute(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots"
+            ).fetchone()
+            assert restart is not None
+            endpoint = redis.Redis(host=stack.agent.host, port=stack.agent.port, protocol=2)
+            pin_ts = endpoint.execute_command("PIN")[0]
+            endpoint.close()
+            assert pin_ts >= lsn(restart[0]) - 1
         finally:
             stack.agent.stop()
             cache.close()

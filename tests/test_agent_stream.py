@@ -160,3 +160,17 @@ def test_tag_column_catalog_is_served_with_versions(stack: Stack):
     assert before < since <= after
     assert b"price" in dict(tables)[b"public.items"]
     endpoint.close()
+
+
+def test_a_commit_right_after_a_heartbeat_is_not_swallowed(stack: Stack):
+    """Regression: a heartbeat decoded at LSN L vouched for L itself, where the next commit
+    record may start; that commit's invalidation was then dropped as a duplicate."""
+    emit = "SELECT pg_logical_emit_message(false, 'txcache-heartbeat', %s, true)::text"
+    with psycopg.connect(stack.dsn, autocommit=True) as other:
+        for n in range(100, 110):
+            probes = stack.probe(f"public.items:id={n}")
+            with stack.db.transaction():
+                stack.db.execute("INSERT INTO items (id) VALUES (%s)", (n,))
+                heartbeat = other.execute(emit, (str(int(time.time() * 1e6)),)).fetchone()
+            commit = stack.truncated(probes)[f"public.items:id={n}"]
+            assert commit is not None, f"commit after the heartbeat at {heartbeat} was lost"

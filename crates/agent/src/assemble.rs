@@ -11,6 +11,10 @@ use crate::tags::{change_tags, truncate_tags, RowChange, TagColumns};
 use std::collections::{BTreeSet, HashMap};
 use txcache_model::{Invalidation, InvalidationTag, Timestamp, WallClock};
 
+/// Most fine tags one invalidation carries; a larger transaction invalidates the tables it
+/// touched whole (sound, and it keeps messages within what a node accepts).
+pub const MAX_TAGS: usize = 10_000;
+
 /// Microseconds between the Unix epoch and PostgreSQL's (2000-01-01).
 const POSTGRES_EPOCH_MICROS: i64 = 946_684_800_000_000;
 
@@ -144,7 +148,10 @@ impl Assembler {
 
     /// Ends the transaction; `None` when no BEGIN was seen (a stream resumed mid-way).
     pub fn commit(&mut self, lsn: u64, commit_time_micros: i64) -> Option<Committed> {
-        let open = self.open.take()?;
+        let mut open = self.open.take()?;
+        if open.tags.len() > MAX_TAGS {
+            open.tags = coarsened(&open.tags);
+        }
         let unix_micros = commit_time_micros
             .saturating_add(POSTGRES_EPOCH_MICROS)
             .max(0);
@@ -178,6 +185,13 @@ impl Assembler {
     fn transaction(&mut self) -> Result<&mut OpenTransaction, AssembleError> {
         self.open.as_mut().ok_or(AssembleError::NoTransaction)
     }
+}
+
+/// Every table's wildcard in place of its fine tags.
+fn coarsened(tags: &BTreeSet<InvalidationTag>) -> BTreeSet<InvalidationTag> {
+    tags.iter()
+        .filter_map(|tag| InvalidationTag::parse(tag.table()).ok())
+        .collect()
 }
 
 /// Undoes the DDL notice's escaping of `\\`, `\t`, `\n` and `\r`.
@@ -238,6 +252,29 @@ mod tests {
             committed.invalidation.commit_time,
             WallClock(POSTGRES_EPOCH_MICROS as u64)
         );
+    }
+
+    #[test]
+    fn huge_transactions_invalidate_whole_tables() {
+        let catalog = Catalog::default();
+        let mut assembler = Assembler::default();
+        assembler.begin(1);
+        let notice: Vec<String> = (0..=MAX_TAGS)
+            .map(|n| format!("table\ts\tt{n}\t{n}"))
+            .collect();
+        assembler
+            .ddl_notice(notice.join("\n").as_bytes(), &catalog)
+            .unwrap();
+        let open = assembler.open.as_mut().unwrap();
+        open.tags
+            .insert(InvalidationTag::parse("s.t1:id=1").unwrap());
+        let committed = assembler.commit(1, 0).unwrap();
+        assert_eq!(committed.invalidation.tags.len(), MAX_TAGS + 1);
+        assert!(committed
+            .invalidation
+            .tags
+            .iter()
+            .all(InvalidationTag::is_wildcard));
     }
 
     #[test]

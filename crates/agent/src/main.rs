@@ -62,6 +62,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {} (try --listen)", config.listen))?;
     tracing::info!(address = %listener.local_addr()?, nodes = config.nodes.len(), slot = %config.slot, "txcache-agent listening");
     let endpoint = Endpoint {
+        connections: std::sync::atomic::AtomicUsize::new(0),
         pincushion,
         tracker: Arc::clone(&tracker),
         fanout: Arc::clone(&fanout),

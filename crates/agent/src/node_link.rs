@@ -69,7 +69,10 @@ impl NodeLink {
         for message in batch {
             message.encode(&mut self.output);
         }
-        self.stream.write_all(&self.output).await?;
+        // A frozen node must not hold its task (and the slot acknowledgement) forever.
+        tokio::time::timeout(REPLY_TIMEOUT, self.stream.write_all(&self.output))
+            .await
+            .context("node stopped reading")??;
         self.output.clear();
         for _ in batch {
             if let Frame::Error(error) = self.read_frame().await? {
@@ -81,7 +84,9 @@ impl NodeLink {
 
     async fn call(&mut self, parts: &[&[u8]]) -> anyhow::Result<Frame> {
         encode::request(&mut self.output, parts);
-        self.stream.write_all(&self.output).await?;
+        tokio::time::timeout(REPLY_TIMEOUT, self.stream.write_all(&self.output))
+            .await
+            .context("node stopped reading")??;
         self.output.clear();
         match self.read_frame().await? {
             Frame::Error(error) => bail!("node answered {error}"),

@@ -14,6 +14,7 @@ use crate::certify::{Certification, Snapshot};
 use crate::connect::{connect_sql, SqlSession};
 use crate::tracker::StreamTracker;
 use anyhow::{bail, Context as _};
+use pgwire_replication::Lsn;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,6 +26,9 @@ pub const FENCE_PREFIX: &str = "txcache-fence";
 
 /// How long a fence may take to be decoded before the pin is given up.
 const FENCE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Most pins listed; the oldest go first beyond it.
+const MAX_PINS: usize = 10_000;
 
 /// Attempts at a clean snapshot before a fresh-pin request fails.
 const MAX_ATTEMPTS: usize = 50;
@@ -159,7 +163,6 @@ impl Pinner {
                 _ = ticker.tick() => {
                     if let Err(error) = self.tick().await {
                         tracing::warn!(error = format!("{error:#}"), "pinner: could not take a pin; retrying");
-                        self.sessions.clear();
                     }
                 }
             }
@@ -168,14 +171,46 @@ impl Pinner {
 
     /// Periodic work: refresh the newest pin, pin again if something committed, expire.
     async fn tick(&mut self) -> anyhow::Result<()> {
+        self.forget_dead_sessions();
         self.refresh_current();
+        self.expire();
         let progress = self.tracker.progress();
         let newest = self.cushion.lock().last().map(|pin| pin.ts);
-        if newest.is_none_or(|ts| progress.commit > ts) {
+        // Re-pin when something committed, and when the active session is due to rotate
+        // (else an idle database would keep one session, and its horizon, forever).
+        if newest.is_none_or(|ts| progress.commit > ts) || self.rotation_due() {
             self.take_certified().await?;
         }
-        self.expire();
         Ok(())
+    }
+
+    /// Drops sessions whose connection ended, and delists their pins: a pin is listed only
+    /// while its exporting session lives (else `SET TRANSACTION SNAPSHOT` would fail).
+    fn forget_dead_sessions(&mut self) {
+        let before = self.sessions.len();
+        self.sessions
+            .retain(|session| !session.sql.client.is_closed());
+        if self.sessions.len() == before {
+            return;
+        }
+        tracing::warn!(
+            lost = before - self.sessions.len(),
+            "pinner session ended; its pins are withdrawn"
+        );
+        let alive: Vec<u64> = self.sessions.iter().map(|session| session.id).collect();
+        self.cushion
+            .lock()
+            .retain(|pin| alive.contains(&pin.session));
+    }
+
+    fn rotation(&self) -> Duration {
+        (self.settings.max_staleness / 4).max(Duration::from_secs(1))
+    }
+
+    fn rotation_due(&self) -> bool {
+        self.sessions
+            .last()
+            .is_some_and(|session| session.opened.elapsed() > self.rotation())
     }
 
     /// While nothing committed after the newest pin, it is current as of the last heartbeat.
@@ -200,6 +235,9 @@ impl Pinner {
             index += 1;
             index - 1 == newest || pin.current_as_of >= cutoff
         });
+        // A flood of fresh-pin requests must not grow the list without bound.
+        let excess = pins.len().saturating_sub(MAX_PINS);
+        pins.drain(..excess);
         let active = self.sessions.last().map(|session| session.id);
         self.sessions.retain(|session| {
             Some(session.id) == active || pins.iter().any(|pin| pin.session == session.id)
@@ -208,6 +246,7 @@ impl Pinner {
 
     /// Takes snapshots until one certifies clean.
     async fn take_certified(&mut self) -> anyhow::Result<Pin> {
+        self.forget_dead_sessions();
         for _ in 0..MAX_ATTEMPTS {
             if let Some(pin) = self.take_one().await? {
                 self.cushion.stats.certified.fetch_add(1, Ordering::Relaxed);
@@ -237,9 +276,9 @@ impl Pinner {
             .await?;
         let snapshot = Snapshot::parse(row.get::<_, &str>(0))?;
         let snapshot_id: String = row.get(1);
-        let Some((_fence, verdict)) = self.tracker.certify(id, &snapshot, FENCE_TIMEOUT).await
-        else {
-            bail!("the fence of pin {id} was not decoded within {FENCE_TIMEOUT:?}: is the stream running?");
+        let fence = Timestamp(Lsn::parse(row.get::<_, &str>(2))?.as_u64());
+        let Some(verdict) = self.tracker.certify(fence, &snapshot, FENCE_TIMEOUT).await else {
+            bail!("the fence of pin {id} (at {fence}) was not decoded within {FENCE_TIMEOUT:?}: is the stream running?");
         };
         let stats = &self.cushion.stats;
         Ok(match verdict {
@@ -264,12 +303,7 @@ impl Pinner {
 
     /// The index of the session new pins go to, opening a new one every rotation period.
     async fn session_index(&mut self) -> anyhow::Result<usize> {
-        let rotation = (self.settings.max_staleness / 4).max(Duration::from_secs(1));
-        if self
-            .sessions
-            .last()
-            .is_none_or(|session| session.opened.elapsed() > rotation)
-        {
+        if self.sessions.is_empty() || self.rotation_due() {
             let session = self.open_session().await?;
             self.sessions.push(session);
         }

@@ -19,6 +19,8 @@ const MAX_WAIT: Duration = Duration::from_secs(60);
 
 /// What the endpoint serves from.
 pub struct Endpoint {
+    /// Connections open now.
+    pub connections: std::sync::atomic::AtomicUsize,
     /// The pins.
     pub pincushion: Arc<Pincushion>,
     /// The stream's record.
@@ -27,6 +29,25 @@ pub struct Endpoint {
     pub fanout: Arc<Fanout>,
     /// The password clients must send, if any.
     pub password: Option<String>,
+}
+
+/// A connection's place under [`MAX_CONNECTIONS`]; released on drop.
+struct ConnectionSlot<'a>(&'a Endpoint);
+
+impl Drop for ConnectionSlot<'_> {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Endpoint {
+    fn admit(&self) -> Option<ConnectionSlot<'_>> {
+        if self.connections.fetch_add(1, Ordering::Relaxed) >= MAX_CONNECTIONS {
+            self.connections.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(ConnectionSlot(self))
+    }
 }
 
 /// Accepts library connections forever.
@@ -44,11 +65,25 @@ pub async fn run(listener: TcpListener, endpoint: Arc<Endpoint>) {
     }
 }
 
+/// The most one library request may be: commands here take a few short arguments.
+const MAX_REQUEST: usize = 64 * 1024;
+
+/// Most library connections at once.
+const MAX_CONNECTIONS: usize = 4096;
+
 async fn serve(mut stream: TcpStream, endpoint: Arc<Endpoint>) {
     let _ = stream.set_nodelay(true);
+    let Some(_slot) = endpoint.admit() else {
+        let _ = stream
+            .write_all(b"-ERR max number of clients reached\r\n")
+            .await;
+        return;
+    };
     let limits = Limits {
-        max_bulk_len: 64 * 1024,
-        ..Limits::default()
+        max_bulk_len: 4096,
+        max_array_len: 16,
+        max_inline_len: 4096,
+        max_depth: 1,
     };
     let (mut input, mut output) = (BytesMut::with_capacity(4096), BytesMut::with_capacity(4096));
     let mut decoder = RequestDecoder::new();
@@ -62,6 +97,12 @@ async fn serve(mut stream: TcpStream, endpoint: Arc<Endpoint>) {
                         let _ = stream.write_all(&output).await;
                         return;
                     }
+                }
+                Ok(None) if input.len() > MAX_REQUEST => {
+                    let _ = stream
+                        .write_all(b"-ERR Protocol error: request too large\r\n")
+                        .await;
+                    return;
                 }
                 Ok(None) => break,
                 Err(error) => {

@@ -10,6 +10,7 @@
 
 use crate::assemble::Assembler;
 use crate::catalog::Catalog;
+use crate::certify::Snapshot;
 use crate::config::Config;
 use crate::connect::{connect_sql, replication_config, SqlSession};
 use crate::fanout::{Fanout, StreamMessage};
@@ -165,18 +166,20 @@ impl Stream {
                 content,
                 lsn,
             } if prefix == HEARTBEAT_PREFIX => {
-                let (ts, time) = (Timestamp(lsn.as_u64()), WallClock(parse_number(&content)));
+                // A message's LSN is the end of its record, where a commit record may start:
+                // the heartbeat vouches for every commit strictly below it, so for L - 1.
+                let ts = Timestamp(lsn.as_u64().saturating_sub(1));
+                let time = WallClock(parse_number(&content));
                 self.tracker.heartbeat(ts, time);
                 self.fanout.push(StreamMessage::Heartbeat { ts, time });
             }
             ReplicationEvent::Message {
                 transactional: false,
                 prefix,
-                content,
                 lsn,
+                ..
             } if prefix == FENCE_PREFIX => {
-                self.tracker
-                    .fence(parse_number(&content), Timestamp(lsn.as_u64()));
+                self.tracker.fence(Timestamp(lsn.as_u64()));
             }
             ReplicationEvent::Commit {
                 lsn,
@@ -236,9 +239,19 @@ impl Stream {
                 &[&self.config.slot],
             )
             .await?;
-        let position: String = row.get(0);
-        self.fanout
-            .declare_gap(Timestamp(Lsn::parse(&position)?.as_u64()));
+        let position = Timestamp(Lsn::parse(row.get::<_, &str>(0))?.as_u64());
+        let now: String = sql
+            .client
+            .query_one("SELECT pg_current_snapshot()::text", &[])
+            .await?
+            .get(0);
+        let pending_xid = Snapshot::parse(&now)?
+            .in_progress
+            .last()
+            .copied()
+            .unwrap_or(0);
+        self.tracker.restart(position, pending_xid);
+        self.fanout.declare_gap(position);
         Ok(())
     }
 }

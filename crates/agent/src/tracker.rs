@@ -43,7 +43,8 @@ pub struct Progress {
 #[derive(Debug)]
 struct State {
     log: CommitLog,
-    fences: HashMap<u64, Timestamp>,
+    /// The end of what has been decoded: every record below it (commit, message) is seen.
+    decoded: Timestamp,
     xids: HashMap<u32, Timestamp>,
     xid_order: VecDeque<u32>,
     progress: Progress,
@@ -63,7 +64,7 @@ impl StreamTracker {
         Self {
             state: Mutex::new(State {
                 log: CommitLog::new(resume, pending_xid),
-                fences: HashMap::new(),
+                decoded: Timestamp::ZERO,
                 xids: HashMap::new(),
                 xid_order: VecDeque::new(),
                 progress: Progress {
@@ -83,12 +84,14 @@ impl StreamTracker {
     }
 
     /// Records a decoded commit (a repeat after a reconnect is ignored).
+    /// Its LSN is where its commit record starts: everything below was decoded before it.
     pub fn commit(&self, lsn: Timestamp, xid: u32, time: WallClock) {
         let mut state = self.lock();
         if lsn <= state.progress.commit {
             return;
         }
         state.log.push(DecodedCommit { lsn, xid });
+        state.decoded = state.decoded.max(lsn);
         state.progress.commit = lsn;
         state.progress.commit_time = time;
         if state.xids.insert(xid, lsn).is_none() {
@@ -103,21 +106,40 @@ impl StreamTracker {
         self.changed.notify_waiters();
     }
 
-    /// Records a decoded heartbeat written at `time`.
-    pub fn heartbeat(&self, lsn: Timestamp, time: WallClock) {
+    /// Records a decoded heartbeat: every commit below `position` was decoded, and the
+    /// state at `position` was current at `time`.
+    pub fn heartbeat(&self, position: Timestamp, time: WallClock) {
         let mut state = self.lock();
-        if lsn > state.progress.heartbeat {
-            state.progress.heartbeat = lsn;
+        state.decoded = state.decoded.max(position);
+        if position > state.progress.heartbeat {
+            state.progress.heartbeat = position;
             state.progress.heartbeat_time = time;
         }
         drop(state);
         self.changed.notify_waiters();
     }
 
-    /// Records a decoded fence of pin `id`.
-    pub fn fence(&self, id: u64, lsn: Timestamp) {
-        self.lock().fences.insert(id, lsn);
+    /// Records a decoded fence message at `lsn` (as the stream reports a message's LSN).
+    pub fn fence(&self, lsn: Timestamp) {
+        let mut state = self.lock();
+        state.decoded = state.decoded.max(lsn);
+        drop(state);
         self.changed.notify_waiters();
+    }
+
+    /// The stream lost commits before `resume` (its slot was recreated): forget what was
+    /// decoded, so nothing is certified across the gap.
+    pub fn restart(&self, resume: Timestamp, pending_xid: u64) {
+        let mut state = self.lock();
+        state.log = CommitLog::new(resume, pending_xid);
+        state.progress.commit = state
+            .progress
+            .commit
+            .max(Timestamp(resume.0.saturating_sub(1)));
+        state.progress.heartbeat = state
+            .progress
+            .heartbeat
+            .max(Timestamp(resume.0.saturating_sub(1)));
     }
 
     /// Records the tag-column catalog in force from `since` (unchanged versions are not
@@ -150,25 +172,29 @@ impl StreamTracker {
         self.lock().progress
     }
 
-    /// Waits until the fence of pin `id` is decoded, then certifies `snapshot` against the
-    /// commits before it. `None` when the fence does not arrive within `timeout`.
+    /// Waits until the stream has decoded the fence written at `fence` (the LSN the
+    /// pinner's `pg_logical_emit_message` returned), then certifies `snapshot` against the
+    /// commits before it. `None` when the stream does not get there within `timeout`.
+    ///
+    /// Keyed by LSN, not by a pin number: fences replayed after a restart carry old numbers
+    /// but can never carry this LSN.
     pub async fn certify(
         &self,
-        id: u64,
+        fence: Timestamp,
         snapshot: &Snapshot,
         timeout: Duration,
-    ) -> Option<(Timestamp, Certification)> {
+    ) -> Option<Certification> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let notified = self.changed.notified();
             {
                 let mut state = self.lock();
-                if let Some(fence) = state.fences.remove(&id) {
+                if state.decoded >= fence {
                     let verdict = state.log.certify(snapshot, fence);
                     if matches!(verdict, Certification::Clean(_)) {
                         state.log.trim_visible_to_all(snapshot, fence);
                     }
-                    return Some((fence, verdict));
+                    return Some(verdict);
                 }
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
