@@ -130,3 +130,23 @@ def test_memory_stays_under_the_limit_far_past_it(start_node):
     assert rss < 2 * limit + (32 << 20), f"RSS {rss} is not bounded by the memory limit"
     # Recent keys are still served.
     assert client.get(f"plain:{100 * 1000 - 1}") == value
+
+
+def test_pipelined_reads_of_large_values_do_not_pile_up_replies(start_node):
+    """Regression: 700 pipelined GETs of a 1 MiB value (14 KB of requests) made the node
+    hold 700 MiB of replies at once."""
+    node = start_node("--max-memory", "64mb")
+    client = redis.Redis(host=node.host, port=node.port, protocol=2)
+    client.set("big", b"x" * (1 << 20))
+    baseline = node.rss_bytes()
+    with socket.create_connection((node.host, node.port), timeout=30) as sock:
+        sock.sendall(b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n" * 700)
+        time.sleep(1.0)  # the client reads nothing: replies wait in the node
+        peak = node.rss_bytes() - baseline
+        received = 0
+        while received < 700 * ((1 << 20) + 12):  # "$1048576\r\n" + value + "\r\n"
+            chunk = sock.recv(1 << 20)
+            assert chunk
+            received += len(chunk)
+    assert peak < 64 << 20, f"RSS grew by {peak} bytes while replies waited"
+    assert client.get("big") == b"x" * (1 << 20)

@@ -18,6 +18,21 @@ const READ_CHUNK: usize = 16 * 1024;
 /// A reply buffer that grew past this is dropped after the write, returning the memory.
 const KEEP_OUTPUT_CAPACITY: usize = 1 << 20;
 
+/// Replies gathered before they are written, even if more requests are waiting: a small
+/// pipeline of GETs of large values must not make the node hold all their replies at once.
+const OUTPUT_HIGH_WATER: usize = 1 << 20;
+
+/// What answering the buffered requests left to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Next {
+    /// Every complete request was answered: read more.
+    Read,
+    /// The reply buffer is full: write it, then keep answering what is buffered.
+    Flush,
+    /// Close the connection after writing the replies.
+    Close,
+}
+
 /// Serves one client until it disconnects, sends `QUIT`, or breaks the protocol.
 pub async fn serve(mut stream: TcpStream, node: &Node, mut session: Session) -> io::Result<()> {
     let mut input = BytesMut::with_capacity(READ_CHUNK);
@@ -25,7 +40,7 @@ pub async fn serve(mut stream: TcpStream, node: &Node, mut session: Session) -> 
     // Resumes a partial request where it stopped: a request trickling in costs linear work.
     let mut decoder = RequestDecoder::new();
     loop {
-        let keep_going = answer_buffered(&mut decoder, &mut input, &mut output, node, &mut session);
+        let next = answer_buffered(&mut decoder, &mut input, &mut output, node, &mut session);
         if !output.is_empty() {
             stream.write_all(&output).await?;
             output.clear();
@@ -33,8 +48,10 @@ pub async fn serve(mut stream: TcpStream, node: &Node, mut session: Session) -> 
                 output = BytesMut::with_capacity(READ_CHUNK);
             }
         }
-        if !keep_going {
-            return Ok(());
+        match next {
+            Next::Close => return Ok(()),
+            Next::Flush => continue,
+            Next::Read => {}
         }
         if input.capacity() - input.len() < READ_CHUNK / 4 {
             input.reserve(READ_CHUNK);
@@ -45,32 +62,33 @@ pub async fn serve(mut stream: TcpStream, node: &Node, mut session: Session) -> 
     }
 }
 
-/// Answers every complete request in `input`; false when the connection must close.
+/// Answers the complete requests in `input` until the reply buffer is full.
 fn answer_buffered(
     decoder: &mut RequestDecoder,
     input: &mut BytesMut,
     output: &mut BytesMut,
     node: &Node,
     session: &mut Session,
-) -> bool {
+) -> Next {
     let limits = node.limits();
-    loop {
+    while output.len() < OUTPUT_HIGH_WATER {
         match decoder.decode(input, &limits) {
             Ok(Some(request)) => {
                 let mut context = Context { node, session };
                 cmd::execute(request, &mut context, output);
                 if session.closing {
-                    return false;
+                    return Next::Close;
                 }
             }
             Ok(None) if input.len() > max_partial_request(&limits) => {
                 return refuse(&ProtocolError::TooBigRequest, output, node, session);
             }
-            Ok(None) => return true,
+            Ok(None) => return Next::Read,
             // The framing is lost: nothing after this point can be trusted to be a request.
             Err(error) => return refuse(&error, output, node, session),
         }
     }
+    Next::Flush
 }
 
 /// The most a client may buffer of one request: its largest argument plus the rest of it.
@@ -79,10 +97,10 @@ fn max_partial_request(limits: &txcache_resp::Limits) -> usize {
     limits.max_bulk_len.saturating_add(1 << 20)
 }
 
-/// Replies with the protocol error and reports that the connection must close.
-fn refuse(error: &ProtocolError, output: &mut BytesMut, node: &Node, session: &Session) -> bool {
+/// Replies with the protocol error; the connection must close.
+fn refuse(error: &ProtocolError, output: &mut BytesMut, node: &Node, session: &Session) -> Next {
     node.metrics.count_protocol_error();
     tracing::debug!(client = session.id, %error, "closing connection");
     error.write_reply(output);
-    false
+    Next::Close
 }
