@@ -148,17 +148,18 @@ impl CommitLog {
         self.commits.is_empty()
     }
 
-    /// Forgets the oldest commits that every snapshot from now on sees: those below `fence`
-    /// whose xid is below `xmin`, the xmin of a snapshot just taken (later snapshots' xmin
-    /// is never lower).
+    /// Forgets the oldest commits that `snapshot` (just certified, fence at `fence`) sees.
+    ///
+    /// A commit visible in one snapshot is visible in every snapshot taken later, and the
+    /// pinner takes and certifies its snapshots one at a time: every snapshot certified from
+    /// now on sees what is trimmed here. Trimming by visibility, not by `xmin`, keeps the log
+    /// short while a long transaction holds `xmin` back.
     pub fn trim_visible_to_all(&mut self, snapshot: &Snapshot, fence: Timestamp) {
         while let Some(oldest) = self.commits.front() {
-            let xid = snapshot.widen(oldest.xid);
-            if oldest.lsn >= fence || xid >= snapshot.xmin {
+            if oldest.lsn >= fence || !snapshot.sees(snapshot.widen(oldest.xid)) {
                 break;
             }
             self.floor = oldest.lsn.next();
-            self.floor_xid = self.floor_xid.max(xid);
             self.commits.pop_front();
         }
     }
@@ -296,6 +297,18 @@ mod tests {
         assert_eq!(
             log.certify(&snapshot("10:12:"), Timestamp(60)),
             Certification::Clean(Timestamp(49))
+        );
+    }
+
+    #[test]
+    fn a_long_transaction_does_not_stop_trimming() {
+        // xid 11 runs throughout (xmin stays 11); later commits are visible and trimmed.
+        let mut log = log(50, &[(100, 12), (200, 13), (300, 14)]);
+        log.trim_visible_to_all(&snapshot("11:15:11"), Timestamp(400));
+        assert!(log.is_empty());
+        assert_eq!(
+            log.certify(&snapshot("11:16:11"), Timestamp(500)),
+            Certification::Clean(Timestamp(300))
         );
     }
 
