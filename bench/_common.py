@@ -7,15 +7,21 @@ needs nothing but ``make build`` and the repository's virtualenv.
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import json
 import os
 import platform
 import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -90,6 +96,7 @@ def server_settings(storage: str, extra: Mapping[str, Setting] | None = None) ->
 @contextmanager
 def postgres(storage: str, extra: Mapping[str, Setting] | None = None) -> Iterator[Any]:
     """A fresh PostgreSQL server on ``storage`` ('disk' or 'tmpfs'), stopped on exit."""
+    freeze_binaries()
     previous = os.environ.get("TXCACHE_PG_TMPDIR")
     if storage == "disk":
         os.environ["TXCACHE_PG_TMPDIR"] = str(DISK_ROOT)
@@ -123,7 +130,7 @@ def execute(dsn: str, *statements: str) -> None:
     """Run ``statements`` in autocommit mode."""
     with psycopg.connect(dsn, autocommit=True) as db:
         for statement in statements:
-            db.execute(statement)  # type: ignore[call-overload]
+            db.execute(statement)
 
 
 def wal_insert_lsn(dsn: str) -> int:
@@ -163,9 +170,51 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def _git(*args: str) -> str:
+    """A read-only git query in the repository ('' when git is unavailable)."""
+    result = subprocess.run(
+        ["git", "-C", str(BENCH_DIR.parent), *args], capture_output=True, text=True, check=False
+    )
+    return result.stdout.strip()
+
+
+_FROZEN: dict[str, str] = {}
+
+
+def freeze_binaries() -> None:
+    """Copy ``txcached`` and ``txcache-agent`` from this checkout's release build aside and
+    point txcache at the copies (``$TXCACHED_BIN``, ``$TXCACHE_AGENT_BIN``), so that a rebuild
+    while the benchmark runs cannot swap them. Records what was copied for the report."""
+    if _FROZEN:
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="txcache-bench-bin-"))
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    for name in ("txcache-agent", "txcached"):
+        built = BENCH_DIR.parent / "target" / "release" / name
+        if not built.is_file():
+            raise RuntimeError(f"{built} is missing: run `make build` first")
+        copy = scratch / name
+        shutil.copy2(built, copy)
+        os.environ[name.upper().replace("-", "_") + "_BIN"] = str(copy)
+        digest = hashlib.sha256(copy.read_bytes()).hexdigest()[:12]
+        stamp = datetime.fromtimestamp(built.stat().st_mtime, UTC).strftime("%H:%M UTC")
+        _FROZEN[name] = f"{name} built {stamp} (sha256 {digest})"
+    if _git("status", "--porcelain", "crates"):
+        _FROZEN["dirty"] = "; crates/ had uncommitted changes"
+
+
+def build_note() -> str:
+    """Which code ran: the commit and the (frozen) binaries, built by `make build`."""
+    freeze_binaries()
+    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
+    binaries = ", ".join(_FROZEN[name] for name in ("txcache-agent", "txcached"))
+    return f"commit {commit}; {binaries}{_FROZEN.get('dirty', '')}"
+
+
 def machine_note(dsn: str, storage: str) -> dict[str, Any]:
     """What the numbers were measured on."""
     return {
+        "build": build_note(),
         "nproc": os.cpu_count(),
         "cpu": _cpu_model(),
         "memory_gib": round(_memory_gib(), 1),
@@ -174,6 +223,7 @@ def machine_note(dsn: str, storage: str) -> dict[str, Any]:
         "storage": storage,
         "fsync": scalar(dsn, "SHOW fsync"),
         "python": platform.python_version(),
+        "load_average_at_start": [round(value, 2) for value in os.getloadavg()],
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
 
@@ -186,7 +236,9 @@ def machine_lines(note: Mapping[str, Any]) -> list[str]:
         f"Linux {note['kernel']}",
         f"- PostgreSQL: {note['postgres']}",
         f"- cluster storage: {storage}",
-        f"- date: {note['date']}",
+        f"- code: {note['build']}",
+        f"- date: {note['date']}; load average at start (1, 5, 15 min): "
+        f"{', '.join(map(str, note['load_average_at_start']))} (other work may share the machine)",
     ]
 
 
@@ -280,14 +332,77 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def run_queue_seconds(pid: int) -> float:
+    """Time the threads of process ``pid`` have spent runnable but waiting for a CPU."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError):  # a thread that ended meanwhile
+            continue
+    return total / 1e9
+
+
+def _system_busy_seconds() -> float:
+    """CPU time every CPU of the machine has spent busy (not idle, iowait or steal)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_tree_seconds() -> float:
+    """CPU time of this process and all its descendants, live or reaped (PostgreSQL and its
+    backends, pgbench, txcached, txcache-agent are all started from here)."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited meanwhile
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        times[int(entry.name)] = sum(int(value) for value in fields[11:15]) / tick
+    me = os.getpid()
+
+    def ours(pid: int) -> bool:
+        while pid > 1:
+            if pid == me:
+                return True
+            pid = parents.get(pid, 0)
+        return False
+
+    return sum(seconds for pid, seconds in times.items() if ours(pid))
+
+
+class ForeignCpu:
+    """CPU seconds used by processes that are not this benchmark's, between start and
+    :meth:`seconds` (other work sharing the machine: it makes the numbers noisy)."""
+
+    def __init__(self) -> None:
+        """Start counting."""
+        self.start = _system_busy_seconds() - _own_tree_seconds()
+
+    def seconds(self) -> float:
+        """Foreign CPU seconds since the start."""
+        return max(0.0, _system_busy_seconds() - _own_tree_seconds() - self.start)
+
+
 def resp_client(host: str, port: int) -> redis.Redis:
     """A RESP2 client of a node or of the agent's endpoint."""
     return redis.Redis(host=host, port=port, protocol=2, socket_timeout=60)
 
 
+def call(client: redis.Redis, *command: str | int) -> Any:
+    """One command to a node or the agent; its reply."""
+    return client.execute_command(*command)  # type: ignore[no-untyped-call]
+
+
 def agent_status(client: redis.Redis) -> dict[str, int]:
     """The agent's STATUS as integers."""
-    text = client.execute_command("STATUS").decode()
+    text = call(client, "STATUS").decode()
     pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
     return {key: int(value) for key, value in pairs}
 
@@ -297,10 +412,64 @@ def wait_caught_up(node: redis.Redis, dsn: str, timeout: float = 120.0) -> float
     target = wal_insert_lsn(dsn)
     start = time.monotonic()
     while time.monotonic() - start < timeout:
-        if int(node.execute_command("TXSTATUS")[0]) >= target:
+        if int(call(node, "TXSTATUS")[0]) >= target:
             return time.monotonic() - start
         time.sleep(0.01)
     raise RuntimeError(f"the node did not catch up with {target} within {timeout} s")
+
+
+class BacklogMonitor(threading.Thread):
+    """Samples how far the stream is behind while pgbench runs, then times the catch-up.
+
+    Backlog = WAL insert position minus the walsender's ``sent_lsn`` (what logical decoding
+    has processed) and minus the node's applied position, in KiB. The walsender's wait event
+    is counted at every sample too: ``CPU`` (decoding), ``WalSenderWaitForWal`` (idle, caught
+    up) or ``WalSenderWriteData`` (blocked on the agent reading too slowly) says which side
+    a backlog is on.
+    """
+
+    def __init__(self, dsn: str, node: tuple[str, int], load: Pgbench) -> None:
+        """Watch the stream of ``dsn`` into ``node`` (host, port) while ``load`` runs."""
+        super().__init__(daemon=True)
+        self.dsn, self.node, self.load = dsn, resp_client(*node), load
+        self.db = psycopg.connect(dsn, autocommit=True)
+        self.peak = {"walsender": 0, "node": 0}
+        self.at_end = {"walsender": 0, "node": 0}
+        self.walsender_states: Counter[str] = Counter()
+        self.catch_up_seconds = 0.0
+
+    def sample(self) -> dict[str, int]:
+        """The backlog now; counts the walsender's state."""
+        row = self.db.execute(
+            "SELECT pg_current_wal_insert_lsn()::text, r.sent_lsn::text, "
+            "coalesce(a.wait_event, 'CPU') FROM pg_stat_replication r "
+            "JOIN pg_stat_activity a ON a.pid = r.pid"
+        ).fetchone()
+        assert row is not None
+        applied = int(call(self.node, "TXSTATUS")[0])
+        insert = lsn_to_int(row[0])
+        self.walsender_states[row[2]] += 1
+        return {
+            "walsender": (insert - lsn_to_int(row[1])) // 1024,
+            "node": (insert - applied) // 1024,
+        }
+
+    def run(self) -> None:
+        """Sample every 0.25 s until pgbench exits, then wait for the node to catch up."""
+        while self.load.running():
+            backlog = self.sample()
+            self.peak = {key: max(value, backlog[key]) for key, value in self.peak.items()}
+            time.sleep(0.25)
+        self.at_end = self.sample()
+        self.catch_up_seconds = wait_caught_up(self.node, self.dsn, timeout=600)
+        self.node.close()
+        self.db.close()
+
+    def states_text(self) -> str:
+        """The walsender's states as shares of the samples, e.g. 'CPU 60 %, ...'."""
+        total = sum(self.walsender_states.values()) or 1
+        shares = self.walsender_states.most_common()
+        return ", ".join(f"{state} {count * 100 // total} %" for state, count in shares)
 
 
 # -- reports ---------------------------------------------------------------------------------
@@ -311,6 +480,13 @@ def command_line() -> str:
     script = Path(sys.argv[0])
     with_venv = Path(".venv/bin/python") if (Path.cwd() / ".venv").is_dir() else sys.executable
     return shlex.join([str(with_venv), str(script), *sys.argv[1:]])
+
+
+def result_name(base: str, quick: bool, storage: str, *extra: str) -> str:
+    """The file name (no suffix) of a run's results: ``base``, then what differs from the
+    default run (``_quick``, ``_tmpfs``, ``extra``)."""
+    parts = [base, *(["quick"] if quick else []), *([storage] if storage != "disk" else [])]
+    return "_".join([*parts, *extra])
 
 
 def write_report(
@@ -328,5 +504,5 @@ def write_report(
 
 
 def fmt(value: float, digits: int = 2) -> str:
-    """A number for a markdown table ('–' for NaN)."""
-    return "–" if value != value else f"{value:.{digits}f}"
+    """A number for a markdown table ('-' for NaN)."""
+    return "-" if value != value else f"{value:.{digits}f}"

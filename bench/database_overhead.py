@@ -1,0 +1,284 @@
+"""Database overhead of txcache: pgbench TPS stock vs with the agent (the paper: < 7 %).
+
+One server, one pgbench database (scale 10), runs interleaved so that drift cancels:
+``stock, agent(1 s), stock, agent(30 s), stock, agent(180 s), stock`` and, in the next round,
+the agent runs in reverse order. Every run restarts the server first (same start for all).
+
+- *stock*: no replication slot, no agent; ``wal_level`` as ``--stock-wal-level`` (default
+  ``replica``: PostgreSQL as it would run without txcache).
+- *agent(L)*: ``wal_level=logical``, ``txcache setup`` (slot), a node and ``txcache-agent
+  --max-staleness L --pin-lease 0s`` (pins live L seconds after they stop being current;
+  the agent takes one per second while pgbench commits). The agent consumes the slot and
+  holds its pins (and so the vacuum horizon) the whole run.
+
+Each agent run's overhead is measured against the mean of the two stock runs beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from _common import (
+    STORAGE_HELP,
+    ForeignCpu,
+    Pgbench,
+    PgbenchResult,
+    agent_status,
+    cpu_seconds,
+    create_database,
+    drop_slot,
+    execute,
+    fmt,
+    log,
+    machine_note,
+    pgbench_init,
+    postgres,
+    resp_client,
+    result_name,
+    scalar,
+    server_settings,
+    wal_insert_lsn,
+    write_report,
+)
+
+import txcache
+
+SMALL_TABLES = "'pgbench_branches'::regclass, 'pgbench_tellers'::regclass"
+
+
+@dataclass
+class Run:
+    """One pgbench run, stock (``lifetime`` None) or beside the agent."""
+
+    index: int
+    lifetime: int | None
+    pgbench: PgbenchResult | None = None
+    wal_bytes: int = 0
+    xmin_age: int = 0
+    small_tables_growth_kib: int = 0
+    cpu: dict[str, float] = field(default_factory=dict)
+    status: dict[str, int] = field(default_factory=dict)
+    foreign_cpu: float = 0.0
+
+    @property
+    def label(self) -> str:
+        """'stock' or 'agent 30 s'."""
+        return "stock" if self.lifetime is None else f"agent {self.lifetime} s"
+
+    @property
+    def tps(self) -> float:
+        """pgbench's TPS (NaN before the run)."""
+        return self.pgbench.tps if self.pgbench else float("nan")
+
+
+def schedule(lifetimes: list[int], rounds: int) -> list[Run]:
+    """stock, agent, stock, agent …, agent order reversed every other round."""
+    runs = [Run(0, None)]
+    for number in range(rounds):
+        order = lifetimes if number % 2 == 0 else list(reversed(lifetimes))
+        for lifetime in order:
+            runs.append(Run(len(runs), lifetime))
+            runs.append(Run(len(runs), None))
+    return runs
+
+
+def small_tables_kib(dsn: str) -> int:
+    """Size of pgbench_branches and pgbench_tellers (the hot, bloat-prone ones), KiB."""
+    size = scalar(
+        dsn, f"SELECT sum(pg_total_relation_size(t)) FROM unnest(ARRAY[{SMALL_TABLES}]) t"
+    )
+    return int(size) // 1024
+
+
+def oldest_xmin_age(dsn: str) -> int:
+    """Age in transactions of the oldest snapshot any session holds (the vacuum horizon)."""
+    age = scalar(dsn, "SELECT coalesce(max(age(backend_xmin)), 0) FROM pg_stat_activity")
+    return int(age)
+
+
+def start_agent(stack: ExitStack, dsn: str, run: Run, args: argparse.Namespace) -> dict[str, Any]:
+    """Slot, node and agent for an agent run; returns what the run measures them by."""
+    txcache.setup_database(dsn)
+    node = stack.enter_context(txcache.NodeProcess("--max-memory", "256mb"))
+    flags = ["--max-staleness", f"{run.lifetime}s", "--pin-lease", args.pin_lease]
+    agent = stack.enter_context(txcache.AgentProcess(dsn, [node.address], *flags))
+    walsender = int(scalar(dsn, "SELECT pid FROM pg_stat_replication"))
+    return {
+        "pids": {"agent": agent.process.pid, "node": node.process.pid, "walsender": walsender},
+        "client": stack.enter_context(resp_client(agent.host, agent.port)),
+    }
+
+
+def measure(server: Any, dsn: str, run: Run, args: argparse.Namespace) -> None:
+    """Restart the server for ``run``, run pgbench, record the numbers."""
+    wal_level = args.stock_wal_level if run.lifetime is None else "logical"
+    server.restart(server_settings(args.storage, {"wal_level": wal_level}))
+    with ExitStack() as stack:
+        agent = start_agent(stack, dsn, run, args) if run.lifetime is not None else None
+        execute(dsn, "CHECKPOINT")
+        wal, size = wal_insert_lsn(dsn), small_tables_kib(dsn)
+        pids = agent["pids"] if agent else {}
+        cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        command = ["-c", str(args.clients), "-j", "2", "-T", str(args.seconds)]
+        foreign = ForeignCpu()
+        load = Pgbench(server, dsn, command, {})
+        time.sleep(args.seconds * 0.9)
+        run.xmin_age = oldest_xmin_age(dsn)
+        run.pgbench = load.wait()
+        run.foreign_cpu = foreign.seconds()
+        run.wal_bytes = wal_insert_lsn(dsn) - wal
+        run.small_tables_growth_kib = small_tables_kib(dsn) - size
+        run.cpu = {name: cpu_seconds(pid) - cpu[name] for name, pid in pids.items()}
+        if agent:
+            run.status = agent_status(agent["client"])
+    if run.lifetime is not None:
+        drop_slot(dsn)
+
+
+def overheads(runs: list[Run]) -> dict[int, list[float]]:
+    """Per lifetime: each agent run's TPS loss against the mean of its stock neighbours, %."""
+    result: dict[int, list[float]] = {}
+    for i, run in enumerate(runs):
+        if run.lifetime is None:
+            continue
+        stock = statistics.fmean([runs[i - 1].tps, runs[i + 1].tps])
+        result.setdefault(run.lifetime, []).append((1 - run.tps / stock) * 100)
+    return result
+
+
+def summary_rows(runs: list[Run], lifetimes: list[int]) -> list[str]:
+    """One row for stock and one per lifetime."""
+    loss = overheads(runs)
+    stock = [run.tps for run in runs if run.lifetime is None]
+    rows = [
+        "| configuration | runs | TPS mean | TPS min-max | overhead vs neighbouring stock runs "
+        "(mean; each run) |",
+        "|---|---|---|---|---|",
+        f"| stock | {len(stock)} | {statistics.fmean(stock):.0f} "
+        f"| {min(stock):.0f}-{max(stock):.0f} | - |",
+    ]
+    for lifetime in lifetimes:
+        tps = [run.tps for run in runs if run.lifetime == lifetime]
+        each = ", ".join(f"{value:+.1f} %" for value in loss[lifetime])
+        rows.append(
+            f"| agent, pins live {lifetime} s | {len(tps)} | {statistics.fmean(tps):.0f} "
+            f"| {min(tps):.0f}-{max(tps):.0f} | **{statistics.fmean(loss[lifetime]):+.1f} %** "
+            f"({each}) |"
+        )
+    return rows
+
+
+def run_rows(runs: list[Run]) -> list[str]:
+    """Every run, in order."""
+    rows = [
+        "| # | run | TPS | latency ms | WAL bytes/tx | oldest xmin age (xids) "
+        "| branches+tellers growth KiB | CPU s: agent | node | walsender "
+        "| pins certified / unclean | other work CPU s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        assert run.pgbench is not None
+        per_tx = run.wal_bytes / max(1, run.pgbench.transactions)
+        pins = (
+            f"{run.status['pins_certified']} / {run.status['pins_unclean']}" if run.status else "-"
+        )
+        cpu = [fmt(run.cpu[name], 1) if run.cpu else "-" for name in ("agent", "node", "walsender")]
+        rows.append(
+            f"| {run.index} | {run.label} | {run.tps:.0f} | {run.pgbench.latency_ms:.2f} "
+            f"| {per_tx:.0f} | {run.xmin_age} | {run.small_tables_growth_kib} "
+            f"| {cpu[0]} | {cpu[1]} | {cpu[2]} | {pins} | {run.foreign_cpu:.1f} |"
+        )
+    return rows
+
+
+def report_body(runs: list[Run], args: argparse.Namespace) -> list[str]:
+    """The markdown report."""
+    return [
+        f"pgbench TPC-B-like (default script) `-c {args.clients} -j 2 -T {args.seconds}`, "
+        f"scale {args.scale}; {len(runs)} runs interleaved, the server restarted before each. "
+        f"Stock: wal_level={args.stock_wal_level}, no slot, no agent. Agent: "
+        f"wal_level=logical, slot, node + agent (`--max-staleness L --pin-lease "
+        f"{args.pin_lease}`, pin every 1 s), all on the same {os.cpu_count()}-CPU machine.",
+        "",
+        *summary_rows(runs, args.lifetimes),
+        "",
+        "Every run (*oldest xmin age*: sampled at 90 % of the run, the vacuum horizon the "
+        "pinner sessions hold; *growth*: size of pgbench_branches + pgbench_tellers during "
+        "the run, the tables whose dead rows a held horizon keeps; *other work*: CPU time of "
+        "processes that are not this benchmark's, the machine being shared):",
+        "",
+        *run_rows(runs),
+    ]
+
+
+def run(args: argparse.Namespace) -> None:
+    """Every run, then the report."""
+    runs = schedule(args.lifetimes, args.rounds)
+    with postgres(args.storage) as server:
+        dsn = create_database(server, "bench")
+        log(f"pgbench -i -s {args.scale}")
+        pgbench_init(server, dsn, args.scale)
+        note = machine_note(dsn, args.storage)
+        for run_ in runs:
+            log(f"run {run_.index + 1}/{len(runs)}: {run_.label}")
+            measure(server, dsn, run_, args)
+            log(f"  {run_.tps:.0f} TPS")
+    body = report_body(runs, args)
+    raw = {
+        "args": vars(args),
+        "overhead_percent": overheads(runs),
+        "runs": [
+            {
+                "label": r.label,
+                "lifetime": r.lifetime,
+                "pgbench": r.pgbench.as_dict() if r.pgbench else None,
+                "wal_bytes": r.wal_bytes,
+                "xmin_age": r.xmin_age,
+                "small_tables_growth_kib": r.small_tables_growth_kib,
+                "cpu_seconds": r.cpu,
+                "agent_status": r.status,
+                "foreign_cpu_seconds": r.foreign_cpu,
+            }
+            for r in runs
+        ],
+    }
+    extra = ["stock-logical"] if args.stock_wal_level == "logical" else []
+    name = result_name("database_overhead", args.quick, args.storage, *extra)
+    path = write_report(
+        name, "Database overhead: pgbench with and without txcache", note, body, raw
+    )
+    print("\n".join(body))
+    log(f"report: {path}")
+
+
+def parse_args() -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run of about a minute")
+    parser.add_argument("--seconds", type=int, default=15, help="pgbench -T of each run")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--lifetimes",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1, 30, 180],
+        help="agent --max-staleness values, seconds",
+    )
+    parser.add_argument("--pin-lease", default="0s", help="agent --pin-lease")
+    parser.add_argument("--clients", type=int, default=8, help="pgbench -c")
+    parser.add_argument("--scale", type=int, default=10, help="pgbench -i -s")
+    parser.add_argument("--stock-wal-level", choices=("replica", "logical"), default="replica")
+    parser.add_argument("--storage", choices=("disk", "tmpfs"), default="disk", help=STORAGE_HELP)
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.rounds = 4, 1
+    return args
+
+
+if __name__ == "__main__":
+    run(parse_args())

@@ -1,0 +1,549 @@
+"""The catalog facts that SQL → tag analysis needs, read from ``pg_catalog`` with psycopg.
+
+:class:`Schema` holds one snapshot of them (a :class:`Catalog`: relations with their kind,
+persistence, partition root, inheritance children, publication, columns with the type
+family that allows fine tags, view definitions; functions, operators and types for the
+safety checks; the search path) together with the tag columns in force at a transaction's
+snapshot. ``_sql.analyze`` reads nothing else. Names in tags are escaped by
+:func:`escape_name`, the twin of the Rust ``escape_name`` (``crates/model/src/tag.rs``).
+
+A relation whose changes the agent never sees (not in the publication, temporary,
+unlogged, foreign, a system catalog, …) is described by :meth:`Catalog.table_problem`, so
+that the analysis can refuse queries that read it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import psycopg
+from psycopg.rows import TupleRow
+
+__all__ = [
+    "Catalog",
+    "Column",
+    "Family",
+    "Relation",
+    "Schema",
+    "TagColumns",
+    "escape_name",
+    "table_name",
+    "tag_columns_at",
+]
+
+Family = Literal["int", "text", "uuid", "bool"]
+"""A type whose text output the library can write from a Python value (docs/sql-tags.md)."""
+
+TagColumns = Mapping[str, frozenset[str]]
+"""Tag columns by table, as TAGCOLUMNS names them: escaped ``schema.table`` → column names."""
+
+Connection = psycopg.Connection[TupleRow]
+T = TypeVar("T")
+
+FIRST_NORMAL_OID = 16384  # objects below were created by initdb: built in
+SYSTEM_SCHEMAS = frozenset({"pg_catalog", "information_schema", "pg_toast"})
+FAMILY_OF_TYPE: dict[int, Family] = {20: "int", 21: "int", 23: "int", 25: "text", 1043: "text"}
+FAMILY_OF_TYPE |= {2950: "uuid", 16: "bool"}
+_CACHED_PLANS = 2048  # analysed statements kept per schema before the memo is cleared
+
+# Stable built-in functions whose result depends on the clock, the session, the current
+# transaction, or data that no tag names (statistics, other tables): never cached.
+_TIME_OR_SESSION = frozenset(
+    (
+        *("now", "transaction_timestamp", "statement_timestamp", "clock_timestamp"),
+        *("timeofday", "mxid_age", "current_user", "session_user", "system_user"),
+        *("getpgusername", "current_role", "current_schema", "current_schemas"),
+        *("current_setting", "current_query", "inet_client_addr", "inet_client_port"),
+        *("inet_server_addr", "inet_server_port", "row_security_active"),
+        *("get_current_ts_config", "currval", "lastval", "nextval", "setval"),
+        *("database_to_xml", "database_to_xml_and_xmlschema", "database_to_xmlschema"),
+        *("schema_to_xml", "schema_to_xml_and_xmlschema", "schema_to_xmlschema"),
+        *("table_to_xml", "table_to_xml_and_xmlschema", "table_to_xmlschema"),
+        *("query_to_xml", "query_to_xml_and_xmlschema", "query_to_xmlschema"),
+        *("cursor_to_xml", "cursor_to_xmlschema"),
+        # catalog readers: a DDL that changes their answer names no table the query reads
+        *("obj_description", "col_description", "shobj_description", "format_type"),
+    )
+)
+_DENIED_PREFIXES = ("txid_", "pg_", "has_", "lo_", "to_reg", "enum_")
+_ALLOWED_PG = frozenset({"pg_typeof", "pg_column_size", "pg_input_is_valid", "pg_collation_for"})
+
+
+def escape_name(name: str) -> str:
+    """Escape an identifier for a tag: ``%``, ``.``, ``:`` and ``=`` become ``%25``, ``%2E``,
+    ``%3A`` and ``%3D`` — exactly as the agent does (``crates/model/src/tag.rs``)."""
+    if not any(c in name for c in "%.:="):
+        return name
+    return "".join({"%": "%25", ".": "%2E", ":": "%3A", "=": "%3D"}.get(c, c) for c in name)
+
+
+def table_name(schema: str, table: str) -> str:
+    """The ``schema.table`` of a table in tags, each name escaped by :func:`escape_name`."""
+    return f"{escape_name(schema)}.{escape_name(table)}"
+
+
+def tag_columns_at(
+    versions: Iterable[tuple[int, Iterable[tuple[str | bytes, Iterable[str | bytes]]]]],
+    ts: int,
+) -> dict[str, frozenset[str]] | None:
+    """The tag-column version in force at snapshot ``ts``: the latest of the agent's
+    ``TAGCOLUMNS`` versions with ``since <= ts``; ``None`` (wildcards only) below the oldest.
+
+    Accepts the reply as redis-py returns it (bytes) or decoded.
+    """
+    chosen: Iterable[tuple[str | bytes, Iterable[str | bytes]]] | None = None
+    best = -1
+    for since, tables in versions:
+        if best < int(since) <= ts:
+            best, chosen = int(since), tables
+    if chosen is None:
+        return None
+    return {_text(table): frozenset(map(_text, columns)) for table, columns in chosen}
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column: its name and the family of its type, ``None`` where no fine tag is sound."""
+
+    name: str
+    family: Family | None
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A table, view, sequence, … as the analysis needs it."""
+
+    oid: int
+    schema: str
+    name: str
+    kind: str  # pg_class.relkind
+    persistence: str  # pg_class.relpersistence
+    root: int | None  # the partition root of a partition
+    row_security: bool
+    view_sql: str | None  # pg_get_viewdef of a view
+    columns: tuple[Column, ...] = ()
+    children: tuple[int, ...] = ()  # direct inheritance children and partitions
+
+    @property
+    def tag(self) -> str:
+        """The wildcard tag (and table part of fine tags) of this relation."""
+        return table_name(self.schema, self.name)
+
+    @property
+    def display(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    def column(self, name: str) -> Column | None:
+        return next((column for column in self.columns if column.name == name), None)
+
+
+@dataclass(frozen=True)
+class Function:
+    oid: int
+    schema: str
+    name: str
+    volatility: str  # i, s, v
+    language: str
+    nargs: int
+    ndefaults: int
+    variadic: bool
+    extension: bool
+
+    @property
+    def builtin(self) -> bool:
+        return self.oid < FIRST_NORMAL_OID
+
+    def accepts(self, nargs: int | None) -> bool:
+        """Whether a call with ``nargs`` arguments (``None``: unknown) may resolve to it."""
+        if nargs is None or self.variadic:
+            return True
+        return self.nargs - self.ndefaults <= nargs <= self.nargs
+
+
+@dataclass(frozen=True)
+class TypeInfo:
+    oid: int
+    schema: str
+    name: str
+    kind: str  # pg_type.typtype
+    base: int  # the base type of a domain, else 0
+    extension: bool
+    checked: bool  # a domain with CHECK constraints
+
+
+@dataclass(frozen=True)
+class Publication:
+    name: str
+    exists: bool
+    via_root: bool
+    all_actions: bool
+    tables: frozenset[int]
+    filtered: frozenset[int]  # tables published with a row filter
+
+
+@dataclass
+class Catalog:
+    """One reading of the catalogs; immutable once loaded."""
+
+    search_path: tuple[str, ...]
+    relations: dict[tuple[str, str], Relation]
+    by_oid: dict[int, Relation]
+    functions: dict[str, list[Function]]
+    functions_by_oid: dict[int, Function]
+    operators: dict[str, list[tuple[str, int]]]  # name → (schema, implementing function)
+    types: dict[tuple[str, str], TypeInfo]
+    publication: Publication
+    standard_strings: bool
+
+    def relation(self, schema: str | None, name: str) -> Relation | None:
+        """Resolve a relation name as PostgreSQL would with this search path."""
+        for space in (schema,) if schema else self.search_path:
+            found = self.relations.get((space, name))
+            if found is not None:
+                return found
+        return None
+
+    def type(self, names: Sequence[str]) -> TypeInfo | None:
+        """Resolve a type name (``[schema.]name``)."""
+        *qualifier, name = names
+        spaces = qualifier[-1:] or [s for s in self.search_path if not s.startswith("pg_temp")]
+        return next((t for s in spaces if (t := self.types.get((s, name))) is not None), None)
+
+    def _candidates(self, qualifier: Sequence[str], name: str, nargs: int | None) -> list[Function]:
+        spaces = set(qualifier[-1:] or [s for s in self.search_path if not s.startswith("pg_temp")])
+        return [f for f in self.functions.get(name, []) if f.schema in spaces and f.accepts(nargs)]
+
+    def function_problem(
+        self, names: Sequence[str], nargs: int | None, safe: frozenset[str]
+    ) -> str | None:
+        """Why a call of function ``names`` with ``nargs`` arguments may not be cached, or
+        ``None``. Every overload it may resolve to must pass (see docs/sql-tags.md)."""
+        *qualifier, name = names
+        if name in safe or ".".join(names) in safe:
+            return None
+        candidates = self._candidates(qualifier, name, nargs)
+        if not candidates:
+            return f"unknown function {'.'.join(names)}()"
+        if name == "age" and nargs == 1:
+            return "function age() with one argument depends on the current date"
+        for function in candidates:
+            problem = self._function_problem(function, safe)
+            if problem:
+                return problem
+        return None
+
+    def _function_problem(self, function: Function, safe: frozenset[str]) -> str | None:
+        name = function.name
+        if name in safe or f"{function.schema}.{name}" in safe:
+            return None
+        if not function.builtin:
+            trusted = function.extension and function.volatility == "i"
+            if trusted or (function.language == "internal" and function.volatility != "v"):
+                return None
+            return (
+                f"user-defined function {function.schema}.{name}() may read tables or be "
+                "nondeterministic: pass it in safe_functions if it reads no table and is "
+                "deterministic"
+            )
+        if function.volatility == "v":
+            return f"volatile function {name}()"
+        prefixed = name.startswith(_DENIED_PREFIXES) and name not in _ALLOWED_PG
+        if name in _TIME_OR_SESSION or (prefixed and function.volatility == "s"):
+            return f"function {name}() depends on time, the session or data no tag names"
+        return None
+
+    def operator_problem(self, names: Sequence[str], safe: frozenset[str]) -> str | None:
+        """Why operator ``names`` may not be cached (any same-named operator on the path)."""
+        *qualifier, name = names
+        spaces = set(qualifier[-1:] or self.search_path)
+        for space, code in self.operators.get(name, []):
+            function = self.functions_by_oid.get(code)
+            if space in spaces and function is not None:
+                problem = self._function_problem(function, safe)
+                if problem:
+                    return f"operator {name}: {problem}"
+        return None
+
+    def type_problem(self, names: Sequence[str]) -> str | None:
+        """Why a cast to type ``names`` may not be cached (a domain whose CHECK may call
+        anything), or ``None``."""
+        found = self.type(names)
+        if found is None:
+            return f"unknown type {'.'.join(names)}"
+        user_domain = found.oid >= FIRST_NORMAL_OID and not found.extension
+        if found.kind == "d" and found.checked and user_domain:
+            return f"cast to domain {found.schema}.{found.name} with CHECK constraints"
+        return None
+
+    def table_problem(self, relation: Relation) -> str | None:
+        """Why the agent does not see every change of table ``relation``, or ``None``."""
+        what = relation.display
+        system = relation.schema in SYSTEM_SCHEMAS or relation.schema.startswith("pg_temp")
+        if system and relation.persistence != "t":
+            return f"system catalog {what} (its changes are not decoded)"
+        kinds = {"m": "materialized view", "f": "foreign table", "S": "sequence"}
+        if relation.kind in kinds:
+            return f"{kinds[relation.kind]} {what} (its changes are not decoded)"
+        if relation.persistence == "t":
+            return f"temporary table {what} (its changes are not decoded)"
+        if relation.persistence == "u":
+            return f"unlogged table {what} (its changes are not decoded)"
+        if relation.row_security:
+            return f"table {what} has row-level security (results depend on the role)"
+        return None
+
+    def publication_problem(self, relation: Relation) -> str | None:
+        """Why changes of ``relation`` (a table or a partition root) are not published."""
+        pub = self.publication
+        if not pub.exists:
+            return f"publication {pub.name} does not exist: run txcache setup"
+        if not pub.all_actions:
+            return f"publication {pub.name} does not publish every insert, update and delete"
+        if relation.oid not in pub.tables:
+            return f"table {relation.display} is not in publication {pub.name}"
+        if relation.oid in pub.filtered:
+            return f"table {relation.display} is published with a row filter"
+        if (relation.kind == "p" or relation.root is not None) and not pub.via_root:
+            return f"publication {pub.name} does not publish via the partition root"
+        return None
+
+
+@dataclass
+class _Shared:
+    """What every :meth:`Schema.with_tag_columns` copy shares: the catalog and a memo."""
+
+    catalog: Catalog
+    publication: str
+    dsn: str | None
+    memo: dict[Any, Any] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Schema:
+    """Catalog facts plus the tag columns in force at one snapshot.
+
+    Load once per process with :meth:`load` (cached: analysis of each distinct statement is
+    memoized here too); derive the per-snapshot view with :meth:`with_tag_columns`;
+    :meth:`refresh` re-reads the catalogs after DDL (every copy sees the new reading).
+    """
+
+    def __init__(self, shared: _Shared, tag_columns: TagColumns | None = None) -> None:
+        self._shared = shared
+        self.tag_columns: TagColumns | None = tag_columns
+
+    @classmethod
+    def load(
+        cls,
+        source: Connection | str,
+        *,
+        publication: str = "txcache",
+        tag_columns: TagColumns | None = None,
+    ) -> Schema:
+        """Read the catalogs through ``source`` (a connection, or a DSN to connect to and
+        remember for :meth:`refresh`). ``publication`` is the one ``txcache setup`` made."""
+        dsn = source if isinstance(source, str) else None
+        shared = _Shared(_read(source, publication), publication, dsn)
+        return cls(shared, tag_columns)
+
+    @property
+    def catalog(self) -> Catalog:
+        return self._shared.catalog
+
+    def with_tag_columns(self, tag_columns: TagColumns | None) -> Schema:
+        """This schema with ``tag_columns`` (e.g. :func:`tag_columns_at` of the snapshot)."""
+        return Schema(self._shared, tag_columns)
+
+    def columns_of(self, relation: Relation) -> frozenset[str]:
+        """The tag columns of ``relation`` in force (none without a tag-column version)."""
+        if self.tag_columns is None:
+            return frozenset()
+        return self.tag_columns.get(relation.tag, frozenset())
+
+    def refresh(self, conn: Connection | None = None) -> None:
+        """Re-read the catalogs (through ``conn``, else the DSN given to :meth:`load`)."""
+        source: Connection | str | None = conn or self._shared.dsn
+        if source is None:
+            raise ValueError("Schema.refresh() needs a connection: load() was given one")
+        catalog = _read(source, self._shared.publication)
+        with self._shared.lock:
+            self._shared.catalog = catalog
+            self._shared.memo = {}
+
+    def memo(self, key: Any, compute: Callable[[], T]) -> T:
+        """``compute()``, remembered under ``key`` until the next :meth:`refresh`."""
+        memo = self._shared.memo
+        try:
+            return memo[key]  # type: ignore[no-any-return]
+        except KeyError:
+            pass
+        value = compute()
+        if len(memo) >= _CACHED_PLANS:
+            memo.clear()
+        memo[key] = value
+        return value
+
+
+def _read(source: Connection | str, publication: str) -> Catalog:
+    if isinstance(source, str):
+        with psycopg.connect(source, autocommit=True, application_name="txcache schema") as conn:
+            return _read_catalog(conn, publication)
+    with source.transaction():
+        return _read_catalog(source, publication)
+
+
+_RELATIONS = """
+SELECT c.oid::int, n.nspname::text, c.relname::text, c.relkind::text, c.relpersistence::text,
+       CASE WHEN c.relispartition THEN pg_partition_root(c.oid)::int END, c.relrowsecurity,
+       CASE WHEN c.relkind = 'v' AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+            THEN pg_get_viewdef(c.oid) END
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+"""
+_COLUMNS = """
+SELECT a.attrelid::int, a.attname::text, a.atttypid::int, coalesce(co.collisdeterministic, true)
+FROM pg_attribute a
+JOIN pg_class c ON c.oid = a.attrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_collation co ON co.oid = a.attcollation
+WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')
+ORDER BY a.attrelid, a.attnum
+"""
+_EXTENSION = """EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = '{}'::regclass
+                        AND d.objid = {}.oid AND d.deptype = 'e')"""
+_FUNCTIONS = f"""
+SELECT p.oid::int, n.nspname::text, p.proname::text, p.provolatile::text, l.lanname::text,
+       p.pronargs::int, p.pronargdefaults::int, p.provariadic <> 0,
+       {_EXTENSION.format("pg_proc", "p")}
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+JOIN pg_language l ON l.oid = p.prolang
+"""
+_OPERATORS = """
+SELECT n.nspname::text, o.oprname::text, o.oprcode::oid::int, o.oid::int, o.oprleft::int,
+       o.oprright::int
+FROM pg_operator o JOIN pg_namespace n ON n.oid = o.oprnamespace
+"""
+_TYPES = f"""
+SELECT t.oid::int, n.nspname::text, t.typname::text, t.typtype::text, t.typbasetype::int,
+       {_EXTENSION.format("pg_type", "t")},
+       EXISTS (SELECT 1 FROM pg_constraint k WHERE k.contypid = t.oid AND k.contype = 'c')
+FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+"""
+
+
+def _read_catalog(conn: Connection, publication: str) -> Catalog:
+    def rows(query: str, *params: object) -> list[TupleRow]:
+        return conn.execute(query, params).fetchall()
+
+    settings = rows(
+        "SELECT current_schemas(true)::text[], current_setting('server_encoding'), "
+        "current_setting('standard_conforming_strings'), "
+        "current_setting('server_version_num')::int"
+    )[0]
+    search_path, encoding, standard, version = settings
+    types = [TypeInfo(*row) for row in rows(_TYPES)]
+    types_by_oid = {t.oid: t for t in types}
+    functions = [Function(*row) for row in rows(_FUNCTIONS)]
+    operators = rows(_OPERATORS)
+    unsafe = _unsafe_families(operators, types_by_oid)
+    text_ok = encoding == "UTF8"
+    columns: dict[int, list[Column]] = {}
+    for oid, name, type_oid, deterministic in rows(_COLUMNS):
+        family = _family(type_oid, types_by_oid)
+        if family in unsafe or (family == "text" and not (deterministic and text_ok)):
+            family = None
+        columns.setdefault(oid, []).append(Column(name, family))
+    children: dict[int, list[int]] = {}
+    for child, parent in rows("SELECT inhrelid::int, inhparent::int FROM pg_inherits"):
+        children.setdefault(parent, []).append(child)
+    relations = [
+        Relation(
+            oid,
+            schema,
+            name,
+            kind,
+            persistence,
+            root,
+            secured,
+            view,
+            columns=tuple(columns.get(oid, ())),
+            children=tuple(children.get(oid, ())),
+        )
+        for oid, schema, name, kind, persistence, root, secured, view in rows(_RELATIONS)
+    ]
+    by_function_name: dict[str, list[Function]] = {}
+    for function in functions:
+        by_function_name.setdefault(function.name, []).append(function)
+    by_operator_name: dict[str, list[tuple[str, int]]] = {}
+    for space, name, code, *_ in operators:
+        by_operator_name.setdefault(name, []).append((space, code))
+    return Catalog(
+        search_path=tuple(search_path),
+        relations={(r.schema, r.name): r for r in relations},
+        by_oid={r.oid: r for r in relations},
+        functions=by_function_name,
+        functions_by_oid={f.oid: f for f in functions},
+        operators=by_operator_name,
+        types={(t.schema, t.name): t for t in types},
+        publication=_read_publication(conn, publication, version),
+        standard_strings=standard == "on",
+    )
+
+
+def _family(type_oid: int, types: Mapping[int, TypeInfo]) -> Family | None:
+    """The fine-tag family of a type, looking through domains."""
+    for _ in range(64):
+        found = types.get(type_oid)
+        if found is None or found.kind != "d":
+            break
+        type_oid = found.base
+    return FAMILY_OF_TYPE.get(type_oid)
+
+
+def _unsafe_families(operators: list[TupleRow], types: Mapping[int, TypeInfo]) -> set[Family]:
+    """Families for which a user-defined ``=`` exists: equality may not be the built-in one."""
+    unsafe: set[Family] = set()
+    for _space, name, _code, oid, left, right in operators:
+        if name != "=" or oid < FIRST_NORMAL_OID:
+            continue
+        for operand in (left, right):
+            found = types.get(operand)
+            if found is not None and found.kind == "p":
+                return {"int", "text", "uuid", "bool"}
+            family = _family(operand, types)
+            if family is not None:
+                unsafe.add(family)
+    return unsafe
+
+
+def _read_publication(conn: Connection, name: str, version: int) -> Publication:
+    found = conn.execute(
+        "SELECT pubviaroot, pubinsert AND pubupdate AND pubdelete AND pubtruncate "
+        "FROM pg_publication WHERE pubname = %s",
+        (name,),
+    ).fetchone()
+    if found is None:
+        return Publication(name, False, False, False, frozenset(), frozenset())
+    filtered = "rowfilter IS NOT NULL" if version >= 150000 else "false"
+    tables = conn.execute(
+        f"SELECT c.oid::int, {filtered} FROM pg_publication_tables t "
+        "JOIN pg_namespace n ON n.nspname = t.schemaname "
+        "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename "
+        "WHERE t.pubname = %s",
+        (name,),
+    ).fetchall()
+    return Publication(
+        name,
+        True,
+        bool(found[0]),
+        bool(found[1]),
+        frozenset(oid for oid, _ in tables),
+        frozenset(oid for oid, has_filter in tables if has_filter),
+    )
