@@ -25,9 +25,7 @@ impl Version {
     /// an open version is known valid through `n` (the last applied message), never below its
     /// own `lo`, so it counts as `[lo, max(n, lo) + 1)`.
     pub fn effective(&self, n: Timestamp) -> (Timestamp, Timestamp) {
-        let lo = self.interval.lo();
-        let hi = self.interval.hi().unwrap_or_else(|| succ(n.max(lo)));
-        (lo, hi)
+        effective(&self.interval, n)
     }
 
     /// The stored upper end, with open as "infinitely far".
@@ -38,6 +36,14 @@ impl Version {
     pub fn is_open(&self) -> bool {
         self.interval.is_open()
     }
+}
+
+/// `interval` as known valid through `n`, as `(lo, hi)` with `hi` exclusive: a bounded
+/// interval as it is, an open one as `[lo, max(n, lo) + 1)`.
+pub(crate) fn effective(interval: &ValidityInterval, n: Timestamp) -> (Timestamp, Timestamp) {
+    let lo = interval.lo();
+    let hi = interval.hi().unwrap_or_else(|| succ(n.max(lo)));
+    (lo, hi)
 }
 
 /// The timestamp after `t`. Saturates at `u64::MAX` (never reached: wire timestamps stay

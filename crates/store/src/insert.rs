@@ -173,8 +173,17 @@ impl Store {
         Some(combined)
     }
 
-    /// Where a value computed at snapshot `s` from rows named by `tags` is known valid.
-    fn database_interval(
+    /// Where a value computed at snapshot `s` from the rows named by `tags` is known valid,
+    /// from the invalidation history alone (the database interval an insert intersects with
+    /// its request's interval; nothing is stored):
+    /// - `s > N`: `[s, ∞)` (commits in `(N, s]` are unknown but visible in `s`);
+    /// - no history yet, or `s < H`: `[s, s + 1)`;
+    /// - otherwise `[max(H, latest commit ≤ s matching tags), first commit in (s, N] matching
+    ///   tags)`, open when there is none (so `[H, ∞)` without tags: nothing can change it).
+    ///
+    /// An open result is valid through `N` as far as this node can vouch now
+    /// ([`Store::effective`]). `None` only when `s` is `u64::MAX` (never a wire timestamp).
+    pub fn database_interval(
         &self,
         s: Timestamp,
         tags: &[InvalidationTag],

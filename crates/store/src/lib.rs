@@ -34,6 +34,9 @@
 //! - otherwise `[max(H, latest commit ≤ s matching T), first commit in (s, N] matching T)`,
 //!   open when there is none.
 //!
+//! [`Store::database_interval`] computes that interval alone, storing nothing (the node's
+//! `TXINTERVAL`); [`Store::effective`] bounds an open one at what the node has seen.
+//!
 //! An open result is registered in the tag index. Overlapping existing versions (open ones
 //! reaching to infinity) with equal bytes are merged with it ([`InsertOutcome::Extended`]); a
 //! merged open version keeps the tags of the open input with the lowest `lo`, which alone

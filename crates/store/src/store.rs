@@ -1,7 +1,7 @@
 //! The store: its parts, plain key-value operations and accessors. Versioned operations live
 //! in `lookup.rs`, `insert.rs` and `invalidate.rs`; eviction in `evict.rs`.
 
-use crate::entry::{Key, Kind};
+use crate::entry::{effective, Key, Kind};
 use crate::evict::XorShift;
 use crate::ghost::Ghosts;
 use crate::history::History;
@@ -12,7 +12,7 @@ use crate::stats::{Gauges, StoreStats};
 use crate::tag_index::TagIndex;
 use crate::{StoreConfig, StoreError};
 use bytes::Bytes;
-use txcache_model::{Timestamp, WallClock};
+use txcache_model::{Timestamp, ValidityInterval, WallClock};
 
 /// One shard of a cache node's data: versioned and plain entries, the tag index, the
 /// invalidation history, and the accounting that keeps all of it under a byte limit.
@@ -65,6 +65,14 @@ impl Store {
     /// `H`: every commit after it is known (and the one at it); `None` before the first message.
     pub fn horizon(&self) -> Option<Timestamp> {
         self.history.horizon()
+    }
+
+    /// `interval` as this node vouches for it now: a bounded interval as it is; an open one
+    /// counts as valid through `N`, never below its own `lo`: `[lo, max(N, lo) + 1)` (what a
+    /// lookup reports for an open version). `None` only when `lo` is `u64::MAX`.
+    pub fn effective(&self, interval: &ValidityInterval) -> Option<ValidityInterval> {
+        let (lo, hi) = effective(interval, self.last_applied);
+        ValidityInterval::bounded(lo, hi).ok()
     }
 
     /// The latest commit time carried by any message (zero before the first).

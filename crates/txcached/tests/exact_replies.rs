@@ -142,3 +142,85 @@ fn protocol_error_closes_only_that_connection() {
     assert!(reply.starts_with(b"-ERR Protocol error"), "{reply:?}");
     exchange(&mut healthy, &command(&["PING"]), b"+PONG\r\n");
 }
+
+#[test]
+fn txinterval_has_exact_replies() {
+    let node = Node::start(&["--max-memory", "16mb"]);
+    let mut stream = node.connect();
+    // No message yet (N = 0): above N it is open from s, valid at s alone; at N, only at s.
+    exchange(
+        &mut stream,
+        &command(&["TXINTERVAL", "5"]),
+        b"*3\r\n:5\r\n:6\r\n:1\r\n",
+    );
+    exchange(
+        &mut stream,
+        &command(&["TXINTERVAL", "0", "TAGS", "s.t:id=1"]),
+        b"*3\r\n:0\r\n:1\r\n:0\r\n",
+    );
+    for (request, reply) in [
+        (&["TXHEARTBEAT", "100", "1"][..], &b":1\r\n"[..]),
+        (&["TXINVALIDATE", "120", "2", "s.t:id=42"], b":1\r\n"),
+        (&["TXINVALIDATE", "200", "3", "s.t:id=7"], b":1\r\n"),
+        (&["TXINVALIDATE", "260", "4", "s.t:id=9"], b":1\r\n"),
+        (&["TXHEARTBEAT", "300", "5"], b":1\r\n"),
+    ] {
+        exchange(&mut stream, &command(request), reply);
+    }
+    for (request, reply) in [
+        // Open: valid through N.
+        (
+            &["TXINTERVAL", "250", "TAGS", "s.t:id=42"][..],
+            &b"*3\r\n:120\r\n:301\r\n:1\r\n"[..],
+        ),
+        // The wildcard matches every row: bounded by the first later commit.
+        (
+            &["TXINTERVAL", "250", "TAGS", "s.t"],
+            b"*3\r\n:200\r\n:260\r\n:0\r\n",
+        ),
+        // No earlier matching commit: from the horizon.
+        (
+            &["TXINTERVAL", "150", "tags", "s.t:id=7", "s.u:id=1"],
+            b"*3\r\n:100\r\n:200\r\n:0\r\n",
+        ),
+        // Below the horizon, above N, and without tags.
+        (
+            &["TXINTERVAL", "50", "TAGS", "s.t:id=42"],
+            b"*3\r\n:50\r\n:51\r\n:0\r\n",
+        ),
+        (
+            &["TXINTERVAL", "400", "TAGS", "s.t:id=42"],
+            b"*3\r\n:400\r\n:401\r\n:1\r\n",
+        ),
+        (&["TXINTERVAL", "250"], b"*3\r\n:100\r\n:301\r\n:1\r\n"),
+        // TXSET stores the same database interval.
+        (
+            &[
+                "TXSET", "k", "v", "0", "OPEN", "SNAPSHOT", "250", "TAGS", "s.t",
+            ],
+            b"*3\r\n$8\r\ninserted\r\n:200\r\n:260\r\n",
+        ),
+    ] {
+        exchange(&mut stream, &command(request), reply);
+    }
+    for (request, reply) in [
+        (
+            &["TXINTERVAL", "x"][..],
+            &b"-ERR TXINTERVAL: s must be a timestamp (0..=9223372036854775807), got 'x'\r\n"[..],
+        ),
+        (
+            &["TXINTERVAL", "250", "TAGS", ":id=1"],
+            b"-ERR TXINTERVAL: invalidation tag \":id=1\" has an empty table name (':id=1')\r\n",
+        ),
+        (
+            &["TXINTERVAL", "250", "s.t"],
+            b"-ERR syntax error in 'txinterval' command\r\n",
+        ),
+        (
+            &["TXINTERVAL"],
+            b"-ERR wrong number of arguments for 'txinterval' command\r\n",
+        ),
+    ] {
+        exchange(&mut stream, &command(request), reply);
+    }
+}

@@ -21,6 +21,7 @@ mod ping;
 mod set;
 mod txget;
 mod txheartbeat;
+mod txinterval;
 mod txinvalidate;
 mod txreset;
 mod txset;
@@ -87,6 +88,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     spec("ECHO", ping::run_echo),
     spec("TXRESET", txreset::run),
     spec("TXSTATUS", txstatus::run),
+    spec("TXINTERVAL", txinterval::run),
     spec("DBSIZE", dbsize::run),
     spec("FLUSHALL", flushall::run),
     spec("INFO", info::run),
