@@ -1,36 +1,100 @@
 """txcache: a transactional, automatically invalidated cache for PostgreSQL applications.
 
-This package holds the Python side of txcache. Today: preparing a database
-(:func:`setup_database`, ``txcache setup``), and starting the parts of a stack as child
-processes (:class:`EmbeddedPostgres`, :class:`NodeProcess`, :class:`AgentProcess`). The
-library proper (transactions, ``@cacheable``) follows the design in ``docs/``.
+```python
+import txcache
+
+cache = txcache.connect()            # settings: arguments, TXCACHE_* variables, txcache.toml
+
+@txcache.cacheable
+def get_item(item_id):
+    return txcache.query_one("SELECT * FROM items WHERE id = %s", (item_id,))
+
+with cache.read_only(staleness=30):  # one commit point, at most 30 s old
+    item = get_item(42)
+with cache.read_write() as tx:       # straight to PostgreSQL
+    tx.execute("UPDATE items SET max_bid = %s WHERE id = %s", (10, 42))
+with cache.read_only(staleness=30, not_before=tx.commit_timestamp):
+    ...                              # sees the update
+```
+
+The library is described in ``docs/library.md``; the exception tree is in
+:mod:`txcache.errors`. Also here: preparing a database (:func:`setup_database`,
+``txcache setup``) and starting the parts of a stack as child processes
+(:class:`EmbeddedPostgres`, :class:`NodeProcess`, :class:`AgentProcess`).
 """
 
 from txcache._agent_process import AgentProcess
+from txcache._cacheable import CacheableFunction, cacheable
+from txcache._config import Mode, Settings
+from txcache._connect import Cache, connect, default_cache
 from txcache._node_process import NodeProcess, NodeStartError, find_txcached
+from txcache._pinset import Pin, PinPolicy, PinSet, newest_or_fresh
 from txcache._postgres import EmbeddedPostgres, PostgresStartError, find_postgres_bin
-from txcache._setup import (
-    SetupError,
-    SetupReport,
-    SetupStep,
-    StepStatus,
+from txcache._serialize import ForeignValue, SafeSerializer, Serializer
+from txcache._setup import SetupError, SetupReport, SetupStep, StepStatus, setup_database
+from txcache._sql import UncacheableQuery
+from txcache._stats import FunctionStats
+from txcache._transaction import (
+    ReadOnlyTransaction,
+    ReadWriteTransaction,
+    Transaction,
+    current_transaction,
+    execute,
+    query,
+    query_one,
+)
+from txcache.errors import (
+    ConfigurationError,
+    NoTransaction,
+    SnapshotUnavailable,
+    TransactionError,
     TxcacheError,
-    setup_database,
+    UnsupportedArgument,
+    UnsupportedValue,
 )
 
 __all__ = [
     "AgentProcess",
+    "Cache",
+    "CacheableFunction",
+    "ConfigurationError",
     "EmbeddedPostgres",
+    "ForeignValue",
+    "FunctionStats",
+    "Mode",
+    "NoTransaction",
     "NodeProcess",
     "NodeStartError",
+    "Pin",
+    "PinPolicy",
+    "PinSet",
     "PostgresStartError",
+    "ReadOnlyTransaction",
+    "ReadWriteTransaction",
+    "SafeSerializer",
+    "Serializer",
+    "Settings",
     "SetupError",
     "SetupReport",
     "SetupStep",
+    "SnapshotUnavailable",
     "StepStatus",
+    "Transaction",
+    "TransactionError",
     "TxcacheError",
+    "UncacheableQuery",
+    "UnsupportedArgument",
+    "UnsupportedValue",
+    "cacheable",
+    "connect",
+    "current_transaction",
+    "default_cache",
+    "execute",
     "find_postgres_bin",
     "find_txcached",
+    "newest_or_fresh",
+    "query",
+    "query_one",
     "setup_database",
 ]
 

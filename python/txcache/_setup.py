@@ -23,6 +23,8 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow
 
+from txcache.errors import TxcacheError
+
 __all__ = [
     "DDL_MESSAGE_PREFIX",
     "SetupError",
@@ -121,10 +123,6 @@ _CREATE_NOTICE = sql.SQL(
     "CREATE OR REPLACE FUNCTION txcache.ddl_notice() RETURNS event_trigger LANGUAGE plpgsql "
     "SET search_path = pg_catalog, pg_temp AS {}"
 ).format(sql.Literal(_DDL_NOTICE_BODY))
-
-
-class TxcacheError(Exception):
-    """Base class of every error txcache raises."""
 
 
 class SetupError(TxcacheError):

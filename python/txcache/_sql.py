@@ -30,7 +30,7 @@ import pglast
 from pglast import ast, enums
 
 from txcache._schema import FAMILY_OF_TYPE, Catalog, Family, Relation, Schema, escape_name
-from txcache._setup import TxcacheError
+from txcache.errors import TxcacheError
 
 __all__ = ["QueryTags", "UncacheableQuery", "analyze"]
 

@@ -1,0 +1,151 @@
+"""The library's view of ``txcache-agent``: live pins, fresh pins, commit LSNs, tag columns.
+
+A background thread refreshes the pin list and the tag-column catalog every
+``refresh_interval`` (``PINS``, then ``TAGCOLUMNS``), so beginning a
+transaction costs no round trip (DESIGN.md §6). Because ``TAGCOLUMNS`` is asked after
+``PINS``, the catalog covers every listed pin: a DDL at or before a pin's timestamp was
+decoded before that pin was certified. A snapshot newer than what the catalog covers (a
+fresh ★ pin) refreshes it synchronously first.
+
+When the agent is unreachable the list stops moving: pins age out of every staleness limit,
+transactions fall back to the database, and nothing raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from txcache._pinset import Pin
+from txcache._resp import Endpoint, ReplyError
+from txcache._schema import TagColumns, tag_columns_at
+
+__all__ = ["AgentClient"]
+
+log = logging.getLogger("txcache")
+
+_MICROS = 1_000_000
+
+
+class AgentClient:
+    """Pins and catalog versions from one agent, refreshed in the background."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        password: str | None = None,
+        refresh_interval: float = 0.25,
+        timeout: float = 5.0,
+    ) -> None:
+        """Starts the refresher thread at once; :meth:`close` stops it."""
+        self.endpoint = Endpoint(address, role="agent", password=password, timeout=timeout)
+        self.refresh_interval = refresh_interval
+        self._pins: tuple[Pin, ...] = ()
+        self._refreshed_at = float("-inf")
+        # Pins die with the agent's pinner sessions: a list not confirmed for this long is
+        # not offered, so transactions fall back to the database before reading the cache.
+        self.pin_list_ttl = max(1.0, 4 * refresh_interval)
+        self._catalog: list[tuple[int, Any]] = []
+        self._catalog_through = -1
+        self.catalog_versions = 0
+        """How many tag-column versions the agent lists; a change means DDL happened."""
+        self._lock = threading.Lock()
+        self._refreshed = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="txcache-agent-refresh", daemon=True)
+        self._thread.start()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until the first refresh answered; ``False`` if it did not within
+        ``timeout``."""
+        return self._refreshed.wait(timeout)
+
+    def pins(self, *, staleness: float, not_before: int | None, now: float) -> list[Pin]:
+        """The listed pins known current within ``staleness`` seconds of ``now`` and not
+        older than the ``not_before`` timestamp; none when the list was not confirmed by
+        the agent within :attr:`pin_list_ttl` seconds."""
+        if time.monotonic() - self._refreshed_at > self.pin_list_ttl:
+            return []
+        oldest = now - staleness
+        floor = not_before or 0
+        return [p for p in self._pins if p.current_as_of >= oldest and p.ts >= floor]
+
+    def pin_now(self) -> Pin | None:
+        """A freshly taken, certified pin (★); ``None`` if the agent cannot give one."""
+        reply = self.endpoint.call("PIN")
+        if reply is None or isinstance(reply, ReplyError):
+            if reply is not None:
+                log.warning("the agent could not take a fresh pin: %s", reply)
+            return None
+        pin = _pin(reply)
+        if pin.ts > self._catalog_through:
+            self.refresh()
+        return pin
+
+    def commit_lsn(self, xid: int, timeout: float = 5.0) -> int | None:
+        """The commit LSN of transaction ``xid``, once decoded; ``None`` if the agent cannot
+        say within ``timeout`` seconds."""
+        reply = self.endpoint.call("COMMITLSN", xid, max(1, int(timeout * 1000)))
+        if reply is None or isinstance(reply, ReplyError):
+            return None
+        return int(reply)
+
+    def tag_columns(self, ts: int) -> tuple[bool, TagColumns | None]:
+        """The tag-column version in force at snapshot ``ts``: ``(True, columns)``, or
+        ``(False, None)`` when the catalog cannot be known to cover ``ts`` (use wildcards)."""
+        if ts > self._catalog_through:
+            self.refresh()
+            if ts > self._catalog_through:
+                return False, None
+        return True, tag_columns_at(self._catalog, ts)
+
+    def refresh(self) -> bool:
+        """Fetch pins and catalog now; ``False`` if the agent did not answer."""
+        if not self.endpoint.is_up():
+            return False
+        with self._lock:
+            connection_replies = self._fetch()
+            if connection_replies is None:
+                return False
+            pins, catalog = connection_replies
+            self._pins = pins
+            self._refreshed_at = time.monotonic()
+            self._catalog = catalog
+            self.catalog_versions = len(catalog)
+            if pins:
+                self._catalog_through = max(self._catalog_through, pins[-1].ts)
+        self._refreshed.set()
+        return True
+
+    def close(self) -> None:
+        """Stop the refresher and close the connections."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.endpoint.close()
+
+    def _fetch(self) -> tuple[tuple[Pin, ...], list[tuple[int, Any]]] | None:
+        pins_reply = self.endpoint.call("PINS")
+        if pins_reply is None or isinstance(pins_reply, ReplyError):
+            return None
+        catalog_reply = self.endpoint.call("TAGCOLUMNS")
+        if catalog_reply is None or isinstance(catalog_reply, ReplyError):
+            return None
+        pins = tuple(sorted((_pin(entry) for entry in pins_reply), key=lambda p: p.ts))
+        return pins, [(int(since), tables) for since, tables in catalog_reply]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.refresh()
+            except Exception:  # the refresher must never die: log and go on
+                log.exception("txcache: refreshing pins from the agent failed")
+            self._stop.wait(self.refresh_interval)
+
+
+def _pin(reply: Sequence[Any]) -> Pin:
+    ts, snapshot_id, current_as_of = reply
+    return Pin(int(ts), snapshot_id.decode(), int(current_as_of) / _MICROS)

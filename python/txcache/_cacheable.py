@@ -1,0 +1,163 @@
+"""``@cacheable``: memoize a function's results in the cache, per (function, code, args).
+
+Inside a read-only transaction a call looks its key up (one round trip to the node that
+owns it); a hit returns the stored value and narrows the transaction's pin set. A miss runs
+the function in a new :class:`~txcache._frame.Frame` and stores the result with the
+interval, snapshot and tags the frame gathered; an exception stores nothing.
+
+Elsewhere (documented in docs/library.md):
+- in a read/write transaction the function runs uncached — writes must see the database;
+- outside any transaction the call runs in an implicit read-only transaction of the
+  default cache (the last one :func:`~txcache.connect` made), with its ``staleness``
+  setting; without a cache the function runs directly.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from txcache._frame import Frame
+from txcache._keys import CallKeys
+from txcache._nodes import Hit, Miss
+from txcache._stats import FunctionStats
+from txcache._transaction import ReadOnlyTransaction, current_transaction
+
+__all__ = ["CacheableFunction", "cacheable"]
+
+log = logging.getLogger("txcache")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class CacheableFunction(Generic[P, R]):
+    """A function wrapped by :func:`cacheable`; call it as the function itself."""
+
+    def __init__(self, function: Callable[P, R], *, version: str = "") -> None:
+        self.function = function
+        self.keys = CallKeys(function, version=version)
+        self.stats = FunctionStats(self.keys.name)
+        """This function's counters in this process."""
+        functools.update_wrapper(self, function)
+
+    def __repr__(self) -> str:
+        return f"<cacheable {self.keys.name}>"
+
+    def key(self, *args: P.args, **kwargs: P.kwargs) -> bytes:
+        """The cache key of this call."""
+        return self.keys.key(args, kwargs)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        transaction = current_transaction()
+        if transaction is None:
+            return self._call_implicitly(*args, **kwargs)
+        if not isinstance(transaction, ReadOnlyTransaction) or transaction.uncached:
+            self.stats.record_uncached()
+            return self.function(*args, **kwargs)
+        return self._call_in(transaction, args, kwargs)
+
+    def _call_implicitly(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        from txcache._connect import default_cache  # a cycle only at import time
+
+        cache = default_cache()
+        if cache is None:
+            self.stats.record_uncached()
+            return self.function(*args, **kwargs)
+        with cache.read_only(staleness=cache.settings.staleness):
+            return self(*args, **kwargs)
+
+    def _call_in(
+        self, transaction: ReadOnlyTransaction, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> R:
+        started = time.perf_counter()
+        key = self.keys.key(args, kwargs)
+        cache = transaction.cache
+        assert cache.ring is not None
+        node = cache.ring.node_for(key)
+        found = transaction.lookup(node, key)
+        if isinstance(found, Hit):
+            try:
+                value: R = cache.serializer.loads(found.value)
+            except ValueError as error:
+                log.warning("ignored the cached value of %s: %s", self.keys.name, error)
+                found = Miss("foreign")
+            else:
+                for frame in transaction.frames:
+                    frame.read_cached(found.interval, found.tags)
+                self.stats.record_hit(time.perf_counter() - started)
+                return value
+        return self._run(transaction, node, key, found.kind, args, kwargs)
+
+    def _run(
+        self,
+        transaction: ReadOnlyTransaction,
+        node: Any,
+        key: bytes,
+        miss_kind: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> R:
+        started = time.perf_counter()
+        frame = Frame()
+        transaction.frames.append(frame)
+        try:
+            value = self.function(*args, **kwargs)
+        finally:
+            transaction.frames.pop()
+        self.stats.record_miss(miss_kind, time.perf_counter() - started)
+        self._store(transaction, node, key, value, frame)
+        return value
+
+    def _store(
+        self, transaction: ReadOnlyTransaction, node: Any, key: bytes, value: R, frame: Frame
+    ) -> None:
+        if transaction.uncached:
+            return  # it fell back to an unpinned snapshot: its reads have no timestamp
+        data = transaction.cache.serializer.dumps(value)
+        snapshot = frame.snapshot
+        if snapshot is None:
+            snapshot = transaction.reference_point()
+            if snapshot is None:
+                return
+        if transaction.cache.mode == "no_consistency":
+            lo, hi = 0, None
+        else:
+            lo, hi = frame.lo, frame.hi
+        outcome = node.insert(key, data, lo, hi, snapshot, sorted(frame.tags))
+        self.stats.record_insert(outcome or "failed")
+        if outcome == "nondeterministic":
+            log.warning(
+                "%s returned a different value for the same arguments at the same database "
+                "state: is it deterministic?",
+                self.keys.name,
+            )
+
+
+@overload
+def cacheable(function: Callable[P, R], /) -> CacheableFunction[P, R]: ...
+
+
+@overload
+def cacheable(*, version: str = "") -> Callable[[Callable[P, R]], CacheableFunction[P, R]]: ...
+
+
+def cacheable(
+    function: Callable[P, R] | None = None, /, *, version: str = ""
+) -> CacheableFunction[P, R] | Callable[[Callable[P, R]], CacheableFunction[P, R]]:
+    """Make ``function`` cacheable: ``@cacheable`` or ``@cacheable(version="2")``.
+
+    The function must depend only on its arguments and the database, and return a value the
+    serializer can store. ``version`` changes every key, for changes the code hash cannot
+    see (a helper it calls was changed).
+    """
+    if function is not None:
+        return CacheableFunction(function, version=version)
+
+    def decorate(inner: Callable[P, R]) -> CacheableFunction[P, R]:
+        return CacheableFunction(inner, version=version)
+
+    return decorate

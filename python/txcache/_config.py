@@ -1,0 +1,113 @@
+"""Settings of a :class:`~txcache.Cache`: arguments > environment > ``txcache.toml`` >
+defaults (STYLE.md rule 4).
+
+Each setting ``name`` is read from the argument, else ``TXCACHE_<NAME>``, else the file:
+
+| setting | meaning | default |
+|---|---|---|
+| ``dsn`` | the PostgreSQL connection string | required |
+| ``nodes`` | cache nodes, ``host:port`` (comma-separated in the environment) | none |
+| ``agent`` | the agent's library endpoint, ``host:port`` | none |
+| ``password`` | the nodes' and the agent's ``--password`` | none |
+| ``secret`` | keys the integrity tag of cached values | none |
+| ``mode`` | ``consistent``, ``no_consistency`` or ``bypass`` | ``consistent`` |
+| ``staleness`` | seconds, for cacheable calls outside a transaction | ``1.0`` |
+| ``fresh_pin_age`` | the default pin policy's "newest pin older than 5 s" | ``5.0`` |
+| ``pool_size`` | database connections kept | ``10`` |
+| ``node_timeout`` | seconds before a silent node counts as down | ``1.0`` |
+| ``refresh_interval`` | seconds between pin-list refreshes | ``0.25`` |
+
+Without nodes or an agent, every transaction runs on the database alone.
+
+The file is ``txcache.toml`` in the working directory, or the path in ``TXCACHE_CONFIG``;
+its keys are the setting names (``nodes`` a list of strings).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from txcache.errors import ConfigurationError
+
+__all__ = ["Mode", "Settings", "load_settings"]
+
+Mode = Literal["consistent", "no_consistency", "bypass"]
+"""``consistent``: the guarantee of DESIGN.md §1. ``no_consistency``: any cached value valid
+within the staleness limit is used, whatever else the transaction saw (the paper's
+comparison line; for experiments). ``bypass``: no cache at all."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a :class:`~txcache.Cache` is configured with (see the module table)."""
+
+    dsn: str
+    nodes: tuple[str, ...] = ()
+    agent: str | None = None
+    password: str | None = None
+    secret: str | None = None
+    mode: Mode = "consistent"
+    staleness: float = 1.0
+    fresh_pin_age: float = 5.0
+    pool_size: int = 10
+    node_timeout: float = 1.0
+    refresh_interval: float = 0.25
+
+
+_CONVERTERS: dict[str, Any] = {
+    "nodes": lambda v: (
+        tuple(n.strip() for n in v.split(",") if n.strip()) if isinstance(v, str) else tuple(v)
+    ),
+    "staleness": float,
+    "fresh_pin_age": float,
+    "pool_size": int,
+    "node_timeout": float,
+    "refresh_interval": float,
+}
+
+
+def load_settings(given: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from ``given`` (arguments that are not ``None``), then the environment,
+    then the file, then the defaults. Raises :class:`ConfigurationError`."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = dict(_file_settings(environ))
+    names = {field.name for field in fields(Settings)}
+    for name in names:
+        env_value = environ.get(f"TXCACHE_{name.upper()}")
+        if env_value is not None and env_value != "":
+            values[name] = env_value
+    values.update({name: value for name, value in given.items() if value is not None})
+    unknown = set(values) - names
+    if unknown:
+        raise ConfigurationError(f"unknown txcache setting(s): {', '.join(sorted(unknown))}")
+    for name, convert in _CONVERTERS.items():
+        if name in values:
+            try:
+                values[name] = convert(values[name])
+            except (TypeError, ValueError):
+                raise ConfigurationError(f"setting {name}: {values[name]!r} is malformed") from None
+    if "dsn" not in values:
+        raise ConfigurationError(
+            "no database: pass dsn=…, set TXCACHE_DSN, or put dsn in txcache.toml "
+            "(`txcache up` prints the settings of a local stack)"
+        )
+    if values.get("mode", "consistent") not in get_args(Mode):
+        raise ConfigurationError(f"setting mode: {values['mode']!r} is not one of {get_args(Mode)}")
+    return Settings(**values)
+
+
+def _file_settings(environ: Mapping[str, str]) -> dict[str, Any]:
+    path = Path(environ.get("TXCACHE_CONFIG", "txcache.toml"))
+    if not path.is_file():
+        if "TXCACHE_CONFIG" in environ:
+            raise ConfigurationError(f"TXCACHE_CONFIG names {path}, which does not exist")
+        return {}
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigurationError(f"{path}: {error}") from None

@@ -1,0 +1,209 @@
+"""The :class:`Cache`: one application's handle on the database, the cache nodes and the
+agent, and the factory of its transactions."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any, Self
+
+import psycopg_pool
+
+from txcache._agent import AgentClient
+from txcache._config import Mode, Settings, load_settings
+from txcache._nodes import CacheNode, NodeRing
+from txcache._pinset import PinPolicy, newest_or_fresh
+from txcache._schema import Schema
+from txcache._serialize import SafeSerializer, Serializer
+from txcache._sql import UncacheableQuery, analyze
+from txcache._transaction import Params, ReadOnlyTransaction, ReadWriteTransaction
+
+__all__ = ["Cache", "connect", "default_cache"]
+
+log = logging.getLogger("txcache")
+
+_default: Cache | None = None
+_default_lock = threading.Lock()
+
+
+def default_cache() -> Cache | None:
+    """The cache implicit transactions use: the last one :func:`connect` made and not yet
+    closed."""
+    return _default
+
+
+def connect(
+    dsn: str | None = None,
+    *,
+    nodes: Iterable[str] | None = None,
+    agent: str | None = None,
+    password: str | None = None,
+    secret: str | None = None,
+    mode: Mode | None = None,
+    staleness: float | None = None,
+    serializer: Serializer | None = None,
+    pin_policy: PinPolicy | None = None,
+    safe_functions: Iterable[str] = (),
+    **settings: Any,
+) -> Cache:
+    """A :class:`Cache` configured by these arguments, then ``TXCACHE_*`` environment
+    variables, then ``txcache.toml`` (see :mod:`txcache._config` for every setting).
+
+    Without nodes or an agent the cache runs every transaction against the database alone.
+    ``safe_functions`` names SQL functions cacheable queries may call (deterministic and
+    reading no table). Raises :class:`~txcache.ConfigurationError`.
+    """
+    given: dict[str, Any] = {
+        "dsn": dsn,
+        "nodes": None if nodes is None else tuple(nodes),
+        "agent": agent,
+    }
+    given |= {"password": password, "secret": secret, "mode": mode, "staleness": staleness}
+    loaded = load_settings({**given, **settings})
+    return Cache(
+        loaded, serializer=serializer, pin_policy=pin_policy, safe_functions=safe_functions
+    )
+
+
+class Cache:
+    """Database pool, cache nodes, agent client, and the settings transactions read.
+
+    A context manager: leaving it closes everything. Thread-safe: transactions of many
+    threads (one per thread at a time) share it.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        serializer: Serializer | None = None,
+        pin_policy: PinPolicy | None = None,
+        safe_functions: Iterable[str] = (),
+    ) -> None:
+        """Open the database pool and start refreshing pins (see :func:`connect`)."""
+        self.settings = settings
+        self.mode: Mode = settings.mode
+        secret = settings.secret.encode() if settings.secret else None
+        self.serializer: Serializer = serializer or SafeSerializer(secret)
+        self.policy: PinPolicy = pin_policy or newest_or_fresh(settings.fresh_pin_age)
+        self.safe_functions = frozenset(safe_functions)
+        self.pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+            settings.dsn,
+            min_size=1,
+            max_size=settings.pool_size,
+            kwargs={"autocommit": True},
+            name="txcache",
+            open=True,
+        )
+        caching = settings.mode != "bypass" and settings.nodes and settings.agent
+        self.ring = self._ring(settings) if caching else None
+        self.agent = self._agent(settings) if caching else None
+        self._schema: Schema | None = None
+        self._schema_versions = -1
+        self._schema_lock = threading.Lock()
+        global _default
+        with _default_lock:
+            _default = self
+
+    @staticmethod
+    def _ring(settings: Settings) -> NodeRing:
+        options = {"password": settings.password, "timeout": settings.node_timeout}
+        return NodeRing([CacheNode(address, **options) for address in settings.nodes])
+
+    @staticmethod
+    def _agent(settings: Settings) -> AgentClient:
+        assert settings.agent is not None
+        client = AgentClient(
+            settings.agent,
+            password=settings.password,
+            refresh_interval=settings.refresh_interval,
+        )
+        if not client.wait_ready(timeout=2.0):
+            log.warning(
+                "the agent at %s has not answered yet; transactions read the database "
+                "until it does",
+                settings.agent,
+            )
+        return client
+
+    def read_only(
+        self, staleness: float | None = None, *, not_before: int | None = None
+    ) -> ReadOnlyTransaction:
+        """A read-only transaction that sees the database at one commit point at most
+        ``staleness`` seconds old (default: the ``staleness`` setting) and not before the
+        ``not_before`` token (a :attr:`ReadWriteTransaction.commit_timestamp`)."""
+        limit = self.settings.staleness if staleness is None else staleness
+        if limit < 0:
+            raise ValueError(f"staleness must be >= 0 seconds, not {limit}")
+        return ReadOnlyTransaction(self, limit, not_before)
+
+    def read_write(self, *, isolation: str | None = None) -> ReadWriteTransaction:
+        """A read/write transaction on the database, bypassing the cache. ``isolation``:
+        ``"READ COMMITTED"`` (the database default), ``"REPEATABLE READ"``,
+        ``"SERIALIZABLE"``."""
+        if isolation is not None and isolation.upper() not in _ISOLATION_LEVELS:
+            raise ValueError(f"isolation must be one of {sorted(_ISOLATION_LEVELS)}")
+        return ReadWriteTransaction(self, isolation.upper() if isolation else None)
+
+    def analyze(self, statement: str, params: Params, snapshot: int) -> frozenset[str]:
+        """The invalidation tags of ``statement`` at ``snapshot`` (docs/sql-tags.md)."""
+        assert self.agent is not None
+        known, columns = self.agent.tag_columns(snapshot)
+        schema = self._current_schema().with_tag_columns(columns if known else None)
+        try:
+            return analyze(statement, params, schema, safe_functions=self.safe_functions).tags
+        except UncacheableQuery as refusal:
+            if "unknown relation" not in str(refusal):
+                raise
+            self._reload_schema()  # a table created since the catalog was read
+            schema = self._current_schema().with_tag_columns(columns if known else None)
+            return analyze(statement, params, schema, safe_functions=self.safe_functions).tags
+
+    def _current_schema(self) -> Schema:
+        versions = self.agent.catalog_versions if self.agent is not None else 0
+        schema = self._schema
+        if schema is None or versions != self._schema_versions:
+            with self._schema_lock:
+                if self._schema is None:
+                    with self.pool.connection() as connection:
+                        self._schema = Schema.load(connection)
+                elif versions != self._schema_versions:
+                    self._reload_schema()
+                self._schema_versions = versions
+            schema = self._schema
+        assert schema is not None
+        return schema
+
+    def _reload_schema(self) -> None:
+        if self._schema is None:
+            return
+        with self.pool.connection() as connection:
+            self._schema.refresh(connection)
+
+    def close(self) -> None:
+        """Stop the agent refresher, close node connections and the database pool."""
+        global _default
+        with _default_lock:
+            if _default is self:
+                _default = None
+        if self.agent is not None:
+            self.agent.close()
+        if self.ring is not None:
+            self.ring.close()
+        self.pool.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+_ISOLATION_LEVELS = frozenset({"READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"})

@@ -1,0 +1,133 @@
+"""The pin set of a read-only transaction: where it can still be serialized (no I/O).
+
+A *pin* is a snapshot the agent holds open and has certified: its timestamp ``ts`` is the
+commit LSN of the last commit it shows. A transaction starts with every live pin fresh
+enough for it plus ★ — "a snapshot taken now" — and narrows the set with every cached value
+it reads (paper §6.2; DESIGN.md §7). The set never becomes empty: a narrowing that would
+empty it is refused, and the caller treats the value as a miss.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+__all__ = ["Pin", "PinPolicy", "PinSet", "newest_or_fresh"]
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """One certified snapshot the agent holds."""
+
+    ts: int
+    """The commit point the snapshot shows: the LSN of the last commit visible in it."""
+    snapshot_id: str
+    """For ``SET TRANSACTION SNAPSHOT``."""
+    current_as_of: float
+    """Wall-clock time (Unix seconds) up to which this pin was known to be the current
+    database state."""
+
+
+class PinSet:
+    """Pins ordered by timestamp, and whether ★ is still possible."""
+
+    __slots__ = ("_pins", "_timestamps", "star")
+
+    def __init__(self, pins: Iterable[Pin], *, star: bool = True) -> None:
+        """A set of ``pins`` (duplicates by ``ts`` collapse), with ★ if ``star``."""
+        by_ts = {pin.ts: pin for pin in pins}
+        self._timestamps = sorted(by_ts)
+        self._pins = [by_ts[ts] for ts in self._timestamps]
+        self.star = star
+
+    def __len__(self) -> int:
+        """The number of pins, ★ not counted."""
+        return len(self._pins)
+
+    def __iter__(self) -> Iterator[Pin]:
+        return iter(self._pins)
+
+    def __repr__(self) -> str:
+        star = ", ★" if self.star else ""
+        return f"PinSet([{', '.join(str(ts) for ts in self._timestamps)}{star}])"
+
+    @property
+    def pins(self) -> list[Pin]:
+        """The pins, oldest first (a copy)."""
+        return list(self._pins)
+
+    def bounds(self) -> tuple[int, int] | None:
+        """The smallest and largest pin timestamps (★ excluded); ``None`` without pins."""
+        if not self._pins:
+            return None
+        return self._timestamps[0], self._timestamps[-1]
+
+    def newest(self) -> Pin | None:
+        """The pin with the largest timestamp, if any."""
+        return self._pins[-1] if self._pins else None
+
+    def within(self, lo: int, hi: int) -> list[Pin]:
+        """The pins with ``lo <= ts < hi``."""
+        start = bisect.bisect_left(self._timestamps, lo)
+        end = bisect.bisect_left(self._timestamps, hi)
+        return self._pins[start:end]
+
+    def narrow(self, lo: int, hi: int) -> bool:
+        """Keep only the pins in ``[lo, hi)`` and drop ★ (data was seen: the present may not
+        match it). Returns ``False`` and changes nothing when no pin would remain."""
+        kept = self.within(lo, hi)
+        if not kept:
+            return False
+        self._replace(kept)
+        self.star = False
+        return True
+
+    def restrict(self, pins: Iterable[Pin]) -> bool:
+        """Keep only the pins also in ``pins`` and drop ★; ``False`` (unchanged) if none."""
+        wanted = {pin.ts for pin in pins}
+        kept = [pin for pin in self._pins if pin.ts in wanted]
+        if not kept:
+            return False
+        self._replace(kept)
+        self.star = False
+        return True
+
+    def reify(self, pin: Pin) -> None:
+        """★ became ``pin``, a snapshot taken now: it replaces ★ in the set."""
+        self.star = False
+        index = bisect.bisect_left(self._timestamps, pin.ts)
+        if index < len(self._timestamps) and self._timestamps[index] == pin.ts:
+            self._pins[index] = pin
+            return
+        self._timestamps.insert(index, pin.ts)
+        self._pins.insert(index, pin)
+
+    def discard(self, pin: Pin) -> None:
+        """Forget ``pin`` (its snapshot can no longer be imported)."""
+        index = bisect.bisect_left(self._timestamps, pin.ts)
+        if index < len(self._timestamps) and self._timestamps[index] == pin.ts:
+            del self._timestamps[index]
+            del self._pins[index]
+
+    def _replace(self, pins: list[Pin]) -> None:
+        self._pins = pins
+        self._timestamps = [pin.ts for pin in pins]
+
+
+PinPolicy = Callable[[PinSet, float], Pin | None]
+"""Chooses the snapshot a transaction's first query runs at: a pin of the set, or ``None``
+for ★ (only when ``pin_set.star``). Called with the set and the wall-clock time."""
+
+
+def newest_or_fresh(max_age: float = 5.0) -> PinPolicy:
+    """The original's policy: ★ when it is possible and the newest pin was last known
+    current more than ``max_age`` seconds ago (or there is no pin), else the newest pin."""
+
+    def choose(pin_set: PinSet, now: float) -> Pin | None:
+        newest = pin_set.newest()
+        if pin_set.star and (newest is None or now - newest.current_as_of > max_age):
+            return None
+        return newest
+
+    return choose

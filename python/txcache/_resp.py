@@ -1,0 +1,201 @@
+"""A lean RESP2 connection for the library's hot path.
+
+A cache hit is one round trip, so the client is kept as thin as a correct one can be: one
+socket with ``TCP_NODELAY``, commands packed and replies parsed by hiredis (the C parser
+redis-py uses), no connection-pool machinery. Error replies come back as
+:class:`ReplyError` values, not exceptions, so a caller decides what an error means; a
+socket failure raises :class:`ConnectionLost`.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+import hiredis
+
+__all__ = ["ConnectionLost", "Endpoint", "ReplyError", "RespConnection", "parse_address"]
+
+log = logging.getLogger("txcache")
+
+ReplyError = hiredis.ReplyError
+_READ_SIZE = 65536
+_FIRST_BACKOFF = 0.5
+_MAX_BACKOFF = 10.0
+_MAX_IDLE_CONNECTIONS = 64
+
+
+class ConnectionLost(OSError):
+    """The peer could not be reached, closed the connection, or did not answer in time."""
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) → ``(host, port)``; ``ValueError`` if malformed."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"{address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class RespConnection:
+    """One connection to a RESP server (a cache node or the agent)."""
+
+    __slots__ = ("_reader", "_socket", "address")
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        *,
+        password: str | None = None,
+        connect_timeout: float = 1.0,
+        timeout: float = 5.0,
+    ) -> None:
+        """Connect to ``address`` and authenticate; raises :class:`ConnectionLost`."""
+        self.address = address
+        self._reader = hiredis.Reader()
+        try:
+            self._socket = socket.create_connection(address, timeout=connect_timeout)
+        except OSError as error:
+            raise ConnectionLost(f"cannot connect to {_show(address)}: {error}") from error
+        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._socket.settimeout(timeout)
+        if password is not None:
+            reply = self.call("AUTH", password)
+            if isinstance(reply, ReplyError):
+                self.close()
+                raise ConnectionLost(f"{_show(address)} refused the password: {reply}")
+
+    def call(self, *command: str | bytes | int | float) -> Any:
+        """Send one command and return its reply (a :class:`ReplyError` for ``-ERR``)."""
+        self._send(hiredis.pack_command(cast(Any, command)))
+        return self._receive()
+
+    def pipeline(self, commands: Sequence[Sequence[str | bytes | int | float]]) -> list[Any]:
+        """Send several commands in one write and return their replies in order."""
+        self._send(b"".join(hiredis.pack_command(cast(Any, tuple(c))) for c in commands))
+        return [self._receive() for _ in commands]
+
+    def close(self) -> None:
+        """Close the socket (idempotent)."""
+        self._socket.close()
+
+    def _send(self, data: bytes) -> None:
+        try:
+            self._socket.sendall(data)
+        except OSError as error:
+            self.close()
+            raise ConnectionLost(f"{_show(self.address)}: {error}") from error
+
+    def _receive(self) -> Any:
+        reply = self._reader.gets()
+        while reply is False:
+            try:
+                chunk = self._socket.recv(_READ_SIZE)
+            except OSError as error:
+                self.close()
+                raise ConnectionLost(f"{_show(self.address)}: {error}") from error
+            if not chunk:
+                self.close()
+                raise ConnectionLost(f"{_show(self.address)} closed the connection")
+            self._reader.feed(chunk)
+            try:
+                reply = self._reader.gets()
+            except hiredis.ProtocolError as error:
+                self.close()
+                raise ConnectionLost(f"{_show(self.address)} sent bad RESP: {error}") from error
+        return reply
+
+
+def _show(address: tuple[str, int]) -> str:
+    return f"{address[0]}:{address[1]}"
+
+
+class Endpoint:
+    """A server the library calls (a cache node, the agent): idle connections for reuse and
+    whether it is up. A failed call marks it *down*: further calls return ``None`` at once
+    until a retry time that backs off from 0.5 s to 10 s; the first call after that
+    reconnects, and a success resets the backoff."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        role: str,
+        password: str | None = None,
+        connect_timeout: float = 0.25,
+        timeout: float = 1.0,
+    ) -> None:
+        """``address`` is ``host:port``; ``role`` names the server in logs. Nothing is
+        connected until the first call."""
+        self.address = address
+        self.role = role
+        self._target = parse_address(address)
+        self._options: dict[str, Any] = {
+            "password": password,
+            "connect_timeout": connect_timeout,
+            "timeout": timeout,
+        }
+        self._idle: list[RespConnection] = []
+        self._lock = threading.Lock()
+        self._down_until = 0.0
+        self._backoff = _FIRST_BACKOFF
+
+    def __repr__(self) -> str:
+        state = "up" if self.is_up() else "down"
+        return f"{type(self).__name__}({self.address!r}, {state})"
+
+    def is_up(self) -> bool:
+        """Whether calls are being made (it is not in a backoff period)."""
+        return time.monotonic() >= self._down_until
+
+    def call(self, *command: str | bytes | int | float) -> Any:
+        """One command; ``None`` when the server is down or the connection failed (it is
+        then marked down). Error replies are returned as :class:`ReplyError`."""
+        if not self.is_up():
+            return None
+        try:
+            connection = self._take()
+            reply = connection.call(*command)
+        except ConnectionLost as error:
+            self._mark_down(error)
+            return None
+        if len(self._idle) < _MAX_IDLE_CONNECTIONS:
+            self._idle.append(connection)
+        else:
+            connection.close()
+        self._backoff = _FIRST_BACKOFF
+        return reply
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        while self._idle:
+            try:
+                self._idle.pop().close()
+            except IndexError:  # another thread took the last one
+                return
+
+    def _take(self) -> RespConnection:
+        try:
+            return self._idle.pop()
+        except IndexError:
+            return RespConnection(self._target, **self._options)
+
+    def _mark_down(self, error: Exception) -> None:
+        with self._lock:
+            if not self.is_up():
+                return
+            self._down_until = time.monotonic() + self._backoff
+            log.warning(
+                "%s %s is unreachable (%s); the library works without it (reads go to the "
+                "database) and retries in %.1f s",
+                self.role,
+                self.address,
+                error,
+                self._backoff,
+            )
+            self._backoff = min(self._backoff * 2, _MAX_BACKOFF)
+        self.close()

@@ -1,0 +1,145 @@
+"""Values in the cache: a code-free, integrity-checked format.
+
+The default :class:`SafeSerializer` writes MessagePack with extension types for the values
+query results are made of (tuples, sets, ``Decimal``, dates and times, ``UUID``, big
+integers), behind a version byte and a BLAKE2b tag (keyed with the configured secret, if
+any). Reading never executes code: there is no class lookup and no ``pickle``. Bytes that
+are not ours, or were changed, raise :class:`ForeignValue`, which the library counts as a
+miss and logs — an application never sees it.
+
+Only exact types are written (a ``namedtuple`` or ``str`` subclass would come back as its
+base type, so a hit would differ from a miss): anything else raises
+:class:`~txcache.errors.UnsupportedValue`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import hashlib
+import hmac
+import uuid
+from typing import Any, Protocol
+
+import msgpack
+
+from txcache.errors import UnsupportedValue
+
+__all__ = ["ForeignValue", "SafeSerializer", "Serializer"]
+
+_VERSION = b"\x01"
+_TAG_BYTES = 8
+_INT64 = range(-(2**63), 2**64)
+
+
+class ForeignValue(ValueError):
+    """The bytes were not written by this serializer (with this secret), or were changed."""
+
+
+class Serializer(Protocol):
+    """What a serializer provides. ``loads`` raises :class:`ForeignValue` (or any
+    ``ValueError``) for bytes it did not write; it must never execute code from them."""
+
+    def dumps(self, value: Any) -> bytes:
+        """The bytes of ``value``; :class:`~txcache.errors.UnsupportedValue` if impossible."""
+        ...
+
+    def loads(self, data: bytes) -> Any:
+        """The value ``data`` holds."""
+        ...
+
+
+_TUPLE, _SET, _FROZENSET, _DECIMAL, _DATETIME, _DATE, _TIME, _TIMEDELTA = range(1, 9)
+_UUID, _BIGINT = 9, 10
+
+
+class SafeSerializer:
+    """MessagePack plus extension types, behind a version byte and an integrity tag."""
+
+    def __init__(self, secret: bytes | None = None) -> None:
+        """``secret`` keys the tag, so only holders of it can write values the library will
+        read; without one the tag still detects corruption and foreign bytes."""
+        self._key = secret or b""
+
+    def dumps(self, value: Any) -> bytes:
+        """See :class:`Serializer`."""
+        try:
+            body: bytes = msgpack.packb(value, default=_pack_extension, strict_types=True)
+        except (TypeError, ValueError, OverflowError) as error:
+            raise UnsupportedValue(str(error)) from None
+        return _VERSION + self._tag(body) + body
+
+    def loads(self, data: bytes) -> Any:
+        """See :class:`Serializer`."""
+        header = 1 + _TAG_BYTES
+        if len(data) < header or data[:1] != _VERSION:
+            raise ForeignValue("not a txcache value (unknown format or version)")
+        body = data[header:]
+        if not hmac.compare_digest(data[1:header], self._tag(body)):
+            raise ForeignValue("integrity tag mismatch (changed, or written with another secret)")
+        try:
+            return msgpack.unpackb(
+                body, ext_hook=_unpack_extension, strict_map_key=False, use_list=True
+            )
+        except (ValueError, TypeError, msgpack.UnpackException) as error:
+            raise ForeignValue(f"undecodable value: {error}") from None
+
+    def _tag(self, body: bytes) -> bytes:
+        return hashlib.blake2b(body, digest_size=_TAG_BYTES, key=self._key).digest()
+
+
+def _pack(value: Any) -> bytes:
+    packed: bytes = msgpack.packb(value, default=_pack_extension, strict_types=True)
+    return packed
+
+
+def _pack_extension(value: Any) -> msgpack.ExtType:
+    kind = type(value)
+    if kind is tuple:
+        return msgpack.ExtType(_TUPLE, _pack(list(value)))
+    if kind is set or kind is frozenset:
+        code = _SET if kind is set else _FROZENSET
+        return msgpack.ExtType(code, _pack(list(value)))
+    if kind is int and value not in _INT64:
+        return msgpack.ExtType(_BIGINT, str(value).encode())
+    simple = _SIMPLE.get(kind)
+    if simple is not None:
+        code, encode = simple
+        return msgpack.ExtType(code, encode(value))
+    raise UnsupportedValue(
+        f"values of type {kind.__qualname__} cannot be cached by the default serializer "
+        "(exact None/bool/int/float/str/bytes/list/tuple/dict/set, Decimal, date/time, UUID)"
+    )
+
+
+_SIMPLE: dict[type, tuple[int, Any]] = {
+    decimal.Decimal: (_DECIMAL, lambda v: str(v).encode()),
+    datetime.datetime: (_DATETIME, lambda v: f"{v.isoformat()}|{v.fold}".encode()),
+    datetime.date: (_DATE, lambda v: v.isoformat().encode()),
+    datetime.time: (_TIME, lambda v: f"{v.isoformat()}|{v.fold}".encode()),
+    datetime.timedelta: (_TIMEDELTA, lambda v: _pack([v.days, v.seconds, v.microseconds])),
+    uuid.UUID: (_UUID, lambda v: v.bytes),
+}
+
+
+def _unpack_extension(code: int, data: bytes) -> Any:
+    if code in (_TUPLE, _SET, _FROZENSET):
+        items = msgpack.unpackb(data, ext_hook=_unpack_extension, strict_map_key=False)
+        return {_TUPLE: tuple, _SET: set, _FROZENSET: frozenset}[code](items)
+    text = data.decode() if code not in (_UUID, _TIMEDELTA) else ""
+    if code == _DECIMAL:
+        return decimal.Decimal(text)
+    if code in (_DATETIME, _TIME):
+        iso, fold = text.rsplit("|", 1)
+        parse = datetime.datetime if code == _DATETIME else datetime.time
+        return parse.fromisoformat(iso).replace(fold=int(fold))
+    if code == _DATE:
+        return datetime.date.fromisoformat(text)
+    if code == _TIMEDELTA:
+        days, seconds, micros = msgpack.unpackb(data)
+        return datetime.timedelta(days=days, seconds=seconds, microseconds=micros)
+    if code == _UUID:
+        return uuid.UUID(bytes=data)
+    if code == _BIGINT:
+        return int(text)
+    raise ForeignValue(f"unknown extension type {code}")

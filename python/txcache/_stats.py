@@ -1,0 +1,86 @@
+"""Per-function statistics: what the cache did for each cacheable function."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+__all__ = ["FunctionStats"]
+
+
+@dataclass
+class FunctionStats:
+    """Counters of one cacheable function, updated by every call in this process.
+
+    ``misses`` counts by kind: the node's (``compulsory``, ``capacity``, ``staleness``,
+    ``consistency``) and the library's (``unavailable``: node down; ``foreign``: a value
+    that failed its integrity check; ``error``: a node refused the request).
+    """
+
+    name: str
+    hits: int = 0
+    misses: Counter[str] = field(default_factory=Counter)
+    uncached: int = 0
+    """Calls that ran without the cache (read/write transaction, ``bypass`` mode, or a
+    transaction that fell back to the database)."""
+    inserts: Counter[str] = field(default_factory=Counter)
+    """``TXSET`` outcomes: ``inserted``, ``extended``, ``nondeterministic``, ``empty``,
+    ``failed``."""
+    hit_seconds: float = 0.0
+    """Time spent in calls answered from the cache."""
+    miss_seconds: float = 0.0
+    """Time spent running the function on misses."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def miss_count(self) -> int:
+        """All misses, of every kind."""
+        return sum(self.misses.values())
+
+    @property
+    def hit_rate(self) -> float:
+        """Hits over lookups (``0.0`` before any)."""
+        lookups = self.hits + self.miss_count
+        return self.hits / lookups if lookups else 0.0
+
+    @property
+    def time_saved(self) -> float:
+        """Seconds the hits saved: each hit would have cost a mean miss, and cost a hit."""
+        if not self.miss_count:
+            return 0.0
+        return self.hits * self.miss_seconds / self.miss_count - self.hit_seconds
+
+    def record_hit(self, seconds: float) -> None:
+        """A call answered from the cache in ``seconds``."""
+        with self._lock:
+            self.hits += 1
+            self.hit_seconds += seconds
+
+    def record_miss(self, kind: str, seconds: float) -> None:
+        """A call that missed (``kind``) and ran in ``seconds``."""
+        with self._lock:
+            self.misses[kind] += 1
+            self.miss_seconds += seconds
+
+    def record_insert(self, outcome: str) -> None:
+        """The outcome of storing a result."""
+        with self._lock:
+            self.inserts[outcome] += 1
+
+    def record_uncached(self) -> None:
+        """A call that ran without the cache."""
+        with self._lock:
+            self.uncached += 1
+
+    def as_dict(self) -> dict[str, object]:
+        """A plain snapshot of the counters (for logs, JSON, ``txcache status``)."""
+        return {
+            "name": self.name,
+            "hits": self.hits,
+            "misses": dict(self.misses),
+            "uncached": self.uncached,
+            "inserts": dict(self.inserts),
+            "hit_rate": self.hit_rate,
+            "time_saved": self.time_saved,
+        }

@@ -1,0 +1,113 @@
+"""The library when parts die: a dead cache node, a stalled one, a dead agent. The rule
+(DESIGN.md §8): slower, never wrong, never an application error."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import txcache
+from library_fixtures import LibraryStack
+from txcache import AgentProcess
+
+reads: list[int] = []
+
+
+@txcache.cacheable
+def price(item_id: int) -> int:
+    reads.append(item_id)
+    row = txcache.query_one("SELECT price FROM items WHERE id = %s", (item_id,))
+    assert row is not None
+    return int(row[0])
+
+
+def prices(lib: LibraryStack, staleness: float = 60, not_before: int | None = None) -> list[int]:
+    with lib.cache.read_only(staleness=staleness, not_before=not_before):
+        return [price(item_id) for item_id in range(1, 21)]
+
+
+def truth(lib: LibraryStack) -> list[int]:
+    rows = lib.admin.execute("SELECT price FROM items ORDER BY id").fetchall()
+    return [int(row[0]) for row in rows]
+
+
+def update_all(lib: LibraryStack, delta: int) -> int | None:
+    with lib.cache.read_write() as tx:
+        tx.execute("UPDATE items SET price = price + %s", (delta,))
+    return tx.commit_timestamp
+
+
+def test_a_dead_node_means_misses_not_errors(lib):
+    lib.caught_up()
+    lib.fresh_pins()
+    assert prices(lib) == truth(lib)
+    lib.nodes[0].kill()
+    reads.clear()
+    assert prices(lib) == truth(lib)
+    on_dead_node = price.stats.misses["unavailable"]
+    assert 0 < on_dead_node < 20
+    assert len(reads) == on_dead_node, "keys on the live node were still cached"
+    token = update_all(lib, 1)
+    assert prices(lib, not_before=token) == truth(lib)
+
+
+def test_a_node_that_stops_reading_is_skipped_after_its_timeout(database, start_node):
+    from library_fixtures import start_library_stack
+
+    stack = start_library_stack(database, start_node, node_timeout=0.3)
+    lib = next(stack)
+    try:
+        lib.caught_up()
+        lib.fresh_pins()
+        assert prices(lib) == truth(lib)
+        os.kill(lib.nodes[1].process.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            assert prices(lib) == truth(lib)
+            assert time.monotonic() - started < 5, "one timeout, then the node is skipped"
+        finally:
+            os.kill(lib.nodes[1].process.pid, signal.SIGCONT)
+    finally:
+        stack.close()
+
+
+def test_a_dead_agent_means_the_database_answers(lib):
+    lib.caught_up()
+    lib.fresh_pins()
+    assert prices(lib) == truth(lib)
+    lib.agent.kill()
+    token = update_all(lib, 5)
+    assert token is not None, "a WAL position stands in for the commit LSN"
+    assert prices(lib, not_before=token) == truth(lib)
+    assert prices(lib, staleness=0) == truth(lib)
+    time.sleep(lib.cache.agent.pin_list_ttl + 0.1)
+    assert prices(lib, staleness=60) == truth(lib), "the dead agent's pins are not offered"
+
+
+def test_the_library_resumes_caching_when_the_agent_returns(lib):
+    lib.caught_up()
+    lib.fresh_pins()
+    address = f"--listen={lib.agent.host}:{lib.agent.port}"
+    lib.agent.kill()
+    update_all(lib, 7)
+    assert prices(lib, staleness=0) == truth(lib)
+    lib.agent = AgentProcess(
+        lib.dsn,
+        [node.address for node in lib.nodes],
+        address,
+        "--pin-interval",
+        "50ms",
+        "--heartbeat-interval",
+        "50ms",
+    )
+    lib.caught_up()
+    deadline = time.monotonic() + 20
+    while not lib.cache.agent.endpoint.is_up() or not lib.cache.agent.refresh():
+        assert time.monotonic() < deadline, "the library never reconnected"
+        time.sleep(0.1)
+    lib.fresh_pins()
+    assert prices(lib, staleness=60) == truth(lib)
+    reads.clear()
+    assert prices(lib, staleness=60) == truth(lib)
+    assert reads == [], "cached again"

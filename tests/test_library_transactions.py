@@ -1,0 +1,309 @@
+"""The library against the real stack (PostgreSQL, two nodes, the agent): the lazy
+timestamp selection cases of the paper (§6.2 and §6.3), read-your-writes, and the rules for
+cacheable functions (keys, nesting, exceptions, refusals).
+
+Each test builds its history with the ``admin`` connection, waits until both nodes applied
+it and the library knows a pin after it, then checks what a transaction sees — cached
+values and query results must always come from one commit point.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import txcache
+from library_fixtures import LibraryStack
+
+runs: list[tuple[str, object]] = []
+
+
+@txcache.cacheable
+def get_item(item_id: int) -> tuple[int, str, int] | None:
+    runs.append(("get_item", item_id))
+    return txcache.query_one(  # type: ignore[return-value]
+        "SELECT id, name, price FROM items WHERE id = %s", (item_id,)
+    )
+
+
+@txcache.cacheable
+def price_list(item_ids: tuple[int, ...]) -> list[tuple[int, int]]:
+    runs.append(("price_list", item_ids))
+    return [(item[0], item[2]) for item in map(get_item, item_ids) if item is not None]
+
+
+@txcache.cacheable
+def user_name(user_id: int) -> str | None:
+    runs.append(("user_name", user_id))
+    row = txcache.query_one("SELECT name FROM users WHERE id = %s", (user_id,))
+    return None if row is None else str(row[0])
+
+
+@pytest.fixture(autouse=True)
+def _clear_runs() -> None:
+    runs.clear()
+
+
+def price_of(lib: LibraryStack, item_id: int) -> int:
+    row = lib.admin.execute("SELECT price FROM items WHERE id = %s", (item_id,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def commit_and_wait(lib: LibraryStack, statement: str, *params: object) -> int:
+    """Commit ``statement`` behind the library's back; returns its commit LSN once both
+    nodes applied it and the library knows a pin at or after it."""
+    with lib.cache.read_write() as tx:
+        tx.execute(statement, params)
+    token = tx.commit_timestamp
+    assert token is not None
+    lib.caught_up()
+    lib.fresh_pins(after=token - 1)
+    return token
+
+
+def warm(lib: LibraryStack, *item_ids: int) -> None:
+    lib.caught_up()
+    lib.fresh_pins()
+    with lib.cache.read_only(staleness=60):
+        for item_id in item_ids:
+            get_item(item_id)
+
+
+def test_a_hit_returns_the_stored_value_without_running_the_function(lib):
+    warm(lib, 1)
+    runs.clear()
+    with lib.cache.read_only(staleness=60) as tx:
+        assert get_item(1) == (1, "item 1", 10)
+        assert tx.snapshot is None, "a transaction served from the cache never begins"
+    assert runs == []
+
+
+def test_hits_across_several_pins_narrow_to_one_commit_point(lib):
+    warm(lib, 1, 2, 3)
+    commit = commit_and_wait(lib, "UPDATE items SET price = price + 1 WHERE id IN (2, 3)")
+    runs.clear()
+    with lib.cache.read_only(staleness=60) as tx:
+        first = tx.pin_set.bounds()
+        assert first is not None
+        assert first[0] < commit <= first[1], "the pin set spans the update"
+        assert get_item(1) == (1, "item 1", 10)  # unchanged: valid at every pin
+        assert get_item(2) == (2, "item 2", 20)  # the old version: only before the update
+        assert all(pin.ts < commit for pin in tx.pin_set), tx.pin_set
+        assert not tx.pin_set.star
+    assert runs == []
+
+
+def test_a_miss_after_hits_runs_at_a_pin_the_hits_allow(lib):
+    warm(lib, 2)
+    commit = commit_and_wait(lib, "UPDATE items SET price = price + 1 WHERE id IN (2, 3)")
+    with lib.cache.read_only(staleness=60) as tx:
+        assert get_item(2) == (2, "item 2", 20)
+        # item 3 changed in the same commit: the consistent answer is the old one
+        assert get_item(3) == (3, "item 3", 30)
+        assert tx.snapshot is not None
+        assert tx.snapshot.ts < commit
+    assert price_of(lib, 3) == 31
+
+
+def test_the_database_transaction_moves_when_a_hit_excludes_its_pin(lib):
+    warm(lib, 2)
+    commit = commit_and_wait(lib, "UPDATE items SET price = price + 1 WHERE id = 2")
+    with lib.cache.read_only(staleness=60) as tx:
+        assert txcache.query_one("SELECT name FROM users WHERE id = 1") == ("user 1",)
+        assert tx.snapshot is not None
+        assert tx.snapshot.ts >= commit, "the newest pin comes first"
+        assert get_item(2) == (2, "item 2", 20), "the cached old version is usable"
+        assert tx.moves == 1
+        assert tx.snapshot.ts < commit
+        # the database now answers at the moved snapshot too
+        assert txcache.query_one("SELECT price FROM items WHERE id = 2") == (20,)
+
+
+def test_no_move_when_the_queries_read_what_changed(lib):
+    warm(lib, 2)
+    commit_and_wait(lib, "UPDATE items SET price = price + 1 WHERE id IN (2, 4)")
+    with lib.cache.read_only(staleness=60) as tx:
+        assert txcache.query_one("SELECT price FROM items WHERE id = 4") == (41,)
+        assert get_item(2) == (2, "item 2", 21), "the old version would contradict item 4"
+        assert tx.moves == 0
+    assert get_item.stats.misses["consistency"] >= 1
+
+
+def test_star_is_removed_by_the_first_hit(lib):
+    warm(lib, 1)
+    with lib.cache.read_only(staleness=60) as tx:
+        assert tx.pin_set.star
+        get_item(1)
+        assert not tx.pin_set.star
+
+
+def test_star_is_chosen_when_the_newest_pin_is_too_old(lib):
+    lib.caught_up()
+    lib.fresh_pins()
+    lib.cache.policy = txcache.newest_or_fresh(max_age=0.0)
+    listed = {pin.ts for pin in lib.cache.agent.pins(staleness=60, not_before=None, now=1e12)}
+    commit_and_wait(lib, "UPDATE users SET name = 'x' WHERE id = 5")
+    with lib.cache.read_only(staleness=60) as tx:
+        assert user_name(5) == "x"
+        assert tx.snapshot is not None
+        assert tx.snapshot.ts not in listed
+
+
+def test_a_transaction_with_only_star_takes_a_fresh_pin(lib):
+    lib.caught_up()
+    lib.fresh_pins()
+    with lib.cache.read_only(staleness=0) as tx:
+        assert len(tx.pin_set) == 0
+        assert tx.pin_set.star
+        assert get_item(7) == (7, "item 7", 70)
+        assert tx.snapshot is not None
+
+
+def test_nested_calls_inherit_intervals_and_tags(lib):
+    lib.caught_up()
+    lib.fresh_pins()
+    with lib.cache.read_only(staleness=60):
+        assert price_list((1, 2)) == [(1, 10), (2, 20)]
+    assert runs == [("price_list", (1, 2)), ("get_item", 1), ("get_item", 2)]
+    runs.clear()
+    commit_and_wait(lib, "UPDATE items SET price = 99 WHERE id = 2")
+    with lib.cache.read_only(staleness=0):
+        assert price_list((1, 2)) == [(1, 10), (2, 99)]
+    # the outer value depended on item 2 through get_item(2): invalidated with it
+    assert runs == [("price_list", (1, 2)), ("get_item", 2)]
+    runs.clear()
+    with lib.cache.read_only(staleness=0):
+        assert price_list((1, 2)) == [(1, 10), (2, 99)]
+    assert runs == []
+
+
+def test_an_inner_hit_feeds_the_outer_functions_interval(lib):
+    warm(lib, 1)
+    runs.clear()
+    with lib.cache.read_only(staleness=60):
+        assert price_list((1,)) == [(1, 10)]
+    assert runs == [("price_list", (1,))], "get_item(1) was a hit inside a miss"
+    commit_and_wait(lib, "UPDATE items SET price = 11 WHERE id = 1")
+    with lib.cache.read_only(staleness=0):
+        assert price_list((1,)) == [(1, 11)], "the outer value inherited get_item(1)'s tags"
+
+
+def test_an_exception_stores_nothing(lib):
+    lib.caught_up()
+    lib.fresh_pins()
+    failures = {"left": 1}
+
+    @txcache.cacheable
+    def flaky(item_id: int) -> int:
+        row = txcache.query_one("SELECT price FROM items WHERE id = %s", (item_id,))
+        if failures["left"]:
+            failures["left"] -= 1
+            raise RuntimeError("boom")
+        assert row is not None
+        return int(row[0])
+
+    with lib.cache.read_only(staleness=60), pytest.raises(RuntimeError, match="boom"):
+        flaky(5)
+    assert sum(flaky.stats.inserts.values()) == 0
+    with lib.cache.read_only(staleness=60):
+        assert flaky(5) == 50
+    assert flaky.stats.inserts["inserted"] == 1
+
+
+def test_read_your_writes(lib):
+    warm(lib, 6)
+    with lib.cache.read_write() as tx:
+        tx.execute("UPDATE items SET price = 1234 WHERE id = 6")
+    token = tx.commit_timestamp
+    assert token is not None
+    with lib.cache.read_only(staleness=60, not_before=token):
+        assert get_item(6) == (6, "item 6", 1234)
+    assert tx.commit_timestamp == token
+
+
+def test_a_read_write_transaction_bypasses_the_cache(lib):
+    warm(lib, 8)
+    runs.clear()
+    with lib.cache.read_write() as tx:
+        assert get_item(8) == (8, "item 8", 80)
+        tx.execute("UPDATE items SET price = 81 WHERE id = 8")
+        assert get_item(8) == (8, "item 8", 81), "a writer sees its own writes"
+    assert runs == [("get_item", 8), ("get_item", 8)]
+    assert tx.commit_timestamp is not None
+
+
+def test_a_cacheable_call_outside_a_transaction_runs_in_an_implicit_one(lib):
+    lib.caught_up()
+    lib.fresh_pins()
+    assert get_item(9) == (9, "item 9", 90)
+    runs.clear()
+    assert get_item(9) == (9, "item 9", 90)
+    assert runs == []
+
+
+def test_queries_outside_a_transaction_are_refused(lib):
+    with pytest.raises(txcache.NoTransaction, match="read_only"):
+        txcache.query("SELECT 1")
+
+
+def test_a_volatile_query_in_a_cacheable_function_is_refused(lib):
+    @txcache.cacheable
+    def clock() -> object:
+        return txcache.query_one("SELECT now()")
+
+    with lib.cache.read_only(staleness=60), pytest.raises(txcache.UncacheableQuery, match="now"):
+        clock()
+    with lib.cache.read_only(staleness=60):
+        assert txcache.query_one("SELECT 1") == (1,), "bare queries may be anything"
+
+
+def test_unsupported_arguments_raise_a_clear_error(lib):
+    with lib.cache.read_only(staleness=60), pytest.raises(txcache.UnsupportedArgument) as caught:
+        get_item(object())  # type: ignore[arg-type]
+    assert "item_id" in str(caught.value)
+    assert "get_item" in str(caught.value)
+
+
+def test_a_foreign_value_is_a_miss_and_a_warning(lib, caplog):
+    warm(lib, 10)
+    other = txcache.connect(
+        lib.dsn,
+        nodes=[node.address for node in lib.nodes],
+        agent=f"{lib.agent.host}:{lib.agent.port}",
+        secret="another secret",
+    )
+    runs.clear()
+    try:
+        with caplog.at_level(logging.WARNING, "txcache"), other.read_only(staleness=60):
+            assert get_item(10) == (10, "item 10", 100)
+    finally:
+        other.close()
+    assert runs == [("get_item", 10)]
+    assert "integrity tag mismatch" in caplog.text
+    assert get_item.stats.misses["foreign"] >= 1
+
+
+def test_keys_change_with_arguments_and_code(lib):
+    assert get_item.key(1) == get_item.key(item_id=1)
+    assert get_item.key(1) != get_item.key(2)
+    assert len(get_item.key(1)) == 16
+
+
+def test_bypass_mode_never_touches_the_cache(database, start_node):
+    from library_fixtures import start_library_stack
+
+    stack = start_library_stack(database, start_node, mode="bypass")
+    lib = next(stack)
+    try:
+        with lib.cache.read_only(staleness=60) as tx:
+            assert get_item(1) == (1, "item 1", 10)
+            assert get_item(1) == (1, "item 1", 10)
+            assert tx.uncached
+        assert runs == [("get_item", 1), ("get_item", 1)]
+        for client in lib.clients():
+            assert client.dbsize() == 0
+            client.close()
+    finally:
+        stack.close()
