@@ -24,7 +24,7 @@ The library is described in ``docs/library.md``; the exception tree is in
 """
 
 from txcache._agent_process import AgentProcess
-from txcache._cacheable import CacheableFunction, cacheable
+from txcache._cacheable import CacheableFunction, cacheable, function_stats
 from txcache._config import Mode, Settings
 from txcache._connect import Cache, connect, default_cache
 from txcache._node_process import NodeProcess, NodeStartError, find_txcached
@@ -92,6 +92,7 @@ __all__ = [
     "execute",
     "find_postgres_bin",
     "find_txcached",
+    "function_stats",
     "newest_or_fresh",
     "query",
     "query_one",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
@@ -26,12 +27,19 @@ from txcache._nodes import Hit, Miss
 from txcache._stats import FunctionStats
 from txcache._transaction import ReadOnlyTransaction, current_transaction
 
-__all__ = ["CacheableFunction", "cacheable"]
+__all__ = ["CacheableFunction", "cacheable", "function_stats"]
 
 log = logging.getLogger("txcache")
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+_registry: weakref.WeakSet[CacheableFunction[Any, Any]] = weakref.WeakSet()
+
+
+def function_stats() -> list[FunctionStats]:
+    """The statistics of every cacheable function defined in this process, by name."""
+    return sorted((function.stats for function in _registry), key=lambda s: s.name)
 
 
 class CacheableFunction(Generic[P, R]):
@@ -43,6 +51,7 @@ class CacheableFunction(Generic[P, R]):
         self.stats = FunctionStats(self.keys.name)
         """This function's counters in this process."""
         functools.update_wrapper(self, function)
+        _registry.add(self)
 
     def __repr__(self) -> str:
         return f"<cacheable {self.keys.name}>"

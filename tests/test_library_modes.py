@@ -1,0 +1,81 @@
+"""The experiment modes against the real stack, and the public surface of the package."""
+
+from __future__ import annotations
+
+import txcache
+from library_fixtures import LibraryStack
+
+
+@txcache.cacheable
+def item_price(item_id: int) -> int:
+    row = txcache.query_one("SELECT price FROM items WHERE id = %s", (item_id,))
+    assert row is not None
+    return int(row[0])
+
+
+def connect_like(lib: LibraryStack, **settings: object) -> txcache.Cache:
+    return txcache.connect(
+        lib.dsn,
+        nodes=[node.address for node in lib.nodes],
+        agent=f"{lib.agent.host}:{lib.agent.port}",
+        refresh_interval=0.05,
+        **settings,  # type: ignore[arg-type]
+    )
+
+
+def stage_a_split_history(lib: LibraryStack) -> None:
+    """Item 2's old price and item 3's new price are both in the cache: they never existed
+    together (one commit changed both)."""
+    lib.caught_up()
+    lib.fresh_pins()
+    with lib.cache.read_only(staleness=60):
+        assert (item_price(2), item_price(3)) == (20, 30)
+    with lib.cache.read_write() as tx:
+        tx.execute("UPDATE items SET price = price + 1 WHERE id IN (2, 3)")
+    token = tx.commit_timestamp
+    lib.caught_up()
+    with lib.cache.read_only(staleness=60, not_before=token):
+        assert item_price(3) == 31
+
+
+def test_no_consistency_mode_serves_values_that_never_existed_together(lib):
+    stage_a_split_history(lib)
+    inconsistent = connect_like(lib, mode="no_consistency")
+    try:
+        with inconsistent.read_only(staleness=60):
+            seen = (item_price(2), item_price(3))
+    finally:
+        inconsistent.close()
+    assert seen == (20, 31), "the control mode must show the anomaly the default prevents"
+    with lib.cache.read_only(staleness=60):
+        seen = (item_price(2), item_price(3))
+    assert seen in {(20, 30), (21, 31)}
+
+
+def test_function_stats_are_listed(lib):
+    lib.caught_up()
+    lib.fresh_pins()
+    with lib.cache.read_only(staleness=60):
+        item_price(4)
+        item_price(4)
+    [stats] = [s for s in txcache.function_stats() if s.name.endswith(".item_price")]
+    assert stats is item_price.stats
+    assert stats.hits >= 1
+    assert stats.as_dict()["hit_rate"] == stats.hit_rate
+
+
+def test_the_public_names_are_exactly_these():
+    assert set(txcache.__all__) == {
+        *("AgentProcess", "Cache", "CacheableFunction", "ConfigurationError"),
+        *("EmbeddedPostgres", "ForeignValue", "FunctionStats", "Mode", "NoTransaction"),
+        *("NodeProcess", "NodeStartError", "Pin", "PinPolicy", "PinSet"),
+        *("PostgresStartError", "ReadOnlyTransaction", "ReadWriteTransaction"),
+        *("SafeSerializer", "Serializer", "Settings", "SetupError", "SetupReport"),
+        *("SetupStep", "StepStatus", "SnapshotUnavailable", "Transaction"),
+        *("TransactionError", "TxcacheError", "UncacheableQuery", "UnsupportedArgument"),
+        *("UnsupportedValue", "cacheable", "connect", "current_transaction"),
+        *("default_cache", "execute", "find_postgres_bin", "find_txcached"),
+        *("function_stats", "newest_or_fresh", "query", "query_one", "setup_database"),
+    }
+    for name in txcache.__all__:
+        assert getattr(txcache, name) is not None
