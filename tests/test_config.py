@@ -210,10 +210,6 @@ def test_a_malformed_number_given_as_an_argument_names_the_setting():
         load_settings({"dsn": DSN, "node_timeout": [1]}, {})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: int() truncates, so pool_size = 1.5 in txcache.toml silently becomes 1",
-)
 def test_a_fractional_pool_size_in_the_file_is_malformed():
     write_file(f'dsn = "{DSN}"\npool_size = 1.5\n')
     with pytest.raises(ConfigurationError, match="pool_size"):

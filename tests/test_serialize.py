@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import collections
 import datetime
-import decimal
 import math
 import random
 import subprocess
@@ -177,11 +176,6 @@ def test_a_secret_does_not_change_what_reads_back():
     assert_same(round_trip(value, serializer), value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a datetime in a ZoneInfo zone (as psycopg returns timestamptz) reads back "
-    "with a fixed-offset timezone, so a hit behaves differently from a miss",
-)
 def test_a_datetime_in_a_named_zone_keeps_its_zone():
     try:
         paris = zoneinfo.ZoneInfo("Europe/Paris")
@@ -238,11 +232,6 @@ def test_unsupported_value_is_a_txcache_error_and_a_type_error():
     assert issubclass(UnsupportedValue, TypeError)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: bytearray and memoryview are written as bin and read back as bytes (type "
-    "not kept) instead of being refused",
-)
 @pytest.mark.parametrize(
     "value", [bytearray(b"ab"), memoryview(b"ab")], ids=["bytearray", "memoryview"]
 )
@@ -379,12 +368,6 @@ def test_a_validly_tagged_malformed_body_is_foreign(body):
         SafeSerializer().loads(tagged(body))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(decimal.InvalidOperation, OverflowError),
-    reason="bug: _unpack_extension lets decimal.InvalidOperation and OverflowError "
-    "(ArithmeticError, not ValueError) escape loads",
-)
 @pytest.mark.parametrize(
     "body",
     [ext(4, b"abc"), ext(8, msgpack.packb([10**10, 0, 0]))],
@@ -408,11 +391,6 @@ def run_child(script: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: loads of tuples nested ~200 deep (which dumps writes, 950 bytes) overflows "
-    "the C stack in msgpack's ext_hook recursion: the reading process dies with SIGSEGV",
-)
 def test_deeply_nested_tuples_are_refused_or_read_back_never_a_crash():
     child = run_child(
         """
@@ -437,10 +415,6 @@ def test_deeply_nested_tuples_are_refused_or_read_back_never_a_crash():
     assert child.stdout.strip() in ("refused", "read back")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: dumps of tuples nested ~400 deep raises RecursionError, not UnsupportedValue",
-)
 def test_too_deeply_nested_tuples_are_an_unsupported_value():
     child = run_child(
         """

@@ -91,7 +91,7 @@ class CacheableFunction(Generic[P, R]):
         if isinstance(found, Hit):
             try:
                 value: R = cache.serializer.loads(found.value)
-            except ValueError as error:
+            except Exception as error:  # a pluggable serializer may raise anything: a miss
                 log.warning("ignored the cached value of %s: %s", self.keys.name, error)
                 found = Miss("foreign")
             else:

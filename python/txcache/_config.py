@@ -59,15 +59,38 @@ class Settings:
     refresh_interval: float = 0.25
 
 
+def _nodes(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    if not all(isinstance(item, str) for item in items):
+        raise TypeError("nodes must be strings")
+    return tuple(item.strip() for item in items if item.strip())
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, bool):
+        raise TypeError("a number of seconds, not a boolean")
+    seconds = float(value)
+    if not 0 <= seconds < float("inf"):
+        raise ValueError("seconds must be finite and not negative")
+    return seconds
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise TypeError("a whole number")
+    count = int(value)
+    if count < 1:
+        raise ValueError("at least 1")
+    return count
+
+
 _CONVERTERS: dict[str, Any] = {
-    "nodes": lambda v: (
-        tuple(n.strip() for n in v.split(",") if n.strip()) if isinstance(v, str) else tuple(v)
-    ),
-    "staleness": float,
-    "fresh_pin_age": float,
-    "pool_size": int,
-    "node_timeout": float,
-    "refresh_interval": float,
+    "nodes": _nodes,
+    "staleness": _seconds,
+    "fresh_pin_age": _seconds,
+    "pool_size": _count,
+    "node_timeout": _seconds,
+    "refresh_interval": _seconds,
 }
 
 
@@ -89,8 +112,10 @@ def load_settings(given: Mapping[str, Any], environ: Mapping[str, str] | None = 
         if name in values:
             try:
                 values[name] = convert(values[name])
-            except (TypeError, ValueError):
-                raise ConfigurationError(f"setting {name}: {values[name]!r} is malformed") from None
+            except (TypeError, ValueError) as error:
+                raise ConfigurationError(
+                    f"setting {name}: {values[name]!r} is malformed ({error})"
+                ) from None
     if "dsn" not in values:
         raise ConfigurationError(
             "no database: pass dsn=…, set TXCACHE_DSN, or put dsn in txcache.toml "
@@ -102,9 +127,9 @@ def load_settings(given: Mapping[str, Any], environ: Mapping[str, str] | None = 
 
 
 def _file_settings(environ: Mapping[str, str]) -> dict[str, Any]:
-    path = Path(environ.get("TXCACHE_CONFIG", "txcache.toml"))
+    path = Path(environ.get("TXCACHE_CONFIG") or "txcache.toml")
     if not path.is_file():
-        if "TXCACHE_CONFIG" in environ:
+        if environ.get("TXCACHE_CONFIG"):
             raise ConfigurationError(f"TXCACHE_CONFIG names {path}, which does not exist")
         return {}
     try:

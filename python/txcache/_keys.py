@@ -29,9 +29,10 @@ KEY_BYTES = 16
 
 
 def code_hash(function: Callable[..., Any]) -> bytes:
-    """A digest of ``function``'s code: bytecode, constants (nested code recursively), names
-    and argument defaults. Line numbers and file names are left out, so moving a function
-    in its file keeps its cached results."""
+    """A digest of ``function``'s code: bytecode, constants (nested code recursively, the
+    rest canonically encoded so that a set's hash order never matters) and names. Line
+    numbers and file names are left out, so moving a function in its file keeps its cached
+    results. Argument defaults need not be in it: a call's key encodes their values."""
     digest = hashlib.blake2b(digest_size=16)
     code = getattr(function, "__code__", None)
     if code is None:
@@ -48,19 +49,32 @@ def _hash_code(code: types.CodeType, digest: Any) -> None:
         if isinstance(constant, types.CodeType):
             _hash_code(constant, digest)
         else:
-            digest.update(repr(constant).encode())
+            digest.update(_constant(constant))
+
+
+def _constant(constant: object) -> bytes:
+    try:
+        return encode_argument(constant)
+    except UnsupportedArgument:  # Ellipsis, complex, …: their repr is stable
+        return repr(constant).encode()
 
 
 class CallKeys:
     """Turns calls of one function into keys."""
 
-    __slots__ = ("_parameters", "_prefix", "_signature", "name")
+    __slots__ = ("_parameters", "_positional_only_call", "_prefix", "_signature", "name")
 
     def __init__(self, function: Callable[..., Any], *, version: str = "") -> None:
         """Keys for ``function``; ``version`` (optional) is mixed in as the code hash is."""
         self.name = f"{function.__module__}.{function.__qualname__}"
         self._signature = inspect.signature(function)
         self._parameters = tuple(self._signature.parameters)
+        # Binding can be skipped only when positional arguments map one to one onto
+        # parameters: no *args, **kwargs or keyword-only parameter may reinterpret them.
+        plain = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.POSITIONAL_ONLY
+        self._positional_only_call = all(
+            p.kind in plain for p in self._signature.parameters.values()
+        )
         self._prefix = b"".join(
             (self.name.encode(), b"\0", code_hash(function), version.encode(), b"\0")
         )
@@ -68,7 +82,7 @@ class CallKeys:
     def key(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bytes:
         """The key of the call ``function(*args, **kwargs)``."""
         digest = hashlib.blake2b(self._prefix, digest_size=KEY_BYTES)
-        if not kwargs and len(args) == len(self._parameters):
+        if self._positional_only_call and not kwargs and len(args) == len(self._parameters):
             # The common case: every parameter given positionally, no binding needed.
             for name, value in zip(self._parameters, args, strict=True):
                 self._add(digest, name, value)
@@ -138,7 +152,7 @@ def _datetime(value: datetime.datetime) -> bytes:
 _ENCODERS: dict[type, Callable[[Any], bytes]] = {
     type(None): lambda _: b"N",
     bool: lambda v: b"b1" if v else b"b0",
-    int: lambda v: b"i" + str(v).encode(),
+    int: lambda v: b"i" + format(v, "x").encode(),  # hex: no digit limit
     float: _float,
     str: lambda v: b"s" + v.encode("utf-8", "surrogatepass"),
     bytes: lambda v: b"y" + v,

@@ -7,9 +7,10 @@ any). Reading never executes code: there is no class lookup and no ``pickle``. B
 are not ours, or were changed, raise :class:`ForeignValue`, which the library counts as a
 miss and logs — an application never sees it.
 
-Only exact types are written (a ``namedtuple`` or ``str`` subclass would come back as its
-base type, so a hit would differ from a miss): anything else raises
-:class:`~txcache.errors.UnsupportedValue`.
+Only exact types are written (a ``namedtuple``, a ``str`` subclass or a ``bytearray`` would
+come back as its base type, so a hit would differ from a miss), nested at most 64 levels:
+anything else raises :class:`~txcache.errors.UnsupportedValue`. Datetimes keep their zone:
+none, a fixed offset, or a ``zoneinfo.ZoneInfo`` key.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import datetime
 import decimal
 import hashlib
 import hmac
+import threading
 import uuid
+import zoneinfo
 from typing import Any, Protocol
 
 import msgpack
@@ -30,6 +33,11 @@ __all__ = ["ForeignValue", "SafeSerializer", "Serializer"]
 _VERSION = b"\x01"
 _TAG_BYTES = 8
 _INT64 = range(-(2**63), 2**64)
+_MAX_DEPTH = 64
+_SCALARS = frozenset(
+    (type(None), bool, int, float, str, bytes, decimal.Decimal, datetime.date, uuid.UUID)
+) | {datetime.timedelta}
+_CONTAINERS = frozenset((list, tuple, set, frozenset))
 
 
 class ForeignValue(ValueError):
@@ -63,6 +71,7 @@ class SafeSerializer:
 
     def dumps(self, value: Any) -> bytes:
         """See :class:`Serializer`."""
+        _check(value, 0)
         try:
             body: bytes = msgpack.packb(value, default=_pack_extension, strict_types=True)
         except (TypeError, ValueError, OverflowError) as error:
@@ -77,15 +86,69 @@ class SafeSerializer:
         body = data[header:]
         if not hmac.compare_digest(data[1:header], self._tag(body)):
             raise ForeignValue("integrity tag mismatch (changed, or written with another secret)")
+        _depth.level = 0
         try:
-            return msgpack.unpackb(
-                body, ext_hook=_unpack_extension, strict_map_key=False, use_list=True
-            )
-        except (ValueError, TypeError, msgpack.UnpackException) as error:
-            raise ForeignValue(f"undecodable value: {error}") from None
+            return _unpack(body)
+        except ForeignValue:
+            raise
+        except Exception as error:  # whatever the bytes provoke, it is not our value
+            raise ForeignValue(f"undecodable value: {error!r}") from None
 
     def _tag(self, body: bytes) -> bytes:
         return hashlib.blake2b(body, digest_size=_TAG_BYTES, key=self._key).digest()
+
+
+def _check(value: Any, depth: int) -> None:
+    """Refuse what cannot come back as itself, before anything is written."""
+    if depth > _MAX_DEPTH:
+        raise UnsupportedValue(f"values nested deeper than {_MAX_DEPTH} levels cannot be cached")
+    kind = type(value)
+    if kind in _SCALARS:
+        return
+    if kind in _CONTAINERS:
+        for item in value:
+            _check(item, depth + 1)
+    elif kind is dict:
+        for key, item in value.items():
+            _check(key, depth + 1)
+            _check(item, depth + 1)
+    elif kind is datetime.datetime or kind is datetime.time:
+        if value.tzinfo is not None and _zone_name(value.tzinfo) is None:
+            raise UnsupportedValue(
+                f"time zone {value.tzinfo!r} is not a fixed offset or a ZoneInfo"
+            )
+    else:
+        raise UnsupportedValue(
+            f"values of type {kind.__qualname__} cannot be cached by the default serializer "
+            "(exact None/bool/int/float/str/bytes/list/tuple/dict/set, Decimal, date/time, "
+            "UUID)"
+        )
+
+
+def _zone_name(zone: datetime.tzinfo) -> str | None:
+    """``""`` for a fixed offset (the ISO text carries it), the key of a ``ZoneInfo``,
+    ``None`` for any other ``tzinfo``."""
+    if type(zone) is datetime.timezone:
+        return ""
+    if type(zone) is zoneinfo.ZoneInfo and zone.key:
+        return str(zone.key)
+    return None
+
+
+_depth = threading.local()
+
+
+def _unpack(data: bytes) -> Any:
+    # msgpack's C decoder recurses through our extension hook: bound the depth ourselves.
+    _depth.level += 1
+    try:
+        if _depth.level > _MAX_DEPTH + 1:
+            raise ForeignValue(f"nested deeper than {_MAX_DEPTH} levels")
+        return msgpack.unpackb(
+            data, ext_hook=_unpack_extension, strict_map_key=False, use_list=True
+        )
+    finally:
+        _depth.level -= 1
 
 
 def _pack(value: Any) -> bytes:
@@ -114,9 +177,12 @@ def _pack_extension(value: Any) -> msgpack.ExtType:
 
 _SIMPLE: dict[type, tuple[int, Any]] = {
     decimal.Decimal: (_DECIMAL, lambda v: str(v).encode()),
-    datetime.datetime: (_DATETIME, lambda v: f"{v.isoformat()}|{v.fold}".encode()),
+    datetime.datetime: (
+        _DATETIME,
+        lambda v: f"{v.isoformat()}|{v.fold}|{_zone_name(v.tzinfo) if v.tzinfo else ''}".encode(),
+    ),
     datetime.date: (_DATE, lambda v: v.isoformat().encode()),
-    datetime.time: (_TIME, lambda v: f"{v.isoformat()}|{v.fold}".encode()),
+    datetime.time: (_TIME, lambda v: f"{v.isoformat()}|{v.fold}|".encode()),
     datetime.timedelta: (_TIMEDELTA, lambda v: _pack([v.days, v.seconds, v.microseconds])),
     uuid.UUID: (_UUID, lambda v: v.bytes),
 }
@@ -124,15 +190,18 @@ _SIMPLE: dict[type, tuple[int, Any]] = {
 
 def _unpack_extension(code: int, data: bytes) -> Any:
     if code in (_TUPLE, _SET, _FROZENSET):
-        items = msgpack.unpackb(data, ext_hook=_unpack_extension, strict_map_key=False)
+        items = _unpack(data)
         return {_TUPLE: tuple, _SET: set, _FROZENSET: frozenset}[code](items)
     text = data.decode() if code not in (_UUID, _TIMEDELTA) else ""
     if code == _DECIMAL:
         return decimal.Decimal(text)
     if code in (_DATETIME, _TIME):
-        iso, fold = text.rsplit("|", 1)
+        iso, fold, zone = text.split("|")
         parse = datetime.datetime if code == _DATETIME else datetime.time
-        return parse.fromisoformat(iso).replace(fold=int(fold))
+        value = parse.fromisoformat(iso).replace(fold=int(fold))
+        if zone:  # the wall time and fold name the instant in that zone
+            value = value.replace(tzinfo=zoneinfo.ZoneInfo(zone))
+        return value
     if code == _DATE:
         return datetime.date.fromisoformat(text)
     if code == _TIMEDELTA:
