@@ -13,13 +13,15 @@ transactions fall back to the database, and nothing raises.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from txcache._pinset import Pin
+from txcache._pinset import Pin, PinSet
 from txcache._resp import Endpoint, ReplyError
 from txcache._schema import TagColumns, tag_columns_at
 
@@ -44,7 +46,9 @@ class AgentClient:
         """Starts the refresher thread at once; :meth:`close` stops it."""
         self.endpoint = Endpoint(address, role="agent", password=password, timeout=timeout)
         self.refresh_interval = refresh_interval
-        self._pins: tuple[Pin, ...] = ()
+        self._pins: list[Pin] = []
+        self._timestamps: list[int] = []
+        self._known_current: list[float] = []  # per pin, the least current_as_of from it on
         self._refreshed_at = float("-inf")
         # Pins die with the agent's pinner sessions: a list not confirmed for this long is
         # not offered, so transactions fall back to the database before reading the cache.
@@ -64,15 +68,28 @@ class AgentClient:
         ``timeout``."""
         return self._refreshed.wait(timeout)
 
+    def pin_set(self, *, staleness: float, not_before: int | None, now: float) -> PinSet:
+        """The pin set a transaction begins with: :meth:`pins` and ★, built by slicing the
+        sorted list (two binary searches), not by filtering it."""
+        start, end = self._window(staleness, not_before, now)
+        return PinSet.from_sorted(self._pins[start:end], self._timestamps[start:end])
+
+    def _window(self, staleness: float, not_before: int | None, now: float) -> tuple[int, int]:
+        if time.monotonic() - self._refreshed_at > self.pin_list_ttl:
+            return 0, 0
+        pins, timestamps = self._pins, self._timestamps
+        start = max(
+            bisect.bisect_left(self._known_current, now - staleness),
+            bisect.bisect_left(timestamps, not_before or 0),
+        )
+        return start, len(pins)
+
     def pins(self, *, staleness: float, not_before: int | None, now: float) -> list[Pin]:
         """The listed pins known current within ``staleness`` seconds of ``now`` and not
         older than the ``not_before`` timestamp; none when the list was not confirmed by
         the agent within :attr:`pin_list_ttl` seconds."""
-        if time.monotonic() - self._refreshed_at > self.pin_list_ttl:
-            return []
-        oldest = now - staleness
-        floor = not_before or 0
-        return [p for p in self._pins if p.current_as_of >= oldest and p.ts >= floor]
+        start, end = self._window(staleness, not_before, now)
+        return self._pins[start:end]
 
     def pin_now(self) -> Pin | None:
         """A freshly taken, certified pin (★); ``None`` if the agent cannot give one."""
@@ -112,7 +129,12 @@ class AgentClient:
             if connection_replies is None:
                 return False
             pins, catalog = connection_replies
-            self._pins = pins
+            self._pins, self._timestamps = pins, [pin.ts for pin in pins]
+            # A pin stops being current when the next is taken, so current_as_of grows along
+            # the list; the minimum of each suffix keeps the search sound even if it did not
+            # (a pin is then left out, never a stale one let in).
+            suffix_min = itertools.accumulate((pin.current_as_of for pin in reversed(pins)), min)
+            self._known_current = list(suffix_min)[::-1]
             self._refreshed_at = time.monotonic()
             self._catalog = catalog
             self.catalog_versions = len(catalog)
@@ -127,14 +149,15 @@ class AgentClient:
         self._thread.join(timeout=5)
         self.endpoint.close()
 
-    def _fetch(self) -> tuple[tuple[Pin, ...], list[tuple[int, Any]]] | None:
+    def _fetch(self) -> tuple[list[Pin], list[tuple[int, Any]]] | None:
         pins_reply = self.endpoint.call("PINS")
         if pins_reply is None or isinstance(pins_reply, ReplyError):
             return None
         catalog_reply = self.endpoint.call("TAGCOLUMNS")
         if catalog_reply is None or isinstance(catalog_reply, ReplyError):
             return None
-        pins = tuple(sorted((_pin(entry) for entry in pins_reply), key=lambda p: p.ts))
+        by_ts = {pin.ts: pin for pin in map(_pin, pins_reply)}
+        pins = [by_ts[ts] for ts in sorted(by_ts)]
         return pins, [(int(since), tables) for since, tables in catalog_reply]
 
     def _run(self) -> None:

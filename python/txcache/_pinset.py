@@ -41,6 +41,15 @@ class PinSet:
         self._pins = [by_ts[ts] for ts in self._timestamps]
         self.star = star
 
+    @classmethod
+    def from_sorted(cls, pins: list[Pin], timestamps: list[int], *, star: bool = True) -> PinSet:
+        """A set of ``pins`` already sorted by ``ts`` without duplicates, ``timestamps``
+        their timestamps (both lists are owned by the set from now on): no sorting, for
+        the begin of every transaction."""
+        pin_set = cls.__new__(cls)
+        pin_set._pins, pin_set._timestamps, pin_set.star = pins, timestamps, star
+        return pin_set
+
     def __len__(self) -> int:
         """The number of pins, ★ not counted."""
         return len(self._pins)
@@ -76,6 +85,9 @@ class PinSet:
     def narrow(self, lo: int, hi: int) -> bool:
         """Keep only the pins in ``[lo, hi)`` and drop ★ (data was seen: the present may not
         match it). Returns ``False`` and changes nothing when no pin would remain."""
+        if self._pins and lo <= self._timestamps[0] and self._timestamps[-1] < hi:
+            self.star = False  # valid at every pin: the common case costs no copy
+            return True
         kept = self.within(lo, hi)
         if not kept:
             return False

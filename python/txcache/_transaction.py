@@ -223,14 +223,12 @@ class ReadOnlyTransaction(Transaction):
         """Whether a cached value was used (the transaction is then bound to the pins)."""
         self._query_tags: set[str] = set()
         self._tags_known = True  # False once a query's tags could not be derived
-        pins = (
-            []
-            if self.uncached
-            else cache.agent.pins(  # type: ignore[union-attr]
-                staleness=staleness, not_before=not_before, now=time.time()
-            )
-        )
-        self.pin_set = PinSet(pins, star=True)
+        agent = cache.agent
+        if self.uncached or agent is None:
+            self.pin_set = PinSet((), star=True)
+        else:
+            now = time.time()
+            self.pin_set = agent.pin_set(staleness=staleness, not_before=not_before, now=now)
 
     # -- the cache --------------------------------------------------------------------------
 
