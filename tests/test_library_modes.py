@@ -23,33 +23,50 @@ def connect_like(lib: LibraryStack, **settings: object) -> txcache.Cache:
     )
 
 
-def stage_a_split_history(lib: LibraryStack) -> None:
-    """Item 2's old price and item 3's new price are both in the cache: they never existed
+def stage_a_split_history(lib: LibraryStack, cache: txcache.Cache) -> None:
+    """Item 2's old price and item 3's new price are both in ``cache``: they never existed
     together (one commit changed both)."""
     lib.caught_up()
     lib.fresh_pins()
-    with lib.cache.read_only(staleness=60):
+    with cache.read_only(staleness=60):
         assert (item_price(2), item_price(3)) == (20, 30)
-    with lib.cache.read_write() as tx:
+    with cache.read_write() as tx:
         tx.execute("UPDATE items SET price = price + 1 WHERE id IN (2, 3)")
     token = tx.commit_timestamp
     lib.caught_up()
-    with lib.cache.read_only(staleness=60, not_before=token):
+    lib.fresh_pins(after=token - 1)
+    with cache.read_only(staleness=60, not_before=token):
         assert item_price(3) == 31
 
 
 def test_no_consistency_mode_serves_values_that_never_existed_together(lib):
-    stage_a_split_history(lib)
     inconsistent = connect_like(lib, mode="no_consistency")
     try:
+        stage_a_split_history(lib, inconsistent)
         with inconsistent.read_only(staleness=60):
             seen = (item_price(2), item_price(3))
     finally:
         inconsistent.close()
     assert seen == (20, 31), "the control mode must show the anomaly the default prevents"
+
+
+def test_the_consistent_mode_never_mixes_the_same_history(lib):
+    stage_a_split_history(lib, lib.cache)
     with lib.cache.read_only(staleness=60):
         seen = (item_price(2), item_price(3))
     assert seen in {(20, 30), (21, 31)}
+
+
+def test_no_consistency_values_never_reach_consistent_readers(lib):
+    inconsistent = connect_like(lib, mode="no_consistency")
+    try:
+        stage_a_split_history(lib, inconsistent)
+    finally:
+        inconsistent.close()
+    runs_before = item_price.stats.miss_count
+    with lib.cache.read_only(staleness=60):
+        item_price(2)
+    assert item_price.stats.miss_count == runs_before + 1, "another mode's keys"
 
 
 def test_function_stats_are_listed(lib):

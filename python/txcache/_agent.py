@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from txcache._pinset import Pin, PinSet
@@ -46,10 +47,7 @@ class AgentClient:
         """Starts the refresher thread at once; :meth:`close` stops it."""
         self.endpoint = Endpoint(address, role="agent", password=password, timeout=timeout)
         self.refresh_interval = refresh_interval
-        self._pins: list[Pin] = []
-        self._timestamps: list[int] = []
-        self._known_current: list[float] = []  # per pin, the least current_as_of from it on
-        self._refreshed_at = float("-inf")
+        self._list = _PinList([], [], [], float("-inf"))
         # Pins die with the agent's pinner sessions: a list not confirmed for this long is
         # not offered, so transactions fall back to the database before reading the cache.
         self.pin_list_ttl = max(1.0, 4 * refresh_interval)
@@ -71,25 +69,27 @@ class AgentClient:
     def pin_set(self, *, staleness: float, not_before: int | None, now: float) -> PinSet:
         """The pin set a transaction begins with: :meth:`pins` and ★, built by slicing the
         sorted list (two binary searches), not by filtering it."""
-        start, end = self._window(staleness, not_before, now)
-        return PinSet.from_sorted(self._pins[start:end], self._timestamps[start:end])
+        listed = self._list  # read once: the refresher replaces it whole
+        start = self._window(listed, staleness, not_before, now)
+        return PinSet.from_sorted(listed.pins[start:], listed.timestamps[start:])
 
-    def _window(self, staleness: float, not_before: int | None, now: float) -> tuple[int, int]:
-        if time.monotonic() - self._refreshed_at > self.pin_list_ttl:
-            return 0, 0
-        pins, timestamps = self._pins, self._timestamps
-        start = max(
-            bisect.bisect_left(self._known_current, now - staleness),
-            bisect.bisect_left(timestamps, not_before or 0),
+    def _window(
+        self, listed: _PinList, staleness: float, not_before: int | None, now: float
+    ) -> int:
+        """Where the pins fresh enough for a transaction start in ``listed``."""
+        if time.monotonic() - listed.refreshed_at > self.pin_list_ttl:
+            return len(listed.pins)
+        return max(
+            bisect.bisect_left(listed.known_current, now - staleness),
+            bisect.bisect_left(listed.timestamps, not_before or 0),
         )
-        return start, len(pins)
 
     def pins(self, *, staleness: float, not_before: int | None, now: float) -> list[Pin]:
         """The listed pins known current within ``staleness`` seconds of ``now`` and not
         older than the ``not_before`` timestamp; none when the list was not confirmed by
         the agent within :attr:`pin_list_ttl` seconds."""
-        start, end = self._window(staleness, not_before, now)
-        return self._pins[start:end]
+        listed = self._list
+        return listed.pins[self._window(listed, staleness, not_before, now) :]
 
     def pin_now(self) -> Pin | None:
         """A freshly taken, certified pin (★); ``None`` if the agent cannot give one."""
@@ -129,13 +129,13 @@ class AgentClient:
             if connection_replies is None:
                 return False
             pins, catalog = connection_replies
-            self._pins, self._timestamps = pins, [pin.ts for pin in pins]
             # A pin stops being current when the next is taken, so current_as_of grows along
             # the list; the minimum of each suffix keeps the search sound even if it did not
             # (a pin is then left out, never a stale one let in).
             suffix_min = itertools.accumulate((pin.current_as_of for pin in reversed(pins)), min)
-            self._known_current = list(suffix_min)[::-1]
-            self._refreshed_at = time.monotonic()
+            known_current = list(suffix_min)[::-1]
+            timestamps = [pin.ts for pin in pins]
+            self._list = _PinList(pins, timestamps, known_current, time.monotonic())
             self._catalog = catalog
             self.catalog_versions = len(catalog)
             if pins:
@@ -167,6 +167,17 @@ class AgentClient:
             except Exception:  # the refresher must never die: log and go on
                 log.exception("txcache: refreshing pins from the agent failed")
             self._stop.wait(self.refresh_interval)
+
+
+@dataclass(frozen=True)
+class _PinList:
+    """One refresh's pins, published in one assignment so that readers never mix two."""
+
+    pins: list[Pin]
+    timestamps: list[int]
+    known_current: list[float]
+    """Per pin, the least ``current_as_of`` from it to the end of the list."""
+    refreshed_at: float
 
 
 def _pin(reply: Sequence[Any]) -> Pin:

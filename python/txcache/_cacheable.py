@@ -15,6 +15,7 @@ Elsewhere (documented in docs/library.md):
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import time
 import weakref
@@ -83,8 +84,11 @@ class CacheableFunction(Generic[P, R]):
         self, transaction: ReadOnlyTransaction, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> R:
         started = time.perf_counter()
+        transaction.check_owner()
         key = self.keys.key(args, kwargs)
         cache = transaction.cache
+        if cache.mode == "no_consistency":  # its values never reach consistent readers
+            key = hashlib.blake2b(key, digest_size=len(key), person=b"no_consistency").digest()
         assert cache.ring is not None
         node = cache.ring.node_for(key)
         found = transaction.lookup(node, key)
@@ -116,7 +120,8 @@ class CacheableFunction(Generic[P, R]):
         try:
             value = self.function(*args, **kwargs)
         finally:
-            transaction.frames.pop()
+            popped = transaction.frames.pop()
+            assert popped is frame, "frames out of order: a transaction used by two threads"
         self.stats.record_miss(miss_kind, time.perf_counter() - started)
         self._store(transaction, node, key, value, frame)
         return value

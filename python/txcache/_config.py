@@ -32,6 +32,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from txcache._resp import parse_address
 from txcache.errors import ConfigurationError
 
 __all__ = ["Mode", "Settings", "load_settings"]
@@ -63,7 +64,14 @@ def _nodes(value: Any) -> tuple[str, ...]:
     items = value.split(",") if isinstance(value, str) else list(value)
     if not all(isinstance(item, str) for item in items):
         raise TypeError("nodes must be strings")
-    return tuple(item.strip() for item in items if item.strip())
+    return tuple(_address(item.strip()) for item in items if item.strip())
+
+
+def _address(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("an address is host:port")
+    parse_address(value)  # ValueError names the value
+    return value
 
 
 def _seconds(value: Any) -> float:
@@ -86,6 +94,7 @@ def _count(value: Any) -> int:
 
 _CONVERTERS: dict[str, Any] = {
     "nodes": _nodes,
+    "agent": _address,
     "staleness": _seconds,
     "fresh_pin_age": _seconds,
     "pool_size": _count,

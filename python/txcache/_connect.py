@@ -89,6 +89,9 @@ class Cache:
         self.serializer: Serializer = serializer or SafeSerializer(secret)
         self.policy: PinPolicy = pin_policy or newest_or_fresh(settings.fresh_pin_age)
         self.safe_functions = frozenset(safe_functions)
+        caching = settings.mode != "bypass" and settings.nodes and settings.agent
+        self.ring = self._ring(settings) if caching else None
+        self.agent = self._agent(settings) if caching else None
         self.pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             settings.dsn,
             min_size=1,
@@ -97,9 +100,6 @@ class Cache:
             name="txcache",
             open=True,
         )
-        caching = settings.mode != "bypass" and settings.nodes and settings.agent
-        self.ring = self._ring(settings) if caching else None
-        self.agent = self._agent(settings) if caching else None
         self._schema: Schema | None = None
         self._schema_versions = -1
         self._schema_lock = threading.Lock()
@@ -167,8 +167,8 @@ class Cache:
         if schema is None or versions != self._schema_versions:
             with self._schema_lock:
                 if self._schema is None:
-                    with self.pool.connection() as connection:
-                        self._schema = Schema.load(connection)
+                    # Its own connection: a transaction holding the last pooled one waits here.
+                    self._schema = Schema.load(self.settings.dsn)
                 elif versions != self._schema_versions:
                     self._reload_schema()
                 self._schema_versions = versions
@@ -177,10 +177,8 @@ class Cache:
         return schema
 
     def _reload_schema(self) -> None:
-        if self._schema is None:
-            return
-        with self.pool.connection() as connection:
-            self._schema.refresh(connection)
+        if self._schema is not None:
+            self._schema.refresh()  # through its own connection to the DSN
 
     def close(self) -> None:
         """Stop the agent refresher, close node connections and the database pool."""

@@ -279,6 +279,21 @@ def _stop_process(handle: _Handle, timeout: float) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+    _wait_group_gone(process.pid, timeout)
+
+
+def _wait_group_gone(group: int, timeout: float) -> None:
+    """Wait until no process of the server's group is left (backends outlive a killed
+    postmaster briefly and keep its shared memory: a new server would refuse to start)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
 
 
 def _cleanup(handle: _Handle, timeout: float = 10.0) -> None:

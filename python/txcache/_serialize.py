@@ -162,7 +162,9 @@ def _pack_extension(value: Any) -> msgpack.ExtType:
         return msgpack.ExtType(_TUPLE, _pack(list(value)))
     if kind is set or kind is frozenset:
         code = _SET if kind is set else _FROZENSET
-        return msgpack.ExtType(code, _pack(list(value)))
+        # In the order of their bytes, not of their hashes: equal sets, equal bytes, in
+        # every process (the node compares bytes to tell extensions from nondeterminism).
+        return msgpack.ExtType(code, _pack(sorted(value, key=_pack)))
     if kind is int and value not in _INT64:
         return msgpack.ExtType(_BIGINT, str(value).encode())
     simple = _SIMPLE.get(kind)

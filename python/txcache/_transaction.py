@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -55,7 +56,8 @@ Connection = psycopg.Connection[Row]
 _current: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar(
     "txcache_transaction", default=None
 )
-_NO_SNAPSHOT = ("42704", "22023")  # snapshot "…" does not exist / invalid snapshot identifier
+# snapshot "…" does not exist / invalid snapshot identifier / its exporter just ended
+_NO_SNAPSHOT = ("42704", "22023", "55000")
 _BEGIN_READ_ONLY = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
@@ -91,17 +93,27 @@ def query_one(statement: str, params: Params = None) -> Row | None:
 
 class Transaction:
     """What both kinds of transaction share: a context manager with a database connection
-    taken from the cache's pool when first needed."""
+    taken from the cache's pool when first needed. A transaction belongs to the thread that
+    began it (its state is not shared between threads, even through a copied context)."""
 
     def __init__(self, cache: Cache) -> None:
         self.cache = cache
         self._connection: Connection | None = None
         self._token: contextvars.Token[Transaction | None] | None = None
+        self.owner = 0
+        """The ident of the thread that began it."""
 
     def __enter__(self) -> Self:
         if _current.get() is not None:
             raise TransactionError("a transaction is already running in this context")
+        self.owner = threading.get_ident()
         self._token = _current.set(self)
+        try:
+            self._begin()
+        except BaseException:
+            _current.reset(self._token)
+            self._token = None
+            raise
         return self
 
     def __exit__(
@@ -110,10 +122,19 @@ class Transaction:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        assert self._token is not None
-        _current.reset(self._token)
-        self._token = None
-        self._finish(committing=exc_type is None)
+        token, self._token = self._token, None
+        try:
+            if token is not None:
+                _current.reset(token)
+        finally:
+            self._finish(committing=exc_type is None)
+
+    def check_owner(self) -> None:
+        """Refuse use from a thread other than the one that began the transaction."""
+        if threading.get_ident() != self.owner:
+            raise TransactionError(
+                "a transaction belongs to the thread that began it; begin one per thread"
+            )
 
     def execute(self, statement: str, params: Params = None) -> psycopg.Cursor[Row]:
         """Run ``statement``; returns the cursor (rows not fetched)."""
@@ -127,19 +148,11 @@ class Transaction:
         """The first row of ``statement``, or ``None``."""
         return self.execute(statement, params).fetchone()
 
+    def _begin(self) -> None:
+        """Whatever must happen on entering the block (nothing, by default)."""
+
     def _finish(self, *, committing: bool) -> None:
-        connection, self._connection = self._connection, None
-        if connection is None:
-            return
-        try:
-            if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                connection.execute("COMMIT" if committing else "ROLLBACK")
-        except psycopg.Error:
-            if committing:
-                raise
-            log.debug("rollback failed after an error", exc_info=True)  # keep the user's error
-        finally:
-            self.cache.pool.putconn(connection)
+        raise NotImplementedError
 
 
 class ReadWriteTransaction(Transaction):
@@ -150,37 +163,54 @@ class ReadWriteTransaction(Transaction):
     def __init__(self, cache: Cache, isolation: str | None = None) -> None:
         super().__init__(cache)
         self._isolation = isolation
-        self._xid: int | None = None
+        self.xid: int | None = None
+        """The transaction's id (``pg_current_xact_id()``), known after commit; ``None``
+        if it wrote nothing."""
         self._committed = False
         self._timestamp: int | None = None
 
-    def __enter__(self) -> Self:
-        super().__enter__()
-        connection = self.cache.pool.getconn()
-        self._connection = connection
+    def _begin(self) -> None:
+        connection: Connection = self.cache.pool.getconn()
         isolation = f" ISOLATION LEVEL {self._isolation}" if self._isolation else ""
         try:
             connection.execute(f"BEGIN{isolation}")
         except BaseException:
-            self._connection = None
             self.cache.pool.putconn(connection)
-            _current.reset(self._token)  # type: ignore[arg-type]
             raise
-        return self
+        self._connection = connection
 
     def execute(self, statement: str, params: Params = None) -> psycopg.Cursor[Row]:
         """See :meth:`Transaction.execute`."""
         if self._connection is None:
             raise TransactionError("this read/write transaction has ended")
+        self.check_owner()
         return self._connection.execute(statement, params)
 
     def _finish(self, *, committing: bool) -> None:
-        if committing and self._connection is not None:
-            row = self._connection.execute("SELECT pg_current_xact_id_if_assigned()::text")
-            found = row.fetchone()
-            self._xid = int(found[0]) if found and found[0] is not None else None
-        super()._finish(committing=committing)
-        self._committed = committing
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        try:
+            status = connection.info.transaction_status
+            if committing and status == psycopg.pq.TransactionStatus.INTRANS:
+                row = connection.execute("SELECT pg_current_xact_id_if_assigned()::text")
+                found = row.fetchone()
+                self.xid = int(found[0]) if found and found[0] is not None else None
+                connection.execute("COMMIT")
+                self._committed = True
+            elif status != psycopg.pq.TransactionStatus.IDLE:
+                connection.execute("ROLLBACK")
+                if committing:  # the block caught a failed statement and went on
+                    raise TransactionError(
+                        "a statement failed inside the read/write block, so the transaction "
+                        "was rolled back: nothing was written"
+                    )
+        except psycopg.Error:
+            if committing:
+                raise
+            log.debug("rollback failed after an error", exc_info=True)  # keep the user's error
+        finally:
+            self.cache.pool.putconn(connection)
 
     @property
     def commit_timestamp(self) -> int | None:
@@ -190,10 +220,10 @@ class ReadWriteTransaction(Transaction):
         as safe, possibly newer than needed)."""
         if not self._committed:
             raise TransactionError("commit_timestamp is known only after the commit")
-        if self._xid is None or self._timestamp is not None:
+        if self.xid is None or self._timestamp is not None:
             return self._timestamp
         agent = self.cache.agent
-        lsn = agent.commit_lsn(self._xid, timeout=1.0) if agent is not None else None
+        lsn = agent.commit_lsn(self.xid, timeout=1.0) if agent is not None else None
         self._timestamp = lsn if lsn is not None else self._wal_position()
         return self._timestamp
 
@@ -221,6 +251,7 @@ class ReadOnlyTransaction(Transaction):
         """How often the database transaction moved to another pin."""
         self.read_cache = False
         """Whether a cached value was used (the transaction is then bound to the pins)."""
+        self._closed = False
         self._query_tags: set[str] = set()
         self._tags_known = True  # False once a query's tags could not be derived
         agent = cache.agent
@@ -270,35 +301,41 @@ class ReadOnlyTransaction(Transaction):
 
     def _move(self, interval: Interval) -> bool:
         """Move the database transaction to a pin where both ``interval`` and every query
-        result read so far are valid, if there is one."""
-        assert self.snapshot is not None
+        result read so far are valid, if there is one. The same connection is reused (a
+        second one could wait forever on a full pool)."""
+        active, connection = self.snapshot, self._connection
+        assert active is not None
+        assert connection is not None
         assert self.cache.ring is not None
         node = self.cache.ring.any_up()
         if not self._tags_known or node is None:
             return False
-        known = node.database_interval(self.snapshot.ts, sorted(self._query_tags))
+        known = node.database_interval(active.ts, sorted(self._query_tags))
         if known is None:
             return False
         lo, hi = max(interval.lo, known.lo), min(interval.hi, known.hi)
-        for pin in reversed(self.pin_set.within(lo, hi)):
-            connection = self._begin_at(pin)
-            if connection is None:
-                self.pin_set.discard(pin)
-                continue
-            self._swap_connection(connection, pin)
-            self.pin_set.narrow(lo, hi)
-            return True
+        candidates = self.pin_set.within(lo, hi)
+        if not candidates:
+            return False
+        for pin in reversed(candidates):
+            if self._import(connection, pin):
+                self._moved_to(pin)
+                self.pin_set.narrow(lo, hi)
+                return True
+            self.pin_set.discard(pin)
+        if not self._import(connection, active):
+            raise SnapshotUnavailable(
+                "the snapshot this transaction ran at was released while it tried to move; "
+                "retry the transaction"
+            )
         return False
 
-    def _swap_connection(self, connection: Connection, pin: Pin) -> None:
-        old, self._connection = self._connection, connection
+    def _moved_to(self, pin: Pin) -> None:
         self.snapshot = pin
         self.moves += 1
         for frame in self.frames:
             if frame.snapshot is not None:
                 frame.snapshot = pin.ts  # nothing the frames read changed in between
-        if old is not None:
-            self._release(old)
 
     def reference_point(self) -> int | None:
         """A timestamp every value read so far is valid at: the active snapshot, else the
@@ -313,6 +350,7 @@ class ReadOnlyTransaction(Transaction):
     def execute(self, statement: str, params: Params = None) -> psycopg.Cursor[Row]:
         """See :meth:`Transaction.execute`. Inside a cacheable function the query must be
         cacheable: :class:`~txcache.UncacheableQuery` names what is not."""
+        self.check_owner()
         connection = self._database()
         tags = self._tags(statement, params) if not self.uncached else None
         cursor = connection.execute(statement, params)
@@ -333,27 +371,33 @@ class ReadOnlyTransaction(Transaction):
             return None
 
     def _database(self) -> Connection:
+        if self._closed:
+            raise TransactionError("this read-only transaction has ended")
         if self._connection is not None:
             return self._connection
-        if not self.uncached:
-            self._begin_pinned()
-        if self._connection is None:
-            self._connection = self._begin_plain()
-        return self._connection
+        connection: Connection = self.cache.pool.getconn()
+        try:
+            if self.uncached or not self._begin_pinned(connection):
+                connection.execute(_BEGIN_READ_ONLY)
+        except BaseException:
+            self._release(connection)
+            raise
+        self._connection = connection
+        return connection
 
-    def _begin_pinned(self) -> None:
-        """Start the database transaction at the policy's choice of pin (or ★)."""
+    def _begin_pinned(self, connection: Connection) -> bool:
+        """Start the database transaction on ``connection`` at the policy's choice of pin
+        (or ★); ``False`` when the transaction falls back to an unpinned snapshot."""
         while True:
-            choice = self.cache.policy(self.pin_set, time.time())
+            choice = self._choose()
             if choice is None:
                 choice = self._take_fresh_pin()
                 if choice is None:
-                    return
-            connection = self._begin_at(choice)
-            if connection is not None:
-                self._connection, self.snapshot = connection, choice
+                    return False
+            if self._import(connection, choice):
+                self.snapshot = choice
                 self.pin_set.star = False  # the transaction now has a concrete time
-                return
+                return True
             self.pin_set.discard(choice)
             if self.pin_set.star or len(self.pin_set):
                 continue
@@ -363,7 +407,18 @@ class ReadOnlyTransaction(Transaction):
                     "released; retry the transaction"
                 )
             self._fall_back("no pin could be imported")
-            return
+            return False
+
+    def _choose(self) -> Pin | None:
+        """The policy's choice, held to the rules: ★ only while possible, else a pin of
+        the set (a policy that breaks them gets the newest pin)."""
+        choice = self.cache.policy(self.pin_set, time.time())
+        if choice is None and self.pin_set.star:
+            return None
+        if choice is not None and choice in self.pin_set.within(choice.ts, choice.ts + 1):
+            return choice
+        newest = self.pin_set.newest()
+        return newest if newest is not None or not self.pin_set.star else None
 
     def _take_fresh_pin(self) -> Pin | None:
         """★: a pin taken now. Without one, the newest pin of the set, or the fallback."""
@@ -377,36 +432,29 @@ class ReadOnlyTransaction(Transaction):
             self._fall_back("the agent gave no fresh pin")
         return newest
 
-    def _begin_at(self, pin: Pin) -> Connection | None:
-        """A connection in a read-only transaction at ``pin``; ``None`` if the snapshot can
-        no longer be imported."""
-        connection: Connection = self.cache.pool.getconn()
+    def _import(self, connection: Connection, pin: Pin) -> bool:
+        """Put ``connection`` in a read-only transaction at ``pin`` (ending the one it was
+        in); ``False`` if the snapshot can no longer be imported."""
         try:
+            if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                connection.execute("ROLLBACK")
             connection.execute(
                 sql.SQL("{}; SET TRANSACTION SNAPSHOT {}").format(
                     sql.SQL(_BEGIN_READ_ONLY), sql.Literal(pin.snapshot_id)
                 )
             )
         except psycopg.Error as error:
-            self._release(connection)
-            if error.sqlstate in _NO_SNAPSHOT:
-                log.info("pin %s is gone (%s); choosing another", pin.ts, error)
-                return None
-            raise
-        return connection
-
-    def _begin_plain(self) -> Connection:
-        connection: Connection = self.cache.pool.getconn()
-        try:
-            connection.execute(_BEGIN_READ_ONLY)
-        except BaseException:
-            self.cache.pool.putconn(connection)
-            raise
-        return connection
+            if error.sqlstate not in _NO_SNAPSHOT:
+                raise
+            log.info("pin %s is gone (%s); choosing another", pin.ts, error)
+            connection.execute("ROLLBACK")
+            return False
+        return True
 
     def _finish(self, *, committing: bool) -> None:
         # Nothing to commit: everything was read already, so a failure here (PostgreSQL
         # restarting) must not turn a finished read into an error.
+        self._closed = True
         connection, self._connection = self._connection, None
         if connection is not None:
             self._release(connection)
