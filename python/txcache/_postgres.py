@@ -267,33 +267,24 @@ class _Handle:
 
 
 def _stop_process(handle: _Handle, timeout: float) -> None:
-    """SIGINT (fast shutdown: ends sessions), SIGKILL of the whole group after ``timeout``."""
+    """SIGINT (fast shutdown: ends sessions); after ``timeout``, SIGQUIT (immediate
+    shutdown: the postmaster ends its children, which live in sessions of their own, so a
+    signal to its group would miss them); SIGKILL as the last resort."""
     process, handle.process = handle.process, None
     if process is None:
         return
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    _wait_group_gone(process.pid, timeout)
-
-
-def _wait_group_gone(group: int, timeout: float) -> None:
-    """Wait until no process of the server's group is left (backends outlive a killed
-    postmaster briefly and keep its shared memory: a new server would refuse to start)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
+    for stop_signal, patience in ((signal.SIGINT, timeout), (signal.SIGQUIT, 10.0)):
+        if process.poll() is not None:
             return
-        time.sleep(0.02)
+        process.send_signal(stop_signal)
+        try:
+            process.wait(patience)
+            return
+        except subprocess.TimeoutExpired:
+            continue
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(group, signal.SIGKILL)
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def _cleanup(handle: _Handle, timeout: float = 10.0) -> None:
