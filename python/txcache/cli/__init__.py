@@ -9,6 +9,7 @@ out.
 - ``setup`` (:mod:`txcache.cli.setup`): prepare a database.
 - ``up`` (:mod:`txcache.cli.up`): run a whole local stack until Ctrl-C.
 - ``status`` (:mod:`txcache.cli.status`): what the nodes and the agent report.
+- ``check`` (:mod:`txcache.cli.check`): the consistency checker under faults.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from txcache.cli import setup, status, up
+from txcache.cli import check, setup, status, up
 
 __all__ = ["main"]
 
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     setup.add_parser(subparsers)
     up.add_parser(subparsers)
     status.add_parser(subparsers)
+    check.add_parser(subparsers)
     return parser
 
 

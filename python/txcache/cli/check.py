@@ -1,0 +1,103 @@
+"""``txcache check``: the consistency checker (docs/check.md)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from txcache.check import CheckOptions, run_check
+from txcache.check.faults import FAULT_KINDS
+from txcache.check.report import as_json, as_markdown
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``check`` and its options."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "check",
+        help="prove every read-only transaction saw one commit point, under faults",
+        description=(
+            "Start a fresh stack, run concurrent read/write and read-only transactions "
+            "through the library while injecting faults, then judge every read-only "
+            "transaction against the exact commit history. A no_consistency control phase "
+            "must show anomalies. Exit status 0 when the check passed, 1 otherwise."
+        ),
+    )
+    defaults = CheckOptions()
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=defaults.duration,
+        help="seconds of the checked phase (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--control-duration",
+        type=float,
+        default=defaults.control_duration,
+        help="seconds of the no_consistency control phase; 0 skips it (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--faults",
+        default=",".join(defaults.faults),
+        help=f"comma-separated fault kinds, '' for none (default: all: {','.join(FAULT_KINDS)})",
+    )
+    parser.add_argument(
+        "--fault-every",
+        type=float,
+        default=defaults.fault_every,
+        help="seconds between faults (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--readers",
+        type=int,
+        default=defaults.readers,
+        help="read-only threads (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--writers",
+        type=int,
+        default=defaults.writers,
+        help="read/write threads (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=defaults.seed, help="workload seed (default: %(default)s)"
+    )
+    parser.add_argument("--report", type=Path, help="also write the Markdown report here")
+    parser.add_argument("--json", type=Path, help="also write the report as JSON here")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the check; print the report; 0 if it passed."""
+    kinds = tuple(kind for kind in args.faults.split(",") if kind)
+    unknown = set(kinds) - set(FAULT_KINDS)
+    if unknown:
+        print(
+            f"txcache check: unknown fault kind(s): {', '.join(sorted(unknown))}", file=sys.stderr
+        )
+        return 2
+    options = CheckOptions(
+        duration=args.duration,
+        control_duration=args.control_duration,
+        faults=kinds,
+        fault_every=args.fault_every,
+        readers=args.readers,
+        writers=args.writers,
+        seed=args.seed,
+    )
+    logging.basicConfig(format="  %(name)s: %(message)s", level=logging.WARNING)
+    logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)  # restarts are on purpose
+    report = run_check(options, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    command = "txcache check " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else [])
+    markdown = as_markdown(report, command.strip())
+    print(markdown)
+    if args.report:
+        args.report.write_text(markdown)
+    if args.json:
+        args.json.write_text(as_json(report))
+    return 0 if report.passed else 1
