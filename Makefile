@@ -34,8 +34,8 @@ lint-rust:
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
 
 lint-python: venv
-	$(VENV)/bin/ruff check python tests
-	$(VENV)/bin/ruff format --check python tests
+	$(VENV)/bin/ruff check python rubis tests
+	$(VENV)/bin/ruff format --check python rubis tests
 	$(VENV)/bin/mypy
 
 ## test: every test — lint, Rust unit and property tests, Python tests against real processes.

@@ -1,0 +1,12 @@
+"""RUBiS, the auction benchmark of the TxCache evaluation, on PostgreSQL and txcache.
+
+- ``rubis.schema``: the RUBiS 1.4.3 tables and indexes plus the TxCache port's additions
+  (``items_by_rc`` and a one-row virtual clock).
+- ``rubis.generate``: the InitDB data generator (``python -m rubis.generate``).
+- ``rubis.transitions``: the client emulator's model: transition tables, next-state draws,
+  the Back stack, think times. Pure logic, no I/O.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []
