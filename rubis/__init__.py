@@ -5,6 +5,8 @@
 - ``rubis.generate``: the InitDB data generator (``python -m rubis.generate``).
 - ``rubis.transitions``: the client emulator's model: transition tables, next-state draws,
   the Back stack, think times. Pure logic, no I/O.
+- ``rubis.mix``: the request mix of a transition table, simulated and exact
+  (``python -m rubis.mix``).
 """
 
 from __future__ import annotations
