@@ -7,6 +7,8 @@
   the Back stack, think times. Pure logic, no I/O.
 - ``rubis.mix``: the request mix of a transition table, simulated and exact
   (``python -m rubis.mix``).
+- ``rubis.queries``: the shared cacheable functions; ``rubis.interactions``: the read pages
+  (``Rubis``); ``rubis.writes``: the five writes.
 """
 
 from __future__ import annotations
