@@ -1,7 +1,10 @@
 """The five write interactions of RUBiS, each one ``cache.read_write()`` transaction.
 
 RUBiS locked whole tables around its writes; here the rows a write depends on are locked with
-``SELECT … FOR UPDATE`` inside a READ COMMITTED transaction. Each function returns a
+``SELECT … FOR UPDATE`` inside a READ COMMITTED transaction. Like RUBiS, StoreBid and
+StoreBuyNow check neither the auction's end date nor (for StoreBuyNow) a buy-now price: the
+emulated mix depends on these pages succeeding as they did in RUBiS; an item missing from
+``items`` or without the quantity asked is an error page. Each function returns a
 ``Written``: the id it created (if any) and the transaction's ``commit_timestamp``, the token
 to pass as ``not_before`` so that the next page sees the write.
 
@@ -75,12 +78,9 @@ def store_buy_now(
     """14 StoreBuyNow: lower the quantity, end the auction when none is left, record the
     purchase."""
     with cache.read_write() as tx:
-        row = tx.query_one(
-            "SELECT quantity, buy_now FROM items WHERE id = %s AND end_date >= %s FOR UPDATE",
-            (item_id, now),
-        )
-        if row is None or row[1] <= 0:
-            raise PageError(f"item {item_id} cannot be bought now")
+        row = tx.query_one("SELECT quantity FROM items WHERE id = %s FOR UPDATE", (item_id,))
+        if row is None:
+            raise PageError(f"item {item_id} is not on sale")
         if not 1 <= qty <= row[0]:
             raise PageError(f"cannot buy {qty} of item {item_id}: {row[0]} left")
         left = row[0] - qty
@@ -113,9 +113,9 @@ def store_bid(
     the stored one when the bid exceeds it)."""
     with cache.read_write() as tx:
         row = tx.query_one(
-            "SELECT initial_price, quantity, nb_of_bids, max_bid FROM items "
-            "WHERE id = %s AND end_date >= %s FOR UPDATE",
-            (item_id, now),
+            "SELECT initial_price, quantity, nb_of_bids, max_bid FROM items WHERE id = %s "
+            "FOR UPDATE",
+            (item_id,),
         )
         if row is None:
             raise PageError(f"item {item_id} is not on sale")
