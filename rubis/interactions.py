@@ -1,11 +1,12 @@
-"""The read pages of RUBiS's bidding mix, as data (the HTML comes later, from these dicts).
+"""The read pages of RUBiS's bidding mix, as data (``rubis.html`` renders them).
 
-``Rubis(cache, staleness=30)`` has one method per read interaction; each dynamic one runs in
-``cache.read_only(staleness)`` (``not_before`` gives read-your-writes after a write's
-``commit_timestamp``) and builds its page from the shared cacheable functions of
-``rubis.queries``. The search pages fetch a page of ids, then call ``get_item`` per id, as the
-TxCache port did. The static pages and forms need no database and return their parameters.
-Writes are in ``rubis.writes``.
+Each dynamic page is a function that builds it from the shared cacheable functions of
+``rubis.queries`` inside the caller's read-only transaction (``item_page``, …): the web
+application calls them from its cacheable page functions. ``Rubis(cache, staleness=30)``
+wraps each in its own ``cache.read_only(staleness)`` (``not_before`` gives read-your-writes
+after a write's ``commit_timestamp``). The search pages fetch a page of ids, then call
+``get_item`` per id, as the TxCache port did. The static pages and forms need no database
+and return their parameters. Writes are in ``rubis.writes``.
 
 Every page that cannot be served — failed authentication, an unknown item or user — raises
 ``PageError``: RUBiS answers with an error page, and the emulator goes Home.
@@ -21,7 +22,24 @@ import txcache
 from rubis import queries
 from rubis.queries import Record
 
-__all__ = ["Page", "PageError", "Rubis"]
+__all__ = [
+    "Page",
+    "PageError",
+    "Rubis",
+    "about_me_page",
+    "bid_history_page",
+    "buy_now_page",
+    "categories_page",
+    "category_search_page",
+    "item_page",
+    "put_bid_page",
+    "put_comment_page",
+    "region_categories_page",
+    "region_search_page",
+    "regions_page",
+    "sell_categories_page",
+    "user_info_page",
+]
 
 Page = dict[str, Any]
 
@@ -84,9 +102,116 @@ def _comments(user_id: int) -> list[Page]:
     ]
 
 
+# The dynamic pages, without a transaction: call them inside ``cache.read_only`` (as
+# ``Rubis`` does) or inside a cacheable page function (as the web application does).
+
+
+def categories_page() -> Page:
+    """4 BrowseCategories."""
+    return {"page": "BrowseCategories", "categories": queries.categories()}
+
+
+def category_search_page(category: int, page: int, now: datetime, per_page: int = 20) -> Page:
+    """5 SearchItemsInCategory: a page of running auctions of ``category``."""
+    ids = queries.category_item_ids(category, now, page, per_page)
+    items = [_item(item_id) for item_id in ids]
+    return {"page": "SearchItemsInCategory", "category": category, "number": page, "items": items}
+
+
+def regions_page() -> Page:
+    """6 BrowseRegions."""
+    return {"page": "BrowseRegions", "regions": queries.regions()}
+
+
+def region_categories_page(region: int) -> Page:
+    """7 BrowseCategoriesInRegion."""
+    names = dict(queries.regions())
+    if region not in names:
+        raise PageError(f"there is no region {region}")
+    return {
+        "page": "BrowseCategoriesInRegion",
+        "region": names[region],
+        "region_id": region,
+        "categories": queries.categories(),
+    }
+
+
+def region_search_page(
+    region: int, category: int, page: int, now: datetime, per_page: int = 20
+) -> Page:
+    """8 SearchItemsInRegion: running auctions of ``category`` sold from ``region``."""
+    ids = queries.region_item_ids(region, category, now, page, per_page)
+    items = [_item(item_id) for item_id in ids]
+    return {
+        "page": "SearchItemsInRegion",
+        "region": region,
+        "category": category,
+        "number": page,
+        "items": items,
+    }
+
+
+def item_page(item_id: int) -> Page:
+    """9 ViewItem."""
+    return {"page": "ViewItem", **_item_view(item_id)}
+
+
+def user_info_page(user_id: int) -> Page:
+    """10 ViewUserInfo: the user and the comments about them."""
+    return {"page": "ViewUserInfo", "user": _user(user_id), "comments": _comments(user_id)}
+
+
+def bid_history_page(item_id: int) -> Page:
+    """11 ViewBidHistory: the item's bids, newest first, with the bidders' nicknames."""
+    name = _item(item_id)["name"]
+    bids = [{**bid, "bidder": _nickname(bid["user_id"])} for bid in queries.item_bids(item_id)]
+    return {"page": "ViewBidHistory", "item_id": item_id, "name": name, "bids": bids}
+
+
+def buy_now_page(item_id: int, nickname: str, password: str) -> Page:
+    """13 BuyNow: the buyer, the item and its seller."""
+    buyer = _login(nickname, password)
+    item = _item(item_id)
+    return {"page": "BuyNow", "buyer": buyer, "item": item, "seller": _nickname(item["seller"])}
+
+
+def put_bid_page(item_id: int, nickname: str, password: str) -> Page:
+    """16 PutBid: the bidder, then the item as ViewItem shows it."""
+    bidder = _login(nickname, password)
+    return {"page": "PutBid", "bidder": bidder, **_item_view(item_id)}
+
+
+def put_comment_page(item_id: int, to_user_id: int, nickname: str, password: str) -> Page:
+    """19 PutComment: the author, the item and the user commented on."""
+    author = _login(nickname, password)
+    return {
+        "page": "PutComment",
+        "author": author,
+        "item": _item(item_id),
+        "to_user": _user(to_user_id),
+    }
+
+
+def sell_categories_page(nickname: str, password: str) -> Page:
+    """22 SelectCategoryToSellItem: the seller and the categories."""
+    seller = _login(nickname, password)
+    return {
+        "page": "SelectCategoryToSellItem",
+        "seller": seller,
+        "categories": queries.categories(),
+    }
+
+
+def about_me_page(nickname: str, password: str, now: datetime) -> Page:
+    """26 AboutMe: the user's bids, wins, purchases, sales and the comments about them."""
+    user_id = _login(nickname, password)
+    return {"page": "AboutMe", "user": _user(user_id), **_about(user_id, now)}
+
+
 @dataclass(slots=True)
 class Rubis:
-    """The read interactions over one txcache ``Cache``."""
+    """The read interactions over one txcache ``Cache``, each dynamic one in its own
+    read-only transaction."""
 
     cache: txcache.Cache
     staleness: float = 30.0
@@ -138,90 +263,62 @@ class Rubis:
     def browse_categories(self, *, not_before: int | None = None) -> Page:
         """4 BrowseCategories."""
         with self._read(not_before):
-            return {"page": "BrowseCategories", "categories": queries.categories()}
+            return categories_page()
 
     def search_items_in_category(
         self, category: int, page: int, now: datetime, *, not_before: int | None = None
     ) -> Page:
-        """5 SearchItemsInCategory: a page of running auctions of ``category``."""
+        """5 SearchItemsInCategory."""
         with self._read(not_before):
-            ids = queries.category_item_ids(category, now, page, self.per_page)
-            items = [_item(item_id) for item_id in ids]
-        return {"page": "SearchItemsInCategory", "category": category, "items": items}
+            return category_search_page(category, page, now, self.per_page)
 
     def browse_regions(self, *, not_before: int | None = None) -> Page:
         """6 BrowseRegions."""
         with self._read(not_before):
-            return {"page": "BrowseRegions", "regions": queries.regions()}
+            return regions_page()
 
     def browse_categories_in_region(self, region: int, *, not_before: int | None = None) -> Page:
         """7 BrowseCategoriesInRegion."""
         with self._read(not_before):
-            names = dict(queries.regions())
-            if region not in names:
-                raise PageError(f"there is no region {region}")
-            return {
-                "page": "BrowseCategoriesInRegion",
-                "region": names[region],
-                "categories": queries.categories(),
-            }
+            return region_categories_page(region)
 
     def search_items_in_region(
         self, region: int, category: int, page: int, now: datetime, *, not_before: int | None = None
     ) -> Page:
-        """8 SearchItemsInRegion: running auctions of ``category`` sold from ``region``."""
+        """8 SearchItemsInRegion."""
         with self._read(not_before):
-            ids = queries.region_item_ids(region, category, now, page, self.per_page)
-            items = [_item(item_id) for item_id in ids]
-        return {
-            "page": "SearchItemsInRegion",
-            "region": region,
-            "category": category,
-            "items": items,
-        }
+            return region_search_page(region, category, page, now, self.per_page)
 
     def view_item(self, item_id: int, *, not_before: int | None = None) -> Page:
         """9 ViewItem."""
         with self._read(not_before):
-            return {"page": "ViewItem", **_item_view(item_id)}
+            return item_page(item_id)
 
     def view_user_info(self, user_id: int, *, not_before: int | None = None) -> Page:
-        """10 ViewUserInfo: the user and the comments about them."""
+        """10 ViewUserInfo."""
         with self._read(not_before):
-            return {"page": "ViewUserInfo", "user": _user(user_id), "comments": _comments(user_id)}
+            return user_info_page(user_id)
 
     def view_bid_history(self, item_id: int, *, not_before: int | None = None) -> Page:
-        """11 ViewBidHistory: the item's bids, newest first, with the bidders' nicknames."""
+        """11 ViewBidHistory."""
         with self._read(not_before):
-            name = _item(item_id)["name"]
-            bids = [
-                {**bid, "bidder": _nickname(bid["user_id"])} for bid in queries.item_bids(item_id)
-            ]
-        return {"page": "ViewBidHistory", "item_id": item_id, "name": name, "bids": bids}
+            return bid_history_page(item_id)
 
     # pages behind a login
 
     def buy_now(
         self, item_id: int, nickname: str, password: str, *, not_before: int | None = None
     ) -> Page:
-        """13 BuyNow: the buyer, the item and its seller."""
+        """13 BuyNow."""
         with self._read(not_before):
-            buyer = _login(nickname, password)
-            item = _item(item_id)
-            return {
-                "page": "BuyNow",
-                "buyer": buyer,
-                "item": item,
-                "seller": _nickname(item["seller"]),
-            }
+            return buy_now_page(item_id, nickname, password)
 
     def put_bid(
         self, item_id: int, nickname: str, password: str, *, not_before: int | None = None
     ) -> Page:
-        """16 PutBid: the bidder, then the item as ViewItem shows it."""
+        """16 PutBid."""
         with self._read(not_before):
-            bidder = _login(nickname, password)
-            return {"page": "PutBid", "bidder": bidder, **_item_view(item_id)}
+            return put_bid_page(item_id, nickname, password)
 
     def put_comment(
         self,
@@ -232,35 +329,23 @@ class Rubis:
         *,
         not_before: int | None = None,
     ) -> Page:
-        """19 PutComment: the author, the item and the user commented on."""
+        """19 PutComment."""
         with self._read(not_before):
-            author = _login(nickname, password)
-            return {
-                "page": "PutComment",
-                "author": author,
-                "item": _item(item_id),
-                "to_user": _user(to_user_id),
-            }
+            return put_comment_page(item_id, to_user_id, nickname, password)
 
     def select_category_to_sell_item(
         self, nickname: str, password: str, *, not_before: int | None = None
     ) -> Page:
-        """22 SelectCategoryToSellItem: the seller and the categories."""
+        """22 SelectCategoryToSellItem."""
         with self._read(not_before):
-            seller = _login(nickname, password)
-            return {
-                "page": "SelectCategoryToSellItem",
-                "seller": seller,
-                "categories": queries.categories(),
-            }
+            return sell_categories_page(nickname, password)
 
     def about_me(
         self, nickname: str, password: str, now: datetime, *, not_before: int | None = None
     ) -> Page:
-        """26 AboutMe: the user's bids, wins, purchases, sales and the comments about them."""
+        """26 AboutMe."""
         with self._read(not_before):
-            user_id = _login(nickname, password)
-            return {"page": "AboutMe", "user": _user(user_id), **_about(user_id, now)}
+            return about_me_page(nickname, password, now)
 
 
 def _about(user_id: int, now: datetime) -> Page:
