@@ -1,0 +1,217 @@
+"""RUBiS peak throughput without the cache, with it, and with ``no_consistency`` (issue 6).
+
+Starts PostgreSQL (``--storage``), loads a RUBiS preset (``--preset``, default ``small``)
+with ``python -m rubis.generate``'s loader, runs ``txcache setup``, one ``txcached`` node
+(``--node-memory``) and ``txcache-agent`` (default settings), then for each mode
+(``bypass`` = no cache, ``consistent``, ``no_consistency``) starts the web application
+(``python -m rubis.serve``: gunicorn, ``--workers`` x ``--threads``, staleness 30 s, page
+and function caching) and runs the emulator at peak load (no think time) with ``--clients``
+clients: ``--warmup`` seconds unmeasured, then ``--duration`` seconds measured.
+
+For each mode the report gives throughput, latency percentiles, error pages, the node's hit
+rate and miss breakdown over the measured window (INFO deltas), and the CPU seconds each
+component used meanwhile (PostgreSQL, the application, the node, the agent, the emulator —
+all on the same machine), which says where the bottleneck is. The modes run in order on one
+database; the cache keeps its contents between the two cached modes, but ``no_consistency``
+values live in their own key space, so each cached mode starts cold.
+
+This is one client count, not a peak search (raising the clients until throughput stops
+rising is the experiments' job).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from _common import (
+    STORAGE_HELP,
+    ForeignCpu,
+    create_database,
+    fmt,
+    log,
+    machine_note,
+    postgres,
+    resp_client,
+    result_name,
+    write_report,
+)
+
+from rubis import emulator, generate
+from rubis.process import AppServer
+from txcache import AgentProcess, NodeProcess, setup_database
+
+MODES = ("bypass", "consistent", "no_consistency")
+MISSES = ("compulsory", "capacity", "staleness", "consistency")
+COMPONENTS = ("database", "application", "node", "agent", "emulator")
+_ROOTS = {"postgres": "database", "txcached": "node", "txcache-agent": "agent"}
+
+
+def component_cpu() -> dict[str, float]:
+    """CPU seconds so far of each component this process started (each child's process
+    tree, reaped descendants included), and of this process (the emulator's threads)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    names: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            names[int(entry.name)] = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        times[int(entry.name)] = sum(int(value) for value in fields[11:15]) / tick
+    me = os.getpid()
+    totals = dict.fromkeys(COMPONENTS, 0.0)
+    for pid, seconds in times.items():
+        root = pid
+        while parents.get(root, 0) not in (me, 0, 1):
+            root = parents[root]
+        if parents.get(root) == me:
+            totals[_ROOTS.get(names.get(root, ""), "application")] += seconds
+    own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    totals["emulator"] = (int(own[11]) + int(own[12])) / tick
+    return totals
+
+
+def node_counts(node: NodeProcess) -> dict[str, int]:
+    """The node's hit and miss counters."""
+    client = resp_client(node.host, node.port)
+    try:
+        info = client.info()
+    finally:
+        client.close()
+    return {"hits": int(info["hits"]), **{m: int(info[f"misses_{m}"]) for m in MISSES}}
+
+
+def run_mode(
+    mode: str, args: argparse.Namespace, env: dict[str, str], node: NodeProcess
+) -> dict[str, Any]:
+    """Start the application in ``mode``, warm up, measure; the row of the report."""
+    users = generate.PRESETS[args.preset].users
+    env = {**env, "TXCACHE_MODE": mode, "RUBIS_STALENESS": str(args.staleness)}
+    with AppServer(env, workers=args.workers, threads=args.threads) as server:
+        log(f"{mode}: warming up {args.warmup} s")
+        common = {"clients": args.clients, "users": users, "peak": True}
+        emulator.run(server.url, duration=args.warmup, seed=args.seed + 1000, **common)
+        counts, cpu, foreign = node_counts(node), component_cpu(), ForeignCpu()
+        log(f"{mode}: measuring {args.duration} s")
+        report = emulator.run(server.url, duration=args.duration, seed=args.seed, **common)
+        after, cpu_after = node_counts(node), component_cpu()
+        other = foreign.seconds()
+    delta = {key: after[key] - counts[key] for key in after}
+    lookups = sum(delta.values())
+    row = report.as_dict()
+    row |= {
+        "mode": mode,
+        "node": delta,
+        "hit_rate": delta["hits"] / lookups if lookups else float("nan"),
+        "cpu_s": {k: round(cpu_after[k] - cpu[k], 2) for k in COMPONENTS},
+        "other_work_cpu_s": round(other, 2),
+    }
+    log(f"{mode}: {row['throughput']} req/s, hit rate {fmt(row['hit_rate'] * 100, 1)} %")
+    return row
+
+
+def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load_s: float) -> list[str]:
+    """The report's body."""
+    by_mode = {row["mode"]: row for row in rows}
+    lines = [
+        f"RUBiS `{args.preset}` (loaded in {load_s:.1f} s), bidding mix, peak load (no think "
+        f"time), {args.clients} clients, {args.warmup} s warm-up then {args.duration} s "
+        f"measured per mode; application: gunicorn {args.workers} workers x {args.threads} "
+        f"threads, staleness {args.staleness} s, page + function caching; one node "
+        f"({args.node_memory}).",
+        "",
+        "| mode | req/s | p50 ms | p90 ms | p99 ms | hit rate | compulsory | capacity | "
+        "staleness | consistency | error pages | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        latency, node = row["latency_ms"], row["node"]
+        hit = "-" if row["mode"] == "bypass" else f"{fmt(row['hit_rate'] * 100, 1)} %"
+        misses = " | ".join(str(node[m]) for m in MISSES)
+        lines.append(
+            f"| {row['mode']} | {fmt(row['throughput'], 1)} | {latency['p50']} | "
+            f"{latency['p90']} | {latency['p99']} | {hit} | {misses} | {row['error_pages']} | "
+            f"{row['errors']} |"
+        )
+    lines += [
+        "",
+        "CPU seconds used during the measured window (the machine has "
+        f"{os.cpu_count()} CPUs: {args.duration * (os.cpu_count() or 1):.0f} CPU-seconds in all):",
+        "",
+        "| mode | " + " | ".join(COMPONENTS) + " | other work |",
+        "|---|" + "---:|" * (len(COMPONENTS) + 1),
+    ]
+    for row in rows:
+        cpu = " | ".join(fmt(row["cpu_s"][c], 1) for c in COMPONENTS)
+        lines.append(f"| {row['mode']} | {cpu} | {fmt(row['other_work_cpu_s'], 1)} |")
+    if {"bypass", "consistent", "no_consistency"} <= set(by_mode):
+        base = by_mode["bypass"]["throughput"]
+        cached = by_mode["consistent"]["throughput"]
+        loose = by_mode["no_consistency"]["throughput"]
+        lines += [
+            "",
+            f"- speedup of the cache: {fmt(cached / base)}x (the paper: 2.2x-5.2x by cache "
+            "size, 928 req/s without cache on its hardware)",
+            f"- no_consistency vs consistent: {fmt((loose / cached - 1) * 100, 1)} % (the "
+            "paper: only slightly faster; our goal: under 5 %)",
+        ]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--preset", choices=sorted(generate.PRESETS), default="small")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--duration", type=float, default=30.0)
+    parser.add_argument("--warmup", type=float, default=15.0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--staleness", type=float, default=30.0)
+    parser.add_argument("--node-memory", default="1gb")
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--storage", choices=("disk", "tmpfs"), default="disk", help=STORAGE_HELP)
+    parser.add_argument("--quick", action="store_true", help="tiny, 3 s warm-up, 8 s measured")
+    args = parser.parse_args()
+    if args.quick:
+        args.preset, args.warmup, args.duration = "tiny", 3.0, 8.0
+    with postgres(args.storage) as server:
+        dsn = create_database(server, "rubis")
+        started = time.monotonic()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            generate.load(conn, generate.PRESETS[args.preset], seed=args.seed)
+        load_s = time.monotonic() - started
+        log(f"loaded {args.preset} in {load_s:.1f} s")
+        setup_database(dsn)
+        note = machine_note(dsn, args.storage)
+        node = NodeProcess("--max-memory", args.node_memory)
+        agent = AgentProcess(dsn, [node.address])
+        env = {
+            "TXCACHE_DSN": dsn,
+            "TXCACHE_NODES": node.address,
+            "TXCACHE_AGENT": f"{agent.host}:{agent.port}",
+        }
+        try:
+            rows = [run_mode(mode, args, env, node) for mode in args.modes.split(",")]
+        finally:
+            agent.stop()
+            node.stop()
+    name = result_name("rubis_throughput", args.quick, args.storage)
+    title = "RUBiS throughput: no cache, txcache, no_consistency"
+    raw = {"settings": vars(args), "load_s": load_s, "rows": rows}
+    path = write_report(name, title, note, markdown(rows, args, load_s), raw)
+    log(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
