@@ -97,6 +97,7 @@ def run_mode(
     """Start the application in ``mode``, warm up, measure; the row of the report."""
     users = generate.PRESETS[args.preset].users
     env = {**env, "TXCACHE_MODE": mode, "RUBIS_STALENESS": str(args.staleness)}
+    env["RUBIS_READ_YOUR_WRITES"] = "0" if args.no_read_your_writes else "1"
     with AppServer(env, workers=args.workers, threads=args.threads) as server:
         log(f"{mode}: warming up {args.warmup} s")
         common = {"clients": args.clients, "users": users, "peak": True}
@@ -127,8 +128,8 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load_s: float
         f"RUBiS `{args.preset}` (loaded in {load_s:.1f} s), bidding mix, peak load (no think "
         f"time), {args.clients} clients, {args.warmup} s warm-up then {args.duration} s "
         f"measured per mode; application: gunicorn {args.workers} workers x {args.threads} "
-        f"threads, staleness {args.staleness} s, page + function caching; one node "
-        f"({args.node_memory}).",
+        f"threads, staleness {args.staleness} s, page + function caching, read-your-writes "
+        f"{'off' if args.no_read_your_writes else 'on'}; one node ({args.node_memory}).",
         "",
         "| mode | req/s | p50 ms | p90 ms | p99 ms | hit rate | compulsory | capacity | "
         "staleness | consistency | error pages | errors |",
@@ -173,13 +174,16 @@ def main() -> None:
     parser.add_argument("--preset", choices=sorted(generate.PRESETS), default="small")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--duration", type=float, default=30.0)
-    parser.add_argument("--warmup", type=float, default=15.0)
+    parser.add_argument("--warmup", type=float, default=60.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--staleness", type=float, default=30.0)
     parser.add_argument("--node-memory", default="1gb")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--no-read-your-writes", action="store_true", help="RUBIS_READ_YOUR_WRITES=0"
+    )
     parser.add_argument("--storage", choices=("disk", "tmpfs"), default="disk", help=STORAGE_HELP)
     parser.add_argument("--quick", action="store_true", help="tiny, 3 s warm-up, 8 s measured")
     args = parser.parse_args()
@@ -206,7 +210,8 @@ def main() -> None:
         finally:
             agent.stop()
             node.stop()
-    name = result_name("rubis_throughput", args.quick, args.storage)
+    extra = ["no-ryw"] if args.no_read_your_writes else []
+    name = result_name("rubis_throughput", args.quick, args.storage, *extra)
     title = "RUBiS throughput: no cache, txcache, no_consistency"
     raw = {"settings": vars(args), "load_s": load_s, "rows": rows}
     path = write_report(name, title, note, markdown(rows, args, load_s), raw)

@@ -12,8 +12,10 @@ Requests:
   calls the page's cacheable function (``rubis.pages``; the page granularity), which calls
   the shared cacheable functions (``rubis.queries``; the function granularity);
 - the five writes each run in one ``cache.read_write()`` transaction (``rubis.writes``) and
-  set the cookie ``txcache_nb`` to the commit timestamp; a read page with that cookie passes
-  it as ``not_before``, so a session sees its own writes (read-your-writes across requests).
+  set the cookie ``txcache_nb`` to the commit timestamp, for ``staleness`` + 1 seconds; a
+  read page with that cookie passes it as ``not_before``, so a session sees its own writes
+  (read-your-writes across requests). Once the staleness limit has passed, every snapshot a
+  read may use is after the write anyway, so the cookie expires.
 
 A page that cannot be served (``PageError``, or a missing or malformed parameter) is RUBiS's
 error page with status 400; the emulator counts it and goes Home, as RUBiS's client did.
@@ -24,6 +26,7 @@ workers after ``create_app``), and every worker shares the one ``Clock`` made be
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -43,6 +46,11 @@ StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 _RETRIES = 3
 
 
+def _flag(value: str) -> bool:
+    """An on/off setting: anything but 0, false, no, off is on."""
+    return value.strip().lower() not in {"0", "false", "no", "off"}
+
+
 @dataclass(frozen=True)
 class AppSettings:
     """The application's own settings, from ``RUBIS_*`` variables.
@@ -54,13 +62,17 @@ class AppSettings:
       given to read pages advances (``Clock``);
     - ``page_cache`` (``RUBIS_PAGE_CACHE``, default on): cache whole pages; off, only the
       shared functions are cached;
-    - ``per_page`` (``RUBIS_PER_PAGE``, default 20): items per search page.
+    - ``per_page`` (``RUBIS_PER_PAGE``, default 20): items per search page;
+    - ``read_your_writes`` (``RUBIS_READ_YOUR_WRITES``, default on): after a write, the
+      session's reads see it (the ``not_before`` cookie); off, they may not for up to
+      ``staleness`` seconds, and have more cached versions to choose from.
     """
 
     staleness: float = 30.0
     clock_step: float = 60.0
     page_cache: bool = True
     per_page: int = 20
+    read_your_writes: bool = True
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> AppSettings:
@@ -69,7 +81,8 @@ class AppSettings:
         return cls(
             staleness=float(env.get("RUBIS_STALENESS", "30")),
             clock_step=float(env.get("RUBIS_CLOCK_STEP", "60")),
-            page_cache=env.get("RUBIS_PAGE_CACHE", "1").lower() not in {"0", "false", "no"},
+            page_cache=_flag(env.get("RUBIS_PAGE_CACHE", "1")),
+            read_your_writes=_flag(env.get("RUBIS_READ_YOUR_WRITES", "1")),
             per_page=int(env.get("RUBIS_PER_PAGE", "20")),
         )
 
@@ -142,8 +155,11 @@ class Application:
             ("Content-Type", "text/html; charset=utf-8"),
             ("Content-Length", str(len(body))),
         ]
-        if response.commit_timestamp is not None:
-            headers.append(("Set-Cookie", f"{COOKIE}={response.commit_timestamp}; Path=/"))
+        if response.commit_timestamp is not None and self.settings.read_your_writes:
+            # Past the staleness limit every snapshot a read may use is after the write.
+            age = math.ceil(self.settings.staleness) + 1
+            cookie = f"{COOKIE}={response.commit_timestamp}; Max-Age={age}; Path=/"
+            headers.append(("Set-Cookie", cookie))
         start_response(response.status, headers)
         return [body]
 

@@ -23,13 +23,13 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import urlencode
 
 from rubis import data
 
 __all__ = ["ParsedPage", "Request", "Visitor", "parse_page"]
 
-_LINK = re.compile(r'href="(/[^"]*)"')
+_LINK = re.compile(r'href="/(\w*)\??([^"]*)"')
 _NEXT = re.compile(r'class="next" href="(/[^"]*)"')
 _HIDDEN = re.compile(r'type="hidden" name="(\w+)" value="([^"]*)"')
 _RATINGS = (-5, -3, 0, 3, 5)
@@ -68,9 +68,9 @@ class ParsedPage:
 def parse_page(text: str) -> ParsedPage:
     """Read the links, hidden fields and next-page link of an HTML page."""
     page = ParsedPage()
-    for href in _LINK.findall(text):
-        parts = urlsplit(html.unescape(href))
-        page.links.setdefault(parts.path.strip("/"), []).append(dict(parse_qsl(parts.query)))
+    for path, query in _LINK.findall(text):
+        params = (pair.partition("=") for pair in query.split("&amp;") if pair)
+        page.links.setdefault(path, []).append({name: value for name, _, value in params})
     page.fields = {name: html.unescape(value) for name, value in _HIDDEN.findall(text)}
     found = _NEXT.search(text)
     page.next_page = html.unescape(found.group(1)) if found else None

@@ -87,6 +87,7 @@ class _Connection:
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.http = http.client.HTTPConnection(self.host, self.port, timeout=60)
         self.cookie: str | None = None
+        self.cookie_expires = 0.0
 
     def send(self, request: Request) -> tuple[int, str]:
         """The status and body of ``request``."""
@@ -97,16 +98,25 @@ class _Connection:
             return self._send(request)
 
     def _send(self, request: Request) -> tuple[int, str]:
+        if self.cookie and time.monotonic() >= self.cookie_expires:
+            self.cookie = None
         headers = {"Cookie": f"{_COOKIE}={self.cookie}"} if self.cookie else {}
         if request.body is not None:
             headers["Content-Type"] = "application/x-www-form-urlencoded"
         self.http.request(request.method, request.path, request.body, headers)
         response = self.http.getresponse()
         body = response.read().decode()
-        cookie = response.getheader("Set-Cookie")
-        if cookie and cookie.startswith(f"{_COOKIE}="):
-            self.cookie = cookie.split(";", 1)[0].split("=", 1)[1]
+        self._keep(response.getheader("Set-Cookie"))
         return response.status, body
+
+    def _keep(self, cookie: str | None) -> None:
+        """Keep the ``not_before`` cookie until its ``Max-Age`` passes."""
+        if not cookie or not cookie.startswith(f"{_COOKIE}="):
+            return
+        parts = [part.strip() for part in cookie.split(";")]
+        self.cookie = parts[0].split("=", 1)[1]
+        ages = [p.split("=", 1)[1] for p in parts[1:] if p.lower().startswith("max-age=")]
+        self.cookie_expires = time.monotonic() + (float(ages[0]) if ages else float("inf"))
 
     def close(self) -> None:
         self.http.close()

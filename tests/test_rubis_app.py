@@ -38,7 +38,11 @@ USERS = generate.PRESETS["tiny"].users
 class Reply:
     status: int
     body: str
-    cookie: str | None
+    set_cookie: str | None
+
+    @property
+    def cookie(self) -> str | None:
+        return self.set_cookie.split(";")[0] if self.set_cookie else None
 
     def text(self) -> str:
         return html.unescape(self.body)
@@ -61,7 +65,7 @@ class Stack:
                 set_cookie = response.headers.get("Set-Cookie")
         except urllib.error.HTTPError as error:
             status, text, set_cookie = error.code, error.read().decode(), None
-        return Reply(status, text, set_cookie.split(";")[0] if set_cookie else None)
+        return Reply(status, text, set_cookie)
 
     def one(self, query: str, *params: object) -> object:
         row = self.admin.execute(query, params).fetchone()
@@ -214,6 +218,7 @@ def test_a_bid_through_the_app_shows_on_the_next_page(stack):
     assert stored.status == 200
     assert stored.cookie is not None
     assert stored.cookie.startswith("txcache_nb=")
+    assert "Max-Age=31" in stored.set_cookie  # staleness 30 s + 1: then no longer needed
     after = stack.get(f"/view_item?item={item_id}", cookie=stored.cookie).text()
     assert f"{count + 1} bids" in after
     assert f"Current bid: {minimum + 2:.2f}" in after
