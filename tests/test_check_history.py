@@ -75,3 +75,23 @@ def test_a_read_cannot_see_commits_after_it_ended():
 
 def test_an_unobserved_read_is_explained_by_its_bounds():
     assert judge(history(), read()).points == (0, 3)
+
+
+def test_a_snapshot_read_is_judged_by_what_its_snapshot_sees():
+    # commit 101 (transfer) visible, 102 (move) still in progress for the snapshot, though
+    # its commit record came before 103's (visibility out of commit order), 103 visible
+    snapshot = (101, 104, frozenset({102}))
+    sees = read((("branch", 1), 0), (("list", 0), (42,)), (("balance", 2), 110))
+    sees.snapshot = snapshot
+    assert judge(history(), sees).points == (3, 3)
+    misses = read((("branch", 1), 1))
+    misses.snapshot = snapshot
+    verdict = judge(history(), misses)
+    assert verdict.points is None
+    assert "the snapshot holds 0" in verdict.explanation
+
+
+def test_a_snapshot_taken_before_any_commit_sees_the_initial_state():
+    early = read((("balance", 1), 100), (("members", 0), (1,)))
+    early.snapshot = (101, 101, frozenset())
+    assert judge(history(), early).points == (0, 0)

@@ -235,6 +235,15 @@ class ReadWriteTransaction(Transaction):
         return (int(high, 16) << 32) | int(low, 16)
 
 
+def _begin_unpinned(connection: Connection) -> str:
+    """A read-only transaction on a snapshot of its own; returns the snapshot (its first
+    statement takes it)."""
+    connection.execute(_BEGIN_READ_ONLY)
+    row = connection.execute("SELECT pg_current_snapshot()::text").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
 class ReadOnlyTransaction(Transaction):
     """Reads at one commit point, from the cache where possible (module docstring)."""
 
@@ -252,6 +261,11 @@ class ReadOnlyTransaction(Transaction):
         self.read_cache = False
         """Whether a cached value was used (the transaction is then bound to the pins)."""
         self._closed = False
+        self.database_snapshot: str | None = None
+        """After a fallback to the database: its snapshot (``pg_current_snapshot()``, as
+        ``xmin:xmax:xip,…``). Such a transaction has PostgreSQL's guarantee — one snapshot —
+        but under concurrent commits a snapshot need not be a prefix of commit order
+        (docs/library.md)."""
         self._query_tags: set[str] = set()
         self._tags_known = True  # False once a query's tags could not be derived
         agent = cache.agent
@@ -378,7 +392,7 @@ class ReadOnlyTransaction(Transaction):
         connection: Connection = self.cache.pool.getconn()
         try:
             if self.uncached or not self._begin_pinned(connection):
-                connection.execute(_BEGIN_READ_ONLY)
+                self.database_snapshot = _begin_unpinned(connection)
         except BaseException:
             self._release(connection)
             raise

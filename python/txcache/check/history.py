@@ -65,6 +65,12 @@ class Read:
     """The xid of the commit it must see (its ``not_before`` token), if any."""
     observed: list[tuple[Object, object]] = field(default_factory=list)
     mode: str = "consistent"
+    path: str = ""
+    """How the library served it (snapshot, moves, fallback), for the anomaly report."""
+    snapshot: tuple[int, int, frozenset[int]] | None = None
+    """For a transaction that fell back to the database: its snapshot (xmin, xmax, the
+    in-progress xids; 32-bit). It is judged by what that snapshot sees, not by a prefix of
+    commit order: PostgreSQL's guarantee, which a snapshot on a primary gives."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,9 @@ class History:
         self._changes: dict[Object, tuple[list[int], list[object]]] = {}
         self._replay(initial)
         self._held: dict[tuple[Object, object], list[int]] = self._index()
+        by_xid = sorted(self.position.items())
+        self._xids = [xid for xid, _ in by_xid]
+        self._latest_below = list(itertools.accumulate((i for _, i in by_xid), max))
 
     def _index(self) -> dict[tuple[Object, object], list[int]]:
         """For every (object, value), the indices into the object's changes where it took
@@ -149,6 +158,35 @@ class History:
         points, values = self._changes.get(obj, ([0], [None]))
         return values[bisect.bisect_right(points, point) - 1]
 
+    def visible_state(
+        self, snapshot: tuple[int, int, frozenset[int]], objects: Iterable[Object]
+    ) -> tuple[int, dict[Object, object]]:
+        """The values of ``objects`` in what ``snapshot`` sees, and the last commit it sees.
+
+        Every commit after that last visible one is invisible (it began after the
+        snapshot); before it, only the commits of transactions in progress at the snapshot
+        can be missing — those commits became visible out of commit order."""
+        xmin, xmax, in_progress = snapshot
+        below = bisect.bisect_left(self._xids, xmin)  # every commit of an xid < xmin is seen
+        last = self._latest_below[below - 1] if below else 0
+        for xid in range(xmin, xmax):
+            if xid not in in_progress and xid in self.position:
+                last = max(last, self.position[xid])
+        missing = sorted(
+            self.position[x] for x in in_progress if self.position.get(x, last + 1) <= last
+        )
+        wanted = set(objects)
+        if not missing:
+            return last, {obj: self.value_at(obj, last) for obj in wanted}
+        # Rebuild from just before the first missing commit, skipping the missing ones.
+        base = missing[0] - 1
+        state = {obj: self.value_at(obj, base) for obj in self._changes}
+        skipped = set(missing)
+        for index in range(missing[0], last + 1):
+            if index not in skipped:
+                _apply(state, self.commits[index - 1].writes)
+        return last, {obj: state.get(obj) for obj in wanted}
+
     def bounds(self, read: Read) -> tuple[int, int]:
         """The commit points ``read`` may be serialized at, ignoring what it observed."""
         # State k was current from commit k until commit k + 1.
@@ -186,7 +224,7 @@ def _apply(state: dict[Object, object], writes: Iterable[Write]) -> set[Object]:
             entries = tuple(sorted((*entries, value)))[-LIST_WINDOW:]
             state["entries", key] = entries
             state["list", key] = tuple(item for _, item in entries)
-            changed.add(("list", key))
+            changed.update((("list", key), ("entries", key)))
         else:
             raise ValueError(f"unknown write {kind!r}")
     return changed
@@ -195,12 +233,29 @@ def _apply(state: dict[Object, object], writes: Iterable[Write]) -> set[Object]:
 def judge(history: History, read: Read) -> Verdict:
     """Whether one commit point explains everything ``read`` observed."""
     low, high = history.bounds(read)
+    if read.snapshot is not None:
+        return _judge_snapshot(history, read, low, high)
     candidates = [(low, high)]
     for obj, value in read.observed:
         candidates = _intersect(candidates, history.value_ranges(obj, value, (low, high)))
         if not candidates:
             return Verdict(read, None, (low, high), _explain(history, read, low, high))
     return Verdict(read, (candidates[0][0], candidates[-1][1]), (low, high))
+
+
+def _judge_snapshot(history: History, read: Read, low: int, high: int) -> Verdict:
+    """A read on a snapshot of its own: everything it saw must be what the snapshot sees,
+    and the snapshot must be within the read's bounds."""
+    assert read.snapshot is not None
+    last, values = history.visible_state(read.snapshot, (obj for obj, _ in read.observed))
+    wrong = [(obj, seen) for obj, seen in read.observed if values[obj] != seen]
+    if not wrong and low <= last <= high:
+        return Verdict(read, (last, last), (low, high))
+    lines = [f"served: {read.path}", f"snapshot sees commits up to {last}, allowed {low}..{high}"]
+    lines += [
+        f"  {obj} = {_short(seen)}, the snapshot holds {_short(values[obj])}" for obj, seen in wrong
+    ]
+    return Verdict(read, None, (low, high), "\n".join(lines))
 
 
 def _short(value: object) -> str:
@@ -226,7 +281,9 @@ def _intersect(left: list[tuple[int, int]], right: list[tuple[int, int]]) -> lis
 def _explain(history: History, read: Read, low: int, high: int) -> str:
     """Which observations disagree with the allowed points (the first few)."""
     lines = [f"allowed commit points {low}..{high}; observed (and where each value held):"]
-    for obj, value in read.observed[:12]:
+    if read.path:
+        lines.insert(0, f"served: {read.path}")
+    for obj, value in read.observed[:40]:
         ranges = history.value_ranges(obj, value, (low, high))
         where = ", ".join(f"{max(a, low)}..{min(b, high)}" for a, b in ranges[:4])
         if not where:

@@ -56,6 +56,7 @@ def _rows() -> list[tuple[str, Any]]:
         ("errors during a PostgreSQL restart (allowed)", lambda p: f"{len(p.errors_allowed)}"),
         ("**other errors seen by the application**", lambda p: f"**{len(p.errors_unexpected)}**"),
         ("retried (SnapshotUnavailable)", lambda p: f"{p.retried}"),
+        ("fell back to a database snapshot (no pin)", lambda p: f"{p.fell_back}"),
     ]
 
 

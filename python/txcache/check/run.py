@@ -67,6 +67,8 @@ class PhaseReport:
     errors_allowed: list[tuple[float, str, str]] = field(default_factory=list)
     errors_unexpected: list[tuple[float, str, str]] = field(default_factory=list)
     retried: int = 0
+    fell_back: int = 0
+    """Read-only transactions that ran on a database snapshot of their own (no pin)."""
 
     @property
     def cache_share(self) -> float:
@@ -219,6 +221,7 @@ def _judge(
     report.writes_committed = sum(1 for log in outcome.writes if log.xid in committed)
     report.writes_rolled_back = len(outcome.writes) - report.writes_committed
     report.reads = len(outcome.reads)
+    report.fell_back = sum(1 for read in outcome.reads if read.snapshot is not None)
     report.anomalies = [
         v for v in map(lambda r: judge(history, r), outcome.reads) if v.points is None
     ]

@@ -242,9 +242,12 @@ def read_once(cache: txcache.Cache, rng: random.Random, outcome: Outcome, mode: 
     for _attempt in range(3):
         read = Read(time.time(), 0.0, staleness, token_xid, mode=mode)
         try:
-            with cache.read_only(staleness, not_before=token):
+            with cache.read_only(staleness, not_before=token) as tx:
                 for _ in range(rng.randint(2, 5)):
                     _one_read(rng, read.observed)
+                read.path = _path(tx)
+                if tx.database_snapshot is not None:
+                    read.snapshot = _snapshot(tx.database_snapshot)
         except SnapshotUnavailable:
             with outcome.lock:
                 outcome.retried += 1
@@ -257,6 +260,24 @@ def read_once(cache: txcache.Cache, rng: random.Random, outcome: Outcome, mode: 
         with outcome.lock:
             outcome.reads.append(read)
         return
+
+
+def _snapshot(text: str) -> tuple[int, int, frozenset[int]]:
+    """``xmin:xmax:xip,…`` (64-bit xids) as 32-bit xids, as logical decoding names them."""
+    xmin, xmax, in_progress = text.split(":")
+    low32 = 0xFFFFFFFF
+    running = frozenset(int(x) & low32 for x in in_progress.split(",") if x)
+    return int(xmin) & low32, int(xmax) & low32, running
+
+
+def _path(tx: txcache.ReadOnlyTransaction) -> str:
+    """What the library did: the snapshot, moves, fallback, the pins left."""
+    snapshot = tx.snapshot.ts if tx.snapshot is not None else None
+    bounds = tx.pin_set.bounds()
+    return (
+        f"snapshot {snapshot}, pins {bounds} ({len(tx.pin_set)}), moves {tx.moves}, "
+        f"uncached {tx.uncached}, read cache {tx.read_cache}"
+    )
 
 
 def loop(step: Callable[[], None], stop: threading.Event) -> None:
