@@ -1,0 +1,907 @@
+"""Cache-node speed: txcached beside Redis and memcached, one machine, one load tool (issue 7).
+
+One run starts ``txcached`` (this checkout's release build), ``redis-server`` (no
+persistence) and ``memcached`` (2 threads) on loopback, and drives each with
+``txcache-loadgen`` (crates/loadgen), interleaved so that a burst of other work hits them
+alike. Per server:
+
+- **throughput** (closed loop: each connection keeps one batch of ``pipeline`` requests in
+  flight): 16 B keys, 100 B values, uniform keys, 90 % GET, pipeline 1 and 16 x 8 and 64
+  connections, ``--rounds`` rounds; txcached also with ``TXGET``/``TXSET`` (*txcached TX*:
+  each insert a new version with its own interval);
+- **variations** at 8 connections: Zipf keys (0.99), the 30:1 mix, Facebook ETC key and
+  value sizes;
+- **server CPU per request**: utime + stime of the server (``/proc/<pid>/stat``) over a load
+  run, divided by the requests it answered (warm-up included, preload excluded);
+- **syscalls per batch**: ``perf stat`` counting the server's write- and read-family syscall
+  tracepoints during a separate run (so that counting cannot slow the throughput runs);
+- **memory**: a fresh server per kind, ``--items`` items of 100 B under 16 B keys; RSS
+  growth / items, minus the 116 B of key and value, is the per-item overhead;
+- **sustained throughput**: open loop (Poisson arrivals, latency from each request's
+  intended send time), ETC sizes, 90 % GET, 8 connections; the rate steps up until the mean
+  latency reaches 1 ms, then one bisection step.
+
+Every loadgen run first flushes the server and preloads the key space (100,000 keys).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    BENCH_DIR,
+    RESULTS_DIR,
+    ForeignCpu,
+    _cpu_model,
+    _memory_gib,
+    build_note,
+    call,
+    command_line,
+    cpu_seconds,
+    freeze_binaries,
+    log,
+    resp_client,
+)
+
+REPO = BENCH_DIR.parent
+KEY_BYTES, VALUE_BYTES = 16, 100
+MS = 1000.0  # µs
+SYSCALLS = {
+    "writes": ["write", "writev", "sendmsg", "sendto", "sendmmsg"],
+    "reads": ["read", "readv", "recvfrom", "recvmsg"],
+    "polls": ["epoll_wait", "epoll_pwait", "epoll_pwait2"],
+}
+
+
+# -- servers ---------------------------------------------------------------------------------
+
+
+def ensure_packages() -> None:
+    """Install redis-server and memcached (Debian packages) if they are missing."""
+    if shutil.which("redis-server") and shutil.which("memcached"):
+        return
+    log("installing redis-server and memcached with apt-get")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "redis-server", "memcached"], check=True, env=env
+    )
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    """One server process on loopback."""
+
+    kind: str
+    port: int
+    process: subprocess.Popen[bytes]
+    base_fd: int = 0  # the highest file descriptor open once it listens: clients get higher
+
+    @property
+    def pid(self) -> int:
+        """The server's process id."""
+        return self.process.pid
+
+    def cpu(self) -> float:
+        """CPU seconds (user + system) used so far."""
+        return cpu_seconds(self.pid)
+
+    def rss(self) -> int:
+        """Resident set size in bytes."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError(f"{self.kind}: no VmRSS")
+
+
+def server_command(kind: str, port: int) -> list[str]:
+    """How each server is started: loopback only, room for every item, no persistence."""
+    if kind == "txcached":
+        binary = os.environ["TXCACHED_BIN"]  # set by freeze_binaries()
+        return [binary, "--port", str(port), "--max-memory", "4gb", "--log", "warn"]
+    if kind == "redis":
+        return [
+            *("redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""),
+            *("--appendonly", "no", "--daemonize", "no", "--logfile", ""),
+        ]
+    user = ["-u", "root"] if os.geteuid() == 0 else []
+    return [
+        *("memcached", "-p", str(port), "-l", "127.0.0.1", "-t", "2", "-m", "4096"),
+        *("-c", "4096", "-U", "0", *user),
+    ]
+
+
+@contextmanager
+def running(kind: str) -> Iterator[Server]:
+    """A fresh server of ``kind``, stopped on exit."""
+    port = free_port()
+    process = subprocess.Popen(
+        server_command(kind, port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    server = Server(kind, port, process)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{kind} did not start: {server_command(kind, port)}")
+            time.sleep(0.05)
+        server.base_fd = max(int(fd) for fd in os.listdir(f"/proc/{process.pid}/fd"))
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# -- the load tool ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """A server and the command pair used on it."""
+
+    label: str
+    server: Server
+    protocol: str
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One workload cell."""
+
+    name: str
+    connections: int = 8
+    pipeline: int = 1
+    mix: str = "90:10"
+    key_dist: str = "uniform"
+    sizes: str = "fixed"  # or "etc" (keys and values)
+
+    def args(self) -> list[str]:
+        """The loadgen flags of this cell."""
+        size = ["etc", "etc"] if self.sizes == "etc" else [str(KEY_BYTES), str(VALUE_BYTES)]
+        return [
+            *("--connections", str(self.connections), "--pipeline", str(self.pipeline)),
+            *("--mix", self.mix, "--key-dist", self.key_dist),
+            *("--key-size", size[0], "--value-size", size[1]),
+        ]
+
+
+_LOADGEN: list[Path] = []
+
+
+def loadgen_binary() -> Path:
+    """A copy of the release loadgen (a rebuild mid-run cannot swap it)."""
+    if not _LOADGEN:
+        built = REPO / "target" / "release" / "txcache-loadgen"
+        if not built.is_file():
+            raise RuntimeError(f"{built} is missing: cargo build --release -p txcache-loadgen")
+        copy = Path(tempfile.mkdtemp(prefix="txcache-loadgen-")) / built.name
+        shutil.copy2(built, copy)
+        _LOADGEN.append(copy)
+    return _LOADGEN[0]
+
+
+def loadgen(target: Target, *args: str) -> dict[str, Any]:
+    """One loadgen run against ``target``; its JSON."""
+    address = f"127.0.0.1:{target.server.port}"
+    command = [str(loadgen_binary()), "--target", address, "--protocol", target.protocol, *args]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
+    report: dict[str, Any] = json.loads(result.stdout)
+    errors = report.get("results", {}).get("errors", 0)
+    if errors:
+        raise RuntimeError(f"{target.label}: {errors} error replies: {' '.join(command)}")
+    return report
+
+
+@contextmanager
+def syscall_counter(server: Server, counts: dict[str, int]) -> Iterator[None]:
+    """Counts the server's syscalls (``perf stat`` on tracepoints) into ``counts``. Socket
+    calls count only on descriptors opened after start-up (the clients' sockets), so that
+    wake-ups between a server's own threads (eventfd, pipe writes) are not taken for replies.
+    """
+    events = []
+    for group, names in SYSCALLS.items():
+        for name in names:
+            events += ["-e", f"syscalls:sys_enter_{name}"]
+            if group != "polls":
+                events.append(f"--filter=fd > {server.base_fd}")
+    perf = subprocess.Popen(
+        ["perf", "stat", "-x,", *events, "-p", str(server.pid)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(0.3)  # perf attaches
+    try:
+        yield
+    finally:
+        perf.send_signal(signal.SIGINT)
+        _, stderr = perf.communicate(timeout=30)
+    by_name = {}
+    for line in stderr.splitlines():
+        fields = line.split(",")
+        if len(fields) > 2 and fields[2].startswith("syscalls:sys_enter_"):
+            count = int(fields[0]) if fields[0].isdigit() else 0
+            by_name[fields[2].removeprefix("syscalls:sys_enter_")] = count
+    for group, names in SYSCALLS.items():
+        counts[group] = sum(by_name.get(name, 0) for name in names)
+
+
+def measure(
+    target: Target, spec: Spec, seconds: float, warmup: float, syscalls: bool = False
+) -> dict[str, Any]:
+    """Flush and preload, then one closed-loop run with the server's CPU (and syscalls)."""
+    loadgen(target, "--flush", "--duration", "0", *spec.args())
+    foreign, cpu_before, counts = ForeignCpu(), target.server.cpu(), {}
+    with syscall_counter(target.server, counts) if syscalls else _nothing():
+        timing = ["--duration", f"{seconds}s", "--warmup", f"{warmup}s"]
+        report = loadgen(target, "--no-preload", *timing, *spec.args())
+    cpu = target.server.cpu() - cpu_before
+    results = report["results"]
+    row = {
+        "target": target.label,
+        "cell": spec.name,
+        "ops": results["ops_per_sec"],
+        "latency_us": results["latency_us"],
+        "hit_ratio": results["hits"] / max(1, results["gets"]),
+        "server_cpu_s": cpu,
+        "cpu_us_per_request": cpu * 1e6 / max(1, results["requests"]),
+        "other_cpu_s": foreign.seconds(),
+        "loadgen": report,
+    }
+    if syscalls:
+        batches = results["requests"] / spec.pipeline
+        row["syscalls"] = {key: value / batches for key, value in counts.items()}
+    return row
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+# -- phases ----------------------------------------------------------------------------------
+
+MAIN = [Spec(f"p{p} c{c}", connections=c, pipeline=p) for p in (16, 1) for c in (8, 64)]
+VARIATIONS = [
+    Spec(f"p{p} c8 {name}", pipeline=p, **change)  # type: ignore[arg-type]
+    for p in (16, 1)
+    for name, change in (
+        ("zipf", {"key_dist": "zipf:0.99"}),
+        ("30:1", {"mix": "30:1"}),
+        ("etc", {"sizes": "etc"}),
+    )
+]
+SWEEP = Spec("open c8 etc", sizes="etc")
+RATES = [10e3, 20e3, 40e3, 60e3, 80e3, 100e3, 125e3, 150e3, 175e3, 200e3, 250e3, 300e3]
+
+
+def throughput(targets: list[Target], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The main grid (``--rounds`` rounds, order reversed every other round), then the
+    variations on the plain targets."""
+    rows = []
+    for round_ in range(args.rounds):
+        order = targets if round_ % 2 == 0 else targets[::-1]
+        for spec in MAIN:
+            for target in order:
+                row = measure(target, spec, args.seconds, args.warmup)
+                rows.append({**row, "round": round_})
+                log(f"{spec.name:>8} {target.label:<12} {row['ops']:>10,.0f} ops/s")
+    for spec in VARIATIONS:
+        for target in targets[:3]:
+            row = measure(target, spec, args.seconds, args.warmup)
+            rows.append({**row, "round": 0})
+            log(f"{spec.name:>14} {target.label:<12} {row['ops']:>10,.0f} ops/s")
+    return rows
+
+
+def syscall_rows(targets: list[Target], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Syscalls per batch at 8 connections, pipeline 16 and 1, counted by perf."""
+    rows = []
+    for spec in (MAIN[0], MAIN[2]):
+        for target in targets:
+            rows.append(measure(target, spec, min(args.seconds, 2.0), 0.5, syscalls=True))
+            log(f"syscalls {spec.name} {target.label}: {rows[-1]['syscalls']}")
+    return rows
+
+
+def sweep(targets: list[Target], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Open-loop rates, stepping up per target until the mean latency reaches 1 ms."""
+    points: list[dict[str, Any]] = []
+    for target in targets:
+        loadgen(target, "--flush", "--duration", "0", *SWEEP.args())
+
+    def run(target: Target, rate: float) -> bool:
+        timing = ["--duration", f"{args.sweep_seconds}s", "--warmup", "0.5s"]
+        report = loadgen(target, "--no-preload", "--rate", str(rate), *timing, *SWEEP.args())
+        results = report["results"]
+        ok = (
+            results["latency_us"]["mean"] < MS
+            and results["unanswered"] == 0
+            and results["ops_per_sec"] >= 0.95 * rate
+        )
+        points.append({"target": target.label, "rate": rate, "ok": ok, "loadgen": report})
+        log(f"open {target.label:<12} {rate:>9,.0f}/s mean {results['latency_us']['mean']:.0f} µs")
+        return ok
+
+    alive = list(targets)
+    for rate in RATES[: args.max_rates]:
+        alive = [target for target in alive if run(target, rate)]
+        if not alive:
+            break
+    for target in targets:  # one bisection step between the last rate met and the first not
+        mine = [p for p in points if p["target"] == target.label]
+        good = [p["rate"] for p in mine if p["ok"]]
+        bad = [p["rate"] for p in mine if not p["ok"]]
+        if good and bad:
+            run(target, (max(good) + min(bad)) / 2)
+    return points
+
+
+def memcached_stat(port: int, name: str) -> int:
+    """One number of memcached's ``stats``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(b"stats\r\n")
+        reply = b""
+        while not reply.endswith(b"END\r\n"):
+            reply += connection.recv(65536)
+    for line in reply.decode().splitlines():
+        if line.startswith(f"STAT {name} "):
+            return int(line.split()[2])
+    raise RuntimeError(f"memcached stats without {name}")
+
+
+def memory(kinds: list[tuple[str, str, str]], items: int) -> list[dict[str, Any]]:
+    """Bytes per stored item: a fresh server per row, ``items`` items, RSS growth / items."""
+    rows = []
+    for label, kind, protocol in kinds:
+        with running(kind) as server:
+            target = Target(label, server, protocol)
+            loadgen(target, "--keys", "1", "--duration", "0")
+            before = server.rss()
+            fill = ["--keys", str(items), "--duration", "0", "--connections", "8"]
+            loadgen(target, "--key-size", str(KEY_BYTES), "--value-size", str(VALUE_BYTES), *fill)
+            time.sleep(0.5)
+            per_item = (server.rss() - before) / items
+            row = {"target": label, "items": items, "rss_bytes_per_item": per_item}
+            row["overhead_bytes"] = per_item - KEY_BYTES - VALUE_BYTES
+            if protocol != "memcache":
+                info = call(resp_client("127.0.0.1", server.port), "INFO", "memory")
+                row["used_memory_per_item"] = int(info["used_memory"]) / items
+            else:
+                row["used_memory_per_item"] = memcached_stat(server.port, "bytes") / items
+            rows.append(row)
+            log(f"memory {label}: {per_item:.1f} B per item")
+    return rows
+
+
+# Where a hit's server time goes: perf symbols → parts of the request path. First match wins.
+KERNEL_PARTS = [
+    *((n, "kernel: scheduling, wake-ups") for n in ("sched", "switch", "wake", "futex", "idle")),
+    *((n, "kernel: epoll") for n in ("epoll", "ep_")),
+    ("", "kernel: syscalls, TCP loopback, copies"),
+]
+USER_PARTS = [
+    ("txcache_resp", "RESP: parsing requests, encoding replies"),
+    ("txcached::cmd", "command dispatch and reply building"),
+    *((n, "store: lookup") for n in ("txcache_store", "hashbrown", "memcmp", "foldhash")),
+    *((n, "shard choice (SipHash) and lock") for n in ("for_key", "parking_lot", "sip")),
+    *((n, "tokio: task polling, I/O readiness") for n in ("tokio", "mio")),
+    ("connection", "connection loop (read, answer, write)"),
+    *((n, "allocation and copies") for n in ("malloc", "free", "memmove", "memcpy", "bytes")),
+    ("", "other user code"),
+]
+
+
+def context_switches(pid: int) -> int:
+    """Voluntary and involuntary context switches of every thread of ``pid`` so far."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            lines = (task / "status").read_text().splitlines()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        total += sum(int(line.split()[1]) for line in lines if "ctxt_switches" in line)
+    return total
+
+
+HIT = ["--connections", "1", "--pipeline", "1", "--mix", "1:0", "--keys", "1000"]
+
+
+def one_by_one(target: Target, seconds: float) -> dict[str, Any]:
+    """Lookups that hit, one connection, no pipelining: latency, server CPU and context
+    switches per request."""
+    loadgen(target, "--flush", "--duration", "0", *HIT)
+    server = target.server
+    cpu, switches = server.cpu(), context_switches(server.pid)
+    timing = ["--no-preload", "--duration", f"{seconds}s", "--warmup", "0.5s"]
+    report = loadgen(target, *timing, *HIT)
+    requests = max(1, report["results"]["requests"])
+    return {
+        "target": target.label,
+        "cpu_us_per_request": (server.cpu() - cpu) * 1e6 / requests,
+        "switches_per_request": (context_switches(server.pid) - switches) / requests,
+        "loadgen": report,
+    }
+
+
+def symbol_shares(txc: Server, seconds: float) -> dict[str, float]:
+    """``perf record`` of txcached answering ``TXGET`` hits one by one: the share of samples
+    per part of the request path (symbols, no call graphs)."""
+    target = Target("txcached TX", txc, "versioned")
+    loadgen(target, "--flush", "--duration", "0", *HIT)
+    data = Path(tempfile.mkdtemp(prefix="txcache-perf-")) / "perf.data"
+    perf = subprocess.Popen(
+        ["perf", "record", "-q", "-F", "4999", "-o", str(data), "-p", str(txc.pid)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(0.5)
+    loadgen(target, "--no-preload", "--duration", f"{seconds}s", "--warmup", "0s", *HIT)
+    perf.send_signal(signal.SIGINT)
+    perf.wait(60)
+    flat = subprocess.run(
+        ["perf", "report", "-i", str(data), "--no-children", "--sort", "sym", "--stdio"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    shutil.rmtree(data.parent, ignore_errors=True)
+    shares: dict[str, float] = {}
+    for line in flat.splitlines():
+        fields = line.split(None, 1)
+        if len(fields) < 2 or not fields[0].endswith("%"):
+            continue
+        parts = KERNEL_PARTS if fields[1].startswith("[k]") else USER_PARTS
+        part = next(p for needle, p in parts if needle in fields[1])
+        shares[part] = shares.get(part, 0.0) + float(fields[0].rstrip("%"))
+    return shares
+
+
+def hit_profile(targets: list[Target], seconds: float) -> dict[str, Any]:
+    """Where a hit's time goes on each server, and txcached's CPU split by symbol."""
+    rows = [one_by_one(target, seconds) for target in targets]
+    for row in rows:
+        latency = row["loadgen"]["results"]["latency_us"]
+        log(f"one by one {row['target']}: {row['cpu_us_per_request']:.2f} µs CPU, {latency}")
+    return {"servers": rows, "shares": symbol_shares(targets[0].server, seconds)}
+
+
+# -- report ----------------------------------------------------------------------------------
+
+LABELS = ["txcached", "redis", "memcached", "txcached TX"]
+
+
+def mean_of(rows: list[dict[str, Any]], label: str, cell: str, key: str) -> float:
+    """The mean of ``key`` over the rounds of one target and cell (NaN when absent)."""
+    values = [row[key] for row in rows if row["target"] == label and row["cell"] == cell]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def ratio(a: float, b: float) -> str:
+    """``a / b`` as ``1.23x``."""
+    return "-" if not b or a != a or b != b else f"{a / b:.2f}x"
+
+
+def num(value: float, digits: int = 0) -> str:
+    """A table number with thousands separators."""
+    return "-" if value != value else f"{value:,.{digits}f}"
+
+
+def throughput_tables(rows: list[dict[str, Any]], rounds: int) -> list[str]:
+    """Ops/s, latency and CPU per request of the main grid and the variations."""
+    ops = {(t, s.name): mean_of(rows, t, s.name, "ops") for t in LABELS for s in MAIN + VARIATIONS}
+    cpu = {
+        (t, s.name): mean_of(rows, t, s.name, "cpu_us_per_request")
+        for t in LABELS
+        for s in MAIN + VARIATIONS
+    }
+    lines = [
+        f"## Throughput, closed loop (ops/s, mean of {rounds} round{'s' if rounds > 1 else ''})",
+        "",
+        "16 B keys, 100 B values, uniform keys, 90 % GET. `p16 c64`: pipeline 16, 64 "
+        "connections. *txcached TX*: `TXGET`/`TXSET` on the same node.",
+        "",
+        "| cell | txcached | Redis | memcached | txcached TX | txcached / Redis "
+        "| txcached / memcached | TX / plain |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for spec in MAIN:
+        t, r, m, x = (ops[(label, spec.name)] for label in LABELS)
+        lines.append(
+            f"| {spec.name} | {num(t)} | {num(r)} | {num(m)} | {num(x)} | {ratio(t, r)} "
+            f"| {ratio(t, m)} | {ratio(x, t)} |"
+        )
+    lines += [
+        "",
+        "## Latency, closed loop (µs, p50 / p99, first round)",
+        "",
+        "Per request, from its batch's write to the read that completed its reply.",
+        "",
+        "| cell | txcached | Redis | memcached | txcached TX |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for spec in MAIN:
+        cells = []
+        for label in LABELS:
+            row = next(r for r in rows if r["target"] == label and r["cell"] == spec.name)
+            latency = row["latency_us"]
+            cells.append(f"{latency['p50']:.0f} / {latency['p99']:.0f}")
+        lines.append(f"| {spec.name} | {' | '.join(cells)} |")
+    lines += [
+        "",
+        "## Server CPU per request (µs; utime + stime / requests answered)",
+        "",
+        "| cell | txcached | Redis | memcached | txcached TX | txcached / Redis |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for spec in MAIN:
+        t, r, m, x = (cpu[(label, spec.name)] for label in LABELS)
+        lines.append(f"| {spec.name} | {t:.2f} | {r:.2f} | {m:.2f} | {x:.2f} | {ratio(t, r)} |")
+    lines += [
+        "",
+        "## Variations at 8 connections (ops/s; server CPU µs per request)",
+        "",
+        "| cell | txcached | Redis | memcached | txcached / Redis | txcached / memcached "
+        "| CPU txcached | CPU Redis | CPU memcached |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for spec in VARIATIONS:
+        t, r, m = (ops[(label, spec.name)] for label in LABELS[:3])
+        ct, cr, cm = (cpu[(label, spec.name)] for label in LABELS[:3])
+        lines.append(
+            f"| {spec.name} | {num(t)} | {num(r)} | {num(m)} | {ratio(t, r)} | {ratio(t, m)} "
+            f"| {ct:.2f} | {cr:.2f} | {cm:.2f} |"
+        )
+    return [*lines, ""]
+
+
+def syscall_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Syscalls per batch of requests (a batch: one loadgen write of ``pipeline`` requests)."""
+    lines = [
+        "## System calls per batch (perf stat on the server's syscall tracepoints)",
+        "",
+        "A batch is one client write of `pipeline` requests. *writes*: write, writev, sendmsg, "
+        "sendto on client sockets; *reads*: read, readv, recvfrom, recvmsg on client sockets "
+        "(a read that finds nothing counts too); *polls*: epoll_wait/epoll_pwait, all. "
+        "Separate 2 s runs at 8 connections.",
+        "",
+        "| cell | server | writes / batch | reads / batch | polls / batch | writes / request |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        calls, pipeline = row["syscalls"], row["loadgen"]["pipeline"]
+        lines.append(
+            f"| {row['cell']} | {row['target']} | {calls['writes']:.3f} | {calls['reads']:.3f} "
+            f"| {calls['polls']:.3f} | {calls['writes'] / pipeline:.4f} |"
+        )
+    return [*lines, ""]
+
+
+def memory_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Bytes per stored item."""
+    items = rows[0]["items"] if rows else 0
+    lines = [
+        f"## Memory per item ({items:,} items, 16 B keys, 100 B values, a fresh server each)",
+        "",
+        "RSS growth / items; *overhead* subtracts the 116 B of key and value. *accounted*: "
+        "the server's own `used_memory` / items (for txcached, what its memory limit counts).",
+        "",
+        "| server | RSS bytes / item | overhead (B) | accounted bytes / item |",
+        "|---|---:|---:|---:|",
+    ]
+    for row in rows:
+        accounted = row.get("used_memory_per_item", float("nan"))
+        lines.append(
+            f"| {row['target']} | {row['rss_bytes_per_item']:.1f} | {row['overhead_bytes']:.1f} "
+            f"| {num(accounted, 1)} |"
+        )
+    return [*lines, ""]
+
+
+def sustained(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per target, the highest open-loop rate whose mean latency stayed under 1 ms."""
+    best: dict[str, dict[str, Any]] = {}
+    for point in points:
+        if point["ok"] and point["rate"] > best.get(point["target"], {}).get("rate", 0):
+            best[point["target"]] = point
+    return best
+
+
+def sweep_tables(points: list[dict[str, Any]]) -> list[str]:
+    """Sustained throughput and every sweep point."""
+    best = sustained(points)
+    redis = best.get("redis", {}).get("rate", float("nan"))
+    lines = [
+        "## Sustained throughput: the highest rate with mean latency < 1 ms (open loop)",
+        "",
+        "Poisson arrivals over 8 connections, no pipelining, ETC key and value sizes, 90 % "
+        "GET, uniform keys; latency from each request's intended send time. A rate counts "
+        "when the mean stays under 1 ms, every request is answered and >= 95 % of the rate "
+        "is achieved. The rates step up (10 K, 20 K, 40 K, …) until one fails, then one "
+        "bisection step.",
+        "",
+        "| server | sustained rate (req/s) | achieved ops/s | mean µs | p99 µs | vs Redis |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label in LABELS[:3]:
+        point = best.get(label)
+        if point is None:
+            lines.append(f"| {label} | none | - | - | - | - |")
+            continue
+        results = point["loadgen"]["results"]
+        lines.append(
+            f"| {label} | {num(point['rate'])} | {num(results['ops_per_sec'])} "
+            f"| {results['latency_us']['mean']:.0f} | {results['latency_us']['p99']:.0f} "
+            f"| {ratio(point['rate'], redis)} |"
+        )
+    lines += ["", "Every point (mean / p99 µs; ✗: the rate was not sustained):", ""]
+    lines += ["| rate | " + " | ".join(LABELS[:3]) + " |", "|---:|---:|---:|---:|"]
+    for rate in sorted({p["rate"] for p in points}):
+        cells = []
+        for label in LABELS[:3]:
+            point = next((p for p in points if p["target"] == label and p["rate"] == rate), None)
+            if point is None:
+                cells.append("")
+                continue
+            latency = point["loadgen"]["results"]["latency_us"]
+            mark = "" if point["ok"] else " ✗"
+            cells.append(f"{latency['mean']:.0f} / {latency['p99']:.0f}{mark}")
+        lines.append(f"| {num(rate)} | {' | '.join(cells)} |")
+    return [*lines, ""]
+
+
+def goals(
+    rows: list[dict[str, Any]],
+    calls: list[dict[str, Any]],
+    mem: list[dict[str, Any]],
+) -> list[str]:
+    """The issue's goals, each marked met or not met."""
+
+    def cells(pipeline: int) -> list[str]:
+        return [s.name for s in MAIN if s.pipeline == pipeline]
+
+    def ratios(a: str, b: str, names: list[str], key: str = "ops") -> list[float]:
+        return [mean_of(rows, a, n, key) / mean_of(rows, b, n, key) for n in names]
+
+    def text(names: list[str], values: list[float]) -> str:
+        return ", ".join(f"{n}: {v:.2f}x" for n, v in zip(names, values, strict=True))
+
+    pipelined, plain = ratios("txcached", "redis", cells(16)), ratios("txcached", "redis", cells(1))
+    every = [s.name for s in MAIN]
+    cpu = ratios("txcached", "redis", every, "cpu_us_per_request")
+    versioned = ratios("txcached TX", "txcached", every)
+    overhead = {row["target"]: row["overhead_bytes"] for row in mem}
+    writes = [
+        f"{r['cell']}: {r['syscalls']['writes']:.2f}" for r in calls if r["target"] == "txcached"
+    ]
+    batch_writes = [r["syscalls"]["writes"] for r in calls if r["target"] == "txcached"]
+    checks = [
+        ("throughput pipelined ≥ 1.5x Redis", text(cells(16), pipelined), min(pipelined) >= 1.5),
+        ("throughput unpipelined ≥ 1.0x Redis", text(cells(1), plain), min(plain) >= 1.0),
+        ("server CPU per request < Redis's", text(every, cpu), max(cpu) < 1.0),
+        ("versioned ≥ 0.8x plain GET/SET", text(every, versioned), min(versioned) >= 0.8),
+        (
+            "per-item overhead ≤ 40 B (plain)",
+            f"{overhead.get('txcached', float('nan')):.0f} B plain, "
+            f"{overhead.get('txcached TX', float('nan')):.0f} B versioned",
+            overhead.get("txcached", 1e9) <= 40,
+        ),
+        (
+            "one write per read batch",
+            "writes per batch " + ", ".join(writes),
+            bool(batch_writes) and max(batch_writes) <= 1.05,
+        ),
+    ]
+    lines = ["## Goals (issue 7)", "", "| goal | measured (txcached) | |", "|---|---|---|"]
+    for goal, measured, met in checks:
+        lines.append(f"| {goal} | {measured} | {'met' if met else '**not met**'} |")
+    return [*lines, ""]
+
+
+def hit_table(profile: dict[str, Any]) -> list[str]:
+    """One lookup at a time: each server's CPU and context switches per hit, and txcached's
+    CPU per TXGET hit by part of the request path."""
+    lines = [
+        "## One hit at a time (1 connection, no pipelining, 1,000 keys, only lookups)",
+        "",
+        "Round trip as the load tool sees it, and the server's CPU (utime + stime) and context "
+        "switches (all its threads, voluntary + involuntary) per request.",
+        "",
+        "| server | p50 µs | mean µs | p99 µs | server CPU µs / hit | context switches / hit |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in profile["servers"]:
+        latency = row["loadgen"]["results"]["latency_us"]
+        lines.append(
+            f"| {row['target']} | {latency['p50']:.1f} | {latency['mean']:.1f} "
+            f"| {latency['p99']:.1f} | {row['cpu_us_per_request']:.2f} "
+            f"| {row['switches_per_request']:.2f} |"
+        )
+    txget = next(r for r in profile["servers"] if r["target"] == "txcached TX")
+    per_hit = txget["cpu_us_per_request"]
+    lines += [
+        "",
+        f"txcached's CPU per `TXGET` hit ({per_hit:.2f} µs) by part, from the symbols "
+        "`perf record` sampled in a second, identical run (no call graphs: memcpy counts as "
+        "a copy wherever it is called from; this guest has no PMU, so samples come from a "
+        "timer and land where interrupts are re-enabled: `finish_task_switch`, i.e. "
+        "*scheduling*, absorbs the time the CPU spent with interrupts off around a switch):",
+        "",
+        "| part | share of samples | µs per hit |",
+        "|---|---:|---:|",
+    ]
+    total = sum(profile["shares"].values()) or 1.0
+    for part, share in sorted(profile["shares"].items(), key=lambda item: -item[1]):
+        lines.append(f"| {part} | {share / total:.1%} | {per_hit * share / total:.2f} |")
+    return [*lines, ""]
+
+
+def plot(points: list[dict[str, Any]], rows: list[dict[str, Any]], path: Path) -> bool:
+    """Throughput against latency: the open-loop sweep (mean and p99) and the closed-loop
+    cells at 8 connections. False when matplotlib is unavailable."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for label, color in zip(LABELS[:3], ("C0", "C3", "C2"), strict=True):
+        mine = sorted(
+            (p["loadgen"]["results"] for p in points if p["target"] == label),
+            key=lambda r: r["ops_per_sec"],
+        )
+        x = [r["ops_per_sec"] / 1e3 for r in mine]
+        left.plot(x, [r["latency_us"]["mean"] for r in mine], "o-", color=color, label=label)
+        left.plot(x, [r["latency_us"]["p99"] for r in mine], "x--", color=color, alpha=0.5)
+    left.axhline(MS, color="grey", linewidth=0.8)
+    left.set(xlabel="achieved K ops/s", ylabel="latency µs (— mean, -- p99)", yscale="log")
+    left.set_title("open loop, ETC sizes, 8 connections")
+    left.legend()
+    for label, color in zip(LABELS, ("C0", "C3", "C2", "C1"), strict=True):
+        mine = [r for r in rows if r["target"] == label and r["cell"] in ("p1 c8", "p16 c8")]
+        right.scatter(
+            [r["ops"] / 1e3 for r in mine],
+            [r["latency_us"]["mean"] for r in mine],
+            color=color,
+            label=label,
+        )
+    right.set(xlabel="K ops/s", ylabel="mean latency µs", yscale="log")
+    right.set_title("closed loop, 100 B, 8 connections (pipeline 1 left, 16 right)")
+    right.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return True
+
+
+def versions() -> dict[str, str]:
+    """The servers' versions."""
+    redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True)
+    memcached = subprocess.run(["memcached", "-V"], capture_output=True, text=True)
+    return {"redis": redis.stdout.strip(), "memcached": memcached.stdout.strip()}
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on (the other benchmarks' note, without PostgreSQL)."""
+    return {
+        "build": build_note(),
+        "nproc": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "memory_gib": round(_memory_gib(), 1),
+        "kernel": os.uname().release,
+        "servers": versions(),
+        "load_average_at_start": [round(v, 2) for v in os.getloadavg()],
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def header(note: dict[str, Any], seconds: float) -> list[str]:
+    """The report's first lines: command, machine, code, load."""
+    servers = note["servers"]
+    return [
+        "# Cache-node speed: txcached, Redis and memcached",
+        "",
+        f"- command: `{command_line()}`",
+        f"- machine: {note['nproc']} CPUs ({note['cpu']}), {note['memory_gib']} GiB RAM, "
+        f"Linux {note['kernel']}; the load tool shares the CPUs with the server",
+        f"- servers: txcached (2 worker threads), {servers['redis']} (single-threaded, "
+        f"`--save '' --appendonly no`), {servers['memcached']} (`-t 2`)",
+        f"- code: {note['build']}",
+        f"- date: {note['date']}; load average (1, 5, 15 min) at start "
+        f"{', '.join(map(str, note['load_average_at_start']))}, at end "
+        f"{', '.join(map(str, note['load_average_at_end']))}; other work during the runs: "
+        f"at most {note['max_other_cpu_s']:.2f} CPU s per run; the whole run took "
+        f"{seconds / 60:.1f} min",
+        "",
+    ]
+
+
+def main() -> None:
+    """Run every phase and write results/node_speed{,_quick}.{md,json,png}."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured s per run (3)")
+    parser.add_argument("--warmup", type=float, default=1.0, help="warm-up s per run (1)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of the main grid (2)")
+    parser.add_argument("--items", type=int, default=1_000_000, help="items, memory (1 M)")
+    parser.add_argument("--sweep-seconds", type=float, default=2.0, help="s per rate (2)")
+    parser.add_argument("--max-rates", type=int, default=len(RATES), help="rates to try")
+    parser.add_argument("--quick", action="store_true", help="a smoke run (about 2 min)")
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.warmup, args.rounds, args.items = 1.0, 0.3, 1, 200_000
+        args.sweep_seconds, args.max_rates = 1.0, 4
+    started = time.monotonic()
+    ensure_packages()
+    freeze_binaries()
+    loadgen_binary()
+    note = machine()
+    with running("txcached") as txc, running("redis") as rds, running("memcached") as mc:
+        targets = [
+            Target("txcached", txc, "resp"),
+            Target("redis", rds, "resp"),
+            Target("memcached", mc, "memcache"),
+            Target("txcached TX", txc, "versioned"),
+        ]
+        rows = throughput(targets, args)
+        calls = syscall_rows(targets, args)
+        points = sweep(targets[:3], args)
+        profile = hit_profile([targets[3], *targets[:3]], min(args.seconds, 3.0))
+    kinds = [(label, label.split()[0], "resp") for label in ("txcached", "redis")]
+    kinds += [("memcached", "memcached", "memcache"), ("txcached TX", "txcached", "versioned")]
+    mem = memory(kinds, args.items)
+    note["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
+    note["max_other_cpu_s"] = max(row["other_cpu_s"] for row in rows + calls)
+    name = "node_speed_quick" if args.quick else "node_speed"
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    plotted = plot(points, rows, RESULTS_DIR / f"{name}.png")
+    body = [
+        *header(note, time.monotonic() - started),
+        *goals(rows, calls, mem),
+        *throughput_tables(rows, args.rounds),
+        *sweep_tables(points),
+        *memory_table(mem),
+        *syscall_table(calls),
+        *hit_table(profile),
+        f"Plot: [{name}.png]({name}.png)" if plotted else "No plot: matplotlib is missing.",
+    ]
+    (RESULTS_DIR / f"{name}.md").write_text("\n".join(body).rstrip() + "\n")
+    raw = {"command": command_line(), "machine": note, "closed": rows, "syscalls": calls}
+    raw |= {"open": points, "memory": mem, "hit_profile": profile}
+    (RESULTS_DIR / f"{name}.json").write_text(json.dumps(raw, indent=2) + "\n")
+    log(f"wrote {RESULTS_DIR / name}.md")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+//! `txcache-loadgen`: drives one cache server on this machine and prints a JSON summary.
+//!
+//! ```text
+//! txcache-loadgen --target 127.0.0.1:6379 --protocol resp --connections 8 --pipeline 16
+//! txcache-loadgen --target 127.0.0.1:11211 --protocol memcache --rate 50000 --value-size etc
+//! ```
+
+use anyhow::Context as _;
+use clap::Parser;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use txcache_loadgen::cli::{
+    loopback_target, parse_duration, parse_key_dist, parse_mix, parse_size,
+};
+use txcache_loadgen::dist::Size;
+use txcache_loadgen::protocol::Protocol;
+use txcache_loadgen::report::{self, Json};
+use txcache_loadgen::workload::{KeyDist, Workload};
+use txcache_loadgen::{closed, open};
+
+/// Load for a cache server on this machine (RESP or memcached's text protocol): preloads
+/// the key space, runs closed-loop (maximum throughput) or open-loop (--rate) load, and
+/// prints ops/s and latency quantiles as JSON.
+#[derive(Debug, Parser)]
+#[command(name = "txcache-loadgen", version, about, long_about = None)]
+struct Args {
+    /// The server, host:port; loopback addresses only.
+    #[arg(long, default_value = "127.0.0.1:6380")]
+    target: String,
+    /// resp (GET/SET), versioned (txcached's TXGET/TXSET) or memcache (text get/set).
+    #[arg(long, value_enum, default_value = "resp")]
+    protocol: Protocol,
+    /// Client connections (1–1024).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    connections: u16,
+    /// Requests per batch in closed loop; 1 means no pipelining (1–1024).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pipeline: u16,
+    /// Lookups to stores, GETS:SETS (90:10, 30:1).
+    #[arg(long, default_value = "90:10", value_parser = parse_mix)]
+    mix: f64,
+    /// Keys in the key space (1–50,000,000).
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=50_000_000))]
+    keys: u64,
+    /// Key popularity: uniform, zipf (exponent 0.99) or zipf:<exponent>.
+    #[arg(long, default_value = "uniform", value_parser = parse_key_dist)]
+    key_dist: KeyDist,
+    /// Key size: bytes, or etc (Facebook ETC's GEV). Default: 16.
+    #[arg(long, default_value = "16", value_parser = parse_size)]
+    key_size: Size,
+    /// Value size: bytes, or etc (Facebook ETC's head and Pareto tail). Default: 100.
+    #[arg(long, default_value = "100", value_parser = parse_size)]
+    value_size: Size,
+    /// Open loop at this many requests per second (all connections); default: closed loop.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Measured time, e.g. 5s, 500ms (at most 10m); 0 only preloads.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Unmeasured load before the measured time.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    warmup: Duration,
+    /// Do not store every key before the run.
+    #[arg(long)]
+    no_preload: bool,
+    /// Remove every key from the server first (FLUSHALL, flush_all).
+    #[arg(long)]
+    flush: bool,
+    /// Threads of the closed loop's runtime (1–64).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    threads: u16,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// At most this many requests (warm-up included) in a closed-loop run.
+    #[arg(long, default_value_t = 200_000_000)]
+    max_requests: u64,
+    /// Write the JSON here instead of stdout.
+    #[arg(long)]
+    output: Option<PathBuf>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let address = loopback_target(&args.target).map_err(anyhow::Error::msg)?;
+    if let Some(rate) = args.rate {
+        anyhow::ensure!(
+            rate > 0.0 && rate <= 10e6,
+            "--rate must be in (0, 10,000,000]"
+        );
+    }
+    let workload = Arc::new(Workload::new(
+        args.protocol,
+        args.keys,
+        args.key_dist,
+        args.key_size,
+        args.value_size,
+        args.mix,
+        args.seed,
+    ));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(usize::from(args.threads))
+        .enable_all()
+        .build()
+        .context("could not start the runtime")?;
+    let mut json = describe(&args, &workload);
+    if args.flush {
+        runtime.block_on(closed::flush(address, args.protocol))?;
+    }
+    if !args.no_preload {
+        let started = Instant::now();
+        let conns = usize::from(args.connections).min(16);
+        let stored = runtime.block_on(closed::preload(
+            address,
+            Arc::clone(&workload),
+            conns,
+            args.seed,
+        ))?;
+        json = json
+            .integer("preloaded", stored)
+            .number("preload_s", started.elapsed().as_secs_f64());
+    }
+    if !args.duration.is_zero() {
+        let outcome = match args.rate {
+            Some(rate) => open::run(address, workload, open_plan(&args, rate), args.seed)?,
+            None => runtime.block_on(closed::run(
+                address,
+                workload,
+                closed_plan(&args),
+                args.seed,
+            ))?,
+        };
+        json = json.object("results", report::results(&outcome, args.duration));
+    }
+    let text = json.render() + "\n";
+    match &args.output {
+        Some(path) => std::fs::write(path, text).with_context(|| format!("{}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(())
+}
+
+fn closed_plan(args: &Args) -> closed::ClosedLoop {
+    closed::ClosedLoop {
+        connections: usize::from(args.connections),
+        depth: usize::from(args.pipeline),
+        warmup: args.warmup,
+        duration: args.duration,
+        max_requests: args.max_requests,
+    }
+}
+
+fn open_plan(args: &Args, rate: f64) -> open::OpenLoop {
+    open::OpenLoop {
+        connections: usize::from(args.connections),
+        rate,
+        warmup: args.warmup,
+        duration: args.duration,
+    }
+}
+
+/// The run's parameters, first in the JSON.
+fn describe(args: &Args, workload: &Workload) -> Json {
+    let size = |s: Size| match s {
+        Size::Fixed(n) => n.to_string(),
+        Size::Etc => "etc".into(),
+    };
+    let keys = match args.key_dist {
+        KeyDist::Uniform => "uniform".to_string(),
+        KeyDist::Zipf(e) => format!("zipf:{e}"),
+    };
+    let protocol = format!("{:?}", args.protocol).to_lowercase();
+    Json::default()
+        .string("target", &args.target)
+        .string("protocol", &protocol)
+        .string(
+            "mode",
+            if args.rate.is_some() {
+                "open"
+            } else {
+                "closed"
+            },
+        )
+        .integer("connections", u64::from(args.connections))
+        .integer("pipeline", u64::from(args.pipeline))
+        .number("rate", args.rate.unwrap_or(f64::NAN))
+        .number("get_fraction", args.mix)
+        .integer("keys", args.keys)
+        .string("key_dist", &keys)
+        .string("key_size", &size(args.key_size))
+        .number("mean_key_len", workload.mean_key_len())
+        .string("value_size", &size(args.value_size))
+        .number("warmup_s", args.warmup.as_secs_f64())
+        .number("duration_s", args.duration.as_secs_f64())
+        .integer("threads", u64::from(args.threads))
+        .integer("seed", args.seed)
+}
