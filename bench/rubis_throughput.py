@@ -4,7 +4,7 @@ Starts PostgreSQL (``--storage``), loads a RUBiS preset (``--preset``, default `
 with ``python -m rubis.generate``'s loader, runs ``txcache setup``, one ``txcached`` node
 (``--node-memory``) and ``txcache-agent`` (default settings), then for each mode
 (``bypass`` = no cache, ``consistent``, ``no_consistency``) starts the web application
-(``python -m rubis.serve``: gunicorn, ``--workers`` x ``--threads``, staleness 30 s, page
+(``python -m rubis.serve``: granian, ``--workers`` x ``--threads``, staleness 30 s, page
 and function caching) and runs the emulator at peak load (no think time) with ``--clients``
 clients: ``--warmup`` seconds unmeasured, then ``--duration`` seconds measured.
 
@@ -127,7 +127,7 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load_s: float
     lines = [
         f"RUBiS `{args.preset}` (loaded in {load_s:.1f} s), bidding mix, peak load (no think "
         f"time), {args.clients} clients, {args.warmup} s warm-up then {args.duration} s "
-        f"measured per mode; application: gunicorn {args.workers} workers x {args.threads} "
+        f"measured per mode; application: granian {args.workers} workers x {args.threads} "
         f"threads, staleness {args.staleness} s, page + function caching, read-your-writes "
         f"{'off' if args.no_read_your_writes else 'on'}; one node ({args.node_memory}).",
         "",

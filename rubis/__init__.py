@@ -10,7 +10,7 @@
 - ``rubis.queries``: the shared cacheable functions; ``rubis.interactions``: the read pages
   (``Rubis``); ``rubis.writes``: the five writes.
 - ``rubis.pages``: the cacheable page functions; ``rubis.html``: the HTML;
-  ``rubis.app``/``rubis.routes``: the WSGI application; ``rubis.serve``: gunicorn serving it
+  ``rubis.app``/``rubis.routes``: the WSGI application; ``rubis.serve``: granian serving it
   (``python -m rubis.serve``); ``rubis.process``: that server as a child process.
 - ``rubis.client``: what an emulated user requests next; ``rubis.emulator``: the client
   emulator (``python -m rubis.emulator``).

@@ -1,4 +1,4 @@
-"""RUBiS's web application: a plain WSGI application, served by gunicorn (``rubis.serve``).
+"""RUBiS's web application: a plain WSGI application, served by granian (``rubis.serve``).
 
 ``create_app()`` reads its settings from the environment: the library's (``TXCACHE_DSN``,
 ``TXCACHE_NODES``, ``TXCACHE_AGENT``, ``TXCACHE_MODE`` = consistent / no_consistency /
@@ -20,8 +20,10 @@ Requests:
 A page that cannot be served (``PageError``, or a missing or malformed parameter) is RUBiS's
 error page with status 400; the emulator counts it and goes Home, as RUBiS's client did.
 
-The cache connection is made in the serving process on its first request (gunicorn forks its
-workers after ``create_app``), and every worker shares the one ``Clock`` made before the fork.
+Each server worker process calls ``create_app``; the cache connection is made in the
+process on its first request. The virtual clock's wall-clock anchor comes from
+``RUBIS_CLOCK_ANCHOR`` (``rubis.serve`` sets it once for all workers) or is the time of the
+call.
 """
 
 from __future__ import annotations
@@ -133,7 +135,7 @@ class Application:
 
     @property
     def cache(self) -> txcache.Cache:
-        """This process's cache connection, made on first use (after a fork)."""
+        """This process's cache connection, made on first use (in the serving process)."""
         if self._cache is None or self._cache_pid != os.getpid():
             with self._lock:
                 if self._cache is None or self._cache_pid != os.getpid():
@@ -200,10 +202,17 @@ class Application:
 
 def create_app(environ: Mapping[str, str] | None = None) -> Application:
     """The application, its settings from ``environ``; reads the virtual clock's start from
-    the database (through a cache in ``bypass`` mode, so with the library's settings)."""
+    the database (through a cache in ``bypass`` mode, so with the library's settings) and
+    anchors it at ``RUBIS_CLOCK_ANCHOR`` (a Unix time) or now."""
     settings = AppSettings.from_environment(environ)
     with txcache.connect(mode="bypass") as cache, cache.read_write() as tx:
         row = tx.query_one("SELECT now FROM clock WHERE id = 1")
     if row is None:
         raise RuntimeError("the clock table is empty: load RUBiS with python -m rubis.generate")
-    return Application(settings, Clock(row[0], time.time(), settings.clock_step))
+    anchor = _environ(environ).get("RUBIS_CLOCK_ANCHOR")
+    wall = float(anchor) if anchor else time.time()
+    return Application(settings, Clock(row[0], wall, settings.clock_step))
+
+
+def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if environ is None else environ

@@ -1,14 +1,15 @@
 """Run the RUBiS web application as a child process (``python -m rubis.serve``), for tests and
 benchmarks: ``with AppServer(env) as server: … server.url …``.
 
-The server binds a port the system chooses and prints it; ``AppServer`` waits for that line.
-Its output goes to a log file (``server.log``), which the error of a failed start quotes.
+The server is given a port that was free a moment before, and ``AppServer`` waits until it
+accepts connections. Its output goes to a log file (``server.log``), which the error of a
+failed start quotes.
 """
 
 from __future__ import annotations
 
 import os
-import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,13 @@ from typing import Self
 
 __all__ = ["AppServer"]
 
-_LISTENING = re.compile(r"listening on (?:http://)?([\d.]+:\d+)")
+
+def _free_port() -> int:
+    """A TCP port of 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 class AppServer:
@@ -35,7 +42,9 @@ class AppServer:
         timeout: float = 30.0,
     ) -> None:
         self.log = Path(tempfile.mkstemp(prefix="rubis-app-", suffix=".log")[1])
-        command = [sys.executable, "-m", "rubis.serve", "--bind", "127.0.0.1:0"]
+        self.address = f"127.0.0.1:{_free_port()}"
+        self.url = f"http://{self.address}"
+        command = [sys.executable, "-m", "rubis.serve", "--bind", self.address]
         command += ["--workers", str(workers), "--threads", str(threads)]
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
@@ -45,23 +54,22 @@ class AppServer:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        self.address = self._wait(timeout)
-        self.url = f"http://{self.address}"
+        self._wait(timeout)
 
-    def _wait(self, timeout: float) -> str:
+    def _wait(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = _LISTENING.search(self.log.read_text(errors="replace"))
-            if found:
-                return found.group(1)
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
+        while time.monotonic() < deadline and self.process.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", int(self.address.split(":")[1])), 1).close()
+            except OSError:
+                time.sleep(0.05)
+            else:
+                return
         self.stop()
         raise RuntimeError(f"the RUBiS application did not start:\n{self.log.read_text()}")
 
     def stop(self) -> None:
-        """Stop the server (SIGTERM: gunicorn's graceful stop), then its log."""
+        """Stop the server (SIGTERM, then SIGKILL after 15 s)."""
         if self.process.poll() is None:
             self.process.terminate()
             try:

@@ -1,5 +1,5 @@
 """The RUBiS web application over HTTP against the real stack (PostgreSQL loaded with
-``tiny``, a cache node, the agent, the application under gunicorn), and the client emulator
+``tiny``, a cache node, the agent, the application under granian), and the client emulator
 run against it end to end.
 
 One stack serves the module; tests that write use their own items and users.
