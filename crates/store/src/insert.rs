@@ -107,12 +107,15 @@ impl Store {
         value: Bytes,
         request: InsertRequest,
     ) -> Result<InsertOutcome, StoreError> {
-        let Some(interval) = self.admit(key, &request)? else {
+        let Some(mut interval) = self.admit(key, &request)? else {
             self.stats.empty_inserts += 1;
             return Ok(InsertOutcome::EmptyInterval);
         };
         if self.contradicts(key, &value, &interval) {
-            return Ok(self.nondeterministic(key, &interval));
+            if self.contradicts_known(key, &value, &interval) {
+                return Ok(self.nondeterministic(key, &interval));
+            }
+            interval = self.keep_known_parts(key, &value, interval);
         }
         let tags = interval
             .is_open()
@@ -203,6 +206,79 @@ impl Store {
             // Commits around s are unknown: valid at s alone.
             _ => ValidityInterval::bounded(s, succ(s)).ok(),
         }
+    }
+
+    /// What this node can vouch for of `interval`: an open interval only through `N`.
+    fn known(&self, interval: &ValidityInterval) -> Option<ValidityInterval> {
+        if !interval.is_open() {
+            return Some(*interval);
+        }
+        let hi = self.last_applied.max(interval.lo()).next();
+        ValidityInterval::bounded(interval.lo(), hi).ok()
+    }
+
+    /// Whether different bytes overlap `interval` where this node knows both to hold: a
+    /// real contradiction, not one in the part of the stream it has not seen yet.
+    fn contradicts_known(&self, key: &[u8], value: &Bytes, interval: &ValidityInterval) -> bool {
+        let Some(new) = self.known(interval) else {
+            return false;
+        };
+        self.versions(key)
+            .iter()
+            .any(|v| v.value != *value && self.known(&v.interval).is_some_and(|k| k.overlaps(&new)))
+    }
+
+    /// Different bytes meet only beyond `N`: the two values prove a commit there that this
+    /// node has not applied yet. Each open side keeps what is known of it — the stored
+    /// version and the new one end at `max(N, lo) + 1` — which is sound whatever that commit
+    /// turns out to be. Returns the new version's interval.
+    fn keep_known_parts(
+        &mut self,
+        key: &[u8],
+        value: &Bytes,
+        interval: ValidityInterval,
+    ) -> ValidityInterval {
+        let conflicting_open = self
+            .versions(key)
+            .last()
+            .is_some_and(|v| v.is_open() && v.value != *value && v.interval.overlaps(&interval));
+        if conflicting_open {
+            self.bound_last_version(key);
+        }
+        if self.contradicts(key, value, &interval) {
+            return self.known(&interval).unwrap_or(interval);
+        }
+        interval
+    }
+
+    /// Bounds `key`'s last version (open) at `max(N, lo) + 1`, out of the tag index.
+    fn bound_last_version(&mut self, key: &[u8]) {
+        let n = self.last_applied;
+        let Some(shared) = self.keys.get_key_value(key).map(|(k, _)| k.clone()) else {
+            return;
+        };
+        let Some(Entry {
+            kind: Kind::Versioned(versions),
+            ..
+        }) = self.keys.get_mut(key)
+        else {
+            return;
+        };
+        let Some(version) = versions.last_mut().filter(|v| v.is_open()) else {
+            return;
+        };
+        let (lo, hi) = version.effective(n);
+        let Ok(bounded) = ValidityInterval::bounded(lo, hi) else {
+            return;
+        };
+        self.ledger.remove_version(version);
+        if let Some(tags) = version.tags.take() {
+            self.index.unregister(key, &tags);
+        }
+        version.interval = bounded;
+        self.ledger.add_version(version);
+        // The first commit at or after hi is beyond N: its time is not known yet.
+        self.stale.push(&shared, hi, None);
     }
 
     /// Whether different bytes overlap `interval` in `key`'s versions.

@@ -248,12 +248,55 @@ fn nondeterminism_keeps_existing() {
         Ok(("old".into(), bounded(1, 10)))
     );
     assert_eq!(s.stats().nondeterminism_warnings, 1);
-    // An open version reaches to infinity: anything after its lo overlaps it.
+    // An open version holds through N: a different value known there contradicts it.
     commit(&mut s, 20, &[]);
     insert_at(&mut s, "j", "a", 20, &["t:id=1"]);
+    s.heartbeat(ts(150), WallClock(150));
     assert_eq!(
         insert_bounded(&mut s, "j", "b", bounded(100, 101)),
         InsertOutcome::Nondeterministic
+    );
+}
+
+#[test]
+fn different_values_beyond_n_keep_what_is_known_of_each() {
+    // The node is behind the pins: two values computed at snapshots 30 and 40 (> N = 20)
+    // differ, which proves a commit in (30, 40] it has not applied yet. Not nondeterminism:
+    // each keeps what the node knows of it.
+    let mut s = store();
+    commit(&mut s, 20, &[]);
+    insert_at(&mut s, "k", "old", 30, &["t:id=1"]);
+    assert_eq!(
+        insert_at(&mut s, "k", "new", 40, &["t:id=1"]),
+        InsertOutcome::Inserted(open(40))
+    );
+    assert_eq!(s.stats().nondeterminism_warnings, 0);
+    assert_eq!(
+        answer(&mut s, "k", 30, 30),
+        Ok(("old".into(), bounded(30, 31)))
+    );
+    assert_eq!(
+        answer(&mut s, "k", 40, 40),
+        Ok(("new".into(), bounded(40, 41)))
+    );
+    // The older one left the tag index: the commit that changed it truncates only the new.
+    commit(&mut s, 35, &["t:id=1"]);
+    assert_eq!(
+        answer(&mut s, "k", 30, 30),
+        Ok(("old".into(), bounded(30, 31)))
+    );
+    // And a value computed earlier than the stored open one, also beyond N, is kept only
+    // through N.
+    let mut s = store();
+    commit(&mut s, 20, &[]);
+    insert_at(&mut s, "j", "later", 40, &["t:id=1"]);
+    assert_eq!(
+        insert_at(&mut s, "j", "earlier", 30, &["t:id=1"]),
+        InsertOutcome::Inserted(bounded(30, 31))
+    );
+    assert_eq!(
+        answer(&mut s, "j", 40, 40),
+        Ok(("later".into(), bounded(40, 41)))
     );
 }
 

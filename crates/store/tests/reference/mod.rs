@@ -52,6 +52,11 @@ fn matches_any(a: &[InvalidationTag], b: &[InvalidationTag]) -> bool {
     a.iter().any(|x| b.iter().any(|y| x.matches(y)))
 }
 
+/// What the node can vouch for of a version: an open one only through `n`.
+fn known(v: &Version, n: Timestamp) -> (Timestamp, Timestamp) {
+    (v.lo, v.hi.unwrap_or(Timestamp(n.0.max(v.lo.0) + 1)))
+}
+
 /// The effective `[lo, hi)` of a version given `N`.
 pub fn effective(v: &Version, n: Timestamp) -> (Timestamp, Timestamp) {
     (v.lo, v.hi.unwrap_or(succ(n.max(v.lo))))
@@ -138,12 +143,13 @@ impl Model {
         };
         tags.sort();
         tags.dedup();
-        let new = Version {
+        let mut new = Version {
             value,
             lo: interval.lo(),
             hi: interval.hi(),
             tags,
         };
+        let n = self.n;
         let Entry::Versioned(versions) = self
             .keys
             .entry(key.to_vec())
@@ -151,18 +157,37 @@ impl Model {
         else {
             unreachable!("checked above");
         };
+        let differs =
+            |v: &Version, new: &Version| v.value != new.value && overlaps(v, new.lo, new.hi);
+        if versions.iter().any(|v| differs(v, &new)) {
+            // A contradiction only where the node knows both values to hold (open ones
+            // through N); beyond N both open sides keep just what is known.
+            let (new_lo, new_known_hi) = known(&new, n);
+            if versions.iter().any(|v| {
+                let (lo, hi) = known(v, n);
+                v.value != new.value && lo < new_known_hi && new_lo < hi
+            }) {
+                return Ok(InsertOutcome::Nondeterministic);
+            }
+            for v in versions.iter_mut() {
+                if v.hi.is_none() && differs(v, &new) {
+                    v.hi = Some(known(v, n).1);
+                    v.tags.clear();
+                }
+            }
+            if versions.iter().any(|v| differs(v, &new)) && new.hi.is_none() {
+                new.hi = Some(new_known_hi);
+                new.tags.clear();
+            }
+        }
         let (overlapping, rest): (Vec<Version>, Vec<Version>) = versions
             .drain(..)
             .partition(|v| overlaps(v, new.lo, new.hi));
-        if overlapping.iter().any(|v| v.value != new.value) {
-            *versions = rest.into_iter().chain(overlapping).collect();
-            versions.sort_by_key(|v| v.lo);
-            return Ok(InsertOutcome::Nondeterministic);
-        }
         *versions = rest;
         let outcome = if overlapping.is_empty() {
+            let stored = ValidityInterval::new(new.lo, new.hi).expect("non-empty");
             versions.push(new);
-            InsertOutcome::Inserted(interval)
+            InsertOutcome::Inserted(stored)
         } else {
             let merged = merge(overlapping, new);
             let span = ValidityInterval::new(merged.lo, merged.hi).expect("non-empty");
