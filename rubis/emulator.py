@@ -39,6 +39,7 @@ __all__ = ["Report", "Tally", "main", "run"]
 
 _COOKIE = "txcache_nb"
 _SAMPLES = 5
+_BACKOFF = 0.1
 _REASON = re.compile(r"<h2>Sorry</h2><p>(.*?)</p>")
 _DIGITS = re.compile(r"\d+(\.\d+)?")
 
@@ -56,8 +57,10 @@ class Tally:
     unbuildable: int = 0
 
     def record(self, state: int, seconds: float, status: int | None, why: str = "") -> None:
-        """One request's outcome (``status`` ``None``: no response)."""
-        self.latencies.setdefault(state, []).append(seconds)
+        """One request's outcome (``status`` ``None``: no response, which is an error but
+        not a request served)."""
+        if status is not None:
+            self.latencies.setdefault(state, []).append(seconds)
         if status == 400:
             self.error_pages[state] += 1
             found = _REASON.search(why)
@@ -175,6 +178,7 @@ class _Client:
         except (OSError, http.client.HTTPException) as error:
             status, body = None, f"{type(error).__name__}: {error}"
             connection.close()
+            self.stop.wait(_BACKOFF)  # do not spin against a server that is gone
         self.requests += 1
         if time.monotonic() >= self.measure_from:
             self.tally.record(state, time.perf_counter() - started, status, body[-400:])
@@ -209,6 +213,7 @@ class Report:
 
     @property
     def requests(self) -> int:
+        """Requests answered (with any status) in the measured time."""
         return sum(len(values) for values in self.tally.latencies.values())
 
     @property
