@@ -122,4 +122,3 @@ def test_a_lost_slot_resets_every_node_loudly(postgres_factory: PostgresFactory,
         finally:
             stack.agent.stop()
             cache.close()
-
