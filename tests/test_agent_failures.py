@@ -122,3 +122,24 @@ def test_a_lost_slot_resets_every_node_loudly(postgres_factory: PostgresFactory,
         finally:
             stack.agent.stop()
             cache.close()
+
+
+def test_a_fast_shutdown_is_not_held_up_by_the_agent(postgres_factory, start_node):
+    """A shutting-down server waits for its walsenders' clients to confirm the end of the
+    WAL; an agent that confirmed only what it had delivered held it until
+    wal_sender_timeout (60 s). Between transactions the agent confirms the end."""
+    server = postgres_factory()
+    with psycopg.connect(server.dsn, autocommit=True) as db:
+        db.execute(SCHEMA)
+    setup_database(server.dsn)
+    node = start_node()
+    agent = AgentProcess(server.dsn, [node.address], "--heartbeat-interval", "50ms")
+    try:
+        time.sleep(0.5)
+        started = time.monotonic()
+        server.restart()
+        assert time.monotonic() - started < 8, "the walsender waited for the agent"
+        with psycopg.connect(server.dsn, autocommit=True) as db:
+            db.execute("INSERT INTO items (id) VALUES (1)")
+    finally:
+        agent.stop()

@@ -137,13 +137,13 @@ class CacheableFunction(Generic[P, R]):
             snapshot = transaction.reference_point()
             if snapshot is None:
                 return
-        if transaction.cache.mode == "no_consistency":
-            lo, hi = 0, None
-        else:
-            lo, hi = frame.lo, frame.hi
+        consistent = transaction.cache.mode != "no_consistency"
+        # Without consistency a value may be built from stale nested values, so it claims
+        # only "from the snapshot it was computed at until invalidated".
+        lo, hi = (frame.lo, frame.hi) if consistent else (snapshot, None)
         outcome = node.insert(key, data, lo, hi, snapshot, sorted(frame.tags))
         self.stats.record_insert(outcome or "failed")
-        if outcome == "nondeterministic":
+        if outcome == "nondeterministic" and consistent:
             log.warning(
                 "%s returned a different value for the same arguments at the same database "
                 "state: is it deterministic?",

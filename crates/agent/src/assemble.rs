@@ -18,6 +18,11 @@ pub const MAX_TAGS: usize = 10_000;
 /// Microseconds between the Unix epoch and PostgreSQL's (2000-01-01).
 const POSTGRES_EPOCH_MICROS: i64 = 946_684_800_000_000;
 
+/// A PostgreSQL timestamp (µs since 2000-01-01) as µs since the Unix epoch.
+pub fn unix_micros_from_postgres(micros: i64) -> u64 {
+    micros.saturating_add(POSTGRES_EPOCH_MICROS).max(0) as u64
+}
+
 /// A committed transaction, ready for the nodes.
 #[derive(Debug)]
 pub struct Committed {
@@ -63,6 +68,11 @@ pub struct Assembler {
 }
 
 impl Assembler {
+    /// Whether a transaction is being assembled (BEGIN seen, COMMIT not yet).
+    pub fn in_transaction(&self) -> bool {
+        self.open.is_some()
+    }
+
     /// Starts a transaction.
     pub fn begin(&mut self, xid: u32) {
         self.open = Some(OpenTransaction {
@@ -152,13 +162,10 @@ impl Assembler {
         if open.tags.len() > MAX_TAGS {
             open.tags = coarsened(&open.tags);
         }
-        let unix_micros = commit_time_micros
-            .saturating_add(POSTGRES_EPOCH_MICROS)
-            .max(0);
         Some(Committed {
             invalidation: Invalidation {
                 ts: Timestamp(lsn),
-                commit_time: WallClock(unix_micros as u64),
+                commit_time: WallClock(unix_micros_from_postgres(commit_time_micros)),
                 tags: open.tags.into_iter().collect(),
             },
             xid: open.xid,

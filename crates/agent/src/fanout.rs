@@ -184,6 +184,11 @@ impl Fanout {
         }
     }
 
+    /// The newest message pushed.
+    pub fn newest(&self) -> Timestamp {
+        self.lock().newest()
+    }
+
     /// The stream lost commits before `restart`: every node is reset before it gets more.
     pub fn declare_gap(&self, restart: Timestamp) {
         self.lock().restart_at(restart);

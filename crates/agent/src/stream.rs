@@ -8,7 +8,7 @@
 //! Delivery is at-least-once: after a crash or reconnect the slot resumes at the last
 //! acknowledged position and repeats what followed; nodes ignore `ts <= N`.
 
-use crate::assemble::Assembler;
+use crate::assemble::{unix_micros_from_postgres, Assembler};
 use crate::catalog::Catalog;
 use crate::certify::Snapshot;
 use crate::config::Config;
@@ -72,6 +72,8 @@ pub struct Stream {
     assembler: Assembler,
     catalog: Catalog,
     acknowledged: Timestamp,
+    /// The end of the WAL as of the last keepalive seen between transactions.
+    idle_end: Option<Timestamp>,
 }
 
 impl Stream {
@@ -84,6 +86,7 @@ impl Stream {
             assembler: Assembler::default(),
             catalog: Catalog::default(),
             acknowledged: Timestamp::ZERO,
+            idle_end: None,
         }
     }
 
@@ -188,6 +191,11 @@ impl Stream {
             } => {
                 self.commit(lsn.as_u64(), commit_time_micros, sql).await?;
             }
+            ReplicationEvent::KeepAlive {
+                wal_end,
+                server_time_micros,
+                ..
+            } => self.keepalive(wal_end.as_u64(), server_time_micros),
             _ => {}
         }
         Ok(())
@@ -215,12 +223,40 @@ impl Stream {
         Ok(())
     }
 
+    /// A keepalive between transactions: the server has sent everything decoded below
+    /// `wal_end`, so it is a heartbeat at `wal_end - 1`, like one written into the WAL. Once
+    /// every node has it, the slot can be acknowledged at `wal_end` itself — what a server
+    /// shutting down waits for (an agent that never confirmed the end of the WAL held a
+    /// fast shutdown until `wal_sender_timeout`), and what lets a quiet publication release
+    /// WAL.
+    fn keepalive(&mut self, wal_end: u64, server_time_micros: i64) {
+        let ts = Timestamp(wal_end.saturating_sub(1));
+        let newest = self.fanout.newest();
+        if self.assembler.in_transaction() || wal_end == 0 || ts < newest {
+            return;
+        }
+        if ts > newest {
+            let time = WallClock(unix_micros_from_postgres(server_time_micros));
+            self.tracker.heartbeat(ts, time);
+            self.fanout.push(StreamMessage::Heartbeat { ts, time });
+        }
+        self.idle_end = Some(Timestamp(wal_end));
+    }
+
     /// Acknowledges what every connected node has received (never more).
     fn acknowledge(&mut self, client: &ReplicationClient) {
         let delivered = self.fanout.delivered_everywhere();
-        if delivered > self.acknowledged {
-            client.update_applied_lsn(Lsn::from_u64(delivered.0));
-            self.acknowledged = delivered;
+        let mut position = delivered;
+        // Everything below an idle end is delivered once its heartbeat is: confirm the end.
+        if let Some(end) = self
+            .idle_end
+            .filter(|end| delivered.0.saturating_add(1) >= end.0)
+        {
+            position = position.max(end);
+        }
+        if position > self.acknowledged {
+            client.update_applied_lsn(Lsn::from_u64(position.0));
+            self.acknowledged = position;
         }
     }
 

@@ -41,7 +41,7 @@ class Fault:
 
 
 class FaultInjector:
-    """Injects ``kinds`` in turn, one every ``every`` seconds, until stopped."""
+    """Injects ``kinds`` in turn, one due every ``every`` seconds, until stopped."""
 
     def __init__(
         self,
@@ -70,8 +70,12 @@ class FaultInjector:
         self._thread.join()
 
     def _run(self) -> None:
+        # A fixed cadence: a slow fault (a PostgreSQL restart) does not push the later
+        # kinds out of a short run.
+        due = time.monotonic()
         for kind in itertools.cycle(self.kinds) if self.kinds else ():
-            if self._stop.wait(self.every):
+            due += self.every
+            if self._stop.wait(max(due - time.monotonic(), 0.0)):
                 return
             started = time.time()
             self.report(f"fault: {kind}")
