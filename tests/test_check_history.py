@@ -91,6 +91,21 @@ def test_a_snapshot_read_is_judged_by_what_its_snapshot_sees():
     assert "the snapshot holds 0" in verdict.explanation
 
 
+def test_a_commit_of_an_xid_at_or_above_xmax_is_invisible_even_before_a_visible_one():
+    # 102 wrote its commit record before 101, but 101 left the proc array first: the
+    # snapshot (xmax = latestCompletedXid + 1 = 102) sees 101 and not 102, whose xid is not
+    # listed as in progress. Regression: the replay applied 102 because it came first.
+    reordered = [COMMITS[1], COMMITS[0]]
+    snapshot = (102, 102, frozenset())
+    sees = read((("branch", 1), 0), (("balance", 1), 90))
+    sees.snapshot = snapshot
+    verdict = judge(History(INITIAL, reordered, slack=0.5), sees)
+    assert verdict.points is not None, verdict.explanation
+    misses = read((("branch", 1), 1))
+    misses.snapshot = snapshot
+    assert judge(History(INITIAL, reordered, slack=0.5), misses).points is None
+
+
 def test_a_snapshot_taken_before_any_commit_sees_the_initial_state():
     early = read((("balance", 1), 100), (("members", 0), (1,)))
     early.snapshot = (101, 101, frozenset())

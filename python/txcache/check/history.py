@@ -105,6 +105,11 @@ class History:
         by_xid = sorted(self.position.items())
         self._xids = [xid for xid, _ in by_xid]
         self._latest_below = list(itertools.accumulate((i for _, i in by_xid), max))
+        # The earliest commit among the xids from each index on: where a scan for commits of
+        # xids at or above a snapshot's xmax must start.
+        self._earliest_from = list(itertools.accumulate((i for _, i in reversed(by_xid)), min))[
+            ::-1
+        ]
 
     def _index(self) -> dict[tuple[Object, object], list[int]]:
         """For every (object, value), the indices into the object's changes where it took
@@ -163,18 +168,24 @@ class History:
     ) -> tuple[int, dict[Object, object]]:
         """The values of ``objects`` in what ``snapshot`` sees, and the last commit it sees.
 
-        Every commit after that last visible one is invisible (it began after the
-        snapshot); before it, only the commits of transactions in progress at the snapshot
-        can be missing — those commits became visible out of commit order."""
+        Every commit after that last visible one is invisible; before it, a commit can be
+        missing when it became visible out of commit order: its xid was in progress at the
+        snapshot, or at or above its xmax (``latestCompletedXid + 1``: a transaction whose
+        commit record was written before a visible one's, but which had not yet left the
+        proc array)."""
         xmin, xmax, in_progress = snapshot
         below = bisect.bisect_left(self._xids, xmin)  # every commit of an xid < xmin is seen
         last = self._latest_below[below - 1] if below else 0
         for xid in range(xmin, xmax):
             if xid not in in_progress and xid in self.position:
                 last = max(last, self.position[xid])
-        missing = sorted(
-            self.position[x] for x in in_progress if self.position.get(x, last + 1) <= last
-        )
+        missing = [self.position[x] for x in in_progress if self.position.get(x, last + 1) <= last]
+        above = bisect.bisect_left(self._xids, xmax)
+        if above < len(self._xids):
+            for index in range(self._earliest_from[above], last + 1):
+                if self.commits[index - 1].xid >= xmax:
+                    missing.append(index)
+        missing.sort()
         wanted = set(objects)
         if not missing:
             return last, {obj: self.value_at(obj, last) for obj in wanted}
