@@ -177,12 +177,12 @@ class Application:
         except (PageError, ValueError) as error:
             return Response(html.error(str(error)), "400 Bad Request")
 
-    def read(
-        self, request: Request, page: txcache.CacheableFunction[..., str], *args: Any
-    ) -> Response:
+    def read(self, request: Request, page: Callable[..., str], *args: Any) -> Response:
         """Render a dynamic page in a read-only transaction, through the page cache or, with
         ``page_cache`` off, through its function (whose parts are still cached)."""
-        render = page if self.settings.page_cache else page.function
+        render = page
+        if isinstance(page, txcache.CacheableFunction) and not self.settings.page_cache:
+            render = page.function
         for attempt in range(_RETRIES):
             try:
                 with self.cache.read_only(self.settings.staleness, not_before=request.not_before):

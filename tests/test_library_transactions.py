@@ -80,6 +80,17 @@ def test_a_hit_returns_the_stored_value_without_running_the_function(lib):
     assert runs == []
 
 
+def test_lookups_and_queries_are_timed(lib):
+    before = lib.cache.latency.as_dict()
+    warm(lib, 1)  # a miss: one lookup, the function's query
+    with lib.cache.read_only(staleness=60):
+        get_item(1)  # a hit: one lookup
+    after = lib.cache.latency.as_dict()
+    assert after["lookups"] - before["lookups"] >= 2
+    assert after["queries"] - before["queries"] >= 1
+    assert after["lookup_mean_ms"] > 0 and after["query_mean_ms"] > 0
+
+
 def test_hits_across_several_pins_narrow_to_one_commit_point(lib):
     warm(lib, 1, 2, 3)
     commit = commit_and_wait(lib, "UPDATE items SET price = price + 1 WHERE id IN (2, 3)")

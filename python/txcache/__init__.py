@@ -33,7 +33,7 @@ from txcache._postgres import EmbeddedPostgres, PostgresStartError, find_postgre
 from txcache._serialize import ForeignValue, SafeSerializer, Serializer
 from txcache._setup import SetupError, SetupReport, SetupStep, StepStatus, setup_database
 from txcache._sql import UncacheableQuery
-from txcache._stats import FunctionStats
+from txcache._stats import FunctionStats, OperationLatency
 from txcache._transaction import (
     ReadOnlyTransaction,
     ReadWriteTransaction,
@@ -65,6 +65,7 @@ __all__ = [
     "NoTransaction",
     "NodeProcess",
     "NodeStartError",
+    "OperationLatency",
     "Pin",
     "PinPolicy",
     "PinSet",

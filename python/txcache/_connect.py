@@ -18,6 +18,7 @@ from txcache._pinset import PinPolicy, newest_or_fresh
 from txcache._schema import Schema
 from txcache._serialize import SafeSerializer, Serializer
 from txcache._sql import UncacheableQuery, analyze
+from txcache._stats import OperationLatency
 from txcache._transaction import Params, ReadOnlyTransaction, ReadWriteTransaction
 
 __all__ = ["Cache", "connect", "default_cache"]
@@ -89,6 +90,8 @@ class Cache:
         self.serializer: Serializer = serializer or SafeSerializer(secret)
         self.policy: PinPolicy = pin_policy or newest_or_fresh(settings.fresh_pin_age)
         self.safe_functions = frozenset(safe_functions)
+        self.latency = OperationLatency()
+        """Mean cache lookup and database statement latency of read-only transactions."""
         caching = settings.mode != "bypass" and settings.nodes and settings.agent
         self.ring = self._ring(settings) if caching else None
         self.agent = self._agent(settings) if caching else None

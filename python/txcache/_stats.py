@@ -6,7 +6,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
-__all__ = ["FunctionStats"]
+__all__ = ["FunctionStats", "OperationLatency"]
 
 
 @dataclass
@@ -84,3 +84,38 @@ class FunctionStats:
             "hit_rate": self.hit_rate,
             "time_saved": self.time_saved,
         }
+
+
+@dataclass
+class OperationLatency:
+    """How long this process's read-only transactions waited on the two sources of data:
+    cache lookups (``TXGET`` round trips) and database statements (``execute``, rows
+    included). The cache's case rests on the first being much shorter than the second."""
+
+    lookups: int = 0
+    lookup_seconds: float = 0.0
+    queries: int = 0
+    query_seconds: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def record_lookup(self, seconds: float) -> None:
+        """One cache lookup that took ``seconds``."""
+        with self._lock:
+            self.lookups += 1
+            self.lookup_seconds += seconds
+
+    def record_query(self, seconds: float) -> None:
+        """One database statement that took ``seconds``."""
+        with self._lock:
+            self.queries += 1
+            self.query_seconds += seconds
+
+    def as_dict(self) -> dict[str, float]:
+        """Counts and mean latencies in milliseconds (``0.0`` before any)."""
+        with self._lock:
+            return {
+                "lookups": self.lookups,
+                "lookup_mean_ms": 1e3 * self.lookup_seconds / self.lookups if self.lookups else 0.0,
+                "queries": self.queries,
+                "query_mean_ms": 1e3 * self.query_seconds / self.queries if self.queries else 0.0,
+            }

@@ -283,7 +283,9 @@ class ReadOnlyTransaction(Transaction):
         bounds = self._lookup_bounds()
         if bounds is None:
             return Miss("unavailable")
+        started = time.perf_counter()
         found = node.lookup(key, bounds[0], bounds[1], with_tags=bool(self.frames))
+        self.cache.latency.record_lookup(time.perf_counter() - started)
         if isinstance(found, Hit):
             if not self._accept(found.interval):
                 return Miss("consistency")
@@ -367,7 +369,9 @@ class ReadOnlyTransaction(Transaction):
         self.check_owner()
         connection = self._database()
         tags = self._tags(statement, params) if not self.uncached else None
+        started = time.perf_counter()
         cursor = connection.execute(statement, params)
+        self.cache.latency.record_query(time.perf_counter() - started)
         if self.snapshot is not None and tags is not None:
             self._query_tags.update(tags)
             for frame in self.frames:

@@ -219,6 +219,7 @@ impl Ledger {
         self.gauges.value_added(version.value.len());
         self.gauges.versions += 1;
         self.gauges.open_versions += usize::from(version.is_open());
+        self.gauges.open_version_tags += version.tags.as_deref().map_or(0, <[_]>::len);
     }
 
     pub fn remove_version(&mut self, version: &Version) {
@@ -226,6 +227,7 @@ impl Ledger {
         self.gauges.value_removed(version.value.len());
         self.gauges.versions -= 1;
         self.gauges.open_versions -= usize::from(version.is_open());
+        self.gauges.open_version_tags -= version.tags.as_deref().map_or(0, <[_]>::len);
     }
 }
 

@@ -99,6 +99,9 @@ pub struct Gauges {
     pub versions: usize,
     /// Versions still open.
     pub open_versions: usize,
+    /// Invalidation tags the open versions carry, summed (the tags per object of the cache
+    /// contents; a closed version drops its tags).
+    pub open_version_tags: usize,
     /// Stored values (plain and versions) by length: bucket 0 counts empty values, bucket
     /// `k + 1` values whose length is in `[2^k, 2^(k+1))`, for `k` in `0..=31` (the last
     /// bucket also holds anything longer).
@@ -111,6 +114,7 @@ impl Default for Gauges {
             keys: 0,
             versions: 0,
             open_versions: 0,
+            open_version_tags: 0,
             size_histogram: [0; SIZE_BUCKETS],
         }
     }
@@ -122,6 +126,7 @@ impl Gauges {
         self.keys += other.keys;
         self.versions += other.versions;
         self.open_versions += other.open_versions;
+        self.open_version_tags += other.open_version_tags;
         for (mine, theirs) in self.size_histogram.iter_mut().zip(other.size_histogram) {
             *mine += theirs;
         }

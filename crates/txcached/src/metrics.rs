@@ -432,6 +432,14 @@ fn store_metrics(s: &StoreStats, g: &txcache_store::Gauges, sink: &mut Vec<Metri
         "Versions still open",
         g.open_versions as u64,
     );
+    push(
+        sink,
+        t,
+        Gauge,
+        "open_version_tags",
+        "Invalidation tags carried by the open versions",
+        g.open_version_tags as u64,
+    );
 }
 
 fn size_metrics(g: &txcache_store::Gauges, sink: &mut Vec<Metric>) {

@@ -32,6 +32,11 @@ fn invalidation_truncates_only_matching_open_versions() {
     assert!(hit(&mut s, "two", 10, 10).open && hit(&mut s, "other", 10, 10).open);
     assert_eq!(s.stats().versions_truncated, 1);
     assert_eq!(s.gauges().open_versions, 2);
+    assert_eq!(
+        s.gauges().open_version_tags,
+        2,
+        "the closed version dropped its tag"
+    );
 }
 
 #[test]
@@ -113,6 +118,7 @@ fn reset_bounds_open_versions_at_n() {
         Ok(("v".into(), bounded(14, 15)))
     );
     assert_eq!(s.gauges().open_versions, 0);
+    assert_eq!(s.gauges().open_version_tags, 0);
     commit(&mut s, 21, &["t:id=1"]);
     assert_eq!(s.stats().versions_truncated, 0);
     s.verify_invariants().expect("invariants hold");
