@@ -34,8 +34,8 @@ lint-rust:
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
 
 lint-python: venv
-	$(VENV)/bin/ruff check python rubis tests
-	$(VENV)/bin/ruff format --check python rubis tests
+	$(VENV)/bin/ruff check python rubis tests bench
+	$(VENV)/bin/ruff format --check python rubis tests bench
 	$(VENV)/bin/mypy
 
 ## test: every test — lint, Rust unit and property tests, Python tests against real processes.
@@ -47,9 +47,10 @@ test-rust:
 test-python: build venv
 	$(PYTHON) -m pytest
 
-## demo: start a cache node and show versioned caching and invalidation at work.
+## demo: the library at work on a small example, then RUBiS with and without txcache.
 demo: build venv
 	$(PYTHON) -m txcache.demo
+	$(PYTHON) -m rubis.demo
 
 clean:
 	$(CARGO) clean
