@@ -251,34 +251,11 @@ impl Store {
         interval
     }
 
-    /// Bounds `key`'s last version (open) at `max(N, lo) + 1`, out of the tag index.
+    /// Bounds `key`'s last version (open) at `max(N, lo) + 1`, out of the tag index; the
+    /// first commit at or after that end is beyond `N`, so its time is not known yet.
     fn bound_last_version(&mut self, key: &[u8]) {
         let n = self.last_applied;
-        let Some(shared) = self.keys.get_key_value(key).map(|(k, _)| k.clone()) else {
-            return;
-        };
-        let Some(Entry {
-            kind: Kind::Versioned(versions),
-            ..
-        }) = self.keys.get_mut(key)
-        else {
-            return;
-        };
-        let Some(version) = versions.last_mut().filter(|v| v.is_open()) else {
-            return;
-        };
-        let (lo, hi) = version.effective(n);
-        let Ok(bounded) = ValidityInterval::bounded(lo, hi) else {
-            return;
-        };
-        self.ledger.remove_version(version);
-        if let Some(tags) = version.tags.take() {
-            self.index.unregister(key, &tags);
-        }
-        version.interval = bounded;
-        self.ledger.add_version(version);
-        // The first commit at or after hi is beyond N: its time is not known yet.
-        self.stale.push(&shared, hi, None);
+        self.close_open_version(key, |lo| succ(n.max(lo)), None);
     }
 
     /// Whether different bytes overlap `interval` in `key`'s versions.

@@ -50,19 +50,35 @@ impl Store {
 
     /// Bounds `key`'s open version at `ts` (a commit at `commit_time`), if it starts before.
     fn truncate_open(&mut self, key: &Key, ts: Timestamp, commit_time: WallClock) {
-        let Some(Entry {
-            kind: Kind::Versioned(versions),
-            ..
-        }) = self.keys.get_mut(key)
-        else {
-            return;
+        if self.close_open_version(key, |_| ts, Some(commit_time)) {
+            self.stats.versions_truncated += 1;
+        }
+    }
+
+    /// Bounds `key`'s open version at `hi(lo)` and takes it out of the tag index; the first
+    /// commit at or after that end is at `commit_time`, when known. False when the key has
+    /// no open version, or it starts at or after that end (the commit is visible in its own
+    /// snapshot).
+    pub(crate) fn close_open_version(
+        &mut self,
+        key: &[u8],
+        hi: impl FnOnce(Timestamp) -> Timestamp,
+        commit_time: Option<WallClock>,
+    ) -> bool {
+        let Some((shared, Entry { kind, .. })) = self.keys.get_key_value_mut(key) else {
+            return false;
+        };
+        let Kind::Versioned(versions) = kind else {
+            return false;
         };
         let Some(version) = versions.last_mut().filter(|v| v.is_open()) else {
-            return;
+            return false;
         };
-        let Ok(bounded) = ValidityInterval::bounded(version.interval.lo(), ts) else {
-            return; // lo >= ts: the commit is visible in the version's own snapshot.
+        let end = hi(version.interval.lo());
+        let Ok(bounded) = ValidityInterval::bounded(version.interval.lo(), end) else {
+            return false;
         };
+        let shared = shared.clone();
         self.ledger.remove_version(version);
         version.interval = bounded;
         let tags = version.tags.take();
@@ -70,8 +86,8 @@ impl Store {
         if let Some(tags) = tags {
             self.index.unregister(key, &tags);
         }
-        self.stale.push(key, ts, Some(commit_time));
-        self.stats.versions_truncated += 1;
+        self.stale.push(&shared, end, commit_time);
+        true
     }
 
     /// Says nothing committed up to `ts` beyond what was sent: advances `N` when `ts` is after

@@ -29,6 +29,11 @@ impl KeyTable {
         self.map.get_key_value(key)
     }
 
+    /// The shared key and its entry, mutable.
+    pub fn get_key_value_mut(&mut self, key: &[u8]) -> Option<(&Key, &mut Entry)> {
+        self.map.get_key_value_mut(key)
+    }
+
     /// Adds a key that is not in the table.
     pub fn insert_new(&mut self, key: Key, kind: Kind) {
         let slot = self.dense.len();
