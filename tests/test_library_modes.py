@@ -85,6 +85,7 @@ def test_the_public_names_are_exactly_these():
     assert set(txcache.__all__) == {
         *("AgentProcess", "Cache", "CacheableFunction", "ConfigurationError"),
         *("EmbeddedPostgres", "ForeignValue", "FunctionStats", "Mode", "NoTransaction"),
+        "OperationLatency",
         *("NodeProcess", "NodeStartError", "Pin", "PinPolicy", "PinSet"),
         *("PostgresStartError", "ReadOnlyTransaction", "ReadWriteTransaction"),
         *("SafeSerializer", "Serializer", "Settings", "SetupError", "SetupReport"),
