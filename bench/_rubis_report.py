@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from _common import RESULTS_DIR, fmt, result_name, write_report
+from rubis_throughput import MISSES as MISS_KINDS
 
 Result = dict[str, Any]
-MISS_KINDS = ("compulsory", "capacity", "staleness", "consistency")
 
 #: The experiments, in the issue's order, and what the paper reported for each.
 EXPERIMENTS = {

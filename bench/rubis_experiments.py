@@ -44,7 +44,7 @@ from _common import (
 )
 from _rubis_report import EXPERIMENTS, write_experiment
 from psycopg import sql
-from rubis_throughput import COMPONENTS, MISSES, component_cpu
+from rubis_throughput import COMPONENTS, component_cpu, node_counts
 
 import txcache
 from rubis import emulator, generate
@@ -73,17 +73,13 @@ class Config:
 
 
 def node_info(node: NodeProcess) -> dict[str, int]:
-    """The node's INFO counters and gauges (numbers only)."""
+    """The node's INFO counters and gauges (numbers only): the cache contents."""
     client = resp_client(node.host, node.port)
     try:
         info = client.info("all")
     finally:
         client.close()
     return {name: value for name, value in info.items() if isinstance(value, int)}
-
-
-def _lookup_counts(info: dict[str, int]) -> dict[str, int]:
-    return {"hits": info.get("hits", 0), **{m: info.get(f"misses_{m}", 0) for m in MISSES}}
 
 
 class LatencyProbe(threading.Thread):
@@ -178,14 +174,14 @@ def _search_peak(
         if probe is not None:
             probe.start()
         for count in args.clients:
-            before = _lookup_counts(node_info(node)) if node is not None else {}
+            before = node_counts(node) if node is not None else {}
             cpu = component_cpu()
             report = emulator.run(
                 server.url, clients=count, duration=args.duration, seed=args.seed, **common
             )
             cpu_after = component_cpu()
             row = report.as_dict()
-            after = _lookup_counts(node_info(node)) if node is not None else {}
+            after = node_counts(node) if node is not None else {}
             delta = {key: after[key] - before[key] for key in after}
             lookups = sum(delta.values())
             points.append(

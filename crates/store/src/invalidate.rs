@@ -78,7 +78,6 @@ impl Store {
         let Ok(bounded) = ValidityInterval::bounded(version.interval.lo(), end) else {
             return false;
         };
-        let shared = shared.clone();
         self.ledger.remove_version(version);
         version.interval = bounded;
         let tags = version.tags.take();
@@ -86,7 +85,7 @@ impl Store {
         if let Some(tags) = tags {
             self.index.unregister(key, &tags);
         }
-        self.stale.push(&shared, end, commit_time);
+        self.stale.push(shared, end, commit_time);
         true
     }
 
