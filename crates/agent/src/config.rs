@@ -38,6 +38,12 @@ pub struct Config {
     #[arg(long, env = "TXCACHE_HEARTBEAT_INTERVAL", default_value = "200ms", value_parser = parse_duration)]
     pub heartbeat_interval: Duration,
 
+    /// Least time between two deliveries to one node, e.g. 1ms: under a stream of commits
+    /// each delivery (one wake-up of the node) then carries several, for at most this much
+    /// more lag. 0ms delivers every commit as soon as it is decoded.
+    #[arg(long, env = "TXCACHE_DELIVERY_SPACING", default_value = "1ms", value_parser = parse_duration)]
+    pub delivery_spacing: Duration,
+
     /// Stream messages kept for replay to nodes that reconnect; a node that missed more is
     /// reset (its open entries bounded) instead.
     #[arg(long, env = "TXCACHE_REPLAY_BUFFER", default_value_t = 100_000)]

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use txcache_model::{Invalidation, Timestamp, WallClock};
 
 /// One message of the stream to the nodes.
@@ -129,6 +130,15 @@ impl ReplayBuffer {
     }
 }
 
+/// How the agent talks to every node.
+#[derive(Clone, Debug, Default)]
+pub struct LinkSettings {
+    /// The nodes' password, if they require one.
+    pub password: Option<String>,
+    /// Least time between two deliveries to one node.
+    pub spacing: Duration,
+}
+
 /// What the stream task knows of one node.
 #[derive(Debug)]
 pub struct NodeState {
@@ -166,13 +176,9 @@ impl Fanout {
     }
 
     /// Starts one delivery task per node.
-    pub fn spawn_nodes(self: &Arc<Self>, password: Option<String>) {
+    pub fn spawn_nodes(self: &Arc<Self>, link: LinkSettings) {
         for node in &self.nodes {
-            tokio::spawn(run_node(
-                Arc::clone(self),
-                Arc::clone(node),
-                password.clone(),
-            ));
+            tokio::spawn(run_node(Arc::clone(self), Arc::clone(node), link.clone()));
         }
     }
 
@@ -225,11 +231,11 @@ impl Fanout {
 }
 
 /// Keeps one node connected and fed, forever.
-async fn run_node(fanout: Arc<Fanout>, node: Arc<NodeState>, password: Option<String>) {
+async fn run_node(fanout: Arc<Fanout>, node: Arc<NodeState>, link: LinkSettings) {
     let mut backoff = Duration::from_millis(50);
     let mut outage_reported = false;
     loop {
-        let error = match serve_node(&fanout, &node, password.as_deref()).await {
+        let error = match serve_node(&fanout, &node, &link).await {
             Ok(()) => return, // the stream ended: the agent is shutting down
             Err(error) => error,
         };
@@ -250,12 +256,13 @@ async fn run_node(fanout: Arc<Fanout>, node: Arc<NodeState>, password: Option<St
 async fn serve_node(
     fanout: &Fanout,
     node: &NodeState,
-    password: Option<&str>,
+    settings: &LinkSettings,
 ) -> anyhow::Result<()> {
-    let mut link = NodeLink::connect(&node.address, password).await?;
+    let mut link = NodeLink::connect(&node.address, settings.password.as_deref()).await?;
     let mut position = link.position().await?.applied;
     let mut newest = fanout.newest.subscribe();
     tracing::info!(node = %node.address, position = %position, "cache node connected");
+    let mut last_delivery: Option<Instant> = None;
     loop {
         let batch = fanout.lock().after(position);
         let batch = match batch {
@@ -272,11 +279,19 @@ async fn serve_node(
         if let Some(last) = batch.last() {
             link.deliver(&batch).await?;
             position = last.ts();
+            last_delivery = Some(Instant::now());
         }
         node.delivered.store(position.0, Ordering::Release);
         node.connected.store(true, Ordering::Release);
         if newest.changed().await.is_err() {
             return Ok(());
+        }
+        // Under a steady stream, what arrives meanwhile goes out with this message: every
+        // delivery wakes the node (and this task, for the replies) once.
+        if let Some(due) = last_delivery.map(|at| at + settings.spacing) {
+            if due > Instant::now() {
+                tokio::time::sleep_until(due).await;
+            }
         }
     }
 }

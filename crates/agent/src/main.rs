@@ -5,7 +5,7 @@ use clap::Parser;
 use std::sync::Arc;
 use txcache_agent::certify::Snapshot;
 use txcache_agent::config::Config;
-use txcache_agent::fanout::Fanout;
+use txcache_agent::fanout::{Fanout, LinkSettings};
 use txcache_agent::pincushion::{PinSettings, Pincushion};
 use txcache_agent::server::{self, Endpoint};
 use txcache_agent::stream::{slot_state, Stream};
@@ -20,8 +20,7 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
         .block_on(run(config))
@@ -46,7 +45,10 @@ async fn run(config: Config) -> anyhow::Result<()> {
     drop(sql);
     let tracker = Arc::new(StreamTracker::new(slot.confirmed, pending_xid));
     let fanout = Fanout::new(&config.nodes, slot.confirmed, config.replay_buffer);
-    fanout.spawn_nodes(config.node_password.clone());
+    fanout.spawn_nodes(LinkSettings {
+        password: config.node_password.clone(),
+        spacing: config.delivery_spacing,
+    });
     tokio::spawn(heartbeat::run(
         config.dsn.clone(),
         config.heartbeat_interval,
