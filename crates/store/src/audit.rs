@@ -41,8 +41,9 @@ impl Store {
             "tag index {:?} != {index:?}",
             self.index.recount()
         );
+        let history = self.history.read();
         let parts = [
-            ("history", self.history.bytes(), self.history.recount()),
+            ("history", history.bytes(), history.recount()),
             ("ghosts", self.ghosts.bytes(), self.ghosts.recount()),
             ("staleness queue", self.stale.bytes(), self.stale.recount()),
         ];

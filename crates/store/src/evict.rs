@@ -96,7 +96,7 @@ impl Store {
     fn shed_overhead(&mut self) -> bool {
         let before = self.stale.bytes();
         self.compact_stale();
-        self.stale.bytes() < before || self.ghosts.pop_oldest() || self.history.pop_oldest()
+        self.stale.bytes() < before || self.ghosts.pop_oldest() || self.history.write().pop_oldest()
     }
 
     /// Removes version `index` of `key`, leaving a ghost with `reason`; drops the key when

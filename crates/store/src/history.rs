@@ -5,11 +5,52 @@
 //! commits it keeps sorted deques of commit timestamps, so "the latest matching commit at or
 //! before s" and "the first matching commit after s" are binary searches; a global deque of
 //! records is what trimming walks, oldest first.
+//!
+//! Every shard of a node applies the same stream, so the shards share one history
+//! ([`SharedHistory`]): the first shard to apply a message records it, the others find it
+//! there. Recording, trimming and resetting are idempotent for that reason.
 
 use crate::memory::{HISTORY_FINE_KEY, HISTORY_RECORD, HISTORY_TABLE, HISTORY_TAG};
 use hashbrown::HashMap;
 use std::collections::VecDeque;
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use txcache_model::{Invalidation, InvalidationTag, Timestamp, WallClock};
+
+/// The invalidation history of one node, shared by its `shards` stores.
+///
+/// Each store is charged an equal share of its bytes and may let it grow to an eighth of the
+/// node's memory (its own limit times the number of shards).
+#[derive(Debug)]
+pub struct SharedHistory {
+    history: RwLock<History>,
+    shards: usize,
+}
+
+impl SharedHistory {
+    /// An empty history for a node of `shards` stores (at least one).
+    pub fn new(shards: usize) -> Self {
+        Self {
+            history: RwLock::new(History::default()),
+            shards: shards.max(1),
+        }
+    }
+
+    /// How many stores share the history.
+    pub(crate) fn shards(&self) -> usize {
+        self.shards
+    }
+
+    /// The history, for reading.
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, History> {
+        // Every History method leaves it consistent, so a poisoned lock holds a good one.
+        self.history.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The history, for changing.
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, History> {
+        self.history.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 /// One recorded commit.
 #[derive(Debug)]
@@ -37,6 +78,9 @@ pub(crate) struct History {
     fine: HashMap<InvalidationTag, VecDeque<Timestamp>>,
     tables: HashMap<Box<str>, TableHistory>,
     horizon: Option<Timestamp>,
+    /// The newest commit recorded (or the reset point): later calls with it are repeats from
+    /// the other shards of the node.
+    newest: Option<Timestamp>,
     bytes: usize,
 }
 
@@ -70,17 +114,27 @@ impl History {
         self.horizon.get_or_insert(ts);
     }
 
-    /// Forgets every commit: the node knows nothing below `horizon` any more.
+    /// Forgets every commit: the node knows nothing below `horizon` any more. A repeat (the
+    /// same reset from another shard) changes nothing.
     pub fn reset(&mut self, horizon: Timestamp) {
+        if self.newest == Some(horizon) && self.records.is_empty() {
+            return;
+        }
         *self = History {
             horizon: Some(horizon),
+            newest: Some(horizon),
             ..History::default()
         };
     }
 
-    /// Records an applied invalidation (timestamps arrive strictly increasing).
+    /// Records an applied invalidation (timestamps arrive strictly increasing); a commit at or
+    /// before the newest recorded is a repeat from another shard and is skipped.
     pub fn record(&mut self, invalidation: &Invalidation) {
         let ts = invalidation.ts;
+        if self.newest.is_some_and(|newest| ts <= newest) {
+            return;
+        }
+        self.newest = Some(ts);
         self.start(ts);
         let mut cost = HISTORY_RECORD;
         for tag in &invalidation.tags {
@@ -280,6 +334,22 @@ mod tests {
         assert_eq!(h.latest_matching(&[tag("s.t:id=2")], Timestamp(25)), None);
         h.trim(WallClock(0), 0);
         assert_eq!((h.horizon(), h.bytes()), (Some(Timestamp(30)), 0));
+    }
+
+    #[test]
+    fn repeats_from_other_shards_change_nothing() {
+        let mut h = sample();
+        let bytes = h.bytes();
+        commit(&mut h, 30, 300, &["s.t:id=2", "s.u:id=1"]);
+        commit(&mut h, 20, 200, &["s.t"]);
+        assert_eq!((h.bytes(), h.records.len()), (bytes, 3));
+        h.reset(Timestamp(40));
+        h.reset(Timestamp(40));
+        commit(&mut h, 40, 400, &["s.t"]);
+        assert_eq!((h.horizon(), h.records.len()), (Some(Timestamp(40)), 0));
+        commit(&mut h, 50, 500, &["s.t"]);
+        assert_eq!(h.records.len(), 1);
+        assert_eq!(h.bytes(), h.recount());
     }
 
     #[test]

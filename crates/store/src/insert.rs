@@ -195,13 +195,13 @@ impl Store {
             // Commits in (N, s] are unknown but visible in s: valid from s until one after s.
             return Some(ValidityInterval::open(s));
         }
-        match self.history.horizon() {
+        let history = self.history.read();
+        match history.horizon() {
             Some(horizon) if s >= horizon => {
-                let lo = self
-                    .history
+                let lo = history
                     .latest_matching(tags, s)
                     .map_or(horizon, |c| c.max(horizon));
-                ValidityInterval::new(lo, self.history.first_matching_after(tags, s)).ok()
+                ValidityInterval::new(lo, history.first_matching_after(tags, s)).ok()
             }
             // Commits around s are unknown: valid at s alone.
             _ => ValidityInterval::bounded(s, succ(s)).ok(),
@@ -348,7 +348,8 @@ impl Store {
         };
         swap_charges(&mut self.ledger, &mut self.index, key, &[], &version);
         if let Some(hi) = version.interval.hi() {
-            self.stale.push(key, hi, self.history.commit_time_from(hi));
+            self.stale
+                .push(key, hi, self.history.read().commit_time_from(hi));
         }
         versions.reserve_exact(1);
         versions.insert(position, version);
@@ -373,7 +374,8 @@ impl Store {
             .hi()
             .filter(|hi| old.iter().all(|v| v.interval.hi() != Some(*hi)))
         {
-            self.stale.push(key, hi, self.history.commit_time_from(hi));
+            self.stale
+                .push(key, hi, self.history.read().commit_time_from(hi));
         }
         versions.insert(range.start, merged);
         versions.shrink_to_fit();

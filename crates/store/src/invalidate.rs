@@ -39,7 +39,7 @@ impl Store {
         for key in &matched {
             self.truncate_open(key, ts, commit_time);
         }
-        self.history.record(invalidation);
+        self.history.write().record(invalidation);
         self.last_applied = ts;
         self.latest_commit_time = self.latest_commit_time.max(commit_time);
         self.stale.resolve(ts, commit_time);
@@ -95,7 +95,7 @@ impl Store {
         let advanced = ts > self.last_applied;
         if advanced {
             self.last_applied = ts;
-            self.history.start(ts);
+            self.history.write().start(ts);
             self.stats.heartbeats += 1;
         }
         self.latest_commit_time = self.latest_commit_time.max(commit_time);
@@ -110,7 +110,7 @@ impl Store {
         self.bound_open_versions();
         self.index.clear();
         self.last_applied = self.last_applied.max(ts);
-        self.history.reset(self.last_applied);
+        self.history.write().reset(self.last_applied);
         self.latest_commit_time = self.latest_commit_time.max(commit_time);
         self.stats.resets += 1;
         self.housekeeping();
@@ -150,7 +150,8 @@ impl Store {
         let cutoff = self
             .latest_commit_time
             .minus_micros(self.config.max_staleness_micros);
-        self.history.trim(cutoff, self.history_budget());
+        let budget = self.history_budget();
+        self.history.write().trim(cutoff, budget);
         self.remove_stale(cutoff);
         self.maybe_compact_stale();
         self.make_room(0);

@@ -78,6 +78,7 @@ mod tests;
 
 pub use config::StoreConfig;
 pub use error::StoreError;
+pub use history::SharedHistory;
 pub use insert::{InsertOutcome, InsertRequest};
 pub use lookup::{Hit, Lookup, MissKind};
 pub use memory::MemoryUsage;

@@ -4,7 +4,7 @@
 use crate::entry::{effective, Key, Kind};
 use crate::evict::XorShift;
 use crate::ghost::Ghosts;
-use crate::history::History;
+use crate::history::SharedHistory;
 use crate::keys::KeyTable;
 use crate::memory::{key_usage, plain_usage, Ledger, MemoryUsage};
 use crate::stale::StaleQueue;
@@ -12,6 +12,7 @@ use crate::stats::{Gauges, StoreStats};
 use crate::tag_index::TagIndex;
 use crate::{StoreConfig, StoreError};
 use bytes::Bytes;
+use std::sync::Arc;
 use txcache_model::{Timestamp, ValidityInterval, WallClock};
 
 /// One shard of a cache node's data: versioned and plain entries, the tag index, the
@@ -24,7 +25,7 @@ pub struct Store {
     pub(crate) config: StoreConfig,
     pub(crate) keys: KeyTable,
     pub(crate) index: TagIndex,
-    pub(crate) history: History,
+    pub(crate) history: Arc<SharedHistory>,
     pub(crate) ghosts: Ghosts,
     pub(crate) stale: StaleQueue,
     /// `N`: the timestamp of the last applied invalidation, heartbeat or reset.
@@ -41,11 +42,17 @@ pub struct Store {
 impl Store {
     /// An empty store with no history: `N` is [`Timestamp::ZERO`] and `H` unset.
     pub fn new(config: StoreConfig) -> Self {
+        Self::with_history(config, Arc::new(SharedHistory::new(1)))
+    }
+
+    /// An empty store, one of the shards sharing `history` (see [`SharedHistory`]): every
+    /// one of them must apply the same stream, in the same order, from the start.
+    pub fn with_history(config: StoreConfig, history: Arc<SharedHistory>) -> Self {
         Self {
             config,
             keys: KeyTable::default(),
             index: TagIndex::default(),
-            history: History::default(),
+            history,
             ghosts: Ghosts::default(),
             stale: StaleQueue::default(),
             last_applied: Timestamp::ZERO,
@@ -64,7 +71,7 @@ impl Store {
 
     /// `H`: every commit after it is known (and the one at it); `None` before the first message.
     pub fn horizon(&self) -> Option<Timestamp> {
-        self.history.horizon()
+        self.history.read().horizon()
     }
 
     /// `interval` as this node vouches for it now: a bounded interval as it is; an open one
@@ -103,7 +110,7 @@ impl Store {
             keys: data.keys,
             intervals: data.intervals + self.stale.bytes(),
             tags: data.tags + self.index.bytes(),
-            history: self.history.bytes(),
+            history: self.history.read().bytes() / self.history.shards(),
             ghosts: self.ghosts.bytes(),
         }
     }
@@ -210,9 +217,9 @@ impl Store {
         true
     }
 
-    /// The history may use an eighth of the memory limit.
+    /// The history may use an eighth of the memory limit of the shards sharing it.
     pub(crate) fn history_budget(&self) -> usize {
-        self.config.max_memory / 8
+        self.config.max_memory / 8 * self.history.shards()
     }
 
     /// Ghosts may use a thirty-second of the memory limit.

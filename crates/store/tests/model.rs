@@ -9,6 +9,8 @@
 //!    inserts always merge; exact agreement, and every hit covered by accepted claims.
 //! 4. `stale_removal_never_removes_readable_versions`: with a short staleness limit and
 //!    readers inside it, lookups agree with the model wherever the model's answer is readable.
+//! 5. `sharded_stores_agree_with_model` and `sharded_small_memory_stays_bounded_and_sound`:
+//!    1 and 2 for three shards sharing one history, as a node runs them.
 
 mod harness;
 mod reference;
@@ -97,6 +99,22 @@ proptest! {
     #[test]
     fn small_memory_stays_bounded_and_sound(ops in vec(op(), 1..300), max_memory in 1500usize..30_000) {
         let mut h = Harness::new(Mode::Memory, StoreConfig { max_memory, max_staleness_micros: u64::MAX });
+        for op in &ops {
+            h.run(op)?;
+        }
+    }
+
+    #[test]
+    fn sharded_stores_agree_with_model(ops in vec(op(), 1..80)) {
+        let mut h = Harness::sharded(Mode::Exact, StoreConfig { max_memory: 1 << 30, max_staleness_micros: u64::MAX }, 3);
+        for op in &ops {
+            h.run(op)?;
+        }
+    }
+
+    #[test]
+    fn sharded_small_memory_stays_bounded_and_sound(ops in vec(op(), 1..300), max_memory in 1500usize..30_000) {
+        let mut h = Harness::sharded(Mode::Memory, StoreConfig { max_memory, max_staleness_micros: u64::MAX }, 3);
         for op in &ops {
             h.run(op)?;
         }

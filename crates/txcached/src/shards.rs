@@ -4,10 +4,13 @@
 //! Stream messages (invalidations, heartbeats, resets) go to *every* shard; the ordering lock
 //! makes each message reach all shards before the next one starts, so every shard sees the
 //! same stream in the same order and `N` never differs between shards once a message is done.
+//! The shards share one invalidation history ([`SharedHistory`]): the first shard to apply a
+//! message records it, and an insert on any shard reads the node's whole history.
 
 use parking_lot::{Mutex, MutexGuard};
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-use txcache_store::{Store, StoreConfig};
+use std::sync::Arc;
+use txcache_store::{SharedHistory, Store, StoreConfig};
 
 /// The shards of one node.
 pub struct Shards {
@@ -21,12 +24,14 @@ impl Shards {
     /// `count` shards splitting `config.max_memory` evenly.
     pub fn new(count: usize, config: StoreConfig) -> Self {
         let per_shard = Self::split(config.max_memory, count);
+        let history = Arc::new(SharedHistory::new(count));
         let shards = (0..count)
             .map(|_| {
-                Mutex::new(Store::new(StoreConfig {
+                let config = StoreConfig {
                     max_memory: per_shard,
                     ..config.clone()
-                }))
+                };
+                Mutex::new(Store::with_history(config, Arc::clone(&history)))
             })
             .collect();
         Self {
@@ -44,6 +49,11 @@ impl Shards {
     pub fn for_key(&self, key: &[u8]) -> MutexGuard<'_, Store> {
         let index = self.hasher.hash_one(key) as usize % self.shards.len();
         self.shards[index].lock()
+    }
+
+    /// The first shard, locked: the first to apply each stream message.
+    pub fn first(&self) -> MutexGuard<'_, Store> {
+        self.shards[0].lock()
     }
 
     /// Applies one stream message to every shard, in shard order, under the ordering lock.

@@ -89,10 +89,10 @@ fn no_tags_depend_on_nothing() {
 
 #[test]
 fn trimming_moves_lo_up_to_the_new_horizon() {
-    let mut s = with_history();
-    s.history.pop_oldest();
+    let s = with_history();
+    s.history.write().pop_oldest();
     assert_eq!(s.horizon(), Some(ts(10)));
-    s.history.pop_oldest();
+    s.history.write().pop_oldest();
     assert_eq!(s.horizon(), Some(ts(20)));
     assert_eq!(database(&s, 25, &["t:id=1"]).0, bounded(20, 30));
     assert_eq!(database(&s, 15, &["t:id=1"]).0, bounded(15, 16));

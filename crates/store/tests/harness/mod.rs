@@ -4,8 +4,11 @@
 use crate::reference::{self, Claims, Model};
 use bytes::Bytes;
 use proptest::prelude::*;
+use std::sync::Arc;
 use txcache_model::{Invalidation, InvalidationTag, Timestamp, ValidityInterval, WallClock};
-use txcache_store::{Hit, InsertOutcome, InsertRequest, Lookup, Store, StoreConfig, StoreError};
+use txcache_store::{
+    Hit, InsertOutcome, InsertRequest, Lookup, SharedHistory, Store, StoreConfig, StoreError,
+};
 
 /// A table (`s.a` or `s.b`) and, for a fine tag, the value of its `id` column.
 pub type TagSpec = (u8, Option<u8>);
@@ -94,10 +97,11 @@ pub enum Mode {
     Staleness,
 }
 
-/// A store and the model, driven together.
+/// A store (or the shards of a node) and the model, driven together.
 pub struct Harness {
     mode: Mode,
-    store: Store,
+    /// Shards sharing one history, as a node's: keys route to one, stream messages go to all.
+    stores: Vec<Store>,
     model: Model,
     claims: Claims,
     max_staleness: u64,
@@ -106,14 +110,29 @@ pub struct Harness {
 impl Harness {
     /// A fresh store with `config` beside a fresh model.
     pub fn new(mode: Mode, config: StoreConfig) -> Self {
+        Self::sharded(mode, config, 1)
+    }
+
+    /// `shards` fresh stores with `config` each, sharing one history, beside a fresh model.
+    pub fn sharded(mode: Mode, config: StoreConfig, shards: usize) -> Self {
         let max_staleness = config.max_staleness_micros;
+        let history = Arc::new(SharedHistory::new(shards));
+        let stores = (0..shards)
+            .map(|_| Store::with_history(config.clone(), Arc::clone(&history)))
+            .collect();
         Self {
             mode,
-            store: Store::new(config),
+            stores,
             model: Model::default(),
             claims: Claims::default(),
             max_staleness,
         }
+    }
+
+    /// The shard holding `key`.
+    fn shard(&mut self, key: &[u8]) -> &mut Store {
+        let index = key.iter().map(|&b| usize::from(b)).sum::<usize>() % self.stores.len();
+        &mut self.stores[index]
     }
 
     /// The bytes of value `v`: short in exact mode, of very different sizes under memory pressure.
@@ -162,10 +181,10 @@ impl Harness {
                     Timestamp(self.model.n.0 + u64::from(*gap)),
                     WallClock(self.model.wall.0 + u64::from(*dt)),
                 );
-                prop_assert_eq!(
-                    self.store.heartbeat(ts, time),
-                    self.model.heartbeat(ts, time)
-                );
+                let expected = self.model.heartbeat(ts, time);
+                for store in &mut self.stores {
+                    prop_assert_eq!(store.heartbeat(ts, time), expected);
+                }
             }
             Op::Reset { gap, dt } => {
                 let (ts, time) = (
@@ -173,18 +192,22 @@ impl Harness {
                     WallClock(self.model.wall.0 + u64::from(*dt)),
                 );
                 self.claims.reset(self.model.n);
-                self.store.reset(ts, time);
+                for store in &mut self.stores {
+                    store.reset(ts, time);
+                }
                 self.model.reset(ts, time);
             }
             Op::Remove { key: k } => {
                 self.claims.remove(&key(*k));
-                let removed = self.store.remove(&key(*k));
+                let removed = self.shard(&key(*k)).remove(&key(*k));
                 prop_assert!(removed == self.model.remove(&key(*k)) || self.mode != Mode::Exact);
             }
             Op::Set { key: k, value } => self.set(&self.plain_key(*k), self.value(*value))?,
             Op::Get { key: k } => self.get(&self.plain_key(*k))?,
             Op::Resize { step } if self.mode == Mode::Memory => {
-                self.store.set_max_memory(1500 + 2000 * usize::from(*step))
+                for store in &mut self.stores {
+                    store.set_max_memory(1500 + 2000 * usize::from(*step));
+                }
             }
             Op::Resize { .. } => {}
         }
@@ -192,11 +215,13 @@ impl Harness {
     }
 
     fn check_after(&self) -> Result<(), TestCaseError> {
-        prop_assert_eq!(self.store.verify_invariants(), Ok(()));
-        prop_assert!(self.store.memory().total() <= self.store.config().max_memory);
-        prop_assert_eq!(self.store.last_applied(), self.model.n);
-        if self.mode == Mode::Exact {
-            prop_assert_eq!(self.store.horizon(), self.model.h);
+        for store in &self.stores {
+            prop_assert_eq!(store.verify_invariants(), Ok(()));
+            prop_assert!(store.memory().total() <= store.config().max_memory);
+            prop_assert_eq!(store.last_applied(), self.model.n);
+            if self.mode == Mode::Exact {
+                prop_assert_eq!(store.horizon(), self.model.h);
+            }
         }
         Ok(())
     }
@@ -239,7 +264,9 @@ impl Harness {
             tags: tags.iter().copied().map(tag).collect(),
         };
         let (key, value) = (key(wide(self.mode, *k, lo.0 as u8)), self.value(*value));
-        let actual = self.store.insert(&key, value.clone(), request.clone());
+        let actual = self
+            .shard(&key)
+            .insert(&key, value.clone(), request.clone());
         if matches!(
             actual,
             Ok(InsertOutcome::Inserted(_) | InsertOutcome::Extended(_))
@@ -265,7 +292,7 @@ impl Harness {
         hi: Timestamp,
         with_tags: bool,
     ) -> Result<(), TestCaseError> {
-        let actual = self.store.lookup(key, lo, hi, with_tags);
+        let actual = self.shard(key).lookup(key, lo, hi, with_tags);
         let expected = self.model.lookup(key, lo, hi, with_tags);
         // Soundness holds in every mode; it does not trust the model's merging rules.
         self.check_sound(key, &actual)?;
@@ -347,13 +374,16 @@ impl Harness {
         if ts > self.model.n {
             self.claims.invalidate(&inv);
         }
-        prop_assert_eq!(self.store.invalidate(&inv), self.model.invalidate(&inv));
+        let expected = self.model.invalidate(&inv);
+        for store in &mut self.stores {
+            prop_assert_eq!(store.invalidate(&inv), expected);
+        }
         Ok(())
     }
 
     fn set(&mut self, key: &[u8], value: Bytes) -> Result<(), TestCaseError> {
         self.claims.remove(key);
-        let result = self.store.set(key, value.clone());
+        let result = self.shard(key).set(key, value.clone());
         match result {
             Err(StoreError::TooLarge { .. }) if self.mode == Mode::Memory => {}
             other => prop_assert_eq!(other, Ok(())),
@@ -363,7 +393,7 @@ impl Harness {
     }
 
     fn get(&mut self, key: &[u8]) -> Result<(), TestCaseError> {
-        let (actual, expected) = (self.store.get(key), self.model.get(key));
+        let (actual, expected) = (self.shard(key).get(key), self.model.get(key));
         match self.mode {
             Mode::Exact => prop_assert_eq!(actual, expected),
             // Evicted plain values read as absent; anything present is what was set.

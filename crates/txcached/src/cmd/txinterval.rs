@@ -3,8 +3,7 @@
 
 use super::{txget::encode_interval, txset::parse_tags, Args, CommandError, Context};
 use bytes::BytesMut;
-use std::cmp::Reverse;
-use txcache_model::{Timestamp, ValidityInterval};
+
 use txcache_resp::encode;
 
 /// Replies `*3 :lo :hi :open`, the effective interval as `TXGET` reports a version's.
@@ -21,32 +20,16 @@ pub fn run(
     if args.remaining() > 0 {
         return Err(CommandError::Syntax(args.command()));
     }
-    // Every shard receives every stream message, but each trims its history on its own (by
-    // age, by budget, and under memory pressure), so horizons differ. Each shard's answer is
-    // computed under its own lock, from one consistent state, as a TXGET's is, and each is
-    // sound. The shard with the oldest horizon knows the most history, so its `lo` is the
-    // lowest and it can answer a snapshot the others see as below their horizon: the widest
-    // sound answer. A shard without history ranks last; among equal horizons, the one furthest
-    // in the stream (a message may be reaching the shards one by one) vouches the furthest.
-    let mut best: Option<(Rank, ValidityInterval, bool)> = None;
-    context.node.shards.for_each(|store| {
-        let rank = (
-            store.horizon().is_none(),
-            store.horizon(),
-            Reverse(store.last_applied()),
-        );
-        if best.as_ref().is_some_and(|(kept, ..)| *kept <= rank) {
-            return;
-        }
-        let answer = store
+    // The shards share one history, and the first shard is the first to apply each stream
+    // message: it is the furthest along while a message is reaching the shards one by one.
+    let answer = {
+        let store = context.node.shards.first();
+        store
             .database_interval(s, &tags)
-            .and_then(|database| Some((store.effective(&database)?, database.is_open())));
-        if let Some((effective, open)) = answer {
-            best = Some((rank, effective, open));
-        }
-    });
+            .and_then(|database| Some((store.effective(&database)?, database.is_open())))
+    };
     // Only a snapshot at `u64::MAX` has no interval, and no wire timestamp is one.
-    let Some((_, interval, open)) = best else {
+    let Some((interval, open)) = answer else {
         return Err(CommandError::InvalidArgument {
             command: args.command(),
             message: format!("no interval holds s ({s})"),
@@ -57,10 +40,6 @@ pub fn run(
     encode::integer(out, i64::from(open));
     Ok(())
 }
-
-/// Orders shards by how widely they can answer, best first: with history before without,
-/// oldest horizon first, then furthest `N` first.
-type Rank = (bool, Option<Timestamp>, Reverse<Timestamp>);
 
 #[cfg(test)]
 mod tests {
@@ -90,12 +69,20 @@ mod tests {
     }
 
     #[test]
-    fn answers_from_the_shard_with_the_oldest_horizon() {
+    fn answers_from_the_history_every_shard_shares() {
         let node = Node::new(Config::parse_from(["txcached", "--shards", "3"]));
         reply(&node, &["TXHEARTBEAT", "100", "1"]);
         reply(&node, &["TXINVALIDATE", "120", "2", "s.t:id=1"]);
         reply(&node, &["TXINVALIDATE", "200", "3", "s.t:id=2"]);
-        // Memory pressure on the first shard alone sheds its whole history: H = 200 there.
+        assert_eq!(
+            reply(&node, &["TXINTERVAL", "150", "TAGS", "s.t:id=1"]),
+            "*3\r\n:120\r\n:201\r\n:1\r\n"
+        );
+        assert_eq!(
+            reply(&node, &["TXINTERVAL", "110", "TAGS", "s.t:id=1"]),
+            "*3\r\n:100\r\n:120\r\n:0\r\n"
+        );
+        // Memory pressure on one shard sheds the history of all: H = 200 everywhere.
         let mut first = true;
         node.shards.for_each(|store| {
             if std::mem::take(&mut first) {
@@ -107,15 +94,10 @@ mod tests {
         let mut horizons = Vec::new();
         node.shards.for_each(|store| horizons.push(store.horizon()));
         let at = |n| Some(Timestamp(n));
-        assert_eq!(horizons, [at(200), at(100), at(100)]);
-        // The first shard alone would answer [150, 151) and [110, 111).
+        assert_eq!(horizons, [at(200), at(200), at(200)]);
         assert_eq!(
             reply(&node, &["TXINTERVAL", "150", "TAGS", "s.t:id=1"]),
-            "*3\r\n:120\r\n:201\r\n:1\r\n"
-        );
-        assert_eq!(
-            reply(&node, &["TXINTERVAL", "110", "TAGS", "s.t:id=1"]),
-            "*3\r\n:100\r\n:120\r\n:0\r\n"
+            "*3\r\n:150\r\n:151\r\n:0\r\n"
         );
     }
 }
