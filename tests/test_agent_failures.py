@@ -143,3 +143,37 @@ def test_a_fast_shutdown_is_not_held_up_by_the_agent(postgres_factory, start_nod
             db.execute("INSERT INTO items (id) VALUES (1)")
     finally:
         agent.stop()
+
+
+def test_a_node_past_the_database_is_rewound(database, start_node):
+    """A node whose position is past the database's WAL (the database was restored from a
+    backup, or failed over to a standby that was behind) is rewound: its versioned entries,
+    whose intervals name positions the database reuses, are dropped; plain values stay; it
+    then follows the stream again."""
+    with psycopg.connect(database, autocommit=True) as db:
+        db.execute(SCHEMA)
+    setup_database(database)
+    node = start_node()
+    cache = redis.Redis(host=node.host, port=node.port, protocol=2)
+    ahead = 2**40  # far past the WAL of a fresh cluster
+    assert cache.execute_command("TXHEARTBEAT", ahead, 1) == 1
+    cache.execute_command(
+        "TXSET", "stale", b"old", ahead, "OPEN", "SNAPSHOT", ahead, "TAGS", "public.items:id=1"
+    )
+    cache.set("plain", b"p")
+    agent = AgentProcess(database, [node.address], "--heartbeat-interval", "50ms")
+    stack = Stack(database, node, agent, cache, psycopg.connect(database, autocommit=True))
+    try:
+        deadline = time.monotonic() + 20
+        while info(cache, "txcache")["rewinds"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert info(cache, "txcache")["rewinds"] == 1, agent.log_text()[-3000:]
+        assert stack.caught_up() < ahead
+        assert cache.exists("stale") == 0
+        assert cache.get("plain") == b"p"
+        assert "CACHE NODE IS PAST THE DATABASE" in agent.log_text()
+        probes = stack.probe("public.items:id=1")
+        stack.write("INSERT INTO items (id) VALUES (1)")
+        assert all(stack.truncated(probes).values())
+    finally:
+        close(stack)

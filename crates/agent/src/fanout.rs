@@ -7,7 +7,9 @@
 //! Each node has its own task and cursor, so a slow or dead node never holds up the others.
 //! A node that (re)connects reports its position `N` (`TXSTATUS`); if the buffer still holds
 //! every message after `N` they are replayed, otherwise the node is reset (`TXRESET`) just
-//! below the buffer's start and then replayed from there — never stale, only colder.
+//! below the buffer's start and then replayed from there — never stale, only colder. A node
+//! whose position is past the database itself (restored from a backup, or failed over to a
+//! standby that was behind) is rewound (`TXREWIND`): its versioned entries are dropped.
 
 use crate::node_link::{encode_heartbeat, encode_invalidation, NodeLink};
 use bytes::BytesMut;
@@ -153,6 +155,9 @@ pub struct Fanout {
     buffer: Mutex<ReplayBuffer>,
     newest: watch::Sender<Timestamp>,
     nodes: Vec<Arc<NodeState>>,
+    /// The database's WAL insert position when last read (at start and at every stream
+    /// session): no node that follows this database can be past both it and `newest`.
+    database_position: AtomicU64,
 }
 
 impl Fanout {
@@ -172,6 +177,7 @@ impl Fanout {
             buffer: Mutex::new(ReplayBuffer::new(resume, capacity)),
             newest: watch::channel(resume).0,
             nodes,
+            database_position: AtomicU64::new(u64::MAX),
         })
     }
 
@@ -193,6 +199,19 @@ impl Fanout {
     /// The newest message pushed.
     pub fn newest(&self) -> Timestamp {
         self.lock().newest()
+    }
+
+    /// Records the database's WAL insert position, just read.
+    pub fn set_database_position(&self, position: Timestamp) {
+        self.database_position.store(position.0, Ordering::Release);
+    }
+
+    /// Whether a node at `position` is past the database: past its WAL insert position when
+    /// last read and past every message this agent has pushed. Positions only grow while the
+    /// database keeps its history, so such a node saw commits the database no longer has.
+    pub fn is_past_database(&self, position: Timestamp) -> bool {
+        let database = Timestamp(self.database_position.load(Ordering::Acquire));
+        position > database.max(self.newest())
     }
 
     /// The stream lost commits before `restart`: every node is reset before it gets more.
@@ -264,6 +283,13 @@ async fn serve_node(
     tracing::info!(node = %node.address, position = %position, "cache node connected");
     let mut last_delivery: Option<Instant> = None;
     loop {
+        if fanout.is_past_database(position) {
+            let (ts, time) = fanout.lock().reset_point();
+            tracing::error!(node = %node.address, node_position = %position, rewind_to = %ts,
+                "CACHE NODE IS PAST THE DATABASE: the database's positions went back (restored from a backup, or failed over to a standby that was behind); rewinding the node, which drops its versioned entries");
+            link.rewind(ts, time).await?;
+            position = ts;
+        }
         let batch = fanout.lock().after(position);
         let batch = match batch {
             Ok(batch) => batch,

@@ -3,12 +3,11 @@
 use anyhow::Context as _;
 use clap::Parser;
 use std::sync::Arc;
-use txcache_agent::certify::Snapshot;
 use txcache_agent::config::Config;
 use txcache_agent::fanout::{Fanout, LinkSettings};
 use txcache_agent::pincushion::{PinSettings, Pincushion};
 use txcache_agent::server::{self, Endpoint};
-use txcache_agent::stream::{slot_state, Stream};
+use txcache_agent::stream::{database_position, newest_running_xid, slot_state, Stream};
 use txcache_agent::tracker::StreamTracker;
 use txcache_agent::{connect::connect_sql, heartbeat};
 
@@ -32,19 +31,12 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let slot = slot_state(&sql, &config.slot).await?;
     // Transactions running now may have committed below the resume point without being
     // visible yet: pins wait until they are seen finished (certify.rs, the floor).
-    let now: String = sql
-        .client
-        .query_one("SELECT pg_current_snapshot()::text", &[])
-        .await?
-        .get(0);
-    let pending_xid = Snapshot::parse(&now)?
-        .in_progress
-        .last()
-        .copied()
-        .unwrap_or(0);
-    drop(sql);
+    let pending_xid = newest_running_xid(&sql).await?;
     let tracker = Arc::new(StreamTracker::new(slot.confirmed, pending_xid));
     let fanout = Fanout::new(&config.nodes, slot.confirmed, config.replay_buffer);
+    // Before any node connects: a node past this position is past the database.
+    fanout.set_database_position(database_position(&sql).await?);
+    drop(sql);
     fanout.spawn_nodes(LinkSettings {
         password: config.node_password.clone(),
         spacing: config.delivery_spacing,

@@ -64,6 +64,15 @@ impl NodeLink {
         Ok(())
     }
 
+    /// `TXREWIND ts commit_time`: the node is past the database; it drops its versioned
+    /// entries and continues from `ts`.
+    pub async fn rewind(&mut self, ts: Timestamp, time: WallClock) -> anyhow::Result<()> {
+        let (ts, time) = (ts.0.to_string(), time.0.to_string());
+        self.call(&[b"TXREWIND", ts.as_bytes(), time.as_bytes()])
+            .await?;
+        Ok(())
+    }
+
     /// Sends a batch of stream messages pipelined, then reads every reply.
     pub async fn deliver(&mut self, batch: &[crate::fanout::StreamMessage]) -> anyhow::Result<()> {
         for message in batch {

@@ -64,6 +64,31 @@ pub async fn slot_state(sql: &SqlSession, slot: &str) -> anyhow::Result<SlotStat
     })
 }
 
+/// The database's WAL insert position now.
+pub async fn database_position(sql: &SqlSession) -> anyhow::Result<Timestamp> {
+    let text: String = sql
+        .client
+        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+        .await?
+        .get(0);
+    Ok(Timestamp(Lsn::parse(&text)?.as_u64()))
+}
+
+/// The newest transaction id running now: commits below the stream's start position may not
+/// be visible yet while it runs (the certification floor, `certify.rs`).
+pub async fn newest_running_xid(sql: &SqlSession) -> anyhow::Result<u64> {
+    let now: String = sql
+        .client
+        .query_one("SELECT pg_current_snapshot()::text", &[])
+        .await?
+        .get(0);
+    Ok(Snapshot::parse(&now)?
+        .in_progress
+        .last()
+        .copied()
+        .unwrap_or(0))
+}
+
 /// The decoding side of the agent.
 pub struct Stream {
     config: Config,
@@ -116,6 +141,15 @@ impl Stream {
         if slot.lost {
             self.recreate_lost_slot(&sql).await?;
             return Ok(());
+        }
+        let database = database_position(&sql).await?;
+        self.fanout.set_database_position(database);
+        if database < self.fanout.newest() {
+            tracing::error!(database_position = %database, stream_position = %self.fanout.newest(),
+                "THE DATABASE'S POSITIONS WENT BACK (restored from a backup, or failed over to a standby that was behind): restarting the stream at the slot; every cache node is rewound and loses its versioned entries");
+            self.tracker
+                .restart(slot.confirmed, newest_running_xid(&sql).await?);
+            self.fanout.declare_gap(slot.confirmed);
         }
         self.catalog
             .refresh(&sql.client)
@@ -276,17 +310,8 @@ impl Stream {
             )
             .await?;
         let position = Timestamp(Lsn::parse(row.get::<_, &str>(0))?.as_u64());
-        let now: String = sql
-            .client
-            .query_one("SELECT pg_current_snapshot()::text", &[])
-            .await?
-            .get(0);
-        let pending_xid = Snapshot::parse(&now)?
-            .in_progress
-            .last()
-            .copied()
-            .unwrap_or(0);
-        self.tracker.restart(position, pending_xid);
+        self.tracker
+            .restart(position, newest_running_xid(sql).await?);
         self.fanout.declare_gap(position);
         Ok(())
     }

@@ -114,8 +114,9 @@ impl History {
         self.horizon.get_or_insert(ts);
     }
 
-    /// Forgets every commit: the node knows nothing below `horizon` any more. A repeat (the
-    /// same reset from another shard) changes nothing.
+    /// Forgets every commit: the node knows nothing below `horizon` any more. `horizon` may
+    /// be below the newest recorded commit (a rewind). A repeat (the same reset from another
+    /// shard) changes nothing.
     pub fn reset(&mut self, horizon: Timestamp) {
         if self.newest == Some(horizon) && self.records.is_empty() {
             return;

@@ -116,6 +116,30 @@ impl Store {
         self.housekeeping();
     }
 
+    /// The database's positions went back below `N` (a restored backup, or a failed-over
+    /// primary behind this one): positions after `ts` may name other commits now, so no
+    /// interval measured in the old positions can be trusted. Every versioned key is dropped
+    /// (plain values carry no database time and stay), ghosts and the history are forgotten,
+    /// and `N` and `H` become `ts` — lower than `N`, unlike [`Store::reset`].
+    pub fn rewind(&mut self, ts: Timestamp, commit_time: WallClock) {
+        let versioned: Vec<Key> = self
+            .keys
+            .iter()
+            .filter(|(_, entry)| matches!(entry.kind, Kind::Versioned(_)))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in &versioned {
+            self.drop_entry(key);
+        }
+        self.ghosts.clear();
+        self.stale.clear();
+        self.last_applied = ts;
+        self.history.write().reset(ts);
+        self.latest_commit_time = self.latest_commit_time.max(commit_time);
+        self.stats.rewinds += 1;
+        self.housekeeping();
+    }
+
     /// Bounds every open version at `max(N, lo) + 1`.
     fn bound_open_versions(&mut self) {
         let n = self.last_applied;

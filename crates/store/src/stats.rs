@@ -36,6 +36,8 @@ pub struct StoreStats {
     pub heartbeats: u64,
     /// Stream resets applied.
     pub resets: u64,
+    /// Rewinds applied: the database's positions went back (see `Store::rewind`).
+    pub rewinds: u64,
     /// Plain `get`s.
     pub plain_gets: u64,
     /// Plain `get`s that found a value.
@@ -74,6 +76,7 @@ impl StoreStats {
             (&mut self.versions_truncated, other.versions_truncated),
             (&mut self.heartbeats, other.heartbeats),
             (&mut self.resets, other.resets),
+            (&mut self.rewinds, other.rewinds),
             (&mut self.plain_gets, other.plain_gets),
             (&mut self.plain_hits, other.plain_hits),
             (&mut self.plain_misses, other.plain_misses),

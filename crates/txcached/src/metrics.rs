@@ -102,6 +102,7 @@ pub fn collect(node: &Node) -> Vec<Metric> {
         stats.invalidations_duplicate = first.invalidations_duplicate;
         stats.heartbeats = first.heartbeats;
         stats.resets = first.resets;
+        stats.rewinds = first.rewinds;
     }
     server_metrics(node, &mut sink);
     memory_metrics(node, &memory, &mut sink);
@@ -397,6 +398,14 @@ fn store_metrics(s: &StoreStats, g: &txcache_store::Gauges, sink: &mut Vec<Metri
         "resets",
         "Stream resets applied",
         s.resets,
+    );
+    push(
+        sink,
+        t,
+        Counter,
+        "rewinds",
+        "Stream rewinds applied (the database's positions went back)",
+        s.rewinds,
     );
     push(
         sink,

@@ -143,6 +143,65 @@ fn reset_forgets_the_history_and_moves_the_horizon_to_n() {
 }
 
 #[test]
+fn rewind_drops_versioned_keys_and_moves_n_back() {
+    let mut s = store();
+    commit(&mut s, 10, &["t:id=1"]);
+    insert_at(&mut s, "open", "v", 10, &["t:id=1"]);
+    insert_at(&mut s, "bounded", "v", 10, &["t:id=2"]);
+    commit(&mut s, 20, &["t:id=2"]);
+    s.set(b"plain", "p".into()).expect("fits");
+    s.rewind(ts(15), WallClock(30));
+    assert_eq!((s.last_applied(), s.horizon()), (ts(15), Some(ts(15))));
+    assert_eq!(answer(&mut s, "open", 0, 100), Err(MissKind::Compulsory));
+    assert_eq!(answer(&mut s, "bounded", 0, 100), Err(MissKind::Compulsory));
+    assert_eq!(
+        s.get(b"plain"),
+        Ok(Some("p".into())),
+        "plain values carry no database time"
+    );
+    assert_eq!((s.gauges().versions, s.stats().rewinds), (0, 1));
+    // The stream goes on from the new position: 16 is applied, not taken for a duplicate.
+    assert!(commit(&mut s, 16, &["t:id=1"]));
+    assert_eq!(
+        insert_at(&mut s, "open", "v", 16, &["t:id=1"]),
+        InsertOutcome::Inserted(open(16))
+    );
+    s.verify_invariants().expect("invariants hold");
+}
+
+#[test]
+fn a_rewind_reaches_every_shard_sharing_the_history() {
+    let history = std::sync::Arc::new(crate::SharedHistory::new(2));
+    let mut shards: Vec<Store> = (0..2)
+        .map(|_| Store::with_history(StoreConfig::default(), history.clone()))
+        .collect();
+    // As a node applies the stream: each message to every shard before the next.
+    let messages: [&dyn Fn(&mut Store); 4] = [
+        &|shard| assert!(commit(shard, 10, &["t:id=1"])),
+        &|shard| assert!(commit(shard, 20, &["t:id=1"])),
+        &|shard| shard.rewind(ts(12), WallClock(30)),
+        &|shard| assert!(commit(shard, 13, &["t:id=1"])),
+    ];
+    for message in messages {
+        for shard in &mut shards {
+            message(shard);
+        }
+    }
+    for shard in &mut shards {
+        assert_eq!(
+            (shard.last_applied(), shard.horizon()),
+            (ts(13), Some(ts(12)))
+        );
+        shard.verify_invariants().expect("invariants hold");
+    }
+    assert_eq!(
+        insert_at(&mut shards[1], "k", "v", 12, &["t:id=1"]),
+        InsertOutcome::Inserted(bounded(12, 13)),
+        "the commit at 13 was recorded once and is seen by both"
+    );
+}
+
+#[test]
 fn history_older_than_the_staleness_limit_is_trimmed() {
     let mut s = Store::new(StoreConfig {
         max_staleness_micros: 100,

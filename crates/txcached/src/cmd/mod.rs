@@ -24,6 +24,7 @@ mod txheartbeat;
 mod txinterval;
 mod txinvalidate;
 mod txreset;
+mod txrewind;
 mod txset;
 mod txstatus;
 
@@ -87,6 +88,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     spec("PING", ping::run_ping),
     spec("ECHO", ping::run_echo),
     spec("TXRESET", txreset::run),
+    spec("TXREWIND", txrewind::run),
     spec("TXSTATUS", txstatus::run),
     spec("TXINTERVAL", txinterval::run),
     spec("DBSIZE", dbsize::run),
