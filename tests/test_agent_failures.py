@@ -177,3 +177,21 @@ def test_a_node_past_the_database_is_rewound(database, start_node):
         assert all(stack.truncated(probes).values())
     finally:
         close(stack)
+
+
+def test_the_agent_streams_with_the_stream_password(database, start_node):
+    """Applications hold the node's password, the agent its stream password: the stream
+    flows, and only the agent can move the node's position."""
+    with psycopg.connect(database, autocommit=True) as db:
+        db.execute(SCHEMA)
+    setup_database(database)
+    node = start_node("--password", "app", "--stream-password", "agent")
+    cache = redis.Redis(host=node.host, port=node.port, password="app", protocol=2)
+    agent = AgentProcess(database, [node.address], "--node-password", "agent")
+    stack = Stack(database, node, agent, cache, psycopg.connect(database, autocommit=True))
+    try:
+        probes = stack.probe("public.items:id=7")
+        stack.write("INSERT INTO items (id) VALUES (7)")
+        assert all(stack.truncated(probes).values())
+    finally:
+        close(stack)

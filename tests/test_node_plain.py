@@ -7,6 +7,7 @@ import urllib.request
 
 import pytest
 import redis
+from redis.exceptions import NoPermissionError
 
 from conftest import info
 
@@ -131,6 +132,34 @@ def test_auth_is_required_when_a_password_is_set(start_node):
     assert good.set("k", b"v")
     assert good.get("k") == b"v"
     assert "AUTH failed" in node.log_text()
+
+
+def test_only_the_stream_password_allows_stream_commands(start_node):
+    node = start_node("--password", "app", "--stream-password", "agent")
+    application = redis.Redis(host=node.host, port=node.port, password="app", protocol=2)
+    assert application.set("k", b"v")
+    for command in (("TXHEARTBEAT", 100, 1), ("TXINVALIDATE", 100, 1, "t"), ("TXRESET", 100, 1)):
+        with pytest.raises(NoPermissionError, match=f"{command[0]} is a stream command"):
+            application.execute_command(*command)
+    with pytest.raises(NoPermissionError, match="TXREWIND is a stream command"):
+        application.execute_command("TXREWIND", 100, 1)
+    assert application.execute_command("TXSTATUS")[0] == 0, "nothing moved N"
+    agent = redis.Redis(host=node.host, port=node.port, password="agent", protocol=2)
+    assert agent.execute_command("TXHEARTBEAT", 100, 1) == 1
+    assert agent.get("k") == b"v", "the stream password allows every command"
+    assert application.execute_command("TXSTATUS")[0] == 100
+
+
+def test_a_stream_password_alone_leaves_data_commands_open(start_node):
+    node = start_node("--stream-password", "agent")
+    anonymous = redis.Redis(host=node.host, port=node.port, protocol=2)
+    assert anonymous.set("k", b"v")
+    with pytest.raises(NoPermissionError, match="TXHEARTBEAT is a stream command"):
+        anonymous.execute_command("TXHEARTBEAT", 100, 1)
+    with pytest.raises(redis.AuthenticationError):
+        anonymous.execute_command("AUTH", "wrong")
+    assert anonymous.execute_command("AUTH", "agent") is True
+    assert anonymous.execute_command("TXHEARTBEAT", 100, 1) == 1
 
 
 def test_auth_without_a_configured_password_is_an_error(client):

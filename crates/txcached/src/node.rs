@@ -75,17 +75,4 @@ impl Node {
         let limit = max_memory.saturating_add(4096).min(Self::MAX_BULK_CEILING);
         self.max_bulk_len.store(limit, Ordering::Relaxed);
     }
-
-    /// Whether `given` is the configured password (compared in constant time).
-    pub fn password_matches(&self, given: &[u8]) -> bool {
-        let Some(expected) = &self.config.password else {
-            return false;
-        };
-        let expected = expected.as_bytes();
-        let differences = expected
-            .iter()
-            .zip(given)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        differences == 0 && expected.len() == given.len()
-    }
 }

@@ -37,9 +37,11 @@ async fn admit(mut stream: TcpStream, node: Arc<Node>, id: u64) {
         );
         return;
     };
+    let authenticated = node.config.password.is_none();
     let session = Session {
         id,
-        authenticated: node.config.password.is_none(),
+        authenticated,
+        streams: authenticated && node.config.stream_password.is_none(),
         ..Session::default()
     };
     if let Err(error) = crate::connection::serve(stream, &node, session).await {

@@ -26,7 +26,8 @@ pub fn authenticate(
     password: &[u8],
     command: &'static str,
 ) -> Result<(), CommandError> {
-    if context.node.config.password.is_none() {
+    let config = &context.node.config;
+    if config.password.is_none() && config.stream_password.is_none() {
         return Err(CommandError::InvalidArgument {
             command,
             message: "called without any password configured for the default user \
@@ -34,13 +35,34 @@ pub fn authenticate(
                 .to_owned(),
         });
     }
-    if !user.eq_ignore_ascii_case(b"default") || !context.node.password_matches(password) {
+    let default_user = user.eq_ignore_ascii_case(b"default");
+    let node = context.node;
+    if default_user && secret_matches(config.stream_password.as_deref(), password) {
+        context.session.authenticated = true;
+        context.session.streams = true;
+    } else if default_user && secret_matches(config.password.as_deref(), password) {
+        context.session.authenticated = true;
+        context.session.streams = node.config.stream_password.is_none();
+    } else {
         tracing::warn!(
             client = context.session.id,
             "AUTH failed: wrong user name or password"
         );
         return Err(CommandError::WrongPassword);
     }
-    context.session.authenticated = true;
     Ok(())
+}
+
+/// Whether `given` is the configured secret `expected` (compared in constant time); false
+/// when none is configured.
+fn secret_matches(expected: Option<&str>, given: &[u8]) -> bool {
+    let Some(expected) = expected else {
+        return false;
+    };
+    let expected = expected.as_bytes();
+    let differences = expected
+        .iter()
+        .zip(given)
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    differences == 0 && expected.len() == given.len()
 }

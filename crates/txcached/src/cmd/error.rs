@@ -40,6 +40,9 @@ pub enum CommandError {
     /// `HELLO` asked for a protocol other than RESP2.
     #[error("NOPROTO txcached speaks RESP2 only: connect with protocol 2 (redis-py: protocol=2)")]
     NoProtocol,
+    /// A stream command on a connection not authenticated with the stream password.
+    #[error("NOPERM {0} is a stream command: only txcache-agent may send it (AUTH with the node's --stream-password)")]
+    NoStreamPermission(&'static str),
     /// AUTH with the wrong password.
     #[error("WRONGPASS invalid username-password pair or user is disabled.")]
     WrongPassword,

@@ -42,6 +42,9 @@ pub struct Session {
     pub id: u64,
     /// Whether `AUTH` succeeded (or no password is configured).
     pub authenticated: bool,
+    /// Whether stream commands may run: authenticated with the stream password, or
+    /// authenticated when none is configured.
+    pub streams: bool,
     /// Set by `CLIENT SETNAME`.
     pub name: Option<Bytes>,
     /// Set by `QUIT`: close after this reply.
@@ -64,6 +67,8 @@ pub struct CommandSpec {
     pub name: &'static str,
     /// Whether the command may run before `AUTH` when a password is set.
     pub before_auth: bool,
+    /// Whether the command is part of the invalidation stream (see [`Session::streams`]).
+    pub stream: bool,
     run: Run,
 }
 
@@ -71,7 +76,15 @@ const fn spec(name: &'static str, run: Run) -> CommandSpec {
     CommandSpec {
         name,
         before_auth: false,
+        stream: false,
         run,
+    }
+}
+
+const fn stream(name: &'static str, run: Run) -> CommandSpec {
+    CommandSpec {
+        stream: true,
+        ..spec(name, run)
     }
 }
 
@@ -81,14 +94,14 @@ pub static COMMANDS: &[CommandSpec] = &[
     spec("GET", get::run),
     spec("TXSET", txset::run),
     spec("SET", set::run),
-    spec("TXINVALIDATE", txinvalidate::run),
-    spec("TXHEARTBEAT", txheartbeat::run),
+    stream("TXINVALIDATE", txinvalidate::run),
+    stream("TXHEARTBEAT", txheartbeat::run),
     spec("DEL", del::run),
     spec("EXISTS", exists::run),
     spec("PING", ping::run_ping),
     spec("ECHO", ping::run_echo),
-    spec("TXRESET", txreset::run),
-    spec("TXREWIND", txrewind::run),
+    stream("TXRESET", txreset::run),
+    stream("TXREWIND", txrewind::run),
     spec("TXSTATUS", txstatus::run),
     spec("TXINTERVAL", txinterval::run),
     spec("DBSIZE", dbsize::run),
@@ -101,16 +114,19 @@ pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: "AUTH",
         before_auth: true,
+        stream: false,
         run: auth::run,
     },
     CommandSpec {
         name: "HELLO",
         before_auth: true,
+        stream: false,
         run: hello::run,
     },
     CommandSpec {
         name: "QUIT",
         before_auth: true,
+        stream: false,
         run: client::run_quit,
     },
 ];
@@ -123,6 +139,9 @@ pub fn execute(request: Vec<Bytes>, context: &mut Context<'_>, out: &mut BytesMu
         None => Err(CommandError::Unknown(printable(&name))),
         Some(spec) if !spec.before_auth && !context.session.authenticated => {
             Err(CommandError::NoAuth)
+        }
+        Some(spec) if spec.stream && !context.session.streams => {
+            Err(CommandError::NoStreamPermission(spec.name))
         }
         Some(spec) => (spec.run)(&mut Args::new(spec.name, items.collect()), context, out),
     };

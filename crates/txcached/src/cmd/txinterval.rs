@@ -53,6 +53,7 @@ mod tests {
     fn reply(node: &Node, parts: &[&str]) -> String {
         let mut session = Session {
             authenticated: true,
+            streams: true,
             ..Session::default()
         };
         let mut out = BytesMut::new();
