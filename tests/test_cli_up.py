@@ -21,6 +21,7 @@ from pathlib import Path
 import psycopg
 import pytest
 import redis
+from redis.exceptions import NoPermissionError
 
 from txcache.cli.up import format_settings
 
@@ -175,6 +176,9 @@ def test_the_stack_serves_pins_and_streams_writes_to_every_node(stack):
         assert all(new > old for old, new in zip(before, after, strict=True))
         # A new pin after the write, or the newest one's current_as_of moved on.
         wait_for(lambda: agent.execute_command("PINS")[-1] != first_pin, "the pins to move")
+        # The stream password is the agent's alone: the printed password cannot move N.
+        with pytest.raises(NoPermissionError):
+            nodes[0].execute_command("TXHEARTBEAT", 2**40, 1)
     finally:
         for connection in [*nodes, agent]:
             connection.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import socket
 from collections.abc import Callable, Iterator
@@ -36,7 +37,11 @@ EMBEDDED_SETTINGS = {"max_slot_wal_keep_size": "1GB"}
 """Server settings of the embedded PostgreSQL on top of txcache's defaults: a bounded slot,
 so that a stopped agent cannot make a kept ``--data-dir`` fill the disk."""
 
-_PASSWORD_VARIABLES = ("TXCACHED_PASSWORD", "TXCACHE_AGENT_PASSWORD", "TXCACHE_NODE_PASSWORD")
+_PASSWORD_VARIABLES = ("TXCACHED_PASSWORD", "TXCACHE_AGENT_PASSWORD")
+"""Where the children read ``--password``: the nodes' and the agent's endpoint."""
+
+_STREAM_PASSWORD_VARIABLES = ("TXCACHED_STREAM_PASSWORD", "TXCACHE_NODE_PASSWORD")
+"""Where the children read the stream password: the nodes' and the agent's for the nodes."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,8 @@ class LocalStack:
         self.dsn = options.dsn or ""
         self.nodes: list[NodeProcess] = []
         self.agent: AgentProcess | None = None
+        # Only the agent may move the nodes' position; applications never see this.
+        self.stream_password = secrets.token_urlsafe(24)
 
     # -- start -----------------------------------------------------------------------------
 
@@ -227,12 +234,14 @@ class LocalStack:
     @contextlib.contextmanager
     def _child_context(self) -> Iterator[None]:
         """SIGINT blocked (inherited by the child: see the module docstring) and the
-        password in the child's environment rather than on its command line."""
-        saved = {name: os.environ.get(name) for name in _PASSWORD_VARIABLES}
-        for name in _PASSWORD_VARIABLES:
+        passwords in the child's environment rather than on its command line."""
+        passwords = {name: self.options.password for name in _PASSWORD_VARIABLES}
+        passwords |= {name: self.stream_password for name in _STREAM_PASSWORD_VARIABLES}
+        saved = {name: os.environ.get(name) for name in passwords}
+        for name, password in passwords.items():
             os.environ.pop(name, None)
-            if self.options.password is not None:
-                os.environ[name] = self.options.password
+            if password is not None:
+                os.environ[name] = password
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             yield
