@@ -1,6 +1,6 @@
 //! A from-scratch check of the store's invariants, for tests and debugging.
 
-use crate::entry::{Kind, Version};
+use crate::entry::Version;
 use crate::memory::Ledger;
 use crate::Store;
 
@@ -22,6 +22,10 @@ impl Store {
         ensure!(
             self.keys.slots_consistent(),
             "key table and sampling list disagree"
+        );
+        ensure!(
+            self.plain.consistent(),
+            "plain table and item list disagree"
         );
         let (ledger, registrations) = self.recount_entries()?;
         let (usage, gauges) = (&self.ledger.usage, &self.ledger.gauges);
@@ -62,22 +66,26 @@ impl Store {
     fn recount_entries(&self) -> Result<(Ledger, usize), String> {
         let mut ledger = Ledger::default();
         let mut registrations = 0;
+        for item in self.plain.iter() {
+            ensure!(
+                self.keys.get(item.key()).is_none(),
+                "{}: both plain and versioned",
+                String::from_utf8_lossy(item.key())
+            );
+            ledger.add_plain(item);
+        }
         for (key, entry) in self.keys.iter() {
             ledger.add_key(key.len());
-            match &entry.kind {
-                Kind::Plain { value, .. } => ledger.add_plain(value),
-                Kind::Versioned(versions) => {
-                    let name = String::from_utf8_lossy(key);
-                    ensure!(
-                        versions.capacity() == versions.len(),
-                        "{name}: version list has slack"
-                    );
-                    self.check_versions(key, versions)?;
-                    for version in versions {
-                        ledger.add_version(version);
-                        registrations += version.tags.as_deref().map_or(0, <[_]>::len);
-                    }
-                }
+            let versions = &entry.versions;
+            let name = String::from_utf8_lossy(key);
+            ensure!(
+                versions.capacity() == versions.len(),
+                "{name}: version list has slack"
+            );
+            self.check_versions(key, versions)?;
+            for version in versions {
+                ledger.add_version(version);
+                registrations += version.tags.as_deref().map_or(0, <[_]>::len);
             }
         }
         Ok((ledger, registrations))

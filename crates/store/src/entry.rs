@@ -1,4 +1,4 @@
-//! What one key holds: a plain value, or versions of a versioned value.
+//! What one versioned key holds: its versions.
 
 use bytes::Bytes;
 use std::sync::Arc;
@@ -52,19 +52,11 @@ pub(crate) fn succ(t: Timestamp) -> Timestamp {
     Timestamp(t.0.saturating_add(1))
 }
 
-/// The value(s) of one key.
-#[derive(Debug)]
-pub(crate) enum Kind {
-    /// Set by `set`; invalidations never touch it.
-    Plain { value: Bytes, recency: u64 },
-    /// Non-overlapping versions sorted by `lo`; only the last may be open.
-    Versioned(Vec<Version>),
-}
-
-/// One key's slot in the key table.
+/// One versioned key's slot in the key table. (Plain values live in the plain table.)
 #[derive(Debug)]
 pub(crate) struct Entry {
-    pub kind: Kind,
+    /// Non-overlapping versions sorted by `lo`; only the last may be open.
+    pub versions: Vec<Version>,
     /// Position of the key in the key table's dense list (for O(1) random sampling).
     pub slot: usize,
 }

@@ -1,9 +1,10 @@
-//! The key table: a hash map for lookups plus a dense list of keys for O(1) random sampling.
+//! The versioned key table: a hash map for lookups plus a dense list of keys for O(1) random
+//! sampling. (Plain entries have their own, leaner table: `plain.rs`.)
 
-use crate::entry::{Entry, Key, Kind};
+use crate::entry::{Entry, Key, Version};
 use hashbrown::HashMap;
 
-/// Every key of a store. `dense[entry.slot]` is the entry's key; removal swaps the last key
+/// Every versioned key of a store. `dense[entry.slot]` is the entry's key; removal swaps the last key
 /// into the hole, so the list never has gaps and a random index is a random key.
 #[derive(Debug, Default)]
 pub(crate) struct KeyTable {
@@ -35,10 +36,10 @@ impl KeyTable {
     }
 
     /// Adds a key that is not in the table.
-    pub fn insert_new(&mut self, key: Key, kind: Kind) {
+    pub fn insert_new(&mut self, key: Key, versions: Vec<Version>) {
         let slot = self.dense.len();
         self.dense.push(key.clone());
-        let previous = self.map.insert(key, Entry { kind, slot });
+        let previous = self.map.insert(key, Entry { versions, slot });
         debug_assert!(previous.is_none(), "insert_new on a present key");
     }
 

@@ -68,6 +68,7 @@ mod invalidate;
 mod keys;
 mod lookup;
 mod memory;
+mod plain;
 mod stale;
 mod stats;
 mod store;

@@ -27,7 +27,7 @@ fn accounted_total_stays_under_the_limit_under_churn() {
             commit(&mut s, i, &["t:id=1"]);
         }
         if i % 11 == 0 {
-            s.set(format!("plain{i}").as_bytes(), value(100))
+            s.set(format!("plain{i}").as_bytes(), &value(100))
                 .expect("fits");
         }
         s.verify_invariants().expect("invariants hold");
@@ -107,7 +107,7 @@ fn item_larger_than_the_limit_is_refused() {
         s.insert(b"k", value(4096), request),
         Err(StoreError::TooLarge { limit: 4096, .. })
     ));
-    assert!(s.set(b"k", value(3000)).is_ok());
+    assert!(s.set(b"k", &value(3000)).is_ok());
 }
 
 #[test]
@@ -140,7 +140,7 @@ fn gauges_and_histogram_follow_every_change() {
     commit(&mut s, 1, &[]);
     insert_at(&mut s, "a", "", 1, &["t:id=1"]);
     insert_bounded(&mut s, "b", "xyz", bounded(1, 2));
-    s.set(b"c", value(1024)).expect("set");
+    s.set(b"c", &value(1024)).expect("set");
     let g = s.gauges().clone();
     assert_eq!((g.keys, g.versions, g.open_versions), (3, 2, 1));
     assert_eq!(
