@@ -1,5 +1,6 @@
 //! A from-scratch check of the store's invariants, for tests and debugging.
 
+use crate::dense::Keyed;
 use crate::entry::Version;
 use crate::memory::Ledger;
 use crate::Store;
@@ -20,7 +21,7 @@ impl Store {
     /// under the limit. O(everything): for tests and debugging, not for serving.
     pub fn verify_invariants(&self) -> Result<(), String> {
         ensure!(
-            self.keys.slots_consistent(),
+            self.keys.consistent(),
             "key table and sampling list disagree"
         );
         ensure!(
@@ -74,9 +75,9 @@ impl Store {
             );
             ledger.add_plain(item);
         }
-        for (key, entry) in self.keys.iter() {
+        for entry in self.keys.iter() {
+            let (key, versions) = (entry.shared_key(), &entry.versions);
             ledger.add_key(key.len());
-            let versions = &entry.versions;
             let name = String::from_utf8_lossy(key);
             ensure!(
                 versions.capacity() == versions.len(),

@@ -103,19 +103,16 @@ impl Store {
         if drawn < plain {
             return Some(Victim::Plain(drawn));
         }
-        let key = self.keys.key_at(drawn - plain)?;
-        let (_, index) = self.keys.get(key).and_then(oldest_in)?;
-        Some(Victim::Version(key.clone(), index))
+        let entry = self.keys.item_at(drawn - plain)?;
+        let (_, index) = oldest_in(entry)?;
+        Some(Victim::Version(entry.shared_key().clone(), index))
     }
 
     /// The recency of the candidate at `drawn`, counting plain items first, then versioned keys.
     fn candidate_recency(&self, drawn: usize) -> Option<u64> {
         match drawn.checked_sub(self.plain.len()) {
             None => self.plain.item_at(drawn).map(|item| item.recency),
-            Some(slot) => {
-                let key = self.keys.key_at(slot)?;
-                self.keys.get(key).and_then(oldest_in).map(|(r, _)| r)
-            }
+            Some(slot) => self.keys.item_at(slot).and_then(oldest_in).map(|(r, _)| r),
         }
     }
 

@@ -320,12 +320,12 @@ impl Store {
 
     /// The shared key of a versioned entry, creating the entry if absent.
     fn versioned_key(&mut self, key: &[u8]) -> Key {
-        if let Some((shared, _)) = self.keys.get_key_value(key) {
-            return shared.clone();
+        if let Some(entry) = self.keys.get(key) {
+            return entry.shared_key().clone();
         }
         let shared = Key::from(key);
         self.ledger.add_key(key.len());
-        self.keys.insert_new(shared.clone(), Vec::new());
+        self.keys.insert_new(Entry::new(shared.clone()));
         shared
     }
 

@@ -1,9 +1,8 @@
 //! The invalidation stream: invalidations, heartbeats and resets, and the housekeeping that
 //! follows each (history trimming, stale removal, eviction down to the limit).
 
-use crate::entry::{Entry, Key};
+use crate::entry::{Entry, Key, KeyTable};
 use crate::ghost::GhostReason;
-use crate::keys::KeyTable;
 use crate::Store;
 use txcache_model::{Invalidation, Timestamp, ValidityInterval, WallClock};
 
@@ -63,7 +62,7 @@ impl Store {
         hi: impl FnOnce(Timestamp) -> Timestamp,
         commit_time: Option<WallClock>,
     ) -> bool {
-        let Some((shared, Entry { versions, .. })) = self.keys.get_key_value_mut(key) else {
+        let Some((shared, versions)) = self.keys.get_mut(key).map(Entry::parts_mut) else {
             return false;
         };
         let Some(version) = versions.last_mut().filter(|v| v.is_open()) else {
@@ -118,7 +117,7 @@ impl Store {
     /// and `N` and `H` become `ts` — lower than `N`, unlike [`Store::reset`].
     pub fn rewind(&mut self, ts: Timestamp, commit_time: WallClock) {
         // The key table holds only versioned keys; plain items live in their own table.
-        let versioned: Vec<Key> = self.keys.iter().map(|(key, _)| key.clone()).collect();
+        let versioned: Vec<Key> = self.keys.iter().map(|e| e.shared_key().clone()).collect();
         for key in &versioned {
             self.drop_entry(key);
         }
@@ -135,8 +134,7 @@ impl Store {
     fn bound_open_versions(&mut self) {
         let n = self.last_applied;
         let mut unboundable = Vec::new();
-        for (key, entry) in self.keys.iter_mut() {
-            let versions = &mut entry.versions;
+        for (key, versions) in self.keys.iter_mut().map(Entry::parts_mut) {
             let Some(version) = versions.last_mut().filter(|v| v.is_open()) else {
                 continue;
             };

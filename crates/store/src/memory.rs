@@ -74,10 +74,15 @@ pub(crate) const fn slack(item: usize) -> usize {
 /// Reference counts in front of an `Arc`'s data.
 const ARC_HEADER: usize = 2 * size_of::<usize>();
 
-/// Per versioned key, beyond its bytes: the map slot (key handle, entry, control byte), the sampling
-/// list slot, the key's `Arc` allocation, and the allocation of its version list.
+/// Per item of a [`crate::dense::DenseTable`], beyond the item in its list: the 4-byte
+/// position in the hash table and its control byte.
+const TABLE_SLOT: usize = slack(size_of::<u32>() + 1);
+
+/// Per versioned key, beyond its bytes: the entry in the key list (shared key handle and
+/// version list), its table slot, the key's `Arc` allocation, and the allocation of its
+/// version list.
 pub(crate) const KEY_OVERHEAD: usize =
-    slack(size_of::<(Key, Entry)>() + 1) + slack(size_of::<Key>()) + ARC_HEADER + 2 * ALLOCATION;
+    slack(size_of::<Entry>()) + TABLE_SLOT + ARC_HEADER + 2 * ALLOCATION;
 
 /// Per stored value: its allocation, and the shared header `bytes` allocates when a value is
 /// first handed out (a hit clones it).
@@ -91,7 +96,7 @@ pub(crate) const VERSION_OVERHEAD: usize = size_of::<Version>() + VALUE_OVERHEAD
 /// exactly): its slot in the dense item list (allocation handle and recency), its 4-byte
 /// position in the hash table with the control byte, and its one allocation.
 pub(crate) const PLAIN_ITEM_OVERHEAD: usize =
-    slack(size_of::<PlainItem>()) + slack(size_of::<u32>() + 1) + ALLOCATION;
+    slack(size_of::<PlainItem>()) + TABLE_SLOT + ALLOCATION;
 
 /// Per tag held by a version, beyond its text: the tag struct and its text's allocation.
 pub(crate) const TAG_OVERHEAD: usize = size_of::<InvalidationTag>() + ALLOCATION;

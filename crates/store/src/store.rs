@@ -1,11 +1,10 @@
 //! The store: its parts, plain key-value operations and accessors. Versioned operations live
 //! in `lookup.rs`, `insert.rs` and `invalidate.rs`; eviction in `evict.rs`.
 
-use crate::entry::effective;
+use crate::entry::{effective, KeyTable};
 use crate::evict::XorShift;
 use crate::ghost::Ghosts;
 use crate::history::SharedHistory;
-use crate::keys::KeyTable;
 use crate::memory::{plain_usage, Ledger, MemoryUsage};
 use crate::plain::{PlainItem, PlainTable};
 use crate::stale::StaleQueue;
@@ -125,25 +124,18 @@ impl Store {
     /// buffer), so a hit allocates nothing.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<&[u8]>, StoreError> {
         let stamp = self.tick();
-        let Some(position) = self.plain.position(key) else {
-            if self.keys.get(key).is_some() {
-                return Err(StoreError::WrongType);
-            }
-            self.count_plain_get(false);
+        let item = self.plain.get_mut(key);
+        if item.is_none() && self.keys.get(key).is_some() {
+            return Err(StoreError::WrongType);
+        }
+        self.stats.plain_gets += 1;
+        let Some(item) = item else {
+            self.stats.plain_misses += 1;
             return Ok(None);
         };
-        self.count_plain_get(true);
-        let item = self.plain.item_at_mut(position);
+        self.stats.plain_hits += 1;
         item.recency = stamp;
         Ok(Some(item.value()))
-    }
-
-    fn count_plain_get(&mut self, hit: bool) {
-        self.stats.plain_gets += 1;
-        match hit {
-            true => self.stats.plain_hits += 1,
-            false => self.stats.plain_misses += 1,
-        }
     }
 
     /// Stores a plain value, replacing whatever `key` held (of either kind, like Redis).
@@ -215,14 +207,15 @@ impl Store {
             self.ledger.remove_plain(&item);
             return true;
         }
-        let Some((key, entry)) = self.keys.remove(key) else {
+        let Some(entry) = self.keys.remove(key) else {
             return false;
         };
+        let key = entry.shared_key();
         self.ledger.remove_key(key.len());
         for version in &entry.versions {
             self.ledger.remove_version(version);
             if let Some(tags) = &version.tags {
-                self.index.unregister(&key, tags);
+                self.index.unregister(key, tags);
             }
         }
         true

@@ -1,6 +1,7 @@
 //! The plain table: items hold key and value in one allocation, and the table finds each
 //! item at its position in the dense list through any sequence of inserts and removals.
 
+use crate::dense::Keyed;
 use crate::plain::{prefix_len, PlainItem, PlainTable};
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -114,8 +115,8 @@ fn apply(table: &mut PlainTable, model: &mut HashMap<Vec<u8>, (Vec<u8>, u64)>, o
             }
         }
         Op::Touch(k, recency) => {
-            if let Some(position) = table.position(&key(k)) {
-                table.item_at_mut(position).recency = recency;
+            if let Some(item) = table.get_mut(&key(k)) {
+                item.recency = recency;
             }
             if let Some(entry) = model.get_mut(&key(k)) {
                 entry.1 = recency;
