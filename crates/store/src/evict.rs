@@ -1,9 +1,9 @@
 //! Eviction: sampled LRU, like Redis.
 //!
 //! To free memory the store samples [`SAMPLES`] keys uniformly at random (the dense lists of
-//! plain items and versioned keys make that O(1): a random index into both, end to end), takes each key's least recently used version (or its plain value), and
-//! evicts the least recent of those. The random source is a seeded xorshift, so a run is
-//! reproducible. An evicted version leaves a capacity ghost. Only when no key is left does
+//! plain items and versioned keys make that O(1): a random index into both, end to end),
+//! takes each key's least recently used version (or its plain value), and evicts the least
+//! recent of those. The random source is a seeded xorshift, so a run is reproducible. An evicted version leaves a capacity ghost. Only when no key is left does
 //! the store shed its overheads: dead staleness records, then ghosts, then history.
 
 use crate::entry::{Entry, Key};

@@ -8,7 +8,7 @@
 use crate::dense::{DenseTable, Keyed};
 
 /// One plain entry: key and value in one allocation, and its recency.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct PlainItem {
     /// The key's length (LEB128), the key, the value: exactly as long as that, no slack.
     bytes: Box<[u8]>,

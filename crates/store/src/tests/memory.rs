@@ -125,6 +125,41 @@ fn lowering_max_memory_evicts_at_once() {
 }
 
 #[test]
+fn eviction_samples_plain_and_versioned_keys_alike() {
+    let mut s = small(1 << 20);
+    for i in 0..400 {
+        s.set(format!("plain{i}").as_bytes(), &value(100))
+            .expect("fits");
+        insert_bounded(&mut s, &format!("versioned{i}"), "value", bounded(1, 2));
+    }
+    s.set_max_memory(s.memory().total() / 2);
+    s.verify_invariants().expect("invariants hold");
+    let plain_left = (0..400)
+        .filter(|i| s.contains(format!("plain{i}").as_bytes()))
+        .count();
+    let versioned_left = (0..400)
+        .filter(|i| s.contains(format!("versioned{i}").as_bytes()))
+        .count();
+    assert!((1..400).contains(&plain_left), "plain left: {plain_left}");
+    assert!(
+        (1..400).contains(&versioned_left),
+        "versioned left: {versioned_left}"
+    );
+    assert_eq!(s.gauges().keys, plain_left + versioned_left);
+}
+
+#[test]
+fn a_plain_item_is_charged_its_bytes_and_its_overhead() {
+    let mut s = store();
+    s.set(b"sixteen-byte-key", &value(100)).expect("set");
+    let usage = s.memory();
+    assert_eq!(usage.values, 100);
+    assert_eq!(usage.keys, 16 + 1 + crate::memory::PLAIN_ITEM_OVERHEAD);
+    assert!(s.remove(b"sixteen-byte-key"));
+    assert_eq!((s.memory().values, s.memory().keys), (0, 0));
+}
+
+#[test]
 fn ghosts_are_bounded_by_a_thirty_second_of_memory() {
     let mut s = small(64 << 10);
     for i in 0..5000 {
