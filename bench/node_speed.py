@@ -22,6 +22,10 @@ alike. Per server:
   latency reaches 1 ms, then one bisection step.
 
 Every loadgen run first flushes the server and preloads the key space (100,000 keys).
+
+``--only memory`` runs the memory phase alone (txcached, plus Redis and memcached where they
+are installed) and writes ``results/node_speed_memory.{md,json}``: it starts no throughput
+run, so it can be taken while other benchmarks use the machine.
 """
 
 from __future__ import annotations
@@ -858,6 +862,37 @@ def header(note: dict[str, Any], seconds: float) -> list[str]:
     ]
 
 
+def memory_only(items: int) -> None:
+    """The memory phase alone: write results/node_speed_memory.{md,json}."""
+    started = time.monotonic()
+    freeze_binaries()
+    loadgen_binary()
+    kinds = [("txcached", "txcached", "resp"), ("txcached TX", "txcached", "versioned")]
+    for kind, binary, protocol in (
+        ("redis", "redis-server", "resp"),
+        ("memcached", "memcached", "memcache"),
+    ):
+        if shutil.which(binary):
+            kinds.append((kind, kind, protocol))
+    mem = memory(kinds, items)
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    body = [
+        "# Cache-node memory per item",
+        "",
+        f"- command: `{command_line()}`",
+        f"- machine: {os.cpu_count()} CPUs ({_cpu_model()}), {_memory_gib():.1f} GiB RAM, "
+        f"Linux {os.uname().release}",
+        f"- code: {build_note()}",
+        f"- date: {date}; the run took {(time.monotonic() - started) / 60:.1f} min",
+        "",
+        *memory_table(mem),
+    ]
+    (RESULTS_DIR / "node_speed_memory.md").write_text("\n".join(body).rstrip() + "\n")
+    raw = {"command": command_line(), "date": date, "memory": mem}
+    (RESULTS_DIR / "node_speed_memory.json").write_text(json.dumps(raw, indent=2) + "\n")
+    log(f"wrote {RESULTS_DIR / 'node_speed_memory'}.md")
+
+
 def main() -> None:
     """Run every phase and write results/node_speed{,_quick}.{md,json,png}."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -868,7 +903,12 @@ def main() -> None:
     parser.add_argument("--sweep-seconds", type=float, default=2.0, help="s per rate (2)")
     parser.add_argument("--max-rates", type=int, default=len(RATES), help="rates to try")
     parser.add_argument("--quick", action="store_true", help="a smoke run (about 2 min)")
+    parser.add_argument("--only", choices=["memory"], help="run one phase alone (memory)")
     args = parser.parse_args()
+    if args.only == "memory":
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        memory_only(args.items)
+        return
     if args.quick:
         args.seconds, args.warmup, args.rounds, args.items = 1.0, 0.3, 1, 200_000
         args.sweep_seconds, args.max_rates = 1.0, 4

@@ -1,6 +1,7 @@
 //! A from-scratch check of the store's invariants, for tests and debugging.
 
-use crate::entry::{Kind, Version};
+use crate::dense::Keyed;
+use crate::entry::Version;
 use crate::memory::Ledger;
 use crate::Store;
 
@@ -20,8 +21,12 @@ impl Store {
     /// under the limit. O(everything): for tests and debugging, not for serving.
     pub fn verify_invariants(&self) -> Result<(), String> {
         ensure!(
-            self.keys.slots_consistent(),
+            self.keys.consistent(),
             "key table and sampling list disagree"
+        );
+        ensure!(
+            self.plain.consistent(),
+            "plain table and item list disagree"
         );
         let (ledger, registrations) = self.recount_entries()?;
         let (usage, gauges) = (&self.ledger.usage, &self.ledger.gauges);
@@ -62,22 +67,26 @@ impl Store {
     fn recount_entries(&self) -> Result<(Ledger, usize), String> {
         let mut ledger = Ledger::default();
         let mut registrations = 0;
-        for (key, entry) in self.keys.iter() {
+        for item in self.plain.iter() {
+            ensure!(
+                self.keys.get(item.key()).is_none(),
+                "{}: both plain and versioned",
+                String::from_utf8_lossy(item.key())
+            );
+            ledger.add_plain(item);
+        }
+        for entry in self.keys.iter() {
+            let (key, versions) = (entry.shared_key(), &entry.versions);
             ledger.add_key(key.len());
-            match &entry.kind {
-                Kind::Plain { value, .. } => ledger.add_plain(value),
-                Kind::Versioned(versions) => {
-                    let name = String::from_utf8_lossy(key);
-                    ensure!(
-                        versions.capacity() == versions.len(),
-                        "{name}: version list has slack"
-                    );
-                    self.check_versions(key, versions)?;
-                    for version in versions {
-                        ledger.add_version(version);
-                        registrations += version.tags.as_deref().map_or(0, <[_]>::len);
-                    }
-                }
+            let name = String::from_utf8_lossy(key);
+            ensure!(
+                versions.capacity() == versions.len(),
+                "{name}: version list has slack"
+            );
+            self.check_versions(key, versions)?;
+            for version in versions {
+                ledger.add_version(version);
+                registrations += version.tags.as_deref().map_or(0, <[_]>::len);
             }
         }
         Ok((ledger, registrations))

@@ -1,5 +1,6 @@
-//! What one key holds: a plain value, or versions of a versioned value.
+//! What one versioned key holds: its versions.
 
+use crate::dense::{DenseTable, Keyed};
 use bytes::Bytes;
 use std::sync::Arc;
 use txcache_model::{InvalidationTag, Timestamp, ValidityInterval};
@@ -52,22 +53,44 @@ pub(crate) fn succ(t: Timestamp) -> Timestamp {
     Timestamp(t.0.saturating_add(1))
 }
 
-/// The value(s) of one key.
-#[derive(Debug)]
-pub(crate) enum Kind {
-    /// Set by `set`; invalidations never touch it.
-    Plain { value: Bytes, recency: u64 },
-    /// Non-overlapping versions sorted by `lo`; only the last may be open.
-    Versioned(Vec<Version>),
-}
-
-/// One key's slot in the key table.
+/// One versioned key: the key, shared with the tag index, staleness queue and ghosts, and
+/// its versions. (Plain values live in the plain table.)
 #[derive(Debug)]
 pub(crate) struct Entry {
-    pub kind: Kind,
-    /// Position of the key in the key table's dense list (for O(1) random sampling).
-    pub slot: usize,
+    /// Private: the key table finds the entry by it, so it never changes.
+    key: Key,
+    /// Non-overlapping versions sorted by `lo`; only the last may be open.
+    pub versions: Vec<Version>,
 }
+
+impl Entry {
+    /// A key without versions yet.
+    pub fn new(key: Key) -> Self {
+        Entry {
+            key,
+            versions: Vec::new(),
+        }
+    }
+
+    /// The shared key.
+    pub fn shared_key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The shared key and the versions, mutable.
+    pub fn parts_mut(&mut self) -> (&Key, &mut Vec<Version>) {
+        (&self.key, &mut self.versions)
+    }
+}
+
+impl Keyed for Entry {
+    fn key(&self) -> &[u8] {
+        &self.key
+    }
+}
+
+/// Every versioned key of a store.
+pub(crate) type KeyTable = DenseTable<Entry>;
 
 /// Index of the first version whose stored interval ends after `lo`, and the first whose
 /// start is at or after `hi`: the versions in between overlap `[lo, hi)`.

@@ -1,12 +1,12 @@
 //! Eviction: sampled LRU, like Redis.
 //!
-//! To free memory the store samples [`SAMPLES`] keys uniformly at random (a dense key list
-//! makes that O(1)), takes each key's least recently used version (or its plain value), and
-//! evicts the least recent of those. The random source is a seeded xorshift, so a run is
-//! reproducible. An evicted version leaves a capacity ghost. Only when no key is left does
+//! To free memory the store samples [`SAMPLES`] keys uniformly at random (the dense lists of
+//! plain items and versioned keys make that O(1): a random index into both, end to end),
+//! takes each key's least recently used version (or its plain value), and evicts the least
+//! recent of those. The random source is a seeded xorshift, so a run is reproducible. An evicted version leaves a capacity ghost. Only when no key is left does
 //! the store shed its overheads: dead staleness records, then ghosts, then history.
 
-use crate::entry::{Entry, Key, Kind};
+use crate::entry::{Entry, Key};
 use crate::ghost::GhostReason;
 use crate::Store;
 
@@ -40,16 +40,21 @@ impl XorShift {
     }
 }
 
-/// The recency of an entry's eviction candidate, and which version it is (`None`: plain).
-fn oldest_in(entry: &Entry) -> Option<(u64, Option<usize>)> {
-    match &entry.kind {
-        Kind::Plain { recency, .. } => Some((*recency, None)),
-        Kind::Versioned(versions) => versions
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, v)| v.recency)
-            .map(|(i, v)| (v.recency, Some(i))),
-    }
+/// What eviction takes: a plain item (by its position in the plain list) or one version of a
+/// versioned key.
+enum Victim {
+    Plain(usize),
+    Version(Key, usize),
+}
+
+/// The recency of a versioned entry's eviction candidate, and which version it is.
+fn oldest_in(entry: &Entry) -> Option<(u64, usize)> {
+    entry
+        .versions
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, v)| v.recency)
+        .map(|(i, v)| (v.recency, i))
 }
 
 impl Store {
@@ -64,32 +69,51 @@ impl Store {
 
     /// Evicts the least recently used of a few sampled candidates; false if there are no keys.
     fn evict_one(&mut self) -> bool {
-        let Some((key, version)) = self.pick_victim() else {
+        let Some(victim) = self.pick_victim() else {
             return false;
         };
-        match version {
-            Some(index) => self.remove_version(&key, index, GhostReason::Capacity),
-            None => {
-                self.drop_entry(&key);
+        match victim {
+            Victim::Version(key, index) => self.remove_version(&key, index, GhostReason::Capacity),
+            Victim::Plain(position) => {
+                if let Some(item) = self.plain.remove_at(position) {
+                    self.ledger.remove_plain(&item);
+                }
             }
         }
         self.stats.evictions += 1;
         true
     }
 
-    fn pick_victim(&mut self) -> Option<(Key, Option<usize>)> {
-        let len = self.keys.len();
-        let mut best: Option<(u64, &Key, Option<usize>)> = None;
+    /// The least recent of [`SAMPLES`] candidates drawn uniformly over all keys, plain and
+    /// versioned.
+    fn pick_victim(&mut self) -> Option<Victim> {
+        let plain = self.plain.len();
+        let len = plain + self.keys.len();
+        let mut best: Option<(u64, usize)> = None;
         for _ in 0..SAMPLES.min(len) {
-            let key = self.keys.key_at(self.rng.below(len))?;
-            let Some((recency, index)) = self.keys.get(key).and_then(oldest_in) else {
+            let drawn = self.rng.below(len);
+            let Some(recency) = self.candidate_recency(drawn) else {
                 continue;
             };
-            if best.is_none_or(|(r, _, _)| recency < r) {
-                best = Some((recency, key, index));
+            if best.is_none_or(|(r, _)| recency < r) {
+                best = Some((recency, drawn));
             }
         }
-        best.map(|(_, key, index)| (key.clone(), index))
+        let (_, drawn) = best?;
+        if drawn < plain {
+            return Some(Victim::Plain(drawn));
+        }
+        let entry = self.keys.item_at(drawn - plain)?;
+        let (_, index) = oldest_in(entry)?;
+        Some(Victim::Version(entry.shared_key().clone(), index))
+    }
+
+    /// The recency of the candidate at `drawn`, counting plain items first, then versioned keys.
+    fn candidate_recency(&self, drawn: usize) -> Option<u64> {
+        match drawn.checked_sub(self.plain.len()) {
+            None => self.plain.item_at(drawn).map(|item| item.recency),
+            Some(slot) => self.keys.item_at(slot).and_then(oldest_in).map(|(r, _)| r),
+        }
     }
 
     /// Frees bookkeeping once no key is left to evict; false when nothing is left at all.
@@ -102,11 +126,7 @@ impl Store {
     /// Removes version `index` of `key`, leaving a ghost with `reason`; drops the key when
     /// it was the last version.
     pub(crate) fn remove_version(&mut self, key: &Key, index: usize, reason: GhostReason) {
-        let Some(Entry {
-            kind: Kind::Versioned(versions),
-            ..
-        }) = self.keys.get_mut(key)
-        else {
+        let Some(Entry { versions, .. }) = self.keys.get_mut(key) else {
             return;
         };
         if index >= versions.len() {

@@ -1,7 +1,7 @@
 //! Inserts: the final interval from the invalidation history, then extension or
 //! nondeterminism against the key's existing versions.
 
-use crate::entry::{overlapping, succ, Entry, Key, Kind, Version};
+use crate::entry::{overlapping, succ, Entry, Key, Version};
 use crate::memory::Ledger;
 use crate::memory::{
     key_usage, registration_bound, tag_list_usage, STALE_RECORD, VERSION_OVERHEAD,
@@ -149,10 +149,7 @@ impl Store {
                 interval: request.interval,
             });
         }
-        if matches!(
-            self.keys.get(key).map(|e| &e.kind),
-            Some(Kind::Plain { .. })
-        ) {
+        if self.plain.position(key).is_some() {
             return Err(StoreError::WrongType);
         }
         Ok(self.final_interval(request))
@@ -298,10 +295,7 @@ impl Store {
 
     /// `key`'s versions; empty for an absent or plain key.
     fn versions(&self, key: &[u8]) -> &[Version] {
-        match self.keys.get(key).map(|e| &e.kind) {
-            Some(Kind::Versioned(versions)) => versions,
-            _ => &[],
-        }
+        self.keys.get(key).map_or(&[], |e| &e.versions)
     }
 
     /// The indices of `key`'s versions that overlap `interval`.
@@ -326,24 +320,19 @@ impl Store {
 
     /// The shared key of a versioned entry, creating the entry if absent.
     fn versioned_key(&mut self, key: &[u8]) -> Key {
-        if let Some((shared, _)) = self.keys.get_key_value(key) {
-            return shared.clone();
+        if let Some(entry) = self.keys.get(key) {
+            return entry.shared_key().clone();
         }
         let shared = Key::from(key);
         self.ledger.add_key(key.len());
-        self.keys
-            .insert_new(shared.clone(), Kind::Versioned(Vec::new()));
+        self.keys.insert_new(Entry::new(shared.clone()));
         shared
     }
 
     /// Adds `version` at `position` of `key`'s versions, with its charges, registrations and
     /// staleness record.
     fn add_version(&mut self, key: &Key, position: usize, version: Version) {
-        let Some(Entry {
-            kind: Kind::Versioned(versions),
-            ..
-        }) = self.keys.get_mut(key)
-        else {
+        let Some(Entry { versions, .. }) = self.keys.get_mut(key) else {
             return;
         };
         swap_charges(&mut self.ledger, &mut self.index, key, &[], &version);
@@ -358,11 +347,7 @@ impl Store {
     /// Replaces the versions in `range` (equal bytes, overlapping `new`) by their merge with
     /// `new`; returns the merged interval.
     fn extend(&mut self, key: &Key, range: Range<usize>, new: Version) -> ValidityInterval {
-        let Some(Entry {
-            kind: Kind::Versioned(versions),
-            ..
-        }) = self.keys.get_mut(key)
-        else {
+        let Some(Entry { versions, .. }) = self.keys.get_mut(key) else {
             return new.interval;
         };
         let old: Vec<Version> = versions.drain(range.clone()).collect();

@@ -1,17 +1,14 @@
 //! The invalidation stream: invalidations, heartbeats and resets, and the housekeeping that
 //! follows each (history trimming, stale removal, eviction down to the limit).
 
-use crate::entry::{Entry, Key, Kind};
+use crate::entry::{Entry, Key, KeyTable};
 use crate::ghost::GhostReason;
-use crate::keys::KeyTable;
 use crate::Store;
 use txcache_model::{Invalidation, Timestamp, ValidityInterval, WallClock};
 
 /// Whether `key` has a bounded version ending at `hi`; its index if so.
 fn bounded_version(keys: &KeyTable, key: &[u8], hi: Timestamp) -> Option<usize> {
-    let Some(Kind::Versioned(versions)) = keys.get(key).map(|e| &e.kind) else {
-        return None;
-    };
+    let versions = &keys.get(key)?.versions;
     let index = versions.partition_point(|v| v.stored_hi() < hi);
     versions
         .get(index)
@@ -65,10 +62,7 @@ impl Store {
         hi: impl FnOnce(Timestamp) -> Timestamp,
         commit_time: Option<WallClock>,
     ) -> bool {
-        let Some((shared, Entry { kind, .. })) = self.keys.get_key_value_mut(key) else {
-            return false;
-        };
-        let Kind::Versioned(versions) = kind else {
+        let Some((shared, versions)) = self.keys.get_mut(key).map(Entry::parts_mut) else {
             return false;
         };
         let Some(version) = versions.last_mut().filter(|v| v.is_open()) else {
@@ -122,12 +116,8 @@ impl Store {
     /// (plain values carry no database time and stay), ghosts and the history are forgotten,
     /// and `N` and `H` become `ts` — lower than `N`, unlike [`Store::reset`].
     pub fn rewind(&mut self, ts: Timestamp, commit_time: WallClock) {
-        let versioned: Vec<Key> = self
-            .keys
-            .iter()
-            .filter(|(_, entry)| matches!(entry.kind, Kind::Versioned(_)))
-            .map(|(key, _)| key.clone())
-            .collect();
+        // The key table holds only versioned keys; plain items live in their own table.
+        let versioned: Vec<Key> = self.keys.iter().map(|e| e.shared_key().clone()).collect();
         for key in &versioned {
             self.drop_entry(key);
         }
@@ -144,10 +134,7 @@ impl Store {
     fn bound_open_versions(&mut self) {
         let n = self.last_applied;
         let mut unboundable = Vec::new();
-        for (key, entry) in self.keys.iter_mut() {
-            let Kind::Versioned(versions) = &mut entry.kind else {
-                continue;
-            };
+        for (key, versions) in self.keys.iter_mut().map(Entry::parts_mut) {
             let Some(version) = versions.last_mut().filter(|v| v.is_open()) else {
                 continue;
             };

@@ -58,6 +58,7 @@
 
 mod audit;
 mod config;
+mod dense;
 mod entry;
 mod error;
 mod evict;
@@ -65,9 +66,9 @@ mod ghost;
 mod history;
 mod insert;
 mod invalidate;
-mod keys;
 mod lookup;
 mod memory;
+mod plain;
 mod stale;
 mod stats;
 mod store;

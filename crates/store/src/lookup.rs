@@ -1,6 +1,6 @@
 //! Lookups of versioned keys and the classification of their misses.
 
-use crate::entry::{Kind, Version};
+use crate::entry::Version;
 use crate::{Store, StoreError};
 use bytes::Bytes;
 use txcache_model::{InvalidationTag, Timestamp, ValidityInterval};
@@ -105,11 +105,13 @@ impl Store {
         with_tags: bool,
     ) -> Result<Option<Hit>, StoreError> {
         let (n, stamp) = (self.last_applied, self.tick());
-        let versions = match self.keys.get_mut(key).map(|e| &mut e.kind) {
-            Some(Kind::Plain { .. }) => return Err(StoreError::WrongType),
-            Some(Kind::Versioned(versions)) => versions,
-            None => return Ok(None),
+        let Some(entry) = self.keys.get_mut(key) else {
+            return match self.plain.position(key) {
+                Some(_) => Err(StoreError::WrongType),
+                None => Ok(None),
+            };
         };
+        let versions = &mut entry.versions;
         let Some((index, interval)) = find(versions, n, lo, hi) else {
             return Ok(None);
         };
@@ -130,10 +132,7 @@ impl Store {
     /// Why nothing in `key` answers `[lo, hi]`, checked in the order compulsory, capacity,
     /// consistency, staleness.
     fn classify_miss(&self, key: &[u8], lo: Timestamp, hi: Timestamp) -> MissKind {
-        let versions = match self.keys.get(key).map(|e| &e.kind) {
-            Some(Kind::Versioned(versions)) => versions.as_slice(),
-            _ => &[],
-        };
+        let versions = self.keys.get(key).map_or(&[][..], |e| &e.versions);
         let ghost = self.ghosts.get(key);
         if versions.is_empty() && ghost.is_none() {
             MissKind::Compulsory

@@ -8,9 +8,9 @@
 use crate::entry::{Entry, Key, Version};
 use crate::ghost::Ghost;
 use crate::history::{Record, TableHistory};
+use crate::plain::{prefix_len, PlainItem};
 use crate::stats::Gauges;
 use crate::tag_index::TableIndex;
-use bytes::Bytes;
 use hashbrown::HashSet;
 use std::collections::VecDeque;
 use std::mem::size_of;
@@ -21,7 +21,8 @@ use txcache_model::{InvalidationTag, Timestamp, WallClock};
 pub struct MemoryUsage {
     /// Value bytes (each value's length).
     pub values: usize,
-    /// Key bytes plus the per-key overhead (hash table slot, sampling list, entry).
+    /// Key bytes plus the per-key overhead (hash table slot, sampling list, entry; for a plain
+    /// item its whole overhead: allocation, list slot, table slot).
     pub keys: usize,
     /// Per-version overhead (interval, recency, value handle) and staleness-queue records.
     pub intervals: usize,
@@ -73,10 +74,15 @@ pub(crate) const fn slack(item: usize) -> usize {
 /// Reference counts in front of an `Arc`'s data.
 const ARC_HEADER: usize = 2 * size_of::<usize>();
 
-/// Per key, beyond its bytes: the map slot (key handle, entry, control byte), the sampling
-/// list slot, the key's `Arc` allocation, and the allocation of its version list.
+/// Per item of a [`crate::dense::DenseTable`], beyond the item in its list: the 4-byte
+/// position in the hash table and its control byte.
+const TABLE_SLOT: usize = slack(size_of::<u32>() + 1);
+
+/// Per versioned key, beyond its bytes: the entry in the key list (shared key handle and
+/// version list), its table slot, the key's `Arc` allocation, and the allocation of its
+/// version list.
 pub(crate) const KEY_OVERHEAD: usize =
-    slack(size_of::<(Key, Entry)>() + 1) + slack(size_of::<Key>()) + ARC_HEADER + 2 * ALLOCATION;
+    slack(size_of::<Entry>()) + TABLE_SLOT + ARC_HEADER + 2 * ALLOCATION;
 
 /// Per stored value: its allocation, and the shared header `bytes` allocates when a value is
 /// first handed out (a hit clones it).
@@ -86,8 +92,11 @@ const VALUE_OVERHEAD: usize = ALLOCATION + 4 * size_of::<usize>() + ALLOCATION;
 /// tag list pointer; version lists grow exactly, without slack) and the value's overhead.
 pub(crate) const VERSION_OVERHEAD: usize = size_of::<Version>() + VALUE_OVERHEAD;
 
-/// Per plain value, beyond its bytes (the handle itself lives in the entry).
-pub(crate) const PLAIN_OVERHEAD: usize = VALUE_OVERHEAD;
+/// Per plain item, beyond its key and value bytes (and the key's length prefix, charged
+/// exactly): its slot in the dense item list (allocation handle and recency), its 4-byte
+/// position in the hash table with the control byte, and its one allocation.
+pub(crate) const PLAIN_ITEM_OVERHEAD: usize =
+    slack(size_of::<PlainItem>()) + TABLE_SLOT + ALLOCATION;
 
 /// Per tag held by a version, beyond its text: the tag struct and its text's allocation.
 pub(crate) const TAG_OVERHEAD: usize = size_of::<InvalidationTag>() + ALLOCATION;
@@ -150,11 +159,11 @@ pub(crate) fn key_usage(len: usize) -> MemoryUsage {
     }
 }
 
-/// The charge for a plain value.
-pub(crate) fn plain_usage(value: &Bytes) -> MemoryUsage {
+/// The charge for a plain item with a `key_len`-byte key and a `value_len`-byte value.
+pub(crate) fn plain_usage(key_len: usize, value_len: usize) -> MemoryUsage {
     MemoryUsage {
-        values: value.len(),
-        intervals: PLAIN_OVERHEAD,
+        values: value_len,
+        keys: key_len + prefix_len(key_len) + PLAIN_ITEM_OVERHEAD,
         ..MemoryUsage::default()
     }
 }
@@ -204,13 +213,17 @@ impl Ledger {
         self.gauges.keys -= 1;
     }
 
-    pub fn add_plain(&mut self, value: &Bytes) {
-        self.usage.add(&plain_usage(value));
+    pub fn add_plain(&mut self, item: &PlainItem) {
+        let (key, value) = item.split();
+        self.usage.add(&plain_usage(key.len(), value.len()));
+        self.gauges.keys += 1;
         self.gauges.value_added(value.len());
     }
 
-    pub fn remove_plain(&mut self, value: &Bytes) {
-        self.usage.sub(&plain_usage(value));
+    pub fn remove_plain(&mut self, item: &PlainItem) {
+        let (key, value) = item.split();
+        self.usage.sub(&plain_usage(key.len(), value.len()));
+        self.gauges.keys -= 1;
         self.gauges.value_removed(value.len());
     }
 
@@ -241,7 +254,7 @@ mod tests {
         let constants = [
             ("KEY_OVERHEAD", KEY_OVERHEAD),
             ("VERSION_OVERHEAD", VERSION_OVERHEAD),
-            ("PLAIN_OVERHEAD", PLAIN_OVERHEAD),
+            ("PLAIN_ITEM_OVERHEAD", PLAIN_ITEM_OVERHEAD),
             ("TAG_OVERHEAD", TAG_OVERHEAD),
             ("TAG_LIST_OVERHEAD", TAG_LIST_OVERHEAD),
             ("REGISTRATION", REGISTRATION),

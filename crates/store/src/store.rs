@@ -1,17 +1,16 @@
 //! The store: its parts, plain key-value operations and accessors. Versioned operations live
 //! in `lookup.rs`, `insert.rs` and `invalidate.rs`; eviction in `evict.rs`.
 
-use crate::entry::{effective, Key, Kind};
+use crate::entry::{effective, KeyTable};
 use crate::evict::XorShift;
 use crate::ghost::Ghosts;
 use crate::history::SharedHistory;
-use crate::keys::KeyTable;
-use crate::memory::{key_usage, plain_usage, Ledger, MemoryUsage};
+use crate::memory::{plain_usage, Ledger, MemoryUsage};
+use crate::plain::{PlainItem, PlainTable};
 use crate::stale::StaleQueue;
 use crate::stats::{Gauges, StoreStats};
 use crate::tag_index::TagIndex;
 use crate::{StoreConfig, StoreError};
-use bytes::Bytes;
 use std::sync::Arc;
 use txcache_model::{Timestamp, ValidityInterval, WallClock};
 
@@ -23,7 +22,10 @@ use txcache_model::{Timestamp, ValidityInterval, WallClock};
 #[derive(Debug)]
 pub struct Store {
     pub(crate) config: StoreConfig,
+    /// Versioned keys.
     pub(crate) keys: KeyTable,
+    /// Plain keys (set by `set`), one allocation each.
+    pub(crate) plain: PlainTable,
     pub(crate) index: TagIndex,
     pub(crate) history: Arc<SharedHistory>,
     pub(crate) ghosts: Ghosts,
@@ -51,6 +53,7 @@ impl Store {
         Self {
             config,
             keys: KeyTable::default(),
+            plain: PlainTable::default(),
             index: TagIndex::default(),
             history,
             ghosts: Ghosts::default(),
@@ -116,28 +119,29 @@ impl Store {
     }
 
     /// The plain value of `key`; `None` when absent. Refreshes its recency.
-    pub fn get(&mut self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
+    ///
+    /// The value is borrowed from the store: the caller copies it where it goes (a reply
+    /// buffer), so a hit allocates nothing.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<&[u8]>, StoreError> {
         let stamp = self.tick();
-        let value = match self.keys.get_mut(key).map(|e| &mut e.kind) {
-            None => None,
-            Some(Kind::Versioned(_)) => return Err(StoreError::WrongType),
-            Some(Kind::Plain { value, recency }) => {
-                *recency = stamp;
-                Some(value.clone())
-            }
-        };
-        self.stats.plain_gets += 1;
-        match value.is_some() {
-            true => self.stats.plain_hits += 1,
-            false => self.stats.plain_misses += 1,
+        let item = self.plain.get_mut(key);
+        if item.is_none() && self.keys.get(key).is_some() {
+            return Err(StoreError::WrongType);
         }
-        Ok(value)
+        self.stats.plain_gets += 1;
+        let Some(item) = item else {
+            self.stats.plain_misses += 1;
+            return Ok(None);
+        };
+        self.stats.plain_hits += 1;
+        item.recency = stamp;
+        Ok(Some(item.value()))
     }
 
     /// Stores a plain value, replacing whatever `key` held (of either kind, like Redis).
     /// Evicts as needed; a value that could never fit is refused and nothing changes.
-    pub fn set(&mut self, key: &[u8], value: Bytes) -> Result<(), StoreError> {
-        let size = key_usage(key.len()).total() + plain_usage(&value).total();
+    pub fn set(&mut self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        let size = plain_usage(key.len(), value.len()).total();
         if size > self.config.max_memory {
             return Err(StoreError::TooLarge {
                 size,
@@ -147,11 +151,9 @@ impl Store {
         self.drop_entry(key);
         self.ghosts.forget(key);
         self.make_room(size);
-        self.ledger.add_key(key.len());
-        self.ledger.add_plain(&value);
-        let recency = self.tick();
-        self.keys
-            .insert_new(Key::from(key), Kind::Plain { value, recency });
+        let item = PlainItem::new(key, value, self.tick());
+        self.ledger.add_plain(&item);
+        self.plain.insert_new(item);
         self.stats.plain_sets += 1;
         Ok(())
     }
@@ -170,13 +172,14 @@ impl Store {
 
     /// Whether `key` holds a value of either kind.
     pub fn contains(&self, key: &[u8]) -> bool {
-        self.keys.get(key).is_some()
+        self.plain.position(key).is_some() || self.keys.get(key).is_some()
     }
 
     /// Removes every key and ghost. The stream position (`N`, `H`, history) and the
     /// statistics stay: they describe the database, not the data.
     pub fn clear(&mut self) {
         self.keys.clear();
+        self.plain.clear();
         self.index.clear();
         self.ghosts.clear();
         self.stale.clear();
@@ -197,21 +200,22 @@ impl Store {
         self.clock
     }
 
-    /// Removes `key`'s entry with everything it charged and registered; false if absent.
+    /// Removes `key`'s entry of either kind with everything it charged and registered; false
+    /// if absent.
     pub(crate) fn drop_entry(&mut self, key: &[u8]) -> bool {
-        let Some((key, entry)) = self.keys.remove(key) else {
+        if let Some(item) = self.plain.remove(key) {
+            self.ledger.remove_plain(&item);
+            return true;
+        }
+        let Some(entry) = self.keys.remove(key) else {
             return false;
         };
+        let key = entry.shared_key();
         self.ledger.remove_key(key.len());
-        match &entry.kind {
-            Kind::Plain { value, .. } => self.ledger.remove_plain(value),
-            Kind::Versioned(versions) => {
-                for version in versions {
-                    self.ledger.remove_version(version);
-                    if let Some(tags) = &version.tags {
-                        self.index.unregister(&key, tags);
-                    }
-                }
+        for version in &entry.versions {
+            self.ledger.remove_version(version);
+            if let Some(tags) = &version.tags {
+                self.index.unregister(key, tags);
             }
         }
         true

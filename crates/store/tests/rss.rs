@@ -21,9 +21,20 @@ fn tag(text: &str) -> InvalidationTag {
     InvalidationTag::parse(text).expect("valid tag")
 }
 
-/// Fills a store with `count` versions shaped like `shape` and reports RSS growth against the
+/// What each stored item is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    /// A bounded version under a 32-byte key.
+    Bounded,
+    /// An open version with two tags under a 32-byte key.
+    Open,
+    /// A plain value under a 16-byte key (`set`).
+    Plain,
+}
+
+/// Fills a store with `count` items shaped like `shape` and reports RSS growth against the
 /// accounted total.
-fn measure(name: &str, count: u64, value_len: usize, open: bool) -> f64 {
+fn measure(name: &str, count: u64, value_len: usize, shape: Shape) -> f64 {
     let before = resident();
     let mut store = Store::new(StoreConfig {
         max_memory: usize::MAX,
@@ -31,8 +42,15 @@ fn measure(name: &str, count: u64, value_len: usize, open: bool) -> f64 {
     });
     store.heartbeat(Timestamp(1), WallClock(1));
     for i in 0..count {
+        if shape == Shape::Plain {
+            let key = format!("{:016x}", i * 0x9E37_79B9);
+            store
+                .set(key.as_bytes(), &vec![7u8; value_len])
+                .expect("fits");
+            continue;
+        }
         let key = format!("{:032x}", i * 0x9E37_79B9);
-        let (interval, snapshot, tags) = match open {
+        let (interval, snapshot, tags) = match shape == Shape::Open {
             true => (
                 ValidityInterval::open(Timestamp(0)),
                 Some(Timestamp(1)),
@@ -68,18 +86,29 @@ fn measure(name: &str, count: u64, value_len: usize, open: bool) -> f64 {
     let accounted = store.memory().total();
     let ratio = grown as f64 / accounted as f64;
     println!(
-        "{name}: {count} versions, accounted {accounted} B, RSS grew {grown} B, ratio {ratio:.2}"
+        "{name}: {count} items, accounted {accounted} B, RSS grew {grown} B, ratio {ratio:.2}"
     );
     drop(store);
     ratio
 }
 
-/// The shapes measured: name, versions, value length, open with two tags.
-const CASES: [(&str, u64, usize, bool); 4] = [
-    ("bounded, 100 B values", 1_000_000, 100, false),
-    ("open with 2 tags, 100 B values", 1_000_000, 100, true),
-    ("bounded, 1 KiB values", 200_000, 1024, false),
-    ("open with 2 tags, 10 B values", 1_000_000, 10, true),
+/// The shapes measured: name, items, value length, shape.
+const CASES: [(&str, u64, usize, Shape); 5] = [
+    ("bounded, 100 B values", 1_000_000, 100, Shape::Bounded),
+    (
+        "open with 2 tags, 100 B values",
+        1_000_000,
+        100,
+        Shape::Open,
+    ),
+    ("bounded, 1 KiB values", 200_000, 1024, Shape::Bounded),
+    ("open with 2 tags, 10 B values", 1_000_000, 10, Shape::Open),
+    (
+        "plain, 16 B keys, 100 B values",
+        1_000_000,
+        100,
+        Shape::Plain,
+    ),
 ];
 
 /// Runs each case in a fresh process: memory a finished case freed would otherwise be reused
@@ -108,8 +137,8 @@ fn one_case() {
     else {
         return;
     };
-    let (name, count, len, open) = CASES[case];
-    let ratio = measure(name, count, len, open);
+    let (name, count, len, shape) = CASES[case];
+    let ratio = measure(name, count, len, shape);
     assert!(
         (0.75..1.25).contains(&ratio),
         "{name}: RSS/accounted = {ratio:.2}"

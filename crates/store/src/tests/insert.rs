@@ -316,7 +316,7 @@ fn too_large_item_is_refused_and_changes_nothing() {
     assert!(matches!(result, Err(StoreError::TooLarge { limit: 1000, size }) if size > 1000));
     assert!(s.contains(b"small"));
     assert!(matches!(
-        s.set(b"k", Bytes::from(vec![0; 1000])),
+        s.set(b"k", &[0; 1000]),
         Err(StoreError::TooLarge { .. })
     ));
 }

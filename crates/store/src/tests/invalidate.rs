@@ -149,14 +149,14 @@ fn rewind_drops_versioned_keys_and_moves_n_back() {
     insert_at(&mut s, "open", "v", 10, &["t:id=1"]);
     insert_at(&mut s, "bounded", "v", 10, &["t:id=2"]);
     commit(&mut s, 20, &["t:id=2"]);
-    s.set(b"plain", "p".into()).expect("fits");
+    s.set(b"plain", b"p").expect("fits");
     s.rewind(ts(15), WallClock(30));
     assert_eq!((s.last_applied(), s.horizon()), (ts(15), Some(ts(15))));
     assert_eq!(answer(&mut s, "open", 0, 100), Err(MissKind::Compulsory));
     assert_eq!(answer(&mut s, "bounded", 0, 100), Err(MissKind::Compulsory));
     assert_eq!(
         s.get(b"plain"),
-        Ok(Some("p".into())),
+        Ok(Some(&b"p"[..])),
         "plain values carry no database time"
     );
     assert_eq!((s.gauges().versions, s.stats().rewinds), (0, 1));

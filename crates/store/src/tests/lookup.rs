@@ -119,7 +119,7 @@ fn delete_makes_the_next_miss_compulsory() {
 #[test]
 fn versioned_and_plain_operations_do_not_mix() {
     let mut s = store();
-    s.set(b"p", Bytes::from_static(b"x")).expect("set");
+    s.set(b"p", b"x").expect("set");
     insert_bounded(&mut s, "v", "x", bounded(1, 2));
     assert_eq!(
         s.lookup(b"p", ts(0), ts(1), false),
@@ -135,9 +135,8 @@ fn versioned_and_plain_operations_do_not_mix() {
         Err(StoreError::WrongType)
     );
     assert_eq!(s.get(b"v"), Err(StoreError::WrongType));
-    s.set(b"v", Bytes::from_static(b"y"))
-        .expect("set overwrites a versioned key");
-    assert_eq!(s.get(b"v"), Ok(Some(Bytes::from_static(b"y"))));
+    s.set(b"v", b"y").expect("set overwrites a versioned key");
+    assert_eq!(s.get(b"v"), Ok(Some(&b"y"[..])));
     assert!(s.contains(b"p") && s.remove(b"p") && !s.contains(b"p"));
     assert_eq!(s.get(b"p"), Ok(None));
     let stats = s.stats();

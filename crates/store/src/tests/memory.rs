@@ -27,7 +27,7 @@ fn accounted_total_stays_under_the_limit_under_churn() {
             commit(&mut s, i, &["t:id=1"]);
         }
         if i % 11 == 0 {
-            s.set(format!("plain{i}").as_bytes(), value(100))
+            s.set(format!("plain{i}").as_bytes(), &value(100))
                 .expect("fits");
         }
         s.verify_invariants().expect("invariants hold");
@@ -107,7 +107,7 @@ fn item_larger_than_the_limit_is_refused() {
         s.insert(b"k", value(4096), request),
         Err(StoreError::TooLarge { limit: 4096, .. })
     ));
-    assert!(s.set(b"k", value(3000)).is_ok());
+    assert!(s.set(b"k", &value(3000)).is_ok());
 }
 
 #[test]
@@ -122,6 +122,41 @@ fn lowering_max_memory_evicts_at_once() {
     s.verify_invariants().expect("invariants hold");
     s.set_max_memory(0);
     assert_eq!((s.memory().total(), s.gauges().keys), (0, 0));
+}
+
+#[test]
+fn eviction_samples_plain_and_versioned_keys_alike() {
+    let mut s = small(1 << 20);
+    for i in 0..400 {
+        s.set(format!("plain{i}").as_bytes(), &value(100))
+            .expect("fits");
+        insert_bounded(&mut s, &format!("versioned{i}"), "value", bounded(1, 2));
+    }
+    s.set_max_memory(s.memory().total() / 2);
+    s.verify_invariants().expect("invariants hold");
+    let plain_left = (0..400)
+        .filter(|i| s.contains(format!("plain{i}").as_bytes()))
+        .count();
+    let versioned_left = (0..400)
+        .filter(|i| s.contains(format!("versioned{i}").as_bytes()))
+        .count();
+    assert!((1..400).contains(&plain_left), "plain left: {plain_left}");
+    assert!(
+        (1..400).contains(&versioned_left),
+        "versioned left: {versioned_left}"
+    );
+    assert_eq!(s.gauges().keys, plain_left + versioned_left);
+}
+
+#[test]
+fn a_plain_item_is_charged_its_bytes_and_its_overhead() {
+    let mut s = store();
+    s.set(b"sixteen-byte-key", &value(100)).expect("set");
+    let usage = s.memory();
+    assert_eq!(usage.values, 100);
+    assert_eq!(usage.keys, 16 + 1 + crate::memory::PLAIN_ITEM_OVERHEAD);
+    assert!(s.remove(b"sixteen-byte-key"));
+    assert_eq!((s.memory().values, s.memory().keys), (0, 0));
 }
 
 #[test]
@@ -140,7 +175,7 @@ fn gauges_and_histogram_follow_every_change() {
     commit(&mut s, 1, &[]);
     insert_at(&mut s, "a", "", 1, &["t:id=1"]);
     insert_bounded(&mut s, "b", "xyz", bounded(1, 2));
-    s.set(b"c", value(1024)).expect("set");
+    s.set(b"c", &value(1024)).expect("set");
     let g = s.gauges().clone();
     assert_eq!((g.keys, g.versions, g.open_versions), (3, 2, 1));
     assert_eq!(

@@ -5,6 +5,7 @@ mod interval;
 mod invalidate;
 mod lookup;
 mod memory;
+mod plain;
 
 use crate::{Hit, InsertOutcome, InsertRequest, Lookup, MissKind, Store, StoreConfig};
 use bytes::Bytes;

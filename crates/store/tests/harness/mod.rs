@@ -383,7 +383,7 @@ impl Harness {
 
     fn set(&mut self, key: &[u8], value: Bytes) -> Result<(), TestCaseError> {
         self.claims.remove(key);
-        let result = self.shard(key).set(key, value.clone());
+        let result = self.shard(key).set(key, &value);
         match result {
             Err(StoreError::TooLarge { .. }) if self.mode == Mode::Memory => {}
             other => prop_assert_eq!(other, Ok(())),
@@ -393,7 +393,11 @@ impl Harness {
     }
 
     fn get(&mut self, key: &[u8]) -> Result<(), TestCaseError> {
-        let (actual, expected) = (self.shard(key).get(key), self.model.get(key));
+        let actual = self
+            .shard(key)
+            .get(key)
+            .map(|v| v.map(Bytes::copy_from_slice));
+        let expected = self.model.get(key);
         match self.mode {
             Mode::Exact => prop_assert_eq!(actual, expected),
             // Evicted plain values read as absent; anything present is what was set.

@@ -12,14 +12,14 @@ pub fn run(
 ) -> Result<(), CommandError> {
     let key = args.next_bytes()?;
     args.finish()?;
-    let value = context
-        .node
-        .shards
-        .for_key(&key)
+    // The value is copied from the store straight into the reply, under the shard's lock:
+    // no allocation and no shared handle per hit.
+    let mut shard = context.node.shards.for_key(&key);
+    let value = shard
         .get(&key)
         .map_err(|error| CommandError::from_store(args.command(), error))?;
     match value {
-        Some(value) => encode::bulk(out, &value),
+        Some(value) => encode::bulk(out, value),
         None => encode::null(out),
     }
     Ok(())

@@ -1,7 +1,7 @@
 //! `SET key value`: a plain value, replacing whatever the key held.
 
 use super::{ok, Args, CommandError, Context};
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 
 /// Replies `+OK`, or `-TOOLARGE` for a value that can never fit.
 pub fn run(
@@ -15,13 +15,12 @@ pub fn run(
         // Options such as EX or NX are not supported: refuse rather than ignore them.
         return Err(CommandError::Syntax(args.command()));
     }
-    // Copy out of the read buffer: a stored value must own exactly its bytes.
-    let value = Bytes::copy_from_slice(&value);
+    // The store copies key and value out of the read buffer into one allocation of its own.
     context
         .node
         .shards
         .for_key(&key)
-        .set(&key, value)
+        .set(&key, &value)
         .map_err(|error| CommandError::from_store(args.command(), error))?;
     ok(out);
     Ok(())
