@@ -11,6 +11,11 @@ the agent runs in reverse order. Every run restarts the server first (same start
   the agent takes one per second while pgbench commits). The agent consumes the slot and
   holds its pins (and so the vacuum horizon) the whole run.
 
+- with ``--consumer pg_recvlogical``, *decoding only*: ``wal_level=logical`` and ``txcache
+  setup`` (slot, REPLICA IDENTITY FULL), the slot consumed by PostgreSQL's own
+  ``pg_recvlogical`` into /dev/null: no agent, no node, no pins. What the database pays for
+  logical decoding alone, for comparison with the agent's runs.
+
 Each agent run's overhead is measured against the mean of the two stock runs beside it.
 """
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -68,8 +74,10 @@ class Run:
 
     @property
     def label(self) -> str:
-        """'stock' or 'agent 30 s'."""
-        return "stock" if self.lifetime is None else f"agent {self.lifetime} s"
+        """'stock', 'agent 30 s' or 'decoding only' (``lifetime`` 0, no agent)."""
+        if self.lifetime is None:
+            return "stock"
+        return f"agent {self.lifetime} s" if self.lifetime else "decoding only"
 
     @property
     def tps(self) -> float:
@@ -115,12 +123,34 @@ def start_agent(stack: ExitStack, dsn: str, run: Run, args: argparse.Namespace) 
     }
 
 
+def start_decoder(stack: ExitStack, server: Any, dsn: str) -> dict[str, Any]:
+    """Slot consumed by ``pg_recvlogical`` into /dev/null; returns the walsender to measure."""
+    txcache.setup_database(dsn)
+    command = [str(server.binary("pg_recvlogical")), "--dbname", dsn, "--slot", "txcache"]
+    command += ["--start", "--file", "/dev/null", "--no-loop"]
+    command += ["--option", "proto_version=1", "--option", "publication_names=txcache"]
+    command += ["--option", "messages=true"]
+    decoder = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    stack.callback(decoder.wait, 10)
+    stack.callback(decoder.terminate)
+    deadline = time.monotonic() + 10
+    while not (walsender := scalar(dsn, "SELECT max(pid) FROM pg_stat_replication")):
+        if decoder.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"pg_recvlogical did not start: {decoder.stderr}")
+        time.sleep(0.05)
+    return {"pids": {"walsender": int(walsender)}}
+
+
 def measure(server: Any, dsn: str, run: Run, args: argparse.Namespace) -> None:
     """Restart the server for ``run``, run pgbench, record the numbers."""
     wal_level = args.stock_wal_level if run.lifetime is None else "logical"
     server.restart(server_settings(args.storage, {"wal_level": wal_level}))
     with ExitStack() as stack:
-        agent = start_agent(stack, dsn, run, args) if run.lifetime is not None else None
+        agent = None
+        if run.lifetime == 0:
+            agent = start_decoder(stack, server, dsn)
+        elif run.lifetime is not None:
+            agent = start_agent(stack, dsn, run, args)
         execute(dsn, "CHECKPOINT")
         wal, size = wal_insert_lsn(dsn), small_tables_kib(dsn)
         pids = agent["pids"] if agent else {}
@@ -135,7 +165,7 @@ def measure(server: Any, dsn: str, run: Run, args: argparse.Namespace) -> None:
         run.wal_bytes = wal_insert_lsn(dsn) - wal
         run.small_tables_growth_kib = small_tables_kib(dsn) - size
         run.cpu = {name: cpu_seconds(pid) - cpu[name] for name, pid in pids.items()}
-        if agent:
+        if agent and "client" in agent:
             run.status = agent_status(agent["client"])
     if run.lifetime is not None:
         drop_slot(dsn)
@@ -166,8 +196,9 @@ def summary_rows(runs: list[Run], lifetimes: list[int]) -> list[str]:
     for lifetime in lifetimes:
         tps = [run.tps for run in runs if run.lifetime == lifetime]
         each = ", ".join(f"{value:+.1f} %" for value in loss[lifetime])
+        name = f"agent, pins live {lifetime} s" if lifetime else "decoding only, no agent"
         rows.append(
-            f"| agent, pins live {lifetime} s | {len(tps)} | {statistics.fmean(tps):.0f} "
+            f"| {name} | {len(tps)} | {statistics.fmean(tps):.0f} "
             f"| {min(tps):.0f}-{max(tps):.0f} | **{statistics.fmean(loss[lifetime]):+.1f} %** "
             f"({each}) |"
         )
@@ -188,7 +219,8 @@ def run_rows(runs: list[Run]) -> list[str]:
         pins = (
             f"{run.status['pins_certified']} / {run.status['pins_unclean']}" if run.status else "-"
         )
-        cpu = [fmt(run.cpu[name], 1) if run.cpu else "-" for name in ("agent", "node", "walsender")]
+        parts = ("agent", "node", "walsender")
+        cpu = [fmt(run.cpu[name], 1) if name in run.cpu else "-" for name in parts]
         rows.append(
             f"| {run.index} | {run.label} | {run.tps:.0f} | {run.pgbench.latency_ms:.2f} "
             f"| {per_tx:.0f} | {run.xmin_age} | {run.small_tables_growth_kib} "
@@ -197,14 +229,26 @@ def run_rows(runs: list[Run]) -> list[str]:
     return rows
 
 
+def consumer_note(args: argparse.Namespace) -> str:
+    """What the runs beside the stock ones had running."""
+    if args.consumer == "pg_recvlogical":
+        return (
+            "Decoding only: wal_level=logical, `txcache setup` (slot, REPLICA IDENTITY FULL), "
+            "the slot consumed by `pg_recvlogical` into /dev/null; no agent, node or pins"
+        )
+    return (
+        "Agent: wal_level=logical, slot, node + agent (`--max-staleness L --pin-lease "
+        f"{args.pin_lease}`, pin every 1 s)"
+    )
+
+
 def report_body(runs: list[Run], args: argparse.Namespace) -> list[str]:
     """The markdown report."""
     return [
         f"pgbench TPC-B-like (default script) `-c {args.clients} -j 2 -T {args.seconds}`, "
         f"scale {args.scale}; {len(runs)} runs interleaved, the server restarted before each. "
-        f"Stock: wal_level={args.stock_wal_level}, no slot, no agent. Agent: "
-        f"wal_level=logical, slot, node + agent (`--max-staleness L --pin-lease "
-        f"{args.pin_lease}`, pin every 1 s), all on the same {os.cpu_count()}-CPU machine.",
+        f"Stock: wal_level={args.stock_wal_level}, no slot, no agent. {consumer_note(args)}, "
+        f"all on the same {os.cpu_count()}-CPU machine.",
         "",
         *summary_rows(runs, args.lifetimes),
         "",
@@ -249,6 +293,7 @@ def run(args: argparse.Namespace) -> None:
         ],
     }
     extra = ["stock-logical"] if args.stock_wal_level == "logical" else []
+    extra += ["decoding-only"] if args.consumer == "pg_recvlogical" else []
     name = result_name("database_overhead", args.quick, args.storage, *extra)
     path = write_report(
         name, "Database overhead: pgbench with and without txcache", note, body, raw
@@ -274,7 +319,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--scale", type=int, default=10, help="pgbench -i -s")
     parser.add_argument("--stock-wal-level", choices=("replica", "logical"), default="replica")
     parser.add_argument("--storage", choices=("disk", "tmpfs"), default="disk", help=STORAGE_HELP)
+    parser.add_argument(
+        "--consumer",
+        choices=("agent", "pg_recvlogical"),
+        default="agent",
+        help="who consumes the slot: the agent (with a node and pins) or, for comparison, "
+        "pg_recvlogical alone (decoding only; --lifetimes is ignored)",
+    )
     args = parser.parse_args()
+    if args.consumer == "pg_recvlogical":
+        args.lifetimes = [0]
     if args.quick:
         args.seconds, args.rounds = 4, 1
     return args
