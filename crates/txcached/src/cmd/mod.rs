@@ -24,7 +24,6 @@ mod txheartbeat;
 mod txinterval;
 mod txinvalidate;
 mod txreset;
-mod txrewind;
 mod txset;
 mod txstatus;
 
@@ -100,8 +99,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     spec("EXISTS", exists::run),
     spec("PING", ping::run_ping),
     spec("ECHO", ping::run_echo),
-    stream("TXRESET", txreset::run),
-    stream("TXREWIND", txrewind::run),
+    stream("TXRESET", txreset::run_reset),
+    stream("TXREWIND", txreset::run_rewind),
     spec("TXSTATUS", txstatus::run),
     spec("TXINTERVAL", txinterval::run),
     spec("DBSIZE", dbsize::run),
