@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import urllib.request
 
 import pytest
@@ -10,6 +11,7 @@ import redis
 from redis.exceptions import NoPermissionError
 
 from conftest import info
+from txcache._process import find_binary
 
 
 def test_get_set_del_exists(client):
@@ -148,6 +150,23 @@ def test_only_the_stream_password_allows_stream_commands(start_node):
     assert agent.execute_command("TXHEARTBEAT", 100, 1) == 1
     assert agent.get("k") == b"v", "the stream password allows every command"
     assert application.execute_command("TXSTATUS")[0] == 100
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--password", "same", "--stream-password", "same"], "equals --password"),
+        (["--stream-password", ""], "empty --password or --stream-password"),
+        (["--password", ""], "empty --password or --stream-password"),
+    ],
+)
+def test_passwords_that_open_more_than_they_say_are_refused(flags, message):
+    binary = find_binary("txcached")
+    result = subprocess.run(
+        [str(binary), "--port", "0", *flags], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 2
+    assert message in result.stderr
 
 
 def test_a_stream_password_alone_leaves_data_commands_open(start_node):

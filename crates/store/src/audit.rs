@@ -46,9 +46,13 @@ impl Store {
             "tag index {:?} != {index:?}",
             self.index.recount()
         );
-        let history = self.history.read();
+        // Read once and released before `memory()` reads it again: no nested read lock.
+        let history = {
+            let history = self.history.read();
+            (history.bytes(), history.recount())
+        };
         let parts = [
-            ("history", history.bytes(), history.recount()),
+            ("history", history.0, history.1),
             ("ghosts", self.ghosts.bytes(), self.ghosts.recount()),
             ("staleness queue", self.stale.bytes(), self.stale.recount()),
         ];

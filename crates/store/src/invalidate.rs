@@ -114,8 +114,13 @@ impl Store {
     /// primary behind this one): positions after `ts` may name other commits now, so no
     /// interval measured in the old positions can be trusted. Every versioned key is dropped
     /// (plain values carry no database time and stay), ghosts and the history are forgotten,
-    /// and `N` and `H` become `ts` — lower than `N`, unlike [`Store::reset`].
+    /// and `N` and `H` become `ts` — lower than `N`, unlike [`Store::reset`]. A `ts` at or
+    /// past `N` changes nothing: it cannot be a rewind (another agent may have moved `N` on
+    /// since this one looked), and dropping entries there would leave a gap in the history.
     pub fn rewind(&mut self, ts: Timestamp, commit_time: WallClock) {
+        if ts >= self.last_applied {
+            return;
+        }
         // The key table holds only versioned keys; plain items live in their own table.
         let versioned: Vec<Key> = self.keys.iter().map(|e| e.shared_key().clone()).collect();
         for key in &versioned {

@@ -61,6 +61,27 @@ pub struct Config {
 }
 
 impl Config {
+    /// Refuses passwords that would open more than they say: an empty one (anyone can send
+    /// it) and a stream password equal to the data password (every application could move
+    /// the node's position).
+    pub fn check_passwords(&self) -> Result<(), String> {
+        if self.password.as_deref() == Some("") || self.stream_password.as_deref() == Some("") {
+            return Err(
+                "an empty --password or --stream-password opens the node to anyone: \
+                        give a non-empty one, or leave it unset"
+                    .to_owned(),
+            );
+        }
+        if self.password.is_some() && self.password == self.stream_password {
+            return Err(
+                "--stream-password equals --password, so every application could send \
+                        stream commands: give the agent a password of its own"
+                    .to_owned(),
+            );
+        }
+        Ok(())
+    }
+
     /// Worker threads to run, resolving the default.
     pub fn worker_threads(&self) -> usize {
         self.threads

@@ -27,6 +27,10 @@ use tokio::net::TcpListener;
 
 fn main() -> anyhow::Result<()> {
     let config = Config::parse();
+    if let Err(message) = config.check_passwords() {
+        eprintln!("txcached: {message}");
+        std::process::exit(2);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_new(&config.log).context("invalid --log filter")?,

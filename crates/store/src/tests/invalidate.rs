@@ -167,6 +167,10 @@ fn rewind_drops_versioned_keys_and_moves_n_back() {
         InsertOutcome::Inserted(open(16))
     );
     s.verify_invariants().expect("invariants hold");
+    // A rewind that is no rewind (at or past N) changes nothing.
+    s.rewind(ts(16), WallClock(40));
+    assert_eq!((s.last_applied(), s.stats().rewinds), (ts(16), 1));
+    assert!(hit(&mut s, "open", 16, 16).open);
 }
 
 #[test]
