@@ -39,8 +39,9 @@ pub struct Config {
     pub heartbeat_interval: Duration,
 
     /// Least time between two deliveries to one node, e.g. 1ms: under a stream of commits
-    /// each delivery (one wake-up of the node) then carries several, for at most this much
-    /// more lag. 0ms delivers every commit as soon as it is decoded.
+    /// each delivery (one wake-up of the node) then carries several, for about this much
+    /// more lag (the timer rounds up to the next millisecond: 1ms waits 1–2 ms). 0ms
+    /// delivers every commit as soon as it is decoded.
     #[arg(long, env = "TXCACHE_DELIVERY_SPACING", default_value = "1ms", value_parser = parse_duration)]
     pub delivery_spacing: Duration,
 
