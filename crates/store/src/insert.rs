@@ -257,7 +257,8 @@ impl Store {
 
     /// Whether different bytes overlap `interval` in `key`'s versions.
     fn contradicts(&self, key: &[u8], value: &Bytes, interval: &ValidityInterval) -> bool {
-        self.versions(key)[self.overlap(key, interval)]
+        let versions = self.versions(key);
+        versions[overlapping(versions, interval)]
             .iter()
             .any(|v| v.value != *value)
     }

@@ -81,7 +81,7 @@ pub use config::StoreConfig;
 pub use error::StoreError;
 pub use history::SharedHistory;
 pub use insert::{InsertOutcome, InsertRequest};
-pub use lookup::{Hit, Lookup, MissKind};
+pub use lookup::{Hit, HitRef, Lookup, LookupRef, MissKind};
 pub use memory::MemoryUsage;
 pub use stats::{Gauges, StoreStats, SIZE_BUCKETS};
 pub use store::Store;

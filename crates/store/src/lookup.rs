@@ -29,6 +29,50 @@ pub struct Hit {
     pub tags: Option<Vec<InvalidationTag>>,
 }
 
+/// The answer to a lookup as [`Store::lookup_with`] shows it, borrowed from the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LookupRef<'a> {
+    /// A version valid somewhere in the requested range.
+    Hit(HitRef<'a>),
+    /// No version is; why not.
+    Miss(MissKind),
+}
+
+/// The version a lookup found, borrowed: [`Hit`] without the shared handle on the value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HitRef<'a> {
+    /// The stored bytes.
+    pub value: &'a Bytes,
+    /// Where the value is known valid, as in [`Hit::interval`].
+    pub interval: ValidityInterval,
+    /// Whether the version is still open (no commit has bounded it yet).
+    pub open: bool,
+    /// The version's tags, when asked for and the version is open; `None` otherwise.
+    pub tags: Option<&'a [InvalidationTag]>,
+}
+
+impl<'a> HitRef<'a> {
+    /// What a lookup of `version` answers, with its effective `interval`.
+    fn of(version: &'a Version, interval: ValidityInterval, with_tags: bool) -> Self {
+        HitRef {
+            value: &version.value,
+            interval,
+            open: version.is_open(),
+            tags: version.tags.as_deref().filter(|_| with_tags),
+        }
+    }
+
+    /// The owned hit (a shared handle on the value, a copy of the tags).
+    pub fn to_hit(&self) -> Hit {
+        Hit {
+            value: self.value.clone(),
+            interval: self.interval,
+            open: self.open,
+            tags: self.tags.map(<[_]>::to_vec),
+        }
+    }
+}
+
 /// Why a lookup missed (the paper's Fig. 8, with capacity told apart from staleness).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MissKind {
@@ -85,48 +129,45 @@ impl Store {
         hi: Timestamp,
         with_tags: bool,
     ) -> Result<Lookup, StoreError> {
-        if lo > hi {
-            return Err(StoreError::InvalidRange { lo, hi });
-        }
-        let lookup = match self.find_hit(key, lo, hi, with_tags)? {
-            Some(hit) => Lookup::Hit(hit),
-            None => Lookup::Miss(self.classify_miss(key, lo, hi)),
-        };
-        self.count(&lookup);
-        Ok(lookup)
+        self.lookup_with(key, lo, hi, with_tags, |found| match found {
+            LookupRef::Hit(hit) => Lookup::Hit(hit.to_hit()),
+            LookupRef::Miss(kind) => Lookup::Miss(kind),
+        })
     }
 
-    /// The hit for `[lo, hi]`, its recency refreshed; `None` on a miss.
-    fn find_hit(
+    /// [`Store::lookup`], its answer shown to `read` while the version is still borrowed: a
+    /// reader that only copies the value (a reply) takes no shared handle on it. Such a
+    /// handle costs an allocation the first time a version is read, and with a new version
+    /// per insert most reads are first reads.
+    pub fn lookup_with<R>(
         &mut self,
         key: &[u8],
         lo: Timestamp,
         hi: Timestamp,
         with_tags: bool,
-    ) -> Result<Option<Hit>, StoreError> {
+        read: impl FnOnce(LookupRef<'_>) -> R,
+    ) -> Result<R, StoreError> {
+        if lo > hi {
+            return Err(StoreError::InvalidRange { lo, hi });
+        }
         let (n, stamp) = (self.last_applied, self.tick());
-        let Some(entry) = self.keys.get_mut(key) else {
-            return match self.plain.position(key) {
-                Some(_) => Err(StoreError::WrongType),
-                None => Ok(None),
-            };
-        };
-        let versions = &mut entry.versions;
-        let Some((index, interval)) = find(versions, n, lo, hi) else {
-            return Ok(None);
-        };
-        let version = &mut versions[index];
-        version.recency = stamp;
-        Ok(Some(Hit {
-            value: version.value.clone(),
-            interval,
-            open: version.is_open(),
-            tags: version
-                .tags
-                .as_deref()
-                .filter(|_| with_tags)
-                .map(<[_]>::to_vec),
-        }))
+        match self.keys.get_mut(key) {
+            Some(entry) => {
+                if let Some((index, interval)) = find(&entry.versions, n, lo, hi) {
+                    let version = &mut entry.versions[index];
+                    version.recency = stamp;
+                    self.stats.hits += 1;
+                    return Ok(read(LookupRef::Hit(HitRef::of(
+                        version, interval, with_tags,
+                    ))));
+                }
+            }
+            None if self.plain.position(key).is_some() => return Err(StoreError::WrongType),
+            None => {}
+        }
+        let kind = self.classify_miss(key, lo, hi);
+        self.count_miss(kind);
+        Ok(read(LookupRef::Miss(kind)))
     }
 
     /// Why nothing in `key` answers `[lo, hi]`, checked in the order compulsory, capacity,
@@ -149,13 +190,12 @@ impl Store {
         }
     }
 
-    fn count(&mut self, lookup: &Lookup) {
-        let counter = match lookup {
-            Lookup::Hit(_) => &mut self.stats.hits,
-            Lookup::Miss(MissKind::Compulsory) => &mut self.stats.misses_compulsory,
-            Lookup::Miss(MissKind::Capacity) => &mut self.stats.misses_capacity,
-            Lookup::Miss(MissKind::Staleness) => &mut self.stats.misses_staleness,
-            Lookup::Miss(MissKind::Consistency) => &mut self.stats.misses_consistency,
+    fn count_miss(&mut self, kind: MissKind) {
+        let counter = match kind {
+            MissKind::Compulsory => &mut self.stats.misses_compulsory,
+            MissKind::Capacity => &mut self.stats.misses_capacity,
+            MissKind::Staleness => &mut self.stats.misses_staleness,
+            MissKind::Consistency => &mut self.stats.misses_consistency,
         };
         *counter += 1;
     }

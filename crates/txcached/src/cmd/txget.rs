@@ -4,7 +4,7 @@ use super::{Args, CommandError, Context};
 use bytes::BytesMut;
 use txcache_model::ValidityInterval;
 use txcache_resp::encode;
-use txcache_store::{Hit, Lookup};
+use txcache_store::{HitRef, LookupRef};
 
 /// Appends the reply for one lookup.
 pub fn run(
@@ -25,30 +25,27 @@ pub fn run(
             message: format!("lo ({lo}) must not exceed hi ({hi})"),
         });
     }
-    let lookup = context
-        .node
-        .shards
-        .for_key(&key)
-        .lookup(&key, lo, hi, with_tags)
-        .map_err(|error| CommandError::from_store(args.command(), error))?;
-    match lookup {
-        Lookup::Hit(hit) => encode_hit(out, &hit, with_tags),
-        Lookup::Miss(kind) => {
-            encode::array_header(out, 2);
-            encode::null(out);
-            encode::bulk(out, kind.as_str().as_bytes());
-        }
-    }
-    Ok(())
+    // Encoding under the shard's lock copies the value without a shared handle on it.
+    let mut shard = context.node.shards.for_key(&key);
+    shard
+        .lookup_with(&key, lo, hi, with_tags, |found| match found {
+            LookupRef::Hit(hit) => encode_hit(out, &hit, with_tags),
+            LookupRef::Miss(kind) => {
+                encode::array_header(out, 2);
+                encode::null(out);
+                encode::bulk(out, kind.as_str().as_bytes());
+            }
+        })
+        .map_err(|error| CommandError::from_store(args.command(), error))
 }
 
-fn encode_hit(out: &mut BytesMut, hit: &Hit, with_tags: bool) {
+fn encode_hit(out: &mut BytesMut, hit: &HitRef<'_>, with_tags: bool) {
     encode::array_header(out, if with_tags { 5 } else { 4 });
-    encode::bulk(out, &hit.value);
+    encode::bulk(out, hit.value);
     encode_interval(out, &hit.interval);
     encode::integer(out, i64::from(hit.open));
     if with_tags {
-        let tags = hit.tags.as_deref().unwrap_or_default();
+        let tags = hit.tags.unwrap_or_default();
         encode::array_header(out, tags.len());
         for tag in tags {
             encode::bulk(out, tag.as_str().as_bytes());
