@@ -243,8 +243,8 @@ impl Stream {
         let invalidation = &committed.invalidation;
         self.tracker
             .commit(invalidation.ts, committed.xid, invalidation.commit_time);
-        self.fanout
-            .push(StreamMessage::Invalidate(Arc::new(committed.invalidation)));
+        // The new catalog version is published before any node hears of the DDL: a library
+        // that sees a node past the DDL finds the tag columns it brought (TAGCOLUMNS).
         if committed.changed_schema {
             self.catalog
                 .refresh(&sql.client)
@@ -254,6 +254,8 @@ impl Stream {
             self.tracker
                 .catalog(Timestamp(lsn), self.catalog.published());
         }
+        self.fanout
+            .push(StreamMessage::Invalidate(Arc::new(committed.invalidation)));
         Ok(())
     }
 
