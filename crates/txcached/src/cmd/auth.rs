@@ -36,13 +36,12 @@ pub fn authenticate(
         });
     }
     let default_user = user.eq_ignore_ascii_case(b"default");
-    let node = context.node;
     if default_user && secret_matches(config.stream_password.as_deref(), password) {
         context.session.authenticated = true;
         context.session.streams = true;
     } else if default_user && secret_matches(config.password.as_deref(), password) {
         context.session.authenticated = true;
-        context.session.streams = node.config.stream_password.is_none();
+        context.session.streams = config.stream_password.is_none();
     } else {
         tracing::warn!(
             client = context.session.id,
