@@ -119,7 +119,8 @@ impl Store {
             return Ok(InsertOutcome::EmptyInterval);
         };
         // The key table's one probe on the common path: its position serves the placement
-        // too, unless eviction has moved entries since.
+        // too, unless eviction moved entries since (no other step in between adds or removes
+        // an entry).
         let found = self.keys.position(key);
         if contradicted(self.versions_at(found), &value, &interval) {
             if self.contradicts_known(key, &value, &interval) {
