@@ -6,6 +6,7 @@
 //! its slot. Plain items ([`crate::plain::PlainItem`]) and versioned keys
 //! ([`crate::entry::Entry`]) each live in one.
 
+use hashbrown::hash_table::Entry;
 use hashbrown::{DefaultHashBuilder, HashTable};
 use std::hash::BuildHasher;
 
@@ -46,6 +47,11 @@ impl<T: Keyed> DenseTable<T> {
 
     /// Where `key`'s item is in the dense list.
     pub fn position(&self, key: &[u8]) -> Option<usize> {
+        // Nothing to hash for an empty table: a versioned-only node's plain table, probed by
+        // every insert for `WrongType`, and a plain-only node's key table, probed by `SET`.
+        if self.items.is_empty() {
+            return None;
+        }
         let items = &self.items;
         let found = self
             .index
@@ -69,14 +75,52 @@ impl<T: Keyed> DenseTable<T> {
         self.items.get(position)
     }
 
+    /// The item at `position` of the dense list, mutable (its key must stay as it is).
+    pub fn item_at_mut(&mut self, position: usize) -> Option<&mut T> {
+        self.items.get_mut(position)
+    }
+
+    /// The position the next item pushed onto the list takes.
+    fn next_position(&self) -> u32 {
+        // A shard would need hundreds of gigabytes to hold 2^32 items.
+        u32::try_from(self.items.len()).expect("fewer than 2^32 items")
+    }
+
+    /// Where `key`'s item is in the dense list, adding `make()`'s item (whose key must be
+    /// `key`) at the end when there is none; and whether it was added. The key is hashed and
+    /// looked for once either way, where `position` then `insert_new` would do both twice.
+    pub fn position_or_insert_with(
+        &mut self,
+        key: &[u8],
+        make: impl FnOnce() -> T,
+    ) -> (usize, bool) {
+        let next = self.next_position();
+        let hash = self.hash(key);
+        let (items, hasher) = (&self.items, &self.hasher);
+        let slot = self.index.entry(
+            hash,
+            |&i| items[i as usize].key() == key,
+            |&i| hasher.hash_one(items[i as usize].key()),
+        );
+        match slot {
+            Entry::Occupied(found) => (*found.get() as usize, false),
+            Entry::Vacant(vacant) => {
+                let item = make();
+                debug_assert!(item.key() == key, "made an item of another key");
+                vacant.insert(next);
+                self.items.push(item);
+                (next as usize, true)
+            }
+        }
+    }
+
     /// Adds an item whose key is not in the table.
     pub fn insert_new(&mut self, item: T) {
         debug_assert!(
             self.position(item.key()).is_none(),
             "insert_new on a present key"
         );
-        // A shard would need hundreds of gigabytes to hold 2^32 items.
-        let position = u32::try_from(self.items.len()).expect("fewer than 2^32 items");
+        let position = self.next_position();
         let hash = self.hash(item.key());
         self.items.push(item);
         let (items, hasher) = (&self.items, &self.hasher);

@@ -59,12 +59,18 @@ fn oldest_in(entry: &Entry) -> Option<(u64, usize)> {
 
 impl Store {
     /// Evicts until `needed` more bytes fit under the limit (or nothing is left to free).
-    pub(crate) fn make_room(&mut self, needed: usize) {
+    /// Returns whether it evicted a version or plain item: only then may items of the key
+    /// tables have moved (shedding overhead leaves them alone).
+    pub(crate) fn make_room(&mut self, needed: usize) -> bool {
+        let mut evicted = false;
         while self.memory().total() + needed > self.config.max_memory {
-            if !self.evict_one() && !self.shed_overhead() {
-                return;
+            if self.evict_one() {
+                evicted = true;
+            } else if !self.shed_overhead() {
+                break;
             }
         }
+        evicted
     }
 
     /// Evicts the least recently used of a few sampled candidates; false if there are no keys.

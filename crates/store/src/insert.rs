@@ -73,6 +73,13 @@ fn merged(old: &[Version], new: Version) -> Version {
     }
 }
 
+/// Whether different bytes than `value` overlap `interval` in `versions`.
+fn contradicted(versions: &[Version], value: &Bytes, interval: &ValidityInterval) -> bool {
+    versions[overlapping(versions, interval)]
+        .iter()
+        .any(|v| v.value != *value)
+}
+
 /// Moves the charges and registrations of `old` versions to their merge `new`.
 fn swap_charges(
     ledger: &mut Ledger,
@@ -111,7 +118,11 @@ impl Store {
             self.stats.empty_inserts += 1;
             return Ok(InsertOutcome::EmptyInterval);
         };
-        if self.contradicts(key, &value, &interval) {
+        // The key table's one probe on the common path: its position serves the placement
+        // too, unless eviction moved entries since (no other step in between adds or removes
+        // an entry).
+        let found = self.keys.position(key);
+        if contradicted(self.versions_at(found), &value, &interval) {
             if self.contradicts_known(key, &value, &interval) {
                 return Ok(self.nondeterministic(key, &interval));
             }
@@ -120,14 +131,14 @@ impl Store {
         let tags = interval
             .is_open()
             .then(|| normalized(request.tags).into_boxed_slice());
-        self.reserve(key, &value, tags.as_deref().unwrap_or_default())?;
+        let evicted = self.reserve(key, &value, tags.as_deref().unwrap_or_default())?;
         let version = Version {
             value,
             interval,
             recency: self.tick(),
             tags,
         };
-        let outcome = self.place(key, version);
+        let outcome = self.place(key, found.filter(|_| !evicted), version);
         self.maybe_compact_stale();
         Ok(outcome)
     }
@@ -242,7 +253,7 @@ impl Store {
         if conflicting_open {
             self.bound_last_version(key);
         }
-        if self.contradicts(key, value, &interval) {
+        if contradicted(self.versions(key), value, &interval) {
             return self.known(&interval).unwrap_or(interval);
         }
         interval
@@ -253,14 +264,6 @@ impl Store {
     fn bound_last_version(&mut self, key: &[u8]) {
         let n = self.last_applied;
         self.close_open_version(key, |lo| succ(n.max(lo)), None);
-    }
-
-    /// Whether different bytes overlap `interval` in `key`'s versions.
-    fn contradicts(&self, key: &[u8], value: &Bytes, interval: &ValidityInterval) -> bool {
-        let versions = self.versions(key);
-        versions[overlapping(versions, interval)]
-            .iter()
-            .any(|v| v.value != *value)
     }
 
     /// Counts and logs a contradicted insert.
@@ -274,14 +277,14 @@ impl Store {
     }
 
     /// Refuses an item that could never fit; otherwise evicts until it fits as if it were new
-    /// (merging never costs more). Eviction may take versions of this very key, so the
-    /// placement is decided only afterwards.
+    /// (merging never costs more), and says whether it evicted anything. Eviction may take
+    /// versions of this very key, so the placement is decided only afterwards.
     fn reserve(
         &mut self,
         key: &[u8],
         value: &Bytes,
         tags: &[InvalidationTag],
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let tag_bytes = tag_list_usage(tags) + registration_bound(tags);
         let record = STALE_RECORD + key.len();
         let size =
@@ -290,50 +293,56 @@ impl Store {
             let limit = self.config.max_memory;
             return Err(StoreError::TooLarge { size, limit });
         }
-        self.make_room(size);
-        Ok(())
+        Ok(self.make_room(size))
     }
 
     /// `key`'s versions; empty for an absent or plain key.
     fn versions(&self, key: &[u8]) -> &[Version] {
-        self.keys.get(key).map_or(&[], |e| &e.versions)
+        self.versions_at(self.keys.position(key))
     }
 
-    /// The indices of `key`'s versions that overlap `interval`.
-    fn overlap(&self, key: &[u8], interval: &ValidityInterval) -> Range<usize> {
-        overlapping(self.versions(key), interval)
+    /// The versions of the entry at `position` of the key table; empty for none.
+    fn versions_at(&self, position: Option<usize>) -> &[Version] {
+        position
+            .and_then(|p| self.keys.item_at(p))
+            .map_or(&[], |e| &e.versions)
     }
 
-    /// Inserts or merges the version (no contradiction exists).
-    fn place(&mut self, key: &[u8], version: Version) -> InsertOutcome {
-        let key = self.versioned_key(key);
-        let range = self.overlap(&key, &version.interval);
+    /// Inserts or merges the version (no contradiction exists) into `key`'s entry: at `found`
+    /// when that position is still known to be the entry's, else found (or created) by one
+    /// probe. The rest works on the entry at that position.
+    fn place(&mut self, key: &[u8], found: Option<usize>, version: Version) -> InsertOutcome {
+        let position = found.unwrap_or_else(|| self.entry_position(key));
+        debug_assert_eq!(self.keys.position(key), Some(position), "a moved entry");
+        let range = overlapping(self.versions_at(Some(position)), &version.interval);
         if range.is_empty() {
             self.stats.inserts += 1;
             let interval = version.interval;
-            self.add_version(&key, range.start, version);
+            self.add_version(position, range.start, version);
             InsertOutcome::Inserted(interval)
         } else {
             self.stats.extensions += 1;
-            InsertOutcome::Extended(self.extend(&key, range, version))
+            InsertOutcome::Extended(self.extend(position, range, version))
         }
     }
 
-    /// The shared key of a versioned entry, creating the entry if absent.
-    fn versioned_key(&mut self, key: &[u8]) -> Key {
-        if let Some(entry) = self.keys.get(key) {
-            return entry.shared_key().clone();
+    /// Where `key`'s entry is in the key table, creating (and charging) it if absent. Taken
+    /// only after eviction: evicting a key's last version removes its entry, which moves
+    /// another entry into its place.
+    fn entry_position(&mut self, key: &[u8]) -> usize {
+        let (position, added) = self
+            .keys
+            .position_or_insert_with(key, || Entry::new(Key::from(key)));
+        if added {
+            self.ledger.add_key(key.len());
         }
-        let shared = Key::from(key);
-        self.ledger.add_key(key.len());
-        self.keys.insert_new(Entry::new(shared.clone()));
-        shared
+        position
     }
 
-    /// Adds `version` at `position` of `key`'s versions, with its charges, registrations and
-    /// staleness record.
-    fn add_version(&mut self, key: &Key, position: usize, version: Version) {
-        let Some(Entry { versions, .. }) = self.keys.get_mut(key) else {
+    /// Adds `version` at `index` of the versions of the entry at `position`, with its
+    /// charges, registrations and staleness record.
+    fn add_version(&mut self, position: usize, index: usize, version: Version) {
+        let Some((key, versions)) = self.keys.item_at_mut(position).map(Entry::parts_mut) else {
             return;
         };
         swap_charges(&mut self.ledger, &mut self.index, key, &[], &version);
@@ -342,13 +351,13 @@ impl Store {
                 .push(key, hi, self.history.read().commit_time_from(hi));
         }
         versions.reserve_exact(1);
-        versions.insert(position, version);
+        versions.insert(index, version);
     }
 
-    /// Replaces the versions in `range` (equal bytes, overlapping `new`) by their merge with
-    /// `new`; returns the merged interval.
-    fn extend(&mut self, key: &Key, range: Range<usize>, new: Version) -> ValidityInterval {
-        let Some(Entry { versions, .. }) = self.keys.get_mut(key) else {
+    /// Replaces the versions in `range` of the entry at `position` (equal bytes, overlapping
+    /// `new`) by their merge with `new`; returns the merged interval.
+    fn extend(&mut self, position: usize, range: Range<usize>, new: Version) -> ValidityInterval {
+        let Some((key, versions)) = self.keys.item_at_mut(position).map(Entry::parts_mut) else {
             return new.interval;
         };
         let old: Vec<Version> = versions.drain(range.clone()).collect();
