@@ -9,7 +9,7 @@ import time
 import psycopg
 import redis
 
-from agent_fixtures import SCHEMA, Stack
+from agent_fixtures import SCHEMA, Stack, lsn
 from conftest import StartNode, info
 from postgres_fixtures import PostgresFactory
 from txcache import AgentProcess, NodeProcess, setup_database
@@ -177,6 +177,57 @@ def test_a_node_past_the_database_is_rewound(database, start_node):
         assert all(stack.truncated(probes).values())
     finally:
         close(stack)
+
+
+def test_a_node_another_agent_moved_on_is_not_rewound(database, start_node):
+    """A node past the agent's last reading of the database, but not past the database (a
+    second agent feeding it moved it on), keeps its entries: the agent reads the database's
+    position again before it rewinds."""
+    with psycopg.connect(database, autocommit=True) as db:
+        db.execute(SCHEMA)
+    setup_database(database)
+    placeholder = start_node()
+    port = placeholder.port
+    placeholder.kill()  # the agent starts with its node down: it connects later
+    agent = AgentProcess(database, [f"127.0.0.1:{port}"])
+    db = psycopg.connect(database, autocommit=True)
+    walsender = None
+    try:
+        # The stream session reads the database's position when it starts. Then its
+        # walsender is stopped, so that neither that reading nor the stream moves on.
+        deadline = time.monotonic() + 20
+        while "invalidation stream started" not in agent.log_text():
+            assert time.monotonic() < deadline, agent.log_text()[-3000:]
+            time.sleep(0.02)
+        row = db.execute("SELECT active_pid FROM pg_replication_slots").fetchone()
+        assert row is not None
+        walsender = row[0]
+        assert walsender is not None
+        os.kill(walsender, signal.SIGSTOP)
+        for i in range(3):
+            db.execute("INSERT INTO items (id) VALUES (%s)", (i,))
+        row = db.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        assert row is not None
+        node = start_node("--port", str(port))
+        cache = redis.Redis(host=node.host, port=node.port, protocol=2)
+        # What a second agent streaming this database would have done meanwhile.
+        assert cache.execute_command("TXHEARTBEAT", lsn(row[0]), 1) == 1
+        while "cache node connected" not in agent.log_text():
+            assert time.monotonic() < deadline + 20, agent.log_text()[-3000:]
+            time.sleep(0.02)
+        os.kill(walsender, signal.SIGCONT)
+        walsender = None
+        stack = Stack(database, node, agent, cache, db)
+        probes = stack.probe("public.items:id=7")
+        stack.write("INSERT INTO items (id) VALUES (7)")
+        assert all(stack.truncated(probes).values())
+        assert info(cache, "txcache")["rewinds"] == 0, agent.log_text()[-3000:]
+        assert "PAST THE DATABASE" not in agent.log_text()
+    finally:
+        if walsender is not None:
+            os.kill(walsender, signal.SIGCONT)
+        agent.stop()
+        db.close()
 
 
 def test_the_agent_streams_with_the_stream_password(database, start_node):

@@ -11,7 +11,9 @@
 //! whose position is past the database itself (restored from a backup, or failed over to a
 //! standby that was behind) is rewound (`TXREWIND`): its versioned entries are dropped.
 
+use crate::connect::connect_sql;
 use crate::node_link::{encode_heartbeat, encode_invalidation, NodeLink};
+use crate::stream::database_position;
 use bytes::BytesMut;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -139,6 +141,8 @@ pub struct LinkSettings {
     pub password: Option<String>,
     /// Least time between two deliveries to one node.
     pub spacing: Duration,
+    /// The database, read again before a node is rewound.
+    pub dsn: String,
 }
 
 /// What the stream task knows of one node.
@@ -155,8 +159,9 @@ pub struct Fanout {
     buffer: Mutex<ReplayBuffer>,
     newest: watch::Sender<Timestamp>,
     nodes: Vec<Arc<NodeState>>,
-    /// The database's WAL insert position when last read (at start and at every stream
-    /// session): no node that follows this database can be past both it and `newest`.
+    /// The database's WAL insert position when last read (at start, at every stream session
+    /// and before rewinding a node): no node that follows this database can be past both it
+    /// and `newest`.
     database_position: AtomicU64,
 }
 
@@ -249,6 +254,19 @@ impl Fanout {
     }
 }
 
+/// Whether a node at `position` is past the database as read now. The agent's last reading
+/// may be old: another agent feeding the same node may have moved it on since, and a rewind
+/// would then drop its entries for nothing.
+async fn still_past_database(
+    fanout: &Fanout,
+    dsn: &str,
+    position: Timestamp,
+) -> anyhow::Result<bool> {
+    let sql = connect_sql(dsn, "txcache-agent position check").await?;
+    fanout.set_database_position(database_position(&sql).await?);
+    Ok(fanout.is_past_database(position))
+}
+
 /// Keeps one node connected and fed, forever.
 async fn run_node(fanout: Arc<Fanout>, node: Arc<NodeState>, link: LinkSettings) {
     let mut backoff = Duration::from_millis(50);
@@ -283,7 +301,9 @@ async fn serve_node(
     tracing::info!(node = %node.address, position = %position, "cache node connected");
     let mut last_delivery: Option<Instant> = None;
     loop {
-        if fanout.is_past_database(position) {
+        if fanout.is_past_database(position)
+            && still_past_database(fanout, &settings.dsn, position).await?
+        {
             let (ts, time) = fanout.lock().reset_point();
             tracing::error!(node = %node.address, node_position = %position, rewind_to = %ts,
                 "CACHE NODE IS PAST THE DATABASE: the database's positions went back (restored from a backup, or failed over to a standby that was behind); rewinding the node, which drops its versioned entries");

@@ -40,6 +40,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     fanout.spawn_nodes(LinkSettings {
         password: config.node_password.clone(),
         spacing: config.delivery_spacing,
+        dsn: config.dsn.clone(),
     });
     tokio::spawn(heartbeat::run(
         config.dsn.clone(),
