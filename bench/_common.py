@@ -343,6 +343,13 @@ def run_queue_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def steal_seconds() -> float:
+    """CPU time the hypervisor has given to other guests while this machine's CPUs wanted to
+    run (``steal`` in /proc/stat), all CPUs together, since boot."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+
+
 def _system_busy_seconds() -> float:
     """CPU time every CPU of the machine has spent busy (not idle, iowait or steal)."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -388,6 +395,71 @@ class ForeignCpu:
     def seconds(self) -> float:
         """Foreign CPU seconds since the start."""
         return max(0.0, _system_busy_seconds() - _own_tree_seconds() - self.start)
+
+
+PLACEMENT_HELP = (
+    "'shared': every process may run on every CPU; 'split': the database server's processes "
+    "(walsender included) on the first CPU, everything else (pgbench, agent, node, this "
+    "script) on the others, as the paper measured with the database on its own machine"
+)
+
+
+def _children(parent: int) -> list[int]:
+    """The live child processes of ``parent``."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited meanwhile
+            continue
+        if int(fields[1]) == parent:
+            children.append(int(entry.name))
+    return children
+
+
+def postmaster_pid(server: Any) -> int:
+    """The server's postmaster, from the first line of its ``postmaster.pid``."""
+    return int((server.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+
+
+def _stat_cpu_seconds(pid: int) -> float:
+    """CPU time of ``pid`` and of its children it has reaped (utime, stime, cutime, cstime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def database_cpu_seconds(server: Any) -> float:
+    """CPU time the database server has used so far: the postmaster, every live child
+    (backends, walsenders, checkpointer, ...) and every child that has exited (reaped by the
+    postmaster). Unlike throughput, it does not count the time the host took away."""
+    postmaster = postmaster_pid(server)
+    total = _stat_cpu_seconds(postmaster)
+    for child in _children(postmaster):
+        try:
+            total += _stat_cpu_seconds(child)
+        except OSError:  # exited meanwhile: its time moves into the postmaster's
+            continue
+    return total
+
+
+def place_database_apart(server: Any) -> None:
+    """Pin ``server``'s processes to the first CPU (backends and walsenders forked later
+    inherit it) and this process, with whatever it starts from now on, to the other CPUs.
+
+    Call again after every restart of the server."""
+    cpus = os.cpu_count() or 1
+    if cpus < 2:
+        raise SystemExit("--placement split needs at least 2 CPUs")
+    database, rest = {0}, set(range(1, cpus))
+    postmaster = postmaster_pid(server)
+    for pid in [postmaster, *_children(postmaster)]:
+        try:
+            os.sched_setaffinity(pid, database)
+        except ProcessLookupError:  # an auxiliary process that exited meanwhile
+            continue
+    os.sched_setaffinity(0, rest)
 
 
 def resp_client(host: str, port: int) -> redis.Redis:

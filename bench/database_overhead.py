@@ -26,11 +26,13 @@ import os
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 from _common import (
+    PLACEMENT_HELP,
     STORAGE_HELP,
     ForeignCpu,
     Pgbench,
@@ -38,17 +40,20 @@ from _common import (
     agent_status,
     cpu_seconds,
     create_database,
+    database_cpu_seconds,
     drop_slot,
     execute,
     fmt,
     log,
     machine_note,
     pgbench_init,
+    place_database_apart,
     postgres,
     resp_client,
     result_name,
     scalar,
     server_settings,
+    steal_seconds,
     wal_insert_lsn,
     write_report,
 )
@@ -71,6 +76,10 @@ class Run:
     cpu: dict[str, float] = field(default_factory=dict)
     status: dict[str, int] = field(default_factory=dict)
     foreign_cpu: float = 0.0
+    steal: float = 0.0
+    wal_records: int = 0
+    database_cpu: float = 0.0
+    full_page_images: int = 0
 
     @property
     def label(self) -> str:
@@ -83,6 +92,12 @@ class Run:
     def tps(self) -> float:
         """pgbench's TPS (NaN before the run)."""
         return self.pgbench.tps if self.pgbench else float("nan")
+
+    @property
+    def database_cpu_per_tx(self) -> float:
+        """CPU microseconds the database server used per pgbench transaction."""
+        transactions = self.pgbench.transactions if self.pgbench else 0
+        return self.database_cpu / transactions * 1e6 if transactions else float("nan")
 
 
 def schedule(lifetimes: list[int], rounds: int) -> list[Run]:
@@ -102,6 +117,12 @@ def small_tables_kib(dsn: str) -> int:
         dsn, f"SELECT sum(pg_total_relation_size(t)) FROM unnest(ARRAY[{SMALL_TABLES}]) t"
     )
     return int(size) // 1024
+
+
+def wal_counts(dsn: str) -> tuple[int, int]:
+    """WAL records and full-page images written since ``pg_stat_wal`` was last reset."""
+    records, images = scalar(dsn, "SELECT ARRAY[wal_records, wal_fpi] FROM pg_stat_wal")
+    return int(records), int(images)
 
 
 def oldest_xmin_age(dsn: str) -> int:
@@ -145,24 +166,31 @@ def measure(server: Any, dsn: str, run: Run, args: argparse.Namespace) -> None:
     """Restart the server for ``run``, run pgbench, record the numbers."""
     wal_level = args.stock_wal_level if run.lifetime is None else "logical"
     server.restart(server_settings(args.storage, {"wal_level": wal_level}))
+    if args.placement == "split":
+        place_database_apart(server)
     with ExitStack() as stack:
         agent = None
         if run.lifetime == 0:
             agent = start_decoder(stack, server, dsn)
         elif run.lifetime is not None:
             agent = start_agent(stack, dsn, run, args)
-        execute(dsn, "CHECKPOINT")
+        execute(dsn, "CHECKPOINT", "SELECT pg_stat_reset_shared('wal')")
         wal, size = wal_insert_lsn(dsn), small_tables_kib(dsn)
         pids = agent["pids"] if agent else {}
         cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
         command = ["-c", str(args.clients), "-j", "2", "-T", str(args.seconds)]
-        foreign = ForeignCpu()
+        foreign, steal = ForeignCpu(), steal_seconds()
+        database_cpu = database_cpu_seconds(server)
         load = Pgbench(server, dsn, command, {})
         time.sleep(args.seconds * 0.9)
         run.xmin_age = oldest_xmin_age(dsn)
         run.pgbench = load.wait()
+        time.sleep(0.2)  # pgbench's backends exit and are reaped: their time is counted
+        run.database_cpu = database_cpu_seconds(server) - database_cpu
         run.foreign_cpu = foreign.seconds()
+        run.steal = steal_seconds() - steal
         run.wal_bytes = wal_insert_lsn(dsn) - wal
+        run.wal_records, run.full_page_images = wal_counts(dsn)
         run.small_tables_growth_kib = small_tables_kib(dsn) - size
         run.cpu = {name: cpu_seconds(pid) - cpu[name] for name, pid in pids.items()}
         if agent and "client" in agent:
@@ -171,36 +199,58 @@ def measure(server: Any, dsn: str, run: Run, args: argparse.Namespace) -> None:
         drop_slot(dsn)
 
 
-def overheads(runs: list[Run]) -> dict[int, list[float]]:
-    """Per lifetime: each agent run's TPS loss against the mean of its stock neighbours, %."""
+def against_neighbours(runs: list[Run], value: Callable[[Run], float]) -> dict[int, list[float]]:
+    """Per lifetime: by how much each agent run's ``value`` exceeds the mean of its two stock
+    neighbours', %."""
     result: dict[int, list[float]] = {}
     for i, run in enumerate(runs):
         if run.lifetime is None:
             continue
-        stock = statistics.fmean([runs[i - 1].tps, runs[i + 1].tps])
-        result.setdefault(run.lifetime, []).append((1 - run.tps / stock) * 100)
+        stock = statistics.fmean([value(runs[i - 1]), value(runs[i + 1])])
+        result.setdefault(run.lifetime, []).append((value(run) / stock - 1) * 100)
     return result
+
+
+def overheads(runs: list[Run]) -> dict[int, list[float]]:
+    """Per lifetime: each agent run's TPS loss against the mean of its stock neighbours, %."""
+    gains = against_neighbours(runs, lambda run: run.tps)
+    return {lifetime: [-gain for gain in each] for lifetime, each in gains.items()}
+
+
+def cpu_overheads(runs: list[Run]) -> dict[int, list[float]]:
+    """Per lifetime: each agent run's extra database CPU per transaction against the mean of
+    its stock neighbours, %."""
+    return against_neighbours(runs, lambda run: run.database_cpu_per_tx)
+
+
+def mean_and_each(values: list[float]) -> str:
+    """``**mean** (each, …)`` as a table cell."""
+    each = ", ".join(f"{value:+.1f} %" for value in values)
+    return f"**{statistics.fmean(values):+.1f} %** ({each})"
 
 
 def summary_rows(runs: list[Run], lifetimes: list[int]) -> list[str]:
     """One row for stock and one per lifetime."""
-    loss = overheads(runs)
-    stock = [run.tps for run in runs if run.lifetime is None]
+    loss, cpu = overheads(runs), cpu_overheads(runs)
+    stock = [run for run in runs if run.lifetime is None]
     rows = [
-        "| configuration | runs | TPS mean | TPS min-max | overhead vs neighbouring stock runs "
-        "(mean; each run) |",
-        "|---|---|---|---|---|",
-        f"| stock | {len(stock)} | {statistics.fmean(stock):.0f} "
-        f"| {min(stock):.0f}-{max(stock):.0f} | - |",
+        "| configuration | runs | TPS mean | TPS min-max | TPS lost vs neighbouring stock runs "
+        "(mean; each run) | database CPU µs/tx | database CPU per tx above neighbouring "
+        "stock runs (mean; each run) |",
+        "|---|---|---|---|---|---|---|",
+        f"| stock | {len(stock)} | {statistics.fmean(r.tps for r in stock):.0f} "
+        f"| {min(r.tps for r in stock):.0f}-{max(r.tps for r in stock):.0f} | - "
+        f"| {statistics.fmean(r.database_cpu_per_tx for r in stock):.0f} | - |",
     ]
     for lifetime in lifetimes:
-        tps = [run.tps for run in runs if run.lifetime == lifetime]
-        each = ", ".join(f"{value:+.1f} %" for value in loss[lifetime])
+        agent = [run for run in runs if run.lifetime == lifetime]
+        tps = [run.tps for run in agent]
         name = f"agent, pins live {lifetime} s" if lifetime else "decoding only, no agent"
         rows.append(
             f"| {name} | {len(tps)} | {statistics.fmean(tps):.0f} "
-            f"| {min(tps):.0f}-{max(tps):.0f} | **{statistics.fmean(loss[lifetime]):+.1f} %** "
-            f"({each}) |"
+            f"| {min(tps):.0f}-{max(tps):.0f} | {mean_and_each(loss[lifetime])} "
+            f"| {statistics.fmean(r.database_cpu_per_tx for r in agent):.0f} "
+            f"| {mean_and_each(cpu[lifetime])} |"
         )
     return rows
 
@@ -208,14 +258,17 @@ def summary_rows(runs: list[Run], lifetimes: list[int]) -> list[str]:
 def run_rows(runs: list[Run]) -> list[str]:
     """Every run, in order."""
     rows = [
-        "| # | run | TPS | latency ms | WAL bytes/tx | oldest xmin age (xids) "
+        "| # | run | TPS | latency ms | database CPU µs/tx | WAL bytes/tx | WAL records/tx "
+        "| full-page images/tx | oldest xmin age (xids) "
         "| branches+tellers growth KiB | CPU s: agent | node | walsender "
-        "| pins certified / unclean | other work CPU s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| pins certified / unclean | other work CPU s | stolen CPU s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         assert run.pgbench is not None
-        per_tx = run.wal_bytes / max(1, run.pgbench.transactions)
+        transactions = max(1, run.pgbench.transactions)
+        per_tx = run.wal_bytes / transactions
+        records, images = run.wal_records / transactions, run.full_page_images / transactions
         pins = (
             f"{run.status['pins_certified']} / {run.status['pins_unclean']}" if run.status else "-"
         )
@@ -223,8 +276,9 @@ def run_rows(runs: list[Run]) -> list[str]:
         cpu = [fmt(run.cpu[name], 1) if name in run.cpu else "-" for name in parts]
         rows.append(
             f"| {run.index} | {run.label} | {run.tps:.0f} | {run.pgbench.latency_ms:.2f} "
-            f"| {per_tx:.0f} | {run.xmin_age} | {run.small_tables_growth_kib} "
-            f"| {cpu[0]} | {cpu[1]} | {cpu[2]} | {pins} | {run.foreign_cpu:.1f} |"
+            f"| {run.database_cpu_per_tx:.0f} | {per_tx:.0f} | {records:.2f} | {images:.2f} "
+            f"| {run.xmin_age} | {run.small_tables_growth_kib} "
+            f"| {cpu[0]} | {cpu[1]} | {cpu[2]} | {pins} | {run.foreign_cpu:.1f} | {run.steal:.1f} |"
         )
     return rows
 
@@ -242,20 +296,36 @@ def consumer_note(args: argparse.Namespace) -> str:
     )
 
 
+def placement_note(args: argparse.Namespace) -> str:
+    """Where the processes ran."""
+    if args.placement == "split":
+        return (
+            f"Placement split: the database server's processes (walsender included) on CPU 0, "
+            f"pgbench and txcache's processes on the other {(os.cpu_count() or 2) - 1} CPU(s)"
+        )
+    return f"All processes shared the same {os.cpu_count()} CPUs"
+
+
 def report_body(runs: list[Run], args: argparse.Namespace) -> list[str]:
     """The markdown report."""
     return [
         f"pgbench TPC-B-like (default script) `-c {args.clients} -j 2 -T {args.seconds}`, "
         f"scale {args.scale}; {len(runs)} runs interleaved, the server restarted before each. "
         f"Stock: wal_level={args.stock_wal_level}, no slot, no agent. {consumer_note(args)}, "
-        f"all on the same {os.cpu_count()}-CPU machine.",
+        f"{placement_note(args)}.",
         "",
         *summary_rows(runs, args.lifetimes),
         "",
-        "Every run (*oldest xmin age*: sampled at 90 % of the run, the vacuum horizon the "
+        "Every run (*database CPU*: CPU time of the server's processes — postmaster, "
+        "backends, walsender, checkpointer — per transaction; time the host takes away is "
+        "not in it, unlike in TPS; *full-page images*: the first change of a page after the "
+        "run's opening checkpoint logs the whole page, so fewer transactions over the same pages mean more "
+        "WAL per transaction; *WAL records/tx* is the count that does not depend on it; "
+        "*oldest xmin age*: sampled at 90 % of the run, the vacuum horizon the "
         "pinner sessions hold; *growth*: size of pgbench_branches + pgbench_tellers during "
         "the run, the tables whose dead rows a held horizon keeps; *other work*: CPU time of "
-        "processes that are not this benchmark's, the machine being shared):",
+        "processes that are not this benchmark's, the machine being shared; *stolen*: CPU "
+        "time the hypervisor gave to other guests while ours wanted to run):",
         "",
         *run_rows(runs),
     ]
@@ -277,23 +347,29 @@ def run(args: argparse.Namespace) -> None:
     raw = {
         "args": vars(args),
         "overhead_percent": overheads(runs),
+        "database_cpu_overhead_percent": cpu_overheads(runs),
         "runs": [
             {
                 "label": r.label,
                 "lifetime": r.lifetime,
                 "pgbench": r.pgbench.as_dict() if r.pgbench else None,
                 "wal_bytes": r.wal_bytes,
+                "wal_records": r.wal_records,
+                "database_cpu_seconds": r.database_cpu,
+                "full_page_images": r.full_page_images,
                 "xmin_age": r.xmin_age,
                 "small_tables_growth_kib": r.small_tables_growth_kib,
                 "cpu_seconds": r.cpu,
                 "agent_status": r.status,
                 "foreign_cpu_seconds": r.foreign_cpu,
+                "steal_seconds": r.steal,
             }
             for r in runs
         ],
     }
     extra = ["stock-logical"] if args.stock_wal_level == "logical" else []
     extra += ["decoding-only"] if args.consumer == "pg_recvlogical" else []
+    extra += ["split"] if args.placement == "split" else []
     name = result_name("database_overhead", args.quick, args.storage, *extra)
     path = write_report(
         name, "Database overhead: pgbench with and without txcache", note, body, raw
@@ -325,6 +401,9 @@ def parse_args() -> argparse.Namespace:
         default="agent",
         help="who consumes the slot: the agent (with a node and pins) or, for comparison, "
         "pg_recvlogical alone (decoding only; --lifetimes is ignored)",
+    )
+    parser.add_argument(
+        "--placement", choices=("shared", "split"), default="shared", help=PLACEMENT_HELP
     )
     args = parser.parse_args()
     if args.consumer == "pg_recvlogical":

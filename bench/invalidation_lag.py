@@ -27,6 +27,7 @@ from typing import Any
 import psycopg
 import redis
 from _common import (
+    PLACEMENT_HELP,
     STORAGE_HELP,
     BacklogMonitor,
     ForeignCpu,
@@ -41,11 +42,13 @@ from _common import (
     log,
     machine_note,
     pgbench_init,
+    place_database_apart,
     postgres,
     resp_client,
     result_name,
     run_queue_seconds,
     scalar,
+    steal_seconds,
     summarize,
     wait_caught_up,
     write_report,
@@ -179,7 +182,7 @@ def measure_phase(
     phase = Phase(name)
     before = {key: cpu_seconds(pid) for key, pid in stack.pids.items()}
     waiting = {key: run_queue_seconds(pid) for key, pid in stack.pids.items()}
-    foreign = ForeignCpu()
+    foreign, steal = ForeignCpu(), steal_seconds()
     monitor = BacklogMonitor(stack.dsn, stack.node_address, load) if load else None
     if monitor:
         monitor.start()
@@ -190,6 +193,7 @@ def measure_phase(
         phase.pgbench = load.wait()
     phase.cpu = {key: cpu_seconds(pid) - before[key] for key, pid in stack.pids.items()}
     phase.cpu["foreign"] = foreign.seconds()
+    phase.cpu["stolen"] = steal_seconds() - steal
     phase.run_queue = {
         key: run_queue_seconds(pid) - waiting[key] for key, pid in stack.pids.items()
     }
@@ -243,9 +247,9 @@ def report_body(phases: list[Phase], args: argparse.Namespace, status: dict[str,
         + (f" (p99 {lag['p99']:.2f} ms)." if lag else "."),
         "",
         "| phase | seconds | pgbench TPS | pgbench latency ms | CPU s: agent | node "
-        "| walsender | prober (this script) | other work on the machine "
+        "| walsender | prober (this script) | other work on the machine | stolen by the host "
         "| waiting for a CPU s: walsender | agent | failed probes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for phase in phases:
         tps = fmt(phase.pgbench.tps, 0) if phase.pgbench else "-"
@@ -254,11 +258,18 @@ def report_body(phases: list[Phase], args: argparse.Namespace, status: dict[str,
             f"| {phase.name} | {phase.seconds:.0f} | {tps} | {latency} | "
             f"{phase.cpu['agent']:.1f} | {phase.cpu['node']:.1f} | "
             f"{phase.cpu['walsender']:.1f} | {phase.cpu['prober']:.1f} | "
-            f"{phase.cpu['foreign']:.1f} | {phase.run_queue['walsender']:.1f} | "
+            f"{phase.cpu['foreign']:.1f} | {phase.cpu.get('stolen', 0.0):.1f} | "
+            f"{phase.run_queue['walsender']:.1f} | "
             f"{phase.run_queue['agent']:.1f} | {len(phase.failures)} |"
         )
     command = load.pgbench.as_dict()["command"] if load and load.pgbench else ""
     body += ["", f"Load: `{command}` (scale {args.scale})."]
+    if args.placement == "split":
+        body += [
+            "",
+            "Placement split: the database server's processes (walsender included) on CPU 0; "
+            "pgbench, the agent, the node and the prober on the others.",
+        ]
     if args.walsender_nice is not None:
         body += ["", f"The walsender was reniced to {args.walsender_nice} (default 0)."]
     if load and load.backlog:
@@ -311,6 +322,8 @@ def run(args: argparse.Namespace) -> None:
     """Run both phases and write the report."""
     with postgres(args.storage) as server:
         dsn = prepare(server, args)
+        if args.placement == "split":
+            place_database_apart(server)
         note = machine_note(dsn, args.storage)
         flags = ("--heartbeat-interval", args.heartbeat_interval)
         with (
@@ -344,8 +357,9 @@ def run(args: argparse.Namespace) -> None:
         "args": vars(args),
         "phases": [raw_phase(phase) for phase in phases],
     }
-    nice = [] if args.walsender_nice is None else [f"walsender-nice{args.walsender_nice}"]
-    name = result_name("invalidation_lag", args.quick, args.storage, *nice)
+    extra = [] if args.walsender_nice is None else [f"walsender-nice{args.walsender_nice}"]
+    extra += ["split"] if args.placement == "split" else []
+    name = result_name("invalidation_lag", args.quick, args.storage, *extra)
     path = write_report(name, "Invalidation lag: commit → applied at a node", note, body, raw)
     print("\n".join(body))
     log(f"report: {path}")
@@ -370,6 +384,9 @@ def parse_args() -> argparse.Namespace:
         type=int,
         help="renice the walsender to this value (e.g. -10: a CPU-starved decoder is the "
         "usual cause of lag on a saturated machine); needs root",
+    )
+    parser.add_argument(
+        "--placement", choices=("shared", "split"), default="shared", help=PLACEMENT_HELP
     )
     args = parser.parse_args()
     if args.quick:
