@@ -179,6 +179,53 @@ def test_a_node_past_the_database_is_rewound(database, start_node):
         close(stack)
 
 
+def test_a_node_that_followed_another_database_history_is_rewound(database, start_node):
+    """A node whose origin names another database history (another cluster, or a timeline
+    the database left in a failover or a restore) is rewound even when its position is
+    behind the database's: its versioned entries are dropped, plain values stay, it is
+    stamped with the database's history and follows the stream. A node of the same history
+    is not rewound when the agent restarts."""
+    with psycopg.connect(database, autocommit=True) as db:
+        db.execute(SCHEMA)
+        row = db.execute(
+            "SELECT system_identifier::text, pg_walfile_name(pg_current_wal_insert_lsn()) "
+            "FROM pg_control_system()"
+        ).fetchone()
+    assert row is not None
+    history = f"{row[0]}:{int(row[1][:8], 16)}".encode()
+    setup_database(database)
+    node = start_node()
+    cache = redis.Redis(host=node.host, port=node.port, protocol=2)
+    assert cache.execute_command("TXORIGIN", "42:1") == b"OK"  # another cluster's history
+    assert cache.execute_command("TXHEARTBEAT", 1000, 1) == 1  # behind this database's WAL
+    cache.execute_command(
+        "TXSET", "foreign", b"v", 1000, "OPEN", "SNAPSHOT", 1000, "TAGS", "public.items:id=1"
+    )
+    cache.set("plain", b"p")
+    agent = AgentProcess(database, [node.address], "--heartbeat-interval", "50ms")
+    stack = Stack(database, node, agent, cache, psycopg.connect(database, autocommit=True))
+    try:
+        deadline = time.monotonic() + 20
+        while cache.execute_command("TXORIGIN") != history and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert cache.execute_command("TXORIGIN") == history, agent.log_text()[-3000:]
+        assert info(cache, "txcache")["rewinds"] == 1
+        assert cache.exists("foreign") == 0
+        assert cache.get("plain") == b"p"
+        assert "CACHE NODE FOLLOWED ANOTHER DATABASE HISTORY" in agent.log_text()
+        probes = stack.probe("public.items:id=1")
+        stack.write("INSERT INTO items (id) VALUES (1)")
+        assert all(stack.truncated(probes).values())
+        agent.stop()
+        stack.agent = AgentProcess(database, [node.address], "--heartbeat-interval", "50ms")
+        probes = stack.probe("public.items:id=2")
+        stack.write("INSERT INTO items (id) VALUES (2)")
+        assert all(stack.truncated(probes).values())
+        assert info(cache, "txcache")["rewinds"] == 1, "the same history: no second rewind"
+    finally:
+        close(stack)
+
+
 def test_a_node_another_agent_moved_on_is_not_rewound(database, start_node):
     """A node past the agent's last reading of the database, but not past the database (a
     second agent feeding it moved it on), keeps its entries: the agent reads the database's

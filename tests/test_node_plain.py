@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 import redis
-from redis.exceptions import NoPermissionError
+from redis.exceptions import NoPermissionError, ResponseError
 
 from conftest import info
 from txcache._process import find_binary
@@ -145,11 +145,28 @@ def test_only_the_stream_password_allows_stream_commands(start_node):
             application.execute_command(*command)
     with pytest.raises(NoPermissionError, match="TXREWIND is a stream command"):
         application.execute_command("TXREWIND", 100, 1)
+    with pytest.raises(NoPermissionError, match="TXORIGIN is a stream command"):
+        application.execute_command("TXORIGIN", "1:1")
     assert application.execute_command("TXSTATUS")[0] == 0, "nothing moved N"
     agent = redis.Redis(host=node.host, port=node.port, password="agent", protocol=2)
     assert agent.execute_command("TXHEARTBEAT", 100, 1) == 1
     assert agent.get("k") == b"v", "the stream password allows every command"
     assert application.execute_command("TXSTATUS")[0] == 100
+
+
+def test_the_origin_names_the_database_history_the_stream_follows(node):
+    client = redis.Redis(host=node.host, port=node.port, protocol=2)
+    assert client.execute_command("TXORIGIN") is None, "no history named yet"
+    assert client.execute_command("TXORIGIN", "7311:1") == b"OK"
+    assert client.execute_command("TXORIGIN") == b"7311:1"
+    assert client.execute_command("TXORIGIN", "7311:2") == b"OK"
+    assert client.execute_command("TXORIGIN") == b"7311:2"
+    for bad in ("", "x" * 257):
+        with pytest.raises(ResponseError, match="origin must be 1 to 256 bytes"):
+            client.execute_command("TXORIGIN", bad)
+    with pytest.raises(ResponseError, match="wrong number of arguments"):
+        client.execute_command("TXORIGIN", "a", "b")
+    assert client.execute_command("TXORIGIN") == b"7311:2", "a refused origin changes nothing"
 
 
 @pytest.mark.parametrize(

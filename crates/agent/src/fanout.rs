@@ -76,6 +76,8 @@ pub struct ReplayBuffer {
     newest: Timestamp,
     newest_time: WallClock,
     capacity: usize,
+    /// The database history the messages belong to (`TXORIGIN`); `None` until named.
+    history: Option<Arc<str>>,
 }
 
 impl ReplayBuffer {
@@ -87,6 +89,7 @@ impl ReplayBuffer {
             newest: Timestamp(low.0.saturating_sub(1)),
             newest_time: WallClock(0),
             capacity: capacity.max(1),
+            history: None,
         }
     }
 
@@ -131,6 +134,16 @@ impl ReplayBuffer {
     /// The newest message's position.
     pub fn newest(&self) -> Timestamp {
         self.newest
+    }
+
+    /// The database history the messages belong to.
+    pub fn history(&self) -> Option<Arc<str>> {
+        self.history.clone()
+    }
+
+    /// Names the database history the messages from now on belong to.
+    pub fn set_history(&mut self, history: &str) {
+        self.history = Some(Arc::from(history));
     }
 }
 
@@ -225,6 +238,27 @@ impl Fanout {
         self.newest.send_replace(restart);
     }
 
+    /// The database history the stream follows (`None` before it is first named).
+    pub fn history(&self) -> Option<Arc<str>> {
+        self.lock().history()
+    }
+
+    /// The stream follows `history` from `restart` on. Naming it first, or again, changes
+    /// nothing; a new one (after a failover, or a restore to a new timeline) restarts the
+    /// buffer, and every node that followed another history is rewound before it gets more.
+    pub fn follow_history(&self, history: &str, restart: Timestamp) {
+        let mut buffer = self.lock();
+        match buffer.history() {
+            Some(current) if *current == *history => return,
+            Some(_) => {
+                buffer.restart_at(restart);
+                self.newest.send_replace(restart);
+            }
+            None => {}
+        }
+        buffer.set_history(history);
+    }
+
     /// The position every connected node has received (the newest pushed when none is
     /// connected: a node that comes back later replays from the buffer or is reset).
     pub fn delivered_everywhere(&self) -> Timestamp {
@@ -297,6 +331,7 @@ async fn serve_node(
 ) -> anyhow::Result<()> {
     let mut link = NodeLink::connect(&node.address, settings.password.as_deref()).await?;
     let mut position = link.position().await?.applied;
+    let mut origin = link.origin().await?;
     let mut newest = fanout.newest.subscribe();
     tracing::info!(node = %node.address, position = %position, "cache node connected");
     let mut last_delivery: Option<Instant> = None;
@@ -310,7 +345,25 @@ async fn serve_node(
             link.rewind(ts, time).await?;
             position = ts;
         }
-        let batch = fanout.lock().after(position);
+        let (batch, history) = {
+            let buffer = fanout.lock();
+            (buffer.after(position), buffer.history())
+        };
+        if let Some(history) = history.filter(|h| origin.as_deref() != Some(&**h)) {
+            if let Some(other) = origin.take() {
+                let (reset_point, time) = fanout.lock().reset_point();
+                // A rewind only moves back: to below the node's own position, it drops
+                // every versioned entry whatever that position is.
+                let ts = reset_point.min(Timestamp(position.0.saturating_sub(1)));
+                tracing::error!(node = %node.address, node_origin = %other, database = %history, rewind_to = %ts,
+                    "CACHE NODE FOLLOWED ANOTHER DATABASE HISTORY (a failover, a restore to a new timeline, or another database): rewinding the node, which drops its versioned entries");
+                link.rewind(ts, time).await?;
+                position = ts;
+            }
+            link.set_origin(&history).await?;
+            origin = Some(history.to_string());
+            continue;
+        }
         let batch = match batch {
             Ok(batch) => batch,
             Err(Gap) => {
@@ -391,5 +444,23 @@ mod tests {
         assert!(!buffer.push(heartbeat(110)));
         assert!(!buffer.push(heartbeat(105)));
         assert_eq!(buffer.after(Timestamp(99)).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn only_a_new_history_restarts_the_buffer() {
+        let fanout = Fanout::new(&[], Timestamp(100), 10);
+        fanout.follow_history("7:1", Timestamp(100));
+        fanout.push(heartbeat(110));
+        fanout.follow_history("7:1", Timestamp(100));
+        assert_eq!(fanout.newest(), Timestamp(110), "the same history again");
+        assert_eq!(fanout.lock().after(Timestamp(99)).unwrap().len(), 1);
+        fanout.follow_history("7:2", Timestamp(105));
+        assert_eq!(fanout.history().as_deref(), Some("7:2"));
+        assert_eq!(fanout.newest(), Timestamp(104));
+        assert!(fanout.lock().after(Timestamp(104)).unwrap().is_empty());
+        assert!(
+            fanout.lock().after(Timestamp(103)).is_err(),
+            "nothing of the old history is replayed"
+        );
     }
 }

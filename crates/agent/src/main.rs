@@ -7,7 +7,9 @@ use txcache_agent::config::Config;
 use txcache_agent::fanout::{Fanout, LinkSettings};
 use txcache_agent::pincushion::{PinSettings, Pincushion};
 use txcache_agent::server::{self, Endpoint};
-use txcache_agent::stream::{database_position, newest_running_xid, slot_state, Stream};
+use txcache_agent::stream::{
+    database_history, database_position, newest_running_xid, slot_state, Stream,
+};
 use txcache_agent::tracker::StreamTracker;
 use txcache_agent::{connect::connect_sql, heartbeat};
 
@@ -36,6 +38,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let fanout = Fanout::new(&config.nodes, slot.confirmed, config.replay_buffer);
     // Before any node connects: a node past this position is past the database.
     fanout.set_database_position(database_position(&sql).await?);
+    fanout.follow_history(&database_history(&sql).await?, slot.confirmed);
     drop(sql);
     fanout.spawn_nodes(LinkSettings {
         password: config.node_password.clone(),

@@ -56,6 +56,21 @@ impl NodeLink {
         }
     }
 
+    /// `TXORIGIN`: the database history the node follows, if one was named.
+    pub async fn origin(&mut self) -> anyhow::Result<Option<String>> {
+        match self.call(&[b"TXORIGIN"]).await? {
+            Frame::Bulk(origin) => Ok(Some(String::from_utf8_lossy(&origin).into_owned())),
+            Frame::Null => Ok(None),
+            other => bail!("unexpected TXORIGIN reply {other:?}"),
+        }
+    }
+
+    /// `TXORIGIN history`: the node follows `history` from now on.
+    pub async fn set_origin(&mut self, history: &str) -> anyhow::Result<()> {
+        self.call(&[b"TXORIGIN", history.as_bytes()]).await?;
+        Ok(())
+    }
+
     /// `TXRESET ts commit_time`.
     pub async fn reset(&mut self, ts: Timestamp, time: WallClock) -> anyhow::Result<()> {
         let (ts, time) = (ts.0.to_string(), time.0.to_string());

@@ -74,6 +74,27 @@ pub async fn database_position(sql: &SqlSession) -> anyhow::Result<Timestamp> {
     Ok(Timestamp(Lsn::parse(&text)?.as_u64()))
 }
 
+/// The database history the stream follows: the cluster's system identifier and the timeline
+/// WAL is written on now, as `system_identifier:timeline`. A failover or a restore to a new
+/// timeline changes the timeline; another cluster changes the identifier.
+pub async fn database_history(sql: &SqlSession) -> anyhow::Result<String> {
+    let row = sql
+        .client
+        .query_one(
+            "SELECT system_identifier::text, pg_walfile_name(pg_current_wal_insert_lsn()) \
+             FROM pg_control_system()",
+            &[],
+        )
+        .await?;
+    let (system, segment): (String, String) = (row.get(0), row.get(1));
+    // A WAL segment's name starts with its timeline, 8 hex digits.
+    let timeline = segment
+        .get(..8)
+        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+        .with_context(|| format!("unexpected WAL segment name {segment:?}"))?;
+    Ok(format!("{system}:{timeline}"))
+}
+
 /// The newest transaction id running now: commits below the stream's start position may not
 /// be visible yet while it runs (the certification floor, `certify.rs`).
 pub async fn newest_running_xid(sql: &SqlSession) -> anyhow::Result<u64> {
@@ -151,6 +172,14 @@ impl Stream {
                 .restart(slot.confirmed, newest_running_xid(&sql).await?);
             self.fanout.declare_gap(slot.confirmed);
         }
+        let history = database_history(&sql).await?;
+        if let Some(old) = self.fanout.history().filter(|old| **old != *history) {
+            tracing::error!(old_history = %old, new_history = %history,
+                "THE DATABASE'S HISTORY CHANGED (a failover, a restore to a new timeline, or another database): restarting the stream at the slot; every cache node is rewound and loses its versioned entries");
+            self.tracker
+                .restart(slot.confirmed, newest_running_xid(&sql).await?);
+        }
+        self.fanout.follow_history(&history, slot.confirmed);
         self.catalog
             .refresh(&sql.client)
             .await

@@ -3,7 +3,9 @@
 use crate::config::Config;
 use crate::metrics::ServerMetrics;
 use crate::shards::Shards;
+use bytes::Bytes;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 use txcache_resp::Limits;
 use txcache_store::StoreConfig;
@@ -22,6 +24,8 @@ pub struct Node {
     max_memory: AtomicUsize,
     /// When the node started, for `uptime_in_seconds`.
     pub started: Instant,
+    /// The database history the stream follows, as the agent named it (`TXORIGIN`).
+    origin: Mutex<Option<Bytes>>,
 }
 
 impl Node {
@@ -43,9 +47,27 @@ impl Node {
             max_memory: AtomicUsize::new(config.max_memory),
             config,
             started: Instant::now(),
+            origin: Mutex::new(None),
         };
         node.update_bulk_limit(node.max_memory());
         node
+    }
+
+    /// The database history the stream follows; `None` until an agent names one.
+    pub fn origin(&self) -> Option<Bytes> {
+        self.lock_origin().clone()
+    }
+
+    /// Records the database history the stream follows from now on.
+    pub fn set_origin(&self, origin: Bytes) {
+        *self.lock_origin() = Some(origin);
+    }
+
+    fn lock_origin(&self) -> std::sync::MutexGuard<'_, Option<Bytes>> {
+        // Only ever replaced whole: a panic elsewhere cannot leave it half-written.
+        self.origin
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Limits for decoding the next request.

@@ -23,6 +23,7 @@ mod txget;
 mod txheartbeat;
 mod txinterval;
 mod txinvalidate;
+mod txorigin;
 mod txreset;
 mod txset;
 mod txstatus;
@@ -101,6 +102,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     spec("ECHO", ping::run_echo),
     stream("TXRESET", txreset::run_reset),
     stream("TXREWIND", txreset::run_rewind),
+    stream("TXORIGIN", txorigin::run),
     spec("TXSTATUS", txstatus::run),
     spec("TXINTERVAL", txinterval::run),
     spec("DBSIZE", dbsize::run),
