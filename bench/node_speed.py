@@ -26,6 +26,10 @@ Every loadgen run first flushes the server and preloads the key space (100,000 k
 ``--only memory`` runs the memory phase alone (txcached, plus Redis and memcached where they
 are installed) and writes ``results/node_speed_memory.{md,json}``: it starts no throughput
 run, so it can be taken while other benchmarks use the machine.
+
+``--only instructions`` counts user-space instructions per request instead of time: each
+server runs under callgrind (``_callgrind.py``) and serves a fixed number of requests at
+pipeline 16 and 1; it writes ``results/node_speed_instructions.{md,json}``.
 """
 
 from __future__ import annotations
@@ -40,12 +44,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from _callgrind import counted, guest_fd_limit, instructions_table, under_callgrind
 from _common import (
     BENCH_DIR,
     RESULTS_DIR,
@@ -74,16 +79,18 @@ SYSCALLS = {
 # -- servers ---------------------------------------------------------------------------------
 
 
-def ensure_packages() -> None:
-    """Install redis-server and memcached (Debian packages) if they are missing."""
-    if shutil.which("redis-server") and shutil.which("memcached"):
+def ensure_packages(*, valgrind: bool = False) -> None:
+    """Install redis-server and memcached (and valgrind) with apt-get if they are missing."""
+    wanted = {"redis-server": "redis-server", "memcached": "memcached"}
+    if valgrind:
+        wanted |= {"valgrind": "valgrind", "callgrind_control": "valgrind"}
+    missing = sorted({package for binary, package in wanted.items() if not shutil.which(binary)})
+    if not missing:
         return
-    log("installing redis-server and memcached with apt-get")
+    log(f"installing {', '.join(missing)} with apt-get")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "redis-server", "memcached"], check=True, env=env
-    )
+    subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=True, env=env)
 
 
 def free_port() -> int:
@@ -120,8 +127,9 @@ class Server:
         raise RuntimeError(f"{self.kind}: no VmRSS")
 
 
-def server_command(kind: str, port: int) -> list[str]:
-    """How each server is started: loopback only, room for every item, no persistence."""
+def server_command(kind: str, port: int, connections: int = 4096) -> list[str]:
+    """How each server is started: loopback only, room for every item, no persistence;
+    ``connections`` is memcached's ``-c`` (it sets its descriptor limit to that)."""
     if kind == "txcached":
         binary = os.environ["TXCACHED_BIN"]  # set by freeze_binaries()
         return [binary, "--port", str(port), "--max-memory", "4gb", "--log", "warn"]
@@ -133,33 +141,37 @@ def server_command(kind: str, port: int) -> list[str]:
     user = ["-u", "root"] if os.geteuid() == 0 else []
     return [
         *("memcached", "-p", str(port), "-l", "127.0.0.1", "-t", "2", "-m", "4096"),
-        *("-c", "4096", "-U", "0", *user),
+        *("-c", str(connections), "-U", "0", *user),
     ]
 
 
 @contextmanager
-def running(kind: str) -> Iterator[Server]:
-    """A fresh server of ``kind``, stopped on exit."""
+def running(kind: str, under: Sequence[str] = (), connections: int = 4096) -> Iterator[Server]:
+    """A fresh server of ``kind`` (run by the command prefix ``under``, e.g. valgrind),
+    stopped on exit."""
     port = free_port()
     process = subprocess.Popen(
-        server_command(kind, port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [*under, *server_command(kind, port, connections)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     server = Server(kind, port, process)
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + (60 if under else 10)
         while True:
             with socket.socket() as probe:
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
             if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{kind} did not start: {server_command(kind, port)}")
+                command = [*under, *server_command(kind, port, connections)]
+                raise RuntimeError(f"{kind} did not start: {' '.join(command)}")
             time.sleep(0.05)
         server.base_fd = max(int(fd) for fd in os.listdir(f"/proc/{process.pid}/fd"))
         yield server
     finally:
         process.terminate()
         try:
-            process.wait(10)
+            process.wait(30 if under else 10)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -893,6 +905,86 @@ def memory_only(items: int) -> None:
     log(f"wrote {RESULTS_DIR / 'node_speed_memory'}.md")
 
 
+INSTRUCTION_SERVERS = [
+    ("txcached", "txcached", "resp", "GET/SET"),
+    ("txcached TX", "txcached", "versioned", "TXGET/TXSET"),
+    ("redis", "redis", "resp", "GET/SET"),
+    ("memcached", "memcached", "memcache", "get/set"),
+]
+
+
+def instruction_rows(budgets: dict[int, int], out_dir: Path) -> list[dict[str, Any]]:
+    """Each server under callgrind, a fresh one per row of ``INSTRUCTION_SERVERS``: per
+    pipeline depth, flush and preload uncounted, then ``budgets[pipeline]`` requests
+    counted (8 connections, 90:10, uniform keys, 16 B keys, 100 B values)."""
+    rows = []
+    for label, kind, protocol, commands in INSTRUCTION_SERVERS:
+        # memcached sets its descriptor limit to -c, and valgrind only lets it keep its own.
+        with running(kind, under_callgrind(out_dir), guest_fd_limit()) as server:
+            target = Target(label, server, protocol)
+            for pipeline, budget in budgets.items():
+                spec = Spec(f"p{pipeline} c8", pipeline=pipeline)
+                loadgen(target, "--flush", "--duration", "0", *spec.args())
+                row: dict[str, Any] = {"target": label, "commands": commands}
+                run = ["--no-preload", "--warmup", "0s", "--duration", "10m"]
+                with counted(server.pid, out_dir, row):
+                    report = loadgen(target, *run, "--max-requests", str(budget), *spec.args())
+                requests = report["results"]["requests"]
+                row |= {"pipeline": pipeline, "requests": requests, "loadgen": report}
+                row["per_request"] = row["instructions"] / max(1, requests)
+                rows.append(row)
+                log(f"instructions {label} p{pipeline}: {row['per_request']:,.0f} per request")
+    return rows
+
+
+def instructions_only(quick: bool) -> None:
+    """The instruction-count phase alone: write results/node_speed_instructions{,_quick}
+    .{md,json}."""
+    started = time.monotonic()
+    ensure_packages(valgrind=True)
+    freeze_binaries()
+    loadgen_binary()
+    budgets = {16: 20_000, 1: 5_000} if quick else {16: 200_000, 1: 50_000}
+    with tempfile.TemporaryDirectory(prefix="txcache-callgrind-") as out_dir:
+        rows = instruction_rows(budgets, Path(out_dir))
+    servers = versions()
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    budget_text = ", ".join(f"{n:,} at pipeline {p}" for p, n in budgets.items())
+    body = [
+        "# Cache-node instructions per request",
+        "",
+        f"- command: `{command_line()}`",
+        f"- machine: {os.cpu_count()} CPUs ({_cpu_model()}), Linux {os.uname().release}",
+        f"- servers: txcached (2 worker threads), {servers['redis']}, "
+        f"{servers['memcached']} (`-t 2`); each under "
+        "`valgrind --tool=callgrind --instr-atstart=no`",
+        f"- code: {build_note()}",
+        f"- date: {date}; the run took {(time.monotonic() - started) / 60:.1f} min",
+        "",
+        "## User-space instructions per request (callgrind `Ir`)",
+        "",
+        "What this counts: the instructions each server process executes in user space "
+        "(its own code and its libraries: libc, malloc, jemalloc in Redis), all threads, "
+        "background timers included, divided by the requests answered. It does *not* count "
+        "kernel work (system calls, TCP loopback, scheduling), cache misses or stalls, so it "
+        "is not time. It is reported because it repeats to within about 1 % from run to run "
+        "on this shared host, where CPU steal makes timings noisy.",
+        "",
+        f"Per server a fresh process; per row it is flushed and preloaded (100,000 keys, not "
+        f"counted), then instrumentation is switched on (`callgrind_control -i on`) for "
+        f"a fixed budget of requests ({budget_text}) by `txcache-loadgen`: 8 connections, "
+        "90 % GET, uniform keys, 16 B keys, 100 B values; then off, and `callgrind_control "
+        "-d` dumps the count.",
+        "",
+        *instructions_table(rows),
+    ]
+    name = "node_speed_instructions_quick" if quick else "node_speed_instructions"
+    (RESULTS_DIR / f"{name}.md").write_text("\n".join(body).rstrip() + "\n")
+    raw = {"command": command_line(), "date": date, "budgets": budgets, "rows": rows}
+    (RESULTS_DIR / f"{name}.json").write_text(json.dumps(raw, indent=2) + "\n")
+    log(f"wrote {RESULTS_DIR / name}.md")
+
+
 def main() -> None:
     """Run every phase and write results/node_speed{,_quick}.{md,json,png}."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -903,11 +995,15 @@ def main() -> None:
     parser.add_argument("--sweep-seconds", type=float, default=2.0, help="s per rate (2)")
     parser.add_argument("--max-rates", type=int, default=len(RATES), help="rates to try")
     parser.add_argument("--quick", action="store_true", help="a smoke run (about 2 min)")
-    parser.add_argument("--only", choices=["memory"], help="run one phase alone (memory)")
+    parser.add_argument("--only", choices=["memory", "instructions"], help="run one phase alone")
     args = parser.parse_args()
     if args.only == "memory":
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         memory_only(args.items)
+        return
+    if args.only == "instructions":
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        instructions_only(args.quick)
         return
     if args.quick:
         args.seconds, args.warmup, args.rounds, args.items = 1.0, 0.3, 1, 200_000

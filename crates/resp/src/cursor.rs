@@ -24,43 +24,47 @@ pub(crate) fn expect_crlf(buf: &[u8], pos: usize) -> Result<Option<usize>, Malfo
     }
 }
 
+/// The most digits an `i64` has. Nineteen digits always fit in a `u64`
+/// (`10^19 - 1 < 2^64`), so they are summed without overflow checks.
+const MAX_DIGITS: usize = 19;
+
 /// Reads a canonical decimal `i64` followed by `\r\n`, starting at `pos`.
 ///
 /// Canonical as in Redis's `string2ll`: an optional `-`, then `0` or a digit
 /// sequence without leading zeros (`-0`, `01` and `+1` are rejected). Overflow is an
 /// error, so an integer line is at most 22 bytes. Returns the value and the
 /// position after the CRLF.
+///
+/// One unchecked pass sums the digits, then the rules are checked in the order a
+/// byte-by-byte reader meets them, so the answer (`Ok(None)` for a valid prefix,
+/// `Err` as soon as the bytes present are wrong) is the same.
 pub(crate) fn read_int(buf: &[u8], pos: usize) -> Result<Option<(i64, usize)>, Malformed> {
-    let negative = buf.get(pos) == Some(&b'-');
-    let start = pos + usize::from(negative);
-    let mut value: i64 = 0;
-    let mut at = start;
-    loop {
-        let Some(&byte) = buf.get(at) else {
-            return Ok(None);
-        };
-        if byte == b'\r' && at > start {
-            return Ok(expect_crlf(buf, at)?.map(|next| (value, next)));
+    let rest = buf.get(pos..).unwrap_or_default();
+    let negative = rest.first() == Some(&b'-');
+    let digits = &rest[usize::from(negative)..];
+    let mut magnitude: u64 = 0;
+    let mut count = 0;
+    for &byte in digits.iter().take(MAX_DIGITS) {
+        let digit = byte.wrapping_sub(b'0');
+        if digit > 9 {
+            break;
         }
-        let digit = decimal_digit(byte)?;
-        let leading_zero = at > start && value == 0;
-        if leading_zero || (negative && at == start && digit == 0) {
-            return Err(Malformed);
-        }
-        let shifted = value.checked_mul(10);
-        let next = match negative {
-            true => shifted.and_then(|v| v.checked_sub(digit)),
-            false => shifted.and_then(|v| v.checked_add(digit)),
-        };
-        value = next.ok_or(Malformed)?;
-        at += 1;
+        magnitude = magnitude * 10 + u64::from(digit);
+        count += 1;
     }
-}
-
-fn decimal_digit(byte: u8) -> Result<i64, Malformed> {
-    match byte {
-        b'0'..=b'9' => Ok(i64::from(byte - b'0')),
-        _ => Err(Malformed),
+    let leading_zero = digits.first() == Some(&b'0') && (negative || count > 1);
+    let value = match negative {
+        true => 0i64.checked_sub_unsigned(magnitude),
+        false => i64::try_from(magnitude).ok(),
+    };
+    let (Some(value), false) = (value, leading_zero) else {
+        return Err(Malformed);
+    };
+    let end = pos + usize::from(negative) + count;
+    match digits.get(count) {
+        None => Ok(None),
+        Some(b'\r') if count > 0 => Ok(expect_crlf(buf, end)?.map(|next| (value, next))),
+        Some(_) => Err(Malformed),
     }
 }
 
@@ -200,6 +204,111 @@ mod tests {
         ];
         for s in bad {
             assert!(int(s).is_err(), "{s:?}");
+        }
+    }
+
+    /// The byte-by-byte reader `read_int` replaced: checked arithmetic per digit. The
+    /// model the fast one must agree with.
+    fn reference_read_int(buf: &[u8], pos: usize) -> Result<Option<(i64, usize)>, Malformed> {
+        let negative = buf.get(pos) == Some(&b'-');
+        let start = pos + usize::from(negative);
+        let mut value: i64 = 0;
+        let mut at = start;
+        loop {
+            let Some(&byte) = buf.get(at) else {
+                return Ok(None);
+            };
+            if byte == b'\r' && at > start {
+                return Ok(expect_crlf(buf, at)?.map(|next| (value, next)));
+            }
+            let digit = match byte {
+                b'0'..=b'9' => i64::from(byte - b'0'),
+                _ => return Err(Malformed),
+            };
+            let leading_zero = at > start && value == 0;
+            if leading_zero || (negative && at == start && digit == 0) {
+                return Err(Malformed);
+            }
+            let shifted = value.checked_mul(10);
+            let next = match negative {
+                true => shifted.and_then(|v| v.checked_sub(digit)),
+                false => shifted.and_then(|v| v.checked_add(digit)),
+            };
+            value = next.ok_or(Malformed)?;
+            at += 1;
+        }
+    }
+
+    /// `Ok(None)`, `Err` or the value and end: what the two readers must agree on.
+    fn answer(read: Result<Option<(i64, usize)>, Malformed>) -> Result<Option<(i64, usize)>, ()> {
+        read.map_err(|_| ())
+    }
+
+    fn agree(buf: &[u8], pos: usize) -> Result<(), proptest::test_runner::TestCaseError> {
+        let (fast, model) = (read_int(buf, pos), reference_read_int(buf, pos));
+        proptest::prop_assert_eq!(answer(fast), answer(model), "{:?} at {}", buf, pos);
+        Ok(())
+    }
+
+    /// Bytes that make up integer lines, and their near misses.
+    fn int_bytes() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let alphabet = b"0123456789-+\r\n x".to_vec();
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..30),
+            proptest::collection::vec(prop::sample::select(alphabet), 0..30),
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn fast_read_int_agrees_on_any_bytes(buf in int_bytes(), pos in 0usize..4) {
+            agree(&buf, pos)?;
+        }
+
+        #[test]
+        fn fast_read_int_agrees_on_prefixes_of_valid_lines(
+            n in proptest::prelude::any::<i64>(),
+            digits in 0u32..20,
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..3),
+        ) {
+            // Values of every length, not only the 19-digit ones uniform sampling favours.
+            let n = 10i64.checked_pow(digits).map_or(n, |p| n % p);
+            let mut line = format!("{n}\r\n").into_bytes();
+            line.extend_from_slice(&tail);
+            for len in 0..=line.len() {
+                agree(&line[..len], 0)?;
+                agree(&line[..len], len.min(1))?;
+            }
+        }
+    }
+
+    #[test]
+    fn fast_read_int_agrees_at_the_edges() {
+        let edges = [
+            "9223372036854775807\r\n",
+            "9223372036854775808\r\n",
+            "-9223372036854775808\r\n",
+            "-9223372036854775809\r\n",
+            "999999999999999999\r\n",
+            "1000000000000000000\r\n",
+            "9999999999999999999\r\n",
+            "10000000000000000000\r\n",
+            "18446744073709551615\r\n",
+            "-0\r\n",
+            "0\r\n",
+            "00\r\n",
+            "-\r\n",
+        ];
+        for edge in edges {
+            for len in 0..=edge.len() {
+                let buf = &edge.as_bytes()[..len];
+                assert_eq!(
+                    answer(read_int(buf, 0)),
+                    answer(reference_read_int(buf, 0)),
+                    "{buf:?}"
+                );
+            }
         }
     }
 

@@ -1,8 +1,8 @@
 //! Encoders for replies (server side) and requests (client side).
 //!
 //! Every function appends one complete RESP2 item to `out`, reserving the space it
-//! needs once and formatting integers with a small digit loop: no intermediate
-//! allocation, no `fmt` machinery.
+//! needs once and formatting integers two digits at a time from a table: no
+//! intermediate allocation, no `fmt` machinery.
 
 use bytes::{BufMut, BytesMut};
 
@@ -78,26 +78,48 @@ fn length_line(out: &mut BytesMut, prefix: u8, len: usize) {
     decimal_line(out, prefix, false, len as u64);
 }
 
-/// `<prefix>[-]<magnitude>\r\n`.
+/// `"00"` to `"99"`: integers are written two digits per division.
+const PAIRS: [u8; 200] = digit_pairs();
+
+const fn digit_pairs() -> [u8; 200] {
+    let mut table = [0; 200];
+    let mut i = 0;
+    while i < 100 {
+        table[2 * i] = b'0' + (i / 10) as u8;
+        table[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    table
+}
+
+/// `<prefix>[-]<magnitude>\r\n`, built backwards in a stack buffer and appended at once.
 fn decimal_line(out: &mut BytesMut, prefix: u8, negative: bool, magnitude: u64) {
-    let mut digits = [0u8; 20];
-    let mut start = digits.len();
+    // Prefix, sign, the 20 digits of u64::MAX, CRLF.
+    let mut line = [0u8; 24];
+    let mut start = line.len() - CRLF.len();
+    line[start..].copy_from_slice(CRLF);
     let mut rest = magnitude;
-    loop {
+    while rest >= 100 {
+        let pair = (rest % 100) as usize * 2;
+        rest /= 100;
+        start -= 2;
+        line[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if rest >= 10 {
+        let pair = rest as usize * 2;
+        start -= 2;
+        line[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    } else {
         start -= 1;
-        digits[start] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
+        line[start] = b'0' + rest as u8;
     }
-    out.reserve(digits.len() + 4);
-    out.put_u8(prefix);
     if negative {
-        out.put_u8(b'-');
+        start -= 1;
+        line[start] = b'-';
     }
-    out.extend_from_slice(&digits[start..]);
-    out.extend_from_slice(CRLF);
+    start -= 1;
+    line[start] = prefix;
+    out.extend_from_slice(&line[start..]);
 }
 
 #[cfg(test)]
@@ -137,6 +159,35 @@ mod tests {
             encoded(|o| integer(o, i64::MIN)),
             b":-9223372036854775808\r\n"
         );
+    }
+
+    #[test]
+    fn integers_match_format_at_the_edges() {
+        let mut edges = vec![0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, i64::MAX, i64::MIN];
+        for power in 1..19 {
+            let p = 10i64.pow(power);
+            edges.extend([p - 1, p, p + 1, -(p - 1), -p, -(p + 1)]);
+        }
+        for n in edges {
+            assert_eq!(encoded(|o| integer(o, n)), format!(":{n}\r\n").as_bytes());
+        }
+        let line = encoded(|o| decimal_line(o, b'$', false, u64::MAX));
+        assert_eq!(line, format!("${}\r\n", u64::MAX).as_bytes());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn integers_match_format(n in proptest::prelude::any::<i64>(), digits in 0u32..20) {
+            // Every length, not only the long values uniform sampling favours.
+            let n = 10i64.checked_pow(digits).map_or(n, |p| n % p);
+            proptest::prop_assert_eq!(encoded(|o| integer(o, n)), format!(":{n}\r\n").into_bytes());
+        }
+
+        #[test]
+        fn lengths_match_format(n in proptest::prelude::any::<usize>(), shift in 0u32..64) {
+            let n = n >> shift;
+            proptest::prop_assert_eq!(encoded(|o| array_header(o, n)), format!("*{n}\r\n").into_bytes());
+        }
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //!
 //! - **Check, then parse.** As in mini-redis, a cheap check pass walks the buffer
 //!   and decides whether a complete, valid item is present, without allocating.
-//!   Only then are its bytes split off and a second pass builds the value.
+//!   Only then are its bytes split off and a second pass builds the value (for
+//!   requests, the check pass notes where each argument lies, so the second pass
+//!   only slices).
 //!   Incomplete input returns `Ok(None)` and leaves the buffer untouched.
 //! - **Every claimed length is checked first.** Each `$<len>` and `*<count>` is
 //!   compared with the [`Limits`] as soon as its line is read, before anything

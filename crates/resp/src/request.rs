@@ -1,6 +1,8 @@
 //! Decoding client requests, multibulk (`*2\r\n$3\r\nGET\r\n$1\r\nk\r\n`) or inline
 //! (`GET k\r\n`), into zero-copy argument slices.
 
+use std::ops::Range;
+
 use bytes::{Bytes, BytesMut};
 
 use crate::cursor::{self, Bulk};
@@ -29,7 +31,8 @@ pub fn decode_request(
 
 /// A request decoder that remembers how much of an incomplete request it already
 /// checked, so a request trickling in over many reads costs linear, not quadratic,
-/// time.
+/// time. The check pass also notes where each argument lies, so the bytes are
+/// scanned once; that list is kept between requests to spare an allocation.
 ///
 /// Between calls the buffer may only grow at its end (as reading into a `BytesMut`
 /// does); after `Ok(Some(_))` or an error the decoder starts afresh. Feeding it a
@@ -38,7 +41,13 @@ pub fn decode_request(
 #[derive(Debug, Clone, Default)]
 pub struct RequestDecoder {
     pending: Option<Pending>,
+    /// Where the arguments checked so far lie, from the start of the buffer.
+    found: Vec<Range<usize>>,
 }
+
+/// Above this many remembered argument slots a decoder gives the memory back after
+/// the request (a client sent one very long command).
+const KEEP_FOUND: usize = 1024;
 
 /// A request begun but not complete.
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +74,7 @@ impl RequestDecoder {
     /// Forgets any partial progress.
     pub fn reset(&mut self) {
         self.pending = None;
+        self.found.clear();
     }
 
     /// Decodes one request from the front of `buf`, exactly like [`decode_request`],
@@ -76,13 +86,18 @@ impl RequestDecoder {
     ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
         let pending = match self.pending.take() {
             Some(pending) => pending,
-            None => match begin(buf, limits)? {
-                Some(pending) => pending,
-                None => return Ok(None),
-            },
+            None => {
+                self.found.clear();
+                match begin(buf, limits)? {
+                    Some(pending) => pending,
+                    None => return Ok(None),
+                }
+            }
         };
         let checked = match pending {
-            Pending::Multibulk(m) => m.resume(buf, limits)?.map_err(Pending::Multibulk),
+            Pending::Multibulk(m) => m
+                .resume(buf, limits, &mut self.found)?
+                .map_err(Pending::Multibulk),
             Pending::Inline(i) => i.resume(buf, limits)?.map_err(Pending::Inline),
         };
         let ready = match checked {
@@ -93,11 +108,14 @@ impl RequestDecoder {
             }
         };
         let frame = buf.split_to(ready.len).freeze();
-        match pending {
-            Pending::Multibulk(m) => m.split(&frame, limits),
+        let args = match pending {
+            Pending::Multibulk(_) => slices(&frame, &self.found),
             Pending::Inline(_) => crate::inline::split(&frame, ready.args),
+        };
+        if self.found.capacity() > KEEP_FOUND {
+            self.found = Vec::new();
         }
-        .map(Some)
+        args.map(Some)
     }
 }
 
@@ -115,16 +133,11 @@ fn begin(buf: &[u8], limits: &Limits) -> Result<Option<Pending>, ProtocolError> 
 struct Multibulk {
     /// Elements announced by the header.
     count: usize,
-    /// Where the first element starts.
-    body: usize,
     /// Elements found complete so far.
     checked: usize,
     /// Where the next element starts.
     pos: usize,
 }
-
-/// The smallest element, `$0\r\n\r\n`.
-const MIN_ELEMENT: usize = 6;
 
 impl Multibulk {
     /// Reads the header `*<count>\r\n`; `*0` and `*-1` are requests without arguments.
@@ -136,17 +149,25 @@ impl Multibulk {
         let count = cursor::array_len(claimed, limits)?.unwrap_or(0);
         Ok(Some(Self {
             count,
-            body,
             checked: 0,
             pos: body,
         }))
     }
 
-    /// Check pass: validates the elements present, without allocating.
-    fn resume(mut self, buf: &[u8], limits: &Limits) -> Result<Result<Ready, Self>, ProtocolError> {
+    /// Check pass: validates the elements present and notes where they lie in
+    /// `found` (which grows with the bytes present, never with the claimed count).
+    fn resume(
+        mut self,
+        buf: &[u8],
+        limits: &Limits,
+        found: &mut Vec<Range<usize>>,
+    ) -> Result<Result<Ready, Self>, ProtocolError> {
         while self.checked < self.count {
             match element(buf, self.pos, limits)? {
-                Some((_, next)) => self.pos = next,
+                Some((data, next)) => {
+                    found.push(data);
+                    self.pos = next;
+                }
                 None => return Ok(Err(self)),
             }
             self.checked += 1;
@@ -156,19 +177,16 @@ impl Multibulk {
             args: self.count,
         }))
     }
+}
 
-    /// Slicing pass over the request the check pass accepted.
-    fn split(self, frame: &Bytes, limits: &Limits) -> Result<Vec<Bytes>, ProtocolError> {
-        let available = frame.len().saturating_sub(self.body);
-        let mut args = Vec::with_capacity(cursor::capacity(self.count, available, MIN_ELEMENT));
-        let mut pos = self.body;
-        for _ in 0..self.count {
-            let (data, next) = element(frame, pos, limits)?.ok_or(ProtocolError::Truncated)?;
-            args.push(frame.slice(data));
-            pos = next;
-        }
-        Ok(args)
+/// The arguments the check pass found (in order), as slices of the request's frozen
+/// bytes. A range outside the frame (a decoder fed another buffer mid-request) is an
+/// error, not a panic.
+fn slices(frame: &Bytes, found: &[Range<usize>]) -> Result<Vec<Bytes>, ProtocolError> {
+    if found.last().is_some_and(|data| data.end > frame.len()) {
+        return Err(ProtocolError::Truncated);
     }
+    Ok(found.iter().map(|data| frame.slice(data.clone())).collect())
 }
 
 /// One element of a multibulk request, which must be a non-null bulk string.

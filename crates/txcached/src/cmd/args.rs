@@ -94,14 +94,23 @@ impl Args {
 }
 
 /// Parses plain ASCII decimal digits (no sign, no spaces) without allocating.
+///
+/// The first 19 digits cannot overflow a `u64` (`10^19 - 1 < 2^64`) and are summed
+/// unchecked; only a 20th is multiplied in with checks.
 pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
     if bytes.is_empty() || bytes.len() > 20 {
         return None;
     }
-    bytes.iter().try_fold(0u64, |acc, &b| {
-        let digit = b.checked_sub(b'0').filter(|d| *d < 10)?;
-        acc.checked_mul(10)?.checked_add(u64::from(digit))
-    })
+    let digit = |b: u8| Some(u64::from(b.wrapping_sub(b'0'))).filter(|d| *d < 10);
+    let (head, last) = bytes.split_at(bytes.len().min(19));
+    let mut value = 0u64;
+    for &b in head {
+        value = value * 10 + digit(b)?;
+    }
+    match last.first() {
+        None => Some(value),
+        Some(&b) => value.checked_mul(10)?.checked_add(digit(b)?),
+    }
 }
 
 /// A bounded, printable rendering of client bytes for error messages and logs.
@@ -126,6 +135,11 @@ mod tests {
     fn parse_u64_refuses_signs_spaces_and_overflow() {
         assert_eq!(parse_u64(b"0"), Some(0));
         assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(
+            parse_u64(b"9999999999999999999"),
+            Some(9_999_999_999_999_999_999)
+        );
+        assert_eq!(parse_u64(b"00042"), Some(42));
         for bad in [
             &b""[..],
             b"-1",
@@ -133,8 +147,24 @@ mod tests {
             b" 1",
             b"1a",
             b"18446744073709551616",
+            b"99999999999999999999",
+            b"1844674407370955161a",
+            b"123456789012345678901",
         ] {
             assert_eq!(parse_u64(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn parse_u64_agrees_with_std_on_digit_strings() {
+        for len in 1..=20 {
+            for fill in ["9", "1", "0", "5"] {
+                for head in ["", "1", "18446744073709551615"] {
+                    let text: String = format!("{head}{}", fill.repeat(len))[..len].to_owned();
+                    let expected = text.parse::<u64>().ok();
+                    assert_eq!(parse_u64(text.as_bytes()), expected, "{text}");
+                }
+            }
         }
     }
 
