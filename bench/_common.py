@@ -357,11 +357,10 @@ def _system_busy_seconds() -> float:
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
-def _own_tree_seconds() -> float:
-    """CPU time of this process and all its descendants, live or reaped (PostgreSQL and its
-    backends, pgbench, txcached, txcache-agent are all started from here)."""
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
+def _processes() -> dict[int, tuple[int, float]]:
+    """Every live process: its parent and its CPU time, including that of the children it
+    has reaped (utime, stime, cutime, cstime)."""
+    table = {}
     tick = os.sysconf("SC_CLK_TCK")
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -370,8 +369,16 @@ def _own_tree_seconds() -> float:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:  # exited meanwhile
             continue
-        parents[int(entry.name)] = int(fields[1])
-        times[int(entry.name)] = sum(int(value) for value in fields[11:15]) / tick
+        table[int(entry.name)] = (int(fields[1]), sum(int(v) for v in fields[11:15]) / tick)
+    return table
+
+
+def _own_tree_seconds() -> float:
+    """CPU time of this process and all its descendants, live or reaped (PostgreSQL and its
+    backends, pgbench, txcached, txcache-agent are all started from here)."""
+    table = _processes()
+    parents = {pid: parent for pid, (parent, _) in table.items()}
+    times = {pid: seconds for pid, (_, seconds) in table.items()}
     me = os.getpid()
 
     def ours(pid: int) -> bool:
@@ -406,17 +413,7 @@ PLACEMENT_HELP = (
 
 def _children(parent: int) -> list[int]:
     """The live child processes of ``parent``."""
-    children = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # exited meanwhile
-            continue
-        if int(fields[1]) == parent:
-            children.append(int(entry.name))
-    return children
+    return [pid for pid, (ppid, _) in _processes().items() if ppid == parent]
 
 
 def postmaster_pid(server: Any) -> int:
@@ -424,24 +421,13 @@ def postmaster_pid(server: Any) -> int:
     return int((server.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
 
 
-def _stat_cpu_seconds(pid: int) -> float:
-    """CPU time of ``pid`` and of its children it has reaped (utime, stime, cutime, cstime)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-
-
 def database_cpu_seconds(server: Any) -> float:
     """CPU time the database server has used so far: the postmaster, every live child
     (backends, walsenders, checkpointer, ...) and every child that has exited (reaped by the
-    postmaster). Unlike throughput, it does not count the time the host took away."""
+    postmaster). The host's stolen time distorts it less than throughput."""
     postmaster = postmaster_pid(server)
-    total = _stat_cpu_seconds(postmaster)
-    for child in _children(postmaster):
-        try:
-            total += _stat_cpu_seconds(child)
-        except OSError:  # exited meanwhile: its time moves into the postmaster's
-            continue
-    return total
+    table = _processes()
+    return sum(seconds for pid, (parent, seconds) in table.items() if postmaster in (pid, parent))
 
 
 def place_database_apart(server: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -12,6 +13,20 @@ from txcache import NodeProcess
 pytest_plugins = ["postgres_fixtures", "agent_fixtures", "library_fixtures"]
 
 StartNode = Callable[..., NodeProcess]
+
+
+def wait_for(
+    condition: Callable[[], object],
+    what: str,
+    timeout: float = 10.0,
+    detail: Callable[[], str] = lambda: "",
+) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` (and ``detail()``, e.g. a
+    process's log) after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{detail()}"
+        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import psycopg
 import redis
 
 from agent_fixtures import SCHEMA, Stack, lsn
-from conftest import StartNode, info
+from conftest import StartNode, info, wait_for
 from postgres_fixtures import PostgresFactory
 from txcache import AgentProcess, NodeProcess, setup_database
 
@@ -102,9 +102,12 @@ def test_a_lost_slot_resets_every_node_loudly(postgres_factory: PostgresFactory,
         assert status == ("lost",)
         stack.agent = AgentProcess(dsn, [node.address], "--heartbeat-interval", "50ms")
         try:
-            deadline = time.monotonic() + 20
-            while info(cache, "txcache")["resets"] == resets and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(
+                lambda: info(cache, "txcache")["resets"] != resets,
+                "the node's reset",
+                timeout=20,
+                detail=stack.agent.log_text,
+            )
             assert info(cache, "txcache")["resets"] == resets + 1
             assert "REPLICATION SLOT LOST" in stack.agent.log_text()
             # The open probe was bounded by the reset: nothing stale survives the gap.
@@ -164,10 +167,13 @@ def test_a_node_past_the_database_is_rewound(database, start_node):
     agent = AgentProcess(database, [node.address], "--heartbeat-interval", "50ms")
     stack = Stack(database, node, agent, cache, psycopg.connect(database, autocommit=True))
     try:
-        deadline = time.monotonic() + 20
-        while info(cache, "txcache")["rewinds"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert info(cache, "txcache")["rewinds"] == 1, agent.log_text()[-3000:]
+        wait_for(
+            lambda: info(cache, "txcache")["rewinds"] != 0,
+            "the node's rewind",
+            timeout=20,
+            detail=agent.log_text,
+        )
+        assert info(cache, "txcache")["rewinds"] == 1
         assert stack.caught_up() < ahead
         assert cache.exists("stale") == 0
         assert cache.get("plain") == b"p"
@@ -205,10 +211,12 @@ def test_a_node_that_followed_another_database_history_is_rewound(database, star
     agent = AgentProcess(database, [node.address], "--heartbeat-interval", "50ms")
     stack = Stack(database, node, agent, cache, psycopg.connect(database, autocommit=True))
     try:
-        deadline = time.monotonic() + 20
-        while cache.execute_command("TXORIGIN") != history and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert cache.execute_command("TXORIGIN") == history, agent.log_text()[-3000:]
+        wait_for(
+            lambda: cache.execute_command("TXORIGIN") == history,
+            "the node stamped with the database's history",
+            timeout=20,
+            detail=agent.log_text,
+        )
         assert info(cache, "txcache")["rewinds"] == 1
         assert cache.exists("foreign") == 0
         assert cache.get("plain") == b"p"
@@ -242,10 +250,12 @@ def test_a_node_another_agent_moved_on_is_not_rewound(database, start_node):
     try:
         # The stream session reads the database's position when it starts. Then its
         # walsender is stopped, so that neither that reading nor the stream moves on.
-        deadline = time.monotonic() + 20
-        while "invalidation stream started" not in agent.log_text():
-            assert time.monotonic() < deadline, agent.log_text()[-3000:]
-            time.sleep(0.02)
+        wait_for(
+            lambda: "invalidation stream started" in agent.log_text(),
+            "the stream session",
+            timeout=20,
+            detail=agent.log_text,
+        )
         row = db.execute("SELECT active_pid FROM pg_replication_slots").fetchone()
         assert row is not None
         walsender = row[0]
@@ -259,9 +269,12 @@ def test_a_node_another_agent_moved_on_is_not_rewound(database, start_node):
         cache = redis.Redis(host=node.host, port=node.port, protocol=2)
         # What a second agent streaming this database would have done meanwhile.
         assert cache.execute_command("TXHEARTBEAT", lsn(row[0]), 1) == 1
-        while "cache node connected" not in agent.log_text():
-            assert time.monotonic() < deadline + 20, agent.log_text()[-3000:]
-            time.sleep(0.02)
+        wait_for(
+            lambda: "cache node connected" in agent.log_text(),
+            "the agent's node connection",
+            timeout=20,
+            detail=agent.log_text,
+        )
         os.kill(walsender, signal.SIGCONT)
         walsender = None
         stack = Stack(database, node, agent, cache, db)

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -23,6 +23,7 @@ import pytest
 import redis
 from redis.exceptions import NoPermissionError
 
+from conftest import wait_for
 from txcache.cli.up import format_settings
 
 SETTING_NAMES = ["TXCACHE_DSN", "TXCACHE_NODES", "TXCACHE_AGENT"]
@@ -148,13 +149,6 @@ def test_settings_are_printed_and_written_to_the_env_file(stack):
     log = up.stderr()
     assert "cache node 2 (txcached) listening on" in log
     assert f"agent (txcache-agent) listening on {settings['TXCACHE_AGENT']}" in log
-
-
-def wait_for(condition: Callable[[], object], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_the_stack_serves_pins_and_streams_writes_to_every_node(stack):

@@ -9,7 +9,8 @@
 //! every message after `N` they are replayed, otherwise the node is reset (`TXRESET`) just
 //! below the buffer's start and then replayed from there — never stale, only colder. A node
 //! whose position is past the database itself (restored from a backup, or failed over to a
-//! standby that was behind) is rewound (`TXREWIND`): its versioned entries are dropped.
+//! standby that was behind), or that followed another database history (`TXORIGIN`: another
+//! cluster or timeline), is rewound (`TXREWIND`): its versioned entries are dropped.
 
 use crate::connect::connect_sql;
 use crate::node_link::{encode_heartbeat, encode_invalidation, NodeLink};
@@ -301,6 +302,26 @@ async fn still_past_database(
     Ok(fanout.is_past_database(position))
 }
 
+/// Rewinds a node that followed another database history `other` than the stream's
+/// `history`, wherever its position: returns its new position.
+async fn leave_history(
+    fanout: &Fanout,
+    node: &NodeState,
+    link: &mut NodeLink,
+    position: Timestamp,
+    other: &str,
+    history: &str,
+) -> anyhow::Result<Timestamp> {
+    let (reset_point, time) = fanout.lock().reset_point();
+    // A rewind only moves back: to below the node's own position, it drops every versioned
+    // entry whatever that position is.
+    let ts = reset_point.min(Timestamp(position.0.saturating_sub(1)));
+    tracing::error!(node = %node.address, node_origin = %other, database = %history, rewind_to = %ts,
+        "CACHE NODE FOLLOWED ANOTHER DATABASE HISTORY (a failover, a restore to a new timeline, or another database): rewinding the node, which drops its versioned entries");
+    link.rewind(ts, time).await?;
+    Ok(ts)
+}
+
 /// Keeps one node connected and fed, forever.
 async fn run_node(fanout: Arc<Fanout>, node: Arc<NodeState>, link: LinkSettings) {
     let mut backoff = Duration::from_millis(50);
@@ -350,15 +371,9 @@ async fn serve_node(
             (buffer.after(position), buffer.history())
         };
         if let Some(history) = history.filter(|h| origin.as_deref() != Some(&**h)) {
-            if let Some(other) = origin.take() {
-                let (reset_point, time) = fanout.lock().reset_point();
-                // A rewind only moves back: to below the node's own position, it drops
-                // every versioned entry whatever that position is.
-                let ts = reset_point.min(Timestamp(position.0.saturating_sub(1)));
-                tracing::error!(node = %node.address, node_origin = %other, database = %history, rewind_to = %ts,
-                    "CACHE NODE FOLLOWED ANOTHER DATABASE HISTORY (a failover, a restore to a new timeline, or another database): rewinding the node, which drops its versioned entries");
-                link.rewind(ts, time).await?;
-                position = ts;
+            if let Some(other) = &origin {
+                position =
+                    leave_history(fanout, node, &mut link, position, other, &history).await?;
             }
             link.set_origin(&history).await?;
             origin = Some(history.to_string());

@@ -165,20 +165,23 @@ impl Stream {
         }
         let database = database_position(&sql).await?;
         self.fanout.set_database_position(database);
-        if database < self.fanout.newest() {
+        let history = database_history(&sql).await?;
+        let went_back = database < self.fanout.newest();
+        let changed = self.fanout.history().filter(|old| **old != *history);
+        if went_back {
             tracing::error!(database_position = %database, stream_position = %self.fanout.newest(),
                 "THE DATABASE'S POSITIONS WENT BACK (restored from a backup, or failed over to a standby that was behind): restarting the stream at the slot; every cache node is rewound and loses its versioned entries");
-            self.tracker
-                .restart(slot.confirmed, newest_running_xid(&sql).await?);
             self.fanout.declare_gap(slot.confirmed);
         }
-        let history = database_history(&sql).await?;
-        if let Some(old) = self.fanout.history().filter(|old| **old != *history) {
+        if let Some(old) = &changed {
             tracing::error!(old_history = %old, new_history = %history,
                 "THE DATABASE'S HISTORY CHANGED (a failover, a restore to a new timeline, or another database): restarting the stream at the slot; every cache node is rewound and loses its versioned entries");
+        }
+        if went_back || changed.is_some() {
             self.tracker
                 .restart(slot.confirmed, newest_running_xid(&sql).await?);
         }
+        // A new history restarts the buffer at the slot too.
         self.fanout.follow_history(&history, slot.confirmed);
         self.catalog
             .refresh(&sql.client)

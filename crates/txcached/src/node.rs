@@ -4,8 +4,8 @@ use crate::config::Config;
 use crate::metrics::ServerMetrics;
 use crate::shards::Shards;
 use bytes::Bytes;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Instant;
 use txcache_resp::Limits;
 use txcache_store::StoreConfig;
@@ -55,19 +55,12 @@ impl Node {
 
     /// The database history the stream follows; `None` until an agent names one.
     pub fn origin(&self) -> Option<Bytes> {
-        self.lock_origin().clone()
+        self.origin.lock().clone()
     }
 
     /// Records the database history the stream follows from now on.
     pub fn set_origin(&self, origin: Bytes) {
-        *self.lock_origin() = Some(origin);
-    }
-
-    fn lock_origin(&self) -> std::sync::MutexGuard<'_, Option<Bytes>> {
-        // Only ever replaced whole: a panic elsewhere cannot leave it half-written.
-        self.origin
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        *self.origin.lock() = Some(origin);
     }
 
     /// Limits for decoding the next request.
