@@ -10,12 +10,14 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import redis
 
 from agent_fixtures import Stack
-from conftest import info
+from conftest import info, wait_for
 from txcache import AgentProcess
 
 
@@ -150,6 +152,7 @@ def test_nothing_is_lost_when_the_agent_is_killed(stack: Stack):
 
 def test_tag_column_catalog_is_served_with_versions(stack: Stack):
     endpoint = redis.Redis(host=stack.agent.host, port=stack.agent.port, protocol=2)
+    stack.caught_up()
     versions = endpoint.execute_command("TAGCOLUMNS")
     since, tables = versions[-1]
     columns = dict(tables)[b"public.items"]
@@ -160,6 +163,124 @@ def test_tag_column_catalog_is_served_with_versions(stack: Stack):
     assert before < since <= after
     assert b"price" in dict(tables)[b"public.items"]
     endpoint.close()
+
+
+def test_a_catalog_read_after_a_reconnect_applies_from_where_it_was_read(stack: Stack):
+    """Regression: a session reading the catalog after a reconnect published it from
+    position 0, so a DDL committed while the stream was down had its columns apply to
+    snapshots before it, whose later commits the node had received without them."""
+    endpoint = redis.Redis(host=stack.agent.host, port=stack.agent.port, protocol=2)
+    stack.caught_up()
+    before = stack.wal_position()
+    stack.db.execute(
+        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+        " WHERE active_pid IS NOT NULL"
+    )
+    stack.db.execute("CREATE INDEX ON items (price)")  # while the agent waits to reconnect
+    stack.caught_up()
+    versions = endpoint.execute_command("TAGCOLUMNS")
+    with_price = [since for since, tables in versions if b"price" in dict(tables)[b"public.items"]]
+    assert with_price, versions
+    assert min(with_price) > before, "a version applies from before the DDL that brought it"
+    endpoint.close()
+
+
+def test_a_ddl_is_read_only_once_it_is_visible(stack: Stack):
+    """Regression: a DDL's commit is decoded before the transaction becomes visible; the
+    agent re-read the catalog in between, missed the index the DDL created, and moved the
+    node past the DDL with the old tag columns. A synchronous-replication wait for an absent
+    standby holds the DDL in that window for as long as the test needs."""
+    endpoint = redis.Redis(host=stack.agent.host, port=stack.agent.port, protocol=2)
+    stack.caught_up()
+    with commits_held(stack.dsn) as held:
+        before = stack.wal_position()
+        ddl = held.run("CREATE INDEX ON items (price)")
+        wait_for(
+            lambda: agent_status(endpoint)["commit_position"] > before,
+            "the agent to decode the held DDL's commit",
+            detail=stack.agent.log_text,
+        )
+        decoded = agent_status(endpoint)["commit_position"]
+        time.sleep(0.5)  # what the node would receive, it receives in this time
+        assert stack.cache.execute_command("TXSTATUS")[0] < decoded, (
+            "the node passed the DDL before its tag columns could be read"
+        )
+    ddl.join()
+    stack.caught_up()
+    since, tables = endpoint.execute_command("TAGCOLUMNS")[-1]
+    assert since == decoded
+    assert b"price" in dict(tables)[b"public.items"]
+    endpoint.close()
+
+
+def agent_status(endpoint: redis.Redis) -> dict[str, int]:
+    """The agent's ``STATUS`` fields."""
+    lines = endpoint.execute_command("STATUS").decode().splitlines()
+    return {name: int(value) for name, value in (line.split(":", 1) for line in lines)}
+
+
+class HeldCommits:
+    """Statements whose commits wait for an absent synchronous standby."""
+
+    def __init__(self, dsn: str, admin: psycopg.Connection):
+        self.dsn = dsn
+        self.admin = admin
+
+    def start(self, statement: str) -> tuple[threading.Thread, int]:
+        """Runs ``statement`` in a session of its own, on a thread; the thread and the
+        session's backend pid."""
+        session = psycopg.connect(self.dsn, autocommit=True)
+        pid = session.info.backend_pid
+
+        def execute() -> None:
+            with session:
+                session.execute(statement)
+
+        thread = threading.Thread(target=execute, daemon=True)
+        thread.start()
+        return thread, pid
+
+    def run(self, statement: str) -> threading.Thread:
+        """Runs ``statement`` in a session of its own; returns once its commit waits."""
+        thread, pid = self.start(statement)
+        wait_for(lambda: self.waits(pid), f"the commit of {statement!r} to wait")
+        return thread
+
+    def waits(self, pid: int) -> bool:
+        """Whether backend ``pid`` waits for the standby."""
+        query = "SELECT wait_event = 'SyncRep' FROM pg_stat_activity WHERE pid = %s"
+        row = self.admin.execute(query, (pid,)).fetchone()
+        return bool(row and row[0])
+
+
+# A transaction that writes WAL, so that its commit waits for the standby; the agent ignores
+# its message.
+PROBE_COMMIT = "SELECT pg_logical_emit_message(true, 'txcache-test-probe', '')"
+
+
+@contextmanager
+def commits_held(dsn: str) -> Iterator[HeldCommits]:
+    """Every commit of the server waits until the block ends (then all are released)."""
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'txcache_test_absent'")
+        admin.execute("SELECT pg_reload_conf()")
+        try:
+            held = HeldCommits(dsn, admin)
+            probe: tuple[threading.Thread, int] | None = None
+
+            def a_commit_waits() -> bool:
+                # Commits wait once the checkpointer has reloaded the setting: until a
+                # probe transaction's commit waits, start another.
+                nonlocal probe
+                if probe is None or not probe[0].is_alive():
+                    probe = held.start(PROBE_COMMIT)
+                return held.waits(probe[1])
+
+            wait_for(a_commit_waits, "commits to wait for the absent standby")
+            yield held
+        finally:
+            admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            admin.execute("SELECT pg_reload_conf()")
 
 
 def test_a_commit_right_after_a_heartbeat_is_not_swallowed(stack: Stack):

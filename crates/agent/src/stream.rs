@@ -20,7 +20,7 @@ use crate::tracker::StreamTracker;
 use anyhow::{bail, Context as _};
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use txcache_model::{Timestamp, WallClock};
 
 /// The prefix of the DDL notices written by `txcache setup`'s event trigger.
@@ -28,6 +28,9 @@ pub const DDL_PREFIX: &str = "txcache-ddl";
 
 /// How often the slot is acknowledged.
 const ACK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// How often a wait for a DDL's visibility is logged.
+const VISIBILITY_WARNING: Duration = Duration::from_secs(5);
 
 /// Where the slot stands.
 #[derive(Debug)]
@@ -98,16 +101,42 @@ pub async fn database_history(sql: &SqlSession) -> anyhow::Result<String> {
 /// The newest transaction id running now: commits below the stream's start position may not
 /// be visible yet while it runs (the certification floor, `certify.rs`).
 pub async fn newest_running_xid(sql: &SqlSession) -> anyhow::Result<u64> {
-    let now: String = sql
-        .client
-        .query_one("SELECT pg_current_snapshot()::text", &[])
+    Ok(current_snapshot(sql)
         .await?
-        .get(0);
-    Ok(Snapshot::parse(&now)?
         .in_progress
         .last()
         .copied()
         .unwrap_or(0))
+}
+
+/// The snapshot a new statement would take now.
+async fn current_snapshot(sql: &SqlSession) -> anyhow::Result<Snapshot> {
+    let text: String = sql
+        .client
+        .query_one("SELECT pg_current_snapshot()::text", &[])
+        .await?
+        .get(0);
+    Ok(Snapshot::parse(&text)?)
+}
+
+/// Waits until the decoded commit of `xid` is visible to new snapshots. A commit record is
+/// decoded before its transaction leaves the in-progress list (POSTGRES-NOTES), so a catalog
+/// read in between misses what a DDL changed. Visibility is permanent once reached.
+async fn wait_until_visible(sql: &SqlSession, xid: u32) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut next_warning = VISIBILITY_WARNING;
+    loop {
+        let snapshot = current_snapshot(sql).await?;
+        if snapshot.sees(snapshot.widen(xid)) {
+            return Ok(());
+        }
+        if started.elapsed() >= next_warning {
+            tracing::warn!(xid, waited = ?started.elapsed(),
+                "a DDL transaction is decoded as committed but not yet visible (held in a synchronous-replication wait?): the stream waits for it, because the tag columns it brought cannot be read before");
+            next_warning += VISIBILITY_WARNING;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 /// The decoding side of the agent.
@@ -140,7 +169,7 @@ impl Stream {
     pub async fn run(mut self) {
         let mut backoff = Duration::from_millis(100);
         loop {
-            let started = std::time::Instant::now();
+            let started = Instant::now();
             if let Err(error) = self.run_session().await {
                 tracing::error!(
                     error = format!("{error:#}"),
@@ -187,8 +216,8 @@ impl Stream {
             .refresh(&sql.client)
             .await
             .context("reading tag columns")?;
-        self.tracker
-            .catalog(Timestamp::ZERO, self.catalog.published());
+        let since = self.catalog_reading_applies_from(&sql).await?;
+        self.tracker.catalog(since, self.catalog.published());
         let start = Lsn::from_u64(slot.confirmed.0);
         let replication = replication_config(
             &self.config.dsn,
@@ -213,6 +242,20 @@ impl Stream {
                 _ = ack_timer.tick() => self.acknowledge(&client),
             }
         }
+    }
+
+    /// Where the catalog just read at a session's start applies from. The first reading
+    /// applies from the start: a DDL it includes committed before this agent started, so it
+    /// is visible to every pin the agent certifies, and nothing that a previous agent
+    /// delivered lies between such a pin and the DDL. A later reading can include a DDL
+    /// committed while the stream was down, after commits the previous session delivered
+    /// without its columns: it applies from where it was read (every DDL it saw committed
+    /// below), and older snapshots keep the versions already published.
+    async fn catalog_reading_applies_from(&self, sql: &SqlSession) -> anyhow::Result<Timestamp> {
+        if self.tracker.catalogs().is_empty() {
+            return Ok(Timestamp::ZERO);
+        }
+        database_position(sql).await
     }
 
     async fn handle(&mut self, event: ReplicationEvent, sql: &SqlSession) -> anyhow::Result<()> {
@@ -278,6 +321,7 @@ impl Stream {
         // The new catalog version is published before any node hears of the DDL: a library
         // that sees a node past the DDL finds the tag columns it brought (TAGCOLUMNS).
         if committed.changed_schema {
+            wait_until_visible(sql, committed.xid).await?;
             self.catalog
                 .refresh(&sql.client)
                 .await

@@ -18,7 +18,7 @@ const XID_MEMORY: usize = 1 << 20;
 const CATALOG_VERSIONS: usize = 16;
 
 /// One version of the tag-column catalog: in force from `since` (the commit LSN of the DDL
-/// that produced it; 0 for the catalog read at start).
+/// that produced it; 0 or, after a reconnect, the WAL position where a session read it).
 #[derive(Clone, Debug)]
 pub struct CatalogVersion {
     /// The first timestamp it applies to.
@@ -143,15 +143,18 @@ impl StreamTracker {
     }
 
     /// Records the tag-column catalog in force from `since` (unchanged versions are not
-    /// repeated).
+    /// repeated). Versions stay ordered: one from a position at or below the newest version's
+    /// (a DDL replayed after a session read the catalog) replaces that version's tables, which
+    /// are never more than it brings, the catalog only growing.
     pub fn catalog(&self, since: Timestamp, tables: Vec<(String, Vec<String>)>) {
         let mut state = self.lock();
-        if state
-            .catalogs
-            .back()
-            .is_some_and(|last| *last.tables == tables)
-        {
-            return;
+        match state.catalogs.back_mut() {
+            Some(last) if *last.tables == tables => return,
+            Some(last) if since <= last.since => {
+                last.tables = Arc::new(tables);
+                return;
+            }
+            _ => {}
         }
         state.catalogs.push_back(CatalogVersion {
             since,
@@ -216,5 +219,62 @@ impl StreamTracker {
                 return None;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tables(columns: &[&str]) -> Vec<(String, Vec<String>)> {
+        let columns = columns.iter().map(|column| column.to_string()).collect();
+        vec![("public.items".to_owned(), columns)]
+    }
+
+    fn versions(tracker: &StreamTracker) -> Vec<(u64, Vec<String>)> {
+        let catalogs = tracker.catalogs();
+        let columns = |version: &CatalogVersion| version.tables[0].1.clone();
+        catalogs
+            .iter()
+            .map(|version| (version.since.0, columns(version)))
+            .collect()
+    }
+
+    #[test]
+    fn an_unchanged_catalog_adds_no_version() {
+        let tracker = StreamTracker::new(Timestamp(100), 0);
+        tracker.catalog(Timestamp(100), tables(&["id"]));
+        tracker.catalog(Timestamp(200), tables(&["id"]));
+        assert_eq!(versions(&tracker), [(100, vec!["id".to_owned()])]);
+    }
+
+    #[test]
+    fn a_ddl_adds_a_version_from_its_commit() {
+        let tracker = StreamTracker::new(Timestamp(100), 0);
+        tracker.catalog(Timestamp(100), tables(&["id"]));
+        tracker.catalog(Timestamp(300), tables(&["id", "price"]));
+        let expected = [
+            (100, vec!["id".to_owned()]),
+            (300, vec!["id".to_owned(), "price".to_owned()]),
+        ];
+        assert_eq!(versions(&tracker), expected);
+    }
+
+    /// A session read the catalog at 500, then replays a DDL that committed at 300 and
+    /// reads more columns: they apply from 500, never from before the reading.
+    #[test]
+    fn a_replayed_ddl_never_moves_a_version_back() {
+        let tracker = StreamTracker::new(Timestamp(100), 0);
+        tracker.catalog(Timestamp(100), tables(&["id"]));
+        tracker.catalog(Timestamp(500), tables(&["id", "sku"]));
+        tracker.catalog(Timestamp(300), tables(&["id", "price", "sku"]));
+        let expected = [
+            (100, vec!["id".to_owned()]),
+            (
+                500,
+                vec!["id".to_owned(), "price".to_owned(), "sku".to_owned()],
+            ),
+        ];
+        assert_eq!(versions(&tracker), expected);
     }
 }
