@@ -161,10 +161,24 @@ pub(crate) fn key_usage(len: usize) -> MemoryUsage {
 
 /// The charge for a plain item with a `key_len`-byte key and a `value_len`-byte value.
 pub(crate) fn plain_usage(key_len: usize, value_len: usize) -> MemoryUsage {
+    let bytes = prefix_len(key_len) + key_len + value_len;
     MemoryUsage {
         values: value_len,
-        keys: key_len + prefix_len(key_len) + PLAIN_ITEM_OVERHEAD,
+        keys: bytes - value_len + PLAIN_ITEM_OVERHEAD + spilled_pointer(bytes),
         ..MemoryUsage::default()
+    }
+}
+
+/// A plain item of this many bytes or more keeps its fat pointer in an allocation of its own:
+/// its length no longer fits the top 16 bits of a thin pointer (`thin_slice`).
+const THIN_POINTER_LIMIT: usize = 0xffff;
+
+/// What a plain item of `bytes` bytes spends on a spilled fat pointer.
+fn spilled_pointer(bytes: usize) -> usize {
+    if bytes >= THIN_POINTER_LIMIT {
+        size_of::<Box<[u8]>>() + ALLOCATION
+    } else {
+        0
     }
 }
 

@@ -2,16 +2,20 @@
 //!
 //! A plain item is its key and value in a single boxed slice (a length prefix, the key, the
 //! value) plus a recency stamp. Items live in a [`DenseTable`]: per item one heap allocation,
-//! a 24-byte list slot and a 4-byte hash table slot, where a map from shared keys to entries
+//! a 16-byte list slot and a 4-byte hash table slot, where a map from shared keys to entries
 //! cost three allocations and ~100 bytes of slots.
 
 use crate::dense::{DenseTable, Keyed};
+use thin_slice::ThinBoxedSlice;
 
 /// One plain entry: key and value in one allocation, and its recency.
 #[derive(Debug)]
 pub(crate) struct PlainItem {
-    /// The key's length (LEB128), the key, the value: exactly as long as that, no slack.
-    bytes: Box<[u8]>,
+    /// The key's length (LEB128), the key, the value: exactly as long as that, no slack. One
+    /// word, not a fat pointer's two: below 64 KiB the slice's length rides in the top 16 bits
+    /// of the pointer, which x86-64 user-space addresses leave unused (larger items keep their
+    /// fat pointer in a small allocation of its own; other architectures keep a `Box`).
+    bytes: ThinBoxedSlice<u8>,
     /// Store-local clock of the last `set` or `get`, for eviction.
     pub recency: u64,
 }
@@ -59,7 +63,7 @@ impl PlainItem {
         bytes.extend_from_slice(key);
         bytes.extend_from_slice(value);
         PlainItem {
-            bytes: bytes.into_boxed_slice(),
+            bytes: bytes.into_boxed_slice().into(),
             recency,
         }
     }

@@ -217,3 +217,16 @@ fn store_can_be_shared_behind_a_mutex() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Store>();
 }
+
+#[test]
+fn a_plain_item_past_the_thin_pointer_limit_is_charged_its_spilled_pointer() {
+    // Key "k" with its 1-byte prefix: 2 bytes before the value; the limit is 0xffff in all.
+    let charge = |value_len: usize| {
+        let mut s = store();
+        s.set(b"k", &value(value_len)).unwrap();
+        s.memory().keys
+    };
+    let below = charge(0xffff - 3);
+    assert_eq!(charge(0xffff - 3 - 100), below);
+    assert_eq!(charge(0xffff - 2), below + size_of::<Box<[u8]>>() + 16);
+}

@@ -8,7 +8,10 @@ use std::collections::HashMap;
 
 #[test]
 fn an_item_gives_back_its_key_and_value() {
-    for (key_len, value_len) in [(0, 0), (1, 0), (0, 5), (16, 100), (127, 3), (128, 3)] {
+    // Items of 64 KiB and more keep their length outside the pointer: both sides of that.
+    let around_the_thin_limit = [(16, 0xffff - 18), (16, 0xffff - 17), (16, 1 << 20)];
+    let small = [(0, 0), (1, 0), (0, 5), (16, 100), (127, 3), (128, 3)];
+    for (key_len, value_len) in small.into_iter().chain(around_the_thin_limit) {
         let key: Vec<u8> = (0..key_len).map(|i| i as u8).collect();
         let value: Vec<u8> = (0..value_len).map(|i| (i * 7) as u8).collect();
         let item = PlainItem::new(&key, &value, 9);
@@ -216,4 +219,11 @@ proptest! {
             prop_assert_eq!(table.item_at(position).map(|i| i.recency), Some(i as u64));
         }
     }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_plain_item_takes_two_words_in_its_list() {
+    // The thin pointer and the recency: what `PLAIN_ITEM_OVERHEAD` charges per list slot.
+    assert_eq!(std::mem::size_of::<PlainItem>(), 16);
 }
