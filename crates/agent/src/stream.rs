@@ -245,12 +245,13 @@ impl Stream {
     }
 
     /// Where the catalog just read at a session's start applies from. The first reading
-    /// applies from the start: a DDL it includes committed before this agent started, so it
-    /// is visible to every pin the agent certifies, and nothing that a previous agent
-    /// delivered lies between such a pin and the DDL. A later reading can include a DDL
-    /// committed while the stream was down, after commits the previous session delivered
-    /// without its columns: it applies from where it was read (every DDL it saw committed
-    /// below), and older snapshots keep the versions already published.
+    /// applies from the start: every commit a previous agent delivered committed before this
+    /// agent started, so every pin this agent certifies sees it, and the invalidations after
+    /// such a pin are all this agent's, made with this catalog or a grown one. A later
+    /// reading can include a DDL committed while the stream was down, after commits the
+    /// previous session delivered without its columns: it applies from where it was read
+    /// (every DDL it saw committed below), and older snapshots keep the versions already
+    /// published.
     async fn catalog_reading_applies_from(&self, sql: &SqlSession) -> anyhow::Result<Timestamp> {
         if self.tracker.catalogs().is_empty() {
             return Ok(Timestamp::ZERO);
