@@ -40,6 +40,9 @@ const MAX_DIGITS: usize = 19;
 /// `Err` as soon as the bytes present are wrong) is the same.
 pub(crate) fn read_int(buf: &[u8], pos: usize) -> Result<Option<(i64, usize)>, Malformed> {
     let rest = buf.get(pos..).unwrap_or_default();
+    if let Some((value, len)) = short_int(rest) {
+        return Ok(Some((value, pos + len)));
+    }
     let negative = rest.first() == Some(&b'-');
     let digits = &rest[usize::from(negative)..];
     let mut magnitude: u64 = 0;
@@ -65,6 +68,21 @@ pub(crate) fn read_int(buf: &[u8], pos: usize) -> Result<Option<(i64, usize)>, M
         None => Ok(None),
         Some(b'\r') if count > 0 => Ok(expect_crlf(buf, end)?.map(|next| (value, next))),
         Some(_) => Err(Malformed),
+    }
+}
+
+/// The common line, one to three digits without a leading zero then `\r\n` (every
+/// argument count and most bulk lengths), read without the general loop: its value and
+/// length. `None` for anything else, which [`read_int`] reads in full.
+fn short_int(rest: &[u8]) -> Option<(i64, usize)> {
+    let digit = |b: u8| i64::from(b - b'0');
+    match *rest {
+        [a @ b'0'..=b'9', b'\r', b'\n', ..] => Some((digit(a), 3)),
+        [a @ b'1'..=b'9', b @ b'0'..=b'9', b'\r', b'\n', ..] => Some((digit(a) * 10 + digit(b), 4)),
+        [a @ b'1'..=b'9', b @ b'0'..=b'9', c @ b'0'..=b'9', b'\r', b'\n', ..] => {
+            Some((digit(a) * 100 + digit(b) * 10 + digit(c), 5))
+        }
+        _ => None,
     }
 }
 
@@ -175,6 +193,25 @@ mod tests {
         assert_eq!(int(&max).ok().flatten(), Some((i64::MAX, max.len())));
         let min = format!("{}\r\n", i64::MIN);
         assert_eq!(int(&min).ok().flatten(), Some((i64::MIN, min.len())));
+    }
+
+    #[test]
+    fn short_integers_read_like_long_ones() {
+        for n in 0..1000 {
+            let line = format!("{n}\r\nx");
+            assert_eq!(
+                int(&line).ok().flatten(),
+                Some((n, line.len() - 1)),
+                "{line:?}"
+            );
+            assert_eq!(
+                read_int(format!("?{line}").as_bytes(), 1).ok().flatten(),
+                Some((n, line.len()))
+            );
+        }
+        for bad in ["00\r\n", "01\r\n", "001\r\n", "012\r\n", "1\r\r\n"] {
+            assert!(int(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
