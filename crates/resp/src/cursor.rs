@@ -38,11 +38,18 @@ const MAX_DIGITS: usize = 19;
 /// One unchecked pass sums the digits, then the rules are checked in the order a
 /// byte-by-byte reader meets them, so the answer (`Ok(None)` for a valid prefix,
 /// `Err` as soon as the bytes present are wrong) is the same.
+// Always inlined: the short case then costs a few compares at each call site.
+#[inline(always)]
 pub(crate) fn read_int(buf: &[u8], pos: usize) -> Result<Option<(i64, usize)>, Malformed> {
-    let rest = buf.get(pos..).unwrap_or_default();
-    if let Some((value, len)) = short_int(rest) {
-        return Ok(Some((value, pos + len)));
+    match short_int(buf.get(pos..).unwrap_or_default()) {
+        Some((value, len)) => Ok(Some((value, pos + len))),
+        None => read_long_int(buf, pos),
     }
+}
+
+/// [`read_int`] for any line.
+fn read_long_int(buf: &[u8], pos: usize) -> Result<Option<(i64, usize)>, Malformed> {
+    let rest = buf.get(pos..).unwrap_or_default();
     let negative = rest.first() == Some(&b'-');
     let digits = &rest[usize::from(negative)..];
     let mut magnitude: u64 = 0;
@@ -74,6 +81,7 @@ pub(crate) fn read_int(buf: &[u8], pos: usize) -> Result<Option<(i64, usize)>, M
 /// The common line, one to three digits without a leading zero then `\r\n` (every
 /// argument count and most bulk lengths), read without the general loop: its value and
 /// length. `None` for anything else, which [`read_int`] reads in full.
+#[inline(always)]
 fn short_int(rest: &[u8]) -> Option<(i64, usize)> {
     let digit = |b: u8| i64::from(b - b'0');
     match *rest {
