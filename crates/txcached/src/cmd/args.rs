@@ -13,8 +13,12 @@ pub struct Args {
 }
 
 impl Args {
-    /// Wraps the arguments of `command` (its name already removed).
-    pub fn new(command: &'static str, items: Vec<Bytes>) -> Self {
+    /// Wraps the arguments of `command` (its name already removed): a `Vec`, or what is
+    /// left of the request's iterator, taken as it is rather than collected again.
+    pub fn new(
+        command: &'static str,
+        items: impl IntoIterator<Item = Bytes, IntoIter = IntoIter<Bytes>>,
+    ) -> Self {
         Self {
             command,
             items: items.into_iter().peekable(),
