@@ -38,7 +38,17 @@ const MAX_DIGITS: usize = 19;
 /// One unchecked pass sums the digits, then the rules are checked in the order a
 /// byte-by-byte reader meets them, so the answer (`Ok(None)` for a valid prefix,
 /// `Err` as soon as the bytes present are wrong) is the same.
+// Always inlined: the short case then costs a few compares at each call site.
+#[inline(always)]
 pub(crate) fn read_int(buf: &[u8], pos: usize) -> Result<Option<(i64, usize)>, Malformed> {
+    match short_int(buf.get(pos..).unwrap_or_default()) {
+        Some((value, len)) => Ok(Some((value, pos + len))),
+        None => read_long_int(buf, pos),
+    }
+}
+
+/// [`read_int`] for any line.
+fn read_long_int(buf: &[u8], pos: usize) -> Result<Option<(i64, usize)>, Malformed> {
     let rest = buf.get(pos..).unwrap_or_default();
     let negative = rest.first() == Some(&b'-');
     let digits = &rest[usize::from(negative)..];
@@ -65,6 +75,22 @@ pub(crate) fn read_int(buf: &[u8], pos: usize) -> Result<Option<(i64, usize)>, M
         None => Ok(None),
         Some(b'\r') if count > 0 => Ok(expect_crlf(buf, end)?.map(|next| (value, next))),
         Some(_) => Err(Malformed),
+    }
+}
+
+/// The common line, one to three digits without a leading zero then `\r\n` (every
+/// argument count and most bulk lengths), read without the general loop: its value and
+/// length. `None` for anything else, which [`read_int`] reads in full.
+#[inline(always)]
+fn short_int(rest: &[u8]) -> Option<(i64, usize)> {
+    let digit = |b: u8| i64::from(b - b'0');
+    match *rest {
+        [a @ b'0'..=b'9', b'\r', b'\n', ..] => Some((digit(a), 3)),
+        [a @ b'1'..=b'9', b @ b'0'..=b'9', b'\r', b'\n', ..] => Some((digit(a) * 10 + digit(b), 4)),
+        [a @ b'1'..=b'9', b @ b'0'..=b'9', c @ b'0'..=b'9', b'\r', b'\n', ..] => {
+            Some((digit(a) * 100 + digit(b) * 10 + digit(c), 5))
+        }
+        _ => None,
     }
 }
 
@@ -175,6 +201,25 @@ mod tests {
         assert_eq!(int(&max).ok().flatten(), Some((i64::MAX, max.len())));
         let min = format!("{}\r\n", i64::MIN);
         assert_eq!(int(&min).ok().flatten(), Some((i64::MIN, min.len())));
+    }
+
+    #[test]
+    fn short_integers_read_like_long_ones() {
+        for n in 0..1000 {
+            let line = format!("{n}\r\nx");
+            assert_eq!(
+                int(&line).ok().flatten(),
+                Some((n, line.len() - 1)),
+                "{line:?}"
+            );
+            assert_eq!(
+                read_int(format!("?{line}").as_bytes(), 1).ok().flatten(),
+                Some((n, line.len()))
+            );
+        }
+        for bad in ["00\r\n", "01\r\n", "001\r\n", "012\r\n", "1\r\r\n"] {
+            assert!(int(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

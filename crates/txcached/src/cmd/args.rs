@@ -13,8 +13,12 @@ pub struct Args {
 }
 
 impl Args {
-    /// Wraps the arguments of `command` (its name already removed).
-    pub fn new(command: &'static str, items: Vec<Bytes>) -> Self {
+    /// Wraps the arguments of `command` (its name already removed): a `Vec`, or what is
+    /// left of the request's iterator, taken as it is rather than collected again.
+    pub fn new(
+        command: &'static str,
+        items: impl IntoIterator<Item = Bytes, IntoIter = IntoIter<Bytes>>,
+    ) -> Self {
         Self {
             command,
             items: items.into_iter().peekable(),
@@ -95,22 +99,41 @@ impl Args {
 
 /// Parses plain ASCII decimal digits (no sign, no spaces) without allocating.
 ///
-/// The first 19 digits cannot overflow a `u64` (`10^19 - 1 < 2^64`) and are summed
-/// unchecked; only a 20th is multiplied in with checks.
+/// Whole groups of eight digits are read at once ([`eight_digits`]); at most two of them come
+/// first (`10^16` cannot overflow a `u64`), then the rest one by one, with checks.
 pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
     if bytes.is_empty() || bytes.len() > 20 {
         return None;
     }
-    let digit = |b: u8| Some(u64::from(b.wrapping_sub(b'0'))).filter(|d| *d < 10);
-    let (head, last) = bytes.split_at(bytes.len().min(19));
+    let mut groups = bytes.chunks_exact(8);
     let mut value = 0u64;
-    for &b in head {
-        value = value * 10 + digit(b)?;
+    for group in groups.by_ref() {
+        value = value * 100_000_000 + eight_digits(group.try_into().ok()?)?;
     }
-    match last.first() {
-        None => Some(value),
-        Some(&b) => value.checked_mul(10)?.checked_add(digit(b)?),
+    groups.remainder().iter().try_fold(value, |value, &b| {
+        let digit = u64::from(b.wrapping_sub(b'0'));
+        (digit < 10).then_some(())?;
+        value.checked_mul(10)?.checked_add(digit)
+    })
+}
+
+/// Eight ASCII digits as their value, or `None` if any byte is not a digit (SWAR: all
+/// eight bytes in one register, combined pairwise in three multiplications).
+fn eight_digits(group: [u8; 8]) -> Option<u64> {
+    const HIGH_NIBBLES: u64 = 0xf0f0_f0f0_f0f0_f0f0;
+    const ZEROS: u64 = 0x3030_3030_3030_3030;
+    let v = u64::from_le_bytes(group);
+    // Every byte in 0x30..=0x3f, and still so after adding 6: every byte in '0'..='9'.
+    let digits = v & HIGH_NIBBLES == ZEROS && (v + 0x0606_0606_0606_0606) & HIGH_NIBBLES == ZEROS;
+    if !digits {
+        return None;
     }
+    // Little-endian: the first digit is the lowest byte. Merge bytes into 2-digit 16-bit
+    // lanes, those into 4-digit 32-bit lanes, then the two halves.
+    let v = v - ZEROS;
+    let v = (v * 10 + (v >> 8)) & 0x00ff_00ff_00ff_00ff;
+    let v = (v * 100 + (v >> 16)) & 0x0000_ffff_0000_ffff;
+    Some((v * 10_000 + (v >> 32)) & 0xffff_ffff)
 }
 
 /// A bounded, printable rendering of client bytes for error messages and logs.
@@ -163,6 +186,19 @@ mod tests {
                     let text: String = format!("{head}{}", fill.repeat(len))[..len].to_owned();
                     let expected = text.parse::<u64>().ok();
                     assert_eq!(parse_u64(text.as_bytes()), expected, "{text}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn parse_u64_refuses_a_non_digit_anywhere() {
+        for len in 1..=20 {
+            for at in 0..len {
+                for bad in [b'/', b':', b'?', b' ', b'-', 0x80, 0xff] {
+                    let mut text = vec![b'7'; len];
+                    text[at] = bad;
+                    assert_eq!(parse_u64(&text), None, "{text:?}");
                 }
             }
         }

@@ -144,7 +144,7 @@ pub fn execute(request: Vec<Bytes>, context: &mut Context<'_>, out: &mut BytesMu
         Some(spec) if spec.stream && !context.session.streams => {
             Err(CommandError::NoStreamPermission(spec.name))
         }
-        Some(spec) => (spec.run)(&mut Args::new(spec.name, items.collect()), context, out),
+        Some(spec) => (spec.run)(&mut Args::new(spec.name, items), context, out),
     };
     context.node.metrics.count_command(result.is_ok());
     if let Err(error) = result {
