@@ -80,10 +80,10 @@ fn length_line(out: &mut BytesMut, prefix: u8, len: usize) {
 
 /// `<prefix>[-]<magnitude>\r\n`.
 ///
-/// Beyond one digit the line is built in a stack buffer and appended at once. The digits are made eight at a time in one register ([`eight_digits`]): a 19-digit
-/// timestamp takes three groups instead of ten divisions. Every write into the buffer, and
-/// the append itself, has a fixed size (the append is then cut back to the line), so none
-/// calls `memcpy`.
+/// Beyond one digit the line is built in a stack buffer and appended at once. The digits are
+/// made eight at a time in one register ([`eight_digits`]): a 19-digit timestamp takes three
+/// groups instead of ten divisions. Every write into the buffer, and the append itself, has
+/// a fixed size (the append is then cut back to the line), so none calls `memcpy`.
 // Always inlined: the one-digit case is a single four-byte store at the caller.
 #[inline(always)]
 fn decimal_line(out: &mut BytesMut, prefix: u8, negative: bool, magnitude: u64) {
