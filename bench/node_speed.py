@@ -30,6 +30,10 @@ run, so it can be taken while other benchmarks use the machine.
 ``--only instructions`` counts user-space instructions per request instead of time: each
 server runs under callgrind (``_callgrind.py``) and serves a fixed number of requests at
 pipeline 16 and 1; it writes ``results/node_speed_instructions.{md,json}``.
+
+``--txcached-threads N`` runs txcached with N worker threads instead of one per CPU (here the
+load tool shares the CPUs; Redis runs one thread); the results go to
+``results/node_speed_threads-N.{md,json}``.
 """
 
 from __future__ import annotations
@@ -125,6 +129,13 @@ class Server:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         raise RuntimeError(f"{self.kind}: no VmRSS")
+
+
+def txcached_workers() -> str:
+    """The worker threads txcached runs with (``--txcached-threads``, else one per CPU), in
+    words."""
+    count = int(os.environ.get("TXCACHED_THREADS") or os.cpu_count() or 1)
+    return f"{count} worker thread{'s' if count > 1 else ''}"
 
 
 def server_command(kind: str, port: int, connections: int = 4096) -> list[str]:
@@ -862,7 +873,8 @@ def header(note: dict[str, Any], seconds: float) -> list[str]:
         f"- command: `{command_line()}`",
         f"- machine: {note['nproc']} CPUs ({note['cpu']}), {note['memory_gib']} GiB RAM, "
         f"Linux {note['kernel']}; the load tool shares the CPUs with the server",
-        f"- servers: txcached (2 worker threads), {servers['redis']} (single-threaded, "
+        f"- servers: txcached ({txcached_workers()}), {servers['redis']} "
+        "(single-threaded, "
         f"`--save '' --appendonly no`), {servers['memcached']} (`-t 2`)",
         f"- code: {note['build']}",
         f"- date: {note['date']}; load average (1, 5, 15 min) at start "
@@ -955,7 +967,7 @@ def instructions_only(quick: bool) -> None:
         "",
         f"- command: `{command_line()}`",
         f"- machine: {os.cpu_count()} CPUs ({_cpu_model()}), Linux {os.uname().release}",
-        f"- servers: txcached (2 worker threads), {servers['redis']}, "
+        f"- servers: txcached ({txcached_workers()}), {servers['redis']}, "
         f"{servers['memcached']} (`-t 2`); each under "
         "`valgrind --tool=callgrind --instr-atstart=no`",
         f"- code: {build_note()}",
@@ -996,7 +1008,15 @@ def main() -> None:
     parser.add_argument("--max-rates", type=int, default=len(RATES), help="rates to try")
     parser.add_argument("--quick", action="store_true", help="a smoke run (about 2 min)")
     parser.add_argument("--only", choices=["memory", "instructions"], help="run one phase alone")
+    parser.add_argument(
+        "--txcached-threads",
+        type=int,
+        help="txcached's worker threads (default: one per CPU, txcached's own default)",
+    )
     args = parser.parse_args()
+    if args.txcached_threads:
+        # txcached reads TXCACHED_THREADS as its `--threads`: every txcached started below.
+        os.environ["TXCACHED_THREADS"] = str(args.txcached_threads)
     if args.only == "memory":
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         memory_only(args.items)
@@ -1030,6 +1050,8 @@ def main() -> None:
     note["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
     note["max_other_cpu_s"] = max(row["other_cpu_s"] for row in rows + calls)
     name = "node_speed_quick" if args.quick else "node_speed"
+    if args.txcached_threads:
+        name += f"_threads-{args.txcached_threads}"
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     plotted = plot(points, rows, RESULTS_DIR / f"{name}.png")
     body = [
