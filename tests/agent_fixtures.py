@@ -91,6 +91,13 @@ class Stack:
             result[tag] = None if is_open else hi
         return result
 
+    def assert_streams_an_insert(self, row: int, cache: redis.Redis | None = None) -> None:
+        """Insert item ``row`` and assert its invalidation reaches the node (``cache``,
+        default the stack's): the node follows the stream."""
+        probes = self.probe(f"public.items:id={row}", cache=cache)
+        self.write("INSERT INTO items (id) VALUES (%s)", row)
+        assert all(self.truncated(probes, cache=cache).values())
+
     def write(self, statement: str, *params: object) -> tuple[int, int]:
         """Run one write transaction; returns the WAL positions before and after it."""
         before = self.wal_position()

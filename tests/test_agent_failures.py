@@ -69,9 +69,7 @@ def test_a_restarted_node_is_reset_then_streamed(database, start_node):
         fresh = redis.Redis(host=reborn.host, port=reborn.port, protocol=2)
         stack.caught_up(cache=fresh)
         assert info(fresh, "txcache")["resets"] == 1
-        probes = stack.probe("public.items:id=3", cache=fresh)
-        stack.write("INSERT INTO items (id) VALUES (3)")
-        assert all(stack.truncated(probes, cache=fresh).values())
+        stack.assert_streams_an_insert(3, cache=fresh)
         fresh.close()
     finally:
         close(stack, other)
@@ -178,9 +176,7 @@ def test_a_node_past_the_database_is_rewound(database, start_node):
         assert cache.exists("stale") == 0
         assert cache.get("plain") == b"p"
         assert "CACHE NODE IS PAST THE DATABASE" in agent.log_text()
-        probes = stack.probe("public.items:id=1")
-        stack.write("INSERT INTO items (id) VALUES (1)")
-        assert all(stack.truncated(probes).values())
+        stack.assert_streams_an_insert(1)
     finally:
         close(stack)
 
@@ -221,14 +217,10 @@ def test_a_node_that_followed_another_database_history_is_rewound(database, star
         assert cache.exists("foreign") == 0
         assert cache.get("plain") == b"p"
         assert "CACHE NODE FOLLOWED ANOTHER DATABASE HISTORY" in agent.log_text()
-        probes = stack.probe("public.items:id=1")
-        stack.write("INSERT INTO items (id) VALUES (1)")
-        assert all(stack.truncated(probes).values())
+        stack.assert_streams_an_insert(1)
         agent.stop()
         stack.agent = AgentProcess(database, [node.address], "--heartbeat-interval", "50ms")
-        probes = stack.probe("public.items:id=2")
-        stack.write("INSERT INTO items (id) VALUES (2)")
-        assert all(stack.truncated(probes).values())
+        stack.assert_streams_an_insert(2)
         assert info(cache, "txcache")["rewinds"] == 1, "the same history: no second rewind"
     finally:
         close(stack)
@@ -278,9 +270,7 @@ def test_a_node_another_agent_moved_on_is_not_rewound(database, start_node):
         os.kill(walsender, signal.SIGCONT)
         walsender = None
         stack = Stack(database, node, agent, cache, db)
-        probes = stack.probe("public.items:id=7")
-        stack.write("INSERT INTO items (id) VALUES (7)")
-        assert all(stack.truncated(probes).values())
+        stack.assert_streams_an_insert(7)
         assert info(cache, "txcache")["rewinds"] == 0, agent.log_text()[-3000:]
         assert "PAST THE DATABASE" not in agent.log_text()
     finally:
@@ -301,8 +291,6 @@ def test_the_agent_streams_with_the_stream_password(database, start_node):
     agent = AgentProcess(database, [node.address], "--node-password", "agent")
     stack = Stack(database, node, agent, cache, psycopg.connect(database, autocommit=True))
     try:
-        probes = stack.probe("public.items:id=7")
-        stack.write("INSERT INTO items (id) VALUES (7)")
-        assert all(stack.truncated(probes).values())
+        stack.assert_streams_an_insert(7)
     finally:
         close(stack)

@@ -170,7 +170,8 @@ pub(crate) fn plain_usage(key_len: usize, value_len: usize) -> MemoryUsage {
 }
 
 /// A plain item of this many bytes or more keeps its fat pointer in an allocation of its own:
-/// its length no longer fits the top 16 bits of a thin pointer (`thin_slice`).
+/// its length no longer fits the top 16 bits of a thin pointer (`thin_slice`, on x86-64;
+/// elsewhere the pointer is a plain `Box` and this charge errs high).
 const THIN_POINTER_LIMIT: usize = 0xffff;
 
 /// What a plain item of `bytes` bytes spends on a spilled fat pointer.
