@@ -9,6 +9,7 @@
 //!   server's maximum throughput) and [`open`] (a fixed Poisson request rate, latency from the
 //!   intended send time).
 //! - Results ([`report`]): one JSON object with ops/s and latency quantiles.
+//! - The host ([`memory`]): its memory latency at the moment, recorded beside benchmark rounds.
 //!
 //! Only loopback targets are accepted, and every run is bounded in time and requests.
 
@@ -16,6 +17,7 @@ pub mod cli;
 pub mod closed;
 pub mod dist;
 pub mod histogram;
+pub mod memory;
 pub mod open;
 pub mod outcome;
 pub mod protocol;

@@ -17,7 +17,7 @@ use txcache_loadgen::dist::Size;
 use txcache_loadgen::protocol::Protocol;
 use txcache_loadgen::report::{self, Json};
 use txcache_loadgen::workload::{KeyDist, Workload};
-use txcache_loadgen::{closed, open};
+use txcache_loadgen::{closed, memory, open};
 
 /// Load for a cache server on this machine (RESP or memcached's text protocol): preloads
 /// the key space, runs closed-loop (maximum throughput) or open-loop (--rate) load, and
@@ -79,10 +79,26 @@ struct Args {
     /// Write the JSON here instead of stdout.
     #[arg(long)]
     output: Option<PathBuf>,
+    /// Instead of driving a server, measure this machine's memory latency now (a chase
+    /// through 32 MiB, about a cache server's working set here, for 300 ms) and print it.
+    #[arg(long)]
+    memory_latency: bool,
 }
+
+/// The memory the latency probe chases through, and for how long.
+const PROBE_BYTES: usize = 32 << 20;
+const PROBE_TIME: Duration = Duration::from_millis(300);
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.memory_latency {
+        let measured = memory::probe(PROBE_BYTES, PROBE_TIME, args.seed);
+        let json = Json::default()
+            .number("memory_latency_ns", measured.ns_per_load)
+            .integer("loads", measured.loads)
+            .integer("bytes", measured.bytes as u64);
+        return emit(&args, &json);
+    }
     let address = loopback_target(&args.target).map_err(anyhow::Error::msg)?;
     if let Some(rate) = args.rate {
         anyhow::ensure!(
@@ -133,6 +149,11 @@ fn main() -> anyhow::Result<()> {
         };
         json = json.object("results", report::results(&outcome, args.duration));
     }
+    emit(&args, &json)
+}
+
+/// Prints the JSON, or writes it to `--output`.
+fn emit(args: &Args, json: &Json) -> anyhow::Result<()> {
     let text = json.render() + "\n";
     match &args.output {
         Some(path) => std::fs::write(path, text).with_context(|| format!("{}", path.display()))?,
