@@ -21,7 +21,10 @@
 //!   [`Limits::max_inline_len`]. Malformed input is rejected as soon as the
 //!   offending byte arrives rather than after waiting for more.
 //! - **Zero-copy requests.** A decoded request's arguments are [`bytes::Bytes`]
-//!   slices of the request's own frozen bytes: no argument is copied.
+//!   slices of the request's own frozen bytes: no argument is copied. A server can go
+//!   further with [`RequestDecoder::peek`]: the request is borrowed from the read
+//!   buffer, its arguments plain `&[u8]` slices of it, and the buffer is advanced once
+//!   the reply is written: no allocation and no reference count per request.
 //! - **Errors are final.** A [`ProtocolError`] means the stream can no longer be
 //!   framed; the server replies with [`ProtocolError::write_reply`] and closes.
 //!
@@ -52,4 +55,4 @@ pub use bytes::{Bytes, BytesMut};
 pub use error::ProtocolError;
 pub use frame::Frame;
 pub use limits::Limits;
-pub use request::{decode_request, RequestDecoder};
+pub use request::{decode_request, Request, RequestArgs, RequestDecoder};

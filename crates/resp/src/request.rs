@@ -43,10 +43,13 @@ pub struct RequestDecoder {
     pending: Option<Pending>,
     /// Where the arguments checked so far lie, from the start of the buffer.
     found: Vec<Range<usize>>,
+    /// The arguments of the last inline request [`RequestDecoder::peek`] returned (quoted
+    /// ones need unescaping, so they cannot be slices of the buffer).
+    inline: Vec<Bytes>,
 }
 
-/// Above this many remembered argument slots a decoder gives the memory back after
-/// the request (a client sent one very long command).
+/// Above this many remembered argument slots a decoder gives the memory back when the
+/// next request starts (a client sent one very long command).
 const KEEP_FOUND: usize = 1024;
 
 /// A request begun but not complete.
@@ -74,7 +77,7 @@ impl RequestDecoder {
     /// Forgets any partial progress.
     pub fn reset(&mut self) {
         self.pending = None;
-        self.found.clear();
+        self.start_afresh();
     }
 
     /// Decodes one request from the front of `buf`, exactly like [`decode_request`],
@@ -84,10 +87,65 @@ impl RequestDecoder {
         buf: &mut BytesMut,
         limits: &Limits,
     ) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        let Some((ready, kind)) = self.check(buf, limits)? else {
+            return Ok(None);
+        };
+        let frame = buf.split_to(ready.len).freeze();
+        let args = match kind {
+            Pending::Multibulk(_) => slices(&frame, &self.found),
+            Pending::Inline(_) => crate::inline::split(&frame, ready.args),
+        };
+        args.map(Some)
+    }
+
+    /// The complete request at the front of `buf`, borrowed: its arguments are slices of
+    /// `buf` itself, with no allocation and no reference count per request (the server's
+    /// path). `buf` is not consumed: once done with the request, advance it by
+    /// [`Request::len`]; peeking again without that returns the same request.
+    ///
+    /// `Ok(None)` and errors mean what they mean for [`RequestDecoder::decode`], and the
+    /// same resumption rule holds: between calls `buf` may only grow at its end.
+    pub fn peek<'a>(
+        &'a mut self,
+        buf: &'a [u8],
+        limits: &Limits,
+    ) -> Result<Option<Request<'a>>, ProtocolError> {
+        let Some((ready, kind)) = self.check(buf, limits)? else {
+            return Ok(None);
+        };
+        let args = match kind {
+            Pending::Multibulk(_) => {
+                if self.found.last().is_some_and(|data| data.end > ready.len) {
+                    return Err(ProtocolError::Truncated);
+                }
+                Source::Multibulk {
+                    buf,
+                    found: &self.found,
+                }
+            }
+            Pending::Inline(_) => {
+                let line = Bytes::copy_from_slice(&buf[..ready.len]);
+                self.inline = crate::inline::split(&line, ready.args)?;
+                Source::Inline(&self.inline)
+            }
+        };
+        Ok(Some(Request {
+            len: ready.len,
+            args,
+        }))
+    }
+
+    /// The check pass, resumed where the last call stopped: the complete request at the
+    /// front of `buf` and its kind, or `None` (progress kept) while it is incomplete.
+    fn check(
+        &mut self,
+        buf: &[u8],
+        limits: &Limits,
+    ) -> Result<Option<(Ready, Pending)>, ProtocolError> {
         let pending = match self.pending.take() {
             Some(pending) => pending,
             None => {
-                self.found.clear();
+                self.start_afresh();
                 match begin(buf, limits)? {
                     Some(pending) => pending,
                     None => return Ok(None),
@@ -100,24 +158,97 @@ impl RequestDecoder {
                 .map_err(Pending::Multibulk),
             Pending::Inline(i) => i.resume(buf, limits)?.map_err(Pending::Inline),
         };
-        let ready = match checked {
-            Ok(ready) => ready,
+        match checked {
+            Ok(ready) => Ok(Some((ready, pending))),
             Err(pending) => {
                 self.pending = Some(pending);
-                return Ok(None);
+                Ok(None)
             }
-        };
-        let frame = buf.split_to(ready.len).freeze();
-        let args = match pending {
-            Pending::Multibulk(_) => slices(&frame, &self.found),
-            Pending::Inline(_) => crate::inline::split(&frame, ready.args),
-        };
+        }
+    }
+
+    /// Forgets the last request's arguments, freeing their list if it was very long.
+    fn start_afresh(&mut self) {
         if self.found.capacity() > KEEP_FOUND {
             self.found = Vec::new();
         }
-        args.map(Some)
+        self.found.clear();
+        self.inline.clear();
     }
 }
+
+/// A complete request borrowed from the input buffer by [`RequestDecoder::peek`].
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    len: usize,
+    args: Source<'a>,
+}
+
+/// Where a borrowed request's arguments are.
+#[derive(Debug, Clone, Copy)]
+enum Source<'a> {
+    /// Slices of the buffer, at the ranges the check pass found.
+    Multibulk {
+        buf: &'a [u8],
+        found: &'a [Range<usize>],
+    },
+    /// Unescaped copies, held by the decoder.
+    Inline(&'a [Bytes]),
+}
+
+impl<'a> Request<'a> {
+    /// The request's length in the buffer: advance the buffer by this much once done.
+    #[allow(clippy::len_without_is_empty)] // A request is never zero bytes long.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The arguments, the command's name first. None for `*0`, `*-1` or a blank inline
+    /// line, which are to be ignored, as Redis does.
+    pub fn args(&self) -> RequestArgs<'a> {
+        RequestArgs {
+            source: self.args,
+            next: 0,
+        }
+    }
+}
+
+/// The arguments of a [`Request`], in order.
+#[derive(Debug, Clone)]
+pub struct RequestArgs<'a> {
+    source: Source<'a>,
+    next: usize,
+}
+
+impl RequestArgs<'_> {
+    fn count(&self) -> usize {
+        match self.source {
+            Source::Multibulk { found, .. } => found.len(),
+            Source::Inline(args) => args.len(),
+        }
+    }
+}
+
+impl<'a> Iterator for RequestArgs<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let arg = match self.source {
+            // `peek` checked every range against the request's length.
+            Source::Multibulk { buf, found } => buf.get(found.get(self.next)?.clone())?,
+            Source::Inline(args) => args.get(self.next)?,
+        };
+        self.next += 1;
+        Some(arg)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.count().saturating_sub(self.next);
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for RequestArgs<'_> {}
 
 /// Starts a request: reads the multibulk header, or recognises an inline line.
 fn begin(buf: &[u8], limits: &Limits) -> Result<Option<Pending>, ProtocolError> {

@@ -1,7 +1,7 @@
 //! Property tests: round trips, chunked input, and arbitrary bytes never panicking.
 #![allow(clippy::unwrap_used)]
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use proptest::prelude::*;
 use txcache_resp::{decode_request, encode, Frame, Limits, RequestDecoder};
 
@@ -147,6 +147,37 @@ fn assert_sane_request(input: &[u8], limits: &Limits) {
     }
 }
 
+/// Feeds `input` in chunks to two decoders, one decoding (owned arguments) and one peeking
+/// (borrowed arguments, its buffer advanced by hand): they must agree at every step.
+fn assert_peek_agrees_with_decode(input: &[u8], chunk: usize, limits: &Limits) {
+    let (mut decoding, mut peeking) = (RequestDecoder::new(), RequestDecoder::new());
+    let (mut decoded_buf, mut peeked_buf) = (BytesMut::new(), BytesMut::new());
+    for piece in input.chunks(chunk.max(1)) {
+        decoded_buf.extend_from_slice(piece);
+        peeked_buf.extend_from_slice(piece);
+        loop {
+            let decoded = decoding.decode(&mut decoded_buf, limits);
+            let peeked = peeking.peek(&peeked_buf, limits).map(|request| {
+                request.map(|request| {
+                    let args: Vec<Vec<u8>> = request.args().map(<[u8]>::to_vec).collect();
+                    assert_eq!(request.args().len(), args.len(), "an exact size");
+                    (request.len(), args)
+                })
+            });
+            match (decoded, peeked) {
+                (Ok(Some(args)), Ok(Some((len, peeked_args)))) => {
+                    assert_eq!(owned(args), peeked_args);
+                    peeked_buf.advance(len);
+                    assert_eq!(decoded_buf, peeked_buf, "both consumed the request");
+                }
+                (Ok(None), Ok(None)) => break,
+                (Err(a), Err(b)) => return assert_eq!(a, b),
+                (decoded, peeked) => panic!("decode {decoded:?} disagrees with peek {peeked:?}"),
+            }
+        }
+    }
+}
+
 fn assert_sane_frame(input: &[u8], limits: &Limits) {
     let checked = Frame::check(input, limits);
     let mut buf = BytesMut::from(input);
@@ -207,6 +238,18 @@ proptest! {
     fn arbitrary_bytes_never_panic(input in proptest::collection::vec(any::<u8>(), 0..64), limits in limits()) {
         assert_sane_request(&input, &limits);
         assert_sane_frame(&input, &limits);
+    }
+
+    #[test]
+    fn peeking_agrees_with_decoding(
+        input in prop_oneof![
+            soup(),
+            proptest::collection::vec(command(), 1..5).prop_map(|c| encode_all(&c).to_vec()),
+        ],
+        chunk in 1usize..24,
+        limits in limits(),
+    ) {
+        assert_peek_agrees_with_decode(&input, chunk, &limits);
     }
 
     #[test]

@@ -2,11 +2,12 @@
 //!
 //! Each read is decoded into as many complete requests as it holds; their replies are
 //! gathered in one buffer and written with one `write_all`, so a pipelined batch costs one
-//! write system call however many requests it carried.
+//! write system call however many requests it carried. A request is answered while it is
+//! still in the read buffer (its arguments are slices of it), then the buffer moves past it.
 
 use crate::cmd::{self, Context, Session};
 use crate::node::Node;
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use std::io;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -72,10 +73,12 @@ fn answer_buffered(
 ) -> Next {
     let limits = node.limits();
     while output.len() < OUTPUT_HIGH_WATER {
-        match decoder.decode(input, &limits) {
+        match decoder.peek(input, &limits) {
             Ok(Some(request)) => {
+                let len = request.len();
                 let mut context = Context { node, session };
-                cmd::execute(request, &mut context, output);
+                cmd::execute(request.args(), &mut context, output);
+                input.advance(len);
                 if session.closing {
                     return Next::Close;
                 }

@@ -1,27 +1,24 @@
 //! A cursor over a request's arguments, so commands never index into raw frames.
 
 use super::CommandError;
-use bytes::Bytes;
 use std::iter::Peekable;
-use std::vec::IntoIter;
 use txcache_model::Timestamp;
+use txcache_resp::RequestArgs;
 
-/// The arguments after the command name, consumed front to back.
-pub struct Args {
+/// The arguments after the command name, consumed front to back: slices of the request
+/// still in the read buffer (a command that keeps one copies it).
+pub struct Args<'a> {
     command: &'static str,
-    items: Peekable<IntoIter<Bytes>>,
+    items: Peekable<RequestArgs<'a>>,
 }
 
-impl Args {
-    /// Wraps the arguments of `command` (its name already removed): a `Vec`, or what is
-    /// left of the request's iterator, taken as it is rather than collected again.
-    pub fn new(
-        command: &'static str,
-        items: impl IntoIterator<Item = Bytes, IntoIter = IntoIter<Bytes>>,
-    ) -> Self {
+impl<'a> Args<'a> {
+    /// Wraps the arguments of `command`: what is left of the request once its name was
+    /// read.
+    pub fn new(command: &'static str, items: RequestArgs<'a>) -> Self {
         Self {
             command,
-            items: items.into_iter().peekable(),
+            items: items.peekable(),
         }
     }
 
@@ -36,7 +33,7 @@ impl Args {
     }
 
     /// The next argument; a missing one is a wrong-arity error.
-    pub fn next_bytes(&mut self) -> Result<Bytes, CommandError> {
+    pub fn next_bytes(&mut self) -> Result<&'a [u8], CommandError> {
         self.items
             .next()
             .ok_or(CommandError::WrongArity(self.command))
@@ -45,22 +42,22 @@ impl Args {
     /// The next argument as UTF-8 text.
     pub fn next_text(&mut self, what: &str) -> Result<String, CommandError> {
         let bytes = self.next_bytes()?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| self.invalid(what, &bytes, "UTF-8 text"))
+        String::from_utf8(bytes.to_vec()).map_err(|_| self.invalid(what, bytes, "UTF-8 text"))
     }
 
     /// The next argument as a non-negative integer.
     pub fn next_u64(&mut self, what: &str) -> Result<u64, CommandError> {
         let bytes = self.next_bytes()?;
-        parse_u64(&bytes).ok_or_else(|| self.invalid(what, &bytes, "a non-negative integer"))
+        parse_u64(bytes).ok_or_else(|| self.invalid(what, bytes, "a non-negative integer"))
     }
 
     /// The next argument as a timestamp (a commit LSN within the RESP integer range).
     pub fn next_timestamp(&mut self, what: &str) -> Result<Timestamp, CommandError> {
         let bytes = self.next_bytes()?;
-        parse_u64(&bytes)
+        parse_u64(bytes)
             .map(Timestamp)
             .filter(|ts| *ts <= Timestamp::MAX)
-            .ok_or_else(|| self.invalid(what, &bytes, "a timestamp (0..=9223372036854775807)"))
+            .ok_or_else(|| self.invalid(what, bytes, "a timestamp (0..=9223372036854775807)"))
     }
 
     /// Consumes the next argument if it equals `keyword` (case-insensitive).
@@ -76,7 +73,7 @@ impl Args {
     }
 
     /// All arguments not consumed yet.
-    pub fn rest(&mut self) -> Vec<Bytes> {
+    pub fn rest(&mut self) -> Vec<&'a [u8]> {
         self.items.by_ref().collect()
     }
 
@@ -206,8 +203,20 @@ mod tests {
 
     #[test]
     fn timestamps_stay_within_resp_integers() {
-        let mut args = Args::new("TXGET", vec![Bytes::from_static(b"9223372036854775808")]);
+        let wire = b"*2\r\n$5\r\nTXGET\r\n$19\r\n9223372036854775808\r\n";
+        let mut decoder = txcache_resp::RequestDecoder::new();
+        let limits = txcache_resp::Limits::default();
+        let request = decoder.peek(wire, &limits).unwrap().unwrap();
+        let mut items = request.args();
+        items.next();
+        let mut args = Args::new("TXGET", items);
         assert!(args.next_timestamp("lo").is_err());
+        assert!(
+            Args::new("TXGET", request.args())
+                .next_timestamp("lo")
+                .is_err(),
+            "not a number"
+        );
     }
 
     #[test]

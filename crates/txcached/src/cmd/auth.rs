@@ -10,11 +10,11 @@ pub fn run(
     out: &mut BytesMut,
 ) -> Result<(), CommandError> {
     let (user, password) = match args.remaining() {
-        1 => (bytes::Bytes::from_static(b"default"), args.next_bytes()?),
+        1 => (&b"default"[..], args.next_bytes()?),
         2 => (args.next_bytes()?, args.next_bytes()?),
         _ => return Err(CommandError::WrongArity(args.command())),
     };
-    authenticate(context, &user, &password, args.command())?;
+    authenticate(context, user, password, args.command())?;
     ok(out);
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Connection housekeeping: `CLIENT`, `SELECT`, `COMMAND`, `QUIT`.
 
 use super::{ok, Args, CommandError, Context};
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use txcache_resp::encode;
 
 /// `CLIENT SETNAME|SETINFO|GETNAME|ID`.
@@ -14,7 +14,7 @@ pub fn run_client(
     let sub = sub.to_ascii_uppercase();
     match sub.as_slice() {
         b"SETNAME" => {
-            context.session.name = Some(args.next_bytes()?);
+            context.session.name = Some(Bytes::copy_from_slice(args.next_bytes()?));
             ok(out);
         }
         b"SETINFO" => {
@@ -44,7 +44,7 @@ pub fn run_select(
 ) -> Result<(), CommandError> {
     let index = args.next_bytes()?;
     args.finish()?;
-    if index.as_ref() != b"0" {
+    if index != b"0" {
         return Err(CommandError::InvalidArgument {
             command: args.command(),
             message: "DB index is out of range (txcached has only database 0)".to_owned(),

@@ -47,7 +47,7 @@ fn set(args: &mut Args, context: &mut Context<'_>, out: &mut BytesMut) -> Result
     if !name.eq_ignore_ascii_case(b"maxmemory") {
         return Err(args.invalid(
             "parameter",
-            &name,
+            name,
             "maxmemory (the only one settable at run time)",
         ));
     }

@@ -14,9 +14,9 @@ pub fn run(
     args.finish()?;
     // The value is copied from the store straight into the reply, under the shard's lock:
     // no allocation and no shared handle per hit.
-    let mut shard = context.node.shards.for_key(&key);
+    let mut shard = context.node.shards.for_key(key);
     let value = shard
-        .get(&key)
+        .get(key)
         .map_err(|error| CommandError::from_store(args.command(), error))?;
     match value {
         Some(value) => encode::bulk(out, value),

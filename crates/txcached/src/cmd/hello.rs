@@ -4,7 +4,7 @@
 //! to stay on RESP2 (clients that default to RESP3, such as redis-py 8, take `protocol=2`).
 
 use super::{Args, CommandError, Context};
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use txcache_resp::encode;
 
 /// Replies the server's properties as a flat field/value array.
@@ -15,16 +15,16 @@ pub fn run(
 ) -> Result<(), CommandError> {
     if args.remaining() > 0 {
         let version = args.next_bytes()?;
-        if version.as_ref() != b"2" {
+        if version != b"2" {
             return Err(CommandError::NoProtocol);
         }
     }
     while args.remaining() > 0 {
         if args.eat_keyword("AUTH") {
             let (user, password) = (args.next_bytes()?, args.next_bytes()?);
-            super::auth::authenticate(context, &user, &password, args.command())?;
+            super::auth::authenticate(context, user, password, args.command())?;
         } else if args.eat_keyword("SETNAME") {
-            context.session.name = Some(args.next_bytes()?);
+            context.session.name = Some(Bytes::copy_from_slice(args.next_bytes()?));
         } else {
             return Err(CommandError::Syntax(args.command()));
         }

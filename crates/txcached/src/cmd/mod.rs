@@ -33,7 +33,7 @@ pub use error::CommandError;
 
 use crate::node::Node;
 use bytes::{Bytes, BytesMut};
-use txcache_resp::encode;
+use txcache_resp::{encode, RequestArgs};
 
 /// One connection's state between commands.
 #[derive(Debug, Default)]
@@ -59,7 +59,7 @@ pub struct Context<'a> {
     pub session: &'a mut Session,
 }
 
-type Run = fn(&mut Args, &mut Context<'_>, &mut BytesMut) -> Result<(), CommandError>;
+type Run = fn(&mut Args<'_>, &mut Context<'_>, &mut BytesMut) -> Result<(), CommandError>;
 
 /// A command the node answers.
 pub struct CommandSpec {
@@ -133,18 +133,17 @@ pub static COMMANDS: &[CommandSpec] = &[
 ];
 
 /// Runs one request (name and arguments) and appends its reply to `out`.
-pub fn execute(request: Vec<Bytes>, context: &mut Context<'_>, out: &mut BytesMut) {
-    let mut items = request.into_iter();
-    let Some(name) = items.next() else { return };
-    let result = match find(&name) {
-        None => Err(CommandError::Unknown(printable(&name))),
+pub fn execute(mut request: RequestArgs<'_>, context: &mut Context<'_>, out: &mut BytesMut) {
+    let Some(name) = request.next() else { return };
+    let result = match find(name) {
+        None => Err(CommandError::Unknown(printable(name))),
         Some(spec) if !spec.before_auth && !context.session.authenticated => {
             Err(CommandError::NoAuth)
         }
         Some(spec) if spec.stream && !context.session.streams => {
             Err(CommandError::NoStreamPermission(spec.name))
         }
-        Some(spec) => (spec.run)(&mut Args::new(spec.name, items), context, out),
+        Some(spec) => (spec.run)(&mut Args::new(spec.name, request), context, out),
     };
     context.node.metrics.count_command(result.is_ok());
     if let Err(error) = result {
@@ -161,6 +160,17 @@ fn find(name: &[u8]) -> Option<&'static CommandSpec> {
 /// Appends `+OK`.
 pub fn ok(out: &mut BytesMut) {
     encode::simple(out, "OK");
+}
+
+/// Runs `parts` as one request, encoded and decoded as a connection would (for tests).
+#[cfg(test)]
+pub fn execute_parts(parts: &[&[u8]], context: &mut Context<'_>, out: &mut BytesMut) {
+    let mut wire = BytesMut::new();
+    encode::request(&mut wire, parts);
+    let mut decoder = txcache_resp::RequestDecoder::new();
+    let limits = txcache_resp::Limits::default();
+    let request = decoder.peek(&wire, &limits).expect("a valid request");
+    execute(request.expect("a complete request").args(), context, out);
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ pub fn run_ping(
 ) -> Result<(), CommandError> {
     match args.remaining() {
         0 => encode::simple(out, "PONG"),
-        1 => encode::bulk(out, &args.next_bytes()?),
+        1 => encode::bulk(out, args.next_bytes()?),
         _ => return Err(CommandError::WrongArity(args.command())),
     }
     Ok(())
@@ -26,6 +26,6 @@ pub fn run_echo(
 ) -> Result<(), CommandError> {
     let message = args.next_bytes()?;
     args.finish()?;
-    encode::bulk(out, &message);
+    encode::bulk(out, message);
     Ok(())
 }

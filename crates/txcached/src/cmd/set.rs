@@ -19,8 +19,8 @@ pub fn run(
     context
         .node
         .shards
-        .for_key(&key)
-        .set(&key, &value)
+        .for_key(key)
+        .set(key, value)
         .map_err(|error| CommandError::from_store(args.command(), error))?;
     ok(out);
     Ok(())

@@ -26,9 +26,9 @@ pub fn run(
         });
     }
     // Encoding under the shard's lock copies the value without a shared handle on it.
-    let mut shard = context.node.shards.for_key(&key);
+    let mut shard = context.node.shards.for_key(key);
     shard
-        .lookup_with(&key, lo, hi, with_tags, |found| match found {
+        .lookup_with(key, lo, hi, with_tags, |found| match found {
             LookupRef::Hit(hit) => encode_hit(out, &hit, with_tags),
             LookupRef::Miss(kind) => {
                 encode::array_header(out, 2);

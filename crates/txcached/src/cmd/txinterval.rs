@@ -43,10 +43,10 @@ pub fn run(
 
 #[cfg(test)]
 mod tests {
-    use crate::cmd::{execute, Context, Session};
+    use crate::cmd::{execute_parts, Context, Session};
     use crate::config::Config;
     use crate::node::Node;
-    use bytes::{Bytes, BytesMut};
+    use bytes::BytesMut;
     use clap::Parser;
     use txcache_model::Timestamp;
 
@@ -57,9 +57,9 @@ mod tests {
             ..Session::default()
         };
         let mut out = BytesMut::new();
-        let request = parts.iter().map(|p| Bytes::from(p.to_string())).collect();
-        execute(
-            request,
+        let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
+        execute_parts(
+            &parts,
             &mut Context {
                 node,
                 session: &mut session,

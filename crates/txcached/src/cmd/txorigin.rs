@@ -3,7 +3,7 @@
 //! database's on every connection: a node that followed another history is rewound.
 
 use super::{ok, Args, CommandError, Context};
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use txcache_resp::encode;
 
 /// Longest origin accepted: the agent's are about 30 bytes.
@@ -26,13 +26,9 @@ pub fn run(
     let origin = args.next_bytes()?;
     args.finish()?;
     if origin.is_empty() || origin.len() > MAX_ORIGIN_LEN {
-        return Err(args.invalid(
-            "origin",
-            &origin,
-            "1 to 256 bytes naming a database history",
-        ));
+        return Err(args.invalid("origin", origin, "1 to 256 bytes naming a database history"));
     }
-    context.node.set_origin(origin);
+    context.node.set_origin(Bytes::copy_from_slice(origin));
     ok(out);
     Ok(())
 }

@@ -14,13 +14,13 @@ pub fn run(
 ) -> Result<(), CommandError> {
     let key = args.next_bytes()?;
     // Copy out of the read buffer: a stored value must own exactly its bytes.
-    let value = Bytes::copy_from_slice(&args.next_bytes()?);
+    let value = Bytes::copy_from_slice(args.next_bytes()?);
     let request = parse_request(args)?;
     let outcome = context
         .node
         .shards
-        .for_key(&key)
-        .insert(&key, value, request)
+        .for_key(key)
+        .insert(key, value, request)
         .map_err(|error| CommandError::from_store(args.command(), error))?;
     encode::array_header(out, 3);
     match outcome {
