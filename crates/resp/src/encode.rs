@@ -129,12 +129,13 @@ fn group(line: &mut [u8; LINE], at: usize, n: u64) -> usize {
 
 /// Writes `n` (below 10^8) at `at` without leading zeros; returns the position after it.
 fn leading_group(line: &mut [u8; LINE], at: usize, n: u64) -> usize {
-    // n < 10^8 fits a u32, whose logarithm is cheaper.
-    let digits = (n as u32).checked_ilog10().unwrap_or(0) as usize + 1;
-    // Little-endian: the leading zeros are the low bytes; shift them out.
-    let word = u64::from_le_bytes(eight_digits(n)) >> (8 * (8 - digits));
+    let lanes = digit_lanes(n);
+    // Little-endian: the leading zeros are the low bytes, zero before the ASCII offset is
+    // added; count them (all but the last digit of 0) and shift them out.
+    let zeros = (lanes.trailing_zeros() / 8).min(7) as usize;
+    let word = (lanes | ASCII_ZEROS) >> (8 * zeros);
     line[at..at + 8].copy_from_slice(&word.to_le_bytes());
-    at + digits
+    at + 8 - zeros
 }
 
 /// 10^8: the numbers [`eight_digits`] writes are below it.
@@ -146,6 +147,15 @@ const EIGHT: u64 = 100_000_000;
 /// 16-bit lanes of two digits, then those into bytes of one digit, dividing all lanes at
 /// once by a multiply and shift that is exact for these ranges.
 fn eight_digits(n: u64) -> [u8; 8] {
+    (digit_lanes(n) | ASCII_ZEROS).to_le_bytes()
+}
+
+/// `'0'` in every byte.
+const ASCII_ZEROS: u64 = 0x3030_3030_3030_3030;
+
+/// The eight decimal digits of `n` (below 10^8), one per byte, as values 0–9: the most
+/// significant in the lowest byte.
+fn digit_lanes(n: u64) -> u64 {
     debug_assert!(n < EIGHT);
     // Lane order is little-endian: the most significant digits go in the lowest lane.
     let halves = (n / 10_000) | ((n % 10_000) << 32);
@@ -154,8 +164,7 @@ fn eight_digits(n: u64) -> [u8; 8] {
     let pairs = ((halves - 100 * hundreds) << 16) | hundreds;
     // x / 10 for x < 100 is (x * 103) >> 10.
     let tens = ((pairs * 103) >> 10) & 0x000f_000f_000f_000f;
-    let digits = ((pairs - 10 * tens) << 8) | tens;
-    (digits | 0x3030_3030_3030_3030).to_le_bytes()
+    ((pairs - 10 * tens) << 8) | tens
 }
 
 #[cfg(test)]
@@ -223,6 +232,19 @@ mod tests {
         fn lengths_match_format(n in proptest::prelude::any::<usize>(), shift in 0u32..64) {
             let n = n >> shift;
             proptest::prop_assert_eq!(encoded(|o| array_header(o, n)), format!("*{n}\r\n").into_bytes());
+        }
+    }
+
+    #[test]
+    fn integers_at_every_digit_count_boundary_match_format() {
+        for k in 0..19 {
+            let power = 10i64.pow(k);
+            for n in [power - 1, power, power + 1, -power, -(power - 1)] {
+                assert_eq!(encoded(|o| integer(o, n)), format!(":{n}\r\n").into_bytes());
+            }
+        }
+        for n in [i64::MAX, i64::MIN, i64::MIN + 1] {
+            assert_eq!(encoded(|o| integer(o, n)), format!(":{n}\r\n").into_bytes());
         }
     }
 
