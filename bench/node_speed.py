@@ -586,29 +586,44 @@ def mean_of(rows: list[dict[str, Any]], label: str, cell: str, key: str) -> floa
     return sum(values) / len(values) if values else float("nan")
 
 
-def round_ratios(
-    rows: list[dict[str, Any]], a: str, b: str, cell: str, key: str = "ops"
-) -> list[float]:
+@dataclass(frozen=True)
+class Ratios:
+    """Per-round ratios of one cell, and whether they come from clean runs only."""
+
+    values: list[float]
+    clean: bool
+
+    @property
+    def median(self) -> float:
+        """The median (NaN when there is no round)."""
+        return statistics.median(self.values) if self.values else float("nan")
+
+    def __str__(self) -> str:
+        """``1.23x`` (one round) or ``1.23x (1.10-1.40)``: median and range; ``*`` marks
+        ratios of runs that steal disturbed (no round was clean in both)."""
+        if not self.values:
+            return "-"
+        text = f"{self.median:.2f}x"
+        if len(self.values) > 1:
+            text += f" ({min(self.values):.2f}-{max(self.values):.2f})"
+        return text if self.clean else text + " *"
+
+
+def round_ratios(rows: list[dict[str, Any]], a: str, b: str, cell: str, key: str = "ops") -> Ratios:
     """``a / b`` for one cell, each round apart: the two were measured seconds apart, so a
-    change of the host between rounds cancels out."""
-    by_round: dict[int, dict[str, float]] = {}
+    change of the host between rounds cancels out. Rounds in which either run stayed
+    disturbed by steal (``clean`` false) are left out, unless no round is clean in both."""
+    by_round: dict[int, dict[str, dict[str, Any]]] = {}
     for row in rows:
         if row["cell"] == cell and row["target"] in (a, b):
-            by_round.setdefault(row["round"], {})[row["target"]] = row[key]
-    return [v[a] / v[b] for _, v in sorted(by_round.items()) if a in v and v.get(b)]
-
-
-def median_ratio(values: list[float]) -> float:
-    """The median of per-round ratios (NaN when there are none)."""
-    return statistics.median(values) if values else float("nan")
-
-
-def spread(values: list[float]) -> str:
-    """Per-round ratios as ``1.23x`` (one round) or ``1.23x (1.10-1.40)``: median and range."""
-    if not values:
-        return "-"
-    text = f"{median_ratio(values):.2f}x"
-    return text if len(values) == 1 else f"{text} ({min(values):.2f}-{max(values):.2f})"
+            by_round.setdefault(row["round"], {})[row["target"]] = row
+    pairs = [
+        (v[a][key] / v[b][key], v[a].get("clean", True) and v[b].get("clean", True))
+        for _, v in sorted(by_round.items())
+        if a in v and b in v and v[b][key]
+    ]
+    clean = [value for value, ok in pairs if ok]
+    return Ratios(clean, True) if clean else Ratios([value for value, _ in pairs], not pairs)
 
 
 def ratio(a: float, b: float) -> str:
@@ -635,7 +650,8 @@ def throughput_tables(rows: list[dict[str, Any]], rounds: int) -> list[str]:
         "16 B keys, 100 B values, uniform keys, 90 % GET. `p16 c64`: pipeline 16, 64 "
         "connections. *txcached TX*: `TXGET`/`TXSET` on the same node.",
         "",
-        "Ratios: the median of the rounds' ratios, with their range.",
+        "Ratios: the median of the rounds' ratios, with their range, over the rounds where "
+        "both runs were clean of CPU steal (`*`: none was, all rounds).",
         "",
         "| cell | txcached | Redis | memcached | txcached TX | txcached / Redis "
         "| txcached / memcached | TX / plain |",
@@ -645,8 +661,8 @@ def throughput_tables(rows: list[dict[str, Any]], rounds: int) -> list[str]:
         t, r, m, x = (ops[(label, spec.name)] for label in LABELS)
         by = {b: round_ratios(rows, a, b, spec.name) for a, b in PAIRS}
         lines.append(
-            f"| {spec.name} | {num(t)} | {num(r)} | {num(m)} | {num(x)} | {spread(by['redis'])} "
-            f"| {spread(by['memcached'])} | {spread(by['txcached'])} |"
+            f"| {spec.name} | {num(t)} | {num(r)} | {num(m)} | {num(x)} | {by['redis']} "
+            f"| {by['memcached']} | {by['txcached']} |"
         )
     lines += [
         "",
@@ -674,9 +690,7 @@ def throughput_tables(rows: list[dict[str, Any]], rounds: int) -> list[str]:
     for spec in MAIN:
         t, r, m, x = (cpu[(label, spec.name)] for label in LABELS)
         per_round = round_ratios(rows, "txcached", "redis", spec.name, "cpu_us_per_request")
-        lines.append(
-            f"| {spec.name} | {t:.2f} | {r:.2f} | {m:.2f} | {x:.2f} | {spread(per_round)} |"
-        )
+        lines.append(f"| {spec.name} | {t:.2f} | {r:.2f} | {m:.2f} | {x:.2f} | {per_round} |")
     lines += [
         "",
         "## Variations at 8 connections (ops/s; server CPU µs per request)",
@@ -809,14 +823,14 @@ def goals(
     def cells(pipeline: int) -> list[str]:
         return [s.name for s in MAIN if s.pipeline == pipeline]
 
-    def ratios(a: str, b: str, names: list[str], key: str = "ops") -> list[list[float]]:
+    def ratios(a: str, b: str, names: list[str], key: str = "ops") -> list[Ratios]:
         return [round_ratios(rows, a, b, n, key) for n in names]
 
-    def text(names: list[str], values: list[list[float]]) -> str:
-        return ", ".join(f"{n}: {spread(v)}" for n, v in zip(names, values, strict=True))
+    def text(names: list[str], values: list[Ratios]) -> str:
+        return ", ".join(f"{n}: {v}" for n, v in zip(names, values, strict=True))
 
-    def medians(values: list[list[float]]) -> list[float]:
-        return [median_ratio(v) for v in values]
+    def medians(values: list[Ratios]) -> list[float]:
+        return [v.median for v in values]
 
     pipelined = ratios("txcached", "redis", cells(16))
     plain = ratios("txcached", "redis", cells(1))
@@ -860,7 +874,8 @@ def goals(
     lines = [
         "## Goals (issue 7)",
         "",
-        "Ratios: the median of the rounds' ratios, with their range; a goal is met when every "
+        "Ratios: the median of the rounds' ratios, with their range, over the rounds where both "
+        "runs were clean of CPU steal (`*`: none was, all rounds); a goal is met when every "
         "cell's median meets it.",
         "",
         "| goal | measured (txcached) | |",
@@ -992,29 +1007,31 @@ def machine() -> dict[str, Any]:
         "memory_gib": round(_memory_gib(), 1),
         "kernel": os.uname().release,
         "servers": versions(),
+        "txcached_workers": txcached_workers(),
         "load_average_at_start": [round(v, 2) for v in os.getloadavg()],
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
 
 
-def header(note: dict[str, Any], seconds: float) -> list[str]:
+def header(note: dict[str, Any], command: str) -> list[str]:
     """The report's first lines: command, machine, code, load."""
     servers = note["servers"]
+    took = f"{note['elapsed_s'] / 60:.1f} min" if "elapsed_s" in note else "(not recorded)"
     return [
         "# Cache-node speed: txcached, Redis and memcached",
         "",
-        f"- command: `{command_line()}`",
+        f"- command: `{command}`",
         f"- machine: {note['nproc']} CPUs ({note['cpu']}), {note['memory_gib']} GiB RAM, "
         f"Linux {note['kernel']}; the load tool shares the CPUs with the server",
-        f"- servers: txcached ({txcached_workers()}), {servers['redis']} "
+        f"- servers: txcached ({note.get('txcached_workers') or txcached_workers()}), "
+        f"{servers['redis']} "
         "(single-threaded, "
         f"`--save '' --appendonly no`), {servers['memcached']} (`-t 2`)",
         f"- code: {note['build']}",
         f"- date: {note['date']}; load average (1, 5, 15 min) at start "
         f"{', '.join(map(str, note['load_average_at_start']))}, at end "
         f"{', '.join(map(str, note['load_average_at_end']))}; other work during the runs: "
-        f"at most {note['max_other_cpu_s']:.2f} CPU s per run; the whole run took "
-        f"{seconds / 60:.1f} min",
+        f"at most {note['max_other_cpu_s']:.2f} CPU s per run; the whole run took {took}",
         "",
     ]
 
@@ -1142,11 +1159,20 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run (about 2 min)")
     parser.add_argument("--only", choices=["memory", "instructions"], help="run one phase alone")
     parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="measure nothing: rewrite the report of a run from its raw results",
+    )
+    parser.add_argument(
         "--txcached-threads",
         type=int,
         help="txcached's worker threads (default: one per CPU, txcached's own default)",
     )
     args = parser.parse_args()
+    if args.render:
+        render(args.render)
+        return
     if args.txcached_threads:
         # txcached reads TXCACHED_THREADS as its `--threads`: every txcached started below.
         os.environ["TXCACHED_THREADS"] = str(args.txcached_threads)
@@ -1182,27 +1208,43 @@ def main() -> None:
     mem = memory(kinds, args.items)
     note["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
     note["max_other_cpu_s"] = max(row["other_cpu_s"] for row in rows + calls)
+    note["elapsed_s"] = time.monotonic() - started
     name = "node_speed_quick" if args.quick else "node_speed"
     if args.txcached_threads:
         name += f"_threads-{args.txcached_threads}"
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    plotted = plot(points, rows, RESULTS_DIR / f"{name}.png")
-    body = [
-        *header(note, time.monotonic() - started),
-        *goals(rows, calls, mem),
-        *throughput_tables(rows, args.rounds),
-        *host_table(rows),
-        *sweep_tables(points),
-        *memory_table(mem),
-        *syscall_table(calls),
-        *hit_table(profile),
-        f"Plot: [{name}.png]({name}.png)" if plotted else "No plot: matplotlib is missing.",
-    ]
-    (RESULTS_DIR / f"{name}.md").write_text("\n".join(body).rstrip() + "\n")
     raw = {"command": command_line(), "machine": note, "closed": rows, "syscalls": calls}
     raw |= {"open": points, "memory": mem, "hit_profile": profile}
     (RESULTS_DIR / f"{name}.json").write_text(json.dumps(raw, indent=2) + "\n")
-    log(f"wrote {RESULTS_DIR / name}.md")
+    write_report(RESULTS_DIR / f"{name}.md", raw)
+
+
+def write_report(path: Path, raw: dict[str, Any]) -> None:
+    """The report (``path``) and its plot (beside it, ``.png``) of one run's raw results."""
+    rows, calls, points = raw["closed"], raw["syscalls"], raw["open"]
+    plot_path = path.with_suffix(".png")
+    plotted = plot(points, rows, plot_path)
+    rounds = 1 + max((row["round"] for row in rows), default=0)
+    body = [
+        *header(raw["machine"], raw["command"]),
+        *goals(rows, calls, raw["memory"]),
+        *throughput_tables(rows, rounds),
+        *host_table(rows),
+        *sweep_tables(points),
+        *memory_table(raw["memory"]),
+        *syscall_table(calls),
+        *hit_table(raw["hit_profile"]),
+        f"Plot: [{plot_path.name}]({plot_path.name})" if plotted else "No plot: no matplotlib.",
+    ]
+    path.write_text("\n".join(body).rstrip() + "\n")
+    log(f"wrote {path}")
+
+
+def render(raw_path: Path) -> None:
+    """Rewrites the report of a run from its raw results (``results/<name>.json``), for a
+    report whose tables changed after the run."""
+    raw = json.loads(raw_path.read_text())
+    write_report(raw_path.with_suffix(".md"), raw)
 
 
 if __name__ == "__main__":
