@@ -150,3 +150,77 @@ def test_pipelined_reads_of_large_values_do_not_pile_up_replies(start_node):
             received += len(chunk)
     assert peak < 64 << 20, f"RSS grew by {peak} bytes while replies waited"
     assert client.get("big") == b"x" * (1 << 20)
+
+
+def _multibulk(*args: bytes) -> bytes:
+    """One request in RESP's multibulk form."""
+    parts = [b"*%d\r\n" % len(args)]
+    parts += [b"$%d\r\n%s\r\n" % (len(arg), arg) for arg in args]
+    return b"".join(parts)
+
+
+def _random_pipeline(rng: random.Random, count: int) -> bytes:
+    """``count`` requests of every kind the hot path answers, on a few keys, with values that
+    hold CR and LF; some inline."""
+    keys = [b"plain:%d" % i for i in range(5)]
+    versioned = [b"ver:%d" % i for i in range(5)]
+    requests = []
+    for _ in range(count):
+        value = bytes(rng.choice(b"ab\r\n$*0") for _ in range(rng.randrange(0, 40)))
+        lo = rng.randrange(1, 50)
+        requests.append(
+            rng.choice(
+                [
+                    _multibulk(b"SET", rng.choice(keys), value),
+                    _multibulk(b"GET", rng.choice(keys)),
+                    _multibulk(b"get", rng.choice(keys)),
+                    _multibulk(
+                        b"TXSET", rng.choice(versioned), value, b"%d" % lo, b"%d" % (lo + 1)
+                    ),
+                    _multibulk(b"TXGET", rng.choice(versioned), b"0", b"100"),
+                    _multibulk(b"DEL", rng.choice(keys), rng.choice(versioned)),
+                    _multibulk(b"ECHO", value),
+                    b"GET " + rng.choice(keys) + b"\r\n",
+                    b'ECHO "two words"\r\n',
+                ]
+            )
+        )
+    return b"".join(requests)
+
+
+def _answers(node, payload: bytes, rng: random.Random | None) -> bytes:
+    """Everything ``node`` answers to ``payload`` on one connection: sent whole, or (with
+    ``rng``) cut into pieces of 1 to 64 bytes that arrive apart, so that reads end inside
+    requests."""
+    marker = b"end-of-the-pipeline-5f0c2e7a"
+    last = _multibulk(b"ECHO", marker)
+    with socket.create_connection((node.host, node.port), timeout=10) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if rng is None:
+            sock.sendall(payload + last)
+        else:
+            data = payload + last
+            while data:
+                size = rng.randrange(1, 65)
+                sock.sendall(data[:size])
+                data = data[size:]
+                time.sleep(0.0005)
+        received = b""
+        while not received.endswith(b"$%d\r\n%s\r\n" % (len(marker), marker)):
+            chunk = sock.recv(65536)
+            assert chunk, f"the node closed the connection after {received[-200:]!r}"
+            received += chunk
+        return received
+
+
+def test_a_pipeline_cut_anywhere_is_answered_as_if_sent_whole(start_node):
+    """The node answers each request while it is still in its read buffer and moves past it
+    after: however a pipeline is cut into reads, the answers must be byte for byte those of
+    the pipeline sent whole (the same requests on a fresh node)."""
+    rng = random.Random(7)
+    payload = _random_pipeline(rng, 400)
+    whole = _answers(start_node(), payload, None)
+    cut = _answers(start_node(), payload, rng)
+    assert b"-ERR" not in whole, whole[:500]
+    assert whole.count(b"\r\n") > 400
+    assert cut == whole
