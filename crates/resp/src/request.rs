@@ -113,11 +113,9 @@ impl RequestDecoder {
         let Some((ready, kind)) = self.check(buf, limits)? else {
             return Ok(None);
         };
-        let args = match kind {
+        let source = match kind {
             Pending::Multibulk(_) => {
-                if self.found.last().is_some_and(|data| data.end > ready.len) {
-                    return Err(ProtocolError::Truncated);
-                }
+                within(&self.found, ready.len)?;
                 Source::Multibulk {
                     buf,
                     found: &self.found,
@@ -131,7 +129,7 @@ impl RequestDecoder {
         };
         Ok(Some(Request {
             len: ready.len,
-            args,
+            source,
         }))
     }
 
@@ -181,7 +179,7 @@ impl RequestDecoder {
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
     len: usize,
-    args: Source<'a>,
+    source: Source<'a>,
 }
 
 /// Where a borrowed request's arguments are.
@@ -207,7 +205,7 @@ impl<'a> Request<'a> {
     /// line, which are to be ignored, as Redis does.
     pub fn args(&self) -> RequestArgs<'a> {
         RequestArgs {
-            source: self.args,
+            source: self.source,
             next: 0,
         }
     }
@@ -314,10 +312,17 @@ impl Multibulk {
 /// bytes. A range outside the frame (a decoder fed another buffer mid-request) is an
 /// error, not a panic.
 fn slices(frame: &Bytes, found: &[Range<usize>]) -> Result<Vec<Bytes>, ProtocolError> {
-    if found.last().is_some_and(|data| data.end > frame.len()) {
-        return Err(ProtocolError::Truncated);
-    }
+    within(found, frame.len())?;
     Ok(found.iter().map(|data| frame.slice(data.clone())).collect())
+}
+
+/// Fails unless every range the check pass found lies within the request's `len` bytes (it
+/// may not, for a decoder fed another buffer mid-request).
+fn within(found: &[Range<usize>], len: usize) -> Result<(), ProtocolError> {
+    match found.last() {
+        Some(data) if data.end > len => Err(ProtocolError::Truncated),
+        _ => Ok(()),
+    }
 }
 
 /// One element of a multibulk request, which must be a non-null bulk string.
