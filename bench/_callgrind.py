@@ -1,14 +1,20 @@
-"""Counting a server's instructions per request with callgrind (``node_speed.py --only
-instructions``).
+"""Counting a server's instructions and simulated cache misses per request with callgrind
+(``node_speed.py --only instructions``).
 
-A server runs under ``valgrind --tool=callgrind --instr-atstart=no``: nothing is counted
-while it starts and is preloaded. :func:`counted` switches instrumentation on for one load
-run (``callgrind_control -i on``), then off, dumps (``callgrind_control -d``; a dump also
-zeroes the counters) and reads the dump's ``totals:`` line. Callgrind counts the user-space
-instructions the process executes (``Ir``), its libraries included, all threads
-(serialized, which changes nothing for counting); not kernel work, not cache misses, not
-time. Those counts repeat within a fraction of a percent from run to run, which is why they
-are reported: on a shared host with CPU steal, timings do not.
+A server runs under ``valgrind --tool=callgrind --instr-atstart=no --cache-sim=yes``: nothing
+is counted while it starts and is preloaded. :func:`counted` switches instrumentation on for
+one load run (``callgrind_control -i on``), then off, dumps (``callgrind_control -d``; a dump
+also zeroes the counters) and reads the dump's ``totals:`` line. Callgrind counts the
+user-space instructions the process executes (``Ir``), its libraries included, all threads
+(serialized, which changes nothing for counting); not kernel work, not time.
+
+It also runs every data access through a simulated cache of a fixed shape (:data:`CACHES`),
+the same on every host, and counts the reads that miss its last level (``DLmr``): on a real
+machine those are the loads that wait for the next level, the shared L3 or memory, where a
+lookup's time goes (docs/node-speed.md). The simulation knows nothing of prefetching or of
+misses that overlap, so it counts misses, not their cost. Both counts repeat within a
+fraction of a percent from run to run, which is why they are reported: on a shared host with
+CPU steal, timings do not.
 """
 
 from __future__ import annotations
@@ -20,14 +26,25 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["counted", "guest_fd_limit", "instructions_table", "under_callgrind"]
+__all__ = ["CACHES", "counted", "guest_fd_limit", "per_request_table", "under_callgrind"]
+
+#: The simulated caches, as valgrind options (size, ways, line): a 32 KiB instruction and a
+#: 48 KiB data L1, and a 2 MiB last level, one core's private L2 on current server CPUs.
+CACHES = ["--I1=32768,8,64", "--D1=49152,12,64", "--LL=2097152,16,64"]
 
 
 def under_callgrind(out_dir: Path) -> list[str]:
     """The command prefix that runs a server under callgrind, instrumentation off, its
     dumps in ``out_dir`` (``cg.<pid>.out.<part>``)."""
     out = out_dir / "cg.%p.out"
-    return ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+    return [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        "--cache-sim=yes",
+        *CACHES,
+        f"--callgrind-out-file={out}",
+    ]
 
 
 def guest_fd_limit() -> int:
@@ -46,30 +63,35 @@ def _control(pid: int, *args: str) -> None:
         raise RuntimeError(f"{' '.join(command)} failed:\n{result.stdout}{result.stderr}")
 
 
-def _total(dump: Path) -> int | None:
-    """The ``totals:`` line of a complete dump, or None while it is being written."""
-    for line in reversed(dump.read_text(errors="replace").splitlines()):
-        if line.startswith("totals:"):
-            return int(line.split()[1])
+def _totals(dump: Path) -> dict[str, int] | None:
+    """The event totals of a complete dump (``Ir``, ``DLmr``, …), or None while it is
+    being written."""
+    events: list[str] = []
+    for line in dump.read_text(errors="replace").splitlines():
+        if line.startswith("events:"):
+            events = line.split()[1:]
+        elif line.startswith("totals:"):
+            return dict(zip(events, map(int, line.split()[1:]), strict=False))
     return None
 
 
-def _dumped(out_dir: Path, pid: int, part: int) -> int:
-    """Waits for dump ``part`` of ``pid`` and returns its instruction count."""
+def _dumped(out_dir: Path, pid: int, part: int) -> dict[str, int]:
+    """Waits for dump ``part`` of ``pid`` and returns its event totals."""
     dump = out_dir / f"cg.{pid}.out.{part}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        total = _total(dump) if dump.is_file() else None
-        if total is not None:
-            return total
+        totals = _totals(dump) if dump.is_file() else None
+        if totals is not None:
+            return totals
         time.sleep(0.2)
     raise RuntimeError(f"callgrind wrote no {dump}")
 
 
 @contextmanager
 def counted(pid: int, out_dir: Path, result: dict[str, Any]) -> Iterator[None]:
-    """Counts the instructions of server ``pid`` (running under :func:`under_callgrind`)
-    while the body runs; sets ``result["instructions"]``."""
+    """Counts the instructions and simulated last-level read misses of server ``pid``
+    (running under :func:`under_callgrind`) while the body runs; sets
+    ``result["instructions"]`` and ``result["misses"]``."""
     parts = len(list(out_dir.glob(f"cg.{pid}.out.*")))
     _control(pid, "-i", "on")
     try:
@@ -77,13 +99,16 @@ def counted(pid: int, out_dir: Path, result: dict[str, Any]) -> Iterator[None]:
     finally:
         _control(pid, "-i", "off")
     _control(pid, "-d")
-    result["instructions"] = _dumped(out_dir, pid, parts + 1)
+    totals = _dumped(out_dir, pid, parts + 1)
+    result["instructions"] = totals["Ir"]
+    result["misses"] = totals["DLmr"]
 
 
-def instructions_table(rows: list[dict[str, Any]]) -> list[str]:
-    """Instructions per request for every server and pipeline depth, and each beside Redis."""
+def per_request_table(rows: list[dict[str, Any]], field: str, digits: int = 0) -> list[str]:
+    """``row[field]`` (a count per request) for every server and pipeline depth, and each
+    beside Redis's, with ``digits`` decimals."""
     pipelines = sorted({row["pipeline"] for row in rows}, reverse=True)
-    redis = {row["pipeline"]: row["per_request"] for row in rows if row["target"] == "redis"}
+    redis = {row["pipeline"]: row[field] for row in rows if row["target"] == "redis"}
     header = " | ".join(f"pipeline {p} | vs Redis" for p in pipelines)
     lines = [
         "| server | commands | " + header + " |",
@@ -98,8 +123,8 @@ def instructions_table(rows: list[dict[str, Any]]) -> list[str]:
                 cells.append("- | -")
                 continue
             base = redis.get(pipeline)
-            versus = f"{row['per_request'] / base:.2f}x" if base else "-"
-            cells.append(f"{row['per_request']:,.0f} | {versus}")
+            versus = f"{row[field] / base:.2f}x" if base else "-"
+            cells.append(f"{row[field]:,.{digits}f} | {versus}")
         commands = next(iter(mine.values()))["commands"]
         lines.append(f"| {target} | {commands} | " + " | ".join(cells) + " |")
     return [*lines, ""]

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _callgrind import counted, guest_fd_limit, instructions_table, under_callgrind
+from _callgrind import CACHES, counted, guest_fd_limit, per_request_table, under_callgrind
 from _common import (
     BENCH_DIR,
     RESULTS_DIR,
@@ -1093,9 +1093,13 @@ def instruction_rows(budgets: dict[int, int], out_dir: Path) -> list[dict[str, A
                     report = loadgen(target, *run, "--max-requests", str(budget), *spec.args())
                 requests = report["results"]["requests"]
                 row |= {"pipeline": pipeline, "requests": requests, "loadgen": report}
-                row["per_request"] = row["instructions"] / max(1, requests)
+                for count in ("instructions", "misses"):
+                    row[f"{count}_per_request"] = row[count] / max(1, requests)
                 rows.append(row)
-                log(f"instructions {label} p{pipeline}: {row['per_request']:,.0f} per request")
+                log(
+                    f"instructions {label} p{pipeline}: {row['instructions_per_request']:,.0f} "
+                    f"per request, {row['misses_per_request']:.2f} simulated misses"
+                )
     return rows
 
 
@@ -1113,13 +1117,13 @@ def instructions_only(quick: bool) -> None:
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     budget_text = ", ".join(f"{n:,} at pipeline {p}" for p, n in budgets.items())
     body = [
-        "# Cache-node instructions per request",
+        "# Cache-node instructions and cache misses per request",
         "",
         f"- command: `{command_line()}`",
         f"- machine: {os.cpu_count()} CPUs ({_cpu_model()}), Linux {os.uname().release}",
         f"- servers: txcached ({txcached_workers()}), {servers['redis']}, "
         f"{servers['memcached']} (`-t 2`); each under "
-        "`valgrind --tool=callgrind --instr-atstart=no`",
+        f"`valgrind --tool=callgrind --instr-atstart=no --cache-sim=yes {' '.join(CACHES)}`",
         f"- code: {build_note()}",
         f"- date: {date}; the run took {(time.monotonic() - started) / 60:.1f} min",
         "",
@@ -1128,8 +1132,7 @@ def instructions_only(quick: bool) -> None:
         "What this counts: the instructions each server process executes in user space "
         "(its own code and its libraries: libc, malloc, jemalloc in Redis), all threads, "
         "background timers included, divided by the requests answered. It does *not* count "
-        "kernel work (system calls, TCP loopback, scheduling), cache misses or stalls, so it "
-        "is not time. It is reported because it repeats to within about 1 % from run to run "
+        "kernel work (system calls, TCP loopback, scheduling) or stalls, so it is not time. It is reported because it repeats to within about 1 % from run to run "
         "on this shared host, where CPU steal makes timings noisy.",
         "",
         f"Per server a fresh process; per row it is flushed and preloaded (100,000 keys, not "
@@ -1138,7 +1141,18 @@ def instructions_only(quick: bool) -> None:
         "90 % GET, uniform keys, 16 B keys, 100 B values; then off, and `callgrind_control "
         "-d` dumps the count.",
         "",
-        *instructions_table(rows),
+        *per_request_table(rows, "instructions_per_request"),
+        "## Simulated last-level cache misses per request (callgrind `DLmr`)",
+        "",
+        "What this counts: the data reads of the same runs that miss the last level of a "
+        "simulated cache of a fixed shape (48 KiB L1 data, 2 MiB last level: one core's L2 "
+        "on current server CPUs), the loads that on a real machine wait for the shared L3 or "
+        "memory. A dependent chain of them is where a pipelined lookup's time goes "
+        "(docs/node-speed.md). The simulation has no prefetcher and does not know which "
+        "misses overlap, so this counts misses, not their cost; like the instructions, it "
+        "repeats from run to run where timings do not.",
+        "",
+        *per_request_table(rows, "misses_per_request", digits=2),
     ]
     name = "node_speed_instructions_quick" if quick else "node_speed_instructions"
     (RESULTS_DIR / f"{name}.md").write_text("\n".join(body).rstrip() + "\n")

@@ -3,10 +3,10 @@
 //!
 //! The hash table holds only each item's position in the list (4 bytes); the item holds its
 //! own key, so nothing is stored twice. Removal swaps the last item into the hole and repoints
-//! its slot. Plain items ([`crate::plain::PlainItem`]) and versioned keys
-//! ([`crate::entry::Entry`]) each live in one.
+//! its slot. Plain items ([`crate::plain::PlainItem`]) live in one: for their 16-byte items it
+//! is smaller than keeping them in the buckets ([`crate::bucket::BucketTable`], where
+//! versioned keys live), at the cost of one more dependent cache miss per lookup.
 
-use hashbrown::hash_table::Entry;
 use hashbrown::{DefaultHashBuilder, HashTable};
 use std::hash::BuildHasher;
 
@@ -59,11 +59,6 @@ impl<T: Keyed> DenseTable<T> {
         Some(*found as usize)
     }
 
-    /// The item of `key`.
-    pub fn get(&self, key: &[u8]) -> Option<&T> {
-        self.position(key).map(|i| &self.items[i])
-    }
-
     /// The item of `key`, mutable (its key must stay as it is).
     pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut T> {
         let position = self.position(key)?;
@@ -75,43 +70,10 @@ impl<T: Keyed> DenseTable<T> {
         self.items.get(position)
     }
 
-    /// The item at `position` of the dense list, mutable (its key must stay as it is).
-    pub fn item_at_mut(&mut self, position: usize) -> Option<&mut T> {
-        self.items.get_mut(position)
-    }
-
     /// The position the next item pushed onto the list takes.
     fn next_position(&self) -> u32 {
         // A shard would need hundreds of gigabytes to hold 2^32 items.
         u32::try_from(self.items.len()).expect("fewer than 2^32 items")
-    }
-
-    /// Where `key`'s item is in the dense list, adding `make()`'s item (whose key must be
-    /// `key`) at the end when there is none; and whether it was added. The key is hashed and
-    /// looked for once either way, where `position` then `insert_new` would do both twice.
-    pub fn position_or_insert_with(
-        &mut self,
-        key: &[u8],
-        make: impl FnOnce() -> T,
-    ) -> (usize, bool) {
-        let next = self.next_position();
-        let hash = self.hash(key);
-        let (items, hasher) = (&self.items, &self.hasher);
-        let slot = self.index.entry(
-            hash,
-            |&i| items[i as usize].key() == key,
-            |&i| hasher.hash_one(items[i as usize].key()),
-        );
-        match slot {
-            Entry::Occupied(found) => (*found.get() as usize, false),
-            Entry::Vacant(vacant) => {
-                let item = make();
-                debug_assert!(item.key() == key, "made an item of another key");
-                vacant.insert(next);
-                self.items.push(item);
-                (next as usize, true)
-            }
-        }
     }
 
     /// Adds an item whose key is not in the table.
@@ -170,11 +132,6 @@ impl<T: Keyed> DenseTable<T> {
     /// Every item, in list order.
     pub fn iter(&self) -> std::slice::Iter<'_, T> {
         self.items.iter()
-    }
-
-    /// Every item, mutable (their keys must stay as they are).
-    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, T> {
-        self.items.iter_mut()
     }
 
     /// Drops every item and frees the table's memory.

@@ -1,6 +1,7 @@
 //! What one versioned key holds: its versions.
 
-use crate::dense::{DenseTable, Keyed};
+use crate::bucket::BucketTable;
+use crate::dense::Keyed;
 use bytes::Bytes;
 use std::sync::Arc;
 use txcache_model::{InvalidationTag, Timestamp, ValidityInterval};
@@ -90,7 +91,7 @@ impl Keyed for Entry {
 }
 
 /// Every versioned key of a store.
-pub(crate) type KeyTable = DenseTable<Entry>;
+pub(crate) type KeyTable = BucketTable<Entry>;
 
 /// Index of the first version whose stored interval ends after `lo`, and the first whose
 /// start is at or after `hi`: the versions in between overlap `[lo, hi)`.

@@ -1,10 +1,12 @@
 //! Eviction: sampled LRU, like Redis.
 //!
-//! To free memory the store samples [`SAMPLES`] keys uniformly at random (the dense lists of
-//! plain items and versioned keys make that O(1): a random index into both, end to end),
+//! To free memory the store samples [`SAMPLES`] keys at random, in O(1) each: a random plain
+//! item from its dense list, or the versioned key in the first occupied bucket from a random
+//! one (each kind drawn as often as its share of the keys),
 //! takes each key's least recently used version (or its plain value), and evicts the least
-//! recent of those. The random source is a seeded xorshift, so a run is reproducible. An evicted version leaves a capacity ghost. Only when no key is left does
-//! the store shed its overheads: dead staleness records, then ghosts, then history.
+//! recent of those. The random source is a seeded xorshift, so a run is reproducible. An
+//! evicted version leaves a capacity ghost. Only when no key is left does the store shed its
+//! overheads: dead staleness records, then ghosts, then history.
 
 use crate::entry::{Entry, Key};
 use crate::ghost::GhostReason;
@@ -90,36 +92,35 @@ impl Store {
         true
     }
 
-    /// The least recent of [`SAMPLES`] candidates drawn uniformly over all keys, plain and
-    /// versioned.
+    /// The least recent of [`SAMPLES`] candidates drawn over all keys, plain and versioned,
+    /// each kind as often as its share of the keys.
     fn pick_victim(&mut self) -> Option<Victim> {
         let plain = self.plain.len();
         let len = plain + self.keys.len();
-        let mut best: Option<(u64, usize)> = None;
+        let mut best: Option<(u64, Victim)> = None;
         for _ in 0..SAMPLES.min(len) {
-            let drawn = self.rng.below(len);
-            let Some(recency) = self.candidate_recency(drawn) else {
+            let Some((recency, victim)) = self.draw(plain, len) else {
                 continue;
             };
-            if best.is_none_or(|(r, _)| recency < r) {
-                best = Some((recency, drawn));
+            if best.as_ref().is_none_or(|(r, _)| recency < *r) {
+                best = Some((recency, victim));
             }
         }
-        let (_, drawn) = best?;
-        if drawn < plain {
-            return Some(Victim::Plain(drawn));
-        }
-        let entry = self.keys.item_at(drawn - plain)?;
-        let (_, index) = oldest_in(entry)?;
-        Some(Victim::Version(entry.shared_key().clone(), index))
+        best.map(|(_, victim)| victim)
     }
 
-    /// The recency of the candidate at `drawn`, counting plain items first, then versioned keys.
-    fn candidate_recency(&self, drawn: usize) -> Option<u64> {
-        match drawn.checked_sub(self.plain.len()) {
-            None => self.plain.item_at(drawn).map(|item| item.recency),
-            Some(slot) => self.keys.item_at(slot).and_then(oldest_in).map(|(r, _)| r),
+    /// One random candidate and its recency: a plain item, or the oldest version of the
+    /// versioned key in the first occupied bucket from a random one.
+    fn draw(&mut self, plain: usize, len: usize) -> Option<(u64, Victim)> {
+        let drawn = self.rng.below(len);
+        if drawn < plain {
+            let item = self.plain.item_at(drawn)?;
+            return Some((item.recency, Victim::Plain(drawn)));
         }
+        let start = self.rng.below(self.keys.positions());
+        let entry = self.keys.item_at(self.keys.occupied_from(start)?)?;
+        let (recency, index) = oldest_in(entry)?;
+        Some((recency, Victim::Version(entry.shared_key().clone(), index)))
     }
 
     /// Frees bookkeeping once no key is left to evict; false when nothing is left at all.

@@ -57,6 +57,7 @@
 //! holds the details: data structures, constants, and every decision.
 
 mod audit;
+mod bucket;
 mod config;
 mod dense;
 mod entry;

@@ -78,11 +78,10 @@ const ARC_HEADER: usize = 2 * size_of::<usize>();
 /// position in the hash table and its control byte.
 const TABLE_SLOT: usize = slack(size_of::<u32>() + 1);
 
-/// Per versioned key, beyond its bytes: the entry in the key list (shared key handle and
-/// version list), its table slot, the key's `Arc` allocation, and the allocation of its
-/// version list.
-pub(crate) const KEY_OVERHEAD: usize =
-    slack(size_of::<Entry>()) + TABLE_SLOT + ARC_HEADER + 2 * ALLOCATION;
+/// Per versioned key, beyond its bytes: the entry in its bucket of the key table (shared key
+/// handle and version list) with its control byte, the key's `Arc` allocation, and the
+/// allocation of its version list.
+pub(crate) const KEY_OVERHEAD: usize = slack(size_of::<Entry>() + 1) + ARC_HEADER + 2 * ALLOCATION;
 
 /// Per stored value: its allocation, and the shared header `bytes` allocates when a value is
 /// first handed out (a hit clones it).

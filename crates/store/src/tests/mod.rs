@@ -1,5 +1,6 @@
 //! Unit tests of the store's rules, each named after what it guards.
 
+mod bucket;
 mod insert;
 mod interval;
 mod invalidate;

@@ -66,40 +66,6 @@ fn removal_moves_the_last_item_into_the_hole() {
     assert!(table.consistent());
 }
 
-#[test]
-fn position_or_insert_with_finds_or_appends_without_making_twice() {
-    let mut table = PlainTable::default();
-    table.insert_new(PlainItem::new(b"a", b"1", 0));
-    let found = table.position_or_insert_with(b"a", || unreachable!("a is present"));
-    assert_eq!(found, (0, false));
-    let added = table.position_or_insert_with(b"b", || PlainItem::new(b"b", b"2", 0));
-    assert_eq!(added, (1, true));
-    if let Some(item) = table.item_at_mut(1) {
-        item.recency = 7;
-    }
-    assert_eq!(
-        table.get(b"b").map(|i| (i.value(), i.recency)),
-        Some((&b"2"[..], 7))
-    );
-    assert!(table.consistent());
-}
-
-#[test]
-fn position_or_insert_with_keeps_positions_through_growth() {
-    // Thousands of new keys make the hash table grow many times, rehashing every position.
-    let mut table = PlainTable::default();
-    for i in 0..5000usize {
-        let key = i.to_le_bytes();
-        let made = table.position_or_insert_with(&key, || PlainItem::new(&key, b"", 0));
-        assert_eq!(made, (i, true));
-    }
-    assert!(table.consistent());
-    for i in 0..5000usize {
-        let again = table.position_or_insert_with(&i.to_le_bytes(), || unreachable!("present"));
-        assert_eq!(again, (i, false));
-    }
-}
-
 /// One step of a table's life.
 #[derive(Clone, Debug)]
 enum Op {
@@ -107,8 +73,6 @@ enum Op {
     Remove(u8),
     RemoveAt(usize),
     Touch(u8, u64),
-    /// `position_or_insert_with`, then a recency update through `item_at_mut`.
-    FindOrInsert(u8, Vec<u8>, u64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -117,8 +81,6 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<u8>().prop_map(Op::Remove),
         1 => (0usize..300).prop_map(Op::RemoveAt),
         1 => (any::<u8>(), any::<u64>()).prop_map(|(k, r)| Op::Touch(k, r)),
-        2 => (any::<u8>(), prop::collection::vec(any::<u8>(), 0..40), any::<u64>())
-            .prop_map(|(k, v, r)| Op::FindOrInsert(k, v, r)),
     ]
 }
 
@@ -163,28 +125,7 @@ fn apply(table: &mut PlainTable, model: &mut HashMap<Vec<u8>, (Vec<u8>, u64)>, o
                 entry.1 = recency;
             }
         }
-        Op::FindOrInsert(k, value, recency) => {
-            find_or_insert(table, model, &key(k), value, recency)
-        }
     }
-}
-
-/// `position_or_insert_with` adds `key` exactly when the model lacks it, and the position it
-/// returns holds `key`'s item, which `item_at_mut` then touches.
-fn find_or_insert(
-    table: &mut PlainTable,
-    model: &mut HashMap<Vec<u8>, (Vec<u8>, u64)>,
-    key: &[u8],
-    value: Vec<u8>,
-    recency: u64,
-) {
-    let (position, added) = table.position_or_insert_with(key, || PlainItem::new(key, &value, 0));
-    assert_eq!(added, !model.contains_key(key));
-    let entry = model.entry(key.to_vec()).or_insert((value, 0));
-    let item = table.item_at_mut(position).expect("in the list");
-    assert_eq!((item.key(), item.value()), (key, &entry.0[..]));
-    item.recency = recency;
-    entry.1 = recency;
 }
 
 proptest! {

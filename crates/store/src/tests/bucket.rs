@@ -1,0 +1,170 @@
+//! The bucket table (versioned keys live in one): every item is found by its key in its own
+//! bucket through any sequence of inserts and removals, positions hold their items until the
+//! table changes, and eviction's walk from any bucket reaches an item.
+
+use crate::bucket::BucketTable;
+use crate::dense::Keyed;
+use crate::plain::PlainItem;
+use proptest::prelude::*;
+use std::collections::HashMap;
+
+type Table = BucketTable<PlainItem>;
+
+fn item(key: &[u8], value: &[u8]) -> PlainItem {
+    PlainItem::new(key, value, 0)
+}
+
+#[test]
+fn position_or_insert_with_finds_or_adds_without_making_twice() {
+    let mut table = Table::default();
+    let (a, added) = table.position_or_insert_with(b"a", || item(b"a", b"1"));
+    assert!(added);
+    let found = table.position_or_insert_with(b"a", || unreachable!("a is present"));
+    assert_eq!(found, (a, false));
+    let (b, added) = table.position_or_insert_with(b"b", || item(b"b", b"2"));
+    assert!(added);
+    if let Some(item) = table.item_at_mut(b) {
+        item.recency = 7;
+    }
+    assert_eq!(
+        table.get(b"b").map(|i| (i.value(), i.recency)),
+        Some((&b"2"[..], 7))
+    );
+    assert!(table.consistent());
+}
+
+#[test]
+fn the_position_returned_holds_the_item_through_growth() {
+    // Thousands of new keys make the table grow many times, moving every item.
+    let mut table = Table::default();
+    for i in 0..5000usize {
+        let key = i.to_le_bytes();
+        let (position, added) = table.position_or_insert_with(&key, || item(&key, b""));
+        assert!(added);
+        assert_eq!(table.item_at(position).map(Keyed::key), Some(&key[..]));
+    }
+    assert!(table.consistent());
+    for i in 0..5000usize {
+        let key = i.to_le_bytes();
+        let (position, added) = table.position_or_insert_with(&key, || unreachable!("present"));
+        assert!(!added);
+        assert_eq!(table.position(&key), Some(position));
+    }
+}
+
+#[test]
+fn a_sparse_table_shrinks_and_every_item_stays_reachable() {
+    let mut table = Table::default();
+    for i in 0..4096usize {
+        table.position_or_insert_with(&i.to_le_bytes(), || item(&i.to_le_bytes(), b""));
+    }
+    let grown = table.positions();
+    for i in 10..4096usize {
+        assert!(table.remove(&i.to_le_bytes()).is_some());
+    }
+    assert!(table.positions() < grown, "a sparse table shrinks");
+    assert!(table.consistent());
+    let mut reached: Vec<_> = (0..table.positions())
+        .filter_map(|start| table.occupied_from(start))
+        .filter_map(|position| table.item_at(position).map(|i| i.key().to_vec()))
+        .collect();
+    reached.sort();
+    reached.dedup();
+    assert_eq!(reached.len(), 10, "every item is reached from some bucket");
+}
+
+#[test]
+fn an_empty_table_has_no_item_anywhere() {
+    let mut table = Table::default();
+    assert_eq!(table.occupied_from(3), None);
+    assert_eq!(table.position(b"a"), None);
+    table.position_or_insert_with(b"a", || item(b"a", b""));
+    assert!(table.remove(b"a").is_some());
+    assert_eq!((table.occupied_from(0), table.len()), (None, 0));
+    assert!(table.get(b"a").is_none() && table.remove(b"a").is_none());
+}
+
+/// One step of a table's life.
+#[derive(Clone, Debug)]
+enum Op {
+    /// `position_or_insert_with`, then a recency update through `item_at_mut`.
+    FindOrInsert(u8, Vec<u8>, u64),
+    Remove(u8),
+    Touch(u8, u64),
+    /// Eviction's walk from bucket `start` (taken modulo the buckets): it reaches an item
+    /// whenever there is one.
+    Walk(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (any::<u8>(), prop::collection::vec(any::<u8>(), 0..40), any::<u64>())
+            .prop_map(|(k, v, r)| Op::FindOrInsert(k, v, r)),
+        3 => any::<u8>().prop_map(Op::Remove),
+        1 => (any::<u8>(), any::<u64>()).prop_map(|(k, r)| Op::Touch(k, r)),
+        1 => any::<usize>().prop_map(Op::Walk),
+    ]
+}
+
+/// Key `k` as bytes of varying length (some with the high bit set).
+fn key(k: u8) -> Vec<u8> {
+    vec![k; usize::from(k % 5)]
+}
+
+/// Applies `op` to the table and to a map from key to (value, recency).
+fn apply(table: &mut Table, model: &mut HashMap<Vec<u8>, (Vec<u8>, u64)>, op: Op) {
+    match op {
+        Op::FindOrInsert(k, value, recency) => {
+            let key = key(k);
+            let (position, added) = table.position_or_insert_with(&key, || item(&key, &value));
+            assert_eq!(added, !model.contains_key(&key));
+            let entry = model.entry(key.clone()).or_insert((value, 0));
+            let found = table.item_at_mut(position).expect("in its bucket");
+            assert_eq!((found.key(), found.value()), (&key[..], &entry.0[..]));
+            found.recency = recency;
+            entry.1 = recency;
+        }
+        Op::Remove(k) => {
+            let removed = table
+                .remove(&key(k))
+                .map(|i| (i.value().to_vec(), i.recency));
+            assert_eq!(removed, model.remove(&key(k)));
+        }
+        Op::Touch(k, recency) => {
+            if let Some(item) = table.get_mut(&key(k)) {
+                item.recency = recency;
+            }
+            if let Some(entry) = model.get_mut(&key(k)) {
+                entry.1 = recency;
+            }
+        }
+        Op::Walk(start) => {
+            let reached = table
+                .occupied_from(start)
+                .and_then(|position| table.item_at(position))
+                .map(|i| i.key().to_vec());
+            match reached {
+                Some(key) => assert!(model.contains_key(&key)),
+                None => assert!(model.is_empty()),
+            }
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn bucket_table_agrees_with_a_hash_map(ops in prop::collection::vec(op(), 1..300)) {
+        let mut table = Table::default();
+        let mut model = HashMap::new();
+        for op in ops {
+            apply(&mut table, &mut model, op);
+            prop_assert!(table.consistent());
+            prop_assert_eq!(table.len(), model.len());
+            prop_assert_eq!(table.iter().count(), model.len());
+        }
+        for (key, (value, recency)) in &model {
+            let item = table.get(key).expect("present");
+            prop_assert_eq!((item.value(), item.recency), (&value[..], *recency));
+        }
+    }
+}
