@@ -54,6 +54,56 @@ pub(crate) fn succ(t: Timestamp) -> Timestamp {
     Timestamp(t.0.saturating_add(1))
 }
 
+/// A key's versions, exactly as many slots as versions: a boxed slice (two words where a
+/// `Vec` takes three, in every entry of the key table), reallocated by each insertion and
+/// removal, which are rare next to lookups.
+#[derive(Debug, Default)]
+pub(crate) struct VersionList(Box<[Version]>);
+
+impl VersionList {
+    /// Inserts `version` at `index`, shifting the later ones up.
+    pub fn insert(&mut self, index: usize, version: Version) {
+        self.edit(|versions| {
+            // Exactly one more slot: `insert` alone would double the capacity, and the boxed
+            // slice would then be reallocated a second time to shed it.
+            versions.reserve_exact(1);
+            versions.insert(index, version);
+        });
+    }
+
+    /// Removes and returns the version at `index` (which must exist).
+    pub fn remove(&mut self, index: usize) -> Version {
+        self.edit(|versions| versions.remove(index))
+    }
+
+    /// Replaces the versions in `range` by `version`; returns the ones replaced.
+    pub fn replace(&mut self, range: std::ops::Range<usize>, version: Version) -> Vec<Version> {
+        self.edit(|versions| versions.splice(range, [version]).collect())
+    }
+
+    /// Applies `change` to the versions as a `Vec`, then drops any spare capacity.
+    fn edit<R>(&mut self, change: impl FnOnce(&mut Vec<Version>) -> R) -> R {
+        let mut versions = std::mem::take(&mut self.0).into_vec();
+        let result = change(&mut versions);
+        self.0 = versions.into_boxed_slice();
+        result
+    }
+}
+
+impl std::ops::Deref for VersionList {
+    type Target = [Version];
+
+    fn deref(&self) -> &[Version] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for VersionList {
+    fn deref_mut(&mut self) -> &mut [Version] {
+        &mut self.0
+    }
+}
+
 /// One versioned key: the key, shared with the tag index, staleness queue and ghosts, and
 /// its versions. (Plain values live in the plain table.)
 #[derive(Debug)]
@@ -61,7 +111,7 @@ pub(crate) struct Entry {
     /// Private: the key table finds the entry by it, so it never changes.
     key: Key,
     /// Non-overlapping versions sorted by `lo`; only the last may be open.
-    pub versions: Vec<Version>,
+    pub versions: VersionList,
 }
 
 impl Entry {
@@ -69,7 +119,7 @@ impl Entry {
     pub fn new(key: Key) -> Self {
         Entry {
             key,
-            versions: Vec::new(),
+            versions: VersionList::default(),
         }
     }
 
@@ -79,7 +129,7 @@ impl Entry {
     }
 
     /// The shared key and the versions, mutable.
-    pub fn parts_mut(&mut self) -> (&Key, &mut Vec<Version>) {
+    pub fn parts_mut(&mut self) -> (&Key, &mut VersionList) {
         (&self.key, &mut self.versions)
     }
 }
@@ -105,4 +155,43 @@ pub(crate) fn overlapping(
     let start = versions.partition_point(|v| v.stored_hi() <= lo);
     let end = versions.partition_point(|v| v.interval.lo() < hi);
     start..end.max(start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(lo: u64) -> Version {
+        Version {
+            value: Bytes::from(lo.to_string()),
+            interval: ValidityInterval::bounded(Timestamp(lo), Timestamp(lo + 1))
+                .expect("lo < lo + 1"),
+            recency: lo,
+            tags: None,
+        }
+    }
+
+    fn los(list: &VersionList) -> Vec<u64> {
+        list.iter().map(|v| v.interval.lo().0).collect()
+    }
+
+    #[test]
+    fn a_version_list_edits_in_place_order_and_holds_no_spare_slot() {
+        let mut list = VersionList::default();
+        for (index, lo) in [(0, 3), (0, 1), (2, 7), (2, 5)] {
+            list.insert(index, version(lo));
+        }
+        assert_eq!(los(&list), [1, 3, 5, 7]);
+        assert_eq!(list.remove(1).interval.lo(), Timestamp(3));
+        let replaced = list.replace(0..2, version(2));
+        assert_eq!(
+            replaced.iter().map(|v| v.recency).collect::<Vec<_>>(),
+            [1, 5]
+        );
+        assert_eq!(los(&list), [2, 7]);
+        list[1].recency = 9;
+        assert_eq!(list.last().map(|v| v.recency), Some(9));
+        // Two words in every entry of the key table, where a `Vec` took three.
+        assert_eq!(size_of::<VersionList>(), 2 * size_of::<usize>());
+    }
 }

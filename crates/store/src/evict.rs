@@ -140,8 +140,6 @@ impl Store {
             return;
         }
         let version = versions.remove(index);
-        // Version lists are kept exactly as long as they are: that is what they are charged.
-        versions.shrink_to_fit();
         let now_empty = versions.is_empty();
         self.ledger.remove_version(&version);
         if let Some(tags) = &version.tags {

@@ -350,7 +350,6 @@ impl Store {
             self.stale
                 .push(key, hi, self.history.read().commit_time_from(hi));
         }
-        versions.reserve_exact(1);
         versions.insert(index, version);
     }
 
@@ -360,9 +359,11 @@ impl Store {
         let Some((key, versions)) = self.keys.item_at_mut(position).map(Entry::parts_mut) else {
             return new.interval;
         };
-        let old: Vec<Version> = versions.drain(range.clone()).collect();
-        let merged = merged(&old, new);
-        swap_charges(&mut self.ledger, &mut self.index, key, &old, &merged);
+        let start = range.start;
+        let merged = merged(&versions[range.clone()], new);
+        let old = versions.replace(range, merged);
+        let merged = &versions[start];
+        swap_charges(&mut self.ledger, &mut self.index, key, &old, merged);
         let interval = merged.interval;
         // A new upper end needs its own staleness record; an old one already has one.
         if let Some(hi) = interval
@@ -372,8 +373,6 @@ impl Store {
             self.stale
                 .push(key, hi, self.history.read().commit_time_from(hi));
         }
-        versions.insert(range.start, merged);
-        versions.shrink_to_fit();
         interval
     }
 }

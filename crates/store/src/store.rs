@@ -212,7 +212,7 @@ impl Store {
         };
         let key = entry.shared_key();
         self.ledger.remove_key(key.len());
-        for version in &entry.versions {
+        for version in entry.versions.iter() {
             self.ledger.remove_version(version);
             if let Some(tags) = &version.tags {
                 self.index.unregister(key, tags);
