@@ -12,9 +12,10 @@ It also runs every data access through a simulated cache of a fixed shape (:data
 the same on every host, and counts the reads that miss its last level (``DLmr``): on a real
 machine those are the loads that wait for the next level, the shared L3 or memory, where a
 lookup's time goes (docs/node-speed.md). The simulation knows nothing of prefetching or of
-misses that overlap, so it counts misses, not their cost. Both counts repeat within a
-fraction of a percent from run to run, which is why they are reported: on a shared host with
-CPU steal, timings do not.
+misses that overlap, so it counts misses, not their cost. The instructions repeat within
+about 1 % from run to run and the misses within about 5 % (hash tables are seeded at random
+per process), which is why they are reported: on a shared host with CPU steal, timings do
+not.
 """
 
 from __future__ import annotations

@@ -1132,8 +1132,9 @@ def instructions_only(quick: bool) -> None:
         "What this counts: the instructions each server process executes in user space "
         "(its own code and its libraries: libc, malloc, jemalloc in Redis), all threads, "
         "background timers included, divided by the requests answered. It does *not* count "
-        "kernel work (system calls, TCP loopback, scheduling) or stalls, so it is not time. It is reported because it repeats to within about 1 % from run to run "
-        "on this shared host, where CPU steal makes timings noisy.",
+        "kernel work (system calls, TCP loopback, scheduling) or stalls, so it is not time. "
+        "It is reported because it repeats to within about 1 % from run to run on this "
+        "shared host, where CPU steal makes timings noisy.",
         "",
         f"Per server a fresh process; per row it is flushed and preloaded (100,000 keys, not "
         f"counted), then instrumentation is switched on (`callgrind_control -i on`) for "
@@ -1149,8 +1150,9 @@ def instructions_only(quick: bool) -> None:
         "on current server CPUs), the loads that on a real machine wait for the shared L3 or "
         "memory. A dependent chain of them is where a pipelined lookup's time goes "
         "(docs/node-speed.md). The simulation has no prefetcher and does not know which "
-        "misses overlap, so this counts misses, not their cost; like the instructions, it "
-        "repeats from run to run where timings do not.",
+        "misses overlap, so this counts misses, not their cost. It moves by about 5 % from "
+        "run to run (each process seeds its hash tables at random, which places the items "
+        "differently), where timings move by 25 to 40 %.",
         "",
         *per_request_table(rows, "misses_per_request", digits=2),
     ]
