@@ -91,7 +91,7 @@ impl Connection {
 /// Removes every key from the server.
 pub async fn flush(address: SocketAddr, protocol: Protocol) -> anyhow::Result<()> {
     let mut connection = Connection::open(address, protocol).await?;
-    let mut request = Vec::new();
+    let mut request = BytesMut::new();
     protocol.encode_flush(&mut request);
     let mut refusal = None;
     connection
@@ -141,7 +141,7 @@ async fn preload_keys(
     mut requests: Requests,
     keys: impl Iterator<Item = u64>,
 ) -> anyhow::Result<(u64, Option<String>)> {
-    let (mut errors, mut first_error, mut batch) = (0u64, None, Vec::new());
+    let (mut errors, mut first_error, mut batch) = (0u64, None, BytesMut::new());
     let mut keys = keys.peekable();
     while keys.peek().is_some() {
         batch.clear();
@@ -199,7 +199,7 @@ async fn drive(
     (warmup_end, end, budget): (Instant, Instant, u64),
 ) -> anyhow::Result<Outcome> {
     let mut outcome = Outcome::default();
-    let (mut batch, mut ops) = (Vec::new(), Vec::<Op>::with_capacity(depth));
+    let (mut batch, mut ops) = (BytesMut::new(), Vec::<Op>::with_capacity(depth));
     while outcome.requests < budget {
         let sent = Instant::now();
         if sent >= end {

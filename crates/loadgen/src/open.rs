@@ -16,6 +16,7 @@ use crate::protocol::Protocol;
 use crate::rng::Rng;
 use crate::workload::{Op, Requests, Workload};
 use anyhow::{bail, Context as _};
+use bytes::BytesMut;
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -48,7 +49,7 @@ struct Lane {
     stream: TcpStream,
     requests: Requests,
     pending: Sender<(Instant, Op)>,
-    batch: Vec<u8>,
+    batch: BytesMut,
 }
 
 /// Runs open-loop load and returns what every connection counted.
@@ -67,7 +68,7 @@ pub fn run(
         reader.set_read_timeout(Some(Duration::from_millis(20)))?;
         let (pending, receiver) = mpsc::channel();
         let requests = Requests::new(Arc::clone(&workload), c as u64, seed);
-        let batch = Vec::new();
+        let batch = BytesMut::new();
         lanes.push(Lane {
             stream,
             requests,

@@ -9,8 +9,10 @@
 //! Replies are framed (how many bytes make the next whole reply) and classified ([`Reply`]):
 //! a load generator needs to count hits and errors, not to keep values.
 
+use bytes::{BufMut, BytesMut};
 use std::fmt;
-use txcache_resp::{Frame, Limits};
+use std::io::Write;
+use txcache_resp::{encode, Frame, Limits};
 
 /// The highest timestamp a `TXGET` asks for: every version stored by the load generator
 /// lies below it.
@@ -57,10 +59,10 @@ impl std::error::Error for FramingError {}
 
 impl Protocol {
     /// Appends a lookup of `key` to `out`.
-    pub fn encode_get(self, out: &mut Vec<u8>, key: &[u8]) {
+    pub fn encode_get(self, out: &mut BytesMut, key: &[u8]) {
         match self {
-            Protocol::Resp => resp(out, &[b"GET", key]),
-            Protocol::Versioned => resp(out, &[b"TXGET", key, b"0", TX_MAX.as_bytes()]),
+            Protocol::Resp => encode::request(out, &[b"GET", key]),
+            Protocol::Versioned => encode::request(out, &[b"TXGET", key, b"0", TX_MAX.as_bytes()]),
             Protocol::Memcache => {
                 out.extend_from_slice(b"get ");
                 out.extend_from_slice(key);
@@ -71,17 +73,22 @@ impl Protocol {
 
     /// Appends a store of `value` under `key` to `out`; `version` is the timestamp of a
     /// versioned insert (its interval is `[version, version + 1)`), unused otherwise.
-    pub fn encode_set(self, out: &mut Vec<u8>, key: &[u8], value: &[u8], version: u64) {
+    pub fn encode_set(self, out: &mut BytesMut, key: &[u8], value: &[u8], version: u64) {
         match self {
-            Protocol::Resp => resp(out, &[b"SET", key, value]),
+            Protocol::Resp => encode::request(out, &[b"SET", key, value]),
             Protocol::Versioned => {
-                let (lo, hi) = (version.to_string(), (version + 1).to_string());
-                resp(out, &[b"TXSET", key, value, lo.as_bytes(), hi.as_bytes()]);
+                encode::array_header(out, 5);
+                for arg in [&b"TXSET"[..], key, value] {
+                    encode::bulk(out, arg);
+                }
+                encode::bulk_integer(out, version);
+                encode::bulk_integer(out, version + 1);
             }
             Protocol::Memcache => {
                 out.extend_from_slice(b"set ");
                 out.extend_from_slice(key);
-                out.extend_from_slice(format!(" 0 0 {}\r\n", value.len()).as_bytes());
+                // Writing into a `BytesMut` cannot fail.
+                let _ = write!(out.writer(), " 0 0 {}\r\n", value.len());
                 out.extend_from_slice(value);
                 out.extend_from_slice(b"\r\n");
             }
@@ -89,9 +96,9 @@ impl Protocol {
     }
 
     /// Appends a request that removes every key (`FLUSHALL`, `flush_all`).
-    pub fn encode_flush(self, out: &mut Vec<u8>) {
+    pub fn encode_flush(self, out: &mut BytesMut) {
         match self {
-            Protocol::Resp | Protocol::Versioned => resp(out, &[b"FLUSHALL"]),
+            Protocol::Resp | Protocol::Versioned => encode::request(out, &[b"FLUSHALL"]),
             Protocol::Memcache => out.extend_from_slice(b"flush_all\r\n"),
         }
     }
@@ -103,16 +110,6 @@ impl Protocol {
             Protocol::Resp | Protocol::Versioned => parse_resp(buf),
             Protocol::Memcache => parse_memcache(buf),
         }
-    }
-}
-
-/// Appends one RESP multibulk request.
-fn resp(out: &mut Vec<u8>, args: &[&[u8]]) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
     }
 }
 
@@ -191,10 +188,10 @@ fn value_length(rest: &[u8]) -> Result<usize, FramingError> {
 mod tests {
     use super::*;
 
-    fn encoded(f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
-        let mut out = Vec::new();
+    fn encoded(f: impl FnOnce(&mut BytesMut)) -> Vec<u8> {
+        let mut out = BytesMut::new();
         f(&mut out);
-        out
+        out.to_vec()
     }
 
     #[test]

@@ -4,6 +4,8 @@
 use crate::dist::{Size, Zipf, MAX_KEY_LEN, MAX_VALUE_LEN};
 use crate::protocol::Protocol;
 use crate::rng::{splitmix, Rng};
+use bytes::BytesMut;
+use std::io::Write;
 use std::sync::Arc;
 
 /// How keys are picked.
@@ -81,7 +83,8 @@ impl Workload {
     /// Appends key `index` to `out`: `k<index>:` padded with `x` to the key's length.
     pub fn write_key(&self, index: u64, out: &mut Vec<u8>) {
         let start = out.len();
-        out.extend_from_slice(format!("k{index}:").as_bytes());
+        // Writing into a `Vec` cannot fail.
+        let _ = write!(out, "k{index}:");
         let len = usize::from(self.key_lens[index as usize]);
         out.resize(start + len.max(out.len() - start), b'x');
     }
@@ -124,7 +127,7 @@ impl Requests {
     }
 
     /// Appends the next request of the mix to `out`; returns its kind.
-    pub fn next(&mut self, out: &mut Vec<u8>) -> Op {
+    pub fn next(&mut self, out: &mut BytesMut) -> Op {
         let index = match &self.zipf {
             Some(zipf) => zipf.sample(&mut self.rng) - 1,
             None => self.rng.below(self.workload.keys),
@@ -139,14 +142,14 @@ impl Requests {
     }
 
     /// Appends a lookup of key `index`.
-    pub fn get(&mut self, index: u64, out: &mut Vec<u8>) {
+    pub fn get(&mut self, index: u64, out: &mut BytesMut) {
         self.key.clear();
         self.workload.write_key(index, &mut self.key);
         self.workload.protocol.encode_get(out, &self.key);
     }
 
     /// Appends a store to key `index` (a value of the workload's size, a fresh version).
-    pub fn set(&mut self, index: u64, out: &mut Vec<u8>) {
+    pub fn set(&mut self, index: u64, out: &mut BytesMut) {
         let len = self.workload.value_size.value_len(&mut self.rng);
         let pool = &self.workload.value_pool;
         let offset = self.rng.below((pool.len() - len) as u64) as usize;
@@ -208,7 +211,7 @@ mod tests {
         for (fraction, low, high) in [(0.9, 0.89, 0.91), (30.0 / 31.0, 0.961, 0.974)] {
             let w = workload(1000, KeyDist::Uniform, Size::Fixed(16), fraction);
             let mut requests = Requests::new(w, 0, 9);
-            let mut out = Vec::new();
+            let mut out = BytesMut::new();
             let gets = (0..50_000)
                 .filter(|_| requests.next(&mut out) == Op::Get)
                 .count() as f64
@@ -221,7 +224,7 @@ mod tests {
     fn zipf_keys_favour_key_zero() {
         let w = workload(1000, KeyDist::Zipf(0.99), Size::Fixed(16), 1.0);
         let mut requests = Requests::new(w, 0, 9);
-        let mut out = Vec::new();
+        let mut out = BytesMut::new();
         let mut hot = 0;
         for _ in 0..10_000 {
             out.clear();
@@ -243,7 +246,7 @@ mod tests {
             0.0,
             1,
         ));
-        let mut out = Vec::new();
+        let mut out = BytesMut::new();
         let mut requests = Requests::new(w, 2, 1);
         requests.set(1, &mut out);
         requests.set(1, &mut out);

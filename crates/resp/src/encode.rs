@@ -1,7 +1,7 @@
 //! Encoders for replies (server side) and requests (client side).
 //!
 //! Every function appends one complete RESP2 item to `out`, reserving the space it
-//! needs once and formatting integers two digits at a time from a table: no
+//! needs once and formatting integers eight digits at a time in one register: no
 //! intermediate allocation, no `fmt` machinery.
 
 use bytes::{BufMut, BytesMut};
@@ -32,6 +32,20 @@ pub fn bulk(out: &mut BytesMut, data: &[u8]) {
     length_line(out, b'$', data.len());
     out.extend_from_slice(data);
     out.extend_from_slice(CRLF);
+}
+
+/// Appends `n`'s decimal digits as a bulk string, `$<digits>\r\n<n>\r\n`: how a client
+/// sends an integer argument (a timestamp).
+pub fn bulk_integer(out: &mut BytesMut, n: u64) {
+    // 1 to 20 digits.
+    let digits = n.checked_ilog10().map_or(1, |log| log as u8 + 1);
+    // The header up to its CR, then the digits as a line whose prefix is the header's LF.
+    if digits < 10 {
+        out.extend_from_slice(&[b'$', b'0' + digits, b'\r']);
+    } else {
+        out.extend_from_slice(&[b'$', b'0' + digits / 10, b'0' + digits % 10, b'\r']);
+    }
+    decimal_line(out, b'\n', false, n);
 }
 
 /// Appends the null bulk string, `$-1\r\n` (a missing value).
@@ -229,9 +243,29 @@ mod tests {
         }
 
         #[test]
+        fn bulk_integers_match_format(n in proptest::prelude::any::<u64>(), shift in 0u32..64) {
+            let n = n >> shift;
+            let expected = format!("${}\r\n{n}\r\n", n.to_string().len());
+            proptest::prop_assert_eq!(encoded(|o| bulk_integer(o, n)), expected.into_bytes());
+        }
+
+        #[test]
         fn lengths_match_format(n in proptest::prelude::any::<usize>(), shift in 0u32..64) {
             let n = n >> shift;
             proptest::prop_assert_eq!(encoded(|o| array_header(o, n)), format!("*{n}\r\n").into_bytes());
+        }
+    }
+
+    #[test]
+    fn bulk_integers_match_format_at_every_digit_count() {
+        let mut edges = vec![0, 1, 9, u64::MAX, u64::MAX - 1];
+        for power in 1..20 {
+            let p = 10u64.pow(power);
+            edges.extend([p - 1, p, p + 1]);
+        }
+        for n in edges {
+            let expected = format!("${}\r\n{n}\r\n", n.to_string().len());
+            assert_eq!(encoded(|o| bulk_integer(o, n)), expected.as_bytes());
         }
     }
 
