@@ -53,6 +53,35 @@ fn eviction_prefers_the_least_recently_used() {
 }
 
 #[test]
+fn sampled_eviction_takes_mostly_cold_versioned_keys() {
+    // Many keys, so that the samples come from random buckets of the key table and the walk
+    // to the next occupied one; half of the keys are hit after every key was inserted.
+    let mut s = small(4 << 20);
+    let key = |i: usize| format!("key-{i:04}");
+    for i in 0..1000 {
+        insert_bounded(&mut s, &key(i), "value", bounded(1, 2));
+    }
+    for i in (0..1000).step_by(2) {
+        hit(&mut s, &key(i), 1, 1);
+    }
+    s.set_max_memory(s.memory().total() * 7 / 10);
+    s.verify_invariants().expect("invariants hold");
+    let evicted = |parity: usize| {
+        (0..1000)
+            .filter(|i| i % 2 == parity && !s.contains(key(*i).as_bytes()))
+            .count()
+    };
+    let (hot, cold) = (evicted(0), evicted(1));
+    assert!(hot + cold > 100, "evicted {hot} hot and {cold} cold keys");
+    // Five samples evict a hot key only when all five are hot: about one eviction in six
+    // here, as cold keys run out; a sampler blind to recency evicts as many hot as cold.
+    assert!(
+        hot * 4 < hot + cold,
+        "evicted {hot} hot and {cold} cold keys"
+    );
+}
+
+#[test]
 fn capacity_and_staleness_misses_are_told_apart() {
     let mut s = Store::new(StoreConfig {
         max_memory: 16 << 10,
