@@ -85,10 +85,11 @@ impl<T: Keyed> BucketTable<T> {
     /// table is empty. (An item after a run of empty buckets is found from each of them, so
     /// it is a little more likely to be drawn; runs are short at the loads kept here.)
     pub fn occupied_from(&self, start: usize) -> Option<usize> {
-        let positions = self.positions();
-        if self.table.is_empty() || positions == 0 {
+        if self.table.is_empty() {
             return None;
         }
+        // A table with an item has buckets.
+        let positions = self.positions();
         let start = start % positions;
         (start..positions)
             .chain(0..start)

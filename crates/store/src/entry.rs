@@ -176,7 +176,7 @@ mod tests {
     }
 
     #[test]
-    fn a_version_list_edits_in_place_order_and_holds_no_spare_slot() {
+    fn a_version_list_keeps_its_order_through_edits_in_two_words() {
         let mut list = VersionList::default();
         for (index, lo) in [(0, 3), (0, 1), (2, 7), (2, 5)] {
             list.insert(index, version(lo));

@@ -2,6 +2,7 @@
 //! bucket through any sequence of inserts and removals, positions hold their items until the
 //! table changes, and eviction's walk from any bucket reaches an item.
 
+use super::small_key;
 use crate::bucket::BucketTable;
 use crate::dense::Keyed;
 use crate::plain::PlainItem;
@@ -106,16 +107,11 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Key `k` as bytes of varying length (some with the high bit set).
-fn key(k: u8) -> Vec<u8> {
-    vec![k; usize::from(k % 5)]
-}
-
 /// Applies `op` to the table and to a map from key to (value, recency).
 fn apply(table: &mut Table, model: &mut HashMap<Vec<u8>, (Vec<u8>, u64)>, op: Op) {
     match op {
         Op::FindOrInsert(k, value, recency) => {
-            let key = key(k);
+            let key = small_key(k);
             let (position, added) = table.position_or_insert_with(&key, || item(&key, &value));
             assert_eq!(added, !model.contains_key(&key));
             let entry = model.entry(key.clone()).or_insert((value, 0));
@@ -126,15 +122,15 @@ fn apply(table: &mut Table, model: &mut HashMap<Vec<u8>, (Vec<u8>, u64)>, op: Op
         }
         Op::Remove(k) => {
             let removed = table
-                .remove(&key(k))
+                .remove(&small_key(k))
                 .map(|i| (i.value().to_vec(), i.recency));
-            assert_eq!(removed, model.remove(&key(k)));
+            assert_eq!(removed, model.remove(&small_key(k)));
         }
         Op::Touch(k, recency) => {
-            if let Some(item) = table.get_mut(&key(k)) {
+            if let Some(item) = table.get_mut(&small_key(k)) {
                 item.recency = recency;
             }
-            if let Some(entry) = model.get_mut(&key(k)) {
+            if let Some(entry) = model.get_mut(&small_key(k)) {
                 entry.1 = recency;
             }
         }

@@ -12,6 +12,12 @@ use crate::{Hit, InsertOutcome, InsertRequest, Lookup, MissKind, Store, StoreCon
 use bytes::Bytes;
 use txcache_model::{Invalidation, InvalidationTag, Timestamp, ValidityInterval, WallClock};
 
+/// Key `k` of a table's property test: bytes of varying length (0 to 4), some with the high
+/// bit set, so that a few hundred operations hit the same keys often.
+pub(super) fn small_key(k: u8) -> Vec<u8> {
+    vec![k; usize::from(k % 5)]
+}
+
 pub(super) fn ts(n: u64) -> Timestamp {
     Timestamp(n)
 }

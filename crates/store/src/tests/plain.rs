@@ -1,6 +1,7 @@
 //! The plain table: items hold key and value in one allocation, and the table finds each
 //! item at its position in the dense list through any sequence of inserts and removals.
 
+use super::small_key;
 use crate::dense::Keyed;
 use crate::plain::{prefix_len, PlainItem, PlainTable};
 use proptest::prelude::*;
@@ -84,16 +85,11 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Key `k` as bytes of varying length (some with the high bit set).
-fn key(k: u8) -> Vec<u8> {
-    vec![k; usize::from(k % 5)]
-}
-
 /// Applies `op` to the table and to a map from key to (value, recency).
 fn apply(table: &mut PlainTable, model: &mut HashMap<Vec<u8>, (Vec<u8>, u64)>, op: Op) {
     match op {
         Op::Insert(k, value) => {
-            let key = key(k);
+            let key = small_key(k);
             if let Some(old) = table.remove(&key) {
                 assert_eq!(
                     model.remove(&key).map(|(v, _)| v),
@@ -105,9 +101,9 @@ fn apply(table: &mut PlainTable, model: &mut HashMap<Vec<u8>, (Vec<u8>, u64)>, o
         }
         Op::Remove(k) => {
             let removed = table
-                .remove(&key(k))
+                .remove(&small_key(k))
                 .map(|i| (i.value().to_vec(), i.recency));
-            assert_eq!(removed, model.remove(&key(k)));
+            assert_eq!(removed, model.remove(&small_key(k)));
         }
         Op::RemoveAt(position) => {
             let expected = table.item_at(position).map(|i| i.key().to_vec());
@@ -118,10 +114,10 @@ fn apply(table: &mut PlainTable, model: &mut HashMap<Vec<u8>, (Vec<u8>, u64)>, o
             }
         }
         Op::Touch(k, recency) => {
-            if let Some(item) = table.get_mut(&key(k)) {
+            if let Some(item) = table.get_mut(&small_key(k)) {
                 item.recency = recency;
             }
-            if let Some(entry) = model.get_mut(&key(k)) {
+            if let Some(entry) = model.get_mut(&small_key(k)) {
                 entry.1 = recency;
             }
         }
