@@ -1,6 +1,6 @@
 //! A from-scratch check of the store's invariants, for tests and debugging.
 
-use crate::dense::Keyed;
+use crate::bucket::Keyed;
 use crate::entry::Version;
 use crate::memory::Ledger;
 use crate::Store;

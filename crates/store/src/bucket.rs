@@ -1,17 +1,22 @@
 //! A table of items kept in the hash table's own buckets, found by key with no index in
 //! between: a hit reads the control bytes and then the item, one dependent cache miss fewer
-//! than a [`crate::dense::DenseTable`]'s position-then-item. Versioned keys
-//! ([`crate::entry::Entry`]) live in one.
+//! than positions into a list of items would cost. Versioned keys ([`crate::entry::Entry`])
+//! live in one, plain items ([`crate::plain::PlainItem`], one word each) in another.
 //!
 //! An item's position is its bucket. Positions stay put until an item is added or removed
 //! (which may grow or shrink the table); a random position is an item or an empty bucket, and
 //! [`BucketTable::occupied_from`] walks on to the next item, so eviction samples in O(1)
 //! expected time (shrinking keeps at least one bucket in eight occupied).
 
-use crate::dense::Keyed;
 use hashbrown::hash_table::Entry;
 use hashbrown::{DefaultHashBuilder, HashTable};
 use std::hash::BuildHasher;
+
+/// An item that carries its own key.
+pub(crate) trait Keyed {
+    /// The key the item is found by; it must not change while the item is in a table.
+    fn key(&self) -> &[u8];
+}
 
 /// Items in the buckets of a hash table, found by key.
 #[derive(Debug)]
@@ -118,6 +123,25 @@ impl<T: Keyed> BucketTable<T> {
                 (vacant.insert(item).bucket_index(), true)
             }
         }
+    }
+
+    /// Adds an item whose key is not in the table.
+    pub fn insert_new(&mut self, item: T) {
+        debug_assert!(
+            self.position(item.key()).is_none(),
+            "insert_new on a present key"
+        );
+        let hash = self.hash(item.key());
+        let hasher = &self.hasher;
+        self.table
+            .insert_unique(hash, item, |item| hasher.hash_one(item.key()));
+    }
+
+    /// Removes the item in bucket `position`; `None` for an empty bucket or one past the end.
+    pub fn remove_at(&mut self, position: usize) -> Option<T> {
+        let (item, _) = self.table.get_bucket_entry(position).ok()?.remove();
+        self.shrink_if_sparse();
+        Some(item)
     }
 
     /// Removes `key`'s item.

@@ -1,7 +1,7 @@
 //! What one versioned key holds: its versions.
 
 use crate::bucket::BucketTable;
-use crate::dense::Keyed;
+use crate::bucket::Keyed;
 use bytes::Bytes;
 use std::sync::Arc;
 use txcache_model::{InvalidationTag, Timestamp, ValidityInterval};

@@ -1,15 +1,15 @@
 //! Eviction: sampled LRU, like Redis.
 //!
-//! To free memory the store samples [`SAMPLES`] keys at random, in O(1) each: a random plain
-//! item from its dense list, or the versioned key in the first occupied bucket from a random
-//! one (each kind drawn as often as its share of the keys),
-//! takes each key's least recently used version (or its plain value), and evicts the least
-//! recent of those. The random source is a seeded xorshift, so a run is reproducible. An
+//! To free memory the store samples [`SAMPLES`] keys at random, in O(1) expected time each:
+//! the item in the first occupied bucket from a random one, of the plain or the versioned
+//! table (each kind drawn as often as its share of the keys). It takes each key's least
+//! recently used version (or its plain value), and evicts the least recent of those. The random source is a seeded xorshift, so a run is reproducible. An
 //! evicted version leaves a capacity ghost. Only when no key is left does the store shed its
 //! overheads: dead staleness records, then ghosts, then history.
 
 use crate::entry::{Entry, Key};
 use crate::ghost::GhostReason;
+use crate::plain::recency_of;
 use crate::Store;
 
 /// Keys sampled per eviction (Redis's default `maxmemory-samples`).
@@ -42,7 +42,7 @@ impl XorShift {
     }
 }
 
-/// What eviction takes: a plain item (by its position in the plain list) or one version of a
+/// What eviction takes: a plain item (by its bucket in the plain table) or one version of a
 /// versioned key.
 enum Victim {
     Plain(usize),
@@ -109,13 +109,15 @@ impl Store {
         best.map(|(_, victim)| victim)
     }
 
-    /// One random candidate and its recency: a plain item, or the oldest version of the
-    /// versioned key in the first occupied bucket from a random one.
+    /// One random candidate and its recency: the plain item, or the oldest version of the
+    /// versioned key, in the first occupied bucket from a random one.
     fn draw(&mut self, plain: usize, len: usize) -> Option<(u64, Victim)> {
-        let drawn = self.rng.below(len);
-        if drawn < plain {
-            let item = self.plain.item_at(drawn)?;
-            return Some((item.recency, Victim::Plain(drawn)));
+        if self.rng.below(len) < plain {
+            let start = self.rng.below(self.plain.positions());
+            let position = self.plain.occupied_from(start)?;
+            let item = self.plain.item_at(position)?;
+            let recency = recency_of(item.stamp(), self.clock);
+            return Some((recency, Victim::Plain(position)));
         }
         let start = self.rng.below(self.keys.positions());
         let entry = self.keys.item_at(self.keys.occupied_from(start)?)?;

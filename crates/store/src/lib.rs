@@ -59,7 +59,6 @@
 mod audit;
 mod bucket;
 mod config;
-mod dense;
 mod entry;
 mod error;
 mod evict;

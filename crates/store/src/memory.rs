@@ -8,7 +8,7 @@
 use crate::entry::{Entry, Key, Version};
 use crate::ghost::Ghost;
 use crate::history::{Record, TableHistory};
-use crate::plain::{prefix_len, PlainItem};
+use crate::plain::{prefix_len, PlainItem, STAMP_BYTES};
 use crate::stats::Gauges;
 use crate::tag_index::TableIndex;
 use hashbrown::HashSet;
@@ -74,10 +74,6 @@ pub(crate) const fn slack(item: usize) -> usize {
 /// Reference counts in front of an `Arc`'s data.
 const ARC_HEADER: usize = 2 * size_of::<usize>();
 
-/// Per item of a [`crate::dense::DenseTable`], beyond the item in its list: the 4-byte
-/// position in the hash table and its control byte.
-const TABLE_SLOT: usize = slack(size_of::<u32>() + 1);
-
 /// Per versioned key, beyond its bytes: the entry in its bucket of the key table (shared key
 /// handle and version list) with its control byte, the key's `Arc` allocation, and the
 /// allocation of its version list.
@@ -92,10 +88,10 @@ const VALUE_OVERHEAD: usize = ALLOCATION + 4 * size_of::<usize>() + ALLOCATION;
 pub(crate) const VERSION_OVERHEAD: usize = size_of::<Version>() + VALUE_OVERHEAD;
 
 /// Per plain item, beyond its key and value bytes (and the key's length prefix, charged
-/// exactly): its slot in the dense item list (allocation handle and recency), its 4-byte
-/// position in the hash table with the control byte, and its one allocation.
+/// exactly): its one-word bucket in the plain table with the control byte, its recency stamp
+/// and its one allocation.
 pub(crate) const PLAIN_ITEM_OVERHEAD: usize =
-    slack(size_of::<PlainItem>()) + TABLE_SLOT + ALLOCATION;
+    slack(size_of::<PlainItem>() + 1) + STAMP_BYTES + ALLOCATION;
 
 /// Per tag held by a version, beyond its text: the tag struct and its text's allocation.
 pub(crate) const TAG_OVERHEAD: usize = size_of::<InvalidationTag>() + ALLOCATION;
@@ -160,10 +156,10 @@ pub(crate) fn key_usage(len: usize) -> MemoryUsage {
 
 /// The charge for a plain item with a `key_len`-byte key and a `value_len`-byte value.
 pub(crate) fn plain_usage(key_len: usize, value_len: usize) -> MemoryUsage {
-    let bytes = prefix_len(key_len) + key_len + value_len;
+    let bytes = STAMP_BYTES + prefix_len(key_len) + key_len + value_len;
     MemoryUsage {
         values: value_len,
-        keys: bytes - value_len + PLAIN_ITEM_OVERHEAD + spilled_pointer(bytes),
+        keys: prefix_len(key_len) + key_len + PLAIN_ITEM_OVERHEAD + spilled_pointer(bytes),
         ..MemoryUsage::default()
     }
 }

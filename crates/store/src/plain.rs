@@ -1,23 +1,40 @@
-//! Plain entries: key and value in one allocation per item.
+//! Plain entries: recency, key and value in one allocation, held by one word in a bucket.
 //!
-//! A plain item is its key and value in a single boxed slice (a length prefix, the key, the
-//! value) plus a recency stamp. Items live in a [`DenseTable`]: per item one heap allocation,
-//! a 16-byte list slot and a 4-byte hash table slot, where a map from shared keys to entries
-//! cost three allocations and ~100 bytes of slots.
+//! A plain item is one heap allocation (a 3-byte recency stamp, the key's length as LEB128,
+//! the key, the value; exactly that long) held by an 8-byte thin pointer in its bucket of the
+//! plain table. A hit reads the table's control bytes, the bucket, then the item: three
+//! dependent cache misses. Positions into a dense list of 16-byte handles (pointer and
+//! recency) cost one miss more and 16 bytes per item; those handles in the buckets would have
+//! cost 36 bytes per item at a million items, past the 40-byte goal (`docs/store.md` §2).
+//! The stamp rides in the item because a hit reads the item's first cache line anyway.
 
-use crate::dense::{DenseTable, Keyed};
+use crate::bucket::{BucketTable, Keyed};
 use thin_slice::ThinBoxedSlice;
 
-/// One plain entry: key and value in one allocation, and its recency.
-#[derive(Debug)]
-pub(crate) struct PlainItem {
-    /// The key's length (LEB128), the key, the value: exactly as long as that, no slack. One
-    /// word, not a fat pointer's two: below 64 KiB the slice's length rides in the top 16 bits
-    /// of the pointer, which x86-64 user-space addresses leave unused (larger items keep their
-    /// fat pointer in a small allocation of its own; other architectures keep a `Box`).
-    bytes: ThinBoxedSlice<u8>,
-    /// Store-local clock of the last `set` or `get`, for eviction.
-    pub recency: u64,
+/// Bytes of an item's recency stamp: three fill the 117-byte item of a 16-byte key and a
+/// 100-byte value up to the 120 bytes glibc's 128-byte chunk holds.
+pub(crate) const STAMP_BYTES: usize = 3;
+
+/// The stamp's bits as a mask.
+const STAMP_MASK: u64 = (1 << (8 * STAMP_BYTES)) - 1;
+
+/// A stamp counts steps of 2^4 ticks of the store's clock: sampling cannot tell uses that
+/// close apart anyway (Redis's clock steps by a second), and a stamp spans 2^28 ticks, a
+/// shard's quarter billion inserts and hits, before it wraps around.
+const TICKS_PER_STEP_LOG2: u32 = 4;
+
+/// The stamp of a plain item used at tick `clock` of its store's clock.
+pub(crate) fn stamp_at(clock: u64) -> u32 {
+    ((clock >> TICKS_PER_STEP_LOG2) & STAMP_MASK) as u32
+}
+
+/// The tick at which an item stamped `stamp` was last used, to within a step, as seen at tick
+/// `now`. The stamp's age is taken modulo its range: an item unused for longer looks younger
+/// than it is, and sampled eviction takes it as if at random.
+pub(crate) fn recency_of(stamp: u32, now: u64) -> u64 {
+    let steps = now >> TICKS_PER_STEP_LOG2;
+    let age = steps.wrapping_sub(u64::from(stamp)) & STAMP_MASK;
+    (steps - age.min(steps)) << TICKS_PER_STEP_LOG2
 }
 
 /// Bytes the LEB128 length prefix of a `len`-byte key takes (1 below 128, 2 below 16384, …).
@@ -49,6 +66,17 @@ fn read_prefix(bytes: &[u8]) -> (usize, usize) {
     (0, 0)
 }
 
+/// One plain entry: its recency stamp, key and value in one allocation.
+#[derive(Debug)]
+pub(crate) struct PlainItem {
+    /// The stamp, the key's length (LEB128), the key, the value: exactly as long as that, no
+    /// slack. One word, not a fat pointer's two: below 64 KiB the slice's length rides in the
+    /// top 16 bits of the pointer, which x86-64 user-space addresses leave unused (larger
+    /// items keep their fat pointer in a small allocation of its own; other architectures
+    /// keep a `Box`).
+    bytes: ThinBoxedSlice<u8>,
+}
+
 impl Keyed for PlainItem {
     fn key(&self) -> &[u8] {
         self.split().0
@@ -56,29 +84,44 @@ impl Keyed for PlainItem {
 }
 
 impl PlainItem {
-    /// `key` and `value` copied into one allocation of exactly their size plus the prefix.
-    pub fn new(key: &[u8], value: &[u8], recency: u64) -> Self {
-        let mut bytes = Vec::with_capacity(prefix_len(key.len()) + key.len() + value.len());
+    /// `key` and `value` copied into one allocation of exactly their size plus the stamp and
+    /// the prefix.
+    pub fn new(key: &[u8], value: &[u8], stamp: u32) -> Self {
+        let len = STAMP_BYTES + prefix_len(key.len()) + key.len() + value.len();
+        let mut bytes = Vec::with_capacity(len);
+        bytes.extend_from_slice(&stamp.to_le_bytes()[..STAMP_BYTES]);
         write_prefix(&mut bytes, key.len());
         bytes.extend_from_slice(key);
         bytes.extend_from_slice(value);
         PlainItem {
             bytes: bytes.into_boxed_slice().into(),
-            recency,
         }
     }
 
     /// The key and the value.
     pub fn split(&self) -> (&[u8], &[u8]) {
-        let (key_len, prefix) = read_prefix(&self.bytes);
-        self.bytes[prefix..].split_at(key_len)
+        let rest = &self.bytes[STAMP_BYTES..];
+        let (key_len, prefix) = read_prefix(rest);
+        rest[prefix..].split_at(key_len)
     }
 
     /// The value.
     pub fn value(&self) -> &[u8] {
         self.split().1
     }
+
+    /// The recency stamp ([`stamp_at`] of its last use).
+    pub fn stamp(&self) -> u32 {
+        let mut word = [0; 4];
+        word[..STAMP_BYTES].copy_from_slice(&self.bytes[..STAMP_BYTES]);
+        u32::from_le_bytes(word)
+    }
+
+    /// Records a use: the stamp becomes `stamp`.
+    pub fn set_stamp(&mut self, stamp: u32) {
+        self.bytes[..STAMP_BYTES].copy_from_slice(&stamp.to_le_bytes()[..STAMP_BYTES]);
+    }
 }
 
 /// Every plain item of a store.
-pub(crate) type PlainTable = DenseTable<PlainItem>;
+pub(crate) type PlainTable = BucketTable<PlainItem>;

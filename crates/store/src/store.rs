@@ -6,7 +6,7 @@ use crate::evict::XorShift;
 use crate::ghost::Ghosts;
 use crate::history::SharedHistory;
 use crate::memory::{plain_usage, Ledger, MemoryUsage};
-use crate::plain::{PlainItem, PlainTable};
+use crate::plain::{stamp_at, PlainItem, PlainTable};
 use crate::stale::StaleQueue;
 use crate::stats::{Gauges, StoreStats};
 use crate::tag_index::TagIndex;
@@ -123,7 +123,7 @@ impl Store {
     /// The value is borrowed from the store: the caller copies it where it goes (a reply
     /// buffer), so a hit allocates nothing.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<&[u8]>, StoreError> {
-        let stamp = self.tick();
+        let stamp = stamp_at(self.tick());
         let item = self.plain.get_mut(key);
         if item.is_none() && self.keys.get(key).is_some() {
             return Err(StoreError::WrongType);
@@ -134,7 +134,7 @@ impl Store {
             return Ok(None);
         };
         self.stats.plain_hits += 1;
-        item.recency = stamp;
+        item.set_stamp(stamp);
         Ok(Some(item.value()))
     }
 
@@ -151,7 +151,7 @@ impl Store {
         self.drop_entry(key);
         self.ghosts.forget(key);
         self.make_room(size);
-        let item = PlainItem::new(key, value, self.tick());
+        let item = PlainItem::new(key, value, stamp_at(self.tick()));
         self.ledger.add_plain(&item);
         self.plain.insert_new(item);
         self.stats.plain_sets += 1;
@@ -172,7 +172,7 @@ impl Store {
 
     /// Whether `key` holds a value of either kind.
     pub fn contains(&self, key: &[u8]) -> bool {
-        self.plain.position(key).is_some() || self.keys.get(key).is_some()
+        self.plain.get(key).is_some() || self.keys.get(key).is_some()
     }
 
     /// Removes every key and ghost. The stream position (`N`, `H`, history) and the

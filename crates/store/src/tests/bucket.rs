@@ -1,10 +1,10 @@
-//! The bucket table (versioned keys live in one): every item is found by its key in its own
-//! bucket through any sequence of inserts and removals, positions hold their items until the
-//! table changes, and eviction's walk from any bucket reaches an item.
+//! The bucket table (versioned keys and plain items live in one each): every item is found by
+//! its key in its own bucket through any sequence of inserts and removals, positions hold
+//! their items until the table changes, and eviction's walk from any bucket reaches an item.
 
 use super::small_key;
 use crate::bucket::BucketTable;
-use crate::dense::Keyed;
+use crate::bucket::Keyed;
 use crate::plain::PlainItem;
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -25,10 +25,10 @@ fn position_or_insert_with_finds_or_adds_without_making_twice() {
     let (b, added) = table.position_or_insert_with(b"b", || item(b"b", b"2"));
     assert!(added);
     if let Some(item) = table.item_at_mut(b) {
-        item.recency = 7;
+        item.set_stamp(7);
     }
     assert_eq!(
-        table.get(b"b").map(|i| (i.value(), i.recency)),
+        table.get(b"b").map(|i| (i.value(), i.stamp())),
         Some((&b"2"[..], 7))
     );
     assert!(table.consistent());
@@ -88,10 +88,14 @@ fn an_empty_table_has_no_item_anywhere() {
 /// One step of a table's life.
 #[derive(Clone, Debug)]
 enum Op {
-    /// `position_or_insert_with`, then a recency update through `item_at_mut`.
-    FindOrInsert(u8, Vec<u8>, u64),
+    /// `position_or_insert_with`, then a stamp through `item_at_mut` (versioned inserts).
+    FindOrInsert(u8, Vec<u8>, u32),
+    /// `remove`, then `insert_new` (plain `set`).
+    Replace(u8, Vec<u8>),
     Remove(u8),
-    Touch(u8, u64),
+    /// `remove_at` of bucket `position` (eviction), taken modulo the buckets.
+    RemoveAt(usize),
+    Touch(u8, u32),
     /// Eviction's walk from bucket `start` (taken modulo the buckets): it reaches an item
     /// whenever there is one.
     Walk(usize),
@@ -99,39 +103,63 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (any::<u8>(), prop::collection::vec(any::<u8>(), 0..40), any::<u64>())
+        3 => (any::<u8>(), prop::collection::vec(any::<u8>(), 0..40), stamp())
             .prop_map(|(k, v, r)| Op::FindOrInsert(k, v, r)),
-        3 => any::<u8>().prop_map(Op::Remove),
-        1 => (any::<u8>(), any::<u64>()).prop_map(|(k, r)| Op::Touch(k, r)),
+        2 => (any::<u8>(), prop::collection::vec(any::<u8>(), 0..40))
+            .prop_map(|(k, v)| Op::Replace(k, v)),
+        2 => any::<u8>().prop_map(Op::Remove),
+        1 => any::<usize>().prop_map(Op::RemoveAt),
+        1 => (any::<u8>(), stamp()).prop_map(|(k, r)| Op::Touch(k, r)),
         1 => any::<usize>().prop_map(Op::Walk),
     ]
 }
 
-/// Applies `op` to the table and to a map from key to (value, recency).
-fn apply(table: &mut Table, model: &mut HashMap<Vec<u8>, (Vec<u8>, u64)>, op: Op) {
+/// A plain item's stamp: three bytes.
+fn stamp() -> impl Strategy<Value = u32> {
+    0u32..1 << 24
+}
+
+/// Applies `op` to the table and to a map from key to (value, stamp).
+fn apply(table: &mut Table, model: &mut HashMap<Vec<u8>, (Vec<u8>, u32)>, op: Op) {
     match op {
-        Op::FindOrInsert(k, value, recency) => {
+        Op::FindOrInsert(k, value, stamp) => {
             let key = small_key(k);
             let (position, added) = table.position_or_insert_with(&key, || item(&key, &value));
             assert_eq!(added, !model.contains_key(&key));
             let entry = model.entry(key.clone()).or_insert((value, 0));
             let found = table.item_at_mut(position).expect("in its bucket");
             assert_eq!((found.key(), found.value()), (&key[..], &entry.0[..]));
-            found.recency = recency;
-            entry.1 = recency;
+            found.set_stamp(stamp);
+            entry.1 = stamp;
+        }
+        Op::Replace(k, value) => {
+            let key = small_key(k);
+            let removed = table.remove(&key).map(|i| (i.value().to_vec(), i.stamp()));
+            assert_eq!(removed, model.remove(&key));
+            table.insert_new(item(&key, &value));
+            model.insert(key, (value, 0));
         }
         Op::Remove(k) => {
             let removed = table
                 .remove(&small_key(k))
-                .map(|i| (i.value().to_vec(), i.recency));
+                .map(|i| (i.value().to_vec(), i.stamp()));
             assert_eq!(removed, model.remove(&small_key(k)));
         }
-        Op::Touch(k, recency) => {
+        Op::RemoveAt(start) => {
+            let position = start % table.positions().max(1);
+            let expected = table.item_at(position).map(|i| i.key().to_vec());
+            let removed = table.remove_at(position).map(|i| i.key().to_vec());
+            assert_eq!(removed, expected);
+            if let Some(key) = removed {
+                model.remove(&key);
+            }
+        }
+        Op::Touch(k, stamp) => {
             if let Some(item) = table.get_mut(&small_key(k)) {
-                item.recency = recency;
+                item.set_stamp(stamp);
             }
             if let Some(entry) = model.get_mut(&small_key(k)) {
-                entry.1 = recency;
+                entry.1 = stamp;
             }
         }
         Op::Walk(start) => {
@@ -158,9 +186,9 @@ proptest! {
             prop_assert_eq!(table.len(), model.len());
             prop_assert_eq!(table.iter().count(), model.len());
         }
-        for (key, (value, recency)) in &model {
+        for (key, (value, stamp)) in &model {
             let item = table.get(key).expect("present");
-            prop_assert_eq!((item.value(), item.recency), (&value[..], *recency));
+            prop_assert_eq!((item.value(), item.stamp()), (&value[..], *stamp));
         }
     }
 }

@@ -82,6 +82,33 @@ fn sampled_eviction_takes_mostly_cold_versioned_keys() {
 }
 
 #[test]
+fn sampled_eviction_takes_mostly_cold_plain_items() {
+    // As for versioned keys: plain items are sampled from random buckets of their table, and
+    // compared by their 3-byte stamps (16 ticks of the store's clock per step).
+    let mut s = small(4 << 20);
+    let key = |i: usize| format!("key-{i:04}");
+    for i in 0..1000 {
+        s.set(key(i).as_bytes(), b"value").expect("fits");
+    }
+    for i in (0..1000).step_by(2) {
+        assert!(matches!(s.get(key(i).as_bytes()), Ok(Some(_))));
+    }
+    s.set_max_memory(s.memory().total() * 7 / 10);
+    s.verify_invariants().expect("invariants hold");
+    let evicted = |parity: usize| {
+        (0..1000)
+            .filter(|i| i % 2 == parity && !s.contains(key(*i).as_bytes()))
+            .count()
+    };
+    let (hot, cold) = (evicted(0), evicted(1));
+    assert!(hot + cold > 100, "evicted {hot} hot and {cold} cold items");
+    assert!(
+        hot * 4 < hot + cold,
+        "evicted {hot} hot and {cold} cold items"
+    );
+}
+
+#[test]
 fn capacity_and_staleness_misses_are_told_apart() {
     let mut s = Store::new(StoreConfig {
         max_memory: 16 << 10,
@@ -249,13 +276,14 @@ fn store_can_be_shared_behind_a_mutex() {
 
 #[test]
 fn a_plain_item_past_the_thin_pointer_limit_is_charged_its_spilled_pointer() {
-    // Key "k" with its 1-byte prefix: 2 bytes before the value; the limit is 0xffff in all.
+    // Key "k" with the 3-byte stamp and its 1-byte prefix: 5 bytes before the value; the
+    // limit is 0xffff in all.
     let charge = |value_len: usize| {
         let mut s = store();
         s.set(b"k", &value(value_len)).unwrap();
         s.memory().keys
     };
-    let below = charge(0xffff - 3);
-    assert_eq!(charge(0xffff - 3 - 100), below);
-    assert_eq!(charge(0xffff - 2), below + size_of::<Box<[u8]>>() + 16);
+    let below = charge(0xffff - 6);
+    assert_eq!(charge(0xffff - 6 - 100), below);
+    assert_eq!(charge(0xffff - 5), below + size_of::<Box<[u8]>>() + 16);
 }

