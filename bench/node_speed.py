@@ -38,8 +38,8 @@ run, so it can be taken while other benchmarks use the machine.
 server runs under callgrind (``_callgrind.py``) and serves a fixed number of requests at
 pipeline 16 and 1; it writes ``results/node_speed_instructions.{md,json}``.
 
-``--txcached-threads N`` runs txcached with N worker threads instead of one per CPU (here the
-load tool shares the CPUs; Redis runs one thread); the results go to
+``--txcached-threads N`` runs txcached with N worker threads instead of its default (one per
+CPU but one; here the load tool shares the CPUs; Redis runs one thread); the results go to
 ``results/node_speed_threads-N.{md,json}``.
 """
 
@@ -141,9 +141,10 @@ class Server:
 
 
 def txcached_workers() -> str:
-    """The worker threads txcached runs with (``--txcached-threads``, else one per CPU), in
-    words."""
-    count = int(os.environ.get("TXCACHED_THREADS") or os.cpu_count() or 1)
+    """The worker threads txcached runs with (``--txcached-threads``, else its default: one
+    per CPU but one, at least one), in words."""
+    default = max(1, (os.cpu_count() or 1) - 1)
+    count = int(os.environ.get("TXCACHED_THREADS") or default)
     return f"{count} worker thread{'s' if count > 1 else ''}"
 
 
@@ -1183,7 +1184,7 @@ def main() -> None:
     parser.add_argument(
         "--txcached-threads",
         type=int,
-        help="txcached's worker threads (default: one per CPU, txcached's own default)",
+        help="txcached's worker threads (default: txcached's own, one per CPU but one)",
     )
     args = parser.parse_args()
     if args.render:

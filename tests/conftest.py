@@ -46,8 +46,10 @@ def start_node() -> Iterator[StartNode]:
 
 @pytest.fixture
 def node(start_node: StartNode) -> NodeProcess:
-    """One node with default settings and a small memory limit."""
-    return start_node("--max-memory", "64mb")
+    """One node with default settings but a small memory limit and two workers: the default
+    (a worker per core but one) is a single worker on a 2-core machine, and the tests should
+    run the node's threads against each other, as larger machines do."""
+    return start_node("--max-memory", "64mb", "--threads", "2")
 
 
 @pytest.fixture

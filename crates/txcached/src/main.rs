@@ -5,7 +5,7 @@
 //!                                                                 │ lock one shard by key hash
 //!   agent (RESP) ───▶ TXINVALIDATE / TXHEARTBEAT / TXRESET ──────▶ broadcast: every shard, in order
 //! ```
-//! Threads: a tokio runtime with one worker per core; each shard is a synchronous
+//! Threads: a tokio runtime with one worker per core but one; each shard is a synchronous
 //! `txcache_store::Store` behind its own mutex, never held across an await.
 
 mod cmd;
