@@ -19,7 +19,8 @@ alike. Per server:
   growth / items, minus the 116 B of key and value, is the per-item overhead;
 - **sustained throughput**: open loop (Poisson arrivals, latency from each request's
   intended send time), ETC sizes, 90 % GET, 8 connections; the rate steps up until the mean
-  latency reaches 1 ms, then one bisection step.
+  latency reaches 1 ms (a rate fails when two runs of it in a row do), then one bisection
+  step.
 
 Every loadgen run first flushes the server and preloads the key space (100,000 keys).
 
@@ -412,6 +413,10 @@ def syscall_rows(targets: list[Target], args: argparse.Namespace) -> list[dict[s
     return rows
 
 
+# Runs of one open-loop rate before it counts as failed.
+SWEEP_ATTEMPTS = 2
+
+
 def sweep(targets: list[Target], args: argparse.Namespace) -> list[dict[str, Any]]:
     """Open-loop rates, stepping up per target until the mean latency reaches 1 ms."""
     points: list[dict[str, Any]] = []
@@ -419,16 +424,23 @@ def sweep(targets: list[Target], args: argparse.Namespace) -> list[dict[str, Any
         loadgen(target, "--flush", "--duration", "0", *SWEEP.args())
 
     def run(target: Target, rate: float) -> bool:
-        timing = ["--duration", f"{args.sweep_seconds}s", "--warmup", "0.5s"]
-        report = loadgen(target, "--no-preload", "--rate", str(rate), *timing, *SWEEP.args())
-        results = report["results"]
-        ok = (
-            results["latency_us"]["mean"] < MS
-            and results["unanswered"] == 0
-            and results["ops_per_sec"] >= 0.95 * rate
-        )
-        points.append({"target": target.label, "rate": rate, "ok": ok, "loadgen": report})
-        log(f"open {target.label:<12} {rate:>9,.0f}/s mean {results['latency_us']['mean']:.0f} µs")
+        # A rate fails only when two runs of it in a row fail: on a shared host one burst of
+        # steal (or the load tool falling behind) must not end a server's sweep at 10 K/s.
+        for attempt in range(1, SWEEP_ATTEMPTS + 1):
+            timing = ["--duration", f"{args.sweep_seconds}s", "--warmup", "0.5s"]
+            report = loadgen(target, "--no-preload", "--rate", str(rate), *timing, *SWEEP.args())
+            results = report["results"]
+            ok = (
+                results["latency_us"]["mean"] < MS
+                and results["unanswered"] == 0
+                and results["ops_per_sec"] >= 0.95 * rate
+            )
+            mean = results["latency_us"]["mean"]
+            log(f"open {target.label:<12} {rate:>9,.0f}/s mean {mean:.0f} µs (try {attempt})")
+            if ok:
+                break
+        point = {"target": target.label, "rate": rate, "ok": ok, "attempts": attempt}
+        points.append({**point, "loadgen": report})
         return ok
 
     alive = list(targets)
@@ -772,8 +784,8 @@ def sweep_tables(points: list[dict[str, Any]]) -> list[str]:
         "Poisson arrivals over 8 connections, no pipelining, ETC key and value sizes, 90 % "
         "GET, uniform keys; latency from each request's intended send time. A rate counts "
         "when the mean stays under 1 ms, every request is answered and >= 95 % of the rate "
-        "is achieved. The rates step up (10 K, 20 K, 40 K, …) until one fails, then one "
-        "bisection step.",
+        "is achieved; a rate fails when two runs of it in a row do. The rates step up (10 K, "
+        "20 K, 40 K, …) until one fails, then one bisection step.",
         "",
         "| server | sustained rate (req/s) | achieved ops/s | mean µs | p99 µs | vs Redis |",
         "|---|---:|---:|---:|---:|---:|",
