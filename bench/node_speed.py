@@ -144,7 +144,8 @@ class Server:
 def txcached_workers() -> str:
     """The worker threads txcached runs with (``--txcached-threads``, else its default: one
     per CPU but one, at least one), in words."""
-    default = max(1, (os.cpu_count() or 1) - 1)
+    # txcached counts the CPUs it may run on (Rust's `available_parallelism`), as this does.
+    default = max(1, len(os.sched_getaffinity(0)) - 1)
     count = int(os.environ.get("TXCACHED_THREADS") or default)
     return f"{count} worker thread{'s' if count > 1 else ''}"
 

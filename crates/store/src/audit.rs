@@ -22,11 +22,11 @@ impl Store {
     pub fn verify_invariants(&self) -> Result<(), String> {
         ensure!(
             self.keys.consistent(),
-            "key table and sampling list disagree"
+            "key table: an entry is not found in its own bucket"
         );
         ensure!(
             self.plain.consistent(),
-            "plain table and item list disagree"
+            "plain table: an item is not found in its own bucket"
         );
         let (ledger, registrations) = self.recount_entries()?;
         let (usage, gauges) = (&self.ledger.usage, &self.ledger.gauges);

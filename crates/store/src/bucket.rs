@@ -51,7 +51,8 @@ impl<T: Keyed> BucketTable<T> {
 
     /// The bucket of `key`'s item.
     pub fn position(&self, key: &[u8]) -> Option<usize> {
-        // Nothing to hash for an empty table (a plain-only node's key table, probed by `SET`).
+        // Nothing to hash for an empty table: a plain-only node's key table, probed by `SET`,
+        // and a versioned-only node's plain table, probed by `TXSET` and lookup misses.
         if self.table.is_empty() {
             return None;
         }

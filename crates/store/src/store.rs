@@ -34,7 +34,7 @@ pub struct Store {
     pub(crate) last_applied: Timestamp,
     /// The latest commit time any message carried.
     pub(crate) latest_commit_time: WallClock,
-    /// Store-local recency clock, advanced by every insert and hit.
+    /// Store-local recency clock, advanced by every insert and lookup.
     pub(crate) clock: u64,
     pub(crate) rng: XorShift,
     pub(crate) ledger: Ledger,

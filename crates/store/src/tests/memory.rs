@@ -93,7 +93,7 @@ fn sampled_eviction_takes_mostly_cold_versioned_keys() {
 
 #[test]
 fn sampled_eviction_takes_mostly_cold_plain_items() {
-    // Plain items are compared by their 3-byte stamps (16 ticks of the store's clock a step).
+    // Plain items are compared by their 3-byte stamps (256 ticks of the store's clock a step).
     let mut s = small(4 << 20);
     for i in 0..1000 {
         s.set(sampled_key(i).as_bytes(), b"value").expect("fits");

@@ -57,21 +57,31 @@ fn a_key_that_looks_like_a_prefix_is_still_the_key() {
 
 #[test]
 fn a_stamp_tells_the_tick_of_its_use_to_within_a_step() {
-    // Steps are 16 ticks; a stamp's 24 bits span 2^28 ticks before they wrap.
-    let span = 1u64 << 28;
-    for used in [0, 15, 16, 1_000, span - 1, span, span + 17, 5 * span + 3] {
-        for later in [0, 1, 15, 16, 1_000, span - 16] {
+    // Steps are 256 ticks; a stamp's 24 bits span 2^32 ticks before they wrap.
+    let (step, span) = (1u64 << 8, 1u64 << 32);
+    for used in [
+        0,
+        255,
+        256,
+        100_000,
+        span - 1,
+        span,
+        span + 257,
+        5 * span + 3,
+    ] {
+        for later in [0, 1, 255, 256, 100_000, span - step] {
             let recency = recency_of(stamp_at(used), used + later);
+            let expected = used & !(step - 1);
             assert_eq!(
-                recency,
-                used & !15,
+                recency, expected,
                 "used at {used}, seen {later} ticks later"
             );
         }
     }
     // Older than the span, an item looks younger than it is: its age wraps around.
-    assert_eq!(recency_of(stamp_at(0), span + 32), span);
-    assert!(recency_of(stamp_at(16), 32) < recency_of(stamp_at(32), 32));
+    assert_eq!(recency_of(stamp_at(0), span + 2 * step), span);
+    let now = 2 * step;
+    assert!(recency_of(stamp_at(step), now) < recency_of(stamp_at(now), now));
 }
 
 #[test]
