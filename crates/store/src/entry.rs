@@ -1,7 +1,6 @@
 //! What one versioned key holds: its versions.
 
-use crate::bucket::BucketTable;
-use crate::bucket::Keyed;
+use crate::bucket::{BucketTable, Keyed};
 use bytes::Bytes;
 use std::sync::Arc;
 use txcache_model::{InvalidationTag, Timestamp, ValidityInterval};

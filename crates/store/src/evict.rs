@@ -3,9 +3,10 @@
 //! To free memory the store samples [`SAMPLES`] keys at random, in O(1) expected time each:
 //! the item in the first occupied bucket from a random one, of the plain or the versioned
 //! table (each kind drawn as often as its share of the keys). It takes each key's least
-//! recently used version (or its plain value), and evicts the least recent of those. The random source is a seeded xorshift, so a run is reproducible. An
-//! evicted version leaves a capacity ghost. Only when no key is left does the store shed its
-//! overheads: dead staleness records, then ghosts, then history.
+//! recently used version (or its plain value), and evicts the least recent of those. The
+//! random source is a seeded xorshift, so a run is reproducible. An evicted version leaves a
+//! capacity ghost. Only when no key is left does the store shed its overheads: dead
+//! staleness records, then ghosts, then history.
 
 use crate::entry::{Entry, Key};
 use crate::ghost::GhostReason;

@@ -85,7 +85,8 @@ impl Config {
 
     /// Worker threads to run, resolving the default.
     pub fn worker_threads(&self) -> usize {
-        self.threads.unwrap_or_else(default_worker_threads).max(1)
+        let cores = || std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.threads.unwrap_or_else(|| workers_for(cores())).max(1)
     }
 
     /// Shards to create, resolving the default.
@@ -94,16 +95,12 @@ impl Config {
     }
 }
 
-/// One worker per core but one, at least one. Much of a cache request's CPU time is the
-/// kernel's (TCP, wake-ups), and a worker on every core competes with it and with whatever
-/// runs beside the node (its clients, the agent, the database); Redis likewise advises I/O
-/// threads that leave a core spare. On the 2-core development machine one worker served 40 %
-/// more unpipelined requests than two, and as many pipelined (docs/node-speed.md).
-fn default_worker_threads() -> usize {
-    workers_for(std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
-/// The default worker count on a machine of `cores` cores.
+/// The default worker count on a machine of `cores` cores: one per core but one, at least
+/// one. Much of a cache request's CPU time is the kernel's (TCP, wake-ups), and a worker on
+/// every core competes with it and with whatever runs beside the node (its clients, the
+/// agent, the database); Redis likewise advises I/O threads that leave a core spare. On the
+/// 2-core development machine one worker served 40 % more unpipelined requests than two, and
+/// as many pipelined (docs/node-speed.md).
 fn workers_for(cores: usize) -> usize {
     cores.saturating_sub(1).max(1)
 }

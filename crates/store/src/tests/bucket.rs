@@ -3,8 +3,7 @@
 //! their items until the table changes, and eviction's walk from any bucket reaches an item.
 
 use super::small_key;
-use crate::bucket::BucketTable;
-use crate::bucket::Keyed;
+use crate::bucket::{BucketTable, Keyed};
 use crate::plain::PlainItem;
 use proptest::prelude::*;
 use std::collections::HashMap;

@@ -1,6 +1,6 @@
-//! Plain items hold stamp, key and value in one allocation, and the plain table finds each
-//! item in its bucket through any sequence of inserts, removals and stamps; a stamp's age
-//! survives its wrapping around.
+//! Plain items hold stamp, key and value in one allocation, a stamp tells the tick of its use
+//! across its wrapping around, and the plain table takes out the item asked for. (The table
+//! against a `HashMap` is in `bucket.rs`.)
 
 use crate::bucket::Keyed;
 use crate::plain::{prefix_len, recency_of, stamp_at, PlainItem, PlainTable};
