@@ -2,6 +2,7 @@
 
 use crate::Timestamp;
 use std::fmt;
+use std::num::NonZeroU64;
 
 /// The half-open range `[lo, hi)` of timestamps at which a value is correct, or `[lo, ∞)`
 /// when no commit has changed it yet (an *open* interval).
@@ -10,7 +11,9 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ValidityInterval {
     lo: Timestamp,
-    hi: Option<Timestamp>,
+    /// `hi`, never zero since `hi > lo >= 0`: the zero an `Option` of it uses for open keeps
+    /// the interval at two words, in every version a node stores.
+    hi: Option<NonZeroU64>,
 }
 
 /// Why a pair of bounds does not make an interval.
@@ -26,10 +29,12 @@ pub struct IntervalError {
 impl ValidityInterval {
     /// `[lo, hi)`, or an error when it would be empty.
     pub fn bounded(lo: Timestamp, hi: Timestamp) -> Result<Self, IntervalError> {
-        if lo < hi {
-            Ok(Self { lo, hi: Some(hi) })
-        } else {
-            Err(IntervalError { lo, hi })
+        match NonZeroU64::new(hi.0) {
+            Some(nonzero) if lo < hi => Ok(Self {
+                lo,
+                hi: Some(nonzero),
+            }),
+            _ => Err(IntervalError { lo, hi }),
         }
     }
 
@@ -53,7 +58,7 @@ impl ValidityInterval {
 
     /// The first timestamp at which the value is no longer valid; `None` while open.
     pub fn hi(&self) -> Option<Timestamp> {
-        self.hi
+        self.hi.map(|hi| Timestamp(hi.get()))
     }
 
     /// Whether no commit has bounded this interval yet.
@@ -63,7 +68,7 @@ impl ValidityInterval {
 
     /// Whether the value is valid at `t`.
     pub fn contains(&self, t: Timestamp) -> bool {
-        self.lo <= t && self.hi.is_none_or(|hi| t < hi)
+        self.lo <= t && self.hi().is_none_or(|hi| t < hi)
     }
 
     /// Whether some timestamp lies in both intervals.
@@ -74,7 +79,7 @@ impl ValidityInterval {
     /// The timestamps in both intervals, or `None` when they are disjoint.
     pub fn intersect(&self, other: &ValidityInterval) -> Option<ValidityInterval> {
         let lo = self.lo.max(other.lo);
-        let hi = match (self.hi, other.hi) {
+        let hi = match (self.hi(), other.hi()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -83,26 +88,25 @@ impl ValidityInterval {
 
     /// The smallest interval holding both; only meaningful when they overlap or touch.
     pub fn span(&self, other: &ValidityInterval) -> ValidityInterval {
-        let hi = match (self.hi, other.hi) {
+        let hi = match (self.hi(), other.hi()) {
             (Some(a), Some(b)) => Some(a.max(b)),
             _ => None,
         };
-        Self {
-            lo: self.lo.min(other.lo),
-            hi,
-        }
+        let lo = self.lo.min(other.lo);
+        // Never empty: `lo` is at most either start and `hi` at least either end.
+        Self::new(lo, hi).unwrap_or(Self::open(lo))
     }
 
     /// This interval cut off at `hi` (when that is earlier than its own end).
     pub fn truncated_at(&self, hi: Timestamp) -> Result<ValidityInterval, IntervalError> {
-        let hi = self.hi.map_or(hi, |own| own.min(hi));
+        let hi = self.hi().map_or(hi, |own| own.min(hi));
         Self::bounded(self.lo, hi)
     }
 }
 
 impl fmt::Display for ValidityInterval {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.hi {
+        match self.hi() {
             Some(hi) => write!(f, "[{}, {})", self.lo, hi),
             None => write!(f, "[{}, open)", self.lo),
         }
@@ -121,6 +125,17 @@ mod tests {
     fn empty_bounded_interval_is_refused() {
         assert!(ValidityInterval::bounded(ts(5), ts(5)).is_err());
         assert!(ValidityInterval::bounded(ts(6), ts(5)).is_err());
+    }
+
+    #[test]
+    fn an_interval_is_two_words_with_every_end_kept() {
+        assert_eq!(size_of::<ValidityInterval>(), 2 * size_of::<u64>());
+        let widest = ValidityInterval::bounded(ts(0), ts(u64::MAX)).unwrap();
+        assert_eq!((widest.lo(), widest.hi()), (ts(0), Some(ts(u64::MAX))));
+        let narrowest = ValidityInterval::bounded(ts(0), ts(1)).unwrap();
+        assert_eq!(narrowest.hi(), Some(ts(1)));
+        assert!(ValidityInterval::open(ts(0)).is_open());
+        assert!(ValidityInterval::bounded(ts(0), ts(0)).is_err());
     }
 
     #[test]

@@ -1,23 +1,28 @@
 //! What one versioned key holds: its versions.
 
 use crate::bucket::{BucketTable, Keyed};
-use bytes::Bytes;
 use std::sync::Arc;
+use thin_slice::ThinBoxedSlice;
 use txcache_model::{InvalidationTag, Timestamp, ValidityInterval};
 
 /// A key, shared by the key table, the tag index, ghosts and the staleness queue so that its
 /// bytes are stored once.
 pub(crate) type Key = Arc<[u8]>;
 
-/// One version of a versioned key.
+/// One version of a versioned key: six words, so that a key's versions pack closely and a
+/// lookup's binary search over them touches few cache lines.
 #[derive(Clone, Debug)]
 pub(crate) struct Version {
-    pub value: Bytes,
+    /// The stored bytes, exactly as long as the value, behind a one-word pointer (the length
+    /// rides in the pointer's unused top bits below 64 KiB; see [`crate::plain`]).
+    pub value: ThinBoxedSlice<u8>,
     /// As stored: open until an invalidation, a reset or an extension bounds it.
     pub interval: ValidityInterval,
     /// Store-local clock of the last insert or hit, for eviction.
     pub recency: u64,
     /// The tags the version is registered under in the tag index; `Some` exactly while open.
+    /// A fat pointer: `thin_slice` stores an empty slice as address 1, which is no place for
+    /// a tag (an open version may have none).
     pub tags: Option<Box<[InvalidationTag]>>,
 }
 
@@ -53,11 +58,12 @@ pub(crate) fn succ(t: Timestamp) -> Timestamp {
     Timestamp(t.0.saturating_add(1))
 }
 
-/// A key's versions, exactly as many slots as versions: a boxed slice (two words where a
-/// `Vec` takes three, in every entry of the key table), reallocated by each insertion and
-/// removal, which are rare next to lookups.
+/// A key's versions, exactly as many slots as versions: a boxed slice behind a one-word
+/// pointer (a `Vec` takes three words in every entry of the key table), reallocated by each
+/// insertion and removal, which are rare next to lookups. No versions is `None`, never an
+/// empty slice: `thin_slice` stores one as address 1, which is no place for a version.
 #[derive(Debug, Default)]
-pub(crate) struct VersionList(Box<[Version]>);
+pub(crate) struct VersionList(Option<ThinBoxedSlice<Version>>);
 
 impl VersionList {
     /// Inserts `version` at `index`, shifting the later ones up.
@@ -82,9 +88,14 @@ impl VersionList {
 
     /// Applies `change` to the versions as a `Vec`, then drops any spare capacity.
     fn edit<R>(&mut self, change: impl FnOnce(&mut Vec<Version>) -> R) -> R {
-        let mut versions = std::mem::take(&mut self.0).into_vec();
+        let mut versions = self.0.take().map_or_else(Vec::new, |list| {
+            let boxed: Box<[Version]> = list.into();
+            boxed.into_vec()
+        });
         let result = change(&mut versions);
-        self.0 = versions.into_boxed_slice();
+        if !versions.is_empty() {
+            self.0 = Some(versions.into_boxed_slice().into());
+        }
         result
     }
 }
@@ -93,13 +104,13 @@ impl std::ops::Deref for VersionList {
     type Target = [Version];
 
     fn deref(&self) -> &[Version] {
-        &self.0
+        self.0.as_deref().unwrap_or_default()
     }
 }
 
 impl std::ops::DerefMut for VersionList {
     fn deref_mut(&mut self) -> &mut [Version] {
-        &mut self.0
+        self.0.as_deref_mut().unwrap_or_default()
     }
 }
 
@@ -162,7 +173,7 @@ mod tests {
 
     fn version(lo: u64) -> Version {
         Version {
-            value: Bytes::from(lo.to_string()),
+            value: lo.to_string().into_bytes().into_boxed_slice().into(),
             interval: ValidityInterval::bounded(Timestamp(lo), Timestamp(lo + 1))
                 .expect("lo < lo + 1"),
             recency: lo,
@@ -175,7 +186,7 @@ mod tests {
     }
 
     #[test]
-    fn a_version_list_keeps_its_order_through_edits_in_two_words() {
+    fn a_version_list_keeps_its_order_through_edits_in_one_word() {
         let mut list = VersionList::default();
         for (index, lo) in [(0, 3), (0, 1), (2, 7), (2, 5)] {
             list.insert(index, version(lo));
@@ -189,8 +200,13 @@ mod tests {
         );
         assert_eq!(los(&list), [2, 7]);
         list[1].recency = 9;
-        assert_eq!(list.last().map(|v| v.recency), Some(9));
-        // Two words in every entry of the key table, where a `Vec` took three.
-        assert_eq!(size_of::<VersionList>(), 2 * size_of::<usize>());
+        assert_eq!(list.remove(1).recency, 9);
+        assert_eq!(list.remove(0).recency, 2);
+        assert!(list.is_empty() && list.0.is_none());
+        list.insert(0, version(4));
+        assert_eq!(los(&list), [4]);
+        // One word in every entry of the key table, where a `Vec` took three.
+        assert_eq!(size_of::<VersionList>(), size_of::<usize>());
+        assert_eq!(size_of::<Version>(), 6 * size_of::<usize>());
     }
 }

@@ -3,12 +3,9 @@
 
 use crate::entry::{overlapping, succ, Entry, Key, Version};
 use crate::memory::Ledger;
-use crate::memory::{
-    key_usage, registration_bound, tag_list_usage, STALE_RECORD, VERSION_OVERHEAD,
-};
+use crate::memory::{key_usage, registration_bound, tag_list_usage, version_cost, STALE_RECORD};
 use crate::tag_index::TagIndex;
 use crate::{Store, StoreError};
-use bytes::Bytes;
 use std::ops::Range;
 use txcache_model::{InvalidationTag, Timestamp, ValidityInterval};
 
@@ -66,7 +63,8 @@ fn merged(old: &[Version], new: Version) -> Version {
         .min_by_key(|v| v.interval.lo())
         .and_then(|v| v.tags.clone());
     Version {
-        value: old.first().map_or(new.value.clone(), |v| v.value.clone()),
+        // The bytes are equal, so the new copy serves and no value is copied.
+        value: new.value,
         interval,
         recency: new.recency,
         tags,
@@ -74,10 +72,10 @@ fn merged(old: &[Version], new: Version) -> Version {
 }
 
 /// Whether different bytes than `value` overlap `interval` in `versions`.
-fn contradicted(versions: &[Version], value: &Bytes, interval: &ValidityInterval) -> bool {
+fn contradicted(versions: &[Version], value: &[u8], interval: &ValidityInterval) -> bool {
     versions[overlapping(versions, interval)]
         .iter()
-        .any(|v| v.value != *value)
+        .any(|v| *v.value != *value)
 }
 
 /// Moves the charges and registrations of `old` versions to their merge `new`.
@@ -111,7 +109,7 @@ impl Store {
     pub fn insert(
         &mut self,
         key: &[u8],
-        value: Bytes,
+        value: &[u8],
         request: InsertRequest,
     ) -> Result<InsertOutcome, StoreError> {
         let Some(mut interval) = self.admit(key, &request)? else {
@@ -122,18 +120,18 @@ impl Store {
         // too, unless eviction moved entries since (no other step in between adds or removes
         // an entry).
         let found = self.keys.position(key);
-        if contradicted(self.versions_at(found), &value, &interval) {
-            if self.contradicts_known(key, &value, &interval) {
+        if contradicted(self.versions_at(found), value, &interval) {
+            if self.contradicts_known(key, value, &interval) {
                 return Ok(self.nondeterministic(key, &interval));
             }
-            interval = self.keep_known_parts(key, &value, interval);
+            interval = self.keep_known_parts(key, value, interval);
         }
         let tags = interval
             .is_open()
             .then(|| normalized(request.tags).into_boxed_slice());
-        let evicted = self.reserve(key, &value, tags.as_deref().unwrap_or_default())?;
+        let evicted = self.reserve(key, value, tags.as_deref().unwrap_or_default())?;
         let version = Version {
-            value,
+            value: Box::<[u8]>::from(value).into(),
             interval,
             recency: self.tick(),
             tags,
@@ -227,13 +225,13 @@ impl Store {
 
     /// Whether different bytes overlap `interval` where this node knows both to hold: a
     /// real contradiction, not one in the part of the stream it has not seen yet.
-    fn contradicts_known(&self, key: &[u8], value: &Bytes, interval: &ValidityInterval) -> bool {
+    fn contradicts_known(&self, key: &[u8], value: &[u8], interval: &ValidityInterval) -> bool {
         let Some(new) = self.known(interval) else {
             return false;
         };
-        self.versions(key)
-            .iter()
-            .any(|v| v.value != *value && self.known(&v.interval).is_some_and(|k| k.overlaps(&new)))
+        self.versions(key).iter().any(|v| {
+            *v.value != *value && self.known(&v.interval).is_some_and(|k| k.overlaps(&new))
+        })
     }
 
     /// Different bytes meet only beyond `N`: the two values prove a commit there that this
@@ -243,13 +241,13 @@ impl Store {
     fn keep_known_parts(
         &mut self,
         key: &[u8],
-        value: &Bytes,
+        value: &[u8],
         interval: ValidityInterval,
     ) -> ValidityInterval {
         let conflicting_open = self
             .versions(key)
             .last()
-            .is_some_and(|v| v.is_open() && v.value != *value && v.interval.overlaps(&interval));
+            .is_some_and(|v| v.is_open() && *v.value != *value && v.interval.overlaps(&interval));
         if conflicting_open {
             self.bound_last_version(key);
         }
@@ -282,13 +280,12 @@ impl Store {
     fn reserve(
         &mut self,
         key: &[u8],
-        value: &Bytes,
+        value: &[u8],
         tags: &[InvalidationTag],
     ) -> Result<bool, StoreError> {
         let tag_bytes = tag_list_usage(tags) + registration_bound(tags);
         let record = STALE_RECORD + key.len();
-        let size =
-            key_usage(key.len()).total() + VERSION_OVERHEAD + value.len() + tag_bytes + record;
+        let size = key_usage(key.len()).total() + version_cost(value.len()) + tag_bytes + record;
         if size > self.config.max_memory {
             let limit = self.config.max_memory;
             return Err(StoreError::TooLarge { size, limit });

@@ -80,13 +80,9 @@ const ARC_HEADER: usize = 2 * size_of::<usize>();
 /// allocation of its version list.
 pub(crate) const KEY_OVERHEAD: usize = slack(size_of::<Entry>() + 1) + ARC_HEADER + 2 * ALLOCATION;
 
-/// Per stored value: its allocation, and the shared header `bytes` allocates when a value is
-/// first handed out (a hit clones it).
-const VALUE_OVERHEAD: usize = ALLOCATION + 4 * size_of::<usize>() + ALLOCATION;
-
-/// Per version, beyond its value bytes: the version struct (value handle, interval, recency,
-/// tag list pointer; version lists grow exactly, without slack) and the value's overhead.
-pub(crate) const VERSION_OVERHEAD: usize = size_of::<Version>() + VALUE_OVERHEAD;
+/// Per version, beyond its value bytes: the version struct (value pointer, interval, recency,
+/// tag list pointer; version lists grow exactly, without slack) and the value's allocation.
+pub(crate) const VERSION_OVERHEAD: usize = size_of::<Version>() + ALLOCATION;
 
 /// Per plain item, beyond its key and value bytes (and the key's length prefix, charged
 /// exactly): its one-word bucket in the plain table with the control byte, its recency stamp
@@ -168,12 +164,18 @@ pub(crate) fn plain_usage(key_len: usize, value_len: usize) -> MemoryUsage {
     }
 }
 
-/// A plain item of this many bytes or more keeps its fat pointer in an allocation of its own:
-/// its length no longer fits the top 16 bits of a thin pointer (`thin_slice`, on x86-64;
-/// elsewhere the pointer is a plain `Box` and this charge errs high).
+/// All a version with a `value_len`-byte value costs but its tags: the value and
+/// [`VERSION_OVERHEAD`], with the value's spilled pointer when it has one.
+pub(crate) fn version_cost(value_len: usize) -> usize {
+    value_len + VERSION_OVERHEAD + spilled_pointer(value_len)
+}
+
+/// A slice of this many bytes or more (a plain item, a version's value) keeps its fat pointer
+/// in an allocation of its own: its length no longer fits the top 16 bits of a thin pointer
+/// (`thin_slice`, on x86-64; elsewhere the pointer is a plain `Box` and this charge errs high).
 const THIN_POINTER_LIMIT: usize = 0xffff;
 
-/// What a plain item of `bytes` bytes spends on a spilled fat pointer.
+/// What a slice of `bytes` bytes spends on a spilled fat pointer.
 fn spilled_pointer(bytes: usize) -> usize {
     if bytes >= THIN_POINTER_LIMIT {
         size_of::<Box<[u8]>>() + ALLOCATION
@@ -184,9 +186,10 @@ fn spilled_pointer(bytes: usize) -> usize {
 
 /// The charge for a version, its own tag copies included (not the index's registrations).
 pub(crate) fn version_usage(version: &Version) -> MemoryUsage {
+    let len = version.value.len();
     MemoryUsage {
-        values: version.value.len(),
-        intervals: VERSION_OVERHEAD,
+        values: len,
+        intervals: version_cost(len) - len,
         tags: version.tags.as_deref().map_or(0, tag_list_usage),
         ..MemoryUsage::default()
     }

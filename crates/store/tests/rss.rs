@@ -2,7 +2,6 @@
 //! (it allocates hundreds of megabytes); run it in release mode on Linux:
 //! `cargo test --release -p txcache-store --test rss -- --ignored --nocapture`.
 
-use bytes::Bytes;
 use txcache_model::{Invalidation, InvalidationTag, Timestamp, ValidityInterval, WallClock};
 use txcache_store::{InsertRequest, Store, StoreConfig};
 
@@ -71,7 +70,7 @@ fn measure(name: &str, count: u64, value_len: usize, shape: Shape) -> f64 {
             tags,
         };
         store
-            .insert(key.as_bytes(), Bytes::from(vec![7u8; value_len]), request)
+            .insert(key.as_bytes(), &vec![7u8; value_len], request)
             .expect("fits");
     }
     for i in 0..count / 100 {

@@ -125,7 +125,7 @@ fn request_interval_bounds_the_result() {
         snapshot: Some(ts(25)),
         tags: tags(&["t:id=2"]),
     };
-    let outcome = s.insert(b"k", Bytes::from_static(b"v"), request);
+    let outcome = s.insert(b"k", b"v", request);
     assert_eq!(outcome, Ok(InsertOutcome::Inserted(bounded(22, 27))));
     let request = InsertRequest {
         interval: open(35),
@@ -133,7 +133,7 @@ fn request_interval_bounds_the_result() {
         tags: tags(&["t:id=2"]),
     };
     assert_eq!(
-        s.insert(b"j", Bytes::from_static(b"v"), request),
+        s.insert(b"j", b"v", request),
         Ok(InsertOutcome::Inserted(open(35)))
     );
 }
@@ -147,7 +147,7 @@ fn snapshot_outside_the_cache_interval_stores_nothing() {
         tags: tags(&["t:id=2"]),
     };
     assert!(matches!(
-        s.insert(b"k", Bytes::from_static(b"v"), request),
+        s.insert(b"k", b"v", request),
         Err(StoreError::SnapshotOutsideInterval { .. })
     ));
     assert!(!s.contains(b"k"));
@@ -162,7 +162,7 @@ fn open_interval_without_snapshot_is_refused() {
         tags: vec![],
     };
     assert_eq!(
-        s.insert(b"k", Bytes::new(), request),
+        s.insert(b"k", b"", request),
         Err(StoreError::OpenWithoutSnapshot)
     );
 }
@@ -312,7 +312,7 @@ fn too_large_item_is_refused_and_changes_nothing() {
         snapshot: None,
         tags: vec![],
     };
-    let result = s.insert(b"k", Bytes::from(vec![0; 1000]), request);
+    let result = s.insert(b"k", &[0; 1000], request);
     assert!(matches!(result, Err(StoreError::TooLarge { limit: 1000, size }) if size > 1000));
     assert!(s.contains(b"small"));
     assert!(matches!(
@@ -333,7 +333,7 @@ fn insert_request(
         snapshot: Some(ts(s)),
         tags: tags(list),
     };
-    store.insert(key.as_bytes(), Bytes::from_static(b"v"), request)
+    store.insert(key.as_bytes(), b"v", request)
 }
 
 /// Regression: a bounded cache-read interval reaching past N, with an open database side,

@@ -38,6 +38,9 @@ fn lookup_returns_the_most_recent_intersecting_version() {
     );
     assert_eq!(answer(&mut s, "k", 3, 11), Ok(("b".into(), bounded(5, 9))));
     assert_eq!(answer(&mut s, "k", 4, 4), Ok(("a".into(), bounded(1, 5))));
+    // At the newest version's start (its shortcut) and just below it (the search).
+    assert_eq!(answer(&mut s, "k", 0, 12), Ok(("c".into(), bounded(12, 20))));
+    assert_eq!(answer(&mut s, "k", 0, 11), Ok(("b".into(), bounded(5, 9))));
 }
 
 #[test]
@@ -139,10 +142,7 @@ fn versioned_and_plain_operations_do_not_mix() {
         snapshot: None,
         tags: vec![],
     };
-    assert_eq!(
-        s.insert(b"p", Bytes::new(), request),
-        Err(StoreError::WrongType)
-    );
+    assert_eq!(s.insert(b"p", b"", request), Err(StoreError::WrongType));
     assert_eq!(s.get(b"v"), Err(StoreError::WrongType));
     s.set(b"v", b"y").expect("set overwrites a versioned key");
     assert_eq!(s.get(b"v"), Ok(Some(&b"y"[..])));

@@ -22,7 +22,7 @@ fn accounted_total_stays_under_the_limit_under_churn() {
             snapshot: Some(ts(i)),
             tags: tags(&["t:id=1", "t"]),
         };
-        let _ = s.insert(key.as_bytes(), value((i % 700) as usize), request);
+        let _ = s.insert(key.as_bytes(), &value((i % 700) as usize), request);
         if i % 7 == 0 {
             commit(&mut s, i, &["t:id=1"]);
         }
@@ -156,7 +156,7 @@ fn item_larger_than_the_limit_is_refused() {
         tags: vec![],
     };
     assert!(matches!(
-        s.insert(b"k", value(4096), request),
+        s.insert(b"k", &value(4096), request),
         Err(StoreError::TooLarge { limit: 4096, .. })
     ));
     assert!(s.set(b"k", &value(3000)).is_ok());

@@ -70,11 +70,7 @@ pub(super) fn insert_at(
         tags: tags(list),
     };
     store
-        .insert(
-            key.as_bytes(),
-            Bytes::copy_from_slice(value.as_bytes()),
-            request,
-        )
+        .insert(key.as_bytes(), value.as_bytes(), request)
         .expect("insert accepted")
 }
 
@@ -91,11 +87,7 @@ pub(super) fn insert_bounded(
         tags: Vec::new(),
     };
     store
-        .insert(
-            key.as_bytes(),
-            Bytes::copy_from_slice(value.as_bytes()),
-            request,
-        )
+        .insert(key.as_bytes(), value.as_bytes(), request)
         .expect("insert accepted")
 }
 

@@ -264,9 +264,7 @@ impl Harness {
             tags: tags.iter().copied().map(tag).collect(),
         };
         let (key, value) = (key(wide(self.mode, *k, lo.0 as u8)), self.value(*value));
-        let actual = self
-            .shard(&key)
-            .insert(&key, value.clone(), request.clone());
+        let actual = self.shard(&key).insert(&key, &value, request.clone());
         if matches!(
             actual,
             Ok(InsertOutcome::Inserted(_) | InsertOutcome::Extended(_))

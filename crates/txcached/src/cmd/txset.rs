@@ -1,7 +1,7 @@
 //! `TXSET key value lo hi|OPEN [SNAPSHOT s] [TAGS tag ...]`: stores one version.
 
 use super::{printable, txget::encode_interval, Args, CommandError, Context};
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use txcache_model::{InvalidationTag, ValidityInterval};
 use txcache_resp::encode;
 use txcache_store::{InsertOutcome, InsertRequest};
@@ -13,8 +13,8 @@ pub fn run(
     out: &mut BytesMut,
 ) -> Result<(), CommandError> {
     let key = args.next_bytes()?;
-    // Copy out of the read buffer: a stored value must own exactly its bytes.
-    let value = Bytes::copy_from_slice(args.next_bytes()?);
+    // Still in the read buffer: the store copies it into an allocation of exactly its size.
+    let value = args.next_bytes()?;
     let request = parse_request(args)?;
     let outcome = context
         .node
