@@ -94,18 +94,32 @@ fn length_line(out: &mut BytesMut, prefix: u8, len: usize) {
 
 /// `<prefix>[-]<magnitude>\r\n`.
 ///
-/// Beyond one digit the line is built in a stack buffer and appended at once. The digits are
+/// Beyond three digits the line is built in a stack buffer and appended at once. The digits are
 /// made eight at a time in one register ([`eight_digits`]): a 19-digit timestamp takes three
 /// groups instead of ten divisions. Every write into the buffer, and the append itself, has
 /// a fixed size (the append is then cut back to the line), so none calls `memcpy`.
 // Always inlined: the one-digit case is a single four-byte store at the caller.
 #[inline(always)]
 fn decimal_line(out: &mut BytesMut, prefix: u8, negative: bool, magnitude: u64) {
-    match (negative, u8::try_from(magnitude)) {
+    match (negative, u16::try_from(magnitude)) {
         // One digit (array headers, flags) is most lines: four bytes, no buffer.
-        (false, Ok(digit @ 0..=9)) => out.extend_from_slice(&[prefix, b'0' + digit, b'\r', b'\n']),
+        (false, Ok(n @ 0..=9)) => out.extend_from_slice(&[prefix, digit(n), b'\r', b'\n']),
+        // Two or three (most bulk lengths: keys, small values): five or six bytes.
+        (false, Ok(n @ 10..=99)) => {
+            out.extend_from_slice(&[prefix, digit(n / 10), digit(n), b'\r', b'\n']);
+        }
+        (false, Ok(n @ 100..=999)) => {
+            let (hundreds, tens, ones) = (digit(n / 100), digit(n / 10), digit(n));
+            out.extend_from_slice(&[prefix, hundreds, tens, ones, b'\r', b'\n']);
+        }
         _ => long_decimal_line(out, prefix, negative, magnitude),
     }
+}
+
+/// The ASCII digit of `n`'s last decimal place.
+#[inline(always)]
+fn digit(n: u16) -> u8 {
+    b'0' + (n % 10) as u8
 }
 
 /// [`decimal_line`] for any number.

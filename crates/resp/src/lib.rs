@@ -44,6 +44,7 @@
 //! ```
 
 mod cursor;
+pub mod decimal;
 pub mod encode;
 mod error;
 mod frame;

@@ -39,7 +39,10 @@ fn lookup_returns_the_most_recent_intersecting_version() {
     assert_eq!(answer(&mut s, "k", 3, 11), Ok(("b".into(), bounded(5, 9))));
     assert_eq!(answer(&mut s, "k", 4, 4), Ok(("a".into(), bounded(1, 5))));
     // At the newest version's start (its shortcut) and just below it (the search).
-    assert_eq!(answer(&mut s, "k", 0, 12), Ok(("c".into(), bounded(12, 20))));
+    assert_eq!(
+        answer(&mut s, "k", 0, 12),
+        Ok(("c".into(), bounded(12, 20)))
+    );
     assert_eq!(answer(&mut s, "k", 0, 11), Ok(("b".into(), bounded(5, 9))));
 }
 
