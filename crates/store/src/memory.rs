@@ -76,9 +76,10 @@ pub(crate) const fn slack(item: usize) -> usize {
 const ARC_HEADER: usize = 2 * size_of::<usize>();
 
 /// Per versioned key, beyond its bytes: the entry in its bucket of the key table (shared key
-/// handle and version list) with its control byte, the key's `Arc` allocation, and the
-/// allocation of its version list.
-pub(crate) const KEY_OVERHEAD: usize = slack(size_of::<Entry>() + 1) + ARC_HEADER + 2 * ALLOCATION;
+/// handle and version list) with its control byte, charged two buckets as a plain item's is
+/// ([`PLAIN_ITEM_OVERHEAD`]), the key's `Arc` allocation, and the allocation of its version
+/// list.
+pub(crate) const KEY_OVERHEAD: usize = 2 * (size_of::<Entry>() + 1) + ARC_HEADER + 2 * ALLOCATION;
 
 /// Per version, beyond its value bytes: the version struct (value pointer, interval, recency,
 /// tag list pointer; version lists grow exactly, without slack) and the value's allocation.
@@ -88,8 +89,8 @@ pub(crate) const VERSION_OVERHEAD: usize = size_of::<Version>() + ALLOCATION;
 /// exactly): its one-word bucket in the plain table with the control byte, its recency stamp
 /// and its one allocation. The bucket is charged twice, not [`slack`]'s 1.5 times: hashbrown
 /// holds 1.14–2.3 buckets per item, and for a small bucket the difference matters, where an
-/// item just past one of glibc's size classes already costs up to 15 bytes more than
-/// [`ALLOCATION`] says; charges must err high.
+/// item (or a small value) just past one of glibc's size classes already costs up to 15 bytes
+/// more than [`ALLOCATION`] says; charges must err high.
 pub(crate) const PLAIN_ITEM_OVERHEAD: usize =
     2 * (size_of::<PlainItem>() + 1) + STAMP_BYTES + ALLOCATION;
 
