@@ -24,8 +24,8 @@ pub(crate) fn expect_crlf(buf: &[u8], pos: usize) -> Result<Option<usize>, Malfo
     }
 }
 
-/// The most digits an `i64` has.
-const MAX_DIGITS: usize = 19;
+/// The most digits an `i64` has (all of them fit a `u64`).
+const MAX_DIGITS: usize = decimal::MAX_SAFE_DIGITS;
 
 /// Reads a canonical decimal `i64` followed by `\r\n`, starting at `pos`.
 ///
@@ -51,9 +51,7 @@ fn read_long_int(buf: &[u8], pos: usize) -> Result<Option<(i64, usize)>, Malform
     let rest = buf.get(pos..).unwrap_or_default();
     let negative = rest.first() == Some(&b'-');
     let digits = &rest[usize::from(negative)..];
-    let count = decimal::digit_run(digits, MAX_DIGITS);
-    // Nineteen digits always fit in a `u64` (`10^19 - 1 < 2^64`); no digits read as 0.
-    let magnitude = decimal::parse_u64(&digits[..count]).unwrap_or(0);
+    let (count, magnitude) = decimal::leading_digits(digits, MAX_DIGITS);
     let leading_zero = digits.first() == Some(&b'0') && (negative || count > 1);
     let value = match negative {
         true => 0i64.checked_sub_unsigned(magnitude),

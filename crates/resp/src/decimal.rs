@@ -3,7 +3,9 @@
 //!
 //! Timestamps are 13 to 19 digits on the wire, two or three of them in every versioned
 //! request and reply, so a digit at a time (six or seven instructions each, with checks)
-//! was a visible part of the server's and the load tool's work per request.
+//! was a visible part of the server's and the load tool's work per request. One primitive,
+//! [`leading_digits`], serves integer lines (which end at the first non-digit) and
+//! arguments (which must be digits throughout).
 
 /// `'0'` in every byte.
 const ZEROS: u64 = 0x3030_3030_3030_3030;
@@ -14,46 +16,66 @@ const HIGH_NIBBLES: u64 = 0xf0f0_f0f0_f0f0_f0f0;
 /// The most digits a `u64` has.
 const MAX_U64_DIGITS: usize = 20;
 
+/// The most digits that always fit in a `u64` (`10^19 - 1 < 2^64`), summed without checks.
+pub(crate) const MAX_SAFE_DIGITS: usize = 19;
+
+/// Powers of ten below 10^8, for a partial group.
+const POWERS_OF_TEN: [u64; 8] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000];
+
 /// The value of `digits`: 1 to 20 ASCII digits, leading zeros allowed, nothing else (no
 /// sign, no space); `None` for anything else or a value above `u64::MAX`. Never allocates.
-///
-/// The first `len % 8` digits are read one at a time (fewer than eight cannot overflow),
-/// then the rest eight at a time.
 pub fn parse_u64(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() || digits.len() > MAX_U64_DIGITS {
         return None;
     }
-    let (head, groups) = digits.split_at(digits.len() % 8);
-    let mut value = 0;
-    for &byte in head {
+    let (head, last) = digits.split_at(digits.len().min(MAX_SAFE_DIGITS));
+    let (count, value) = leading_digits(head, MAX_SAFE_DIGITS);
+    if count < head.len() {
+        return None;
+    }
+    // A twentieth digit may overflow.
+    last.iter().try_fold(value, |value, &byte| {
         let digit = byte.wrapping_sub(b'0');
-        if digit > 9 {
-            return None;
-        }
-        value = value * 10 + u64::from(digit);
-    }
-    // `groups` is a whole number of groups: its remainder is empty.
-    for group in groups.as_chunks::<8>().0 {
-        value = value
-            .checked_mul(100_000_000)?
-            .checked_add(eight_digits(*group)?)?;
-    }
-    Some(value)
+        (digit < 10).then_some(())?;
+        value.checked_mul(10)?.checked_add(u64::from(digit))
+    })
 }
 
-/// How many bytes at the start of `bytes`, at most `max`, are ASCII digits.
-pub(crate) fn digit_run(bytes: &[u8], max: usize) -> usize {
+/// The ASCII digits at the start of `bytes`, at most `max` of them (`max` at most
+/// [`MAX_SAFE_DIGITS`], so the sum cannot overflow): how many there are and their value
+/// (0 for none).
+///
+/// Eight bytes at a time: a word's non-digits are found at once ([`non_digits`]); a whole
+/// word of digits adds eight, and a word that ends the run adds its leading digits, shifted
+/// to the top of the word and padded with `'0'` below them, as one more group.
+pub(crate) fn leading_digits(bytes: &[u8], max: usize) -> (usize, u64) {
     let (words, tail) = bytes[..bytes.len().min(max)].as_chunks::<8>();
-    let mut run = 0;
+    let (mut count, mut value) = (0, 0);
     for word in words {
-        let flags = non_digits(u64::from_le_bytes(*word));
-        if flags != 0 {
-            // Little-endian: the first byte is the lowest.
-            return run + (flags.trailing_zeros() / 8) as usize;
+        let word = u64::from_le_bytes(*word);
+        let flags = non_digits(word);
+        if flags == 0 {
+            value = value * 100_000_000 + group_value(word);
+            count += 8;
+            continue;
         }
-        run += 8;
+        // Little-endian: the first byte is the lowest, so the run ends at the lowest flag.
+        let run = (flags.trailing_zeros() / 8) as usize;
+        if run > 0 {
+            let padded = (word << (8 * (8 - run))) | (ZEROS >> (8 * run));
+            value = value * POWERS_OF_TEN[run] + group_value(padded);
+        }
+        return (count + run, value);
     }
-    run + tail.iter().take_while(|b| b.is_ascii_digit()).count()
+    for &byte in tail {
+        let digit = byte.wrapping_sub(b'0');
+        if digit > 9 {
+            break;
+        }
+        value = value * 10 + u64::from(digit);
+        count += 1;
+    }
+    (count, value)
 }
 
 /// Nonzero in every byte of `word` that is not an ASCII digit (and perhaps in later ones).
@@ -65,18 +87,14 @@ fn non_digits(word: u64) -> u64 {
     ((word ^ ZEROS) | (word.wrapping_add(0x0606_0606_0606_0606) ^ ZEROS)) & HIGH_NIBBLES
 }
 
-/// Eight ASCII digits as their value, or `None` if any byte is not a digit: bytes merged
-/// pairwise into 2-digit 16-bit lanes, those into 4-digit 32-bit lanes, then the halves.
-fn eight_digits(group: [u8; 8]) -> Option<u64> {
-    let word = u64::from_le_bytes(group);
-    if non_digits(word) != 0 {
-        return None;
-    }
-    // Little-endian: the first digit is the lowest byte.
+/// The value of eight ASCII digits in one word (the first digit its lowest byte): bytes
+/// merged pairwise into 2-digit 16-bit lanes, those into 4-digit 32-bit lanes, then the
+/// halves.
+fn group_value(word: u64) -> u64 {
     let v = word - ZEROS;
     let v = (v * 10 + (v >> 8)) & 0x00ff_00ff_00ff_00ff;
     let v = (v * 100 + (v >> 16)) & 0x0000_ffff_0000_ffff;
-    Some((v * 10_000 + (v >> 32)) & 0xffff_ffff)
+    (v * 10_000 + (v >> 32)) & 0xffff_ffff
 }
 
 #[cfg(test)]
@@ -133,29 +151,48 @@ mod tests {
         }
     }
 
+    /// What [`leading_digits`] computes, a byte at a time.
+    fn leading_digits_model(bytes: &[u8], max: usize) -> (usize, u64) {
+        let run = bytes.iter().take(max).take_while(|b| b.is_ascii_digit());
+        run.fold((0, 0), |(count, value), &b| {
+            (count + 1, value * 10 + u64::from(b - b'0'))
+        })
+    }
+
     #[test]
-    fn a_digit_run_stops_at_the_first_non_digit_or_at_max() {
+    fn leading_digits_stop_at_the_first_non_digit_or_at_max() {
         for len in 0..=24 {
             for bad in [b'\r', b'/', b':', b'-', 0x00, 0x80, 0xfa, 0xff] {
-                let mut text = vec![b'4'; len];
+                let mut text: Vec<u8> = (0..len).map(|i| b"9876543210"[i % 10]).collect();
                 text.push(bad);
                 // A carry out of 0xfa..=0xff must not hide the non-digit itself.
                 text.extend_from_slice(b"123456789");
-                assert_eq!(digit_run(&text, 64), len, "{text:?}");
-                assert_eq!(digit_run(&text, 19), len.min(19), "{text:?}");
+                for max in [0, 1, 7, 8, 9, 16, 19] {
+                    let expected = leading_digits_model(&text, max);
+                    assert_eq!(leading_digits(&text, max), expected, "{text:?} max {max}");
+                }
+                assert_eq!(leading_digits(&text, 19).0, len.min(19));
             }
-            assert_eq!(digit_run(&vec![b'0'; len], 64), len);
         }
+        assert_eq!(
+            leading_digits(b"9999999999999999999", 19),
+            (19, 9_999_999_999_999_999_999)
+        );
     }
 
     proptest::proptest! {
         #[test]
-        fn a_digit_run_counts_like_a_byte_loop(
-            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
-            max in 0usize..40,
+        fn leading_digits_agree_with_a_byte_loop(
+            bytes in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::prelude::any::<u8>(),
+                    proptest::sample::select(b"0123456789".to_vec()),
+                ],
+                0..40,
+            ),
+            max in 0usize..=MAX_SAFE_DIGITS,
         ) {
-            let expected = bytes.iter().take(max).take_while(|b| b.is_ascii_digit()).count();
-            proptest::prop_assert_eq!(digit_run(&bytes, max), expected);
+            proptest::prop_assert_eq!(leading_digits(&bytes, max), leading_digits_model(&bytes, max));
         }
 
         #[test]
