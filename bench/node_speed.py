@@ -930,7 +930,8 @@ def goals(
 
 
 def host_table(rows: list[dict[str, Any]]) -> list[str]:
-    """The host during each round of the main grid: memory latency and CPU steal."""
+    """The host during each round of the main grid and the lookups alone: memory latency and
+    CPU steal."""
     lines = [
         "## The host during the rounds",
         "",
@@ -942,7 +943,7 @@ def host_table(rows: list[dict[str, Any]]) -> list[str]:
         "| runs repeated for steal | runs never clean |",
         "|---|---:|---:|---:|---:|",
     ]
-    cells = {s.name for s in MAIN}
+    cells = {s.name for s in MAIN + LOOKUPS}
     for round_ in sorted({row["round"] for row in rows if row["cell"] in cells}):
         these = [r for r in rows if r["round"] == round_ and r["cell"] in cells]
         latency = [r["memory_latency_ns"] for r in these]

@@ -94,7 +94,7 @@ impl ValidityInterval {
         };
         let lo = self.lo.min(other.lo);
         // Never empty: `lo` is at most either start and `hi` at least either end.
-        Self::new(lo, hi).unwrap_or(Self::open(lo))
+        Self::new(lo, hi).expect("the span of two intervals is never empty")
     }
 
     /// This interval cut off at `hi` (when that is earlier than its own end).

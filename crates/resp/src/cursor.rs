@@ -24,8 +24,11 @@ pub(crate) fn expect_crlf(buf: &[u8], pos: usize) -> Result<Option<usize>, Malfo
     }
 }
 
-/// The most digits an `i64` has (all of them fit a `u64`).
-const MAX_DIGITS: usize = decimal::MAX_SAFE_DIGITS;
+/// The most digits an `i64` has.
+const MAX_DIGITS: usize = 19;
+
+// They are summed without overflow checks.
+const _: () = assert!(MAX_DIGITS <= decimal::MAX_SAFE_DIGITS);
 
 /// Reads a canonical decimal `i64` followed by `\r\n`, starting at `pos`.
 ///

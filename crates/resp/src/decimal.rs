@@ -47,8 +47,11 @@ pub fn parse_u64(digits: &[u8]) -> Option<u64> {
 ///
 /// Eight bytes at a time: a word's non-digits are found at once ([`non_digits`]); a whole
 /// word of digits adds eight, and a word that ends the run adds its leading digits, shifted
-/// to the top of the word and padded with `'0'` below them, as one more group.
+/// to the top of the word and padded with `'0'` below them, as one more group. The last
+/// bytes before `max` or the end of `bytes`, fewer than eight, go one at a time (the last
+/// three digits of a 19-digit timestamp, a whole line when less than a word is buffered).
 pub(crate) fn leading_digits(bytes: &[u8], max: usize) -> (usize, u64) {
+    debug_assert!(max <= MAX_SAFE_DIGITS, "{max} digits may overflow");
     let (words, tail) = bytes[..bytes.len().min(max)].as_chunks::<8>();
     let (mut count, mut value) = (0, 0);
     for word in words {
@@ -81,8 +84,9 @@ pub(crate) fn leading_digits(bytes: &[u8], max: usize) -> (usize, u64) {
 /// Nonzero in every byte of `word` that is not an ASCII digit (and perhaps in later ones).
 ///
 /// A digit is `0x30..=0x39`: its high nibble is 3, and still is after adding 6. Adding 6 to
-/// the whole word carries into the next byte only from a byte of `0xfa` or more, which is
-/// flagged itself, so the first flagged byte is always the first non-digit.
+/// the whole word carries out of a byte only when that byte is a non-digit (a digit plus 6
+/// and any carry stays below `0x40`), which is flagged itself, so bytes before the first
+/// non-digit never see a carry and the first flagged byte is always the first non-digit.
 fn non_digits(word: u64) -> u64 {
     ((word ^ ZEROS) | (word.wrapping_add(0x0606_0606_0606_0606) ^ ZEROS)) & HIGH_NIBBLES
 }

@@ -63,7 +63,8 @@ fn merged(old: &[Version], new: Version) -> Version {
         .min_by_key(|v| v.interval.lo())
         .and_then(|v| v.tags.clone());
     Version {
-        // The bytes are equal, so the new copy serves and no value is copied.
+        // The bytes are equal, so the new copy serves; the old ones are freed with their
+        // versions.
         value: new.value,
         interval,
         recency: new.recency,

@@ -25,7 +25,8 @@ pub struct MemoryUsage {
     /// key's `Arc` and the version list's allocation; for a plain item its whole overhead:
     /// bucket with control byte, stamp, length prefix, allocation).
     pub keys: usize,
-    /// Per-version overhead (interval, recency, value handle) and staleness-queue records.
+    /// Per-version overhead (the version in its list, its value's allocation, and a spilled
+    /// pointer for a value of 65,535 bytes or more) and staleness-queue records.
     pub intervals: usize,
     /// Tags of open versions and the tag index.
     pub tags: usize,

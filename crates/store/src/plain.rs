@@ -72,7 +72,7 @@ fn read_prefix(bytes: &[u8]) -> (usize, usize) {
 #[derive(Debug)]
 pub(crate) struct PlainItem {
     /// The stamp, the key's length (LEB128), the key, the value: exactly as long as that, no
-    /// slack. One word, not a fat pointer's two: below 64 KiB the slice's length rides in the
+    /// slack. One word, not a fat pointer's two: below 65,535 bytes the slice's length rides in the
     /// top 16 bits of the pointer, which x86-64 user-space addresses leave unused (larger
     /// items keep their fat pointer in a small allocation of its own; other architectures
     /// keep a `Box`).

@@ -8,8 +8,8 @@ fn small(max_memory: usize) -> Store {
     })
 }
 
-fn value(len: usize) -> Bytes {
-    Bytes::from(vec![b'x'; len])
+fn value(len: usize) -> Vec<u8> {
+    vec![b'x'; len]
 }
 
 #[test]
@@ -282,4 +282,28 @@ fn a_plain_item_past_the_thin_pointer_limit_is_charged_its_spilled_pointer() {
     let below = charge(0xffff - 6);
     assert_eq!(charge(0xffff - 6 - 100), below);
     assert_eq!(charge(0xffff - 5), below + size_of::<Box<[u8]>>() + 16);
+}
+
+#[test]
+fn a_version_past_the_thin_pointer_limit_is_charged_its_spilled_pointer() {
+    // A value of 0xffff bytes or more keeps its fat pointer in an allocation of its own.
+    let charge = |value_len: usize| {
+        let mut s = store();
+        let request = InsertRequest {
+            interval: bounded(1, 2),
+            snapshot: None,
+            tags: Vec::new(),
+        };
+        let value = value(value_len);
+        s.insert(b"k", &value, request).unwrap();
+        s.verify_invariants().unwrap();
+        let Ok(Lookup::Hit(hit)) = s.lookup(b"k", ts(1), ts(1), false) else {
+            panic!("the version answers its own interval");
+        };
+        assert_eq!(hit.value, value);
+        s.memory().intervals
+    };
+    let below = charge(0xffff - 1);
+    assert_eq!(charge(0xffff - 100), below);
+    assert_eq!(charge(0xffff), below + size_of::<Box<[u8]>>() + 16);
 }

@@ -9,7 +9,6 @@ mod memory;
 mod plain;
 
 use crate::{Hit, InsertOutcome, InsertRequest, Lookup, MissKind, Store, StoreConfig};
-use bytes::Bytes;
 use txcache_model::{Invalidation, InvalidationTag, Timestamp, ValidityInterval, WallClock};
 
 /// Key `k` of a table's property test: bytes of varying length (0 to 4), some with the high

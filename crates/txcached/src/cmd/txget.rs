@@ -25,7 +25,8 @@ pub fn run(
             message: format!("lo ({lo}) must not exceed hi ({hi})"),
         });
     }
-    // Encoding under the shard's lock copies the value without a shared handle on it.
+    // Encoding under the shard's lock copies the value straight into the reply, not into an
+    // owned hit first.
     let mut shard = context.node.shards.for_key(key);
     shard
         .lookup_with(key, lo, hi, with_tags, |found| match found {
