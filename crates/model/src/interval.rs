@@ -39,7 +39,7 @@ impl ValidityInterval {
     }
 
     /// `[lo, ∞)`: valid from `lo` until some future commit changes it.
-    pub fn open(lo: Timestamp) -> Self {
+    pub const fn open(lo: Timestamp) -> Self {
         Self { lo, hi: None }
     }
 

@@ -80,11 +80,18 @@ impl Store {
             ledger.add_plain(item);
         }
         for entry in self.keys.iter() {
-            let (key, versions) = (entry.shared_key(), &entry.versions);
+            let (key, versions) = (entry.shared_key(), entry.versions());
             ledger.add_key(key.len());
             self.check_versions(key, versions)?;
-            for version in versions.iter() {
-                ledger.add_version(version);
+            let newest = versions.len() - 1;
+            ensure!(
+                *entry.interval(newest) == versions[newest].interval
+                    && Keyed::key(entry) == &key[..],
+                "{}: the entry's copies of its key or newest interval are stale",
+                String::from_utf8_lossy(key)
+            );
+            for (version, value) in entry.with_values() {
+                ledger.add_version(version, value.len());
                 registrations += version.tags.as_deref().map_or(0, <[_]>::len);
             }
         }

@@ -52,12 +52,9 @@ enum Victim {
 
 /// The recency of a versioned entry's eviction candidate, and which version it is.
 fn oldest_in(entry: &Entry) -> Option<(u64, usize)> {
-    entry
-        .versions
-        .iter()
-        .enumerate()
-        .min_by_key(|(_, v)| v.recency)
-        .map(|(i, v)| (v.recency, i))
+    (0..entry.versions().len())
+        .map(|index| (entry.recency(index), index))
+        .min()
 }
 
 impl Store {
@@ -136,15 +133,16 @@ impl Store {
     /// Removes version `index` of `key`, leaving a ghost with `reason`; drops the key when
     /// it was the last version.
     pub(crate) fn remove_version(&mut self, key: &Key, index: usize, reason: GhostReason) {
-        let Some(Entry { versions, .. }) = self.keys.get_mut(key) else {
+        let Some(entry) = self.keys.get_mut(key) else {
             return;
         };
-        if index >= versions.len() {
+        if index >= entry.versions().len() {
             return;
         }
-        let version = versions.remove(index);
-        let now_empty = versions.is_empty();
-        self.ledger.remove_version(&version);
+        let version = entry.remove(index);
+        let now_empty = entry.versions().is_empty();
+        self.ledger
+            .remove_version(&version, version.detached_value().len());
         if let Some(tags) = &version.tags {
             self.index.unregister(key, tags);
         }

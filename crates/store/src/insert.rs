@@ -62,38 +62,36 @@ fn merged(old: &[Version], new: Version) -> Version {
         .filter(|v| v.is_open())
         .min_by_key(|v| v.interval.lo())
         .and_then(|v| v.tags.clone());
-    Version {
-        // The bytes are equal, so the new copy serves; the old ones are freed with their
-        // versions.
-        value: new.value,
-        interval,
-        recency: new.recency,
-        tags,
-    }
+    // The bytes are equal, so the new copy serves; the old ones are freed with their versions.
+    let mut merged = new;
+    merged.interval = interval;
+    merged.tags = tags;
+    merged
 }
 
 /// Whether different bytes than `value` overlap `interval` in `versions`.
-fn contradicted(versions: &[Version], value: &[u8], interval: &ValidityInterval) -> bool {
-    versions[overlapping(versions, interval)]
-        .iter()
-        .any(|v| *v.value != *value)
+fn contradicted(entry: Option<&Entry>, value: &[u8], interval: &ValidityInterval) -> bool {
+    entry.is_some_and(|entry| {
+        overlapping(entry.versions(), interval).any(|index| entry.value(index) != value)
+    })
 }
 
-/// Moves the charges and registrations of `old` versions to their merge `new`.
+/// Moves the charges and registrations of `old` versions (removed from their list) to their
+/// merge `new`, whose value is `new_value_len` bytes.
 fn swap_charges(
     ledger: &mut Ledger,
     index: &mut TagIndex,
     key: &Key,
     old: &[Version],
-    new: &Version,
+    (new, new_value_len): (&Version, usize),
 ) {
     for version in old {
-        ledger.remove_version(version);
+        ledger.remove_version(version, version.detached_value().len());
         if let Some(tags) = &version.tags {
             index.unregister(key, tags);
         }
     }
-    ledger.add_version(new);
+    ledger.add_version(new, new_value_len);
     if let Some(tags) = &new.tags {
         index.register(key, tags);
     }
@@ -121,7 +119,7 @@ impl Store {
         // too, unless eviction moved entries since (no other step in between adds or removes
         // an entry).
         let found = self.keys.position(key);
-        if contradicted(self.versions_at(found), value, &interval) {
+        if contradicted(self.entry_at(found), value, &interval) {
             if self.contradicts_known(key, value, &interval) {
                 return Ok(self.nondeterministic(key, &interval));
             }
@@ -131,12 +129,7 @@ impl Store {
             .is_open()
             .then(|| normalized(request.tags).into_boxed_slice());
         let evicted = self.reserve(key, value, tags.as_deref().unwrap_or_default())?;
-        let version = Version {
-            value: Box::<[u8]>::from(value).into(),
-            interval,
-            recency: self.tick(),
-            tags,
-        };
+        let version = Version::new(value, interval, self.tick(), tags);
         let outcome = self.place(key, found.filter(|_| !evicted), version);
         self.maybe_compact_stale();
         Ok(outcome)
@@ -230,8 +223,11 @@ impl Store {
         let Some(new) = self.known(interval) else {
             return false;
         };
-        self.versions(key).iter().any(|v| {
-            *v.value != *value && self.known(&v.interval).is_some_and(|k| k.overlaps(&new))
+        let Some(entry) = self.entry(key) else {
+            return false;
+        };
+        entry.with_values().any(|(v, stored)| {
+            stored != value && self.known(&v.interval).is_some_and(|k| k.overlaps(&new))
         })
     }
 
@@ -245,14 +241,19 @@ impl Store {
         value: &[u8],
         interval: ValidityInterval,
     ) -> ValidityInterval {
-        let conflicting_open = self
-            .versions(key)
-            .last()
-            .is_some_and(|v| v.is_open() && *v.value != *value && v.interval.overlaps(&interval));
+        let conflicting_open = self.entry(key).is_some_and(|entry| {
+            let newest = entry.versions().len().checked_sub(1);
+            newest.is_some_and(|index| {
+                let version = &entry.versions()[index];
+                version.is_open()
+                    && entry.value(index) != value
+                    && version.interval.overlaps(&interval)
+            })
+        });
         if conflicting_open {
             self.bound_last_version(key);
         }
-        if contradicted(self.versions(key), value, &interval) {
+        if contradicted(self.entry(key), value, &interval) {
             return self.known(&interval).unwrap_or(interval);
         }
         interval
@@ -294,16 +295,14 @@ impl Store {
         Ok(self.make_room(size))
     }
 
-    /// `key`'s versions; empty for an absent or plain key.
-    fn versions(&self, key: &[u8]) -> &[Version] {
-        self.versions_at(self.keys.position(key))
+    /// `key`'s entry; `None` for an absent or plain key.
+    fn entry(&self, key: &[u8]) -> Option<&Entry> {
+        self.entry_at(self.keys.position(key))
     }
 
-    /// The versions of the entry at `position` of the key table; empty for none.
-    fn versions_at(&self, position: Option<usize>) -> &[Version] {
-        position
-            .and_then(|p| self.keys.item_at(p))
-            .map_or(&[], |e| &e.versions)
+    /// The entry at `position` of the key table; `None` for none.
+    fn entry_at(&self, position: Option<usize>) -> Option<&Entry> {
+        position.and_then(|p| self.keys.item_at(p))
     }
 
     /// Inserts or merges the version (no contradiction exists) into `key`'s entry: at `found`
@@ -312,7 +311,9 @@ impl Store {
     fn place(&mut self, key: &[u8], found: Option<usize>, version: Version) -> InsertOutcome {
         let position = found.unwrap_or_else(|| self.entry_position(key));
         debug_assert_eq!(self.keys.position(key), Some(position), "a moved entry");
-        let range = overlapping(self.versions_at(Some(position)), &version.interval);
+        let range = self.entry_at(Some(position)).map_or(0..0, |entry| {
+            overlapping(entry.versions(), &version.interval)
+        });
         if range.is_empty() {
             self.stats.inserts += 1;
             let interval = version.interval;
@@ -340,29 +341,32 @@ impl Store {
     /// Adds `version` at `index` of the versions of the entry at `position`, with its
     /// charges, registrations and staleness record.
     fn add_version(&mut self, position: usize, index: usize, version: Version) {
-        let Some((key, versions)) = self.keys.item_at_mut(position).map(Entry::parts_mut) else {
+        let Some(entry) = self.keys.item_at_mut(position) else {
             return;
         };
-        swap_charges(&mut self.ledger, &mut self.index, key, &[], &version);
+        let key = entry.shared_key();
+        let new = (&version, version.detached_value().len());
+        swap_charges(&mut self.ledger, &mut self.index, key, &[], new);
         if let Some(hi) = version.interval.hi() {
             self.stale
                 .push(key, hi, self.history.read().commit_time_from(hi));
         }
-        versions.insert(index, version);
+        entry.insert(index, version);
     }
 
     /// Replaces the versions in `range` of the entry at `position` (equal bytes, overlapping
     /// `new`) by their merge with `new`; returns the merged interval.
     fn extend(&mut self, position: usize, range: Range<usize>, new: Version) -> ValidityInterval {
-        let Some((key, versions)) = self.keys.item_at_mut(position).map(Entry::parts_mut) else {
+        let Some(entry) = self.keys.item_at_mut(position) else {
             return new.interval;
         };
         let start = range.start;
-        let merged = merged(&versions[range.clone()], new);
-        let old = versions.replace(range, merged);
-        let merged = &versions[start];
+        let merged = merged(&entry.versions()[range.clone()], new);
+        let old = entry.replace(range, merged);
+        let merged = (&entry.versions()[start], entry.value(start).len());
+        let key = entry.shared_key();
         swap_charges(&mut self.ledger, &mut self.index, key, &old, merged);
-        let interval = merged.interval;
+        let interval = merged.0.interval;
         // A new upper end needs its own staleness record; an old one already has one.
         if let Some(hi) = interval
             .hi()

@@ -1,14 +1,14 @@
 //! The invalidation stream: invalidations, heartbeats and resets, and the housekeeping that
 //! follows each (history trimming, stale removal, eviction down to the limit).
 
-use crate::entry::{Entry, Key, KeyTable};
+use crate::entry::{Key, KeyTable};
 use crate::ghost::GhostReason;
 use crate::Store;
 use txcache_model::{Invalidation, Timestamp, ValidityInterval, WallClock};
 
 /// Whether `key` has a bounded version ending at `hi`; its index if so.
 fn bounded_version(keys: &KeyTable, key: &[u8], hi: Timestamp) -> Option<usize> {
-    let versions = &keys.get(key)?.versions;
+    let versions = keys.get(key)?.versions();
     let index = versions.partition_point(|v| v.stored_hi() < hi);
     versions
         .get(index)
@@ -62,20 +62,19 @@ impl Store {
         hi: impl FnOnce(Timestamp) -> Timestamp,
         commit_time: Option<WallClock>,
     ) -> bool {
-        let Some((shared, versions)) = self.keys.get_mut(key).map(Entry::parts_mut) else {
+        let newest = self.keys.get_mut(key).and_then(|entry| entry.newest_mut());
+        let Some(newest) = newest.filter(|newest| newest.version.is_open()) else {
             return false;
         };
-        let Some(version) = versions.last_mut().filter(|v| v.is_open()) else {
-            return false;
-        };
+        let (shared, value_len, version) = (newest.key, newest.value_len, &mut *newest.version);
         let end = hi(version.interval.lo());
         let Ok(bounded) = ValidityInterval::bounded(version.interval.lo(), end) else {
             return false;
         };
-        self.ledger.remove_version(version);
+        self.ledger.remove_version(version, value_len);
         version.interval = bounded;
         let tags = version.tags.take();
-        self.ledger.add_version(version);
+        self.ledger.add_version(version, value_len);
         if let Some(tags) = tags {
             self.index.unregister(key, &tags);
         }
@@ -139,20 +138,22 @@ impl Store {
     fn bound_open_versions(&mut self) {
         let n = self.last_applied;
         let mut unboundable = Vec::new();
-        for (key, versions) in self.keys.iter_mut().map(Entry::parts_mut) {
-            let Some(version) = versions.last_mut().filter(|v| v.is_open()) else {
+        for entry in self.keys.iter_mut() {
+            let Some(newest) = entry.newest_mut().filter(|newest| newest.version.is_open()) else {
                 continue;
             };
+            let (key, index, value_len) = (newest.key, newest.index, newest.value_len);
+            let version = &mut *newest.version;
             let (lo, hi) = version.effective(n);
             let Ok(bounded) = ValidityInterval::bounded(lo, hi) else {
                 // Only at lo = u64::MAX, beyond any wire timestamp: drop the version below.
-                unboundable.push((key.clone(), versions.len() - 1));
+                unboundable.push((key.clone(), index));
                 continue;
             };
-            self.ledger.remove_version(version);
+            self.ledger.remove_version(version, value_len);
             version.interval = bounded;
             version.tags = None;
-            self.ledger.add_version(version);
+            self.ledger.add_version(version, value_len);
             // The first commit at or after hi is yet to come: its time is not known.
             self.stale.push(key, hi, None);
         }

@@ -1,6 +1,6 @@
 //! Lookups of versioned keys and the classification of their misses.
 
-use crate::entry::Version;
+use crate::entry::{effective, Entry};
 use crate::{Store, StoreError};
 use bytes::Bytes;
 use txcache_model::{InvalidationTag, Timestamp, ValidityInterval};
@@ -52,13 +52,17 @@ pub struct HitRef<'a> {
 }
 
 impl<'a> HitRef<'a> {
-    /// What a lookup of `version` answers, with its effective `interval`.
-    fn of(version: &'a Version, interval: ValidityInterval, with_tags: bool) -> Self {
+    /// What a lookup of `entry`'s version `index` answers, with its effective `interval`. The
+    /// version list is read for the tags only: the newest version's value and interval are in
+    /// the entry itself.
+    fn of(entry: &'a Entry, index: usize, interval: ValidityInterval, with_tags: bool) -> Self {
         HitRef {
-            value: &version.value,
+            value: entry.value(index),
             interval,
-            open: version.is_open(),
-            tags: version.tags.as_deref().filter(|_| with_tags),
+            open: entry.interval(index).is_open(),
+            tags: with_tags
+                .then(|| entry.versions()[index].tags.as_deref())
+                .flatten(),
         }
     }
 
@@ -101,22 +105,26 @@ impl MissKind {
 /// The index of the version with the greatest `lo` whose effective interval meets the
 /// inclusive range `[lo, hi]`, with that interval.
 fn find(
-    versions: &[Version],
+    entry: &Entry,
     n: Timestamp,
     lo: Timestamp,
     hi: Timestamp,
 ) -> Option<(usize, ValidityInterval)> {
     // Effective intervals are disjoint and sorted like the stored ones, so only the last
     // version starting at or before `hi` can meet the range. Most lookups ask for the newest
-    // (their range reaches its start): it is checked first, so that a key with many versions
-    // costs a lookup one of them, not a binary search through cache lines of others.
-    let index = match versions.last() {
-        Some(newest) if newest.interval.lo() <= hi => versions.len() - 1,
-        _ => versions
+    // (their range reaches its start): it is checked first, from the entry's copy of its
+    // interval, so that a key with many versions costs a lookup no version at all, not a
+    // binary search through cache lines of them.
+    let versions = entry.versions();
+    let newest = versions.len().checked_sub(1)?;
+    let index = if entry.interval(newest).lo() <= hi {
+        newest
+    } else {
+        versions
             .partition_point(|v| v.interval.lo() <= hi)
-            .checked_sub(1)?,
+            .checked_sub(1)?
     };
-    let (start, end) = versions[index].effective(n);
+    let (start, end) = effective(entry.interval(index), n);
     let interval = ValidityInterval::bounded(start, end)
         .ok()
         .filter(|_| end > lo)?;
@@ -156,12 +164,11 @@ impl Store {
         let (n, stamp) = (self.last_applied, self.tick());
         match self.keys.get_mut(key) {
             Some(entry) => {
-                if let Some((index, interval)) = find(&entry.versions, n, lo, hi) {
-                    let version = &mut entry.versions[index];
-                    version.recency = stamp;
+                if let Some((index, interval)) = find(entry, n, lo, hi) {
+                    entry.touch(index, stamp);
                     self.stats.hits += 1;
                     return Ok(read(LookupRef::Hit(HitRef::of(
-                        version, interval, with_tags,
+                        entry, index, interval, with_tags,
                     ))));
                 }
             }
@@ -176,7 +183,7 @@ impl Store {
     /// Why nothing in `key` answers `[lo, hi]`, checked in the order compulsory, capacity,
     /// consistency, staleness.
     fn classify_miss(&self, key: &[u8], lo: Timestamp, hi: Timestamp) -> MissKind {
-        let versions = self.keys.get(key).map_or(&[][..], |e| &e.versions);
+        let versions = self.keys.get(key).map_or(&[][..], |e| e.versions());
         let ghost = self.ghosts.get(key);
         if versions.is_empty() && ghost.is_none() {
             MissKind::Compulsory

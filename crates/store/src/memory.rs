@@ -5,7 +5,7 @@
 //! size of the structs that hold it, times [`slack`] where it sits in a hash table or a growable
 //! vector, plus [`ALLOCATION`] per heap allocation. `docs/store.md` lists the resulting numbers.
 
-use crate::entry::{Entry, Key, Version};
+use crate::entry::{Entry, Key, Version, ENTRY_HEAD_BYTES};
 use crate::ghost::Ghost;
 use crate::history::{Record, TableHistory};
 use crate::plain::{prefix_len, PlainItem, STAMP_BYTES};
@@ -22,8 +22,9 @@ pub struct MemoryUsage {
     /// Value bytes (each value's length).
     pub values: usize,
     /// Key bytes plus the per-key overhead (for a versioned key its entry in its bucket, the
-    /// key's `Arc` and the version list's allocation; for a plain item its whole overhead:
-    /// bucket with control byte, stamp, length prefix, allocation).
+    /// key's `Arc`, the version list's allocation and the key's copy beside the newest value;
+    /// for a plain item its whole overhead: bucket with control byte, stamp, length prefix,
+    /// allocation).
     pub keys: usize,
     /// Per-version overhead (the version in its list, its value's allocation, and a spilled
     /// pointer for a value of 65,535 bytes or more) and staleness-queue records.
@@ -76,11 +77,14 @@ pub(crate) const fn slack(item: usize) -> usize {
 /// Reference counts in front of an `Arc`'s data.
 const ARC_HEADER: usize = 2 * size_of::<usize>();
 
-/// Per versioned key, beyond its bytes: the entry in its bucket of the key table (shared key
-/// handle and version list) with its control byte, charged two buckets as a plain item's is
-/// ([`PLAIN_ITEM_OVERHEAD`]), the key's `Arc` allocation, and the allocation of its version
-/// list.
-pub(crate) const KEY_OVERHEAD: usize = 2 * (size_of::<Entry>() + 1) + ARC_HEADER + 2 * ALLOCATION;
+/// Per versioned key, beyond its bytes and their copy in its entry: the entry's one-word
+/// bucket in the key table with its control byte, charged two buckets as a plain item's is
+/// ([`PLAIN_ITEM_OVERHEAD`]), the entry's allocation up to its tail (shared key handle, version
+/// list pointer, tail length), the key's `Arc` allocation, and the allocation of its version
+/// list. The entry's own allocation is the one its newest version's value would have had:
+/// [`VERSION_OVERHEAD`] charges it.
+pub(crate) const KEY_OVERHEAD: usize =
+    2 * (size_of::<Entry>() + 1) + ENTRY_HEAD_BYTES + ARC_HEADER + 2 * ALLOCATION;
 
 /// Per version, beyond its value bytes: the version struct (value pointer, interval, recency,
 /// tag list pointer; version lists grow exactly, without slack) and the value's allocation.
@@ -148,10 +152,11 @@ pub(crate) const GHOST_OVERHEAD: usize = slack(size_of::<(Key, Ghost)>() + 1)
 /// Per staleness-queue record, beyond the key bytes it may keep alive: a heap slot.
 pub(crate) const STALE_RECORD: usize = slack(size_of::<(WallClock, Timestamp, Key)>());
 
-/// The charge for a key of `len` bytes.
+/// The charge for a versioned key of `len` bytes: the shared key, and its copy (with its
+/// length) in its entry.
 pub(crate) fn key_usage(len: usize) -> MemoryUsage {
     MemoryUsage {
-        keys: len + KEY_OVERHEAD,
+        keys: 2 * len + prefix_len(len) + KEY_OVERHEAD,
         ..MemoryUsage::default()
     }
 }
@@ -186,9 +191,9 @@ fn spilled_pointer(bytes: usize) -> usize {
     }
 }
 
-/// The charge for a version, its own tag copies included (not the index's registrations).
-pub(crate) fn version_usage(version: &Version) -> MemoryUsage {
-    let len = version.value.len();
+/// The charge for a version with a `len`-byte value, its own tag copies included (not the
+/// index's registrations).
+pub(crate) fn version_usage(version: &Version, len: usize) -> MemoryUsage {
     MemoryUsage {
         values: len,
         intervals: version_cost(len) - len,
@@ -246,17 +251,20 @@ impl Ledger {
         self.gauges.value_removed(value.len());
     }
 
-    pub fn add_version(&mut self, version: &Version) {
-        self.usage.add(&version_usage(version));
-        self.gauges.value_added(version.value.len());
+    /// Charges `version`, whose value is `value_len` bytes (a version does not know it when
+    /// it is an entry's newest: [`crate::entry::Entry::value`]).
+    pub fn add_version(&mut self, version: &Version, value_len: usize) {
+        self.usage.add(&version_usage(version, value_len));
+        self.gauges.value_added(value_len);
         self.gauges.versions += 1;
         self.gauges.open_versions += usize::from(version.is_open());
         self.gauges.open_version_tags += version.tags.as_deref().map_or(0, <[_]>::len);
     }
 
-    pub fn remove_version(&mut self, version: &Version) {
-        self.usage.sub(&version_usage(version));
-        self.gauges.value_removed(version.value.len());
+    /// Discharges what [`Ledger::add_version`] charged.
+    pub fn remove_version(&mut self, version: &Version, value_len: usize) {
+        self.usage.sub(&version_usage(version, value_len));
+        self.gauges.value_removed(value_len);
         self.gauges.versions -= 1;
         self.gauges.open_versions -= usize::from(version.is_open());
         self.gauges.open_version_tags -= version.tags.as_deref().map_or(0, <[_]>::len);

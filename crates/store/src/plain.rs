@@ -47,7 +47,7 @@ pub(crate) fn prefix_len(len: usize) -> usize {
 
 /// Appends `len` as LEB128: seven bits per byte, low first, the high bit set on all but the
 /// last.
-fn write_prefix(out: &mut Vec<u8>, mut len: usize) {
+pub(crate) fn write_prefix(out: &mut Vec<u8>, mut len: usize) {
     while len >= 0x80 {
         out.push((len & 0x7f) as u8 | 0x80);
         len >>= 7;
@@ -56,7 +56,7 @@ fn write_prefix(out: &mut Vec<u8>, mut len: usize) {
 }
 
 /// The length a LEB128 prefix at the start of `bytes` encodes, and the prefix's own length.
-fn read_prefix(bytes: &[u8]) -> (usize, usize) {
+pub(crate) fn read_prefix(bytes: &[u8]) -> (usize, usize) {
     let mut len = 0;
     for (i, byte) in bytes.iter().enumerate() {
         len |= usize::from(byte & 0x7f) << (7 * i);

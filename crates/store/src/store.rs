@@ -212,8 +212,8 @@ impl Store {
         };
         let key = entry.shared_key();
         self.ledger.remove_key(key.len());
-        for version in entry.versions.iter() {
-            self.ledger.remove_version(version);
+        for (version, value) in entry.with_values() {
+            self.ledger.remove_version(version, value.len());
             if let Some(tags) = &version.tags {
                 self.index.unregister(key, tags);
             }
