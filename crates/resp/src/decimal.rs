@@ -3,9 +3,10 @@
 //!
 //! Timestamps are 13 to 19 digits on the wire, two or three of them in every versioned
 //! request and reply, so a digit at a time (six or seven instructions each, with checks)
-//! was a visible part of the server's and the load tool's work per request. One primitive,
-//! [`leading_digits`], serves integer lines (which end at the first non-digit) and
-//! arguments (which must be digits throughout).
+//! was a visible part of the server's and the load tool's work per request. Two readers share
+//! the word primitives ([`non_digits`], [`group_value`]): [`leading_digits`] for integer lines
+//! (which end at the first non-digit), [`parse_u64`] for arguments (whose length is known and
+//! which must be digits throughout).
 
 /// `'0'` in every byte.
 const ZEROS: u64 = 0x3030_3030_3030_3030;
@@ -63,8 +64,8 @@ pub fn parse_u64(digits: &[u8]) -> Option<u64> {
 /// Eight bytes at a time: a word's non-digits are found at once ([`non_digits`]); a whole
 /// word of digits adds eight, and a word that ends the run adds its leading digits, shifted
 /// to the top of the word and padded with `'0'` below them, as one more group. The last
-/// bytes before `max` or the end of `bytes`, fewer than eight, go one at a time (the last
-/// three digits of a 19-digit timestamp, a whole line when less than a word is buffered).
+/// bytes before `max` or the end of `bytes`, fewer than eight, go one at a time (a line's last
+/// digits, a whole line when less than a word is buffered).
 pub(crate) fn leading_digits(bytes: &[u8], max: usize) -> (usize, u64) {
     debug_assert!(max <= MAX_SAFE_DIGITS, "{max} digits may overflow");
     let (words, tail) = bytes[..bytes.len().min(max)].as_chunks::<8>();

@@ -86,8 +86,10 @@ impl Store {
             let newest = versions.len() - 1;
             ensure!(
                 *entry.interval(newest) == versions[newest].interval
-                    && Keyed::key(entry) == &key[..],
-                "{}: the entry's copies of its key or newest interval are stale",
+                    && Keyed::key(entry) == &key[..]
+                    && versions[newest].detached_value().is_empty(),
+                "{}: the entry's copies of its key or newest interval are stale, or its newest \
+                 value is held twice",
                 String::from_utf8_lossy(key)
             );
             for (version, value) in entry.with_values() {

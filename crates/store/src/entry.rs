@@ -266,11 +266,13 @@ impl Entry {
     }
 }
 
-/// An entry's newest version, borrowed for a change in place ([`Entry::newest_mut`]); its
-/// interval's copy is brought up to date when it is dropped.
+/// An entry's newest version, borrowed for a change in place ([`Entry::newest_mut`]) of its
+/// interval or tags; its interval's copy is brought up to date when it is dropped.
 pub(crate) struct Newest<'a> {
     /// The entry's shared key.
     pub key: &'a Key,
+    /// The version: its own value is empty and its recency stale ([`Entry::value`],
+    /// [`Entry::recency`]), and neither may be changed here.
     pub version: &'a mut Version,
     copy: &'a mut ValidityInterval,
     /// Its index among the entry's versions.

@@ -26,8 +26,9 @@ pub struct MemoryUsage {
     /// for a plain item its whole overhead: bucket with control byte, stamp, length prefix,
     /// allocation).
     pub keys: usize,
-    /// Per-version overhead (the version in its list, its value's allocation, and a spilled
-    /// pointer for a value of 65,535 bytes or more) and staleness-queue records.
+    /// Per-version overhead (the version in its list, its value's allocation (for a key's
+    /// newest version, its entry's), and a spilled pointer for a value of 65,535 bytes or
+    /// more) and staleness-queue records.
     pub intervals: usize,
     /// Tags of open versions and the tag index.
     pub tags: usize,
@@ -80,14 +81,15 @@ const ARC_HEADER: usize = 2 * size_of::<usize>();
 /// Per versioned key, beyond its bytes and their copy in its entry: the entry's one-word
 /// bucket in the key table with its control byte, charged two buckets as a plain item's is
 /// ([`PLAIN_ITEM_OVERHEAD`]), the entry's allocation up to its tail (shared key handle, version
-/// list pointer, tail length), the key's `Arc` allocation, and the allocation of its version
-/// list. The entry's own allocation is the one its newest version's value would have had:
+/// list pointer, the newest version's interval and recency, tail length), the key's `Arc`
+/// allocation, and the allocation of its version list. The entry's own allocation is the one its newest version's value would have had:
 /// [`VERSION_OVERHEAD`] charges it.
 pub(crate) const KEY_OVERHEAD: usize =
     2 * (size_of::<Entry>() + 1) + ENTRY_HEAD_BYTES + ARC_HEADER + 2 * ALLOCATION;
 
 /// Per version, beyond its value bytes: the version struct (value pointer, interval, recency,
-/// tag list pointer; version lists grow exactly, without slack) and the value's allocation.
+/// tag list pointer; version lists grow exactly, without slack) and the value's allocation
+/// (for a key's newest version, its entry's, which holds its value).
 pub(crate) const VERSION_OVERHEAD: usize = size_of::<Version>() + ALLOCATION;
 
 /// Per plain item, beyond its key and value bytes (and the key's length prefix, charged
