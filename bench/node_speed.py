@@ -11,7 +11,8 @@ alike. Per server:
   each insert a new version with its own interval, so a key's versions pile up);
 - **lookups alone**: txcached's ``TXGET`` against its own ``GET``, no stores (one version
   per key), pipeline 16 at 8 and 64 connections, every round: the goal "versioned lookup at
-  0.8x plain" in its own terms;
+  0.8x plain" in its own terms; **stores alone**: ``TXSET`` against ``SET``, no lookups
+  (every ``TXSET`` a new version of its key), pipeline 16 at 8 connections, every round;
 - **variations** at 8 connections: Zipf keys (0.99), the 30:1 mix, Facebook ETC key and
   value sizes;
 - **server CPU per request**: utime + stime of the server (``/proc/<pid>/stat``) over a load
@@ -382,20 +383,24 @@ VARIATIONS = [
 ]
 # Lookups alone: TXGET against GET with nothing stored during the run.
 LOOKUPS = [Spec(f"p16 c{c} lookups", connections=c, pipeline=16, mix="1:0") for c in (8, 64)]
-LOOKUP_LABELS = ("txcached", "txcached TX")
+# Stores alone: TXSET against SET with no lookups.
+STORES = [Spec("p16 c8 stores", connections=8, pipeline=16, mix="0:1")]
+# The pair each of those compares: txcached's plain and versioned commands.
+ALONE_LABELS = ("txcached", "txcached TX")
 SWEEP = Spec("open c8 etc", sizes="etc")
 RATES = [10e3, 20e3, 40e3, 60e3, 80e3, 100e3, 125e3, 150e3, 175e3, 200e3, 250e3, 300e3, 350e3]
 RATES += [400e3, 500e3]
 
 
 def throughput(targets: list[Target], args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The main grid and the lookups alone (``--rounds`` rounds, order reversed every other
-    round), then the variations on the plain targets."""
+    """The main grid, the lookups alone and the stores alone (``--rounds`` rounds, order
+    reversed every other round), then the variations on the plain targets."""
     rows = []
     for round_ in range(args.rounds):
         order = targets if round_ % 2 == 0 else targets[::-1]
         cells = [(spec, order) for spec in MAIN]
-        cells += [(spec, [t for t in order if t.label in LOOKUP_LABELS]) for spec in LOOKUPS]
+        pair = [t for t in order if t.label in ALONE_LABELS]
+        cells += [(spec, pair) for spec in LOOKUPS + STORES]
         for spec, cell_targets in cells:
             for target in cell_targets:
                 row = measure(target, spec, args.seconds, args.warmup)
@@ -688,18 +693,22 @@ def throughput_tables(rows: list[dict[str, Any]], rounds: int) -> list[str]:
         )
     lines += [
         "",
-        "## Lookups alone (ops/s, mean of the rounds)",
+        "## Lookups alone and stores alone (ops/s, mean of the rounds)",
         "",
         "txcached's `TXGET` against its own `GET`, pipeline 16, nothing stored during the run "
-        "(one version per key). Ratio as above.",
+        "(one version per key); its `TXSET` against `SET`, no lookups (every `TXSET` a new "
+        "version of its key, so versions pile up through the run). Ratio as above; server CPU "
+        "in µs per request.",
         "",
-        "| cell | `GET` | `TXGET` | TX / plain |",
-        "|---|---:|---:|---:|",
+        "| cell | plain | versioned | TX / plain | CPU plain | CPU versioned |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
-    for spec in LOOKUPS:
-        plain, versioned = (mean_of(rows, label, spec.name, "ops") for label in LOOKUP_LABELS)
+    for spec in LOOKUPS + STORES:
+        plain, versioned = (mean_of(rows, label, spec.name, "ops") for label in ALONE_LABELS)
+        per_request = [mean_of(rows, t, spec.name, "cpu_us_per_request") for t in ALONE_LABELS]
         alone = round_ratios(rows, "txcached TX", "txcached", spec.name)
-        lines.append(f"| {spec.name} | {num(plain)} | {num(versioned)} | {alone} |")
+        cpu_text = " | ".join(f"{c:.2f}" for c in per_request)
+        lines.append(f"| {spec.name} | {num(plain)} | {num(versioned)} | {alone} | {cpu_text} |")
     lines += [
         "",
         "## Latency, closed loop (µs, p50 / p99, first round)",
@@ -930,8 +939,8 @@ def goals(
 
 
 def host_table(rows: list[dict[str, Any]]) -> list[str]:
-    """The host during each round of the main grid and the lookups alone: memory latency and
-    CPU steal."""
+    """The host during each round of the main grid and the lookups and stores alone: memory
+    latency and CPU steal."""
     lines = [
         "## The host during the rounds",
         "",
@@ -943,7 +952,7 @@ def host_table(rows: list[dict[str, Any]]) -> list[str]:
         "| runs repeated for steal | runs never clean |",
         "|---|---:|---:|---:|---:|",
     ]
-    cells = {s.name for s in MAIN + LOOKUPS}
+    cells = {s.name for s in MAIN + LOOKUPS + STORES}
     for round_ in sorted({row["round"] for row in rows if row["cell"] in cells}):
         these = [r for r in rows if r["round"] == round_ and r["cell"] in cells]
         latency = [r["memory_latency_ns"] for r in these]
