@@ -1,7 +1,7 @@
 //! What one versioned key holds: its versions.
 
 use crate::bucket::{BucketTable, Keyed};
-use crate::plain::{prefix_len, read_prefix, write_prefix};
+use crate::plain::{append_key_value, split_key_value};
 use std::sync::Arc;
 use thin_dst::ThinBox;
 use thin_slice::ThinBoxedSlice;
@@ -157,9 +157,14 @@ impl Entry {
         self.0.head.versions.as_deref().unwrap_or_default()
     }
 
+    /// The index of the newest version; `None` without versions.
+    pub fn newest(&self) -> Option<usize> {
+        self.versions().len().checked_sub(1)
+    }
+
     /// The interval of version `index` (which must exist): the newest's from its copy.
     pub fn interval(&self, index: usize) -> &ValidityInterval {
-        if index + 1 == self.versions().len() {
+        if self.newest() == Some(index) {
             &self.0.head.newest_interval
         } else {
             &self.versions()[index].interval
@@ -169,7 +174,7 @@ impl Entry {
     /// The recency of version `index` (which must exist): the store-local clock of its last
     /// insert or hit.
     pub fn recency(&self, index: usize) -> u64 {
-        if index + 1 == self.versions().len() {
+        if self.newest() == Some(index) {
             self.0.head.newest_recency
         } else {
             self.versions()[index].recency
@@ -202,7 +207,7 @@ impl Entry {
 
     /// The value of version `index` (which must exist).
     pub fn value(&self, index: usize) -> &[u8] {
-        if index + 1 == self.versions().len() {
+        if self.newest() == Some(index) {
             split_tail(&self.0.slice).1
         } else {
             &self.versions()[index].value
@@ -296,17 +301,14 @@ impl Keyed for Entry {
 
 /// An entry's tail: `key`'s length (LEB128), `key`, the newest version's `value`.
 fn tail(key: &[u8], value: &[u8]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(prefix_len(key.len()) + key.len() + value.len());
-    write_prefix(&mut bytes, key.len());
-    bytes.extend_from_slice(key);
-    bytes.extend_from_slice(value);
+    let mut bytes = Vec::new();
+    append_key_value(&mut bytes, key, value);
     bytes
 }
 
 /// An entry tail's key and newest value (empty without versions).
 fn split_tail(tail: &[u8]) -> (&[u8], &[u8]) {
-    let (key_len, prefix) = read_prefix(tail);
-    tail[prefix..].split_at(key_len)
+    split_key_value(tail)
 }
 
 /// Every versioned key of a store.

@@ -242,8 +242,7 @@ impl Store {
         interval: ValidityInterval,
     ) -> ValidityInterval {
         let conflicting_open = self.entry(key).is_some_and(|entry| {
-            let newest = entry.versions().len().checked_sub(1);
-            newest.is_some_and(|index| {
+            entry.newest().is_some_and(|index| {
                 let version = &entry.versions()[index];
                 version.is_open()
                     && entry.value(index) != value

@@ -116,7 +116,7 @@ fn find(
     // interval, so that a key with many versions costs a lookup no version at all, not a
     // binary search through cache lines of them.
     let versions = entry.versions();
-    let newest = versions.len().checked_sub(1)?;
+    let newest = entry.newest()?;
     let index = if entry.interval(newest).lo() <= hi {
         newest
     } else {

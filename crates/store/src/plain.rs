@@ -47,7 +47,7 @@ pub(crate) fn prefix_len(len: usize) -> usize {
 
 /// Appends `len` as LEB128: seven bits per byte, low first, the high bit set on all but the
 /// last.
-pub(crate) fn write_prefix(out: &mut Vec<u8>, mut len: usize) {
+fn write_prefix(out: &mut Vec<u8>, mut len: usize) {
     while len >= 0x80 {
         out.push((len & 0x7f) as u8 | 0x80);
         len >>= 7;
@@ -56,7 +56,7 @@ pub(crate) fn write_prefix(out: &mut Vec<u8>, mut len: usize) {
 }
 
 /// The length a LEB128 prefix at the start of `bytes` encodes, and the prefix's own length.
-pub(crate) fn read_prefix(bytes: &[u8]) -> (usize, usize) {
+fn read_prefix(bytes: &[u8]) -> (usize, usize) {
     let mut len = 0;
     for (i, byte) in bytes.iter().enumerate() {
         len |= usize::from(byte & 0x7f) << (7 * i);
@@ -66,6 +66,21 @@ pub(crate) fn read_prefix(bytes: &[u8]) -> (usize, usize) {
     }
     // Only reached for bytes not written by `write_prefix`, which items never hold.
     (0, 0)
+}
+
+/// Appends `key`'s length (LEB128), `key` and `value`: the layout a plain item holds after its
+/// stamp, and a versioned entry ([`crate::entry::Entry`]) after its head.
+pub(crate) fn append_key_value(out: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+    out.reserve(prefix_len(key.len()) + key.len() + value.len());
+    write_prefix(out, key.len());
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+}
+
+/// The key and the value of bytes [`append_key_value`] wrote.
+pub(crate) fn split_key_value(bytes: &[u8]) -> (&[u8], &[u8]) {
+    let (key_len, prefix) = read_prefix(bytes);
+    bytes[prefix..].split_at(key_len)
 }
 
 /// One plain entry: its recency stamp, key and value in one allocation.
@@ -92,9 +107,7 @@ impl PlainItem {
         let len = STAMP_BYTES + prefix_len(key.len()) + key.len() + value.len();
         let mut bytes = Vec::with_capacity(len);
         bytes.extend_from_slice(&stamp.to_le_bytes()[..STAMP_BYTES]);
-        write_prefix(&mut bytes, key.len());
-        bytes.extend_from_slice(key);
-        bytes.extend_from_slice(value);
+        append_key_value(&mut bytes, key, value);
         PlainItem {
             bytes: bytes.into_boxed_slice().into(),
         }
@@ -102,9 +115,7 @@ impl PlainItem {
 
     /// The key and the value.
     pub fn split(&self) -> (&[u8], &[u8]) {
-        let rest = &self.bytes[STAMP_BYTES..];
-        let (key_len, prefix) = read_prefix(rest);
-        rest[prefix..].split_at(key_len)
+        split_key_value(&self.bytes[STAMP_BYTES..])
     }
 
     /// The value.
