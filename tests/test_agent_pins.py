@@ -56,13 +56,24 @@ def visible_rows(dsn: str, snapshot_id: str) -> set[int]:
         return {row[0] for row in db.execute("SELECT id FROM log")}
 
 
+def imported_snapshot(dsn: str, snapshot_id: str) -> str:
+    """What ``pg_current_snapshot()`` says in a transaction that imported ``snapshot_id``."""
+    with psycopg.connect(dsn) as db:
+        db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        db.execute(f"SET TRANSACTION SNAPSHOT '{snapshot_id}'")
+        row = db.execute("SELECT pg_current_snapshot()::text").fetchone()
+        assert row is not None
+        return str(row[0])
+
+
 def test_pins_are_listed_and_importable(database, agent):
     _process, client = agent
     with psycopg.connect(database, autocommit=True) as db:
         row_id, commit_lsn = commit_row(db, client, 0, 0)
-    ts, snapshot_id, current_as_of = client.execute_command("PIN")
+    ts, snapshot_id, current_as_of, snapshot = client.execute_command("PIN")
     assert ts >= commit_lsn
     assert current_as_of > 0
+    assert imported_snapshot(database, snapshot_id.decode()) == snapshot.decode()
     assert row_id in visible_rows(database, snapshot_id.decode())
     pins = client.execute_command("PINS")
     assert snapshot_id in [pin[1] for pin in pins]

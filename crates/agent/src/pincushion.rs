@@ -40,6 +40,10 @@ pub struct Pin {
     pub ts: Timestamp,
     /// `SET TRANSACTION SNAPSHOT` takes this.
     pub snapshot_id: String,
+    /// The snapshot's contents, `pg_current_snapshot()` of the exporting statement
+    /// (`xmin:xmax:xip,…`): an importer compares it with what it imported, because after a
+    /// PostgreSQL restart another snapshot can carry the same id.
+    pub snapshot: String,
     /// The wall-clock time up to which it is known to be the current state.
     pub current_as_of: WallClock,
     session: u64,
@@ -274,7 +278,8 @@ impl Pinner {
             .client
             .query_one(statement, &[&FENCE_PREFIX, &id.to_string()])
             .await?;
-        let snapshot = Snapshot::parse(row.get::<_, &str>(0))?;
+        let snapshot_text: String = row.get(0);
+        let snapshot = Snapshot::parse(&snapshot_text)?;
         let snapshot_id: String = row.get(1);
         let fence = Timestamp(Lsn::parse(row.get::<_, &str>(2))?.as_u64());
         let Some(verdict) = self.tracker.certify(fence, &snapshot, FENCE_TIMEOUT).await else {
@@ -285,6 +290,7 @@ impl Pinner {
             Certification::Clean(ts) => Some(Pin {
                 ts,
                 snapshot_id,
+                snapshot: snapshot_text,
                 current_as_of: taken_at,
                 session: session_id,
             }),

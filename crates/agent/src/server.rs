@@ -193,12 +193,13 @@ fn encode_catalogs(out: &mut BytesMut, versions: &[CatalogVersion]) {
     }
 }
 
-/// `*3 :ts $snapshot_id :current_as_of`.
+/// `*4 :ts $snapshot_id :current_as_of $snapshot`.
 fn encode_pin(out: &mut BytesMut, pin: &Pin) {
-    encode::array_header(out, 3);
+    encode::array_header(out, 4);
     encode::integer(out, i64::try_from(pin.ts.0).unwrap_or(i64::MAX));
     encode::bulk(out, pin.snapshot_id.as_bytes());
     encode::integer(out, i64::try_from(pin.current_as_of.0).unwrap_or(i64::MAX));
+    encode::bulk(out, pin.snapshot.as_bytes());
 }
 
 async fn commit_lsn(endpoint: &Endpoint, xid: &[u8], timeout: Option<&Bytes>, out: &mut BytesMut) {

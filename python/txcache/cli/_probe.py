@@ -187,7 +187,7 @@ def probe_agent(address: str, *, password: str | None = None, timeout: float = 2
             status = _call(client, "STATUS")
             pins = _call(client, "PINS")
             report.status = _parse_status(status)
-            report.pins = [Pin(int(ts), snap.decode(), int(as_of)) for ts, snap, as_of in pins]
+            report.pins = [Pin(int(ts), snap.decode(), int(as_of)) for ts, snap, as_of, *_ in pins]
     except (redis.RedisError, OSError, *_SHAPE_ERRORS) as error:
         report.failed(error, "a txcache-agent")
     return report
