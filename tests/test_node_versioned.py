@@ -147,6 +147,26 @@ def test_invalidation_reaches_keys_on_every_shard(client):
         assert txget(client, key, 10, 30) == [b"v", 10, 20, 0]
 
 
+def test_the_global_tag_bounds_every_open_version_and_every_later_insert(client):
+    client.execute_command("TXHEARTBEAT", 100, 1)
+    keys = [f"key-{i}" for i in range(16)]
+    for i, key in enumerate(keys):
+        tags = ("TAGS", TAG_A1) if i % 2 else ()
+        assert txset(client, key, b"v", 0, "OPEN", "SNAPSHOT", 100, *tags) == [
+            b"inserted",
+            100,
+            None,
+        ]
+    # DDL whose dependents cannot be known: one commit that may have changed any row.
+    assert client.execute_command("TXINVALIDATE", 150, 2, "*") == 1
+    for key in keys:
+        assert txget(client, key, 100, 200) == [b"v", 100, 150, 0]
+    # In the history too: a value computed before it ends there, even one that read no table.
+    assert txset(client, "late", b"v", 0, "OPEN", "SNAPSHOT", 120) == [b"inserted", 100, 150]
+    client.execute_command("TXHEARTBEAT", 200, 3)
+    assert client.execute_command("TXINTERVAL", 160, "TAGS", TAG_A2) == [150, 201, 1]
+
+
 @pytest.mark.parametrize(
     ("command", "message"),
     [

@@ -12,6 +12,9 @@ use std::fmt;
 /// The table part ends at the first `:` and the column at the first `=` after it; the value is
 /// everything after that `=` and may hold any character. So a table name may not contain `:`
 /// and a column name may not contain `=`.
+///
+/// One more tag has a meaning of its own: the global tag `*` ([`InvalidationTag::global`]),
+/// which a commit carries when the rows it may change cannot be named.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct InvalidationTag {
     text: Box<str>,
@@ -37,6 +40,27 @@ impl InvalidationTag {
     /// The longest tag accepted, in bytes: long values are the agent's to hash, not the node's
     /// to store.
     pub const MAX_LEN: usize = 4096;
+
+    /// The text of the global tag ([`InvalidationTag::global`]).
+    pub const GLOBAL: &'static str = "*";
+
+    /// The global tag `*`: a commit carrying it may have changed any row, so it bounds every
+    /// open version and matches every tag set, the empty one included. The agent sends it for
+    /// DDL whose dependents cannot be known (a function redefined, an enum value renamed, a
+    /// schema renamed, ...). It is the wildcard of the pseudo-table `*`, which no real table
+    /// can be: real tables are `schema.table`, with a `.` ([`table_name`]). [`Self::matches`]
+    /// knows nothing of this; the cache node gives the tag its meaning.
+    pub fn global() -> Self {
+        Self {
+            text: Self::GLOBAL.into(),
+            table_end: Self::GLOBAL.len() as u32,
+        }
+    }
+
+    /// Whether this is the global tag `*` ([`InvalidationTag::global`]).
+    pub fn is_global(&self) -> bool {
+        &*self.text == Self::GLOBAL
+    }
 
     /// The wildcard tag of table `schema.table`, with both names escaped (see [`escape_name`]).
     pub fn for_table(schema: &str, table: &str) -> Result<Self, TagError> {
@@ -237,6 +261,36 @@ mod tests {
         assert_eq!(tag.table(), "my%2Eschema.t%3A1");
         assert_eq!(tag.column_value(), Some("c%3Dx=v:=."));
         assert!(tag.matches(&InvalidationTag::for_table("my.schema", "t:1").unwrap()));
+    }
+
+    #[test]
+    fn the_global_tag_is_the_wildcard_of_the_pseudo_table_star() {
+        let global = InvalidationTag::global();
+        assert_eq!(global, tag("*"));
+        assert!(global.is_global() && global.is_wildcard());
+        assert_eq!(global.table(), "*");
+        assert!(!tag("*:c=1").is_global() && !tag("s.t").is_global());
+    }
+
+    #[test]
+    fn no_table_makes_the_global_tag() {
+        let names = ["*", "", ".", "%", "a", "*.*", "public"];
+        for schema in names {
+            for table in names {
+                let tag = InvalidationTag::for_table(schema, table).unwrap();
+                assert!(!tag.is_global(), "{schema:?}.{table:?} gave {tag:?}");
+                assert!(tag.table().contains('.'), "{tag:?}");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Any identifiers, escaped or not: the escaping keeps a `.` between them.
+        #[test]
+        fn no_identifiers_make_the_global_tag(schema in ".{0,8}", table in ".{0,8}") {
+            let tag = InvalidationTag::for_table(&schema, &table).unwrap();
+            proptest::prop_assert!(!tag.is_global());
+        }
     }
 
     #[test]

@@ -4,13 +4,15 @@
 //! Per fine tag, per table (commits with any tag of the table) and per table for wildcard
 //! commits it keeps sorted deques of commit timestamps, so "the latest matching commit at or
 //! before s" and "the first matching commit after s" are binary searches; a global deque of
-//! records is what trimming walks, oldest first.
+//! records is what trimming walks, oldest first. Commits carrying the global tag `*`
+//! ([`InvalidationTag::global`]: DDL whose dependents cannot be known) have a deque of their
+//! own, searched for every tag set, the empty one included: they may have changed anything.
 //!
 //! Every shard of a node applies the same stream, so the shards share one history
 //! ([`SharedHistory`]): the first shard to apply a message records it, the others find it
 //! there. Recording, trimming and resetting are idempotent for that reason.
 
-use crate::memory::{HISTORY_FINE_KEY, HISTORY_RECORD, HISTORY_TABLE, HISTORY_TAG};
+use crate::memory::{HISTORY_FINE_KEY, HISTORY_GLOBAL, HISTORY_RECORD, HISTORY_TABLE, HISTORY_TAG};
 use hashbrown::HashMap;
 use std::collections::VecDeque;
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -77,6 +79,8 @@ pub(crate) struct History {
     records: VecDeque<Record>,
     fine: HashMap<InvalidationTag, VecDeque<Timestamp>>,
     tables: HashMap<Box<str>, TableHistory>,
+    /// Commits carrying the global tag: they match every tag set.
+    global: VecDeque<Timestamp>,
     horizon: Option<Timestamp>,
     /// The newest commit recorded (or the reset point): later calls with it are repeats from
     /// the other shards of the node.
@@ -152,6 +156,9 @@ impl History {
     }
 
     fn file(&mut self, tag: &InvalidationTag, ts: Timestamp) {
+        if tag.is_global() {
+            return self.file_global(ts);
+        }
         if !tag.is_wildcard() {
             if !self.fine.contains_key(tag) {
                 self.bytes += HISTORY_FINE_KEY + tag.as_str().len();
@@ -171,6 +178,14 @@ impl History {
         }
     }
 
+    /// Files a global commit; the deque's first buffer is charged while it holds any.
+    fn file_global(&mut self, ts: Timestamp) {
+        if self.global.is_empty() {
+            self.bytes += HISTORY_GLOBAL;
+        }
+        push_once(&mut self.global, ts);
+    }
+
     /// Drops the oldest records while they are older than `oldest` or the history is over
     /// `max_bytes`; `H` becomes the last dropped timestamp.
     pub fn trim(&mut self, oldest: WallClock, max_bytes: usize) {
@@ -188,7 +203,10 @@ impl History {
             return false;
         };
         for tag in record.tags.iter() {
-            self.unfile(tag, record.ts);
+            match tag.is_global() {
+                true => self.unfile_global(record.ts),
+                false => self.unfile(tag, record.ts),
+            }
         }
         self.bytes -= record.cost;
         self.horizon = Some(record.ts);
@@ -213,6 +231,19 @@ impl History {
         }
     }
 
+    /// Unfiles a global commit (once, though a record may carry `*` twice); an emptied deque
+    /// gives its buffer back, as its charge is credited.
+    fn unfile_global(&mut self, ts: Timestamp) {
+        if self.global.front() != Some(&ts) {
+            return;
+        }
+        self.global.pop_front();
+        if self.global.is_empty() {
+            self.global = VecDeque::new();
+            self.bytes -= HISTORY_GLOBAL;
+        }
+    }
+
     /// The deques holding the commits that match `tag`: for `t:c=v` its own and `t`'s
     /// wildcard commits; for `t`, every commit of `t`.
     fn deques(&self, tag: &InvalidationTag) -> [Option<&VecDeque<Timestamp>>; 2] {
@@ -223,29 +254,33 @@ impl History {
         }
     }
 
-    /// The latest recorded commit at or before `s` that matches one of `tags`.
-    pub fn latest_matching(&self, tags: &[InvalidationTag], s: Timestamp) -> Option<Timestamp> {
-        let latest =
-            |d: &VecDeque<Timestamp>| d.partition_point(|&t| t <= s).checked_sub(1).map(|i| d[i]);
+    /// The deques holding the commits that match a tag set `tags`: those of each tag, and
+    /// the global commits, which match every set (the empty one too).
+    fn matching<'a>(
+        &'a self,
+        tags: &'a [InvalidationTag],
+    ) -> impl Iterator<Item = &'a VecDeque<Timestamp>> {
         tags.iter()
             .flat_map(|tag| self.deques(tag))
             .flatten()
-            .filter_map(latest)
-            .max()
+            .chain([&self.global])
     }
 
-    /// The first recorded commit after `s` that matches one of `tags`.
+    /// The latest recorded commit at or before `s` that matches one of `tags`, or is global.
+    pub fn latest_matching(&self, tags: &[InvalidationTag], s: Timestamp) -> Option<Timestamp> {
+        let latest =
+            |d: &VecDeque<Timestamp>| d.partition_point(|&t| t <= s).checked_sub(1).map(|i| d[i]);
+        self.matching(tags).filter_map(latest).max()
+    }
+
+    /// The first recorded commit after `s` that matches one of `tags`, or is global.
     pub fn first_matching_after(
         &self,
         tags: &[InvalidationTag],
         s: Timestamp,
     ) -> Option<Timestamp> {
         let first = |d: &VecDeque<Timestamp>| d.get(d.partition_point(|&t| t <= s)).copied();
-        tags.iter()
-            .flat_map(|tag| self.deques(tag))
-            .flatten()
-            .filter_map(first)
-            .min()
+        self.matching(tags).filter_map(first).min()
     }
 
     /// The commit time of the first recorded commit at or after `ts`: no earlier than that of
@@ -274,7 +309,11 @@ impl History {
             .map(|t| HISTORY_FINE_KEY + t.as_str().len())
             .sum();
         let tables: usize = self.tables.keys().map(|t| HISTORY_TABLE + t.len()).sum();
-        records + fine + tables
+        let global = match self.global.is_empty() {
+            true => 0,
+            false => HISTORY_GLOBAL,
+        };
+        records + fine + tables + global
     }
 }
 
@@ -351,6 +390,73 @@ mod tests {
         commit(&mut h, 50, 500, &["s.t"]);
         assert_eq!(h.records.len(), 1);
         assert_eq!(h.bytes(), h.recount());
+    }
+
+    #[test]
+    fn a_global_commit_matches_every_tag_set_even_the_empty_one() {
+        let mut h = sample();
+        commit(&mut h, 40, 400, &["*"]);
+        commit(&mut h, 50, 500, &["s.v:id=1"]);
+        let ts = |n| Some(Timestamp(n));
+        for tags in [
+            vec![],
+            vec![tag("s.t:id=1")],
+            vec![tag("s.v")],
+            vec![tag("*")],
+        ] {
+            assert_eq!(h.latest_matching(&tags, Timestamp(45)), ts(40), "{tags:?}");
+            assert_eq!(
+                h.first_matching_after(&tags, Timestamp(35)),
+                ts(40),
+                "{tags:?}"
+            );
+        }
+        // A later matching commit still wins over the global one below it.
+        assert_eq!(h.latest_matching(&[tag("s.v:id=1")], Timestamp(55)), ts(50));
+        assert_eq!(h.first_matching_after(&[], Timestamp(40)), None);
+        assert_eq!(h.latest_matching(&[], Timestamp(39)), None);
+        // The global tag files no table of its own.
+        assert!(!h.tables.contains_key("*"));
+    }
+
+    #[test]
+    fn trimming_unfiles_global_commits_and_frees_every_byte() {
+        let mut h = History::default();
+        commit(&mut h, 10, 100, &["*"]);
+        commit(&mut h, 20, 200, &["*", "s.t:id=1", "*"]);
+        commit(&mut h, 30, 300, &["s.t"]);
+        assert_eq!(h.recount(), h.bytes());
+        h.pop_oldest();
+        assert_eq!(h.recount(), h.bytes());
+        assert_eq!(h.latest_matching(&[], Timestamp(15)), None);
+        assert_eq!(
+            h.first_matching_after(&[], Timestamp(5)),
+            Some(Timestamp(20))
+        );
+        h.pop_oldest();
+        assert_eq!(h.recount(), h.bytes());
+        assert_eq!(h.first_matching_after(&[], Timestamp(5)), None);
+        assert_eq!(
+            h.global.capacity(),
+            0,
+            "the emptied deque gave its buffer back"
+        );
+        h.pop_oldest();
+        assert_eq!((h.bytes(), h.recount()), (0, 0));
+    }
+
+    #[test]
+    fn a_repeated_global_commit_is_recorded_once() {
+        let mut h = History::default();
+        commit(&mut h, 10, 100, &["*"]);
+        let bytes = h.bytes();
+        commit(&mut h, 10, 100, &["*"]);
+        assert_eq!((h.bytes(), h.records.len(), h.global.len()), (bytes, 1, 1));
+        h.reset(Timestamp(20));
+        assert_eq!(
+            (h.bytes(), h.latest_matching(&[], Timestamp(20))),
+            (0, None)
+        );
     }
 
     #[test]

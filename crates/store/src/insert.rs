@@ -182,7 +182,8 @@ impl Store {
     /// - `s > N`: `[s, ∞)` (commits in `(N, s]` are unknown but visible in `s`);
     /// - no history yet, or `s < H`: `[s, s + 1)`;
     /// - otherwise `[max(H, latest commit ≤ s matching tags), first commit in (s, N] matching
-    ///   tags)`, open when there is none (so `[H, ∞)` without tags: nothing can change it).
+    ///   tags)`, open when there is none. A global commit (tag `*`) matches every tag set,
+    ///   the empty one too: without tags only global commits bound it (`[H, ∞)` without any).
     ///
     /// An open result is valid through `N` as far as this node can vouch now
     /// ([`Store::effective`]). `None` only when `s` is `u64::MAX` (never a wire timestamp).

@@ -1,10 +1,10 @@
 //! The invalidation stream: invalidations, heartbeats and resets, and the housekeeping that
 //! follows each (history trimming, stale removal, eviction down to the limit).
 
-use crate::entry::{Key, KeyTable};
+use crate::entry::{Entry, Key, KeyTable};
 use crate::ghost::GhostReason;
 use crate::Store;
-use txcache_model::{Invalidation, Timestamp, ValidityInterval, WallClock};
+use txcache_model::{Invalidation, InvalidationTag, Timestamp, ValidityInterval, WallClock};
 
 /// Whether `key` has a bounded version ending at `hi`; its index if so.
 fn bounded_version(keys: &KeyTable, key: &[u8], hi: Timestamp) -> Option<usize> {
@@ -16,11 +16,23 @@ fn bounded_version(keys: &KeyTable, key: &[u8], hi: Timestamp) -> Option<usize> 
         .map(|_| index)
 }
 
+/// Every key whose newest version is open, tagged or not: what a global commit bounds. An
+/// open version with no tags has no registration in the tag index, so only a walk finds it.
+fn open_keys(keys: &KeyTable, out: &mut Vec<Key>) {
+    let open = |entry: &&Entry| entry.newest().is_some_and(|i| entry.interval(i).is_open());
+    out.extend(
+        keys.iter()
+            .filter(open)
+            .map(|entry| entry.shared_key().clone()),
+    );
+}
+
 impl Store {
     /// Applies one committed write transaction: bounds at `ts` every open version one of its
-    /// tags matches (unless the version starts at or after `ts`: a commit at or before an
-    /// entry's `lo` never truncates it), records it in the history and advances `N`.
-    /// Returns false, changing nothing, when `ts` is not after `N` (a duplicate).
+    /// tags matches — every open version at all when it carries the global tag `*`
+    /// ([`InvalidationTag::global`]) — unless the version starts at or after `ts` (a commit
+    /// at or before an entry's `lo` never truncates it), records it in the history and
+    /// advances `N`. Returns false, changing nothing, when `ts` is not after `N` (a duplicate).
     pub fn invalidate(&mut self, invalidation: &Invalidation) -> bool {
         let Invalidation {
             ts, commit_time, ..
@@ -29,10 +41,7 @@ impl Store {
             self.stats.invalidations_duplicate += 1;
             return false;
         }
-        let mut matched = Vec::new();
-        for tag in &invalidation.tags {
-            self.index.matching(tag, &mut matched);
-        }
+        let matched = self.matched_keys(&invalidation.tags);
         for key in &matched {
             self.truncate_open(key, ts, commit_time);
         }
@@ -43,6 +52,21 @@ impl Store {
         self.stats.invalidations_applied += 1;
         self.housekeeping();
         true
+    }
+
+    /// The keys whose open version a commit carrying `tags` may change (a key may repeat).
+    /// A global commit walks every key: it is rare (DDL whose dependents cannot be known), so
+    /// the walk costs less than an index of the untagged open versions would on every insert.
+    fn matched_keys(&self, tags: &[InvalidationTag]) -> Vec<Key> {
+        let mut matched = Vec::new();
+        if tags.iter().any(InvalidationTag::is_global) {
+            open_keys(&self.keys, &mut matched);
+            return matched;
+        }
+        for tag in tags {
+            self.index.matching(tag, &mut matched);
+        }
+        matched
     }
 
     /// Bounds `key`'s open version at `ts` (a commit at `commit_time`), if it starts before.

@@ -144,6 +144,10 @@ pub(crate) const HISTORY_FINE_KEY: usize =
 pub(crate) const HISTORY_TABLE: usize =
     slack(size_of::<(Box<str>, TableHistory)>() + 1) + ALLOCATION + 2 * MIN_TS_DEQUE;
 
+/// While the history holds global commits (tag `*`): the smallest buffer of their deque. Each
+/// global tag's timestamp in it is charged as [`HISTORY_TAG`]'s.
+pub(crate) const HISTORY_GLOBAL: usize = MIN_TS_DEQUE;
+
 /// Per ghost, beyond its key bytes: the map slot, about two FIFO slots (replaced ghosts
 /// leave a stale one until compaction), and the key's `Arc` allocation.
 pub(crate) const GHOST_OVERHEAD: usize = slack(size_of::<(Key, Ghost)>() + 1)
@@ -293,6 +297,7 @@ mod tests {
             ("HISTORY_TAG", HISTORY_TAG),
             ("HISTORY_FINE_KEY", HISTORY_FINE_KEY),
             ("HISTORY_TABLE", HISTORY_TABLE),
+            ("HISTORY_GLOBAL", HISTORY_GLOBAL),
             ("GHOST_OVERHEAD", GHOST_OVERHEAD),
             ("STALE_RECORD", STALE_RECORD),
         ];

@@ -11,11 +11,14 @@
 //!    readers inside it, lookups agree with the model wherever the model's answer is readable.
 //! 5. `sharded_stores_agree_with_model` and `sharded_small_memory_stays_bounded_and_sound`:
 //!    1 and 2 for three shards sharing one history, as a node runs them.
+//!
+//! Some generated commits carry the global tag `*`: the model bounds every open version at
+//! them, tagged or not, and counts them as matching every tag set, the empty one too.
 
 mod harness;
 mod reference;
 
-use harness::{Harness, Mode, Op, TagSpec};
+use harness::{Harness, Mode, Op, TagSpec, GLOBAL};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use txcache_store::StoreConfig;
@@ -25,6 +28,11 @@ fn tag_spec() -> impl Strategy<Value = TagSpec> {
         0..2u8,
         prop_oneof![3 => (0..2u8).prop_map(Some), 1 => Just(None)],
     )
+}
+
+/// A tag of a commit: now and then the global tag `*`, which bounds every open version.
+fn commit_tag_spec() -> impl Strategy<Value = TagSpec> {
+    prop_oneof![12 => tag_spec(), 1 => Just(GLOBAL)]
 }
 
 /// Operations over `keys` versioned keys and `values` distinct values.
@@ -57,8 +65,8 @@ fn op_over(keys: u8, values: u8) -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => insert,
         8 => lookup,
-        5 => (1..4u8, 0..8u8, vec(tag_spec(), 0..3)).prop_map(|(gap, dt, tags)| Op::Invalidate { gap, dt, tags }),
-        1 => (0..4u8, vec(tag_spec(), 0..2)).prop_map(|(back, tags)| Op::Duplicate { back, tags }),
+        5 => (1..4u8, 0..8u8, vec(commit_tag_spec(), 0..3)).prop_map(|(gap, dt, tags)| Op::Invalidate { gap, dt, tags }),
+        1 => (0..4u8, vec(commit_tag_spec(), 0..2)).prop_map(|(back, tags)| Op::Duplicate { back, tags }),
         2 => (0..3u8, 0..8u8).prop_map(|(gap, dt)| Op::Heartbeat { gap, dt }),
         1 => (-2..4i8, 0..8u8).prop_map(|(gap, dt)| Op::Reset { gap, dt }),
         1 => (0..7u8).prop_map(|key| Op::Remove { key }),

@@ -224,3 +224,53 @@ fn txinterval_has_exact_replies() {
         exchange(&mut stream, &command(request), reply);
     }
 }
+
+#[test]
+fn txinvalidate_with_the_global_tag_bounds_every_open_entry() {
+    let node = Node::start(&["--max-memory", "16mb", "--shards", "4"]);
+    let mut stream = node.connect();
+    exchange(
+        &mut stream,
+        &command(&["TXHEARTBEAT", "100", "5"]),
+        b":1\r\n",
+    );
+    // Keys on every shard, untagged (their queries read no table) and tagged.
+    let keys: Vec<String> = (0..16).map(|i| format!("k{i}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        let tags: &[&str] = match i % 2 {
+            0 => &[],
+            _ => &["TAGS", "s.t:id=1"],
+        };
+        let request = [&["TXSET", key, "v", "0", "OPEN", "SNAPSHOT", "100"], tags].concat();
+        exchange(
+            &mut stream,
+            &command(&request),
+            b"*3\r\n$8\r\ninserted\r\n:100\r\n$-1\r\n",
+        );
+    }
+    exchange(
+        &mut stream,
+        &command(&["TXINVALIDATE", "150", "6", "*"]),
+        b":1\r\n",
+    );
+    for key in &keys {
+        exchange(
+            &mut stream,
+            &command(&["TXGET", key, "90", "200"]),
+            b"*4\r\n$1\r\nv\r\n:100\r\n:150\r\n:0\r\n",
+        );
+    }
+    for (request, reply) in [
+        // A repeat is a duplicate.
+        (&["TXINVALIDATE", "150", "6", "*"][..], &b":0\r\n"[..]),
+        // The history has it: it bounds results with no tags from either side.
+        (&["TXINTERVAL", "120"], b"*3\r\n:100\r\n:150\r\n:0\r\n"),
+        (&["TXINTERVAL", "150"], b"*3\r\n:150\r\n:151\r\n:1\r\n"),
+        (
+            &["TXSET", "late", "v", "0", "OPEN", "SNAPSHOT", "120"],
+            b"*3\r\n$8\r\ninserted\r\n:100\r\n:150\r\n",
+        ),
+    ] {
+        exchange(&mut stream, &command(request), reply);
+    }
+}

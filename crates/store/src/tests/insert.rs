@@ -118,6 +118,53 @@ fn empty_tag_set_depends_on_nothing() {
 }
 
 #[test]
+fn an_insert_from_before_a_global_commit_ends_at_it() {
+    let mut s = with_history();
+    commit(&mut s, 50, &["*"]);
+    for (key, list, lo) in [
+        ("empty", &[][..], 10),
+        ("fine", &["t:id=1"][..], 30),
+        ("other", &["v:id=1"][..], 10),
+    ] {
+        assert_eq!(
+            insert_at(&mut s, key, "v", 45, list),
+            InsertOutcome::Inserted(bounded(lo, 50)),
+            "{key}"
+        );
+    }
+}
+
+#[test]
+fn an_insert_from_after_a_global_commit_starts_at_it() {
+    let mut s = with_history();
+    commit(&mut s, 50, &["*"]);
+    s.heartbeat(ts(60), WallClock(60));
+    for (key, list) in [("empty", &[][..]), ("fine", &["u:id=1"][..])] {
+        assert_eq!(
+            insert_at(&mut s, key, "v", 55, list),
+            InsertOutcome::Inserted(open(50)),
+            "{key}"
+        );
+    }
+    // A matching commit after the global one still moves lo up.
+    commit(&mut s, 70, &["u:id=1"]);
+    assert_eq!(
+        insert_at(&mut s, "later", "v", 70, &["u:id=1"]),
+        InsertOutcome::Inserted(open(70))
+    );
+}
+
+#[test]
+fn an_insert_without_a_snapshot_ignores_global_commits() {
+    let mut s = with_history();
+    commit(&mut s, 50, &["*"]);
+    assert_eq!(
+        insert_bounded(&mut s, "k", "v", bounded(45, 55)),
+        InsertOutcome::Inserted(bounded(45, 55))
+    );
+}
+
+#[test]
 fn request_interval_bounds_the_result() {
     let mut s = with_history();
     let request = InsertRequest {

@@ -88,6 +88,25 @@ fn no_tags_depend_on_nothing() {
 }
 
 #[test]
+fn a_global_commit_bounds_every_database_interval() {
+    let mut s = with_history();
+    commit(&mut s, 50, &["*"]);
+    s.heartbeat(ts(60), WallClock(60));
+    assert_eq!(database(&s, 45, &[]), (bounded(10, 50), bounded(10, 50)));
+    assert_eq!(database(&s, 45, &["u:id=1"]).0, bounded(40, 50));
+    assert_eq!(database(&s, 50, &[]), (open(50), bounded(50, 61)));
+    assert_eq!(database(&s, 55, &["t:id=1", "v"]).0, open(50));
+    // Once trimmed, the horizon bounds lo instead.
+    for _ in 0..5 {
+        s.history.write().pop_oldest();
+    }
+    assert_eq!(s.horizon(), Some(ts(50)));
+    assert_eq!(database(&s, 55, &[]).0, open(50));
+    assert_eq!(database(&s, 45, &[]).0, bounded(45, 46));
+    s.verify_invariants().expect("invariants hold");
+}
+
+#[test]
 fn trimming_moves_lo_up_to_the_new_horizon() {
     let s = with_history();
     s.history.write().pop_oldest();
@@ -110,6 +129,8 @@ fn computing_the_interval_stores_nothing() {
 #[test]
 fn inserts_store_exactly_the_database_interval() {
     let mut s = with_history();
+    // A global commit among them: before it, at it, after it and above N.
+    commit(&mut s, 45, &["*"]);
     let tag_sets: [&[&str]; 6] = [
         &[],
         &["t:id=1"],

@@ -297,3 +297,101 @@ fn inserted_bounded_version_uses_the_commit_time_of_its_end() {
     s.heartbeat(ts(22), WallClock(1151));
     assert!(!s.contains(b"k"));
 }
+
+#[test]
+fn a_global_commit_bounds_every_open_version_tagged_or_not() {
+    let mut s = store();
+    commit(&mut s, 10, &[]);
+    insert_at(&mut s, "untagged", "v", 10, &[]);
+    insert_at(&mut s, "fine", "v", 10, &["t:id=1"]);
+    insert_at(&mut s, "wild", "v", 10, &["u"]);
+    // Ahead of N: open from its snapshot, which the commit at 20 is visible in.
+    insert_at(&mut s, "later", "v", 25, &[]);
+    insert_bounded(&mut s, "bounded", "v", bounded(5, 15));
+    s.set(b"plain", b"p").expect("fits");
+    assert!(commit(&mut s, 20, &["*"]));
+    for key in ["untagged", "fine", "wild"] {
+        assert_eq!(
+            answer(&mut s, key, 0, 100),
+            Ok(("v".into(), bounded(10, 20))),
+            "{key}"
+        );
+    }
+    assert!(hit(&mut s, "later", 25, 25).open);
+    assert_eq!(hit(&mut s, "bounded", 5, 5).interval, bounded(5, 15));
+    assert_eq!(s.get(b"plain"), Ok(Some(&b"p"[..])));
+    assert_eq!(s.stats().versions_truncated, 3);
+    assert_eq!(
+        (s.gauges().open_versions, s.gauges().open_version_tags),
+        (1, 0)
+    );
+    // The global tag among others bounds everything just the same.
+    assert!(commit(&mut s, 30, &["t:id=9", "*"]));
+    assert_eq!(hit(&mut s, "later", 25, 25).interval, bounded(25, 30));
+    assert_eq!(s.gauges().open_versions, 0);
+    s.verify_invariants().expect("invariants hold");
+}
+
+#[test]
+fn a_global_commit_is_recorded_in_the_history() {
+    let mut s = store();
+    commit(&mut s, 10, &[]);
+    commit(&mut s, 20, &["*"]);
+    commit(&mut s, 30, &["t:id=1"]);
+    assert_eq!(
+        insert_at(&mut s, "before", "v", 15, &[]),
+        InsertOutcome::Inserted(bounded(10, 20))
+    );
+    assert_eq!(
+        insert_at(&mut s, "after", "v", 25, &["u:id=1"]),
+        InsertOutcome::Inserted(open(20))
+    );
+    s.verify_invariants().expect("invariants hold");
+}
+
+#[test]
+fn a_repeated_global_commit_changes_nothing() {
+    let mut s = store();
+    commit(&mut s, 10, &[]);
+    assert!(commit(&mut s, 20, &["*"]));
+    insert_at(&mut s, "k", "v", 20, &[]);
+    let (memory, truncated) = (s.memory(), s.stats().versions_truncated);
+    assert!(!commit(&mut s, 20, &["*"]));
+    assert!(!commit(&mut s, 15, &["*"]));
+    assert!(hit(&mut s, "k", 20, 20).open);
+    assert_eq!(
+        (s.memory(), s.stats().versions_truncated),
+        (memory, truncated)
+    );
+    assert_eq!(s.stats().invalidations_duplicate, 2);
+}
+
+#[test]
+fn a_global_commit_reaches_every_shard_and_is_recorded_once() {
+    let history = std::sync::Arc::new(crate::SharedHistory::new(2));
+    let mut shards: Vec<Store> = (0..2)
+        .map(|_| Store::with_history(StoreConfig::default(), history.clone()))
+        .collect();
+    for (i, shard) in shards.iter_mut().enumerate() {
+        assert!(commit(shard, 10, &[]));
+        insert_at(shard, &format!("k{i}"), "v", 10, &[]);
+    }
+    assert!(commit(&mut shards[0], 20, &["*"]));
+    let bytes = history.read().bytes();
+    // Shard 1 has not applied it yet, but an insert there already sees it in the history.
+    assert_eq!(
+        insert_at(&mut shards[1], "early", "v", 10, &[]),
+        InsertOutcome::Inserted(bounded(10, 20))
+    );
+    assert!(commit(&mut shards[1], 20, &["*"]));
+    assert_eq!(history.read().bytes(), bytes, "recorded once");
+    for (i, shard) in shards.iter_mut().enumerate() {
+        assert!(!commit(shard, 20, &["*"]), "a repeat is a duplicate");
+        assert_eq!(
+            hit(shard, &format!("k{i}"), 10, 10).interval,
+            bounded(10, 20)
+        );
+        assert_eq!(shard.gauges().open_versions, 0);
+        shard.verify_invariants().expect("invariants hold");
+    }
+}

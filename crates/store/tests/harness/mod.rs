@@ -10,8 +10,12 @@ use txcache_store::{
     Hit, InsertOutcome, InsertRequest, Lookup, SharedHistory, Store, StoreConfig, StoreError,
 };
 
-/// A table (`s.a` or `s.b`) and, for a fine tag, the value of its `id` column.
+/// A table (`s.a` or `s.b`) and, for a fine tag, the value of its `id` column; table 2 is
+/// the global tag `*` (commits only).
 pub type TagSpec = (u8, Option<u8>);
+
+/// The global tag `*`, as a [`TagSpec`].
+pub const GLOBAL: TagSpec = (2, None);
 
 /// One operation, with timestamps as offsets from the current `N` so that sequences stay
 /// interesting wherever the stream is.
@@ -64,6 +68,9 @@ pub enum Op {
 }
 
 fn tag((table, value): TagSpec) -> InvalidationTag {
+    if (table, value) == GLOBAL {
+        return InvalidationTag::global();
+    }
     let table = ["s.a", "s.b"][table as usize];
     match value {
         Some(v) => InvalidationTag::fine(table, "id", &v.to_string()),

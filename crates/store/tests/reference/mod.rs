@@ -52,6 +52,12 @@ fn matches_any(a: &[InvalidationTag], b: &[InvalidationTag]) -> bool {
     a.iter().any(|x| b.iter().any(|y| x.matches(y)))
 }
 
+/// Whether a commit carrying `commit` may change a value depending on `tags`: a global commit
+/// (tag `*`) may change anything, even a value that depends on no tag.
+fn commit_matches(commit: &[InvalidationTag], tags: &[InvalidationTag]) -> bool {
+    commit.iter().any(InvalidationTag::is_global) || matches_any(commit, tags)
+}
+
 /// What the node can vouch for of a version: an open one only through `n`.
 fn known(v: &Version, n: Timestamp) -> (Timestamp, Timestamp) {
     (v.lo, v.hi.unwrap_or(Timestamp(n.0.max(v.lo.0) + 1)))
@@ -83,7 +89,7 @@ impl Model {
         let Some(h) = self.h.filter(|h| s >= *h) else {
             return ValidityInterval::bounded(s, succ(s)).ok();
         };
-        let matching = |c: &&Commit| matches_any(&c.tags, tags);
+        let matching = |c: &&Commit| commit_matches(&c.tags, tags);
         let lo = self
             .history
             .iter()
@@ -242,7 +248,7 @@ impl Model {
                 continue;
             };
             for v in versions.iter_mut() {
-                if v.hi.is_none() && v.lo < inv.ts && matches_any(&v.tags, &inv.tags) {
+                if v.hi.is_none() && v.lo < inv.ts && commit_matches(&inv.tags, &v.tags) {
                     v.hi = Some(inv.ts);
                     v.tags.clear();
                 }
@@ -381,7 +387,7 @@ impl Claims {
 
     pub fn invalidate(&mut self, inv: &Invalidation) {
         for (_, v) in &mut self.list {
-            if v.hi.is_none() && v.lo < inv.ts && matches_any(&v.tags, &inv.tags) {
+            if v.hi.is_none() && v.lo < inv.ts && commit_matches(&inv.tags, &v.tags) {
                 v.hi = Some(inv.ts);
             }
         }
