@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from txcache._config import Settings
 from txcache._frame import Frame
 from txcache._keys import CallKeys
 from txcache._nodes import Hit, Miss
@@ -58,14 +59,18 @@ class CacheableFunction(Generic[P, R]):
         return f"<cacheable {self.keys.name}>"
 
     def key(self, *args: P.args, **kwargs: P.kwargs) -> bytes:
-        """The cache key of this call."""
-        return self.keys.key(args, kwargs)
+        """The cache key of this call, as a call made here would look it up: with the
+        ``code_version`` and ``code_packages`` settings of the current transaction's cache,
+        else of the default cache, else with none."""
+        return self.keys.key(args, kwargs, _settings_here())
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         transaction = current_transaction()
         if transaction is None:
             return self._call_implicitly(*args, **kwargs)
         if not isinstance(transaction, ReadOnlyTransaction) or transaction.uncached:
+            if isinstance(transaction, ReadOnlyTransaction):
+                transaction.check_usable()  # a failed block refuses every call
             self.stats.record_uncached()
             return self.function(*args, **kwargs)
         return self._call_in(transaction, args, kwargs)
@@ -85,8 +90,8 @@ class CacheableFunction(Generic[P, R]):
     ) -> R:
         started = time.perf_counter()
         transaction.check_owner()
-        key = self.keys.key(args, kwargs)
         cache = transaction.cache
+        key = self.keys.key(args, kwargs, cache.settings)
         if cache.mode == "no_consistency":  # its values never reach consistent readers
             key = hashlib.blake2b(key, digest_size=len(key), person=b"no_consistency").digest()
         assert cache.ring is not None
@@ -131,6 +136,8 @@ class CacheableFunction(Generic[P, R]):
     ) -> None:
         if transaction.uncached:
             return  # it fell back to an unpinned snapshot: its reads have no timestamp
+        if transaction.failed:
+            return  # a statement failed (and the function caught it): nothing is stored
         data = transaction.cache.serializer.dumps(value)
         snapshot = frame.snapshot
         if snapshot is None:
@@ -151,6 +158,17 @@ class CacheableFunction(Generic[P, R]):
             )
 
 
+def _settings_here() -> Settings | None:
+    """The settings of the cache a call made here would read."""
+    transaction = current_transaction()
+    if transaction is not None:
+        return transaction.cache.settings
+    from txcache._connect import default_cache  # a cycle only at import time
+
+    cache = default_cache()
+    return None if cache is None else cache.settings
+
+
 @overload
 def cacheable(function: Callable[P, R], /) -> CacheableFunction[P, R]: ...
 
@@ -165,8 +183,10 @@ def cacheable(
     """Make ``function`` cacheable: ``@cacheable`` or ``@cacheable(version="2")``.
 
     The function must depend only on its arguments and the database, and return a value the
-    serializer can store. ``version`` changes every key, for changes the code hash cannot
-    see (a helper it calls was changed).
+    serializer can store. Its keys hash its code and the application code it can reach (see
+    docs/library.md, "Keys and code changes"); ``version`` changes every key of this
+    function, for a change the hash cannot see (a template, a method reached through an
+    instance). The ``code_version`` setting does the same for every function.
     """
     if function is not None:
         return CacheableFunction(function, version=version)

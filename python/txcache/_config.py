@@ -16,8 +16,11 @@ Each setting ``name`` is read from the argument, else ``TXCACHE_<NAME>``, else t
 | ``pool_size`` | database connections kept | ``10`` |
 | ``node_timeout`` | seconds before a silent node counts as down | ``1.0`` |
 | ``refresh_interval`` | seconds between pin-list refreshes | ``0.25`` |
+| ``code_version`` | mixed into every cache key: set it to the release's commit | none |
+| ``code_packages`` | the packages keys hash the code of (comma-separated) | by location |
 
-Without nodes or an agent, every transaction runs on the database alone.
+Without nodes or an agent, every transaction runs on the database alone. ``code_version``
+and ``code_packages`` are described in docs/library.md, "Keys and code changes".
 
 The file is ``txcache.toml`` in the working directory, or the path in ``TXCACHE_CONFIG``;
 its keys are the setting names (``nodes`` a list of strings).
@@ -38,9 +41,9 @@ from txcache.errors import ConfigurationError
 __all__ = ["Mode", "Settings", "load_settings"]
 
 Mode = Literal["consistent", "no_consistency", "bypass"]
-"""``consistent``: the guarantee of DESIGN.md §1. ``no_consistency``: any cached value valid
-within the staleness limit is used, whatever else the transaction saw (the paper's
-comparison line; for experiments). ``bypass``: no cache at all."""
+"""``consistent``: the guarantee docs/library.md describes. ``no_consistency``: any cached
+value valid within the staleness limit is used, whatever else the transaction saw (the
+paper's comparison line; for experiments). ``bypass``: no cache at all."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ class Settings:
     pool_size: int = 10
     node_timeout: float = 1.0
     refresh_interval: float = 0.25
+    code_version: str = ""
+    code_packages: tuple[str, ...] | None = None
 
 
 def _nodes(value: Any) -> tuple[str, ...]:
@@ -92,6 +97,26 @@ def _count(value: Any) -> int:
     return count
 
 
+def _code_version(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("a string, such as the release's commit (quoted in txcache.toml)")
+    version = value.strip()  # `$(git rev-parse HEAD)` pasted with its newline is one version
+    if not version.isprintable():
+        raise ValueError("control characters in a version are a mistake, not a version")
+    return version
+
+
+def _packages(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    if not all(isinstance(item, str) for item in items):
+        raise TypeError("package names must be strings")
+    names = sorted({item.strip() for item in items if item.strip()})  # one order: one hash
+    for name in names:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise ValueError(f"{name!r} is not a module name")
+    return tuple(names)
+
+
 _CONVERTERS: dict[str, Any] = {
     "nodes": _nodes,
     "agent": _address,
@@ -100,6 +125,8 @@ _CONVERTERS: dict[str, Any] = {
     "pool_size": _count,
     "node_timeout": _seconds,
     "refresh_interval": _seconds,
+    "code_version": _code_version,
+    "code_packages": _packages,
 }
 
 

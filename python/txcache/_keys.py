@@ -1,10 +1,12 @@
 """Cache keys of cacheable calls: the function, its code, and its arguments, canonically.
 
-A key is the 16-byte BLAKE2b digest of the function's qualified name, a hash of its code
-(so a deployed change never reads the old version's results) and a canonical encoding of
-the call's arguments bound to the signature (``f(1)``, ``f(x=1)`` and a default are one
-call). Arguments of a type without a canonical encoding raise :class:`UnsupportedArgument`:
-guessing (``repr``, ``id``) would let two different calls share a key.
+A key is the 16-byte BLAKE2b digest of the function's qualified name, a hash of the code it
+can reach (``txcache._code_hash``: its own and the application's helpers, so a deployed
+change never reads the old version's results), its ``version=``, the ``code_version``
+setting (for what the hash cannot see) and a canonical encoding of the call's arguments
+bound to the signature (``f(1)``, ``f(x=1)`` and a default are one call). Arguments of a
+type without a canonical encoding raise :class:`UnsupportedArgument`: guessing (``repr``,
+``id``) would let two different calls share a key.
 """
 
 from __future__ import annotations
@@ -16,57 +18,42 @@ import hashlib
 import inspect
 import math
 import struct
-import types
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from txcache.errors import UnsupportedArgument
 
-__all__ = ["KEY_BYTES", "CallKeys", "code_hash", "encode_argument"]
+if TYPE_CHECKING:
+    from txcache._config import Settings
+
+__all__ = ["KEY_BYTES", "CallKeys", "encode_argument"]
 
 KEY_BYTES = 16
 
-
-def code_hash(function: Callable[..., Any]) -> bytes:
-    """A digest of ``function``'s code: bytecode, constants (nested code recursively, the
-    rest canonically encoded so that a set's hash order never matters) and names. Line
-    numbers and file names are left out, so moving a function in its file keeps its cached
-    results. Argument defaults need not be in it: a call's key encodes their values."""
-    digest = hashlib.blake2b(digest_size=16)
-    code = getattr(function, "__code__", None)
-    if code is None:
-        digest.update(repr(function).encode())
-    else:
-        _hash_code(code, digest)
-    return digest.digest()
-
-
-def _hash_code(code: types.CodeType, digest: Any) -> None:
-    digest.update(code.co_code)
-    digest.update(repr((code.co_names, code.co_varnames, code.co_argcount)).encode())
-    for constant in code.co_consts:
-        if isinstance(constant, types.CodeType):
-            _hash_code(constant, digest)
-        else:
-            digest.update(_constant(constant))
-
-
-def _constant(constant: object) -> bytes:
-    try:
-        return encode_argument(constant)
-    except UnsupportedArgument:  # Ellipsis, complex, …: their repr is stable
-        return repr(constant).encode()
+_NOT_YET = object()
 
 
 class CallKeys:
     """Turns calls of one function into keys."""
 
-    __slots__ = ("_parameters", "_positional_only_call", "_prefix", "_signature", "name")
+    __slots__ = (
+        "_code_hashes",
+        "_function",
+        "_last",
+        "_parameters",
+        "_positional_only_call",
+        "_prefixes",
+        "_signature",
+        "_version",
+        "name",
+    )
 
     def __init__(self, function: Callable[..., Any], *, version: str = "") -> None:
         """Keys for ``function``; ``version`` (optional) is mixed in as the code hash is."""
         self.name = f"{function.__module__}.{function.__qualname__}"
+        self._function = function
+        self._version = version
         self._signature = inspect.signature(function)
         self._parameters = tuple(self._signature.parameters)
         # Binding can be skipped only when positional arguments map one to one onto
@@ -75,13 +62,47 @@ class CallKeys:
         self._positional_only_call = all(
             p.kind in plain for p in self._signature.parameters.values()
         )
-        self._prefix = b"".join(
-            (self.name.encode(), b"\0", code_hash(function), version.encode(), b"\0")
-        )
+        # The code is hashed at the first key, not here: helpers defined after the decorated
+        # function (further down its module, in modules imported later) are seen.
+        self._code_hashes: dict[tuple[str, ...] | None, bytes] = {}
+        self._prefixes: dict[tuple[str, tuple[str, ...] | None], bytes] = {}
+        self._last: tuple[object, bytes] = (_NOT_YET, b"")  # (settings, prefix), one object
 
-    def key(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bytes:
-        """The key of the call ``function(*args, **kwargs)``."""
-        digest = hashlib.blake2b(self._prefix, digest_size=KEY_BYTES)
+    def prefix(self, settings: Settings | None = None) -> bytes:
+        """What every key of this function starts from under ``settings`` (``None``: no
+        code version, code packages by location): the name, the hash of the code it can
+        reach, ``version`` and the ``code_version`` setting."""
+        last = self._last
+        if last[0] is settings:  # the common case: the same cache as the call before
+            return last[1]
+        code = ("", None) if settings is None else (settings.code_version, settings.code_packages)
+        prefix = self._prefixes.get(code)
+        if prefix is None:
+            prefix = self._prefixes[code] = self._build_prefix(*code)
+        self._last = (settings, prefix)
+        return prefix
+
+    def code_hash(self, packages: tuple[str, ...] | None = None) -> bytes:
+        """The hash of the code this function can reach (computed once per ``packages``)."""
+        digest = self._code_hashes.get(packages)
+        if digest is None:
+            from txcache._code_hash import code_hash  # it imports this module
+
+            digest = self._code_hashes[packages] = code_hash(self._function, packages=packages)
+        return digest
+
+    def _build_prefix(self, code_version: str, packages: tuple[str, ...] | None) -> bytes:
+        parts = (self.name, self.code_hash(packages), self._version, code_version)
+        return b"".join(_sized(b"", p if isinstance(p, bytes) else p.encode()) for p in parts)
+
+    def key(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], settings: Settings | None = None
+    ) -> bytes:
+        """The key of the call ``function(*args, **kwargs)`` under ``settings`` (those of
+        the cache the call reads; see :meth:`prefix`)."""
+        last = self._last  # prefix()'s fast path, without the call: this runs on every hit
+        prefix = last[1] if last[0] is settings else self.prefix(settings)
+        digest = hashlib.blake2b(prefix, digest_size=KEY_BYTES)
         if self._positional_only_call and not kwargs and len(args) == len(self._parameters):
             # The common case: every parameter given positionally, no binding needed.
             for name, value in zip(self._parameters, args, strict=True):
