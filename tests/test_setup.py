@@ -200,6 +200,8 @@ def test_another_schema_is_added_to_publication_and_trigger(shop):
     assert report.step("ddl trigger").detail == (
         "installed the DDL trigger: tracking of schema(s) sales"
     )
+    # Publishing another schema may change what cached reads may be served: everything.
+    assert "all\t\tsales in publication txcache\t" in "\n".join(take_ddl_messages(shop))
     execute(shop, "CREATE TABLE sales.refunds (id int)")
     refunds = oid(shop, "sales.refunds")
     assert take_ddl_messages(shop) == [f"table\tsales\trefunds\t{refunds}"]
@@ -235,9 +237,9 @@ def test_replica_identity_default_is_set_back_to_full(shop):
 
 def test_ddl_by_an_ordinary_role_is_seen(shop, make_role):
     setup_database(shop)
-    take_ddl_messages(shop)
     role, dsn = make_role()
     execute(shop, f"GRANT CREATE ON SCHEMA public TO {role}")
+    assert take_ddl_messages(shop)[-1] == "none\t\t\t0"  # a privilege changes no result
     execute(dsn, "CREATE TABLE notes (id int PRIMARY KEY)")  # the trigger runs as the role
     notes = oid(shop, "notes")
     assert query(shop, "SELECT relreplident FROM pg_class WHERE relname = 'notes'") == [("f",)]
@@ -277,7 +279,7 @@ def test_dropping_a_constraint_emits_a_drop_and_an_alter_message(shop):
     execute(shop, "ALTER TABLE items DROP CONSTRAINT items_pkey")
     assert take_ddl_messages(shop) == [
         f"index\tpublic\titems_pkey\t{primary_key}\n"
-        f"other\tpublic\titems_pkey on public.items\t{constraint}",
+        f"none\tpublic\titems_pkey on public.items\t{constraint}",
         f"table\tpublic\titems\t{items}",
     ]
 
@@ -288,30 +290,43 @@ def test_ddl_messages_for_other_objects_and_odd_names(shop):
 
     execute(shop, "CREATE VIEW cheap AS SELECT * FROM items WHERE id < 10")
     view = oid(shop, "cheap")
-    assert take_ddl_messages(shop) == [f"other\tpublic\tpublic.cheap\t{view}"]
+    assert take_ddl_messages(shop) == [f"table\tpublic\tcheap\t{view}"]
 
     execute(shop, 'CREATE TABLE "odd\tname\\" (id int)')
     odd = oid(shop, '"odd\tname\\"')
     assert take_ddl_messages(shop) == [f"table\tpublic\todd\\tname\\\\\t{odd}"]
 
     execute(shop, "DROP VIEW cheap")
-    assert take_ddl_messages(shop) == [f"other\tpublic\tpublic.cheap\t{view}"]
+    assert take_ddl_messages(shop) == [f"table\tpublic\tcheap\t{view}"]
+
+    execute(shop, "CREATE FUNCTION f(int) RETURNS int LANGUAGE sql AS 'SELECT $1'")
+    function = query(shop, "SELECT 'f(int)'::regprocedure::oid")[0][0]
+    assert take_ddl_messages(shop) == [f"all\tpublic\tpublic.f(integer)\t{function}"]
 
 
-def test_ddl_outside_tracked_schemas_is_silent(shop):
+def test_relations_outside_tracked_schemas_are_named_and_temporary_ones_are_silent(shop):
     setup_database(shop)
     take_ddl_messages(shop)
-    execute(
-        shop,
-        "CREATE SCHEMA elsewhere",
-        "CREATE TABLE elsewhere.t (id int PRIMARY KEY)",
-        "CREATE INDEX ON elsewhere.t (id)",
-        "DROP TABLE elsewhere.t",
-    )
+    execute(shop, "CREATE SCHEMA elsewhere")
+    schema = query(shop, "SELECT oid FROM pg_namespace WHERE nspname = 'elsewhere'")[0][0]
+    assert take_ddl_messages(shop) == [f"all\t\telsewhere\t{schema}"]
+    execute(shop, "CREATE VIEW elsewhere.v AS SELECT id FROM items")
+    view = oid(shop, "elsewhere.v")
+    assert take_ddl_messages(shop) == [f"table\telsewhere\tv\t{view}"]
     with psycopg.connect(shop, autocommit=True) as conn:
         conn.execute("CREATE TEMPORARY TABLE scratch (id int)")
+        conn.execute("CREATE TEMPORARY VIEW scratch_view AS SELECT 1")
         conn.execute("DROP TABLE scratch")
     assert take_ddl_messages(shop) == []
+
+
+def test_a_relation_named_like_one_in_another_schema_invalidates_everything(shop):
+    setup_database(shop)
+    take_ddl_messages(shop)
+    execute(shop, "CREATE SCHEMA shadow", "CREATE TABLE shadow.items (id int)")
+    shadow = oid(shop, "shadow.items")
+    messages = take_ddl_messages(shop)[1:]  # after CREATE SCHEMA's
+    assert messages == [f"all\tshadow\titems\t{shadow}\ntable\tshadow\titems\t{shadow}"]
 
 
 def test_role_without_replication_is_refused(database, make_role):

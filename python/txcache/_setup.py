@@ -23,6 +23,12 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow
 
+from txcache._ddl_notice import (
+    DDL_MESSAGE_PREFIX,
+    FUNCTIONS,
+    TRUNCATE_TRIGGER,
+    create_truncate_trigger,
+)
 from txcache.errors import TxcacheError
 
 __all__ = [
@@ -35,9 +41,6 @@ __all__ = [
     "setup_database",
 ]
 
-DDL_MESSAGE_PREFIX = "txcache-ddl"
-"""The prefix of the logical messages the DDL event trigger emits (``docs/setup.md``)."""
-
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 _SHOWN = 8  # objects named in a step's detail before "and N more"
 _EVENT_TRIGGERS = (
@@ -45,84 +48,6 @@ _EVENT_TRIGGERS = (
     ("txcache_sql_drop", "sql_drop"),
 )
 Connection = psycopg.Connection[TupleRow]
-
-# Escapes a name for one tab-separated field: backslash, tab, newline, carriage return.
-_DDL_ESCAPE_BODY = r"""
-SELECT replace(replace(replace(replace($1, E'\\', E'\\\\'), E'\t', E'\\t'), E'\n', E'\\n'),
-               E'\r', E'\\r')
-"""
-
-# The event trigger function. Runs as the user who issued the DDL (who owns the tables it
-# alters). ``txcache.in_ddl_notice`` keeps its own ALTER TABLE from notifying twice.
-_DDL_NOTICE_BODY = r"""
-DECLARE
-    tracked name[] := ARRAY(SELECT schema_name FROM txcache.tracked_schemas);
-    target oid;
-    lines text[];
-BEGIN
-    IF current_setting('txcache.in_ddl_notice', true) = 'on' THEN
-        RETURN;
-    END IF;
-    IF TG_EVENT = 'sql_drop' THEN
-        lines := ARRAY(
-            SELECT DISTINCT
-                CASE WHEN d.object_type IN ('table', 'index') THEN d.object_type ELSE 'other' END
-                || E'\t' || txcache.ddl_escape(d.schema_name) || E'\t'
-                || txcache.ddl_escape(CASE WHEN d.object_type IN ('table', 'index')
-                                           THEN d.object_name ELSE d.object_identity END)
-                || E'\t' || d.objid
-            FROM pg_event_trigger_dropped_objects() d
-            WHERE d.schema_name = ANY (tracked) AND d.objsubid = 0 AND NOT d.is_temporary
-              AND (d.object_type IN ('table', 'index') OR d.original OR d.normal)
-            ORDER BY 1);
-    ELSE
-        FOR target IN
-            SELECT DISTINCT c.oid
-            FROM pg_event_trigger_ddl_commands() d
-            JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
-            JOIN pg_namespace n ON n.oid = c.relnamespace
-            WHERE c.relkind IN ('r', 'p') AND c.relreplident <> 'f' AND c.relpersistence <> 't'
-              AND (n.nspname = ANY (tracked)
-                   OR (c.relispartition AND (
-                       SELECT rn.nspname FROM pg_class rc
-                       JOIN pg_namespace rn ON rn.oid = rc.relnamespace
-                       WHERE rc.oid = pg_partition_root(c.oid)) = ANY (tracked)))
-        LOOP
-            PERFORM set_config('txcache.in_ddl_notice', 'on', true);
-            EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', target::regclass);
-            PERFORM set_config('txcache.in_ddl_notice', 'off', true);
-        END LOOP;
-        lines := ARRAY(
-            SELECT DISTINCT
-                CASE WHEN t.oid IS NOT NULL
-                     THEN 'table' || E'\t' || txcache.ddl_escape(tn.nspname) || E'\t'
-                          || txcache.ddl_escape(t.relname) || E'\t' || t.oid
-                     ELSE 'other' || E'\t' || txcache.ddl_escape(d.schema_name) || E'\t'
-                          || txcache.ddl_escape(d.object_identity) || E'\t' || d.objid
-                END
-            FROM pg_event_trigger_ddl_commands() d
-            LEFT JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
-            LEFT JOIN pg_index i ON i.indexrelid = c.oid
-            LEFT JOIN pg_class t ON t.oid = CASE WHEN c.relkind IN ('r', 'p') THEN c.oid
-                                                 WHEN c.relkind IN ('i', 'I') THEN i.indrelid END
-            LEFT JOIN pg_namespace tn ON tn.oid = t.relnamespace
-            WHERE d.schema_name = ANY (tracked) AND d.objid IS NOT NULL
-            ORDER BY 1);
-    END IF;
-    IF cardinality(lines) > 0 THEN
-        PERFORM pg_logical_emit_message(true, 'txcache-ddl', array_to_string(lines, E'\n'));
-    END IF;
-END
-"""
-
-_CREATE_ESCAPE = sql.SQL(
-    "CREATE OR REPLACE FUNCTION txcache.ddl_escape(text) RETURNS text LANGUAGE sql "
-    "IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS {}"
-).format(sql.Literal(_DDL_ESCAPE_BODY))
-_CREATE_NOTICE = sql.SQL(
-    "CREATE OR REPLACE FUNCTION txcache.ddl_notice() RETURNS event_trigger LANGUAGE plpgsql "
-    "SET search_path = pg_catalog, pg_temp AS {}"
-).format(sql.Literal(_DDL_NOTICE_BODY))
 
 
 class SetupError(TxcacheError):
@@ -691,6 +616,7 @@ def _plan_trigger(ctx: _Context) -> _Plan:
     existing = {row[0]: row[1:] for row in rows}
     for name, event in _EVENT_TRIGGERS:
         _plan_event_trigger(plan, parts, name, event, existing.get(name))
+    _plan_truncate_triggers(ctx, plan, parts)
     events = " and ".join(event for _, event in _EVENT_TRIGGERS)
     plan.found = f"txcache.ddl_notice() on {events}, tracking {', '.join(tracked)}"
     fresh = parts[:1] == ["schema txcache"]
@@ -729,14 +655,32 @@ def _plan_trigger_objects(ctx: _Context, plan: _Plan, parts: list[str]) -> list[
             "ON n.oid = p.pronamespace WHERE n.nspname = 'txcache'"
         )
     )
-    for function, body, create in (
-        ("ddl_escape", _DDL_ESCAPE_BODY, _CREATE_ESCAPE),
-        ("ddl_notice", _DDL_NOTICE_BODY, _CREATE_NOTICE),
-    ):
+    for function, body, create in FUNCTIONS:
         if sources.get(function) != body:
             parts.append(f"function txcache.{function}()")
             plan.statements.append(create)
     return sorted({*tracked, *new})
+
+
+def _plan_truncate_triggers(ctx: _Context, plan: _Plan, parts: list[str]) -> None:
+    """The TRUNCATE trigger on every partition of the tracked partitioned tables: a partition
+    truncated directly is not replicated through its root's publication."""
+    partitions = [table for table in ctx.tables if table.is_partition]
+    if not partitions:
+        return
+    having = {
+        row[0]
+        for row in ctx.rows(
+            "SELECT tgrelid::int FROM pg_trigger WHERE tgname = %s AND tgrelid = ANY(%s)",
+            TRUNCATE_TRIGGER,
+            [table.oid for table in partitions],
+        )
+    }
+    lacking = [table for table in partitions if table.oid not in having]
+    if lacking:
+        parts.append(f"TRUNCATE trigger on {_names([t.display for t in lacking])}")
+    for table in lacking:
+        plan.statements += create_truncate_trigger(sql.Identifier(table.schema, table.relname))
 
 
 def _plan_event_trigger(

@@ -54,6 +54,8 @@ pub enum AssembleError {
 #[derive(Debug)]
 struct OpenTransaction {
     xid: u32,
+    /// Its commit LSN (BEGIN carries it).
+    lsn: u64,
     tags: BTreeSet<InvalidationTag>,
     changed_schema: bool,
 }
@@ -65,6 +67,10 @@ pub struct Assembler {
     resolved: HashMap<u32, Option<TagColumns>>,
     open: Option<OpenTransaction>,
     scratch: Vec<InvalidationTag>,
+    /// Commits below this were made before the agent first read its catalog, which may
+    /// already reflect later DDL (a dropped index, a renamed table): they are tagged
+    /// coarsely (see [`Assembler::tag_coarsely_below`]).
+    coarse_below: u64,
 }
 
 impl Assembler {
@@ -73,13 +79,22 @@ impl Assembler {
         self.open.is_some()
     }
 
-    /// Starts a transaction.
-    pub fn begin(&mut self, xid: u32) {
+    /// Starts the transaction `xid` that commits at `lsn`.
+    pub fn begin(&mut self, xid: u32, lsn: u64) {
         self.open = Some(OpenTransaction {
             xid,
+            lsn,
             tags: BTreeSet::new(),
             changed_schema: false,
         });
+    }
+
+    /// Commits below `lsn` committed before the catalog this agent started with was read:
+    /// it may lack the tag columns and the names they were made under (an index dropped or
+    /// a table renamed while the agent was down). Each such commit invalidates the tables it
+    /// touched whole, and one that changed the schema invalidates everything.
+    pub fn tag_coarsely_below(&mut self, lsn: u64) {
+        self.coarse_below = self.coarse_below.max(lsn);
     }
 
     /// Feeds one pgoutput change message (relation descriptions, rows, truncates).
@@ -130,36 +145,30 @@ impl Assembler {
         Ok(())
     }
 
-    /// Feeds the content of a `txcache-ddl` notice: every table it names is invalidated whole.
+    /// Feeds the content of a `txcache-ddl` notice (docs/setup.md, "DDL messages"): each
+    /// line invalidates what the change of its object can alter, and every kind but
+    /// `truncate` marks the transaction as a schema change.
     pub fn ddl_notice(&mut self, content: &[u8], catalog: &Catalog) -> Result<(), AssembleError> {
         let text = String::from_utf8_lossy(content);
-        let mut tags = Vec::new();
+        let mut tags = BTreeSet::new();
+        let mut changed_schema = false;
         for line in text.lines() {
-            let fields: Vec<String> = line.split('\t').map(unescape).collect();
-            if let [kind, schema, name, oid] = fields.as_slice() {
-                match kind.as_str() {
-                    "table" => tags.push(InvalidationTag::for_table(schema, name)?),
-                    "index" => {
-                        // An index the catalog never knew led no tag column: nothing to do.
-                        let owner = oid.parse().ok().and_then(|oid| catalog.table_of_index(oid));
-                        if let Some((schema, table)) = owner {
-                            tags.push(InvalidationTag::for_table(schema, table)?);
-                        }
-                    }
-                    _ => {}
-                }
-            }
+            let notice = DdlLine::parse(line);
+            changed_schema |= notice.kind != DdlKind::Truncate;
+            notice.invalidate(catalog, &mut tags)?;
         }
         let open = self.transaction()?;
         open.tags.extend(tags);
-        open.changed_schema = true;
+        open.changed_schema |= changed_schema;
         Ok(())
     }
 
     /// Ends the transaction; `None` when no BEGIN was seen (a stream resumed mid-way).
     pub fn commit(&mut self, lsn: u64, commit_time_micros: i64) -> Option<Committed> {
         let mut open = self.open.take()?;
-        if open.tags.len() > MAX_TAGS {
+        if open.lsn < self.coarse_below && open.changed_schema {
+            open.tags = BTreeSet::from([InvalidationTag::global()]);
+        } else if open.tags.len() > MAX_TAGS || open.lsn < self.coarse_below {
             open.tags = coarsened(&open.tags);
         }
         Some(Committed {
@@ -201,6 +210,81 @@ fn coarsened(tags: &BTreeSet<InvalidationTag>) -> BTreeSet<InvalidationTag> {
         .collect()
 }
 
+/// What one line of a DDL notice says changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DdlKind {
+    /// A relation (table, view, …) created, altered or dropped.
+    Relation,
+    /// An index dropped: its table, as the catalog knew it.
+    Index,
+    /// A partition truncated directly (not replicated through its root's publication).
+    Truncate,
+    /// An object no read depends on (a trigger, a sequence, …).
+    Unrelated,
+    /// Anything else, or a kind this agent does not know: every cached result.
+    Everything,
+}
+
+/// One parsed line: `kind \t schema \t name \t oid`.
+#[derive(Debug)]
+struct DdlLine {
+    kind: DdlKind,
+    name: (String, String),
+    oid: Option<u32>,
+}
+
+impl DdlLine {
+    fn parse(line: &str) -> Self {
+        let fields: Vec<String> = line.split('\t').map(unescape).collect();
+        let field = |index: usize| fields.get(index).cloned().unwrap_or_default();
+        let kind = match field(0).as_str() {
+            "table" => DdlKind::Relation,
+            "index" => DdlKind::Index,
+            "truncate" => DdlKind::Truncate,
+            "none" => DdlKind::Unrelated,
+            _ => DdlKind::Everything,
+        };
+        Self {
+            kind,
+            name: (field(1), field(2)),
+            oid: field(3).parse().ok(),
+        }
+    }
+
+    /// Adds the tags this line invalidates: a relation's every known name and those of the
+    /// tables it inherits from (cached reads of a partition or child carry the root's or
+    /// parent's name, and a rename leaves entries under the old name).
+    fn invalidate(
+        &self,
+        catalog: &Catalog,
+        tags: &mut BTreeSet<InvalidationTag>,
+    ) -> Result<(), AssembleError> {
+        let relation = match self.kind {
+            DdlKind::Unrelated => return Ok(()),
+            DdlKind::Everything => {
+                tags.insert(InvalidationTag::global());
+                return Ok(());
+            }
+            // An index the catalog never knew led no tag column: nothing to do.
+            DdlKind::Index => match self.oid.and_then(|oid| catalog.table_of_index(oid)) {
+                Some(table) => table,
+                None => return Ok(()),
+            },
+            DdlKind::Relation | DdlKind::Truncate => {
+                tags.insert(InvalidationTag::for_table(&self.name.0, &self.name.1)?);
+                match self.oid {
+                    Some(oid) => oid,
+                    None => return Ok(()),
+                }
+            }
+        };
+        for (schema, name) in catalog.names_with_ancestors(relation) {
+            tags.insert(InvalidationTag::for_table(schema, name)?);
+        }
+        Ok(())
+    }
+}
+
 /// Undoes the DDL notice's escaping of `\\`, `\t`, `\n` and `\r`.
 fn unescape(field: &str) -> String {
     let mut out = String::with_capacity(field.len());
@@ -238,23 +322,40 @@ mod tests {
         assert_eq!(unescape("plain"), "plain");
     }
 
-    #[test]
-    fn ddl_notice_invalidates_named_tables_and_flags_the_schema_change() {
-        let catalog = Catalog::default();
+    fn tags(names: &[&str]) -> Vec<InvalidationTag> {
+        let mut tags: Vec<_> = names
+            .iter()
+            .map(|name| InvalidationTag::parse(name).unwrap())
+            .collect();
+        tags.sort();
+        tags
+    }
+
+    /// `public.m` (oid 1) partitioned into `public.m1` (2), once called `public.old_m1`,
+    /// whose index 3 the catalog knows.
+    fn partitioned_catalog() -> Catalog {
+        let mut catalog = Catalog::default();
+        catalog.add_relation(1, ("public".into(), "m".into()));
+        catalog.add_relation(2, ("public".into(), "old_m1".into()));
+        catalog.add_relation(2, ("public".into(), "m1".into()));
+        catalog.add_parent(2, 1);
+        catalog.add_index(3, 2);
+        catalog
+    }
+
+    fn notice(catalog: &Catalog, content: &str) -> Committed {
         let mut assembler = Assembler::default();
-        assembler.begin(7);
-        assembler
-            .ddl_notice(
-                b"table\tpublic\titems\t16384\nother\tpublic\tpublic.v\t1\nindex\tpublic\tgone\t99",
-                &catalog,
-            )
-            .unwrap();
-        let committed = assembler.commit(500, 0).unwrap();
+        assembler.begin(7, 500);
+        assembler.ddl_notice(content.as_bytes(), catalog).unwrap();
+        assembler.commit(500, 0).unwrap()
+    }
+
+    #[test]
+    fn a_relation_line_invalidates_its_every_name_and_its_ancestors() {
+        let committed = notice(&partitioned_catalog(), "table\tpublic\tm1\t2");
         assert!(committed.changed_schema);
-        assert_eq!(
-            committed.invalidation.tags,
-            vec![InvalidationTag::parse("public.items").unwrap()]
-        );
+        let expected = tags(&["public.m", "public.m1", "public.old_m1"]);
+        assert_eq!(committed.invalidation.tags, expected);
         assert_eq!(
             committed.invalidation.commit_time,
             WallClock(POSTGRES_EPOCH_MICROS as u64)
@@ -262,10 +363,76 @@ mod tests {
     }
 
     #[test]
+    fn a_dropped_index_invalidates_its_table_as_the_catalog_knew_it() {
+        let catalog = partitioned_catalog();
+        let committed = notice(&catalog, "index\tpublic\tm1_pkey\t3\nindex\tpublic\tx\t99");
+        let expected = tags(&["public.m", "public.m1", "public.old_m1"]);
+        assert_eq!(committed.invalidation.tags, expected);
+    }
+
+    #[test]
+    fn a_truncated_partition_invalidates_its_root_and_is_no_schema_change() {
+        let content = "truncate\tpublic\tm\t1\ntruncate\tpublic\tm1\t2";
+        let committed = notice(&Catalog::default(), content);
+        assert!(!committed.changed_schema);
+        assert_eq!(
+            committed.invalidation.tags,
+            tags(&["public.m", "public.m1"])
+        );
+    }
+
+    #[test]
+    fn unknowable_dependents_invalidate_everything_and_unrelated_objects_nothing() {
+        let catalog = Catalog::default();
+        for line in [
+            "all\tpublic\tpublic.f(integer)\t9",
+            "other\tpublic\tv\t1",
+            "new\t\t\t",
+        ] {
+            let committed = notice(&catalog, line);
+            assert_eq!(
+                committed.invalidation.tags,
+                [InvalidationTag::global()],
+                "{line}"
+            );
+        }
+        let committed = notice(&catalog, "none\tpublic\ttr on public.t\t5");
+        assert!(committed.changed_schema);
+        assert!(committed.invalidation.tags.is_empty());
+    }
+
+    #[test]
+    fn commits_older_than_the_first_catalog_reading_are_tagged_coarsely() {
+        let catalog = Catalog::default();
+        let mut assembler = Assembler::default();
+        assembler.tag_coarsely_below(1000);
+        assembler.begin(1, 900);
+        assembler
+            .transaction()
+            .unwrap()
+            .tags
+            .extend(tags(&["s.t:id=1", "s.u:k=2"]));
+        let committed = assembler.commit(900, 0).unwrap();
+        assert_eq!(committed.invalidation.tags, tags(&["s.t", "s.u"]));
+        assembler.begin(2, 950);
+        assembler.ddl_notice(b"table\ts\tt\t5", &catalog).unwrap();
+        let committed = assembler.commit(950, 0).unwrap();
+        assert_eq!(committed.invalidation.tags, [InvalidationTag::global()]);
+        assembler.begin(3, 1000);
+        assembler
+            .transaction()
+            .unwrap()
+            .tags
+            .extend(tags(&["s.t:id=1"]));
+        let committed = assembler.commit(1000, 0).unwrap();
+        assert_eq!(committed.invalidation.tags, tags(&["s.t:id=1"]));
+    }
+
+    #[test]
     fn huge_transactions_invalidate_whole_tables() {
         let catalog = Catalog::default();
         let mut assembler = Assembler::default();
-        assembler.begin(1);
+        assembler.begin(1, 1);
         let notice: Vec<String> = (0..=MAX_TAGS)
             .map(|n| format!("table\ts\tt{n}\t{n}"))
             .collect();

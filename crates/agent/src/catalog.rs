@@ -1,19 +1,23 @@
-//! The tag-column catalog: which columns of each table lead some index (DESIGN.md §4).
+//! The agent's catalog: which columns of each table lead some index (its tag columns), and
+//! every name and parent each relation has had, to turn DDL notices into invalidations.
 //!
-//! Loaded from `pg_index` at start and reloaded when the stream carries a DDL notice. The
-//! reload reads the *current* catalog, which may already include DDL the stream has not
-//! reached; so a reload never removes a tag column from a table (the set only grows until
-//! the agent restarts). More tags are only slower, never wrong: a column dropped from an
-//! index too early would silence invalidations that readers at older snapshots rely on.
+//! Loaded at start and reloaded when the stream carries a DDL notice. The reload reads the
+//! *current* catalog, which may already include DDL the stream has not reached; so a reload
+//! never removes anything until the agent restarts: a tag column stays (a column dropped from
+//! an index too early would silence invalidations that readers at older snapshots rely on),
+//! and so do a relation's old names and parents (a notice decoded after a later rename or
+//! detach was read still invalidates every name cached results may carry). More tags are only
+//! slower, never wrong.
 
 use crate::tags::TagColumns;
 use std::collections::{BTreeSet, HashMap};
 use tokio_postgres::Client;
 use txcache_model::table_name;
 
-/// Leading columns of every index on ordinary and partitioned tables, with the index oid.
+/// Leading columns of every index on ordinary and partitioned tables, with the index's and
+/// the table's oids.
 const TAG_COLUMNS_QUERY: &str = "
-    SELECT n.nspname, c.relname, a.attname, i.indexrelid::oid
+    SELECT n.nspname, c.relname, a.attname, i.indexrelid::oid, c.oid::oid
     FROM pg_index i
     JOIN pg_class c ON c.oid = i.indrelid
     JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -21,12 +25,38 @@ const TAG_COLUMNS_QUERY: &str = "
     WHERE c.relkind IN ('r', 'p') AND i.indkey[0] <> 0
       AND n.nspname NOT IN ('pg_catalog', 'information_schema')";
 
-/// Tag columns by table, and which table each index belongs to.
+/// Every relation that reads can name (tables, views, materialized views, foreign tables)
+/// outside the system schemas, by oid.
+const RELATIONS_QUERY: &str = "
+    SELECT c.oid::oid, n.nspname, c.relname
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') AND c.relpersistence <> 't'
+      AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+      AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%'";
+
+/// Inheritance and partitioning: `(child, parent)`.
+const PARENTS_QUERY: &str = "SELECT inhrelid::oid, inhparent::oid FROM pg_inherits";
+
+/// A schema-qualified relation name, unescaped.
+pub type RelationName = (String, String);
+
+/// What the agent has seen of one relation since it started.
+#[derive(Debug, Default)]
+struct RelationHistory {
+    /// Every name it had.
+    names: BTreeSet<RelationName>,
+    /// Every table it inherited from (partition parents included).
+    parents: BTreeSet<u32>,
+}
+
+/// Tag columns by table, which table each index belongs to, and each relation's names and
+/// parents.
 #[derive(Debug, Default)]
 pub struct Catalog {
-    columns: HashMap<(String, String), BTreeSet<String>>,
-    index_tables: HashMap<u32, (String, String)>,
-    tag_columns: HashMap<(String, String), TagColumns>,
+    columns: HashMap<RelationName, BTreeSet<String>>,
+    index_tables: HashMap<u32, u32>,
+    relations: HashMap<u32, RelationHistory>,
+    tag_columns: HashMap<RelationName, TagColumns>,
 }
 
 impl Catalog {
@@ -37,13 +67,20 @@ impl Catalog {
         Ok(catalog)
     }
 
-    /// Merges the database's current tag columns into this catalog (never removing any).
+    /// Merges the database's current catalog into this one (never removing anything).
     pub async fn refresh(&mut self, client: &Client) -> Result<(), tokio_postgres::Error> {
+        for row in client.query(RELATIONS_QUERY, &[]).await? {
+            self.add_relation(row.get(0), (row.get(1), row.get(2)));
+        }
+        for row in client.query(PARENTS_QUERY, &[]).await? {
+            self.add_parent(row.get(0), row.get(1));
+        }
         for row in client.query(TAG_COLUMNS_QUERY, &[]).await? {
-            let table: (String, String) = (row.get(0), row.get(1));
+            let table: RelationName = (row.get(0), row.get(1));
             let column: String = row.get(2);
-            let index: u32 = row.get(3);
-            self.index_tables.insert(index, table.clone());
+            let (index, table_oid): (u32, u32) = (row.get(3), row.get(4));
+            self.add_index(index, table_oid);
+            self.add_relation(table_oid, table.clone());
             self.columns.entry(table).or_default().insert(column);
         }
         self.tag_columns = self
@@ -54,18 +91,55 @@ impl Catalog {
         Ok(())
     }
 
+    /// Records that relation `oid` is (or was) called `name`.
+    pub fn add_relation(&mut self, oid: u32, name: RelationName) {
+        self.relations.entry(oid).or_default().names.insert(name);
+    }
+
+    /// Records that index `index` belongs to table `table`.
+    pub fn add_index(&mut self, index: u32, table: u32) {
+        self.index_tables.insert(index, table);
+    }
+
+    /// Records that relation `child` inherits (or inherited) from `parent`.
+    pub fn add_parent(&mut self, child: u32, parent: u32) {
+        self.relations
+            .entry(child)
+            .or_default()
+            .parents
+            .insert(parent);
+    }
+
     /// The tag columns of `schema.table` (none known: every change yields the wildcard).
     pub fn tag_columns(&self, schema: &str, table: &str) -> Option<&TagColumns> {
         self.tag_columns.get(&(schema.to_owned(), table.to_owned()))
     }
 
     /// The table an index belongs to, if the catalog knew the index.
-    pub fn table_of_index(&self, index: u32) -> Option<&(String, String)> {
-        self.index_tables.get(&index)
+    pub fn table_of_index(&self, index: u32) -> Option<u32> {
+        self.index_tables.get(&index).copied()
+    }
+
+    /// Every name relation `oid` and the tables it inherits from (transitively) have had:
+    /// what cached results that read it may be tagged with. Empty for an unknown oid.
+    pub fn names_with_ancestors(&self, oid: u32) -> BTreeSet<&RelationName> {
+        let mut names = BTreeSet::new();
+        let mut seen = BTreeSet::new();
+        let mut pending = vec![oid];
+        while let Some(next) = pending.pop() {
+            if !seen.insert(next) {
+                continue;
+            }
+            if let Some(relation) = self.relations.get(&next) {
+                names.extend(relation.names.iter());
+                pending.extend(relation.parents.iter().copied());
+            }
+        }
+        names
     }
 
     /// Every table with a known tag column.
-    pub fn tables(&self) -> impl Iterator<Item = &(String, String)> {
+    pub fn tables(&self) -> impl Iterator<Item = &RelationName> {
         self.columns.keys()
     }
 

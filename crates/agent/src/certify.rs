@@ -1,4 +1,4 @@
-//! Certifying pins: deciding which commit point an exported snapshot is (DESIGN.md §3).
+//! Certifying pins: deciding which commit point an exported snapshot is (docs/agent.md, "Pins").
 //!
 //! A PostgreSQL snapshot on a primary need not be a prefix of commit order: a transaction's
 //! commit record (and LSN) is written before it becomes visible. A pin's snapshot `S` is

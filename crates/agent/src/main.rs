@@ -7,9 +7,7 @@ use txcache_agent::config::Config;
 use txcache_agent::fanout::{Fanout, LinkSettings};
 use txcache_agent::pincushion::{PinSettings, Pincushion};
 use txcache_agent::server::{self, Endpoint};
-use txcache_agent::stream::{
-    database_history, database_position, newest_running_xid, slot_state, Stream,
-};
+use txcache_agent::stream::{database_history, database_position, floor_xid, slot_state, Stream};
 use txcache_agent::tracker::StreamTracker;
 use txcache_agent::{connect::connect_sql, heartbeat};
 
@@ -33,7 +31,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let slot = slot_state(&sql, &config.slot).await?;
     // Transactions running now may have committed below the resume point without being
     // visible yet: pins wait until they are seen finished (certify.rs, the floor).
-    let pending_xid = newest_running_xid(&sql).await?;
+    let pending_xid = floor_xid(&sql).await?;
     let tracker = Arc::new(StreamTracker::new(slot.confirmed, pending_xid));
     let fanout = Fanout::new(&config.nodes, slot.confirmed, config.replay_buffer);
     // Before any node connects: a node past this position is past the database.

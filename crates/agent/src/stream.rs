@@ -98,15 +98,19 @@ pub async fn database_history(sql: &SqlSession) -> anyhow::Result<String> {
     Ok(format!("{system}:{timeline}"))
 }
 
-/// The newest transaction id running now: commits below the stream's start position may not
-/// be visible yet while it runs (the certification floor, `certify.rs`).
-pub async fn newest_running_xid(sql: &SqlSession) -> anyhow::Result<u64> {
-    Ok(current_snapshot(sql)
+/// A transaction id at least as new as every one running now: commits below the stream's
+/// start position may not be visible until they have all finished (the certification floor,
+/// `certify.rs`). A snapshot's in-progress list would not do: its `xmax` is one past the
+/// latest *completed* xid, so transactions with newer xids run unlisted. A new xid is newer
+/// than every one assigned before it (it costs one xid and an empty commit).
+pub async fn floor_xid(sql: &SqlSession) -> anyhow::Result<u64> {
+    let text: String = sql
+        .client
+        .query_one("SELECT pg_current_xact_id()::text", &[])
         .await?
-        .in_progress
-        .last()
-        .copied()
-        .unwrap_or(0))
+        .get(0);
+    text.parse()
+        .with_context(|| format!("unexpected transaction id {text:?}"))
 }
 
 /// The snapshot a new statement would take now.
@@ -120,8 +124,8 @@ async fn current_snapshot(sql: &SqlSession) -> anyhow::Result<Snapshot> {
 }
 
 /// Waits until the decoded commit of `xid` is visible to new snapshots. A commit record is
-/// decoded before its transaction leaves the in-progress list (POSTGRES-NOTES), so a catalog
-/// read in between misses what a DDL changed. Visibility is permanent once reached.
+/// decoded before its transaction leaves the in-progress list (docs/agent.md, "Decisions"), so
+/// a catalog read in between misses what a DDL changed. Visibility is permanent once reached.
 async fn wait_until_visible(sql: &SqlSession, xid: u32) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut next_warning = VISIBILITY_WARNING;
@@ -207,17 +211,11 @@ impl Stream {
                 "THE DATABASE'S HISTORY CHANGED (a failover, a restore to a new timeline, or another database): restarting the stream at the slot; every cache node is rewound and loses its versioned entries");
         }
         if went_back || changed.is_some() {
-            self.tracker
-                .restart(slot.confirmed, newest_running_xid(&sql).await?);
+            self.tracker.restart(slot.confirmed, floor_xid(&sql).await?);
         }
         // A new history restarts the buffer at the slot too.
         self.fanout.follow_history(&history, slot.confirmed);
-        self.catalog
-            .refresh(&sql.client)
-            .await
-            .context("reading tag columns")?;
-        let since = self.catalog_reading_applies_from(&sql).await?;
-        self.tracker.catalog(since, self.catalog.published());
+        self.read_catalog(&sql).await?;
         let start = Lsn::from_u64(slot.confirmed.0);
         let replication = replication_config(
             &self.config.dsn,
@@ -244,24 +242,37 @@ impl Stream {
         }
     }
 
-    /// Where the catalog just read at a session's start applies from. The first reading
-    /// applies from the start: every commit a previous agent delivered committed before this
-    /// agent started, so every pin this agent certifies sees it, and the invalidations after
-    /// such a pin are all this agent's, made with this catalog or a grown one. A later
-    /// reading can include a DDL committed while the stream was down, after commits the
-    /// previous session delivered without its columns: it applies from where it was read
-    /// (every DDL it saw committed below), and older snapshots keep the versions already
-    /// published.
-    async fn catalog_reading_applies_from(&self, sql: &SqlSession) -> anyhow::Result<Timestamp> {
-        if self.tracker.catalogs().is_empty() {
-            return Ok(Timestamp::ZERO);
+    /// Reads the catalog at a session's start. The first reading applies from the start:
+    /// every commit a previous agent delivered committed before this agent started, so every
+    /// pin this agent certifies sees it, and the invalidations after such a pin are all this
+    /// agent's. It may reflect DDL the stream has yet to replay, so the commits below where
+    /// it was read are tagged coarsely. A later reading only adds to it, but can include a
+    /// DDL committed while the stream was down, after commits the previous session delivered
+    /// without its columns: it applies from where it was read.
+    async fn read_catalog(&mut self, sql: &SqlSession) -> anyhow::Result<()> {
+        let first_reading = self.tracker.catalogs().is_empty();
+        self.catalog
+            .refresh(&sql.client)
+            .await
+            .context("reading tag columns")?;
+        let read_at = database_position(sql).await?;
+        if first_reading {
+            self.assembler.tag_coarsely_below(read_at.0);
         }
-        database_position(sql).await
+        let since = if first_reading {
+            Timestamp::ZERO
+        } else {
+            read_at
+        };
+        self.tracker.catalog(since, self.catalog.published());
+        Ok(())
     }
 
     async fn handle(&mut self, event: ReplicationEvent, sql: &SqlSession) -> anyhow::Result<()> {
         match event {
-            ReplicationEvent::Begin { xid, .. } => self.assembler.begin(xid),
+            ReplicationEvent::Begin { xid, final_lsn, .. } => {
+                self.assembler.begin(xid, final_lsn.as_u64())
+            }
             ReplicationEvent::XLogData { data, .. } => {
                 self.assembler.change(&data, &self.catalog)?
             }
@@ -328,8 +339,12 @@ impl Stream {
                 .await
                 .context("reloading tag columns after DDL")?;
             self.assembler.catalog_changed();
+            // The reading may include DDL committed after this one (the stream lags): it
+            // applies from where it was read, not from this commit, so that no snapshot
+            // between the two derives tags from columns the writes before it lacked.
+            let read_at = database_position(sql).await?;
             self.tracker
-                .catalog(Timestamp(lsn), self.catalog.published());
+                .schema_changed(read_at.max(Timestamp(lsn)), self.catalog.published());
         }
         self.fanout
             .push(StreamMessage::Invalidate(Arc::new(committed.invalidation)));
@@ -389,8 +404,7 @@ impl Stream {
             )
             .await?;
         let position = Timestamp(Lsn::parse(row.get::<_, &str>(0))?.as_u64());
-        self.tracker
-            .restart(position, newest_running_xid(sql).await?);
+        self.tracker.restart(position, floor_xid(sql).await?);
         self.fanout.declare_gap(position);
         Ok(())
     }

@@ -1,4 +1,4 @@
-//! Rows to invalidation tags: the write side of DESIGN.md §4.
+//! Rows to invalidation tags: the write side (the library's read side is docs/sql-tags.md).
 //!
 //! Each changed row yields, for every tag column of its table (a column that leads some
 //! index, the primary key included), a fine tag `schema.table:column=value` for its old value

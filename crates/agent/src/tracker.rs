@@ -127,19 +127,19 @@ impl StreamTracker {
         self.changed.notify_waiters();
     }
 
-    /// The stream lost commits before `resume` (its slot was recreated): forget what was
-    /// decoded, so nothing is certified across the gap.
+    /// The stream starts again at `resume` after a gap (its slot was recreated) or after the
+    /// database's positions went back: forget what was decoded, so that nothing is certified
+    /// across the gap — a fence written before it is never taken as decoded, nor one at a
+    /// position the old stream had passed — and no xid maps to a commit of the old history.
     pub fn restart(&self, resume: Timestamp, pending_xid: u64) {
         let mut state = self.lock();
+        let before = Timestamp(resume.0.saturating_sub(1));
         state.log = CommitLog::new(resume, pending_xid);
-        state.progress.commit = state
-            .progress
-            .commit
-            .max(Timestamp(resume.0.saturating_sub(1)));
-        state.progress.heartbeat = state
-            .progress
-            .heartbeat
-            .max(Timestamp(resume.0.saturating_sub(1)));
+        state.decoded = before;
+        state.progress.commit = before;
+        state.progress.heartbeat = before;
+        state.xids.clear();
+        state.xid_order.clear();
     }
 
     /// Records the tag-column catalog in force from `since` (unchanged versions are not
@@ -147,14 +147,24 @@ impl StreamTracker {
     /// (a DDL replayed after a session read the catalog) replaces that version's tables, which
     /// are never more than it brings, the catalog only growing.
     pub fn catalog(&self, since: Timestamp, tables: Vec<(String, Vec<String>)>) {
+        let unchanged = self
+            .lock()
+            .catalogs
+            .back()
+            .is_some_and(|last| *last.tables == tables);
+        if !unchanged {
+            self.schema_changed(since, tables);
+        }
+    }
+
+    /// Records the catalog read after a schema change, in force from `since`: a new version
+    /// even when the tag columns did not change, so that libraries see every schema change
+    /// and re-read what they derive from the catalog (views, types, functions, …).
+    pub fn schema_changed(&self, since: Timestamp, tables: Vec<(String, Vec<String>)>) {
         let mut state = self.lock();
-        match state.catalogs.back_mut() {
-            Some(last) if *last.tables == tables => return,
-            Some(last) if since <= last.since => {
-                last.tables = Arc::new(tables);
-                return;
-            }
-            _ => {}
+        if let Some(last) = state.catalogs.back_mut().filter(|last| since <= last.since) {
+            last.tables = Arc::new(tables);
+            return;
         }
         state.catalogs.push_back(CatalogVersion {
             since,
@@ -240,12 +250,43 @@ mod tests {
             .collect()
     }
 
+    #[tokio::test]
+    async fn a_restart_certifies_no_fence_the_old_stream_had_passed() {
+        let tracker = StreamTracker::new(Timestamp(100), 0);
+        tracker.commit(Timestamp(500), 7, WallClock(1));
+        tracker.heartbeat(Timestamp(900), WallClock(2));
+        tracker.restart(Timestamp(300), 0);
+        let snapshot = Snapshot::parse("8:8:").unwrap();
+        let waited = tracker
+            .certify(Timestamp(400), &snapshot, Duration::from_millis(20))
+            .await;
+        assert_eq!(
+            waited, None,
+            "a fence below the old position is not decoded yet"
+        );
+        assert_eq!(tracker.progress().commit, Timestamp(299));
+        assert_eq!(tracker.commit_lsn(7, Duration::from_millis(1)).await, None);
+    }
+
     #[test]
     fn an_unchanged_catalog_adds_no_version() {
         let tracker = StreamTracker::new(Timestamp(100), 0);
         tracker.catalog(Timestamp(100), tables(&["id"]));
         tracker.catalog(Timestamp(200), tables(&["id"]));
         assert_eq!(versions(&tracker), [(100, vec!["id".to_owned()])]);
+    }
+
+    #[test]
+    fn every_schema_change_adds_a_version_even_with_the_same_columns() {
+        let tracker = StreamTracker::new(Timestamp(100), 0);
+        tracker.catalog(Timestamp(100), tables(&["id"]));
+        tracker.schema_changed(Timestamp(200), tables(&["id"]));
+        tracker.schema_changed(Timestamp(150), tables(&["id", "sku"]));
+        let expected = [
+            (100, vec!["id".to_owned()]),
+            (200, vec!["id".to_owned(), "sku".to_owned()]),
+        ];
+        assert_eq!(versions(&tracker), expected);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Rows to invalidation tags, one test per rule of DESIGN.md §4 (write side).
+//! Rows to invalidation tags, one test per rule of the write side (`src/tags.rs`).
 
 use bytes::Bytes;
 use txcache_agent::pgoutput::{

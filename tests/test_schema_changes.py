@@ -1,0 +1,265 @@
+"""Schema changes against the real stack: every DDL that can change a cached result
+invalidates it at the DDL's commit — views, partitions (also truncated or dropped directly),
+functions, types, renames, row-level security, the publication, table rewrites — and an agent
+restarted after a DDL it did not see still invalidates what the DDL made stale.
+
+Each test caches a result (a second read is a hit), changes the schema through a read/write
+transaction, waits until both nodes applied the change and the library knows a pin after it,
+and reads again with ``not_before`` the DDL's commit: the function must run again and return
+what the database returns now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+import txcache
+from agent_fixtures import lsn
+from conftest import StartNode, wait_for
+from library_fixtures import LibraryStack, start_library_stack
+from txcache import AgentProcess
+
+runs: list[str] = []
+
+Rows = list[tuple[object, ...]]
+
+
+@txcache.cacheable
+def rows_of(statement: str, *params: object) -> Rows:
+    runs.append(statement)
+    return [tuple(row) for row in txcache.query(statement, params)]
+
+
+@pytest.fixture(autouse=True)
+def _clear_runs() -> None:
+    runs.clear()
+
+
+@pytest.fixture
+def lib(database: str, start_node: StartNode) -> Iterator[LibraryStack]:
+    """The library stack, with ``twice`` declared safe for cacheable queries."""
+    yield from start_library_stack(database, start_node, safe_functions=["twice"])
+
+
+def read(lib: LibraryStack, statement: str, *params: object, not_before: int | None = None) -> Rows:
+    with lib.cache.read_only(staleness=60, not_before=not_before):
+        return rows_of(statement, *params)
+
+
+def truth(lib: LibraryStack, statement: str, *params: object) -> Rows:
+    return [tuple(row) for row in lib.admin.execute(statement, params).fetchall()]
+
+
+def cached(lib: LibraryStack, statement: str, *params: object) -> Rows:
+    """Read ``statement`` through the cache until a second read is a hit."""
+    lib.caught_up()
+    lib.fresh_pins()
+    first = read(lib, statement, *params)
+    runs.clear()
+    assert read(lib, statement, *params) == first
+    assert runs == [], "the second read should have been a hit"
+    return first
+
+
+def change(lib: LibraryStack, *statements: str) -> int:
+    """Run ``statements`` in one read/write transaction; its commit LSN once both nodes applied
+    it and the library knows a pin after it."""
+    with lib.cache.read_write() as tx:
+        for statement in statements:
+            tx.execute(statement)
+    token = tx.commit_timestamp
+    assert token is not None
+    lib.caught_up()
+    lib.fresh_pins(after=token - 1)
+    return token
+
+
+def assert_invalidated(lib: LibraryStack, statement: str, token: int, *params: object) -> Rows:
+    runs.clear()
+    got = read(lib, statement, *params, not_before=token)
+    assert runs == [statement], "the schema change did not invalidate the cached result"
+    assert got == truth(lib, statement, *params)
+    return got
+
+
+def test_a_redefined_view_invalidates_reads_through_it(lib):
+    lib.write("CREATE VIEW cheap AS SELECT id, name FROM items WHERE price < 50")
+    query = "SELECT id FROM cheap ORDER BY id"
+    before = cached(lib, query)
+    token = change(
+        lib, "CREATE OR REPLACE VIEW cheap AS SELECT id, name FROM items WHERE price < 100"
+    )
+    assert assert_invalidated(lib, query, token) != before
+
+
+def test_a_view_dropped_and_created_again_invalidates_reads_through_it(lib):
+    lib.write("CREATE VIEW named AS SELECT id, name FROM items")
+    query = "SELECT name FROM named WHERE id = %s"
+    cached(lib, query, 3)
+    token = change(
+        lib, "DROP VIEW named", "CREATE VIEW named AS SELECT id, name || '!' AS name FROM users"
+    )
+    assert assert_invalidated(lib, query, token, 3) == [("user 3!",)]
+
+
+def make_partitions(lib: LibraryStack) -> None:
+    lib.write(
+        "CREATE TABLE events (k integer NOT NULL, v integer NOT NULL) PARTITION BY RANGE (k);"
+        "CREATE TABLE events_low PARTITION OF events FOR VALUES FROM (0) TO (10);"
+        "CREATE TABLE events_high PARTITION OF events FOR VALUES FROM (10) TO (20);"
+        "INSERT INTO events SELECT i, i FROM generate_series(0, 19) i"
+    )
+
+
+def test_a_partition_truncated_directly_invalidates_reads_of_its_root(lib):
+    make_partitions(lib)
+    query = "SELECT count(*), sum(v) FROM events"
+    assert cached(lib, query) == [(20, 190)]
+    token = change(lib, "TRUNCATE events_low")
+    assert assert_invalidated(lib, query, token) == [(10, 145)]
+
+
+def test_a_partition_dropped_detached_or_attached_invalidates_reads_of_its_root(lib):
+    make_partitions(lib)
+    query = "SELECT count(*) FROM events"
+    cached(lib, query)
+    token = change(lib, "ALTER TABLE events DETACH PARTITION events_high")
+    assert assert_invalidated(lib, query, token) == [(10,)]
+    cached(lib, query)
+    token = change(
+        lib, "ALTER TABLE events ATTACH PARTITION events_high FOR VALUES FROM (10) TO (20)"
+    )
+    assert assert_invalidated(lib, query, token) == [(20,)]
+    cached(lib, query)
+    token = change(lib, "DROP TABLE events_low")
+    assert assert_invalidated(lib, query, token) == [(10,)]
+
+
+def test_a_partition_attached_later_gets_the_truncate_trigger(lib):
+    make_partitions(lib)
+    lib.write(
+        "CREATE TABLE events_more (k integer NOT NULL, v integer NOT NULL);"
+        "INSERT INTO events_more VALUES (25, 1)"
+    )
+    change(lib, "ALTER TABLE events ATTACH PARTITION events_more FOR VALUES FROM (20) TO (30)")
+    query = "SELECT count(*) FROM events"
+    assert cached(lib, query) == [(21,)]
+    token = change(lib, "TRUNCATE events_more")
+    assert assert_invalidated(lib, query, token) == [(20,)]
+
+
+def test_a_redefined_function_invalidates_every_cached_result(lib):
+    lib.write(
+        "CREATE FUNCTION twice(integer) RETURNS integer LANGUAGE sql IMMUTABLE AS 'SELECT 2 * $1'"
+    )
+    query = "SELECT twice(price) FROM items WHERE id = %s"
+    unrelated = "SELECT name FROM users WHERE id = %s"
+    assert cached(lib, query, 2) == [(40,)]
+    cached(lib, unrelated, 1)
+    token = change(
+        lib,
+        "CREATE OR REPLACE FUNCTION twice(integer) RETURNS integer LANGUAGE sql IMMUTABLE "
+        "AS 'SELECT 3 * $1'",
+    )
+    assert assert_invalidated(lib, query, token, 2) == [(60,)]
+    assert_invalidated(lib, unrelated, token, 1)
+
+
+def test_a_renamed_enum_value_invalidates_reads_of_its_columns(lib):
+    lib.write(
+        "CREATE TYPE mood AS ENUM ('happy', 'sad');"
+        "CREATE TABLE feelings (id integer PRIMARY KEY, mood mood NOT NULL);"
+        "INSERT INTO feelings VALUES (1, 'happy')"
+    )
+    query = "SELECT mood::text FROM feelings WHERE id = %s"
+    assert cached(lib, query, 1) == [("happy",)]
+    token = change(lib, "ALTER TYPE mood RENAME VALUE 'happy' TO 'glad'")
+    assert assert_invalidated(lib, query, token, 1) == [("glad",)]
+
+
+def test_a_table_renamed_and_replaced_invalidates_reads_under_the_old_name(lib):
+    query = "SELECT name FROM users WHERE id = %s"
+    assert cached(lib, query, 1) == [("user 1",)]
+    token = change(
+        lib,
+        "ALTER TABLE users RENAME TO people",
+        "CREATE TABLE users (id integer PRIMARY KEY, name text NOT NULL)",
+        "INSERT INTO users VALUES (1, 'someone else')",
+    )
+    assert assert_invalidated(lib, query, token, 1) == [("someone else",)]
+
+
+def test_a_column_type_change_invalidates_reads_of_the_table(lib):
+    query = "SELECT price::text FROM items WHERE id = %s"
+    assert cached(lib, query, 4) == [("40",)]
+    token = change(lib, "ALTER TABLE items ALTER COLUMN price TYPE numeric(10, 2)")
+    assert assert_invalidated(lib, query, token, 4) == [("40.00",)]
+
+
+def test_row_level_security_invalidates_and_makes_reads_uncacheable(lib):
+    query = "SELECT name FROM users WHERE id = %s"
+    cached(lib, query, 2)
+    token = change(lib, "ALTER TABLE users ENABLE ROW LEVEL SECURITY")
+    with pytest.raises(txcache.UncacheableQuery, match="row-level security"):
+        read(lib, query, 2, not_before=token)
+
+
+def test_a_table_left_out_of_the_publication_is_no_longer_served(lib):
+    query = "SELECT name FROM items WHERE id = %s"
+    cached(lib, query, 5)
+    with psycopg.connect(lib.dsn, autocommit=True) as admin:
+        scope = admin.execute(
+            "SELECT count(*) FROM pg_publication_namespace pn JOIN pg_publication p "
+            "ON p.oid = pn.pnpubid WHERE p.pubname = 'txcache'"
+        ).fetchone()
+    assert scope == (1,), "setup publishes the schema"
+    token = change(lib, "ALTER PUBLICATION txcache DROP TABLES IN SCHEMA public")
+    with pytest.raises(txcache.UncacheableQuery, match="publication"):
+        read(lib, query, 5, not_before=token)
+
+
+def test_setup_puts_the_truncate_trigger_on_existing_partitions(lib):
+    lib.write(
+        "ALTER EVENT TRIGGER txcache_ddl_command_end DISABLE;"
+        "CREATE TABLE older (k integer NOT NULL) PARTITION BY LIST (k);"
+        "CREATE TABLE older_1 PARTITION OF older FOR VALUES IN (1);"
+        "ALTER EVENT TRIGGER txcache_ddl_command_end ENABLE ALWAYS"
+    )
+    report = txcache.setup_database(lib.dsn)
+    assert "TRUNCATE trigger on public.older_1" in report.step("ddl trigger").detail
+    row = lib.admin.execute(
+        "SELECT tgenabled FROM pg_trigger WHERE tgrelid = 'older_1'::regclass "
+        "AND tgname = 'txcache_truncate_notice'"
+    ).fetchone()
+    assert row == ("A",)
+
+
+def test_an_agent_restarted_after_a_rename_it_missed_invalidates_the_old_name(lib):
+    query = "SELECT name FROM users WHERE id = %s"
+    cached(lib, query, 1)
+    address = f"--listen={lib.agent.host}:{lib.agent.port}"
+    lib.agent.stop()
+    row = lib.admin.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+    assert row is not None
+    lib.write(
+        "ALTER TABLE users RENAME TO people;"
+        "CREATE TABLE users (id integer PRIMARY KEY, name text NOT NULL);"
+        "INSERT INTO users VALUES (1, 'someone else')"
+    )
+    lib.agent = AgentProcess(
+        lib.dsn,
+        [node.address for node in lib.nodes],
+        address,
+        "--pin-interval",
+        "50ms",
+        "--heartbeat-interval",
+        "50ms",
+    )
+    lib.caught_up()
+    wait_for(lib.cache.agent.refresh, "the library to reconnect to the agent", timeout=20)
+    token = lsn(row[0]) + 1  # the changes committed after this position
+    lib.fresh_pins(after=token - 1)
+    assert assert_invalidated(lib, query, token, 1) == [("someone else",)]
