@@ -1,5 +1,5 @@
 """The library when parts die: a dead cache node, a stalled one, a dead agent. The rule
-(DESIGN.md §8): slower, never wrong, never an application error."""
+(docs/library.md, "Failures"): slower, never wrong, never an application error."""
 
 from __future__ import annotations
 

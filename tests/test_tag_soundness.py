@@ -1,4 +1,4 @@
-"""Differential soundness test of SQL → tags against the real stack (DESIGN.md §4).
+"""Differential soundness test of SQL → tags against the real stack (docs/sql-tags.md).
 
 Random tables (int, smallint, bigint, text, varchar, uuid, boolean, numeric, char(n),
 timestamp, citext) with random indexes and data; random queries of every supported shape

@@ -1,5 +1,5 @@
 """Settings of a :class:`~txcache.Cache`: arguments > environment > ``txcache.toml`` >
-defaults (STYLE.md rule 4).
+defaults.
 
 Each setting ``name`` is read from the argument, else ``TXCACHE_<NAME>``, else the file:
 

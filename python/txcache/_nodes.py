@@ -3,7 +3,7 @@ commands (``TXGET``, ``TXSET``, ``TXINTERVAL``; docs/protocol.md).
 
 A node that cannot be reached is *down* (:class:`~txcache._resp.Endpoint`): a lookup misses
 with kind ``unavailable`` and an insert is skipped, at once, until the retry time. Nothing
-here raises for a node failure: a dead node means slower, never an error (DESIGN.md §8).
+here raises for a node failure: a dead node means slower, never an error (docs/library.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SQL → invalidation tags: the read side of DESIGN.md §4 (rules in docs/sql-tags.md).
+"""SQL → invalidation tags: the read side (rules in docs/sql-tags.md).
 
 :func:`analyze` parses a query with PostgreSQL's own parser (pglast) and returns the tags a
 cached result depends on: for every table the query reads, one fine tag

@@ -8,7 +8,7 @@ the absolute values it left behind, so the state after the k-th commit is known 
 
 A read-only transaction is consistent when one commit point ``k`` explains every value it
 observed, with ``k`` not before its ``not_before`` commit, no staler than its staleness
-limit allows, and not after it ended (DESIGN.md §1). :func:`judge` finds the set of such
+limit allows, and not after it ended (docs/check.md). :func:`judge` finds the set of such
 points by intersecting, per observation, the ranges of ``k`` where the object had the
 observed value.
 """

@@ -1,5 +1,5 @@
 """``txcache check``: run the workload against a fresh stack under faults, then judge every
-read-only transaction (DESIGN.md §9).
+read-only transaction (docs/check.md).
 
 Two phases share one stack and one history: the *checked* phase (``consistent`` mode, with
 faults) must show no anomaly; the *control* phase (``no_consistency`` mode, no faults) must
