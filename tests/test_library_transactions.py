@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import logging
 
+import psycopg
 import pytest
 
 import txcache
+from conftest import wait_for
 from library_fixtures import LibraryStack
 
 runs: list[tuple[str, object]] = []
@@ -233,6 +235,100 @@ def test_read_your_writes(lib):
     with lib.cache.read_only(staleness=60, not_before=token):
         assert get_item(6) == (6, "item 6", 1234)
     assert tx.commit_timestamp == token
+
+
+def test_read_your_writes_of_a_deferred_trigger(lib):
+    lib.write(
+        """CREATE FUNCTION credit_buyer() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            UPDATE users SET name = 'bought ' || NEW.id WHERE id = 3;
+            RETURN NULL;
+        END $$"""
+    )
+    lib.write(
+        "CREATE CONSTRAINT TRIGGER credit_buyer AFTER UPDATE ON items "
+        "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION credit_buyer()"
+    )
+    lib.caught_up()
+    lib.fresh_pins()
+    with lib.cache.read_only(staleness=60):
+        assert user_name(3) == "user 3"
+    with lib.cache.read_write() as tx:
+        tx.execute("UPDATE items SET price = price + 1 WHERE id = 4")
+        assert tx.query_one("SELECT name FROM users WHERE id = 3") == ("user 3",), "deferred"
+    token = tx.commit_timestamp
+    assert token is not None
+    with lib.cache.read_only(staleness=60, not_before=token):
+        assert user_name(3) == "bought 4", "the trigger's write, not the cached name"
+
+
+def test_read_your_writes_of_a_held_cursor_that_commit_runs(lib):
+    # COMMIT runs the rest of a WITH HOLD cursor's query: its write gets a transaction id
+    # only then, after the library could ask for one.
+    lib.write(
+        """CREATE FUNCTION rename_user_4() RETURNS integer LANGUAGE sql AS $$
+        UPDATE users SET name = 'renamed at commit' WHERE id = 4;
+        SELECT 1 $$"""
+    )
+    lib.caught_up()
+    lib.fresh_pins()
+    with lib.cache.read_only(staleness=60):
+        assert user_name(4) == "user 4"
+    with lib.cache.read_write() as tx:
+        tx.execute("DECLARE held CURSOR WITH HOLD FOR SELECT rename_user_4()")
+    assert tx.xid is None, "nothing was written before COMMIT"
+    token = tx.commit_timestamp
+    assert token is not None, "a WAL position after the commit stands in"
+    with lib.cache.read_only(staleness=60, not_before=token):
+        assert user_name(4) == "renamed at commit"
+
+
+def test_a_deferred_constraint_that_fails_fails_the_block(lib):
+    lib.write("ALTER TABLE users ADD UNIQUE (name) DEFERRABLE INITIALLY DEFERRED")
+    with pytest.raises(psycopg.errors.UniqueViolation), lib.cache.read_write() as tx:
+        tx.execute("UPDATE users SET name = 'user 1' WHERE id = 2")
+    with pytest.raises(txcache.TransactionError, match="after the commit"):
+        _ = tx.commit_timestamp
+    row = lib.admin.execute("SELECT name FROM users WHERE id = 2").fetchone()
+    assert row == ("user 2",)
+    with lib.cache.read_write() as tx:
+        assert tx.query_one("SELECT name FROM users WHERE id = 2") == ("user 2",)
+
+
+@txcache.cacheable
+def shelf_name(item_id: int) -> str | None:
+    row = txcache.query_one("SELECT name FROM shelf WHERE id = %s", (item_id,))
+    return None if row is None else str(row[0])
+
+
+def redefine_shelf(lib: LibraryStack, base: str, change: int) -> None:
+    """Redefine the view ``shelf`` to read ``base``; return once the library's agent client
+    has seen the DDL."""
+    agent = lib.cache.agent
+    assert agent is not None
+    generation = agent.catalog_generation
+    lib.write(f"CREATE OR REPLACE VIEW shelf AS SELECT id, name FROM {base} WHERE id > -{change}")
+    wait_for(lambda: agent.catalog_generation > generation, "a new catalog generation")
+
+
+def test_the_catalog_is_read_again_after_every_schema_change(lib):
+    lib.write("CREATE VIEW shelf AS SELECT id, name FROM items")
+    # More changes than the agent keeps catalog versions (16): the number of versions it
+    # lists stops changing, the catalog generation does not.
+    for change in range(1, 21):
+        base = "users" if change == 20 else "items"
+        redefine_shelf(lib, base, change)
+        view = lib.cache._current_schema().catalog.relation("public", "shelf")
+        assert view is not None
+        assert view.view_sql is not None
+        assert f"FROM {base}" in view.view_sql, f"change {change}: {view.view_sql}"
+    lib.caught_up()
+    lib.fresh_pins()
+    with lib.cache.read_only(staleness=0):
+        assert shelf_name(1) == "user 1"
+    commit_and_wait(lib, "UPDATE users SET name = 'shelved' WHERE id = 1")
+    with lib.cache.read_only(staleness=0):
+        assert shelf_name(1) == "shelved", "the cached value depended on users, not items"
 
 
 def test_a_read_write_transaction_bypasses_the_cache(lib):

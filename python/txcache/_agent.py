@@ -2,10 +2,16 @@
 
 A background thread refreshes the pin list and the tag-column catalog every
 ``refresh_interval`` (``PINS``, then ``TAGCOLUMNS``), so beginning a
-transaction costs no round trip (DESIGN.md §6). Because ``TAGCOLUMNS`` is asked after
+transaction costs no round trip. Because ``TAGCOLUMNS`` is asked after
 ``PINS``, the catalog covers every listed pin: a DDL at or before a pin's timestamp was
 decoded before that pin was certified. A snapshot newer than what the catalog covers (a
 fresh ★ pin) refreshes it synchronously first.
+
+Every DDL the agent decodes changes the ``TAGCOLUMNS`` reply (a new version, or the oldest of
+its bounded list dropped), so a refresh whose reply differs from the last one counts a new
+:attr:`AgentClient.catalog_generation`, which tells the library to re-read its own catalog
+facts. The catalog and its generation are published before the pins of the same refresh:
+a transaction that sees a pin after a DDL also sees the generation that DDL started.
 
 When the agent is unreachable the list stops moving: pins age out of every staleness limit,
 transactions fall back to the database, and nothing raises.
@@ -53,8 +59,9 @@ class AgentClient:
         self.pin_list_ttl = max(1.0, 4 * refresh_interval)
         self._catalog: list[tuple[int, Any]] = []
         self._catalog_through = -1
-        self.catalog_versions = 0
-        """How many tag-column versions the agent lists; a change means DDL happened."""
+        self.catalog_generation = 0
+        """How many times the agent's tag-column catalog changed since the first refresh;
+        a change means DDL happened (or the agent restarted)."""
         self._lock = threading.Lock()
         self._refreshed = threading.Event()
         self._stop = threading.Event()
@@ -129,6 +136,13 @@ class AgentClient:
             if connection_replies is None:
                 return False
             pins, catalog = connection_replies
+            # The catalog first: whoever reads a pin of this refresh must find the catalog
+            # (and generation) that covers it, not the previous one.
+            if catalog != self._catalog:
+                self._catalog = catalog
+                self.catalog_generation += 1
+            if pins:
+                self._catalog_through = max(self._catalog_through, pins[-1].ts)
             # A pin stops being current when the next is taken, so current_as_of grows along
             # the list; the minimum of each suffix keeps the search sound even if it did not
             # (a pin is then left out, never a stale one let in).
@@ -136,10 +150,6 @@ class AgentClient:
             known_current = list(suffix_min)[::-1]
             timestamps = [pin.ts for pin in pins]
             self._list = _PinList(pins, timestamps, known_current, time.monotonic())
-            self._catalog = catalog
-            self.catalog_versions = len(catalog)
-            if pins:
-                self._catalog_through = max(self._catalog_through, pins[-1].ts)
         self._refreshed.set()
         return True
 

@@ -1,5 +1,11 @@
 """The :class:`Cache`: one application's handle on the database, the cache nodes and the
-agent, and the factory of its transactions."""
+agent, and the factory of its transactions.
+
+Pooled connections are shared by every transaction, so a read/write transaction's connection
+is reset to a new session's state before it goes back to the pool (:meth:`Cache.release`,
+docs/library.md "Connections and session state"): its ``SET``, temporary tables, locks and
+the like must not change what later transactions — whose results the cache shares — compute.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,9 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self
 
+import psycopg
 import psycopg_pool
+from psycopg import sql
 
 from txcache._agent import AgentClient
 from txcache._config import Mode, Settings, load_settings
@@ -24,6 +32,26 @@ from txcache._transaction import Params, ReadOnlyTransaction, ReadWriteTransacti
 __all__ = ["Cache", "connect", "default_cache"]
 
 log = logging.getLogger("txcache")
+
+# What DISCARD ALL does (PostgreSQL documents it as this sequence) in one round trip, but
+# DEALLOCATE ALL: it would also drop psycopg's own prepared statements behind its back (its
+# cache notices a DISCARD ALL only the first time it sees the statement), so only those the
+# application PREPAREd in SQL are deallocated, by the names the last statement lists.
+# DISCARD PLANS stays: a statement psycopg prepared meanwhile was analysed under the
+# application's settings (a timestamptz literal under its TimeZone) and must be re-analysed.
+_RESET_SESSION = "; ".join(
+    (
+        "CLOSE ALL",
+        "SET SESSION AUTHORIZATION DEFAULT",  # also ends SET ROLE, which RESET ALL keeps
+        "RESET ALL",
+        "UNLISTEN *",
+        "SELECT pg_catalog.pg_advisory_unlock_all()",
+        "DISCARD PLANS",
+        "DISCARD TEMP",
+        "DISCARD SEQUENCES",
+        "SELECT name FROM pg_catalog.pg_prepared_statements WHERE from_sql",
+    )
+)
 
 _default: Cache | None = None
 _default_lock = threading.Lock()
@@ -104,7 +132,7 @@ class Cache:
             open=True,
         )
         self._schema: Schema | None = None
-        self._schema_versions = -1
+        self._schema_generation = -1  # the agent's catalog generation it was read at
         self._schema_lock = threading.Lock()
         global _default
         with _default_lock:
@@ -165,16 +193,20 @@ class Cache:
             return analyze(statement, params, schema, safe_functions=self.safe_functions).tags
 
     def _current_schema(self) -> Schema:
-        versions = self.agent.catalog_versions if self.agent is not None else 0
+        """The catalog facts, re-read once after every change of the agent's catalog (a
+        DDL): one integer comparison per call on the common path."""
+        # Read before the catalog is: a DDL the agent reports meanwhile reads it again.
+        # Generations only grow, so a thread that read an older one never undoes a reload.
+        generation = self.agent.catalog_generation if self.agent is not None else 0
         schema = self._schema
-        if schema is None or versions != self._schema_versions:
+        if schema is None or generation > self._schema_generation:
             with self._schema_lock:
                 if self._schema is None:
                     # Its own connection: a transaction holding the last pooled one waits here.
                     self._schema = Schema.load(self.settings.dsn)
-                elif versions != self._schema_versions:
+                elif generation > self._schema_generation:
                     self._reload_schema()
-                self._schema_versions = versions
+                self._schema_generation = max(generation, self._schema_generation)
             schema = self._schema
         assert schema is not None
         return schema
@@ -182,6 +214,23 @@ class Cache:
     def _reload_schema(self) -> None:
         if self._schema is not None:
             self._schema.refresh()  # through its own connection to the DSN
+
+    def release(self, connection: psycopg.Connection[Any], *, reset: bool = False) -> None:
+        """Give ``connection`` back to the pool. With ``reset`` (it ran the application's
+        SQL outside a read-only transaction) its session is first brought back to a new
+        session's state; a connection that cannot be reset is closed, which makes the pool
+        replace it: it never goes back dirty."""
+        reset_done = not reset
+        try:
+            if reset:
+                _reset_session(connection)
+                reset_done = True
+        except psycopg.Error as error:
+            log.warning("a pooled connection could not be reset (%s): closing it", error)
+        finally:
+            if not reset_done:
+                connection.close()
+            self.pool.putconn(connection)
 
     def close(self) -> None:
         """Stop the agent refresher, close node connections and the database pool."""
@@ -208,3 +257,21 @@ class Cache:
 
 
 _ISOLATION_LEVELS = frozenset({"READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"})
+
+
+def _reset_session(connection: psycopg.Connection[Any]) -> None:
+    """End any transaction on ``connection`` and discard its session state: settings,
+    role, temporary tables, held cursors, session advisory locks, LISTENs, cached plans,
+    sequence state, and statements the application PREPAREd; psycopg's own prepared
+    statements stay (``_RESET_SESSION``). One round trip, plus one if the application
+    PREPAREd statements (and one more if a transaction was open); raises psycopg's errors."""
+    if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        connection.execute("ROLLBACK")
+    cursor = connection.execute(_RESET_SESSION, prepare=False)
+    while cursor.nextset():
+        pass  # to the last result: the statements the application prepared
+    names = [name for (name,) in cursor.fetchall()]
+    if names:
+        deallocate = sql.SQL("DEALLOCATE {}")
+        statements = sql.SQL("; ").join(deallocate.format(sql.Identifier(n)) for n in names)
+        connection.execute(statements, prepare=False)

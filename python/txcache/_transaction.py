@@ -155,19 +155,32 @@ class Transaction:
         raise NotImplementedError
 
 
+# Commit in one round trip, learning the transaction id first. SET CONSTRAINTS ALL
+# IMMEDIATE fires the pending deferred triggers now rather than inside COMMIT, so a write of
+# theirs assigns the id before it is read (their outcome is the same). A held (WITH HOLD)
+# cursor is still run to its end by COMMIT, and can write then: the flag says there is one.
+_COMMIT = (
+    "SET CONSTRAINTS ALL IMMEDIATE; "
+    "SELECT pg_current_xact_id_if_assigned()::text, "
+    "EXISTS (SELECT FROM pg_cursors WHERE is_holdable); "
+    "COMMIT"
+)
+
+
 class ReadWriteTransaction(Transaction):
     """Straight to PostgreSQL, no cache. After commit, :attr:`commit_timestamp` is the
     token a read-only transaction passes as ``not_before`` to see this transaction's
-    writes."""
+    writes. Its connection goes back to the pool reset (:meth:`Cache.release`)."""
 
     def __init__(self, cache: Cache, isolation: str | None = None) -> None:
         super().__init__(cache)
         self._isolation = isolation
         self.xid: int | None = None
         """The transaction's id (``pg_current_xact_id()``), known after commit; ``None``
-        if it wrote nothing."""
+        if it wrote nothing before ``COMMIT``."""
         self._committed = False
         self._timestamp: int | None = None
+        self._commit_may_write = False  # COMMIT ran a held cursor: it may have written
 
     def _begin(self) -> None:
         connection: Connection = self.cache.pool.getconn()
@@ -191,13 +204,18 @@ class ReadWriteTransaction(Transaction):
         if connection is None:
             return
         try:
+            self._end(connection, committing=committing)
+        finally:
+            # The block ran the application's SQL: a SET, a temporary table, a lock it left
+            # must not change what the connection's next transactions compute.
+            self.cache.release(connection, reset=True)
+
+    def _end(self, connection: Connection, *, committing: bool) -> None:
+        """Commit (or roll back) the database transaction."""
+        try:
             status = connection.info.transaction_status
             if committing and status == psycopg.pq.TransactionStatus.INTRANS:
-                row = connection.execute("SELECT pg_current_xact_id_if_assigned()::text")
-                found = row.fetchone()
-                self.xid = int(found[0]) if found and found[0] is not None else None
-                connection.execute("COMMIT")
-                self._committed = True
+                self._commit(connection)
             elif status != psycopg.pq.TransactionStatus.IDLE:
                 connection.execute("ROLLBACK")
                 if committing:  # the block caught a failed statement and went on
@@ -209,23 +227,38 @@ class ReadWriteTransaction(Transaction):
             if committing:
                 raise
             log.debug("rollback failed after an error", exc_info=True)  # keep the user's error
-        finally:
-            self.cache.pool.putconn(connection)
+
+    def _commit(self, connection: Connection) -> None:
+        """``_COMMIT``: fire deferred triggers, read the transaction id, commit."""
+        cursor = connection.execute(_COMMIT)
+        cursor.nextset()  # past SET CONSTRAINTS, to the SELECT
+        found = cursor.fetchone()
+        assert found is not None
+        xid, holds_cursors = found
+        self.xid = None if xid is None else int(xid)
+        self._committed = True
+        self._commit_may_write = self.xid is None and bool(holds_cursors)
 
     @property
     def commit_timestamp(self) -> int | None:
         """The commit LSN of this transaction (``None`` if it wrote nothing): pass it as
         ``not_before``. Asks the agent, which answers once its stream decoded the commit;
-        if the agent cannot answer, a WAL position at or after the commit stands in (just
-        as safe, possibly newer than needed)."""
+        if the agent cannot answer, or the commit itself may have written without the
+        transaction id being known before (a held cursor ran to its end), a WAL position
+        at or after the commit stands in (just as safe, possibly newer than needed)."""
         if not self._committed:
             raise TransactionError("commit_timestamp is known only after the commit")
-        if self.xid is None or self._timestamp is not None:
-            return self._timestamp
-        agent = self.cache.agent
-        lsn = agent.commit_lsn(self.xid, timeout=1.0) if agent is not None else None
-        self._timestamp = lsn if lsn is not None else self._wal_position()
+        if self._timestamp is None and (self.xid is not None or self._commit_may_write):
+            lsn = self._commit_lsn()
+            self._timestamp = lsn if lsn is not None else self._wal_position()
         return self._timestamp
+
+    def _commit_lsn(self) -> int | None:
+        """The agent's answer for :attr:`xid`; ``None`` without an xid or an answer."""
+        agent = self.cache.agent
+        if self.xid is None or agent is None:
+            return None
+        return agent.commit_lsn(self.xid, timeout=1.0)
 
     def _wal_position(self) -> int:
         with self.cache.pool.connection() as connection:

@@ -1,0 +1,225 @@
+"""Session state a read/write block leaves on its pooled connection must not reach later
+transactions (docs/library.md, "Connections and session state").
+
+Most tests use a cache without nodes or agent and a pool of one connection, so that the
+next transaction gets the very connection the read/write block used (its backend pid says
+so): what it then sees is exactly what a dirty pool would hand to a read-only transaction.
+Each kind of state is first shown to leak with the reset switched off, so that the test
+would notice a reset that does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+import txcache
+import txcache._connect
+from conftest import StartNode
+from library_fixtures import LibraryStack, start_library_stack
+
+SCHEMA = """
+CREATE TABLE items (id integer PRIMARY KEY, name text NOT NULL);
+INSERT INTO items VALUES (1, 'item 1');
+CREATE SEQUENCE tickets;
+CREATE FUNCTION seen_in_session(sequence regclass) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM currval(sequence);
+    RETURN true;
+EXCEPTION WHEN object_not_in_prerequisite_state THEN
+    RETURN false;
+END $$;
+"""
+
+# (what the block does, what a later transaction looks at)
+LEAKS = {
+    "search_path": ("SET search_path = pg_catalog", "current_setting('search_path')"),
+    "TimeZone": ("SET TimeZone = 'Asia/Tokyo'", "current_setting('TimeZone')"),
+    "set_config": (
+        "SELECT set_config('statement_timeout', '4321', false)",
+        "current_setting('statement_timeout')",
+    ),
+    # A custom setting once set reads '' after a reset, not NULL: PostgreSQL cannot forget
+    # the placeholder (DISCARD ALL neither); the value is what must not leak.
+    "custom setting": (
+        "SELECT set_config('app.tenant', '7', false)",
+        "coalesce(current_setting('app.tenant', true), '')",
+    ),
+    "transaction defaults": (
+        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+        "current_setting('default_transaction_isolation')",
+    ),
+    "role": ("SET ROLE pg_read_all_data", "current_user"),
+    "session authorization": ("SET SESSION AUTHORIZATION pg_read_all_data", "session_user"),
+    "temporary table": ("CREATE TEMP TABLE scratch (x int)", "to_regclass('pg_temp.scratch')"),
+    "prepared statement": (
+        "PREPARE mine AS SELECT 1",
+        "(SELECT count(*) FROM pg_prepared_statements WHERE from_sql)",
+    ),
+    "advisory lock": (
+        "SELECT pg_advisory_lock(4242)",
+        "(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid())",
+    ),
+    "LISTEN": ("LISTEN txcache_test", "(SELECT count(*) FROM pg_listening_channels())"),
+    "held cursor": (
+        "DECLARE held CURSOR WITH HOLD FOR SELECT 1",
+        "(SELECT count(*) FROM pg_cursors)",
+    ),
+    "sequence state": ("SELECT nextval('tickets')", "seen_in_session('tickets')"),
+}
+
+
+@pytest.fixture
+def cache(database: str) -> Iterator[txcache.Cache]:
+    """A cache of one pooled connection, without nodes or agent."""
+    with psycopg.connect(database, autocommit=True) as admin:
+        admin.execute(SCHEMA)
+    with txcache.connect(database, nodes=(), mode="bypass", pool_size=1) as connected:
+        yield connected
+
+
+def look(cache: txcache.Cache, expression: str) -> tuple[int, object]:
+    """The backend pid and ``expression`` as a read-only transaction sees them."""
+    with cache.read_only() as tx:
+        row = tx.query_one(f"SELECT pg_backend_pid(), {expression}")
+    assert row is not None
+    return int(row[0]), row[1]
+
+
+def write(cache: txcache.Cache, statement: str) -> int:
+    """Run ``statement`` in a read/write block; the backend pid it ran on."""
+    with cache.read_write() as tx:
+        tx.execute(statement)
+        row = tx.query_one("SELECT pg_backend_pid()")
+    assert row is not None
+    return int(row[0])
+
+
+def no_reset(connection: psycopg.Connection[object]) -> None:
+    """What the pool did before: nothing."""
+
+
+@pytest.mark.parametrize("kind", LEAKS)
+def test_session_state_does_not_outlive_the_read_write_block(
+    cache: txcache.Cache, monkeypatch: pytest.MonkeyPatch, kind: str
+):
+    statement, expression = LEAKS[kind]
+    _, fresh = look(cache, expression)
+    pid = write(cache, statement)
+    assert look(cache, expression) == (pid, fresh), "the same connection, reset"
+    with monkeypatch.context() as patch:
+        patch.setattr(txcache._connect, "_reset_session", no_reset)
+        pid = write(cache, statement)
+    seen_pid, seen = look(cache, expression)
+    assert seen_pid == pid
+    assert seen != fresh, f"{kind}: without the reset the state would have leaked"
+
+
+def write_then_fail(cache: txcache.Cache, *statements: str) -> None:
+    """Run ``statements`` in a read/write block that then raises ``RuntimeError``."""
+    with cache.read_write() as tx:
+        for statement in statements:
+            tx.execute(statement)
+        raise RuntimeError("boom")
+
+
+def test_state_left_by_a_rolled_back_block_is_reset_too(cache: txcache.Cache):
+    # Session advisory locks and prepared statements are not transactional.
+    lock = "SELECT pg_advisory_lock(4242)"
+    with pytest.raises(RuntimeError, match="boom"):
+        write_then_fail(cache, lock, "PREPARE mine AS SELECT 1")
+    assert look(cache, LEAKS["advisory lock"][1])[1] == 0
+    assert look(cache, LEAKS["prepared statement"][1])[1] == 0
+
+
+def test_a_failed_statement_then_the_reset(cache: txcache.Cache):
+    statements = ("SET search_path = pg_catalog", "SELECT pg_advisory_lock(4242)")
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        write_then_fail(cache, *statements, "SELECT * FROM no_such_table")
+    assert look(cache, LEAKS["advisory lock"][1])[1] == 0
+    assert look(cache, "current_setting('search_path')")[1] == '"$user", public'
+
+
+def test_a_connection_that_cannot_be_reset_is_replaced(
+    cache: txcache.Cache, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    monkeypatch.setattr(txcache._connect, "_RESET_SESSION", "SELECT no_such_function()")
+    with caplog.at_level(logging.WARNING, "txcache"):
+        pid = write(cache, "SET search_path = pg_catalog")
+    assert "could not be reset" in caplog.text
+    seen_pid, search_path = look(cache, "current_setting('search_path')")
+    assert seen_pid != pid, "the dirty connection was closed, not returned"
+    assert search_path == '"$user", public'
+    assert cache.pool.get_stats().get("returns_bad") == 1
+
+
+def test_psycopg_prepared_statements_survive_the_reset(cache: txcache.Cache):
+    # DISCARD ALL would drop them behind psycopg's back: its next use of one would fail.
+    statement = "SELECT name FROM items WHERE id = %s"
+    for _ in range(8):  # past psycopg's prepare_threshold (5): now prepared
+        with cache.read_only() as tx:
+            assert tx.query_one(statement, (1,)) == ("item 1",)
+    psycopg_statements = "(SELECT count(*) FROM pg_prepared_statements WHERE NOT from_sql)"
+    assert look(cache, psycopg_statements)[1] > 0
+    write(cache, "SET TimeZone = 'Asia/Tokyo'")
+    assert look(cache, psycopg_statements)[1] > 0
+    for _ in range(3):
+        with cache.read_only() as tx:
+            assert tx.query_one(statement, (1,)) == ("item 1",)
+
+
+def test_statements_prepared_under_the_blocks_settings_are_analysed_again(
+    cache: txcache.Cache,
+):
+    # A literal is interpreted when a statement is analysed: one psycopg prepares inside
+    # the block (under its TimeZone) must not keep that reading afterwards.
+    statement = "SELECT '2024-01-01 00:00'::timestamptz = %s::timestamptz"
+    utc = "2024-01-01 00:00+00"
+    with cache.read_write() as tx:
+        tx.execute("SET TimeZone = 'Asia/Tokyo'")
+        for _ in range(8):  # prepared here, under Tokyo time
+            assert tx.query_one(statement, (utc,)) == (False,)
+    with cache.read_only() as tx:
+        assert tx.query_one(statement, (utc,)) == (True,)
+
+
+def test_read_only_transactions_are_not_reset(
+    cache: txcache.Cache, monkeypatch: pytest.MonkeyPatch
+):
+    resets: list[object] = []
+    reset = txcache._connect._reset_session
+    monkeypatch.setattr(txcache._connect, "_reset_session", lambda c: (resets.append(c), reset(c)))
+    look(cache, "1")
+    assert resets == []
+    write(cache, "SELECT 1")
+    assert len(resets) == 1
+
+
+@txcache.cacheable
+def item_name(item_id: int) -> str | None:
+    row = txcache.query_one("SELECT name FROM items WHERE id = %s", (item_id,))
+    return None if row is None else str(row[0])
+
+
+@pytest.fixture
+def lib1(database: str, start_node: StartNode) -> Iterator[LibraryStack]:
+    """The whole stack with one pooled connection."""
+    yield from start_library_stack(database, start_node, pool_size=1)
+
+
+def test_a_writers_search_path_does_not_reach_a_cached_result(lib1: LibraryStack):
+    lib1.write("CREATE SCHEMA shadow")
+    lib1.write("CREATE TABLE shadow.items (id integer PRIMARY KEY, name text NOT NULL)")
+    lib1.write("INSERT INTO shadow.items VALUES (1, 'shadow 1')")
+    with lib1.cache.read_write() as tx:
+        tx.execute("SET search_path = shadow, public")
+    lib1.caught_up()
+    lib1.fresh_pins()
+    with lib1.cache.read_only(staleness=60):
+        assert item_name(1) == "item 1"
+    assert item_name.stats.inserts["inserted"] >= 1
+    with lib1.cache.read_only(staleness=60):
+        assert item_name(1) == "item 1", "what every reader of the cache gets"
