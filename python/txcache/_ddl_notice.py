@@ -134,7 +134,7 @@ BEGIN
             IF (SELECT relreplident FROM pg_class WHERE oid = target) <> 'f' THEN
                 EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', target::regclass);
             END IF;
-            PERFORM txcache.add_truncate_triggers(target);
+            PERFORM txcache.prepare_partitions(target);
             PERFORM set_config('txcache.in_ddl_notice', 'off', true);
         END LOOP;
         lines := ARRAY(
@@ -169,22 +169,30 @@ END
 """
 )
 
-# Puts the TRUNCATE trigger on every partition in the partition tree of ``$1`` that lacks it
-# (a new partition, or the partitions of a table just attached).
-_ADD_TRIGGERS_BODY = rf"""
+# Prepares every partition in the partition tree of ``$1``: the TRUNCATE trigger where it
+# lacks it, and REPLICA IDENTITY FULL (a table attached from an untracked schema has neither).
+_PREPARE_PARTITIONS_BODY = rf"""
 DECLARE
-    part regclass;
+    part record;
 BEGIN
     FOR part IN
-        SELECT p.relid FROM pg_partition_tree(pg_partition_root($1)) p
+        SELECT p.relid::regclass AS name, c.relreplident <> 'f' AS needs_identity,
+               NOT EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = p.relid
+                           AND g.tgname = '{TRUNCATE_TRIGGER}') AS needs_trigger
+        FROM pg_partition_tree(pg_partition_root($1)) p
         JOIN pg_class c ON c.oid = p.relid
         WHERE c.relispartition AND c.relkind IN ('r', 'p')
-          AND NOT EXISTS (SELECT 1 FROM pg_trigger g
-                          WHERE g.tgrelid = p.relid AND g.tgname = '{TRUNCATE_TRIGGER}')
     LOOP
-        EXECUTE format('CREATE TRIGGER {TRUNCATE_TRIGGER} AFTER TRUNCATE ON %s '
-                       'FOR EACH STATEMENT EXECUTE FUNCTION txcache.truncate_notice()', part);
-        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER {TRUNCATE_TRIGGER}', part);
+        IF part.needs_identity THEN
+            EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', part.name);
+        END IF;
+        IF part.needs_trigger THEN
+            EXECUTE format('CREATE TRIGGER {TRUNCATE_TRIGGER} AFTER TRUNCATE ON %s '
+                           'FOR EACH STATEMENT EXECUTE FUNCTION txcache.truncate_notice()',
+                           part.name);
+            EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER {TRUNCATE_TRIGGER}',
+                           part.name);
+        END IF;
     END LOOP;
 END
 """
@@ -241,9 +249,9 @@ FUNCTIONS: tuple[tuple[str, str, sql.Composed], ...] = tuple(
             _function("truncate_notice()", "trigger", "plpgsql", ""),
         ),
         (
-            "add_truncate_triggers",
-            _ADD_TRIGGERS_BODY,
-            _function("add_truncate_triggers(oid)", "void", "plpgsql", ""),
+            "prepare_partitions",
+            _PREPARE_PARTITIONS_BODY,
+            _function("prepare_partitions(oid)", "void", "plpgsql", ""),
         ),
         ("ddl_notice", _NOTICE_BODY, _function("ddl_notice()", "event_trigger", "plpgsql", "")),
     )
