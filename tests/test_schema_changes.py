@@ -252,14 +252,16 @@ def test_setup_puts_the_truncate_trigger_on_existing_partitions(lib):
     assert row == ("A",)
 
 
-def test_an_agent_restarted_after_a_rename_it_missed_invalidates_the_old_name(lib):
-    query = "SELECT name FROM users WHERE id = %s"
-    cached(lib, query, 1)
+def behind_the_agents_back(lib: LibraryStack, *statements: str) -> int:
+    """Stop the agent, run ``statements`` (each its own transaction), start it again on the
+    same address; a position every statement committed after, once the nodes applied
+    everything and the library knows a pin after it."""
     address = f"--listen={lib.agent.host}:{lib.agent.port}"
     lib.agent.stop()
     row = lib.admin.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
     assert row is not None
-    lib.write("ALTER TABLE users RENAME TO people; INSERT INTO items VALUES (99, 'new', 1, 1)")
+    for statement in statements:
+        lib.write(statement)
     lib.agent = AgentProcess(
         lib.dsn,
         [node.address for node in lib.nodes],
@@ -271,7 +273,25 @@ def test_an_agent_restarted_after_a_rename_it_missed_invalidates_the_old_name(li
     )
     lib.caught_up()
     wait_for(lib.cache.agent.refresh, "the library to reconnect to the agent", timeout=20)
-    token = lsn(row[0]) + 1  # the changes committed after this position
+    token = lsn(row[0]) + 1
     lib.fresh_pins(after=token - 1)
+    return token
+
+
+def test_an_agent_restarted_after_a_rename_it_missed_invalidates_the_old_name(lib):
+    query = "SELECT name FROM users WHERE id = %s"
+    cached(lib, query, 1)
+    token = behind_the_agents_back(lib, "ALTER TABLE users RENAME TO people")
     with pytest.raises(txcache.UncacheableQuery, match="users"):
         read(lib, query, 1, not_before=token)
+
+
+def test_an_agent_restarted_after_an_index_was_dropped_invalidates_by_the_dropped_column(lib):
+    query = "SELECT id FROM items WHERE category = %s ORDER BY id"
+    before = cached(lib, query, 1)
+    token = behind_the_agents_back(
+        lib,
+        "UPDATE items SET category = 1 WHERE id = 2",  # tagged by category, if at all
+        "DROP INDEX items_category_idx",
+    )
+    assert assert_invalidated(lib, query, token, 1) == sorted([*before, (2,)])
