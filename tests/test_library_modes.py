@@ -90,6 +90,7 @@ def test_the_public_names_are_exactly_these():
         *("PostgresStartError", "ReadOnlyTransaction", "ReadWriteTransaction"),
         *("SafeSerializer", "Serializer", "Settings", "SetupError", "SetupReport"),
         *("SetupStep", "StepStatus", "SnapshotUnavailable", "Transaction"),
+        "StatementNotAllowed",
         *("TransactionError", "TxcacheError", "UncacheableQuery", "UnsupportedArgument"),
         *("UnsupportedValue", "cacheable", "connect", "current_transaction"),
         *("default_cache", "execute", "find_postgres_bin", "find_txcached"),

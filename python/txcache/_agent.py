@@ -191,5 +191,9 @@ class _PinList:
 
 
 def _pin(reply: Sequence[Any]) -> Pin:
-    ts, snapshot_id, current_as_of = reply
-    return Pin(int(ts), snapshot_id.decode(), int(current_as_of) / _MICROS)
+    """One element of ``PINS`` (or the ``PIN`` reply): ``[ts, snapshot_id, current_as_of
+    (µs), snapshot]``; an agent that does not send the snapshot's contents leaves them
+    unknown (``None``)."""
+    ts, snapshot_id, current_as_of, *rest = reply
+    snapshot_text = rest[0].decode() if rest else None
+    return Pin(int(ts), snapshot_id.decode(), int(current_as_of) / _MICROS, snapshot_text)

@@ -27,6 +27,11 @@ class Pin:
     current_as_of: float
     """Wall-clock time (Unix seconds) up to which this pin was known to be the current
     database state."""
+    snapshot_text: str | None = None
+    """The snapshot's contents, ``pg_current_snapshot()::text`` (``xmin:xmax:xip,…``) of
+    the statement that exported it; ``None`` when unknown. After a PostgreSQL restart
+    another snapshot can carry the same :attr:`snapshot_id`: an import is checked against
+    this (equal contents, equal visibility)."""
 
 
 class PinSet:

@@ -1,5 +1,5 @@
 """Transactions: read-only ones that read through the cache at one commit point, and
-read/write ones that go straight to PostgreSQL (DESIGN.md §1, §7).
+read/write ones that go straight to PostgreSQL.
 
 A :class:`ReadOnlyTransaction` keeps a :class:`~txcache._pinset.PinSet`. Cache lookups ask
 for any version valid between its smallest and largest pin; each hit narrows the set. The
@@ -11,6 +11,21 @@ the library asks a node over which range the transaction's query results stay va
 Falling back: when no pin can be had (the agent is down), a read-only transaction runs on a
 plain ``REPEATABLE READ READ ONLY`` snapshot without the cache from then on — slower, never
 wrong.
+
+What a read-only transaction guards against (docs/library.md, "Read-only safety"):
+
+- statements that would end or change the transaction or the session, or write, are
+  refused before they reach the database (:mod:`txcache._statements`);
+- once a statement failed in the database, the whole block is failed: every later lookup,
+  query and cacheable call raises, and nothing more is stored;
+- a snapshot taken before a ``TRUNCATE`` (or a table-rewriting ``ALTER TABLE``) that reads
+  the table after it committed sees it empty. After a query, the relations it read are
+  checked (their file node at the snapshot against the current one; the transaction's lock
+  holds off any later rewrite); a rewritten one drops the result, moves the database
+  transaction to a later pin and runs the query again, or raises
+  :class:`~txcache.SnapshotUnavailable`;
+- a pin's snapshot id can name another snapshot after a PostgreSQL restart: an import is
+  checked against the pin's snapshot contents in the same round trip.
 """
 
 from __future__ import annotations
@@ -21,7 +36,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, NoReturn, Self
 
 import psycopg
 from psycopg import sql
@@ -29,8 +44,15 @@ from psycopg import sql
 from txcache._frame import Frame
 from txcache._nodes import CacheNode, Hit, Interval, Miss
 from txcache._pinset import Pin, PinSet
+from txcache._schema import table_name
 from txcache._sql import UncacheableQuery
-from txcache.errors import NoTransaction, SnapshotUnavailable, TransactionError
+from txcache._statements import check_read_only
+from txcache.errors import (
+    NoTransaction,
+    SnapshotUnavailable,
+    StatementNotAllowed,
+    TransactionError,
+)
 
 if TYPE_CHECKING:
     from txcache._connect import Cache
@@ -268,6 +290,84 @@ class ReadWriteTransaction(Transaction):
         return (int(high, 16) << 32) | int(low, 16)
 
 
+# The relations the read-only transaction has read (it holds an AccessShareLock on each
+# until it ends), with, per relation: whether a TRUNCATE or a table-rewriting ALTER TABLE
+# committed after the snapshot — pg_class as the snapshot sees it names another file node
+# than the current catalog (pg_relation_filenode) — and whether its name, as of the
+# snapshot, still names it (it then counts as verified for the rest of the database
+# transaction: the lock holds off any rewrite, rename or drop). A relation the snapshot
+# does not know (created, or dropped and created again, since) counts as rewritten unless
+# it has no storage or is an index. Catalogs (oid < 16384) cannot be truncated or rewritten
+# in a way an MVCC snapshot could not read. docs/library.md, "Rewritten tables".
+_REWRITTEN = """
+SELECT n.nspname::text, coalesce(c.relname::text, l.relation::regclass::text),
+       CASE WHEN c.oid IS NULL
+            THEN pg_relation_filenode(l.relation) IS NOT NULL
+                 AND pg_get_indexdef(l.relation) IS NULL
+            ELSE c.relkind IN ('r', 'm')
+                 AND pg_relation_filenode(c.oid) IS DISTINCT FROM c.relfilenode
+       END,
+       c.oid IS NOT NULL AND to_regclass(format('%I.%I', n.nspname, c.relname)) = c.oid
+FROM pg_catalog.pg_locks l
+LEFT JOIN pg_catalog.pg_class c ON c.oid = l.relation
+LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.relation >= 16384
+  AND (c.oid IS NULL OR c.relkind IN ('r', 'm', 'v'))
+"""
+# The snapshot an import ended up with, to compare with the pin's (same round trip).
+_IMPORTED_SNAPSHOT = "SELECT pg_current_snapshot()::text"
+# How often one statement may move the database transaction past a rewrite: a pin is
+# chosen after the rewrite it met, so only rewrites committing meanwhile can need more.
+_REWRITE_MOVES = 3
+_NO_LIMIT = 2**63 - 1
+
+
+class _ResultCursor(psycopg.Cursor[Row]):
+    """What a read-only transaction's ``execute`` returns: the statement's results. Its own
+    ``execute``, ``executemany``, ``copy`` and ``stream`` refuse — a statement sent through
+    them would skip the statement check, the rewrite check and the tags the cache needs."""
+
+    def run(self, statement: str, params: Params) -> None:
+        """Run ``statement`` (the transaction's own use)."""
+        super().execute(statement, params)
+
+    def execute(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Refused: run statements through the transaction (``txcache.execute``)."""
+        raise _cursor_refusal()
+
+    def executemany(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Refused, as :meth:`execute`."""
+        raise _cursor_refusal()
+
+    def copy(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Refused, as :meth:`execute`."""
+        raise _cursor_refusal()
+
+    def stream(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Refused, as :meth:`execute`."""
+        raise _cursor_refusal()
+
+
+def _cursor_refusal() -> StatementNotAllowed:
+    return StatementNotAllowed(
+        "the cursor a read-only transaction returns only holds results: run statements "
+        "through the transaction (txcache.execute / tx.execute), which checks them"
+    )
+
+
+def _rewritten_error(relations: Sequence[str]) -> SnapshotUnavailable:
+    return SnapshotUnavailable(
+        f"{', '.join(relations)}: a TRUNCATE / table-rewriting ALTER TABLE committed after "
+        "this transaction's snapshot (which would read the table empty), and no later "
+        "snapshot fits what the transaction read so far; retry the transaction"
+    )
+
+
+def _tables(tags: frozenset[str]) -> set[str]:
+    """The tables and views (``schema.name``, escaped as in tags) that ``tags`` name."""
+    return {tag.partition(":")[0] for tag in tags}
+
+
 def _begin_unpinned(connection: Connection) -> str:
     """A read-only transaction on a snapshot of its own; returns the snapshot (its first
     statement takes it)."""
@@ -299,8 +399,15 @@ class ReadOnlyTransaction(Transaction):
         ``xmin:xmax:xip,…``). Such a transaction has PostgreSQL's guarantee — one snapshot —
         but under concurrent commits a snapshot need not be a prefix of commit order
         (docs/library.md)."""
+        self.rewrite_checks = 0
+        """How many statements ran with the check for relations rewritten after the
+        snapshot (the others read only relations verified earlier in the same database
+        transaction)."""
         self._query_tags: set[str] = set()
         self._tags_known = True  # False once a query's tags could not be derived
+        self._read_database = False  # whether a query result reached the application
+        self._verified: set[str] = set()  # tables checked in this database transaction
+        self._failure: str | None = None  # the error that failed the block
         agent = cache.agent
         if self.uncached or agent is None:
             self.pin_set = PinSet((), star=True)
@@ -313,6 +420,8 @@ class ReadOnlyTransaction(Transaction):
     def lookup(self, node: CacheNode, key: bytes) -> Hit | Miss:
         """The cached version of ``key`` this transaction may use, narrowing the pin set; a
         hit no pin of the set can be serialized with is a ``consistency`` miss."""
+        if self._failure is not None:
+            self.check_usable()
         bounds = self._lookup_bounds()
         if bounds is None:
             return Miss("unavailable")
@@ -320,7 +429,12 @@ class ReadOnlyTransaction(Transaction):
         found = node.lookup(key, bounds[0], bounds[1], with_tags=bool(self.frames))
         self.cache.latency.record_lookup(time.perf_counter() - started)
         if isinstance(found, Hit):
-            if not self._accept(found.interval):
+            try:
+                accepted = self._accept(found.interval)
+            except (psycopg.Error, SnapshotUnavailable) as error:  # a move failed
+                self._fail(error)
+                raise
+            if not accepted:
                 return Miss("consistency")
             self.read_cache = True
         return found
@@ -397,19 +511,155 @@ class ReadOnlyTransaction(Transaction):
     # -- the database -----------------------------------------------------------------------
 
     def execute(self, statement: str, params: Params = None) -> psycopg.Cursor[Row]:
-        """See :meth:`Transaction.execute`. Inside a cacheable function the query must be
-        cacheable: :class:`~txcache.UncacheableQuery` names what is not."""
+        """See :meth:`Transaction.execute`. Only reads run:
+        :class:`~txcache.StatementNotAllowed` names what does not (nothing is sent). Inside
+        a cacheable function the query must be cacheable: :class:`~txcache.UncacheableQuery`
+        names what is not. A database error (or :class:`~txcache.SnapshotUnavailable`)
+        fails the block: every later lookup, query and cacheable call raises
+        :class:`~txcache.TransactionError`. The cursor returned holds the results only."""
         self.check_owner()
-        connection = self._database()
-        tags = self._tags(statement, params) if not self.uncached else None
-        started = time.perf_counter()
-        cursor = connection.execute(statement, params)
-        self.cache.latency.record_query(time.perf_counter() - started)
+        self.check_usable()
+        statements = check_read_only(statement, params)
+        try:
+            connection = self._database()
+            cursor, tags = self._run(connection, statement, params, single=statements == 1)
+        except (psycopg.Error, SnapshotUnavailable) as error:
+            self._fail(error)
+            raise
         if self.snapshot is not None and tags is not None:
             self._query_tags.update(tags)
             for frame in self.frames:
                 frame.read_database(self.snapshot.ts, tags)
+        self._read_database = True
         return cursor
+
+    @property
+    def failed(self) -> bool:
+        """Whether a statement failed in the database (or the snapshot was lost): the block
+        is then failed, and nothing more is stored in the cache."""
+        return self._failure is not None
+
+    def check_usable(self) -> None:
+        """Raise :class:`~txcache.TransactionError` once the block is failed."""
+        if self._failure is not None:
+            raise TransactionError(
+                f"a statement failed earlier in this read-only transaction ({self._failure}), "
+                "so the whole block is failed: leave it and run a new transaction"
+            )
+
+    def _fail(self, error: BaseException) -> None:
+        """Fail the block: whatever the database transaction saw after ``error``, cache hits
+        and misses alike must not decide what the rest of the block does."""
+        if self._failure is None:
+            first_line = str(error).partition("\n")[0]
+            self._failure = f"{type(error).__name__}: {first_line}"
+
+    def _run(
+        self, connection: Connection, statement: str, params: Params, *, single: bool
+    ) -> tuple[_ResultCursor, frozenset[str] | None]:
+        """Run ``statement`` and, unless every table it reads was verified earlier in this
+        database transaction, check the relations it read for a rewrite after the snapshot.
+        A rewritten one drops the result: the database transaction moves past the rewrite
+        and the statement runs again (or :class:`SnapshotUnavailable` is raised). Returns
+        the cursor and the statement's tags (``None`` if not derived)."""
+        for attempt in range(_REWRITE_MOVES + 1):
+            tags = self._tags(statement, params) if not self.uncached else None
+            cursor = _ResultCursor(connection)
+            started = time.perf_counter()
+            if self._verified_already(tags):
+                cursor.run(statement, params)
+                rewritten: list[str] = []
+            else:
+                rewritten = self._run_checked(connection, cursor, statement, params, single)
+            self.cache.latency.record_query(time.perf_counter() - started)
+            if not rewritten:
+                return cursor, tags
+            self._move_past_rewrite(rewritten, last_chance=attempt == _REWRITE_MOVES)
+        raise AssertionError("unreachable: the last move past a rewrite raises")
+
+    def _verified_already(self, tags: frozenset[str] | None) -> bool:
+        """Whether the statement can skip the rewrite check: ``bypass`` mode (PostgreSQL's
+        own semantics), or tags that name only tables verified in this database
+        transaction. Without tags (a bare query that was not analysed) it cannot: the
+        statement may read anything. A partitioned table is never verified (its name is
+        not among the relations checked), so which partitions a query reads never
+        matters."""
+        if self.cache.mode == "bypass":
+            return True
+        if tags is None:
+            return False
+        return self._verified.issuperset(_tables(tags))
+
+    def _run_checked(
+        self,
+        connection: Connection,
+        cursor: _ResultCursor,
+        statement: str,
+        params: Params,
+        single: bool,
+    ) -> list[str]:
+        """Run ``statement`` then ``_REWRITTEN`` — in one round trip (a pipeline) when it is
+        a single statement; returns the rewritten relations read, and otherwise records
+        the verified ones."""
+        self.rewrite_checks += 1
+        if single:
+            with connection.pipeline():
+                cursor.run(statement, params)
+                check = connection.execute(_REWRITTEN)
+        else:  # several statements go by the simple protocol, which a pipeline refuses
+            cursor.run(statement, params)
+            check = connection.execute(_REWRITTEN)
+        rewritten: list[str] = []
+        verified: list[str] = []
+        for schema, name, is_rewritten, still_named in check.fetchall():
+            if is_rewritten:
+                rewritten.append(name if schema is None else f"{schema}.{name}")
+            elif still_named:
+                verified.append(table_name(schema, name))
+        if not rewritten:
+            self._verified.update(verified)
+        return rewritten
+
+    def _move_past_rewrite(self, rewritten: list[str], *, last_chance: bool) -> None:
+        """The statement read ``rewritten`` relations, rewritten after the snapshot: its
+        result is dropped. Move the database transaction to a later snapshot where every
+        query result read so far stays valid — a fresh pin (★) if no cached value was used
+        yet, else (or failing that) the newest such pin of the set — or raise
+        :class:`SnapshotUnavailable` (always on the unpinned fallback: no pin to move to)."""
+        active, connection = self.snapshot, self._connection
+        assert connection is not None
+        valid = self._results_valid_around(active) if active is not None else None
+        if active is None or valid is None or last_chance:
+            raise _rewritten_error(rewritten)
+        lo, hi = max(valid[0], active.ts + 1), valid[1]  # only a later snapshot shows it
+        fresh = self.cache.agent.pin_now() if not self.read_cache and self.cache.agent else None
+        candidates = [fresh] if fresh is not None and lo <= fresh.ts < hi else []
+        candidates += reversed(self.pin_set.within(lo, hi))
+        for pin in candidates:
+            if self._import(connection, pin):
+                log.info(
+                    "%s rewritten after pin %s: the transaction moves to pin %s",
+                    ", ".join(rewritten),
+                    active.ts,
+                    pin.ts,
+                )
+                self.pin_set.reify(pin)  # ★ became this pin, or it is in the set already
+                self.pin_set.narrow(pin.ts, hi)  # never back before the rewrite
+                self._moved_to(pin)
+                return
+            self.pin_set.discard(pin)
+        raise _rewritten_error(rewritten)
+
+    def _results_valid_around(self, active: Pin) -> tuple[int, int] | None:
+        """The range of commit points at which every query result read so far is valid (a
+        node's ``TXINTERVAL``, as for a move); ``None`` when it cannot be known."""
+        if not self._read_database:
+            return 0, _NO_LIMIT
+        node = self.cache.ring.any_up() if self.cache.ring is not None else None
+        if not self._tags_known or node is None:
+            return None
+        known = node.database_interval(active.ts, sorted(self._query_tags))
+        return None if known is None else (known.lo, known.hi)
 
     def _tags(self, statement: str, params: Params) -> frozenset[str] | None:
         assert self.snapshot is not None
@@ -485,13 +735,18 @@ class ReadOnlyTransaction(Transaction):
 
     def _import(self, connection: Connection, pin: Pin) -> bool:
         """Put ``connection`` in a read-only transaction at ``pin`` (ending the one it was
-        in); ``False`` if the snapshot can no longer be imported."""
+        in); ``False`` if the snapshot can no longer be imported, or if its id now names
+        another snapshot (ids are reused after a PostgreSQL restart: the snapshot's
+        contents, read in the same round trip, must equal the pin's)."""
+        self._verified.clear()  # a new database transaction holds no lock yet
         try:
             if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 connection.execute("ROLLBACK")
-            connection.execute(
-                sql.SQL("{}; SET TRANSACTION SNAPSHOT {}").format(
-                    sql.SQL(_BEGIN_READ_ONLY), sql.Literal(pin.snapshot_id)
+            cursor = connection.execute(
+                sql.SQL("{}; SET TRANSACTION SNAPSHOT {}; {}").format(
+                    sql.SQL(_BEGIN_READ_ONLY),
+                    sql.Literal(pin.snapshot_id),
+                    sql.SQL(_IMPORTED_SNAPSHOT),
                 )
             )
         except psycopg.Error as error:
@@ -500,7 +755,23 @@ class ReadOnlyTransaction(Transaction):
             log.info("pin %s is gone (%s); choosing another", pin.ts, error)
             connection.execute("ROLLBACK")
             return False
-        return True
+        while cursor.nextset():  # past BEGIN and SET TRANSACTION SNAPSHOT
+            pass
+        row = cursor.fetchone()
+        imported = None if row is None else row[0]
+        if pin.snapshot_text is None or imported == pin.snapshot_text:
+            return True
+        # Equal contents mean equal visibility: anything else is another snapshot.
+        log.warning(
+            "pin %s: snapshot %s now names another snapshot (%s, not %s): PostgreSQL "
+            "restarted since the pin was taken; choosing another",
+            pin.ts,
+            pin.snapshot_id,
+            imported,
+            pin.snapshot_text,
+        )
+        connection.execute("ROLLBACK")
+        return False
 
     def _finish(self, *, committing: bool) -> None:
         # Nothing to commit: everything was read already, so a failure here (PostgreSQL

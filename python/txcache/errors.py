@@ -12,6 +12,8 @@ Exceptions::
      │                            store (also a ``TypeError``)
      └── TransactionError         misuse of a transaction, or a failure it cannot hide
           ├── NoTransaction       a query outside ``read_only()`` / ``read_write()``
+          ├── StatementNotAllowed a statement a read-only transaction must not run
+          │                       (``COMMIT``, ``SET``, a write, …)
           └── SnapshotUnavailable the snapshot the transaction's data is valid at is gone
 
 A cache node or the agent being down is never an exception: the library falls back to the
@@ -24,6 +26,7 @@ __all__ = [
     "ConfigurationError",
     "NoTransaction",
     "SnapshotUnavailable",
+    "StatementNotAllowed",
     "TransactionError",
     "TxcacheError",
     "UnsupportedArgument",
@@ -58,6 +61,15 @@ class TransactionError(TxcacheError):
 class NoTransaction(TransactionError):
     """A query ran outside any transaction: wrap it in ``cache.read_only()`` or
     ``cache.read_write()``."""
+
+
+class StatementNotAllowed(TransactionError):
+    """A read-only transaction was asked to run a statement that would end or change the
+    transaction (``COMMIT``, ``SAVEPOINT``, ``SET TRANSACTION``), change the session
+    (``SET``, ``DISCARD``, ``LISTEN``, ``PREPARE``), write (``INSERT``, DDL, ``COPY``), run
+    code the library cannot see (``DO``, ``CALL``), or that cannot be parsed. Nothing was
+    sent to the database and the transaction goes on; the message names the statement and
+    the reason."""
 
 
 class SnapshotUnavailable(TransactionError):

@@ -1,0 +1,221 @@
+"""Which statements a read-only transaction may run: reads, and nothing that ends or changes
+the transaction or the session.
+
+A read-only transaction runs at one pinned snapshot on a pooled connection. A ``COMMIT``
+would end that snapshot (what follows runs on newer data yet is stored as valid at the old
+one), a ``SET`` outlives the block on the pooled connection, and a write has no place in
+it. :func:`check_read_only` classifies every statement of a string with PostgreSQL's own
+parser (pglast) and refuses anything but:
+
+- ``SELECT``, ``VALUES``, ``TABLE``, ``WITH`` whose every ``WITH`` query is a ``SELECT``
+  (no data-modifying ``WITH``), without ``INTO`` and without a call of ``set_config`` or
+  of a session-level advisory lock function;
+- ``EXPLAIN`` (with or without ``ANALYZE``) of such a statement;
+- ``SHOW``.
+
+``SELECT … FOR UPDATE`` is left to PostgreSQL's own read-only check, and so are writes
+hidden in functions a ``SELECT`` calls. A string that cannot be parsed is refused with the
+parser's message: nothing runs that could not be classified.
+
+The verdict is memoized per statement text (bounded), so the check costs one dictionary
+lookup on the common path.
+
+Exceptions::
+
+    TxcacheError
+     └── StatementNotAllowed   the message names the statement and why it is refused
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pglast
+from pglast import ast, enums
+from psycopg import sql
+
+from txcache._sql import UncacheableQuery, _convert
+from txcache.errors import StatementNotAllowed
+
+__all__ = ["check_read_only"]
+
+_MAX_VERDICTS = 4096
+_verdicts: dict[tuple[str, type], int | str] = {}
+"""(statement text, type of its parameters) → how many statements it holds, or why it is
+refused. The parameters' type matters: with parameters psycopg rewrites placeholders."""
+
+_READ_ONLY_REASON = "it writes or changes the database: use cache.read_write()"
+_TRANSACTION_REASON = "the transaction begins and ends with its `with cache.read_only()` block"
+_SETTING_REASON = (
+    "a setting outlives the block on the pooled connection, and even one local to the "
+    "transaction changes how its later statements run, which the cache cannot see"
+)
+_SESSION_REASON = "it changes the session, which outlives the block on the pooled connection"
+_CODE_REASON = "it runs code whose statements the library cannot see"
+_STATEMENT_REASONS: dict[type, str] = {
+    ast.TransactionStmt: _TRANSACTION_REASON,
+    ast.VariableSetStmt: _SETTING_REASON,
+    ast.ConstraintsSetStmt: _SETTING_REASON,
+    ast.DiscardStmt: _SESSION_REASON,
+    ast.ListenStmt: _SESSION_REASON,
+    ast.UnlistenStmt: _SESSION_REASON,
+    ast.NotifyStmt: _SESSION_REASON,
+    ast.LoadStmt: _SESSION_REASON,
+    ast.PrepareStmt: _SESSION_REASON,
+    ast.DeallocateStmt: _SESSION_REASON,
+    ast.ExecuteStmt: _CODE_REASON,
+    ast.DoStmt: _CODE_REASON,
+    ast.CallStmt: _CODE_REASON,
+}
+_KEYWORDS: dict[type, str] = {
+    ast.CreateStmt: "CREATE TABLE",
+    ast.IndexStmt: "CREATE INDEX",
+    ast.ViewStmt: "CREATE VIEW",
+    ast.RefreshMatViewStmt: "REFRESH MATERIALIZED VIEW",
+    ast.VariableShowStmt: "SHOW",
+    ast.ExecuteStmt: "EXECUTE",
+    ast.ConstraintsSetStmt: "SET CONSTRAINTS",
+    ast.CheckPointStmt: "CHECKPOINT",
+    ast.CreateTableAsStmt: "CREATE TABLE AS",
+}
+# Calls that change the session whatever their arguments: set_config (is_local => false
+# outlives the transaction; true still changes how later statements run) and the
+# session-level advisory locks (held past the block). The _xact_ variants end with it.
+_SESSION_FUNCTIONS = {
+    "set_config": _SETTING_REASON,
+    **dict.fromkeys(
+        (
+            "pg_advisory_lock",
+            "pg_advisory_lock_shared",
+            "pg_try_advisory_lock",
+            "pg_try_advisory_lock_shared",
+            "pg_advisory_unlock",
+            "pg_advisory_unlock_shared",
+            "pg_advisory_unlock_all",
+        ),
+        "a session-level advisory lock outlives the block on the pooled connection",
+    ),
+}
+
+
+def _is(node: Any, kind: Any) -> bool:
+    """``isinstance`` without narrowing: pglast's stubs declare every node field optional, so
+    nodes are handled as ``Any`` once their kind is known (as in ``_sql``)."""
+    return isinstance(node, kind)
+
+
+def check_read_only(
+    statement: object, params: Sequence[Any] | Mapping[str, Any] | None = None
+) -> int:
+    """How many statements ``statement`` holds, if every one may run in a read-only
+    transaction; else raise :class:`~txcache.errors.StatementNotAllowed`."""
+    text = statement if type(statement) is str else _text(statement)
+    key = (text, type(params))
+    verdict = _verdicts.get(key)
+    if verdict is None:
+        verdict = _classify(text, params)
+        if len(_verdicts) >= _MAX_VERDICTS:
+            _verdicts.clear()
+        _verdicts[key] = verdict
+    if isinstance(verdict, str):
+        raise StatementNotAllowed(verdict)
+    return verdict
+
+
+def _text(statement: object) -> str:
+    """The text of a query psycopg accepts: ``str``, ``bytes``, or a composed ``sql``
+    object (rendered without a connection, as psycopg does for literals)."""
+    if isinstance(statement, bytes):
+        return statement.decode()
+    if isinstance(statement, sql.Composable):
+        return statement.as_string(None)
+    return str(statement)
+
+
+def _classify(text: str, params: Sequence[Any] | Mapping[str, Any] | None) -> int | str:
+    """The number of statements in ``text``, or why it is refused."""
+    try:
+        converted, _ = _convert(text, params)
+    except UncacheableQuery as error:
+        return f"cannot read the statement's placeholders: {error}"
+    try:
+        statements = pglast.parse_sql(converted)
+    except pglast.parser.ParseError as error:
+        return f"cannot classify the statement, so it does not run: {error}"
+    for raw in statements:
+        refusal = _refusal(raw.stmt)
+        if refusal is not None:
+            return refusal
+    return len(statements)
+
+
+def _refusal(node: Any) -> str | None:
+    """Why one parsed statement may not run in a read-only transaction, or ``None``."""
+    if _is(node, ast.SelectStmt):
+        return _select_refusal(node)
+    if _is(node, ast.VariableShowStmt):
+        return None
+    if _is(node, ast.ExplainStmt):
+        inner = _refusal(node.query)
+        return None if inner is None else f"EXPLAIN of {inner}"
+    reason = _STATEMENT_REASONS.get(type(node), _READ_ONLY_REASON)
+    return f"{_keyword(node)} is not allowed in a read-only transaction: {reason}"
+
+
+def _select_refusal(node: Any) -> str | None:
+    """Why a query may not run: a data-modifying ``WITH``, ``SELECT INTO``, a call that
+    changes the session — anywhere in it, subqueries included."""
+    pending: list[Any] = [node]
+    while pending:
+        current = pending.pop()
+        if _is(current, list | tuple):
+            pending.extend(current)
+            continue
+        if not _is(current, ast.Node):
+            continue
+        refusal = _node_refusal(current)
+        if refusal is not None:
+            return refusal
+        pending.extend(getattr(current, name) for name in type(current).__slots__)
+    return None
+
+
+def _node_refusal(node: Any) -> str | None:
+    if _is(node, ast.CommonTableExpr) and not _is(node.ctequery, ast.SelectStmt):
+        keyword = _keyword(node.ctequery)
+        return (
+            f"WITH … AS ({keyword} …) is not allowed in a read-only transaction: "
+            f"{_READ_ONLY_REASON}"
+        )
+    if _is(node, ast.SelectStmt) and node.intoClause is not None:
+        return f"SELECT … INTO is not allowed in a read-only transaction: {_READ_ONLY_REASON}"
+    if _is(node, ast.FuncCall):
+        name = node.funcname[-1].sval
+        reason = _SESSION_FUNCTIONS.get(name)
+        if reason is not None:
+            return f"calling {name}() is not allowed in a read-only transaction: {reason}"
+    return None
+
+
+def _keyword(node: Any) -> str:
+    """The SQL command a parsed statement is, as the message names it: ``COMMIT``,
+    ``SET search_path``, ``ALTER TABLE``, …"""
+    if _is(node, ast.TransactionStmt):
+        return _transaction_keyword(node.kind)
+    if _is(node, ast.VariableSetStmt):
+        if node.kind in (enums.VariableSetKind.VAR_RESET, enums.VariableSetKind.VAR_RESET_ALL):
+            return "RESET"
+        local = "LOCAL " if node.is_local else ""
+        return f"SET {local}{node.name}"
+    known = _KEYWORDS.get(type(node))
+    if known is not None:
+        return known
+    name = type(node).__name__.removesuffix("Stmt")
+    words = "".join(f" {c}" if c.isupper() and i else c for i, c in enumerate(name))
+    return words.upper()
+
+
+def _transaction_keyword(kind: enums.TransactionStmtKind) -> str:
+    word = kind.name.removeprefix("TRANS_STMT_").replace("_", " ")
+    return {"START": "START TRANSACTION", "PREPARE": "PREPARE TRANSACTION"}.get(word, word)
