@@ -1,6 +1,8 @@
 # txcache: the two commands a new machine needs are `make test` and `make demo`.
 # Everything they use is installed here: the Rust build, a virtualenv with the Python
-# package and its tools. Nothing relies on something installed by hand.
+# package and its tools, and for `make test` Debian's PostgreSQL 15 (built with ICU, which
+# the embedded one lacks: the tests of nondeterministic collations run on it). Nothing relies
+# on something installed by hand.
 
 SHELL := /bin/bash
 VENV := .venv
@@ -8,8 +10,9 @@ PYTHON := $(VENV)/bin/python
 CARGO ?= cargo
 CARGO_FLAGS := --release --locked
 SYSTEM_PYTHON ?= python3
+SYSTEM_PG_BIN := /usr/lib/postgresql/15/bin
 
-.PHONY: all build venv lint lint-rust lint-python test test-rust test-python demo clean
+.PHONY: all build venv system-postgres lint lint-rust lint-python test test-rust test-python demo clean
 
 all: build venv
 
@@ -25,6 +28,35 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m pip install --quiet --upgrade pip
 	$(PYTHON) -m pip install --quiet -e '.[dev]'
 	touch $@
+
+## system-postgres: Debian 12's postgresql-15 (ICU and SSL; the embedded build has neither),
+## which the collation tests start clusters of their own from (tests/postgres_fixtures.py,
+## `icu_postgres`). Installed with apt-get only if its binaries are missing and
+## $TXCACHE_ICU_PG_BIN names no other build; without root or apt-get this says so and those
+## tests fail, naming this step. The package creates a `main` cluster; if its install started
+## it (no policy-rc.d), it is stopped: the tests never use it.
+system-postgres:
+	@if [ -n "$$TXCACHE_ICU_PG_BIN" ] || [ -x $(SYSTEM_PG_BIN)/postgres ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+		echo "system-postgres: $(SYSTEM_PG_BIN)/postgres is missing and cannot be installed" \
+			"here (needs root and apt-get): install Debian's postgresql-15, or set" \
+			"TXCACHE_ICU_PG_BIN to a PostgreSQL bin directory built with ICU; until then" \
+			"the collation tests fail" >&2; \
+		exit 0; \
+	fi; \
+	echo "system-postgres: installing postgresql-15 with apt-get"; \
+	log=$$(mktemp); \
+	export DEBIAN_FRONTEND=noninteractive; \
+	if ! { apt-get update -q && apt-get install -y -q --no-install-recommends \
+			postgresql-15; } >"$$log" 2>&1; then \
+		cat "$$log" >&2; rm -f "$$log"; \
+		echo "system-postgres: apt-get failed (above)" >&2; exit 1; \
+	fi; \
+	rm -f "$$log"; \
+	if pg_lsclusters --no-header 2>/dev/null | grep -Eq '^15 +main +[0-9]+ +online'; then \
+		pg_ctlcluster 15 main stop; \
+	fi; \
+	test -x $(SYSTEM_PG_BIN)/postgres
 
 ## lint: formatting, clippy with warnings as errors, ruff, mypy.
 lint: lint-rust lint-python
@@ -44,7 +76,7 @@ test: lint test-rust test-python
 test-rust:
 	$(CARGO) test $(CARGO_FLAGS) --workspace
 
-test-python: build venv
+test-python: build venv system-postgres
 	$(PYTHON) -m pytest
 
 ## demo: the library at work on a small example, then RUBiS with and without txcache.

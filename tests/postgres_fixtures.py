@@ -6,6 +6,10 @@
   afterwards, with any replication slot created in it.
 - ``postgres_factory``: start servers with other settings (``postgres_factory({"wal_level":
   "replica"})``); each is stopped after the test.
+- ``icu_postgres`` / ``icu_database``: the same for a PostgreSQL built with ICU, for
+  nondeterministic collations, which the embedded build lacks: Debian's ``postgresql-15``
+  (``make system-postgres`` installs it; ``$TXCACHE_ICU_PG_BIN`` names another ``bin``
+  directory). Without it these tests fail, saying how to install it: they never skip.
 
 Loaded by ``pytest_plugins`` in ``conftest.py``.
 """
@@ -13,8 +17,10 @@ Loaded by ``pytest_plugins`` in ``conftest.py``.
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -25,6 +31,17 @@ from txcache import EmbeddedPostgres
 PostgresFactory = Callable[..., EmbeddedPostgres]
 
 _database_numbers = itertools.count(1)
+
+ICU_PG_BIN = Path(os.environ.get("TXCACHE_ICU_PG_BIN") or "/usr/lib/postgresql/15/bin")
+"""The ``bin`` directory of a PostgreSQL built with ICU: Debian 12's ``postgresql-15``, the
+one ``make system-postgres`` installs, unless ``$TXCACHE_ICU_PG_BIN`` names another."""
+
+_ICU_MISSING = (
+    "nondeterministic collations are tested against a PostgreSQL built with ICU, and there "
+    "is {problem}: run `make system-postgres` as root (it installs Debian's postgresql-15 "
+    "with apt-get), or set TXCACHE_ICU_PG_BIN to the bin directory of a PostgreSQL built "
+    "with ICU"
+)
 
 
 @pytest.fixture(scope="session")
@@ -37,11 +54,42 @@ def postgres() -> Iterator[EmbeddedPostgres]:
 @pytest.fixture
 def database(postgres: EmbeddedPostgres) -> Iterator[str]:
     """A new, empty database of the session's server; yields its DSN (superuser)."""
+    yield from fresh_database(postgres)
+
+
+@pytest.fixture(scope="session")
+def icu_postgres() -> Iterator[EmbeddedPostgres]:
+    """One PostgreSQL server built with ICU (``ICU_PG_BIN``), shared by the session's tests
+    that need it. Fails, naming the install step, when there is none: never skips."""
+    if not (ICU_PG_BIN / "postgres").is_file():
+        pytest.fail(_ICU_MISSING.format(problem=f"no {ICU_PG_BIN / 'postgres'}"), pytrace=False)
+    with EmbeddedPostgres(bin_dir=ICU_PG_BIN) as server:
+        try:
+            with psycopg.connect(server.dsn) as conn:
+                conn.execute(
+                    "CREATE COLLATION icu_probe (provider = icu, locale = 'und-u-ks-level2', "
+                    "deterministic = false)"
+                )
+                conn.rollback()  # a probe only
+        except psycopg.errors.FeatureNotSupported as error:
+            problem = f"no ICU in the PostgreSQL of {ICU_PG_BIN} ({error})"
+            pytest.fail(_ICU_MISSING.format(problem=problem), pytrace=False)
+        yield server
+
+
+@pytest.fixture
+def icu_database(icu_postgres: EmbeddedPostgres) -> Iterator[str]:
+    """A new, empty database of the session's ICU server; yields its DSN (superuser)."""
+    yield from fresh_database(icu_postgres)
+
+
+def fresh_database(server: EmbeddedPostgres) -> Iterator[str]:
+    """Create a new, empty database of ``server``, yield its DSN, then drop it."""
     name = f"test_{next(_database_numbers)}"
-    with psycopg.connect(postgres.dsn, autocommit=True) as admin:
+    with psycopg.connect(server.dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {} STRATEGY FILE_COPY").format(sql.Identifier(name)))
-    yield postgres.dsn_for(name)
-    drop_database(postgres, name)
+    yield server.dsn_for(name)
+    drop_database(server, name)
 
 
 def drop_database(server: EmbeddedPostgres, name: str, timeout: float = 10.0) -> None:

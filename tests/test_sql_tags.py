@@ -1,6 +1,6 @@
 """SQL → tags (``txcache._sql.analyze``): one test per rule of docs/sql-tags.md, against a
 real catalog. The tag columns are the leading index columns, as the agent's TAGCOLUMNS
-serves them."""
+serves them. The collation rules run on the server built with ICU (``icu_postgres``)."""
 
 from __future__ import annotations
 
@@ -260,20 +260,95 @@ def test_text_and_varchar_with_a_deterministic_collation(tags):
     assert tags("SELECT * FROM items WHERE sku = 7::text") == {"public.items"}
 
 
-def test_text_with_a_nondeterministic_collation_gives_the_wildcard(database):
-    with psycopg.connect(database, autocommit=True) as conn:
-        try:
-            conn.execute(
-                "CREATE COLLATION nd (provider = icu, locale = 'und-u-ks-level2', "
-                "deterministic = false)"
-            )
-        except psycopg.errors.FeatureNotSupported:
-            pytest.skip("this PostgreSQL is built without ICU")
-        conn.execute("CREATE TABLE t (id int PRIMARY KEY, name text COLLATE nd UNIQUE)")
-        setup_database(database)
-        schema = Schema.load(conn).with_tag_columns(tag_columns(conn))
-    sql = "SELECT * FROM t WHERE name = 'ABC'"
-    assert analyze(sql, None, schema).tags == {"public.t"}
+COLLATIONS = """
+CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+CREATE COLLATION ai (provider = icu, locale = 'und-u-ks-level1-kc-true', deterministic = false);
+CREATE COLLATION icu (provider = icu, locale = 'und');
+CREATE DOMAIN ci_text AS text COLLATE ci;
+CREATE TABLE words (
+    id int PRIMARY KEY, ci text COLLATE ci UNIQUE, ai varchar(20) COLLATE ai UNIQUE,
+    dom ci_text UNIQUE, plain text UNIQUE, und text COLLATE "und-x-icu" UNIQUE,
+    own text COLLATE icu UNIQUE
+);
+"""
+
+
+@pytest.fixture(scope="module")
+def collated(icu_postgres: EmbeddedPostgres) -> Iterator[Schema]:
+    """The schema of one database of the ICU server with ``words``: text columns of
+    nondeterministic ICU collations (case-insensitive ``ci``, accent-insensitive ``ai``, a
+    domain of ``ci``), of the default collation and of deterministic ICU collations."""
+    name = "sql_tags_collations"
+    with psycopg.connect(icu_postgres.dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name} STRATEGY FILE_COPY")
+    dsn = icu_postgres.dsn_for(name)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(COLLATIONS)
+        setup_database(dsn, slot=name)
+        yield Schema.load(conn).with_tag_columns(tag_columns(conn))
+    drop_database(icu_postgres, name)
+
+
+def test_the_icu_collations_compare_as_assumed(icu_postgres, collated):
+    """What the tests below rely on: ``ci`` ignores case, ``ai`` accents, ``und-x-icu``
+    neither (a deterministic collation's ``=`` is byte equality)."""
+    with psycopg.connect(icu_postgres.dsn_for("sql_tags_collations")) as conn:
+        row = conn.execute(
+            "SELECT 'abc' = 'ABC' COLLATE ci, 'é' = 'e' COLLATE ci, 'é' = 'e' COLLATE ai, "
+            "'E' = 'e' COLLATE ai, 'abc' = 'ABC' COLLATE \"und-x-icu\", "
+            "'abc' = 'ABC' COLLATE icu"
+        ).fetchone()
+    assert row == (True, False, True, False, False, False)
+
+
+@pytest.mark.parametrize("column", ["ci", "ai", "dom"])
+@pytest.mark.parametrize(
+    ("condition", "params"),
+    [
+        ("{} = 'ABC'", None),
+        ("'ABC' = {}", None),
+        ("{} = %s", ("ABC",)),
+        ("{} = %s::text", ("ABC",)),
+        ("{} IN ('abc', 'ABC')", None),
+        ("{} = ANY(ARRAY['abc'])", None),
+        ("{} = ANY(%s)", (["abc", "é"],)),
+        ("{} = ANY(%s::text[])", (["abc"],)),
+    ],
+)
+def test_text_with_a_nondeterministic_collation_gives_the_wildcard(
+    collated, column, condition, params
+):
+    """Several texts equal the value: a fine tag of one would miss the writes of the others."""
+    sql = f"SELECT * FROM words WHERE {condition.format(column)}"
+    assert analyze(sql, params, collated).tags == {"public.words"}
+
+
+@pytest.mark.parametrize(
+    ("condition", "params"),
+    [
+        ("plain = 'abc' COLLATE ci", None),
+        ("plain COLLATE ci = 'abc'", None),
+        ("plain = %s COLLATE ai", ("abc",)),
+        ("plain IN ('abc' COLLATE ci, 'x')", None),
+        ("plain = ANY(ARRAY['abc' COLLATE ci])", None),
+        ("plain = 'abc'::ci_text", None),
+        ("und = 'abc' COLLATE ci", None),
+        ("plain = 'abc' COLLATE \"C\"", None),  # COLLATE is never read, even a deterministic one
+    ],
+)
+def test_an_explicit_collation_gives_the_wildcard(collated, condition, params):
+    sql = f"SELECT * FROM words WHERE {condition}"
+    assert analyze(sql, params, collated).tags == {"public.words"}
+
+
+@pytest.mark.parametrize("column", ["plain", "und", "own"])
+def test_deterministic_icu_collations_give_fine_tags(collated, column):
+    """A deterministic collation's ``=`` is byte equality, ICU's as well as libc's."""
+    sql = f"SELECT * FROM words WHERE {column} = %s"
+    assert analyze(sql, ("ABC",), collated).tags == {f"public.words:{column}=ABC"}
+    sql = f"SELECT * FROM words WHERE {column} IN ('abc', 'Zoë')"
+    expected = {f"public.words:{column}=abc", f"public.words:{column}=Zoë"}
+    assert analyze(sql, None, collated).tags == expected
 
 
 def test_uuid_is_written_canonical_lowercase(tags):

@@ -7,7 +7,8 @@ no durability (``fsync=off``: the data is throwaway), and stops it again.
 
 The wheel is found with :func:`importlib.util.find_spec` and never imported: its import
 emits a warning that the test suite turns into an error. ``$TXCACHE_PG_BIN`` points at
-another PostgreSQL ``bin`` directory instead.
+another PostgreSQL ``bin`` directory instead, and ``EmbeddedPostgres(bin_dir=…)`` at one for
+a single server (the tests run Debian's ICU-enabled build next to the embedded one).
 
 ``initdb`` and ``postgres`` refuse to run as root. As root, the server runs as the system
 user ``txcache_pg`` (created on first use), which owns the base directory.
@@ -303,7 +304,10 @@ class EmbeddedPostgres:
     ``settings`` are extra server settings (``-c name=value``), overriding txcache's
     defaults (``wal_level=logical`` among them). Without ``base_dir`` the cluster lives in a
     temporary directory removed on :meth:`stop`; with one, the cluster is kept there and
-    reused by the next start. The server is stopped at interpreter exit if nobody did.
+    reused by the next start. ``bin_dir`` is the PostgreSQL ``bin`` directory to run
+    (``initdb``, ``postgres``, ``pg_isready``, …); by default :func:`find_postgres_bin`'s
+    (``$TXCACHE_PG_BIN``, else the wheel's). The server is stopped at interpreter exit if
+    nobody did.
     """
 
     host = "127.0.0.1"
@@ -314,10 +318,11 @@ class EmbeddedPostgres:
         settings: Mapping[str, Setting] | None = None,
         *,
         base_dir: Path | str | None = None,
+        bin_dir: Path | str | None = None,
         start_timeout: float = 30.0,
     ) -> None:
         """Initialise the cluster if needed and start the server; wait until it accepts."""
-        self.bin_dir = find_postgres_bin()
+        self.bin_dir = find_postgres_bin() if bin_dir is None else Path(bin_dir).absolute()
         self._settings: dict[str, Setting] = dict(settings or {})
         self.start_timeout = start_timeout
         temporary = base_dir is None
