@@ -115,7 +115,7 @@ def test_certified_pins_are_exact_under_concurrent_writers(database, agent):
         thread.join()
     assert len(pins) >= 10
     assert len(commits) >= 100
-    for ts, snapshot_id, _current in pins:
+    for ts, snapshot_id, _current, _snapshot in pins:
         seen = visible_rows(database, snapshot_id.decode())
         expected = {row for row, lsn in commits.items() if lsn <= ts}
         assert seen == expected, (
@@ -155,7 +155,7 @@ def test_pins_after_an_agent_restart_are_exact(database, start_node):
             row_id, commit = commit_row(db, client, 1, seq)
             commits[row_id] = commit
             pins.append(client.execute_command("PIN"))
-    for ts, snapshot_id, _current in pins:
+    for ts, snapshot_id, _current, _snapshot in pins:
         expected = {row for row, commit in commits.items() if commit <= ts}
         assert visible_rows(database, snapshot_id.decode()) == expected, f"pin at {ts}"
     client.close()

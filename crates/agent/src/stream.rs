@@ -26,6 +26,18 @@ use txcache_model::{Timestamp, WallClock};
 /// The prefix of the DDL notices written by `txcache setup`'s event trigger.
 pub const DDL_PREFIX: &str = "txcache-ddl";
 
+/// The commit LSN of the newest transaction with a DDL notice among the changes the slot
+/// holds before `$2`: pgoutput's COMMIT carries it in bytes 2–9.
+const REPLAYED_DDL_QUERY: &str = "
+    WITH changes AS (
+        SELECT xid, data FROM pg_logical_slot_peek_binary_changes($1, $2::text::pg_lsn, NULL,
+            'proto_version', '1', 'publication_names', $3, 'messages', 'true'))
+    SELECT max(('x' || encode(substring(data FROM 3 FOR 8), 'hex'))::bit(64)::bigint)
+    FROM changes
+    WHERE get_byte(data, 0) = ascii('C') AND xid IN (
+        SELECT xid FROM changes WHERE get_byte(data, 0) = ascii('M')
+          AND position(convert_to($4, 'UTF8') || '\\x00'::bytea IN data) > 0)";
+
 /// How often the slot is acknowledged.
 const ACK_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -257,7 +269,8 @@ impl Stream {
             .context("reading tag columns")?;
         let read_at = database_position(sql).await?;
         if first_reading {
-            self.assembler.tag_coarsely_below(read_at.0);
+            let coarse_below = self.replayed_schema_change(sql, read_at).await;
+            self.assembler.tag_coarsely_below(coarse_below.0);
         }
         let since = if first_reading {
             Timestamp::ZERO
@@ -266,6 +279,29 @@ impl Stream {
         };
         self.tracker.catalog(since, self.catalog.published());
         Ok(())
+    }
+
+    /// Just past the commit of the newest schema change the stream will replay below
+    /// `read_at` (found by peeking at the slot, which this session has not started on yet):
+    /// the commits up to it were made under a catalog the first reading may not show. Zero
+    /// when there is none; `read_at` itself when the slot cannot be peeked at (sound, coarser).
+    async fn replayed_schema_change(&self, sql: &SqlSession, read_at: Timestamp) -> Timestamp {
+        let upto = Lsn::from_u64(read_at.0).to_string();
+        let config = &self.config;
+        let found = sql
+            .client
+            .query_one(
+                REPLAYED_DDL_QUERY,
+                &[&config.slot, &upto, &config.publication, &DDL_PREFIX],
+            )
+            .await;
+        match found {
+            Ok(row) => Timestamp(row.get::<_, Option<i64>>(0).map_or(0, |lsn| lsn as u64 + 1)),
+            Err(error) => {
+                tracing::warn!(error = %error, "could not look for schema changes in the replayed stream; commits below the catalog reading are tagged coarsely");
+                read_at
+            }
+        }
     }
 
     async fn handle(&mut self, event: ReplicationEvent, sql: &SqlSession) -> anyhow::Result<()> {
