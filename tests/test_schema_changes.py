@@ -158,6 +158,22 @@ def test_a_table_attached_from_an_untracked_schema_is_prepared_as_a_partition(li
     assert assert_invalidated(lib, query, token) == [(20,)]
 
 
+def test_inheritance_added_or_removed_invalidates_reads_of_the_parent(lib):
+    lib.write(
+        "CREATE TABLE animals (id integer PRIMARY KEY);"
+        "CREATE TABLE cats () INHERITS (animals);"
+        "CREATE TABLE dogs (id integer PRIMARY KEY);"
+        "INSERT INTO cats VALUES (1); INSERT INTO dogs VALUES (2)"
+    )
+    query = "SELECT id FROM animals ORDER BY id"
+    assert cached(lib, query) == [(1,)]
+    token = change(lib, "ALTER TABLE dogs INHERIT animals")
+    assert assert_invalidated(lib, query, token) == [(1,), (2,)]
+    cached(lib, query)
+    token = change(lib, "ALTER TABLE cats NO INHERIT animals")
+    assert assert_invalidated(lib, query, token) == [(2,)]
+
+
 def test_a_redefined_function_invalidates_every_cached_result(lib):
     lib.write(
         "CREATE FUNCTION twice(integer) RETURNS integer LANGUAGE sql IMMUTABLE AS 'SELECT 2 * $1'"
