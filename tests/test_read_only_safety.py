@@ -32,7 +32,7 @@ RELOAD = (
 
 
 @txcache.cacheable
-def item_price(item_id: int) -> int | None:
+def current_price(item_id: int) -> int | None:
     row = txcache.query_one("SELECT price FROM items WHERE id = %s", (item_id,))
     return None if row is None else int(row[0])
 
@@ -213,12 +213,12 @@ def test_commit_then_a_write_inside_the_block_changes_nothing(lib):
     committed, and a miss after it computed from newer data stored as valid at the pin."""
     ready(lib)
     with lib.cache.read_only(staleness=60) as tx:
-        assert item_price(1) == 10
+        assert current_price(1) == 10
         with pytest.raises(StatementNotAllowed):
             txcache.execute("COMMIT")
         with pytest.raises(StatementNotAllowed):
             txcache.execute("UPDATE items SET price = 0 WHERE id = 2")
-        assert item_price(2) == 20
+        assert current_price(2) == 20
         assert tx.moves == 0
     assert lib.admin.execute("SELECT price FROM items WHERE id = 2").fetchone() == (20,)
 
@@ -242,7 +242,7 @@ def test_the_cursor_returned_cannot_run_statements(lib):
 def test_a_failed_statement_fails_the_whole_block(lib):
     ready(lib)
     with lib.cache.read_only(staleness=60):
-        assert item_price(1) == 10  # cached from now on
+        assert current_price(1) == 10  # cached from now on
     with lib.cache.read_only(staleness=60) as tx:
         with pytest.raises(psycopg.errors.DivisionByZero):
             txcache.query("SELECT 1 / 0")
@@ -250,7 +250,7 @@ def test_a_failed_statement_fails_the_whole_block(lib):
         # A hit (item 1) and a miss (item 2) alike: the cache's state decides nothing.
         for item_id in (1, 2):
             with pytest.raises(TransactionError, match=r"failed earlier.*DivisionByZero"):
-                item_price(item_id)
+                current_price(item_id)
         with pytest.raises(TransactionError, match="failed earlier"):
             txcache.query("SELECT 1")
 
@@ -271,7 +271,7 @@ def test_a_failed_block_refuses_cacheable_calls_without_the_cache_too(lib, datab
         with pytest.raises(psycopg.errors.DivisionByZero):
             txcache.query("SELECT 1 / 0")
         with pytest.raises(TransactionError, match="failed earlier"):
-            item_price(1)
+            current_price(1)
         assert tx.failed
 
 
@@ -281,7 +281,7 @@ def test_a_failed_block_refuses_cacheable_calls_without_the_cache_too(lib, datab
 def test_the_tables_read_are_checked_once_per_database_transaction(lib):
     ready(lib)
     with lib.cache.read_only(staleness=60) as tx:
-        assert [item_price(n) for n in (1, 2, 3)] == [10, 20, 30]
+        assert [current_price(n) for n in (1, 2, 3)] == [10, 20, 30]
         assert txcache.query_one("SELECT count(*) FROM items") == (20,)
         assert tx.rewrite_checks == 1, "items was verified by the first query"
         assert txcache.query_one("SELECT name FROM users WHERE id = 1") == ("user 1",)
@@ -297,13 +297,13 @@ def test_a_truncated_and_reloaded_table_is_read_after_the_reload(lib):
     token = commit(lib, "TRUNCATE items", RELOAD)
     with lib.cache.read_only(staleness=60) as tx:
         assert tx.pin_set.pins[0].ts < token, "a pin older than the TRUNCATE is offered"
-        assert item_price(3) == 300  # PostgreSQL alone shows the old pin's items empty
+        assert current_price(3) == 300  # PostgreSQL alone shows the old pin's items empty
         assert tx.snapshot is not None
         assert tx.snapshot.ts >= token
         assert tx.moves == 1
-        assert item_price(4) == 400
+        assert current_price(4) == 400
         assert tx.moves == 1
-    key = item_price.key(3)
+    key = current_price.key(3)
     assert stored(lib, key, 0, token - 1) is None, "nothing claims to be valid before it"
     hit = stored(lib, key, token, 2**63 - 1)
     assert hit is not None
@@ -329,10 +329,10 @@ def test_a_rewrite_after_cached_reads_moves_to_a_pin_they_allow(lib):
     ready(lib)
     lib.cache.policy = oldest
     with lib.cache.read_only(staleness=60):
-        assert item_price(5) == 50  # cached, valid until the TRUNCATE
+        assert current_price(5) == 50  # cached, valid until the TRUNCATE
     token = commit(lib, "TRUNCATE users", "INSERT INTO users VALUES (1, 'new user 1')")
     with lib.cache.read_only(staleness=60) as tx:
-        assert item_price(5) == 50  # a hit: the transaction is bound to the pins
+        assert current_price(5) == 50  # a hit: the transaction is bound to the pins
         assert tx.read_cache
         row = txcache.query_one("SELECT name FROM users WHERE id = 1")
         assert row == ("new user 1",)
@@ -344,17 +344,17 @@ def test_a_rewrite_no_pin_of_the_transaction_can_see_is_a_retryable_error(lib):
     ready(lib)
     lib.cache.policy = oldest
     with lib.cache.read_only(staleness=60):
-        assert item_price(6) == 60
+        assert current_price(6) == 60
     token = commit(lib, "TRUNCATE users", "INSERT INTO users VALUES (1, 'new user 1')")
     with lib.cache.read_only(staleness=60) as tx:
         # Only pins before the TRUNCATE: the newer ones are out of the set.
         tx.pin_set = PinSet([pin for pin in tx.pin_set if pin.ts < token], star=False)
-        assert item_price(6) == 60
+        assert current_price(6) == 60
         with pytest.raises(SnapshotUnavailable, match=r"public\.users: a TRUNCATE"):
             txcache.query("SELECT name FROM users")
         assert tx.failed
         with pytest.raises(TransactionError, match="failed earlier"):
-            item_price(6)
+            current_price(6)
 
 
 def test_a_table_rewriting_alter_table_is_read_after_it(lib):
@@ -362,7 +362,7 @@ def test_a_table_rewriting_alter_table_is_read_after_it(lib):
     lib.cache.policy = oldest
     token = commit(lib, "ALTER TABLE items ALTER COLUMN price TYPE bigint")
     with lib.cache.read_only(staleness=60) as tx:
-        assert item_price(7) == 70
+        assert current_price(7) == 70
         assert tx.snapshot is not None
         assert tx.snapshot.ts >= token
         assert tx.moves == 1
@@ -474,24 +474,30 @@ def test_a_snapshot_id_reused_after_a_restart_is_not_imported(
         old_pins = lib.cache.agent.pins(staleness=60, not_before=None, now=time.time())
         assert old_pins
         server.restart()
-        lib.cache.pool.check()  # drop the connections the restart broke
-        with lib.cache.read_write() as write:  # a new xid: other snapshot contents
-            write.execute("INSERT INTO users VALUES (6, 'after the restart')")
-        inserted = write.commit_timestamp
-        assert inserted is not None
-        wait_for(lambda: fresh_pin_after(lib, inserted - 1), "a pin after the insert", 30)
+        # At once, before the agent's sessions come back and take the backend slots its
+        # pins were exported from: a write (a new xid: other snapshot contents), then a
+        # session exporting a snapshot under an old pin's id.
+        with psycopg.connect(server.dsn, autocommit=True) as admin:
+            admin.execute("INSERT INTO users VALUES (6, 'after the restart')")
         exporter, reused = export_an_old_id(server.dsn, old_pins)
         try:
             with psycopg.connect(server.dsn, autocommit=True) as probe:
                 probe.execute(f"{BEGIN_IMPORT}; SET TRANSACTION SNAPSHOT '{reused.snapshot_id}'")
                 probe.execute("ROLLBACK")  # PostgreSQL alone takes the old id
+            newest_before = old_pins[-1].ts
+            wait_for(lambda: fresh_pin_after(lib, newest_before), "the agent's pins again", 30)
+            lib.cache.pool.check()  # drop the connections the restart broke
+            with lib.cache.read_write() as write:
+                write.execute("UPDATE users SET name = 'seen' WHERE id = 6")
+            token = write.commit_timestamp
+            assert token is not None
+            wait_for(lambda: fresh_pin_after(lib, token - 1), "a pin after the update", 30)
             lib.cache.policy = oldest  # the old pin first
-            with lib.cache.read_only(staleness=60, not_before=inserted) as tx:
+            with lib.cache.read_only(staleness=60, not_before=token) as tx:
                 tx.pin_set = PinSet([reused, *tx.pin_set], star=False)
-                row = txcache.query_one("SELECT name FROM users WHERE id = 6")
-                assert row == ("after the restart",)
+                assert txcache.query_one("SELECT name FROM users WHERE id = 6") == ("seen",)
                 assert tx.snapshot is not None
-                assert tx.snapshot.ts >= inserted
+                assert tx.snapshot.ts >= token
                 assert reused not in tx.pin_set
         finally:
             exporter.close()
@@ -520,7 +526,7 @@ def export_an_old_id(dsn: str, old_pins: list[Pin]) -> tuple[psycopg.Connection,
         wanted.setdefault(int(slot, 16), []).append((int(lxid, 16), pin))
     opened: list[psycopg.Connection] = []
     try:
-        for _ in range(40):
+        for _ in range(60):
             session = psycopg.connect(dsn, autocommit=True)
             opened.append(session)
             slot, lxid = own_slot_and_lxid(session)

@@ -647,7 +647,8 @@ class ReadOnlyTransaction(Transaction):
                 self.pin_set.narrow(pin.ts, hi)  # never back before the rewrite
                 self._moved_to(pin)
                 return
-            self.pin_set.discard(pin)
+            if pin is not fresh:  # ★ is not in the set (a listed pin may share its ts)
+                self.pin_set.discard(pin)
         raise _rewritten_error(rewritten)
 
     def _results_valid_around(self, active: Pin) -> tuple[int, int] | None:
