@@ -95,6 +95,7 @@ def test_the_public_names_are_exactly_these():
         *("UnsupportedValue", "cacheable", "connect", "current_transaction"),
         *("default_cache", "execute", "find_postgres_bin", "find_txcached"),
         *("function_stats", "newest_or_fresh", "query", "query_one", "setup_database"),
+        "oldest_pin",
     }
     for name in txcache.__all__:
         assert getattr(txcache, name) is not None

@@ -95,6 +95,23 @@ def test_a_redefined_view_invalidates_reads_through_it(lib):
     assert assert_invalidated(lib, query, token) != before
 
 
+def test_no_read_runs_at_a_pin_older_than_a_schema_change(lib):
+    """PostgreSQL's catalogs are not versioned by snapshot: a query at a pin older than a
+    view's redefinition would run the new definition over the old data — a result no commit
+    point ever had. Pins older than a schema change are no longer offered."""
+    lib.write("CREATE VIEW cheap AS SELECT id FROM items WHERE price < 50")
+    lib.caught_up()
+    lib.fresh_pins()
+    lib.write("UPDATE items SET price = 200 WHERE id = 8")  # counts under the new definition
+    token = change(lib, "CREATE OR REPLACE VIEW cheap AS SELECT id FROM items WHERE price < 100")
+    lib.cache.policy = txcache.oldest_pin
+    with lib.cache.read_only(staleness=60) as tx:
+        got = txcache.query("SELECT count(*) FROM cheap")
+        assert tx.snapshot is not None
+        assert tx.snapshot.ts >= token, "the transaction ran at a pin older than the DDL"
+    assert got == truth(lib, "SELECT count(*) FROM cheap")
+
+
 def test_a_view_dropped_and_created_again_invalidates_reads_through_it(lib):
     lib.write("CREATE VIEW named AS SELECT id, name FROM items")
     query = "SELECT name FROM named WHERE id = %s"

@@ -28,7 +28,7 @@ from txcache._cacheable import CacheableFunction, cacheable, function_stats
 from txcache._config import Mode, Settings
 from txcache._connect import Cache, connect, default_cache
 from txcache._node_process import NodeProcess, NodeStartError, find_txcached
-from txcache._pinset import Pin, PinPolicy, PinSet, newest_or_fresh
+from txcache._pinset import Pin, PinPolicy, PinSet, newest_or_fresh, oldest_pin
 from txcache._postgres import EmbeddedPostgres, PostgresStartError, find_postgres_bin
 from txcache._serialize import ForeignValue, SafeSerializer, Serializer
 from txcache._setup import SetupError, SetupReport, SetupStep, StepStatus, setup_database
@@ -97,6 +97,7 @@ __all__ = [
     "find_txcached",
     "function_stats",
     "newest_or_fresh",
+    "oldest_pin",
     "query",
     "query_one",
     "setup_database",

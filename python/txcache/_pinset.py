@@ -3,7 +3,7 @@
 A *pin* is a snapshot the agent holds open and has certified: its timestamp ``ts`` is the
 commit LSN of the last commit it shows. A transaction starts with every live pin fresh
 enough for it plus ★ — "a snapshot taken now" — and narrows the set with every cached value
-it reads (paper §6.2; DESIGN.md §7). The set never becomes empty: a narrowing that would
+it reads (paper §6.2; docs/library.md). The set never becomes empty: a narrowing that would
 empty it is refused, and the caller treats the value as a miss.
 """
 
@@ -13,7 +13,7 @@ import bisect
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-__all__ = ["Pin", "PinPolicy", "PinSet", "newest_or_fresh"]
+__all__ = ["Pin", "PinPolicy", "PinSet", "newest_or_fresh", "oldest_pin"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +80,10 @@ class PinSet:
     def newest(self) -> Pin | None:
         """The pin with the largest timestamp, if any."""
         return self._pins[-1] if self._pins else None
+
+    def oldest(self) -> Pin | None:
+        """The pin with the smallest timestamp, or ``None``."""
+        return self._pins[0] if self._pins else None
 
     def within(self, lo: int, hi: int) -> list[Pin]:
         """The pins with ``lo <= ts < hi``."""
@@ -148,3 +152,10 @@ def newest_or_fresh(max_age: float = 5.0) -> PinPolicy:
         return newest
 
     return choose
+
+
+def oldest_pin(pin_set: PinSet, now: float) -> Pin | None:
+    """The oldest pin of the set (★ only when there is none): reads as stale as the
+    transaction allows — for tests and checks that want old snapshots, and for workloads
+    that prefer hits over freshness."""
+    return pin_set.oldest()

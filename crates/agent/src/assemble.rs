@@ -32,6 +32,8 @@ pub struct Committed {
     pub xid: u32,
     /// Whether it carried DDL: the catalog must be reloaded before the next transaction.
     pub changed_schema: bool,
+    /// Whether it changed the schema or truncated a table (a barrier for older snapshots).
+    pub barrier: bool,
 }
 
 /// Why a change could not be turned into tags.
@@ -58,6 +60,7 @@ struct OpenTransaction {
     lsn: u64,
     tags: BTreeSet<InvalidationTag>,
     changed_schema: bool,
+    barrier: bool,
 }
 
 /// Assembles transactions from the decoded stream.
@@ -86,6 +89,7 @@ impl Assembler {
             lsn,
             tags: BTreeSet::new(),
             changed_schema: false,
+            barrier: false,
         });
     }
 
@@ -107,7 +111,9 @@ impl Assembler {
             PgOutputMessage::Truncate { relation_ids, .. } => {
                 for id in relation_ids {
                     let tag = truncate_tags(self.relation(id)?)?;
-                    self.transaction()?.tags.insert(tag);
+                    let open = self.transaction()?;
+                    open.tags.insert(tag);
+                    open.barrier = true;
                 }
             }
             message => self.row_change(&message, catalog)?,
@@ -151,15 +157,17 @@ impl Assembler {
     pub fn ddl_notice(&mut self, content: &[u8], catalog: &Catalog) -> Result<(), AssembleError> {
         let text = String::from_utf8_lossy(content);
         let mut tags = BTreeSet::new();
-        let mut changed_schema = false;
+        let (mut changed_schema, mut barrier) = (false, false);
         for line in text.lines() {
             let notice = DdlLine::parse(line);
             changed_schema |= notice.kind != DdlKind::Truncate;
+            barrier |= notice.kind != DdlKind::Unrelated;
             notice.invalidate(catalog, &mut tags)?;
         }
         let open = self.transaction()?;
         open.tags.extend(tags);
         open.changed_schema |= changed_schema;
+        open.barrier |= barrier;
         Ok(())
     }
 
@@ -179,6 +187,7 @@ impl Assembler {
             },
             xid: open.xid,
             changed_schema: open.changed_schema,
+            barrier: open.barrier,
         })
     }
 

@@ -76,6 +76,7 @@ type FreshRequest = oneshot::Sender<anyhow::Result<Pin>>;
 /// The handle libraries' requests go through.
 pub struct Pincushion {
     pins: Mutex<Vec<Pin>>,
+    tracker: Arc<StreamTracker>,
     requests: mpsc::Sender<FreshRequest>,
     /// Certification counters.
     pub stats: PinStats,
@@ -87,6 +88,7 @@ impl Pincushion {
         let (requests, receiver) = mpsc::channel(64);
         let pincushion = Arc::new(Self {
             pins: Mutex::new(Vec::new()),
+            tracker: Arc::clone(&tracker),
             requests,
             stats: PinStats::default(),
         });
@@ -95,9 +97,15 @@ impl Pincushion {
         pincushion
     }
 
-    /// The live pins, oldest first.
+    /// The live pins, oldest first, none older than the newest barrier (a schema change or
+    /// a `TRUNCATE`): a transaction begun at such a pin could read a truncated table empty,
+    /// or an old state under new definitions. Transactions already running at one are the
+    /// library's to guard.
     pub fn pins(&self) -> Vec<Pin> {
-        self.lock().clone()
+        let barrier = self.tracker.newest_barrier();
+        let mut pins = self.lock().clone();
+        pins.retain(|pin| pin.ts >= barrier);
+        pins
     }
 
     /// A pin taken and certified now (the library's ★).

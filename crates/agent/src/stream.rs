@@ -382,6 +382,10 @@ impl Stream {
             self.tracker
                 .schema_changed(read_at.max(Timestamp(lsn)), self.catalog.published());
         }
+        if committed.barrier {
+            // Before any node hears of it: from now on no pin older than it is offered.
+            self.tracker.barrier(Timestamp(lsn));
+        }
         self.fanout
             .push(StreamMessage::Invalidate(Arc::new(committed.invalidation)));
         Ok(())

@@ -49,6 +49,8 @@ struct State {
     xid_order: VecDeque<u32>,
     progress: Progress,
     catalogs: VecDeque<CatalogVersion>,
+    /// The newest commit that changed the schema or truncated a table.
+    barrier: Timestamp,
 }
 
 /// The stream's record, behind one lock; waiters are woken on every change.
@@ -72,6 +74,7 @@ impl StreamTracker {
                     ..Progress::default()
                 },
                 catalogs: VecDeque::new(),
+                barrier: Timestamp::ZERO,
             }),
             changed: Notify::new(),
         }
@@ -178,6 +181,19 @@ impl StreamTracker {
     /// The catalog versions kept, oldest first.
     pub fn catalogs(&self) -> Vec<CatalogVersion> {
         self.lock().catalogs.iter().cloned().collect()
+    }
+
+    /// Records a commit that changed the schema or truncated a table: a snapshot older than
+    /// it that reads an affected table afterwards sees the table empty (`TRUNCATE` and
+    /// rewriting `ALTER TABLE` are not MVCC-safe) or under definitions it never had.
+    pub fn barrier(&self, lsn: Timestamp) {
+        let mut state = self.lock();
+        state.barrier = state.barrier.max(lsn);
+    }
+
+    /// The newest barrier recorded: no pin older than it is offered any more.
+    pub fn newest_barrier(&self) -> Timestamp {
+        self.lock().barrier
     }
 
     /// The stream's progress now.
