@@ -177,6 +177,12 @@ impl Pinner {
                         tracing::warn!(error = format!("{error:#}"), "pinner: could not take a pin; retrying");
                     }
                 }
+                // Pins older than a barrier are no longer listed: offer a newer one at once.
+                _ = self.tracker.barrier_raised() => {
+                    if let Err(error) = self.take_certified().await {
+                        tracing::warn!(error = format!("{error:#}"), "pinner: could not take a pin after a barrier; retrying at the next tick");
+                    }
+                }
             }
         }
     }

@@ -58,6 +58,7 @@ struct State {
 pub struct StreamTracker {
     state: Mutex<State>,
     changed: Notify,
+    barrier_raised: Notify,
 }
 
 impl StreamTracker {
@@ -77,6 +78,7 @@ impl StreamTracker {
                 barrier: Timestamp::ZERO,
             }),
             changed: Notify::new(),
+            barrier_raised: Notify::new(),
         }
     }
 
@@ -189,6 +191,13 @@ impl StreamTracker {
     pub fn barrier(&self, lsn: Timestamp) {
         let mut state = self.lock();
         state.barrier = state.barrier.max(lsn);
+        drop(state);
+        self.barrier_raised.notify_one();
+    }
+
+    /// Waits until a barrier is recorded (one recorded since the last wait counts).
+    pub async fn barrier_raised(&self) {
+        self.barrier_raised.notified().await;
     }
 
     /// The newest barrier recorded: no pin older than it is offered any more.
