@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import re
 import time
+from typing import Any
 
 import psycopg
 import pytest
@@ -23,7 +24,14 @@ import txcache
 from conftest import StartNode, wait_for
 from library_fixtures import LibraryStack, start_library_stack
 from postgres_fixtures import PostgresFactory
-from txcache import Pin, PinSet, SnapshotUnavailable, StatementNotAllowed, TransactionError
+from txcache import (
+    Pin,
+    PinSet,
+    ReadOnlyTransaction,
+    SnapshotUnavailable,
+    StatementNotAllowed,
+    TransactionError,
+)
 from txcache._nodes import Hit
 
 RELOAD = (
@@ -56,15 +64,16 @@ def event_payload(event_id: int) -> str | None:
     return None if row is None else str(row[0])
 
 
-def oldest(pin_set: PinSet, now: float) -> Pin | None:
-    """A pin policy: the oldest pin of the set (★ only without pins)."""
-    pins = pin_set.pins
-    return pins[0] if pins else None
-
-
 def ready(lib: LibraryStack) -> None:
     lib.caught_up()
     lib.fresh_pins()
+
+
+def begun_before(lib: LibraryStack, **options: Any) -> ReadOnlyTransaction:
+    """A read-only transaction whose pin set is taken now (it is built at creation): once the
+    agent decodes a TRUNCATE or a schema change it lists no older pin, so a transaction
+    can hold one only if it began before — the window the library's own check guards."""
+    return lib.cache.read_only(staleness=60, **options)
 
 
 def commit(lib: LibraryStack, *statements: str) -> int:
@@ -293,9 +302,10 @@ def test_the_tables_read_are_checked_once_per_database_transaction(lib):
 
 def test_a_truncated_and_reloaded_table_is_read_after_the_reload(lib):
     ready(lib)
-    lib.cache.policy = oldest
+    lib.cache.policy = txcache.oldest_pin
+    tx = begun_before(lib)
     token = commit(lib, "TRUNCATE items", RELOAD)
-    with lib.cache.read_only(staleness=60) as tx:
+    with tx:
         assert tx.pin_set.pins[0].ts < token, "a pin older than the TRUNCATE is offered"
         assert current_price(3) == 300  # PostgreSQL alone shows the old pin's items empty
         assert tx.snapshot is not None
@@ -313,9 +323,10 @@ def test_a_truncated_and_reloaded_table_is_read_after_the_reload(lib):
 
 def test_a_bare_query_reads_the_reloaded_table(lib):
     ready(lib)
-    lib.cache.policy = oldest
+    lib.cache.policy = txcache.oldest_pin
+    tx = begun_before(lib)
     token = commit(lib, "TRUNCATE items", RELOAD)
-    with lib.cache.read_only(staleness=60) as tx:
+    with tx:
         assert txcache.query_one("SELECT count(*), sum(price) FROM items") == (20, 21000)
         assert tx.snapshot is not None
         assert tx.snapshot.ts >= token
@@ -327,7 +338,7 @@ def test_a_bare_query_reads_the_reloaded_table(lib):
 
 def test_a_rewrite_after_cached_reads_moves_to_a_pin_they_allow(lib):
     ready(lib)
-    lib.cache.policy = oldest
+    lib.cache.policy = txcache.oldest_pin
     with lib.cache.read_only(staleness=60):
         assert current_price(5) == 50  # cached, valid until the TRUNCATE
     token = commit(lib, "TRUNCATE users", "INSERT INTO users VALUES (1, 'new user 1')")
@@ -342,11 +353,12 @@ def test_a_rewrite_after_cached_reads_moves_to_a_pin_they_allow(lib):
 
 def test_a_rewrite_no_pin_of_the_transaction_can_see_is_a_retryable_error(lib):
     ready(lib)
-    lib.cache.policy = oldest
+    lib.cache.policy = txcache.oldest_pin
     with lib.cache.read_only(staleness=60):
         assert current_price(6) == 60
+    tx = begun_before(lib)
     token = commit(lib, "TRUNCATE users", "INSERT INTO users VALUES (1, 'new user 1')")
-    with lib.cache.read_only(staleness=60) as tx:
+    with tx:
         # Only pins before the TRUNCATE: the newer ones are out of the set.
         tx.pin_set = PinSet([pin for pin in tx.pin_set if pin.ts < token], star=False)
         assert current_price(6) == 60
@@ -359,9 +371,10 @@ def test_a_rewrite_no_pin_of_the_transaction_can_see_is_a_retryable_error(lib):
 
 def test_a_table_rewriting_alter_table_is_read_after_it(lib):
     ready(lib)
-    lib.cache.policy = oldest
+    lib.cache.policy = txcache.oldest_pin
+    tx = begun_before(lib)
     token = commit(lib, "ALTER TABLE items ALTER COLUMN price TYPE bigint")
-    with lib.cache.read_only(staleness=60) as tx:
+    with tx:
         assert current_price(7) == 70
         assert tx.snapshot is not None
         assert tx.snapshot.ts >= token
@@ -379,16 +392,17 @@ def test_a_partition_truncated_directly(lib):
     )
     txcache.setup_database(lib.dsn)
     ready(lib)
-    lib.cache.policy = oldest
-    token = commit(lib, "TRUNCATE events_low", "INSERT INTO events VALUES (5, 'reloaded')")
+    lib.cache.policy = txcache.oldest_pin
     # not_before: pins from before the table existed would show it as created since.
-    with lib.cache.read_only(staleness=60, not_before=created) as tx:
+    tx, second = begun_before(lib, not_before=created), begun_before(lib, not_before=created)
+    token = commit(lib, "TRUNCATE events_low", "INSERT INTO events VALUES (5, 'reloaded')")
+    with tx:
         assert tx.pin_set.pins[0].ts < token
         assert event_payload(5) == "reloaded"
         assert tx.snapshot is not None
         assert tx.snapshot.ts >= token
         assert tx.moves == 1
-    with lib.cache.read_only(staleness=60, not_before=created) as tx:
+    with second as tx:
         # The partition the first query reads is fine; the table's name is never taken as
         # verified, since another query of it can read another partition.
         assert txcache.query("SELECT payload FROM events WHERE id = 150") == [("high",)]
@@ -404,12 +418,13 @@ def test_a_table_created_after_the_snapshot_is_not_read_there(lib):
     """A pin from before the table existed: PostgreSQL reads the table it finds now at an
     old snapshot (empty); the library reads it where it exists."""
     ready(lib)
-    lib.cache.policy = oldest
+    lib.cache.policy = txcache.oldest_pin
+    tx = begun_before(lib)
     token = commit(
         lib, "CREATE TABLE later (id integer PRIMARY KEY)", "INSERT INTO later VALUES (1)"
     )
     txcache.setup_database(lib.dsn)
-    with lib.cache.read_only(staleness=60) as tx:
+    with tx:
         assert tx.pin_set.pins[0].ts < token
         assert txcache.query("SELECT id FROM later") == [(1,)]
         assert tx.snapshot is not None
@@ -445,7 +460,7 @@ def test_the_agent_lists_each_pins_snapshot_contents(lib):
 def test_a_pin_whose_snapshot_contents_differ_is_refused(lib, caplog):
     ready(lib)
     commit(lib, "UPDATE users SET name = 'user 5' WHERE id = 5")  # a second pin
-    lib.cache.policy = oldest
+    lib.cache.policy = txcache.oldest_pin
     caplog.set_level(logging.WARNING, logger="txcache")
     with lib.cache.read_only(staleness=60) as tx:
         pins = tx.pin_set.pins
@@ -492,7 +507,7 @@ def test_a_snapshot_id_reused_after_a_restart_is_not_imported(
             token = write.commit_timestamp
             assert token is not None
             wait_for(lambda: fresh_pin_after(lib, token - 1), "a pin after the update", 30)
-            lib.cache.policy = oldest  # the old pin first
+            lib.cache.policy = txcache.oldest_pin  # the old pin first
             with lib.cache.read_only(staleness=60, not_before=token) as tx:
                 tx.pin_set = PinSet([reused, *tx.pin_set], star=False)
                 assert txcache.query_one("SELECT name FROM users WHERE id = 6") == ("seen",)
