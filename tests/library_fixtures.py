@@ -18,7 +18,7 @@ import redis
 
 import txcache
 from agent_fixtures import lsn
-from conftest import StartNode
+from conftest import StartNode, wait_for
 from txcache import AgentProcess, NodeProcess, setup_database
 
 SCHEMA = """
@@ -29,6 +29,10 @@ CREATE TABLE users (id integer PRIMARY KEY, name text NOT NULL);
 INSERT INTO items SELECT i, 'item ' || i, 10 * i, i % 3 FROM generate_series(1, 20) i;
 INSERT INTO users SELECT i, 'user ' || i FROM generate_series(1, 5) i;
 """
+
+
+AGENT_ARGS = ("--pin-interval", "50ms", "--heartbeat-interval", "50ms")
+"""The agent's settings in these tests: pins and heartbeats every 50 ms."""
 
 
 @dataclass
@@ -58,6 +62,31 @@ class LibraryStack:
                 time.sleep(0.01)
             client.close()
 
+    def commit(self, *statements: str) -> int:
+        """Run ``statements`` in one read/write transaction through the library; its commit
+        LSN, once both nodes applied it and the library knows a pin at or after it."""
+        with self.cache.read_write() as tx:
+            for statement in statements:
+                tx.execute(statement)
+        token = tx.commit_timestamp
+        assert token is not None
+        self.caught_up()
+        self.fresh_pins(after=token - 1)
+        return token
+
+    def start_agent(self) -> None:
+        """Start the agent again on its address (after it was stopped or killed), and wait
+        until the library is back with it."""
+        self.agent = AgentProcess(
+            self.dsn,
+            [node.address for node in self.nodes],
+            f"--listen={self.agent.host}:{self.agent.port}",
+            *AGENT_ARGS,
+        )
+        self.caught_up()
+        assert self.cache.agent is not None
+        wait_for(self.cache.agent.refresh, "the library to reconnect to the agent", timeout=20)
+
     def fresh_pins(self, after: int = 0, timeout: float = 20.0) -> None:
         """Wait until the library knows a pin newer than ``after``."""
         assert self.cache.agent is not None
@@ -78,15 +107,7 @@ def start_library_stack(
         admin.execute(SCHEMA)
         setup_database(dsn)
         nodes = [start_node("--max-memory", "64mb") for _ in range(2)]
-        agent = AgentProcess(
-            dsn,
-            [node.address for node in nodes],
-            "--pin-interval",
-            "50ms",
-            "--heartbeat-interval",
-            "50ms",
-            *agent_args,
-        )
+        agent = AgentProcess(dsn, [node.address for node in nodes], *AGENT_ARGS, *agent_args)
         options = {"refresh_interval": 0.05, **settings}
         cache = txcache.connect(
             dsn,

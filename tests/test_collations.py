@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-import txcache
+from cached_reads import cached, reread
 from conftest import StartNode
 from library_fixtures import LibraryStack, start_library_stack
 from postgres_fixtures import ICU_PG_BIN
@@ -36,22 +36,6 @@ INSERT INTO people VALUES (1, 'ABC'), (2, 'xyz');
 INSERT INTO names VALUES (1, 'ABC'), (2, 'xyz');
 """
 
-runs: list[str] = []
-
-Rows = list[tuple[object, ...]]
-
-
-@txcache.cacheable
-def rows_of(statement: str, *params: object) -> Rows:
-    """The rows of ``statement``; each run (a miss) is recorded in ``runs``."""
-    runs.append(statement)
-    return [tuple(row) for row in txcache.query(statement, params)]
-
-
-@pytest.fixture(autouse=True)
-def _clear_runs() -> None:
-    runs.clear()
-
 
 @pytest.fixture
 def lib(icu_database: str, start_node: StartNode) -> Iterator[LibraryStack]:
@@ -61,47 +45,6 @@ def lib(icu_database: str, start_node: StartNode) -> Iterator[LibraryStack]:
     with psycopg.connect(icu_database, autocommit=True) as conn:
         conn.execute(SCHEMA)
     yield from start_library_stack(icu_database, start_node)
-
-
-def read(lib: LibraryStack, statement: str, *params: object, not_before: int | None = None) -> Rows:
-    with lib.cache.read_only(staleness=60, not_before=not_before):
-        return rows_of(statement, *params)
-
-
-def truth(lib: LibraryStack, statement: str, *params: object) -> Rows:
-    return [tuple(row) for row in lib.admin.execute(statement, params).fetchall()]
-
-
-def cached(lib: LibraryStack, statement: str, *params: object) -> Rows:
-    """Read ``statement`` through the cache until a second read is a hit."""
-    lib.caught_up()
-    lib.fresh_pins()
-    first = read(lib, statement, *params)
-    runs.clear()
-    assert read(lib, statement, *params) == first
-    assert runs == [], "the second read should have been a hit"
-    return first
-
-
-def change(lib: LibraryStack, statement: str) -> int:
-    """Run ``statement`` in a read/write transaction; its commit timestamp once both nodes
-    applied it and the library knows a pin after it."""
-    with lib.cache.read_write() as tx:
-        tx.execute(statement)
-    token = tx.commit_timestamp
-    assert token is not None
-    lib.caught_up()
-    lib.fresh_pins(after=token - 1)
-    return token
-
-
-def reread(lib: LibraryStack, statement: str, token: int, *params: object) -> tuple[Rows, bool]:
-    """Read at a pin no older than ``token``: the rows (checked against the database) and
-    whether the function ran again (a miss)."""
-    runs.clear()
-    got = read(lib, statement, *params, not_before=token)
-    assert got == truth(lib, statement, *params)
-    return got, runs == [statement]
 
 
 def test_the_icu_server_runs_the_binaries_asked_for(icu_postgres: EmbeddedPostgres) -> None:
@@ -121,10 +64,10 @@ def test_an_equality_matching_a_differently_cased_value_is_invalidated(lib: Libr
     ``'Abc'``, changes the result although neither write names ``abc``."""
     query = "SELECT id, name FROM people WHERE name = %s ORDER BY id"
     assert cached(lib, query, "abc") == [(1, "ABC")]
-    token = change(lib, "UPDATE people SET name = 'ABD' WHERE id = 1")
+    token = lib.commit("UPDATE people SET name = 'ABD' WHERE id = 1")
     assert reread(lib, query, token, "abc") == ([], True), "the update did not invalidate"
     assert cached(lib, query, "abc") == []
-    token = change(lib, "INSERT INTO people VALUES (3, 'Abc')")
+    token = lib.commit("INSERT INTO people VALUES (3, 'Abc')")
     assert reread(lib, query, token, "abc") == ([(3, "Abc")], True), "the insert did not"
 
 
@@ -138,10 +81,10 @@ def test_a_deterministic_icu_column_keeps_its_fine_tags_unless_compared_collate_
     explicit = "SELECT id, name FROM names WHERE name = %s COLLATE ci ORDER BY id"
     assert cached(lib, query, "abc") == []
     assert cached(lib, explicit, "abc") == [(1, "ABC")]
-    token = change(lib, "UPDATE names SET name = 'ABD' WHERE id = 1")
+    token = lib.commit("UPDATE names SET name = 'ABD' WHERE id = 1")
     assert reread(lib, query, token, "abc") == ([], False), "a fine tag should have kept it"
     assert reread(lib, explicit, token, "abc") == ([], True), "COLLATE ci was not invalidated"
-    token = change(lib, "INSERT INTO names VALUES (3, 'abc')")
+    token = lib.commit("INSERT INTO names VALUES (3, 'abc')")
     assert reread(lib, query, token, "abc") == ([(3, "abc")], True)
 
 
@@ -151,8 +94,8 @@ def test_a_collation_change_invalidates_and_is_read_by_the_library(lib: LibraryS
     with the wildcard, so that a write of the row named ``'ABC'`` invalidates it too."""
     query = "SELECT id, name FROM names WHERE name = %s ORDER BY id"
     assert cached(lib, query, "abc") == []
-    token = change(lib, "ALTER TABLE names ALTER COLUMN name TYPE text COLLATE ci")
+    token = lib.commit("ALTER TABLE names ALTER COLUMN name TYPE text COLLATE ci")
     assert reread(lib, query, token, "abc") == ([(1, "ABC")], True), "the DDL did not invalidate"
     assert cached(lib, query, "abc") == [(1, "ABC")]
-    token = change(lib, "UPDATE names SET name = 'ABD' WHERE id = 1")
+    token = lib.commit("UPDATE names SET name = 'ABD' WHERE id = 1")
     assert reread(lib, query, token, "abc") == ([], True), "tagged as if still deterministic"

@@ -9,7 +9,6 @@ import time
 
 import txcache
 from library_fixtures import LibraryStack
-from txcache import AgentProcess
 
 reads: list[int] = []
 
@@ -88,24 +87,10 @@ def test_a_dead_agent_means_the_database_answers(lib):
 def test_the_library_resumes_caching_when_the_agent_returns(lib):
     lib.caught_up()
     lib.fresh_pins()
-    address = f"--listen={lib.agent.host}:{lib.agent.port}"
     lib.agent.kill()
     update_all(lib, 7)
     assert prices(lib, staleness=0) == truth(lib)
-    lib.agent = AgentProcess(
-        lib.dsn,
-        [node.address for node in lib.nodes],
-        address,
-        "--pin-interval",
-        "50ms",
-        "--heartbeat-interval",
-        "50ms",
-    )
-    lib.caught_up()
-    deadline = time.monotonic() + 20
-    while not lib.cache.agent.endpoint.is_up() or not lib.cache.agent.refresh():
-        assert time.monotonic() < deadline, "the library never reconnected"
-        time.sleep(0.1)
+    lib.start_agent()
     lib.fresh_pins()
     assert prices(lib, staleness=60) == truth(lib)
     reads.clear()

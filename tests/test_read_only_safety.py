@@ -76,19 +76,6 @@ def begun_before(lib: LibraryStack, **options: Any) -> ReadOnlyTransaction:
     return lib.cache.read_only(staleness=60, **options)
 
 
-def commit(lib: LibraryStack, *statements: str) -> int:
-    """Run ``statements`` in one read/write transaction; its commit LSN, once both nodes
-    applied it and the library knows a pin at or after it."""
-    with lib.cache.read_write() as tx:
-        for statement in statements:
-            tx.execute(statement)
-    token = tx.commit_timestamp
-    assert token is not None
-    lib.caught_up()
-    lib.fresh_pins(after=token - 1)
-    return token
-
-
 def stored(lib: LibraryStack, key: bytes, lo: int, hi: int) -> Hit | None:
     """The version of ``key`` the node holds valid somewhere in ``[lo, hi]``, if any."""
     assert lib.cache.ring is not None
@@ -304,7 +291,7 @@ def test_a_truncated_and_reloaded_table_is_read_after_the_reload(lib):
     ready(lib)
     lib.cache.policy = txcache.oldest_pin
     tx = begun_before(lib)
-    token = commit(lib, "TRUNCATE items", RELOAD)
+    token = lib.commit("TRUNCATE items", RELOAD)
     with tx:
         assert tx.pin_set.pins[0].ts < token, "a pin older than the TRUNCATE is offered"
         assert current_price(3) == 300  # PostgreSQL alone shows the old pin's items empty
@@ -325,7 +312,7 @@ def test_a_bare_query_reads_the_reloaded_table(lib):
     ready(lib)
     lib.cache.policy = txcache.oldest_pin
     tx = begun_before(lib)
-    token = commit(lib, "TRUNCATE items", RELOAD)
+    token = lib.commit("TRUNCATE items", RELOAD)
     with tx:
         assert txcache.query_one("SELECT count(*), sum(price) FROM items") == (20, 21000)
         assert tx.snapshot is not None
@@ -341,7 +328,7 @@ def test_a_rewrite_after_cached_reads_moves_to_a_pin_they_allow(lib):
     lib.cache.policy = txcache.oldest_pin
     with lib.cache.read_only(staleness=60):
         assert current_price(5) == 50  # cached, valid until the TRUNCATE
-    token = commit(lib, "TRUNCATE users", "INSERT INTO users VALUES (1, 'new user 1')")
+    token = lib.commit("TRUNCATE users", "INSERT INTO users VALUES (1, 'new user 1')")
     with lib.cache.read_only(staleness=60) as tx:
         assert current_price(5) == 50  # a hit: the transaction is bound to the pins
         assert tx.read_cache
@@ -357,7 +344,7 @@ def test_a_rewrite_no_pin_of_the_transaction_can_see_is_a_retryable_error(lib):
     with lib.cache.read_only(staleness=60):
         assert current_price(6) == 60
     tx = begun_before(lib)
-    token = commit(lib, "TRUNCATE users", "INSERT INTO users VALUES (1, 'new user 1')")
+    token = lib.commit("TRUNCATE users", "INSERT INTO users VALUES (1, 'new user 1')")
     with tx:
         # Only pins before the TRUNCATE: the newer ones are out of the set.
         tx.pin_set = PinSet([pin for pin in tx.pin_set if pin.ts < token], star=False)
@@ -373,7 +360,7 @@ def test_a_table_rewriting_alter_table_is_read_after_it(lib):
     ready(lib)
     lib.cache.policy = txcache.oldest_pin
     tx = begun_before(lib)
-    token = commit(lib, "ALTER TABLE items ALTER COLUMN price TYPE bigint")
+    token = lib.commit("ALTER TABLE items ALTER COLUMN price TYPE bigint")
     with tx:
         assert current_price(7) == 70
         assert tx.snapshot is not None
@@ -382,8 +369,7 @@ def test_a_table_rewriting_alter_table_is_read_after_it(lib):
 
 
 def test_a_partition_truncated_directly(lib):
-    created = commit(
-        lib,
+    created = lib.commit(
         "CREATE TABLE events (id integer PRIMARY KEY, payload text NOT NULL) "
         "PARTITION BY RANGE (id)",
         "CREATE TABLE events_low PARTITION OF events FOR VALUES FROM (0) TO (100)",
@@ -395,7 +381,7 @@ def test_a_partition_truncated_directly(lib):
     lib.cache.policy = txcache.oldest_pin
     # not_before: pins from before the table existed would show it as created since.
     tx, second = begun_before(lib, not_before=created), begun_before(lib, not_before=created)
-    token = commit(lib, "TRUNCATE events_low", "INSERT INTO events VALUES (5, 'reloaded')")
+    token = lib.commit("TRUNCATE events_low", "INSERT INTO events VALUES (5, 'reloaded')")
     with tx:
         assert tx.pin_set.pins[0].ts < token
         assert event_payload(5) == "reloaded"
@@ -420,8 +406,8 @@ def test_a_table_created_after_the_snapshot_is_not_read_there(lib):
     ready(lib)
     lib.cache.policy = txcache.oldest_pin
     tx = begun_before(lib)
-    token = commit(
-        lib, "CREATE TABLE later (id integer PRIMARY KEY)", "INSERT INTO later VALUES (1)"
+    token = lib.commit(
+        "CREATE TABLE later (id integer PRIMARY KEY)", "INSERT INTO later VALUES (1)"
     )
     txcache.setup_database(lib.dsn)
     with tx:
@@ -459,7 +445,7 @@ def test_the_agent_lists_each_pins_snapshot_contents(lib):
 
 def test_a_pin_whose_snapshot_contents_differ_is_refused(lib, caplog):
     ready(lib)
-    commit(lib, "UPDATE users SET name = 'user 5' WHERE id = 5")  # a second pin
+    lib.commit("UPDATE users SET name = 'user 5' WHERE id = 5")  # a second pin
     lib.cache.policy = txcache.oldest_pin
     caplog.set_level(logging.WARNING, logger="txcache")
     with lib.cache.read_only(staleness=60) as tx:

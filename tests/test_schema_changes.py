@@ -18,24 +18,9 @@ import pytest
 
 import txcache
 from agent_fixtures import lsn
-from conftest import StartNode, wait_for
+from cached_reads import assert_invalidated, cached, read, truth
+from conftest import StartNode
 from library_fixtures import LibraryStack, start_library_stack
-from txcache import AgentProcess
-
-runs: list[str] = []
-
-Rows = list[tuple[object, ...]]
-
-
-@txcache.cacheable
-def rows_of(statement: str, *params: object) -> Rows:
-    runs.append(statement)
-    return [tuple(row) for row in txcache.query(statement, params)]
-
-
-@pytest.fixture(autouse=True)
-def _clear_runs() -> None:
-    runs.clear()
 
 
 @pytest.fixture
@@ -44,53 +29,12 @@ def lib(database: str, start_node: StartNode) -> Iterator[LibraryStack]:
     yield from start_library_stack(database, start_node, safe_functions=["twice"])
 
 
-def read(lib: LibraryStack, statement: str, *params: object, not_before: int | None = None) -> Rows:
-    with lib.cache.read_only(staleness=60, not_before=not_before):
-        return rows_of(statement, *params)
-
-
-def truth(lib: LibraryStack, statement: str, *params: object) -> Rows:
-    return [tuple(row) for row in lib.admin.execute(statement, params).fetchall()]
-
-
-def cached(lib: LibraryStack, statement: str, *params: object) -> Rows:
-    """Read ``statement`` through the cache until a second read is a hit."""
-    lib.caught_up()
-    lib.fresh_pins()
-    first = read(lib, statement, *params)
-    runs.clear()
-    assert read(lib, statement, *params) == first
-    assert runs == [], "the second read should have been a hit"
-    return first
-
-
-def change(lib: LibraryStack, *statements: str) -> int:
-    """Run ``statements`` in one read/write transaction; its commit LSN once both nodes applied
-    it and the library knows a pin after it."""
-    with lib.cache.read_write() as tx:
-        for statement in statements:
-            tx.execute(statement)
-    token = tx.commit_timestamp
-    assert token is not None
-    lib.caught_up()
-    lib.fresh_pins(after=token - 1)
-    return token
-
-
-def assert_invalidated(lib: LibraryStack, statement: str, token: int, *params: object) -> Rows:
-    runs.clear()
-    got = read(lib, statement, *params, not_before=token)
-    assert runs == [statement], "the schema change did not invalidate the cached result"
-    assert got == truth(lib, statement, *params)
-    return got
-
-
 def test_a_redefined_view_invalidates_reads_through_it(lib):
     lib.write("CREATE VIEW cheap AS SELECT id, name FROM items WHERE price < 50")
     query = "SELECT id FROM cheap ORDER BY id"
     before = cached(lib, query)
-    token = change(
-        lib, "CREATE OR REPLACE VIEW cheap AS SELECT id, name FROM items WHERE price < 100"
+    token = lib.commit(
+        "CREATE OR REPLACE VIEW cheap AS SELECT id, name FROM items WHERE price < 100"
     )
     assert assert_invalidated(lib, query, token) != before
 
@@ -103,7 +47,7 @@ def test_no_read_runs_at_a_pin_older_than_a_schema_change(lib):
     lib.caught_up()
     lib.fresh_pins()
     lib.write("UPDATE items SET price = 200 WHERE id = 8")  # counts under the new definition
-    token = change(lib, "CREATE OR REPLACE VIEW cheap AS SELECT id FROM items WHERE price < 100")
+    token = lib.commit("CREATE OR REPLACE VIEW cheap AS SELECT id FROM items WHERE price < 100")
     lib.cache.policy = txcache.oldest_pin
     with lib.cache.read_only(staleness=60) as tx:
         got = txcache.query("SELECT count(*) FROM cheap")
@@ -116,8 +60,8 @@ def test_a_view_dropped_and_created_again_invalidates_reads_through_it(lib):
     lib.write("CREATE VIEW named AS SELECT id, name FROM items")
     query = "SELECT name FROM named WHERE id = %s"
     cached(lib, query, 3)
-    token = change(
-        lib, "DROP VIEW named", "CREATE VIEW named AS SELECT id, name || '!' AS name FROM users"
+    token = lib.commit(
+        "DROP VIEW named", "CREATE VIEW named AS SELECT id, name || '!' AS name FROM users"
     )
     assert assert_invalidated(lib, query, token, 3) == [("user 3!",)]
 
@@ -135,7 +79,7 @@ def test_a_partition_truncated_directly_invalidates_reads_of_its_root(lib):
     make_partitions(lib)
     query = "SELECT count(*), sum(v) FROM events"
     assert cached(lib, query) == [(20, 190)]
-    token = change(lib, "TRUNCATE events_low")
+    token = lib.commit("TRUNCATE events_low")
     assert assert_invalidated(lib, query, token) == [(10, 145)]
 
 
@@ -143,15 +87,15 @@ def test_a_partition_dropped_detached_or_attached_invalidates_reads_of_its_root(
     make_partitions(lib)
     query = "SELECT count(*) FROM events"
     cached(lib, query)
-    token = change(lib, "ALTER TABLE events DETACH PARTITION events_high")
+    token = lib.commit("ALTER TABLE events DETACH PARTITION events_high")
     assert assert_invalidated(lib, query, token) == [(10,)]
     cached(lib, query)
-    token = change(
-        lib, "ALTER TABLE events ATTACH PARTITION events_high FOR VALUES FROM (10) TO (20)"
+    token = lib.commit(
+        "ALTER TABLE events ATTACH PARTITION events_high FOR VALUES FROM (10) TO (20)"
     )
     assert assert_invalidated(lib, query, token) == [(20,)]
     cached(lib, query)
-    token = change(lib, "DROP TABLE events_low")
+    token = lib.commit("DROP TABLE events_low")
     assert assert_invalidated(lib, query, token) == [(10,)]
 
 
@@ -162,8 +106,7 @@ def test_a_table_attached_from_an_untracked_schema_is_prepared_as_a_partition(li
         "CREATE TABLE elsewhere.events_more (k integer NOT NULL, v integer NOT NULL);"
         "INSERT INTO elsewhere.events_more VALUES (25, 1)"
     )
-    change(
-        lib,
+    lib.commit(
         "ALTER TABLE events ATTACH PARTITION elsewhere.events_more FOR VALUES FROM (20) TO (30)",
     )
     assert truth(
@@ -171,7 +114,7 @@ def test_a_table_attached_from_an_untracked_schema_is_prepared_as_a_partition(li
     ) == [("f",)]
     query = "SELECT count(*) FROM events"
     assert cached(lib, query) == [(21,)]
-    token = change(lib, "TRUNCATE elsewhere.events_more")
+    token = lib.commit("TRUNCATE elsewhere.events_more")
     assert assert_invalidated(lib, query, token) == [(20,)]
 
 
@@ -184,10 +127,10 @@ def test_inheritance_added_or_removed_invalidates_reads_of_the_parent(lib):
     )
     query = "SELECT id FROM animals ORDER BY id"
     assert cached(lib, query) == [(1,)]
-    token = change(lib, "ALTER TABLE dogs INHERIT animals")
+    token = lib.commit("ALTER TABLE dogs INHERIT animals")
     assert assert_invalidated(lib, query, token) == [(1,), (2,)]
     cached(lib, query)
-    token = change(lib, "ALTER TABLE cats NO INHERIT animals")
+    token = lib.commit("ALTER TABLE cats NO INHERIT animals")
     assert assert_invalidated(lib, query, token) == [(2,)]
 
 
@@ -199,8 +142,7 @@ def test_a_redefined_function_invalidates_every_cached_result(lib):
     unrelated = "SELECT name FROM users WHERE id = %s"
     assert cached(lib, query, 2) == [(40,)]
     cached(lib, unrelated, 1)
-    token = change(
-        lib,
+    token = lib.commit(
         "CREATE OR REPLACE FUNCTION twice(integer) RETURNS integer LANGUAGE sql IMMUTABLE "
         "AS 'SELECT 3 * $1'",
     )
@@ -216,15 +158,14 @@ def test_a_renamed_enum_value_invalidates_reads_of_its_columns(lib):
     )
     query = "SELECT mood::text FROM feelings WHERE id = %s"
     assert cached(lib, query, 1) == [("happy",)]
-    token = change(lib, "ALTER TYPE mood RENAME VALUE 'happy' TO 'glad'")
+    token = lib.commit("ALTER TYPE mood RENAME VALUE 'happy' TO 'glad'")
     assert assert_invalidated(lib, query, token, 1) == [("glad",)]
 
 
 def test_a_table_renamed_and_replaced_invalidates_reads_under_the_old_name(lib):
     query = "SELECT name FROM users WHERE id = %s"
     assert cached(lib, query, 1) == [("user 1",)]
-    token = change(
-        lib,
+    token = lib.commit(
         "ALTER TABLE users RENAME TO people",
         "CREATE TABLE users (id integer PRIMARY KEY, name text NOT NULL)",
         "INSERT INTO users VALUES (1, 'someone else')",
@@ -235,7 +176,7 @@ def test_a_table_renamed_and_replaced_invalidates_reads_under_the_old_name(lib):
 def test_a_renamed_table_is_no_longer_served_under_its_old_name(lib):
     query = "SELECT name FROM users WHERE id = %s"
     cached(lib, query, 1)
-    token = change(lib, "ALTER TABLE users RENAME TO people")
+    token = lib.commit("ALTER TABLE users RENAME TO people")
     with pytest.raises(txcache.UncacheableQuery, match="users"):
         read(lib, query, 1, not_before=token)
 
@@ -243,14 +184,14 @@ def test_a_renamed_table_is_no_longer_served_under_its_old_name(lib):
 def test_a_column_type_change_invalidates_reads_of_the_table(lib):
     query = "SELECT price::text FROM items WHERE id = %s"
     assert cached(lib, query, 4) == [("40",)]
-    token = change(lib, "ALTER TABLE items ALTER COLUMN price TYPE numeric(10, 2)")
+    token = lib.commit("ALTER TABLE items ALTER COLUMN price TYPE numeric(10, 2)")
     assert assert_invalidated(lib, query, token, 4) == [("40.00",)]
 
 
 def test_row_level_security_invalidates_and_makes_reads_uncacheable(lib):
     query = "SELECT name FROM users WHERE id = %s"
     cached(lib, query, 2)
-    token = change(lib, "ALTER TABLE users ENABLE ROW LEVEL SECURITY")
+    token = lib.commit("ALTER TABLE users ENABLE ROW LEVEL SECURITY")
     with pytest.raises(txcache.UncacheableQuery, match="row-level security"):
         read(lib, query, 2, not_before=token)
 
@@ -264,7 +205,7 @@ def test_a_table_left_out_of_the_publication_is_no_longer_served(lib):
             "ON p.oid = pn.pnpubid WHERE p.pubname = 'txcache'"
         ).fetchone()
     assert scope == (1,), "setup publishes the schema"
-    token = change(lib, "ALTER PUBLICATION txcache DROP TABLES IN SCHEMA public")
+    token = lib.commit("ALTER PUBLICATION txcache DROP TABLES IN SCHEMA public")
     with pytest.raises(txcache.UncacheableQuery, match="publication"):
         read(lib, query, 5, not_before=token)
 
@@ -286,26 +227,15 @@ def test_setup_puts_the_truncate_trigger_on_existing_partitions(lib):
 
 
 def behind_the_agents_back(lib: LibraryStack, *statements: str) -> int:
-    """Stop the agent, run ``statements`` (each its own transaction), start it again on the
-    same address; a position every statement committed after, once the nodes applied
-    everything and the library knows a pin after it."""
-    address = f"--listen={lib.agent.host}:{lib.agent.port}"
+    """Stop the agent, run ``statements`` (each its own transaction), start it again; a
+    position every statement committed after, once the nodes applied everything and the
+    library knows a pin after it."""
     lib.agent.stop()
     row = lib.admin.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
     assert row is not None
     for statement in statements:
         lib.write(statement)
-    lib.agent = AgentProcess(
-        lib.dsn,
-        [node.address for node in lib.nodes],
-        address,
-        "--pin-interval",
-        "50ms",
-        "--heartbeat-interval",
-        "50ms",
-    )
-    lib.caught_up()
-    wait_for(lib.cache.agent.refresh, "the library to reconnect to the agent", timeout=20)
+    lib.start_agent()
     token = lsn(row[0]) + 1
     lib.fresh_pins(after=token - 1)
     return token

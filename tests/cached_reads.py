@@ -1,0 +1,62 @@
+"""Reading any query through the cache, for tests of what invalidates a cached result.
+
+One cacheable function, :func:`rows_of`, caches the rows of whatever statement it is given;
+every run of it (a miss) is recorded in :data:`runs`. :func:`cached` reads a statement
+until a second read is a hit; :func:`reread` reads it again at a pin no older than a
+commit and says whether the function ran again.
+"""
+
+from __future__ import annotations
+
+import txcache
+from library_fixtures import LibraryStack
+
+Rows = list[tuple[object, ...]]
+
+runs: list[str] = []
+"""The statements :func:`rows_of` ran, in order (a hit runs nothing)."""
+
+
+@txcache.cacheable
+def rows_of(statement: str, *params: object) -> Rows:
+    """The rows of ``statement``; each run (a miss) is recorded in :data:`runs`."""
+    runs.append(statement)
+    return [tuple(row) for row in txcache.query(statement, params)]
+
+
+def read(lib: LibraryStack, statement: str, *params: object, not_before: int | None = None) -> Rows:
+    """``statement``'s rows through the cache, in a read-only transaction of its own."""
+    with lib.cache.read_only(staleness=60, not_before=not_before):
+        return rows_of(statement, *params)
+
+
+def truth(lib: LibraryStack, statement: str, *params: object) -> Rows:
+    """``statement``'s rows in the database now."""
+    return [tuple(row) for row in lib.admin.execute(statement, params).fetchall()]
+
+
+def cached(lib: LibraryStack, statement: str, *params: object) -> Rows:
+    """Read ``statement`` through the cache until a second read is a hit."""
+    lib.caught_up()
+    lib.fresh_pins()
+    first = read(lib, statement, *params)
+    runs.clear()
+    assert read(lib, statement, *params) == first
+    assert runs == [], "the second read should have been a hit"
+    return first
+
+
+def reread(lib: LibraryStack, statement: str, token: int, *params: object) -> tuple[Rows, bool]:
+    """Read at a pin no older than ``token``: the rows (checked against the database) and
+    whether the function ran again (a miss)."""
+    runs.clear()
+    got = read(lib, statement, *params, not_before=token)
+    assert got == truth(lib, statement, *params)
+    return got, runs == [statement]
+
+
+def assert_invalidated(lib: LibraryStack, statement: str, token: int, *params: object) -> Rows:
+    """Read at a pin no older than ``token``: the function must run again; its rows."""
+    got, ran = reread(lib, statement, token, *params)
+    assert ran, "the change did not invalidate the cached result"
+    return got
