@@ -110,3 +110,129 @@ def test_a_snapshot_taken_before_any_commit_sees_the_initial_state():
     early = read((("balance", 1), 100), (("members", 0), (1,)))
     early.snapshot = (101, 101, frozenset())
     assert judge(history(), early).points == (0, 0)
+
+
+# -- schema changes: the view, the partitioned ledger, DDL without value changes -------------
+
+LOW, HIGH = "low", "high"  # the view's two definitions: branches (0, 1) and (2, 3)
+ROWS = ((0, 10), (1, 10))
+SCHEMA_INITIAL = {
+    ("balance", 1): 100,
+    ("balance", 2): 100,
+    ("branch", 1): 0,
+    ("branch", 2): 2,
+    ("members", 0): (1,),
+    ("members", 2): (2,),
+    ("part", 0): ROWS,
+    ("part", 2): ROWS,
+    ("attached", 0): True,
+    ("attached", 2): True,
+    ("viewdef",): LOW,
+}
+# t = 10: the view becomes HIGH; t = 20: ledger_0 truncated and reloaded (same rows);
+# t = 30: a transfer 1 → 2; t = 40: ledger_2 detached; t = 50: a row of ledger_0 updated;
+# t = 60: an index created (no value changes); t = 70: ledger_2 attached again
+SCHEMA_COMMITS = [
+    Commit(201, 10.0, (("viewdef", 0, HIGH),)),
+    Commit(202, 20.0, (("reload", 0, ROWS),)),
+    Commit(203, 30.0, (("balance", 1, 90), ("balance", 2, 110))),
+    Commit(204, 40.0, (("attached", 2, False),)),
+    Commit(205, 50.0, (("ledger", 0, (1, 15)),)),
+    Commit(206, 60.0, (("ddl", 0, "index on accounts.balance created"),)),
+    Commit(207, 70.0, (("attached", 2, True),)),
+]
+
+
+def schema_history() -> History:
+    return History(SCHEMA_INITIAL, SCHEMA_COMMITS, slack=0.5)
+
+
+def at(point: int, *observed) -> Read:
+    """A read whose bounds allow exactly the commit points ``point``..7 at most: it began
+    (staleness 0) while ``point`` was current and ended at t = 100."""
+    return read(*observed, began=10.0 * point + 5.0, staleness=0.0)
+
+
+def test_the_view_shows_its_definitions_rows_of_the_state_at_the_commit_point():
+    assert judge(schema_history(), read((("view",), (LOW, ((1, 100),))))).points == (0, 0)
+    # HIGH over the state before the transfer (from point 0 on: a query there may already
+    # run with HIGH), then after it
+    assert judge(schema_history(), read((("view",), (HIGH, ((2, 100),))))).points == (0, 2)
+    assert judge(schema_history(), read((("view",), (HIGH, ((2, 110),))))).points == (3, 7)
+
+
+def test_a_view_definition_may_be_newer_than_the_commit_point_but_never_older():
+    # At point 0, still LOW, a query may already run with HIGH (the catalog is not
+    # versioned): HIGH's rows over the initial data, with the initial balance of account 1.
+    newer = read((("view",), (HIGH, ((2, 100),))), (("balance", 1), 100), began=5.0)
+    newer.staleness = 0.0
+    assert judge(schema_history(), newer).points == (0, 2)
+    # LOW after the redefinition committed is an anomaly: nothing later made it LOW again.
+    older = at(3, (("view",), (LOW, ((1, 90),))))
+    verdict = judge(schema_history(), older)
+    assert verdict.points is None
+    assert "('viewdef',) = 'high'" in verdict.explanation
+
+
+def test_a_view_that_showed_no_row_fits_either_definition():
+    # Both definitions show a row here, so an empty result fits no commit point.
+    assert judge(schema_history(), read((("view",), (None, ())))).points is None
+
+
+def test_a_truncate_and_reload_leaves_the_rows_so_an_empty_partition_is_an_anomaly():
+    assert judge(schema_history(), at(2, (("ledger", 0), ROWS))).points == (2, 4)
+    verdict = judge(schema_history(), at(2, (("ledger", 0), ())))
+    assert verdict.points is None
+    assert "nowhere allowed" in verdict.explanation
+    assert "2: TRUNCATE-and-reload of ledger_0" in verdict.explanation
+    assert judge(schema_history(), at(2, (("ledger_sum", 0), None))).points is None
+    assert judge(schema_history(), at(2, (("part", 0), ()))).points is None
+
+
+def test_a_partition_read_directly_or_through_its_table_follows_its_updates():
+    updated = ((0, 10), (1, 15))
+    assert judge(schema_history(), at(5, (("part", 0), updated))).points == (5, 7)
+    assert judge(schema_history(), at(5, (("ledger", 0), updated))).points == (5, 7)
+    assert judge(schema_history(), at(5, (("ledger_sum", 0), (25, 2)))).points == (5, 7)
+    assert judge(schema_history(), at(5, (("ledger", 0), ROWS))).points is None
+
+
+def test_a_detached_partition_is_empty_through_its_table_but_keeps_its_rows():
+    detached = at(4, (("ledger", 2), ()), (("ledger_sum", 2), None), (("part", 2), ROWS))
+    assert judge(schema_history(), detached).points == (4, 6)
+    # attached again at 7: its rows are back
+    assert judge(schema_history(), at(7, (("ledger", 2), ROWS))).points == (7, 7)
+    assert judge(schema_history(), at(7, (("ledger", 2), ()))).points is None
+
+
+def test_a_detach_may_be_seen_from_an_older_point_but_only_up_to_the_reads_end():
+    # A query at point 3 that runs after the detach (point 4) sees the partition detached.
+    early_detach = read((("ledger", 2), ()), (("balance", 1), 90), began=35.0, ended=45.0)
+    early_detach.staleness = 0.0
+    assert judge(schema_history(), early_detach).points == (3, 4)
+    # The same read ending before the detach committed cannot have seen it.
+    too_early = read((("ledger", 2), ()), (("balance", 1), 90), began=35.0, ended=36.0)
+    too_early.staleness = 0.0
+    assert judge(schema_history(), too_early).points is None
+
+
+def test_a_ddl_without_value_changes_is_a_commit_point_like_any_other():
+    token = read((("ledger", 0), ((0, 10), (1, 15))), not_before=206)
+    assert judge(schema_history(), token).points == (6, 7)
+
+
+def test_a_snapshot_read_sees_the_catalog_of_its_snapshot_or_later():
+    # The snapshot sees commits up to 3 (the transfer); the view's definition is HIGH.
+    sees = read((("view",), (HIGH, ((2, 110),))), (("ledger", 2), ROWS))
+    sees.snapshot = (204, 204, frozenset())
+    assert judge(schema_history(), sees).points == (3, 3)
+    # A query on that snapshot may run after the detach: ledger_2 empty through the table.
+    detached_later = read((("ledger", 2), ()))
+    detached_later.snapshot = (204, 204, frozenset())
+    assert judge(schema_history(), detached_later).points == (3, 3)
+    # But it never shows a truncated partition empty.
+    truncated = read((("ledger", 0), ()))
+    truncated.snapshot = (204, 204, frozenset())
+    verdict = judge(schema_history(), truncated)
+    assert verdict.points is None
+    assert "the snapshot holds ('part', 0) = ((0, 10), (1, 10))" in verdict.explanation

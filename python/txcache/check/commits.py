@@ -12,6 +12,7 @@ import logging
 import re
 import threading
 import time
+from typing import Any
 
 import psycopg
 
@@ -23,9 +24,21 @@ log = logging.getLogger("txcache.check")
 
 _COMMIT = re.compile(r"COMMIT (\d+) \(at (.+)\)")
 _PEEK = (
-    "SELECT lsn::text, data FROM pg_logical_slot_peek_changes(%s, NULL, 20000, "
+    "SELECT lsn::text, data FROM pg_logical_slot_peek_changes(%s, %s::pg_lsn, %s, "
     "'include-timestamp', '1', 'skip-empty-xacts', '1')"
 )
+_BATCH = 20000
+_FLUSH = "SELECT pg_logical_emit_message(false, 'txcache-check', 'flush', true)"
+_HELD = (
+    "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint::text "
+    "FROM pg_replication_slots WHERE slot_name = %s"
+)
+_OLDEST_XACT = (
+    "SELECT pid, application_name, backend_xid, xact_start, state, left(query, 80) "
+    "FROM pg_stat_activity WHERE backend_xid IS NOT NULL ORDER BY age(backend_xid) DESC LIMIT 1"
+)
+_CAUGHT_UP = 8 << 20
+"""Bytes of WAL the slot may still hold after :meth:`CommitReader.catch_up`."""
 
 
 class CommitReader:
@@ -34,7 +47,12 @@ class CommitReader:
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
         self.commits: list[tuple[int, float]] = []
+        self.lsns: dict[int, int] = {}
+        """Each commit's position in the WAL, as the slot reports it (for anomaly reports:
+        where a pin lies among the commits)."""
         self._seen: set[int] = set()
+        # One reader at a time: the background thread and catch_up (a fault's) both read.
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="check-commits", daemon=True)
 
@@ -46,6 +64,11 @@ class CommitReader:
         """Stop the background reader, then read what is left."""
         self._stop.set()
         self._thread.join()
+        if self.slot_lost():
+            raise RuntimeError(
+                f"the checker's own slot {CHECK_SLOT} was invalidated: commits are missing "
+                "from the history, so there is no verdict (it must keep up: catch_up)"
+            )
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -57,20 +80,59 @@ class CommitReader:
                     raise
                 time.sleep(0.5)
 
-    def read_some(self) -> bool:
-        """One batch; ``True`` if it found anything."""
-        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
-            rows = conn.execute(_PEEK, (CHECK_SLOT,)).fetchall()
-            if not rows:
-                return False
-            for _lsn, data in rows:
-                self._take(str(data))
-            conn.execute(
-                "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (CHECK_SLOT, rows[-1][0])
-            )
-        return True
+    def read_some(self, upto: str | None = None) -> bool:
+        """One batch (everything up to the WAL position ``upto`` if given); ``True`` if it
+        found anything."""
+        with self._lock, psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+            return self._read(conn, upto)
 
-    def _take(self, data: str) -> None:
+    def _read(self, conn: psycopg.Connection[Any], upto: str | None) -> bool:
+        limit = None if upto is not None else _BATCH
+        rows = conn.execute(_PEEK, (CHECK_SLOT, upto, limit)).fetchall()
+        for lsn, data in rows:
+            self._take(str(lsn), str(data))
+        # Up to `upto` itself: the slot's restart point can then pass the records after the
+        # last commit (a running-transactions record, which is what lets it move).
+        target = upto if upto is not None else (rows[-1][0] if rows else None)
+        if target is not None:
+            conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (CHECK_SLOT, target))
+        return bool(rows)
+
+    def catch_up(self) -> None:
+        """Read every commit so far and bring the slot's restart point up to now — right
+        before a checkpoint that invalidates slots holding too much WAL (the lost-slot
+        fault), which must not take this one. The restart point moves only at a
+        running-transactions record, one per read: log one, flush it (decoding reads only
+        flushed WAL), and read twice."""
+        with self._lock, psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+            for _ in range(3):
+                conn.execute("SELECT pg_log_standby_snapshot()")
+                conn.execute(_FLUSH)
+                for _ in range(2):
+                    self._read(conn, _scalar(conn, "SELECT pg_current_wal_flush_lsn()::text"))
+                held = int(_scalar(conn, _HELD, (CHECK_SLOT,)))
+                if held <= _CAUGHT_UP:
+                    return
+            oldest = conn.execute(_OLDEST_XACT).fetchone()
+        log.warning(
+            "the checker's slot still holds %s bytes of WAL after catching up (oldest "
+            "transaction with an xid: %s)",
+            held,
+            oldest,
+        )
+
+    def slot_lost(self) -> bool:
+        """Whether PostgreSQL invalidated the checker's slot (it would have lost commits)."""
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+            status = _scalar(
+                conn,
+                "SELECT coalesce(wal_status, 'lost') FROM pg_replication_slots "
+                "WHERE slot_name = %s",
+                (CHECK_SLOT,),
+            )
+        return status == "lost"
+
+    def _take(self, lsn: str, data: str) -> None:
         match = _COMMIT.match(data)
         if match is None:
             return
@@ -80,6 +142,8 @@ class CommitReader:
         self._seen.add(xid)
         when = datetime.datetime.fromisoformat(match[2]).timestamp()
         self.commits.append((xid, when))
+        high, low = lsn.split("/")
+        self.lsns[xid] = (int(high, 16) << 32) | int(low, 16)
 
     def _run(self) -> None:
         while not self._stop.wait(1.0):
@@ -87,3 +151,11 @@ class CommitReader:
                 self.read_some()
             except psycopg.Error as error:  # PostgreSQL restarting: try again later
                 log.debug("reading the check slot failed: %s", error)
+
+
+def _scalar(conn: psycopg.Connection[Any], query: str, params: tuple[object, ...] = ()) -> str:
+    """The first column of the first row, as text."""
+    row = conn.execute(query, params).fetchone()
+    if row is None:
+        raise RuntimeError(f"no row from {query!r}")
+    return str(row[0])

@@ -4,13 +4,20 @@ The database's history is the sequence of committed write transactions in commit
 (read by the checker from a logical slot of its own, not from txcache). Each writer logged
 the absolute values it left behind, so the state after the k-th commit is known for every
 *object* the readers observe: an account's ``balance`` and ``branch``, the members of a
-``branch`` (sorted ids), the values of a ``list`` in entry order.
+``branch`` (sorted ids), the values of a ``list`` in entry order, the rows of a partition of
+the ``ledger`` table, and the rows each definition of the view ``branch_view`` would show.
+
+Two objects live in PostgreSQL's catalog, which is not versioned by snapshot: which
+definition the view has and whether a partition is attached. A query at commit point ``k``
+runs with the catalog of the moment it runs, over the data at ``k``; so a catalog value
+observed at ``k`` may be the one at ``k`` or at any later point up to the read's end
+(:data:`CATALOG_KINDS`).
 
 A read-only transaction is consistent when one commit point ``k`` explains every value it
 observed, with ``k`` not before its ``not_before`` commit, no staler than its staleness
 limit allows, and not after it ended (docs/check.md). :func:`judge` finds the set of such
-points by intersecting, per observation, the ranges of ``k`` where the object had the
-observed value.
+points by intersecting, per observation, the ranges of ``k`` where the observed value
+held.
 """
 
 from __future__ import annotations
@@ -23,24 +30,49 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "CATALOG_KINDS",
+    "SCHEMA_WRITES",
+    "VIEW_BRANCHES",
     "Commit",
     "History",
     "Read",
     "Verdict",
+    "Visible",
     "Write",
+    "describe_write",
     "judge",
+    "requirements",
 ]
 
 LIST_WINDOW = 20
 """How many of a list's last values readers observe (``workload.list_values``)."""
 
+VIEW_BRANCHES: dict[str, tuple[int, ...]] = {"low": (0, 1), "high": (2, 3)}
+"""The two definitions of the workload's view ``branch_view``: each shows ``(id, balance)``
+of the accounts of these branches, and its own name in a column ``def``."""
+
+CATALOG_KINDS = frozenset({"viewdef", "attached"})
+"""Objects of the catalog: seen at commit point ``k`` as they were at ``k`` or later."""
+
+SCHEMA_WRITES = frozenset({"reload", "attached", "viewdef", "ddl"})
+"""The write kinds of schema operations (each in a transaction of its own)."""
+
 Object = tuple[Hashable, ...]
-"""``("balance", account)``, ``("branch", account)``, ``("members", branch)``,
-``("list", list_id)``."""
+"""State: ``("balance", account)``, ``("branch", account)``, ``("members", branch)``,
+``("list", list_id)``, ``("part", p)`` (a partition's ``(slot, amount)`` rows),
+``("part_sum", p)`` (their ``(sum, count)``, ``None`` when empty), ``("viewrows", def)``,
+and the catalog's ``("viewdef",)`` and ``("attached", p)``. Observations also use derived
+objects (:func:`requirements`): ``("view",)``, ``("ledger", p)``, ``("ledger_sum", p)``."""
 
 Write = tuple[str, int, object]
 """What a writer logged: ``("balance", account, value)``, ``("branch", account, branch)``,
-``("append", list_id, (entry_id, value))``."""
+``("append", list_id, (entry_id, value))``, ``("ledger", p, (slot, amount))``; schema
+operations: ``("reload", p, rows)`` (TRUNCATE-and-reload of a partition: the rows it left),
+``("attached", p, bool)``, ``("viewdef", 0, def)`` and ``("ddl", 0, what)`` (an index or a
+column type changed: no value changes)."""
+
+Requirement = tuple[Object, object]
+"""A state or catalog object and the value it must have."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +84,8 @@ class Commit:
     time: float
     """Its commit time (Unix seconds, the server's clock)."""
     writes: tuple[Write, ...]
+    lsn: int = 0
+    """Its position in the WAL as the checker's slot reports it (0: unknown)."""
 
 
 @dataclass
@@ -67,6 +101,9 @@ class Read:
     mode: str = "consistent"
     path: str = ""
     """How the library served it (snapshot, moves, fallback), for the anomaly report."""
+    pin: int | None = None
+    """The pin (a WAL position) its database transaction ended on, if any: the report
+    names the commit point it corresponds to."""
     snapshot: tuple[int, int, frozenset[int]] | None = None
     """For a transaction that fell back to the database: its snapshot (xmin, xmax, the
     in-progress xids; 32-bit). It is judged by what that snapshot sees, not by a prefix of
@@ -85,13 +122,51 @@ class Verdict:
     explanation: str = ""
 
 
+@dataclass(frozen=True)
+class Visible:
+    """What a database snapshot sees (:meth:`History.visible_state`)."""
+
+    last: int
+    """The last commit point it sees; every later commit is invisible."""
+    earliest: int
+    """The commit point before the first commit it misses (``last`` when it misses none):
+    the catalog it read with is at least that new."""
+    values: dict[Object, object]
+
+
+def requirements(obj: Object, value: object) -> list[tuple[Requirement, ...]]:
+    """What observing ``value`` of ``obj`` requires of a commit point: any one of the
+    alternatives, each a tuple of requirements that must all hold there.
+
+    A plain object requires itself. Reads through the view require its definition (a
+    catalog object) and that definition's rows; an empty result (``(None, ())``) names no
+    definition, so either will do. Reads through the partitioned table require the
+    partition attached and its rows — or, when they found nothing, detached.
+    """
+    kind = obj[0]
+    if kind == "view":
+        assert isinstance(value, tuple)
+        definition, rows = value
+        names = tuple(VIEW_BRANCHES) if definition is None else (definition,)
+        return [((("viewdef",), name), (("viewrows", name), rows)) for name in names]
+    if kind in ("ledger", "ledger_sum"):
+        part = obj[1]
+        data: Object = ("part", part) if kind == "ledger" else ("part_sum", part)
+        alternatives: list[tuple[Requirement, ...]] = [((("attached", part), True), (data, value))]
+        if value in ((), None):
+            alternatives.append(((("attached", part), False),))
+        return alternatives
+    return [((obj, value),)]
+
+
 class History:
     """Every object's value after each commit point (0 = the initial state)."""
 
     def __init__(
         self, initial: dict[Object, object], commits: Sequence[Commit], *, slack: float
     ) -> None:
-        """``initial``: the state before the first commit; ``commits`` in commit order;
+        """``initial``: the state before the first commit (objects derived from others —
+        the view's rows, partitions' sums — are added); ``commits`` in commit order;
         ``slack``: seconds of clock and decoding uncertainty allowed around the bounds."""
         self.commits = list(commits)
         self.slack = slack
@@ -99,8 +174,15 @@ class History:
         # Commit timestamps are taken just before the commit record is written, so they are
         # almost but not exactly in commit order: search their running maximum.
         self._times = list(itertools.accumulate((c.time for c in self.commits), max))
+        self._lsns = [commit.lsn for commit in self.commits]
+        self._schema = [
+            (point, describe_write(write))
+            for point, commit in enumerate(self.commits, start=1)
+            for write in commit.writes
+            if write[0] in SCHEMA_WRITES
+        ]
         self._changes: dict[Object, tuple[list[int], list[object]]] = {}
-        self._replay(initial)
+        self._replay(_derived(initial))
         self._held: dict[tuple[Object, object], list[int]] = self._index()
         by_xid = sorted(self.position.items())
         self._xids = [xid for xid, _ in by_xid]
@@ -131,7 +213,7 @@ class History:
                 points, values = changes[obj]
                 if points and points[-1] == index:
                     values[-1] = state[obj]
-                else:
+                elif not values or values[-1] != state[obj]:
                     points.append(index)
                     values.append(state[obj])
         self._changes = dict(changes)
@@ -158,6 +240,41 @@ class History:
             ranges.append((points[index], end))
         return ranges
 
+    def catalog_ranges(
+        self, obj: Object, value: object, within: tuple[int, int]
+    ) -> list[tuple[int, int]]:
+        """The points ``k`` of ``within`` at which a query could see the catalog object
+        ``obj`` with ``value``: it had it at some point from ``k`` to the end of
+        ``within`` (a query at ``k`` runs with the catalog of the moment it runs)."""
+        low, high = within
+        ranges = self.value_ranges(obj, value, within)
+        if not ranges:
+            return []
+        reach = max(min(end, high) for _start, end in ranges)
+        return [(low, reach)] if reach >= low else []
+
+    def observation_ranges(
+        self, obj: Object, value: object, within: tuple[int, int]
+    ) -> list[tuple[int, int]]:
+        """The points of ``within`` that explain observing ``value`` of ``obj`` (a plain,
+        catalog or derived object: :func:`requirements`)."""
+        found: list[tuple[int, int]] = []
+        for alternative in requirements(obj, value):
+            ranges = [within]
+            for required, wanted in alternative:
+                ranges = _intersect(ranges, self._requirement_ranges(required, wanted, within))
+                if not ranges:
+                    break
+            found += ranges
+        return _union(found)
+
+    def _requirement_ranges(
+        self, obj: Object, value: object, within: tuple[int, int]
+    ) -> list[tuple[int, int]]:
+        if obj[0] in CATALOG_KINDS:
+            return self.catalog_ranges(obj, value, within)
+        return self.value_ranges(obj, value, within)
+
     def value_at(self, obj: Object, point: int) -> object:
         """The value of ``obj`` at commit point ``point``."""
         points, values = self._changes.get(obj, ([0], [None]))
@@ -165,7 +282,7 @@ class History:
 
     def visible_state(
         self, snapshot: tuple[int, int, frozenset[int]], objects: Iterable[Object]
-    ) -> tuple[int, dict[Object, object]]:
+    ) -> Visible:
         """The values of ``objects`` in what ``snapshot`` sees, and the last commit it sees.
 
         Every commit after that last visible one is invisible; before it, a commit can be
@@ -188,7 +305,7 @@ class History:
         missing.sort()
         wanted = set(objects)
         if not missing:
-            return last, {obj: self.value_at(obj, last) for obj in wanted}
+            return Visible(last, last, {obj: self.value_at(obj, last) for obj in wanted})
         # Rebuild from just before the first missing commit, skipping the missing ones.
         base = missing[0] - 1
         state = {obj: self.value_at(obj, base) for obj in self._changes}
@@ -196,7 +313,7 @@ class History:
         for index in range(missing[0], last + 1):
             if index not in skipped:
                 _apply(state, self.commits[index - 1].writes)
-        return last, {obj: state.get(obj) for obj in wanted}
+        return Visible(last, base, {obj: state.get(obj) for obj in wanted})
 
     def bounds(self, read: Read) -> tuple[int, int]:
         """The commit points ``read`` may be serialized at, ignoring what it observed."""
@@ -208,26 +325,77 @@ class History:
         high = bisect.bisect_right(self._times, read.ended + self.slack)
         return low, high
 
+    def locate(self, lsn: int) -> str:
+        """Where WAL position ``lsn`` (a pin) lies among the commits. The slot reports a
+        commit at the end of its record and a pin names the start of its last commit's
+        record, so a pin just below a commit's position shows that commit."""
+        point = bisect.bisect_right(self._lsns, lsn)
+        after = (
+            f", commit {point + 1} ends at {self._lsns[point]}" if point < len(self._lsns) else ""
+        )
+        return f"after commit {point}{after}"
+
+    def schema_changes(self, low: int, high: int) -> list[tuple[int, str]]:
+        """The schema operations committed at points ``low..high``, described."""
+        start = bisect.bisect_left(self._schema, (low, ""))
+        stop = bisect.bisect_left(self._schema, (high + 1, ""))
+        return self._schema[start:stop]
+
+
+def describe_write(write: Write) -> str:
+    """A schema operation in words, for anomaly reports."""
+    kind, key, value = write
+    if kind == "reload":
+        return f"TRUNCATE-and-reload of ledger_{key}"
+    if kind == "attached":
+        return f"ledger_{key} {'attached' if value else 'detached'}"
+    if kind == "viewdef":
+        return f"branch_view redefined as {value!r}"
+    return str(value)
+
+
+# -- replaying writes -----------------------------------------------------------------------
+
+
+def _derived(initial: dict[Object, object]) -> dict[Object, object]:
+    """``initial`` with the objects derived from others: each view definition's rows (when
+    accounts are known) and each partition's sum."""
+    state = dict(initial)
+    if any(obj[0] == "members" for obj in state):
+        for name in VIEW_BRANCHES:
+            state["viewrows", name] = _view_rows(state, name)
+    for obj in [obj for obj in state if obj[0] == "part"]:
+        state["part_sum", obj[1]] = _part_sum(state[obj])
+    return state
+
+
+_PAIRS: dict[tuple[int, object], tuple[int, object]] = {}
+"""One object per ``(id, balance)`` pair: the view's rows are kept after every commit that
+changes an account, and most of their pairs repeat."""
+
+
+def _view_rows(state: dict[Object, object], name: str) -> tuple[tuple[int, object], ...]:
+    """What definition ``name`` of the view shows: ``(id, balance)`` by id."""
+    rows = []
+    for branch in VIEW_BRANCHES[name]:
+        members: Any = state.get(("members", branch), ())
+        for member in members:
+            pair = (member, state.get(("balance", member)))
+            rows.append(_PAIRS.setdefault(pair, pair))
+    return tuple(sorted(rows))
+
+
+def _part_sum(rows: Any) -> tuple[int, int] | None:
+    """A partition's ``(sum, count)`` as ``GROUP BY part`` shows it; ``None``: no group."""
+    return (sum(amount for _slot, amount in rows), len(rows)) if rows else None
+
 
 def _apply(state: dict[Object, object], writes: Iterable[Write]) -> set[Object]:
     """Apply one commit's writes to ``state``; returns the objects that changed."""
     changed: set[Object] = set()
     for kind, key, value in writes:
-        if kind == "balance":
-            state["balance", key] = value
-            changed.add(("balance", key))
-        elif kind == "branch":
-            old = state.get(("branch", key))
-            state["branch", key] = value
-            changed.add(("branch", key))
-            for branch, joins in ((old, False), (value, True)):
-                members: Any = set(state.get(("members", branch), ()))  # type: ignore[call-overload]
-                if joins:
-                    members.add(key)
-                else:
-                    members.discard(key)
-                state["members", branch] = tuple(sorted(members))
-                changed.add(("members", branch))
+        if kind in ("balance", "branch"):
+            _apply_account(state, kind, key, value, changed)
         elif kind == "append":
             entries: Any = state.get(("entries", key), ())
             # The newest LIST_WINDOW entries by id are all a reader can see, and all that
@@ -236,9 +404,55 @@ def _apply(state: dict[Object, object], writes: Iterable[Write]) -> set[Object]:
             state["entries", key] = entries
             state["list", key] = tuple(item for _, item in entries)
             changed.update((("list", key), ("entries", key)))
-        else:
+        elif kind in ("ledger", "reload"):
+            _apply_ledger(state, kind, key, value, changed)
+        elif kind in ("attached", "viewdef"):
+            obj: Object = ("attached", key) if kind == "attached" else ("viewdef",)
+            state[obj] = value
+            changed.add(obj)
+        elif kind != "ddl":  # an index or a column type: no value changes
             raise ValueError(f"unknown write {kind!r}")
+    if any(obj[0] == "balance" or obj[0] == "branch" for obj in changed):
+        for name in VIEW_BRANCHES:
+            state["viewrows", name] = _view_rows(state, name)
+            changed.add(("viewrows", name))
     return changed
+
+
+def _apply_account(
+    state: dict[Object, object], kind: str, key: int, value: object, changed: set[Object]
+) -> None:
+    if kind == "balance":
+        state["balance", key] = value
+        changed.add(("balance", key))
+        return
+    old = state.get(("branch", key))
+    state["branch", key] = value
+    changed.add(("branch", key))
+    for branch, joins in ((old, False), (value, True)):
+        members: Any = set(state.get(("members", branch), ()))  # type: ignore[call-overload]
+        if joins:
+            members.add(key)
+        else:
+            members.discard(key)
+        state["members", branch] = tuple(sorted(members))
+        changed.add(("members", branch))
+
+
+def _apply_ledger(
+    state: dict[Object, object], kind: str, key: int, value: Any, changed: set[Object]
+) -> None:
+    if kind == "ledger":  # one row updated: (slot, amount)
+        rows: Any = dict(state.get(("part", key), ()))  # type: ignore[call-overload]
+        rows[value[0]] = value[1]
+        state["part", key] = tuple(sorted(rows.items()))
+    else:  # truncated and reloaded: the rows it left
+        state["part", key] = tuple(sorted(value))
+    state["part_sum", key] = _part_sum(state["part", key])
+    changed.update((("part", key), ("part_sum", key)))
+
+
+# -- the verdict ----------------------------------------------------------------------------
 
 
 def judge(history: History, read: Read) -> Verdict:
@@ -248,25 +462,67 @@ def judge(history: History, read: Read) -> Verdict:
         return _judge_snapshot(history, read, low, high)
     candidates = [(low, high)]
     for obj, value in read.observed:
-        candidates = _intersect(candidates, history.value_ranges(obj, value, (low, high)))
+        candidates = _intersect(candidates, history.observation_ranges(obj, value, (low, high)))
         if not candidates:
             return Verdict(read, None, (low, high), _explain(history, read, low, high))
     return Verdict(read, (candidates[0][0], candidates[-1][1]), (low, high))
 
 
 def _judge_snapshot(history: History, read: Read, low: int, high: int) -> Verdict:
-    """A read on a snapshot of its own: everything it saw must be what the snapshot sees,
-    and the snapshot must be within the read's bounds."""
+    """A read on a snapshot of its own: everything it saw must be what the snapshot sees
+    (the catalog: as at the snapshot or later), and the snapshot must be within the read's
+    bounds."""
     assert read.snapshot is not None
-    last, values = history.visible_state(read.snapshot, (obj for obj, _ in read.observed))
-    wrong = [(obj, seen) for obj, seen in read.observed if values[obj] != seen]
-    if not wrong and low <= last <= high:
-        return Verdict(read, (last, last), (low, high))
-    lines = [f"served: {read.path}", f"snapshot sees commits up to {last}, allowed {low}..{high}"]
-    lines += [
-        f"  {obj} = {_short(seen)}, the snapshot holds {_short(values[obj])}" for obj, seen in wrong
+    wanted = {
+        required
+        for obj, value in read.observed
+        for alternative in requirements(obj, value)
+        for required, _ in alternative
+        if required[0] not in CATALOG_KINDS
+    }
+    visible = history.visible_state(read.snapshot, wanted)
+    catalog_window = (visible.earliest, max(high, visible.last))
+    wrong = [
+        (obj, seen)
+        for obj, seen in read.observed
+        if not any(
+            _holds(history, alternative, visible.values, catalog_window)
+            for alternative in requirements(obj, seen)
+        )
     ]
+    if not wrong and low <= visible.last <= high:
+        return Verdict(read, (visible.last, visible.last), (low, high))
+    lines = [f"snapshot sees commits up to {visible.last}, allowed {low}..{high}"]
+    if read.path:
+        lines.insert(0, f"served: {read.path}")
+    for obj, seen in wrong:
+        held = [
+            _short(visible.values[required])
+            if required == obj
+            else f"{required} = {_short(visible.values[required])}"
+            for required, _ in requirements(obj, seen)[0]
+            if required[0] not in CATALOG_KINDS
+        ]
+        lines.append(f"  {obj} = {_short(seen)}, the snapshot holds {', '.join(held)}")
+    lines += _schema_lines(history, visible.earliest + 1, high)
     return Verdict(read, None, (low, high), "\n".join(lines))
+
+
+def _holds(
+    history: History,
+    alternative: tuple[Requirement, ...],
+    values: dict[Object, object],
+    catalog_window: tuple[int, int],
+) -> bool:
+    """Whether a snapshot's ``values`` (and its catalog, from ``catalog_window``) meet
+    every requirement of ``alternative``."""
+    for required, wanted in alternative:
+        if required[0] in CATALOG_KINDS:
+            if not history.catalog_ranges(required, wanted, catalog_window):
+                return False
+        elif _hashable(values[required]) != _hashable(wanted):
+            return False
+    return True
 
 
 def _short(value: object) -> str:
@@ -289,16 +545,47 @@ def _intersect(left: list[tuple[int, int]], right: list[tuple[int, int]]) -> lis
     return sorted(found)
 
 
+def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, with overlapping or adjacent ranges merged."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
 def _explain(history: History, read: Read, low: int, high: int) -> str:
-    """Which observations disagree with the allowed points (the first few)."""
+    """Which observations disagree with the allowed points (the first few), and the schema
+    changes among those points."""
     lines = [f"allowed commit points {low}..{high}; observed (and where each value held):"]
+    if read.pin is not None:
+        lines.insert(0, f"its last pin {read.pin} lies {history.locate(read.pin)}")
     if read.path:
         lines.insert(0, f"served: {read.path}")
     for obj, value in read.observed[:40]:
-        ranges = history.value_ranges(obj, value, (low, high))
+        ranges = history.observation_ranges(obj, value, (low, high))
         where = ", ".join(f"{max(a, low)}..{min(b, high)}" for a, b in ranges[:4])
         if not where:
-            newest = _short(history.value_at(obj, high))
-            where = f"nowhere allowed (at point {high} it was {newest})"
+            where = f"nowhere allowed (at point {high}: {_state_at(history, obj, value, high)})"
         lines.append(f"  {obj} = {_short(value)}: {where}")
-    return "\n".join(lines)
+    return "\n".join(lines + _schema_lines(history, low, high))
+
+
+def _schema_lines(history: History, low: int, high: int) -> list[str]:
+    """The schema operations committed at points ``low..high`` (the last 8)."""
+    changes = history.schema_changes(low, high)
+    if not changes:
+        return []
+    lines = [f"schema changes at points {low}..{high} (the last 8):"]
+    return lines + [f"  {point}: {what}" for point, what in changes[-8:]]
+
+
+def _state_at(history: History, obj: Object, value: object, point: int) -> str:
+    """What the objects an observation depends on held at ``point``."""
+    required = [item for alternative in requirements(obj, value) for item, _ in alternative]
+    if required == [obj]:
+        return f"it was {_short(history.value_at(obj, point))}"
+    unique = list(dict.fromkeys(required))
+    return ", ".join(f"{item} = {_short(history.value_at(item, point))}" for item in unique)

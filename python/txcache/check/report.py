@@ -24,7 +24,8 @@ def as_markdown(report: CheckReport, command: str = "") -> str:
         f"{options.writers} writers, faults {', '.join(options.faults) or 'none'} "
         f"(one every {options.fault_every:g} s); control phase: {options.control_duration:g} s",
         f"- history: {report.commits} commits in order from the checker's own slot; "
-        f"commits no writer logged: {report.foreign_commits}",
+        f"commits no writer logged: {report.foreign_commits}; committed writes it lacks: "
+        f"{report.missing_commits}",
         f"- verdict: **{'PASSED' if report.passed else 'FAILED'}**",
         "",
         "| | checked (consistent, faults) | control (no_consistency) |",
@@ -39,6 +40,10 @@ def as_markdown(report: CheckReport, command: str = "") -> str:
             lines += ["", f"## Anomalies in the {phase.mode} phase (first {_EXAMPLES})", ""]
             for verdict in phase.anomalies[:_EXAMPLES]:
                 lines += [f"- {describe(verdict.read)}", "", "```", verdict.explanation, "```"]
+    failed = [fault for fault in report.checked.faults if fault.error]
+    if failed:
+        lines += ["", "## Faults that failed to inject", ""]
+        lines += [f"- {fault.kind}: {fault.error}" for fault in failed[:10]]
     if report.checked.errors_unexpected:
         lines += ["", "## Unexpected errors", ""]
         lines += [f"- {side}: {error}" for _, side, error in report.checked.errors_unexpected[:10]]
@@ -48,6 +53,7 @@ def as_markdown(report: CheckReport, command: str = "") -> str:
 def _rows() -> list[tuple[str, Any]]:
     return [
         ("read-only transactions checked", lambda p: f"{p.reads}"),
+        ("read-only transactions per second", lambda p: f"{p.reads / max(p.seconds, 1e-9):.0f}"),
         ("read/write transactions committed", lambda p: f"{p.writes_committed}"),
         ("read/write transactions rolled back", lambda p: f"{p.writes_rolled_back}"),
         ("**anomalies**", lambda p: f"**{len(p.anomalies)}**"),
@@ -56,13 +62,28 @@ def _rows() -> list[tuple[str, Any]]:
         ("errors during a PostgreSQL restart (allowed)", lambda p: f"{len(p.errors_allowed)}"),
         ("**other errors seen by the application**", lambda p: f"**{len(p.errors_unexpected)}**"),
         ("retried (SnapshotUnavailable)", lambda p: f"{p.retried}"),
+        ("schema operations committed", _schema_ops),
+        ("schema operations committed while the agent was down", _agent_down),
+        ("schema operations that gave up on a lock (rolled back)", lambda p: f"{p.schema_gave_up}"),
         ("fell back to a database snapshot (no pin)", lambda p: f"{p.fell_back}"),
     ]
 
 
 def _faults(phase: PhaseReport) -> str:
     counts = fault_counts(phase.faults)
-    return ", ".join(f"{kind} {count}" for kind, count in sorted(counts.items())) or "0"
+    text = ", ".join(f"{kind} {count}" for kind, count in sorted(counts.items())) or "0"
+    failed = sum(1 for fault in phase.faults if fault.error)
+    return f"{text} (**{failed} failed to inject**)" if failed else text
+
+
+def _schema_ops(phase: PhaseReport) -> str:
+    total = sum(phase.schema_ops.values())
+    kinds = ", ".join(f"{kind} {count}" for kind, count in phase.schema_ops.items())
+    return f"{total} ({kinds})" if kinds else "0"
+
+
+def _agent_down(phase: PhaseReport) -> str:
+    return f"{phase.schema_while_agent_down}"
 
 
 def as_json(report: CheckReport) -> str:
@@ -82,6 +103,7 @@ def as_json(report: CheckReport) -> str:
             "passed": report.passed,
             "commits": report.commits,
             "foreign_commits": report.foreign_commits,
+            "missing_commits": report.missing_commits,
             "checked": phase(report.checked),
             "control": phase(report.control),
         },

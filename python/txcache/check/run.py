@@ -22,16 +22,20 @@ from txcache.check.history import Commit, History, Read, Verdict, judge
 from txcache.check.stack import CheckStack, running_stack
 from txcache.check.workload import (
     READER_FUNCTIONS,
+    SCHEMA_SHARE,
+    Mix,
     Outcome,
     initial_state,
     loop,
     read_once,
+    schema_kind,
     write_once,
 )
 
 __all__ = ["CheckOptions", "CheckReport", "PhaseReport", "run_check"]
 
 _RESTART_GRACE = 5.0  # seconds after a PostgreSQL restart during which errors are allowed
+_AGENT_DOWN = ("agent-kill", "slot-lost")  # faults during which the agent is not running
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,17 @@ class CheckOptions:
     readers: int = 4
     writers: int = 3
     seed: int = 1
+    schema_share: float = SCHEMA_SHARE
+    """Share of write transactions that are schema operations (0: none)."""
+    retype_values: bool = False
+    """Whether schema operations also retype a column readers' queries return (off: a
+    known finding, :class:`~txcache.check.workload.Mix`)."""
+    fine_view: bool = False
+    """Whether the view's definitions give each its own fine tags (off: a known finding,
+    :class:`~txcache.check.workload.Mix`)."""
+    read_detachable: bool = False
+    """Whether readers also read the detachable partition (off: a known finding,
+    :class:`~txcache.check.workload.Mix`)."""
     slack: float = 1.0
     """Seconds of clock and decoding uncertainty around staleness and end bounds."""
 
@@ -69,6 +84,12 @@ class PhaseReport:
     retried: int = 0
     fell_back: int = 0
     """Read-only transactions that ran on a database snapshot of their own (no pin)."""
+    schema_ops: dict[str, int] = field(default_factory=dict)
+    """Schema operations committed, by kind."""
+    schema_gave_up: int = 0
+    """Schema operations that gave up waiting for a lock (rolled back, not an error)."""
+    schema_while_agent_down: int = 0
+    """Schema operations that committed while the agent was killed or its slot lost."""
 
     @property
     def cache_share(self) -> float:
@@ -86,6 +107,9 @@ class CheckReport:
     commits: int
     foreign_commits: int
     """Commits no writer of the workload logged (must be 0: the history would be wrong)."""
+    missing_commits: int = 0
+    """Write transactions whose COMMIT succeeded but that the checker's slot never showed
+    (must be 0: the history would be incomplete)."""
 
     @property
     def passed(self) -> bool:
@@ -95,6 +119,7 @@ class CheckReport:
             not self.checked.anomalies
             and not self.checked.errors_unexpected
             and self.foreign_commits == 0
+            and self.missing_commits == 0
             and control_ok
         )
 
@@ -105,12 +130,13 @@ def run_check(options: CheckOptions, progress: Callable[[str], None] = print) ->
         commits = CommitReader(stack.dsn)
         commits.start()
         outcome = Outcome()
-        checked = _phase(stack, options, "consistent", options.duration, outcome, progress)
+        checked = _phase(stack, commits, options, "consistent", options.duration, outcome, progress)
         control = None
         if options.control_duration > 0:
             control_outcome = Outcome()
             control = _phase(
                 stack,
+                commits,
                 options,
                 "no_consistency",
                 options.control_duration,
@@ -123,18 +149,23 @@ def run_check(options: CheckOptions, progress: Callable[[str], None] = print) ->
         if control is not None:
             writes.update({log.xid: log for log in control_outcome.writes})
         ordered = [
-            Commit(xid, when, writes[xid].writes) for xid, when in commits.commits if xid in writes
+            Commit(xid, when, writes[xid].writes, commits.lsns.get(xid, 0))
+            for xid, when in commits.commits
+            if xid in writes
         ]
         history = History(initial_state(), ordered, slack=options.slack)
         _judge(history, outcome, checked, commits.commits)
         if control is not None:
             _judge(history, control_outcome, control, commits.commits)
         foreign = sum(1 for xid, _ in commits.commits if xid not in writes)
-        return CheckReport(options, checked, control, len(ordered), foreign)
+        seen = {xid for xid, _ in commits.commits}
+        missing = sum(1 for log in writes.values() if log.committed and log.xid not in seen)
+        return CheckReport(options, checked, control, len(ordered), foreign, missing)
 
 
 def _phase(
     stack: CheckStack,
+    commits: CommitReader,
     options: CheckOptions,
     mode: str,
     seconds: float,
@@ -155,7 +186,9 @@ def _phase(
     threads = _workers(cache, options, outcome, mode, stop)
     injector = None
     if mode == "consistent" and options.faults:
-        injector = FaultInjector(stack, options.faults, options.fault_every, progress)
+        injector = FaultInjector(
+            stack, options.faults, options.fault_every, progress, keep_up=commits.catch_up
+        )
         injector.start()
     started = time.monotonic()
     try:
@@ -175,6 +208,7 @@ def _phase(
     report.cache_hits = after[0] - before[0]
     report.cache_lookups = after[1] - before[1]
     report.retried = outcome.retried
+    report.schema_gave_up = outcome.gave_up
     return report
 
 
@@ -186,13 +220,16 @@ def _workers(
     stop: threading.Event,
 ) -> list[threading.Thread]:
     threads = []
+    mix = Mix(
+        options.schema_share, options.retype_values, options.fine_view, options.read_detachable
+    )
     for index in range(options.writers):
         rng = random.Random(f"{options.seed}-{mode}-w{index}")
-        step = lambda rng=rng: write_once(cache, rng, outcome)  # noqa: E731
+        step = lambda rng=rng: write_once(cache, rng, outcome, mix)  # noqa: E731
         threads.append(threading.Thread(target=loop, args=(step, stop), daemon=True))
     for index in range(options.readers):
         rng = random.Random(f"{options.seed}-{mode}-r{index}")
-        step = lambda rng=rng: read_once(cache, rng, outcome, mode)  # noqa: E731
+        step = lambda rng=rng: read_once(cache, rng, outcome, mode, mix)  # noqa: E731
         threads.append(threading.Thread(target=loop, args=(step, stop), daemon=True))
     for thread in threads:
         thread.start()
@@ -217,8 +254,9 @@ def _judge(
     report: PhaseReport,
     commits: list[tuple[int, float]],
 ) -> None:
-    committed = {xid for xid, _ in commits}
+    committed = dict(commits)
     report.writes_committed = sum(1 for log in outcome.writes if log.xid in committed)
+    _count_schema_ops(outcome, report, committed)
     report.writes_rolled_back = len(outcome.writes) - report.writes_committed
     report.reads = len(outcome.reads)
     report.fell_back = sum(1 for read in outcome.reads if read.snapshot is not None)
@@ -233,6 +271,21 @@ def _judge(
     for error in outcome.errors:
         allowed = any(start <= error[0] <= end for start, end in windows)
         (report.errors_allowed if allowed else report.errors_unexpected).append(error)
+
+
+def _count_schema_ops(outcome: Outcome, report: PhaseReport, committed: dict[int, float]) -> None:
+    """Schema operations committed, by kind, and how many of them committed while the agent
+    was down (a DDL the agent must make up for when it starts again)."""
+    down = [(f.started, f.ended) for f in report.faults if f.kind in _AGENT_DOWN]
+    kinds: Counter[str] = Counter()
+    for log in outcome.writes:
+        kind = schema_kind(log.writes)
+        if kind is None or log.xid not in committed:
+            continue
+        kinds[kind] += 1
+        when = committed[log.xid]
+        report.schema_while_agent_down += any(start <= when <= end for start, end in down)
+    report.schema_ops = dict(sorted(kinds.items()))
 
 
 def describe(read: Read) -> str:

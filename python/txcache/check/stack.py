@@ -17,11 +17,18 @@ from txcache._postgres import EmbeddedPostgres
 from txcache._setup import setup_database
 from txcache.check.workload import SCHEMA
 
-__all__ = ["CHECK_SLOT", "CheckStack", "running_stack"]
+__all__ = ["AGENT_SLOT", "CHECK_SLOT", "SLOT_WAL_KEEP_MB", "CheckStack", "running_stack"]
 
 CHECK_SLOT = "txcache_check"
 """The checker's own logical slot (test_decoding): commit order and times, independent of
 the system under test."""
+
+AGENT_SLOT = "txcache"
+"""The agent's slot (``txcache setup``'s default), which the lost-slot fault invalidates."""
+
+SLOT_WAL_KEEP_MB = 32
+"""``max_slot_wal_keep_size``: small, so that the lost-slot fault is quick; the checker's
+own slot is read every second and caught up before that fault's checkpoint."""
 
 _AGENT_ARGS = (
     *("--pin-interval", "200ms", "--heartbeat-interval", "50ms"),
@@ -45,6 +52,11 @@ class CheckStack:
     agent_port: int
     nodes: list[NodeProcess] = field(default_factory=list)
     agent: AgentProcess | None = None
+
+    @property
+    def slot_wal_keep(self) -> int:
+        """``max_slot_wal_keep_size`` in bytes."""
+        return SLOT_WAL_KEEP_MB << 20
 
     @property
     def dsn(self) -> str:
@@ -72,6 +84,7 @@ class CheckStack:
             self.dsn,
             self.node_addresses,
             f"--listen=127.0.0.1:{self.agent_port}",
+            f"--slot={AGENT_SLOT}",
             *_AGENT_ARGS,
             start_timeout=60.0,
         )
@@ -89,12 +102,12 @@ class CheckStack:
 def running_stack() -> Iterator[CheckStack]:
     """A fresh PostgreSQL with the workload's schema, set up, with the checker's slot,
     two nodes and the agent; everything stopped on exit."""
-    postgres = EmbeddedPostgres()
+    postgres = EmbeddedPostgres({"max_slot_wal_keep_size": f"{SLOT_WAL_KEEP_MB}MB"})
     stack = CheckStack(postgres, [_free_port(), _free_port()], _free_port())
     try:
         with psycopg.connect(postgres.dsn, autocommit=True) as admin:
             admin.execute(SCHEMA)
-            setup_database(postgres.dsn)
+            setup_database(postgres.dsn, slot=AGENT_SLOT)
             admin.execute(
                 "SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (CHECK_SLOT,)
             )

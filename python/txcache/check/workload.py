@@ -1,10 +1,15 @@
-"""The checker's workload: a small bank with branches and append-only lists.
+"""The checker's workload: a small bank with branches, append-only lists, a partitioned
+ledger and a view — and, now and then, schema changes.
 
-Writers run read/write transactions — transfers between accounts, appends to lists, and
-moves of an account to another branch (an update of an indexed column, so rows change tag
-values) — and log the absolute values each left behind. Readers run read-only
-transactions through nested cacheable functions and direct queries, with several
-staleness limits and ``not_before`` tokens, and log every value they observed.
+Writers run read/write transactions — transfers between accounts, appends to lists, moves
+of an account to another branch (an update of an indexed column, so rows change tag
+values), updates of ledger rows — and log the absolute values each left behind. A few
+percent of write transactions are *schema operations*, each alone in its transaction: the
+view redefined, a ledger partition truncated and reloaded, a partition detached or attached
+again, an index on ``accounts.balance`` created or dropped, the entries' columns retyped
+(a table rewrite). Readers run read-only transactions through nested cacheable functions
+and direct queries, with several staleness limits and ``not_before`` tokens, and log every
+value they observed.
 """
 
 from __future__ import annotations
@@ -12,21 +17,25 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
 import txcache
-from txcache.check.history import LIST_WINDOW, Object, Read, Write
+from txcache.check.history import LIST_WINDOW, VIEW_BRANCHES, Object, Read, Write
 from txcache.errors import SnapshotUnavailable
 
 __all__ = [
     "ACCOUNTS",
     "BRANCHES",
     "LISTS",
+    "PARTS",
     "SCHEMA",
+    "SCHEMA_OPERATIONS",
+    "SCHEMA_SHARE",
+    "Mix",
     "Outcome",
     "WriterLog",
     "initial_state",
@@ -39,6 +48,71 @@ BRANCHES = 4
 LISTS = 6
 START_BALANCE = 100
 STALENESS_CHOICES = (0.0, 1.0, 5.0, 30.0)
+PARTS = 3
+"""Partitions of ``ledger`` (``ledger_0`` …), one per value of ``part``."""
+SLOTS = 4
+"""Rows per partition."""
+START_AMOUNT = 10
+DETACHABLE = 2
+"""The partition that is detached and attached again. The others stay attached, so that an
+empty read of them through ``ledger`` can only be a TRUNCATE seen from an older snapshot."""
+SCHEMA_SHARE = 0.01
+"""The share of write transactions that are schema operations."""
+
+
+@dataclass(frozen=True)
+class Mix:
+    """What the workload does beyond its base: schema operations, and two parts that are
+    off by default because they meet known bugs (docs/check.md, "Known findings")."""
+
+    schema_share: float = SCHEMA_SHARE
+    """The share of write transactions that are schema operations (0: none)."""
+    retype_values: bool = False
+    """Whether the retype operation also changes ``entries.value``, a column readers'
+    queries return (not only ``entries.list``, which they filter on). A statement psycopg
+    prepared on a pooled connection (it does after five runs) then fails with "cached plan
+    must not change result type"."""
+    fine_view: bool = False
+    """Whether the view's definitions filter with ``IN`` lists (fine tags, different for
+    each) rather than ranges (the table's wildcard for both). A query at a pin older than
+    a redefinition that runs after it, before the library has heard of it, executes the
+    new definition but is tagged by the old one."""
+    read_detachable: bool = False
+    """Whether readers also read the detachable partition (directly, and through the
+    partitioned table). A direct read cached while it is detached survives its ``ATTACH``,
+    whose DDL notice names the partitioned table only; a read through the table at a pin
+    before the ``ATTACH`` sees the partition (the catalog is not versioned) but is cached
+    as valid before writes made to it while detached."""
+
+
+SCHEMA_LOCK = 7_245_001
+"""An advisory lock key: schema operations run one at a time, so that each knows the state
+it changes (and two never wait for each other's locks)."""
+SCHEMA_LOCK_TIMEOUT = "300ms"
+"""A schema operation waiting longer for a lock gives up (counted, not an error): below
+``deadlock_timeout`` (1 s), so readers that lock in another order never see a deadlock."""
+PARTITIONS = tuple(f"ledger_{part}" for part in range(PARTS))
+
+
+def _view_sql(name: str, fine: bool = False) -> str:
+    """The definition ``name`` of ``branch_view`` (``CREATE OR REPLACE``). Its filter is a
+    range, which tags reads with the whole table whatever the definition; with ``fine``, an
+    ``IN`` list, which gives each definition its own fine tags (``Mix.fine_view``)."""
+    branches = VIEW_BRANCHES[name]
+    if fine:
+        where = f"branch IN ({', '.join(str(branch) for branch in branches)})"
+    else:
+        where = f"branch BETWEEN {min(branches)} AND {max(branches)}"
+    return (
+        f"CREATE OR REPLACE VIEW branch_view AS SELECT '{name}'::text AS def, id, balance "
+        f"FROM accounts WHERE {where}"
+    )
+
+
+_PARTITIONS_SQL = "".join(
+    f"CREATE TABLE {table} PARTITION OF ledger FOR VALUES IN ({part});\n"
+    for part, table in enumerate(PARTITIONS)
+)
 
 SCHEMA = f"""
 CREATE TABLE accounts (id integer PRIMARY KEY, balance integer NOT NULL,
@@ -48,11 +122,17 @@ CREATE TABLE entries (id bigserial PRIMARY KEY, list integer NOT NULL, value int
 CREATE INDEX ON entries (list);
 INSERT INTO accounts SELECT i, {START_BALANCE}, i % {BRANCHES}
 FROM generate_series(1, {ACCOUNTS}) i;
+CREATE TABLE ledger (part integer NOT NULL, slot integer NOT NULL, amount integer NOT NULL,
+                     PRIMARY KEY (part, slot)) PARTITION BY LIST (part);
+{_PARTITIONS_SQL}INSERT INTO ledger SELECT p, s, {START_AMOUNT}
+FROM generate_series(0, {PARTS - 1}) p, generate_series(0, {SLOTS - 1}) s;
+{_view_sql("low")};
 """
 
 
 def initial_state() -> dict[Object, object]:
-    """The state SCHEMA creates, as the verdict's objects."""
+    """The state SCHEMA creates, as the verdict's objects (the history derives the view's
+    rows and the partitions' sums)."""
     state: dict[Object, object] = {}
     for account in range(1, ACCOUNTS + 1):
         state["balance", account] = START_BALANCE
@@ -63,10 +143,16 @@ def initial_state() -> dict[Object, object]:
     for list_id in range(LISTS):
         state["list", list_id] = ()
         state["entries", list_id] = ()
+    for part in range(PARTS):
+        state["part", part] = tuple((slot, START_AMOUNT) for slot in range(SLOTS))
+        state["attached", part] = True
+    state["viewdef",] = "low"
     return state
 
 
 # -- what readers call --------------------------------------------------------------------
+
+Rows = tuple[tuple[int, int], ...]
 
 
 @txcache.cacheable
@@ -105,41 +191,149 @@ def pair(first: int, second: int) -> tuple[tuple[int, int] | None, tuple[int, in
     return account(first), account(second)
 
 
-READER_FUNCTIONS = (account, branch_members, list_values, branch_report, pair)
+@txcache.cacheable
+def view_rows() -> tuple[str | None, Rows]:
+    """Through the view: the name of its definition (``None`` if it shows no row; several
+    names joined by ``+``, which no definition explains) and its ``(id, balance)`` rows."""
+    rows = txcache.query("SELECT def, id, balance FROM branch_view ORDER BY id")
+    names = sorted({str(row[0]) for row in rows})
+    return ("+".join(names) if names else None), tuple((int(r[1]), int(r[2])) for r in rows)
 
 
-def _observe_account(out: list[tuple[Object, object]], account_id: int, seen: Any) -> None:
+@txcache.cacheable
+def ledger_rows(part: int) -> Rows:
+    """One partition's ``(slot, amount)`` rows, read through the partitioned table."""
+    rows = txcache.query("SELECT slot, amount FROM ledger WHERE part = %s ORDER BY slot", (part,))
+    return tuple((int(row[0]), int(row[1])) for row in rows)
+
+
+@txcache.cacheable
+def ledger_sums(below: int) -> tuple[tuple[int, int, int], ...]:
+    """``(part, sum, count)`` of every partition ``part < below`` with rows, through the
+    partitioned table."""
+    rows = txcache.query(
+        "SELECT part, sum(amount), count(*) FROM ledger WHERE part < %s "
+        "GROUP BY part ORDER BY part",
+        (below,),
+    )
+    return tuple((int(row[0]), int(row[1]), int(row[2])) for row in rows)
+
+
+@txcache.cacheable
+def partition_rows(part: int) -> Rows:
+    """One partition's rows, read from the partition itself (attached or not)."""
+    rows = txcache.query(f"SELECT slot, amount FROM {PARTITIONS[part]} ORDER BY slot")
+    return tuple((int(row[0]), int(row[1])) for row in rows)
+
+
+@txcache.cacheable
+def schema_report(part: int) -> tuple[tuple[str | None, Rows], Rows, Rows]:
+    """Nested: the view, and one partition through its table and directly."""
+    return view_rows(), ledger_rows(part), partition_rows(part)
+
+
+READER_FUNCTIONS = (
+    account,
+    branch_members,
+    list_values,
+    branch_report,
+    pair,
+    view_rows,
+    ledger_rows,
+    ledger_sums,
+    partition_rows,
+    schema_report,
+)
+
+Observed = list[tuple[Object, object]]
+
+
+def _observe_account(out: Observed, account_id: int, seen: Any) -> None:
     if seen is not None:
         out.append((("balance", account_id), seen[0]))
         out.append((("branch", account_id), seen[1]))
 
 
-def _one_read(rng: random.Random, out: list[tuple[Object, object]]) -> None:
-    choice = rng.randrange(6)
-    if choice == 0:
-        account_id = rng.randint(1, ACCOUNTS)
-        _observe_account(out, account_id, account(account_id))
-    elif choice == 1:
-        branch = rng.randrange(BRANCHES)
-        out.append((("members", branch), branch_members(branch)))
-    elif choice == 2:
-        list_id = rng.randrange(LISTS)
-        out.append((("list", list_id), list_values(list_id)))
-    elif choice == 3:
-        branch = rng.randrange(BRANCHES)
-        report = branch_report(branch)
-        out.append((("members", branch), tuple(member for member, _ in report)))
-        for member, seen in report:
-            _observe_account(out, member, seen)
-    elif choice == 4:
-        first, second = rng.sample(range(1, ACCOUNTS + 1), 2)
-        for account_id, seen in zip((first, second), pair(first, second), strict=True):
-            _observe_account(out, account_id, seen)
-    else:
-        account_id = rng.randint(1, ACCOUNTS)
-        row = txcache.query_one("SELECT balance FROM accounts WHERE id = %s", (account_id,))
-        if row is not None:
-            out.append((("balance", account_id), int(row[0])))
+def _read_account(rng: random.Random, out: Observed, mix: Mix) -> None:
+    account_id = rng.randint(1, ACCOUNTS)
+    _observe_account(out, account_id, account(account_id))
+
+
+def _read_members(rng: random.Random, out: Observed, mix: Mix) -> None:
+    branch = rng.randrange(BRANCHES)
+    out.append((("members", branch), branch_members(branch)))
+
+
+def _read_list(rng: random.Random, out: Observed, mix: Mix) -> None:
+    list_id = rng.randrange(LISTS)
+    out.append((("list", list_id), list_values(list_id)))
+
+
+def _read_branch_report(rng: random.Random, out: Observed, mix: Mix) -> None:
+    branch = rng.randrange(BRANCHES)
+    report = branch_report(branch)
+    out.append((("members", branch), tuple(member for member, _ in report)))
+    for member, seen in report:
+        _observe_account(out, member, seen)
+
+
+def _read_pair(rng: random.Random, out: Observed, mix: Mix) -> None:
+    first, second = rng.sample(range(1, ACCOUNTS + 1), 2)
+    for account_id, seen in zip((first, second), pair(first, second), strict=True):
+        _observe_account(out, account_id, seen)
+
+
+def _read_direct(rng: random.Random, out: Observed, mix: Mix) -> None:
+    account_id = rng.randint(1, ACCOUNTS)
+    row = txcache.query_one("SELECT balance FROM accounts WHERE id = %s", (account_id,))
+    if row is not None:
+        out.append((("balance", account_id), int(row[0])))
+
+
+def _read_view(rng: random.Random, out: Observed, mix: Mix) -> None:
+    out.append((("view",), view_rows()))
+
+
+def _observed_parts(mix: Mix) -> list[int]:
+    """The partitions readers read: the detachable one only with ``mix.read_detachable``."""
+    return [part for part in range(PARTS) if mix.read_detachable or part != DETACHABLE]
+
+
+def _read_ledger(rng: random.Random, out: Observed, mix: Mix) -> None:
+    part = rng.choice(_observed_parts(mix))
+    out.append((("ledger", part), ledger_rows(part)))
+
+
+def _read_ledger_sums(rng: random.Random, out: Observed, mix: Mix) -> None:
+    parts = _observed_parts(mix)
+    sums = {part: (total, count) for part, total, count in ledger_sums(max(parts) + 1)}
+    out += [(("ledger_sum", part), sums.get(part)) for part in parts]
+
+
+def _read_partition(rng: random.Random, out: Observed, mix: Mix) -> None:
+    part = rng.choice(_observed_parts(mix))
+    out.append((("part", part), partition_rows(part)))
+
+
+def _read_schema_report(rng: random.Random, out: Observed, mix: Mix) -> None:
+    part = rng.choice(_observed_parts(mix))
+    view, through_table, directly = schema_report(part)
+    out += [(("view",), view), (("ledger", part), through_table), (("part", part), directly)]
+
+
+_READS: tuple[Callable[[random.Random, Observed, Mix], None], ...] = (
+    _read_account,
+    _read_members,
+    _read_list,
+    _read_branch_report,
+    _read_pair,
+    _read_direct,
+    _read_view,
+    _read_ledger,
+    _read_ledger_sums,
+    _read_partition,
+    _read_schema_report,
+)
 
 
 # -- outcomes -----------------------------------------------------------------------------
@@ -155,6 +349,8 @@ class Outcome:
     """(time, side, error) of every exception the application saw."""
     retried: int = 0
     """Read-only transactions that raised SnapshotUnavailable and were retried."""
+    gave_up: int = 0
+    """Schema operations that gave up waiting for a lock (``SCHEMA_LOCK_TIMEOUT``)."""
     tokens: list[int] = field(default_factory=list)
     """xids of recent commits readers may use as ``not_before`` (with ``token_values``)."""
     token_values: dict[int, int] = field(default_factory=dict)
@@ -174,18 +370,33 @@ class WriterLog:
 # -- one transaction of each side -----------------------------------------------------------
 
 
-def write_once(cache: txcache.Cache, rng: random.Random, outcome: Outcome) -> None:
-    """One read/write transaction; logs it in ``outcome``."""
+def write_once(
+    cache: txcache.Cache,
+    rng: random.Random,
+    outcome: Outcome,
+    mix: Mix = Mix(),
+) -> None:
+    """One read/write transaction (a schema operation with probability
+    ``mix.schema_share``);
+    logs it in ``outcome``."""
     writes: list[Write] = []
     xid = None
     body_done = False
+    schema = rng.random() < mix.schema_share
     try:
         with cache.read_write() as tx:
             row = tx.query_one("SELECT pg_current_xact_id()::text")
             assert row is not None
             xid = int(row[0]) & 0xFFFFFFFF
-            _write_operation(tx, rng, writes)
+            if schema:
+                _schema_operation(tx, rng, writes, mix)
+            else:
+                _write_operation(tx, rng, writes)
             body_done = True
+    except psycopg.errors.LockNotAvailable:  # a schema operation's lock_timeout: rolled back
+        with outcome.lock:
+            outcome.gave_up += 1
+        return
     except psycopg.Error as error:
         with outcome.lock:
             outcome.errors.append((time.time(), "write", repr(error)))
@@ -204,18 +415,9 @@ def write_once(cache: txcache.Cache, rng: random.Random, outcome: Outcome) -> No
 def _write_operation(
     tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write]
 ) -> None:
-    choice = rng.randrange(5)
+    choice = rng.randrange(6)
     if choice <= 2:
-        first, second = rng.sample(range(1, ACCOUNTS + 1), 2)
-        amount = rng.randint(1, 10)
-        # Lock in id order: transfers never deadlock each other.
-        for account_id, delta in sorted(((first, -amount), (second, amount))):
-            row = tx.query_one(
-                "UPDATE accounts SET balance = balance + %s WHERE id = %s RETURNING balance",
-                (delta, account_id),
-            )
-            assert row is not None
-            writes.append(("balance", account_id, int(row[0])))
+        _transfer(tx, rng, writes)
     elif choice == 3:
         list_id = rng.randrange(LISTS)
         value = rng.randint(0, 999)
@@ -224,15 +426,181 @@ def _write_operation(
         )
         assert row is not None
         writes.append(("append", list_id, (int(row[0]), value)))
-    else:
+    elif choice == 4:
         account_id = rng.randint(1, ACCOUNTS)
         branch = rng.randrange(BRANCHES)
         tx.execute("UPDATE accounts SET branch = %s WHERE id = %s", (branch, account_id))
         writes.append(("branch", account_id, branch))
+    else:
+        _update_ledger(tx, rng, writes)
 
 
-def read_once(cache: txcache.Cache, rng: random.Random, outcome: Outcome, mode: str) -> None:
-    """One read-only transaction (retried once on SnapshotUnavailable); logs it."""
+def _transfer(tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write]) -> None:
+    first, second = rng.sample(range(1, ACCOUNTS + 1), 2)
+    amount = rng.randint(1, 10)
+    # Lock in id order: transfers never deadlock each other.
+    for account_id, delta in sorted(((first, -amount), (second, amount))):
+        row = tx.query_one(
+            "UPDATE accounts SET balance = balance + %s WHERE id = %s RETURNING balance",
+            (delta, account_id),
+        )
+        assert row is not None
+        writes.append(("balance", account_id, int(row[0])))
+
+
+def _update_ledger(
+    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write]
+) -> None:
+    """One ledger row changed through the partitioned table — or through the partition
+    itself when the table lacks the row (its partition is detached, or a TRUNCATE-and-reload
+    committed after this statement's snapshot: TRUNCATE is not MVCC-safe)."""
+    part, slot, delta = rng.randrange(PARTS), rng.randrange(SLOTS), rng.randint(-5, 5)
+    for table in ("ledger", PARTITIONS[part]):
+        row = tx.query_one(
+            f"UPDATE {table} SET amount = amount + %s WHERE part = %s AND slot = %s "
+            "RETURNING amount",
+            (delta, part, slot),
+        )
+        if row is not None:
+            writes.append(("ledger", part, (slot, int(row[0]))))
+            return
+    # Still nothing: a transaction without a change is not decoded, and every committed
+    # write must be in the checker's commit order (a reader may wait for it: not_before).
+    tx.execute("SELECT pg_logical_emit_message(true, 'txcache-check', 'no change')")
+
+
+# -- schema operations ------------------------------------------------------------------------
+
+
+def _schema_operation(
+    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write], mix: Mix
+) -> None:
+    """One schema operation, after every earlier one committed (the advisory lock), so that
+    what it reads of the catalog is the state it changes."""
+    tx.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+    tx.execute(f"SET LOCAL lock_timeout = '{SCHEMA_LOCK_TIMEOUT}'")
+    rng.choice(SCHEMA_OPERATIONS)(tx, rng, writes, mix)
+
+
+def _redefine_view(
+    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write], mix: Mix
+) -> None:
+    """``CREATE OR REPLACE VIEW``: the other definition."""
+    # Locked first: taking the lock brings this session's catalog caches up to date, so
+    # the definition read is the last one committed.
+    tx.execute("LOCK TABLE branch_view IN ACCESS EXCLUSIVE MODE")
+    row = tx.query_one("SELECT pg_get_viewdef('branch_view'::regclass)")
+    assert row is not None
+    name = "low" if "'high'" in str(row[0]) else "high"
+    tx.execute(_view_sql(name, mix.fine_view))
+    writes.append(("viewdef", 0, name))
+
+
+def _reload_partition(
+    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write], mix: Mix
+) -> None:
+    """TRUNCATE a partition directly, then insert its rows again: the same rows, so a reader
+    that sees it empty saw the TRUNCATE from an older snapshot."""
+    part = rng.randrange(PARTS)
+    table = PARTITIONS[part]
+    # Locked first: no update slips in between the rows read and the TRUNCATE.
+    tx.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+    rows = [
+        (int(slot), int(amount)) for slot, amount in tx.query(f"SELECT slot, amount FROM {table}")
+    ]
+    tx.execute(f"TRUNCATE {table}")
+    tx.execute(
+        f"INSERT INTO {table} (part, slot, amount) "
+        "SELECT %s, slot, amount FROM unnest(%s::integer[], %s::integer[]) AS r(slot, amount)",
+        (part, [slot for slot, _ in rows], [amount for _, amount in rows]),
+    )
+    writes.append(("reload", part, tuple(sorted(rows))))
+
+
+def _toggle_partition(
+    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write], mix: Mix
+) -> None:
+    """Detach the detachable partition, or attach it again."""
+    table = PARTITIONS[DETACHABLE]
+    row = tx.query_one("SELECT relispartition FROM pg_class WHERE oid = %s::regclass", (table,))
+    assert row is not None
+    attached = bool(row[0])
+    if attached:
+        tx.execute(f"ALTER TABLE ledger DETACH PARTITION {table}")
+    else:
+        tx.execute(f"ALTER TABLE ledger ATTACH PARTITION {table} FOR VALUES IN ({DETACHABLE})")
+    writes.append(("attached", DETACHABLE, not attached))
+
+
+def _toggle_index(
+    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write], mix: Mix
+) -> None:
+    """Create an index on ``accounts.balance`` (a new tag column), or drop it."""
+    # pg_class read with the statement's snapshot: to_regclass would consult this session's
+    # catalog caches, which a DDL committed meanwhile has not yet reached.
+    row = tx.query_one(
+        "SELECT EXISTS (SELECT FROM pg_class WHERE relname = 'accounts_balance_idx' "
+        "AND relnamespace = 'public'::regnamespace)"
+    )
+    assert row is not None
+    if row[0]:
+        tx.execute("DROP INDEX accounts_balance_idx")
+        writes.append(("ddl", 0, "index on accounts.balance dropped"))
+    else:
+        tx.execute("CREATE INDEX accounts_balance_idx ON accounts (balance)")
+        writes.append(("ddl", 0, "index on accounts.balance created"))
+
+
+def _retype_entries(
+    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write], mix: Mix
+) -> None:
+    """``entries.list`` (a tag column; with ``mix.retype_values`` also ``entries.value``, a
+    result column) to bigint, or back to integer: the table is rewritten."""
+    row = tx.query_one(
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = 'entries'::regclass AND attname = 'list'"
+    )
+    assert row is not None
+    new = "integer" if row[0] == "bigint" else "bigint"
+    columns = ("list", "value") if mix.retype_values else ("list",)
+    changes = ", ".join(f"ALTER COLUMN {column} TYPE {new}" for column in columns)
+    tx.execute(f"ALTER TABLE entries {changes}")
+    writes.append(("ddl", 0, f"entries.{' and entries.'.join(columns)} retyped to {new}"))
+
+
+SchemaOperation = Callable[[txcache.ReadWriteTransaction, random.Random, list[Write], Mix], None]
+SCHEMA_OPERATIONS: Sequence[SchemaOperation] = (
+    _redefine_view,
+    _reload_partition,
+    _reload_partition,  # twice: TRUNCATE is what breaks snapshots
+    _toggle_partition,
+    _toggle_index,
+    _retype_entries,
+)
+
+
+def schema_kind(writes: Sequence[Write]) -> str | None:
+    """The kind of schema operation a transaction's writes record (``None``: none)."""
+    for kind, _key, value in writes:
+        if kind == "reload":
+            return "truncate-reload"
+        if kind == "attached":
+            return "attach" if value else "detach"
+        if kind == "viewdef":
+            return "view"
+        if kind == "ddl":
+            return "index" if "index" in str(value) else "retype"
+    return None
+
+
+# -- reads ----------------------------------------------------------------------------------
+
+
+def read_once(
+    cache: txcache.Cache, rng: random.Random, outcome: Outcome, mode: str, mix: Mix = Mix()
+) -> None:
+    """One read-only transaction (retried on SnapshotUnavailable, at most three tries); logs
+    it."""
     staleness = rng.choice(STALENESS_CHOICES)
     token_xid = None
     with outcome.lock:
@@ -244,8 +612,9 @@ def read_once(cache: txcache.Cache, rng: random.Random, outcome: Outcome, mode: 
         try:
             with cache.read_only(staleness, not_before=token) as tx:
                 for _ in range(rng.randint(2, 5)):
-                    _one_read(rng, read.observed)
+                    rng.choice(_READS)(rng, read.observed, mix)
                 read.path = _path(tx)
+                read.pin = tx.snapshot.ts if tx.snapshot is not None else None
                 if tx.database_snapshot is not None:
                     read.snapshot = _snapshot(tx.database_snapshot)
         except SnapshotUnavailable:
