@@ -53,6 +53,21 @@ WITH RECURSIVE up(rel) AS (
 SELECT rel FROM up
 """
 
+# A relation, its ancestors and its descendants (partitions and inheritance children): a
+# partition attached or detached is named by its parent's ALTER TABLE only, yet reads of it
+# under its own name change their tags' meaning (an attached partition's writes go out
+# under its root's name).
+_FAMILY_BODY = r"""
+WITH RECURSIVE down(rel) AS (
+    SELECT $1
+    UNION
+    SELECT i.inhrelid FROM pg_inherits i JOIN down ON i.inhparent = down.rel
+)
+SELECT txcache.ddl_ancestors($1)
+UNION
+SELECT rel FROM down
+"""
+
 # What a DDL (object type $1, command tag $2) on an object that is not a relation or an
 # index means for cached results: ``none`` for objects and commands no read result depends
 # on (privileges and comments included: results are not cached per role), ``all`` (every
@@ -71,12 +86,12 @@ END
 """
 
 # Lines for relations a ddl_command_end touched: each relation (an index counts as its table)
-# with its ancestors, and ``all`` when another schema has a relation of the same name (the
+# with its ancestors and descendants, and ``all`` when another schema has a relation of the same name (the
 # change may alter which one an unqualified name resolves to).
 _RELATION_LINES = r"""
 SELECT txcache.ddl_line('table', rn.nspname, r.relname, r.oid)
 FROM targets t
-CROSS JOIN LATERAL txcache.ddl_ancestors(t.rel) a(rel)
+CROSS JOIN LATERAL txcache.ddl_family(t.rel) a(rel)
 JOIN pg_class r ON r.oid = a.rel
 JOIN pg_namespace rn ON rn.oid = r.relnamespace
 UNION
@@ -242,6 +257,11 @@ FUNCTIONS: tuple[tuple[str, str, sql.Composed], ...] = tuple(
             "ddl_ancestors",
             _ANCESTORS_BODY,
             _function("ddl_ancestors(oid)", "SETOF oid", "sql", "STABLE"),
+        ),
+        (
+            "ddl_family",
+            _FAMILY_BODY,
+            _function("ddl_family(oid)", "SETOF oid", "sql", "STABLE"),
         ),
         (
             "truncate_notice",

@@ -261,8 +261,9 @@ impl DdlLine {
     }
 
     /// Adds the tags this line invalidates: a relation's every known name and those of the
-    /// tables it inherits from (cached reads of a partition or child carry the root's or
-    /// parent's name, and a rename leaves entries under the old name).
+    /// tables it inherits from or that inherit from it (cached reads of a partition or child
+    /// carry the root's or parent's name, reads of a partition detached since carry its own,
+    /// and a rename leaves entries under the old name).
     fn invalidate(
         &self,
         catalog: &Catalog,
@@ -287,7 +288,7 @@ impl DdlLine {
                 }
             }
         };
-        for (schema, name) in catalog.names_with_ancestors(relation) {
+        for (schema, name) in catalog.names_of_family(relation) {
             tags.insert(InvalidationTag::for_table(schema, name)?);
         }
         Ok(())
@@ -369,6 +370,13 @@ mod tests {
             committed.invalidation.commit_time,
             WallClock(POSTGRES_EPOCH_MICROS as u64)
         );
+    }
+
+    #[test]
+    fn a_parent_line_invalidates_every_partition_it_had() {
+        let committed = notice(&partitioned_catalog(), "table\tpublic\tm\t1");
+        let expected = tags(&["public.m", "public.m1", "public.old_m1"]);
+        assert_eq!(committed.invalidation.tags, expected);
     }
 
     #[test]

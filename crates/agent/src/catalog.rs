@@ -47,6 +47,8 @@ struct RelationHistory {
     names: BTreeSet<RelationName>,
     /// Every table it inherited from (partition parents included).
     parents: BTreeSet<u32>,
+    /// Every table that inherited from it (partitions included).
+    children: BTreeSet<u32>,
 }
 
 /// Tag columns by table, which table each index belongs to, and each relation's names and
@@ -108,6 +110,11 @@ impl Catalog {
             .or_default()
             .parents
             .insert(parent);
+        self.relations
+            .entry(parent)
+            .or_default()
+            .children
+            .insert(child);
     }
 
     /// The tag columns of `schema.table` (none known: every change yields the wildcard).
@@ -120,22 +127,36 @@ impl Catalog {
         self.index_tables.get(&index).copied()
     }
 
-    /// Every name relation `oid` and the tables it inherits from (transitively) have had:
-    /// what cached results that read it may be tagged with. Empty for an unknown oid.
-    pub fn names_with_ancestors(&self, oid: u32) -> BTreeSet<&RelationName> {
-        let mut names = BTreeSet::new();
+    /// Every name relation `oid`, the tables it inherits from and the tables that inherit
+    /// from it (transitively, as far as the agent has seen) have had: what cached results
+    /// that read any of them may be tagged with. A partition detached, or a child no longer
+    /// inheriting, stays in the family. Empty for an unknown oid.
+    pub fn names_of_family(&self, oid: u32) -> BTreeSet<&RelationName> {
+        let mut family = self.related(oid, |relation| &relation.parents);
+        family.extend(self.related(oid, |relation| &relation.children));
+        family
+            .iter()
+            .filter_map(|oid| self.relations.get(oid))
+            .flat_map(|relation| relation.names.iter())
+            .collect()
+    }
+
+    /// `oid` and every relation reached from it through `next`, transitively.
+    fn related(
+        &self,
+        oid: u32,
+        next: impl Fn(&RelationHistory) -> &BTreeSet<u32>,
+    ) -> BTreeSet<u32> {
         let mut seen = BTreeSet::new();
         let mut pending = vec![oid];
-        while let Some(next) = pending.pop() {
-            if !seen.insert(next) {
-                continue;
-            }
-            if let Some(relation) = self.relations.get(&next) {
-                names.extend(relation.names.iter());
-                pending.extend(relation.parents.iter().copied());
+        while let Some(current) = pending.pop() {
+            if seen.insert(current) {
+                if let Some(relation) = self.relations.get(&current) {
+                    pending.extend(next(relation).iter().copied());
+                }
             }
         }
-        names
+        seen
     }
 
     /// Every table with a known tag column.
