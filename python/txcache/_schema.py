@@ -391,11 +391,22 @@ class Schema:
 
 
 def _read(source: Connection | str, publication: str) -> Catalog:
+    """The catalog as one snapshot shows it: its several statements must agree (a DDL
+    between the one reading relations and the one reading the publication would make a
+    table attached meanwhile look unpublished)."""
     if isinstance(source, str):
         with psycopg.connect(source, autocommit=True, application_name="txcache schema") as conn:
+            return _read_in_one_snapshot(conn, publication)
+    return _read_in_one_snapshot(source, publication)
+
+
+def _read_in_one_snapshot(conn: Connection, publication: str) -> Catalog:
+    if not conn.autocommit:  # already in the caller's transaction: read in its snapshot
+        with conn.transaction():
             return _read_catalog(conn, publication)
-    with source.transaction():
-        return _read_catalog(source, publication)
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        return _read_catalog(conn, publication)
 
 
 _RELATIONS = """
