@@ -86,8 +86,8 @@ END
 """
 
 # Lines for relations a ddl_command_end touched: each relation (an index counts as its table)
-# with its ancestors and descendants, and ``all`` when another schema has a relation of the same name (the
-# change may alter which one an unqualified name resolves to).
+# with its ancestors and descendants, and ``all`` when another schema has a relation of the
+# same name (the change may alter which one an unqualified name resolves to).
 _RELATION_LINES = r"""
 SELECT txcache.ddl_line('table', rn.nspname, r.relname, r.oid)
 FROM targets t
