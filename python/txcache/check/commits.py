@@ -8,6 +8,7 @@ twice is counted once.
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
 import re
 import threading
@@ -28,6 +29,11 @@ _PEEK = (
     "'include-timestamp', '1', 'skip-empty-xacts', '1')"
 )
 _BATCH = 20000
+_SNAPSHOT_EVERY = 3
+"""Background reads between two running-transactions records."""
+_CATCH_UP_PATIENCE = 30.0
+"""Seconds :meth:`CommitReader.catch_up` waits for transactions older than the WAL it
+must release."""
 _FLUSH = "SELECT pg_logical_emit_message(false, 'txcache-check', 'flush', true)"
 _HELD = (
     "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint::text "
@@ -98,21 +104,28 @@ class CommitReader:
             conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (CHECK_SLOT, target))
         return bool(rows)
 
-    def catch_up(self) -> None:
+    def catch_up(self) -> bool:
         """Read every commit so far and bring the slot's restart point up to now — right
         before a checkpoint that invalidates slots holding too much WAL (the lost-slot
-        fault), which must not take this one. The restart point moves only at a
-        running-transactions record, one per read: log one, flush it (decoding reads only
-        flushed WAL), and read twice."""
+        fault), which must not take this one; ``False`` if it still holds more than
+        ``_CAUGHT_UP`` bytes after ``_CATCH_UP_PATIENCE`` seconds (then there must be no
+        checkpoint). The restart point moves only at a running-transactions record, one
+        per read, and never past the start of a transaction still running with an xid:
+        log one, flush it (decoding reads only flushed WAL), read twice, and again until
+        such transactions have ended."""
+        deadline = time.monotonic() + _CATCH_UP_PATIENCE
         with self._lock, psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
-            for _ in range(3):
+            while True:
                 conn.execute("SELECT pg_log_standby_snapshot()")
                 conn.execute(_FLUSH)
                 for _ in range(2):
                     self._read(conn, _scalar(conn, "SELECT pg_current_wal_flush_lsn()::text"))
                 held = int(_scalar(conn, _HELD, (CHECK_SLOT,)))
                 if held <= _CAUGHT_UP:
-                    return
+                    return True
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
             oldest = conn.execute(_OLDEST_XACT).fetchone()
         log.warning(
             "the checker's slot still holds %s bytes of WAL after catching up (oldest "
@@ -120,6 +133,7 @@ class CommitReader:
             held,
             oldest,
         )
+        return False
 
     def slot_lost(self) -> bool:
         """Whether PostgreSQL invalidated the checker's slot (it would have lost commits)."""
@@ -146,11 +160,22 @@ class CommitReader:
         self.lsns[xid] = (int(high, 16) << 32) | int(low, 16)
 
     def _run(self) -> None:
-        while not self._stop.wait(1.0):
+        for count in itertools.count():
+            if self._stop.wait(1.0):
+                return
             try:
+                if count % _SNAPSHOT_EVERY == 0:
+                    self._log_running_transactions()
                 self.read_some()
             except psycopg.Error as error:  # PostgreSQL restarting: try again later
                 log.debug("reading the check slot failed: %s", error)
+
+    def _log_running_transactions(self) -> None:
+        """A running-transactions record now: the slot's restart point (the WAL it holds)
+        moves only at one, and PostgreSQL writes one every 15 s at most; a table rewrite
+        can write more than ``max_slot_wal_keep_size`` in that time."""
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("SELECT pg_log_standby_snapshot()")
 
 
 def _scalar(conn: psycopg.Connection[Any], query: str, params: tuple[object, ...] = ()) -> str:

@@ -63,10 +63,11 @@ class FaultInjector:
         kinds: Sequence[str],
         every: float,
         report: Callable[[str], None],
-        keep_up: Callable[[], None] | None = None,
+        keep_up: Callable[[], bool] | None = None,
     ) -> None:
         """``keep_up`` is called right before the lost-slot fault's checkpoint: whatever
-        other slot must survive it (the checker's own) reads everything first."""
+        other slot must survive it (the checker's own) reads everything first, and there
+        is no checkpoint unless it says it did."""
         unknown = set(kinds) - set(FAULT_KINDS)
         if unknown:
             raise ValueError(f"unknown fault kind(s): {', '.join(sorted(unknown))}")
@@ -129,8 +130,8 @@ class FaultInjector:
             with psycopg.connect(self.stack.dsn, autocommit=True, connect_timeout=5) as admin:
                 for _attempt in range(3):
                     self._push_wal_past_slot(admin)
-                    if self.keep_up is not None:
-                        self.keep_up()
+                    if self.keep_up is not None and not self.keep_up():
+                        raise RuntimeError("the checker's slot could not catch up: no checkpoint")
                     admin.execute("CHECKPOINT")
                     if _slot_status(admin, AGENT_SLOT) == "lost":
                         return

@@ -26,7 +26,7 @@ the system under test."""
 AGENT_SLOT = "txcache"
 """The agent's slot (``txcache setup``'s default), which the lost-slot fault invalidates."""
 
-SLOT_WAL_KEEP_MB = 32
+SLOT_WAL_KEEP_MB = 64
 """``max_slot_wal_keep_size``: small, so that the lost-slot fault is quick; the checker's
 own slot is read every second and caught up before that fault's checkpoint."""
 

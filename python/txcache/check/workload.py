@@ -385,6 +385,10 @@ def write_once(
     schema = rng.random() < mix.schema_share
     try:
         with cache.read_write() as tx:
+            if schema:
+                # Waited for before the transaction has an xid: a transaction with one holds
+                # back every logical slot's restart point while it runs.
+                tx.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
             row = tx.query_one("SELECT pg_current_xact_id()::text")
             assert row is not None
             xid = int(row[0]) & 0xFFFFFFFF
@@ -419,13 +423,7 @@ def _write_operation(
     if choice <= 2:
         _transfer(tx, rng, writes)
     elif choice == 3:
-        list_id = rng.randrange(LISTS)
-        value = rng.randint(0, 999)
-        row = tx.query_one(
-            "INSERT INTO entries (list, value) VALUES (%s, %s) RETURNING id", (list_id, value)
-        )
-        assert row is not None
-        writes.append(("append", list_id, (int(row[0]), value)))
+        _append(tx, rng, writes)
     elif choice == 4:
         account_id = rng.randint(1, ACCOUNTS)
         branch = rng.randrange(BRANCHES)
@@ -433,6 +431,25 @@ def _write_operation(
         writes.append(("branch", account_id, branch))
     else:
         _update_ledger(tx, rng, writes)
+
+
+def _append(tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write]) -> None:
+    """Append a value to a list, and delete what no reader can see any more: the entries
+    behind its newest LIST_WINDOW. The table stays small, so rewriting it (the retype
+    operation) stays cheap however long the check runs. The deleted rows are behind the
+    window in every later state too (ids only grow), so the replay need not know them."""
+    list_id = rng.randrange(LISTS)
+    value = rng.randint(0, 999)
+    row = tx.query_one(
+        "INSERT INTO entries (list, value) VALUES (%s, %s) RETURNING id", (list_id, value)
+    )
+    assert row is not None
+    writes.append(("append", list_id, (int(row[0]), value)))
+    tx.execute(
+        "DELETE FROM entries WHERE list = %s AND id < (SELECT min(id) FROM (SELECT id FROM "
+        "entries WHERE list = %s ORDER BY id DESC LIMIT %s) AS newest)",
+        (list_id, list_id, LIST_WINDOW),
+    )
 
 
 def _transfer(tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write]) -> None:
@@ -475,9 +492,8 @@ def _update_ledger(
 def _schema_operation(
     tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write], mix: Mix
 ) -> None:
-    """One schema operation, after every earlier one committed (the advisory lock), so that
-    what it reads of the catalog is the state it changes."""
-    tx.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+    """One schema operation, after every earlier one committed (the advisory lock, taken
+    first), so that what it reads of the catalog is the state it changes."""
     tx.execute(f"SET LOCAL lock_timeout = '{SCHEMA_LOCK_TIMEOUT}'")
     rng.choice(SCHEMA_OPERATIONS)(tx, rng, writes, mix)
 
@@ -486,9 +502,10 @@ def _redefine_view(
     tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write], mix: Mix
 ) -> None:
     """``CREATE OR REPLACE VIEW``: the other definition."""
-    # Locked first: taking the lock brings this session's catalog caches up to date, so
-    # the definition read is the last one committed.
-    tx.execute("LOCK TABLE branch_view IN ACCESS EXCLUSIVE MODE")
+    # A lock on the view first (a read of nothing: LOCK TABLE on a view would lock the
+    # accounts exclusively too): taking it brings this session's catalog caches up to
+    # date, so the definition read is the last one committed.
+    tx.execute("SELECT FROM branch_view LIMIT 0")
     row = tx.query_one("SELECT pg_get_viewdef('branch_view'::regclass)")
     assert row is not None
     name = "low" if "'high'" in str(row[0]) else "high"
