@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 
 import txcache
@@ -199,12 +198,12 @@ def test_row_level_security_invalidates_and_makes_reads_uncacheable(lib):
 def test_a_table_left_out_of_the_publication_is_no_longer_served(lib):
     query = "SELECT name FROM items WHERE id = %s"
     cached(lib, query, 5)
-    with psycopg.connect(lib.dsn, autocommit=True) as admin:
-        scope = admin.execute(
-            "SELECT count(*) FROM pg_publication_namespace pn JOIN pg_publication p "
-            "ON p.oid = pn.pnpubid WHERE p.pubname = 'txcache'"
-        ).fetchone()
-    assert scope == (1,), "setup publishes the schema"
+    scope = truth(
+        lib,
+        "SELECT count(*) FROM pg_publication_namespace pn JOIN pg_publication p "
+        "ON p.oid = pn.pnpubid WHERE p.pubname = 'txcache'",
+    )
+    assert scope == [(1,)], "setup publishes the schema"
     token = lib.commit("ALTER PUBLICATION txcache DROP TABLES IN SCHEMA public")
     with pytest.raises(txcache.UncacheableQuery, match="publication"):
         read(lib, query, 5, not_before=token)

@@ -22,7 +22,6 @@ __all__ = [
     "DDL_MESSAGE_PREFIX",
     "FUNCTIONS",
     "TRUNCATE_TRIGGER",
-    "create_truncate_trigger",
 ]
 
 DDL_MESSAGE_PREFIX = "txcache-ddl"
@@ -278,15 +277,3 @@ FUNCTIONS: tuple[tuple[str, str, sql.Composed], ...] = tuple(
 )
 """``(name, body, CREATE OR REPLACE statement)`` of every function, in creation order: setup
 compares each body with ``pg_proc.prosrc`` and replaces the ones that differ."""
-
-
-def create_truncate_trigger(table: sql.Composable) -> list[sql.Composed]:
-    """The statements that put the TRUNCATE trigger on partition ``table``."""
-    name = sql.Identifier(TRUNCATE_TRIGGER)
-    return [
-        sql.SQL(
-            "CREATE OR REPLACE TRIGGER {} AFTER TRUNCATE ON {} FOR EACH STATEMENT "
-            "EXECUTE FUNCTION txcache.truncate_notice()"
-        ).format(name, table),
-        sql.SQL("ALTER TABLE {} ENABLE ALWAYS TRIGGER {}").format(table, name),
-    ]

@@ -27,7 +27,6 @@ from txcache._ddl_notice import (
     DDL_MESSAGE_PREFIX,
     FUNCTIONS,
     TRUNCATE_TRIGGER,
-    create_truncate_trigger,
 )
 from txcache.errors import TxcacheError
 
@@ -679,8 +678,12 @@ def _plan_truncate_triggers(ctx: _Context, plan: _Plan, parts: list[str]) -> Non
     lacking = [table for table in partitions if table.oid not in having]
     if lacking:
         parts.append(f"TRUNCATE trigger on {_names([t.display for t in lacking])}")
+    # The event trigger's own function does it (one home for the trigger's definition);
+    # it checks again when it runs, since an earlier step's ALTER TABLE may have done it.
     for table in lacking:
-        plan.statements += create_truncate_trigger(sql.Identifier(table.schema, table.relname))
+        plan.statements.append(
+            sql.SQL("SELECT txcache.prepare_partitions({})").format(sql.Literal(table.oid))
+        )
 
 
 def _plan_event_trigger(
