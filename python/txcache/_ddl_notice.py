@@ -185,10 +185,13 @@ END
 
 # Prepares every partition in the partition tree of ``$1``: the TRUNCATE trigger where it
 # lacks it, and REPLICA IDENTITY FULL (a table attached from an untracked schema has neither).
+# Its own DDL notifies nothing: the event trigger would prepare the same tree meanwhile.
 _PREPARE_PARTITIONS_BODY = rf"""
 DECLARE
     part record;
+    notifying text := coalesce(current_setting('txcache.in_ddl_notice', true), 'off');
 BEGIN
+    PERFORM set_config('txcache.in_ddl_notice', 'on', true);
     FOR part IN
         SELECT p.relid::regclass AS name, c.relreplident <> 'f' AS needs_identity,
                NOT EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = p.relid
@@ -208,6 +211,7 @@ BEGIN
                            part.name);
         END IF;
     END LOOP;
+    PERFORM set_config('txcache.in_ddl_notice', notifying, true);
 END
 """
 
