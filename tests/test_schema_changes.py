@@ -13,13 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 import txcache
+import txcache._schema
 from agent_fixtures import lsn
-from cached_reads import assert_invalidated, cached, read, truth
+from cached_reads import assert_invalidated, cached, read, rows_of, truth
 from conftest import StartNode
 from library_fixtures import LibraryStack, start_library_stack
+from txcache._catalog_stamp import stamp_check, still_current
+from txcache._schema import Catalog, Schema
 
 
 @pytest.fixture
@@ -257,3 +261,116 @@ def test_an_agent_restarted_after_an_index_was_dropped_invalidates_by_the_droppe
         "DROP INDEX items_category_idx",
     )
     assert assert_invalidated(lib, query, token, 1) == sorted([*before, (2,)])
+
+
+# -- A schema change committed while a transaction runs ------------------------------------
+#
+# PostgreSQL runs every query with the current catalog, whatever its snapshot. A library
+# whose catalog reading predates a schema change derives a query's tags from the old
+# definitions while the query runs the new ones: such a result must not be stored.
+
+
+@pytest.fixture
+def slow_lib(database: str, start_node: StartNode) -> Iterator[LibraryStack]:
+    """The library stack refreshing pins (and learning of DDL) only when a test asks: its
+    catalog stays as it was read while a test commits a schema change behind its back."""
+    yield from start_library_stack(database, start_node, refresh_interval=3600, pool_size=1)
+
+
+def stored() -> int:
+    """How many results :func:`rows_of` stored so far."""
+    return sum(rows_of.stats.inserts.values())
+
+
+def test_a_view_redefined_under_a_running_transaction_is_not_cached(slow_lib):
+    lib = slow_lib
+    lib.write("CREATE VIEW chosen AS SELECT id, price FROM items WHERE id IN (1, 2)")
+    cached(lib, "SELECT count(*) FROM chosen")  # the library's catalog has the view
+    before = stored()
+    with lib.cache.read_only(staleness=60) as tx:
+        txcache.query("SELECT 1")  # the transaction's snapshot predates the change
+        lib.write("CREATE OR REPLACE VIEW chosen AS SELECT id, price FROM items WHERE id IN (3, 4)")
+        got = rows_of("SELECT id, price FROM chosen ORDER BY id")
+        assert tx.catalog_moved
+    assert got == [(3, 30), (4, 40)], "PostgreSQL runs the current definition"
+    assert stored() == before, "stored with the tags of the definition the library read"
+
+
+def test_a_partition_attached_under_a_running_transaction_is_not_cached(slow_lib):
+    lib = slow_lib
+    make_partitions(lib)
+    lib.write("ALTER TABLE events DETACH PARTITION events_high")
+    assert cached(lib, "SELECT count(*) FROM events") == [(10,)]
+    before = stored()
+    with lib.cache.read_only(staleness=60) as tx:
+        txcache.query("SELECT 1")
+        lib.write("ALTER TABLE events ATTACH PARTITION events_high FOR VALUES FROM (10) TO (20)")
+        got = rows_of("SELECT sum(v) FROM events")
+        assert tx.catalog_moved
+    assert got == [(190,)], "the snapshot's rows of the partition attached since"
+    assert stored() == before, "stored under the root's name only"
+
+
+def test_a_result_type_changed_under_a_prepared_statement_asks_for_a_retry(slow_lib):
+    """psycopg prepares a statement after five runs; PostgreSQL refuses to run it once a
+    schema change altered its result type. The transaction fails with a retriable error,
+    and the next one runs."""
+    lib = slow_lib
+    query = "SELECT price FROM items WHERE id = %s"
+    lib.caught_up()
+    for _ in range(6):  # one pooled connection: the statement is prepared on it
+        with lib.cache.read_only(staleness=60):
+            assert txcache.query(query, (4,)) == [(40,)]
+    lib.write("ALTER TABLE items ALTER COLUMN price TYPE bigint")
+    failing = pytest.raises(txcache.SnapshotUnavailable, match="result type")
+    with failing, lib.cache.read_only(staleness=60):
+        txcache.query(query, (4,))
+    with lib.cache.read_only(staleness=60):
+        assert txcache.query(query, (4,)) == [(40,)]
+
+
+def test_a_result_type_change_the_library_knows_of_replaces_its_connections(slow_lib):
+    lib = slow_lib
+    query = "SELECT price FROM items WHERE id = %s"
+    for _ in range(6):
+        assert read(lib, query, 4) == [(40,)]
+    token = lib.commit("ALTER TABLE items ALTER COLUMN price TYPE bigint")
+    assert read(lib, query, 4, not_before=token) == [(40,)]
+
+
+def test_a_catalog_reading_stamps_the_schema_changes_not_yet_committed(lib):
+    with psycopg.connect(lib.dsn) as ddl:  # its transaction stays open
+        ddl.execute("CREATE VIEW pending AS SELECT id FROM items")
+        catalog = Schema.load(lib.dsn).catalog
+        stamp = catalog.stamp
+        assert stamp is not None
+        assert len(stamp.uncommitted) == 1
+        assert ("public", "pending") not in catalog.relations
+
+        def current() -> bool:
+            with psycopg.connect(lib.dsn, autocommit=True) as conn:
+                return still_current(stamp, conn.execute(*stamp_check(stamp)).fetchone())
+
+        assert current(), "a query now runs with the catalog read"
+        ddl.commit()
+        assert not current(), "a query now runs with the view the reading lacks"
+
+
+def test_a_catalog_reading_during_which_a_schema_change_committed_is_read_again(lib, monkeypatch):
+    """Some catalog functions (pg_get_publication_tables) read the current catalog, not the
+    snapshot: a reading a schema change committed during would disagree with itself."""
+    readings: list[Catalog] = []
+    read_in_one_snapshot = txcache._schema._read_in_one_snapshot
+
+    def reading_then_a_change(conn: psycopg.Connection, publication: str) -> Catalog:
+        catalog = read_in_one_snapshot(conn, publication)
+        if not readings:
+            lib.write("CREATE VIEW meanwhile AS SELECT id FROM items")
+        readings.append(catalog)
+        return catalog
+
+    monkeypatch.setattr(txcache._schema, "_read_in_one_snapshot", reading_then_a_change)
+    catalog = Schema.load(lib.dsn).catalog
+    assert len(readings) == 2
+    assert ("public", "meanwhile") in catalog.relations
+    assert catalog.stamp is not None

@@ -138,6 +138,8 @@ class CacheableFunction(Generic[P, R]):
             return  # it fell back to an unpinned snapshot: its reads have no timestamp
         if transaction.failed:
             return  # a statement failed (and the function caught it): nothing is stored
+        if transaction.catalog_moved:
+            return  # its tags may describe another catalog than the one the query ran with
         data = transaction.cache.serializer.dumps(value)
         snapshot = frame.snapshot
         if snapshot is None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+import weakref
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self
@@ -20,6 +22,7 @@ import psycopg_pool
 from psycopg import sql
 
 from txcache._agent import AgentClient
+from txcache._catalog_stamp import CatalogStamp
 from txcache._config import Mode, Settings, load_settings
 from txcache._nodes import CacheNode, NodeRing
 from txcache._pinset import PinPolicy, newest_or_fresh
@@ -134,6 +137,13 @@ class Cache:
         self._schema: Schema | None = None
         self._schema_generation = -1  # the agent's catalog generation it was read at
         self._schema_lock = threading.Lock()
+        self._schema_read_at = 0.0  # time.monotonic() of the last catalog reading
+        self._schema_readings = 0  # catalog readings since the first
+        self._schema_moved = False  # a query ran with a newer catalog than the last reading
+        # Per pooled connection, the catalog reading it last began a transaction under.
+        self._connection_readings: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
+            weakref.WeakKeyDictionary()
+        )
         global _default
         with _default_lock:
             _default = self
@@ -178,33 +188,67 @@ class Cache:
             raise ValueError(f"isolation must be one of {sorted(_ISOLATION_LEVELS)}")
         return ReadWriteTransaction(self, isolation.upper() if isolation else None)
 
-    def analyze(self, statement: str, params: Params, snapshot: int) -> frozenset[str]:
-        """The invalidation tags of ``statement`` at ``snapshot`` (docs/sql-tags.md)."""
+    def analyze(
+        self, statement: str, params: Params, snapshot: int
+    ) -> tuple[frozenset[str], CatalogStamp | None]:
+        """The invalidation tags of ``statement`` at ``snapshot`` (docs/sql-tags.md), and
+        the stamp of the catalog reading they were derived from."""
         assert self.agent is not None
         known, columns = self.agent.tag_columns(snapshot)
         schema = self._current_schema().with_tag_columns(columns if known else None)
+        stamp = schema.catalog.stamp  # before: a reading meanwhile can only fail the check
         try:
-            return analyze(statement, params, schema, safe_functions=self.safe_functions).tags
+            tags = analyze(statement, params, schema, safe_functions=self.safe_functions).tags
+            return tags, stamp
         except UncacheableQuery as refusal:
             if "unknown relation" not in str(refusal):
                 raise
-            self._reload_schema()  # a table created since the catalog was read
+            with self._schema_lock:
+                self._reload_schema()  # a table created since the catalog was read
             schema = self._current_schema().with_tag_columns(columns if known else None)
-            return analyze(statement, params, schema, safe_functions=self.safe_functions).tags
+            stamp = schema.catalog.stamp
+            tags = analyze(statement, params, schema, safe_functions=self.safe_functions).tags
+            return tags, stamp
+
+    def schema_moved(self) -> None:
+        """A query ran with a newer catalog than the library's reading (or one not known to
+        be current): read it again before the next analysis, at most once per
+        ``refresh_interval`` (a stream of schema changes must not turn every query into a
+        catalog reading)."""
+        self._schema_moved = True
+
+    def checkout(self) -> psycopg.Connection[Any]:
+        """A pooled connection that began no transaction under an older catalog reading;
+        one that did is closed and replaced: psycopg prepares a statement run often, and
+        PostgreSQL refuses to run a prepared statement whose result type a schema change
+        altered (``cached plan must not change result type``)."""
+        while True:
+            connection: psycopg.Connection[Any] = self.pool.getconn()
+            seen = self._connection_readings.get(connection)
+            if seen is None or seen == self._schema_readings:
+                self._connection_readings[connection] = self._schema_readings
+                return connection
+            connection.close()
+            self.pool.putconn(connection)  # a closed connection is replaced, not reused
 
     def _current_schema(self) -> Schema:
         """The catalog facts, re-read once after every change of the agent's catalog (a
-        DDL): one integer comparison per call on the common path."""
+        DDL) and after a query found them outdated: one integer comparison and one flag
+        test per call on the common path."""
         # Read before the catalog is: a DDL the agent reports meanwhile reads it again.
         # Generations only grow, so a thread that read an older one never undoes a reload.
         generation = self.agent.catalog_generation if self.agent is not None else 0
         schema = self._schema
-        if schema is None or generation > self._schema_generation:
+        moved = self._schema_moved and (
+            time.monotonic() - self._schema_read_at >= self.settings.refresh_interval
+        )
+        if schema is None or generation > self._schema_generation or moved:
             with self._schema_lock:
                 if self._schema is None:
                     # Its own connection: a transaction holding the last pooled one waits here.
                     self._schema = Schema.load(self.settings.dsn)
-                elif generation > self._schema_generation:
+                    self._schema_read_at = time.monotonic()
+                elif generation > self._schema_generation or self._schema_moved:
                     self._reload_schema()
                 self._schema_generation = max(generation, self._schema_generation)
             schema = self._schema
@@ -212,8 +256,12 @@ class Cache:
         return schema
 
     def _reload_schema(self) -> None:
+        """Read the catalog again; call with ``_schema_lock`` held."""
         if self._schema is not None:
+            self._schema_moved = False  # before: a query finding it moved again reads again
             self._schema.refresh()  # through its own connection to the DSN
+            self._schema_read_at = time.monotonic()
+            self._schema_readings += 1
 
     def release(self, connection: psycopg.Connection[Any], *, reset: bool = False) -> None:
         """Give ``connection`` back to the pool. With ``reset`` (it ran the application's

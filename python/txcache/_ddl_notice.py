@@ -19,6 +19,8 @@ from __future__ import annotations
 from psycopg import sql
 
 __all__ = [
+    "DDL_COUNTER",
+    "DDL_LOCK",
     "DDL_MESSAGE_PREFIX",
     "FUNCTIONS",
     "TRUNCATE_TRIGGER",
@@ -29,6 +31,17 @@ DDL_MESSAGE_PREFIX = "txcache-ddl"
 
 TRUNCATE_TRIGGER = "txcache_truncate_notice"
 """The name of the ``AFTER TRUNCATE`` trigger on partitions."""
+
+DDL_COUNTER = "txcache.ddl_counter"
+"""A sequence every notifying DDL advances before it commits. Sequences are not
+transactional, so a library reads the current count from inside any snapshot and can tell
+whether its catalog (stamped with the count it was read at) may be older than the catalog
+a query just ran with (docs/library.md, "Schema changes under a running query")."""
+
+DDL_LOCK = (0x74786361, 0x64646C00)  # 'txca', 'ddl'
+"""The advisory lock key (two ``int4``) a notifying DDL holds in share mode from before it
+advances :data:`DDL_COUNTER` until it ends: ``pg_locks`` shows which schema changes are
+still uncommitted, so a catalog read while one runs is known not to contain it."""
 
 # Escapes a name for one tab-separated field: backslash, tab, newline, carriage return.
 _ESCAPE_BODY = r"""
@@ -108,7 +121,8 @@ WHERE EXISTS (SELECT 1 FROM pg_class o JOIN pg_namespace n ON n.oid = o.relnames
 # alters). ``txcache.in_ddl_notice`` keeps its own ALTER TABLE and CREATE TRIGGER from
 # notifying again.
 _NOTICE_BODY = (
-    r"""
+    (
+        r"""
 DECLARE
     tracked name[] := ARRAY(SELECT schema_name FROM txcache.tracked_schemas);
     target oid;
@@ -166,8 +180,8 @@ BEGIN
                 FROM commands WHERE relkind IN ('r', 'p', 'v', 'm', 'f', 'i', 'I')
             )
             SELECT line FROM ("""
-    + _RELATION_LINES
-    + r"""
+        + _RELATION_LINES
+        + r"""
                 UNION
                 SELECT txcache.ddl_line(txcache.ddl_kind(object_type, command_tag), schema_name,
                                         object_identity, objid)
@@ -177,10 +191,17 @@ BEGIN
             ORDER BY 1);
     END IF;
     IF cardinality(lines) > 0 THEN
+        -- The lock first: a count advanced by a transaction not yet ended is always seen
+        -- together with that transaction in pg_locks.
+        PERFORM pg_advisory_xact_lock_shared({lock});
+        PERFORM nextval('{counter}');
         PERFORM pg_logical_emit_message(true, 'txcache-ddl', array_to_string(lines, E'\n'));
     END IF;
 END
 """
+    )
+    .replace("{lock}", f"{DDL_LOCK[0]}, {DDL_LOCK[1]}")
+    .replace("{counter}", DDL_COUNTER)
 )
 
 # Prepares every partition in the partition tree of ``$1``: the TRUNCATE trigger where it

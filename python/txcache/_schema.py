@@ -14,6 +14,8 @@ that the analysis can refuse queries that read it.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +23,9 @@ from typing import Any, Literal, TypeVar
 
 import psycopg
 from psycopg.rows import TupleRow
+
+from txcache._catalog_stamp import CatalogStamp, read_stamp
+from txcache._ddl_notice import DDL_COUNTER
 
 __all__ = [
     "Catalog",
@@ -36,6 +41,8 @@ __all__ = [
 
 Family = Literal["int", "text", "uuid", "bool"]
 """A type whose text output the library can write from a Python value (docs/sql-tags.md)."""
+
+log = logging.getLogger("txcache")
 
 TagColumns = Mapping[str, frozenset[str]]
 """Tag columns by table, as TAGCOLUMNS names them: escaped ``schema.table`` → column names."""
@@ -201,6 +208,9 @@ class Catalog:
     types: dict[tuple[str, str], TypeInfo]
     publication: Publication
     standard_strings: bool
+    stamp: CatalogStamp | None = None
+    """When it was read (:mod:`txcache._catalog_stamp`); ``None``: not known to be the
+    catalog any query runs with, so nothing analysed with it is stored."""
 
     def relation(self, schema: str | None, name: str) -> Relation | None:
         """Resolve a relation name as PostgreSQL would with this search path."""
@@ -393,11 +403,36 @@ class Schema:
 def _read(source: Connection | str, publication: str) -> Catalog:
     """The catalog as one snapshot shows it: its several statements must agree (a DDL
     between the one reading relations and the one reading the publication would make a
-    table attached meanwhile look unpublished)."""
+    table attached meanwhile look unpublished). Through a DSN it is also stamped."""
     if isinstance(source, str):
         with psycopg.connect(source, autocommit=True, application_name="txcache schema") as conn:
-            return _read_in_one_snapshot(conn, publication)
+            return _read_stamped(conn, publication)
     return _read_in_one_snapshot(source, publication)
+
+
+# Readings tried while schema changes keep committing, before one is kept unstamped.
+_STAMP_TRIES = 5
+
+
+def _read_stamped(conn: Connection, publication: str) -> Catalog:
+    """A reading during which no schema change committed, stamped. Some catalog functions
+    (``pg_get_publication_tables``) read the current catalog, not the snapshot: only such a
+    reading is consistent with itself. After :data:`_STAMP_TRIES` readings that each saw a
+    schema change commit, the last is kept without a stamp."""
+    for _ in range(_STAMP_TRIES):
+        before = read_stamp(conn)
+        catalog = _read_in_one_snapshot(conn, publication)
+        if not before.tracked:
+            log.warning(
+                "the database has no DDL counter (%s; txcache setup installs it with the DDL "
+                "trigger, as a superuser): a schema change committed while a query runs is "
+                "not seen",
+                DDL_COUNTER,
+            )
+            return dataclasses.replace(catalog, stamp=before)
+        if read_stamp(conn) == before:
+            return dataclasses.replace(catalog, stamp=before)
+    return catalog
 
 
 def _read_in_one_snapshot(conn: Connection, publication: str) -> Catalog:

@@ -24,6 +24,7 @@ from psycopg import sql
 from psycopg.rows import TupleRow
 
 from txcache._ddl_notice import (
+    DDL_COUNTER,
     DDL_MESSAGE_PREFIX,
     FUNCTIONS,
     TRUNCATE_TRIGGER,
@@ -624,7 +625,7 @@ def _plan_trigger(ctx: _Context) -> _Plan:
 
 
 def _plan_trigger_objects(ctx: _Context, plan: _Plan, parts: list[str]) -> list[str]:
-    """Schema ``txcache``, its table of tracked schemas and the two functions."""
+    """Schema ``txcache``, its table of tracked schemas, the DDL counter and the functions."""
     if not ctx.rows("SELECT 1 FROM pg_namespace WHERE nspname = 'txcache'"):
         parts.append("schema txcache")
         plan.statements += [
@@ -639,6 +640,15 @@ def _plan_trigger_objects(ctx: _Context, plan: _Plan, parts: list[str]) -> list[
         plan.statements += [
             sql.SQL("CREATE TABLE txcache.tracked_schemas (schema_name name PRIMARY KEY)"),
             sql.SQL("GRANT SELECT ON txcache.tracked_schemas TO PUBLIC"),
+        ]
+    if not ctx.rows("SELECT to_regclass(%s) IS NOT NULL", DDL_COUNTER)[0][0]:
+        parts.append(f"sequence {DDL_COUNTER}")
+        counter = sql.SQL(DDL_COUNTER)
+        plan.statements += [
+            sql.SQL("CREATE SEQUENCE {}").format(counter),
+            # Every role's DDL advances it (the trigger runs as the DDL's user); advancing it
+            # only ever makes libraries cache less.
+            sql.SQL("GRANT USAGE, SELECT ON SEQUENCE {} TO PUBLIC").format(counter),
         ]
     new = [schema for schema in ctx.schemas if schema not in tracked]
     if new:

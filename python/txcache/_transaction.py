@@ -30,6 +30,7 @@ What a read-only transaction guards against (docs/library.md, "Read-only safety"
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import threading
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Self
 import psycopg
 from psycopg import sql
 
+from txcache._catalog_stamp import CatalogStamp, stamp_check, still_current
 from txcache._frame import Frame
 from txcache._nodes import CacheNode, Hit, Interval, Miss
 from txcache._pinset import Pin, PinSet
@@ -205,7 +207,7 @@ class ReadWriteTransaction(Transaction):
         self._commit_may_write = False  # COMMIT ran a held cursor: it may have written
 
     def _begin(self) -> None:
-        connection: Connection = self.cache.pool.getconn()
+        connection: Connection = self.cache.checkout()
         isolation = f" ISOLATION LEVEL {self._isolation}" if self._isolation else ""
         try:
             connection.execute(f"BEGIN{isolation}")
@@ -314,6 +316,10 @@ LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.relation >= 16384
   AND (c.oid IS NULL OR c.relkind IN ('r', 'm', 'v'))
 """
+# PostgreSQL's refusal to run a prepared statement whose result type a schema change altered.
+_CHANGED_RESULT_TYPE = "cached plan must not change result type"
+# A statement and its parameters.
+_Statement = tuple[str, tuple[Any, ...]]
 # The snapshot an import ended up with, to compare with the pin's (same round trip).
 _IMPORTED_SNAPSHOT = "SELECT pg_current_snapshot()::text"
 # How often one statement may move the database transaction past a rewrite: a pin is
@@ -408,6 +414,7 @@ class ReadOnlyTransaction(Transaction):
         self._read_database = False  # whether a query result reached the application
         self._verified: set[str] = set()  # tables checked in this database transaction
         self._failure: str | None = None  # the error that failed the block
+        self._catalog_moved = False
         agent = cache.agent
         if self.uncached or agent is None:
             self.pin_set = PinSet((), star=True)
@@ -523,6 +530,16 @@ class ReadOnlyTransaction(Transaction):
         try:
             connection = self._database()
             cursor, tags = self._run(connection, statement, params, single=statements == 1)
+        except psycopg.errors.FeatureNotSupported as error:
+            self._fail(error)
+            if _CHANGED_RESULT_TYPE not in str(error):
+                raise
+            self.cache.schema_moved()
+            raise SnapshotUnavailable(
+                "a schema change committed after this transaction's snapshot altered the "
+                "result type of a statement prepared earlier on its connection; retry the "
+                "transaction (its connection is replaced)"
+            ) from error
         except (psycopg.Error, SnapshotUnavailable) as error:
             self._fail(error)
             raise
@@ -538,6 +555,13 @@ class ReadOnlyTransaction(Transaction):
         """Whether a statement failed in the database (or the snapshot was lost): the block
         is then failed, and nothing more is stored in the cache."""
         return self._failure is not None
+
+    @property
+    def catalog_moved(self) -> bool:
+        """Whether a query of a cacheable function ran with a newer catalog than the one
+        its tags were derived from (a schema change committed since the library read it),
+        or one not known to be the same: nothing more is stored in the cache."""
+        return self._catalog_moved
 
     def check_usable(self) -> None:
         """Raise :class:`~txcache.TransactionError` once the block is failed."""
@@ -563,15 +587,24 @@ class ReadOnlyTransaction(Transaction):
         and the statement runs again (or :class:`SnapshotUnavailable` is raised). Returns
         the cursor and the statement's tags (``None`` if not derived)."""
         for attempt in range(_REWRITE_MOVES + 1):
-            tags = self._tags(statement, params) if not self.uncached else None
+            tags, stamp = self._tags(statement, params) if not self.uncached else (None, None)
             cursor = _ResultCursor(connection)
+            # Only what a cacheable function reads is stored: only there does it matter
+            # which catalog the query ran with.
+            stored = tags is not None and bool(self.frames) and self.cache.mode != "bypass"
+            check = stamp_check(stamp) if stored and stamp is not None else None
             started = time.perf_counter()
             if self._verified_already(tags):
-                cursor.run(statement, params)
                 rewritten: list[str] = []
+                catalog = self._run_plain(connection, cursor, statement, params, single, check)
             else:
-                rewritten = self._run_checked(connection, cursor, statement, params, single)
+                rewritten, catalog = self._run_checked(
+                    connection, cursor, statement, params, single, check
+                )
             self.cache.latency.record_query(time.perf_counter() - started)
+            if stored and (stamp is None or not still_current(stamp, catalog)):
+                self._catalog_moved = True
+                self.cache.schema_moved()
             if not rewritten:
                 return cursor, tags
             self._move_past_rewrite(rewritten, last_chance=attempt == _REWRITE_MOVES)
@@ -590,6 +623,25 @@ class ReadOnlyTransaction(Transaction):
             return False
         return self._verified.issuperset(_tables(tags))
 
+    @staticmethod
+    def _run_plain(
+        connection: Connection,
+        cursor: _ResultCursor,
+        statement: str,
+        params: Params,
+        single: bool,
+        catalog_check: _Statement | None,
+    ) -> tuple[Any, ...] | None:
+        """Run ``statement`` and the catalog check, if any (in one round trip when it is a
+        single statement); returns the check's row."""
+        if catalog_check is None:
+            cursor.run(statement, params)
+            return None
+        with connection.pipeline() if single else contextlib.nullcontext():
+            cursor.run(statement, params)
+            check = connection.execute(*catalog_check)
+        return check.fetchone()
+
     def _run_checked(
         self,
         connection: Connection,
@@ -597,18 +649,19 @@ class ReadOnlyTransaction(Transaction):
         statement: str,
         params: Params,
         single: bool,
-    ) -> list[str]:
-        """Run ``statement`` then ``_REWRITTEN`` — in one round trip (a pipeline) when it is
-        a single statement; returns the rewritten relations read, and otherwise records
-        the verified ones."""
+        catalog_check: _Statement | None,
+    ) -> tuple[list[str], tuple[Any, ...] | None]:
+        """Run ``statement``, ``_REWRITTEN`` and the catalog check, if any — in one round
+        trip (a pipeline) when it is a single statement (several go by the simple protocol,
+        which a pipeline refuses); returns the rewritten relations read (and otherwise
+        records the verified ones) and the catalog check's row."""
         self.rewrite_checks += 1
-        if single:
-            with connection.pipeline():
-                cursor.run(statement, params)
-                check = connection.execute(_REWRITTEN)
-        else:  # several statements go by the simple protocol, which a pipeline refuses
+        catalog: psycopg.Cursor[Any] | None = None
+        with connection.pipeline() if single else contextlib.nullcontext():
             cursor.run(statement, params)
             check = connection.execute(_REWRITTEN)
+            if catalog_check is not None:
+                catalog = connection.execute(*catalog_check)
         rewritten: list[str] = []
         verified: list[str] = []
         for schema, name, is_rewritten, still_named in check.fetchall():
@@ -618,7 +671,7 @@ class ReadOnlyTransaction(Transaction):
                 verified.append(table_name(schema, name))
         if not rewritten:
             self._verified.update(verified)
-        return rewritten
+        return rewritten, catalog.fetchone() if catalog is not None else None
 
     def _move_past_rewrite(self, rewritten: list[str], *, last_chance: bool) -> None:
         """The statement read ``rewritten`` relations, rewritten after the snapshot: its
@@ -662,7 +715,11 @@ class ReadOnlyTransaction(Transaction):
         known = node.database_interval(active.ts, sorted(self._query_tags))
         return None if known is None else (known.lo, known.hi)
 
-    def _tags(self, statement: str, params: Params) -> frozenset[str] | None:
+    def _tags(
+        self, statement: str, params: Params
+    ) -> tuple[frozenset[str] | None, CatalogStamp | None]:
+        """The statement's tags (``None`` if not derived) and the catalog stamp they were
+        derived under."""
         assert self.snapshot is not None
         try:
             return self.cache.analyze(statement, params, self.snapshot.ts)
@@ -670,14 +727,14 @@ class ReadOnlyTransaction(Transaction):
             if self.frames:
                 raise
             self._tags_known = False  # a bare query: fine to run, but no move may skip it
-            return None
+            return None, None
 
     def _database(self) -> Connection:
         if self._closed:
             raise TransactionError("this read-only transaction has ended")
         if self._connection is not None:
             return self._connection
-        connection: Connection = self.cache.pool.getconn()
+        connection: Connection = self.cache.checkout()
         try:
             if self.uncached or not self._begin_pinned(connection):
                 self.database_snapshot = _begin_unpinned(connection)
@@ -784,7 +841,10 @@ class ReadOnlyTransaction(Transaction):
 
     def _release(self, connection: Connection) -> None:
         try:
-            if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            status = connection.info.transaction_status
+            if status == psycopg.pq.TransactionStatus.INERROR:
+                connection.rollback()  # psycopg's own: it also forgets its prepared statements
+            elif status != psycopg.pq.TransactionStatus.IDLE:
                 connection.execute("ROLLBACK")
         except psycopg.Error:
             log.debug("rollback of a left snapshot failed", exc_info=True)

@@ -1,0 +1,94 @@
+"""Whether the catalog a query ran with is the one the library analysed it with.
+
+PostgreSQL's catalog is not versioned: a query at an old snapshot runs with the *current*
+view definitions, partition trees, functions and policies. The library analyses a query
+(its tags) with the catalog it read last; a schema change committed since then would make
+it store a value computed under one definition with another definition's tags.
+
+Every notifying DDL holds the advisory lock :data:`~txcache._ddl_notice.DDL_LOCK` in share
+mode and then advances the sequence :data:`~txcache._ddl_notice.DDL_COUNTER`, both before
+it commits. A catalog reading is stamped with the count and with the transactions holding
+that lock (schema changes not committed, so not in the reading). After a query — which
+holds its relations' locks, so that a schema change on them has either committed before it
+or waits for the transaction to end — the catalog it ran with is the stamped one if the
+count did not move and every transaction of the stamp still holds the lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from txcache._ddl_notice import DDL_COUNTER, DDL_LOCK
+
+__all__ = ["UNTRACKED", "CatalogStamp", "read_stamp", "stamp_check", "still_current"]
+
+_HOLDERS = f"""
+SELECT coalesce(array_agg(DISTINCT virtualtransaction ORDER BY virtualtransaction), '{{}}')
+FROM pg_catalog.pg_locks
+WHERE locktype = 'advisory' AND granted AND classid = {DDL_LOCK[0]} AND objid = {DDL_LOCK[1]}
+  AND objsubid = 2
+"""
+# How many times the sequence advanced (before the first nextval it shows 1, not called).
+_ADVANCED = "CASE WHEN is_called THEN last_value ELSE 0 END"
+_STAMP = f"SELECT (SELECT {_ADVANCED} FROM {DDL_COUNTER}), ({_HOLDERS})"
+_COUNT = f"SELECT {_ADVANCED}, 0 FROM {DDL_COUNTER}"
+_COUNT_AND_HOLDERS = f"""
+SELECT {_ADVANCED}, (SELECT count(DISTINCT virtualtransaction) FROM pg_catalog.pg_locks
+                      WHERE locktype = 'advisory' AND granted AND classid = {DDL_LOCK[0]}
+                        AND objid = {DDL_LOCK[1]} AND objsubid = 2
+                        AND virtualtransaction = ANY(%s::text[]))
+FROM {DDL_COUNTER} s
+"""
+
+
+@dataclass(frozen=True)
+class CatalogStamp:
+    """When a catalog reading was taken, in schema changes."""
+
+    count: int
+    """:data:`~txcache._ddl_notice.DDL_COUNTER` when the reading began and ended."""
+    uncommitted: tuple[str, ...]
+    """Virtual transaction ids of schema changes running throughout the reading."""
+
+    @property
+    def tracked(self) -> bool:
+        """Whether the database counts schema changes: without the DDL trigger (set up
+        without a superuser) there is nothing to count, and nothing to check."""
+        return self.count != _UNTRACKED
+
+
+_UNTRACKED = -1
+UNTRACKED = CatalogStamp(_UNTRACKED, ())
+"""The stamp of every reading of a database without the DDL counter."""
+
+
+def read_stamp(conn: psycopg.Connection[Any]) -> CatalogStamp:
+    """The stamp as of now, outside any transaction (:data:`UNTRACKED` when the database
+    has no DDL counter)."""
+    try:
+        row = conn.execute(_STAMP).fetchone()
+    except psycopg.errors.UndefinedTable:
+        return UNTRACKED
+    assert row is not None
+    return CatalogStamp(int(row[0]), tuple(row[1]))
+
+
+def stamp_check(stamp: CatalogStamp) -> tuple[str, tuple[Any, ...]] | None:
+    """The statement (and its parameters) to run after a query, in its transaction, whose
+    row :func:`still_current` takes; ``None`` when there is nothing to check."""
+    if not stamp.tracked:
+        return None
+    if not stamp.uncommitted:
+        return _COUNT, ()
+    return _COUNT_AND_HOLDERS, (list(stamp.uncommitted),)
+
+
+def still_current(stamp: CatalogStamp, row: tuple[Any, ...] | None) -> bool:
+    """Whether the catalog the query ran with is the one ``stamp`` names (``row``: what
+    :func:`stamp_check`'s statement returned)."""
+    if not stamp.tracked:
+        return True
+    return row is not None and int(row[0]) == stamp.count and row[1] == len(stamp.uncommitted)
