@@ -218,18 +218,21 @@ class Cache:
         self._schema_moved = True
 
     def checkout(self) -> psycopg.Connection[Any]:
-        """A pooled connection that began no transaction under an older catalog reading;
-        one that did is closed and replaced: psycopg prepares a statement run often, and
-        PostgreSQL refuses to run a prepared statement whose result type a schema change
-        altered (``cached plan must not change result type``)."""
-        while True:
-            connection: psycopg.Connection[Any] = self.pool.getconn()
-            seen = self._connection_readings.get(connection)
-            if seen is None or seen == self._schema_readings:
-                self._connection_readings[connection] = self._schema_readings
-                return connection
-            connection.close()
-            self.pool.putconn(connection)  # a closed connection is replaced, not reused
+        """A pooled connection holding no statement psycopg prepared under an older catalog
+        reading: PostgreSQL refuses to run a prepared statement whose result type a schema
+        change altered (``cached plan must not change result type``)."""
+        if self.agent is not None:
+            self._current_schema()  # a schema change the agent reported is read first
+        connection: psycopg.Connection[Any] = self.pool.getconn()
+        readings = self._schema_readings
+        if self._connection_readings.get(connection, readings) != readings:
+            try:
+                _forget_prepared(connection)
+            except psycopg.Error:
+                self.pool.putconn(connection)
+                raise
+        self._connection_readings[connection] = readings
+        return connection
 
     def _current_schema(self) -> Schema:
         """The catalog facts, re-read once after every change of the agent's catalog (a
@@ -305,6 +308,14 @@ class Cache:
 
 
 _ISOLATION_LEVELS = frozenset({"READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"})
+
+
+def _forget_prepared(connection: psycopg.Connection[Any]) -> None:
+    """Have psycopg deallocate every statement it prepared on the idle ``connection``: its
+    ``rollback()`` of an open transaction does (its cache notices a ``DEALLOCATE ALL`` sent
+    as a statement only the first time it sees one). Two round trips."""
+    connection.execute("BEGIN", prepare=False)
+    connection.rollback()
 
 
 def _reset_session(connection: psycopg.Connection[Any]) -> None:
