@@ -37,6 +37,7 @@ __all__ = ["AgentClient"]
 log = logging.getLogger("txcache")
 
 _MICROS = 1_000_000
+_NO_FENCE = (2**63 - 1, -1)  # before the first refresh: no snapshot is after every change
 
 
 class AgentClient:
@@ -53,7 +54,7 @@ class AgentClient:
         """Starts the refresher thread at once; :meth:`close` stops it."""
         self.endpoint = Endpoint(address, role="agent", password=password, timeout=timeout)
         self.refresh_interval = refresh_interval
-        self._list = _PinList([], [], [], float("-inf"))
+        self._list = _PinList([], [], [], float("-inf"), _NO_FENCE)
         # Pins die with the agent's pinner sessions: a list not confirmed for this long is
         # not offered, so transactions fall back to the database before reading the cache.
         self.pin_list_ttl = max(1.0, 4 * refresh_interval)
@@ -135,7 +136,7 @@ class AgentClient:
             connection_replies = self._fetch()
             if connection_replies is None:
                 return False
-            pins, catalog = connection_replies
+            pins, catalog, fence = connection_replies
             # The catalog first: whoever reads a pin of this refresh must find the catalog
             # (and generation) that covers it, not the previous one.
             if catalog != self._catalog:
@@ -149,7 +150,7 @@ class AgentClient:
             suffix_min = itertools.accumulate((pin.current_as_of for pin in reversed(pins)), min)
             known_current = list(suffix_min)[::-1]
             timestamps = [pin.ts for pin in pins]
-            self._list = _PinList(pins, timestamps, known_current, time.monotonic())
+            self._list = _PinList(pins, timestamps, known_current, time.monotonic(), fence)
         self._refreshed.set()
         return True
 
@@ -159,16 +160,28 @@ class AgentClient:
         self._thread.join(timeout=5)
         self.endpoint.close()
 
-    def _fetch(self) -> tuple[list[Pin], list[tuple[int, Any]]] | None:
+    def schema_barrier(self, position: int) -> int | None:
+        """The newest schema change (or ``TRUNCATE``) the agent decoded, once its stream has
+        passed ``position`` — it then knows every one committed below — as of the last
+        refresh; ``None`` until then."""
+        barrier, decoded = self._list.fence
+        return barrier if decoded >= position else None
+
+    def _fetch(self) -> tuple[list[Pin], list[tuple[int, Any]], tuple[int, int]] | None:
         pins_reply = self.endpoint.call("PINS")
         if pins_reply is None or isinstance(pins_reply, ReplyError):
             return None
         catalog_reply = self.endpoint.call("TAGCOLUMNS")
         if catalog_reply is None or isinstance(catalog_reply, ReplyError):
             return None
+        fence_reply = self.endpoint.call("BARRIER")
+        if fence_reply is None or isinstance(fence_reply, ReplyError):
+            return None
         by_ts = {pin.ts: pin for pin in map(_pin, pins_reply)}
         pins = [by_ts[ts] for ts in sorted(by_ts)]
-        return pins, [(int(since), tables) for since, tables in catalog_reply]
+        barrier, decoded = fence_reply
+        catalog = [(int(since), tables) for since, tables in catalog_reply]
+        return pins, catalog, (int(barrier), int(decoded))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -188,6 +201,8 @@ class _PinList:
     known_current: list[float]
     """Per pin, the least ``current_as_of`` from it to the end of the list."""
     refreshed_at: float
+    fence: tuple[int, int]
+    """``BARRIER``: the newest schema change or ``TRUNCATE`` decoded, and the decoded end."""
 
 
 def _pin(reply: Sequence[Any]) -> Pin:

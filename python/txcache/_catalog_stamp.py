@@ -16,7 +16,7 @@ count did not move and every transaction of the stamp still holds the lock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -33,7 +33,10 @@ WHERE locktype = 'advisory' AND granted AND classid = {DDL_LOCK[0]} AND objid = 
 """
 # How many times the sequence advanced (before the first nextval it shows 1, not called).
 _ADVANCED = "CASE WHEN is_called THEN last_value ELSE 0 END"
-_STAMP = f"SELECT (SELECT {_ADVANCED} FROM {DDL_COUNTER}), ({_HOLDERS})"
+_STAMP = f"""
+SELECT (SELECT {_ADVANCED} FROM {DDL_COUNTER}), ({_HOLDERS}),
+       (pg_catalog.pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint
+"""
 _COUNT = f"SELECT {_ADVANCED}, 0 FROM {DDL_COUNTER}"
 _COUNT_AND_HOLDERS = f"""
 SELECT {_ADVANCED}, (SELECT count(DISTINCT virtualtransaction) FROM pg_catalog.pg_locks
@@ -52,6 +55,9 @@ class CatalogStamp:
     """:data:`~txcache._ddl_notice.DDL_COUNTER` when the reading began and ended."""
     uncommitted: tuple[str, ...]
     """Virtual transaction ids of schema changes running throughout the reading."""
+    position: int = field(default=0, compare=False)
+    """The WAL insert position when the reading began: every schema change in it committed
+    below (the others were running, or changed the count)."""
 
     @property
     def tracked(self) -> bool:
@@ -73,7 +79,7 @@ def read_stamp(conn: psycopg.Connection[Any]) -> CatalogStamp:
     except psycopg.errors.UndefinedTable:
         return UNTRACKED
     assert row is not None
-    return CatalogStamp(int(row[0]), tuple(row[1]))
+    return CatalogStamp(int(row[0]), tuple(row[1]), int(row[2]))
 
 
 def stamp_check(stamp: CatalogStamp) -> tuple[str, tuple[Any, ...]] | None:

@@ -22,11 +22,10 @@ import psycopg_pool
 from psycopg import sql
 
 from txcache._agent import AgentClient
-from txcache._catalog_stamp import CatalogStamp
 from txcache._config import Mode, Settings, load_settings
 from txcache._nodes import CacheNode, NodeRing
 from txcache._pinset import PinPolicy, newest_or_fresh
-from txcache._schema import Schema
+from txcache._schema import Catalog, Schema
 from txcache._serialize import SafeSerializer, Serializer
 from txcache._sql import UncacheableQuery, analyze
 from txcache._stats import OperationLatency
@@ -190,25 +189,27 @@ class Cache:
 
     def analyze(
         self, statement: str, params: Params, snapshot: int
-    ) -> tuple[frozenset[str], CatalogStamp | None]:
+    ) -> tuple[frozenset[str], Catalog]:
         """The invalidation tags of ``statement`` at ``snapshot`` (docs/sql-tags.md), and
-        the stamp of the catalog reading they were derived from."""
+        the catalog reading they were derived from."""
         assert self.agent is not None
         known, columns = self.agent.tag_columns(snapshot)
         schema = self._current_schema().with_tag_columns(columns if known else None)
-        stamp = schema.catalog.stamp  # before: a reading meanwhile can only fail the check
+        catalog = schema.catalog  # before: a reading meanwhile can only fail the check
         try:
-            tags = analyze(statement, params, schema, safe_functions=self.safe_functions).tags
-            return tags, stamp
+            return analyze(
+                statement, params, schema, safe_functions=self.safe_functions
+            ).tags, catalog
         except UncacheableQuery as refusal:
             if "unknown relation" not in str(refusal):
                 raise
             with self._schema_lock:
                 self._reload_schema()  # a table created since the catalog was read
             schema = self._current_schema().with_tag_columns(columns if known else None)
-            stamp = schema.catalog.stamp
-            tags = analyze(statement, params, schema, safe_functions=self.safe_functions).tags
-            return tags, stamp
+            catalog = schema.catalog
+            return analyze(
+                statement, params, schema, safe_functions=self.safe_functions
+            ).tags, catalog
 
     def schema_moved(self) -> None:
         """A query ran with a newer catalog than the library's reading (or one not known to
@@ -251,6 +252,7 @@ class Cache:
                     # Its own connection: a transaction holding the last pooled one waits here.
                     self._schema = Schema.load(self.settings.dsn)
                     self._schema_read_at = time.monotonic()
+                    self._cover_reading()
                 elif generation > self._schema_generation or self._schema_moved:
                     self._reload_schema()
                 self._schema_generation = max(generation, self._schema_generation)
@@ -265,6 +267,16 @@ class Cache:
             self._schema.refresh()  # through its own connection to the DSN
             self._schema_read_at = time.monotonic()
             self._schema_readings += 1
+            self._cover_reading()
+
+    def _cover_reading(self) -> None:
+        """Have the agent's stream pass the catalog reading just made, so that what is
+        computed with it can be stored at once (docs/library.md, "Schema changes under a
+        running query"): a fresh pin writes a fence after it and waits until the stream
+        decoded it; the refresh then learns the barrier as of there. Without it, the next
+        heartbeat does the same, a little later."""
+        if self.agent is not None and self.agent.pin_now() is not None:
+            self.agent.refresh()
 
     def release(self, connection: psycopg.Connection[Any], *, reset: bool = False) -> None:
         """Give ``connection`` back to the pool. With ``reset`` (it ran the application's

@@ -209,8 +209,8 @@ class Catalog:
     publication: Publication
     standard_strings: bool
     stamp: CatalogStamp | None = None
-    """When it was read (:mod:`txcache._catalog_stamp`); ``None``: not known to be the
-    catalog any query runs with, so nothing analysed with it is stored."""
+    """When it was read, in schema changes (:mod:`txcache._catalog_stamp`); ``None``: not
+    known to be the catalog any query runs with, so nothing analysed with it is stored."""
 
     def relation(self, schema: str | None, name: str) -> Relation | None:
         """Resolve a relation name as PostgreSQL would with this search path."""

@@ -42,11 +42,11 @@ from typing import TYPE_CHECKING, Any, NoReturn, Self
 import psycopg
 from psycopg import sql
 
-from txcache._catalog_stamp import CatalogStamp, stamp_check, still_current
+from txcache._catalog_stamp import stamp_check, still_current
 from txcache._frame import Frame
 from txcache._nodes import CacheNode, Hit, Interval, Miss
 from txcache._pinset import Pin, PinSet
-from txcache._schema import table_name
+from txcache._schema import Catalog, table_name
 from txcache._sql import UncacheableQuery
 from txcache._statements import check_read_only
 from txcache.errors import (
@@ -558,9 +558,10 @@ class ReadOnlyTransaction(Transaction):
 
     @property
     def catalog_moved(self) -> bool:
-        """Whether a query of a cacheable function ran with a newer catalog than the one
-        its tags were derived from (a schema change committed since the library read it),
-        or one not known to be the same: nothing more is stored in the cache."""
+        """Whether a query of a cacheable function ran with another catalog than its
+        snapshot's or than the one its tags were derived from — a schema change committed
+        after the snapshot, or after the library read the catalog — or one not known to
+        be either: nothing more is stored in the cache."""
         return self._catalog_moved
 
     def check_usable(self) -> None:
@@ -587,11 +588,12 @@ class ReadOnlyTransaction(Transaction):
         and the statement runs again (or :class:`SnapshotUnavailable` is raised). Returns
         the cursor and the statement's tags (``None`` if not derived)."""
         for attempt in range(_REWRITE_MOVES + 1):
-            tags, stamp = self._tags(statement, params) if not self.uncached else (None, None)
+            tags, analysed = self._tags(statement, params) if not self.uncached else (None, None)
             cursor = _ResultCursor(connection)
             # Only what a cacheable function reads is stored: only there does it matter
             # which catalog the query ran with.
-            stored = tags is not None and bool(self.frames) and self.cache.mode != "bypass"
+            stored = analysed is not None and bool(self.frames) and self.cache.mode != "bypass"
+            stamp = analysed.stamp if analysed is not None else None
             check = stamp_check(stamp) if stored and stamp is not None else None
             started = time.perf_counter()
             if self._verified_already(tags):
@@ -602,10 +604,9 @@ class ReadOnlyTransaction(Transaction):
                     connection, cursor, statement, params, single, check
                 )
             self.cache.latency.record_query(time.perf_counter() - started)
-            if stored and (stamp is None or not still_current(stamp, catalog)):
-                self._catalog_moved = True
-                self.cache.schema_moved()
-            if not rewritten:
+            if not rewritten:  # else the result is dropped: what it ran with does not matter
+                if stored and analysed is not None and not self._ran_with(analysed, catalog):
+                    self._catalog_moved = True
                 return cursor, tags
             self._move_past_rewrite(rewritten, last_chance=attempt == _REWRITE_MOVES)
         raise AssertionError("unreachable: the last move past a rewrite raises")
@@ -622,6 +623,20 @@ class ReadOnlyTransaction(Transaction):
         if tags is None:
             return False
         return self._verified.issuperset(_tables(tags))
+
+    def _ran_with(self, analysed: Catalog, check: tuple[Any, ...] | None) -> bool:
+        """Whether the query just run (``check``: the catalog check's row) ran with the
+        catalog reading ``analysed`` and that reading is its snapshot's: no schema change
+        in it is newer than the snapshot (the query ran the reading's definitions over
+        older data otherwise). A newer catalog has the library read it again."""
+        assert self.snapshot is not None
+        assert self.cache.agent is not None
+        stamp = analysed.stamp
+        if stamp is None or not still_current(stamp, check):
+            self.cache.schema_moved()
+            return False
+        barrier = self.cache.agent.schema_barrier(stamp.position)
+        return barrier is not None and self.snapshot.ts >= barrier
 
     @staticmethod
     def _run_plain(
@@ -715,11 +730,9 @@ class ReadOnlyTransaction(Transaction):
         known = node.database_interval(active.ts, sorted(self._query_tags))
         return None if known is None else (known.lo, known.hi)
 
-    def _tags(
-        self, statement: str, params: Params
-    ) -> tuple[frozenset[str] | None, CatalogStamp | None]:
-        """The statement's tags (``None`` if not derived) and the catalog stamp they were
-        derived under."""
+    def _tags(self, statement: str, params: Params) -> tuple[frozenset[str] | None, Catalog | None]:
+        """The statement's tags (``None`` if not derived) and the catalog reading they were
+        derived from."""
         assert self.snapshot is not None
         try:
             return self.cache.analyze(statement, params, self.snapshot.ts)

@@ -164,6 +164,12 @@ async fn execute(
         }
         (b"STATUS", []) => encode::bulk(out, status(endpoint).as_bytes()),
         (b"TAGCOLUMNS", []) => encode_catalogs(out, &endpoint.tracker.catalogs()),
+        (b"BARRIER", []) => {
+            let (barrier, decoded) = endpoint.tracker.schema_fence();
+            encode::array_header(out, 2);
+            encode::integer(out, i64::try_from(barrier.0).unwrap_or(i64::MAX));
+            encode::integer(out, i64::try_from(decoded.0).unwrap_or(i64::MAX));
+        }
         _ => encode::error(
             out,
             &format!(

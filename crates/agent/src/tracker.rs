@@ -205,6 +205,13 @@ impl StreamTracker {
         self.lock().barrier
     }
 
+    /// The newest barrier and the end of what has been decoded, read together: every
+    /// schema change or `TRUNCATE` that committed below the second is at or before the first.
+    pub fn schema_fence(&self) -> (Timestamp, Timestamp) {
+        let state = self.lock();
+        (state.barrier, state.decoded)
+    }
+
     /// The stream's progress now.
     pub fn progress(&self) -> Progress {
         self.lock().progress
@@ -291,6 +298,16 @@ mod tests {
         );
         assert_eq!(tracker.progress().commit, Timestamp(299));
         assert_eq!(tracker.commit_lsn(7, Duration::from_millis(1)).await, None);
+    }
+
+    #[test]
+    fn the_schema_fence_is_the_newest_barrier_and_the_decoded_end() {
+        let tracker = StreamTracker::new(Timestamp(100), 0);
+        tracker.commit(Timestamp(200), 7, WallClock::default());
+        tracker.barrier(Timestamp(200));
+        tracker.heartbeat(Timestamp(260), WallClock::default());
+        tracker.barrier(Timestamp(150)); // an older one never lowers it
+        assert_eq!(tracker.schema_fence(), (Timestamp(200), Timestamp(260)));
     }
 
     #[test]
