@@ -596,13 +596,15 @@ class ReadOnlyTransaction(Transaction):
             stamp = analysed.stamp if analysed is not None else None
             check = stamp_check(stamp) if stored and stamp is not None else None
             started = time.perf_counter()
-            if self._verified_already(tags):
-                rewritten: list[str] = []
-                catalog = self._run_plain(connection, cursor, statement, params, single, check)
-            else:
-                rewritten, catalog = self._run_checked(
-                    connection, cursor, statement, params, single, check
-                )
+            rewritten, catalog = self._run_with_checks(
+                connection,
+                cursor,
+                statement,
+                params,
+                single=single,
+                rewrite_check=not self._verified_already(tags),
+                catalog_check=check,
+            )
             self.cache.latency.record_query(time.perf_counter() - started)
             if not rewritten:  # else the result is dropped: what it ran with does not matter
                 if stored and analysed is not None and not self._ran_with(analysed, catalog):
@@ -638,55 +640,48 @@ class ReadOnlyTransaction(Transaction):
         barrier = self.cache.agent.schema_barrier(stamp.position)
         return barrier is not None and self.snapshot.ts >= barrier
 
-    @staticmethod
-    def _run_plain(
-        connection: Connection,
-        cursor: _ResultCursor,
-        statement: str,
-        params: Params,
-        single: bool,
-        catalog_check: _Statement | None,
-    ) -> tuple[Any, ...] | None:
-        """Run ``statement`` and the catalog check, if any (in one round trip when it is a
-        single statement); returns the check's row."""
-        if catalog_check is None:
-            cursor.run(statement, params)
-            return None
-        with connection.pipeline() if single else contextlib.nullcontext():
-            cursor.run(statement, params)
-            check = connection.execute(*catalog_check)
-        return check.fetchone()
-
-    def _run_checked(
+    def _run_with_checks(
         self,
         connection: Connection,
         cursor: _ResultCursor,
         statement: str,
         params: Params,
+        *,
         single: bool,
+        rewrite_check: bool,
         catalog_check: _Statement | None,
     ) -> tuple[list[str], tuple[Any, ...] | None]:
-        """Run ``statement``, ``_REWRITTEN`` and the catalog check, if any — in one round
-        trip (a pipeline) when it is a single statement (several go by the simple protocol,
-        which a pipeline refuses); returns the rewritten relations read (and otherwise
-        records the verified ones) and the catalog check's row."""
-        self.rewrite_checks += 1
+        """Run ``statement``, then ``_REWRITTEN`` (with ``rewrite_check``) and the catalog
+        check (if any) — in one round trip (a pipeline) when it is a single statement
+        (several go by the simple protocol, which a pipeline refuses). Returns the
+        rewritten relations read (and otherwise records the verified ones) and the catalog
+        check's row."""
+        checks = rewrite_check or catalog_check is not None
+        rewrite: psycopg.Cursor[Any] | None = None
         catalog: psycopg.Cursor[Any] | None = None
-        with connection.pipeline() if single else contextlib.nullcontext():
+        with connection.pipeline() if single and checks else contextlib.nullcontext():
             cursor.run(statement, params)
-            check = connection.execute(_REWRITTEN)
+            if rewrite_check:
+                self.rewrite_checks += 1
+                rewrite = connection.execute(_REWRITTEN)
             if catalog_check is not None:
                 catalog = connection.execute(*catalog_check)
+        rewritten = self._rewritten(rewrite.fetchall()) if rewrite is not None else []
+        return rewritten, catalog.fetchone() if catalog is not None else None
+
+    def _rewritten(self, rows: list[Any]) -> list[str]:
+        """The relations ``_REWRITTEN`` names rewritten; when there are none, records the
+        ones it verified."""
         rewritten: list[str] = []
         verified: list[str] = []
-        for schema, name, is_rewritten, still_named in check.fetchall():
+        for schema, name, is_rewritten, still_named in rows:
             if is_rewritten:
                 rewritten.append(name if schema is None else f"{schema}.{name}")
             elif still_named:
                 verified.append(table_name(schema, name))
         if not rewritten:
             self._verified.update(verified)
-        return rewritten, catalog.fetchone() if catalog is not None else None
+        return rewritten
 
     def _move_past_rewrite(self, rewritten: list[str], *, last_chance: bool) -> None:
         """The statement read ``rewritten`` relations, rewritten after the snapshot: its
