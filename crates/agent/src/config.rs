@@ -2,6 +2,7 @@
 
 use clap::Parser;
 use std::time::Duration;
+use txcache_model::units::parse_duration;
 
 /// txcache-agent: invalidations from PostgreSQL's logical decoding to the cache nodes.
 #[derive(Clone, Debug, Parser)]
@@ -34,15 +35,17 @@ pub struct Config {
     pub node_password: Option<String>,
 
     /// How often the agent writes a heartbeat into the WAL, so nodes know how current they
-    /// are when nothing commits, e.g. 200ms.
-    #[arg(long, env = "TXCACHE_HEARTBEAT_INTERVAL", default_value = "200ms", value_parser = parse_duration)]
+    /// are when nothing commits, above zero, e.g. 200ms; units ns, us, ms, s, m, h; decimals
+    /// allowed; a bare number is seconds.
+    #[arg(long, env = "TXCACHE_HEARTBEAT_INTERVAL", default_value = "200ms", value_name = "DURATION", value_parser = parse_interval)]
     pub heartbeat_interval: Duration,
 
-    /// Least time between two deliveries to one node, e.g. 1ms: under a stream of commits
-    /// each delivery (one wake-up of the node) then carries several, for about this much
-    /// more lag (the timer rounds up to the next millisecond: 1ms waits 1–2 ms). 0ms
-    /// delivers every commit as soon as it is decoded.
-    #[arg(long, env = "TXCACHE_DELIVERY_SPACING", default_value = "1ms", value_parser = parse_duration)]
+    /// Least time between two deliveries to one node, e.g. 1ms; units ns, us, ms, s, m, h;
+    /// decimals allowed; a bare number is seconds. Under a stream of commits each delivery
+    /// (one wake-up of the node) then carries several, for about this much more lag (the
+    /// timer rounds up to the next millisecond: 1ms waits 1–2 ms). 0 delivers every commit as
+    /// soon as it is decoded.
+    #[arg(long, env = "TXCACHE_DELIVERY_SPACING", default_value = "1ms", value_name = "DURATION", value_parser = parse_duration)]
     pub delivery_spacing: Duration,
 
     /// Stream messages kept for replay to nodes that reconnect; a node that missed more is
@@ -58,18 +61,21 @@ pub struct Config {
     #[arg(long, env = "TXCACHE_AGENT_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
 
-    /// How often a new pin is taken while something commits, e.g. 1s.
-    #[arg(long, env = "TXCACHE_PIN_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    /// How often a new pin is taken while something commits, above zero, e.g. 1s; units ns,
+    /// us, ms, s, m, h; decimals allowed; a bare number is seconds.
+    #[arg(long, env = "TXCACHE_PIN_INTERVAL", default_value = "1s", value_name = "DURATION", value_parser = parse_interval)]
     pub pin_interval: Duration,
 
     /// The largest staleness limit any library uses; pins live this long after they stop
-    /// being current (plus the lease), e.g. 120s.
-    #[arg(long, env = "TXCACHE_MAX_STALENESS", default_value = "120s", value_parser = parse_duration)]
+    /// being current (plus the lease), e.g. 120s; units ns, us, ms, s, m, h; decimals
+    /// allowed; a bare number is seconds.
+    #[arg(long, env = "TXCACHE_MAX_STALENESS", default_value = "120s", value_name = "DURATION", value_parser = parse_duration)]
     pub max_staleness: Duration,
 
     /// Extra life of a pin past the staleness limit, for transactions that chose it just in
-    /// time to import it, e.g. 30s.
-    #[arg(long, env = "TXCACHE_PIN_LEASE", default_value = "30s", value_parser = parse_duration)]
+    /// time to import it, e.g. 30s; units ns, us, ms, s, m, h; decimals allowed; a bare
+    /// number is seconds.
+    #[arg(long, env = "TXCACHE_PIN_LEASE", default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
     pub pin_lease: Duration,
 
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
@@ -77,20 +83,73 @@ pub struct Config {
     pub log: String,
 }
 
-/// Parses a duration: a number with an `ms`, `s` or `m` suffix (seconds when bare).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let lower = text.trim().to_ascii_lowercase();
-    let split = lower
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(lower.len());
-    let (digits, unit) = lower.split_at(split);
-    let number: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 200ms)"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(number)),
-        "" | "s" => Ok(Duration::from_secs(number)),
-        "m" => Ok(Duration::from_secs(number.saturating_mul(60))),
-        other => Err(format!("unknown duration unit {other:?} in {text:?}")),
+/// A period of one of the agent's timers: a duration ([`parse_duration`]) above zero (a
+/// timer of period zero would never wait).
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    match parse_duration(text) {
+        Ok(Duration::ZERO) => Err(format!("{text:?}: the interval must be above zero")),
+        Ok(interval) => Ok(interval),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use txcache_model::units::DURATION_FORMS;
+
+    const REQUIRED: [&str; 3] = ["txcache-agent", "--dsn", "host=/tmp"];
+
+    fn parse(flags: &[&str]) -> Result<Config, clap::Error> {
+        Config::try_parse_from(
+            REQUIRED
+                .iter()
+                .chain(["--node", "127.0.0.1:6380"].iter())
+                .chain(flags),
+        )
+    }
+
+    #[test]
+    fn durations_use_the_shared_grammar() {
+        let config = parse(&["--heartbeat-interval", "0.05s", "--pin-lease", "2"]).ok();
+        let config = config.map(|c| (c.heartbeat_interval, c.pin_lease, c.max_staleness));
+        let expected = (
+            Duration::from_millis(50),
+            Duration::from_secs(2),
+            Duration::from_secs(120),
+        );
+        assert_eq!(config, Some(expected));
+        let config = parse(&["--max-staleness", "1h", "--delivery-spacing", "0"]).ok();
+        let config = config.map(|c| (c.max_staleness, c.delivery_spacing));
+        assert_eq!(config, Some((Duration::from_secs(3600), Duration::ZERO)));
+        for (flag, value) in [
+            ("--pin-interval", "0ms"),
+            ("--heartbeat-interval", "0"),
+            ("--pin-lease", "1y"),
+        ] {
+            assert!(parse(&[flag, value]).is_err(), "{flag} {value}");
+        }
+    }
+
+    #[test]
+    fn every_duration_option_states_the_grammar() {
+        let mut durations = Vec::new();
+        for arg in Config::command().get_arguments() {
+            if !matches!(arg.get_value_names(), Some([name]) if name == "DURATION") {
+                continue;
+            }
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            assert!(help.contains(DURATION_FORMS), "--{}: {help}", arg.get_id());
+            durations.push(arg.get_id().to_string());
+        }
+        let expected = [
+            "heartbeat_interval",
+            "delivery_spacing",
+            "pin_interval",
+            "max_staleness",
+            "pin_lease",
+        ];
+        assert_eq!(durations, expected);
     }
 }

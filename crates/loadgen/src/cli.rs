@@ -4,6 +4,7 @@ use crate::dist::Size;
 use crate::workload::KeyDist;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
+use txcache_model::units;
 
 /// The longest measured run accepted.
 pub const MAX_DURATION: Duration = Duration::from_secs(600);
@@ -27,16 +28,19 @@ pub fn parse_mix(text: &str) -> Result<f64, String> {
     Ok(gets / (gets + sets))
 }
 
-/// `etc` or a byte count.
-pub fn parse_size(text: &str) -> Result<Size, String> {
-    if text.eq_ignore_ascii_case("etc") {
+/// `etc`, or a byte size in the shared grammar ([`units::parse_size`]) up to
+/// [`MAX_VALUE_LEN`](crate::dist::MAX_VALUE_LEN).
+pub fn parse_value_size(text: &str) -> Result<Size, String> {
+    if text.trim().eq_ignore_ascii_case("etc") {
         return Ok(Size::Etc);
     }
-    match text.parse::<usize>() {
+    match units::parse_size(text) {
         Ok(n) if n <= crate::dist::MAX_VALUE_LEN => Ok(Size::Fixed(n)),
-        _ => Err(format!(
-            "size {text:?}: expected `etc` or bytes up to 1000000"
+        Ok(_) => Err(format!(
+            "size {text:?}: at most {} bytes",
+            crate::dist::MAX_VALUE_LEN
         )),
+        Err(error) => Err(format!("{error}; or etc")),
     }
 }
 
@@ -55,25 +59,16 @@ pub fn parse_key_dist(text: &str) -> Result<KeyDist, String> {
     }
 }
 
-/// `5s`, `500ms`, `2m` or plain seconds, at most [`MAX_DURATION`].
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => text.split_at(i),
-        None => (text, "s"),
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("duration {text:?}: not a number"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        _ => return Err(format!("duration {text:?}: unit must be ms, s or m")),
-    };
-    if !(0.0..=MAX_DURATION.as_secs_f64()).contains(&seconds) {
-        return Err(format!("duration {text:?}: must be between 0 and 600 s"));
+/// A duration in the shared grammar ([`units::parse_duration`]), at most [`MAX_DURATION`].
+pub fn parse_run_duration(text: &str) -> Result<Duration, String> {
+    let duration = units::parse_duration(text).map_err(|error| error.to_string())?;
+    if duration > MAX_DURATION {
+        return Err(format!(
+            "duration {text:?}: at most {} s",
+            MAX_DURATION.as_secs()
+        ));
     }
-    Ok(Duration::from_secs_f64(seconds))
+    Ok(duration)
 }
 
 /// The target's address, which must be a loopback address: this tool loads only servers on
@@ -107,9 +102,13 @@ mod tests {
 
     #[test]
     fn sizes_and_key_distributions() {
-        assert_eq!(parse_size("etc"), Ok(Size::Etc));
-        assert_eq!(parse_size("100"), Ok(Size::Fixed(100)));
-        assert!(parse_size("2000000").is_err() && parse_size("big").is_err());
+        assert_eq!(parse_value_size("etc"), Ok(Size::Etc));
+        assert_eq!(parse_value_size("ETC"), Ok(Size::Etc));
+        assert_eq!(parse_value_size("100"), Ok(Size::Fixed(100)));
+        assert_eq!(parse_value_size("4kb"), Ok(Size::Fixed(4096)));
+        assert_eq!(parse_value_size("1000000"), Ok(Size::Fixed(1_000_000)));
+        assert!(parse_value_size("2000000").is_err() && parse_value_size("1mb").is_err());
+        assert!(parse_value_size("big").is_err() && parse_value_size("-1").is_err());
         assert_eq!(parse_key_dist("uniform"), Ok(KeyDist::Uniform));
         assert_eq!(parse_key_dist("zipf"), Ok(KeyDist::Zipf(0.99)));
         assert_eq!(parse_key_dist("zipf:1.2"), Ok(KeyDist::Zipf(1.2)));
@@ -118,12 +117,16 @@ mod tests {
 
     #[test]
     fn durations_are_bounded() {
-        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("11m").is_err() && parse_duration("-1s").is_err());
-        assert!(parse_duration("5h").is_err());
+        assert_eq!(parse_run_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_run_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_run_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_run_duration("3"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_run_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_run_duration("0.5s"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_run_duration("1.0s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_run_duration("10m"), Ok(MAX_DURATION));
+        assert!(parse_run_duration("11m").is_err() && parse_run_duration("-1s").is_err());
+        assert!(parse_run_duration("5h").is_err() && parse_run_duration("1y").is_err());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use txcache_loadgen::cli::{
-    loopback_target, parse_duration, parse_key_dist, parse_mix, parse_size,
+    loopback_target, parse_key_dist, parse_mix, parse_run_duration, parse_value_size,
 };
 use txcache_loadgen::dist::Size;
 use txcache_loadgen::protocol::Protocol;
@@ -46,20 +46,26 @@ struct Args {
     /// Key popularity: uniform, zipf (exponent 0.99) or zipf:<exponent>.
     #[arg(long, default_value = "uniform", value_parser = parse_key_dist)]
     key_dist: KeyDist,
-    /// Key size: bytes, or etc (Facebook ETC's GEV). Default: 16.
-    #[arg(long, default_value = "16", value_parser = parse_size)]
+    /// Key size, e.g. 16; units b, k, m, g (or kb/kib, mb/mib, gb/gib: all powers of 1024); a
+    /// bare number is bytes; keys are cut to 250 bytes. Or etc (Facebook ETC's GEV).
+    /// Default: 16.
+    #[arg(long, default_value = "16", value_name = "SIZE", value_parser = parse_value_size)]
     key_size: Size,
-    /// Value size: bytes, or etc (Facebook ETC's head and Pareto tail). Default: 100.
-    #[arg(long, default_value = "100", value_parser = parse_size)]
+    /// Value size, e.g. 100, 4kb; units b, k, m, g (or kb/kib, mb/mib, gb/gib: all powers of
+    /// 1024); a bare number is bytes; at most 1000000 bytes. Or etc (Facebook ETC's head and
+    /// Pareto tail). Default: 100.
+    #[arg(long, default_value = "100", value_name = "SIZE", value_parser = parse_value_size)]
     value_size: Size,
     /// Open loop at this many requests per second (all connections); default: closed loop.
     #[arg(long)]
     rate: Option<f64>,
-    /// Measured time, e.g. 5s, 500ms (at most 10m); 0 only preloads.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    /// Measured time, e.g. 5s, 500ms; units ns, us, ms, s, m, h; decimals allowed; a bare
+    /// number is seconds; at most 10m. 0 only preloads.
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_run_duration)]
     duration: Duration,
-    /// Unmeasured load before the measured time.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    /// Unmeasured load before the measured time, e.g. 1s, 0.5s; units ns, us, ms, s, m, h;
+    /// decimals allowed; a bare number is seconds; at most 10m.
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_run_duration)]
     warmup: Duration,
     /// Do not store every key before the run.
     #[arg(long)]
@@ -216,4 +222,50 @@ fn describe(args: &Args, workload: &Workload) -> Json {
         .number("duration_s", args.duration.as_secs_f64())
         .integer("threads", u64::from(args.threads))
         .integer("seed", args.seed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use txcache_model::units::{DURATION_FORMS, SIZE_FORMS};
+
+    #[test]
+    fn every_duration_and_size_option_states_the_grammar() {
+        let mut quantities = Vec::new();
+        for arg in Args::command().get_arguments() {
+            let forms = match arg.get_value_names() {
+                Some([name]) if name == "SIZE" => SIZE_FORMS,
+                Some([name]) if name == "DURATION" => DURATION_FORMS,
+                _ => continue,
+            };
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            assert!(help.contains(forms), "--{}: {help}", arg.get_id());
+            quantities.push(arg.get_id().to_string());
+        }
+        assert_eq!(quantities, ["key_size", "value_size", "duration", "warmup"]);
+    }
+
+    #[test]
+    fn the_values_the_benchmarks_pass_parse() {
+        let args = Args::try_parse_from([
+            "txcache-loadgen",
+            "--duration",
+            "0",
+            "--warmup",
+            "0.5s",
+            "--value-size",
+            "etc",
+            "--key-size",
+            "32",
+        ]);
+        let args = args.map(|a| (a.duration, a.warmup, a.value_size, a.key_size));
+        let expected = (
+            Duration::ZERO,
+            Duration::from_millis(500),
+            Size::Etc,
+            Size::Fixed(32),
+        );
+        assert_eq!(args.ok(), Some(expected));
+    }
 }

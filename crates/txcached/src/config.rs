@@ -3,6 +3,7 @@
 use clap::Parser;
 use std::net::IpAddr;
 use std::time::Duration;
+use txcache_model::units::{parse_duration, parse_size};
 
 /// txcached: a versioned, invalidation-aware cache node speaking RESP (the Redis protocol).
 ///
@@ -18,13 +19,16 @@ pub struct Config {
     #[arg(long, env = "TXCACHED_PORT", default_value_t = 6380)]
     pub port: u16,
 
-    /// Hard limit on cached data (values, keys, intervals, tags, history), e.g. 64mb, 2gb.
-    #[arg(long, env = "TXCACHED_MAX_MEMORY", default_value = "1gb", value_parser = parse_size)]
+    /// Hard limit on cached data (values, keys, intervals, tags, history), e.g. 64mb, 2gb;
+    /// units b, k, m, g (or kb/kib, mb/mib, gb/gib: all powers of 1024); a bare number is
+    /// bytes.
+    #[arg(long, env = "TXCACHED_MAX_MEMORY", default_value = "1gb", value_name = "SIZE", value_parser = parse_size)]
     pub max_memory: usize,
 
     /// The largest staleness limit any client uses; versions that ended longer ago than this
-    /// are removed eagerly, e.g. 120s, 2m.
-    #[arg(long, env = "TXCACHED_MAX_STALENESS", default_value = "120s", value_parser = parse_duration)]
+    /// are removed eagerly, e.g. 120s, 2m; units ns, us, ms, s, m, h; decimals allowed; a
+    /// bare number is seconds.
+    #[arg(long, env = "TXCACHED_MAX_STALENESS", default_value = "120s", value_name = "DURATION", value_parser = parse_duration)]
     pub max_staleness: Duration,
 
     /// Password clients must send with AUTH before any other command. Default: none.
@@ -105,62 +109,34 @@ fn workers_for(cores: usize) -> usize {
     cores.saturating_sub(1).max(1)
 }
 
-/// Parses a byte size: a number with an optional `b`, `kb`, `mb`, `gb` suffix (powers of 1024).
-pub fn parse_size(text: &str) -> Result<usize, String> {
-    let lower = text.trim().to_ascii_lowercase();
-    let split = lower
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(lower.len());
-    let (digits, unit) = lower.split_at(split);
-    let number: usize = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size (expected e.g. 512mb)"))?;
-    let multiplier: usize = match unit.trim() {
-        "" | "b" => 1,
-        "k" | "kb" => 1 << 10,
-        "m" | "mb" => 1 << 20,
-        "g" | "gb" => 1 << 30,
-        other => return Err(format!("unknown size unit {other:?} in {text:?}")),
-    };
-    number
-        .checked_mul(multiplier)
-        .ok_or_else(|| format!("size {text:?} is too large"))
-}
-
-/// Parses a duration: a number of seconds with an optional `ms`, `s`, `m` or `h` suffix.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let lower = text.trim().to_ascii_lowercase();
-    let split = lower
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(lower.len());
-    let (digits, unit) = lower.split_at(split);
-    let number: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (expected e.g. 30s)"))?;
-    match unit.trim() {
-        "ms" => Ok(Duration::from_millis(number)),
-        "" | "s" => Ok(Duration::from_secs(number)),
-        "m" => Ok(Duration::from_secs(number.saturating_mul(60))),
-        "h" => Ok(Duration::from_secs(number.saturating_mul(3600))),
-        other => Err(format!("unknown duration unit {other:?} in {text:?}")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn sizes_and_durations_parse() {
-        assert_eq!(parse_size("64mb"), Ok(64 << 20));
-        assert_eq!(parse_size("1GB"), Ok(1 << 30));
-        assert_eq!(parse_size("100"), Ok(100));
-        assert!(parse_size("mb").is_err() && parse_size("5tb").is_err());
-        assert!(parse_size("99999999999999999999gb").is_err());
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert!(parse_duration("1y").is_err());
+    fn sizes_and_durations_use_the_shared_grammar_and_say_so() {
+        use clap::CommandFactory;
+        use txcache_model::units::{DURATION_FORMS, SIZE_FORMS};
+        let config = Config::parse_from(["txcached", "--max-memory", "1.5GiB"]);
+        assert_eq!(config.max_memory, 3 << 29);
+        assert_eq!(config.max_staleness, Duration::from_secs(120));
+        let config = Config::parse_from(["txcached", "--max-staleness", "0.5m"]);
+        assert_eq!(config.max_staleness, Duration::from_secs(30));
+        let refused = Config::try_parse_from(["txcached", "--max-memory", "5tb"]);
+        let message = refused.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains(SIZE_FORMS), "{message}");
+        let mut quantities = Vec::new();
+        for arg in Config::command().get_arguments() {
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            let forms = match arg.get_value_names() {
+                Some([name]) if name == "SIZE" => SIZE_FORMS,
+                Some([name]) if name == "DURATION" => DURATION_FORMS,
+                _ => continue,
+            };
+            assert!(help.contains(forms), "--{}: {help}", arg.get_id());
+            quantities.push(arg.get_id().to_string());
+        }
+        assert_eq!(quantities, ["max_memory", "max_staleness"]);
     }
 
     #[test]

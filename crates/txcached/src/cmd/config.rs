@@ -1,8 +1,8 @@
-//! `CONFIG GET parameter` and `CONFIG SET maxmemory bytes`.
+//! `CONFIG GET parameter` and `CONFIG SET maxmemory size` (a size as `--max-memory` takes it).
 
 use super::{ok, Args, CommandError, Context};
-use crate::config::parse_size;
 use bytes::BytesMut;
+use txcache_model::units::parse_size;
 use txcache_resp::encode;
 
 /// Dispatches the CONFIG subcommands.
@@ -51,9 +51,9 @@ fn set(args: &mut Args, context: &mut Context<'_>, out: &mut BytesMut) -> Result
             "maxmemory (the only one settable at run time)",
         ));
     }
-    let bytes = parse_size(&value).map_err(|message| CommandError::InvalidArgument {
+    let bytes = parse_size(&value).map_err(|error| CommandError::InvalidArgument {
         command: args.command(),
-        message,
+        message: error.to_string(),
     })?;
     context.node.set_max_memory(bytes);
     tracing::info!(maxmemory = bytes, "CONFIG SET maxmemory");
