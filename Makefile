@@ -12,7 +12,7 @@ CARGO_FLAGS := --release --locked
 SYSTEM_PYTHON ?= python3
 SYSTEM_PG_BIN := /usr/lib/postgresql/15/bin
 
-.PHONY: all build venv system-postgres lint lint-rust lint-python test test-rust test-python demo clean
+.PHONY: all build venv dist system-postgres lint lint-rust lint-python test test-rust test-python demo clean
 
 all: build venv
 
@@ -28,6 +28,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m pip install --quiet --upgrade pip
 	$(PYTHON) -m pip install --quiet -e '.[dev]'
 	touch $@
+
+## dist: the wheel and the sdist, in dist/. The wheel carries txcached and txcache-agent
+## (setup.py runs this Makefile's cargo build, then strips copies) and is tagged for this
+## platform: `pip install 'dist/txcache-….whl[embedded]'` needs neither cargo nor a checkout.
+## build/ is setuptools' staging directory, emptied first so no stale module gets in.
+dist: venv
+	rm -rf build
+	CARGO=$(CARGO) $(PYTHON) -m build --sdist --wheel --outdir dist .
 
 ## system-postgres: Debian 12's postgresql-15 (ICU and SSL; the embedded build has neither),
 ## which the collation tests start clusters of their own from (tests/postgres_fixtures.py,

@@ -29,19 +29,35 @@ class ProcessStartError(RuntimeError):
 
 def find_binary(name: str) -> Path:
     """Locate one of the project's binaries: ``$<NAME>_BIN`` (``TXCACHED_BIN``,
-    ``TXCACHE_AGENT_BIN``), this checkout's build, or ``PATH``."""
-    explicit = os.environ.get(name.upper().replace("-", "_") + "_BIN")
+    ``TXCACHE_AGENT_BIN``); in a checkout, its build (``target/release``, ``target/debug``);
+    installed, the scripts directory of the installation holding this package, where pip put
+    the wheel's binaries (a virtualenv's ``bin``, active or not); or ``PATH``."""
+    import sysconfig
+
+    variable = name.upper().replace("-", "_") + "_BIN"
+    explicit = os.environ.get(variable)
     if explicit:
         return Path(explicit)
-    checkout = Path(__file__).resolve().parents[2]
-    for profile in ("release", "debug"):
-        candidate = checkout / "target" / profile / name
-        if candidate.is_file():
-            return candidate
+    here = Path(__file__).resolve()
+    checkout = here.parents[2]
+    if (checkout / "Cargo.toml").is_file():
+        for profile in ("release", "debug"):
+            candidate = checkout / "target" / profile / name
+            if candidate.is_file():
+                return candidate
+    for scheme in (sysconfig.get_default_scheme(), sysconfig.get_preferred_scheme("user")):
+        paths = sysconfig.get_paths(scheme)
+        if any(here.is_relative_to(Path(paths[key]).resolve()) for key in ("purelib", "platlib")):
+            candidate = Path(paths["scripts"]) / name
+            if candidate.is_file():
+                return candidate
     found = shutil.which(name)
     if found:
         return Path(found)
-    raise ProcessStartError(f"{name} not found: run `make build`, or set its *_BIN variable")
+    raise ProcessStartError(
+        f"{name} not found: in a checkout run `make build`; else install txcache's wheel "
+        f"(`pip install txcache`, which installs it), put it on PATH, or set ${variable}"
+    )
 
 
 class ManagedProcess:
