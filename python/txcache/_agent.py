@@ -1,7 +1,7 @@
 """The library's view of ``txcache-agent``: live pins, fresh pins, commit LSNs, tag columns.
 
-A background thread refreshes the pin list and the tag-column catalog every
-``refresh_interval`` (``PINS``, then ``TAGCOLUMNS``), so beginning a
+A background thread refreshes the pin list, the tag-column catalog and the schema barrier
+every ``refresh_interval`` (``PINS``, ``TAGCOLUMNS``, then ``BARRIER``), so beginning a
 transaction costs no round trip. Because ``TAGCOLUMNS`` is asked after
 ``PINS``, the catalog covers every listed pin: a DDL at or before a pin's timestamp was
 decoded before that pin was certified. A snapshot newer than what the catalog covers (a

@@ -538,7 +538,7 @@ class ReadOnlyTransaction(Transaction):
             raise SnapshotUnavailable(
                 "a schema change committed after this transaction's snapshot altered the "
                 "result type of a statement prepared earlier on its connection; retry the "
-                "transaction (its connection is replaced)"
+                "transaction (its connection forgets its prepared statements)"
             ) from error
         except (psycopg.Error, SnapshotUnavailable) as error:
             self._fail(error)
