@@ -7,7 +7,9 @@ write truncated shows exactly which tags reached the node, and when.
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -296,3 +298,26 @@ def test_a_commit_right_after_a_heartbeat_is_not_swallowed(stack: Stack):
                 heartbeat = other.execute(emit, (str(int(time.time() * 1e6)),)).fetchone()
             commit = stack.truncated(probes)[f"public.items:id={n}"]
             assert commit is not None, f"commit after the heartbeat at {heartbeat} was lost"
+
+
+def test_a_detached_partition_is_named_though_the_agent_never_saw_it_attached(stack: Stack):
+    """Regression (found by ``txcache check``): a DETACH's notice named only the parent and
+    the agent added the partition from its own record of the family. An agent that decoded
+    the ATTACH only after the DETACH had committed re-read a catalog without the link, so
+    the DETACH did not reach the partition's own name: a read of it after the DETACH claimed
+    to hold back to the ATTACH, across writes that went out under the parent's name."""
+    stack.write("CREATE TABLE ledger (part int, slot int) PARTITION BY LIST (part)")
+    stack.write("CREATE TABLE ledger_2 (part int, slot int)")
+    stack.caught_up()
+    os.kill(stack.agent.process.pid, signal.SIGSTOP)
+    try:
+        stack.write("ALTER TABLE ledger ATTACH PARTITION ledger_2 FOR VALUES IN (2)")
+        stack.write("INSERT INTO ledger VALUES (2, 1)")
+        before_detach, after_detach = stack.write("ALTER TABLE ledger DETACH PARTITION ledger_2")
+    finally:
+        os.kill(stack.agent.process.pid, signal.SIGCONT)
+    stack.caught_up()
+    lo, _hi = stack.cache.execute_command(
+        "TXINTERVAL", after_detach, "TAGS", "public.ledger_2"
+    )[:2]
+    assert lo >= before_detach, "a read of the detached partition holds from before its DETACH"

@@ -104,7 +104,7 @@ def test_setup_creates_publication_replica_identity_trigger_and_slot(shop):
     report = setup_database(shop)
 
     assert report.step("ddl trigger").detail == (
-        "installed txcache.ddl_notice() on ddl_command_end and sql_drop, tracking public"
+        "installed txcache.ddl_notice() on ddl_command_start, ddl_command_end, sql_drop, tracking public"
     )
     assert statuses(report) == {
         "wal_level": StepStatus.OK,
@@ -135,6 +135,7 @@ def test_setup_creates_publication_replica_identity_trigger_and_slot(shop):
         "ORDER BY 1",
     ) == [
         ("txcache_ddl_command_end", "ddl_command_end", "A", "txcache.ddl_notice"),
+        ("txcache_ddl_command_start", "ddl_command_start", "A", "txcache.ddl_notice"),
         ("txcache_sql_drop", "sql_drop", "A", "txcache.ddl_notice"),
     ]
     assert query(shop, "SELECT schema_name::text FROM txcache.tracked_schemas") == [("public",)]
@@ -327,6 +328,39 @@ def test_a_relation_named_like_one_in_another_schema_invalidates_everything(shop
     shadow = oid(shop, "shadow.items")
     messages = take_ddl_messages(shop)[1:]  # after CREATE SCHEMA's
     assert messages == [f"all\tshadow\titems\t{shadow}\ntable\tshadow\titems\t{shadow}"]
+
+
+def test_a_partition_detached_or_dropped_and_a_child_disinherited_are_named(shop):
+    """At the end of these commands the catalog no longer links the two tables; the notice
+    names both all the same (reads of each changed meaning)."""
+    setup_database(shop)
+    execute(
+        shop,
+        "CREATE TABLE bids_high PARTITION OF bids FOR VALUES FROM (1000) TO (2000)",
+        "CREATE TABLE animals (id int)",
+        "CREATE TABLE cats () INHERITS (animals)",
+    )
+    bids, low, high = oid(shop, "bids"), oid(shop, "bids_low"), oid(shop, "bids_high")
+    animals, cats = oid(shop, "animals"), oid(shop, "cats")
+    take_ddl_messages(shop)
+
+    def lines(*named):
+        return "\n".join(sorted(f"table\tpublic\t{name}\t{oid}" for name, oid in named))
+
+    execute(shop, "ALTER TABLE bids DETACH PARTITION bids_high")
+    assert take_ddl_messages(shop) == [lines(("bids", bids), ("bids_low", low), ("bids_high", high))]
+    execute(shop, "ALTER TABLE bids ATTACH PARTITION bids_high FOR VALUES FROM (1000) TO (2000)")
+    assert take_ddl_messages(shop) == [lines(("bids", bids), ("bids_low", low), ("bids_high", high))]
+    execute(shop, "ALTER TABLE bids DETACH PARTITION bids_high CONCURRENTLY")
+    assert lines(("bids_high", high)) in "\n".join(take_ddl_messages(shop))
+
+    execute(shop, "ALTER TABLE cats NO INHERIT animals")
+    assert take_ddl_messages(shop) == [lines(("animals", animals), ("cats", cats))]
+
+    execute(shop, "DROP TABLE bids_low")
+    messages = take_ddl_messages(shop)
+    assert lines(("bids_low", low)) in messages[0]  # sql_drop: the partition
+    assert messages[1] == lines(("bids", bids))  # ddl_command_end: the root it left
 
 
 def test_role_without_replication_is_refused(database, make_role):

@@ -23,6 +23,7 @@ __all__ = [
     "DDL_LOCK",
     "DDL_MESSAGE_PREFIX",
     "FUNCTIONS",
+    "INHERITS_BEFORE",
     "TRUNCATE_TRIGGER",
 ]
 
@@ -37,6 +38,11 @@ DDL_COUNTER = "txcache.ddl_counter"
 transactional, so a library reads the current count from inside any snapshot and can tell
 whether its catalog (stamped with the count it was read at) may be older than the catalog
 a query just ran with (docs/library.md, "Schema changes under a running query")."""
+
+INHERITS_BEFORE = "txcache.inherits_before"
+"""The session setting in which the ``ddl_command_start`` trigger keeps the inheritance
+edges as an ``ALTER TABLE`` or ``DROP TABLE`` starts (``edges:`` and ``child:parent`` oids,
+comma-separated; empty once the command ended)."""
 
 DDL_LOCK = (0x74786361, 0x64646C00)  # 'txca', 'ddl'
 """The advisory lock key (two ``int4``) a notifying DDL holds in share mode from before it
@@ -97,6 +103,29 @@ SELECT CASE
 END
 """
 
+# The inheritance edges (``child:parent``, comma-separated) when an ``ALTER TABLE`` or
+# ``DROP TABLE`` starts, kept in the session setting INHERITS_BEFORE: at its end a
+# ``DETACH PARTITION``, ``NO INHERIT`` or dropped child shows only the edges left, yet reads
+# of the other side (the detached partition under its own name, the parent) change meaning.
+# A session setting survives the transactions of ``DETACH PARTITION … CONCURRENTLY``.
+_EDGES = "SELECT string_agg(inhrelid::text || ':' || inhparent::text, ',') FROM pg_inherits"
+
+# Both ends of every edge added or removed since the command started (none when no start
+# was recorded: a command the start trigger skips).
+_CHANGED_EDGE_ENDS_BODY = r"""
+WITH before(child, parent) AS (
+    SELECT split_part(edge, ':', 1)::oid, split_part(edge, ':', 2)::oid
+    FROM unnest(string_to_array(substr($1, length('edges:') + 1), ',')) edge
+    WHERE $1 LIKE 'edges:%' AND edge <> ''
+), now(child, parent) AS (
+    SELECT inhrelid, inhparent FROM pg_inherits WHERE $1 LIKE 'edges:%'
+), changed AS (
+    (SELECT * FROM before EXCEPT SELECT * FROM now)
+    UNION (SELECT * FROM now EXCEPT SELECT * FROM before)
+)
+SELECT child FROM changed UNION SELECT parent FROM changed
+"""
+
 # Lines for relations a ddl_command_end touched: each relation (an index counts as its table)
 # with its ancestors and descendants, and ``all`` when another schema has a relation of the
 # same name (the change may alter which one an unqualified name resolves to).
@@ -129,6 +158,13 @@ DECLARE
     lines text[];
 BEGIN
     IF current_setting('txcache.in_ddl_notice', true) = 'on' THEN
+        RETURN;
+    END IF;
+    IF TG_EVENT = 'ddl_command_start' THEN
+        IF TG_TAG IN ('ALTER TABLE', 'DROP TABLE') THEN
+            PERFORM set_config('{inherits_before}',
+                               'edges:' || coalesce(({edges}), ''), false);
+        END IF;
         RETURN;
     END IF;
     IF TG_EVENT = 'sql_drop' THEN
@@ -178,6 +214,10 @@ BEGIN
             ), targets AS (
                 SELECT CASE WHEN relkind IN ('i', 'I') THEN indrelid ELSE objid END AS rel
                 FROM commands WHERE relkind IN ('r', 'p', 'v', 'm', 'f', 'i', 'I')
+                UNION
+                SELECT rel FROM txcache.ddl_changed_edge_ends(
+                    current_setting('{inherits_before}', true)) rel
+                WHERE EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = rel)
             )
             SELECT line FROM ("""
         + _RELATION_LINES
@@ -189,6 +229,7 @@ BEGIN
                 WHERE relkind IS NULL OR relkind NOT IN ('r', 'p', 'v', 'm', 'f', 'i', 'I')
             ) found(line)
             ORDER BY 1);
+        PERFORM set_config('{inherits_before}', '', false);
     END IF;
     IF cardinality(lines) > 0 THEN
         -- The lock first: a count advanced by a transaction not yet ended is always seen
@@ -200,6 +241,8 @@ BEGIN
 END
 """
     )
+    .replace("{inherits_before}", INHERITS_BEFORE)
+    .replace("{edges}", _EDGES)
     .replace("{lock}", f"{DDL_LOCK[0]}, {DDL_LOCK[1]}")
     .replace("{counter}", DDL_COUNTER)
 )
@@ -286,6 +329,11 @@ FUNCTIONS: tuple[tuple[str, str, sql.Composed], ...] = tuple(
             "ddl_family",
             _FAMILY_BODY,
             _function("ddl_family(oid)", "SETOF oid", "sql", "STABLE"),
+        ),
+        (
+            "ddl_changed_edge_ends",
+            _CHANGED_EDGE_ENDS_BODY,
+            _function("ddl_changed_edge_ends(text)", "SETOF oid", "sql", "STABLE"),
         ),
         (
             "truncate_notice",

@@ -44,6 +44,7 @@ __all__ = [
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 _SHOWN = 8  # objects named in a step's detail before "and N more"
 _EVENT_TRIGGERS = (
+    ("txcache_ddl_command_start", "ddl_command_start"),
     ("txcache_ddl_command_end", "ddl_command_end"),
     ("txcache_sql_drop", "sql_drop"),
 )
@@ -617,7 +618,7 @@ def _plan_trigger(ctx: _Context) -> _Plan:
     for name, event in _EVENT_TRIGGERS:
         _plan_event_trigger(plan, parts, name, event, existing.get(name))
     _plan_truncate_triggers(ctx, plan, parts)
-    events = " and ".join(event for _, event in _EVENT_TRIGGERS)
+    events = ", ".join(event for _, event in _EVENT_TRIGGERS)
     plan.found = f"txcache.ddl_notice() on {events}, tracking {', '.join(tracked)}"
     fresh = parts[:1] == ["schema txcache"]
     plan.todo = f"install {plan.found}" if fresh else f"install the DDL trigger: {', '.join(parts)}"

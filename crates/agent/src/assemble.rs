@@ -154,7 +154,11 @@ impl Assembler {
     /// Feeds the content of a `txcache-ddl` notice (docs/setup.md, "DDL messages"): each
     /// line invalidates what the change of its object can alter, and every kind but
     /// `truncate` marks the transaction as a schema change.
-    pub fn ddl_notice(&mut self, content: &[u8], catalog: &Catalog) -> Result<(), AssembleError> {
+    pub fn ddl_notice(
+        &mut self,
+        content: &[u8],
+        catalog: &mut Catalog,
+    ) -> Result<(), AssembleError> {
         let text = String::from_utf8_lossy(content);
         let mut tags = BTreeSet::new();
         let (mut changed_schema, mut barrier) = (false, false);
@@ -162,6 +166,7 @@ impl Assembler {
             let notice = DdlLine::parse(line);
             changed_schema |= notice.kind != DdlKind::Truncate;
             barrier |= notice.kind != DdlKind::Unrelated;
+            notice.remember(catalog);
             notice.invalidate(catalog, &mut tags)?;
         }
         let open = self.transaction()?;
@@ -260,6 +265,14 @@ impl DdlLine {
         }
     }
 
+    /// Records the relation's name as the notice gives it: a catalog re-read after a later
+    /// rename would never show it, yet cached reads may carry it.
+    fn remember(&self, catalog: &mut Catalog) {
+        if let (DdlKind::Relation | DdlKind::Truncate, Some(oid)) = (self.kind, self.oid) {
+            catalog.add_relation(oid, self.name.clone());
+        }
+    }
+
     /// Adds the tags this line invalidates: a relation's every known name and those of the
     /// tables it inherits from or that inherit from it (cached reads of a partition or child
     /// carry the root's or parent's name, reads of a partition detached since carry its own,
@@ -353,7 +366,7 @@ mod tests {
         catalog
     }
 
-    fn notice(catalog: &Catalog, content: &str) -> Committed {
+    fn notice(catalog: &mut Catalog, content: &str) -> Committed {
         let mut assembler = Assembler::default();
         assembler.begin(7, 500);
         assembler.ddl_notice(content.as_bytes(), catalog).unwrap();
@@ -362,7 +375,7 @@ mod tests {
 
     #[test]
     fn a_relation_line_invalidates_its_every_name_and_its_ancestors() {
-        let committed = notice(&partitioned_catalog(), "table\tpublic\tm1\t2");
+        let committed = notice(&mut partitioned_catalog(), "table\tpublic\tm1\t2");
         assert!(committed.changed_schema);
         let expected = tags(&["public.m", "public.m1", "public.old_m1"]);
         assert_eq!(committed.invalidation.tags, expected);
@@ -373,16 +386,34 @@ mod tests {
     }
 
     #[test]
+    fn a_name_only_a_notice_gave_is_invalidated_by_a_later_one() {
+        let mut catalog = partitioned_catalog();
+        notice(&mut catalog, "table\tpublic\tmiddle\t2");
+        let committed = notice(&mut catalog, "table\tpublic\tlast\t2");
+        let expected = tags(&[
+            "public.last",
+            "public.m",
+            "public.m1",
+            "public.middle",
+            "public.old_m1",
+        ]);
+        assert_eq!(committed.invalidation.tags, expected);
+    }
+
+    #[test]
     fn a_parent_line_invalidates_every_partition_it_had() {
-        let committed = notice(&partitioned_catalog(), "table\tpublic\tm\t1");
+        let committed = notice(&mut partitioned_catalog(), "table\tpublic\tm\t1");
         let expected = tags(&["public.m", "public.m1", "public.old_m1"]);
         assert_eq!(committed.invalidation.tags, expected);
     }
 
     #[test]
     fn a_dropped_index_invalidates_its_table_as_the_catalog_knew_it() {
-        let catalog = partitioned_catalog();
-        let committed = notice(&catalog, "index\tpublic\tm1_pkey\t3\nindex\tpublic\tx\t99");
+        let mut catalog = partitioned_catalog();
+        let committed = notice(
+            &mut catalog,
+            "index\tpublic\tm1_pkey\t3\nindex\tpublic\tx\t99",
+        );
         let expected = tags(&["public.m", "public.m1", "public.old_m1"]);
         assert_eq!(committed.invalidation.tags, expected);
     }
@@ -390,7 +421,7 @@ mod tests {
     #[test]
     fn a_truncated_partition_invalidates_its_root_and_is_no_schema_change() {
         let content = "truncate\tpublic\tm\t1\ntruncate\tpublic\tm1\t2";
-        let committed = notice(&Catalog::default(), content);
+        let committed = notice(&mut Catalog::default(), content);
         assert!(!committed.changed_schema);
         assert_eq!(
             committed.invalidation.tags,
@@ -400,27 +431,27 @@ mod tests {
 
     #[test]
     fn unknowable_dependents_invalidate_everything_and_unrelated_objects_nothing() {
-        let catalog = Catalog::default();
+        let mut catalog = Catalog::default();
         for line in [
             "all\tpublic\tpublic.f(integer)\t9",
             "other\tpublic\tv\t1",
             "new\t\t\t",
         ] {
-            let committed = notice(&catalog, line);
+            let committed = notice(&mut catalog, line);
             assert_eq!(
                 committed.invalidation.tags,
                 [InvalidationTag::global()],
                 "{line}"
             );
         }
-        let committed = notice(&catalog, "none\tpublic\ttr on public.t\t5");
+        let committed = notice(&mut catalog, "none\tpublic\ttr on public.t\t5");
         assert!(committed.changed_schema);
         assert!(committed.invalidation.tags.is_empty());
     }
 
     #[test]
     fn commits_older_than_the_first_catalog_reading_are_tagged_coarsely() {
-        let catalog = Catalog::default();
+        let mut catalog = Catalog::default();
         let mut assembler = Assembler::default();
         assembler.tag_coarsely_below(1000);
         assembler.begin(1, 900);
@@ -432,7 +463,9 @@ mod tests {
         let committed = assembler.commit(900, 0).unwrap();
         assert_eq!(committed.invalidation.tags, tags(&["s.t", "s.u"]));
         assembler.begin(2, 950);
-        assembler.ddl_notice(b"table\ts\tt\t5", &catalog).unwrap();
+        assembler
+            .ddl_notice(b"table\ts\tt\t5", &mut catalog)
+            .unwrap();
         let committed = assembler.commit(950, 0).unwrap();
         assert_eq!(committed.invalidation.tags, [InvalidationTag::global()]);
         assembler.begin(3, 1000);
@@ -447,14 +480,14 @@ mod tests {
 
     #[test]
     fn huge_transactions_invalidate_whole_tables() {
-        let catalog = Catalog::default();
+        let mut catalog = Catalog::default();
         let mut assembler = Assembler::default();
         assembler.begin(1, 1);
         let notice: Vec<String> = (0..=MAX_TAGS)
             .map(|n| format!("table\ts\tt{n}\t{n}"))
             .collect();
         assembler
-            .ddl_notice(notice.join("\n").as_bytes(), &catalog)
+            .ddl_notice(notice.join("\n").as_bytes(), &mut catalog)
             .unwrap();
         let open = assembler.open.as_mut().unwrap();
         open.tags

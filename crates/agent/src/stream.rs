@@ -318,7 +318,7 @@ impl Stream {
                 content,
                 ..
             } if prefix == DDL_PREFIX => {
-                self.assembler.ddl_notice(&content, &self.catalog)?;
+                self.assembler.ddl_notice(&content, &mut self.catalog)?;
             }
             ReplicationEvent::Message {
                 transactional: false,
