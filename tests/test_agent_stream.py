@@ -317,7 +317,5 @@ def test_a_detached_partition_is_named_though_the_agent_never_saw_it_attached(st
     finally:
         os.kill(stack.agent.process.pid, signal.SIGCONT)
     stack.caught_up()
-    lo, _hi = stack.cache.execute_command(
-        "TXINTERVAL", after_detach, "TAGS", "public.ledger_2"
-    )[:2]
+    lo, _hi = stack.cache.execute_command("TXINTERVAL", after_detach, "TAGS", "public.ledger_2")[:2]
     assert lo >= before_detach, "a read of the detached partition holds from before its DETACH"
