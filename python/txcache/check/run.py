@@ -23,7 +23,6 @@ from txcache.check.stack import CheckStack, running_stack
 from txcache.check.workload import (
     READER_FUNCTIONS,
     SCHEMA_SHARE,
-    Mix,
     Outcome,
     initial_state,
     loop,
@@ -53,15 +52,6 @@ class CheckOptions:
     seed: int = 1
     schema_share: float = SCHEMA_SHARE
     """Share of write transactions that are schema operations (0: none)."""
-    retype_values: bool = False
-    """Whether schema operations also retype a column readers' queries return (off: a
-    known finding, :class:`~txcache.check.workload.Mix`)."""
-    fine_view: bool = False
-    """Whether the view's definitions give each its own fine tags (off: a known finding,
-    :class:`~txcache.check.workload.Mix`)."""
-    read_detachable: bool = False
-    """Whether readers also read the detachable partition (off: a known finding,
-    :class:`~txcache.check.workload.Mix`)."""
     slack: float = 1.0
     """Seconds of clock and decoding uncertainty around staleness and end bounds."""
 
@@ -220,16 +210,13 @@ def _workers(
     stop: threading.Event,
 ) -> list[threading.Thread]:
     threads = []
-    mix = Mix(
-        options.schema_share, options.retype_values, options.fine_view, options.read_detachable
-    )
     for index in range(options.writers):
         rng = random.Random(f"{options.seed}-{mode}-w{index}")
-        step = lambda rng=rng: write_once(cache, rng, outcome, mix)  # noqa: E731
+        step = lambda rng=rng: write_once(cache, rng, outcome, options.schema_share)  # noqa: E731
         threads.append(threading.Thread(target=loop, args=(step, stop), daemon=True))
     for index in range(options.readers):
         rng = random.Random(f"{options.seed}-{mode}-r{index}")
-        step = lambda rng=rng: read_once(cache, rng, outcome, mode, mix)  # noqa: E731
+        step = lambda rng=rng: read_once(cache, rng, outcome, mode)  # noqa: E731
         threads.append(threading.Thread(target=loop, args=(step, stop), daemon=True))
     for thread in threads:
         thread.start()

@@ -35,7 +35,6 @@ __all__ = [
     "SCHEMA",
     "SCHEMA_OPERATIONS",
     "SCHEMA_SHARE",
-    "Mix",
     "Outcome",
     "WriterLog",
     "initial_state",
@@ -60,31 +59,6 @@ SCHEMA_SHARE = 0.01
 """The share of write transactions that are schema operations."""
 
 
-@dataclass(frozen=True)
-class Mix:
-    """What the workload does beyond its base: schema operations, and two parts that are
-    off by default because they meet known bugs (docs/check.md, "Known findings")."""
-
-    schema_share: float = SCHEMA_SHARE
-    """The share of write transactions that are schema operations (0: none)."""
-    retype_values: bool = False
-    """Whether the retype operation also changes ``entries.value``, a column readers'
-    queries return (not only ``entries.list``, which they filter on). A statement psycopg
-    prepared on a pooled connection (it does after five runs) then fails with "cached plan
-    must not change result type"."""
-    fine_view: bool = False
-    """Whether the view's definitions filter with ``IN`` lists (fine tags, different for
-    each) rather than ranges (the table's wildcard for both). A query at a pin older than
-    a redefinition that runs after it, before the library has heard of it, executes the
-    new definition but is tagged by the old one."""
-    read_detachable: bool = False
-    """Whether readers also read the detachable partition (directly, and through the
-    partitioned table). A direct read cached while it is detached survives its ``ATTACH``,
-    whose DDL notice names the partitioned table only; a read through the table at a pin
-    before the ``ATTACH`` sees the partition (the catalog is not versioned) but is cached
-    as valid before writes made to it while detached."""
-
-
 SCHEMA_LOCK = 7_245_001
 """An advisory lock key: schema operations run one at a time, so that each knows the state
 it changes (and two never wait for each other's locks)."""
@@ -94,15 +68,12 @@ SCHEMA_LOCK_TIMEOUT = "300ms"
 PARTITIONS = tuple(f"ledger_{part}" for part in range(PARTS))
 
 
-def _view_sql(name: str, fine: bool = False) -> str:
-    """The definition ``name`` of ``branch_view`` (``CREATE OR REPLACE``). Its filter is a
-    range, which tags reads with the whole table whatever the definition; with ``fine``, an
-    ``IN`` list, which gives each definition its own fine tags (``Mix.fine_view``)."""
+def _view_sql(name: str) -> str:
+    """The definition ``name`` of ``branch_view`` (``CREATE OR REPLACE``). Its filter is an
+    ``IN`` list, which gives each definition its own fine tags: a read tagged by one
+    definition is not invalidated by writes only the other reads."""
     branches = VIEW_BRANCHES[name]
-    if fine:
-        where = f"branch IN ({', '.join(str(branch) for branch in branches)})"
-    else:
-        where = f"branch BETWEEN {min(branches)} AND {max(branches)}"
+    where = f"branch IN ({', '.join(str(branch) for branch in branches)})"
     return (
         f"CREATE OR REPLACE VIEW branch_view AS SELECT '{name}'::text AS def, id, balance "
         f"FROM accounts WHERE {where}"
@@ -254,22 +225,22 @@ def _observe_account(out: Observed, account_id: int, seen: Any) -> None:
         out.append((("branch", account_id), seen[1]))
 
 
-def _read_account(rng: random.Random, out: Observed, mix: Mix) -> None:
+def _read_account(rng: random.Random, out: Observed) -> None:
     account_id = rng.randint(1, ACCOUNTS)
     _observe_account(out, account_id, account(account_id))
 
 
-def _read_members(rng: random.Random, out: Observed, mix: Mix) -> None:
+def _read_members(rng: random.Random, out: Observed) -> None:
     branch = rng.randrange(BRANCHES)
     out.append((("members", branch), branch_members(branch)))
 
 
-def _read_list(rng: random.Random, out: Observed, mix: Mix) -> None:
+def _read_list(rng: random.Random, out: Observed) -> None:
     list_id = rng.randrange(LISTS)
     out.append((("list", list_id), list_values(list_id)))
 
 
-def _read_branch_report(rng: random.Random, out: Observed, mix: Mix) -> None:
+def _read_branch_report(rng: random.Random, out: Observed) -> None:
     branch = rng.randrange(BRANCHES)
     report = branch_report(branch)
     out.append((("members", branch), tuple(member for member, _ in report)))
@@ -277,51 +248,46 @@ def _read_branch_report(rng: random.Random, out: Observed, mix: Mix) -> None:
         _observe_account(out, member, seen)
 
 
-def _read_pair(rng: random.Random, out: Observed, mix: Mix) -> None:
+def _read_pair(rng: random.Random, out: Observed) -> None:
     first, second = rng.sample(range(1, ACCOUNTS + 1), 2)
     for account_id, seen in zip((first, second), pair(first, second), strict=True):
         _observe_account(out, account_id, seen)
 
 
-def _read_direct(rng: random.Random, out: Observed, mix: Mix) -> None:
+def _read_direct(rng: random.Random, out: Observed) -> None:
     account_id = rng.randint(1, ACCOUNTS)
     row = txcache.query_one("SELECT balance FROM accounts WHERE id = %s", (account_id,))
     if row is not None:
         out.append((("balance", account_id), int(row[0])))
 
 
-def _read_view(rng: random.Random, out: Observed, mix: Mix) -> None:
+def _read_view(rng: random.Random, out: Observed) -> None:
     out.append((("view",), view_rows()))
 
 
-def _observed_parts(mix: Mix) -> list[int]:
-    """The partitions readers read: the detachable one only with ``mix.read_detachable``."""
-    return [part for part in range(PARTS) if mix.read_detachable or part != DETACHABLE]
-
-
-def _read_ledger(rng: random.Random, out: Observed, mix: Mix) -> None:
-    part = rng.choice(_observed_parts(mix))
+def _read_ledger(rng: random.Random, out: Observed) -> None:
+    part = rng.randrange(PARTS)
     out.append((("ledger", part), ledger_rows(part)))
 
 
-def _read_ledger_sums(rng: random.Random, out: Observed, mix: Mix) -> None:
-    parts = _observed_parts(mix)
+def _read_ledger_sums(rng: random.Random, out: Observed) -> None:
+    parts = range(PARTS)
     sums = {part: (total, count) for part, total, count in ledger_sums(max(parts) + 1)}
     out += [(("ledger_sum", part), sums.get(part)) for part in parts]
 
 
-def _read_partition(rng: random.Random, out: Observed, mix: Mix) -> None:
-    part = rng.choice(_observed_parts(mix))
+def _read_partition(rng: random.Random, out: Observed) -> None:
+    part = rng.randrange(PARTS)
     out.append((("part", part), partition_rows(part)))
 
 
-def _read_schema_report(rng: random.Random, out: Observed, mix: Mix) -> None:
-    part = rng.choice(_observed_parts(mix))
+def _read_schema_report(rng: random.Random, out: Observed) -> None:
+    part = rng.randrange(PARTS)
     view, through_table, directly = schema_report(part)
     out += [(("view",), view), (("ledger", part), through_table), (("part", part), directly)]
 
 
-_READS: tuple[Callable[[random.Random, Observed, Mix], None], ...] = (
+_READS: tuple[Callable[[random.Random, Observed], None], ...] = (
     _read_account,
     _read_members,
     _read_list,
@@ -374,15 +340,14 @@ def write_once(
     cache: txcache.Cache,
     rng: random.Random,
     outcome: Outcome,
-    mix: Mix = Mix(),
+    schema_share: float = SCHEMA_SHARE,
 ) -> None:
-    """One read/write transaction (a schema operation with probability
-    ``mix.schema_share``);
+    """One read/write transaction (a schema operation with probability ``schema_share``);
     logs it in ``outcome``."""
     writes: list[Write] = []
     xid = None
     body_done = False
-    schema = rng.random() < mix.schema_share
+    schema = rng.random() < schema_share
     try:
         with cache.read_write() as tx:
             if schema:
@@ -393,7 +358,7 @@ def write_once(
             assert row is not None
             xid = int(row[0]) & 0xFFFFFFFF
             if schema:
-                _schema_operation(tx, rng, writes, mix)
+                _schema_operation(tx, rng, writes)
             else:
                 _write_operation(tx, rng, writes)
             body_done = True
@@ -490,16 +455,16 @@ def _update_ledger(
 
 
 def _schema_operation(
-    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write], mix: Mix
+    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write]
 ) -> None:
     """One schema operation, after every earlier one committed (the advisory lock, taken
     first), so that what it reads of the catalog is the state it changes."""
     tx.execute(f"SET LOCAL lock_timeout = '{SCHEMA_LOCK_TIMEOUT}'")
-    rng.choice(SCHEMA_OPERATIONS)(tx, rng, writes, mix)
+    rng.choice(SCHEMA_OPERATIONS)(tx, rng, writes)
 
 
 def _redefine_view(
-    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write], mix: Mix
+    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write]
 ) -> None:
     """``CREATE OR REPLACE VIEW``: the other definition."""
     # A lock on the view first (a read of nothing: LOCK TABLE on a view would lock the
@@ -509,12 +474,12 @@ def _redefine_view(
     row = tx.query_one("SELECT pg_get_viewdef('branch_view'::regclass)")
     assert row is not None
     name = "low" if "'high'" in str(row[0]) else "high"
-    tx.execute(_view_sql(name, mix.fine_view))
+    tx.execute(_view_sql(name))
     writes.append(("viewdef", 0, name))
 
 
 def _reload_partition(
-    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write], mix: Mix
+    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write]
 ) -> None:
     """TRUNCATE a partition directly, then insert its rows again: the same rows, so a reader
     that sees it empty saw the TRUNCATE from an older snapshot."""
@@ -535,7 +500,7 @@ def _reload_partition(
 
 
 def _toggle_partition(
-    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write], mix: Mix
+    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write]
 ) -> None:
     """Detach the detachable partition, or attach it again."""
     table = PARTITIONS[DETACHABLE]
@@ -550,7 +515,7 @@ def _toggle_partition(
 
 
 def _toggle_index(
-    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write], mix: Mix
+    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write]
 ) -> None:
     """Create an index on ``accounts.balance`` (a new tag column), or drop it."""
     # pg_class read with the statement's snapshot: to_regclass would consult this session's
@@ -569,23 +534,24 @@ def _toggle_index(
 
 
 def _retype_entries(
-    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write], mix: Mix
+    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write]
 ) -> None:
-    """``entries.list`` (a tag column; with ``mix.retype_values`` also ``entries.value``, a
-    result column) to bigint, or back to integer: the table is rewritten."""
+    """``entries.list`` (a tag column) and ``entries.value`` (a result column: a statement
+    psycopg prepared returning it can no longer run) to bigint, or back to integer: the
+    table is rewritten."""
     row = tx.query_one(
         "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
         "WHERE attrelid = 'entries'::regclass AND attname = 'list'"
     )
     assert row is not None
     new = "integer" if row[0] == "bigint" else "bigint"
-    columns = ("list", "value") if mix.retype_values else ("list",)
+    columns = ("list", "value")
     changes = ", ".join(f"ALTER COLUMN {column} TYPE {new}" for column in columns)
     tx.execute(f"ALTER TABLE entries {changes}")
     writes.append(("ddl", 0, f"entries.{' and entries.'.join(columns)} retyped to {new}"))
 
 
-SchemaOperation = Callable[[txcache.ReadWriteTransaction, random.Random, list[Write], Mix], None]
+SchemaOperation = Callable[[txcache.ReadWriteTransaction, random.Random, list[Write]], None]
 SCHEMA_OPERATIONS: Sequence[SchemaOperation] = (
     _redefine_view,
     _reload_partition,
@@ -613,9 +579,7 @@ def schema_kind(writes: Sequence[Write]) -> str | None:
 # -- reads ----------------------------------------------------------------------------------
 
 
-def read_once(
-    cache: txcache.Cache, rng: random.Random, outcome: Outcome, mode: str, mix: Mix = Mix()
-) -> None:
+def read_once(cache: txcache.Cache, rng: random.Random, outcome: Outcome, mode: str) -> None:
     """One read-only transaction (retried on SnapshotUnavailable, at most three tries); logs
     it."""
     staleness = rng.choice(STALENESS_CHOICES)
@@ -629,7 +593,7 @@ def read_once(
         try:
             with cache.read_only(staleness, not_before=token) as tx:
                 for _ in range(rng.randint(2, 5)):
-                    rng.choice(_READS)(rng, read.observed, mix)
+                    rng.choice(_READS)(rng, read.observed)
                 read.path = _path(tx)
                 read.pin = tx.snapshot.ts if tx.snapshot is not None else None
                 if tx.database_snapshot is not None:

@@ -72,24 +72,6 @@ def add_parser(subparsers: Any) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument(
-        "--retype-values",
-        action="store_true",
-        help="schema operations also retype a column readers' queries return "
-        "(entries.value): off by default, a known finding (docs/check.md)",
-    )
-    parser.add_argument(
-        "--fine-view",
-        action="store_true",
-        help="the view's definitions filter with IN lists (fine tags): off by default, a "
-        "known finding (docs/check.md)",
-    )
-    parser.add_argument(
-        "--read-detachable",
-        action="store_true",
-        help="readers also read the detachable partition directly: off by default, a "
-        "known finding (docs/check.md)",
-    )
-    parser.add_argument(
         "--seed", type=int, default=defaults.seed, help="workload seed (default: %(default)s)"
     )
     parser.add_argument("--report", type=Path, help="also write the Markdown report here")
@@ -115,9 +97,6 @@ def run(args: argparse.Namespace) -> int:
         writers=args.writers,
         seed=args.seed,
         schema_share=args.schema_share,
-        retype_values=args.retype_values,
-        fine_view=args.fine_view,
-        read_detachable=args.read_detachable,
     )
     logging.basicConfig(format="  %(name)s: %(message)s", level=logging.WARNING)
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)  # restarts are on purpose
