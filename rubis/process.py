@@ -13,21 +13,14 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from txcache._process import WaitTimeout, free_port, wait_until
+
 __all__ = ["AppServer"]
-
-
-def _free_port() -> int:
-    """A TCP port of 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class AppServer:
@@ -42,7 +35,8 @@ class AppServer:
         timeout: float = 30.0,
     ) -> None:
         self.log = Path(tempfile.mkstemp(prefix="rubis-app-", suffix=".log")[1])
-        self.address = f"127.0.0.1:{_free_port()}"
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
         self.url = f"http://{self.address}"
         command = [sys.executable, "-m", "rubis.serve", "--bind", self.address]
         command += ["--workers", str(workers), "--threads", str(threads)]
@@ -57,16 +51,26 @@ class AppServer:
         self._wait(timeout)
 
     def _wait(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.process.poll() is None:
-            try:
-                socket.create_connection(("127.0.0.1", int(self.address.split(":")[1])), 1).close()
-            except OSError:
-                time.sleep(0.05)
-            else:
-                return
-        self.stop()
-        raise RuntimeError(f"the RUBiS application did not start:\n{self.log.read_text()}")
+        try:
+            wait_until(self._accepting, "the RUBiS application", timeout=timeout, interval=0.05)
+        except WaitTimeout:
+            self.stop()
+            raise RuntimeError(
+                f"the RUBiS application did not start:\n{self.log.read_text()}"
+            ) from None
+
+    def _accepting(self) -> bool:
+        """Whether the server accepts connections; raises if it exited instead."""
+        if self.process.poll() is not None:
+            raise RuntimeError(
+                f"the RUBiS application exited with status {self.process.returncode}:\n"
+                f"{self.log.read_text()}"
+            )
+        try:
+            socket.create_connection(("127.0.0.1", self.port), 1).close()
+        except OSError:
+            return False
+        return True
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 15 s)."""

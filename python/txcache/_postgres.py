@@ -29,12 +29,10 @@ import pwd
 import re
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import tempfile
 import threading
-import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,6 +40,8 @@ from functools import cache
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from txcache._process import WaitTimeout, free_port, wait_until
 
 __all__ = ["EmbeddedPostgres", "PostgresStartError", "find_postgres_bin"]
 
@@ -243,14 +243,6 @@ def _template(bin_dir: Path) -> Path:
     return base / "data"
 
 
-def _free_port() -> int:
-    """A TCP port of 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _render(value: Setting) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
@@ -403,7 +395,7 @@ class EmbeddedPostgres:
         """Start the server (a no-op if running); retry on another port after a port clash."""
         if self.running():
             return
-        port = self.port or _free_port()
+        port = self.port or free_port()
         for attempt in range(3):
             try:
                 self._launch(port)
@@ -413,7 +405,7 @@ class EmbeddedPostgres:
                     raise PostgresStartError(
                         f"no free port after 3 attempts:\n{self.log_tail()}"
                     ) from None
-                port = _free_port()
+                port = free_port()
 
     def _command(self, port: int) -> list[str]:
         merged = {
@@ -443,25 +435,26 @@ class EmbeddedPostgres:
         self._wait_ready()
 
     def _wait_ready(self) -> None:
+        try:
+            wait_until(self._accepting, "postgres", timeout=self.start_timeout, interval=0.05)
+        except WaitTimeout:
+            _stop_process(self._handle, 5.0)
+            raise PostgresStartError(
+                f"postgres did not accept connections within {self.start_timeout} s:\n"
+                f"{self.log_tail()}"
+            ) from None
+
+    def _accepting(self) -> bool:
+        """Whether the server accepts connections; raises if it exited instead."""
         process = self._handle.process
         assert process is not None
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                self._handle.process = None
-                tail = self.log_tail()
-                if any(marker in tail for marker in _PORT_CLASH):
-                    raise _PortInUse
-                raise PostgresStartError(
-                    f"postgres exited with status {process.returncode}:\n{tail}"
-                )
-            if self._ready():
-                return
-            time.sleep(0.05)
-        _stop_process(self._handle, 5.0)
-        raise PostgresStartError(
-            f"postgres did not accept connections within {self.start_timeout} s:\n{self.log_tail()}"
-        )
+        if process.poll() is not None:
+            self._handle.process = None
+            tail = self.log_tail()
+            if any(marker in tail for marker in _PORT_CLASH):
+                raise _PortInUse
+            raise PostgresStartError(f"postgres exited with status {process.returncode}:\n{tail}")
+        return self._ready()
 
     def _ready(self) -> bool:
         command = [

@@ -1,7 +1,10 @@
-"""A child process of ours (``txcached``, ``txcache-agent``) that logs to stderr.
+"""The process primitives every launcher shares: a child process of ours (``txcached``,
+``txcache-agent``) that logs to stderr, a free port, and the one wait loop.
 
-It is started, its log is collected in the background, and the caller waits until a log
-line says it is ready. Used by the tests, the demo and ``txcache up``.
+A :class:`ManagedProcess` is started, its log is collected in the background, and the caller
+waits until a log line says it is ready. :func:`wait_until` polls any other condition with a
+timeout whose error names what was awaited and shows the log that explains why not.
+:mod:`txcache.stack` builds whole stacks from these.
 """
 
 from __future__ import annotations
@@ -10,14 +13,26 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeVar
 
-__all__ = ["ManagedProcess", "ProcessStartError", "find_binary"]
+__all__ = [
+    "ManagedProcess",
+    "ProcessStartError",
+    "WaitTimeout",
+    "find_binary",
+    "free_port",
+    "wait_until",
+]
+
+T = TypeVar("T")
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -25,6 +40,43 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 class ProcessStartError(RuntimeError):
     """The process exited or stayed silent instead of becoming ready; the message holds
     its log."""
+
+
+class WaitTimeout(TimeoutError):
+    """A condition :func:`wait_until` polled did not hold in time; the message names it and
+    ends with the log that may say why."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port of ``host`` that was free a moment ago (for a process that cannot be told
+    to pick one itself and report it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def wait_until(
+    condition: Callable[[], T | None],
+    what: str,
+    *,
+    timeout: float = 10.0,
+    interval: float = 0.02,
+    log: Callable[[], str] = lambda: "",
+) -> T:
+    """Poll ``condition`` every ``interval`` seconds until it returns something truthy, and
+    return that. After ``timeout`` seconds raise :class:`WaitTimeout` naming ``what`` (as in
+    "timed out after 10 s waiting for <what>") followed by ``log()``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            detail = log()
+            ending = f"\n{detail}" if detail else ""
+            raise WaitTimeout(f"timed out after {timeout:g} s waiting for {what}{ending}")
+        time.sleep(interval)
 
 
 def find_binary(name: str) -> Path:

@@ -44,6 +44,7 @@ from psycopg import sql
 
 from txcache._catalog_stamp import stamp_check, still_current
 from txcache._frame import Frame
+from txcache._lsn import wal_position
 from txcache._nodes import CacheNode, Hit, Interval, Miss
 from txcache._pinset import Pin, PinSet
 from txcache._schema import Catalog, table_name
@@ -286,10 +287,7 @@ class ReadWriteTransaction(Transaction):
 
     def _wal_position(self) -> int:
         with self.cache.pool.connection() as connection:
-            row = connection.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-        assert row is not None
-        high, low = str(row[0]).split("/")
-        return (int(high, 16) << 32) | int(low, 16)
+            return wal_position(connection)
 
 
 # The relations the read-only transaction has read (it holds an AccessShareLock on each

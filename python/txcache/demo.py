@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import time
 
-import psycopg
-
 import txcache
-from txcache._agent_process import AgentProcess
-from txcache._node_process import NodeProcess
-from txcache._postgres import EmbeddedPostgres
-from txcache._setup import setup_database
+from txcache._process import wait_until
+from txcache.stack import Stack, StackOptions
 
 __all__ = ["main"]
 
@@ -84,27 +80,21 @@ def _report() -> None:
         print(f"  {stats.name}: hits {stats.hits}, misses {stats.miss_count} ({misses})")
 
 
+def _first_pin(cache: txcache.Cache) -> bool:
+    agent = cache.agent
+    assert agent is not None
+    agent.refresh()
+    return bool(agent.pins(staleness=30, not_before=None, now=time.time()))
+
+
 def main() -> None:
     """Start the stack, run the walk-through, stop everything."""
     print("Starting PostgreSQL (embedded), two txcached nodes and txcache-agent...")
-    with EmbeddedPostgres() as postgres:
-        dsn = postgres.dsn
-        with psycopg.connect(dsn, autocommit=True) as db:
-            db.execute(_SCHEMA)
-        print(setup_database(dsn).format())
-        with (
-            NodeProcess("--max-memory", "64mb") as first,
-            NodeProcess("--max-memory", "64mb") as second,
-            AgentProcess(dsn, [first.address, second.address]) as agent,
-            txcache.connect(
-                dsn,
-                nodes=[first.address, second.address],
-                agent=f"{agent.host}:{agent.port}",
-            ) as cache,
-        ):
-            time.sleep(1.0)  # the agent certifies its first pin
-            _play(cache)
-            _report()
+    options = StackOptions(max_memory="64mb", schema_sql=_SCHEMA)
+    with Stack(options, log=lambda line: print(f"  {line}")) as stack, stack.connect() as cache:
+        wait_until(lambda: _first_pin(cache), "the agent's first pin", timeout=20)
+        _play(cache)
+        _report()
     print("\nStopped. The library is described in docs/library.md.")
 
 

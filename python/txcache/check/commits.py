@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 
+from txcache._lsn import parse_lsn
 from txcache.check.stack import CHECK_SLOT
 
 __all__ = ["CommitReader"]
@@ -156,8 +157,7 @@ class CommitReader:
         self._seen.add(xid)
         when = datetime.datetime.fromisoformat(match[2]).timestamp()
         self.commits.append((xid, when))
-        high, low = lsn.split("/")
-        self.lsns[xid] = (int(high, 16) << 32) | int(low, 16)
+        self.lsns[xid] = parse_lsn(lsn)
 
     def _run(self) -> None:
         for count in itertools.count():

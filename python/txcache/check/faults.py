@@ -26,7 +26,8 @@ from typing import Any
 
 import psycopg
 
-from txcache.check.stack import AGENT_SLOT, CheckStack
+from txcache.check.stack import AGENT_SLOT, SLOT_WAL_KEEP
+from txcache.stack import Stack
 
 __all__ = ["FAULT_KINDS", "Fault", "FaultInjector"]
 
@@ -59,7 +60,7 @@ class FaultInjector:
 
     def __init__(
         self,
-        stack: CheckStack,
+        stack: Stack,
         kinds: Sequence[str],
         every: float,
         report: Callable[[str], None],
@@ -113,13 +114,13 @@ class FaultInjector:
         index = self._node_index()
         self.stack.nodes[index].kill()
         time.sleep(0.5)
-        self.stack.start_node(index)
+        self.stack.restart_node(index)
 
     def _agent_kill(self) -> None:
         assert self.stack.agent is not None
         self.stack.agent.kill()
         time.sleep(0.5)
-        self.stack.start_agent()
+        self.stack.restart_agent()
 
     def _slot_lost(self) -> None:
         """Stop the agent, push WAL past ``max_slot_wal_keep_size`` behind its slot and
@@ -137,12 +138,12 @@ class FaultInjector:
                         return
                 raise RuntimeError(f"slot {AGENT_SLOT} was not invalidated")
         finally:
-            self.stack.start_agent()
+            self.stack.restart_agent()
 
     def _push_wal_past_slot(self, admin: psycopg.Connection[Any]) -> None:
         """Switch WAL segments (each after a record, or the switch does nothing) until the
         agent's slot holds more than ``max_slot_wal_keep_size`` and three more segments."""
-        wanted = self.stack.slot_wal_keep + 3 * _SEGMENT
+        wanted = SLOT_WAL_KEEP + 3 * _SEGMENT
         for _ in range(64):
             row = admin.execute(
                 "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint "
@@ -162,6 +163,7 @@ class FaultInjector:
             )
 
     def _postgres_restart(self) -> None:
+        assert self.stack.postgres is not None
         self.stack.postgres.restart()
 
     def _node_stall(self) -> None:

@@ -19,7 +19,7 @@ import txcache
 from txcache.check.commits import CommitReader
 from txcache.check.faults import FAULT_KINDS, Fault, FaultInjector
 from txcache.check.history import Commit, History, Read, Verdict, judge
-from txcache.check.stack import CheckStack, running_stack
+from txcache.check.stack import running_stack
 from txcache.check.workload import (
     READER_FUNCTIONS,
     SCHEMA_SHARE,
@@ -30,6 +30,7 @@ from txcache.check.workload import (
     schema_kind,
     write_once,
 )
+from txcache.stack import Stack
 
 __all__ = ["CheckOptions", "CheckReport", "PhaseReport", "run_check"]
 
@@ -154,7 +155,7 @@ def run_check(options: CheckOptions, progress: Callable[[str], None] = print) ->
 
 
 def _phase(
-    stack: CheckStack,
+    stack: Stack,
     commits: CommitReader,
     options: CheckOptions,
     mode: str,
@@ -163,11 +164,8 @@ def _phase(
     progress: Callable[[str], None],
 ) -> PhaseReport:
     progress(f"phase {mode}: {seconds:.0f} s, {options.readers} readers, {options.writers} writers")
-    cache = txcache.connect(
-        stack.dsn,
-        nodes=stack.node_addresses,
-        agent=stack.agent_address,
-        mode=mode,  # type: ignore[arg-type]
+    cache = stack.connect(
+        mode=mode,
         refresh_interval=0.1,
         pool_size=options.readers + options.writers + 4,
     )

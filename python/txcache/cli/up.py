@@ -22,7 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from txcache.cli._stack import LocalStack, PartFailed, StackOptions, StartInterrupted
+from txcache.stack import PartFailed, Stack, StackOptions, StartInterrupted
 
 __all__ = ["add_parser", "format_settings", "run"]
 
@@ -161,6 +161,7 @@ def _options(args: argparse.Namespace) -> StackOptions:
         data_dir=args.data_dir,
         schemas=tuple(args.schemas or ["public"]),
         password=args.password,
+        isolate_signals=True,
     )
 
 
@@ -174,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         _log(f"error: --env-file {args.env_file}: directory {args.env_file.parent} does not exist")
         return 2
     signals = _StopSignals()
-    stack = LocalStack(options, _log)
+    stack = Stack(options, _log)
     try:
         return _serve(stack, args, signals)
     finally:
@@ -182,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         signals.restore()
 
 
-def _serve(stack: LocalStack, args: argparse.Namespace, signals: _StopSignals) -> int:
+def _serve(stack: Stack, args: argparse.Namespace, signals: _StopSignals) -> int:
     try:
         stack.start(signals.requested)
     except StartInterrupted:
@@ -213,7 +214,7 @@ def _serve(stack: LocalStack, args: argparse.Namespace, signals: _StopSignals) -
             args.env_file.unlink()
 
 
-def _wait(stack: LocalStack, signals: _StopSignals) -> int:
+def _wait(stack: Stack, signals: _StopSignals) -> int:
     while not signals.requested():
         exited = stack.exited_part()
         if exited is not None:

