@@ -5,10 +5,13 @@ a temporary directory."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from pathlib import Path
 
 import pytest
 
+import txcache
 from txcache._config import Settings, load_settings
 from txcache.errors import ConfigurationError, TxcacheError
 
@@ -92,6 +95,7 @@ def test_every_setting_can_come_from_the_environment():
         "TXCACHE_STALENESS": "0.5",
         "TXCACHE_FRESH_PIN_AGE": "2",
         "TXCACHE_POOL_SIZE": "20",
+        "TXCACHE_POOL_TIMEOUT": "7",
         "TXCACHE_NODE_TIMEOUT": "3.5",
         "TXCACHE_REFRESH_INTERVAL": "1e-1",
     }
@@ -105,6 +109,7 @@ def test_every_setting_can_come_from_the_environment():
         staleness=0.5,
         fresh_pin_age=2.0,
         pool_size=20,
+        pool_timeout=7.0,
         node_timeout=3.5,
         refresh_interval=0.1,
     )
@@ -287,3 +292,50 @@ def test_a_bad_mode_in_the_file_is_an_error():
     write_file(f'dsn = "{DSN}"\nmode = "fast"\n')
     with pytest.raises(ConfigurationError, match="fast"):
         load_settings({}, {})
+
+
+# --- connect() and the reference ---------------------------------------------------------
+
+
+def test_connect_takes_nodes_as_the_comma_separated_string_the_environment_takes(database):
+    with txcache.connect(database, nodes="127.0.0.1:46999, 127.0.0.1:47000", mode="bypass") as c:
+        assert c.settings.nodes == ("127.0.0.1:46999", "127.0.0.1:47000")
+
+
+@pytest.mark.parametrize(
+    ("given", "missing"),
+    [
+        ({}, "no cache nodes (the setting nodes, or TXCACHE_NODES) and no agent"),
+        ({"nodes": "127.0.0.1:46999"}, "no agent (the setting agent, or TXCACHE_AGENT)"),
+    ],
+)
+def test_a_cache_that_cannot_cache_says_so_once_naming_the_setting(
+    database, caplog, given, missing
+):
+    with (
+        caplog.at_level(logging.WARNING, logger="txcache"),
+        txcache.connect(database, **given) as cache,
+        cache.read_only(),
+    ):
+        txcache.query("SELECT 1")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert missing in warnings[0]
+    assert "uncached" in warnings[0]
+    assert missing in (cache.uncached_reason or "")
+
+
+def test_bypass_mode_is_not_warned_about(database, caplog):
+    with (
+        caplog.at_level(logging.WARNING, logger="txcache"),
+        txcache.connect(database, mode="bypass") as cache,
+    ):
+        assert cache.uncached_reason == "mode bypass"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_the_settings_reference_describes_every_setting():
+    reference = (Path(__file__).parents[1] / "docs" / "settings.md").read_text()
+    for field in dataclasses.fields(Settings):
+        assert f"`{field.name}`" in reference, field.name
+        assert f"`TXCACHE_{field.name.upper()}`" in reference, field.name

@@ -1,29 +1,10 @@
 """Settings of a :class:`~txcache.Cache`: arguments > environment > ``txcache.toml`` >
 defaults.
 
-Each setting ``name`` is read from the argument, else ``TXCACHE_<NAME>``, else the file:
-
-| setting | meaning | default |
-|---|---|---|
-| ``dsn`` | the PostgreSQL connection string | required |
-| ``nodes`` | cache nodes, ``host:port`` (comma-separated in the environment) | none |
-| ``agent`` | the agent's library endpoint, ``host:port`` | none |
-| ``password`` | the nodes' and the agent's ``--password`` | none |
-| ``secret`` | keys the integrity tag of cached values | none |
-| ``mode`` | ``consistent``, ``no_consistency`` or ``bypass`` | ``consistent`` |
-| ``staleness`` | seconds, for cacheable calls outside a transaction | ``1.0`` |
-| ``fresh_pin_age`` | the default pin policy's "newest pin older than 5 s" | ``5.0`` |
-| ``pool_size`` | database connections kept | ``10`` |
-| ``node_timeout`` | seconds before a silent node counts as down | ``1.0`` |
-| ``refresh_interval`` | seconds between pin-list refreshes | ``0.25`` |
-| ``code_version`` | mixed into every cache key: set it to the release's commit | none |
-| ``code_packages`` | the packages keys hash the code of (comma-separated) | by location |
-
-Without nodes or an agent, every transaction runs on the database alone. ``code_version``
-and ``code_packages`` are described in docs/library.md, "Keys and code changes".
-
-The file is ``txcache.toml`` in the working directory, or the path in ``TXCACHE_CONFIG``;
-its keys are the setting names (``nodes`` a list of strings).
+Each setting ``name`` is read from the argument, else ``TXCACHE_<NAME>``, else the file
+(``txcache.toml`` in the working directory, or the path in ``TXCACHE_CONFIG``). Lists
+(``nodes``, ``code_packages``) are comma-separated strings in the environment and may be
+either a string or a list elsewhere. docs/settings.md describes every setting.
 """
 
 from __future__ import annotations
@@ -48,21 +29,36 @@ paper's comparison line; for experiments). ``bypass``: no cache at all."""
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything a :class:`~txcache.Cache` is configured with (see the module table)."""
+    """Everything a :class:`~txcache.Cache` is configured with (docs/settings.md)."""
 
     dsn: str
+    """The PostgreSQL connection string."""
     nodes: tuple[str, ...] = ()
+    """The cache nodes, ``host:port`` each."""
     agent: str | None = None
+    """The agent's library endpoint, ``host:port``."""
     password: str | None = None
+    """The nodes' and the agent's ``--password``."""
     secret: str | None = None
+    """Keys the integrity tag of cached values."""
     mode: Mode = "consistent"
+    """``consistent``, ``no_consistency`` or ``bypass``."""
     staleness: float = 1.0
+    """Seconds, for cacheable calls outside a transaction."""
     fresh_pin_age: float = 5.0
+    """The default pin policy's "newest pin older than this: take a fresh one"."""
     pool_size: int = 10
+    """Database connections kept."""
+    pool_timeout: float = 30.0
+    """Seconds a transaction waits for a free database connection."""
     node_timeout: float = 1.0
+    """Seconds before a silent node counts as down."""
     refresh_interval: float = 0.25
+    """Seconds between pin-list refreshes."""
     code_version: str = ""
+    """Mixed into every cache key: the release's commit."""
     code_packages: tuple[str, ...] | None = None
+    """The packages keys hash the code of (``None``: by location)."""
 
 
 def _nodes(value: Any) -> tuple[str, ...]:
@@ -123,6 +119,7 @@ _CONVERTERS: dict[str, Any] = {
     "staleness": _seconds,
     "fresh_pin_age": _seconds,
     "pool_size": _count,
+    "pool_timeout": _seconds,
     "node_timeout": _seconds,
     "refresh_interval": _seconds,
     "code_version": _code_version,

@@ -68,7 +68,7 @@ def default_cache() -> Cache | None:
 def connect(
     dsn: str | None = None,
     *,
-    nodes: Iterable[str] | None = None,
+    nodes: str | Iterable[str] | None = None,
     agent: str | None = None,
     password: str | None = None,
     secret: str | None = None,
@@ -88,7 +88,8 @@ def connect(
     """
     given: dict[str, Any] = {
         "dsn": dsn,
-        "nodes": None if nodes is None else tuple(nodes),
+        # A string is the comma-separated form the environment variable takes.
+        "nodes": nodes if nodes is None or isinstance(nodes, str) else tuple(nodes),
         "agent": agent,
     }
     given |= {"password": password, "secret": secret, "mode": mode, "staleness": staleness}
@@ -96,6 +97,21 @@ def connect(
     return Cache(
         loaded, serializer=serializer, pin_policy=pin_policy, safe_functions=safe_functions
     )
+
+
+def _uncached_reason(settings: Settings) -> str | None:
+    """Why a cache with these settings would never cache, naming the setting to give."""
+    if settings.mode == "bypass":
+        return "mode bypass"
+    missing = [
+        f"{what} (the setting {name}, or TXCACHE_{name.upper()})"
+        for name, what, given in (
+            ("nodes", "cache nodes", settings.nodes),
+            ("agent", "agent", settings.agent),
+        )
+        if not given
+    ]
+    return f"txcache has no {' and no '.join(missing)}" if missing else None
 
 
 class Cache:
@@ -122,13 +138,19 @@ class Cache:
         self.safe_functions = frozenset(safe_functions)
         self.latency = OperationLatency()
         """Mean cache lookup and database statement latency of read-only transactions."""
-        caching = settings.mode != "bypass" and settings.nodes and settings.agent
+        self.uncached_reason = _uncached_reason(settings)
+        """Why this cache never caches (no nodes, no agent, ``bypass`` mode); ``None`` when
+        it does."""
+        caching = self.uncached_reason is None
+        if settings.mode != "bypass" and not caching:
+            log.warning("%s: every call runs against the database, uncached", self.uncached_reason)
         self.ring = self._ring(settings) if caching else None
         self.agent = self._agent(settings) if caching else None
         self.pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             settings.dsn,
             min_size=1,
             max_size=settings.pool_size,
+            timeout=settings.pool_timeout,
             kwargs={"autocommit": True},
             name="txcache",
             open=True,
