@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import re
 import struct
 import subprocess
 import sys
+from importlib import resources
 
 import psycopg
 import pytest
 
-from txcache import SetupError, StepStatus, setup_database
+from txcache import SetupError, StepStatus, _ddl_notice, setup_database
+from txcache._ddl_notice import functions, read_sql
 
 _role_numbers = itertools.count(1)
 
@@ -166,6 +169,64 @@ def test_second_run_changes_nothing(shop):
     assert [step.name for step in report.warnings] == ["max_slot_wal_keep_size"]
     assert query(shop, fingerprint) == before
     assert report.format().endswith("everything was already in place (1 warning(s))")
+
+
+def test_installed_bodies_are_the_sql_files(shop):
+    setup_database(shop)
+
+    installed = dict(
+        query(
+            shop,
+            "SELECT proname::text, prosrc FROM pg_proc "
+            "WHERE pronamespace = 'txcache'::regnamespace",
+        )
+    )
+    assert installed == {name: body for name, body, _ in functions()}
+
+
+def test_an_outdated_function_is_replaced_by_the_next_run(shop):
+    setup_database(shop)
+    execute(
+        shop,
+        "CREATE OR REPLACE FUNCTION txcache.ddl_kind(text, text) RETURNS text LANGUAGE sql "
+        "AS $$ SELECT 'all' $$",
+    )
+
+    report = setup_database(shop)
+
+    assert report.step("ddl trigger").detail == (
+        "installed the DDL trigger: function txcache.ddl_kind()"
+    )
+    (body,) = [body for name, body, _ in functions() if name == "ddl_kind"]
+    assert query(shop, "SELECT prosrc FROM pg_proc WHERE oid = 'txcache.ddl_kind'::regproc") == [
+        (body,)
+    ]
+    assert not setup_database(shop).changed
+
+
+def test_sql_files_are_documented_and_their_placeholders_are_the_python_constants():
+    files = {f.name for f in (resources.files("txcache") / "sql").iterdir()}
+    names = [name for name, _, _ in functions()]
+    assert files == {f"{name}.sql" for name in [*names, "setup_facts", "setup_tables"]}
+    for file in files:
+        text = (resources.files("txcache") / "sql" / file).read_text(encoding="utf-8")
+        assert text.startswith("-- ")  # a header saying what it is, not installed
+    bodies = {name: body for name, body, _ in functions()}
+    assert all(body.startswith("\n") and not body.startswith("\n--") for body in bodies.values())
+    assert not [name for name, body in bodies.items() if re.search(r"\{\w+\}", body)]
+    notice = bodies["ddl_notice"]
+    assert "pg_advisory_xact_lock_shared(1954046817, 1684302848)" in notice  # docs/setup.md
+    assert "nextval('txcache.ddl_counter')" in notice
+    assert notice.count("'txcache.inherits_before'") == 3
+    assert "pg_logical_emit_message(true, 'txcache-ddl', " in notice
+    assert "pg_logical_emit_message(true, 'txcache-ddl', " in bodies["truncate_notice"]
+    assert bodies["prepare_partitions"].count("txcache_truncate_notice") == 3
+
+
+def test_an_unknown_placeholder_is_an_error(monkeypatch):
+    monkeypatch.delitem(_ddl_notice._PLACEHOLDERS, "lock")
+    with pytest.raises(ValueError, match=r"ddl_notice\.sql: unknown placeholder \{lock\}"):
+        read_sql("ddl_notice")
 
 
 def test_check_reports_missing_steps_and_changes_nothing(shop):

@@ -26,8 +26,9 @@ from psycopg.rows import TupleRow
 from txcache._ddl_notice import (
     DDL_COUNTER,
     DDL_MESSAGE_PREFIX,
-    FUNCTIONS,
     TRUNCATE_TRIGGER,
+    functions,
+    read_sql,
 )
 from txcache.errors import TxcacheError
 
@@ -270,40 +271,12 @@ def _validate(schemas: tuple[str, ...], slot: str, publication: str) -> tuple[st
     return schemas
 
 
-_FACTS = """
-SELECT current_setting('server_version_num')::int AS server_version_num,
-       current_setting('server_version') AS server_version,
-       current_setting('wal_level') AS wal_level,
-       current_setting('max_replication_slots')::int AS max_replication_slots,
-       current_setting('max_wal_senders')::int AS max_wal_senders,
-       coalesce(current_setting('max_slot_wal_keep_size', true), '-1')
-           AS max_slot_wal_keep_size,
-       (SELECT count(*) FROM pg_replication_slots) AS slots_used,
-       r.rolname, r.rolsuper, r.rolreplication, current_database() AS database,
-       has_database_privilege(current_database(), 'CREATE') AS can_create
-FROM pg_roles r WHERE r.rolname = current_user
-"""
-
-# Ordinary and partitioned tables of the tracked schemas, and partitions of tracked roots.
-_TABLES = """
-SELECT c.oid, format('%%I.%%I', n.nspname, c.relname), n.nspname, c.relname,
-       c.relispartition, c.relreplident = 'f', pg_has_role(c.relowner, 'USAGE'),
-       pg_get_userbyid(c.relowner)
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relkind IN ('r', 'p') AND c.relpersistence <> 't'
-  AND (n.nspname = ANY(%(schemas)s)
-       OR (c.relispartition AND (
-           SELECT rn.nspname FROM pg_class rc JOIN pg_namespace rn ON rn.oid = rc.relnamespace
-           WHERE rc.oid = pg_partition_root(c.oid)) = ANY(%(schemas)s)))
-ORDER BY 2
-"""
-
-
 def _context(conn: Connection, schemas: tuple[str, ...], slot: str, publication: str) -> _Context:
-    cursor = conn.execute(_FACTS)
+    # The server's settings and the role (sql/setup_facts.sql), then the tracked tables.
+    cursor = conn.execute(read_sql("setup_facts"))
     names = [column.name for column in cursor.description or ()]
     facts = dict(zip(names, cursor.fetchone() or (), strict=True))
-    rows = conn.execute(_TABLES, {"schemas": list(schemas)}).fetchall()
+    rows = conn.execute(read_sql("setup_tables"), {"schemas": list(schemas)}).fetchall()
     tables = [_Table(*row) for row in rows]
     return _Context(conn, schemas, slot, publication, facts, tables)
 
@@ -665,7 +638,7 @@ def _plan_trigger_objects(ctx: _Context, plan: _Plan, parts: list[str]) -> list[
             "ON n.oid = p.pronamespace WHERE n.nspname = 'txcache'"
         )
     )
-    for function, body, create in FUNCTIONS:
+    for function, body, create in functions():
         if sources.get(function) != body:
             parts.append(f"function txcache.{function}()")
             plan.statements.append(create)
