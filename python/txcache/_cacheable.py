@@ -65,9 +65,16 @@ class CacheableFunction(Generic[P, R]):
         return self.keys.key(args, kwargs, _settings_here())
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return self._call(args, kwargs)
+        except BaseException:
+            self.stats.record_error()
+            raise
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         transaction = current_transaction()
         if transaction is None:
-            return self._call_implicitly(*args, **kwargs)
+            return self._call_implicitly(args, kwargs)
         if not isinstance(transaction, ReadOnlyTransaction) or transaction.uncached:
             if isinstance(transaction, ReadOnlyTransaction):
                 transaction.check_usable()  # a failed block refuses every call
@@ -75,7 +82,7 @@ class CacheableFunction(Generic[P, R]):
             return self.function(*args, **kwargs)
         return self._call_in(transaction, args, kwargs)
 
-    def _call_implicitly(self, *args: P.args, **kwargs: P.kwargs) -> R:
+    def _call_implicitly(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         from txcache._connect import default_cache  # a cycle only at import time
 
         cache = default_cache()
@@ -83,7 +90,7 @@ class CacheableFunction(Generic[P, R]):
             self.stats.record_uncached()
             return self.function(*args, **kwargs)
         with cache.read_only(staleness=cache.settings.staleness):
-            return self(*args, **kwargs)
+            return self._call(args, kwargs)
 
     def _call_in(
         self, transaction: ReadOnlyTransaction, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -27,6 +27,9 @@ class FunctionStats:
     inserts: Counter[str] = field(default_factory=Counter)
     """``TXSET`` outcomes: ``inserted``, ``extended``, ``nondeterministic``, ``empty``,
     ``failed``."""
+    errors: int = 0
+    """Calls that raised (whatever the source: the function itself, the database, a
+    refused query). A call that missed and then raised counts here, not among ``misses``."""
     hit_seconds: float = 0.0
     """Time spent in calls answered from the cache."""
     miss_seconds: float = 0.0
@@ -68,6 +71,11 @@ class FunctionStats:
         with self._lock:
             self.inserts[outcome] += 1
 
+    def record_error(self) -> None:
+        """A call that raised."""
+        with self._lock:
+            self.errors += 1
+
     def record_uncached(self) -> None:
         """A call that ran without the cache."""
         with self._lock:
@@ -80,6 +88,7 @@ class FunctionStats:
             "hits": self.hits,
             "misses": dict(self.misses),
             "uncached": self.uncached,
+            "errors": self.errors,
             "inserts": dict(self.inserts),
             "hit_rate": self.hit_rate,
             "time_saved": self.time_saved,
