@@ -23,6 +23,7 @@ from psycopg import sql
 
 from txcache._agent import AgentClient
 from txcache._config import Mode, Settings, load_settings
+from txcache._lsn import wal_position
 from txcache._nodes import CacheNode, NodeRing
 from txcache._pinset import PinPolicy, newest_or_fresh
 from txcache._schema import Catalog, Schema
@@ -195,11 +196,26 @@ class Cache:
     ) -> ReadOnlyTransaction:
         """A read-only transaction that sees the database at one commit point at most
         ``staleness`` seconds old (default: the ``staleness`` setting) and not before the
-        ``not_before`` token (a :attr:`ReadWriteTransaction.commit_timestamp`)."""
+        ``not_before`` token (a :attr:`ReadWriteTransaction.commit_timestamp`, or a
+        :meth:`timestamp` taken after writes made elsewhere)."""
         limit = self.settings.staleness if staleness is None else staleness
         if limit < 0:
             raise ValueError(f"staleness must be >= 0 seconds, not {limit}")
+        if not_before is not None and (
+            isinstance(not_before, bool) or not isinstance(not_before, int) or not_before < 0
+        ):
+            raise ValueError(
+                f"not_before must be a token (a commit_timestamp or a Cache.timestamp()), "
+                f"not {not_before!r}"
+            )
         return ReadOnlyTransaction(self, limit, not_before)
+
+    def timestamp(self) -> int:
+        """A ``not_before`` token for every transaction that committed anywhere before this
+        call — through this library, another service, a migration, psql: the database's
+        WAL insert position now. A read-only transaction given it sees all of them."""
+        with self.pool.connection() as connection:
+            return wal_position(connection)
 
     def read_write(self, *, isolation: str | None = None) -> ReadWriteTransaction:
         """A read/write transaction on the database, bypassing the cache. ``isolation``:

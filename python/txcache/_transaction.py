@@ -37,14 +37,14 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, Self
+from typing import TYPE_CHECKING, Any, NoReturn, Self, TypeVar, overload
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import RowFactory, tuple_row
 
 from txcache._catalog_stamp import stamp_check, still_current
 from txcache._frame import Frame
-from txcache._lsn import wal_position
 from txcache._nodes import CacheNode, Hit, Interval, Miss
 from txcache._pinset import Pin, PinSet
 from txcache._schema import Catalog, table_name
@@ -76,6 +76,7 @@ log = logging.getLogger("txcache")
 
 Params = Sequence[Any] | Mapping[str, Any] | None
 Row = tuple[Any, ...]
+R = TypeVar("R")
 Connection = psycopg.Connection[Row]
 
 _current: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar(
@@ -101,19 +102,42 @@ def _require() -> Transaction:
     return transaction
 
 
-def execute(statement: str, params: Params = None) -> psycopg.Cursor[Row]:
-    """Run ``statement`` in the current transaction; returns the cursor."""
-    return _require().execute(statement, params)
+@overload
+def execute(
+    statement: str, params: Params = None, *, row_factory: None = None
+) -> psycopg.Cursor[Row]: ...
+@overload
+def execute(
+    statement: str, params: Params = None, *, row_factory: RowFactory[R]
+) -> psycopg.Cursor[R]: ...
+def execute(
+    statement: str, params: Params = None, *, row_factory: RowFactory[Any] | None = None
+) -> psycopg.Cursor[Any]:
+    """Run ``statement`` in the current transaction; returns the cursor. ``row_factory``
+    (psycopg's, e.g. ``psycopg.rows.dict_row``) shapes its rows; tuples by default."""
+    return _require().execute(statement, params, row_factory=row_factory)
 
 
-def query(statement: str, params: Params = None) -> list[Row]:
+@overload
+def query(statement: str, params: Params = None, *, row_factory: None = None) -> list[Row]: ...
+@overload
+def query(statement: str, params: Params = None, *, row_factory: RowFactory[R]) -> list[R]: ...
+def query(
+    statement: str, params: Params = None, *, row_factory: RowFactory[Any] | None = None
+) -> list[Any]:
     """Every row of ``statement``, run in the current transaction."""
-    return _require().query(statement, params)
+    return _require().query(statement, params, row_factory=row_factory)
 
 
-def query_one(statement: str, params: Params = None) -> Row | None:
+@overload
+def query_one(statement: str, params: Params = None, *, row_factory: None = None) -> Row | None: ...
+@overload
+def query_one(statement: str, params: Params = None, *, row_factory: RowFactory[R]) -> R | None: ...
+def query_one(
+    statement: str, params: Params = None, *, row_factory: RowFactory[Any] | None = None
+) -> Any:
     """The first row of ``statement`` (or ``None``), run in the current transaction."""
-    return _require().query_one(statement, params)
+    return _require().query_one(statement, params, row_factory=row_factory)
 
 
 class Transaction:
@@ -161,17 +185,24 @@ class Transaction:
                 "a transaction belongs to the thread that began it; begin one per thread"
             )
 
-    def execute(self, statement: str, params: Params = None) -> psycopg.Cursor[Row]:
-        """Run ``statement``; returns the cursor (rows not fetched)."""
+    def execute(
+        self, statement: str, params: Params = None, *, row_factory: RowFactory[Any] | None = None
+    ) -> psycopg.Cursor[Any]:
+        """Run ``statement``; returns the cursor (rows not fetched), its rows made by
+        ``row_factory`` (tuples by default; docs/library.md, "Rows")."""
         raise NotImplementedError
 
-    def query(self, statement: str, params: Params = None) -> list[Row]:
+    def query(
+        self, statement: str, params: Params = None, *, row_factory: RowFactory[Any] | None = None
+    ) -> list[Any]:
         """Every row of ``statement``."""
-        return self.execute(statement, params).fetchall()
+        return self.execute(statement, params, row_factory=row_factory).fetchall()
 
-    def query_one(self, statement: str, params: Params = None) -> Row | None:
+    def query_one(
+        self, statement: str, params: Params = None, *, row_factory: RowFactory[Any] | None = None
+    ) -> Any:
         """The first row of ``statement``, or ``None``."""
-        return self.execute(statement, params).fetchone()
+        return self.execute(statement, params, row_factory=row_factory).fetchone()
 
     def _begin(self) -> None:
         """Whatever must happen on entering the block (nothing, by default)."""
@@ -217,12 +248,15 @@ class ReadWriteTransaction(Transaction):
             raise
         self._connection = connection
 
-    def execute(self, statement: str, params: Params = None) -> psycopg.Cursor[Row]:
+    def execute(
+        self, statement: str, params: Params = None, *, row_factory: RowFactory[Any] | None = None
+    ) -> psycopg.Cursor[Any]:
         """See :meth:`Transaction.execute`."""
         if self._connection is None:
             raise TransactionError("this read/write transaction has ended")
         self.check_owner()
-        return self._connection.execute(statement, params)
+        cursor = self._connection.cursor(row_factory=row_factory or tuple_row)
+        return cursor.execute(statement, params)
 
     def _finish(self, *, committing: bool) -> None:
         connection, self._connection = self._connection, None
@@ -275,7 +309,7 @@ class ReadWriteTransaction(Transaction):
             raise TransactionError("commit_timestamp is known only after the commit")
         if self._timestamp is None and (self.xid is not None or self._commit_may_write):
             lsn = self._commit_lsn()
-            self._timestamp = lsn if lsn is not None else self._wal_position()
+            self._timestamp = lsn if lsn is not None else self.cache.timestamp()
         return self._timestamp
 
     def _commit_lsn(self) -> int | None:
@@ -284,10 +318,6 @@ class ReadWriteTransaction(Transaction):
         if self.xid is None or agent is None:
             return None
         return agent.commit_lsn(self.xid, timeout=1.0)
-
-    def _wal_position(self) -> int:
-        with self.cache.pool.connection() as connection:
-            return wal_position(connection)
 
 
 # The relations the read-only transaction has read (it holds an AccessShareLock on each
@@ -447,7 +477,7 @@ class ReadOnlyTransaction(Transaction):
     def _lookup_bounds(self) -> tuple[int, int] | None:
         bounds = self.pin_set.bounds()
         if bounds is None:
-            fresh = self.cache.agent.pin_now() if self.cache.agent is not None else None
+            fresh = self._fresh_pin()
             if fresh is None:
                 self._fall_back("no pin within the staleness limit and no fresh pin")
                 return None
@@ -515,7 +545,9 @@ class ReadOnlyTransaction(Transaction):
 
     # -- the database -----------------------------------------------------------------------
 
-    def execute(self, statement: str, params: Params = None) -> psycopg.Cursor[Row]:
+    def execute(
+        self, statement: str, params: Params = None, *, row_factory: RowFactory[Any] | None = None
+    ) -> psycopg.Cursor[Any]:
         """See :meth:`Transaction.execute`. Only reads run:
         :class:`~txcache.StatementNotAllowed` names what does not (nothing is sent). Inside
         a cacheable function the query must be cacheable: :class:`~txcache.UncacheableQuery`
@@ -527,7 +559,9 @@ class ReadOnlyTransaction(Transaction):
         statements = check_read_only(statement, params)
         try:
             connection = self._database()
-            cursor, tags = self._run(connection, statement, params, single=statements == 1)
+            cursor, tags = self._run(
+                connection, statement, params, single=statements == 1, rows=row_factory
+            )
         except psycopg.errors.FeatureNotSupported as error:
             self._fail(error)
             if _CHANGED_RESULT_TYPE not in str(error):
@@ -578,7 +612,13 @@ class ReadOnlyTransaction(Transaction):
             self._failure = f"{type(error).__name__}: {first_line}"
 
     def _run(
-        self, connection: Connection, statement: str, params: Params, *, single: bool
+        self,
+        connection: Connection,
+        statement: str,
+        params: Params,
+        *,
+        single: bool,
+        rows: RowFactory[Any] | None,
     ) -> tuple[_ResultCursor, frozenset[str] | None]:
         """Run ``statement`` and, unless every table it reads was verified earlier in this
         database transaction, check the relations it read for a rewrite after the snapshot.
@@ -587,7 +627,7 @@ class ReadOnlyTransaction(Transaction):
         the cursor and the statement's tags (``None`` if not derived)."""
         for attempt in range(_REWRITE_MOVES + 1):
             tags, analysed = self._tags(statement, params) if not self.uncached else (None, None)
-            cursor = _ResultCursor(connection)
+            cursor = _ResultCursor(connection, row_factory=rows or tuple_row)
             # Only what a cacheable function reads is stored: only there does it matter
             # which catalog the query ran with.
             stored = analysed is not None and bool(self.frames) and self.cache.mode != "bypass"
@@ -693,7 +733,7 @@ class ReadOnlyTransaction(Transaction):
         if active is None or valid is None or last_chance:
             raise _rewritten_error(rewritten)
         lo, hi = max(valid[0], active.ts + 1), valid[1]  # only a later snapshot shows it
-        fresh = self.cache.agent.pin_now() if not self.read_cache and self.cache.agent else None
+        fresh = self._fresh_pin() if not self.read_cache else None
         candidates = [fresh] if fresh is not None and lo <= fresh.ts < hi else []
         candidates += reversed(self.pin_set.within(lo, hi))
         for pin in candidates:
@@ -785,9 +825,25 @@ class ReadOnlyTransaction(Transaction):
         newest = self.pin_set.newest()
         return newest if newest is not None or not self.pin_set.star else None
 
+    def _fresh_pin(self) -> Pin | None:
+        """★: a pin the agent takes now (``None`` without one). A pin taken now that is
+        older than ``not_before`` means no commit followed the token's position, unless the
+        token lies after everything the database has written: refused, as it would wait for
+        commits nobody made (a token is a ``commit_timestamp`` or a :meth:`Cache.timestamp`)."""
+        fresh = self.cache.agent.pin_now() if self.cache.agent is not None else None
+        if fresh is not None and self.not_before is not None and fresh.ts < self.not_before:
+            written = self.cache.timestamp()
+            if self.not_before > written:
+                raise ValueError(
+                    f"not_before {self.not_before} lies after everything the database has "
+                    f"written (its WAL position is {written}): pass a commit_timestamp or a "
+                    "Cache.timestamp(), not a number of one's own"
+                )
+        return fresh
+
     def _take_fresh_pin(self) -> Pin | None:
         """★: a pin taken now. Without one, the newest pin of the set, or the fallback."""
-        fresh = self.cache.agent.pin_now() if self.cache.agent is not None else None
+        fresh = self._fresh_pin()
         if fresh is not None:
             self.pin_set.reify(fresh)
             return fresh

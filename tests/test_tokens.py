@@ -1,0 +1,49 @@
+"""``not_before`` tokens: for writes made through the library, for writes made elsewhere
+(``Cache.timestamp()``), and the ones refused."""
+
+from __future__ import annotations
+
+import pytest
+
+import txcache
+
+
+@txcache.cacheable
+def price(item_id: int) -> int | None:
+    """The price of one item."""
+    row = txcache.query_one("SELECT price FROM items WHERE id = %s", (item_id,))
+    return None if row is None else int(row[0])
+
+
+def read_price(lib, not_before):
+    with lib.cache.read_only(staleness=60, not_before=not_before):
+        return price(3)
+
+
+def test_a_timestamp_taken_after_a_write_made_elsewhere_sees_it(lib):
+    lib.caught_up()
+    lib.fresh_pins()
+    assert read_price(lib, None) == 30
+    assert read_price(lib, None) == 30  # cached
+    lib.write("UPDATE items SET price = 31 WHERE id = 3")  # psql, another service, …
+    token = lib.cache.timestamp()
+    assert read_price(lib, token) == 31
+
+
+def test_a_token_after_everything_the_database_wrote_is_refused(lib):
+    future = lib.cache.timestamp() + 2**40
+    with pytest.raises(ValueError, match="lies after everything the database has written"):
+        read_price(lib, future)
+
+
+@pytest.mark.parametrize("token", [-1, 1.5, "0/16B3748", True])
+def test_a_token_that_is_not_one_is_refused(lib, token):
+    with pytest.raises(ValueError, match="not_before must be a token"):
+        lib.cache.read_only(not_before=token)
+
+
+def test_a_timestamp_is_not_before_the_last_commit_timestamp(lib):
+    with lib.cache.read_write() as tx:
+        tx.execute("UPDATE items SET price = price WHERE id = 1")
+    assert tx.commit_timestamp is not None
+    assert lib.cache.timestamp() >= tx.commit_timestamp
