@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import redis
 from redis.exceptions import NoPermissionError
 
 from conftest import wait_for
+from txcache._process import free_port, wait_until
 from txcache.cli.up import format_settings
 
 SETTING_NAMES = ["TXCACHE_DSN", "TXCACHE_NODES", "TXCACHE_AGENT"]
@@ -54,13 +56,6 @@ def txcache(*args: str, **settings: str) -> subprocess.CompletedProcess[str]:
 def address(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     return host, int(port)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def alive(pid: int) -> bool:
@@ -271,18 +266,37 @@ def test_sigint_stops_the_agent_the_nodes_and_postgres(tmp_path):
     assert order == sorted(order), log
 
 
-def test_a_node_that_dies_stops_the_stack_with_exit_1(tmp_path):
-    up = Up(tmp_path, "--nodes", "1", "--max-memory", "16mb")
-    node = up.wait_ready()["TXCACHE_NODES"]
-    children = up.children()
-    logged = re.search(rf"listening on {re.escape(node)} \(pid (\d+)", up.stderr())
-    assert logged is not None, up.stderr()
-    assert int(logged[1]) in children
-    os.kill(int(logged[1]), signal.SIGKILL)
-    assert up.process.wait(30) == 1
-    up.stop()
-    assert "exited with status" in up.stderr()
-    assert [pid for pid in children if alive(pid)] == []
+def logged_pid(up: Up, part: str) -> int:
+    """The pid ``up`` logged when ``part`` (e.g. ``listening on 127.0.0.1:5000``) started."""
+    found = re.findall(rf"{re.escape(part)} \(pid (\d+)", up.stderr())
+    assert found, up.stderr()
+    return int(found[-1])
+
+
+def test_a_part_that_dies_is_restarted_on_its_port_and_the_data_is_kept(tmp_path):
+    metrics = free_port()
+    up = Up(tmp_path, "--nodes", "1", "--max-memory", "16mb", "--metrics-port", str(metrics))
+    settings = up.wait_ready()
+    node, agent = settings["TXCACHE_NODES"], settings["TXCACHE_AGENT"]
+    assert f"metrics at http://127.0.0.1:{metrics}/metrics" in up.stderr()
+    with psycopg.connect(settings["TXCACHE_DSN"], autocommit=True) as db:
+        db.execute("CREATE TABLE kept (x int); INSERT INTO kept VALUES (42)")
+    for part, restarted in (
+        (f"listening on {node}", f"cache node 1 (txcached on {node}) restarted"),
+        (f"listening on {agent}", f"the agent (txcache-agent on {agent}) restarted"),
+    ):
+        os.kill(logged_pid(up, part), signal.SIGKILL)
+        wait_until(lambda: restarted in up.stderr(), restarted, timeout=30, log=up.stderr)  # noqa: B023
+        assert up.process.poll() is None
+    assert "exited; its log ends with" in up.stderr()
+    host, port = address(node)
+    with redis.Redis(host=host, port=port, protocol=2, socket_timeout=10) as restarted_node:
+        assert restarted_node.execute_command("TXSTATUS")[0] >= 0  # back on its address
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10) as page:
+        assert b"txcached" in page.read()
+    with psycopg.connect(settings["TXCACHE_DSN"], autocommit=True) as db:
+        assert db.execute("SELECT x FROM kept").fetchall() == [(42,)]
+    assert up.stop(signal.SIGINT) == 0
 
 
 def test_a_taken_port_fails_before_anything_starts(tmp_path):

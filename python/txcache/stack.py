@@ -40,7 +40,7 @@ from txcache._connect import Cache, connect
 from txcache._lsn import wal_position
 from txcache._node_process import NodeProcess
 from txcache._postgres import EmbeddedPostgres, PostgresStartError
-from txcache._process import ManagedProcess, ProcessStartError, find_binary, wait_until
+from txcache._process import ProcessStartError, find_binary, wait_until
 from txcache._resp import ConnectionLost, RespConnection, parse_address
 from txcache._setup import SetupError, setup_database
 
@@ -51,6 +51,7 @@ __all__ = [
     "StackOptions",
     "StartInterrupted",
     "postgres_uri",
+    "tail",
 ]
 
 LOG_TAIL_LINES = 25
@@ -94,6 +95,9 @@ class StackOptions:
     """The agent's replication slot."""
     password: str | None = None
     """The password of the nodes' and the agent's endpoints (``None``: none)."""
+    metrics_port_base: int | None = None
+    """Node ``i`` (from 0) serves Prometheus ``/metrics`` on ``metrics_port_base + i``;
+    ``None``: no metrics endpoint."""
     node_args: tuple[str, ...] = ()
     """More command-line arguments for every node."""
     agent_args: tuple[str, ...] = ()
@@ -127,7 +131,7 @@ class StartInterrupted(Exception):
     """A stop was requested while the stack was starting."""
 
 
-def _tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
+def tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
     """The last ``lines`` lines of a log, indented; a Rust error's backtrace (printed when
     ``RUST_BACKTRACE`` is set) is cut off so that the error itself shows."""
     kept = text.split("\nStack backtrace:", 1)[0].splitlines()[-lines:]
@@ -231,7 +235,7 @@ class Stack:
         try:
             self.postgres = EmbeddedPostgres(settings, base_dir=self.options.data_dir)
         except PostgresStartError as error:
-            raise PartFailed("PostgreSQL did not start", _tail(str(error))) from None
+            raise PartFailed("PostgreSQL did not start", tail(str(error))) from None
         self.dsn = postgres_uri(self.postgres)
         kept = "kept" if self.options.data_dir else "removed at exit"
         self.log(
@@ -247,7 +251,7 @@ class Stack:
                     admin.execute(self.options.schema_sql.encode())
             report = setup_database(self.dsn, schemas=self.options.schemas, slot=self.options.slot)
         except (SetupError, psycopg.Error) as error:
-            raise PartFailed("setup failed", _tail(str(error), 50)) from None
+            raise PartFailed("setup failed", tail(str(error), 50)) from None
         summary = report.format().splitlines()
         self.log(f"setup of {report.target}: {summary[-1]}")
         for step in report.warnings:
@@ -260,16 +264,22 @@ class Stack:
         args = ["--port", str(port), "--max-memory", self.options.max_memory]
         if self.options.max_staleness is not None:
             args += ["--max-staleness", self.options.max_staleness]
+        if self.options.metrics_port_base is not None:
+            args += ["--metrics-port", str(self.options.metrics_port_base + index)]
         try:
             with self._child_context():
                 node = NodeProcess(*args, *self.options.node_args)
         except (ProcessStartError, OSError) as error:
             where = f"port {port}" if port else "a free port"
             part = f"cache node {index + 1} (txcached, {where}) did not start"
-            raise PartFailed(part, _tail(str(error))) from None
+            raise PartFailed(part, tail(str(error))) from None
+        metrics = ""
+        if self.options.metrics_port_base is not None:
+            port = self.options.metrics_port_base + index
+            metrics = f", metrics at http://{node.host}:{port}/metrics"
         self.log(
             f"cache node {index + 1} (txcached) listening on {node.address} "
-            f"(pid {node.process.pid}, max memory {self.options.max_memory})"
+            f"(pid {node.process.pid}, max memory {self.options.max_memory}{metrics})"
         )
         return node
 
@@ -289,7 +299,7 @@ class Stack:
                     start_timeout=self.options.agent_start_timeout,
                 )
         except (ProcessStartError, OSError) as error:
-            raise PartFailed("the agent (txcache-agent) did not start", _tail(str(error))) from None
+            raise PartFailed("the agent (txcache-agent) did not start", tail(str(error))) from None
         self._agent_port = self.agent.port
         self.log(
             f"agent (txcache-agent) listening on {self.agent_address} "
@@ -414,24 +424,6 @@ class Stack:
             return -1
         finally:
             connection.close()
-
-    def exited_part(self) -> str | None:
-        """A description (with its log tail) of a part that exited by itself, or ``None``."""
-        parts: list[tuple[str, ManagedProcess]] = [
-            (f"cache node {n} (txcached on {node.address})", node)
-            for n, node in enumerate(self.nodes, start=1)
-        ]
-        if self.agent is not None:
-            parts.append((f"the agent (txcache-agent on {self.agent_address})", self.agent))
-        for name, process in parts:
-            if not process.alive():
-                status = process.process.returncode
-                return f"{name} exited with status {status}; its log ends with:\n" + _tail(
-                    process.log_text()
-                )
-        if self.postgres is not None and not self.postgres.running():
-            return f"PostgreSQL exited; its log ends with:\n{_tail(self.postgres.log_tail())}"
-        return None
 
     # -- stop ------------------------------------------------------------------------------
 

