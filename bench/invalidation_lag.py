@@ -21,40 +21,42 @@ import argparse
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-import redis
 from _common import (
-    PLACEMENT_HELP,
     STORAGE_HELP,
     BacklogMonitor,
-    ForeignCpu,
     Pgbench,
     PgbenchResult,
+    agent_pid,
     agent_status,
+    bench_stack,
     call,
-    cpu_seconds,
     create_database,
+    database_note,
     execute,
-    fmt,
-    log,
-    machine_note,
+    node_pid,
+    node_position,
     pgbench_init,
-    place_database_apart,
     postgres,
-    resp_client,
-    result_name,
-    run_queue_seconds,
+    resp,
     scalar,
-    steal_seconds,
-    summarize,
-    wait_caught_up,
-    write_report,
 )
+from _cpu import (
+    PLACEMENT_HELP,
+    ForeignCpu,
+    cpu_seconds,
+    place_database_apart,
+    run_queue_seconds,
+    steal_seconds,
+)
+from _report import fmt, log, machine_note, result_name, summarize, table, write_report
 
-import txcache
+from txcache._resp import ConnectionLost, ReplyError, RespConnection
+from txcache.stack import Stack
 
 PROBE_TIMEOUT = 10.0
 TIGHT_POLLING = 0.020
@@ -95,19 +97,21 @@ class Phase:
 class Prober:
     """Commits probes and measures when the node applies them."""
 
-    def __init__(self, dsn: str, node: redis.Redis, agent: Any, args: argparse.Namespace) -> None:
+    def __init__(self, stack: Stack, args: argparse.Namespace) -> None:
         """Connect to the database, the node and the agent's endpoint."""
         self.poll_sleep = args.poll_sleep_ms / 1000
         self.interval = args.interval / 1000
-        self.db = psycopg.connect(dsn)
-        self.node = node
-        self.agent = resp_client(agent.host, agent.port)
+        self.db = psycopg.connect(stack.dsn)
+        # The library's own RESP client: one TXSTATUS poll costs what a library call would.
+        self.node: RespConnection = resp(stack.nodes[0].address)
+        self.agent = resp(stack.agent_address)
         self.helper = ThreadPoolExecutor(max_workers=1)
 
     def close(self) -> None:
         """Close every connection."""
         self.helper.shutdown()
         self.agent.close()
+        self.node.close()
         self.db.close()
 
     def commit_lsn(self, xid: str) -> tuple[int, float]:
@@ -133,7 +137,7 @@ class Prober:
         """Poll TXSTATUS; returns the arrival time of the first reply with N >= the LSN."""
         samples: list[tuple[float, int]] = []
         while True:
-            applied = int(call(self.node, "TXSTATUS")[0])
+            applied = node_position(self.node)
             now = time.perf_counter()
             samples.append((now, applied))
             if answer.done():
@@ -153,7 +157,7 @@ def run_probes(prober: Prober, phase: Phase, seconds: float, interval: float) ->
     while time.monotonic() < deadline:
         try:
             phase.probes.append(prober.probe())
-        except (TimeoutError, redis.RedisError, psycopg.Error) as error:
+        except (TimeoutError, ConnectionLost, ReplyError, psycopg.Error) as error:
             phase.failures.append(f"{type(error).__name__}: {error}")
             prober.db.rollback()
         next_start += interval
@@ -167,23 +171,23 @@ def run_probes(prober: Prober, phase: Phase, seconds: float, interval: float) ->
 
 
 @dataclass
-class Stack:
-    """The database and the processes a phase measures."""
+class Watched:
+    """The stack a phase measures, and the processes whose CPU it counts."""
 
-    dsn: str
+    stack: Stack
     pids: dict[str, int]
-    node_address: tuple[str, int]
 
 
 def measure_phase(
-    name: str, prober: Prober, stack: Stack, seconds: float, load: Pgbench | None
+    name: str, prober: Prober, watched: Watched, seconds: float, load: Pgbench | None
 ) -> Phase:
     """One phase: probes for ``seconds``, beside the ``load`` pgbench run if any."""
     phase = Phase(name)
-    before = {key: cpu_seconds(pid) for key, pid in stack.pids.items()}
-    waiting = {key: run_queue_seconds(pid) for key, pid in stack.pids.items()}
+    pids = watched.pids
+    before = {key: cpu_seconds(pid) for key, pid in pids.items()}
+    waiting = {key: run_queue_seconds(pid) for key, pid in pids.items()}
     foreign, steal = ForeignCpu(), steal_seconds()
-    monitor = BacklogMonitor(stack.dsn, stack.node_address, load) if load else None
+    monitor = BacklogMonitor(watched.stack, load) if load else None
     if monitor:
         monitor.start()
     start = time.monotonic()
@@ -191,12 +195,10 @@ def measure_phase(
     phase.seconds = time.monotonic() - start
     if load is not None:
         phase.pgbench = load.wait()
-    phase.cpu = {key: cpu_seconds(pid) - before[key] for key, pid in stack.pids.items()}
+    phase.cpu = {key: cpu_seconds(pid) - before[key] for key, pid in pids.items()}
     phase.cpu["foreign"] = foreign.seconds()
     phase.cpu["stolen"] = steal_seconds() - steal
-    phase.run_queue = {
-        key: run_queue_seconds(pid) - waiting[key] for key, pid in stack.pids.items()
-    }
+    phase.run_queue = {key: run_queue_seconds(pid) - waiting[key] for key, pid in pids.items()}
     if monitor:
         monitor.join()
         phase.backlog = {"peak_kib": monitor.peak, "walsender": monitor.states_text()}
@@ -209,22 +211,58 @@ def start_load(server: Any, dsn: str, args: argparse.Namespace) -> Pgbench:
     """pgbench simple-update, flat out, for the load phase plus a second at each end."""
     duration = int(args.load_seconds) + 2
     command = ["-N", "-c", str(args.clients), "-j", "2", "-T", str(duration), "-P", "10"]
-    return Pgbench(server, dsn, command, {})
+    return Pgbench(server, dsn, command)
 
 
-def phase_rows(phase: Phase) -> list[str]:
-    """Table rows for one phase."""
+MILESTONES = (
+    ("commit returned", "commit_returned"),
+    ("agent decoded (COMMITLSN answered)", "lsn_known"),
+    ("**node applied (lag)**", "applied"),
+    ("node applied - commit returned", "after_commit"),
+)
+
+
+def phase_rows(phase: Phase) -> list[list[str]]:
+    """The lag table's rows of one phase: each milestone's distribution (ms)."""
     rows = []
-    for label, attribute in (
-        ("commit returned", "commit_returned"),
-        ("agent decoded (COMMITLSN answered)", "lsn_known"),
-        ("**node applied (lag)**", "applied"),
-        ("node applied - commit returned", "after_commit"),
-    ):
+    for label, attribute in MILESTONES:
         s = summarize([getattr(p, attribute) * 1000 for p in phase.probes])
         cells = [fmt(s[key]) for key in ("p50", "p90", "p99", "max", "mean")]
-        rows.append(f"| {phase.name} | {label} | {int(s['count'])} | {' | '.join(cells)} |")
+        rows.append([phase.name, label, str(int(s["count"])), *cells])
     return rows
+
+
+def cpu_row(phase: Phase) -> list[str]:
+    """The CPU table's row of one phase."""
+    cpu, waiting = phase.cpu, phase.run_queue
+    return [
+        phase.name,
+        f"{phase.seconds:.0f}",
+        fmt(phase.pgbench.tps, 0) if phase.pgbench else "-",
+        fmt(phase.pgbench.latency_ms) if phase.pgbench else "-",
+        *(f"{cpu.get(key, 0.0):.1f}" for key in CPU_COLUMNS),
+        f"{waiting['walsender']:.1f}",
+        f"{waiting['agent']:.1f}",
+        str(len(phase.failures)),
+    ]
+
+
+CPU_COLUMNS = ("agent", "node", "walsender", "prober", "foreign", "stolen")
+CPU_HEADER = (
+    "phase",
+    "seconds",
+    "pgbench TPS",
+    "pgbench latency ms",
+    "CPU s: agent",
+    "node",
+    "walsender",
+    "prober (this script)",
+    "other work on the machine",
+    "stolen by the host",
+    "waiting for a CPU s: walsender",
+    "agent",
+    "failed probes",
+)
 
 
 def report_body(phases: list[Phase], args: argparse.Namespace, status: dict[str, int]) -> list[str]:
@@ -232,6 +270,7 @@ def report_body(phases: list[Phase], args: argparse.Namespace, status: dict[str,
     load = next((p for p in phases if p.pgbench), None)
     lag = summarize([p.applied * 1000 for p in load.probes]) if load else {}
     verdict = "met" if lag and lag["p99"] <= 10 else "NOT met"
+    lag_header = ("phase", "milestone", "probes", "p50", "p90", "p99", "max", "mean")
     body = [
         "Milliseconds after `COMMIT` was sent. Commit LSN: exact, from `pg_current_xact_id()` "
         "and the agent's `COMMITLSN`; applied = first `TXSTATUS` reply with `N >= LSN` "
@@ -239,29 +278,13 @@ def report_body(phases: list[Phase], args: argparse.Namespace, status: dict[str,
         f"{TIGHT_POLLING * 1000:.0f} ms after the commit, then every "
         f"{SLOW_POLL_SLEEP * 1000:.0f} ms).",
         "",
-        "| phase | milestone | probes | p50 | p90 | p99 | max | mean |",
-        "|---|---|---|---|---|---|---|---|",
-        *(row for phase in phases for row in phase_rows(phase)),
+        *table(lag_header, [row for phase in phases for row in phase_rows(phase)]),
         "",
         f"Goal p99 <= 10 ms under load: **{verdict}**"
         + (f" (p99 {lag['p99']:.2f} ms)." if lag else "."),
         "",
-        "| phase | seconds | pgbench TPS | pgbench latency ms | CPU s: agent | node "
-        "| walsender | prober (this script) | other work on the machine | stolen by the host "
-        "| waiting for a CPU s: walsender | agent | failed probes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *table(CPU_HEADER, [cpu_row(phase) for phase in phases]),
     ]
-    for phase in phases:
-        tps = fmt(phase.pgbench.tps, 0) if phase.pgbench else "-"
-        latency = fmt(phase.pgbench.latency_ms) if phase.pgbench else "-"
-        body.append(
-            f"| {phase.name} | {phase.seconds:.0f} | {tps} | {latency} | "
-            f"{phase.cpu['agent']:.1f} | {phase.cpu['node']:.1f} | "
-            f"{phase.cpu['walsender']:.1f} | {phase.cpu['prober']:.1f} | "
-            f"{phase.cpu['foreign']:.1f} | {phase.cpu.get('stolen', 0.0):.1f} | "
-            f"{phase.run_queue['walsender']:.1f} | "
-            f"{phase.run_queue['agent']:.1f} | {len(phase.failures)} |"
-        )
     command = load.pgbench.as_dict()["command"] if load and load.pgbench else ""
     body += ["", f"Load: `{command}` (scale {args.scale})."]
     if args.placement == "split":
@@ -305,7 +328,7 @@ def raw_phase(phase: Phase) -> dict[str, Any]:
 
 
 def prepare(server: Any, args: argparse.Namespace) -> str:
-    """A pgbench database with the probe table, set up for txcache."""
+    """A pgbench database with the probe table (the stack sets it up for txcache)."""
     dsn = create_database(server, "bench")
     log(f"pgbench -i -s {args.scale}")
     pgbench_init(server, dsn, args.scale)
@@ -314,7 +337,6 @@ def prepare(server: Any, args: argparse.Namespace) -> str:
         "CREATE TABLE probe (id integer PRIMARY KEY, v bigint NOT NULL)",
         "INSERT INTO probe VALUES (1, 0)",
     )
-    txcache.setup_database(dsn)
     return dsn
 
 
@@ -324,34 +346,31 @@ def run(args: argparse.Namespace) -> None:
         dsn = prepare(server, args)
         if args.placement == "split":
             place_database_apart(server)
-        note = machine_note(dsn, args.storage)
+        note = machine_note(database_note(dsn, args.storage))
         flags = ("--heartbeat-interval", args.heartbeat_interval)
-        with (
-            txcache.NodeProcess("--max-memory", "256mb") as node,
-            txcache.AgentProcess(dsn, [node.address], *flags) as agent,
-        ):
-            node_client = resp_client(node.host, node.port)
-            wait_caught_up(node_client, dsn)
+        with bench_stack(dsn, agent_args=flags) as stack:
+            stack.caught_up()
             pids = {
-                "agent": agent.process.pid,
-                "node": node.process.pid,
+                "agent": agent_pid(stack),
+                "node": node_pid(stack),
                 "walsender": scalar(dsn, "SELECT pid FROM pg_stat_replication"),
                 "prober": os.getpid(),
             }
             if args.walsender_nice is not None:
                 os.setpriority(os.PRIO_PROCESS, pids["walsender"], args.walsender_nice)
-            stack = Stack(dsn, pids, (node.host, node.port))
-            prober = Prober(dsn, node_client, agent, args)
+            watched = Watched(stack, pids)
+            prober = Prober(stack, args)
             try:
                 log(f"idle phase: {args.idle_seconds} s")
-                phases = [measure_phase("idle", prober, stack, args.idle_seconds, None)]
+                phases = [measure_phase("idle", prober, watched, args.idle_seconds, None)]
                 log(f"load phase: {args.load_seconds} s beside pgbench -N -c {args.clients}")
                 load = start_load(server, dsn, args)
                 time.sleep(1.0)
-                phases.append(measure_phase("load", prober, stack, args.load_seconds, load))
+                phases.append(measure_phase("load", prober, watched, args.load_seconds, load))
             finally:
                 prober.close()
-            status = agent_status(resp_client(agent.host, agent.port))
+            with closing(resp(stack.agent_address)) as agent:
+                status = agent_status(agent)
     body = report_body(phases, args, status)
     raw = {
         "args": vars(args),

@@ -15,34 +15,29 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
 from _common import (
     STORAGE_HELP,
     BacklogMonitor,
-    ForeignCpu,
     Pgbench,
     PgbenchResult,
     agent_status,
-    call,
+    bench_stack,
     create_database,
+    database_note,
     execute,
-    fmt,
-    log,
-    machine_note,
-    percentile,
     postgres,
-    resp_client,
-    result_name,
-    summarize,
-    wait_caught_up,
-    write_report,
+    resp,
 )
+from _cpu import ForeignCpu
+from _report import fmt, log, machine_note, percentile, result_name, summarize, write_report
 
-import txcache
+from txcache._resp import ReplyError, RespConnection
+from txcache.stack import Stack
 
 SCRIPT = "INSERT INTO ins (writer, v) VALUES (:client_id, 1);\n"
 AGENT_FLAGS = ("--pin-interval", "1s", "--max-staleness", "10s", "--pin-lease", "2s")
@@ -107,16 +102,15 @@ class Cell:
         }
 
 
-def take_pins(agent: redis.Redis, cell: Cell, seconds: float, pause: float) -> None:
+def take_pins(agent: RespConnection, cell: Cell, seconds: float, pause: float) -> None:
     """Call PIN for ``seconds``, recording each call's latency and STATUS delta."""
     before = agent_status(agent)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         start = time.perf_counter()
-        try:
-            call(agent, "PIN")
-        except redis.ResponseError as error:
-            cell.errors.append(str(error))
+        reply = agent.call("PIN")
+        if isinstance(reply, ReplyError):
+            cell.errors.append(str(reply))
         latency = (time.perf_counter() - start) * 1000
         after = agent_status(agent)
         cell.calls.append(
@@ -131,28 +125,19 @@ def take_pins(agent: redis.Redis, cell: Cell, seconds: float, pause: float) -> N
         time.sleep(pause)
 
 
-@dataclass
-class Stack:
-    """The server, its database and clients of the node and the agent."""
-
-    server: Any
-    dsn: str
-    node_address: tuple[str, int]
-    node: redis.Redis
-    agent: redis.Redis
-
-
-def run_cell(stack: Stack, cell: Cell, args: argparse.Namespace) -> None:
+def run_cell(
+    server: Any, stack: Stack, agent: RespConnection, cell: Cell, args: argparse.Namespace
+) -> None:
     """One cell: pgbench inserts beside a PIN loop; fills ``cell``."""
-    dsn, agent = stack.dsn, stack.agent
-    wait_caught_up(stack.node, dsn)
+    dsn = stack.dsn
+    stack.caught_up(timeout=120)
     start = agent_status(agent)
     foreign = ForeignCpu()
     command = ["-n", "-c", str(cell.writers), "-j", "2", "-T", str(args.seconds)]
     command += ["-f", str(args.script)]
     env = {"PGOPTIONS": f"-c synchronous_commit={cell.synchronous_commit}"}
-    load = Pgbench(stack.server, dsn, command, env)
-    monitor = BacklogMonitor(dsn, stack.node_address, load)
+    load = Pgbench(server, dsn, command, env)
+    monitor = BacklogMonitor(stack, load)
     monitor.start()
     time.sleep(1.0)
     take_pins(agent, cell, args.seconds - 1.5, args.pause_ms / 1000)
@@ -247,37 +232,22 @@ def report_body(cells: list[Cell], args: argparse.Namespace) -> list[str]:
     ]
 
 
-def prepare(server: Any) -> str:
-    """The database with the insert table, set up for txcache."""
-    dsn = create_database(server, "bench")
-    execute(dsn, "CREATE TABLE ins (id bigserial PRIMARY KEY, writer integer, v integer)")
-    txcache.setup_database(dsn)
-    return dsn
-
-
 def run(args: argparse.Namespace) -> None:
     """Every cell, then the report."""
     cells = [Cell(writers, sync) for sync in args.synchronous_commit for writers in args.writers]
     with tempfile.TemporaryDirectory() as scratch, postgres(args.storage) as server:
         args.script = Path(scratch) / "insert.sql"
         args.script.write_text(SCRIPT)
-        dsn = prepare(server)
-        note = machine_note(dsn, args.storage)
+        dsn = create_database(server, "bench")
+        execute(dsn, "CREATE TABLE ins (id bigserial PRIMARY KEY, writer integer, v integer)")
+        note = machine_note(database_note(dsn, args.storage))
         with (
-            txcache.NodeProcess("--max-memory", "256mb") as node_process,
-            txcache.AgentProcess(dsn, [node_process.address], *AGENT_FLAGS) as agent_process,
+            bench_stack(dsn, agent_args=AGENT_FLAGS) as stack,
+            closing(resp(stack.agent_address)) as agent,
         ):
-            address = (node_process.host, node_process.port)
-            stack = Stack(
-                server,
-                dsn,
-                address,
-                resp_client(*address),
-                resp_client(agent_process.host, agent_process.port),
-            )
             for cell in cells:
                 log(f"cell: {cell.writers} writers, synchronous_commit={cell.synchronous_commit}")
-                run_cell(stack, cell, args)
+                run_cell(server, stack, agent, cell, args)
     args.script = str(args.script)
     body = report_body(cells, args)
     raw = {

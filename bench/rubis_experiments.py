@@ -35,22 +35,23 @@ from typing import Any
 import psycopg
 from _common import (
     STORAGE_HELP,
+    bench_stack,
     create_database,
+    database_note,
     drop_slot,
-    log,
-    machine_note,
+    node_counts,
     postgres,
-    resp_client,
+    server_info,
 )
+from _report import log, machine_note
 from _rubis_report import EXPERIMENTS, write_experiment
 from psycopg import sql
-from rubis_throughput import COMPONENTS, component_cpu, node_counts
+from rubis_throughput import COMPONENTS, component_cpu
 
 import txcache
 from rubis import emulator, generate
 from rubis.interactions import PageError, Rubis
 from rubis.process import AppServer
-from txcache import AgentProcess, NodeProcess, setup_database
 
 
 @dataclass(frozen=True)
@@ -70,16 +71,6 @@ class Config:
 
 
 # -- the stack of one configuration ----------------------------------------------------------
-
-
-def node_info(node: NodeProcess) -> dict[str, int]:
-    """The node's INFO counters and gauges (numbers only): the cache contents."""
-    client = resp_client(node.host, node.port)
-    try:
-        info = client.info("all")
-    finally:
-        client.close()
-    return {name: value for name, value in info.items() if isinstance(value, int)}
 
 
 class LatencyProbe(threading.Thread):
@@ -117,17 +108,6 @@ class LatencyProbe(threading.Thread):
         return self.cache.latency.as_dict()
 
 
-def _copy_database(server: Any, template: str, name: str) -> str:
-    with psycopg.connect(server.dsn, autocommit=True) as admin:
-        admin.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template)
-            )
-        )
-    dsn: str = server.dsn_for(name)
-    return dsn
-
-
 def _drop_database(server: Any, name: str) -> None:
     drop_slot(server.dsn)
     with psycopg.connect(server.dsn, autocommit=True) as admin:
@@ -139,31 +119,26 @@ def run_config(
 ) -> dict[str, Any]:
     """Warm up, then search the peak of ``config`` on a fresh copy of its preset."""
     name = f"run{serial}"
-    dsn = _copy_database(server, f"template_{config.preset}", name)
-    node = agent = None
+    dsn = create_database(server, name, template=f"template_{config.preset}")
+    env = {"TXCACHE_DSN": dsn, "TXCACHE_MODE": config.mode}
+    env["RUBIS_STALENESS"] = str(config.staleness)
+    env["RUBIS_READ_YOUR_WRITES"] = "1" if args.read_your_writes else "0"
     try:
-        env = {"TXCACHE_DSN": dsn, "TXCACHE_MODE": config.mode}
-        env["RUBIS_STALENESS"] = str(config.staleness)
-        env["RUBIS_READ_YOUR_WRITES"] = "1" if args.read_your_writes else "0"
-        if config.mode != "bypass":
-            setup_database(dsn)
-            node = NodeProcess("--max-memory", config.node_memory)
-            agent = AgentProcess(dsn, [node.address])
-            env |= {"TXCACHE_NODES": node.address, "TXCACHE_AGENT": f"{agent.host}:{agent.port}"}
-        return _search_peak(config, args, env, node)
+        if config.mode == "bypass":
+            return _search_peak(config, args, env, None)
+        with bench_stack(dsn, max_memory=config.node_memory) as stack:
+            return _search_peak(config, args, env | stack.settings(), stack.node_addresses[0])
     finally:
-        if agent is not None:
-            agent.stop()
-        if node is not None:
-            node.stop()
         _drop_database(server, name)
 
 
 def _search_peak(
-    config: Config, args: argparse.Namespace, env: dict[str, str], node: NodeProcess | None
+    config: Config, args: argparse.Namespace, env: dict[str, str], node: str | None
 ) -> dict[str, Any]:
+    """The peak search of ``config`` against the stack of ``env`` (``node``: its node's
+    ``host:port``; ``None`` without a cache)."""
     users = generate.PRESETS[config.preset].users
-    common = {"users": users, "peak": True}
+    common: dict[str, Any] = {"users": users, "peak": True}
     points: list[dict[str, Any]] = []
     with AppServer(env, workers=args.workers, threads=args.threads) as server:
         warmup = args.warmup if node is not None else min(args.warmup, 10.0)
@@ -200,7 +175,7 @@ def _search_peak(
             if len(points) > 1 and report.throughput < 1.03 * points[-2]["throughput"]:
                 break  # stopped rising
         latency = probe.finish() if probe is not None else None
-        contents = node_info(node) if node is not None else None
+        contents = server_info(node) if node is not None else None
     peak = max(points, key=lambda point: point["throughput"])
     return {
         "config": config.__dict__,
@@ -283,7 +258,7 @@ def main() -> None:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 generate.load(conn, generate.PRESETS[preset], seed=args.seed)
             log(f"loaded {preset} in {time.monotonic() - started:.1f} s")
-        note = machine_note(server.dsn, args.storage)
+        note = machine_note(database_note(server.dsn, args.storage))
         for serial, config in enumerate(wanted):
             log(f"[{serial + 1}/{len(wanted)}] {config.name}")
             results[config] = run_config(server, config, args, serial)

@@ -24,77 +24,40 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from _common import (
+    MISS_KINDS,
     STORAGE_HELP,
-    ForeignCpu,
+    bench_stack,
     create_database,
-    fmt,
-    log,
-    machine_note,
+    database_note,
+    node_counts,
     postgres,
-    resp_client,
-    result_name,
-    write_report,
 )
+from _cpu import ForeignCpu, cpu_by_child
+from _report import fmt, log, machine_note, result_name, write_report
 
 from rubis import emulator, generate
 from rubis.process import AppServer
-from txcache import AgentProcess, NodeProcess, setup_database
 
 MODES = ("bypass", "consistent", "no_consistency")
-MISSES = ("compulsory", "capacity", "staleness", "consistency")
 COMPONENTS = ("database", "application", "node", "agent", "emulator")
-_ROOTS = {"postgres": "database", "txcached": "node", "txcache-agent": "agent"}
+_ROLES = {"postgres": "database", "txcached": "node", "txcache-agent": "agent"}
 
 
 def component_cpu() -> dict[str, float]:
     """CPU seconds so far of each component this process started (each child's process
     tree, reaped descendants included), and of this process (the emulator's threads)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    names: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            names[int(entry.name)] = (entry / "comm").read_text().strip()
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(fields[1])
-        times[int(entry.name)] = sum(int(value) for value in fields[11:15]) / tick
-    me = os.getpid()
-    totals = dict.fromkeys(COMPONENTS, 0.0)
-    for pid, seconds in times.items():
-        root = pid
-        while parents.get(root, 0) not in (me, 0, 1):
-            root = parents[root]
-        if parents.get(root) == me:
-            totals[_ROOTS.get(names.get(root, ""), "application")] += seconds
-    own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-    totals["emulator"] = (int(own[11]) + int(own[12])) / tick
-    return totals
+    by_role = cpu_by_child(lambda name: _ROLES.get(name, "application"))
+    by_role["emulator"] = by_role.pop("this process")
+    return {component: by_role.get(component, 0.0) for component in COMPONENTS}
 
 
-def node_counts(node: NodeProcess) -> dict[str, int]:
-    """The node's hit and miss counters."""
-    client = resp_client(node.host, node.port)
-    try:
-        info = client.info()
-    finally:
-        client.close()
-    return {"hits": int(info["hits"]), **{m: int(info[f"misses_{m}"]) for m in MISSES}}
-
-
-def run_mode(
-    mode: str, args: argparse.Namespace, env: dict[str, str], node: NodeProcess
-) -> dict[str, Any]:
-    """Start the application in ``mode``, warm up, measure; the row of the report."""
+def run_mode(mode: str, args: argparse.Namespace, env: dict[str, str], node: str) -> dict[str, Any]:
+    """Start the application in ``mode`` on the stack of ``env`` whose node is at ``node``
+    (``host:port``), warm up, measure; the row of the report."""
     users = generate.PRESETS[args.preset].users
     env = {**env, "TXCACHE_MODE": mode, "RUBIS_STALENESS": str(args.staleness)}
     env["RUBIS_READ_YOUR_WRITES"] = "0" if args.no_read_your_writes else "1"
@@ -138,7 +101,7 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load_s: float
     for row in rows:
         latency, node = row["latency_ms"], row["node"]
         hit = "-" if row["mode"] == "bypass" else f"{fmt(row['hit_rate'] * 100, 1)} %"
-        misses = " | ".join(str(node[m]) for m in MISSES)
+        misses = " | ".join(str(node[m]) for m in MISS_KINDS)
         lines.append(
             f"| {row['mode']} | {fmt(row['throughput'], 1)} | {latency['p50']} | "
             f"{latency['p90']} | {latency['p99']} | {hit} | {misses} | {row['error_pages']} | "
@@ -170,6 +133,7 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load_s: float
 
 
 def main() -> None:
+    """Load RUBiS, run every mode on one stack, write the report."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--preset", choices=sorted(generate.PRESETS), default="small")
     parser.add_argument("--clients", type=int, default=16)
@@ -196,20 +160,11 @@ def main() -> None:
             generate.load(conn, generate.PRESETS[args.preset], seed=args.seed)
         load_s = time.monotonic() - started
         log(f"loaded {args.preset} in {load_s:.1f} s")
-        setup_database(dsn)
-        note = machine_note(dsn, args.storage)
-        node = NodeProcess("--max-memory", args.node_memory)
-        agent = AgentProcess(dsn, [node.address])
-        env = {
-            "TXCACHE_DSN": dsn,
-            "TXCACHE_NODES": node.address,
-            "TXCACHE_AGENT": f"{agent.host}:{agent.port}",
-        }
-        try:
+        note = machine_note(database_note(dsn, args.storage))
+        with bench_stack(dsn, max_memory=args.node_memory) as stack:
+            env = stack.settings()
+            node = stack.node_addresses[0]
             rows = [run_mode(mode, args, env, node) for mode in args.modes.split(",")]
-        finally:
-            agent.stop()
-            node.stop()
     extra = ["no-ryw"] if args.no_read_your_writes else []
     name = result_name("rubis_throughput", args.quick, args.storage, *extra)
     title = "RUBiS throughput: no cache, txcache, no_consistency"
