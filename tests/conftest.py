@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
 import redis
 
 from txcache import NodeProcess
+from txcache._process import wait_until
 
 pytest_plugins = ["postgres_fixtures", "agent_fixtures", "library_fixtures"]
 
@@ -20,18 +20,17 @@ def wait_for(
     what: str,
     timeout: float = 10.0,
     detail: Callable[[], str] = lambda: "",
-) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` (and ``detail()``, e.g. a
-    process's log) after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{detail()}"
-        time.sleep(0.02)
+) -> object:
+    """:func:`txcache._process.wait_until` under the name and keywords (``detail`` for its
+    ``log``) that test files written before it still use; new code calls ``wait_until``."""
+    return wait_until(condition, what, timeout=timeout, log=detail)
 
 
 @pytest.fixture
 def start_node() -> Iterator[StartNode]:
-    """Start nodes with extra flags; every node started is stopped after the test."""
+    """Start nodes alone (no database, no agent) with extra flags; every node started is
+    stopped after the test. Whole stacks come from :class:`txcache.stack.Stack`, through
+    ``agent_fixtures`` and ``library_fixtures``."""
     started: list[NodeProcess] = []
 
     def start(*args: str) -> NodeProcess:

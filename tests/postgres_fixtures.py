@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import pytest
 from psycopg import sql
 
 from txcache import EmbeddedPostgres
+from txcache._process import wait_until
 
 PostgresFactory = Callable[..., EmbeddedPostgres]
 
@@ -95,8 +95,8 @@ def fresh_database(server: EmbeddedPostgres) -> Iterator[str]:
 def drop_database(server: EmbeddedPostgres, name: str, timeout: float = 10.0) -> None:
     """Drop database ``name`` with its replication slots, ending every session in it."""
     with psycopg.connect(server.dsn, autocommit=True) as admin:
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def slots_dropped() -> bool:
             admin.execute(
                 "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
                 "WHERE database = %s AND active_pid IS NOT NULL",
@@ -108,11 +108,16 @@ def drop_database(server: EmbeddedPostgres, name: str, timeout: float = 10.0) ->
                     "WHERE database = %s",
                     (name,),
                 )
-                break
             except psycopg.errors.ObjectInUse:  # its walsender has not exited yet
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+                return False
+            return True
+
+        wait_until(
+            slots_dropped,
+            f"the replication slots of database {name} to be dropped",
+            timeout=timeout,
+            interval=0.05,
+        )
         admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 

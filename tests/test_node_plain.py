@@ -11,7 +11,7 @@ import redis
 from redis.exceptions import NoPermissionError, ResponseError
 
 from conftest import info
-from txcache._process import find_binary
+from txcache._process import find_binary, free_port
 
 
 def test_get_set_del_exists(client):
@@ -215,9 +215,7 @@ def test_max_clients_refuses_with_an_error(start_node):
 
 
 def test_prometheus_endpoint_serves_the_same_metrics(start_node):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     node = start_node("--metrics-port", str(port))
     client = redis.Redis(host=node.host, port=node.port, protocol=2)
     client.set("k", b"v")

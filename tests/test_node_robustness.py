@@ -88,7 +88,7 @@ def test_claimed_lengths_are_not_allocated(start_node):
         sock = socket.create_connection((node.host, node.port))
         sock.sendall(b"*3\r\n$3\r\nSET\r\n$%d\r\nk%d\r\n$60000000\r\nx" % (len(str(i)) + 1, i))
         sockets.append(sock)
-    time.sleep(0.5)
+    time.sleep(0.5)  # deliberately: time to read (and wrongly allocate), nothing to await
     grown = node.rss_bytes() - baseline
     for sock in sockets:
         sock.close()
@@ -204,7 +204,7 @@ def _answers(node, payload: bytes, rng: random.Random | None) -> bytes:
                 size = rng.randrange(1, 65)
                 sock.sendall(data[:size])
                 data = data[size:]
-                time.sleep(0.0005)
+                time.sleep(0.0005)  # so that the pieces arrive in separate reads
         received = b""
         while not received.endswith(b"$%d\r\n%s\r\n" % (len(marker), marker)):
             chunk = sock.recv(65536)

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from txcache import EmbeddedPostgres, PostgresStartError
+from txcache._process import wait_until
 
 
 def test_server_runs_with_logical_decoding_settings(postgres):
@@ -141,27 +142,31 @@ def _start_in_child(how):
     return int(pid), Path(base)
 
 
-def _wait_gone(pid, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.02)
+def _gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
     return False
+
+
+def _wait_gone(pid):
+    wait_until(lambda: _gone(pid), f"PostgreSQL (postmaster pid {pid}) to exit", timeout=5)
 
 
 def test_server_is_stopped_when_its_owner_exits_without_stopping_it():
     pid, base = _start_in_child("exit")
-    assert _wait_gone(pid)
+    _wait_gone(pid)
     assert not base.exists()
 
 
 def test_server_of_a_crashed_owner_is_reaped_by_the_next_process():
     pid, base = _start_in_child("crash")
-    assert not _wait_gone(pid, timeout=0.2)  # SIGKILL ran no finalizer: an orphan
+    # SIGKILL ran no finalizer: an orphan. Deliberately given time to exit, which it must
+    # not (nothing would stop it).
+    time.sleep(0.2)
+    assert not _gone(pid)
     assert base.exists()
     _start_in_child("exit")  # any later process sweeps what dead ones left
-    assert _wait_gone(pid)
+    _wait_gone(pid)
     assert not base.exists()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from txcache._process import wait_until
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 BINARIES = ("txcached", "txcache-agent")
@@ -151,11 +151,11 @@ def test_the_installed_wheel_runs_a_stack_and_caches(machine):
             stderr=stderr,
         )
     try:
-        wait_for(
+        wait_until(
             lambda: env_file.exists() or up.poll() is not None,
             "txcache up to start the stack",
             timeout=120,
-            detail=log.read_text,
+            log=log.read_text,
         )
         assert up.poll() is None, f"txcache up exited:\n{log.read_text()}"
         settings = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
