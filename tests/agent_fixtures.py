@@ -1,22 +1,25 @@
-"""A whole stack for agent tests: PostgreSQL (set up), one cache node, the agent.
+"""A whole stack for agent tests: a database of the session's PostgreSQL (set up), cache
+nodes (one by default) and the agent, started by :class:`txcache.stack.Stack`.
 
-Probes: open versions at the node that depend on one tag each. A commit carrying a matching
+Probes: open versions at a node that depend on one tag each. A commit carrying a matching
 tag truncates the probe at the commit's LSN, so which probes a write truncated shows exactly
 which tags reached the node, and when.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
 import redis
 
-from conftest import StartNode
-from txcache import AgentProcess, NodeProcess, setup_database
+from txcache import NodeProcess
+from txcache._lsn import wal_position
+from txcache._process import wait_until
+from txcache.stack import Stack as BaseStack
+from txcache.stack import StackOptions
 
 SCHEMA = """
 CREATE TABLE items (
@@ -32,37 +35,101 @@ CREATE INDEX ON items (ref);
 CREATE INDEX ON items (added);
 """
 
+HEARTBEATS = ("--heartbeat-interval", "50ms")
+"""The agent's arguments in these tests: heartbeats every 50 ms, so that an idle node's
+position moves soon."""
 
-def lsn(text: str) -> int:
-    high, low = text.split("/")
-    return (int(high, 16) << 32) | int(low, 16)
 
+class Stack(BaseStack):
+    """A :class:`txcache.stack.Stack` on the existing database ``dsn`` (``schema_sql`` run
+    before setup), with what agent tests read the nodes with: ``cache``, a redis-py client
+    of the first node; ``db``, an autocommit connection; probes. A context manager."""
 
-@dataclass
-class Stack:
-    dsn: str
-    node: NodeProcess
-    agent: AgentProcess
-    cache: redis.Redis
-    db: psycopg.Connection
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        nodes: int = 1,
+        schema_sql: str | None = SCHEMA,
+        max_memory: str = "64mb",
+        password: str | None = None,
+        agent_args: tuple[str, ...] = HEARTBEATS,
+    ) -> None:
+        """Prepare the stack; :meth:`start` (or ``with``) starts it."""
+        super().__init__(
+            StackOptions(
+                dsn=dsn,
+                nodes=nodes,
+                max_memory=max_memory,
+                schema_sql=schema_sql,
+                password=password,
+                agent_args=agent_args,
+            )
+        )
+        self.cache: redis.Redis  # opened by start()
+        self._clients: list[redis.Redis] = []
+        self._db: psycopg.Connection | None = None
+
+    def start(self, stop_requested: Callable[[], bool] = lambda: False) -> None:
+        """Start the stack, then open ``db`` and ``cache``."""
+        super().start(stop_requested)
+        self._db = psycopg.connect(self.dsn, autocommit=True)
+        self.cache = self.client(0)
+
+    def stop(self) -> None:
+        """Close every client and ``db``, then stop the stack."""
+        while self._clients:
+            self._clients.pop().close()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        super().stop()
+
+    @property
+    def db(self) -> psycopg.Connection:
+        """An autocommit connection to the database."""
+        assert self._db is not None, "the stack has not started"
+        return self._db
+
+    @property
+    def node(self) -> NodeProcess:
+        """The first node (the only one by default)."""
+        return self.nodes[0]
+
+    def client(self, index: int = 0, *, stream: bool = False, **options: Any) -> redis.Redis:
+        """A redis-py client of node ``index`` (``options`` as ``redis.Redis`` takes them),
+        closed when the stack stops. With ``stream`` it authenticates with the stream
+        password, so it may send stream commands, as the agent does."""
+        node = self.nodes[index]
+        password = self.stream_password if stream else self.options.password
+        client = redis.Redis(
+            host=node.host, port=node.port, password=password, protocol=2, **options
+        )
+        self._clients.append(client)
+        return client
 
     def wal_position(self) -> int:
-        row = self.db.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-        assert row is not None
-        return lsn(row[0])
+        """The database's current WAL insert position."""
+        return wal_position(self.db)
 
     def caught_up(self, timeout: float = 20.0, cache: redis.Redis | None = None) -> int:
-        """Wait until the node (``cache``, default the stack's) has applied everything
-        committed so far; returns its N."""
-        cache = cache or self.cache
+        """Wait until the node of ``cache`` (default the first node) has applied everything
+        committed so far; returns its N. Only that node is asked: another may be stopped on
+        purpose."""
+        client = cache or self.cache
         target = self.wal_position()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            applied = cache.execute_command("TXSTATUS")[0]
-            if applied >= target:
-                return int(applied)
-            time.sleep(0.02)
-        pytest.fail(f"node stuck at {applied} < {target}:\n{self.agent.log_text()[-3000:]}")
+
+        def applied() -> int | None:
+            position = int(client.execute_command("TXSTATUS")[0])
+            return position if position >= target else None
+
+        where = client.connection_pool.connection_kwargs.get("port")
+        return wait_until(
+            applied,
+            f"the node on port {where} to apply the stream up to {target}",
+            timeout=timeout,
+            log=self._agent_log,
+        )
 
     def probe(self, *tags: str, cache: redis.Redis | None = None) -> dict[str, str]:
         """One open probe per tag, valid from the node's current position."""
@@ -93,7 +160,7 @@ class Stack:
 
     def assert_streams_an_insert(self, row: int, cache: redis.Redis | None = None) -> None:
         """Insert item ``row`` and assert its invalidation reaches the node (``cache``,
-        default the stack's): the node follows the stream."""
+        default the first node's): the node follows the stream."""
         probes = self.probe(f"public.items:id={row}", cache=cache)
         self.write("INSERT INTO items (id) VALUES (%s)", row)
         assert all(self.truncated(probes, cache=cache).values())
@@ -106,15 +173,7 @@ class Stack:
 
 
 @pytest.fixture
-def stack(database: str, start_node: StartNode) -> Iterator[Stack]:
-    with psycopg.connect(database, autocommit=True) as db:
-        db.execute(SCHEMA)
-        setup_database(database)
-        node = start_node("--max-memory", "64mb")
-        agent = AgentProcess(database, [node.address], "--heartbeat-interval", "50ms")
-        cache = redis.Redis(host=node.host, port=node.port, protocol=2)
-        try:
-            yield Stack(database, node, agent, cache, db)
-        finally:
-            cache.close()
-            agent.stop()
+def stack(database: str) -> Iterator[Stack]:
+    """The session's PostgreSQL with ``items``, one node, the agent (heartbeats every 50 ms)."""
+    with Stack(database) as running:
+        yield running

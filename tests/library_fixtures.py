@@ -1,25 +1,26 @@
-"""A whole stack for library tests: PostgreSQL (set up), two cache nodes, the agent, and a
+"""A whole stack for library tests: a database of the session's PostgreSQL (set up), two
+cache nodes, the agent (all started by :class:`txcache.stack.Stack`), and a
 :class:`txcache.Cache` connected to them.
 
 ``lib`` gives a :class:`LibraryStack`; its ``admin`` connection (autocommit) writes behind
 the library's back, and :meth:`LibraryStack.caught_up` waits until both nodes applied every
-commit so far.
+commit so far. A test that needs other library settings starts its own:
+``with LibraryStack(database, pool_size=1) as lib:``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
 import redis
 
 import txcache
-from agent_fixtures import lsn
-from conftest import StartNode, wait_for
-from txcache import AgentProcess, NodeProcess, setup_database
+from txcache._process import wait_until
+from txcache.stack import Stack, StackOptions
 
 SCHEMA = """
 CREATE TABLE items (id integer PRIMARY KEY, name text NOT NULL, price integer NOT NULL,
@@ -35,32 +36,58 @@ AGENT_ARGS = ("--pin-interval", "50ms", "--heartbeat-interval", "50ms")
 """The agent's settings in these tests: pins and heartbeats every 50 ms."""
 
 
-@dataclass
-class LibraryStack:
-    dsn: str
-    nodes: list[NodeProcess]
-    agent: AgentProcess
-    cache: txcache.Cache
-    admin: psycopg.Connection
+class LibraryStack(Stack):
+    """A :class:`txcache.stack.Stack` on the existing database ``dsn`` with ``items`` and
+    ``users``: two nodes, the agent, ``cache`` (a :class:`txcache.Cache` with ``settings``
+    as :func:`txcache.connect` takes them, refreshing every 50 ms unless they say otherwise)
+    and ``admin`` (an autocommit connection). A context manager."""
+
+    def __init__(self, dsn: str, **settings: Any) -> None:
+        """Prepare the stack; :meth:`start` (or ``with``) starts it."""
+        super().__init__(
+            StackOptions(
+                dsn=dsn, nodes=2, max_memory="64mb", schema_sql=SCHEMA, agent_args=AGENT_ARGS
+            )
+        )
+        self.cache_settings = {"refresh_interval": 0.05, **settings}
+        self._cache: txcache.Cache | None = None
+        self._admin: psycopg.Connection | None = None
+
+    def start(self, stop_requested: Callable[[], bool] = lambda: False) -> None:
+        """Start the stack, then open ``admin`` and connect ``cache``."""
+        super().start(stop_requested)
+        self._admin = psycopg.connect(self.dsn, autocommit=True)
+        self._cache = self.connect(**self.cache_settings)
+
+    def stop(self) -> None:
+        """Close ``cache`` and ``admin``, then stop the stack."""
+        if self._cache is not None:
+            self._cache.close()
+            self._cache = None
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+        super().stop()
+
+    @property
+    def cache(self) -> txcache.Cache:
+        """The library, connected to this stack."""
+        assert self._cache is not None, "the stack has not started"
+        return self._cache
+
+    @property
+    def admin(self) -> psycopg.Connection:
+        """An autocommit connection to the database, behind the library's back."""
+        assert self._admin is not None, "the stack has not started"
+        return self._admin
 
     def clients(self) -> list[redis.Redis]:
+        """A redis-py client of each node (the caller closes them)."""
         return [redis.Redis(host=n.host, port=n.port, protocol=2) for n in self.nodes]
 
     def write(self, statement: str, *params: object) -> None:
+        """Run ``statement`` on ``admin``, in a transaction of its own."""
         self.admin.execute(statement, params)
-
-    def caught_up(self, timeout: float = 20.0) -> None:
-        """Wait until every node applied everything committed so far, and the library's
-        pin list holds a pin at least that recent."""
-        row = self.admin.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-        assert row is not None
-        target = lsn(row[0])
-        deadline = time.monotonic() + timeout
-        for client in self.clients():
-            while client.execute_command("TXSTATUS")[0] < target:
-                assert time.monotonic() < deadline, "a node did not catch up"
-                time.sleep(0.01)
-            client.close()
 
     def commit(self, *statements: str) -> int:
         """Run ``statements`` in one read/write transaction through the library; its commit
@@ -74,55 +101,34 @@ class LibraryStack:
         self.fresh_pins(after=token - 1)
         return token
 
-    def start_agent(self) -> None:
-        """Start the agent again on its address (after it was stopped or killed), and wait
-        until the library is back with it."""
-        self.agent = AgentProcess(
-            self.dsn,
-            [node.address for node in self.nodes],
-            f"--listen={self.agent.host}:{self.agent.port}",
-            *AGENT_ARGS,
-        )
+    def restart_agent(self) -> None:
+        """Start the agent again on its port (after it was stopped or killed), and wait
+        until the nodes caught up and the library is back with it."""
+        super().restart_agent()
         self.caught_up()
-        assert self.cache.agent is not None
-        wait_for(self.cache.agent.refresh, "the library to reconnect to the agent", timeout=20)
+        agent = self.cache.agent
+        assert agent is not None
+        wait_until(agent.refresh, "the library to reconnect to the agent", timeout=20)
 
     def fresh_pins(self, after: int = 0, timeout: float = 20.0) -> None:
-        """Wait until the library knows a pin newer than ``after``."""
-        assert self.cache.agent is not None
-        deadline = time.monotonic() + timeout
-        while True:
-            self.cache.agent.refresh()
-            pins = self.cache.agent.pins(staleness=60, not_before=after + 1, now=time.time())
-            if pins:
-                return
-            assert time.monotonic() < deadline, "no new pin"
-            time.sleep(0.02)
+        """Wait until the library knows a pin newer than ``after`` (asking the agent)."""
+        agent = self.cache.agent
+        assert agent is not None
 
+        def known() -> bool:
+            agent.refresh()
+            return bool(agent.pins(staleness=60, not_before=after + 1, now=time.time()))
 
-def start_library_stack(
-    dsn: str, start_node: StartNode, *agent_args: str, **settings: object
-) -> Iterator[LibraryStack]:
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(SCHEMA)
-        setup_database(dsn)
-        nodes = [start_node("--max-memory", "64mb") for _ in range(2)]
-        agent = AgentProcess(dsn, [node.address for node in nodes], *AGENT_ARGS, *agent_args)
-        options = {"refresh_interval": 0.05, **settings}
-        cache = txcache.connect(
-            dsn,
-            nodes=[node.address for node in nodes],
-            agent=f"{agent.host}:{agent.port}",
-            **options,  # type: ignore[arg-type]
+        wait_until(
+            known,
+            f"the library to know a pin newer than {after}",
+            timeout=timeout,
+            log=self._agent_log,
         )
-        try:
-            yield LibraryStack(dsn, nodes, agent, cache, admin)
-        finally:
-            cache.close()
-            agent.stop()
 
 
 @pytest.fixture
-def lib(database: str, start_node: StartNode) -> Iterator[LibraryStack]:
+def lib(database: str) -> Iterator[LibraryStack]:
     """PostgreSQL with ``items`` and ``users``, two nodes, the agent, a connected cache."""
-    yield from start_library_stack(database, start_node)
+    with LibraryStack(database) as stack:
+        yield stack

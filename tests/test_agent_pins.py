@@ -18,21 +18,29 @@ import psycopg
 import pytest
 import redis
 
-from conftest import StartNode
-from txcache import AgentProcess, setup_database
+from agent_fixtures import Stack
+from txcache import AgentProcess
+
+LOG = "CREATE TABLE log (id bigserial PRIMARY KEY, writer integer, seq integer)"
+
+PINS = ("--pin-interval", "50ms")
+"""The agent's arguments here: a pin every 50 ms."""
+
+
+def endpoint(agent: AgentProcess | None) -> redis.Redis:
+    """A client of the agent's library endpoint."""
+    assert agent is not None
+    return redis.Redis(host=agent.host, port=agent.port, protocol=2, socket_timeout=30)
 
 
 @pytest.fixture
-def agent(database: str, start_node: StartNode) -> Iterator[tuple[AgentProcess, redis.Redis]]:
-    with psycopg.connect(database, autocommit=True) as db:
-        db.execute("CREATE TABLE log (id bigserial PRIMARY KEY, writer integer, seq integer)")
-    setup_database(database)
-    node = start_node()
-    process = AgentProcess(database, [node.address], "--pin-interval", "50ms")
-    client = redis.Redis(host=process.host, port=process.port, protocol=2, socket_timeout=30)
-    yield process, client
-    client.close()
-    process.stop()
+def agent(database: str) -> Iterator[tuple[AgentProcess, redis.Redis]]:
+    """The agent of a stack with ``log`` and one node, and a client of its endpoint."""
+    with Stack(database, schema_sql=LOG, agent_args=PINS) as stack:
+        assert stack.agent is not None
+        client = endpoint(stack.agent)
+        yield stack.agent, client
+        client.close()
 
 
 def commit_row(
@@ -106,8 +114,9 @@ def test_certified_pins_are_exact_under_concurrent_writers(database, agent):
     for thread in writers:
         thread.start()
     pins = []
-    deadline = time.monotonic() + 3.0
-    while time.monotonic() < deadline:
+    # Pins sampled for a fixed time while the writers run (not a wait for anything).
+    sampling_ends = time.monotonic() + 3.0
+    while time.monotonic() < sampling_ends:
         pins.append(client.execute_command("PIN"))
         time.sleep(0.01)
     stop.set()
@@ -127,36 +136,33 @@ def test_certified_pins_are_exact_under_concurrent_writers(database, agent):
     assert "pins_certified" in status
 
 
-def test_pins_after_an_agent_restart_are_exact(database, start_node):
+def test_pins_after_an_agent_restart_are_exact(database):
     """Regression: fences replayed after a restart were matched to new pins by number, so
     new pins were certified against old fences (a timestamp too low)."""
-    with psycopg.connect(database, autocommit=True) as db:
-        db.execute("CREATE TABLE log (id bigserial PRIMARY KEY, writer integer, seq integer)")
-    setup_database(database)
-    node = start_node()
     commits: dict[int, int] = {}
-    first = AgentProcess(database, [node.address], "--pin-interval", "50ms")
-    client = redis.Redis(host=first.host, port=first.port, protocol=2, socket_timeout=30)
-    # A frozen node holds the slot acknowledgement back: the next agent replays old fences.
-    os.kill(node.process.pid, signal.SIGSTOP)
-    with psycopg.connect(database, autocommit=True) as db:
-        for seq in range(30):
-            row_id, commit = commit_row(db, client, 0, seq)
-            commits[row_id] = commit
-            client.execute_command("PIN")
-    client.close()
-    first.kill()
-    os.kill(node.process.pid, signal.SIGCONT)
-    second = AgentProcess(database, [node.address], "--pin-interval", "50ms")
-    client = redis.Redis(host=second.host, port=second.port, protocol=2, socket_timeout=30)
-    pins = []
-    with psycopg.connect(database, autocommit=True) as db:
+    with Stack(database, schema_sql=LOG, agent_args=PINS) as stack:
+        assert stack.agent is not None
+        client = endpoint(stack.agent)
+        # A frozen node holds the slot acknowledgement back: the next agent replays old
+        # fences.
+        os.kill(stack.node.process.pid, signal.SIGSTOP)
+        try:
+            for seq in range(30):
+                row_id, commit = commit_row(stack.db, client, 0, seq)
+                commits[row_id] = commit
+                client.execute_command("PIN")
+            client.close()
+            stack.agent.kill()
+        finally:
+            os.kill(stack.node.process.pid, signal.SIGCONT)
+        stack.restart_agent()
+        client = endpoint(stack.agent)
+        pins = []
         for seq in range(40):
-            row_id, commit = commit_row(db, client, 1, seq)
+            row_id, commit = commit_row(stack.db, client, 1, seq)
             commits[row_id] = commit
             pins.append(client.execute_command("PIN"))
-    for ts, snapshot_id, _current, _snapshot in pins:
-        expected = {row for row, commit in commits.items() if commit <= ts}
-        assert visible_rows(database, snapshot_id.decode()) == expected, f"pin at {ts}"
-    client.close()
-    second.stop()
+        client.close()
+        for ts, snapshot_id, _current, _snapshot in pins:  # exported while the agent runs
+            expected = {row for row, commit in commits.items() if commit <= ts}
+            assert visible_rows(database, snapshot_id.decode()) == expected, f"pin at {ts}"

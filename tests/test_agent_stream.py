@@ -19,8 +19,8 @@ import psycopg
 import redis
 
 from agent_fixtures import Stack
-from conftest import info, wait_for
-from txcache import AgentProcess
+from conftest import info
+from txcache._process import wait_until
 
 
 def test_insert_update_delete_tag_old_and_new_values(stack: Stack):
@@ -110,8 +110,11 @@ def test_a_fresh_node_is_reset_once_then_streamed(stack: Stack):
 
 def test_heartbeats_move_the_node_when_nothing_commits(stack: Stack):
     first = stack.caught_up()
-    time.sleep(0.3)
-    assert stack.cache.execute_command("TXSTATUS")[0] > first
+    wait_until(
+        lambda: stack.cache.execute_command("TXSTATUS")[0] > first,
+        "a heartbeat to move the idle node",
+        log=stack.agent.log_text,
+    )
     assert info(stack.cache, "txcache")["heartbeats"] > 0
 
 
@@ -130,17 +133,16 @@ def test_nothing_is_lost_when_the_agent_is_killed(stack: Stack):
                 row = generator.randrange(rows)
                 db.execute("UPDATE items SET category = category + 1 WHERE id = %s", (row,))
                 updated.add(row)
-                time.sleep(0.002)
+                time.sleep(0.002)  # a steady trickle of commits, across the agent's deaths
 
     thread = threading.Thread(target=writer)
     thread.start()
-    agent = stack.agent
     killer = random.Random(11)
     for _ in range(3):
+        # Deliberately at a random moment of the writes: the kill may hit any state.
         time.sleep(killer.uniform(0.05, 0.4))
-        agent.kill()
-        agent = AgentProcess(stack.dsn, [stack.node.address], "--heartbeat-interval", "50ms")
-    stack.agent = agent
+        stack.agent.kill()
+        stack.restart_agent()
     stop.set()
     thread.join()
     hit = stack.truncated(probes)
@@ -198,13 +200,15 @@ def test_a_ddl_is_read_only_once_it_is_visible(stack: Stack):
     with commits_held(stack.dsn) as held:
         before = stack.wal_position()
         ddl = held.run("CREATE INDEX ON items (price)")
-        wait_for(
+        wait_until(
             lambda: agent_status(endpoint)["commit_position"] > before,
             "the agent to decode the held DDL's commit",
-            detail=stack.agent.log_text,
+            log=stack.agent.log_text,
         )
         decoded = agent_status(endpoint)["commit_position"]
-        time.sleep(0.5)  # what the node would receive, it receives in this time
+        # Deliberately idle: nothing will happen to wait for if the agent is right; what
+        # the node would receive, it receives in this time.
+        time.sleep(0.5)
         assert stack.cache.execute_command("TXSTATUS")[0] < decoded, (
             "the node passed the DDL before its tag columns could be read"
         )
@@ -246,7 +250,7 @@ class HeldCommits:
     def run(self, statement: str) -> threading.Thread:
         """Runs ``statement`` in a session of its own; returns once its commit waits."""
         thread, pid = self.start(statement)
-        wait_for(lambda: self.waits(pid), f"the commit of {statement!r} to wait")
+        wait_until(lambda: self.waits(pid), f"the commit of {statement!r} to wait")
         return thread
 
     def waits(self, pid: int) -> bool:
@@ -279,7 +283,7 @@ def commits_held(dsn: str) -> Iterator[HeldCommits]:
                     probe = held.start(PROBE_COMMIT)
                 return held.waits(probe[1])
 
-            wait_for(a_commit_waits, "commits to wait for the absent standby")
+            wait_until(a_commit_waits, "commits to wait for the absent standby")
             yield held
         finally:
             admin.execute("ALTER SYSTEM RESET synchronous_standby_names")

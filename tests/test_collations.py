@@ -21,8 +21,7 @@ import psycopg
 import pytest
 
 from cached_reads import cached, reread
-from conftest import StartNode
-from library_fixtures import LibraryStack, start_library_stack
+from library_fixtures import LibraryStack
 from postgres_fixtures import ICU_PG_BIN
 from txcache import EmbeddedPostgres
 
@@ -38,13 +37,14 @@ INSERT INTO names VALUES (1, 'ABC'), (2, 'xyz');
 
 
 @pytest.fixture
-def lib(icu_database: str, start_node: StartNode) -> Iterator[LibraryStack]:
+def lib(icu_database: str) -> Iterator[LibraryStack]:
     """The library stack on a database of the ICU server, with ``people`` (names in the
     case-insensitive collation ``ci``) and ``names`` (the deterministic ``und-x-icu``), both
     indexed on ``name`` so that the agent tags their writes by name."""
     with psycopg.connect(icu_database, autocommit=True) as conn:
         conn.execute(SCHEMA)
-    yield from start_library_stack(icu_database, start_node)
+    with LibraryStack(icu_database) as stack:
+        yield stack
 
 
 def test_the_icu_server_runs_the_binaries_asked_for(icu_postgres: EmbeddedPostgres) -> None:

@@ -13,7 +13,7 @@ import psycopg_pool
 import pytest
 
 import txcache
-from library_fixtures import LibraryStack, start_library_stack
+from library_fixtures import LibraryStack
 
 
 @txcache.cacheable
@@ -95,10 +95,8 @@ def test_a_policy_that_breaks_the_rules_gets_the_newest_pin(lib: LibraryStack):
         assert tx.snapshot.snapshot_id != "no-such-snapshot"
 
 
-def test_one_pooled_connection_is_enough_for_queries_and_moves(database, start_node):
-    stack = start_library_stack(database, start_node, pool_size=1)
-    lib = next(stack)
-    try:
+def test_one_pooled_connection_is_enough_for_queries_and_moves(database):
+    with LibraryStack(database, pool_size=1) as lib:
         lib.caught_up()
         lib.fresh_pins()
         with lib.cache.read_only(staleness=60):
@@ -113,8 +111,6 @@ def test_one_pooled_connection_is_enough_for_queries_and_moves(database, start_n
             assert txcache.query_one("SELECT name FROM users WHERE id = 1") == ("user 1",)
             assert price_of(2) == 20  # the old version: the transaction moves
             assert tx.moves == 1
-    finally:
-        stack.close()
 
 
 def test_sets_serialize_to_the_same_bytes_in_every_process():

@@ -18,8 +18,7 @@ import pytest
 
 import txcache
 import txcache._connect
-from conftest import StartNode
-from library_fixtures import LibraryStack, start_library_stack
+from library_fixtures import LibraryStack
 
 SCHEMA = """
 CREATE TABLE items (id integer PRIMARY KEY, name text NOT NULL);
@@ -205,9 +204,10 @@ def item_name(item_id: int) -> str | None:
 
 
 @pytest.fixture
-def lib1(database: str, start_node: StartNode) -> Iterator[LibraryStack]:
+def lib1(database: str) -> Iterator[LibraryStack]:
     """The whole stack with one pooled connection."""
-    yield from start_library_stack(database, start_node, pool_size=1)
+    with LibraryStack(database, pool_size=1) as stack:
+        yield stack
 
 
 def test_a_writers_search_path_does_not_reach_a_cached_result(lib1: LibraryStack):

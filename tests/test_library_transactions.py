@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 import txcache
-from conftest import wait_for
 from library_fixtures import LibraryStack
+from txcache._process import wait_until
 
 runs: list[tuple[str, object]] = []
 
@@ -308,7 +308,7 @@ def redefine_shelf(lib: LibraryStack, base: str, change: int) -> None:
     assert agent is not None
     generation = agent.catalog_generation
     lib.write(f"CREATE OR REPLACE VIEW shelf AS SELECT id, name FROM {base} WHERE id > -{change}")
-    wait_for(lambda: agent.catalog_generation > generation, "a new catalog generation")
+    wait_until(lambda: agent.catalog_generation > generation, "a new catalog generation")
 
 
 def test_the_catalog_is_read_again_after_every_schema_change(lib):
@@ -399,12 +399,8 @@ def test_keys_change_with_arguments_and_code(lib):
     assert len(get_item.key(1)) == 16
 
 
-def test_bypass_mode_never_touches_the_cache(database, start_node):
-    from library_fixtures import start_library_stack
-
-    stack = start_library_stack(database, start_node, mode="bypass")
-    lib = next(stack)
-    try:
+def test_bypass_mode_never_touches_the_cache(database):
+    with LibraryStack(database, mode="bypass") as lib:
         with lib.cache.read_only(staleness=60) as tx:
             assert get_item(1) == (1, "item 1", 10)
             assert get_item(1) == (1, "item 1", 10)
@@ -413,5 +409,3 @@ def test_bypass_mode_never_touches_the_cache(database, start_node):
         for client in lib.clients():
             assert client.dbsize() == 0
             client.close()
-    finally:
-        stack.close()

@@ -21,8 +21,7 @@ import psycopg
 import pytest
 
 import txcache
-from conftest import StartNode, wait_for
-from library_fixtures import LibraryStack, start_library_stack
+from library_fixtures import LibraryStack
 from postgres_fixtures import PostgresFactory
 from txcache import (
     Pin,
@@ -460,16 +459,14 @@ def test_a_pin_whose_snapshot_contents_differ_is_refused(lib, caplog):
 
 
 def test_a_snapshot_id_reused_after_a_restart_is_not_imported(
-    postgres_factory: PostgresFactory, start_node: StartNode, caplog
+    postgres_factory: PostgresFactory, caplog
 ):
     """After a restart PostgreSQL hands out snapshot ids again (backend slot, local
     transaction number, counter): a session that exports one with an old pin's id makes
     ``SET TRANSACTION SNAPSHOT`` of that pin succeed, on an unrelated snapshot."""
     server = postgres_factory()
-    stack = start_library_stack(server.dsn, start_node)
-    lib = next(stack)
     caplog.set_level(logging.WARNING, logger="txcache")
-    try:
+    with LibraryStack(server.dsn) as lib:
         ready(lib)
         assert lib.cache.agent is not None
         old_pins = lib.cache.agent.pins(staleness=60, not_before=None, now=time.time())
@@ -485,14 +482,13 @@ def test_a_snapshot_id_reused_after_a_restart_is_not_imported(
             with psycopg.connect(server.dsn, autocommit=True) as probe:
                 probe.execute(f"{BEGIN_IMPORT}; SET TRANSACTION SNAPSHOT '{reused.snapshot_id}'")
                 probe.execute("ROLLBACK")  # PostgreSQL alone takes the old id
-            newest_before = old_pins[-1].ts
-            wait_for(lambda: fresh_pin_after(lib, newest_before), "the agent's pins again", 30)
+            lib.fresh_pins(after=old_pins[-1].ts, timeout=30)  # the agent's pins again
             lib.cache.pool.check()  # drop the connections the restart broke
             with lib.cache.read_write() as write:
                 write.execute("UPDATE users SET name = 'seen' WHERE id = 6")
             token = write.commit_timestamp
             assert token is not None
-            wait_for(lambda: fresh_pin_after(lib, token - 1), "a pin after the update", 30)
+            lib.fresh_pins(after=token - 1, timeout=30)
             lib.cache.policy = txcache.oldest_pin  # the old pin first
             with lib.cache.read_only(staleness=60, not_before=token) as tx:
                 tx.pin_set = PinSet([reused, *tx.pin_set], star=False)
@@ -503,18 +499,9 @@ def test_a_snapshot_id_reused_after_a_restart_is_not_imported(
         finally:
             exporter.close()
         assert "now names another snapshot" in caplog.text
-    finally:
-        stack.close()
 
 
 BEGIN_IMPORT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-
-
-def fresh_pin_after(lib: LibraryStack, ts: int) -> bool:
-    """Whether the library knows a pin newer than ``ts`` (asking the agent now)."""
-    assert lib.cache.agent is not None
-    lib.cache.agent.refresh()
-    return bool(lib.cache.agent.pins(staleness=60, not_before=ts + 1, now=time.time()))
 
 
 def export_an_old_id(dsn: str, old_pins: list[Pin]) -> tuple[psycopg.Connection, Pin]:

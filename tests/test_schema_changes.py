@@ -18,18 +18,18 @@ import pytest
 
 import txcache
 import txcache._schema
-from agent_fixtures import lsn
 from cached_reads import assert_invalidated, cached, read, rows_of, truth
-from conftest import StartNode
-from library_fixtures import LibraryStack, start_library_stack
+from library_fixtures import LibraryStack
 from txcache._catalog_stamp import stamp_check, still_current
+from txcache._lsn import wal_position
 from txcache._schema import Catalog, Schema
 
 
 @pytest.fixture
-def lib(database: str, start_node: StartNode) -> Iterator[LibraryStack]:
+def lib(database: str) -> Iterator[LibraryStack]:
     """The library stack, with ``twice`` declared safe for cacheable queries."""
-    yield from start_library_stack(database, start_node, safe_functions=["twice"])
+    with LibraryStack(database, safe_functions=["twice"]) as stack:
+        yield stack
 
 
 def test_a_redefined_view_invalidates_reads_through_it(lib):
@@ -234,12 +234,10 @@ def behind_the_agents_back(lib: LibraryStack, *statements: str) -> int:
     position every statement committed after, once the nodes applied everything and the
     library knows a pin after it."""
     lib.agent.stop()
-    row = lib.admin.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-    assert row is not None
+    token = wal_position(lib.admin) + 1
     for statement in statements:
         lib.write(statement)
-    lib.start_agent()
-    token = lsn(row[0]) + 1
+    lib.restart_agent()
     lib.fresh_pins(after=token - 1)
     return token
 
@@ -271,10 +269,11 @@ def test_an_agent_restarted_after_an_index_was_dropped_invalidates_by_the_droppe
 
 
 @pytest.fixture
-def slow_lib(database: str, start_node: StartNode) -> Iterator[LibraryStack]:
+def slow_lib(database: str) -> Iterator[LibraryStack]:
     """The library stack refreshing pins (and learning of DDL) only when a test asks: its
     catalog stays as it was read while a test commits a schema change behind its back."""
-    yield from start_library_stack(database, start_node, refresh_interval=3600, pool_size=1)
+    with LibraryStack(database, refresh_interval=3600, pool_size=1) as stack:
+        yield stack
 
 
 def stored() -> int:
@@ -352,11 +351,10 @@ def test_a_result_type_change_the_library_knows_of_needs_no_retry(slow_lib):
     for _ in range(6):  # prepared on the one pooled connection
         with lib.cache.read_only(staleness=60):
             assert txcache.query(query, (4,)) == [(40,)]
-    row = lib.admin.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-    assert row is not None
+    before = wal_position(lib.admin)
     lib.write("ALTER TABLE items ALTER COLUMN price TYPE bigint")  # on another connection
     lib.caught_up()
-    lib.fresh_pins(after=lsn(row[0]))  # the library hears of the change from the agent
+    lib.fresh_pins(after=before)  # the library hears of the change from the agent
     with lib.cache.read_only(staleness=60):
         assert txcache.query(query, (4,)) == [(40,)]
 

@@ -30,8 +30,6 @@ import pytest
 import redis
 
 from agent_fixtures import Stack
-from conftest import StartNode
-from txcache import AgentProcess, setup_database
 from txcache._schema import Schema, tag_columns_at
 from txcache._sql import UncacheableQuery, analyze
 
@@ -457,19 +455,13 @@ class Stats:
 
 
 @pytest.fixture
-def stack(database: str, start_node: StartNode) -> Iterator[tuple[Stack, World]]:
+def stack(database: str) -> Iterator[tuple[Stack, World]]:
+    """The random world's tables (created before setup), one node and the agent."""
     rng = random.Random(SEED)
     with psycopg.connect(database, autocommit=True) as db:
         world = create_schema(db, rng)
-        setup_database(database)
-        node = start_node("--max-memory", "256mb")
-        agent = AgentProcess(database, [node.address], "--heartbeat-interval", "50ms")
-        cache = redis.Redis(host=node.host, port=node.port, protocol=2)
-        try:
-            yield Stack(database, node, agent, cache, db), world
-        finally:
-            cache.close()
-            agent.stop()
+    with Stack(database, schema_sql=None, max_memory="256mb") as running:
+        yield running, world
 
 
 def result(conn: psycopg.Connection, sql: str, params: list[Any]) -> list[str]:
@@ -482,7 +474,7 @@ def test_every_changed_result_is_invalidated(stack: tuple[Stack, World]):
     queries = Queries(world, rng)
     agent = redis.Redis(host=stack_.agent.host, port=stack_.agent.port, protocol=2)
     stats = Stats()
-    deadline = time.monotonic() + SECONDS
+    deadline = time.monotonic() + SECONDS  # the test's time budget: rounds until then
     with psycopg.connect(stack_.dsn, autocommit=True) as reader:
         schema = Schema.load(reader)
         position = stack_.caught_up()
