@@ -21,6 +21,7 @@ import pytest
 import redis
 from psycopg import sql
 
+from library_fixtures import AGENT_ARGS
 from postgres_fixtures import drop_database
 from rubis import emulator, generate
 from rubis.app import Clock
@@ -28,7 +29,8 @@ from rubis.client import Visitor, parse_page
 from rubis.mix import exact_mix
 from rubis.process import AppServer
 from rubis.transitions import STATES, load_table
-from txcache import AgentProcess, EmbeddedPostgres, NodeProcess, setup_database
+from txcache import EmbeddedPostgres, NodeProcess
+from txcache.stack import Stack, StackOptions
 
 NOW = generate.CLOCK_START
 USERS = generate.PRESETS["tiny"].users
@@ -49,7 +51,10 @@ class Reply:
 
 
 @dataclass
-class Stack:
+class AppStack:
+    """What the tests use of the module's stack: the application's URL, an admin
+    connection, the cache node."""
+
     url: str
     admin: psycopg.Connection
     node: NodeProcess
@@ -86,32 +91,22 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(postgres: EmbeddedPostgres) -> Iterator[Stack]:
+def stack(postgres: EmbeddedPostgres) -> Iterator[AppStack]:
+    """A database of the session's PostgreSQL loaded with ``tiny``, then set up, one node
+    and the agent (:class:`txcache.stack.Stack`), and the application serving it."""
     name = "rubis_app"
     with psycopg.connect(postgres.dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     dsn = postgres.dsn_for(name)
-    node = NodeProcess("--max-memory", "64mb")
+    options = StackOptions(dsn=dsn, nodes=1, max_memory="64mb", agent_args=AGENT_ARGS)
     try:
         with psycopg.connect(dsn, autocommit=True) as admin:
             generate.load(admin, generate.PRESETS["tiny"], seed=5)
-            setup_database(dsn)
-            agent = AgentProcess(
-                dsn, [node.address], "--pin-interval", "50ms", "--heartbeat-interval", "50ms"
-            )
-            env = {
-                "TXCACHE_DSN": dsn,
-                "TXCACHE_NODES": node.address,
-                "TXCACHE_AGENT": f"{agent.host}:{agent.port}",
-                "TXCACHE_REFRESH_INTERVAL": "0.05",
-            }
-            try:
+            with Stack(options) as running:
+                env = {**running.settings(), "TXCACHE_REFRESH_INTERVAL": "0.05"}
                 with AppServer(env, workers=2, threads=4) as server:
-                    yield Stack(server.url, admin, node)
-            finally:
-                agent.stop()
+                    yield AppStack(server.url, admin, running.nodes[0])
     finally:
-        node.stop()
         drop_database(postgres, name)
 
 

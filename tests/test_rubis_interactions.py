@@ -17,17 +17,22 @@ import pytest
 from psycopg import sql
 
 import txcache
+from library_fixtures import AGENT_ARGS
 from postgres_fixtures import drop_database
 from rubis import generate, queries, writes
 from rubis.interactions import PageError, Rubis
-from txcache import AgentProcess, EmbeddedPostgres, NodeProcess, setup_database
+from txcache import EmbeddedPostgres
+from txcache._process import wait_until
+from txcache.stack import Stack, StackOptions
 
 NOW = generate.CLOCK_START
 LATER = NOW + timedelta(hours=1)
 
 
 @dataclass
-class Stack:
+class RubisStack:
+    """What the tests use of the module's stack: the library, an admin connection, RUBiS."""
+
     cache: txcache.Cache
     admin: psycopg.Connection
     rubis: Rubis
@@ -42,40 +47,34 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(postgres: EmbeddedPostgres) -> Iterator[Stack]:
+def stack(postgres: EmbeddedPostgres) -> Iterator[RubisStack]:
+    """A database of the session's PostgreSQL loaded with ``tiny``, then set up, one node
+    and the agent (:class:`txcache.stack.Stack`), and the library, once it knows a pin."""
     name = "rubis_interactions"
     with psycopg.connect(postgres.dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     dsn = postgres.dsn_for(name)
-    node = NodeProcess("--max-memory", "64mb")
+    options = StackOptions(dsn=dsn, nodes=1, max_memory="64mb", agent_args=AGENT_ARGS)
     try:
         with psycopg.connect(dsn, autocommit=True) as admin:
             generate.load(admin, generate.PRESETS["tiny"], seed=5)
-            setup_database(dsn)
-            agent = AgentProcess(
-                dsn, [node.address], "--pin-interval", "50ms", "--heartbeat-interval", "50ms"
-            )
-            cache = txcache.connect(
-                dsn, nodes=[node.address], agent=f"{agent.host}:{agent.port}", refresh_interval=0.05
-            )
-            try:
+            with Stack(options) as running, running.connect(refresh_interval=0.05) as cache:
                 wait_for_pins(cache)
-                yield Stack(cache, admin, Rubis(cache, staleness=30))
-            finally:
-                cache.close()
-                agent.stop()
+                yield RubisStack(cache, admin, Rubis(cache, staleness=30))
     finally:
-        node.stop()
         drop_database(postgres, name)
 
 
 def wait_for_pins(cache: txcache.Cache, timeout: float = 20.0) -> None:
-    assert cache.agent is not None
-    deadline = time.monotonic() + timeout
-    while not cache.agent.pins(staleness=60, not_before=None, now=time.time()):
-        assert time.monotonic() < deadline, "no pin"
-        cache.agent.refresh()
-        time.sleep(0.02)
+    """Wait until the library knows a pin (asking the agent)."""
+    agent = cache.agent
+    assert agent is not None
+
+    def known() -> bool:
+        agent.refresh()
+        return bool(agent.pins(staleness=60, not_before=None, now=time.time()))
+
+    wait_until(known, "the library to know a pin", timeout=timeout)
 
 
 def ids(items: list[dict]) -> list[int]:
