@@ -1,4 +1,5 @@
-"""The library's view of ``txcache-agent``: live pins, fresh pins, commit LSNs, tag columns.
+"""The library's view of ``txcache-agent``: live pins, fresh pins, commit LSNs, tag columns
+(the commands and their replies are :mod:`txcache._protocol`'s).
 
 A background thread refreshes the pin list, the tag-column catalog and the schema barrier
 every ``refresh_interval`` (``PINS``, ``TAGCOLUMNS``, then ``BARRIER``), so beginning a
@@ -24,11 +25,11 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from txcache import _protocol as protocol
 from txcache._pinset import Pin, PinSet
+from txcache._protocol import Barrier, CatalogVersion
 from txcache._resp import Endpoint, ReplyError
 from txcache._schema import TagColumns, tag_columns_at
 
@@ -36,8 +37,7 @@ __all__ = ["AgentClient"]
 
 log = logging.getLogger("txcache")
 
-_MICROS = 1_000_000
-_NO_FENCE = (2**63 - 1, -1)  # before the first refresh: no snapshot is after every change
+_NO_FENCE = Barrier(2**63 - 1, -1)  # before the first refresh: no snapshot is after every change
 
 
 class AgentClient:
@@ -58,7 +58,7 @@ class AgentClient:
         # Pins die with the agent's pinner sessions: a list not confirmed for this long is
         # not offered, so transactions fall back to the database before reading the cache.
         self.pin_list_ttl = max(1.0, 4 * refresh_interval)
-        self._catalog: list[tuple[int, Any]] = []
+        self._catalog: list[CatalogVersion] = []
         self._catalog_through = -1
         self.catalog_generation = 0
         """How many times the agent's tag-column catalog changed since the first refresh;
@@ -101,12 +101,11 @@ class AgentClient:
 
     def pin_now(self) -> Pin | None:
         """A freshly taken, certified pin (★); ``None`` if the agent cannot give one."""
-        reply = self.endpoint.call("PIN")
-        if reply is None or isinstance(reply, ReplyError):
-            if reply is not None:
-                log.warning("the agent could not take a fresh pin: %s", reply)
+        pin = self.endpoint.run(protocol.pin())
+        if pin is None or isinstance(pin, ReplyError):
+            if pin is not None:
+                log.warning("the agent could not take a fresh pin: %s", pin)
             return None
-        pin = _pin(reply)
         if pin.ts > self._catalog_through:
             self.refresh()
         return pin
@@ -114,10 +113,10 @@ class AgentClient:
     def commit_lsn(self, xid: int, timeout: float = 5.0) -> int | None:
         """The commit LSN of transaction ``xid``, once decoded; ``None`` if the agent cannot
         say within ``timeout`` seconds."""
-        reply = self.endpoint.call("COMMITLSN", xid, max(1, int(timeout * 1000)))
-        if reply is None or isinstance(reply, ReplyError):
+        lsn = self.endpoint.run(protocol.commit_lsn(xid, timeout_ms=max(1, int(timeout * 1000))))
+        if lsn is None or isinstance(lsn, ReplyError):
             return None
-        return int(reply)
+        return lsn
 
     def tag_columns(self, ts: int) -> tuple[bool, TagColumns | None]:
         """The tag-column version in force at snapshot ``ts``: ``(True, columns)``, or
@@ -167,21 +166,18 @@ class AgentClient:
         barrier, decoded = self._list.fence
         return barrier if decoded >= position else None
 
-    def _fetch(self) -> tuple[list[Pin], list[tuple[int, Any]], tuple[int, int]] | None:
-        pins_reply = self.endpoint.call("PINS")
-        if pins_reply is None or isinstance(pins_reply, ReplyError):
+    def _fetch(self) -> tuple[list[Pin], list[CatalogVersion], Barrier] | None:
+        listed = self.endpoint.run(protocol.pins())
+        if listed is None or isinstance(listed, ReplyError):
             return None
-        catalog_reply = self.endpoint.call("TAGCOLUMNS")
-        if catalog_reply is None or isinstance(catalog_reply, ReplyError):
+        catalog = self.endpoint.run(protocol.tag_columns())
+        if catalog is None or isinstance(catalog, ReplyError):
             return None
-        fence_reply = self.endpoint.call("BARRIER")
-        if fence_reply is None or isinstance(fence_reply, ReplyError):
+        fence = self.endpoint.run(protocol.barrier())
+        if fence is None or isinstance(fence, ReplyError):
             return None
-        by_ts = {pin.ts: pin for pin in map(_pin, pins_reply)}
-        pins = [by_ts[ts] for ts in sorted(by_ts)]
-        barrier, decoded = fence_reply
-        catalog = [(int(since), tables) for since, tables in catalog_reply]
-        return pins, catalog, (int(barrier), int(decoded))
+        by_ts = {pin.ts: pin for pin in listed}
+        return [by_ts[ts] for ts in sorted(by_ts)], catalog, fence
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -201,14 +197,5 @@ class _PinList:
     known_current: list[float]
     """Per pin, the least ``current_as_of`` from it to the end of the list."""
     refreshed_at: float
-    fence: tuple[int, int]
+    fence: Barrier
     """``BARRIER``: the newest schema change or ``TRUNCATE`` decoded, and the decoded end."""
-
-
-def _pin(reply: Sequence[Any]) -> Pin:
-    """One element of ``PINS`` (or the ``PIN`` reply): ``[ts, snapshot_id, current_as_of
-    (µs), snapshot]``; an agent that does not send the snapshot's contents leaves them
-    unknown (``None``)."""
-    ts, snapshot_id, current_as_of, *rest = reply
-    snapshot_text = rest[0].decode() if rest else None
-    return Pin(int(ts), snapshot_id.decode(), int(current_as_of) / _MICROS, snapshot_text)

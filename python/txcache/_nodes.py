@@ -1,5 +1,6 @@
 """The cache nodes, as the library sees them: consistent hashing, health, the versioned
-commands (``TXGET``, ``TXSET``, ``TXINTERVAL``; docs/protocol.md).
+commands (``TXGET``, ``TXSET``, ``TXINTERVAL``; docs/protocol.md, encoded and decoded by
+:mod:`txcache._protocol`).
 
 A node that cannot be reached is *down* (:class:`~txcache._resp.Endpoint`): a lookup misses
 with kind ``unavailable`` and an insert is skipped, at once, until the retry time. Nothing
@@ -12,45 +13,19 @@ import bisect
 import hashlib
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from txcache import _protocol as protocol
+from txcache._protocol import Hit, Interval, Miss
 from txcache._resp import Endpoint, ReplyError
 
+# Hit, Interval and Miss are the protocol's reply types, exported here too because the
+# library's modules know them as the node's.
 __all__ = ["CacheNode", "Hit", "Interval", "Miss", "NodeRing"]
 
 log = logging.getLogger("txcache")
 
 _POINTS_PER_NODE = 160
-
-
-@dataclass(frozen=True, slots=True)
-class Interval:
-    """A validity interval ``[lo, hi)`` as a node reports it; ``open``: still valid past
-    ``hi - 1``, which is only as far as the node has seen."""
-
-    lo: int
-    hi: int
-    open: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Hit:
-    """A cached version valid somewhere in the requested range."""
-
-    value: bytes
-    interval: Interval
-    tags: tuple[str, ...]
-    """The open version's tags (asked for with ``WITHTAGS``), for enclosing functions."""
-
-
-@dataclass(frozen=True, slots=True)
-class Miss:
-    """No usable version: ``kind`` is the node's miss type (``compulsory``, ``capacity``,
-    ``staleness``, ``consistency``) or the library's (``unavailable``: the node is down;
-    ``error``: it refused the request)."""
-
-    kind: str
 
 
 class CacheNode(Endpoint):
@@ -62,18 +37,13 @@ class CacheNode(Endpoint):
 
     def lookup(self, key: bytes, lo: int, hi: int, *, with_tags: bool) -> Hit | Miss:
         """``TXGET key lo hi [WITHTAGS]``."""
-        command: tuple[str | bytes | int, ...] = ("TXGET", key, lo, hi)
-        reply = self.call(*command, "WITHTAGS") if with_tags else self.call(*command)
+        reply = self.run(protocol.txget(key, lo, hi, with_tags=with_tags))
         if reply is None:
             return Miss("unavailable")
-        if isinstance(reply, ReplyError) or not isinstance(reply, list):
+        if isinstance(reply, ReplyError):
             log.warning("cache node %s refused TXGET: %s", self.address, reply)
             return Miss("error")
-        if reply[0] is None:
-            return Miss(reply[1].decode())
-        value, lo_, hi_, is_open = reply[:4]
-        tags = tuple(tag.decode() for tag in reply[4]) if with_tags else ()
-        return Hit(value, Interval(lo_, hi_, bool(is_open)), tags)
+        return reply
 
     def insert(
         self,
@@ -86,26 +56,21 @@ class CacheNode(Endpoint):
     ) -> str | None:
         """``TXSET``; returns the outcome (``inserted``, ``extended``, ``nondeterministic``,
         ``empty``), or ``None`` when the node is down or refused it."""
-        command: list[str | bytes | int] = ["TXSET", key, value, lo, "OPEN" if hi is None else hi]
-        if snapshot is not None:
-            command += ["SNAPSHOT", snapshot, "TAGS", *tags]
-        reply = self.call(*command)
+        reply = self.run(protocol.txset(key, value, lo, hi, snapshot=snapshot, tags=tags))
         if reply is None:
             return None
         if isinstance(reply, ReplyError):
             log.warning("cache node %s refused TXSET: %s", self.address, reply)
             return None
-        outcome: str = reply[0].decode()
-        return outcome
+        return reply.outcome
 
     def database_interval(self, snapshot: int, tags: Iterable[str]) -> Interval | None:
         """``TXINTERVAL``: where results read at ``snapshot`` from rows named by ``tags`` are
         known valid; ``None`` when the node cannot say."""
-        reply = self.call("TXINTERVAL", snapshot, "TAGS", *tags)
+        reply = self.run(protocol.txinterval(snapshot, tags))
         if reply is None or isinstance(reply, ReplyError):
             return None
-        lo, hi, is_open = reply
-        return Interval(lo, hi, bool(is_open))
+        return reply
 
 
 class NodeRing:

@@ -5,6 +5,11 @@ socket with ``TCP_NODELAY``, commands packed and replies parsed by hiredis (the 
 redis-py uses), no connection-pool machinery. Error replies come back as
 :class:`ReplyError` values, not exceptions, so a caller decides what an error means; a
 socket failure raises :class:`ConnectionLost`.
+
+The commands themselves (arguments and typed replies) are :mod:`txcache._protocol`'s: a
+:class:`Command` pairs a request with the decoder of its reply, and both transports here run
+it — :meth:`RespConnection.run` raising on any failure (for tools, the ``txcache`` command
+and benches), :meth:`Endpoint.run` never raising for a server's failure (for the library).
 """
 
 from __future__ import annotations
@@ -13,12 +18,23 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Generic, TypeVar, cast
 
 import hiredis
 
-__all__ = ["ConnectionLost", "Endpoint", "ReplyError", "RespConnection", "parse_address"]
+__all__ = [
+    "BadReply",
+    "Command",
+    "ConnectionLost",
+    "Endpoint",
+    "PasswordRefused",
+    "ReplyError",
+    "RespConnection",
+    "parse_address",
+]
 
 log = logging.getLogger("txcache")
 
@@ -27,17 +43,62 @@ _READ_SIZE = 65536
 _FIRST_BACKOFF = 0.5
 _MAX_BACKOFF = 10.0
 _MAX_IDLE_CONNECTIONS = 64
+# What a decoder raises when a reply does not have its command's shape (a missing element,
+# a nil or a string where a number belongs, bytes that are not UTF-8): decoders unpack
+# replies directly instead of checking every element, and the transport turns these into
+# BadReply.
+_SHAPE_ERRORS = (ValueError, TypeError, IndexError, KeyError, AttributeError)
+
+T = TypeVar("T")
 
 
 class ConnectionLost(OSError):
     """The peer could not be reached, closed the connection, or did not answer in time."""
 
 
+class PasswordRefused(ConnectionLost):
+    """The server answered ``AUTH`` with an error (a wrong password, or none configured);
+    :attr:`reply` is that error reply. A :class:`ConnectionLost`, since the connection is
+    closed and the server unusable with these settings."""
+
+    def __init__(self, message: str, reply: ReplyError) -> None:
+        """``message`` for logs; ``reply`` the server's error reply to ``AUTH``."""
+        super().__init__(message)
+        self.reply = reply
+
+
+class BadReply(ValueError):
+    """A reply without the shape its command's contract (docs/protocol.md) gives: the peer
+    is not what it was taken for (another server on that port, an older binary)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Command(Generic[T]):
+    """One request and how to read its reply; :mod:`txcache._protocol` builds one per
+    command (``arguments[0]`` is the command's name)."""
+
+    arguments: tuple[str | bytes | int | float, ...]
+    decode: Callable[[Any], T]
+    """Turns a reply that is not an error into the command's result; may fail with any of
+    the errors a mis-shaped reply causes (:meth:`read` turns them into :class:`BadReply`)."""
+
+    def read(self, reply: Any) -> T:
+        """The decoded ``reply``; :class:`BadReply` when it has the wrong shape."""
+        try:
+            return self.decode(reply)
+        except BadReply:
+            raise
+        except _SHAPE_ERRORS as error:
+            name = self.arguments[0]
+            raise BadReply(f"unexpected reply to {name!s}: {error}") from error
+
+
 def parse_address(address: str) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port`` too) → ``(host, port)``; ``ValueError`` if malformed."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ValueError(f"{address!r} is not host:port")
+    """``host:port`` (``[v6]:port`` for IPv6; surrounding spaces ignored) → ``(host,
+    port)``; ``ValueError`` naming the text if malformed or the port is not 1…65535."""
+    host, colon, port = address.strip().rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"not a host:port address: {address!r}")
     return host.strip("[]"), int(port)
 
 
@@ -67,7 +128,29 @@ class RespConnection:
             reply = self.call("AUTH", password)
             if isinstance(reply, ReplyError):
                 self.close()
-                raise ConnectionLost(f"{_show(address)} refused the password: {reply}")
+                raise PasswordRefused(f"{_show(address)} refused the password: {reply}", reply)
+
+    def __enter__(self) -> RespConnection:
+        """The connection itself; leaving the block closes it."""
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Close the connection."""
+        self.close()
+
+    def run(self, command: Command[T]) -> T:
+        """Send ``command`` and return its decoded reply. Raises the server's
+        :class:`ReplyError` for an error reply, :class:`BadReply` for a reply of the wrong
+        shape and :class:`ConnectionLost` when the connection fails."""
+        reply = self.call(*command.arguments)
+        if isinstance(reply, ReplyError):
+            raise reply
+        return command.read(reply)
 
     def call(self, *command: str | bytes | int | float) -> Any:
         """Send one command and return its reply (a :class:`ReplyError` for ``-ERR``)."""
@@ -169,6 +252,18 @@ class Endpoint:
             connection.close()
         self._backoff = _FIRST_BACKOFF
         return reply
+
+    def run(self, command: Command[T]) -> T | ReplyError | None:
+        """``command``'s decoded reply; ``None`` as :meth:`call` gives it, and a
+        :class:`ReplyError` for an error reply or one of the wrong shape (which says the
+        server cannot serve this command either; the caller logs it as it sees fit)."""
+        reply = self.call(*command.arguments)
+        if reply is None or isinstance(reply, ReplyError):
+            return reply
+        try:
+            return command.read(reply)
+        except BadReply as error:
+            return ReplyError(str(error))
 
     def close(self) -> None:
         """Close every idle connection."""

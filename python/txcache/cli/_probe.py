@@ -1,44 +1,27 @@
 """Ask cache nodes and the agent how they are (``txcache status``).
 
-One short RESP2 connection per endpoint, no retries: a node that does not answer within the
-timeout is reported as unreachable, with the reason, never raised. What a node answers:
-``TXSTATUS`` (its stream position N) and ``INFO`` (memory, keys, hits and misses,
-invalidations: ``docs/protocol.md``); the agent: ``STATUS`` and ``PINS``.
+One short connection per endpoint (:func:`txcache._protocol.connect`), no retries: a node
+that does not answer within the timeout is reported as unreachable, with the reason, never
+raised. What a node answers: ``TXSTATUS`` (its stream position N) and ``INFO`` (memory,
+keys, hits and misses, invalidations: ``docs/protocol.md``); the agent: ``STATUS`` and
+``PINS``. The commands and their replies are :mod:`txcache._protocol`'s.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+from txcache import _protocol as protocol
+from txcache._pinset import Pin
+from txcache._protocol import MISS_KINDS
+from txcache._resp import BadReply, ConnectionLost, PasswordRefused, ReplyError
 
-__all__ = [
-    "MISS_KINDS",
-    "AgentReport",
-    "NodeReport",
-    "Pin",
-    "Report",
-    "parse_address",
-    "probe_agent",
-    "probe_node",
-]
-
-MISS_KINDS = ("compulsory", "capacity", "staleness", "consistency")
-"""The kinds of versioned misses a node counts (INFO ``misses_<kind>``)."""
+__all__ = ["AgentReport", "NodeReport", "Report", "probe_agent", "probe_node"]
 
 _AUTH_HINT = " (give --password or set TXCACHE_PASSWORD)"
-_SHAPE_ERRORS = (ValueError, TypeError, AttributeError, UnicodeDecodeError)
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port`` for IPv6) as ``(host, port)``; ``ValueError`` if malformed."""
-    host, colon, port = text.strip().rpartition(":")
-    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"not a host:port address: {text!r}")
-    return host.strip("[]"), int(port)
+# An error reply starts with its code (ERR, NOAUTH, WRONGPASS…): a word for programs, left
+# out of what people read, as redis-py leaves it out of its exceptions' messages.
+_AUTH_CODES = ("NOAUTH", "WRONGPASS")
 
 
 @dataclass
@@ -58,13 +41,15 @@ class Report:
 
     def failed(self, error: Exception, what: str) -> None:
         """Record why asking failed (``what`` names the kind of endpoint expected)."""
-        if isinstance(error, redis.ResponseError | redis.AuthenticationError):
-            self.state, self.error = "refused", _describe(error)
-        elif isinstance(error, redis.RedisError | OSError):
-            self.state, self.error = "unreachable", _describe(error)
-        else:
+        if isinstance(error, PasswordRefused):
+            self.state, self.error = "refused", _describe_refusal(error.reply, auth=True)
+        elif isinstance(error, ReplyError):
+            self.state, self.error = "refused", _describe_refusal(error, auth=False)
+        elif isinstance(error, BadReply):
             self.state = "bad reply"
-            self.error = f"unexpected reply ({error}): is this {what}?"
+            self.error = f"{error}: is this {what}?"  # BadReply names the command
+        else:  # the connection failed, or the address is not host:port
+            self.state, self.error = "unreachable", str(error).strip() or type(error).__name__
 
 
 @dataclass
@@ -92,15 +77,6 @@ class NodeReport(Report):
         return _rate(self.info.get("plain_hits", 0), self.info.get("plain_misses", 0))
 
 
-@dataclass(frozen=True)
-class Pin:
-    """One pin of the agent's ``PINS``."""
-
-    ts: int
-    snapshot_id: str
-    current_as_of: int
-
-
 @dataclass
 class AgentReport(Report):
     """What the agent said, or why it could not be asked (``error``)."""
@@ -124,70 +100,41 @@ def _rate(hits: int, misses: int) -> float | None:
     return hits / total if total else None
 
 
-def _client(address: str, password: str | None, timeout: float) -> redis.Redis:
-    host, port = parse_address(address)
-    return redis.Redis(
-        host=host,
-        port=port,
-        password=password,
-        protocol=2,
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
-        retry=Retry(NoBackoff(), 0),
-        lib_name=None,
-        lib_version=None,
-    )
-
-
-def _call(client: redis.Redis, *command: str) -> Any:
-    return client.execute_command(*command)  # type: ignore[no-untyped-call]
-
-
-def _describe(error: Exception) -> str:
-    """One line saying why an endpoint could not be asked, and what to do about auth."""
-    text = str(error).strip() or type(error).__name__
-    auth = isinstance(error, redis.AuthenticationError) or "AUTH" in text.upper()
-    return text + (_AUTH_HINT if auth else "")
+def _describe_refusal(reply: ReplyError, *, auth: bool) -> str:
+    """One line saying what the endpoint refused, and what to do about authentication
+    (``auth``: it refused the password)."""
+    text = str(reply).strip()
+    code, _, message = text.partition(" ")
+    if code.isupper() and message:
+        text = message.strip()
+    auth = auth or code in _AUTH_CODES or "AUTH" in text.upper()
+    return (text or type(reply).__name__) + (_AUTH_HINT if auth else "")
 
 
 def probe_node(address: str, *, password: str | None = None, timeout: float = 2.0) -> NodeReport:
     """Ask the node at ``address`` for ``TXSTATUS`` and ``INFO``; never raises."""
     report = NodeReport(address)
     try:
-        client = _client(address, password, timeout)
-        with client:
-            position, horizon, last_time = _call(client, "TXSTATUS")
-            info = _call(client, "INFO")
-            report.position, report.last_message_time = int(position), int(last_time)
-            report.history_horizon = None if horizon is None else int(horizon)
-            report.info = {name: value for name, value in info.items() if isinstance(value, int)}
-    except (redis.RedisError, OSError, *_SHAPE_ERRORS) as error:
+        with protocol.connect(address, password=password, timeout=timeout) as node:
+            status = node.run(protocol.txstatus())
+            info = node.run(protocol.info())
+    except (ConnectionLost, ReplyError, ValueError) as error:  # ValueError: BadReply too
         report.failed(error, "a txcached node")
+        return report
+    report.position, report.last_message_time = status.position, status.last_message_time
+    report.history_horizon = status.history_horizon
+    report.info = protocol.integer_fields(info)
     return report
-
-
-def _parse_status(text: bytes | str) -> dict[str, int]:
-    """The agent's ``STATUS`` reply: ``field:value`` lines."""
-    if isinstance(text, bytes):
-        text = text.decode()
-    fields: dict[str, int] = {}
-    for line in text.splitlines():
-        name, colon, value = line.partition(":")
-        if colon and value.strip().lstrip("-").isdigit():
-            fields[name.strip()] = int(value)
-    return fields
 
 
 def probe_agent(address: str, *, password: str | None = None, timeout: float = 2.0) -> AgentReport:
     """Ask the agent at ``address`` for ``STATUS`` and ``PINS``; never raises."""
     report = AgentReport(address)
     try:
-        client = _client(address, password, timeout)
-        with client:
-            status = _call(client, "STATUS")
-            pins = _call(client, "PINS")
-            report.status = _parse_status(status)
-            report.pins = [Pin(int(ts), snap.decode(), int(as_of)) for ts, snap, as_of, *_ in pins]
-    except (redis.RedisError, OSError, *_SHAPE_ERRORS) as error:
+        with protocol.connect(address, password=password, timeout=timeout) as agent:
+            report.status = agent.run(protocol.agent_status())
+            report.pins = agent.run(protocol.pins())
+    except (ConnectionLost, ReplyError, ValueError) as error:  # ValueError: BadReply too
+        report.status, report.pins = {}, []
         report.failed(error, "a txcache-agent")
     return report

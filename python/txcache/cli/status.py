@@ -18,14 +18,9 @@ import sys
 import time
 from typing import Any
 
-from txcache.cli._probe import (
-    AgentReport,
-    NodeReport,
-    Report,
-    parse_address,
-    probe_agent,
-    probe_node,
-)
+from txcache._pinset import Pin
+from txcache._resp import parse_address
+from txcache.cli._probe import AgentReport, NodeReport, Report, probe_agent, probe_node
 
 __all__ = ["add_parser", "agent_json", "node_json", "run"]
 
@@ -113,6 +108,11 @@ def _age(now: int, micros: int) -> float | None:
     return round(max(0, now - micros) / 1e6, 3) if micros else None
 
 
+def _micros(pin: Pin) -> int:
+    """A pin's ``current_as_of`` in µs, as ``PINS`` sent it (the pin holds seconds)."""
+    return round(pin.current_as_of * 1_000_000)
+
+
 def _lag(node: NodeReport, agent: AgentReport | None) -> int | None:
     """Bytes of WAL the agent decoded that the node has not applied yet."""
     if not node.reachable or agent is None or agent.commit_position is None:
@@ -176,8 +176,8 @@ def agent_json(agent: AgentReport, now: int) -> dict[str, Any]:
         if newest is None
         else {
             "ts": newest.ts,
-            "current_as_of": newest.current_as_of,
-            "age_seconds": _age(now, newest.current_as_of),
+            "current_as_of": _micros(newest),
+            "age_seconds": _age(now, _micros(newest)),
         },
     }
 
@@ -245,7 +245,7 @@ def _agent_text(agent: AgentReport, now: int) -> list[str]:
     status, newest = agent.status, agent.newest_pin
     pins = f"{len(agent.pins)} live"
     if newest is not None:
-        pins += f", newest ts {newest.ts} current as of {_seconds_ago(now, newest.current_as_of)}"
+        pins += f", newest ts {newest.ts} current as of {_seconds_ago(now, _micros(newest))}"
     return [
         f"agent {agent.address}: up",
         f"  stream         commit_position {status.get('commit_position', 0)}, "
