@@ -22,11 +22,11 @@ import psycopg
 from rubis import emulator, generate
 from rubis.process import AppServer
 from txcache import AgentProcess, EmbeddedPostgres, NodeProcess, setup_database
+from txcache._protocol import MISS_KINDS
 from txcache.cli._probe import probe_node
 
 __all__ = ["main"]
 
-MISS_KINDS = ("compulsory", "capacity", "staleness", "consistency")
 EXPERIMENT_PLOTS = ("rubis_cache_size", "rubis_staleness", "rubis_misses", "rubis_contents")
 
 

@@ -35,13 +35,14 @@ from typing import Any, Self
 
 import psycopg
 
+from txcache import _protocol as protocol
 from txcache._agent_process import AgentProcess
 from txcache._connect import Cache, connect
 from txcache._lsn import wal_position
 from txcache._node_process import NodeProcess
 from txcache._postgres import EmbeddedPostgres, PostgresStartError
 from txcache._process import ProcessStartError, find_binary, wait_until
-from txcache._resp import ConnectionLost, RespConnection, parse_address
+from txcache._resp import BadReply, ConnectionLost
 from txcache._setup import SetupError, setup_database
 
 __all__ = [
@@ -415,15 +416,10 @@ class Stack:
     def _applied(self, node: NodeProcess) -> int:
         """The node's stream position N (``TXSTATUS``); -1 while it cannot be asked."""
         try:
-            connection = RespConnection(parse_address(node.address), password=self.options.password)
-        except ConnectionLost:
+            with protocol.connect(node.address, password=self.options.password) as connection:
+                return connection.run(protocol.txstatus()).position
+        except (ConnectionLost, BadReply):
             return -1
-        try:
-            return int(connection.call("TXSTATUS")[0])
-        except (ConnectionLost, TypeError, IndexError, ValueError):
-            return -1
-        finally:
-            connection.close()
 
     # -- stop ------------------------------------------------------------------------------
 
