@@ -21,13 +21,21 @@ not.
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CACHES", "counted", "guest_fd_limit", "per_request_table", "under_callgrind"]
+from txcache._process import wait_until
+
+__all__ = [
+    "CACHES",
+    "counted",
+    "guest_fd_limit",
+    "instructions_body",
+    "per_request_table",
+    "under_callgrind",
+]
 
 #: The simulated caches, as valgrind options (size, ways, line): a 32 KiB instruction and a
 #: 48 KiB data L1, and a 2 MiB last level, one core's private L2 on current server CPUs.
@@ -79,13 +87,12 @@ def _totals(dump: Path) -> dict[str, int] | None:
 def _dumped(out_dir: Path, pid: int, part: int) -> dict[str, int]:
     """Waits for dump ``part`` of ``pid`` and returns its event totals."""
     dump = out_dir / f"cg.{pid}.out.{part}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        totals = _totals(dump) if dump.is_file() else None
-        if totals is not None:
-            return totals
-        time.sleep(0.2)
-    raise RuntimeError(f"callgrind wrote no {dump}")
+    return wait_until(
+        lambda: _totals(dump) if dump.is_file() else None,
+        f"callgrind to write {dump}",
+        timeout=60,
+        interval=0.2,
+    )
 
 
 @contextmanager
@@ -129,3 +136,39 @@ def per_request_table(rows: list[dict[str, Any]], field: str, digits: int = 0) -
         commands = next(iter(mine.values()))["commands"]
         lines.append(f"| {target} | {commands} | " + " | ".join(cells) + " |")
     return [*lines, ""]
+
+
+def instructions_body(rows: list[dict[str, Any]], budgets: dict[int, int]) -> list[str]:
+    """The report of ``node_speed.py --only instructions``: what is counted, how, and the
+    per-request tables."""
+    budget_text = ", ".join(f"{n:,} at pipeline {p}" for p, n in budgets.items())
+    return [
+        "## User-space instructions per request (callgrind `Ir`)",
+        "",
+        "What this counts: the instructions each server process executes in user space "
+        "(its own code and its libraries: libc, malloc, jemalloc in Redis), all threads, "
+        "background timers included, divided by the requests answered. It does *not* count "
+        "kernel work (system calls, TCP loopback, scheduling) or stalls, so it is not time. "
+        "It is reported because it repeats to within about 1 % from run to run on this "
+        "shared host, where CPU steal makes timings noisy.",
+        "",
+        f"Per server a fresh process; per row it is flushed and preloaded (100,000 keys, not "
+        f"counted), then instrumentation is switched on (`callgrind_control -i on`) for "
+        f"a fixed budget of requests ({budget_text}) by `txcache-loadgen`: 8 connections, "
+        "90 % GET, uniform keys, 16 B keys, 100 B values; then off, and `callgrind_control "
+        "-d` dumps the count.",
+        "",
+        *per_request_table(rows, "instructions_per_request"),
+        "## Simulated last-level cache misses per request (callgrind `DLmr`)",
+        "",
+        "What this counts: the data reads of the same runs that miss the last level of a "
+        "simulated cache of a fixed shape (48 KiB L1 data, 2 MiB last level: one core's L2 "
+        "on current server CPUs), the loads that on a real machine wait for the shared L3 or "
+        "memory. A dependent chain of them is where a pipelined lookup's time goes "
+        "(docs/node-speed.md). The simulation has no prefetcher and does not know which "
+        "misses overlap, so this counts misses, not their cost. It moves by about 5 % from "
+        "run to run (each process seeds its hash tables at random, which places the items "
+        "differently), where timings move by 25 to 40 %.",
+        "",
+        *per_request_table(rows, "misses_per_request", digits=2),
+    ]
