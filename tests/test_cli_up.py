@@ -25,6 +25,7 @@ import redis
 from redis.exceptions import NoPermissionError
 
 from conftest import wait_for
+from txcache import NodeProcess
 from txcache._process import free_port, wait_until
 from txcache.cli.up import format_settings
 
@@ -214,6 +215,40 @@ def test_status_reports_a_dead_node_beside_live_ones(stack):
     assert "Connection refused" in result.stdout
     assert "3 of 4 endpoint(s) up" in result.stdout
     assert "Traceback" not in result.stderr
+
+
+def test_status_calls_a_node_the_agent_does_not_feed_degraded(stack):
+    _up, settings = stack
+    with NodeProcess("--max-memory", "16mb", "--password", PASSWORD) as unfed:
+        nodes = f"{settings['TXCACHE_NODES']},{unfed.address}"
+        result = txcache("status", **{**settings, "TXCACHE_NODES": nodes})
+    assert result.returncode == 1
+    assert f"node {unfed.address}: up" in result.stdout  # it answers …
+    assert f"DEGRADED node {unfed.address}: receives no invalidation stream" in result.stdout
+    assert f"fix: start the agent with --node {unfed.address}" in result.stdout
+    assert "is connected to 2 node(s), 3 given here" in result.stdout
+    assert "4 of 4 endpoint(s) up; all reachable; 2 problem(s)" in result.stdout
+
+
+def test_status_checks_the_database_setup_and_the_slot(stack):
+    _up, settings = stack
+    result = txcache("status", "--json", "--slot", "elsewhere", **settings)
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    [problem] = report["problems"]
+    assert problem["part"] == "database"
+    assert problem["what"].startswith("setup step slot missing")
+    assert problem["fix"] == "run txcache setup"
+
+
+def test_status_without_an_agent_says_the_library_would_not_cache(stack):
+    _up, settings = stack
+    result = txcache("status", **{**settings, "TXCACHE_AGENT": ""})
+    assert result.returncode == 1
+    assert "DEGRADED settings: no agent given: a library with these settings runs uncached" in (
+        result.stdout
+    )
 
 
 def test_status_without_the_password_says_so(stack):

@@ -4,9 +4,11 @@ For each node: reachable or not, its stream position N and how old its newest st
 is, memory used of the limit, keys, versioned hits and misses by kind with the hit rate, plain
 ``GET`` hits and misses, invalidations; its lag is the agent's ``commit_position`` minus N
 (bytes of WAL not yet applied; 0 when caught up). For the agent: its ``STATUS`` fields and
-its pins, with the age of the newest pin's ``current_as_of``. ``--json`` prints the same as
-one JSON object. Exit status 1 if any endpoint is unreachable, 0 otherwise, 2 for a bad
-command line.
+its pins, with the age of the newest pin's ``current_as_of``. With a database (``--dsn``,
+default ``$TXCACHE_DSN``), what ``txcache setup --check`` finds missing and the slot's state.
+Then every problem of a part that answers but does not do its job, with what to do
+(:mod:`txcache.cli._health`). ``--json`` prints the same as one JSON object. Exit status 1 if
+any endpoint is unreachable or any problem was found, 0 otherwise, 2 for a bad command line.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from txcache._pinset import Pin
 from txcache._resp import parse_address
+from txcache.cli._health import Problem, diagnose, probe_database
 from txcache.cli._probe import AgentReport, NodeReport, Report, probe_agent, probe_node
 
 __all__ = ["add_parser", "agent_json", "node_json", "run"]
@@ -45,10 +48,12 @@ def add_parser(subparsers: Any) -> None:
     """Register ``status`` and its options."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "status",
-        help="report what the cache nodes and the agent say; exit 1 if any is unreachable",
+        help="report how the cache nodes, the agent and the database are; exit 1 on a problem",
         description=(
-            "Ask every cache node (TXSTATUS, INFO) and the agent (STATUS, PINS) how they are "
-            "and print it. Exit status 1 if anything is unreachable, 0 otherwise."
+            "Ask every cache node (TXSTATUS, INFO), the agent (STATUS, PINS) and the database "
+            "(setup's check, the slot) how they are and print it, with every problem found "
+            "and what to do. Exit status 1 if anything is unreachable or degraded, 0 "
+            "otherwise."
         ),
     )
     parser.add_argument(
@@ -64,6 +69,14 @@ def add_parser(subparsers: Any) -> None:
         default=os.environ.get("TXCACHE_AGENT", ""),
         metavar="HOST:PORT",
         help="the agent's endpoint (default: $TXCACHE_AGENT)",
+    )
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("TXCACHE_DSN") or None,
+        help="the database, to check its setup and slot (default: $TXCACHE_DSN, else none)",
+    )
+    parser.add_argument(
+        "--slot", default="txcache", help="the agent's replication slot (default: txcache)"
     )
     parser.add_argument(
         "--password",
@@ -92,12 +105,15 @@ def run(args: argparse.Namespace) -> int:
     agent = probe_agent(args.agent, **options) if args.agent is not None else None
     nodes = [probe_node(address, **options) for address in args.nodes]
     now = time.time_ns() // 1000
+    problems = diagnose(nodes, agent, now, agent_given=args.agent is not None)
+    if args.dsn:
+        problems += probe_database(args.dsn, slot=args.slot, timeout=args.timeout)
     if args.json:
-        print(json.dumps(_report_json(nodes, agent, now), indent=2))
+        print(json.dumps(_report_json(nodes, agent, problems, now), indent=2))
     else:
-        print(_report_text(nodes, agent, now))
+        print(_report_text(nodes, agent, problems, now))
     reachable = all(node.reachable for node in nodes) and (agent is None or agent.reachable)
-    return 0 if reachable else 1
+    return 0 if reachable and not problems else 1
 
 
 # -- shared numbers -------------------------------------------------------------------------
@@ -182,13 +198,18 @@ def agent_json(agent: AgentReport, now: int) -> dict[str, Any]:
     }
 
 
-def _report_json(nodes: list[NodeReport], agent: AgentReport | None, now: int) -> dict[str, Any]:
+def _report_json(
+    nodes: list[NodeReport], agent: AgentReport | None, problems: list[Problem], now: int
+) -> dict[str, Any]:
     everything: list[Report] = [*nodes, *([agent] if agent else [])]
     return {
-        "ok": all(part.reachable for part in everything),
+        "ok": all(part.reachable for part in everything) and not problems,
         "time": now,
         "nodes": [node_json(node, agent, now) for node in nodes],
         "agent": agent_json(agent, now) if agent is not None else None,
+        "problems": [
+            {"part": problem.part, "what": problem.what, "fix": problem.fix} for problem in problems
+        ],
     }
 
 
@@ -257,14 +278,20 @@ def _agent_text(agent: AgentReport, now: int) -> list[str]:
     ]
 
 
-def _report_text(nodes: list[NodeReport], agent: AgentReport | None, now: int) -> str:
+def _report_text(
+    nodes: list[NodeReport], agent: AgentReport | None, problems: list[Problem], now: int
+) -> str:
     lines: list[str] = []
     for node in nodes:
         lines += _node_text(node, agent, now)
     if agent is not None:
         lines += _agent_text(agent, now)
+    for problem in problems:
+        lines += [f"DEGRADED {problem.part}: {problem.what}", f"  fix: {problem.fix}"]
     everything: list[Report] = [*nodes, *([agent] if agent else [])]
     down = [f"{part.address} ({part.state})" for part in everything if not part.reachable]
     verdict = f"not up: {', '.join(down)}" if down else "all reachable"
+    if problems:
+        verdict += f"; {len(problems)} problem(s)"
     lines.append(f"{len(everything) - len(down)} of {len(everything)} endpoint(s) up; {verdict}")
     return "\n".join(lines)

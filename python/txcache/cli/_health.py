@@ -1,0 +1,167 @@
+"""What ``txcache status`` calls degraded: parts that answer but do not do their job.
+
+A node that answers but receives no stream serves nothing a consistent reader can use; an
+agent without pins makes every transaction run uncached; a slot far behind or a database
+that lost a setting breaks invalidation. Each finding is a :class:`Problem` saying what is
+wrong and what to do. :func:`diagnose` is pure (reports in, problems out);
+:func:`probe_database` asks the database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+from txcache._setup import SetupError, StepStatus, setup_database
+from txcache.cli._probe import AgentReport, NodeReport
+
+__all__ = ["SILENT_STREAM_SECONDS", "SLOT_BEHIND_BYTES", "Problem", "diagnose", "probe_database"]
+
+SILENT_STREAM_SECONDS = 10.0
+"""A node whose newest stream message (commit or heartbeat, every 200 ms by default) is
+older than this is not being fed."""
+
+SLOT_BEHIND_BYTES = 256 << 20
+"""A slot whose confirmed position is this far behind the database's WAL is far behind."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a part that answers: ``part`` (``node host:port``, ``agent …``,
+    ``database``, ``settings``), ``what`` is wrong and what to do (``fix``)."""
+
+    part: str
+    what: str
+    fix: str
+
+
+def diagnose(
+    nodes: list[NodeReport],
+    agent: AgentReport | None,
+    now_micros: int,
+    *,
+    agent_given: bool,
+) -> list[Problem]:
+    """The problems of the reachable parts (unreachable ones are reported as such)."""
+    problems = [problem for node in nodes for problem in _node_problems(node, now_micros)]
+    if agent is not None and agent.reachable:
+        problems += _agent_problems(agent, len(nodes))
+    if not nodes:
+        problems.append(
+            Problem(
+                "settings",
+                "no cache nodes given: a library with these settings runs uncached",
+                "set TXCACHE_NODES (or pass nodes=) to the nodes `txcache up` printed",
+            )
+        )
+    if not agent_given:
+        problems.append(
+            Problem(
+                "settings",
+                "no agent given: a library with these settings runs uncached",
+                "set TXCACHE_AGENT (or pass agent=) to the agent's --listen address",
+            )
+        )
+    return problems
+
+
+def _node_problems(node: NodeReport, now_micros: int) -> list[Problem]:
+    if not node.reachable:
+        return []
+    part = f"node {node.address}"
+    if node.last_message_time == 0:
+        return [
+            Problem(
+                part,
+                "receives no invalidation stream (no message since it started)",
+                f"start the agent with --node {node.address} (it feeds only the nodes it "
+                "is given), or take the node out of TXCACHE_NODES",
+            )
+        ]
+    silent = (now_micros - node.last_message_time) / 1e6
+    if silent > SILENT_STREAM_SECONDS:
+        return [
+            Problem(
+                part,
+                f"its last stream message is {silent:.0f} s old: the agent is not feeding it",
+                "check that the agent runs and lists this node (--node); its log says why "
+                "it cannot reach the node",
+            )
+        ]
+    return []
+
+
+def _agent_problems(agent: AgentReport, nodes_given: int) -> list[Problem]:
+    part = f"agent {agent.address}"
+    problems: list[Problem] = []
+    if not agent.pins:
+        problems.append(
+            Problem(
+                part,
+                "holds no pin: every read-only transaction runs without the cache",
+                "read the agent's log: its pinner sessions cannot take snapshots "
+                "(connections refused? the stream not started?)",
+            )
+        )
+    connected = agent.status.get("nodes_connected")
+    if connected is not None and nodes_given and connected < nodes_given:
+        problems.append(
+            Problem(
+                part,
+                f"is connected to {connected} node(s), {nodes_given} given here",
+                "start the agent with a --node for every node in TXCACHE_NODES",
+            )
+        )
+    return problems
+
+
+def probe_database(dsn: str, slot: str = "txcache", timeout: float = 5.0) -> list[Problem]:
+    """What ``txcache setup --check`` finds missing, and the slot's state; never raises."""
+    try:
+        report = setup_database(dsn, slot=slot, check=True)
+    except SetupError as error:
+        return [Problem("database", str(error).splitlines()[0], "run `txcache setup` for details")]
+    except psycopg.Error as error:
+        return [_unreachable(error)]
+    problems = [
+        Problem("database", f"setup step {step.name} missing: {step.detail}", "run txcache setup")
+        for step in report.steps
+        if step.status is StepStatus.MISSING
+    ]
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=int(timeout)) as conn:
+            row = conn.execute(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint, "
+                "active FROM pg_replication_slots WHERE slot_name = %s",
+                (slot,),
+            ).fetchone()
+    except psycopg.Error as error:
+        return [
+            *problems,
+            Problem("database", f"unreachable: {error}".strip(), "check TXCACHE_DSN"),
+        ]
+    if row is not None:
+        behind, active = row
+        if not active:
+            problems.append(
+                Problem(
+                    "database",
+                    f"no agent streams from slot {slot}: WAL piles up behind it",
+                    "start txcache-agent (or drop the slot if txcache is gone)",
+                )
+            )
+        if behind is not None and behind > SLOT_BEHIND_BYTES:
+            problems.append(
+                Problem(
+                    "database",
+                    f"slot {slot} is {behind >> 20} MiB behind the database's WAL",
+                    "the agent cannot keep up or is stopped: read its log; a slot that falls "
+                    "behind max_slot_wal_keep_size is lost",
+                )
+            )
+    return problems
+
+
+def _unreachable(error: psycopg.Error) -> Problem:
+    return Problem("database", f"unreachable: {str(error).strip()}", "check TXCACHE_DSN or --dsn")
