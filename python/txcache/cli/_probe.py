@@ -9,6 +9,8 @@ keys, hits and misses, invalidations: ``docs/protocol.md``); the agent: ``STATUS
 
 from __future__ import annotations
 
+import re
+import urllib.request
 from dataclasses import dataclass, field
 
 from txcache import _protocol as protocol
@@ -137,4 +139,37 @@ def probe_agent(address: str, *, password: str | None = None, timeout: float = 2
     except (ConnectionLost, ReplyError, ValueError) as error:  # ValueError: BadReply too
         report.status, report.pins = {}, []
         report.failed(error, "a txcache-agent")
+    return report
+
+
+_SAMPLE = re.compile(r'^(txcache_function_\w+)_total\{function="((?:[^"\\]|\\.)*)"[^}]*\} (\S+)$')
+
+
+@dataclass
+class ProcessReport(Report):
+    """What an application process's ``/metrics`` (:mod:`txcache.metrics`) said: per
+    function, each counter summed over its other labels (``hits``, ``misses``, …)."""
+
+    functions: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def probe_metrics(url: str, *, timeout: float = 2.0) -> ProcessReport:
+    """Read the function statistics a process serves at ``url``; never raises."""
+    report = ProcessReport(url)
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            text = response.read().decode()
+    except (OSError, ValueError) as error:  # URLError is an OSError
+        report.state, report.error = "unreachable", str(error)
+        return report
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match is None:
+            continue
+        metric, function, value = match.groups()
+        counters = report.functions.setdefault(function.replace('\\"', '"'), {})
+        name = metric.removeprefix("txcache_function_")
+        counters[name] = counters.get(name, 0.0) + float(value)
+    if not report.functions and "txcache_" not in text:
+        report.state, report.error = "bad reply", "no txcache metrics there"
     return report

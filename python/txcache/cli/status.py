@@ -18,12 +18,21 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from txcache._pinset import Pin
 from txcache._resp import parse_address
 from txcache.cli._health import Problem, diagnose, probe_database
-from txcache.cli._probe import AgentReport, NodeReport, Report, probe_agent, probe_node
+from txcache.cli._probe import (
+    AgentReport,
+    NodeReport,
+    ProcessReport,
+    Report,
+    probe_agent,
+    probe_metrics,
+    probe_node,
+)
 
 __all__ = ["add_parser", "agent_json", "node_json", "run"]
 
@@ -38,6 +47,14 @@ def _address(text: str) -> str:
 
 def _address_list(text: str) -> list[str]:
     return [_address(part) for part in text.split(",") if part.strip()]
+
+
+def _url_list(text: str) -> list[str]:
+    urls = [part.strip() for part in text.split(",") if part.strip()]
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise argparse.ArgumentTypeError(f"not an http(s) URL: {url!r}")
+    return urls
 
 
 def _optional_address(text: str) -> str | None:
@@ -71,6 +88,14 @@ def add_parser(subparsers: Any) -> None:
         help="the agent's endpoint (default: $TXCACHE_AGENT)",
     )
     parser.add_argument(
+        "--metrics",
+        type=_url_list,
+        default=os.environ.get("TXCACHE_METRICS", ""),
+        metavar="URL,...",
+        help="application processes' /metrics (txcache.metrics) to show function statistics "
+        "of (default: $TXCACHE_METRICS, else none)",
+    )
+    parser.add_argument(
         "--dsn",
         default=os.environ.get("TXCACHE_DSN") or None,
         help="the database, to check its setup and slot (default: $TXCACHE_DSN, else none)",
@@ -92,9 +117,9 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Ask every endpoint, print the report; 1 if any is unreachable."""
-    if not args.nodes and args.agent is None:
+    if not args.nodes and args.agent is None and not args.metrics:
         print(
-            "txcache status: error: nothing to ask: give --nodes and/or --agent, or set "
+            "txcache status: error: nothing to ask: give --nodes, --agent or --metrics, or set "
             "TXCACHE_NODES / TXCACHE_AGENT (`txcache up` prints them)",
             file=sys.stderr,
         )
@@ -104,16 +129,18 @@ def run(args: argparse.Namespace) -> int:
     # with, so a lag shows only what the node really had not applied.
     agent = probe_agent(args.agent, **options) if args.agent is not None else None
     nodes = [probe_node(address, **options) for address in args.nodes]
+    processes = [probe_metrics(url, timeout=args.timeout) for url in args.metrics]
     now = time.time_ns() // 1000
-    problems = diagnose(nodes, agent, now, agent_given=args.agent is not None)
+    problems: list[Problem] = []
+    if args.nodes or args.agent is not None:  # not when asked about processes alone
+        problems = diagnose(nodes, agent, now, agent_given=args.agent is not None)
     if args.dsn:
         problems += probe_database(args.dsn, slot=args.slot, timeout=args.timeout)
-    if args.json:
-        print(json.dumps(_report_json(nodes, agent, problems, now), indent=2))
-    else:
-        print(_report_text(nodes, agent, problems, now))
-    reachable = all(node.reachable for node in nodes) and (agent is None or agent.reachable)
-    return 0 if reachable and not problems else 1
+    report = Everything(nodes, agent, processes, problems)
+    print(
+        json.dumps(_report_json(report, now), indent=2) if args.json else _report_text(report, now)
+    )
+    return 0 if report.ok else 1
 
 
 # -- shared numbers -------------------------------------------------------------------------
@@ -198,17 +225,52 @@ def agent_json(agent: AgentReport, now: int) -> dict[str, Any]:
     }
 
 
-def _report_json(
-    nodes: list[NodeReport], agent: AgentReport | None, problems: list[Problem], now: int
-) -> dict[str, Any]:
-    everything: list[Report] = [*nodes, *([agent] if agent else [])]
+@dataclass
+class Everything:
+    """Every report of one run."""
+
+    nodes: list[NodeReport]
+    agent: AgentReport | None
+    processes: list[ProcessReport]
+    problems: list[Problem]
+
+    @property
+    def endpoints(self) -> list[Report]:
+        """Every part asked, in the order printed."""
+        return [*self.nodes, *([self.agent] if self.agent else []), *self.processes]
+
+    @property
+    def ok(self) -> bool:
+        """Every part answered and nothing is degraded."""
+        return all(part.reachable for part in self.endpoints) and not self.problems
+
+
+def process_json(process: ProcessReport) -> dict[str, Any]:
+    """One application process as a JSON object (its functions' counters)."""
+    if not process.reachable:
+        return {"url": process.address, "reachable": False, "state": process.state,
+                "error": process.error}  # fmt: skip
     return {
-        "ok": all(part.reachable for part in everything) and not problems,
+        "url": process.address,
+        "reachable": True,
+        "state": process.state,
+        "functions": {
+            name: {**counters, "hit_rate": _function_hit_rate(counters)}
+            for name, counters in sorted(process.functions.items())
+        },
+    }
+
+
+def _report_json(report: Everything, now: int) -> dict[str, Any]:
+    return {
+        "ok": report.ok,
         "time": now,
-        "nodes": [node_json(node, agent, now) for node in nodes],
-        "agent": agent_json(agent, now) if agent is not None else None,
+        "nodes": [node_json(node, report.agent, now) for node in report.nodes],
+        "agent": agent_json(report.agent, now) if report.agent is not None else None,
+        "processes": [process_json(process) for process in report.processes],
         "problems": [
-            {"part": problem.part, "what": problem.what, "fix": problem.fix} for problem in problems
+            {"part": problem.part, "what": problem.what, "fix": problem.fix}
+            for problem in report.problems
         ],
     }
 
@@ -278,20 +340,39 @@ def _agent_text(agent: AgentReport, now: int) -> list[str]:
     ]
 
 
-def _report_text(
-    nodes: list[NodeReport], agent: AgentReport | None, problems: list[Problem], now: int
-) -> str:
+def _function_hit_rate(counters: dict[str, float]) -> float | None:
+    lookups = counters.get("hits", 0.0) + counters.get("misses", 0.0)
+    return counters.get("hits", 0.0) / lookups if lookups else None
+
+
+def _process_text(process: ProcessReport) -> list[str]:
+    if not process.reachable:
+        return [f"process {process.address}: {process.state.upper()}: {process.error}"]
+    lines = [f"process {process.address}: up, {len(process.functions)} cacheable function(s)"]
+    for name, counters in sorted(process.functions.items()):
+        count = {key: int(counters.get(key, 0)) for key in ("hits", "misses", "uncached", "errors")}
+        lines.append(
+            f"  {name}: hits {count['hits']}, misses {count['misses']}, uncached "
+            f"{count['uncached']}, errors {count['errors']}, hit rate "
+            f"{_percent(_function_hit_rate(counters))}"
+        )
+    return lines
+
+
+def _report_text(report: Everything, now: int) -> str:
     lines: list[str] = []
-    for node in nodes:
-        lines += _node_text(node, agent, now)
-    if agent is not None:
-        lines += _agent_text(agent, now)
-    for problem in problems:
+    for node in report.nodes:
+        lines += _node_text(node, report.agent, now)
+    if report.agent is not None:
+        lines += _agent_text(report.agent, now)
+    for process in report.processes:
+        lines += _process_text(process)
+    for problem in report.problems:
         lines += [f"DEGRADED {problem.part}: {problem.what}", f"  fix: {problem.fix}"]
-    everything: list[Report] = [*nodes, *([agent] if agent else [])]
+    everything = report.endpoints
     down = [f"{part.address} ({part.state})" for part in everything if not part.reachable]
     verdict = f"not up: {', '.join(down)}" if down else "all reachable"
-    if problems:
-        verdict += f"; {len(problems)} problem(s)"
+    if report.problems:
+        verdict += f"; {len(report.problems)} problem(s)"
     lines.append(f"{len(everything) - len(down)} of {len(everything)} endpoint(s) up; {verdict}")
     return "\n".join(lines)
