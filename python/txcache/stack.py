@@ -14,6 +14,10 @@ the test fixtures and the benchmarks all start their stacks here::
 A node or the agent restarted (:meth:`Stack.restart_node`, :meth:`Stack.restart_agent`)
 comes back on the port it had, so the settings already given to libraries stay right.
 
+The helpers launchers and benchmarks share are public here too: :func:`free_port`,
+:func:`wait_until` (the one polling loop, raising :class:`WaitTimeout` with a log),
+:func:`wal_position` and :func:`parse_lsn`.
+
 With ``StackOptions(isolate_signals=True)`` (``txcache up``) the nodes and the agent are
 started with SIGINT blocked, a mask they inherit: the Ctrl-C a terminal sends to its whole
 foreground process group does not reach them, so the owner alone decides the order of the
@@ -38,10 +42,10 @@ import psycopg
 from txcache import _protocol as protocol
 from txcache._agent_process import AgentProcess
 from txcache._connect import Cache, connect
-from txcache._lsn import wal_position
+from txcache._lsn import parse_lsn, wal_position
 from txcache._node_process import NodeProcess
 from txcache._postgres import EmbeddedPostgres, PostgresStartError
-from txcache._process import ProcessStartError, find_binary, wait_until
+from txcache._process import ProcessStartError, WaitTimeout, find_binary, free_port, wait_until
 from txcache._resp import BadReply, ConnectionLost
 from txcache._setup import SetupError, setup_database
 
@@ -51,8 +55,13 @@ __all__ = [
     "Stack",
     "StackOptions",
     "StartInterrupted",
+    "WaitTimeout",
+    "free_port",
+    "parse_lsn",
     "postgres_uri",
     "tail",
+    "wait_until",
+    "wal_position",
 ]
 
 LOG_TAIL_LINES = 25
@@ -374,15 +383,15 @@ class Stack:
         return values
 
     def connect(self, **settings: Any) -> Cache:
-        """A :class:`txcache.Cache` of this stack (``settings`` as :func:`txcache.connect`
-        takes them)."""
-        return connect(
-            self.dsn,
-            nodes=self.node_addresses,
-            agent=self.agent_address,
-            password=self.options.password,
-            **settings,
-        )
+        """A :class:`txcache.Cache` of this stack; ``settings`` as :func:`txcache.connect`
+        takes them, overriding the stack's own (``agent=`` another address, say)."""
+        own = {
+            "dsn": self.dsn,
+            "nodes": self.node_addresses,
+            "agent": self.agent_address,
+            "password": self.options.password,
+        }
+        return connect(**{**own, **settings})
 
     def restart_node(self, index: int) -> None:
         """Start node ``index`` again on its port (stopping it first if it still runs)."""
