@@ -20,7 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,9 +30,11 @@ from _report import freeze_binaries
 from psycopg import sql
 
 import txcache
+from txcache import _protocol as protocol
 from txcache._lsn import parse_lsn, wal_position
 from txcache._process import wait_until
-from txcache._resp import ReplyError, RespConnection, parse_address
+from txcache._protocol import MISS_KINDS
+from txcache._resp import ReplyError, RespConnection
 from txcache.stack import Stack, StackOptions
 
 DISK_ROOT = Path("/var/tmp")
@@ -160,55 +162,39 @@ def agent_pid(stack: Stack) -> int:
     return stack.agent.process.pid
 
 
-# -- RESP: the nodes and the agent -----------------------------------------------------------
+# -- RESP: the nodes and the agent (the library's protocol client) ---------------------------
 
 
 def resp(address: str, timeout: float = 60.0) -> RespConnection:
     """A connection (the library's own client) to a node or the agent at ``host:port``;
     close it with ``closing`` or ``.close()``. ``timeout`` bounds every reply (``PIN`` and
     ``COMMITLSN`` may wait for the stream)."""
-    return RespConnection(parse_address(address), connect_timeout=timeout, timeout=timeout)
+    return protocol.connect(address, timeout=timeout)
 
 
 def call(connection: RespConnection, *command: str | bytes | int | float) -> Any:
-    """One command; its reply. An error reply is raised as :class:`ReplyError`."""
+    """One command the protocol module has no function for; its reply. An error reply is
+    raised as :class:`ReplyError`."""
     reply = connection.call(*command)
     if isinstance(reply, ReplyError):
         raise reply
     return reply
 
 
-def fields(text: bytes | str) -> dict[str, str]:
-    """``INFO`` or ``STATUS`` text (``key:value`` lines, ``#`` sections) as a dict."""
-    if isinstance(text, bytes):
-        text = text.decode()
-    pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
-    return {key.strip(): value.strip() for key, value in pairs if not key.startswith("#")}
-
-
-def numbers(values: Mapping[str, str]) -> dict[str, int]:
-    """The integer-valued entries of ``values``."""
-    return {key: int(value) for key, value in values.items() if re.fullmatch(r"-?\d+", value)}
-
-
 def agent_status(connection: RespConnection) -> dict[str, int]:
     """The agent's ``STATUS`` counters."""
-    return numbers(fields(call(connection, "STATUS")))
+    return connection.run(protocol.agent_status())
 
 
 def node_position(connection: RespConnection) -> int:
     """The node's stream position ``N`` (``TXSTATUS``): everything up to it is applied."""
-    return int(call(connection, "TXSTATUS")[0])
+    return connection.run(protocol.txstatus()).position
 
 
 def server_info(address: str, section: str = "all") -> dict[str, int]:
     """A node's (or Redis's) ``INFO section`` counters and gauges, the integers only."""
-    with closing(resp(address, timeout=10)) as connection:
-        return numbers(fields(call(connection, "INFO", section)))
-
-
-MISS_KINDS = ("compulsory", "capacity", "staleness", "consistency")
-"""Why a node's ``TXGET`` missed (INFO ``misses_<kind>``)."""
+    with resp(address, timeout=10) as connection:
+        return protocol.integer_fields(connection.run(protocol.info(section)))
 
 
 def node_counts(address: str) -> dict[str, int]:
