@@ -8,22 +8,10 @@ import pytest
 import redis
 
 from txcache import NodeProcess
-from txcache._process import wait_until
 
 pytest_plugins = ["postgres_fixtures", "agent_fixtures", "library_fixtures"]
 
 StartNode = Callable[..., NodeProcess]
-
-
-def wait_for(
-    condition: Callable[[], object],
-    what: str,
-    timeout: float = 10.0,
-    detail: Callable[[], str] = lambda: "",
-) -> object:
-    """:func:`txcache._process.wait_until` under the name and keywords (``detail`` for its
-    ``log``) that test files written before it still use; new code calls ``wait_until``."""
-    return wait_until(condition, what, timeout=timeout, log=detail)
 
 
 @pytest.fixture

@@ -24,7 +24,6 @@ import pytest
 import redis
 from redis.exceptions import NoPermissionError
 
-from conftest import wait_for
 from txcache import NodeProcess
 from txcache._process import free_port, wait_until
 from txcache.cli.up import format_settings
@@ -152,13 +151,13 @@ def test_the_stack_serves_pins_and_streams_writes_to_every_node(stack):
     nodes = [client(node) for node in settings["TXCACHE_NODES"].split(",")]
     agent = client(settings["TXCACHE_AGENT"])
     try:
-        wait_for(lambda: agent.execute_command("PINS"), "a first pin")
+        wait_until(lambda: agent.execute_command("PINS"), "a first pin")
         first_pin = agent.execute_command("PINS")[-1]
         before = [node.execute_command("TXSTATUS")[0] for node in nodes]
         with psycopg.connect(settings["TXCACHE_DSN"], autocommit=True) as db:
             db.execute("CREATE TABLE IF NOT EXISTS up_probe (id int PRIMARY KEY)")
             db.execute("INSERT INTO up_probe VALUES (1) ON CONFLICT DO NOTHING")
-        wait_for(
+        wait_until(
             lambda: all(int(node.info("txcache")["invalidations"]) > 0 for node in nodes),
             "the write to reach every node",
         )
@@ -166,7 +165,7 @@ def test_the_stack_serves_pins_and_streams_writes_to_every_node(stack):
         assert all(new > old for old, new in zip(before, after, strict=True))
         # A new pin after the write, or the newest one's current_as_of moved on.
         # (The list is empty for a moment after the CREATE TABLE: no older pin is offered.)
-        wait_for(
+        wait_until(
             lambda: agent.execute_command("PINS")[-1:] not in ([], [first_pin]), "the pins to move"
         )
         # The stream password is the agent's alone: the printed password cannot move N.

@@ -16,21 +16,15 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from conftest import StartNode, wait_for
+from conftest import StartNode
 from txcache import AgentProcess, setup_database
 from txcache import _protocol as protocol
 from txcache._pinset import Pin
+from txcache._process import free_port, wait_until
 from txcache._resp import BadReply, Command, PasswordRefused, ReplyError
 from txcache.cli._probe import probe_agent, probe_node
 
 PASSWORD = "protocol-test-password"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 # -- decoders ---------------------------------------------------------------------------------
@@ -219,7 +213,7 @@ def test_the_agent_commands_and_its_probe(agent):
     process, db = agent
     address = f"{process.host}:{process.port}"
     with protocol.connect(address) as connection:
-        wait_for(lambda: connection.run(protocol.pins()), "a pin")
+        wait_until(lambda: connection.run(protocol.pins()), "a pin")
         listed = connection.run(protocol.pins())
         assert [pin.ts for pin in listed] == sorted(pin.ts for pin in listed)
         fresh = connection.run(protocol.pin())
