@@ -21,6 +21,7 @@ import psycopg
 import psycopg_pool
 from psycopg import sql
 
+from txcache import _protocol as protocol
 from txcache._agent import AgentClient
 from txcache._config import Mode, Settings, load_settings
 from txcache._lsn import wal_position
@@ -147,6 +148,15 @@ class Cache:
             log.warning("%s: every call runs against the database, uncached", self.uncached_reason)
         self.ring = self._ring(settings) if caching else None
         self.agent = self._agent(settings) if caching else None
+        self.nodes_max_staleness: float | None = None
+        """The smallest ``--max-staleness`` of the nodes, once known (asked in the
+        background at start): no value older than that is kept, so no larger staleness
+        is ever used."""
+        self._staleness_warned = False
+        if self.ring is not None:
+            threading.Thread(
+                target=self._ask_max_staleness, name="txcache-max-staleness", daemon=True
+            ).start()
         self.pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             settings.dsn,
             min_size=1,
@@ -169,6 +179,31 @@ class Cache:
         global _default
         with _default_lock:
             _default = self
+
+    def _ask_max_staleness(self) -> None:
+        assert self.ring is not None
+        known: list[float] = []
+        for node in self.ring.nodes:
+            answer = node.run(protocol.max_staleness())
+            if isinstance(answer, float):
+                known.append(answer)
+        if known:
+            self.nodes_max_staleness = min(known)
+
+    def _check_staleness(self, staleness: float) -> None:
+        """Warn once when ``staleness`` exceeds what the nodes keep."""
+        limit = self.nodes_max_staleness
+        if limit is None or staleness <= limit or self._staleness_warned:
+            return
+        self._staleness_warned = True
+        log.warning(
+            "staleness %g s is above the cache nodes' --max-staleness (%g s): they keep no "
+            "value older than that, so transactions are at most %g s stale; start the nodes "
+            "and the agent with a larger --max-staleness to allow more",
+            staleness,
+            limit,
+            limit,
+        )
 
     @staticmethod
     def _ring(settings: Settings) -> NodeRing:
@@ -201,6 +236,7 @@ class Cache:
         limit = self.settings.staleness if staleness is None else staleness
         if limit < 0:
             raise ValueError(f"staleness must be >= 0 seconds, not {limit}")
+        self._check_staleness(limit)
         if not_before is not None and (
             isinstance(not_before, bool) or not isinstance(not_before, int) or not_before < 0
         ):

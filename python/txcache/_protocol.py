@@ -58,6 +58,7 @@ __all__ = [
     "connect",
     "info",
     "integer_fields",
+    "max_staleness",
     "parse_fields",
     "pin",
     "pins",
@@ -204,6 +205,16 @@ def _node_status(reply: Sequence[Any]) -> NodeStatus:
 
 
 # -- field:value replies (a node's INFO, the agent's STATUS) ----------------------------------
+
+
+def max_staleness() -> Command[float]:
+    """``CONFIG GET max-staleness``: the node's ``--max-staleness``, in seconds."""
+    return Command(("CONFIG", "GET", "max-staleness"), _config_seconds)
+
+
+def _config_seconds(reply: Sequence[Any]) -> float:
+    _name, value = reply
+    return float(value)
 
 
 def info(section: str | None = None) -> Command[dict[str, str]]:
