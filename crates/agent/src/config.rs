@@ -57,6 +57,11 @@ pub struct Config {
     #[arg(long, env = "TXCACHE_AGENT_LISTEN", default_value = "127.0.0.1:6390")]
     pub listen: std::net::SocketAddr,
 
+    /// Port for the Prometheus text endpoint (GET /metrics) on the --listen address. Default:
+    /// off.
+    #[arg(long, env = "TXCACHE_AGENT_METRICS_PORT")]
+    pub metrics_port: Option<u16>,
+
     /// Password libraries must send with AUTH. Default: none.
     #[arg(long, env = "TXCACHE_AGENT_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
@@ -130,6 +135,38 @@ mod tests {
         ] {
             assert!(parse(&[flag, value]).is_err(), "{flag} {value}");
         }
+    }
+
+    #[test]
+    fn metrics_are_off_unless_a_port_is_given() {
+        assert_eq!(parse(&[]).ok().map(|c| c.metrics_port), Some(None));
+        let config = parse(&["--metrics-port", "9187"]).ok();
+        assert_eq!(config.map(|c| c.metrics_port), Some(Some(9187)));
+        assert!(parse(&["--metrics-port", "70000"]).is_err());
+    }
+
+    /// docs/agent.md's options table names every flag with its environment variable.
+    #[test]
+    fn the_documentation_lists_every_option() {
+        const DOC: &str = include_str!("../../../docs/agent.md");
+        let table = DOC.split("\n## Options\n").nth(1).unwrap();
+        let table = table.split("\n## ").next().unwrap();
+        let rows = table.lines().filter(|line| line.starts_with("| `"));
+        let documented: Vec<(String, String)> = rows
+            .map(|row| {
+                let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+                let unquoted = |cell: &str| cell.trim_matches('`').to_owned();
+                (unquoted(cells[1]), unquoted(cells[2]))
+            })
+            .collect();
+        let declared: Vec<(String, String)> = Config::command()
+            .get_arguments()
+            .filter_map(|arg| {
+                let env = arg.get_env()?.to_string_lossy().into_owned();
+                Some((format!("--{}", arg.get_long()?), env))
+            })
+            .collect();
+        assert_eq!(documented, declared);
     }
 
     #[test]

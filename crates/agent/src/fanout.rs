@@ -13,6 +13,7 @@
 //! cluster or timeline), is rewound (`TXREWIND`): its versioned entries are dropped.
 
 use crate::connect::connect_sql;
+use crate::metrics::NodeCounts;
 use crate::node_link::{encode_heartbeat, encode_invalidation, NodeLink};
 use crate::stream::database_position;
 use bytes::BytesMut;
@@ -53,6 +54,11 @@ impl StreamMessage {
             StreamMessage::Invalidate(invalidation) => invalidation.commit_time,
             StreamMessage::Heartbeat { time, .. } => *time,
         }
+    }
+
+    /// Whether it carries a commit (not a heartbeat).
+    pub fn is_commit(&self) -> bool {
+        matches!(self, StreamMessage::Invalidate(_))
     }
 
     /// Appends the node command carrying this message.
@@ -166,6 +172,51 @@ pub struct NodeState {
     pub address: String,
     connected: AtomicBool,
     delivered: AtomicU64,
+    delivered_commits: AtomicU64,
+    connections: AtomicU64,
+    resets: AtomicU64,
+    rewinds: AtomicU64,
+}
+
+impl NodeState {
+    fn new(address: &str) -> Self {
+        Self {
+            address: address.to_owned(),
+            connected: AtomicBool::new(false),
+            delivered: AtomicU64::new(0),
+            delivered_commits: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            resets: AtomicU64::new(0),
+            rewinds: AtomicU64::new(0),
+        }
+    }
+
+    fn read(&self) -> NodeCounts {
+        // Destructured whole: a field added above is a compile error here until it is read.
+        let Self {
+            address,
+            connected,
+            delivered,
+            delivered_commits,
+            connections,
+            resets,
+            rewinds,
+        } = self;
+        let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
+        NodeCounts {
+            address: address.clone(),
+            connected: connected.load(Ordering::Relaxed),
+            position: load(delivered),
+            delivered_commits: load(delivered_commits),
+            connections: load(connections),
+            resets: load(resets),
+            rewinds: load(rewinds),
+        }
+    }
+
+    fn count(counter: &AtomicU64, by: u64) {
+        counter.fetch_add(by, Ordering::Relaxed);
+    }
 }
 
 /// The shared side of fan-out: the buffer and each node's progress.
@@ -184,13 +235,7 @@ impl Fanout {
     pub fn new(addresses: &[String], resume: Timestamp, capacity: usize) -> Arc<Self> {
         let nodes = addresses
             .iter()
-            .map(|address| {
-                Arc::new(NodeState {
-                    address: address.clone(),
-                    connected: AtomicBool::new(false),
-                    delivered: AtomicU64::new(0),
-                })
-            })
+            .map(|address| Arc::new(NodeState::new(address)))
             .collect();
         Arc::new(Self {
             buffer: Mutex::new(ReplayBuffer::new(resume, capacity)),
@@ -281,6 +326,11 @@ impl Fanout {
             .count()
     }
 
+    /// Each node's delivery, in `--node` order.
+    pub fn node_counts(&self) -> Vec<NodeCounts> {
+        self.nodes.iter().map(|node| node.read()).collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, ReplayBuffer> {
         // A panic while holding the lock leaves a consistent buffer: every method is one step.
         self.buffer
@@ -319,6 +369,7 @@ async fn leave_history(
     tracing::error!(node = %node.address, node_origin = %other, database = %history, rewind_to = %ts,
         "CACHE NODE FOLLOWED ANOTHER DATABASE HISTORY (a failover, a restore to a new timeline, or another database): rewinding the node, which drops its versioned entries");
     link.rewind(ts, time).await?;
+    NodeState::count(&node.rewinds, 1);
     Ok(ts)
 }
 
@@ -354,6 +405,7 @@ async fn serve_node(
     let mut position = link.position().await?.applied;
     let mut origin = link.origin().await?;
     let mut newest = fanout.newest.subscribe();
+    NodeState::count(&node.connections, 1);
     tracing::info!(node = %node.address, position = %position, "cache node connected");
     let mut last_delivery: Option<Instant> = None;
     loop {
@@ -364,6 +416,7 @@ async fn serve_node(
             tracing::error!(node = %node.address, node_position = %position, rewind_to = %ts,
                 "CACHE NODE IS PAST THE DATABASE: the database's positions went back (restored from a backup, or failed over to a standby that was behind); rewinding the node, which drops its versioned entries");
             link.rewind(ts, time).await?;
+            NodeState::count(&node.rewinds, 1);
             position = ts;
         }
         let (batch, history) = {
@@ -386,12 +439,15 @@ async fn serve_node(
                 tracing::warn!(node = %node.address, node_position = %position, reset_to = %ts,
                     "cache node missed commits that are no longer buffered; resetting it (its open entries are bounded at its old position)");
                 link.reset(ts, time).await?;
+                NodeState::count(&node.resets, 1);
                 position = ts;
                 continue;
             }
         };
         if let Some(last) = batch.last() {
             link.deliver(&batch).await?;
+            let commits = batch.iter().filter(|message| message.is_commit()).count();
+            NodeState::count(&node.delivered_commits, commits as u64);
             position = last.ts();
             last_delivery = Some(Instant::now());
         }

@@ -8,13 +8,19 @@
 
 use crate::assemble::unix_micros_now;
 use crate::connect::connect_sql;
+use crate::metrics::StreamStats;
+use pgwire_replication::Lsn;
+use std::sync::Arc;
 use std::time::Duration;
+use txcache_model::Timestamp;
 
 /// The prefix of heartbeat messages.
 pub const HEARTBEAT_PREFIX: &str = "txcache-heartbeat";
 
-/// Writes heartbeats forever, reconnecting when the database goes away.
-pub async fn run(dsn: String, interval: Duration) {
+/// Writes heartbeats forever, reconnecting when the database goes away. Each one's position
+/// (the end of its record) is the database's WAL position as measured for `stats`: the
+/// stream's lag is the WAL between what it has decoded and that.
+pub async fn run(dsn: String, interval: Duration, stats: Arc<StreamStats>) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -35,13 +41,20 @@ pub async fn run(dsn: String, interval: Duration) {
         loop {
             ticker.tick().await;
             let now = unix_micros_now().to_string();
-            if let Err(error) = client
+            match client
                 .client
                 .query_one(statement, &[&HEARTBEAT_PREFIX, &now])
                 .await
             {
-                tracing::warn!(%error, "heartbeat failed; reconnecting");
-                break;
+                Ok(row) => {
+                    if let Ok(position) = Lsn::parse(row.get::<_, &str>(0)) {
+                        stats.database_at(Timestamp(position.as_u64()));
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "heartbeat failed; reconnecting");
+                    break;
+                }
             }
         }
     }

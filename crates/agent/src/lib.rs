@@ -8,6 +8,7 @@ pub mod config;
 pub mod connect;
 pub mod fanout;
 pub mod heartbeat;
+pub mod metrics;
 pub mod node_link;
 pub mod pgoutput;
 pub mod pincushion;

@@ -2,9 +2,12 @@
 
 use anyhow::Context as _;
 use clap::Parser;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 use txcache_agent::config::Config;
 use txcache_agent::fanout::{Fanout, LinkSettings};
+use txcache_agent::metrics::{self, StreamStats};
 use txcache_agent::pincushion::{PinSettings, Pincushion};
 use txcache_agent::server::{self, Endpoint};
 use txcache_agent::stream::{database_history, database_position, floor_xid, slot_state, Stream};
@@ -26,6 +29,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {
+    let started = Instant::now();
     // Check the database once up front, so a wrong setting fails loudly at start.
     let sql = connect_sql(&config.dsn, "txcache-agent").await?;
     let slot = slot_state(&sql, &config.slot).await?;
@@ -43,9 +47,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
         spacing: config.delivery_spacing,
         dsn: config.dsn.clone(),
     });
+    let stream_stats = Arc::new(StreamStats::default());
     tokio::spawn(heartbeat::run(
         config.dsn.clone(),
         config.heartbeat_interval,
+        Arc::clone(&stream_stats),
     ));
     let settings = PinSettings {
         pin_interval: config.pin_interval,
@@ -62,11 +68,26 @@ async fn run(config: Config) -> anyhow::Result<()> {
         pincushion,
         tracker: Arc::clone(&tracker),
         fanout: Arc::clone(&fanout),
+        stream: Arc::clone(&stream_stats),
+        started,
         password: config.password.clone(),
     };
-    tokio::spawn(server::run(listener, Arc::new(endpoint)));
+    let endpoint = Arc::new(endpoint);
+    if let Some(port) = config.metrics_port {
+        let address = SocketAddr::new(config.listen.ip(), port);
+        let metrics_listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| {
+                format!("cannot listen for metrics on {address} (try --metrics-port)")
+            })?;
+        tracing::info!(address = %metrics_listener.local_addr()?, "metrics at /metrics");
+        let endpoint = Arc::clone(&endpoint);
+        let render = move || metrics::REGISTRY.prometheus(&metrics::collect(&endpoint));
+        tokio::spawn(txcache_metrics::http::serve(metrics_listener, render));
+    }
+    tokio::spawn(server::run(listener, endpoint));
     tokio::select! {
-        () = Stream::new(config, fanout, tracker).run() => Ok(()),
+        () = Stream::new(config, fanout, tracker, stream_stats).run() => Ok(()),
         signal = shutdown_signal() => {
             tracing::info!(signal, "shutting down");
             Ok(())

@@ -12,6 +12,7 @@
 use crate::assemble::unix_micros_now;
 use crate::certify::{Certification, Snapshot};
 use crate::connect::{connect_sql, SqlSession};
+use crate::metrics::PinCounts;
 use crate::tracker::StreamTracker;
 use anyhow::{bail, Context as _};
 use pgwire_replication::Lsn;
@@ -71,6 +72,23 @@ pub struct PinStats {
     pub below_floor: AtomicU64,
 }
 
+impl PinStats {
+    /// The counters now.
+    pub fn read(&self) -> PinCounts {
+        // Destructured whole: a counter added above is a compile error here until it is read.
+        let Self {
+            certified,
+            unclean,
+            below_floor,
+        } = self;
+        PinCounts {
+            certified: certified.load(Ordering::Relaxed),
+            unclean: unclean.load(Ordering::Relaxed),
+            below_floor: below_floor.load(Ordering::Relaxed),
+        }
+    }
+}
+
 type FreshRequest = oneshot::Sender<anyhow::Result<Pin>>;
 
 /// The handle libraries' requests go through.
@@ -102,10 +120,25 @@ impl Pincushion {
     /// or an old state under new definitions. Transactions already running at one are the
     /// library's to guard.
     pub fn pins(&self) -> Vec<Pin> {
+        let listed = self.listed();
+        self.lock()
+            .iter()
+            .filter(|pin| listed(pin))
+            .cloned()
+            .collect()
+    }
+
+    /// How many pins [`Pincushion::pins`] lists now, without copying them.
+    pub fn pin_count(&self) -> usize {
+        let listed = self.listed();
+        self.lock().iter().filter(|pin| listed(pin)).count()
+    }
+
+    /// Whether a pin is listed now: not older than the newest barrier. The barrier is read
+    /// here, before the caller takes the pins' lock, so the two locks are never nested.
+    fn listed(&self) -> impl Fn(&Pin) -> bool {
         let barrier = self.tracker.newest_barrier();
-        let mut pins = self.lock().clone();
-        pins.retain(|pin| pin.ts >= barrier);
-        pins
+        move |pin| pin.ts >= barrier
     }
 
     /// A pin taken and certified now (the library's ★).

@@ -4,12 +4,13 @@
 //! `TAGCOLUMNS`, `STATUS`, `PING`, `AUTH`, `QUIT`.
 
 use crate::fanout::Fanout;
+use crate::metrics::{self, StreamStats};
 use crate::pincushion::{Pin, Pincushion};
 use crate::tracker::{CatalogVersion, StreamTracker};
 use bytes::{Bytes, BytesMut};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use txcache_resp::{encode, Limits, RequestDecoder};
@@ -27,6 +28,10 @@ pub struct Endpoint {
     pub tracker: Arc<StreamTracker>,
     /// Node delivery state.
     pub fanout: Arc<Fanout>,
+    /// The stream's positions and events.
+    pub stream: Arc<StreamStats>,
+    /// When the agent started, for `uptime_in_seconds`.
+    pub started: Instant,
     /// The password clients must send, if any.
     pub password: Option<String>,
 }
@@ -162,7 +167,9 @@ async fn execute(
         (b"COMMITLSN", [xid, rest @ ..]) if rest.len() <= 1 => {
             commit_lsn(endpoint, xid, rest.first(), out).await
         }
-        (b"STATUS", []) => encode::bulk(out, status(endpoint).as_bytes()),
+        (b"STATUS", []) => {
+            encode::bulk(out, metrics::status(&metrics::collect(endpoint)).as_bytes())
+        }
         (b"TAGCOLUMNS", []) => encode_catalogs(out, &endpoint.tracker.catalogs()),
         (b"BARRIER", []) => {
             let (barrier, decoded) = endpoint.tracker.schema_fence();
@@ -231,21 +238,4 @@ async fn commit_lsn(endpoint: &Endpoint, xid: &[u8], timeout: Option<&Bytes>, ou
         Some(lsn) => encode::integer(out, i64::try_from(lsn.0).unwrap_or(i64::MAX)),
         None => encode::error(out, "TIMEOUT the commit was not decoded in time (did the transaction write to a tracked table?)"),
     }
-}
-
-fn status(endpoint: &Endpoint) -> String {
-    let progress = endpoint.tracker.progress();
-    let stats = &endpoint.pincushion.stats;
-    let pins = endpoint.pincushion.pins();
-    format!(
-        "commit_position:{}\r\nheartbeat_position:{}\r\nnodes_connected:{}\r\ndelivered_everywhere:{}\r\npins:{}\r\npins_certified:{}\r\npins_unclean:{}\r\npins_below_floor:{}\r\n",
-        progress.commit.0,
-        progress.heartbeat.0,
-        endpoint.fanout.connected_nodes(),
-        endpoint.fanout.delivered_everywhere().0,
-        pins.len(),
-        stats.certified.load(Ordering::Relaxed),
-        stats.unclean.load(Ordering::Relaxed),
-        stats.below_floor.load(Ordering::Relaxed),
-    )
 }

@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::connect::{connect_sql, replication_config, SqlSession};
 use crate::fanout::{Fanout, StreamMessage};
 use crate::heartbeat::HEARTBEAT_PREFIX;
+use crate::metrics::StreamStats;
 use crate::pincushion::FENCE_PREFIX;
 use crate::tracker::StreamTracker;
 use anyhow::{bail, Context as _};
@@ -160,6 +161,7 @@ pub struct Stream {
     config: Config,
     fanout: Arc<Fanout>,
     tracker: Arc<StreamTracker>,
+    stats: Arc<StreamStats>,
     assembler: Assembler,
     catalog: Catalog,
     acknowledged: Timestamp,
@@ -168,12 +170,18 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// A stream feeding `fanout` and recording into `tracker`.
-    pub fn new(config: Config, fanout: Arc<Fanout>, tracker: Arc<StreamTracker>) -> Self {
+    /// A stream feeding `fanout`, recording into `tracker` and counting into `stats`.
+    pub fn new(
+        config: Config,
+        fanout: Arc<Fanout>,
+        tracker: Arc<StreamTracker>,
+        stats: Arc<StreamStats>,
+    ) -> Self {
         Self {
             config,
             fanout,
             tracker,
+            stats,
             assembler: Assembler::default(),
             catalog: Catalog::default(),
             acknowledged: Timestamp::ZERO,
@@ -193,6 +201,7 @@ impl Stream {
                 );
             }
             self.assembler.abandon();
+            self.stats.count_reconnect();
             if started.elapsed() > Duration::from_secs(10) {
                 backoff = Duration::from_millis(100);
             }
@@ -223,12 +232,14 @@ impl Stream {
                 "THE DATABASE'S HISTORY CHANGED (a failover, a restore to a new timeline, or another database): restarting the stream at the slot; every cache node is rewound and loses its versioned entries");
         }
         if went_back || changed.is_some() {
+            self.stats.count_database_change();
             self.tracker.restart(slot.confirmed, floor_xid(&sql).await?);
         }
         // A new history restarts the buffer at the slot too.
         self.fanout.follow_history(&history, slot.confirmed);
         self.read_catalog(&sql).await?;
         let start = Lsn::from_u64(slot.confirmed.0);
+        self.stats.resume_at(slot.confirmed);
         let replication = replication_config(
             &self.config.dsn,
             &self.config.slot,
@@ -305,6 +316,20 @@ impl Stream {
     }
 
     async fn handle(&mut self, event: ReplicationEvent, sql: &SqlSession) -> anyhow::Result<()> {
+        // The metrics' stream position: the end of each record handled (a commit's, a
+        // message's) and, between transactions, a keepalive's end of what was sent.
+        let end = match &event {
+            ReplicationEvent::Commit { end_lsn, .. } => Some(end_lsn.as_u64()),
+            ReplicationEvent::Message {
+                transactional: false,
+                lsn,
+                ..
+            } => Some(lsn.as_u64()),
+            ReplicationEvent::KeepAlive { wal_end, .. } if !self.assembler.in_transaction() => {
+                Some(wal_end.as_u64())
+            }
+            _ => None,
+        };
         match event {
             ReplicationEvent::Begin { xid, final_lsn, .. } => {
                 self.assembler.begin(xid, final_lsn.as_u64())
@@ -354,6 +379,9 @@ impl Stream {
                 ..
             } => self.keepalive(wal_end.as_u64(), server_time_micros),
             _ => {}
+        }
+        if let Some(end) = end {
+            self.stats.decoded(Timestamp(end));
         }
         Ok(())
     }
@@ -446,6 +474,7 @@ impl Stream {
         let position = Timestamp(Lsn::parse(row.get::<_, &str>(0))?.as_u64());
         self.tracker.restart(position, floor_xid(sql).await?);
         self.fanout.declare_gap(position);
+        self.stats.count_slot_recreation();
         Ok(())
     }
 }

@@ -11,7 +11,6 @@
 mod cmd;
 mod config;
 mod connection;
-mod http;
 mod metrics;
 mod node;
 mod server;
@@ -68,7 +67,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen for metrics on {metrics_address}"))?;
         tracing::info!(address = %metrics_listener.local_addr()?, "metrics at /metrics");
-        tokio::spawn(http::run(metrics_listener, Arc::clone(&node)));
+        let node = Arc::clone(&node);
+        let render = move || metrics::prometheus(&node);
+        tokio::spawn(txcache_metrics::http::serve(metrics_listener, render));
     }
     tokio::select! {
         () = server::run(listener, node) => Ok(()),

@@ -1,14 +1,16 @@
-//! The node's one metrics registry, read by both `INFO` and the Prometheus endpoint.
+//! The node's one metrics table, read by both `INFO` and the Prometheus endpoint.
 //!
 //! The server counts what it sees (connections, commands, protocol errors) in atomics here;
 //! the shards count what they do in their own `StoreStats`, summed when metrics are read.
-//! [`collect`] turns both into one list of named metrics, and each output format is a
-//! rendering of that list, so INFO and /metrics can never disagree.
+//! [`collect`] takes one [`Reading`] of both, and [`REGISTRY`] declares every metric once
+//! (section, name, kind, help, how to read it): `INFO` and `/metrics` are two renderings of
+//! that table, so they can never disagree.
 
 use crate::node::Node;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use txcache_store::{MemoryUsage, StoreStats};
+use txcache_metrics::{Kind, Metric, Registry};
+use txcache_store::{Gauges, MemoryUsage, StoreStats};
 
 /// Counters kept by the server itself.
 #[derive(Debug, Default)]
@@ -55,40 +57,59 @@ impl ServerMetrics {
     pub fn count_protocol_error(&self) {
         self.protocol_errors.fetch_add(1, Ordering::Relaxed);
     }
+
+    /// The counters now, as plain numbers.
+    fn read(&self) -> ServerCounts {
+        // Destructured whole: a counter added above is a compile error here until it is read.
+        let Self {
+            connections_received,
+            connections_rejected,
+            connected_clients,
+            commands_processed,
+            command_errors,
+            protocol_errors,
+        } = self;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        ServerCounts {
+            connections_received: load(connections_received),
+            connections_rejected: load(connections_rejected),
+            connected_clients: connected_clients.load(Ordering::Relaxed) as u64,
+            commands_processed: load(commands_processed),
+            command_errors: load(command_errors),
+            protocol_errors: load(protocol_errors),
+        }
+    }
 }
 
-/// Whether a metric only grows or may go both ways (Prometheus types).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// Monotonically increasing.
-    Counter,
-    /// A current level.
-    Gauge,
+/// [`ServerMetrics`] read at one moment.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServerCounts {
+    connections_received: u64,
+    connections_rejected: u64,
+    connected_clients: u64,
+    commands_processed: u64,
+    command_errors: u64,
+    protocol_errors: u64,
 }
 
-/// One named number.
-#[derive(Clone, Debug)]
-pub struct Metric {
-    /// INFO section it is listed under.
-    pub section: &'static str,
-    /// Field name, as in INFO (`txcached_` is prefixed for Prometheus).
-    pub name: &'static str,
-    /// An optional `(label, value)` distinguishing series of one name (the size histogram).
-    pub label: Option<(&'static str, String)>,
-    /// One line of help.
-    pub help: &'static str,
-    /// Counter or gauge.
-    pub kind: Kind,
-    /// The value now.
-    pub value: u64,
+/// Everything the node measures, read at one moment: what [`REGISTRY`]'s rows read from.
+#[derive(Clone, Debug, Default)]
+pub struct Reading {
+    uptime_seconds: u64,
+    shards: u64,
+    max_memory: u64,
+    resident_bytes: u64,
+    server: ServerCounts,
+    memory: MemoryUsage,
+    stats: StoreStats,
+    gauges: Gauges,
 }
 
-/// Everything the node measures right now.
-pub fn collect(node: &Node) -> Vec<Metric> {
+/// Reads everything the node measures now.
+pub fn collect(node: &Node) -> Reading {
     let mut stats = StoreStats::default();
     let mut memory = MemoryUsage::default();
-    let mut sink = Vec::new();
-    let mut gauges = txcache_store::Gauges::default();
+    let mut gauges = Gauges::default();
     let mut stream: Option<StoreStats> = None;
     node.shards.for_each(|store| {
         stats.add(store.stats());
@@ -104,369 +125,318 @@ pub fn collect(node: &Node) -> Vec<Metric> {
         stats.resets = first.resets;
         stats.rewinds = first.rewinds;
     }
-    server_metrics(node, &mut sink);
-    memory_metrics(node, &memory, &mut sink);
-    store_metrics(&stats, &gauges, &mut sink);
-    size_metrics(&gauges, &mut sink);
-    sink
-}
-
-fn push(
-    sink: &mut Vec<Metric>,
-    section: &'static str,
-    kind: Kind,
-    name: &'static str,
-    help: &'static str,
-    value: u64,
-) {
-    sink.push(Metric {
-        section,
-        name,
-        label: None,
-        help,
-        kind,
-        value,
-    });
-}
-
-fn server_metrics(node: &Node, sink: &mut Vec<Metric>) {
-    use Kind::{Counter, Gauge};
-    let m = &node.metrics;
-    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-    push(
-        sink,
-        "server",
-        Gauge,
-        "uptime_in_seconds",
-        "Seconds since the node started",
-        node.started.elapsed().as_secs(),
-    );
-    push(
-        sink,
-        "server",
-        Gauge,
-        "shards",
-        "Store shards",
-        node.shards.len() as u64,
-    );
-    push(
-        sink,
-        "clients",
-        Gauge,
-        "connected_clients",
-        "Open client connections",
-        m.connected_clients.load(Ordering::Relaxed) as u64,
-    );
-    push(
-        sink,
-        "clients",
-        Counter,
-        "total_connections_received",
-        "Connections accepted",
-        load(&m.connections_received),
-    );
-    push(
-        sink,
-        "clients",
-        Counter,
-        "rejected_connections",
-        "Connections refused at --max-clients",
-        load(&m.connections_rejected),
-    );
-    push(
-        sink,
-        "stats",
-        Counter,
-        "total_commands_processed",
-        "Commands executed",
-        load(&m.commands_processed),
-    );
-    push(
-        sink,
-        "stats",
-        Counter,
-        "command_errors",
-        "Commands answered with an error reply",
-        load(&m.command_errors),
-    );
-    push(
-        sink,
-        "stats",
-        Counter,
-        "protocol_errors",
-        "Connections closed for malformed requests",
-        load(&m.protocol_errors),
-    );
-}
-
-fn memory_metrics(node: &Node, memory: &MemoryUsage, sink: &mut Vec<Metric>) {
-    use Kind::Gauge;
-    push(
-        sink,
-        "memory",
-        Gauge,
-        "maxmemory",
-        "Memory limit in bytes",
-        node.max_memory() as u64,
-    );
-    push(
-        sink,
-        "memory",
-        Gauge,
-        "used_memory",
-        "Accounted bytes, all parts",
-        memory.total() as u64,
-    );
-    push(
-        sink,
-        "memory",
-        Gauge,
-        "used_memory_values",
-        "Accounted bytes of values",
-        memory.values as u64,
-    );
-    push(
-        sink,
-        "memory",
-        Gauge,
-        "used_memory_keys",
-        "Accounted bytes of keys and entries",
-        memory.keys as u64,
-    );
-    push(
-        sink,
-        "memory",
-        Gauge,
-        "used_memory_intervals",
-        "Accounted bytes of versions and intervals",
-        memory.intervals as u64,
-    );
-    push(
-        sink,
-        "memory",
-        Gauge,
-        "used_memory_tags",
-        "Accounted bytes of tags and the tag index",
-        memory.tags as u64,
-    );
-    push(
-        sink,
-        "memory",
-        Gauge,
-        "used_memory_history",
-        "Accounted bytes of the invalidation history",
-        memory.history as u64,
-    );
-    push(
-        sink,
-        "memory",
-        Gauge,
-        "used_memory_ghosts",
-        "Accounted bytes of evicted-key records",
-        memory.ghosts as u64,
-    );
-    push(
-        sink,
-        "memory",
-        Gauge,
-        "used_memory_rss",
-        "Resident set size of the process",
-        resident_bytes(),
-    );
-}
-
-fn store_metrics(s: &StoreStats, g: &txcache_store::Gauges, sink: &mut Vec<Metric>) {
-    use Kind::{Counter, Gauge};
-    let t = "txcache";
-    push(
-        sink,
-        t,
-        Counter,
-        "hits",
-        "Versioned lookups that found a version",
-        s.hits,
-    );
-    push(
-        sink,
-        t,
-        Counter,
-        "misses_compulsory",
-        "Misses: key never stored",
-        s.misses_compulsory,
-    );
-    push(
-        sink,
-        t,
-        Counter,
-        "misses_capacity",
-        "Misses: a matching version was evicted for memory",
-        s.misses_capacity,
-    );
-    push(
-        sink,
-        t,
-        Counter,
-        "misses_staleness",
-        "Misses: only versions too old",
-        s.misses_staleness,
-    );
-    push(
-        sink,
-        t,
-        Counter,
-        "misses_consistency",
-        "Misses: a fresh version exists outside the range",
-        s.misses_consistency,
-    );
-    push(sink, t, Counter, "inserts", "Versions stored", s.inserts);
-    push(
-        sink,
-        t,
-        Counter,
-        "extensions",
-        "Inserts that extended an equal version",
-        s.extensions,
-    );
-    push(
-        sink,
-        t,
-        Counter,
-        "nondeterminism_warnings",
-        "Inserts that contradicted an overlapping version",
-        s.nondeterminism_warnings,
-    );
-    push(
-        sink,
-        t,
-        Counter,
-        "empty_inserts",
-        "Inserts whose interval came out empty",
-        s.empty_inserts,
-    );
-    push(
-        sink,
-        t,
-        Counter,
-        "evictions",
-        "Versions or values evicted for memory",
-        s.evictions,
-    );
-    push(
-        sink,
-        t,
-        Counter,
-        "stale_removals",
-        "Versions removed for exceeding the staleness limit",
-        s.stale_removals,
-    );
-    push(
-        sink,
-        t,
-        Counter,
-        "invalidations",
-        "Invalidations applied",
-        s.invalidations_applied,
-    );
-    push(
-        sink,
-        t,
-        Counter,
-        "invalidations_duplicate",
-        "Invalidations ignored as duplicates",
-        s.invalidations_duplicate,
-    );
-    push(
-        sink,
-        t,
-        Counter,
-        "versions_truncated",
-        "Open versions bounded by an invalidation",
-        s.versions_truncated,
-    );
-    push(
-        sink,
-        t,
-        Counter,
-        "heartbeats",
-        "Heartbeats applied",
-        s.heartbeats,
-    );
-    push(
-        sink,
-        t,
-        Counter,
-        "resets",
-        "Stream resets applied",
-        s.resets,
-    );
-    push(
-        sink,
-        t,
-        Counter,
-        "rewinds",
-        "Stream rewinds applied (the database's positions went back)",
-        s.rewinds,
-    );
-    push(
-        sink,
-        t,
-        Counter,
-        "plain_hits",
-        "GETs that found a value",
-        s.plain_hits,
-    );
-    push(
-        sink,
-        t,
-        Counter,
-        "plain_misses",
-        "GETs that found nothing",
-        s.plain_misses,
-    );
-    push(sink, t, Counter, "plain_sets", "SETs stored", s.plain_sets);
-    push(sink, t, Gauge, "keys", "Keys held", g.keys as u64);
-    push(
-        sink,
-        t,
-        Gauge,
-        "versions",
-        "Versions held",
-        g.versions as u64,
-    );
-    push(
-        sink,
-        t,
-        Gauge,
-        "open_versions",
-        "Versions still open",
-        g.open_versions as u64,
-    );
-    push(
-        sink,
-        t,
-        Gauge,
-        "open_version_tags",
-        "Invalidation tags carried by the open versions",
-        g.open_version_tags as u64,
-    );
-}
-
-fn size_metrics(g: &txcache_store::Gauges, sink: &mut Vec<Metric>) {
-    for (bucket, count) in g.size_histogram.iter().enumerate() {
-        if *count == 0 {
-            continue;
-        }
-        // Bucket 0 holds empty values, bucket b values of length in [2^(b-1), 2^b).
-        let largest = if bucket == 0 { 0 } else { (1u64 << bucket) - 1 };
-        sink.push(Metric {
-            section: "sizes",
-            name: "objects_by_size",
-            label: Some(("le", largest.to_string())),
-            help: "Stored values by size bucket (largest length in the bucket)",
-            kind: Kind::Gauge,
-            value: *count as u64,
-        });
+    Reading {
+        uptime_seconds: node.started.elapsed().as_secs(),
+        shards: node.shards.len() as u64,
+        max_memory: node.max_memory() as u64,
+        resident_bytes: resident_bytes(),
+        server: node.metrics.read(),
+        memory,
+        stats,
+        gauges,
     }
+}
+
+use Kind::{Counter, Gauge};
+
+/// Every metric of the node, once: `INFO` lists them by section in this order, and
+/// `/metrics` prefixes each name with `txcached_`.
+pub static REGISTRY: Registry<Reading> = Registry {
+    prefix: "txcached_",
+    metrics: &[
+        Metric::one(
+            "server",
+            "uptime_in_seconds",
+            Gauge,
+            "Seconds since the node started",
+            |r| r.uptime_seconds,
+        ),
+        Metric::one("server", "shards", Gauge, "Store shards", |r| r.shards),
+        Metric::one(
+            "clients",
+            "connected_clients",
+            Gauge,
+            "Open client connections",
+            |r| r.server.connected_clients,
+        ),
+        Metric::one(
+            "clients",
+            "total_connections_received",
+            Counter,
+            "Connections accepted",
+            |r| r.server.connections_received,
+        ),
+        Metric::one(
+            "clients",
+            "rejected_connections",
+            Counter,
+            "Connections refused at --max-clients",
+            |r| r.server.connections_rejected,
+        ),
+        Metric::one(
+            "stats",
+            "total_commands_processed",
+            Counter,
+            "Commands executed",
+            |r| r.server.commands_processed,
+        ),
+        Metric::one(
+            "stats",
+            "command_errors",
+            Counter,
+            "Commands answered with an error reply",
+            |r| r.server.command_errors,
+        ),
+        Metric::one(
+            "stats",
+            "protocol_errors",
+            Counter,
+            "Connections closed for malformed requests",
+            |r| r.server.protocol_errors,
+        ),
+        Metric::one("memory", "maxmemory", Gauge, "Memory limit in bytes", |r| {
+            r.max_memory
+        }),
+        Metric::one(
+            "memory",
+            "used_memory",
+            Gauge,
+            "Accounted bytes, all parts",
+            |r| r.memory.total() as u64,
+        ),
+        Metric::one(
+            "memory",
+            "used_memory_values",
+            Gauge,
+            "Accounted bytes of values",
+            |r| r.memory.values as u64,
+        ),
+        Metric::one(
+            "memory",
+            "used_memory_keys",
+            Gauge,
+            "Accounted bytes of keys and entries",
+            |r| r.memory.keys as u64,
+        ),
+        Metric::one(
+            "memory",
+            "used_memory_intervals",
+            Gauge,
+            "Accounted bytes of versions and intervals",
+            |r| r.memory.intervals as u64,
+        ),
+        Metric::one(
+            "memory",
+            "used_memory_tags",
+            Gauge,
+            "Accounted bytes of tags and the tag index",
+            |r| r.memory.tags as u64,
+        ),
+        Metric::one(
+            "memory",
+            "used_memory_history",
+            Gauge,
+            "Accounted bytes of the invalidation history",
+            |r| r.memory.history as u64,
+        ),
+        Metric::one(
+            "memory",
+            "used_memory_ghosts",
+            Gauge,
+            "Accounted bytes of evicted-key records",
+            |r| r.memory.ghosts as u64,
+        ),
+        Metric::one(
+            "memory",
+            "used_memory_rss",
+            Gauge,
+            "Resident set size of the process",
+            |r| r.resident_bytes,
+        ),
+        Metric::one(
+            "txcache",
+            "hits",
+            Counter,
+            "Versioned lookups that found a version",
+            |r| r.stats.hits,
+        ),
+        Metric::one(
+            "txcache",
+            "misses_compulsory",
+            Counter,
+            "Misses: key never stored",
+            |r| r.stats.misses_compulsory,
+        ),
+        Metric::one(
+            "txcache",
+            "misses_capacity",
+            Counter,
+            "Misses: a matching version was evicted for memory",
+            |r| r.stats.misses_capacity,
+        ),
+        Metric::one(
+            "txcache",
+            "misses_staleness",
+            Counter,
+            "Misses: only versions too old",
+            |r| r.stats.misses_staleness,
+        ),
+        Metric::one(
+            "txcache",
+            "misses_consistency",
+            Counter,
+            "Misses: a fresh version exists outside the range",
+            |r| r.stats.misses_consistency,
+        ),
+        Metric::one("txcache", "inserts", Counter, "Versions stored", |r| {
+            r.stats.inserts
+        }),
+        Metric::one(
+            "txcache",
+            "extensions",
+            Counter,
+            "Inserts that extended an equal version",
+            |r| r.stats.extensions,
+        ),
+        Metric::one(
+            "txcache",
+            "nondeterminism_warnings",
+            Counter,
+            "Inserts that contradicted an overlapping version",
+            |r| r.stats.nondeterminism_warnings,
+        ),
+        Metric::one(
+            "txcache",
+            "empty_inserts",
+            Counter,
+            "Inserts whose interval came out empty",
+            |r| r.stats.empty_inserts,
+        ),
+        Metric::one(
+            "txcache",
+            "evictions",
+            Counter,
+            "Versions or values evicted for memory",
+            |r| r.stats.evictions,
+        ),
+        Metric::one(
+            "txcache",
+            "stale_removals",
+            Counter,
+            "Versions removed for exceeding the staleness limit",
+            |r| r.stats.stale_removals,
+        ),
+        Metric::one(
+            "txcache",
+            "invalidations",
+            Counter,
+            "Invalidations applied",
+            |r| r.stats.invalidations_applied,
+        ),
+        Metric::one(
+            "txcache",
+            "invalidations_duplicate",
+            Counter,
+            "Invalidations ignored as duplicates",
+            |r| r.stats.invalidations_duplicate,
+        ),
+        Metric::one(
+            "txcache",
+            "versions_truncated",
+            Counter,
+            "Open versions bounded by an invalidation",
+            |r| r.stats.versions_truncated,
+        ),
+        Metric::one(
+            "txcache",
+            "heartbeats",
+            Counter,
+            "Heartbeats that advanced N",
+            |r| r.stats.heartbeats,
+        ),
+        Metric::one("txcache", "resets", Counter, "Stream resets applied", |r| {
+            r.stats.resets
+        }),
+        Metric::one(
+            "txcache",
+            "rewinds",
+            Counter,
+            "Stream rewinds applied (the database's positions went back)",
+            |r| r.stats.rewinds,
+        ),
+        Metric::one(
+            "txcache",
+            "plain_gets",
+            Counter,
+            "GETs answered (hits and misses)",
+            |r| r.stats.plain_gets,
+        ),
+        Metric::one(
+            "txcache",
+            "plain_hits",
+            Counter,
+            "GETs that found a value",
+            |r| r.stats.plain_hits,
+        ),
+        Metric::one(
+            "txcache",
+            "plain_misses",
+            Counter,
+            "GETs that found nothing",
+            |r| r.stats.plain_misses,
+        ),
+        Metric::one("txcache", "plain_sets", Counter, "SETs stored", |r| {
+            r.stats.plain_sets
+        }),
+        Metric::one(
+            "txcache",
+            "plain_deletes",
+            Counter,
+            "Keys of either kind removed by DEL",
+            |r| r.stats.plain_deletes,
+        ),
+        Metric::one("txcache", "keys", Gauge, "Keys held", |r| {
+            r.gauges.keys as u64
+        }),
+        Metric::one("txcache", "versions", Gauge, "Versions held", |r| {
+            r.gauges.versions as u64
+        }),
+        Metric::one(
+            "txcache",
+            "open_versions",
+            Gauge,
+            "Versions still open",
+            |r| r.gauges.open_versions as u64,
+        ),
+        Metric::one(
+            "txcache",
+            "open_version_tags",
+            Gauge,
+            "Invalidation tags carried by the open versions",
+            |r| r.gauges.open_version_tags as u64,
+        ),
+        Metric::series(
+            "sizes",
+            "objects_by_size",
+            Gauge,
+            "Stored values by size bucket (largest length in the bucket)",
+            "le",
+            |r| size_series(&r.gauges),
+        ),
+    ],
+};
+
+/// The non-empty buckets of the size histogram, each labelled with its largest length.
+fn size_series(gauges: &Gauges) -> Vec<(String, u64)> {
+    let buckets = gauges.size_histogram.iter().enumerate();
+    buckets
+        .filter(|(_, count)| **count > 0)
+        .map(|(bucket, count)| {
+            // Bucket 0 holds empty values, bucket b values of length in [2^(b-1), 2^b).
+            let largest = if bucket == 0 { 0 } else { (1u64 << bucket) - 1 };
+            (largest.to_string(), *count as u64)
+        })
+        .collect()
 }
 
 /// The process's resident set size in bytes (Linux); 0 where it cannot be read.
@@ -484,9 +454,14 @@ pub fn resident_bytes() -> u64 {
 
 /// `INFO [section]`: Redis-style text, sections in order, `all` for every one.
 pub fn info(node: &Node, section: Option<&str>) -> String {
+    info_text(&collect(node), section)
+}
+
+fn info_text(reading: &Reading, section: Option<&str>) -> String {
     let mut text = String::new();
     let mut current = "";
-    for metric in collect(node) {
+    for sample in REGISTRY.samples(reading) {
+        let metric = sample.metric;
         if section.is_some_and(|wanted| wanted != "all" && wanted != metric.section) {
             continue;
         }
@@ -499,12 +474,12 @@ pub fn info(node: &Node, section: Option<&str>) -> String {
                 capitalized(current)
             );
         }
-        match &metric.label {
+        match &sample.label {
             Some((_, value)) => {
-                let _ = write!(text, "{}_{}:{}\r\n", metric.name, value, metric.value);
+                let _ = write!(text, "{}_{}:{}\r\n", metric.name, value, sample.value);
             }
             None => {
-                let _ = write!(text, "{}:{}\r\n", metric.name, metric.value);
+                let _ = write!(text, "{}:{}\r\n", metric.name, sample.value);
             }
         }
     }
@@ -513,35 +488,7 @@ pub fn info(node: &Node, section: Option<&str>) -> String {
 
 /// The Prometheus text exposition of the same metrics.
 pub fn prometheus(node: &Node) -> String {
-    let mut text = String::new();
-    let mut described = "";
-    for metric in collect(node) {
-        if metric.name != described {
-            described = metric.name;
-            let kind = match metric.kind {
-                Kind::Counter => "counter",
-                Kind::Gauge => "gauge",
-            };
-            let _ = write!(
-                text,
-                "# HELP txcached_{0} {1}\n# TYPE txcached_{0} {kind}\n",
-                metric.name, metric.help
-            );
-        }
-        match &metric.label {
-            Some((label, value)) => {
-                let _ = writeln!(
-                    text,
-                    "txcached_{}{{{label}=\"{value}\"}} {}",
-                    metric.name, metric.value
-                );
-            }
-            None => {
-                let _ = writeln!(text, "txcached_{} {}", metric.name, metric.value);
-            }
-        }
-    }
-    text
+    REGISTRY.prometheus(&collect(node))
 }
 
 fn capitalized(word: &str) -> String {
@@ -550,4 +497,138 @@ fn capitalized(word: &str) -> String {
         .next()
         .map(|first| first.to_ascii_uppercase().to_string() + chars.as_str())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use txcache_store::SIZE_BUCKETS;
+
+    /// A reading in which every number differs. The literals name every field (no `..`):
+    /// a field added to any of these structs fails to compile here until it has a value, and
+    /// then fails [`every_counter_the_node_keeps_is_exported`] until a row exports it.
+    fn distinct_reading() -> Reading {
+        Reading {
+            uptime_seconds: 1_001,
+            shards: 1_002,
+            max_memory: 1_003,
+            resident_bytes: 1_004,
+            server: ServerCounts {
+                connections_received: 2_001,
+                connections_rejected: 2_002,
+                connected_clients: 2_003,
+                commands_processed: 2_004,
+                command_errors: 2_005,
+                protocol_errors: 2_006,
+            },
+            memory: MemoryUsage {
+                values: 3_001,
+                keys: 3_002,
+                intervals: 3_003,
+                tags: 3_004,
+                history: 3_005,
+                ghosts: 3_006,
+            },
+            stats: StoreStats {
+                hits: 4_001,
+                misses_compulsory: 4_002,
+                misses_capacity: 4_003,
+                misses_staleness: 4_004,
+                misses_consistency: 4_005,
+                inserts: 4_006,
+                extensions: 4_007,
+                nondeterminism_warnings: 4_008,
+                empty_inserts: 4_009,
+                evictions: 4_010,
+                stale_removals: 4_011,
+                invalidations_applied: 4_012,
+                invalidations_duplicate: 4_013,
+                versions_truncated: 4_014,
+                heartbeats: 4_015,
+                resets: 4_016,
+                rewinds: 4_017,
+                plain_gets: 4_018,
+                plain_hits: 4_019,
+                plain_misses: 4_020,
+                plain_sets: 4_021,
+                plain_deletes: 4_022,
+            },
+            gauges: Gauges {
+                keys: 5_001,
+                versions: 5_002,
+                open_versions: 5_003,
+                open_version_tags: 5_004,
+                size_histogram: std::array::from_fn(|bucket| 6_000 + bucket),
+            },
+        }
+    }
+
+    #[test]
+    fn every_counter_the_node_keeps_is_exported() {
+        let problems = REGISTRY.unexported_fields(&distinct_reading());
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
+
+    #[test]
+    fn the_table_is_well_formed() {
+        assert!(REGISTRY.problems().is_empty(), "{:?}", REGISTRY.problems());
+    }
+
+    #[test]
+    fn info_and_prometheus_list_the_same_numbers() {
+        let reading = distinct_reading();
+        let info = info_text(&reading, None);
+        let prometheus = REGISTRY.prometheus(&reading);
+        let info_lines: Vec<&str> = info.lines().filter(|l| l.contains(':')).collect();
+        let samples: Vec<&str> = prometheus.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(info_lines.len(), samples.len());
+        for (info_line, sample) in info_lines.iter().zip(&samples) {
+            let (_, info_value) = info_line.rsplit_once(':').unwrap();
+            let (_, value) = sample.rsplit_once(' ').unwrap();
+            assert_eq!(info_value, value, "{info_line} / {sample}");
+        }
+        assert!(
+            info.starts_with("# Server\r\nuptime_in_seconds:1001\r\n"),
+            "{info}"
+        );
+        assert!(
+            info.contains("\r\n\r\n# Sizes\r\nobjects_by_size_0:6000\r\n"),
+            "{info}"
+        );
+        assert!(prometheus.contains("\ntxcached_objects_by_size{le=\"1\"} 6001\n"));
+        let empty = info_text(&Reading::default(), Some("sizes"));
+        assert_eq!(empty, "", "empty buckets are not listed");
+        assert_eq!(SIZE_BUCKETS, reading.gauges.size_histogram.len());
+    }
+
+    /// docs/node.md's table lists every metric, in its section, in INFO order.
+    #[test]
+    fn the_documentation_lists_every_metric() {
+        const DOC: &str = include_str!("../../../docs/node.md");
+        let table = DOC.split("\n## Metrics\n").nth(1).unwrap();
+        let table = table.split("\n## ").next().unwrap();
+        let mut documented = Vec::new();
+        for row in table.lines().filter(|line| line.starts_with("| ")).skip(1) {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            // Backquoted words in the second cell; `objects_by_size_<bound>` and the like are
+            // how a name is rendered, not names.
+            let names = cells[2].split('`').skip(1).step_by(2);
+            let names =
+                names.filter(|name| name.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+            documented.extend(names.map(|name| (cells[1], name)));
+        }
+        let declared: Vec<(&str, &str)> = REGISTRY
+            .metrics
+            .iter()
+            .map(|m| (m.section, m.name))
+            .collect();
+        assert_eq!(documented, declared);
+    }
+
+    #[test]
+    fn a_section_lists_only_its_rows() {
+        let text = info_text(&distinct_reading(), Some("clients"));
+        let expected = "# Clients\r\nconnected_clients:2003\r\ntotal_connections_received:2001\r\nrejected_connections:2002\r\n";
+        assert_eq!(text, expected);
+    }
 }

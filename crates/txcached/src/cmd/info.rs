@@ -5,9 +5,6 @@ use crate::metrics;
 use bytes::BytesMut;
 use txcache_resp::encode;
 
-/// Sections INFO knows, besides `all`.
-const SECTIONS: &[&str] = &["server", "clients", "memory", "stats", "txcache", "sizes"];
-
 /// Replies one bulk string.
 pub fn run(
     args: &mut Args,
@@ -19,7 +16,8 @@ pub fn run(
         _ => Some(args.next_text("section")?.to_ascii_lowercase()),
     };
     args.finish()?;
-    let known = |name: &str| name == "all" || name == "default" || SECTIONS.contains(&name);
+    let sections = metrics::REGISTRY.sections();
+    let known = |name: &str| name == "all" || name == "default" || sections.contains(&name);
     let section = section.filter(|name| name != "default");
     if let Some(name) = section.as_deref().filter(|name| !known(name)) {
         // Redis answers unknown sections with nothing; an empty reply is what tools expect.

@@ -1,0 +1,439 @@
+//! The agent's one metrics table, read by both `STATUS` and the Prometheus endpoint.
+//!
+//! Each part counts what it does where it does it (the stream and heartbeat tasks in
+//! [`StreamStats`], each node task in its `NodeState`, the pinner in `PinStats`); [`collect`]
+//! takes one [`Reading`] of all of them, and [`REGISTRY`] declares every metric once
+//! (section, name, kind, help, how to read it). `STATUS` lists the rows without a label,
+//! `GET /metrics` (`--metrics-port`) all of them with the prefix `txcache_agent_`.
+
+use crate::server::Endpoint;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use txcache_metrics::{Kind, Metric, Registry};
+use txcache_model::Timestamp;
+
+/// Positions and events of the stream, kept by the stream and heartbeat tasks.
+#[derive(Debug, Default)]
+pub struct StreamStats {
+    /// The end of the last record the stream received: everything below it is decoded.
+    position: AtomicU64,
+    /// The database's WAL position when last measured (each heartbeat written).
+    database_position: AtomicU64,
+    reconnects: AtomicU64,
+    slot_recreations: AtomicU64,
+    database_changes: AtomicU64,
+}
+
+impl StreamStats {
+    /// A session resumes at `position` (the slot's confirmed position). It may be below what
+    /// the previous session reached: the stream decodes that stretch again.
+    pub fn resume_at(&self, position: Timestamp) {
+        self.position.store(position.0, Ordering::Relaxed);
+    }
+
+    /// The stream has decoded everything below `end`.
+    pub fn decoded(&self, end: Timestamp) {
+        self.position.fetch_max(end.0, Ordering::Relaxed);
+    }
+
+    /// The database's WAL reached `position` (measured just now).
+    pub fn database_at(&self, position: Timestamp) {
+        self.database_position.store(position.0, Ordering::Relaxed);
+    }
+
+    /// A replication session ended or could not start; another is attempted.
+    pub fn count_reconnect(&self) {
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The slot was lost and recreated.
+    pub fn count_slot_recreation(&self) {
+        self.slot_recreations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The database's positions went back or its history changed.
+    pub fn count_database_change(&self) {
+        self.database_changes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn read(&self) -> StreamCounts {
+        // Destructured whole: a field added above is a compile error here until it is read.
+        let Self {
+            position,
+            database_position,
+            reconnects,
+            slot_recreations,
+            database_changes,
+        } = self;
+        let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
+        StreamCounts {
+            position: load(position),
+            database_position: load(database_position),
+            reconnects: load(reconnects),
+            slot_recreations: load(slot_recreations),
+            database_changes: load(database_changes),
+        }
+    }
+}
+
+/// [`StreamStats`] read at one moment.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StreamCounts {
+    position: u64,
+    database_position: u64,
+    reconnects: u64,
+    slot_recreations: u64,
+    database_changes: u64,
+}
+
+/// One node's delivery, read at one moment.
+#[derive(Clone, Debug, Default)]
+pub struct NodeCounts {
+    /// `host:port`, as given to `--node`: the series' label.
+    pub address: String,
+    /// Whether its task is connected now.
+    pub connected: bool,
+    /// The stream position delivered to it.
+    pub position: u64,
+    /// Commits delivered to it.
+    pub delivered_commits: u64,
+    /// Connections made to it.
+    pub connections: u64,
+    /// Resets sent to it.
+    pub resets: u64,
+    /// Rewinds sent to it.
+    pub rewinds: u64,
+}
+
+/// The pinner's counters, read at one moment.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PinCounts {
+    /// Pins certified clean.
+    pub certified: u64,
+    /// Snapshots discarded as unclean.
+    pub unclean: u64,
+    /// Snapshots discarded below the floor.
+    pub below_floor: u64,
+}
+
+/// Everything the agent measures, read at one moment: what [`REGISTRY`]'s rows read from.
+#[derive(Clone, Debug, Default)]
+pub struct Reading {
+    uptime_seconds: u64,
+    clients: u64,
+    stream: StreamCounts,
+    commit_position: u64,
+    heartbeat_position: u64,
+    nodes_connected: u64,
+    delivered_everywhere: u64,
+    nodes: Vec<NodeCounts>,
+    pins: u64,
+    pin_counts: PinCounts,
+}
+
+/// Reads everything the agent measures now.
+pub fn collect(endpoint: &Endpoint) -> Reading {
+    let progress = endpoint.tracker.progress();
+    Reading {
+        uptime_seconds: endpoint.started.elapsed().as_secs(),
+        clients: endpoint.connections.load(Ordering::Relaxed) as u64,
+        stream: endpoint.stream.read(),
+        commit_position: progress.commit.0,
+        heartbeat_position: progress.heartbeat.0,
+        nodes_connected: endpoint.fanout.connected_nodes() as u64,
+        delivered_everywhere: endpoint.fanout.delivered_everywhere().0,
+        nodes: endpoint.fanout.node_counts(),
+        pins: endpoint.pincushion.pin_count() as u64,
+        pin_counts: endpoint.pincushion.stats.read(),
+    }
+}
+
+use Kind::{Counter, Gauge};
+
+/// One series per node, labelled with its address.
+fn per_node(reading: &Reading, value: fn(&NodeCounts) -> u64) -> Vec<(String, u64)> {
+    let nodes = reading.nodes.iter();
+    nodes
+        .map(|node| (node.address.clone(), value(node)))
+        .collect()
+}
+
+/// Every metric of the agent, once, in `STATUS` order.
+pub static REGISTRY: Registry<Reading> = Registry {
+    prefix: "txcache_agent_",
+    metrics: &[
+        Metric::one("server", "uptime_in_seconds", Gauge, "Seconds since the agent started", |r| {
+            r.uptime_seconds
+        }),
+        Metric::one("server", "connected_clients", Gauge, "Open library connections", |r| {
+            r.clients
+        }),
+        Metric::one(
+            "stream",
+            "stream_position",
+            Gauge,
+            "WAL position the stream has decoded up to (the end of the last record received)",
+            |r| r.stream.position,
+        ),
+        Metric::one("stream", "commit_position", Gauge, "LSN of the newest decoded commit", |r| {
+            r.commit_position
+        }),
+        Metric::one(
+            "stream",
+            "heartbeat_position",
+            Gauge,
+            "Position of the newest decoded heartbeat: every commit below it is decoded",
+            |r| r.heartbeat_position,
+        ),
+        Metric::one(
+            "stream",
+            "database_position",
+            Gauge,
+            "The database's WAL position as last measured (at each heartbeat written)",
+            |r| r.stream.database_position,
+        ),
+        Metric::one(
+            "stream",
+            "stream_lag_bytes",
+            Gauge,
+            "Bytes of WAL from stream_position to database_position; 0 when caught up",
+            |r| r.stream.database_position.saturating_sub(r.stream.position),
+        ),
+        Metric::one(
+            "stream",
+            "stream_reconnects",
+            Counter,
+            "Replication sessions that ended or failed to start, each followed by a reconnect",
+            |r| r.stream.reconnects,
+        ),
+        Metric::one(
+            "stream",
+            "slot_recreations",
+            Counter,
+            "Replication slots recreated after PostgreSQL removed WAL they needed",
+            |r| r.stream.slot_recreations,
+        ),
+        Metric::one(
+            "stream",
+            "database_changes",
+            Counter,
+            "Sessions that found the database's positions gone back or its history changed",
+            |r| r.stream.database_changes,
+        ),
+        Metric::one("nodes", "nodes_connected", Gauge, "Cache nodes connected now", |r| {
+            r.nodes_connected
+        }),
+        Metric::one(
+            "nodes",
+            "delivered_everywhere",
+            Gauge,
+            "Stream position every connected node has received",
+            |r| r.delivered_everywhere,
+        ),
+        Metric::series(
+            "nodes",
+            "delivered_commits",
+            Counter,
+            "Commits delivered to the node (a replay after a reconnect counts again)",
+            "node",
+            |r| per_node(r, |node| node.delivered_commits),
+        ),
+        Metric::series(
+            "nodes",
+            "node_connected",
+            Gauge,
+            "1 while the node is connected, else 0",
+            "node",
+            |r| per_node(r, |node| u64::from(node.connected)),
+        ),
+        Metric::series(
+            "nodes",
+            "node_position",
+            Gauge,
+            "Stream position delivered to the node",
+            "node",
+            |r| per_node(r, |node| node.position),
+        ),
+        Metric::series(
+            "nodes",
+            "node_connections",
+            Counter,
+            "Connections made to the node",
+            "node",
+            |r| per_node(r, |node| node.connections),
+        ),
+        Metric::series(
+            "nodes",
+            "node_resets",
+            Counter,
+            "Resets sent to the node: it had missed commits no longer buffered",
+            "node",
+            |r| per_node(r, |node| node.resets),
+        ),
+        Metric::series(
+            "nodes",
+            "node_rewinds",
+            Counter,
+            "Rewinds sent to the node: it was past the database or followed another history",
+            "node",
+            |r| per_node(r, |node| node.rewinds),
+        ),
+        Metric::one("pins", "pins", Gauge, "Pins listed", |r| r.pins),
+        Metric::one("pins", "pins_certified", Counter, "Snapshots certified clean", |r| {
+            r.pin_counts.certified
+        }),
+        Metric::one(
+            "pins",
+            "pins_unclean",
+            Counter,
+            "Certification retries: snapshots discarded as not a prefix of commit order",
+            |r| r.pin_counts.unclean,
+        ),
+        Metric::one(
+            "pins",
+            "pins_below_floor",
+            Counter,
+            "Certification retries: snapshots discarded while a transaction running at start was unfinished",
+            |r| r.pin_counts.below_floor,
+        ),
+    ],
+};
+
+/// `STATUS`: a `name:value` line per metric without a label (per-node series are only in
+/// the Prometheus text: their label does not fit a `name:value` line).
+pub fn status(reading: &Reading) -> String {
+    let mut text = String::new();
+    for sample in REGISTRY.samples(reading) {
+        if sample.label.is_none() {
+            let _ = write!(text, "{}:{}\r\n", sample.metric.name, sample.value);
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reading in which every number differs. The literals name every field (no `..`):
+    /// a field added to any of these structs fails to compile here until it has a value, and
+    /// then fails [`every_counter_the_agent_keeps_is_exported`] until a row exports it.
+    fn distinct_reading() -> Reading {
+        Reading {
+            uptime_seconds: 1_001,
+            clients: 1_002,
+            stream: StreamCounts {
+                position: 2_001,
+                database_position: 2_500,
+                reconnects: 2_003,
+                slot_recreations: 2_004,
+                database_changes: 2_005,
+            },
+            commit_position: 3_001,
+            heartbeat_position: 3_002,
+            nodes_connected: 3_003,
+            delivered_everywhere: 3_004,
+            nodes: vec![NodeCounts {
+                address: "127.0.0.1:6380".to_owned(),
+                connected: true,
+                position: 4_001,
+                delivered_commits: 4_002,
+                connections: 4_003,
+                resets: 4_004,
+                rewinds: 4_005,
+            }],
+            pins: 5_001,
+            pin_counts: PinCounts {
+                certified: 5_002,
+                unclean: 5_003,
+                below_floor: 5_004,
+            },
+        }
+    }
+
+    #[test]
+    fn every_counter_the_agent_keeps_is_exported() {
+        let problems = REGISTRY.unexported_fields(&distinct_reading());
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
+
+    #[test]
+    fn the_table_is_well_formed() {
+        assert!(REGISTRY.problems().is_empty(), "{:?}", REGISTRY.problems());
+    }
+
+    #[test]
+    fn status_lists_every_unlabelled_metric_as_a_number() {
+        let status = status(&distinct_reading());
+        let lines: Vec<(&str, &str)> = status
+            .split_terminator("\r\n")
+            .map(|line| line.split_once(':').unwrap())
+            .collect();
+        let unlabelled = REGISTRY
+            .metrics
+            .iter()
+            .filter(|m| matches!(m.read, txcache_metrics::Read::One(_)));
+        let names: Vec<&str> = unlabelled.map(|m| m.name).collect();
+        assert_eq!(lines.iter().map(|(n, _)| *n).collect::<Vec<_>>(), names);
+        assert!(lines.iter().all(|(_, v)| v.parse::<u64>().is_ok()));
+        assert!(lines.contains(&("stream_lag_bytes", "499")), "{status}");
+        // The fields libraries and tools read keep their names.
+        for name in [
+            "commit_position",
+            "heartbeat_position",
+            "pins_certified",
+            "pins_unclean",
+        ] {
+            assert!(names.contains(&name), "{name}");
+        }
+    }
+
+    /// docs/agent.md's table lists every metric with its kind, in order, `{node}` marking
+    /// the series per node.
+    #[test]
+    fn the_documentation_lists_every_metric() {
+        const DOC: &str = include_str!("../../../docs/agent.md");
+        let table = DOC.split("\n## Metrics\n").nth(1).unwrap();
+        let table = table.split("\n## ").next().unwrap();
+        let rows = table.lines().filter(|line| line.starts_with("| `"));
+        let documented: Vec<(String, String)> = rows
+            .map(|row| {
+                let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+                (cells[1].trim_matches('`').to_owned(), cells[2].to_owned())
+            })
+            .collect();
+        let declared: Vec<(String, String)> = REGISTRY
+            .metrics
+            .iter()
+            .map(|metric| {
+                let name = match metric.read {
+                    txcache_metrics::Read::One(_) => metric.name.to_owned(),
+                    txcache_metrics::Read::Series(label, _) => {
+                        format!("{}{{{label}}}", metric.name)
+                    }
+                };
+                (name, metric.kind.as_str().to_owned())
+            })
+            .collect();
+        assert_eq!(documented, declared);
+    }
+
+    #[test]
+    fn per_node_series_carry_the_node_address() {
+        let text = REGISTRY.prometheus(&distinct_reading());
+        let line = "txcache_agent_delivered_commits{node=\"127.0.0.1:6380\"} 4002\n";
+        assert!(text.contains(line), "{text}");
+        assert!(text.contains("txcache_agent_node_connected{node=\"127.0.0.1:6380\"} 1\n"));
+        let ahead = Reading {
+            stream: StreamCounts {
+                position: 10,
+                database_position: 5,
+                ..StreamCounts::default()
+            },
+            ..Reading::default()
+        };
+        assert!(REGISTRY
+            .prometheus(&ahead)
+            .contains("\ntxcache_agent_stream_lag_bytes 0\n"));
+    }
+}
