@@ -308,7 +308,7 @@ def logged_pid(up: Up, part: str) -> int:
 
 
 def test_a_part_that_dies_is_restarted_on_its_port_and_the_data_is_kept(tmp_path):
-    metrics = free_port()
+    metrics = free_port()  # and the one after it, for the agent
     up = Up(tmp_path, "--nodes", "1", "--max-memory", "16mb", "--metrics-port", str(metrics))
     settings = up.wait_ready()
     node, agent = settings["TXCACHE_NODES"], settings["TXCACHE_AGENT"]
@@ -328,6 +328,8 @@ def test_a_part_that_dies_is_restarted_on_its_port_and_the_data_is_kept(tmp_path
         assert restarted_node.execute_command("TXSTATUS")[0] >= 0  # back on its address
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10) as page:
         assert b"txcached" in page.read()
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics + 1}/metrics", timeout=10) as page:
+        assert b"txcache_agent_stream_position" in page.read()  # the agent's, after the node
     with psycopg.connect(settings["TXCACHE_DSN"], autocommit=True) as db:
         assert db.execute("SELECT x FROM kept").fetchall() == [(42,)]
     assert up.stop(signal.SIGINT) == 0

@@ -106,8 +106,8 @@ class StackOptions:
     password: str | None = None
     """The password of the nodes' and the agent's endpoints (``None``: none)."""
     metrics_port_base: int | None = None
-    """Node ``i`` (from 0) serves Prometheus ``/metrics`` on ``metrics_port_base + i``;
-    ``None``: no metrics endpoint."""
+    """Node ``i`` (from 0) serves Prometheus ``/metrics`` on ``metrics_port_base + i``, the
+    agent on ``metrics_port_base + nodes``; ``None``: no metrics endpoints."""
     node_args: tuple[str, ...] = ()
     """More command-line arguments for every node."""
     agent_args: tuple[str, ...] = ()
@@ -299,6 +299,11 @@ class Stack:
         args = [f"--listen=127.0.0.1:{self._agent_port}", f"--slot={self.options.slot}"]
         if self.options.max_staleness is not None:
             args += ["--max-staleness", self.options.max_staleness]
+        metrics = ""
+        if self.options.metrics_port_base is not None:
+            port = self.options.metrics_port_base + self.options.nodes
+            args += ["--metrics-port", str(port)]
+            metrics = f", metrics at http://127.0.0.1:{port}/metrics"
         try:
             with self._child_context():
                 self.agent = AgentProcess(
@@ -313,7 +318,7 @@ class Stack:
         self._agent_port = self.agent.port
         self.log(
             f"agent (txcache-agent) listening on {self.agent_address} "
-            f"(pid {self.agent.process.pid}), feeding {len(addresses)} node(s)"
+            f"(pid {self.agent.process.pid}{metrics}), feeding {len(addresses)} node(s)"
         )
 
     @contextlib.contextmanager

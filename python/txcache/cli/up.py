@@ -103,7 +103,8 @@ def add_parser(subparsers: Any) -> None:
         "--metrics-port",
         type=_port,
         metavar="M",
-        help="serve each node's Prometheus /metrics: node i (from 0) on port M+i (default: none)",
+        help="serve Prometheus /metrics: node i (from 0) on port M+i, the agent on M+N "
+        "(default: none)",
     )
     parser.add_argument("--shell", action="store_true", help="print the settings as `export` lines")
     parser.add_argument(
@@ -180,8 +181,9 @@ def run(args: argparse.Namespace) -> int:
     if options.port_base is not None and options.agent_port() > 65535:
         _log(f"error: --port-base {options.port_base} leaves no room for {options.nodes + 1} ports")
         return 2
-    if args.metrics_port is not None and args.metrics_port + options.nodes - 1 > 65535:
-        _log(f"error: --metrics-port {args.metrics_port} leaves no room for {options.nodes} ports")
+    if args.metrics_port is not None and args.metrics_port + options.nodes > 65535:
+        needed = options.nodes + 1
+        _log(f"error: --metrics-port {args.metrics_port} leaves no room for {needed} ports")
         return 2
     if args.env_file is not None and not args.env_file.parent.is_dir():
         _log(f"error: --env-file {args.env_file}: directory {args.env_file.parent} does not exist")
