@@ -28,6 +28,7 @@ from txcache._keys import CallKeys
 from txcache._nodes import Hit, Miss
 from txcache._stats import FunctionStats
 from txcache._transaction import ReadOnlyTransaction, current_transaction
+from txcache.errors import NoTransaction, TransactionError
 
 __all__ = ["CacheableFunction", "cacheable", "function_stats"]
 
@@ -38,6 +39,18 @@ R = TypeVar("R")
 
 _registry: weakref.WeakSet[CacheableFunction[Any, Any]] = weakref.WeakSet()
 
+MANUAL_TAG_TABLE = "txcache.calls"
+"""The pseudo-table of manual-invalidation tags: ``txcache.calls/<function>:key=<hex>`` on
+each result of a ``manual_invalidation`` function, the wildcard
+``txcache.calls/<function>`` to invalidate them all. No real table is called that."""
+
+INVALIDATE_MESSAGE_PREFIX = "txcache-invalidate"
+"""The prefix of the logical messages manual invalidations are written as (docs/agent.md)."""
+
+_EMIT_INVALIDATION = (
+    f"SELECT pg_catalog.pg_logical_emit_message(true, '{INVALIDATE_MESSAGE_PREFIX}', %s)"
+)
+
 
 def function_stats() -> list[FunctionStats]:
     """The statistics of every cacheable function defined in this process, by name."""
@@ -47,11 +60,17 @@ def function_stats() -> list[FunctionStats]:
 class CacheableFunction(Generic[P, R]):
     """A function wrapped by :func:`cacheable`; call it as the function itself."""
 
-    def __init__(self, function: Callable[P, R], *, version: str = "") -> None:
+    def __init__(
+        self, function: Callable[P, R], *, version: str = "", manual_invalidation: bool = False
+    ) -> None:
         self.function = function
         self.keys = CallKeys(function, version=version)
         self.stats = FunctionStats(self.keys.name)
         """This function's counters in this process."""
+        self.manual_invalidation = manual_invalidation
+        """Whether its results carry the tags :meth:`invalidate` and :meth:`invalidate_all`
+        name (one more tag per stored result)."""
+        self._manual_table = f"{MANUAL_TAG_TABLE}/{self.keys.name}"
         functools.update_wrapper(self, function)
         _registry.add(self)
 
@@ -63,6 +82,32 @@ class CacheableFunction(Generic[P, R]):
         ``code_version`` and ``code_packages`` settings of the current transaction's cache,
         else of the default cache, else with none."""
         return self.keys.key(args, kwargs, _settings_here())
+
+    def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> int | None:
+        """Make the cached results of this call stale, for what the database cannot see (an
+        external API the function reads, say). Inside a read/write transaction the
+        invalidation commits with it (its ``commit_timestamp`` is the token); elsewhere it
+        commits at once through the default cache, and the ``not_before`` token of that
+        commit is returned. Needs ``@cacheable(manual_invalidation=True)``."""
+        self._require_manual("invalidate")
+        key = self.keys.key(args, kwargs, _settings_here())
+        return _emit_invalidation(self._manual_tag(key))
+
+    def invalidate_all(self) -> int | None:
+        """Make every cached result of this function stale, whatever its arguments and code
+        version (as :meth:`invalidate` does for one call)."""
+        self._require_manual("invalidate_all")
+        return _emit_invalidation(self._manual_table)
+
+    def _require_manual(self, method: str) -> None:
+        if not self.manual_invalidation:
+            raise TypeError(
+                f"{self.keys.name}.{method}(): its results carry no manual-invalidation tag; "
+                "declare it @txcache.cacheable(manual_invalidation=True)"
+            )
+
+    def _manual_tag(self, key: bytes) -> str:
+        return f"{self._manual_table}:key={key.hex()}"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
@@ -99,6 +144,7 @@ class CacheableFunction(Generic[P, R]):
         transaction.check_owner()
         cache = transaction.cache
         key = self.keys.key(args, kwargs, cache.settings)
+        manual_tag = self._manual_tag(key) if self.manual_invalidation else None
         if cache.mode == "no_consistency":  # its values never reach consistent readers
             key = hashlib.blake2b(key, digest_size=len(key), person=b"no_consistency").digest()
         assert cache.ring is not None
@@ -115,7 +161,7 @@ class CacheableFunction(Generic[P, R]):
                     frame.read_cached(found.interval, found.tags)
                 self.stats.record_hit(time.perf_counter() - started)
                 return value
-        return self._run(transaction, node, key, found.kind, args, kwargs)
+        return self._run(transaction, node, key, found.kind, args, kwargs, manual_tag)
 
     def _run(
         self,
@@ -125,10 +171,14 @@ class CacheableFunction(Generic[P, R]):
         miss_kind: str,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
+        manual_tag: str | None,
     ) -> R:
         started = time.perf_counter()
         frame = Frame()
         transaction.frames.append(frame)
+        if manual_tag is not None:  # callers' results depend on this call's too
+            for each in transaction.frames:
+                each.tags.add(manual_tag)
         try:
             value = self.function(*args, **kwargs)
         finally:
@@ -167,6 +217,29 @@ class CacheableFunction(Generic[P, R]):
             )
 
 
+def _emit_invalidation(tags: str) -> int | None:
+    """Write ``tags`` (one per line) as a manual invalidation: in the current read/write
+    transaction (``None`` returned: its commit is the token), else in one of its own of the
+    default cache (its commit's token)."""
+    transaction = current_transaction()
+    if isinstance(transaction, ReadOnlyTransaction):
+        raise TransactionError(
+            "a read-only transaction cannot invalidate: call invalidate() in a read/write "
+            "transaction or outside any"
+        )
+    if transaction is not None:
+        transaction.execute(_EMIT_INVALIDATION, (tags,))
+        return None
+    from txcache._connect import default_cache  # a cycle only at import time
+
+    cache = default_cache()
+    if cache is None:
+        raise NoTransaction("no cache to invalidate through: call txcache.connect() first")
+    with cache.read_write() as written:
+        written.execute(_EMIT_INVALIDATION, (tags,))
+    return written.commit_timestamp
+
+
 def _settings_here() -> Settings | None:
     """The settings of the cache a call made here would read."""
     transaction = current_transaction()
@@ -183,11 +256,17 @@ def cacheable(function: Callable[P, R], /) -> CacheableFunction[P, R]: ...
 
 
 @overload
-def cacheable(*, version: str = "") -> Callable[[Callable[P, R]], CacheableFunction[P, R]]: ...
+def cacheable(
+    *, version: str = "", manual_invalidation: bool = False
+) -> Callable[[Callable[P, R]], CacheableFunction[P, R]]: ...
 
 
 def cacheable(
-    function: Callable[P, R] | None = None, /, *, version: str = ""
+    function: Callable[P, R] | None = None,
+    /,
+    *,
+    version: str = "",
+    manual_invalidation: bool = False,
 ) -> CacheableFunction[P, R] | Callable[[Callable[P, R]], CacheableFunction[P, R]]:
     """Make ``function`` cacheable: ``@cacheable`` or ``@cacheable(version="2")``.
 
@@ -196,11 +275,13 @@ def cacheable(
     docs/library.md, "Keys and code changes"); ``version`` changes every key of this
     function, for a change the hash cannot see (a template, a method reached through an
     instance). The ``code_version`` setting does the same for every function.
+    ``manual_invalidation`` lets :meth:`CacheableFunction.invalidate` make results stale by
+    hand, for what the database cannot see.
     """
     if function is not None:
         return CacheableFunction(function, version=version)
 
     def decorate(inner: Callable[P, R]) -> CacheableFunction[P, R]:
-        return CacheableFunction(inner, version=version)
+        return CacheableFunction(inner, version=version, manual_invalidation=manual_invalidation)
 
     return decorate

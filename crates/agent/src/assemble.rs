@@ -176,6 +176,27 @@ impl Assembler {
         Ok(())
     }
 
+    /// Feeds the content of a `txcache-invalidate` message (docs/agent.md, "Manual
+    /// invalidations"): one tag per line, invalidated at the transaction's commit. A line
+    /// that is no tag invalidates everything: the writer meant something to go stale.
+    pub fn manual_invalidation(&mut self, content: &[u8]) -> Result<(), AssembleError> {
+        let text = String::from_utf8_lossy(content);
+        let mut tags = BTreeSet::new();
+        for line in text.lines().filter(|line| !line.is_empty()) {
+            match InvalidationTag::parse(line) {
+                Ok(tag) => {
+                    tags.insert(tag);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "a manual invalidation that names no tag: invalidating everything");
+                    tags.insert(InvalidationTag::global());
+                }
+            }
+        }
+        self.transaction()?.tags.extend(tags);
+        Ok(())
+    }
+
     /// Ends the transaction; `None` when no BEGIN was seen (a stream resumed mid-way).
     pub fn commit(&mut self, lsn: u64, commit_time_micros: i64) -> Option<Committed> {
         let mut open = self.open.take()?;
@@ -398,6 +419,22 @@ mod tests {
             "public.old_m1",
         ]);
         assert_eq!(committed.invalidation.tags, expected);
+    }
+
+    #[test]
+    fn a_manual_invalidation_adds_its_tags_and_a_bad_line_everything() {
+        let mut assembler = Assembler::default();
+        assembler.begin(7, 500);
+        let content = "txcache.calls/app.f:key=00ff\ntxcache.calls/app.g\n";
+        assembler.manual_invalidation(content.as_bytes()).unwrap();
+        let committed = assembler.commit(500, 0).unwrap();
+        assert!(!committed.changed_schema);
+        let expected = tags(&["txcache.calls/app.f:key=00ff", "txcache.calls/app.g"]);
+        assert_eq!(committed.invalidation.tags, expected);
+        assembler.begin(8, 600);
+        assembler.manual_invalidation(b"no.column:value").unwrap();
+        let committed = assembler.commit(600, 0).unwrap();
+        assert_eq!(committed.invalidation.tags, [InvalidationTag::global()]);
     }
 
     #[test]

@@ -27,6 +27,10 @@ use txcache_model::{Timestamp, WallClock};
 /// The prefix of the DDL notices written by `txcache setup`'s event trigger.
 pub const DDL_PREFIX: &str = "txcache-ddl";
 
+/// The prefix of manual invalidations (`fn.invalidate(...)` in the library): tags, one per
+/// line, invalidated at the commit of the transaction that wrote them.
+pub const INVALIDATE_PREFIX: &str = "txcache-invalidate";
+
 /// The commit LSN of the newest transaction with a DDL notice among the changes the slot
 /// holds before `$2`: pgoutput's COMMIT carries it in bytes 2–9.
 const REPLAYED_DDL_QUERY: &str = "
@@ -344,6 +348,14 @@ impl Stream {
                 ..
             } if prefix == DDL_PREFIX => {
                 self.assembler.ddl_notice(&content, &mut self.catalog)?;
+            }
+            ReplicationEvent::Message {
+                transactional: true,
+                prefix,
+                content,
+                ..
+            } if prefix == INVALIDATE_PREFIX => {
+                self.assembler.manual_invalidation(&content)?;
             }
             ReplicationEvent::Message {
                 transactional: false,
