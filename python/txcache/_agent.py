@@ -16,6 +16,9 @@ a transaction that sees a pin after a DDL also sees the generation that DDL star
 
 When the agent is unreachable the list stops moving: pins age out of every staleness limit,
 transactions fall back to the database, and nothing raises.
+
+What the replies mean and every answer drawn from them live in :class:`AgentState` (no I/O),
+which the async client shares; :class:`AgentClient` adds the sync transport and the thread.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from txcache import _protocol as protocol
 from txcache._pinset import Pin, PinSet
@@ -33,26 +38,27 @@ from txcache._protocol import Barrier, CatalogVersion
 from txcache._resp import Endpoint, ReplyError
 from txcache._schema import TagColumns, tag_columns_at
 
-__all__ = ["AgentClient"]
+__all__ = [
+    "REFRESH_COMMANDS",
+    "AgentClient",
+    "AgentState",
+    "answered",
+    "fresh_pin_result",
+    "refresh_result",
+]
 
 log = logging.getLogger("txcache")
 
 _NO_FENCE = Barrier(2**63 - 1, -1)  # before the first refresh: no snapshot is after every change
 
 
-class AgentClient:
-    """Pins and catalog versions from one agent, refreshed in the background."""
+class AgentState:
+    """The agent as last refreshed — pins, tag-column catalog, barrier — and every answer
+    drawn from them, with no I/O: shared by the sync :class:`AgentClient` (a refresher
+    thread) and the async one (:class:`txcache.aio._agent.AsyncAgentClient`, a task)."""
 
-    def __init__(
-        self,
-        address: str,
-        *,
-        password: str | None = None,
-        refresh_interval: float = 0.25,
-        timeout: float = 5.0,
-    ) -> None:
-        """Starts the refresher thread at once; :meth:`close` stops it."""
-        self.endpoint = Endpoint(address, role="agent", password=password, timeout=timeout)
+    def __init__(self, refresh_interval: float) -> None:
+        """Nothing known yet: no pins, no catalog, no barrier."""
         self.refresh_interval = refresh_interval
         self._list = _PinList([], [], [], float("-inf"), _NO_FENCE)
         # Pins die with the agent's pinner sessions: a list not confirmed for this long is
@@ -63,16 +69,6 @@ class AgentClient:
         self.catalog_generation = 0
         """How many times the agent's tag-column catalog changed since the first refresh;
         a change means DDL happened (or the agent restarted)."""
-        self._lock = threading.Lock()
-        self._refreshed = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="txcache-agent-refresh", daemon=True)
-        self._thread.start()
-
-    def wait_ready(self, timeout: float) -> bool:
-        """Wait until the first refresh answered; ``False`` if it did not within
-        ``timeout``."""
-        return self._refreshed.wait(timeout)
 
     def pin_set(self, *, staleness: float, not_before: int | None, now: float) -> PinSet:
         """The pin set a transaction begins with: :meth:`pins` and ★, built by slicing the
@@ -99,14 +95,107 @@ class AgentClient:
         listed = self._list
         return listed.pins[self._window(listed, staleness, not_before, now) :]
 
+    def covers(self, ts: int) -> bool:
+        """Whether the catalog of the last refresh covers snapshot ``ts`` (a newer fresh
+        pin has the caller refresh first)."""
+        return ts <= self._catalog_through
+
+    def columns_at(self, ts: int) -> tuple[bool, TagColumns | None]:
+        """``(True, columns)`` in force at ``ts`` if :meth:`covers` it, else ``(False,
+        None)`` (the caller uses wildcards)."""
+        if ts > self._catalog_through:
+            return False, None
+        return True, tag_columns_at(self._catalog, ts)
+
+    def schema_barrier(self, position: int) -> int | None:
+        """The newest schema change (or ``TRUNCATE``) the agent decoded, once its stream has
+        passed ``position`` — it then knows every one committed below — as of the last
+        refresh; ``None`` until then."""
+        barrier, decoded = self._list.fence
+        return barrier if decoded >= position else None
+
+    def _publish(self, listed: list[Pin], catalog: list[CatalogVersion], fence: Barrier) -> None:
+        """Make one refresh's replies (``PINS``, ``TAGCOLUMNS``, ``BARRIER``) current; the
+        caller serializes refreshes."""
+        by_ts = {pin.ts: pin for pin in listed}
+        pins = [by_ts[ts] for ts in sorted(by_ts)]
+        # The catalog first: whoever reads a pin of this refresh must find the catalog
+        # (and generation) that covers it, not the previous one.
+        if catalog != self._catalog:
+            self._catalog = catalog
+            self.catalog_generation += 1
+        if pins:
+            self._catalog_through = max(self._catalog_through, pins[-1].ts)
+        # A pin stops being current when the next is taken, so current_as_of grows along
+        # the list; the minimum of each suffix keeps the search sound even if it did not
+        # (a pin is then left out, never a stale one let in).
+        suffix_min = itertools.accumulate((pin.current_as_of for pin in reversed(pins)), min)
+        known_current = list(suffix_min)[::-1]
+        timestamps = [pin.ts for pin in pins]
+        self._list = _PinList(pins, timestamps, known_current, time.monotonic(), fence)
+
+
+def fresh_pin_result(reply: Pin | ReplyError | None) -> Pin | None:
+    """What a ``PIN`` reply gives: the pin, or ``None`` (an error reply is logged)."""
+    if reply is None or isinstance(reply, ReplyError):
+        if reply is not None:
+            log.warning("the agent could not take a fresh pin: %s", reply)
+        return None
+    return reply
+
+
+def refresh_result(
+    replies: Sequence[Any],
+) -> tuple[list[Pin], list[CatalogVersion], Barrier] | None:
+    """The replies to ``PINS``, ``TAGCOLUMNS`` and ``BARRIER`` (each as the endpoints
+    return it), or ``None`` when one of them is missing or an error."""
+    if not all(map(answered, replies)):
+        return None
+    listed, catalog, fence = replies
+    return listed, catalog, fence
+
+
+def answered(reply: Any) -> bool:
+    """Whether an endpoint's ``reply`` is an answer (not ``None`` for a server down, not an
+    error reply)."""
+    return reply is not None and not isinstance(reply, ReplyError)
+
+
+REFRESH_COMMANDS = (protocol.pins(), protocol.tag_columns(), protocol.barrier())
+"""What a refresh asks, in this order: ``TAGCOLUMNS`` after ``PINS``, so that the catalog
+covers every listed pin."""
+
+
+class AgentClient(AgentState):
+    """Pins and catalog versions from one agent, refreshed by a background thread."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        password: str | None = None,
+        refresh_interval: float = 0.25,
+        timeout: float = 5.0,
+    ) -> None:
+        """Starts the refresher thread at once; :meth:`close` stops it."""
+        super().__init__(refresh_interval)
+        self.endpoint = Endpoint(address, role="agent", password=password, timeout=timeout)
+        self._lock = threading.Lock()
+        self._refreshed = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="txcache-agent-refresh", daemon=True)
+        self._thread.start()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until the first refresh answered; ``False`` if it did not within
+        ``timeout``."""
+        return self._refreshed.wait(timeout)
+
     def pin_now(self) -> Pin | None:
         """A freshly taken, certified pin (★); ``None`` if the agent cannot give one."""
-        pin = self.endpoint.run(protocol.pin())
-        if pin is None or isinstance(pin, ReplyError):
-            if pin is not None:
-                log.warning("the agent could not take a fresh pin: %s", pin)
-            return None
-        if pin.ts > self._catalog_through:
+        reply = self.endpoint.run(protocol.pin())
+        pin = fresh_pin_result(reply)
+        if pin is not None and not self.covers(pin.ts):
             self.refresh()
         return pin
 
@@ -121,35 +210,19 @@ class AgentClient:
     def tag_columns(self, ts: int) -> tuple[bool, TagColumns | None]:
         """The tag-column version in force at snapshot ``ts``: ``(True, columns)``, or
         ``(False, None)`` when the catalog cannot be known to cover ``ts`` (use wildcards)."""
-        if ts > self._catalog_through:
+        if not self.covers(ts):
             self.refresh()
-            if ts > self._catalog_through:
-                return False, None
-        return True, tag_columns_at(self._catalog, ts)
+        return self.columns_at(ts)
 
     def refresh(self) -> bool:
         """Fetch pins and catalog now; ``False`` if the agent did not answer."""
         if not self.endpoint.is_up():
             return False
         with self._lock:
-            connection_replies = self._fetch()
-            if connection_replies is None:
+            replies = self._fetch()
+            if replies is None:
                 return False
-            pins, catalog, fence = connection_replies
-            # The catalog first: whoever reads a pin of this refresh must find the catalog
-            # (and generation) that covers it, not the previous one.
-            if catalog != self._catalog:
-                self._catalog = catalog
-                self.catalog_generation += 1
-            if pins:
-                self._catalog_through = max(self._catalog_through, pins[-1].ts)
-            # A pin stops being current when the next is taken, so current_as_of grows along
-            # the list; the minimum of each suffix keeps the search sound even if it did not
-            # (a pin is then left out, never a stale one let in).
-            suffix_min = itertools.accumulate((pin.current_as_of for pin in reversed(pins)), min)
-            known_current = list(suffix_min)[::-1]
-            timestamps = [pin.ts for pin in pins]
-            self._list = _PinList(pins, timestamps, known_current, time.monotonic(), fence)
+            self._publish(*replies)
         self._refreshed.set()
         return True
 
@@ -159,25 +232,13 @@ class AgentClient:
         self._thread.join(timeout=5)
         self.endpoint.close()
 
-    def schema_barrier(self, position: int) -> int | None:
-        """The newest schema change (or ``TRUNCATE``) the agent decoded, once its stream has
-        passed ``position`` — it then knows every one committed below — as of the last
-        refresh; ``None`` until then."""
-        barrier, decoded = self._list.fence
-        return barrier if decoded >= position else None
-
     def _fetch(self) -> tuple[list[Pin], list[CatalogVersion], Barrier] | None:
-        listed = self.endpoint.run(protocol.pins())
-        if listed is None or isinstance(listed, ReplyError):
-            return None
-        catalog = self.endpoint.run(protocol.tag_columns())
-        if catalog is None or isinstance(catalog, ReplyError):
-            return None
-        fence = self.endpoint.run(protocol.barrier())
-        if fence is None or isinstance(fence, ReplyError):
-            return None
-        by_ts = {pin.ts: pin for pin in listed}
-        return [by_ts[ts] for ts in sorted(by_ts)], catalog, fence
+        replies: list[Any] = []
+        for command in REFRESH_COMMANDS:  # one after the other, stopping at a failure
+            replies.append(self.endpoint.run(command))
+            if not answered(replies[-1]):
+                return None
+        return refresh_result(replies)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-import weakref
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self
@@ -23,17 +21,17 @@ from psycopg import sql
 
 from txcache import _protocol as protocol
 from txcache._agent import AgentClient
-from txcache._config import Mode, Settings, load_settings
+from txcache._cache_core import CacheCore, gather_settings, unknown_relation
+from txcache._config import Mode, Settings
 from txcache._lsn import wal_position
 from txcache._nodes import CacheNode, NodeRing
-from txcache._pinset import PinPolicy, newest_or_fresh
+from txcache._pinset import PinPolicy
 from txcache._schema import Catalog, Schema
-from txcache._serialize import SafeSerializer, Serializer
-from txcache._sql import UncacheableQuery, analyze
-from txcache._stats import OperationLatency
+from txcache._serialize import Serializer
+from txcache._sql import UncacheableQuery
 from txcache._transaction import Params, ReadOnlyTransaction, ReadWriteTransaction
 
-__all__ = ["Cache", "connect", "default_cache"]
+__all__ = ["Cache", "connect", "deallocation", "default_cache"]
 
 log = logging.getLogger("txcache")
 
@@ -88,40 +86,23 @@ def connect(
     ``safe_functions`` names SQL functions cacheable queries may call (deterministic and
     reading no table). Raises :class:`~txcache.ConfigurationError`.
     """
-    given: dict[str, Any] = {
-        "dsn": dsn,
-        # A string is the comma-separated form the environment variable takes.
-        "nodes": nodes if nodes is None or isinstance(nodes, str) else tuple(nodes),
-        "agent": agent,
-    }
-    given |= {"password": password, "secret": secret, "mode": mode, "staleness": staleness}
-    loaded = load_settings({**given, **settings})
+    given: dict[str, Any] = {"dsn": dsn, "nodes": nodes, "agent": agent, "password": password}
+    given |= {"secret": secret, "mode": mode, "staleness": staleness}
+    loaded = gather_settings(given, settings)
     return Cache(
         loaded, serializer=serializer, pin_policy=pin_policy, safe_functions=safe_functions
     )
 
 
-def _uncached_reason(settings: Settings) -> str | None:
-    """Why a cache with these settings would never cache, naming the setting to give."""
-    if settings.mode == "bypass":
-        return "mode bypass"
-    missing = [
-        f"{what} (the setting {name}, or TXCACHE_{name.upper()})"
-        for name, what, given in (
-            ("nodes", "cache nodes", settings.nodes),
-            ("agent", "agent", settings.agent),
-        )
-        if not given
-    ]
-    return f"txcache has no {' and no '.join(missing)}" if missing else None
-
-
-class Cache:
+class Cache(CacheCore):
     """Database pool, cache nodes, agent client, and the settings transactions read.
 
     A context manager: leaving it closes everything. Thread-safe: transactions of many
     threads (one per thread at a time) share it.
     """
+
+    agent: AgentClient | None
+    ring: NodeRing[CacheNode] | None
 
     def __init__(
         self,
@@ -132,27 +113,12 @@ class Cache:
         safe_functions: Iterable[str] = (),
     ) -> None:
         """Open the database pool and start refreshing pins (see :func:`connect`)."""
-        self.settings = settings
-        self.mode: Mode = settings.mode
-        secret = settings.secret.encode() if settings.secret else None
-        self.serializer: Serializer = serializer or SafeSerializer(secret)
-        self.policy: PinPolicy = pin_policy or newest_or_fresh(settings.fresh_pin_age)
-        self.safe_functions = frozenset(safe_functions)
-        self.latency = OperationLatency()
-        """Mean cache lookup and database statement latency of read-only transactions."""
-        self.uncached_reason = _uncached_reason(settings)
-        """Why this cache never caches (no nodes, no agent, ``bypass`` mode); ``None`` when
-        it does."""
+        super().__init__(
+            settings, serializer=serializer, pin_policy=pin_policy, safe_functions=safe_functions
+        )
         caching = self.uncached_reason is None
-        if settings.mode != "bypass" and not caching:
-            log.warning("%s: every call runs against the database, uncached", self.uncached_reason)
         self.ring = self._ring(settings) if caching else None
         self.agent = self._agent(settings) if caching else None
-        self.nodes_max_staleness: float | None = None
-        """The smallest ``--max-staleness`` of the nodes, once known (asked in the
-        background at start): no value older than that is kept, so no larger staleness
-        is ever used."""
-        self._staleness_warned = False
         if self.ring is not None:
             threading.Thread(
                 target=self._ask_max_staleness, name="txcache-max-staleness", daemon=True
@@ -166,47 +132,17 @@ class Cache:
             name="txcache",
             open=True,
         )
-        self._schema: Schema | None = None
-        self._schema_generation = -1  # the agent's catalog generation it was read at
-        self._schema_lock = threading.Lock()
-        self._schema_read_at = 0.0  # time.monotonic() of the last catalog reading
-        self._schema_readings = 0  # catalog readings since the first
-        self._schema_moved = False  # a query ran with a newer catalog than the last reading
-        # Per pooled connection, the catalog reading it last began a transaction under.
-        self._connection_readings: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
-            weakref.WeakKeyDictionary()
-        )
         global _default
         with _default_lock:
             _default = self
 
     def _ask_max_staleness(self) -> None:
         assert self.ring is not None
-        known: list[float] = []
-        for node in self.ring.nodes:
-            answer = node.run(protocol.max_staleness())
-            if isinstance(answer, float):
-                known.append(answer)
-        if known:
-            self.nodes_max_staleness = min(known)
-
-    def _check_staleness(self, staleness: float) -> None:
-        """Warn once when ``staleness`` exceeds what the nodes keep."""
-        limit = self.nodes_max_staleness
-        if limit is None or staleness <= limit or self._staleness_warned:
-            return
-        self._staleness_warned = True
-        log.warning(
-            "staleness %g s is above the cache nodes' --max-staleness (%g s): they keep no "
-            "value older than that, so transactions are at most %g s stale; start the nodes "
-            "and the agent with a larger --max-staleness to allow more",
-            staleness,
-            limit,
-            limit,
-        )
+        command = protocol.max_staleness()
+        self._note_max_staleness([node.run(command) for node in self.ring.nodes])
 
     @staticmethod
-    def _ring(settings: Settings) -> NodeRing:
+    def _ring(settings: Settings) -> NodeRing[CacheNode]:
         options = {"password": settings.password, "timeout": settings.node_timeout}
         return NodeRing([CacheNode(address, **options) for address in settings.nodes])
 
@@ -233,17 +169,7 @@ class Cache:
         ``staleness`` seconds old (default: the ``staleness`` setting) and not before the
         ``not_before`` token (a :attr:`ReadWriteTransaction.commit_timestamp`, or a
         :meth:`timestamp` taken after writes made elsewhere)."""
-        limit = self.settings.staleness if staleness is None else staleness
-        if limit < 0:
-            raise ValueError(f"staleness must be >= 0 seconds, not {limit}")
-        self._check_staleness(limit)
-        if not_before is not None and (
-            isinstance(not_before, bool) or not isinstance(not_before, int) or not_before < 0
-        ):
-            raise ValueError(
-                f"not_before must be a token (a commit_timestamp or a Cache.timestamp()), "
-                f"not {not_before!r}"
-            )
+        limit = self._staleness_limit(staleness, not_before)
         return ReadOnlyTransaction(self, limit, not_before)
 
     def timestamp(self) -> int:
@@ -257,9 +183,7 @@ class Cache:
         """A read/write transaction on the database, bypassing the cache. ``isolation``:
         ``"READ COMMITTED"`` (the database default), ``"REPEATABLE READ"``,
         ``"SERIALIZABLE"``."""
-        if isolation is not None and isolation.upper() not in _ISOLATION_LEVELS:
-            raise ValueError(f"isolation must be one of {sorted(_ISOLATION_LEVELS)}")
-        return ReadWriteTransaction(self, isolation.upper() if isolation else None)
+        return ReadWriteTransaction(self, self._isolation_level(isolation))
 
     def analyze(
         self, statement: str, params: Params, snapshot: int
@@ -267,30 +191,15 @@ class Cache:
         """The invalidation tags of ``statement`` at ``snapshot`` (docs/sql-tags.md), and
         the catalog reading they were derived from."""
         assert self.agent is not None
-        known, columns = self.agent.tag_columns(snapshot)
-        schema = self._current_schema().with_tag_columns(columns if known else None)
-        catalog = schema.catalog  # before: a reading meanwhile can only fail the check
+        columns = self.agent.tag_columns(snapshot)
         try:
-            return analyze(
-                statement, params, schema, safe_functions=self.safe_functions
-            ).tags, catalog
+            return self._analysis(statement, params, self._current_schema(), columns)
         except UncacheableQuery as refusal:
-            if "unknown relation" not in str(refusal):
+            if not unknown_relation(refusal):
                 raise
             with self._schema_lock:
-                self._reload_schema()  # a table created since the catalog was read
-            schema = self._current_schema().with_tag_columns(columns if known else None)
-            catalog = schema.catalog
-            return analyze(
-                statement, params, schema, safe_functions=self.safe_functions
-            ).tags, catalog
-
-    def schema_moved(self) -> None:
-        """A query ran with a newer catalog than the library's reading (or one not known to
-        be current): read it again before the next analysis, at most once per
-        ``refresh_interval`` (a stream of schema changes must not turn every query into a
-        catalog reading)."""
-        self._schema_moved = True
+                self._reload_schema(self._cover_reading)  # a table created since the reading
+            return self._analysis(statement, params, self._current_schema(), columns)
 
     def checkout(self) -> psycopg.Connection[Any]:
         """A pooled connection holding no statement psycopg prepared under an older catalog
@@ -299,8 +208,8 @@ class Cache:
         if self.agent is not None:
             self._current_schema()  # a schema change the agent reported is read first
         connection: psycopg.Connection[Any] = self.pool.getconn()
-        readings = self._schema_readings
-        if self._connection_readings.get(connection, readings) != readings:
+        readings, outdated = self._prepared_outdated(connection)
+        if outdated:
             try:
                 _forget_prepared(connection)
             except psycopg.Error:
@@ -311,37 +220,14 @@ class Cache:
 
     def _current_schema(self) -> Schema:
         """The catalog facts, re-read once after every change of the agent's catalog (a
-        DDL) and after a query found them outdated: one integer comparison and one flag
-        test per call on the common path."""
+        DDL) and after a query found them outdated (:meth:`CacheCore._schema_stale`)."""
         # Read before the catalog is: a DDL the agent reports meanwhile reads it again.
-        # Generations only grow, so a thread that read an older one never undoes a reload.
         generation = self.agent.catalog_generation if self.agent is not None else 0
+        if self._schema_stale(generation):
+            self._read_schema(generation, self._cover_reading)
         schema = self._schema
-        moved = self._schema_moved and (
-            time.monotonic() - self._schema_read_at >= self.settings.refresh_interval
-        )
-        if schema is None or generation > self._schema_generation or moved:
-            with self._schema_lock:
-                if self._schema is None:
-                    # Its own connection: a transaction holding the last pooled one waits here.
-                    self._schema = Schema.load(self.settings.dsn)
-                    self._schema_read_at = time.monotonic()
-                    self._cover_reading()
-                elif generation > self._schema_generation or self._schema_moved:
-                    self._reload_schema()
-                self._schema_generation = max(generation, self._schema_generation)
-            schema = self._schema
         assert schema is not None
         return schema
-
-    def _reload_schema(self) -> None:
-        """Read the catalog again; call with ``_schema_lock`` held."""
-        if self._schema is not None:
-            self._schema_moved = False  # before: a query finding it moved again reads again
-            self._schema.refresh()  # through its own connection to the DSN
-            self._schema_read_at = time.monotonic()
-            self._schema_readings += 1
-            self._cover_reading()
 
     def _cover_reading(self) -> None:
         """Have the agent's stream pass the catalog reading just made, so that what is
@@ -393,9 +279,6 @@ class Cache:
         self.close()
 
 
-_ISOLATION_LEVELS = frozenset({"READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"})
-
-
 def _forget_prepared(connection: psycopg.Connection[Any]) -> None:
     """Have psycopg deallocate every statement it prepared on the idle ``connection``: its
     ``rollback()`` of an open transaction does (its cache notices a ``DEALLOCATE ALL`` sent
@@ -415,8 +298,15 @@ def _reset_session(connection: psycopg.Connection[Any]) -> None:
     cursor = connection.execute(_RESET_SESSION, prepare=False)
     while cursor.nextset():
         pass  # to the last result: the statements the application prepared
-    names = [name for (name,) in cursor.fetchall()]
-    if names:
-        deallocate = sql.SQL("DEALLOCATE {}")
-        statements = sql.SQL("; ").join(deallocate.format(sql.Identifier(n)) for n in names)
-        connection.execute(statements, prepare=False)
+    deallocate = deallocation([name for (name,) in cursor.fetchall()])
+    if deallocate is not None:
+        connection.execute(deallocate, prepare=False)
+
+
+def deallocation(names: list[str]) -> sql.Composed | None:
+    """``DEALLOCATE`` of the statements the application prepared in SQL (``names``, the
+    last result of ``_RESET_SESSION``); ``None`` when there are none."""
+    if not names:
+        return None
+    deallocate = sql.SQL("DEALLOCATE {}")
+    return sql.SQL("; ").join(deallocate.format(sql.Identifier(n)) for n in names)

@@ -5,6 +5,8 @@ commands (``TXGET``, ``TXSET``, ``TXINTERVAL``; docs/protocol.md, encoded and de
 A node that cannot be reached is *down* (:class:`~txcache._resp.Endpoint`): a lookup misses
 with kind ``unavailable`` and an insert is skipped, at once, until the retry time. Nothing
 here raises for a node failure: a dead node means slower, never an error (docs/library.md).
+What each reply means (:func:`lookup_result`, :func:`insert_result`, :func:`interval_result`)
+and the ring are shared with the async node client (:mod:`txcache.aio._nodes`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import bisect
 import hashlib
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from txcache import _protocol as protocol
 from txcache._protocol import Hit, Interval, Miss
@@ -21,11 +23,48 @@ from txcache._resp import Endpoint, ReplyError
 
 # Hit, Interval and Miss are the protocol's reply types, exported here too because the
 # library's modules know them as the node's.
-__all__ = ["CacheNode", "Hit", "Interval", "Miss", "NodeRing"]
+__all__ = [
+    "CacheNode",
+    "Hit",
+    "Interval",
+    "Miss",
+    "NodeRing",
+    "insert_result",
+    "interval_result",
+    "lookup_result",
+]
 
 log = logging.getLogger("txcache")
 
 _POINTS_PER_NODE = 160
+
+
+def lookup_result(address: str, reply: Hit | Miss | ReplyError | None) -> Hit | Miss:
+    """What a ``TXGET`` reply means: the hit or miss, ``unavailable`` when the node is down,
+    ``error`` (logged) when it refused the request."""
+    if reply is None:
+        return Miss("unavailable")
+    if isinstance(reply, ReplyError):
+        log.warning("cache node %s refused TXGET: %s", address, reply)
+        return Miss("error")
+    return reply
+
+
+def insert_result(address: str, reply: protocol.Stored | ReplyError | None) -> str | None:
+    """The outcome of a ``TXSET`` reply; ``None`` when the node is down or refused it."""
+    if reply is None:
+        return None
+    if isinstance(reply, ReplyError):
+        log.warning("cache node %s refused TXSET: %s", address, reply)
+        return None
+    return reply.outcome
+
+
+def interval_result(reply: Interval | ReplyError | None) -> Interval | None:
+    """The interval of a ``TXINTERVAL`` reply; ``None`` when the node cannot say."""
+    if reply is None or isinstance(reply, ReplyError):
+        return None
+    return reply
 
 
 class CacheNode(Endpoint):
@@ -38,12 +77,7 @@ class CacheNode(Endpoint):
     def lookup(self, key: bytes, lo: int, hi: int, *, with_tags: bool) -> Hit | Miss:
         """``TXGET key lo hi [WITHTAGS]``."""
         reply = self.run(protocol.txget(key, lo, hi, with_tags=with_tags))
-        if reply is None:
-            return Miss("unavailable")
-        if isinstance(reply, ReplyError):
-            log.warning("cache node %s refused TXGET: %s", self.address, reply)
-            return Miss("error")
-        return reply
+        return lookup_result(self.address, reply)
 
     def insert(
         self,
@@ -57,27 +91,34 @@ class CacheNode(Endpoint):
         """``TXSET``; returns the outcome (``inserted``, ``extended``, ``nondeterministic``,
         ``empty``), or ``None`` when the node is down or refused it."""
         reply = self.run(protocol.txset(key, value, lo, hi, snapshot=snapshot, tags=tags))
-        if reply is None:
-            return None
-        if isinstance(reply, ReplyError):
-            log.warning("cache node %s refused TXSET: %s", self.address, reply)
-            return None
-        return reply.outcome
+        return insert_result(self.address, reply)
 
     def database_interval(self, snapshot: int, tags: Iterable[str]) -> Interval | None:
         """``TXINTERVAL``: where results read at ``snapshot`` from rows named by ``tags`` are
         known valid; ``None`` when the node cannot say."""
         reply = self.run(protocol.txinterval(snapshot, tags))
-        if reply is None or isinstance(reply, ReplyError):
-            return None
-        return reply
+        return interval_result(reply)
 
 
-class NodeRing:
+class _Node(Protocol):
+    """What the ring needs of a node client (sync or async)."""
+
+    address: str
+
+    def is_up(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+N = TypeVar("N", bound=_Node)
+
+
+class NodeRing(Generic[N]):
     """Consistent hashing of keys over nodes: each node owns many points on a ring, so
-    adding or removing one moves only its share of the keys."""
+    adding or removing one moves only its share of the keys. The same ring places keys for
+    the sync and the async node clients."""
 
-    def __init__(self, nodes: Sequence[CacheNode]) -> None:
+    def __init__(self, nodes: Sequence[N]) -> None:
         """A ring over ``nodes`` (at least one)."""
         if not nodes:
             raise ValueError("a NodeRing needs at least one cache node")
@@ -90,12 +131,12 @@ class NodeRing:
         self._points = [point for point, _ in points]
         self._owners = [self.nodes[position] for _, position in points]
 
-    def node_for(self, key: bytes) -> CacheNode:
+    def node_for(self, key: bytes) -> N:
         """The node that holds ``key``."""
         index = bisect.bisect(self._points, _point(key))
         return self._owners[index % len(self._owners)]
 
-    def any_up(self) -> CacheNode | None:
+    def any_up(self) -> N | None:
         """Some node that is up, for questions every node can answer."""
         return next((node for node in self.nodes if node.is_up()), None)
 

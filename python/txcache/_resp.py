@@ -4,7 +4,9 @@ A cache hit is one round trip, so the client is kept as thin as a correct one ca
 socket with ``TCP_NODELAY``, commands packed and replies parsed by hiredis (the C parser
 redis-py uses), no connection-pool machinery. Error replies come back as
 :class:`ReplyError` values, not exceptions, so a caller decides what an error means; a
-socket failure raises :class:`ConnectionLost`.
+socket failure raises :class:`ConnectionLost`. Whether a server is up (:class:`Health`) and
+what a reply means to the library (:func:`read_reply`) are decided here once, for this
+transport and the async one (:mod:`txcache.aio._resp`).
 
 The commands themselves (arguments and typed replies) are :mod:`txcache._protocol`'s: a
 :class:`Command` pairs a request with the decoder of its reply, and both transports here run
@@ -30,10 +32,12 @@ __all__ = [
     "Command",
     "ConnectionLost",
     "Endpoint",
+    "Health",
     "PasswordRefused",
     "ReplyError",
     "RespConnection",
     "parse_address",
+    "read_reply",
 ]
 
 log = logging.getLogger("txcache")
@@ -91,6 +95,18 @@ class Command(Generic[T]):
         except _SHAPE_ERRORS as error:
             name = self.arguments[0]
             raise BadReply(f"unexpected reply to {name!s}: {error}") from error
+
+
+def read_reply(command: Command[T], reply: Any) -> T | ReplyError | None:
+    """What the library's endpoints return for ``reply`` (``None``: no reply, the server is
+    down): the decoded reply, or a :class:`ReplyError` for an error reply or one of the
+    wrong shape (which says the server cannot serve this command either)."""
+    if reply is None or isinstance(reply, ReplyError):
+        return reply
+    try:
+        return command.read(reply)
+    except BadReply as error:
+        return ReplyError(str(error))
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -197,11 +213,53 @@ def _show(address: tuple[str, int]) -> str:
     return f"{address[0]}:{address[1]}"
 
 
-class Endpoint:
+class Health:
+    """Whether a server the library calls is up, shared by the sync :class:`Endpoint` and
+    the async one (no I/O). A failure marks it *down*: calls return ``None`` at once until a
+    retry time that backs off from 0.5 s to 10 s; a success resets the backoff."""
+
+    def __init__(self, address: str, *, role: str) -> None:
+        """``address`` is ``host:port``; ``role`` names the server in logs."""
+        self.address = address
+        self.role = role
+        self._lock = threading.Lock()
+        self._down_until = 0.0
+        self._backoff = _FIRST_BACKOFF
+
+    def __repr__(self) -> str:
+        state = "up" if self.is_up() else "down"
+        return f"{type(self).__name__}({self.address!r}, {state})"
+
+    def is_up(self) -> bool:
+        """Whether calls are being made (it is not in a backoff period)."""
+        return time.monotonic() >= self._down_until
+
+    def _note_down(self, error: BaseException) -> bool:
+        """Mark the server down after ``error``; ``False`` if it was down already (another
+        caller noted the same failure), else the caller drops its connections."""
+        with self._lock:
+            if not self.is_up():
+                return False
+            self._down_until = time.monotonic() + self._backoff
+            log.warning(
+                "%s %s is unreachable (%s); the library works without it (reads go to the "
+                "database) and retries in %.1f s",
+                self.role,
+                self.address,
+                error,
+                self._backoff,
+            )
+            self._backoff = min(self._backoff * 2, _MAX_BACKOFF)
+        return True
+
+    def _note_up(self) -> None:
+        """A call succeeded: the next failure backs off from the start again."""
+        self._backoff = _FIRST_BACKOFF
+
+
+class Endpoint(Health):
     """A server the library calls (a cache node, the agent): idle connections for reuse and
-    whether it is up. A failed call marks it *down*: further calls return ``None`` at once
-    until a retry time that backs off from 0.5 s to 10 s; the first call after that
-    reconnects, and a success resets the backoff."""
+    whether it is up (:class:`Health`). The first call after a backoff period reconnects."""
 
     def __init__(
         self,
@@ -214,8 +272,7 @@ class Endpoint:
     ) -> None:
         """``address`` is ``host:port``; ``role`` names the server in logs. Nothing is
         connected until the first call."""
-        self.address = address
-        self.role = role
+        super().__init__(address, role=role)
         self._target = parse_address(address)
         self._options: dict[str, Any] = {
             "password": password,
@@ -223,17 +280,6 @@ class Endpoint:
             "timeout": timeout,
         }
         self._idle: list[RespConnection] = []
-        self._lock = threading.Lock()
-        self._down_until = 0.0
-        self._backoff = _FIRST_BACKOFF
-
-    def __repr__(self) -> str:
-        state = "up" if self.is_up() else "down"
-        return f"{type(self).__name__}({self.address!r}, {state})"
-
-    def is_up(self) -> bool:
-        """Whether calls are being made (it is not in a backoff period)."""
-        return time.monotonic() >= self._down_until
 
     def call(self, *command: str | bytes | int | float) -> Any:
         """One command; ``None`` when the server is down or the connection failed (it is
@@ -250,20 +296,14 @@ class Endpoint:
             self._idle.append(connection)
         else:
             connection.close()
-        self._backoff = _FIRST_BACKOFF
+        self._note_up()
         return reply
 
     def run(self, command: Command[T]) -> T | ReplyError | None:
         """``command``'s decoded reply; ``None`` as :meth:`call` gives it, and a
         :class:`ReplyError` for an error reply or one of the wrong shape (which says the
         server cannot serve this command either; the caller logs it as it sees fit)."""
-        reply = self.call(*command.arguments)
-        if reply is None or isinstance(reply, ReplyError):
-            return reply
-        try:
-            return command.read(reply)
-        except BadReply as error:
-            return ReplyError(str(error))
+        return read_reply(command, self.call(*command.arguments))
 
     def close(self) -> None:
         """Close every idle connection."""
@@ -280,17 +320,5 @@ class Endpoint:
             return RespConnection(self._target, **self._options)
 
     def _mark_down(self, error: Exception) -> None:
-        with self._lock:
-            if not self.is_up():
-                return
-            self._down_until = time.monotonic() + self._backoff
-            log.warning(
-                "%s %s is unreachable (%s); the library works without it (reads go to the "
-                "database) and retries in %.1f s",
-                self.role,
-                self.address,
-                error,
-                self._backoff,
-            )
-            self._backoff = min(self._backoff * 2, _MAX_BACKOFF)
-        self.close()
+        if self._note_down(error):
+            self.close()

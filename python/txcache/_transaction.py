@@ -26,6 +26,10 @@ What a read-only transaction guards against (docs/library.md, "Read-only safety"
   :class:`~txcache.SnapshotUnavailable`;
 - a pin's snapshot id can name another snapshot after a PostgreSQL restart: an import is
   checked against the pin's snapshot contents in the same round trip.
+
+The read-only transaction's state and decisions live in :mod:`txcache._read_only_core`, and
+the read/write transaction's in :class:`CommitRecord` and :func:`end_action`, shared with
+the async transactions (:mod:`txcache.aio`); the classes here do the sync round trips.
 """
 
 from __future__ import annotations
@@ -37,19 +41,26 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Self, TypeVar, overload
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import RowFactory, tuple_row
 
-from txcache._catalog_stamp import stamp_check, still_current
-from txcache._frame import Frame
 from txcache._nodes import CacheNode, Hit, Interval, Miss
-from txcache._pinset import Pin, PinSet
-from txcache._schema import Catalog, table_name
+from txcache._pinset import Pin
+from txcache._read_only_core import (
+    BEGIN_READ_ONLY,
+    CURRENT_SNAPSHOT,
+    NO_SNAPSHOT,
+    REWRITE_MOVES,
+    REWRITTEN,
+    ReadOnlyCore,
+    Statement,
+    lost_while_moving,
+    rewritten_error,
+)
+from txcache._schema import Catalog
 from txcache._sql import UncacheableQuery
-from txcache._statements import check_read_only
 from txcache.errors import (
     NoTransaction,
     SnapshotUnavailable,
@@ -61,15 +72,20 @@ if TYPE_CHECKING:
     from txcache._connect import Cache
 
 __all__ = [
+    "COMMIT",
+    "CommitRecord",
     "Params",
     "ReadOnlyTransaction",
     "ReadWriteTransaction",
     "Row",
     "Transaction",
     "current_transaction",
+    "cursor_refusal",
+    "end_action",
     "execute",
     "query",
     "query_one",
+    "rolled_back_error",
 ]
 
 log = logging.getLogger("txcache")
@@ -82,9 +98,6 @@ Connection = psycopg.Connection[Row]
 _current: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar(
     "txcache_transaction", default=None
 )
-# snapshot "…" does not exist / invalid snapshot identifier / its exporter just ended
-_NO_SNAPSHOT = ("42704", "22023", "55000")
-_BEGIN_READ_ONLY = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
 def current_transaction() -> Transaction | None:
@@ -215,7 +228,7 @@ class Transaction:
 # IMMEDIATE fires the pending deferred triggers now rather than inside COMMIT, so a write of
 # theirs assigns the id before it is read (their outcome is the same). A held (WITH HOLD)
 # cursor is still run to its end by COMMIT, and can write then: the flag says there is one.
-_COMMIT = (
+COMMIT = (
     "SET CONSTRAINTS ALL IMMEDIATE; "
     "SELECT pg_current_xact_id_if_assigned()::text, "
     "EXISTS (SELECT FROM pg_cursors WHERE is_holdable); "
@@ -223,20 +236,61 @@ _COMMIT = (
 )
 
 
-class ReadWriteTransaction(Transaction):
-    """Straight to PostgreSQL, no cache. After commit, :attr:`commit_timestamp` is the
-    token a read-only transaction passes as ``not_before`` to see this transaction's
-    writes. Its connection goes back to the pool reset (:meth:`Cache.release`)."""
+def end_action(
+    status: psycopg.pq.TransactionStatus, *, committing: bool
+) -> Literal["commit", "rollback", "none"]:
+    """What ends a read/write block whose connection is in ``status``: a commit when the
+    block ended normally with its transaction open, a rollback of anything else open."""
+    if committing and status == psycopg.pq.TransactionStatus.INTRANS:
+        return "commit"
+    return "none" if status == psycopg.pq.TransactionStatus.IDLE else "rollback"
 
-    def __init__(self, cache: Cache, isolation: str | None = None) -> None:
-        super().__init__(cache)
-        self._isolation = isolation
+
+def rolled_back_error() -> TransactionError:
+    """A read/write block caught a failed statement and went on: nothing was written."""
+    return TransactionError(
+        "a statement failed inside the read/write block, so the transaction was rolled "
+        "back: nothing was written"
+    )
+
+
+class CommitRecord:
+    """What a read/write transaction knows of its commit, and when its commit timestamp
+    must be asked (sync and async transactions alike)."""
+
+    def __init__(self) -> None:
         self.xid: int | None = None
         """The transaction's id (``pg_current_xact_id()``), known after commit; ``None``
         if it wrote nothing before ``COMMIT``."""
         self._committed = False
         self._timestamp: int | None = None
         self._commit_may_write = False  # COMMIT ran a held cursor: it may have written
+
+    def _record_commit(self, row: tuple[Any, ...] | None) -> None:
+        """``COMMIT``'s ``SELECT`` row: the transaction id, and whether a held cursor ran."""
+        assert row is not None
+        xid, holds_cursors = row
+        self.xid = None if xid is None else int(xid)
+        self._committed = True
+        self._commit_may_write = self.xid is None and bool(holds_cursors)
+
+    def _timestamp_to_ask(self) -> bool:
+        """Whether the commit timestamp is still to be asked (it wrote, and it is not known
+        yet); raises before the commit."""
+        if not self._committed:
+            raise TransactionError("commit_timestamp is known only after the commit")
+        return self._timestamp is None and (self.xid is not None or self._commit_may_write)
+
+
+class ReadWriteTransaction(CommitRecord, Transaction):
+    """Straight to PostgreSQL, no cache. After commit, :attr:`commit_timestamp` is the
+    token a read-only transaction passes as ``not_before`` to see this transaction's
+    writes. Its connection goes back to the pool reset (:meth:`Cache.release`)."""
+
+    def __init__(self, cache: Cache, isolation: str | None = None) -> None:
+        Transaction.__init__(self, cache)
+        CommitRecord.__init__(self)
+        self._isolation = isolation
 
     def _begin(self) -> None:
         connection: Connection = self.cache.checkout()
@@ -272,31 +326,23 @@ class ReadWriteTransaction(Transaction):
     def _end(self, connection: Connection, *, committing: bool) -> None:
         """Commit (or roll back) the database transaction."""
         try:
-            status = connection.info.transaction_status
-            if committing and status == psycopg.pq.TransactionStatus.INTRANS:
+            action = end_action(connection.info.transaction_status, committing=committing)
+            if action == "commit":
                 self._commit(connection)
-            elif status != psycopg.pq.TransactionStatus.IDLE:
+            elif action == "rollback":
                 connection.execute("ROLLBACK")
                 if committing:  # the block caught a failed statement and went on
-                    raise TransactionError(
-                        "a statement failed inside the read/write block, so the transaction "
-                        "was rolled back: nothing was written"
-                    )
+                    raise rolled_back_error()
         except psycopg.Error:
             if committing:
                 raise
             log.debug("rollback failed after an error", exc_info=True)  # keep the user's error
 
     def _commit(self, connection: Connection) -> None:
-        """``_COMMIT``: fire deferred triggers, read the transaction id, commit."""
-        cursor = connection.execute(_COMMIT)
+        """``COMMIT``: fire deferred triggers, read the transaction id, commit."""
+        cursor = connection.execute(COMMIT)
         cursor.nextset()  # past SET CONSTRAINTS, to the SELECT
-        found = cursor.fetchone()
-        assert found is not None
-        xid, holds_cursors = found
-        self.xid = None if xid is None else int(xid)
-        self._committed = True
-        self._commit_may_write = self.xid is None and bool(holds_cursors)
+        self._record_commit(cursor.fetchone())
 
     @property
     def commit_timestamp(self) -> int | None:
@@ -305,9 +351,7 @@ class ReadWriteTransaction(Transaction):
         if the agent cannot answer, or the commit itself may have written without the
         transaction id being known before (a held cursor ran to its end), a WAL position
         at or after the commit stands in (just as safe, possibly newer than needed)."""
-        if not self._committed:
-            raise TransactionError("commit_timestamp is known only after the commit")
-        if self._timestamp is None and (self.xid is not None or self._commit_may_write):
+        if self._timestamp_to_ask():
             lsn = self._commit_lsn()
             self._timestamp = lsn if lsn is not None else self.cache.timestamp()
         return self._timestamp
@@ -318,42 +362,6 @@ class ReadWriteTransaction(Transaction):
         if self.xid is None or agent is None:
             return None
         return agent.commit_lsn(self.xid, timeout=1.0)
-
-
-# The relations the read-only transaction has read (it holds an AccessShareLock on each
-# until it ends), with, per relation: whether a TRUNCATE or a table-rewriting ALTER TABLE
-# committed after the snapshot — pg_class as the snapshot sees it names another file node
-# than the current catalog (pg_relation_filenode) — and whether its name, as of the
-# snapshot, still names it (it then counts as verified for the rest of the database
-# transaction: the lock holds off any rewrite, rename or drop). A relation the snapshot
-# does not know (created, or dropped and created again, since) counts as rewritten unless
-# it has no storage or is an index. Catalogs (oid < 16384) cannot be truncated or rewritten
-# in a way an MVCC snapshot could not read. docs/library.md, "Rewritten tables".
-_REWRITTEN = """
-SELECT n.nspname::text, coalesce(c.relname::text, l.relation::regclass::text),
-       CASE WHEN c.oid IS NULL
-            THEN pg_relation_filenode(l.relation) IS NOT NULL
-                 AND pg_get_indexdef(l.relation) IS NULL
-            ELSE c.relkind IN ('r', 'm')
-                 AND pg_relation_filenode(c.oid) IS DISTINCT FROM c.relfilenode
-       END,
-       c.oid IS NOT NULL AND to_regclass(format('%I.%I', n.nspname, c.relname)) = c.oid
-FROM pg_catalog.pg_locks l
-LEFT JOIN pg_catalog.pg_class c ON c.oid = l.relation
-LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.relation >= 16384
-  AND (c.oid IS NULL OR c.relkind IN ('r', 'm', 'v'))
-"""
-# PostgreSQL's refusal to run a prepared statement whose result type a schema change altered.
-_CHANGED_RESULT_TYPE = "cached plan must not change result type"
-# A statement and its parameters.
-_Statement = tuple[str, tuple[Any, ...]]
-# The snapshot an import ended up with, to compare with the pin's (same round trip).
-_IMPORTED_SNAPSHOT = "SELECT pg_current_snapshot()::text"
-# How often one statement may move the database transaction past a rewrite: a pin is
-# chosen after the rewrite it met, so only rewrites committing meanwhile can need more.
-_REWRITE_MOVES = 3
-_NO_LIMIT = 2**63 - 1
 
 
 class _ResultCursor(psycopg.Cursor[Row]):
@@ -367,88 +375,46 @@ class _ResultCursor(psycopg.Cursor[Row]):
 
     def execute(self, *args: Any, **kwargs: Any) -> NoReturn:
         """Refused: run statements through the transaction (``txcache.execute``)."""
-        raise _cursor_refusal()
+        raise cursor_refusal()
 
     def executemany(self, *args: Any, **kwargs: Any) -> NoReturn:
         """Refused, as :meth:`execute`."""
-        raise _cursor_refusal()
+        raise cursor_refusal()
 
     def copy(self, *args: Any, **kwargs: Any) -> NoReturn:
         """Refused, as :meth:`execute`."""
-        raise _cursor_refusal()
+        raise cursor_refusal()
 
     def stream(self, *args: Any, **kwargs: Any) -> NoReturn:
         """Refused, as :meth:`execute`."""
-        raise _cursor_refusal()
+        raise cursor_refusal()
 
 
-def _cursor_refusal() -> StatementNotAllowed:
+def cursor_refusal() -> StatementNotAllowed:
+    """What the cursor a read-only transaction returns raises for a statement of its own."""
     return StatementNotAllowed(
         "the cursor a read-only transaction returns only holds results: run statements "
         "through the transaction (txcache.execute / tx.execute), which checks them"
     )
 
 
-def _rewritten_error(relations: Sequence[str]) -> SnapshotUnavailable:
-    return SnapshotUnavailable(
-        f"{', '.join(relations)}: a TRUNCATE / table-rewriting ALTER TABLE committed after "
-        "this transaction's snapshot (which would read the table empty), and no later "
-        "snapshot fits what the transaction read so far; retry the transaction"
-    )
-
-
-def _tables(tags: frozenset[str]) -> set[str]:
-    """The tables and views (``schema.name``, escaped as in tags) that ``tags`` name."""
-    return {tag.partition(":")[0] for tag in tags}
-
-
 def _begin_unpinned(connection: Connection) -> str:
     """A read-only transaction on a snapshot of its own; returns the snapshot (its first
     statement takes it)."""
-    connection.execute(_BEGIN_READ_ONLY)
-    row = connection.execute("SELECT pg_current_snapshot()::text").fetchone()
+    connection.execute(BEGIN_READ_ONLY)
+    row = connection.execute(CURRENT_SNAPSHOT).fetchone()
     assert row is not None
     return str(row[0])
 
 
-class ReadOnlyTransaction(Transaction):
-    """Reads at one commit point, from the cache where possible (module docstring)."""
+class ReadOnlyTransaction(Transaction, ReadOnlyCore["Cache"]):
+    """Reads at one commit point, from the cache where possible (module docstring). The
+    state and decisions are :class:`~txcache._read_only_core.ReadOnlyCore`'s; this class
+    does the round trips."""
 
     def __init__(self, cache: Cache, staleness: float, not_before: int | None) -> None:
-        super().__init__(cache)
-        self.staleness = staleness
-        self.not_before = not_before
-        self.frames: list[Frame] = []
-        self.snapshot: Pin | None = None
-        """The pin the database transaction runs at (``None`` before the first query)."""
-        self.uncached = cache.mode == "bypass" or cache.ring is None or cache.agent is None
-        """Whether the cache is out of use for the rest of the transaction."""
-        self.moves = 0
-        """How often the database transaction moved to another pin."""
-        self.read_cache = False
-        """Whether a cached value was used (the transaction is then bound to the pins)."""
-        self._closed = False
-        self.database_snapshot: str | None = None
-        """After a fallback to the database: its snapshot (``pg_current_snapshot()``, as
-        ``xmin:xmax:xip,…``). Such a transaction has PostgreSQL's guarantee — one snapshot —
-        but under concurrent commits a snapshot need not be a prefix of commit order
-        (docs/library.md)."""
-        self.rewrite_checks = 0
-        """How many statements ran with the check for relations rewritten after the
-        snapshot (the others read only relations verified earlier in the same database
-        transaction)."""
-        self._query_tags: set[str] = set()
-        self._tags_known = True  # False once a query's tags could not be derived
-        self._read_database = False  # whether a query result reached the application
-        self._verified: set[str] = set()  # tables checked in this database transaction
-        self._failure: str | None = None  # the error that failed the block
-        self._catalog_moved = False
-        agent = cache.agent
-        if self.uncached or agent is None:
-            self.pin_set = PinSet((), star=True)
-        else:
-            now = time.time()
-            self.pin_set = agent.pin_set(staleness=staleness, not_before=not_before, now=now)
+        Transaction.__init__(self, cache)
+        ReadOnlyCore.__init__(self, cache, staleness, not_before)
 
     # -- the cache --------------------------------------------------------------------------
 
@@ -459,13 +425,17 @@ class ReadOnlyTransaction(Transaction):
             self.check_usable()
         bounds = self._lookup_bounds()
         if bounds is None:
-            return Miss("unavailable")
+            bounds = self._bounds_at_fresh(self._fresh_pin())
+            if bounds is None:
+                return Miss("unavailable")
         started = time.perf_counter()
         found = node.lookup(key, bounds[0], bounds[1], with_tags=bool(self.frames))
         self.cache.latency.record_lookup(time.perf_counter() - started)
         if isinstance(found, Hit):
             try:
-                accepted = self._accept(found.interval)
+                accepted = self._accept_here(found.interval)
+                if accepted is None:
+                    accepted = self._move(found.interval)
             except (psycopg.Error, SnapshotUnavailable) as error:  # a move failed
                 self._fail(error)
                 raise
@@ -474,29 +444,6 @@ class ReadOnlyTransaction(Transaction):
             self.read_cache = True
         return found
 
-    def _lookup_bounds(self) -> tuple[int, int] | None:
-        bounds = self.pin_set.bounds()
-        if bounds is None:
-            fresh = self._fresh_pin()
-            if fresh is None:
-                self._fall_back("no pin within the staleness limit and no fresh pin")
-                return None
-            self.pin_set.reify(fresh)
-            bounds = (fresh.ts, fresh.ts)
-        if self.cache.mode == "no_consistency":
-            return bounds[0], 2**63 - 1
-        return bounds
-
-    def _accept(self, interval: Interval) -> bool:
-        """Narrow the pin set to ``interval``, moving the database transaction if needed;
-        ``False`` when no pin fits (nothing changed)."""
-        if self.cache.mode == "no_consistency":
-            return True
-        active = self.snapshot
-        if active is None or interval.lo <= active.ts < interval.hi:
-            return self.pin_set.narrow(interval.lo, interval.hi)
-        return self._move(interval)
-
     def _move(self, interval: Interval) -> bool:
         """Move the database transaction to a pin where both ``interval`` and every query
         result read so far are valid, if there is one. The same connection is reused (a
@@ -504,44 +451,23 @@ class ReadOnlyTransaction(Transaction):
         active, connection = self.snapshot, self._connection
         assert active is not None
         assert connection is not None
-        assert self.cache.ring is not None
-        node = self.cache.ring.any_up()
-        if not self._tags_known or node is None:
+        node: CacheNode | None = self._interval_node()
+        if node is None:
             return False
-        known = node.database_interval(active.ts, sorted(self._query_tags))
-        if known is None:
+        known = node.database_interval(active.ts, self._sorted_query_tags())
+        targets = self._move_targets(interval, known)
+        if targets is None:
             return False
-        lo, hi = max(interval.lo, known.lo), min(interval.hi, known.hi)
-        candidates = self.pin_set.within(lo, hi)
-        if not candidates:
-            return False
-        for pin in reversed(candidates):
+        lo, hi, candidates = targets
+        for pin in candidates:
             if self._import(connection, pin):
                 self._moved_to(pin)
                 self.pin_set.narrow(lo, hi)
                 return True
             self.pin_set.discard(pin)
         if not self._import(connection, active):
-            raise SnapshotUnavailable(
-                "the snapshot this transaction ran at was released while it tried to move; "
-                "retry the transaction"
-            )
+            raise lost_while_moving()
         return False
-
-    def _moved_to(self, pin: Pin) -> None:
-        self.snapshot = pin
-        self.moves += 1
-        for frame in self.frames:
-            if frame.snapshot is not None:
-                frame.snapshot = pin.ts  # nothing the frames read changed in between
-
-    def reference_point(self) -> int | None:
-        """A timestamp every value read so far is valid at: the active snapshot, else the
-        newest pin; ``None`` with only ★."""
-        if self.snapshot is not None:
-            return self.snapshot.ts
-        newest = self.pin_set.newest()
-        return newest.ts if newest is not None else None
 
     # -- the database -----------------------------------------------------------------------
 
@@ -555,61 +481,19 @@ class ReadOnlyTransaction(Transaction):
         fails the block: every later lookup, query and cacheable call raises
         :class:`~txcache.TransactionError`. The cursor returned holds the results only."""
         self.check_owner()
-        self.check_usable()
-        statements = check_read_only(statement, params)
+        statements = self._statement_count(statement, params)
         try:
             connection = self._database()
             cursor, tags = self._run(
                 connection, statement, params, single=statements == 1, rows=row_factory
             )
-        except psycopg.errors.FeatureNotSupported as error:
-            self._fail(error)
-            if _CHANGED_RESULT_TYPE not in str(error):
-                raise
-            self.cache.schema_moved()
-            raise SnapshotUnavailable(
-                "a schema change committed after this transaction's snapshot altered the "
-                "result type of a statement prepared earlier on its connection; retry the "
-                "transaction (its connection forgets its prepared statements)"
-            ) from error
         except (psycopg.Error, SnapshotUnavailable) as error:
-            self._fail(error)
-            raise
-        if self.snapshot is not None and tags is not None:
-            self._query_tags.update(tags)
-            for frame in self.frames:
-                frame.read_database(self.snapshot.ts, tags)
-        self._read_database = True
+            replacement = self._failed_by(error)
+            if replacement is None:
+                raise
+            raise replacement from error
+        self._record_query(tags)
         return cursor
-
-    @property
-    def failed(self) -> bool:
-        """Whether a statement failed in the database (or the snapshot was lost): the block
-        is then failed, and nothing more is stored in the cache."""
-        return self._failure is not None
-
-    @property
-    def catalog_moved(self) -> bool:
-        """Whether a query of a cacheable function ran with another catalog than its
-        snapshot's or than the one its tags were derived from — a schema change committed
-        after the snapshot, or after the library read the catalog — or one not known to
-        be either: nothing more is stored in the cache."""
-        return self._catalog_moved
-
-    def check_usable(self) -> None:
-        """Raise :class:`~txcache.TransactionError` once the block is failed."""
-        if self._failure is not None:
-            raise TransactionError(
-                f"a statement failed earlier in this read-only transaction ({self._failure}), "
-                "so the whole block is failed: leave it and run a new transaction"
-            )
-
-    def _fail(self, error: BaseException) -> None:
-        """Fail the block: whatever the database transaction saw after ``error``, cache hits
-        and misses alike must not decide what the rest of the block does."""
-        if self._failure is None:
-            first_line = str(error).partition("\n")[0]
-            self._failure = f"{type(error).__name__}: {first_line}"
 
     def _run(
         self,
@@ -625,14 +509,10 @@ class ReadOnlyTransaction(Transaction):
         A rewritten one drops the result: the database transaction moves past the rewrite
         and the statement runs again (or :class:`SnapshotUnavailable` is raised). Returns
         the cursor and the statement's tags (``None`` if not derived)."""
-        for attempt in range(_REWRITE_MOVES + 1):
+        for attempt in range(REWRITE_MOVES + 1):
             tags, analysed = self._tags(statement, params) if not self.uncached else (None, None)
             cursor = _ResultCursor(connection, row_factory=rows or tuple_row)
-            # Only what a cacheable function reads is stored: only there does it matter
-            # which catalog the query ran with.
-            stored = analysed is not None and bool(self.frames) and self.cache.mode != "bypass"
-            stamp = analysed.stamp if analysed is not None else None
-            check = stamp_check(stamp) if stored and stamp is not None else None
+            stored, check = self._statement_checks(analysed)
             started = time.perf_counter()
             rewritten, catalog = self._run_with_checks(
                 connection,
@@ -645,38 +525,10 @@ class ReadOnlyTransaction(Transaction):
             )
             self.cache.latency.record_query(time.perf_counter() - started)
             if not rewritten:  # else the result is dropped: what it ran with does not matter
-                if stored and analysed is not None and not self._ran_with(analysed, catalog):
-                    self._catalog_moved = True
+                self._ran(analysed, stored, catalog)
                 return cursor, tags
-            self._move_past_rewrite(rewritten, last_chance=attempt == _REWRITE_MOVES)
+            self._move_past_rewrite(rewritten, last_chance=attempt == REWRITE_MOVES)
         raise AssertionError("unreachable: the last move past a rewrite raises")
-
-    def _verified_already(self, tags: frozenset[str] | None) -> bool:
-        """Whether the statement can skip the rewrite check: ``bypass`` mode (PostgreSQL's
-        own semantics), or tags that name only tables verified in this database
-        transaction. Without tags (a bare query that was not analysed) it cannot: the
-        statement may read anything. A partitioned table is never verified (its name is
-        not among the relations checked), so which partitions a query reads never
-        matters."""
-        if self.cache.mode == "bypass":
-            return True
-        if tags is None:
-            return False
-        return self._verified.issuperset(_tables(tags))
-
-    def _ran_with(self, analysed: Catalog, check: tuple[Any, ...] | None) -> bool:
-        """Whether the query just run (``check``: the catalog check's row) ran with the
-        catalog reading ``analysed`` and that reading is its snapshot's: no schema change
-        in it is newer than the snapshot (the query ran the reading's definitions over
-        older data otherwise). A newer catalog has the library read it again."""
-        assert self.snapshot is not None
-        assert self.cache.agent is not None
-        stamp = analysed.stamp
-        if stamp is None or not still_current(stamp, check):
-            self.cache.schema_moved()
-            return False
-        barrier = self.cache.agent.schema_barrier(stamp.position)
-        return barrier is not None and self.snapshot.ts >= barrier
 
     def _run_with_checks(
         self,
@@ -687,9 +539,9 @@ class ReadOnlyTransaction(Transaction):
         *,
         single: bool,
         rewrite_check: bool,
-        catalog_check: _Statement | None,
+        catalog_check: Statement | None,
     ) -> tuple[list[str], tuple[Any, ...] | None]:
-        """Run ``statement``, then ``_REWRITTEN`` (with ``rewrite_check``) and the catalog
+        """Run ``statement``, then ``REWRITTEN`` (with ``rewrite_check``) and the catalog
         check (if any) — in one round trip (a pipeline) when it is a single statement
         (several go by the simple protocol, which a pipeline refuses). Returns the
         rewritten relations read (and otherwise records the verified ones) and the catalog
@@ -701,25 +553,11 @@ class ReadOnlyTransaction(Transaction):
             cursor.run(statement, params)
             if rewrite_check:
                 self.rewrite_checks += 1
-                rewrite = connection.execute(_REWRITTEN)
+                rewrite = connection.execute(REWRITTEN)
             if catalog_check is not None:
                 catalog = connection.execute(*catalog_check)
         rewritten = self._rewritten(rewrite.fetchall()) if rewrite is not None else []
         return rewritten, catalog.fetchone() if catalog is not None else None
-
-    def _rewritten(self, rows: list[Any]) -> list[str]:
-        """The relations ``_REWRITTEN`` names rewritten; when there are none, records the
-        ones it verified."""
-        rewritten: list[str] = []
-        verified: list[str] = []
-        for schema, name, is_rewritten, still_named in rows:
-            if is_rewritten:
-                rewritten.append(name if schema is None else f"{schema}.{name}")
-            elif still_named:
-                verified.append(table_name(schema, name))
-        if not rewritten:
-            self._verified.update(verified)
-        return rewritten
 
     def _move_past_rewrite(self, rewritten: list[str], *, last_chance: bool) -> None:
         """The statement read ``rewritten`` relations, rewritten after the snapshot: its
@@ -730,37 +568,25 @@ class ReadOnlyTransaction(Transaction):
         active, connection = self.snapshot, self._connection
         assert connection is not None
         valid = self._results_valid_around(active) if active is not None else None
-        if active is None or valid is None or last_chance:
-            raise _rewritten_error(rewritten)
-        lo, hi = max(valid[0], active.ts + 1), valid[1]  # only a later snapshot shows it
+        lo, hi = self._rewrite_window(rewritten, valid, last_chance=last_chance)
         fresh = self._fresh_pin() if not self.read_cache else None
-        candidates = [fresh] if fresh is not None and lo <= fresh.ts < hi else []
-        candidates += reversed(self.pin_set.within(lo, hi))
-        for pin in candidates:
+        for pin in self._rewrite_candidates(fresh, lo, hi):
             if self._import(connection, pin):
-                log.info(
-                    "%s rewritten after pin %s: the transaction moves to pin %s",
-                    ", ".join(rewritten),
-                    active.ts,
-                    pin.ts,
-                )
-                self.pin_set.reify(pin)  # ★ became this pin, or it is in the set already
-                self.pin_set.narrow(pin.ts, hi)  # never back before the rewrite
-                self._moved_to(pin)
+                self._moved_past_rewrite(rewritten, pin, hi)
                 return
             if pin is not fresh:  # ★ is not in the set (a listed pin may share its ts)
                 self.pin_set.discard(pin)
-        raise _rewritten_error(rewritten)
+        raise rewritten_error(rewritten)
 
     def _results_valid_around(self, active: Pin) -> tuple[int, int] | None:
         """The range of commit points at which every query result read so far is valid (a
         node's ``TXINTERVAL``, as for a move); ``None`` when it cannot be known."""
-        if not self._read_database:
-            return 0, _NO_LIMIT
-        node = self.cache.ring.any_up() if self.cache.ring is not None else None
-        if not self._tags_known or node is None:
+        if self._results_valid_anywhere():
+            return 0, 2**63 - 1
+        node: CacheNode | None = self._interval_node()
+        if node is None:
             return None
-        known = node.database_interval(active.ts, sorted(self._query_tags))
+        known = node.database_interval(active.ts, self._sorted_query_tags())
         return None if known is None else (known.lo, known.hi)
 
     def _tags(self, statement: str, params: Params) -> tuple[frozenset[str] | None, Catalog | None]:
@@ -770,14 +596,13 @@ class ReadOnlyTransaction(Transaction):
         try:
             return self.cache.analyze(statement, params, self.snapshot.ts)
         except UncacheableQuery:
-            if self.frames:
+            if not self._may_run_untagged():
                 raise
-            self._tags_known = False  # a bare query: fine to run, but no move may skip it
             return None, None
 
     def _database(self) -> Connection:
         if self._closed:
-            raise TransactionError("this read-only transaction has ended")
+            raise self._ended_error()
         if self._connection is not None:
             return self._connection
         connection: Connection = self.cache.checkout()
@@ -796,81 +621,35 @@ class ReadOnlyTransaction(Transaction):
         while True:
             choice = self._choose()
             if choice is None:
-                choice = self._take_fresh_pin()
+                choice = self._fresh_or_newest(self._fresh_pin())
                 if choice is None:
                     return False
             if self._import(connection, choice):
-                self.snapshot = choice
-                self.pin_set.star = False  # the transaction now has a concrete time
+                self._began_at(choice)
                 return True
-            self.pin_set.discard(choice)
-            if self.pin_set.star or len(self.pin_set):
-                continue
-            if self.read_cache:
-                raise SnapshotUnavailable(
-                    "every pin this transaction's cached reads are valid at has been "
-                    "released; retry the transaction"
-                )
-            self._fall_back("no pin could be imported")
-            return False
-
-    def _choose(self) -> Pin | None:
-        """The policy's choice, held to the rules: ★ only while possible, else a pin of
-        the set (a policy that breaks them gets the newest pin)."""
-        choice = self.cache.policy(self.pin_set, time.time())
-        if choice is None and self.pin_set.star:
-            return None
-        if choice is not None and choice in self.pin_set.within(choice.ts, choice.ts + 1):
-            return choice
-        newest = self.pin_set.newest()
-        return newest if newest is not None or not self.pin_set.star else None
+            if not self._import_refused(choice):
+                return False
 
     def _fresh_pin(self) -> Pin | None:
-        """★: a pin the agent takes now (``None`` without one). A pin taken now that is
-        older than ``not_before`` means no commit followed the token's position, unless the
-        token lies after everything the database has written: refused, as it would wait for
-        commits nobody made (a token is a ``commit_timestamp`` or a :meth:`Cache.timestamp`)."""
+        """★: a pin the agent takes now (``None`` without one), its ``not_before`` checked
+        (:meth:`ReadOnlyCore._check_token`)."""
         fresh = self.cache.agent.pin_now() if self.cache.agent is not None else None
-        if fresh is not None and self.not_before is not None and fresh.ts < self.not_before:
-            written = self.cache.timestamp()
-            if self.not_before > written:
-                raise ValueError(
-                    f"not_before {self.not_before} lies after everything the database has "
-                    f"written (its WAL position is {written}): pass a commit_timestamp or a "
-                    "Cache.timestamp(), not a number of one's own"
-                )
+        if self._predates_token(fresh):
+            self._check_token(self.cache.timestamp())
         return fresh
-
-    def _take_fresh_pin(self) -> Pin | None:
-        """★: a pin taken now. Without one, the newest pin of the set, or the fallback."""
-        fresh = self._fresh_pin()
-        if fresh is not None:
-            self.pin_set.reify(fresh)
-            return fresh
-        self.pin_set.star = False
-        newest = self.pin_set.newest()
-        if newest is None:
-            self._fall_back("the agent gave no fresh pin")
-        return newest
 
     def _import(self, connection: Connection, pin: Pin) -> bool:
         """Put ``connection`` in a read-only transaction at ``pin`` (ending the one it was
         in); ``False`` if the snapshot can no longer be imported, or if its id now names
         another snapshot (ids are reused after a PostgreSQL restart: the snapshot's
         contents, read in the same round trip, must equal the pin's)."""
-        self._verified.clear()  # a new database transaction holds no lock yet
+        statement = self._import_sql(pin)
         try:
             if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 connection.execute("ROLLBACK")
-            cursor = connection.execute(
-                sql.SQL("{}; SET TRANSACTION SNAPSHOT {}; {}").format(
-                    sql.SQL(_BEGIN_READ_ONLY),
-                    sql.Literal(pin.snapshot_id),
-                    sql.SQL(_IMPORTED_SNAPSHOT),
-                )
-            )
+            cursor = connection.execute(statement)
         except psycopg.Error as error:
-            if error.sqlstate not in _NO_SNAPSHOT:
+            if error.sqlstate not in NO_SNAPSHOT:
                 raise
             log.info("pin %s is gone (%s); choosing another", pin.ts, error)
             connection.execute("ROLLBACK")
@@ -878,18 +657,8 @@ class ReadOnlyTransaction(Transaction):
         while cursor.nextset():  # past BEGIN and SET TRANSACTION SNAPSHOT
             pass
         row = cursor.fetchone()
-        imported = None if row is None else row[0]
-        if pin.snapshot_text is None or imported == pin.snapshot_text:
+        if self._imported(pin, None if row is None else row[0]):
             return True
-        # Equal contents mean equal visibility: anything else is another snapshot.
-        log.warning(
-            "pin %s: snapshot %s now names another snapshot (%s, not %s): PostgreSQL "
-            "restarted since the pin was taken; choosing another",
-            pin.ts,
-            pin.snapshot_id,
-            imported,
-            pin.snapshot_text,
-        )
         connection.execute("ROLLBACK")
         return False
 
@@ -911,10 +680,3 @@ class ReadOnlyTransaction(Transaction):
         except psycopg.Error:
             log.debug("rollback of a left snapshot failed", exc_info=True)
         self.cache.pool.putconn(connection)
-
-    def _fall_back(self, why: str) -> None:
-        """Go on without the cache: only before any cached value was used."""
-        assert not self.read_cache
-        if not self.uncached:
-            log.info("read-only transaction continues without the cache: %s", why)
-        self.uncached = True

@@ -1,0 +1,237 @@
+"""What the sync :class:`~txcache.Cache` and the async :class:`~txcache.aio.AsyncCache`
+share: settings, the checks of a transaction's arguments, the staleness warning, the pin
+policy and serializer, and the library's reading of the catalog — with no network I/O.
+
+The catalog reading itself (:meth:`CacheCore._read_schema`) is synchronous, through a
+connection of its own: the sync cache runs it inline, the async one in a worker thread (it
+happens after a schema change, not per query). Covering a reading with a fresh pin
+(docs/library.md, "Schema changes under a running query") needs the agent, so each cache
+passes its own way of doing it, or does it after the reading.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from txcache._agent import AgentState
+from txcache._config import Mode, Settings, load_settings
+from txcache._nodes import NodeRing
+from txcache._pinset import PinPolicy, newest_or_fresh
+from txcache._schema import Catalog, Schema, TagColumns
+from txcache._serialize import SafeSerializer, Serializer
+from txcache._sql import UncacheableQuery, analyze
+from txcache._stats import OperationLatency
+from txcache._transaction import Params
+
+__all__ = ["ISOLATION_LEVELS", "CacheCore", "gather_settings", "unknown_relation"]
+
+log = logging.getLogger("txcache")
+
+ISOLATION_LEVELS = frozenset({"READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"})
+
+
+def gather_settings(given: Mapping[str, Any], settings: Mapping[str, Any]) -> Settings:
+    """The settings ``connect`` (sync or async) was given as arguments (``given``: the named
+    ones, ``settings``: the rest), completed by the environment and ``txcache.toml``."""
+    nodes = given.get("nodes")
+    named = {
+        **given,
+        # A string is the comma-separated form the environment variable takes.
+        "nodes": nodes if nodes is None or isinstance(nodes, str) else tuple(nodes),
+    }
+    return load_settings({**named, **settings})
+
+
+def unknown_relation(refusal: UncacheableQuery) -> bool:
+    """Whether analysis refused a statement because the library's catalog reading does not
+    know a relation it names (one created since: read the catalog again and retry)."""
+    return "unknown relation" in str(refusal)
+
+
+def _uncached_reason(settings: Settings) -> str | None:
+    """Why a cache with these settings would never cache, naming the setting to give."""
+    if settings.mode == "bypass":
+        return "mode bypass"
+    missing = [
+        f"{what} (the setting {name}, or TXCACHE_{name.upper()})"
+        for name, what, given in (
+            ("nodes", "cache nodes", settings.nodes),
+            ("agent", "agent", settings.agent),
+        )
+        if not given
+    ]
+    return f"txcache has no {' and no '.join(missing)}" if missing else None
+
+
+class CacheCore:
+    """The state and decisions both caches share (module docstring). Subclasses set
+    :attr:`agent` and :attr:`ring` and do the I/O."""
+
+    agent: AgentState | None
+    """The agent client (``None`` when the cache never caches)."""
+    ring: NodeRing[Any] | None
+    """The cache nodes (``None`` when the cache never caches)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        serializer: Serializer | None = None,
+        pin_policy: PinPolicy | None = None,
+        safe_functions: Iterable[str] = (),
+    ) -> None:
+        """Take the settings and options; no connection is made here."""
+        self.settings = settings
+        self.mode: Mode = settings.mode
+        secret = settings.secret.encode() if settings.secret else None
+        self.serializer: Serializer = serializer or SafeSerializer(secret)
+        self.policy: PinPolicy = pin_policy or newest_or_fresh(settings.fresh_pin_age)
+        self.safe_functions = frozenset(safe_functions)
+        self.latency = OperationLatency()
+        """Mean cache lookup and database statement latency of read-only transactions."""
+        self.uncached_reason = _uncached_reason(settings)
+        """Why this cache never caches (no nodes, no agent, ``bypass`` mode); ``None`` when
+        it does."""
+        if settings.mode != "bypass" and self.uncached_reason is not None:
+            log.warning("%s: every call runs against the database, uncached", self.uncached_reason)
+        self.nodes_max_staleness: float | None = None
+        """The smallest ``--max-staleness`` of the nodes, once known (asked in the
+        background at start): no value older than that is kept, so no larger staleness
+        is ever used."""
+        self._staleness_warned = False
+        self._schema: Schema | None = None
+        self._schema_generation = -1  # the agent's catalog generation it was read at
+        self._schema_lock = threading.Lock()
+        self._schema_read_at = 0.0  # time.monotonic() of the last catalog reading
+        self._schema_readings = 0  # catalog readings since the first
+        self._schema_moved = False  # a query ran with a newer catalog than the last reading
+        # Per pooled connection, the catalog reading it last began a transaction under.
+        self._connection_readings: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+    # -- arguments of transactions ----------------------------------------------------------
+
+    def _staleness_limit(self, staleness: float | None, not_before: int | None) -> float:
+        """The staleness a read-only transaction runs with, its arguments checked
+        (``ValueError``), and the warning given once when it exceeds the nodes' limit."""
+        limit = self.settings.staleness if staleness is None else staleness
+        if limit < 0:
+            raise ValueError(f"staleness must be >= 0 seconds, not {limit}")
+        self._check_staleness(limit)
+        if not_before is not None and (
+            isinstance(not_before, bool) or not isinstance(not_before, int) or not_before < 0
+        ):
+            raise ValueError(
+                f"not_before must be a token (a commit_timestamp or a Cache.timestamp()), "
+                f"not {not_before!r}"
+            )
+        return limit
+
+    @staticmethod
+    def _isolation_level(isolation: str | None) -> str | None:
+        """``isolation`` for ``BEGIN`` (upper case), checked; ``None`` for the default."""
+        if isolation is not None and isolation.upper() not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation must be one of {sorted(ISOLATION_LEVELS)}")
+        return isolation.upper() if isolation else None
+
+    def _note_max_staleness(self, answers: Iterable[Any]) -> None:
+        """The nodes' answers to ``CONFIG GET max-staleness``: the smallest is the limit."""
+        known = [answer for answer in answers if isinstance(answer, float)]
+        if known:
+            self.nodes_max_staleness = min(known)
+
+    def _check_staleness(self, staleness: float) -> None:
+        """Warn once when ``staleness`` exceeds what the nodes keep."""
+        limit = self.nodes_max_staleness
+        if limit is None or staleness <= limit or self._staleness_warned:
+            return
+        self._staleness_warned = True
+        log.warning(
+            "staleness %g s is above the cache nodes' --max-staleness (%g s): they keep no "
+            "value older than that, so transactions are at most %g s stale; start the nodes "
+            "and the agent with a larger --max-staleness to allow more",
+            staleness,
+            limit,
+            limit,
+        )
+
+    # -- the catalog ------------------------------------------------------------------------
+
+    def schema_moved(self) -> None:
+        """A query ran with a newer catalog than the library's reading (or one not known to
+        be current): read it again before the next analysis, at most once per
+        ``refresh_interval`` (a stream of schema changes must not turn every query into a
+        catalog reading)."""
+        self._schema_moved = True
+
+    def _schema_stale(self, generation: int) -> bool:
+        """Whether the catalog must be read (again) before it is used, given the agent's
+        catalog ``generation``: one integer comparison and one flag test on the common
+        path. Generations only grow, so a reader of an older one never undoes a reload."""
+        moved = self._schema_moved and (
+            time.monotonic() - self._schema_read_at >= self.settings.refresh_interval
+        )
+        return self._schema is None or generation > self._schema_generation or moved
+
+    def _read_schema(self, generation: int, cover: Callable[[], None] | None) -> bool:
+        """Read the catalog if :meth:`_schema_stale` still says so once the lock is held
+        (another thread may have read it meanwhile); ``cover`` then runs, under the lock.
+        Synchronous, through a connection of its own (a transaction holding the last pooled
+        one may wait here). Returns whether a reading was made."""
+        with self._schema_lock:
+            read = True
+            if self._schema is None:
+                self._schema = Schema.load(self.settings.dsn)
+                self._schema_read_at = time.monotonic()
+                if cover is not None:
+                    cover()
+            elif generation > self._schema_generation or self._schema_moved:
+                self._reload_schema(cover)
+            else:
+                read = False
+            self._schema_generation = max(generation, self._schema_generation)
+        return read
+
+    def _reload_schema(self, cover: Callable[[], None] | None) -> None:
+        """Read the catalog again; call with ``_schema_lock`` held."""
+        if self._schema is not None:
+            self._schema_moved = False  # before: a query finding it moved again reads again
+            self._schema.refresh()  # through its own connection to the DSN
+            self._schema_read_at = time.monotonic()
+            self._schema_readings += 1
+            if cover is not None:
+                cover()
+
+    def _reload_schema_locked(self) -> None:
+        """:meth:`_reload_schema` under the lock, without cover (the async cache covers
+        after the worker thread returns)."""
+        with self._schema_lock:
+            self._reload_schema(None)
+
+    def _analysis(
+        self,
+        statement: str,
+        params: Params,
+        schema: Schema,
+        columns: tuple[bool, TagColumns | None],
+    ) -> tuple[frozenset[str], Catalog]:
+        """The tags of ``statement`` under ``schema`` with the tag columns the agent gave
+        (``columns``: known, and which), and the catalog reading they came from; raises
+        :class:`UncacheableQuery`."""
+        known, tag_columns = columns
+        schema = schema.with_tag_columns(tag_columns if known else None)
+        catalog = schema.catalog  # before: a reading meanwhile can only fail the check
+        tags = analyze(statement, params, schema, safe_functions=self.safe_functions).tags
+        return tags, catalog
+
+    def _prepared_outdated(self, connection: object) -> tuple[int, bool]:
+        """The current catalog reading, and whether ``connection`` began its last
+        transaction under an older one (psycopg's prepared statements must then go: a schema
+        change may have altered their result type). Record the reading with
+        ``_connection_readings[connection] = reading`` once they are gone."""
+        readings = self._schema_readings
+        return readings, self._connection_readings.get(connection, readings) != readings

@@ -1,0 +1,494 @@
+"""The read-only transaction without I/O: its state (pin set, frames, snapshot, failure,
+verified tables, …), every decision it makes, and the SQL it sends. The sync
+:class:`~txcache.ReadOnlyTransaction` and the async
+:class:`~txcache.aio.AsyncReadOnlyTransaction` are drivers around it: they do the round
+trips — node lookups, the agent's fresh pins, the database's imports and statements — in the
+order the core's methods imply, and hand the answers back to it. What a transaction does
+and guards against is described in :mod:`txcache._transaction` and docs/library.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import psycopg
+from psycopg import sql
+
+from txcache._catalog_stamp import stamp_check, still_current
+from txcache._frame import Frame
+from txcache._nodes import Interval
+from txcache._pinset import Pin, PinSet
+from txcache._schema import Catalog, table_name
+from txcache._statements import check_read_only
+from txcache.errors import SnapshotUnavailable, TransactionError
+
+if TYPE_CHECKING:
+    from txcache._cache_core import CacheCore
+    from txcache._transaction import Params
+
+__all__ = [
+    "BEGIN_READ_ONLY",
+    "CURRENT_SNAPSHOT",
+    "NO_SNAPSHOT",
+    "REWRITE_MOVES",
+    "REWRITTEN",
+    "ReadOnlyCore",
+    "Statement",
+    "import_statement",
+    "rewritten_error",
+]
+
+log = logging.getLogger("txcache")
+
+C = TypeVar("C", bound="CacheCore")
+
+# snapshot "…" does not exist / invalid snapshot identifier / its exporter just ended
+NO_SNAPSHOT = ("42704", "22023", "55000")
+BEGIN_READ_ONLY = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+# The snapshot a transaction runs at; after an import, to compare with the pin's (same
+# round trip).
+CURRENT_SNAPSHOT = "SELECT pg_current_snapshot()::text"
+# A statement and its parameters.
+Statement = tuple[str, tuple[Any, ...]]
+
+# The relations the read-only transaction has read (it holds an AccessShareLock on each
+# until it ends), with, per relation: whether a TRUNCATE or a table-rewriting ALTER TABLE
+# committed after the snapshot — pg_class as the snapshot sees it names another file node
+# than the current catalog (pg_relation_filenode) — and whether its name, as of the
+# snapshot, still names it (it then counts as verified for the rest of the database
+# transaction: the lock holds off any rewrite, rename or drop). A relation the snapshot
+# does not know (created, or dropped and created again, since) counts as rewritten unless
+# it has no storage or is an index. Catalogs (oid < 16384) cannot be truncated or rewritten
+# in a way an MVCC snapshot could not read. docs/library.md, "Rewritten tables".
+REWRITTEN = """
+SELECT n.nspname::text, coalesce(c.relname::text, l.relation::regclass::text),
+       CASE WHEN c.oid IS NULL
+            THEN pg_relation_filenode(l.relation) IS NOT NULL
+                 AND pg_get_indexdef(l.relation) IS NULL
+            ELSE c.relkind IN ('r', 'm')
+                 AND pg_relation_filenode(c.oid) IS DISTINCT FROM c.relfilenode
+       END,
+       c.oid IS NOT NULL AND to_regclass(format('%I.%I', n.nspname, c.relname)) = c.oid
+FROM pg_catalog.pg_locks l
+LEFT JOIN pg_catalog.pg_class c ON c.oid = l.relation
+LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.relation >= 16384
+  AND (c.oid IS NULL OR c.relkind IN ('r', 'm', 'v'))
+"""
+# PostgreSQL's refusal to run a prepared statement whose result type a schema change altered.
+_CHANGED_RESULT_TYPE = "cached plan must not change result type"
+# How often one statement may move the database transaction past a rewrite: a pin is
+# chosen after the rewrite it met, so only rewrites committing meanwhile can need more.
+REWRITE_MOVES = 3
+_NO_LIMIT = 2**63 - 1
+
+
+def import_statement(pin: Pin) -> sql.Composed:
+    """One round trip that starts a read-only transaction at ``pin`` and reads the snapshot
+    it got (its last result, to compare with :attr:`Pin.snapshot_text`)."""
+    return sql.SQL("{}; SET TRANSACTION SNAPSHOT {}; {}").format(
+        sql.SQL(BEGIN_READ_ONLY), sql.Literal(pin.snapshot_id), sql.SQL(CURRENT_SNAPSHOT)
+    )
+
+
+def rewritten_error(relations: Sequence[str]) -> SnapshotUnavailable:
+    """The error when a statement read ``relations`` rewritten after the snapshot and no
+    later snapshot fits."""
+    return SnapshotUnavailable(
+        f"{', '.join(relations)}: a TRUNCATE / table-rewriting ALTER TABLE committed after "
+        "this transaction's snapshot (which would read the table empty), and no later "
+        "snapshot fits what the transaction read so far; retry the transaction"
+    )
+
+
+def lost_while_moving() -> SnapshotUnavailable:
+    """The error when a move failed and the snapshot the transaction ran at is gone."""
+    return SnapshotUnavailable(
+        "the snapshot this transaction ran at was released while it tried to move; "
+        "retry the transaction"
+    )
+
+
+def _tables(tags: frozenset[str]) -> set[str]:
+    """The tables and views (``schema.name``, escaped as in tags) that ``tags`` name."""
+    return {tag.partition(":")[0] for tag in tags}
+
+
+class ReadOnlyCore(Generic[C]):
+    """State and decisions of a read-only transaction (module docstring), of a cache of
+    type ``C`` (the sync or the async one)."""
+
+    cache: C
+
+    def __init__(self, cache: C, staleness: float, not_before: int | None) -> None:
+        """A transaction of ``cache`` beginning with the pins of its agent's last refresh
+        that fit ``staleness`` and ``not_before`` (no round trip)."""
+        self.cache = cache
+        self.staleness = staleness
+        self.not_before = not_before
+        self.frames: list[Frame] = []
+        self.snapshot: Pin | None = None
+        """The pin the database transaction runs at (``None`` before the first query)."""
+        self.uncached = cache.mode == "bypass" or cache.ring is None or cache.agent is None
+        """Whether the cache is out of use for the rest of the transaction."""
+        self.moves = 0
+        """How often the database transaction moved to another pin."""
+        self.read_cache = False
+        """Whether a cached value was used (the transaction is then bound to the pins)."""
+        self._closed = False
+        self.database_snapshot: str | None = None
+        """After a fallback to the database: its snapshot (``pg_current_snapshot()``, as
+        ``xmin:xmax:xip,…``). Such a transaction has PostgreSQL's guarantee — one snapshot —
+        but under concurrent commits a snapshot need not be a prefix of commit order
+        (docs/library.md)."""
+        self.rewrite_checks = 0
+        """How many statements ran with the check for relations rewritten after the
+        snapshot (the others read only relations verified earlier in the same database
+        transaction)."""
+        self._query_tags: set[str] = set()
+        self._tags_known = True  # False once a query's tags could not be derived
+        self._read_database = False  # whether a query result reached the application
+        self._verified: set[str] = set()  # tables checked in this database transaction
+        self._failure: str | None = None  # the error that failed the block
+        self._catalog_moved = False
+        agent = cache.agent
+        if self.uncached or agent is None:
+            self.pin_set = PinSet((), star=True)
+        else:
+            now = time.time()
+            self.pin_set = agent.pin_set(staleness=staleness, not_before=not_before, now=now)
+
+    # -- the block's health -----------------------------------------------------------------
+
+    @property
+    def failed(self) -> bool:
+        """Whether a statement failed in the database (or the snapshot was lost): the block
+        is then failed, and nothing more is stored in the cache."""
+        return self._failure is not None
+
+    @property
+    def catalog_moved(self) -> bool:
+        """Whether a query of a cacheable function ran with another catalog than its
+        snapshot's or than the one its tags were derived from — a schema change committed
+        after the snapshot, or after the library read the catalog — or one not known to
+        be either: nothing more is stored in the cache."""
+        return self._catalog_moved
+
+    def check_usable(self) -> None:
+        """Raise :class:`~txcache.TransactionError` once the block is failed."""
+        if self._failure is not None:
+            raise TransactionError(
+                f"a statement failed earlier in this read-only transaction ({self._failure}), "
+                "so the whole block is failed: leave it and run a new transaction"
+            )
+
+    def _fail(self, error: BaseException) -> None:
+        """Fail the block: whatever the database transaction saw after ``error``, cache hits
+        and misses alike must not decide what the rest of the block does."""
+        if self._failure is None:
+            first_line = str(error).partition("\n")[0] or "interrupted"
+            self._failure = f"{type(error).__name__}: {first_line}"
+
+    def _failed_by(self, error: psycopg.Error | SnapshotUnavailable) -> BaseException | None:
+        """Fail the block after a statement raised ``error``; the error to raise instead of
+        it, if any: a prepared statement whose result type a schema change altered means a
+        snapshot to retry, not a bug (the connection forgets its prepared statements)."""
+        self._fail(error)
+        if not isinstance(error, psycopg.errors.FeatureNotSupported):
+            return None
+        if _CHANGED_RESULT_TYPE not in str(error):
+            return None
+        self.cache.schema_moved()
+        return SnapshotUnavailable(
+            "a schema change committed after this transaction's snapshot altered the "
+            "result type of a statement prepared earlier on its connection; retry the "
+            "transaction (its connection forgets its prepared statements)"
+        )
+
+    def _ended_error(self) -> TransactionError:
+        return TransactionError("this read-only transaction has ended")
+
+    # -- the cache --------------------------------------------------------------------------
+
+    def _lookup_bounds(self) -> tuple[int, int] | None:
+        """The range of commit points a lookup asks for: the pin set's bounds (any point in
+        ``no_consistency`` mode after the oldest); ``None`` with only ★ (the driver takes a
+        fresh pin and passes it to :meth:`_bounds_at_fresh`)."""
+        bounds = self.pin_set.bounds()
+        if bounds is None:
+            return None
+        if self.cache.mode == "no_consistency":
+            return bounds[0], _NO_LIMIT
+        return bounds
+
+    def _bounds_at_fresh(self, fresh: Pin | None) -> tuple[int, int] | None:
+        """★ became ``fresh``: the lookup asks for it alone. Without one the transaction
+        goes on without the cache (``None``: the lookup is an ``unavailable`` miss)."""
+        if fresh is None:
+            self._fall_back("no pin within the staleness limit and no fresh pin")
+            return None
+        self.pin_set.reify(fresh)
+        if self.cache.mode == "no_consistency":
+            return fresh.ts, _NO_LIMIT
+        return fresh.ts, fresh.ts
+
+    def _accept_here(self, interval: Interval) -> bool | None:
+        """Narrow the pin set to a hit's ``interval`` if the active snapshot (if any) lies
+        in it; ``False`` when no pin fits (nothing changed), ``None`` when the database
+        transaction must move for it (the driver's ``_move``)."""
+        if self.cache.mode == "no_consistency":
+            return True
+        active = self.snapshot
+        if active is None or interval.lo <= active.ts < interval.hi:
+            return self.pin_set.narrow(interval.lo, interval.hi)
+        return None
+
+    def _interval_node(self) -> Any:
+        """The node to ask over which range the query results read so far stay valid
+        (``TXINTERVAL``); ``None`` when it cannot be known (a query's tags were not
+        derived, or no node is up)."""
+        ring = self.cache.ring
+        node = ring.any_up() if ring is not None else None
+        return node if self._tags_known else None
+
+    def _sorted_query_tags(self) -> list[str]:
+        return sorted(self._query_tags)
+
+    def _move_targets(
+        self, interval: Interval, known: Interval | None
+    ) -> tuple[int, int, list[Pin]] | None:
+        """Where a move for a hit valid over ``interval`` may go, given ``known``, the
+        range the query results read so far stay valid in: ``(lo, hi, pins newest
+        first)``, or ``None`` when nowhere."""
+        if known is None:
+            return None
+        lo, hi = max(interval.lo, known.lo), min(interval.hi, known.hi)
+        candidates = self.pin_set.within(lo, hi)
+        if not candidates:
+            return None
+        return lo, hi, candidates[::-1]
+
+    def _moved_to(self, pin: Pin) -> None:
+        self.snapshot = pin
+        self.moves += 1
+        for frame in self.frames:
+            if frame.snapshot is not None:
+                frame.snapshot = pin.ts  # nothing the frames read changed in between
+
+    def reference_point(self) -> int | None:
+        """A timestamp every value read so far is valid at: the active snapshot, else the
+        newest pin; ``None`` with only ★."""
+        if self.snapshot is not None:
+            return self.snapshot.ts
+        newest = self.pin_set.newest()
+        return newest.ts if newest is not None else None
+
+    # -- choosing a snapshot ----------------------------------------------------------------
+
+    def _choose(self) -> Pin | None:
+        """The policy's choice, held to the rules: ★ only while possible, else a pin of
+        the set (a policy that breaks them gets the newest pin)."""
+        choice = self.cache.policy(self.pin_set, time.time())
+        if choice is None and self.pin_set.star:
+            return None
+        if choice is not None and choice in self.pin_set.within(choice.ts, choice.ts + 1):
+            return choice
+        newest = self.pin_set.newest()
+        return newest if newest is not None or not self.pin_set.star else None
+
+    def _began_at(self, pin: Pin) -> None:
+        self.snapshot = pin
+        self.pin_set.star = False  # the transaction now has a concrete time
+
+    def _import_refused(self, pin: Pin) -> bool:
+        """``pin`` could not be imported at the first query: whether another choice is
+        left (else the transaction falls back to a snapshot of its own, or — bound to the
+        pins by cached reads — raises :class:`SnapshotUnavailable`)."""
+        self.pin_set.discard(pin)
+        if self.pin_set.star or len(self.pin_set):
+            return True
+        if self.read_cache:
+            raise SnapshotUnavailable(
+                "every pin this transaction's cached reads are valid at has been "
+                "released; retry the transaction"
+            )
+        self._fall_back("no pin could be imported")
+        return False
+
+    def _predates_token(self, fresh: Pin | None) -> bool:
+        """Whether a fresh pin is older than ``not_before``: the driver then asks the
+        database's WAL position and has :meth:`_check_token` judge the token."""
+        return fresh is not None and self.not_before is not None and fresh.ts < self.not_before
+
+    def _check_token(self, written: int) -> None:
+        """A pin taken now that is older than ``not_before`` means no commit followed the
+        token's position, unless the token lies after everything the database has written
+        (``written``): refused, as it would wait for commits nobody made (a token is a
+        ``commit_timestamp`` or a ``Cache.timestamp()``)."""
+        assert self.not_before is not None
+        if self.not_before > written:
+            raise ValueError(
+                f"not_before {self.not_before} lies after everything the database has "
+                f"written (its WAL position is {written}): pass a commit_timestamp or a "
+                "Cache.timestamp(), not a number of one's own"
+            )
+
+    def _fresh_or_newest(self, fresh: Pin | None) -> Pin | None:
+        """★ at the first query: the fresh pin taken for it; without one, the newest pin of
+        the set, or the fallback."""
+        if fresh is not None:
+            self.pin_set.reify(fresh)
+            return fresh
+        self.pin_set.star = False
+        newest = self.pin_set.newest()
+        if newest is None:
+            self._fall_back("the agent gave no fresh pin")
+        return newest
+
+    def _import_sql(self, pin: Pin) -> sql.Composed:
+        """:func:`import_statement` for ``pin``; the new database transaction holds no lock
+        yet, so no table counts as verified any more."""
+        self._verified.clear()
+        return import_statement(pin)
+
+    def _imported(self, pin: Pin, imported: str | None) -> bool:
+        """Whether the snapshot an import got (``imported``: its contents) is ``pin``'s:
+        after a PostgreSQL restart its id can name another snapshot (equal contents mean
+        equal visibility)."""
+        if pin.snapshot_text is None or imported == pin.snapshot_text:
+            return True
+        log.warning(
+            "pin %s: snapshot %s now names another snapshot (%s, not %s): PostgreSQL "
+            "restarted since the pin was taken; choosing another",
+            pin.ts,
+            pin.snapshot_id,
+            imported,
+            pin.snapshot_text,
+        )
+        return False
+
+    def _fall_back(self, why: str) -> None:
+        """Go on without the cache: only before any cached value was used."""
+        assert not self.read_cache
+        if not self.uncached:
+            log.info("read-only transaction continues without the cache: %s", why)
+        self.uncached = True
+
+    # -- statements -------------------------------------------------------------------------
+
+    def _statement_count(self, statement: str, params: Params) -> int:
+        """How many statements ``statement`` holds, once the block is known usable and
+        each is a read (:class:`~txcache.StatementNotAllowed` names what is not)."""
+        self.check_usable()
+        return check_read_only(statement, params)
+
+    def _may_run_untagged(self) -> bool:
+        """A statement's tags cannot be derived: a bare query still runs (``True``; no move
+        may skip it from now on), one inside a cacheable function does not."""
+        if self.frames:
+            return False
+        self._tags_known = False
+        return True
+
+    def _statement_checks(self, analysed: Catalog | None) -> tuple[bool, Statement | None]:
+        """Whether what the statement reads may be stored (only what a cacheable function
+        reads is: only there does it matter which catalog the query ran with), and the
+        catalog check to run after it, if any."""
+        stored = analysed is not None and bool(self.frames) and self.cache.mode != "bypass"
+        stamp = analysed.stamp if analysed is not None else None
+        check = stamp_check(stamp) if stored and stamp is not None else None
+        return stored, check
+
+    def _ran(self, analysed: Catalog | None, stored: bool, check: tuple[Any, ...] | None) -> None:
+        """The statement ran, nothing it read rewritten: note whether it ran with the
+        catalog its tags came from."""
+        if stored and analysed is not None and not self._ran_with(analysed, check):
+            self._catalog_moved = True
+
+    def _ran_with(self, analysed: Catalog, check: tuple[Any, ...] | None) -> bool:
+        """Whether the query just run (``check``: the catalog check's row) ran with the
+        catalog reading ``analysed`` and that reading is its snapshot's: no schema change
+        in it is newer than the snapshot (the query ran the reading's definitions over
+        older data otherwise). A newer catalog has the library read it again."""
+        assert self.snapshot is not None
+        assert self.cache.agent is not None
+        stamp = analysed.stamp
+        if stamp is None or not still_current(stamp, check):
+            self.cache.schema_moved()
+            return False
+        barrier = self.cache.agent.schema_barrier(stamp.position)
+        return barrier is not None and self.snapshot.ts >= barrier
+
+    def _verified_already(self, tags: frozenset[str] | None) -> bool:
+        """Whether the statement can skip the rewrite check: ``bypass`` mode (PostgreSQL's
+        own semantics), or tags that name only tables verified in this database
+        transaction. Without tags (a bare query that was not analysed) it cannot: the
+        statement may read anything. A partitioned table is never verified (its name is
+        not among the relations checked), so which partitions a query reads never
+        matters."""
+        if self.cache.mode == "bypass":
+            return True
+        if tags is None:
+            return False
+        return self._verified.issuperset(_tables(tags))
+
+    def _rewritten(self, rows: list[Any]) -> list[str]:
+        """The relations ``REWRITTEN`` names rewritten; when there are none, records the
+        ones it verified."""
+        rewritten: list[str] = []
+        verified: list[str] = []
+        for schema, name, is_rewritten, still_named in rows:
+            if is_rewritten:
+                rewritten.append(name if schema is None else f"{schema}.{name}")
+            elif still_named:
+                verified.append(table_name(schema, name))
+        if not rewritten:
+            self._verified.update(verified)
+        return rewritten
+
+    def _record_query(self, tags: frozenset[str] | None) -> None:
+        """A statement's result reaches the application: its tags join every frame."""
+        if self.snapshot is not None and tags is not None:
+            self._query_tags.update(tags)
+            for frame in self.frames:
+                frame.read_database(self.snapshot.ts, tags)
+        self._read_database = True
+
+    # -- moving past a rewrite --------------------------------------------------------------
+
+    def _results_valid_anywhere(self) -> bool:
+        """Whether no query result was read yet (any later snapshot fits what was read)."""
+        return not self._read_database
+
+    def _rewrite_window(
+        self, rewritten: list[str], valid: tuple[int, int] | None, *, last_chance: bool
+    ) -> tuple[int, int]:
+        """Where the database transaction may move past a rewrite: after the active
+        snapshot (only a later one shows the rewrite) and where every query result read so
+        far stays valid (``valid``; ``None``: unknown). Raises when it cannot move (on the
+        unpinned fallback there is no pin to move to)."""
+        active = self.snapshot
+        if active is None or valid is None or last_chance:
+            raise rewritten_error(rewritten)
+        return max(valid[0], active.ts + 1), valid[1]
+
+    def _rewrite_candidates(self, fresh: Pin | None, lo: int, hi: int) -> list[Pin]:
+        """The pins to try, in order: the fresh pin (taken only while no cached value was
+        used), then the newest pins of the set in ``[lo, hi)``."""
+        candidates = [fresh] if fresh is not None and lo <= fresh.ts < hi else []
+        return candidates + self.pin_set.within(lo, hi)[::-1]
+
+    def _moved_past_rewrite(self, rewritten: list[str], pin: Pin, hi: int) -> None:
+        assert self.snapshot is not None
+        log.info(
+            "%s rewritten after pin %s: the transaction moves to pin %s",
+            ", ".join(rewritten),
+            self.snapshot.ts,
+            pin.ts,
+        )
+        self.pin_set.reify(pin)  # ★ became this pin, or it is in the set already
+        self.pin_set.narrow(pin.ts, hi)  # never back before the rewrite
+        self._moved_to(pin)
