@@ -35,7 +35,7 @@ from typing import Any
 from txcache import _protocol as protocol
 from txcache._pinset import Pin, PinSet
 from txcache._protocol import Barrier, CatalogVersion
-from txcache._resp import Endpoint, ReplyError
+from txcache._resp import Command, Endpoint, ReplyError
 from txcache._schema import TagColumns, tag_columns_at
 
 __all__ = [
@@ -161,7 +161,11 @@ def answered(reply: Any) -> bool:
     return reply is not None and not isinstance(reply, ReplyError)
 
 
-REFRESH_COMMANDS = (protocol.pins(), protocol.tag_columns(), protocol.barrier())
+REFRESH_COMMANDS: tuple[Command[Any], ...] = (
+    protocol.pins(),
+    protocol.tag_columns(),
+    protocol.barrier(),
+)
 """What a refresh asks, in this order: ``TAGCOLUMNS`` after ``PINS``, so that the catalog
 covers every listed pin."""
 

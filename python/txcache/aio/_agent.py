@@ -1,0 +1,121 @@
+"""The agent for the async library: the same pin list, catalog and barrier as the sync
+client (:class:`~txcache._agent.AgentState`, every decision shared), refreshed by a task
+instead of a thread. A refresh is one round trip: ``PINS``, ``TAGCOLUMNS`` and ``BARRIER``
+pipelined in that order (the agent answers them in order, so the catalog still covers every
+listed pin).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from txcache import _protocol as protocol
+from txcache._agent import REFRESH_COMMANDS, AgentState, fresh_pin_result, refresh_result
+from txcache._pinset import Pin
+from txcache._resp import ReplyError, read_reply
+from txcache._schema import TagColumns
+from txcache.aio._resp import AsyncEndpoint
+
+__all__ = ["AsyncAgentClient"]
+
+log = logging.getLogger("txcache")
+
+
+class AsyncAgentClient(AgentState):
+    """Pins and catalog versions from one agent, refreshed by a task of the running loop
+    (:meth:`start`; :meth:`close` stops it)."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        password: str | None = None,
+        refresh_interval: float = 0.25,
+        timeout: float = 5.0,
+    ) -> None:
+        """Nothing runs until :meth:`start`."""
+        super().__init__(refresh_interval)
+        # Not multiplexed: PIN and COMMITLSN wait on the agent, and would hold the replies
+        # of a refresh pipelined behind them.
+        self.endpoint = AsyncEndpoint(
+            address, role="agent", password=password, timeout=timeout, multiplex=False
+        )
+        self._refreshing = asyncio.Lock()
+        self._refreshed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the refresher task on the running loop."""
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name="txcache-agent-refresh"
+        )
+
+    async def wait_ready(self, timeout: float) -> bool:
+        """Wait until the first refresh answered; ``False`` if it did not within
+        ``timeout``."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._refreshed.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def pin_now(self) -> Pin | None:
+        """A freshly taken, certified pin (★); ``None`` if the agent cannot give one."""
+        reply = await self.endpoint.run(protocol.pin())
+        pin = fresh_pin_result(reply)
+        if pin is not None and not self.covers(pin.ts):
+            await self.refresh()
+        return pin
+
+    async def commit_lsn(self, xid: int, timeout: float = 5.0) -> int | None:
+        """The commit LSN of transaction ``xid``, once decoded; ``None`` if the agent cannot
+        say within ``timeout`` seconds."""
+        command = protocol.commit_lsn(xid, timeout_ms=max(1, int(timeout * 1000)))
+        lsn = await self.endpoint.run(command)
+        if lsn is None or isinstance(lsn, ReplyError):
+            return None
+        return lsn
+
+    async def tag_columns(self, ts: int) -> tuple[bool, TagColumns | None]:
+        """The tag-column version in force at snapshot ``ts``, as the sync client's
+        :meth:`~txcache._agent.AgentClient.tag_columns`."""
+        if not self.covers(ts):
+            await self.refresh()
+        return self.columns_at(ts)
+
+    async def refresh(self) -> bool:
+        """Fetch pins, catalog and barrier now (one round trip); ``False`` if the agent did
+        not answer."""
+        if not self.endpoint.is_up():
+            return False
+        # One refresh at a time: an older reply published after a newer one would undo it.
+        async with self._refreshing:
+            commands = [command.arguments for command in REFRESH_COMMANDS]
+            raw = await self.endpoint.pipeline(commands)
+            if raw is None:
+                return False
+            replies = [read_reply(c, r) for c, r in zip(REFRESH_COMMANDS, raw, strict=True)]
+            answered = refresh_result(replies)
+            if answered is None:
+                return False
+            self._publish(*answered)
+        self._refreshed.set()
+        return True
+
+    async def close(self) -> None:
+        """Stop the refresher and close the connections."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})  # not `await task`: its cancellation is not ours
+        self.endpoint.close()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except Exception:  # the refresher must never die: log and go on
+                log.exception("txcache: refreshing pins from the agent failed")
+            await asyncio.sleep(self.refresh_interval)

@@ -1,0 +1,221 @@
+"""The async RESP transport (``txcache.aio._resp``) against real nodes and a real agent: one
+connection multiplexed across tasks, replies matched in order, cancelled callers that do not
+desynchronise the stream, a silent or dead node marked down with the sync endpoint's backoff,
+passwords; and, as pure logic on a stand-in transport, the FIFO matching itself."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import hiredis
+import pytest
+import redis
+
+from conftest import StartNode, info
+from library_fixtures import LibraryStack
+from txcache import _protocol as protocol
+from txcache._process import wait_until
+from txcache._resp import ConnectionLost, PasswordRefused, ReplyError
+from txcache.aio._agent import AsyncAgentClient
+from txcache.aio._nodes import AsyncCacheNode
+from txcache.aio._resp import AsyncEndpoint, AsyncRespConnection
+
+
+def test_many_tasks_share_one_connection_and_get_their_own_replies(start_node: StartNode):
+    node_process = start_node("--max-memory", "16mb")
+
+    async def body() -> None:
+        node = AsyncCacheNode(node_process.address)
+        replies = await asyncio.gather(*(node.call("ECHO", f"task {i}") for i in range(500)))
+        assert replies == [f"task {i}".encode() for i in range(500)]
+        with redis.Redis(host=node_process.host, port=node_process.port, protocol=2) as client:
+            assert info(client, "clients")["connected_clients"] == 2  # ours and this one
+        node.close()
+
+    asyncio.run(body())
+
+
+def test_a_pipeline_is_one_write_answered_in_order(start_node: StartNode):
+    node_process = start_node("--max-memory", "16mb")
+
+    async def body() -> None:
+        node = AsyncCacheNode(node_process.address)
+        replies = await node.pipeline([("SET", "a", "1"), ("GET", "a"), ("NOSUCHCOMMAND",)])
+        assert replies is not None
+        assert replies[:2] == [b"OK", b"1"]
+        assert isinstance(replies[2], ReplyError)
+        node.close()
+
+    asyncio.run(body())
+
+
+def test_cancelled_callers_do_not_desynchronise_the_stream(start_node: StartNode):
+    node_process = start_node("--max-memory", "16mb")
+
+    async def body() -> None:
+        node = AsyncCacheNode(node_process.address)
+        await node.call("PING")  # connected: every task below writes at once
+        tasks = [asyncio.create_task(node.call("ECHO", str(i))) for i in range(300)]
+        await asyncio.sleep(0)  # each has written its request and waits for the reply
+        for task in tasks[::3]:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for i, result in enumerate(results):
+            if i % 3:
+                assert result == str(i).encode()
+            else:
+                assert isinstance(result, asyncio.CancelledError)
+        assert await node.call("ECHO", "after") == b"after"
+        assert node.is_up()
+        node.close()
+
+    asyncio.run(body())
+
+
+def test_a_silent_node_is_marked_down_and_retried_after_the_backoff(start_node: StartNode):
+    node_process = start_node("--max-memory", "16mb")
+    pid = node_process.process.pid
+
+    async def body() -> None:
+        node = AsyncCacheNode(node_process.address, timeout=0.3)
+        assert await node.call("PING") == b"PONG"
+        stop(pid)
+        try:
+            started = time.monotonic()
+            replies = await asyncio.gather(*(node.call("PING") for _ in range(5)))
+            assert replies == [None] * 5  # every waiting call fails once the reply is late
+            assert 0.25 < time.monotonic() - started < 2.0
+            assert not node.is_up()
+            started = time.monotonic()
+            assert await node.lookup(b"k", 1, 2, with_tags=False) == protocol.Miss("unavailable")
+            assert time.monotonic() - started < 0.05  # down: no call is made
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await asyncio.sleep(0.6)  # the first backoff is 0.5 s
+        assert await node.call("PING") == b"PONG"
+        assert node.is_up()
+        node.close()
+
+    asyncio.run(body())
+
+
+def stop(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until it is stopped (the signal is delivered when the
+    process is next scheduled)."""
+    os.kill(pid, signal.SIGSTOP)
+    wait_until(lambda: _state(pid) in ("T", "t"), f"process {pid} to stop", timeout=5)
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+
+
+def test_a_dead_node_is_down_and_a_restarted_one_is_used_again(start_node: StartNode):
+    node_process = start_node("--max-memory", "16mb")
+    port = node_process.port
+
+    async def body() -> None:
+        node = AsyncCacheNode(node_process.address)
+        assert await node.call("PING") == b"PONG"
+        node_process.kill()
+        assert await node.call("PING") is None
+        assert not node.is_up()
+        start_node("--max-memory", "16mb", "--port", str(port))
+        await asyncio.sleep(0.6)
+        assert await node.call("PING") == b"PONG"
+        node.close()
+
+    asyncio.run(body())
+
+
+def test_a_password_is_sent_first_and_a_wrong_one_refused(start_node: StartNode):
+    node_process = start_node("--max-memory", "16mb", "--password", "s3cret-pw")
+
+    async def body() -> None:
+        node = AsyncCacheNode(node_process.address, password="s3cret-pw")
+        assert await node.call("PING") == b"PONG"
+        node.close()
+        target = (node_process.host, node_process.port)
+        with pytest.raises(PasswordRefused):
+            await AsyncRespConnection.open(target, password="wrong")
+        wrong = AsyncCacheNode(node_process.address, password="wrong")
+        assert await wrong.call("PING") is None
+        assert not wrong.is_up()
+
+    asyncio.run(body())
+
+
+def test_the_agents_waiting_commands_do_not_hold_its_refresh(lib: LibraryStack):
+    async def body() -> None:
+        agent = AsyncAgentClient(lib.agent_address, refresh_interval=60)
+        waiting = asyncio.create_task(agent.commit_lsn(2**40, timeout=1.5))  # never decoded
+        await asyncio.sleep(0.1)
+        started = time.monotonic()
+        assert await agent.refresh()
+        assert time.monotonic() - started < 1.0
+        assert agent.pins(staleness=60, not_before=None, now=time.time())
+        assert await waiting is None
+        await agent.close()
+
+    lib.caught_up()
+    lib.fresh_pins()
+    asyncio.run(body())
+
+
+# -- the FIFO on a stand-in transport (pure logic) --------------------------------------------
+
+
+class _Transport(asyncio.Transport):
+    """Records writes; nothing is sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+        self.aborted = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written.append(bytes(data))
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+def _reply(*values: bytes) -> bytes:
+    return b"".join(b"$%d\r\n%s\r\n" % (len(v), v) for v in values)
+
+
+def test_replies_split_anywhere_reach_their_callers_in_order():
+    async def body() -> None:
+        connection = AsyncRespConnection(("127.0.0.1", 1), timeout=5)
+        transport = _Transport()
+        connection.connection_made(transport)
+        futures = connection.send([("GET", "a"), ("GET", "b"), ("GET", "c")])
+        assert transport.written == [b"".join(hiredis.pack_command(("GET", k)) for k in "abc")]
+        futures[1].cancel()  # its caller went away: its reply is dropped
+        data = _reply(b"1", b"2", b"3")
+        for i in range(len(data)):
+            connection.data_received(data[i : i + 1])
+        assert futures[0].result() == b"1"
+        assert futures[2].result() == b"3"
+        assert connection.owed == 0
+        connection.data_received(_reply(b"nobody asked"))
+        assert transport.aborted
+        assert not connection.usable
+        with pytest.raises(ConnectionLost):
+            connection.send([("PING",)])
+
+    asyncio.run(body())
+
+
+def test_an_endpoint_down_returns_none_without_connecting():
+    async def body() -> None:
+        endpoint = AsyncEndpoint("127.0.0.1:1", role="cache node", connect_timeout=0.2)
+        assert await endpoint.call("PING") is None  # nothing listens on port 1
+        assert not endpoint.is_up()
+        assert await endpoint.call("PING") is None
+
+    asyncio.run(body())
