@@ -21,8 +21,13 @@ The library is described in ``docs/library.md``; the exception tree is in
 :mod:`txcache.errors`. Also here: preparing a database (:func:`setup_database`,
 ``txcache setup``) and starting the parts of a stack as child processes
 (:class:`EmbeddedPostgres`, :class:`NodeProcess`, :class:`AgentProcess`).
+
+The async API is :mod:`txcache.aio`: ``cache = await txcache.connect_async()``, ``async
+with cache.read_only()``, ``@txcache.cacheable`` on an ``async def``. ``__all__`` lists the
+sync surface; ``txcache.aio.__all__`` the async one, whose main names are also here.
 """
 
+from txcache import aio
 from txcache._agent_process import AgentProcess
 from txcache._cacheable import CacheableFunction, cacheable, function_stats
 from txcache._config import Mode, Settings
@@ -43,6 +48,10 @@ from txcache._transaction import (
     query,
     query_one,
 )
+from txcache.aio import AsyncCache as AsyncCache
+from txcache.aio import AsyncCacheableFunction as AsyncCacheableFunction
+from txcache.aio import AsyncReadOnlyTransaction as AsyncReadOnlyTransaction
+from txcache.aio import AsyncReadWriteTransaction as AsyncReadWriteTransaction
 from txcache.errors import (
     ConfigurationError,
     NoTransaction,
@@ -102,5 +111,9 @@ __all__ = [
     "query_one",
     "setup_database",
 ]
+
+connect_async = aio.connect
+"""``await txcache.connect_async(...)``: an open :class:`AsyncCache`
+(:func:`txcache.aio.connect`)."""
 
 __version__ = "0.1.0"

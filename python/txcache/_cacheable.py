@@ -5,6 +5,9 @@ owns it); a hit returns the stored value and narrows the transaction's pin set. 
 the function in a new :class:`~txcache._frame.Frame` and stores the result with the
 interval, snapshot and tags the frame gathered; an exception stores nothing.
 
+The decisions of a call (key, node, hit, frames, what to store) are :class:`CacheableBase`'s,
+shared with the async wrapper of an ``async def`` (:mod:`txcache.aio._cacheable`).
+
 Elsewhere (documented in docs/library.md):
 - in a read/write transaction the function runs uncached — writes must see the database;
 - outside any transaction the call runs in an implicit read-only transaction of the
@@ -16,28 +19,42 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import logging
 import time
 import weakref
-from collections.abc import Callable
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, cast, overload
 
 from txcache._config import Settings
 from txcache._frame import Frame
 from txcache._keys import CallKeys
-from txcache._nodes import Hit, Miss
+from txcache._nodes import CacheNode, Hit, Miss
+from txcache._read_only_core import ReadOnlyCore
 from txcache._stats import FunctionStats
-from txcache._transaction import ReadOnlyTransaction, current_transaction
+from txcache._transaction import ReadOnlyTransaction, Transaction, current_transaction
 from txcache.errors import NoTransaction, TransactionError
 
-__all__ = ["CacheableFunction", "cacheable", "function_stats"]
+if TYPE_CHECKING:
+    from txcache._cache_core import CacheCore
+    from txcache.aio._cacheable import AsyncCacheableFunction
+
+__all__ = [
+    "EMIT_INVALIDATION",
+    "CacheableBase",
+    "CacheableFunction",
+    "cacheable",
+    "function_stats",
+    "mixed_error",
+    "read_only_invalidation",
+]
 
 log = logging.getLogger("txcache")
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_registry: weakref.WeakSet[CacheableFunction[Any, Any]] = weakref.WeakSet()
+_registry: weakref.WeakSet[CacheableBase[Any, Any]] = weakref.WeakSet()
 
 MANUAL_TAG_TABLE = "txcache.calls"
 """The pseudo-table of manual-invalidation tags: ``txcache.calls/<function>:key=<hex>`` on
@@ -47,7 +64,7 @@ each result of a ``manual_invalidation`` function, the wildcard
 INVALIDATE_MESSAGE_PREFIX = "txcache-invalidate"
 """The prefix of the logical messages manual invalidations are written as (docs/agent.md)."""
 
-_EMIT_INVALIDATION = (
+EMIT_INVALIDATION = (
     f"SELECT pg_catalog.pg_logical_emit_message(true, '{INVALIDATE_MESSAGE_PREFIX}', %s)"
 )
 
@@ -57,13 +74,15 @@ def function_stats() -> list[FunctionStats]:
     return sorted((function.stats for function in _registry), key=lambda s: s.name)
 
 
-class CacheableFunction(Generic[P, R]):
-    """A function wrapped by :func:`cacheable`; call it as the function itself."""
+class CacheableBase(Generic[P, R]):
+    """What a sync and an async cacheable function share, no I/O: the keys, the
+    statistics, manual-invalidation tags, and each decision of a call — its key and node,
+    what a hit gives, the frames, and what a miss stores (``R``: what the function's result
+    is, awaited for an ``async def``)."""
 
     def __init__(
-        self, function: Callable[P, R], *, version: str = "", manual_invalidation: bool = False
+        self, function: Callable[P, Any], *, version: str = "", manual_invalidation: bool = False
     ) -> None:
-        self.function = function
         self.keys = CallKeys(function, version=version)
         self.stats = FunctionStats(self.keys.name)
         """This function's counters in this process."""
@@ -71,7 +90,7 @@ class CacheableFunction(Generic[P, R]):
         """Whether its results carry the tags :meth:`invalidate` and :meth:`invalidate_all`
         name (one more tag per stored result)."""
         self._manual_table = f"{MANUAL_TAG_TABLE}/{self.keys.name}"
-        functools.update_wrapper(self, function)
+        functools.update_wrapper(cast(Any, self), function)  # the wrapper is callable
         _registry.add(self)
 
     def __repr__(self) -> str:
@@ -81,23 +100,21 @@ class CacheableFunction(Generic[P, R]):
         """The cache key of this call, as a call made here would look it up: with the
         ``code_version`` and ``code_packages`` settings of the current transaction's cache,
         else of the default cache, else with none."""
-        return self.keys.key(args, kwargs, _settings_here())
+        return self.keys.key(args, kwargs, self._settings_here())
 
-    def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> int | None:
-        """Make the cached results of this call stale, for what the database cannot see (an
-        external API the function reads, say). Inside a read/write transaction the
-        invalidation commits with it (its ``commit_timestamp`` is the token); elsewhere it
-        commits at once through the default cache, and the ``not_before`` token of that
-        commit is returned. Needs ``@cacheable(manual_invalidation=True)``."""
-        self._require_manual("invalidate")
-        key = self.keys.key(args, kwargs, _settings_here())
-        return _emit_invalidation(self._manual_tag(key))
+    def _settings_here(self) -> Settings | None:
+        """The settings of the cache a call made here would read."""
+        transaction = current_transaction()
+        if transaction is not None:
+            return transaction.cache.settings
+        cache = self._default_cache()
+        return None if cache is None else cache.settings
 
-    def invalidate_all(self) -> int | None:
-        """Make every cached result of this function stale, whatever its arguments and code
-        version (as :meth:`invalidate` does for one call)."""
-        self._require_manual("invalidate_all")
-        return _emit_invalidation(self._manual_table)
+    def _default_cache(self) -> CacheCore | None:
+        """The cache of implicit transactions (the sync one's, by default)."""
+        from txcache._connect import default_cache  # a cycle only at import time
+
+        return default_cache()
 
     def _require_manual(self, method: str) -> None:
         if not self.manual_invalidation:
@@ -108,6 +125,103 @@ class CacheableFunction(Generic[P, R]):
 
     def _manual_tag(self, key: bytes) -> str:
         return f"{self._manual_table}:key={key.hex()}"
+
+    def _where(
+        self, transaction: ReadOnlyCore[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[bytes, Any, str | None]:
+        """The call's key, the node that holds it, and its manual-invalidation tag."""
+        cache = transaction.cache
+        key = self.keys.key(args, kwargs, cache.settings)
+        manual_tag = self._manual_tag(key) if self.manual_invalidation else None
+        if cache.mode == "no_consistency":  # its values never reach consistent readers
+            key = hashlib.blake2b(key, digest_size=len(key), person=b"no_consistency").digest()
+        assert cache.ring is not None
+        return key, cache.ring.node_for(key), manual_tag
+
+    def _hit_value(self, transaction: ReadOnlyCore[Any], found: Hit, started: float) -> R | Miss:
+        """The value of an accepted hit, recorded in every frame; a value that fails the
+        serializer is a ``foreign`` miss."""
+        try:
+            value: R = transaction.cache.serializer.loads(found.value)
+        except Exception as error:  # a pluggable serializer may raise anything: a miss
+            log.warning("ignored the cached value of %s: %s", self.keys.name, error)
+            return Miss("foreign")
+        for frame in transaction.frames:
+            frame.read_cached(found.interval, found.tags)
+        self.stats.record_hit(time.perf_counter() - started)
+        return value
+
+    def _open_frame(self, transaction: ReadOnlyCore[Any], manual_tag: str | None) -> Frame:
+        """A frame for a miss's run, on the transaction's stack."""
+        frame = Frame()
+        transaction.frames.append(frame)
+        if manual_tag is not None:  # callers' results depend on this call's too
+            for each in transaction.frames:
+                each.tags.add(manual_tag)
+        return frame
+
+    def _close_frame(self, transaction: ReadOnlyCore[Any], frame: Frame) -> None:
+        popped = transaction.frames.pop()
+        assert popped is frame, "frames out of order: a transaction used by two threads"
+
+    def _store_request(
+        self, transaction: ReadOnlyCore[Any], value: R, frame: Frame
+    ) -> tuple[bytes, int, int | None, int, list[str]] | None:
+        """What ``TXSET`` stores for a miss's ``value`` (data, interval, snapshot, tags), or
+        ``None`` when nothing may be stored."""
+        if transaction.uncached:
+            return None  # it fell back to an unpinned snapshot: its reads have no timestamp
+        if transaction.failed:
+            return None  # a statement failed (and the function caught it): nothing is stored
+        if transaction.catalog_moved:
+            return None  # its tags may describe another catalog than the one it ran with
+        data = transaction.cache.serializer.dumps(value)
+        snapshot = frame.snapshot
+        if snapshot is None:
+            snapshot = transaction.reference_point()
+            if snapshot is None:
+                return None
+        # Without consistency a value may be built from stale nested values, so it claims
+        # only "from the snapshot it was computed at until invalidated".
+        if transaction.cache.mode == "no_consistency":
+            return data, snapshot, None, snapshot, sorted(frame.tags)
+        return data, frame.lo, frame.hi, snapshot, sorted(frame.tags)
+
+    def _stored(self, transaction: ReadOnlyCore[Any], outcome: str | None) -> None:
+        """Count a store's outcome (``None``: the node is down or refused it)."""
+        self.stats.record_insert(outcome or "failed")
+        if outcome == "nondeterministic" and transaction.cache.mode != "no_consistency":
+            log.warning(
+                "%s returned a different value for the same arguments at the same database "
+                "state: is it deterministic?",
+                self.keys.name,
+            )
+
+
+class CacheableFunction(CacheableBase[P, R]):
+    """A function wrapped by :func:`cacheable`; call it as the function itself."""
+
+    def __init__(
+        self, function: Callable[P, R], *, version: str = "", manual_invalidation: bool = False
+    ) -> None:
+        super().__init__(function, version=version, manual_invalidation=manual_invalidation)
+        self.function = function
+
+    def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> int | None:
+        """Make the cached results of this call stale, for what the database cannot see (an
+        external API the function reads, say). Inside a read/write transaction the
+        invalidation commits with it (its ``commit_timestamp`` is the token); elsewhere it
+        commits at once through the default cache, and the ``not_before`` token of that
+        commit is returned. Needs ``@cacheable(manual_invalidation=True)``."""
+        self._require_manual("invalidate")
+        key = self.keys.key(args, kwargs, self._settings_here())
+        return _emit_invalidation(self._manual_tag(key))
+
+    def invalidate_all(self) -> int | None:
+        """Make every cached result of this function stale, whatever its arguments and code
+        version (as :meth:`invalidate` does for one call)."""
+        self._require_manual("invalidate_all")
+        return _emit_invalidation(self._manual_table)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
@@ -121,6 +235,8 @@ class CacheableFunction(Generic[P, R]):
         if transaction is None:
             return self._call_implicitly(args, kwargs)
         if not isinstance(transaction, ReadOnlyTransaction) or transaction.uncached:
+            if not isinstance(transaction, Transaction):
+                raise mixed_error(self.keys.name, function_is_async=False)
             if isinstance(transaction, ReadOnlyTransaction):
                 transaction.check_usable()  # a failed block refuses every call
             self.stats.record_uncached()
@@ -142,31 +258,19 @@ class CacheableFunction(Generic[P, R]):
     ) -> R:
         started = time.perf_counter()
         transaction.check_owner()
-        cache = transaction.cache
-        key = self.keys.key(args, kwargs, cache.settings)
-        manual_tag = self._manual_tag(key) if self.manual_invalidation else None
-        if cache.mode == "no_consistency":  # its values never reach consistent readers
-            key = hashlib.blake2b(key, digest_size=len(key), person=b"no_consistency").digest()
-        assert cache.ring is not None
-        node = cache.ring.node_for(key)
+        key, node, manual_tag = self._where(transaction, args, kwargs)
         found = transaction.lookup(node, key)
         if isinstance(found, Hit):
-            try:
-                value: R = cache.serializer.loads(found.value)
-            except Exception as error:  # a pluggable serializer may raise anything: a miss
-                log.warning("ignored the cached value of %s: %s", self.keys.name, error)
-                found = Miss("foreign")
-            else:
-                for frame in transaction.frames:
-                    frame.read_cached(found.interval, found.tags)
-                self.stats.record_hit(time.perf_counter() - started)
+            value = self._hit_value(transaction, found, started)
+            if not isinstance(value, Miss):
                 return value
+            found = value
         return self._run(transaction, node, key, found.kind, args, kwargs, manual_tag)
 
     def _run(
         self,
         transaction: ReadOnlyTransaction,
-        node: Any,
+        node: CacheNode,
         key: bytes,
         miss_kind: str,
         args: tuple[Any, ...],
@@ -174,47 +278,32 @@ class CacheableFunction(Generic[P, R]):
         manual_tag: str | None,
     ) -> R:
         started = time.perf_counter()
-        frame = Frame()
-        transaction.frames.append(frame)
-        if manual_tag is not None:  # callers' results depend on this call's too
-            for each in transaction.frames:
-                each.tags.add(manual_tag)
+        frame = self._open_frame(transaction, manual_tag)
         try:
             value = self.function(*args, **kwargs)
         finally:
-            popped = transaction.frames.pop()
-            assert popped is frame, "frames out of order: a transaction used by two threads"
+            self._close_frame(transaction, frame)
         self.stats.record_miss(miss_kind, time.perf_counter() - started)
-        self._store(transaction, node, key, value, frame)
+        request = self._store_request(transaction, value, frame)
+        if request is not None:
+            self._stored(transaction, node.insert(key, *request))
         return value
 
-    def _store(
-        self, transaction: ReadOnlyTransaction, node: Any, key: bytes, value: R, frame: Frame
-    ) -> None:
-        if transaction.uncached:
-            return  # it fell back to an unpinned snapshot: its reads have no timestamp
-        if transaction.failed:
-            return  # a statement failed (and the function caught it): nothing is stored
-        if transaction.catalog_moved:
-            return  # its tags may describe another catalog than the one the query ran with
-        data = transaction.cache.serializer.dumps(value)
-        snapshot = frame.snapshot
-        if snapshot is None:
-            snapshot = transaction.reference_point()
-            if snapshot is None:
-                return
-        consistent = transaction.cache.mode != "no_consistency"
-        # Without consistency a value may be built from stale nested values, so it claims
-        # only "from the snapshot it was computed at until invalidated".
-        lo, hi = (frame.lo, frame.hi) if consistent else (snapshot, None)
-        outcome = node.insert(key, data, lo, hi, snapshot, sorted(frame.tags))
-        self.stats.record_insert(outcome or "failed")
-        if outcome == "nondeterministic" and consistent:
-            log.warning(
-                "%s returned a different value for the same arguments at the same database "
-                "state: is it deterministic?",
-                self.keys.name,
-            )
+
+def mixed_error(name: str, *, function_is_async: bool) -> TransactionError:
+    """A cacheable function called in a transaction of the other kind: its queries would
+    run through the wrong API (a sync function cannot await, an async one's awaits would
+    get lists)."""
+    if function_is_async:
+        return TransactionError(
+            f"{name} is an async cacheable function: call it inside `async with "
+            "cache.read_only()` (or `read_write()`) of an async cache (txcache.connect_async), "
+            "not in a sync transaction"
+        )
+    return TransactionError(
+        f"{name} is a sync cacheable function: in an async transaction (`async with "
+        "cache.read_only()`) cacheable functions must be `async def`"
+    )
 
 
 def _emit_invalidation(tags: str) -> int | None:
@@ -222,13 +311,15 @@ def _emit_invalidation(tags: str) -> int | None:
     transaction (``None`` returned: its commit is the token), else in one of its own of the
     default cache (its commit's token)."""
     transaction = current_transaction()
-    if isinstance(transaction, ReadOnlyTransaction):
+    if transaction is not None and not isinstance(transaction, Transaction):
         raise TransactionError(
-            "a read-only transaction cannot invalidate: call invalidate() in a read/write "
-            "transaction or outside any"
+            "in an async transaction, invalidate through an async cacheable function "
+            "(`await fn.invalidate(...)`)"
         )
+    if isinstance(transaction, ReadOnlyTransaction):
+        raise read_only_invalidation()
     if transaction is not None:
-        transaction.execute(_EMIT_INVALIDATION, (tags,))
+        transaction.execute(EMIT_INVALIDATION, (tags,))
         return None
     from txcache._connect import default_cache  # a cycle only at import time
 
@@ -236,19 +327,35 @@ def _emit_invalidation(tags: str) -> int | None:
     if cache is None:
         raise NoTransaction("no cache to invalidate through: call txcache.connect() first")
     with cache.read_write() as written:
-        written.execute(_EMIT_INVALIDATION, (tags,))
+        written.execute(EMIT_INVALIDATION, (tags,))
     return written.commit_timestamp
 
 
-def _settings_here() -> Settings | None:
-    """The settings of the cache a call made here would read."""
-    transaction = current_transaction()
-    if transaction is not None:
-        return transaction.cache.settings
-    from txcache._connect import default_cache  # a cycle only at import time
+def read_only_invalidation() -> TransactionError:
+    """A read-only transaction was asked to invalidate: it cannot write."""
+    return TransactionError(
+        "a read-only transaction cannot invalidate: call invalidate() in a read/write "
+        "transaction or outside any"
+    )
 
-    cache = default_cache()
-    return None if cache is None else cache.settings
+
+class Decorate(Protocol):
+    """What ``@cacheable(...)`` with options returns: it wraps a function as
+    :func:`cacheable` does."""
+
+    @overload
+    def __call__(  # type: ignore[overload-overlap]  # an async def is a Callable[P, R] too
+        self, function: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> AsyncCacheableFunction[P, R]: ...
+
+    @overload
+    def __call__(self, function: Callable[P, R], /) -> CacheableFunction[P, R]: ...
+
+
+@overload
+def cacheable(  # type: ignore[overload-overlap]  # an async def is also a Callable[P, R]
+    function: Callable[P, Coroutine[Any, Any, R]], /
+) -> AsyncCacheableFunction[P, R]: ...
 
 
 @overload
@@ -256,19 +363,19 @@ def cacheable(function: Callable[P, R], /) -> CacheableFunction[P, R]: ...
 
 
 @overload
-def cacheable(
-    *, version: str = "", manual_invalidation: bool = False
-) -> Callable[[Callable[P, R]], CacheableFunction[P, R]]: ...
+def cacheable(*, version: str = "", manual_invalidation: bool = False) -> Decorate: ...
 
 
 def cacheable(
-    function: Callable[P, R] | None = None,
+    function: Callable[P, Any] | None = None,
     /,
     *,
     version: str = "",
     manual_invalidation: bool = False,
-) -> CacheableFunction[P, R] | Callable[[Callable[P, R]], CacheableFunction[P, R]]:
-    """Make ``function`` cacheable: ``@cacheable`` or ``@cacheable(version="2")``.
+) -> Any:
+    """Make ``function`` cacheable: ``@cacheable`` or ``@cacheable(version="2")``; an
+    ``async def`` becomes an :class:`~txcache.aio.AsyncCacheableFunction` (awaited, inside
+    async transactions), any other function a :class:`CacheableFunction`.
 
     The function must depend only on its arguments and the database, and return a value the
     serializer can store. Its keys hash its code and the application code it can reach (see
@@ -278,10 +385,14 @@ def cacheable(
     ``manual_invalidation`` lets :meth:`CacheableFunction.invalidate` make results stale by
     hand, for what the database cannot see.
     """
-    if function is not None:
-        return CacheableFunction(function, version=version)
 
-    def decorate(inner: Callable[P, R]) -> CacheableFunction[P, R]:
+    def decorate(inner: Callable[P, Any]) -> CacheableBase[P, Any]:
+        if inspect.iscoroutinefunction(inner):
+            from txcache.aio._cacheable import AsyncCacheableFunction  # imports this module
+
+            return AsyncCacheableFunction(
+                inner, version=version, manual_invalidation=manual_invalidation
+            )
         return CacheableFunction(inner, version=version, manual_invalidation=manual_invalidation)
 
-    return decorate
+    return decorate if function is None else decorate(function)

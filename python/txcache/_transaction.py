@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Self, TypeVar, cast, overload
 
 import psycopg
 from psycopg.rows import RowFactory, tuple_row
@@ -70,6 +70,7 @@ from txcache.errors import (
 
 if TYPE_CHECKING:
     from txcache._connect import Cache
+    from txcache.aio._transaction import AsyncTransaction
 
 __all__ = [
     "COMMIT",
@@ -95,24 +96,31 @@ Row = tuple[Any, ...]
 R = TypeVar("R")
 Connection = psycopg.Connection[Row]
 
-_current: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar(
+# The current transaction, sync or async: one variable, so that a block of either kind
+# sees (and refuses) the other.
+_current: contextvars.ContextVar[Transaction | AsyncTransaction | None] = contextvars.ContextVar(
     "txcache_transaction", default=None
 )
 
 
-def current_transaction() -> Transaction | None:
-    """The transaction running in this thread or task, if any."""
+def current_transaction() -> Transaction | AsyncTransaction | None:
+    """The transaction running in this thread or task, if any (an async one inside ``async
+    with cache.read_only()`` / ``read_write()`` of an async cache)."""
     return _current.get()
 
 
 def _require() -> Transaction:
+    """The current transaction. Typed as a sync one: an async transaction's ``execute``,
+    ``query`` and ``query_one`` take the same arguments and return awaitables, so ``await
+    txcache.query(...)`` works in an async block (``txcache.aio.query`` is the typed
+    form)."""
     transaction = _current.get()
     if transaction is None:
         raise NoTransaction(
             "no transaction: run queries inside `with cache.read_only(...)` or "
             "`with cache.read_write()`"
         )
-    return transaction
+    return cast("Transaction", transaction)
 
 
 @overload
@@ -161,7 +169,7 @@ class Transaction:
     def __init__(self, cache: Cache) -> None:
         self.cache = cache
         self._connection: Connection | None = None
-        self._token: contextvars.Token[Transaction | None] | None = None
+        self._token: contextvars.Token[Transaction | AsyncTransaction | None] | None = None
         self.owner = 0
         """The ident of the thread that began it."""
 

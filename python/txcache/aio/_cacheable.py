@@ -1,0 +1,159 @@
+"""``@txcache.cacheable`` on an ``async def``: the same keys, statistics, miss kinds and
+store rules as a sync cacheable function (every decision is
+:class:`~txcache._cacheable.CacheableBase`'s), awaited inside async transactions.
+
+A value stored by one API is a hit for the other: keys, values and intervals are the same
+bytes whichever wrapper computed them. A call cancelled before its function returned stores
+nothing (its frame is dropped, as for any exception); once its result is being stored, the
+``TXSET`` is written whole, so a cancellation then stores the complete value or nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from txcache._cacheable import (
+    EMIT_INVALIDATION,
+    CacheableBase,
+    mixed_error,
+    read_only_invalidation,
+)
+from txcache._nodes import Hit, Miss
+from txcache._transaction import current_transaction
+from txcache.aio._nodes import AsyncCacheNode
+from txcache.aio._read_only import AsyncReadOnlyTransaction
+from txcache.aio._transaction import AsyncTransaction
+from txcache.errors import NoTransaction
+
+if TYPE_CHECKING:
+    from txcache._cache_core import CacheCore
+
+__all__ = ["AsyncCacheableFunction"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class AsyncCacheableFunction(CacheableBase[P, R]):
+    """An ``async def`` wrapped by :func:`txcache.cacheable`; ``await`` it as the function
+    itself, inside ``async with cache.read_only()`` (or outside any transaction: an implicit
+    one of :func:`txcache.aio.default_cache`)."""
+
+    def __init__(
+        self,
+        function: Callable[P, Coroutine[Any, Any, R]],
+        *,
+        version: str = "",
+        manual_invalidation: bool = False,
+    ) -> None:
+        super().__init__(function, version=version, manual_invalidation=manual_invalidation)
+        self.function = function
+
+    def _default_cache(self) -> CacheCore | None:
+        from txcache.aio._connect import default_cache  # imports this module
+
+        return default_cache()
+
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await self._call(args, kwargs)
+        except BaseException:
+            self.stats.record_error()
+            raise
+
+    async def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> int | None:
+        """Make the cached results of this call stale
+        (:meth:`txcache.CacheableFunction.invalidate`): with the current async read/write
+        transaction (``None``), else at once through the default async cache (its token)."""
+        self._require_manual("invalidate")
+        key = self.keys.key(args, kwargs, self._settings_here())
+        return await self._emit(self._manual_tag(key))
+
+    async def invalidate_all(self) -> int | None:
+        """Make every cached result of this function stale (as :meth:`invalidate`)."""
+        self._require_manual("invalidate_all")
+        return await self._emit(self._manual_table)
+
+    async def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        transaction = current_transaction()
+        if transaction is None:
+            return await self._call_implicitly(args, kwargs)
+        if not isinstance(transaction, AsyncReadOnlyTransaction) or transaction.uncached:
+            if not isinstance(transaction, AsyncTransaction):
+                raise mixed_error(self.keys.name, function_is_async=True)
+            if isinstance(transaction, AsyncReadOnlyTransaction):
+                transaction.check_usable()  # a failed block refuses every call
+            transaction.check_owner()
+            self.stats.record_uncached()
+            return await self.function(*args, **kwargs)
+        return await self._call_in(transaction, args, kwargs)
+
+    async def _call_implicitly(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        from txcache.aio._connect import default_cache  # imports this module
+
+        cache = default_cache()
+        if cache is None:
+            self.stats.record_uncached()
+            return await self.function(*args, **kwargs)
+        async with cache.read_only(staleness=cache.settings.staleness):
+            return await self._call(args, kwargs)
+
+    async def _call_in(
+        self, transaction: AsyncReadOnlyTransaction, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> R:
+        started = time.perf_counter()
+        transaction.check_owner()
+        key, node, manual_tag = self._where(transaction, args, kwargs)
+        found = await transaction.lookup(node, key)
+        if isinstance(found, Hit):
+            value = self._hit_value(transaction, found, started)
+            if not isinstance(value, Miss):
+                return value
+            found = value
+        return await self._run(transaction, node, key, found.kind, args, kwargs, manual_tag)
+
+    async def _run(
+        self,
+        transaction: AsyncReadOnlyTransaction,
+        node: AsyncCacheNode,
+        key: bytes,
+        miss_kind: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        manual_tag: str | None,
+    ) -> R:
+        started = time.perf_counter()
+        frame = self._open_frame(transaction, manual_tag)
+        try:
+            value = await self.function(*args, **kwargs)
+        finally:
+            self._close_frame(transaction, frame)
+        self.stats.record_miss(miss_kind, time.perf_counter() - started)
+        request = self._store_request(transaction, value, frame)
+        if request is not None:
+            self._stored(transaction, await node.insert(key, *request))
+        return value
+
+    async def _emit(self, tags: str) -> int | None:
+        """Write ``tags`` as a manual invalidation (:func:`txcache._cacheable` does it for
+        sync functions)."""
+        transaction = current_transaction()
+        if transaction is not None and not isinstance(transaction, AsyncTransaction):
+            raise mixed_error(self.keys.name, function_is_async=True)
+        if isinstance(transaction, AsyncReadOnlyTransaction):
+            raise read_only_invalidation()
+        if transaction is not None:
+            await transaction.execute(EMIT_INVALIDATION, (tags,))
+            return None
+        from txcache.aio._connect import default_cache  # imports this module
+
+        cache = default_cache()
+        if cache is None:
+            raise NoTransaction(
+                "no cache to invalidate through: call txcache.connect_async() first"
+            )
+        async with cache.read_write() as written:
+            await written.execute(EMIT_INVALIDATION, (tags,))
+        return await written.commit_timestamp()

@@ -1,0 +1,307 @@
+"""The async read-only transaction: the round trips of
+:class:`~txcache._read_only_core.ReadOnlyCore` (which holds every state and decision, shared
+with the sync :class:`~txcache.ReadOnlyTransaction`) on an async node client, the async
+agent client and an :class:`psycopg.AsyncConnection`. Each method mirrors the sync driver's.
+
+Cancellation (``asyncio.CancelledError``, or the ``TimeoutError`` of ``asyncio.timeout``):
+one that interrupts a database round trip (a statement, the start of the database
+transaction, a move) fails the block as a failed statement does — the connection's state is
+unknown, so nothing more is read or stored in the block, and the connection is rolled back
+or discarded when the block ends. One that interrupts a cache lookup changes nothing: the
+reply is dropped when it comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.rows import AsyncRowFactory, tuple_row
+
+from txcache._nodes import Hit, Interval, Miss
+from txcache._pinset import Pin
+from txcache._read_only_core import (
+    BEGIN_READ_ONLY,
+    CURRENT_SNAPSHOT,
+    NO_SNAPSHOT,
+    REWRITE_MOVES,
+    REWRITTEN,
+    ReadOnlyCore,
+    Statement,
+    lost_while_moving,
+    rewritten_error,
+)
+from txcache._schema import Catalog
+from txcache._sql import UncacheableQuery
+from txcache._transaction import Params
+from txcache.aio._cursor import AsyncResultCursor
+from txcache.aio._nodes import AsyncCacheNode
+from txcache.aio._transaction import AsyncTransaction
+from txcache.errors import SnapshotUnavailable
+
+if TYPE_CHECKING:
+    from txcache.aio._connect import AsyncCache
+
+__all__ = ["AsyncReadOnlyTransaction"]
+
+log = logging.getLogger("txcache")
+
+AsyncConnection = psycopg.AsyncConnection[Any]
+
+
+class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
+    """Reads at one commit point, from the cache where possible — the async form of
+    :class:`txcache.ReadOnlyTransaction` (module docstring)."""
+
+    def __init__(self, cache: AsyncCache, staleness: float, not_before: int | None) -> None:
+        AsyncTransaction.__init__(self, cache)
+        ReadOnlyCore.__init__(self, cache, staleness, not_before)
+
+    # -- the cache --------------------------------------------------------------------------
+
+    async def lookup(self, node: AsyncCacheNode, key: bytes) -> Hit | Miss:
+        """The cached version of ``key`` this transaction may use, narrowing the pin set
+        (:meth:`txcache.ReadOnlyTransaction.lookup`)."""
+        if self._failure is not None:
+            self.check_usable()
+        bounds = self._lookup_bounds()
+        if bounds is None:
+            bounds = self._bounds_at_fresh(await self._fresh_pin())
+            if bounds is None:
+                return Miss("unavailable")
+        started = time.perf_counter()
+        found = await node.lookup(key, bounds[0], bounds[1], with_tags=bool(self.frames))
+        self.cache.latency.record_lookup(time.perf_counter() - started)
+        if isinstance(found, Hit):
+            try:
+                accepted = self._accept_here(found.interval)
+                if accepted is None:
+                    accepted = await self._move(found.interval)
+            except (psycopg.Error, SnapshotUnavailable, asyncio.CancelledError) as error:
+                self._fail(error)  # a move failed, or was interrupted
+                raise
+            if not accepted:
+                return Miss("consistency")
+            self.read_cache = True
+        return found
+
+    async def _move(self, interval: Interval) -> bool:
+        """:meth:`txcache.ReadOnlyTransaction._move`, awaited."""
+        active, connection = self.snapshot, self._connection
+        assert active is not None
+        assert connection is not None
+        node: AsyncCacheNode | None = self._interval_node()
+        if node is None:
+            return False
+        known = await node.database_interval(active.ts, self._sorted_query_tags())
+        targets = self._move_targets(interval, known)
+        if targets is None:
+            return False
+        lo, hi, candidates = targets
+        for pin in candidates:
+            if await self._import(connection, pin):
+                self._moved_to(pin)
+                self.pin_set.narrow(lo, hi)
+                return True
+            self.pin_set.discard(pin)
+        if not await self._import(connection, active):
+            raise lost_while_moving()
+        return False
+
+    # -- the database -----------------------------------------------------------------------
+
+    async def _execute(
+        self, statement: str, params: Params, row_factory: AsyncRowFactory[Any] | None
+    ) -> psycopg.AsyncCursor[Any]:
+        """:meth:`txcache.ReadOnlyTransaction.execute`, awaited (the owner was checked by
+        :meth:`~txcache.aio._transaction.AsyncTransaction.execute`). A cancellation here
+        fails the block (module docstring)."""
+        statements = self._statement_count(statement, params)
+        try:
+            connection = await self._database()
+            cursor, tags = await self._run(
+                connection, statement, params, single=statements == 1, rows=row_factory
+            )
+        except (psycopg.Error, SnapshotUnavailable) as error:
+            replacement = self._failed_by(error)
+            if replacement is None:
+                raise
+            raise replacement from error
+        except asyncio.CancelledError as error:
+            self._fail(error)
+            raise
+        self._record_query(tags)
+        return cursor
+
+    async def _run(
+        self,
+        connection: AsyncConnection,
+        statement: str,
+        params: Params,
+        *,
+        single: bool,
+        rows: AsyncRowFactory[Any] | None,
+    ) -> tuple[AsyncResultCursor, frozenset[str] | None]:
+        """:meth:`txcache.ReadOnlyTransaction._run`, awaited."""
+        for attempt in range(REWRITE_MOVES + 1):
+            tags, analysed = (None, None) if self.uncached else await self._tags(statement, params)
+            cursor = AsyncResultCursor(connection, row_factory=rows or tuple_row)
+            stored, check = self._statement_checks(analysed)
+            started = time.perf_counter()
+            rewritten, catalog = await self._run_with_checks(
+                connection,
+                cursor,
+                statement,
+                params,
+                single=single,
+                rewrite_check=not self._verified_already(tags),
+                catalog_check=check,
+            )
+            self.cache.latency.record_query(time.perf_counter() - started)
+            if not rewritten:  # else the result is dropped: what it ran with does not matter
+                self._ran(analysed, stored, catalog)
+                return cursor, tags
+            await self._move_past_rewrite(rewritten, last_chance=attempt == REWRITE_MOVES)
+        raise AssertionError("unreachable: the last move past a rewrite raises")
+
+    async def _run_with_checks(
+        self,
+        connection: AsyncConnection,
+        cursor: AsyncResultCursor,
+        statement: str,
+        params: Params,
+        *,
+        single: bool,
+        rewrite_check: bool,
+        catalog_check: Statement | None,
+    ) -> tuple[list[str], tuple[Any, ...] | None]:
+        """:meth:`txcache.ReadOnlyTransaction._run_with_checks`, awaited: one pipeline."""
+        checks = rewrite_check or catalog_check is not None
+        rewrite: psycopg.AsyncCursor[Any] | None = None
+        catalog: psycopg.AsyncCursor[Any] | None = None
+        pipeline = connection.pipeline() if single and checks else contextlib.nullcontext()
+        async with pipeline:
+            await cursor.run(statement, params)
+            if rewrite_check:
+                self.rewrite_checks += 1
+                rewrite = await connection.execute(REWRITTEN)
+            if catalog_check is not None:
+                catalog = await connection.execute(*catalog_check)
+        rewritten = self._rewritten(await rewrite.fetchall()) if rewrite is not None else []
+        return rewritten, await catalog.fetchone() if catalog is not None else None
+
+    async def _move_past_rewrite(self, rewritten: list[str], *, last_chance: bool) -> None:
+        """:meth:`txcache.ReadOnlyTransaction._move_past_rewrite`, awaited."""
+        active, connection = self.snapshot, self._connection
+        assert connection is not None
+        valid = await self._results_valid_around(active) if active is not None else None
+        lo, hi = self._rewrite_window(rewritten, valid, last_chance=last_chance)
+        fresh = await self._fresh_pin() if not self.read_cache else None
+        for pin in self._rewrite_candidates(fresh, lo, hi):
+            if await self._import(connection, pin):
+                self._moved_past_rewrite(rewritten, pin, hi)
+                return
+            if pin is not fresh:  # ★ is not in the set (a listed pin may share its ts)
+                self.pin_set.discard(pin)
+        raise rewritten_error(rewritten)
+
+    async def _results_valid_around(self, active: Pin) -> tuple[int, int] | None:
+        """:meth:`txcache.ReadOnlyTransaction._results_valid_around`, awaited."""
+        if self._results_valid_anywhere():
+            return 0, 2**63 - 1
+        node: AsyncCacheNode | None = self._interval_node()
+        if node is None:
+            return None
+        known = await node.database_interval(active.ts, self._sorted_query_tags())
+        return None if known is None else (known.lo, known.hi)
+
+    async def _tags(
+        self, statement: str, params: Params
+    ) -> tuple[frozenset[str] | None, Catalog | None]:
+        """:meth:`txcache.ReadOnlyTransaction._tags`, awaited."""
+        assert self.snapshot is not None
+        try:
+            return await self.cache.analyze(statement, params, self.snapshot.ts)
+        except UncacheableQuery:
+            if not self._may_run_untagged():
+                raise
+            return None, None
+
+    async def _database(self) -> AsyncConnection:
+        if self._closed:
+            raise self._ended_error()
+        if self._connection is not None:
+            return self._connection
+        connection = await self.cache.checkout()
+        try:
+            if self.uncached or not await self._begin_pinned(connection):
+                self.database_snapshot = await _begin_unpinned(connection)
+        except BaseException:
+            await self.cache.release(connection)
+            raise
+        self._connection = connection
+        return connection
+
+    async def _begin_pinned(self, connection: AsyncConnection) -> bool:
+        """:meth:`txcache.ReadOnlyTransaction._begin_pinned`, awaited."""
+        while True:
+            choice = self._choose()
+            if choice is None:
+                choice = self._fresh_or_newest(await self._fresh_pin())
+                if choice is None:
+                    return False
+            if await self._import(connection, choice):
+                self._began_at(choice)
+                return True
+            if not self._import_refused(choice):
+                return False
+
+    async def _fresh_pin(self) -> Pin | None:
+        """★: a pin the agent takes now, its ``not_before`` checked."""
+        agent = self.cache.agent
+        fresh = await agent.pin_now() if agent is not None else None
+        if self._predates_token(fresh):
+            self._check_token(await self.cache.timestamp())
+        return fresh
+
+    async def _import(self, connection: AsyncConnection, pin: Pin) -> bool:
+        """:meth:`txcache.ReadOnlyTransaction._import`, awaited."""
+        statement = self._import_sql(pin)
+        try:
+            if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                await connection.execute("ROLLBACK")
+            cursor = await connection.execute(statement)
+        except psycopg.Error as error:
+            if error.sqlstate not in NO_SNAPSHOT:
+                raise
+            log.info("pin %s is gone (%s); choosing another", pin.ts, error)
+            await connection.execute("ROLLBACK")
+            return False
+        while cursor.nextset():  # past BEGIN and SET TRANSACTION SNAPSHOT
+            pass
+        row = await cursor.fetchone()
+        if self._imported(pin, None if row is None else row[0]):
+            return True
+        await connection.execute("ROLLBACK")
+        return False
+
+    async def _finish(self, *, committing: bool) -> None:
+        # Nothing to commit: a failure while giving the connection back closes it (the
+        # cache's release), never turning a finished read into an error.
+        self._closed = True
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await self.cache.release(connection)
+
+
+async def _begin_unpinned(connection: AsyncConnection) -> str:
+    """A read-only transaction on a snapshot of its own; returns the snapshot."""
+    await connection.execute(BEGIN_READ_ONLY)
+    cursor = await connection.execute(CURRENT_SNAPSHOT)
+    row = await cursor.fetchone()
+    assert row is not None
+    return str(row[0])
