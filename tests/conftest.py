@@ -9,7 +9,7 @@ import redis
 
 from txcache import NodeProcess
 
-pytest_plugins = ["postgres_fixtures", "agent_fixtures", "library_fixtures"]
+pytest_plugins = ["postgres_fixtures", "agent_fixtures", "library_fixtures", "async_fixtures"]
 
 StartNode = Callable[..., NodeProcess]
 
