@@ -47,13 +47,16 @@ def warm(lib):
     for _ in range(2):
         assert read(lib, lambda: price_in(2, "EUR"), token) == 2000
         assert read(lib, lambda: rate("USD"), token) == 90
+    # A read at a pin before it would run rate() again, on today's EXCHANGE: a result of a
+    # function that reads outside the database is what it returned at some moment.
+    lib.token = token
     return lib
 
 
 def test_invalidate_makes_one_call_stale_and_its_callers_with_it(warm):
     lib = warm
     EXCHANGE["EUR"] = 110
-    assert read(lib, lambda: rate("EUR")) == 100  # cached: the database saw nothing
+    assert read(lib, lambda: rate("EUR"), lib.token) == 100  # cached: the database saw nothing
     hits = rate.stats.hits
     token = rate.invalidate("EUR")
     assert token is not None
