@@ -84,6 +84,8 @@ def test_function_stats_are_listed(lib):
 def test_the_public_names_are_exactly_these():
     assert set(txcache.__all__) == {
         *("AgentProcess", "Cache", "CacheableFunction", "ConfigurationError"),
+        *("AsyncCache", "AsyncCacheableFunction", "AsyncReadOnlyTransaction"),
+        *("AsyncReadWriteTransaction", "aio", "connect_async"),
         *("EmbeddedPostgres", "ForeignValue", "FunctionStats", "Mode", "NoTransaction"),
         "OperationLatency",
         *("NodeProcess", "NodeStartError", "Pin", "PinPolicy", "PinSet"),

@@ -23,8 +23,8 @@ The library is described in ``docs/library.md``; the exception tree is in
 (:class:`EmbeddedPostgres`, :class:`NodeProcess`, :class:`AgentProcess`).
 
 The async API is :mod:`txcache.aio`: ``cache = await txcache.connect_async()``, ``async
-with cache.read_only()``, ``@txcache.cacheable`` on an ``async def``. ``__all__`` lists the
-sync surface; ``txcache.aio.__all__`` the async one, whose main names are also here.
+with cache.read_only()``, ``@txcache.cacheable`` on an ``async def``; its main names are
+also here, and ``txcache.aio`` has the typed ``query``/``query_one``/``execute``.
 """
 
 from txcache import aio
@@ -48,10 +48,13 @@ from txcache._transaction import (
     query,
     query_one,
 )
-from txcache.aio import AsyncCache as AsyncCache
-from txcache.aio import AsyncCacheableFunction as AsyncCacheableFunction
-from txcache.aio import AsyncReadOnlyTransaction as AsyncReadOnlyTransaction
-from txcache.aio import AsyncReadWriteTransaction as AsyncReadWriteTransaction
+from txcache.aio import (
+    AsyncCache,
+    AsyncCacheableFunction,
+    AsyncReadOnlyTransaction,
+    AsyncReadWriteTransaction,
+)
+from txcache.aio import connect as connect_async
 from txcache.errors import (
     ConfigurationError,
     NoTransaction,
@@ -65,6 +68,10 @@ from txcache.errors import (
 
 __all__ = [
     "AgentProcess",
+    "AsyncCache",
+    "AsyncCacheableFunction",
+    "AsyncReadOnlyTransaction",
+    "AsyncReadWriteTransaction",
     "Cache",
     "CacheableFunction",
     "ConfigurationError",
@@ -97,8 +104,10 @@ __all__ = [
     "UncacheableQuery",
     "UnsupportedArgument",
     "UnsupportedValue",
+    "aio",
     "cacheable",
     "connect",
+    "connect_async",
     "current_transaction",
     "default_cache",
     "execute",
@@ -111,9 +120,5 @@ __all__ = [
     "query_one",
     "setup_database",
 ]
-
-connect_async = aio.connect
-"""``await txcache.connect_async(...)``: an open :class:`AsyncCache`
-(:func:`txcache.aio.connect`)."""
 
 __version__ = "0.1.0"
