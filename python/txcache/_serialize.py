@@ -121,8 +121,20 @@ def _check(value: Any, depth: int) -> None:
         raise UnsupportedValue(
             f"values of type {kind.__qualname__} cannot be cached by the default serializer "
             "(exact None/bool/int/float/str/bytes/list/tuple/dict/set, Decimal, date/time, "
-            "UUID)"
+            f"UUID){_sqlalchemy_hint(kind)}"
         )
+
+
+def _sqlalchemy_hint(kind: type) -> str:
+    """What to return instead of an SQLAlchemy ORM instance or row (by duck type: the
+    serializer does not import SQLAlchemy)."""
+    if hasattr(kind, "_sa_class_manager") or kind.__module__.split(".")[0] == "sqlalchemy":
+        return (
+            ": an SQLAlchemy ORM instance or row is not plain data; return "
+            "txcache.sqlalchemy.to_dict(instance), rows(result) or dicts(result) instead "
+            "(docs/sqlalchemy.md)"
+        )
+    return ""
 
 
 def _zone_name(zone: datetime.tzinfo) -> str | None:

@@ -39,7 +39,7 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, Self, TypeVar, cast, overload
 
@@ -199,6 +199,20 @@ class Transaction:
         finally:
             self._finish(committing=exc_type is None)
 
+    def begin_detached(self) -> Self:
+        """Begin the transaction without making it the current one of the thread: for a
+        driver that holds it itself and ends it with :meth:`end_detached` (the connections
+        of :mod:`txcache.sqlalchemy`, whose sessions may be closed elsewhere). It belongs
+        to this thread; ``txcache.query`` and cacheable calls do not see it."""
+        self.owner = threading.get_ident()
+        self._begin()
+        return self
+
+    def end_detached(self, *, commit: bool) -> None:
+        """End a transaction begun with :meth:`begin_detached`, as leaving its block would:
+        commit (``commit``) or roll back."""
+        self._finish(committing=commit)
+
     def check_owner(self) -> None:
         """Refuse use from a thread other than the one that began the transaction."""
         if threading.get_ident() != self.owner:
@@ -319,6 +333,19 @@ class ReadWriteTransaction(CommitRecord, Transaction):
         self.check_owner()
         cursor = self._connection.cursor(row_factory=row_factory or tuple_row)
         return cursor.execute(statement, params)
+
+    def executemany(
+        self, statement: str, params_seq: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> psycopg.Cursor[Row]:
+        """Run ``statement`` once per parameter set (psycopg's ``executemany``: one
+        pipeline); returns the cursor. A DBAPI's ``executemany``, which SQLAlchemy's bulk
+        writes call (:mod:`txcache.sqlalchemy`)."""
+        if self._connection is None:
+            raise TransactionError("this read/write transaction has ended")
+        self.check_owner()
+        cursor = self._connection.cursor()
+        cursor.executemany(statement, params_seq)
+        return cursor
 
     def _finish(self, *, committing: bool) -> None:
         connection, self._connection = self._connection, None

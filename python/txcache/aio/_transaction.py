@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
@@ -149,6 +149,19 @@ class AsyncTransaction:
         finally:
             await self._finish(committing=exc_type is None)
 
+    async def begin_detached(self) -> Self:
+        """Begin the transaction without making it the current one of the task: for a
+        driver that holds it itself and ends it with :meth:`end_detached`
+        (:meth:`txcache.Transaction.begin_detached`). It belongs to this task."""
+        self.owner = _task()
+        await self._begin()
+        return self
+
+    async def end_detached(self, *, commit: bool) -> None:
+        """End a transaction begun with :meth:`begin_detached`: commit (``commit``) or
+        roll back. Any task may end it (SQLAlchemy closes sessions in a task of its own)."""
+        await self._finish(committing=commit)
+
     def check_owner(self) -> None:
         """Refuse use from a task (or thread) other than the one that began the
         transaction."""
@@ -254,6 +267,24 @@ class AsyncReadWriteTransaction(CommitRecord, AsyncTransaction):
             raise TransactionError("this read/write transaction has ended")
         cursor = self._connection.cursor(row_factory=row_factory or tuple_row)
         return await cursor.execute(statement, params)
+
+    def executemany(
+        self, statement: str, params_seq: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> Coroutine[Any, Any, psycopg.AsyncCursor[Row]]:
+        """Run ``statement`` once per parameter set (await it):
+        :meth:`txcache.ReadWriteTransaction.executemany`, async. The owner is checked before
+        anything is awaited."""
+        self.check_owner()
+        return self._executemany(statement, params_seq)
+
+    async def _executemany(
+        self, statement: str, params_seq: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> psycopg.AsyncCursor[Row]:
+        if self._connection is None:
+            raise TransactionError("this read/write transaction has ended")
+        cursor = self._connection.cursor()
+        await cursor.executemany(statement, params_seq)
+        return cursor
 
     async def _finish(self, *, committing: bool) -> None:
         connection, self._connection = self._connection, None

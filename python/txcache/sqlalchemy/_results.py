@@ -1,0 +1,36 @@
+"""Plain data from SQLAlchemy results, for what a cacheable function returns.
+
+The cache stores exact plain types only — no code is read from it, so it never rebuilds
+instances of a class — and a hit must return exactly what the miss returned. ORM
+instances, ``Row`` and ``RowMapping`` objects are instances of classes: a function turns
+them into tuples and dicts before returning (docs/sqlalchemy.md, "What a cached query
+returns").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy
+from sqlalchemy.engine import Row
+
+__all__ = ["dicts", "rows", "to_dict"]
+
+
+def rows(result: Iterable[Row[Any]]) -> list[tuple[Any, ...]]:
+    """Every row of ``result`` (a ``Result``, or a list of ``Row``) as a tuple."""
+    return [tuple(row) for row in result]
+
+
+def dicts(result: Iterable[Row[Any]]) -> list[dict[str, Any]]:
+    """Every row of ``result`` as a dict of its columns by label, in column order (what
+    ``result.mappings()`` gives, as plain dicts)."""
+    return [dict(row._mapping) for row in result]
+
+
+def to_dict(instance: object) -> dict[str, Any]:
+    """The column attributes of an ORM instance, by attribute name in the mapper's order
+    (relationships are not followed: return them as their own dicts)."""
+    mapper = sqlalchemy.inspect(instance).mapper
+    return {column.key: getattr(instance, column.key) for column in mapper.column_attrs}

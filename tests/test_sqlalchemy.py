@@ -1,0 +1,349 @@
+"""txcache.sqlalchemy, sync, against a real stack (docs/sqlalchemy.md): ORM and Core
+statements run in txcache transactions — checked, tagged from the SQL SQLAlchemy compiles,
+and cached as plain data — a session outside any block commits a read/write transaction of
+its own and knows its token, a session inside a read/write block works under a savepoint,
+and the dialect's own statements stay out of the application's transactions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy
+from sqlalchemy import event, func, insert, select, text, update
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+import txcache
+from library_fixtures import LibraryStack
+from txcache import sqlalchemy as txsa
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Item(Base):
+    __tablename__ = "items"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str]
+    price: Mapped[int]
+    category: Mapped[int]
+
+
+class User(Base):
+    __tablename__ = "users"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str]
+
+
+class Shop:
+    """The ``lib`` stack with an engine and a sessionmaker of its cache."""
+
+    def __init__(self, lib: LibraryStack) -> None:
+        self.lib = lib
+        self.engine = txsa.create_engine(lib.cache)
+        self.Session = txsa.sessionmaker(self.engine)
+        self.statements: list[tuple[str, Any]] = []
+        event.listen(self.engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, _conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        self.statements.append((statement, params))
+
+    def settled(self, after: int = 0) -> None:
+        """Wait until the nodes applied every commit and a pin after ``after`` is known."""
+        self.lib.caught_up()
+        self.lib.fresh_pins(after=after)
+
+
+current_shop: Shop | None = None
+"""The shop of the running test, whose sessions the cacheable functions below open."""
+
+runs: list[str] = []
+"""The runs (misses) of the cacheable functions below."""
+
+
+@pytest.fixture
+def shop(lib: LibraryStack) -> Iterator[Shop]:
+    global current_shop
+    made = Shop(lib)
+    made.settled()
+    current_shop = made
+    yield made
+    current_shop = None
+    made.engine.dispose()
+
+
+def session() -> txsa.Session:
+    """A session of the running test's engine: the cacheable functions open their own, and
+    it joins the current txcache transaction."""
+    assert current_shop is not None
+    return current_shop.Session()
+
+
+@txcache.cacheable
+def item(item_id: int) -> dict[str, Any] | None:
+    runs.append(f"item {item_id}")
+    with session() as s:
+        found = s.get(Item, item_id)
+        return None if found is None else txsa.to_dict(found)
+
+
+@txcache.cacheable
+def names_in(category: int) -> list[tuple[Any, ...]]:
+    runs.append(f"names_in {category}")
+    with session() as s:
+        statement = select(Item.id, Item.name).where(Item.category == category)
+        return txsa.rows(s.execute(statement.order_by(Item.id)))
+
+
+@txcache.cacheable
+def cheapest(limit: int) -> list[dict[str, Any]]:
+    with session() as s:
+        statement = select(Item.id, Item.price).order_by(Item.price, Item.id).limit(limit)
+        return txsa.dicts(s.execute(statement))
+
+
+@txcache.cacheable
+def orm_instance(item_id: int) -> Item | None:
+    with session() as s:
+        return s.get(Item, item_id)
+
+
+def read(shop: Shop, function: Any, *args: Any, not_before: int | None = None) -> Any:
+    with shop.lib.cache.read_only(staleness=60, not_before=not_before):
+        return function(*args)
+
+
+def warm(shop: Shop, function: Any, *args: Any) -> Any:
+    """Read until a read is a hit (the first may not store: it read the catalog anew)."""
+    first = read(shop, function, *args)
+    shop.settled()
+    assert read(shop, function, *args) == first
+    runs.clear()
+    assert read(shop, function, *args) == first
+    assert runs == [], "the last read should have been a hit"
+    return first
+
+
+def test_a_cached_orm_query_returns_the_same_plain_data_on_a_hit(shop):
+    before = item.stats.as_dict()
+    miss = read(shop, item, 3)
+    assert miss == {"id": 3, "name": "item 3", "price": 30, "category": 0}
+    hit = warm(shop, item, 3)
+    assert hit == miss
+    assert list(hit) == ["id", "name", "price", "category"]  # the mapper's order, both ways
+    assert item.stats.hits > before["hits"]
+    assert read(shop, item, 999) is None
+    rows = warm(shop, names_in, 1)
+    assert rows == [(1, "item 1"), (4, "item 4"), (7, "item 7"), (10, "item 10"), (13, "item 13"),
+                    (16, "item 16"), (19, "item 19")]  # fmt: skip
+    assert all(type(row) is tuple for row in rows)
+    assert warm(shop, cheapest, 2) == [{"id": 1, "price": 10}, {"id": 2, "price": 20}]
+
+
+def test_tags_come_from_the_sql_sqlalchemy_compiles(shop):
+    cache = shop.lib.cache
+    statements = {
+        "pk": select(Item).where(Item.id == 5),
+        "in": select(Item).where(Item.id.in_([1, 2])),
+        "index": select(func.count()).select_from(Item).where(Item.category == 2),
+        "limit": select(Item.name).where(Item.id == 7).limit(1),
+        "no index": select(Item.id).where(Item.name == "item 3"),
+    }
+    seen: dict[str, tuple[str, Any]] = {}
+    with cache.read_only(staleness=60) as tx, shop.Session() as s:
+        for name, statement in statements.items():
+            shop.statements.clear()
+            s.execute(statement).all()
+            [seen[name]] = shop.statements
+        assert tx.snapshot is not None
+        at = tx.snapshot.ts
+    tags = {name: set(cache.analyze(sql, params, at)[0]) for name, (sql, params) in seen.items()}
+    assert "%(" in seen["pk"][0]  # SQLAlchemy's psycopg dialect: pyformat, with bind casts
+    assert "::INTEGER" in seen["pk"][0]
+    assert tags == {
+        "pk": {"public.items:id=5"},
+        "in": {"public.items:id=1", "public.items:id=2"},
+        "index": {"public.items:category=2"},
+        "limit": {"public.items:id=7"},
+        "no index": {"public.items"},
+    }
+
+
+def test_a_write_elsewhere_invalidates_exactly_the_cached_queries_it_touched(shop):
+    lib = shop.lib
+    warm(shop, names_in, 1)
+    warm(shop, item, 5)
+    lib.write("UPDATE items SET name = 'renamed' WHERE id = 4")  # category 1, not item 5
+    token = lib.cache.timestamp()  # a token for a write made outside the library
+    runs.clear()
+    assert read(shop, item, 5, not_before=token)["name"] == "item 5"
+    assert runs == []  # a fine tag: item 5 was not touched
+    assert (4, "renamed") in read(shop, names_in, 1, not_before=token)
+    assert runs == ["names_in 1"]
+
+
+def test_the_dialect_initialises_on_a_plain_connection(shop):
+    # A new engine whose very first statement is a cacheable function's: the dialect's
+    # `select pg_catalog.version()` and the like would be refused there (UncacheableQuery)
+    # and are not the application's reads, so they run beside the transaction.
+    shop.engine = txsa.create_engine(shop.lib.cache)
+    shop.Session = txsa.sessionmaker(shop.engine)
+    with shop.lib.cache.read_only(staleness=60) as tx:
+        assert item(2) == {"id": 2, "name": "item 2", "price": 20, "category": 2}
+        assert not tx.failed
+        assert tx.rewrite_checks == 1  # the function's one query went through it, alone
+    assert shop.engine.dialect.server_version_info is not None
+    assert shop.engine.dialect.server_version_info >= (15,)
+
+
+def test_a_read_only_block_refuses_writes_and_transaction_control_and_goes_on(shop):
+    with shop.lib.cache.read_only(staleness=60) as tx, shop.Session() as s:
+        s.add(Item(id=100, name="new", price=1, category=1))
+        with pytest.raises(txcache.StatementNotAllowed, match="INSERT"):
+            s.flush()
+        s.rollback()
+        s.begin_nested()  # sent with the next statement
+        with pytest.raises(txcache.StatementNotAllowed, match="SAVEPOINT"):
+            s.scalar(select(Item.id))
+        s.rollback()
+        with pytest.raises(txcache.StatementNotAllowed, match="SET"):
+            s.execute(text("SET search_path TO other"))
+        s.rollback()
+        assert s.scalar(select(func.count()).select_from(Item)) == 20  # nothing was sent
+        assert not tx.failed
+    assert shop.lib.admin.execute("SELECT count(*) FROM items").fetchone() == (20,)
+
+
+def test_storing_an_orm_instance_names_what_to_return_instead(shop):
+    with (
+        shop.lib.cache.read_only(staleness=60),
+        pytest.raises(txcache.UnsupportedValue, match=r"to_dict\(instance\)"),
+    ):
+        orm_instance(1)
+    with shop.lib.cache.read_only(staleness=60), shop.Session() as s:
+        row = s.execute(select(Item.id)).first()
+        with pytest.raises(txcache.UnsupportedValue, match=r"rows\(result\)"):
+            shop.lib.cache.serializer.dumps(row)
+
+
+def test_a_session_outside_a_block_commits_its_own_transaction_and_knows_the_token(shop):
+    warm(shop, item, 6)
+    with shop.Session() as s:
+        assert s.commit_timestamp is None
+        s.get(Item, 6).price = 1234
+        s.flush()
+        # The session's transaction is its own, not the thread's: a cacheable call meanwhile
+        # runs in an implicit read-only transaction, at a pin, without the flushed write.
+        assert txcache.current_transaction() is None
+        assert item(6)["price"] == 60
+        s.commit()
+        token = s.commit_timestamp
+    assert isinstance(token, int)
+    assert read(shop, item, 6, not_before=token)["price"] == 1234
+    assert shop.lib.admin.execute("SELECT price FROM items WHERE id = 6").fetchone() == (1234,)
+
+
+def test_a_session_that_does_not_commit_writes_nothing(shop):
+    with shop.Session() as s:
+        s.add(Item(id=101, name="gone", price=1, category=1))
+        s.flush()
+        s.rollback()
+        s.add(Item(id=102, name="gone too", price=1, category=1))
+        s.flush()
+    assert s.commit_timestamp is None
+    assert shop.lib.admin.execute("SELECT count(*) FROM items WHERE id > 100").fetchone() == (0,)
+
+
+def test_sessions_inside_a_read_write_block_work_under_a_savepoint(shop):
+    lib = shop.lib
+    with lib.cache.read_write() as tx:
+        with shop.Session() as s:
+            s.add(Item(id=110, name="undone", price=1, category=1))
+            s.flush()
+            s.rollback()  # undoes the session's work, not the block's
+        tx.execute("INSERT INTO users VALUES (10, 'kept')")
+        with shop.Session() as s:
+            s.add(Item(id=111, name="kept", price=1, category=1))
+            s.add(Item(id=1, name="duplicate", price=1, category=1))
+            with pytest.raises(sqlalchemy.exc.IntegrityError):
+                s.flush()
+            s.rollback()  # back to the savepoint: the block goes on
+            s.add(Item(id=112, name="kept", price=2, category=1))
+            s.commit()
+            with pytest.raises(txcache.TransactionError, match="block's commit_timestamp"):
+                _ = s.commit_timestamp
+        with shop.Session() as s:
+            s.add(Item(id=113, name="never committed", price=1, category=1))
+            s.flush()  # closed without commit: rolled back to its savepoint
+    token = tx.commit_timestamp
+    assert token is not None
+    rows = lib.admin.execute("SELECT id FROM items WHERE id > 100 ORDER BY id").fetchall()
+    assert rows == [(112,)]
+    assert lib.admin.execute("SELECT name FROM users WHERE id = 10").fetchone() == ("kept",)
+    shop.settled(after=token - 1)
+    assert read(shop, item, 112, not_before=token)["price"] == 2
+
+
+def test_bulk_writes_and_core_connections(shop):
+    with shop.Session() as s:
+        s.execute(update(Item), [{"id": 1, "price": 11}, {"id": 2, "price": 22}])  # executemany
+        s.execute(insert(User), [{"id": 20, "name": "a"}, {"id": 21, "name": "b"}])
+        s.commit()
+        token = s.commit_timestamp
+    assert token is not None
+    with shop.engine.begin() as conn:  # Core, outside a block: its own transaction
+        conn.execute(update(User).where(User.id == 20).values(name="core"))
+    with shop.lib.cache.read_only(staleness=60, not_before=token), shop.engine.connect() as conn:
+        prices = conn.execute(select(Item.price).where(Item.id.in_([1, 2])).order_by(Item.id))
+        assert prices.scalars().all() == [11, 22]
+    assert shop.lib.admin.execute("SELECT name FROM users WHERE id = 20").fetchone() == ("core",)
+
+
+def test_isolation_levels_apply_to_a_sessions_own_transactions(shop):
+    serializable = shop.engine.execution_options(isolation_level="SERIALIZABLE")
+    with serializable.connect() as conn:
+        level = conn.execute(text("SHOW transaction_isolation")).scalar()
+        assert level == "serializable"
+        conn.rollback()
+    with shop.lib.cache.read_write(), serializable.connect() as conn:
+        level = conn.execute(text("SHOW transaction_isolation")).scalar()
+        assert level == "read committed"  # inside a block, the block's
+    with (
+        pytest.raises(txcache.TransactionError, match="AUTOCOMMIT"),
+        shop.engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn,
+    ):
+        conn.execute(text("SELECT 1"))
+
+
+def test_what_txcache_owns_is_refused_and_the_apis_do_not_mix(shop, alib):
+    for argument in ("poolclass", "creator", "json_serializer", "use_native_hstore"):
+        with pytest.raises(TypeError, match=argument):
+            txsa.create_engine(shop.lib.cache, **{argument: None})
+
+    async def body(cache: txcache.AsyncCache) -> None:
+        async with cache.read_only(staleness=60):
+            with shop.Session() as s, pytest.raises(txcache.TransactionError, match="async"):
+                s.get(Item, 1)
+
+    alib.run(body)
+    other = shop.lib.connect()
+    try:
+        with (
+            other.read_only(),
+            shop.Session() as s,
+            pytest.raises(txcache.TransactionError, match="another cache"),
+        ):
+            s.get(Item, 1)
+    finally:
+        other.close()
+
+
+def test_errors_of_the_database_reach_sqlalchemy_as_its_own(shop):
+    with shop.lib.cache.read_only(staleness=60) as tx, shop.Session() as s:
+        with pytest.raises(sqlalchemy.exc.DataError) as caught:
+            s.execute(text("SELECT 1 / 0"))
+        assert isinstance(caught.value.orig, psycopg.errors.DivisionByZero)
+        assert tx.failed  # txcache's rule: a failed statement fails the read-only block
