@@ -1,0 +1,253 @@
+"""examples/fastapi_shop over HTTP: the app under uvicorn in a subprocess, against a real
+stack (PostgreSQL, two nodes, the agent), driven with httpx — cached GETs (the hits in the
+app's /metrics), read-your-writes across requests through the token header and the cookie,
+a write made by another connection invalidating a cached page, and concurrent requests:
+orders racing for the last items while pages are read.
+
+The tests share one stack and one server (the module's fixture); each works on rows of its
+own: product 2; product 1, the lamps and customer ann; the desks; product 5 and the c*
+customers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from postgres_fixtures import fresh_database
+from txcache import EmbeddedPostgres
+from txcache.stack import Stack, StackOptions, free_port, tail, wait_until
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+TOKEN_HEADER = "X-Txcache-Token"
+AGENT_ARGS = ("--pin-interval", "50ms", "--heartbeat-interval", "50ms")
+
+
+class ShopServer:
+    """``uvicorn --factory fastapi_shop.app:create_app`` on a free port, configured for the
+    stack through the environment, as the example's README runs it."""
+
+    def __init__(self, stack: Stack, log: Path) -> None:
+        self.stack = stack
+        self.log = log
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {
+            **os.environ,
+            **stack.settings(),
+            "TXCACHE_REFRESH_INTERVAL": "0.05",
+            "SHOP_STALENESS": "30",
+        }
+        command = [sys.executable, "-m", "uvicorn", "--app-dir", str(EXAMPLES), "--factory"]
+        command += ["fastapi_shop.app:create_app", "--host", "127.0.0.1"]
+        command += ["--port", str(self.port), "--log-level", "warning"]
+        with log.open("w") as output:
+            self.process = subprocess.Popen(
+                command, env=env, stdout=output, stderr=subprocess.STDOUT
+            )
+        wait_until(self._ready, "the shop to answer", timeout=60, log=self.output)
+
+    def output(self) -> str:
+        """The end of the server's log."""
+        return tail(self.log.read_text())
+
+    def _ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the shop exited ({self.process.returncode}):\n{self.output()}")
+        try:
+            return httpx.get(f"{self.url}/metrics", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM: uvicorn runs the app's shutdown)."""
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def client(self) -> httpx.Client:
+        """A client with a cookie jar of its own, as a browser would have."""
+        return httpx.Client(base_url=self.url, timeout=30)
+
+    def counter(self, metric: str, function: str, **labels: str) -> float:
+        """A counter of the app's ``/metrics`` for a function of ``fastapi_shop.catalogue``
+        (summed over the other labels, or for ``labels``)."""
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        total = 0.0
+        for line in text.splitlines():
+            match = re.fullmatch(rf"txcache_function_{metric}_total\{{(.*)\}} (\S+)", line)
+            if match is None:
+                continue
+            found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
+            wanted = {"function": f"fastapi_shop.catalogue.{function}", **labels}
+            if all(found.get(name) == value for name, value in wanted.items()):
+                total += float(match.group(2))
+        return total
+
+
+@pytest.fixture(scope="module")
+def shop(
+    postgres: EmbeddedPostgres, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ShopServer]:
+    """One stack on a fresh database (the app creates its tables and seeds them) and the
+    app serving it."""
+    databases = fresh_database(postgres)
+    dsn = next(databases)
+    options = StackOptions(dsn=dsn, nodes=2, max_memory="64mb", agent_args=AGENT_ARGS)
+    try:
+        with Stack(options) as stack:
+            server = ShopServer(stack, tmp_path_factory.mktemp("shop") / "uvicorn.log")
+            try:
+                yield server
+            finally:
+                server.stop()
+    finally:
+        next(databases, None)  # drops the database
+
+
+def token_in(response: httpx.Response) -> int:
+    """The token a write handed back (the header; the cookie carries the same)."""
+    assert response.is_success, response.text
+    token = response.headers[TOKEN_HEADER]
+    assert response.cookies["txcache_token"] == token
+    return int(token)
+
+
+def hit(shop: ShopServer, client: httpx.Client, path: str, function: str) -> object:
+    """GET ``path`` until the app reports a hit of ``function`` (the first read of a table
+    may not store: it read the catalog anew; the agent's stream must pass that reading);
+    the page."""
+    hits = shop.counter("hits", function)
+    pages: list[object] = []
+
+    def served_from_cache() -> bool:
+        response = client.get(path)
+        assert response.status_code == 200, response.text
+        pages.append(response.json())
+        return shop.counter("hits", function) > hits
+
+    wait_until(served_from_cache, f"a cached {path}", timeout=20)
+    assert all(page == pages[0] for page in pages)  # a hit equals the misses before it
+    return pages[-1]
+
+
+def test_get_pages_are_served_from_the_cache(shop):
+    with shop.client() as client:
+        page = hit(shop, client, "/products/2", "product")
+        assert page == {
+            "id": 2,
+            "name": "floor lamp",
+            "category": "lamps",
+            "price_cents": 8900,
+            "stock": 12,
+        }
+        hits = shop.counter("hits", "product")
+        misses = shop.counter("misses", "product")
+        for _ in range(5):
+            assert client.get("/products/2").json() == page
+        assert shop.counter("hits", "product") == hits + 5
+        assert shop.counter("misses", "product") == misses
+        assert client.get("/products/999").status_code == 404
+        assert client.get("/products/2", headers={TOKEN_HEADER: "soon"}).status_code == 400
+
+
+def test_a_write_then_a_read_with_its_token_sees_the_write(shop):
+    with shop.client() as client:
+        hit(shop, client, "/products/1", "product")
+        hit(shop, client, "/categories/lamps/products", "products_in")
+        hit(shop, client, "/customers/ann/orders", "orders_of")
+        changed = client.put("/products/1", json={"price_cents": 1999})
+        token = token_in(changed)
+        assert changed.json()["price_cents"] == 1999
+        # Another client (no cookie) that hands the token back in the header.
+        with httpx.Client(base_url=shop.url, headers={TOKEN_HEADER: str(token)}) as other:
+            assert other.get("/products/1").json()["price_cents"] == 1999
+            lamps = other.get("/categories/lamps/products").json()
+            assert [lamp["price_cents"] for lamp in lamps] == [1999, 8900]
+        # The same client, by its cookie alone: its order, and the stock it took.
+        placed = client.post("/orders", json={"customer": "ann", "product_id": 1, "quantity": 2})
+        assert placed.status_code == 201
+        assert token_in(placed) > token
+        assert client.cookies["txcache_token"] == placed.headers[TOKEN_HEADER]
+        orders = client.get("/customers/ann/orders").json()
+        assert orders == [
+            {"id": placed.json()["id"], "product_id": 1, "quantity": 2, "total_cents": 3998}
+        ]
+        assert client.get(f"/orders/{placed.json()['id']}").json()["customer"] == "ann"
+        assert client.get("/products/1").json()["stock"] == 38
+
+
+def test_a_write_by_another_connection_invalidates_the_cached_page(shop):
+    with shop.client() as client:
+        desks = hit(shop, client, "/categories/desks/products", "products_in")
+        assert [desk["price_cents"] for desk in desks] == [32000, 54000]
+        runs = shop.counter("misses", "products_in")
+        with psycopg.connect(shop.stack.dsn, autocommit=True) as admin:
+            admin.execute("UPDATE products SET price_cents = price_cents + 1 WHERE id = 3")
+            # The token of a write made outside the library (docs/library.md, "Commit and
+            # read-your-writes"), handed over as any other.
+            row = admin.execute("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint")
+            token = row.fetchone()
+        assert token is not None
+        page = client.get("/categories/desks/products", headers={TOKEN_HEADER: str(token[0])})
+        assert [desk["price_cents"] for desk in page.json()] == [32001, 54000]
+        assert shop.counter("misses", "products_in") == runs + 1  # recomputed, once
+
+        def fresh_without_a_token() -> bool:  # the newest pins are past the write by now
+            page = client.get("/categories/desks/products")  # this client wrote nothing
+            return [desk["price_cents"] for desk in page.json()] == [32001, 54000]
+
+        wait_until(fresh_without_a_token, "a page without a token to show the write")
+
+
+def test_concurrent_orders_and_reads(shop):
+    # 40 orders race for product 5's 20 chairs while 40 reads of its pages run beside them,
+    # each request a task of the app's event loop with a transaction of its own: the product
+    # row is locked by each order, so exactly 20 succeed; every read answers.
+    customers = [f"c{index}" for index in range(4)]
+
+    async def order(client: httpx.AsyncClient, index: int) -> httpx.Response:
+        body = {"customer": customers[index % 4], "product_id": 5, "quantity": 1}
+        return await client.post("/orders", json=body)
+
+    async def look(client: httpx.AsyncClient, index: int) -> httpx.Response:
+        paths = ("/products/5", "/categories/chairs/products", f"/customers/c{index % 4}/orders")
+        return await client.get(paths[index % 3])
+
+    async def race() -> tuple[list[httpx.Response], list[httpx.Response]]:
+        limits = httpx.Limits(max_connections=80)
+        async with httpx.AsyncClient(base_url=shop.url, timeout=60, limits=limits) as client:
+            jobs = [order(client, index) for index in range(40)]
+            jobs += [look(client, index) for index in range(40)]
+            responses = await asyncio.gather(*jobs)
+        return responses[:40], responses[40:]
+
+    orders, looks = asyncio.run(race())
+    placed = [response for response in orders if response.status_code == 201]
+    assert len(placed) == 20
+    assert sorted({response.status_code for response in orders}) == [201, 409]
+    assert all(response.status_code == 200 for response in looks), [r.text for r in looks]
+    for response in looks:
+        page = response.json()
+        stocks = [page["stock"]] if isinstance(page, dict) else []
+        stocks += [row["stock"] for row in page if isinstance(row, dict) and "stock" in row]
+        assert all(0 <= stock <= 20 for stock in stocks)
+    newest = max(token_in(response) for response in placed)
+    with httpx.Client(base_url=shop.url, headers={TOKEN_HEADER: str(newest)}) as client:
+        assert client.get("/products/5").json()["stock"] == 0
+        per_customer = [len(client.get(f"/customers/{name}/orders").json()) for name in customers]
+        assert sum(per_customer) == 20
+        assert per_customer == [
+            sum(1 for r in placed if r.json()["customer"] == name) for name in customers
+        ]
