@@ -1,8 +1,9 @@
 //! Encoders for replies (server side) and requests (client side).
 //!
-//! Every function appends one complete RESP2 item to `out`, reserving the space it
-//! needs once and formatting integers eight digits at a time in one register: no
-//! intermediate allocation, no `fmt` machinery.
+//! Every function appends one complete RESP2 item to `out` (or a RESP3 one: [`null3`],
+//! [`map_header`], [`verbatim`], for a connection that switched with `HELLO 3`), reserving
+//! the space it needs once and formatting integers eight digits at a time in one register:
+//! no intermediate allocation, no `fmt` machinery.
 
 use bytes::{BufMut, BytesMut};
 
@@ -56,6 +57,29 @@ pub fn null(out: &mut BytesMut) {
 /// Appends the null array, `*-1\r\n`.
 pub fn null_array(out: &mut BytesMut) {
     out.extend_from_slice(b"*-1\r\n");
+}
+
+/// Appends the RESP3 null, `_\r\n`: what a RESP3 connection gets wherever RESP2 has a null
+/// bulk string or a null array.
+pub fn null3(out: &mut BytesMut) {
+    out.extend_from_slice(b"_\r\n");
+}
+
+/// Appends a RESP3 map header, `%<pairs>\r\n`; the caller then appends `pairs` keys, each
+/// followed by its value.
+pub fn map_header(out: &mut BytesMut, pairs: usize) {
+    length_line(out, b'%', pairs);
+}
+
+/// Appends a RESP3 verbatim string, `=<len>\r\n<format>:<text>\r\n`, `format` being three
+/// letters such as `txt` (plain text, as `INFO` replies) or `mkd` (markdown).
+pub fn verbatim(out: &mut BytesMut, format: &[u8; 3], text: &[u8]) {
+    out.reserve(text.len() + 16);
+    length_line(out, b'=', text.len() + 4);
+    out.extend_from_slice(format);
+    out.put_u8(b':');
+    out.extend_from_slice(text);
+    out.extend_from_slice(CRLF);
 }
 
 /// Appends an array header, `*<len>\r\n`; the caller then appends `len` items.
@@ -315,6 +339,18 @@ mod tests {
         assert_eq!(encoded(|o| bulk(o, b"a\r\nb")), b"$4\r\na\r\nb\r\n");
         assert_eq!(encoded(null), b"$-1\r\n");
         assert_eq!(encoded(null_array), b"*-1\r\n");
+    }
+
+    #[test]
+    fn resp3_types() {
+        assert_eq!(encoded(null3), b"_\r\n");
+        assert_eq!(encoded(|o| map_header(o, 7)), b"%7\r\n");
+        assert_eq!(encoded(|o| map_header(o, 0)), b"%0\r\n");
+        assert_eq!(
+            encoded(|o| verbatim(o, b"txt", b"a\r\nb")),
+            b"=8\r\ntxt:a\r\nb\r\n"
+        );
+        assert_eq!(encoded(|o| verbatim(o, b"txt", b"")), b"=4\r\ntxt:\r\n");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The RESP2 codec (Redis serialization protocol): pure, no I/O.
+//! The RESP2 codec (Redis serialization protocol), with the RESP3 reply types a server needs
+//! for clients that ask for them (`HELLO 3`): pure, no I/O. Requests are the same in both.
 //!
 //! The server uses [`decode_request`] (or, per connection, a [`RequestDecoder`]) to
 //! read commands and the [`encode`] functions to write replies; Rust clients and load
