@@ -51,6 +51,7 @@ impl Store {
             let history = self.history.read();
             (history.bytes(), history.recount())
         };
+        self.check_expiry_records()?;
         let parts = [
             ("history", history.0, history.1),
             ("ghosts", self.ghosts.bytes(), self.ghosts.recount()),
@@ -98,6 +99,22 @@ impl Store {
             }
         }
         Ok((ledger, registrations))
+    }
+
+    /// Every plain item with a deadline has a record of it in the expiry queue (or active
+    /// expiry and eviction would never find it).
+    fn check_expiry_records(&self) -> Result<(), String> {
+        let records: std::collections::HashSet<(u64, u64)> = self.expiry.records().collect();
+        for item in self.plain.iter() {
+            if let Some(deadline) = item.deadline() {
+                ensure!(
+                    records.contains(&(deadline, self.plain.hash_of(item.key()))),
+                    "{}: expires at {deadline} but the expiry queue does not say so",
+                    String::from_utf8_lossy(item.key())
+                );
+            }
+        }
+        Ok(())
     }
 
     fn check_versions(&self, key: &[u8], versions: &[Version]) -> Result<(), String> {

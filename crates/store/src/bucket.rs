@@ -145,6 +145,27 @@ impl<T: Keyed> BucketTable<T> {
         Some(item)
     }
 
+    /// The hash `key`'s item is filed under; it stays the same for the table's life, so a
+    /// record elsewhere may name an item by it instead of keeping the key's bytes.
+    pub fn hash_of(&self, key: &[u8]) -> u64 {
+        self.hash(key)
+    }
+
+    /// Whether an item filed under `hash` satisfies `matches`.
+    pub fn any_with_hash(&self, hash: u64, matches: impl FnMut(&T) -> bool) -> bool {
+        !self.table.is_empty() && self.table.find(hash, matches).is_some()
+    }
+
+    /// Removes an item filed under `hash` that satisfies `matches`.
+    pub fn remove_with_hash(&mut self, hash: u64, matches: impl FnMut(&T) -> bool) -> Option<T> {
+        if self.table.is_empty() {
+            return None;
+        }
+        let (item, _) = self.table.find_entry(hash, matches).ok()?.remove();
+        self.shrink_if_sparse();
+        Some(item)
+    }
+
     /// Removes `key`'s item.
     pub fn remove(&mut self, key: &[u8]) -> Option<T> {
         if self.table.is_empty() {

@@ -5,8 +5,9 @@
 //! table (each kind drawn as often as its share of the keys). It takes each key's least
 //! recently used version (or its plain value), and evicts the least recent of those. The
 //! random source is a seeded xorshift, so a run is reproducible. An evicted version leaves a
-//! capacity ghost. Only when no key is left does the store shed its overheads: dead
-//! staleness records, then ghosts, then history.
+//! capacity ghost. Plain keys whose deadline has passed go before any of that. Only when no
+//! key is left does the store shed its overheads: dead staleness and expiry records, then
+//! ghosts, then history.
 
 use crate::entry::{Entry, Key};
 use crate::ghost::GhostReason;
@@ -58,13 +59,15 @@ fn oldest_in(entry: &Entry) -> Option<(u64, usize)> {
 }
 
 impl Store {
-    /// Evicts until `needed` more bytes fit under the limit (or nothing is left to free).
-    /// Returns whether it evicted a version or plain item: only then may items of the key
-    /// tables have moved (shedding overhead leaves them alone).
+    /// Evicts until `needed` more bytes fit under the limit (or nothing is left to free),
+    /// plain keys whose deadline has passed first. Returns whether it evicted (or expired) a
+    /// version or plain item: only then may items of the key tables have moved (shedding
+    /// overhead leaves them alone).
     pub(crate) fn make_room(&mut self, needed: usize) -> bool {
         let mut evicted = false;
         while self.memory().total() + needed > self.config.max_memory {
-            if self.evict_one() {
+            // An expired plain key is dead weight: it goes before any live one.
+            if self.expire_next_due() || self.evict_one() {
                 evicted = true;
             } else if !self.shed_overhead() {
                 break;
@@ -125,9 +128,12 @@ impl Store {
 
     /// Frees bookkeeping once no key is left to evict; false when nothing is left at all.
     fn shed_overhead(&mut self) -> bool {
-        let before = self.stale.bytes();
+        let before = self.stale.bytes() + self.expiry.bytes();
         self.compact_stale();
-        self.stale.bytes() < before || self.ghosts.pop_oldest() || self.history.write().pop_oldest()
+        self.compact_expiry();
+        self.stale.bytes() + self.expiry.bytes() < before
+            || self.ghosts.pop_oldest()
+            || self.history.write().pop_oldest()
     }
 
     /// Removes version `index` of `key`, leaving a ghost with `reason`; drops the key when

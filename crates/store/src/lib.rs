@@ -11,6 +11,9 @@
 //! [`ValidityInterval`](txcache_model::ValidityInterval), and, while open, the tags it is
 //! registered under. At most one version of a key is open, the latest. A plain operation on a
 //! versioned key or the reverse is [`StoreError::WrongType`]; `set` overwrites either kind.
+//! A plain value may carry an expiry deadline (Redis's `EX`/`PX`, `EXPIRE`): the store reads
+//! no clock, so plain operations are given `now`; an expired value is never returned, is
+//! removed when found, by [`Store::expire_due`], or first when memory is needed.
 //!
 //! # Time
 //! `N` ([`Store::last_applied`]) is the timestamp of the last applied invalidation, heartbeat or
@@ -62,10 +65,12 @@ mod config;
 mod entry;
 mod error;
 mod evict;
+mod expiry;
 mod ghost;
 mod history;
 mod insert;
 mod invalidate;
+mod kv;
 mod lookup;
 mod memory;
 mod plain;
@@ -79,8 +84,10 @@ mod tests;
 
 pub use config::StoreConfig;
 pub use error::StoreError;
+pub use expiry::{ExpireCondition, KeyExpiry};
 pub use history::SharedHistory;
 pub use insert::{InsertOutcome, InsertRequest};
+pub use kv::{SetCondition, SetExpiry, SetOptions};
 pub use lookup::{Hit, HitRef, Lookup, LookupRef, MissKind};
 pub use memory::MemoryUsage;
 pub use stats::{Gauges, StoreStats, SIZE_BUCKETS};

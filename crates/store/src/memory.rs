@@ -8,7 +8,7 @@
 use crate::entry::{Entry, Key, Version, ENTRY_HEAD_BYTES};
 use crate::ghost::Ghost;
 use crate::history::{Record, TableHistory};
-use crate::plain::{prefix_len, PlainItem, STAMP_BYTES};
+use crate::plain::{plain_prefix_len, prefix_len, PlainItem, DEADLINE_BYTES, STAMP_BYTES};
 use crate::stats::Gauges;
 use crate::tag_index::TableIndex;
 use hashbrown::HashSet;
@@ -28,7 +28,8 @@ pub struct MemoryUsage {
     pub keys: usize,
     /// Per-version overhead (the version in its list, its value's allocation (for a key's
     /// newest version, its entry's), and a spilled pointer for a value of 65,535 bytes or
-    /// more) and staleness-queue records.
+    /// more), staleness-queue records, and plain items' expiry deadlines with their expiry-queue
+    /// records.
     pub intervals: usize,
     /// Tags of open versions and the tag index.
     pub tags: usize,
@@ -155,6 +156,10 @@ pub(crate) const GHOST_OVERHEAD: usize = slack(size_of::<(Key, Ghost)>() + 1)
     + ARC_HEADER
     + ALLOCATION;
 
+/// Per expiry-queue record: a heap slot of a deadline and a key hash (the key is found again
+/// by its hash, so the record keeps no key bytes).
+pub(crate) const EXPIRY_RECORD: usize = slack(size_of::<(u64, u64)>());
+
 /// Per staleness-queue record, beyond the key bytes it may keep alive: a heap slot.
 pub(crate) const STALE_RECORD: usize = slack(size_of::<(WallClock, Timestamp, Key)>());
 
@@ -167,12 +172,16 @@ pub(crate) fn key_usage(len: usize) -> MemoryUsage {
     }
 }
 
-/// The charge for a plain item with a `key_len`-byte key and a `value_len`-byte value.
-pub(crate) fn plain_usage(key_len: usize, value_len: usize) -> MemoryUsage {
-    let bytes = STAMP_BYTES + prefix_len(key_len) + key_len + value_len;
+/// The charge for a plain item with a `key_len`-byte key and a `value_len`-byte value, and a
+/// deadline if it expires: the deadline's bytes in the item and its record in the expiry
+/// queue are charged as `intervals` (a plain value's validity, as a version's interval is).
+pub(crate) fn plain_usage(key_len: usize, value_len: usize, expires: bool) -> MemoryUsage {
+    let deadline = if expires { DEADLINE_BYTES } else { 0 };
+    let bytes = STAMP_BYTES + plain_prefix_len(key_len) + key_len + deadline + value_len;
     MemoryUsage {
         values: value_len,
-        keys: prefix_len(key_len) + key_len + PLAIN_ITEM_OVERHEAD + spilled_pointer(bytes),
+        keys: plain_prefix_len(key_len) + key_len + PLAIN_ITEM_OVERHEAD + spilled_pointer(bytes),
+        intervals: deadline,
         ..MemoryUsage::default()
     }
 }
@@ -244,16 +253,22 @@ impl Ledger {
     }
 
     pub fn add_plain(&mut self, item: &PlainItem) {
-        let (key, value) = item.split();
-        self.usage.add(&plain_usage(key.len(), value.len()));
+        let (key, deadline, value) = item.parts();
+        let expires = deadline.is_some();
+        self.usage
+            .add(&plain_usage(key.len(), value.len(), expires));
         self.gauges.keys += 1;
+        self.gauges.plain_expiring += usize::from(expires);
         self.gauges.value_added(value.len());
     }
 
     pub fn remove_plain(&mut self, item: &PlainItem) {
-        let (key, value) = item.split();
-        self.usage.sub(&plain_usage(key.len(), value.len()));
+        let (key, deadline, value) = item.parts();
+        let expires = deadline.is_some();
+        self.usage
+            .sub(&plain_usage(key.len(), value.len(), expires));
         self.gauges.keys -= 1;
+        self.gauges.plain_expiring -= usize::from(expires);
         self.gauges.value_removed(value.len());
     }
 
@@ -300,6 +315,7 @@ mod tests {
             ("HISTORY_GLOBAL", HISTORY_GLOBAL),
             ("GHOST_OVERHEAD", GHOST_OVERHEAD),
             ("STALE_RECORD", STALE_RECORD),
+            ("EXPIRY_RECORD", EXPIRY_RECORD),
         ];
         for (name, value) in constants {
             println!("{name} = {value}");

@@ -1,13 +1,16 @@
-//! Plain entries: recency, key and value in one allocation, held by one word in a bucket.
+//! Plain entries: recency, key, expiry and value in one allocation, held by one word in a
+//! bucket.
 //!
-//! A plain item is one heap allocation (a 3-byte recency stamp, the key's length as LEB128,
-//! the key, the value; exactly that long) held by an 8-byte thin pointer in its bucket of the
-//! plain table. A hit reads the table's control bytes, the bucket, then the item: three
-//! dependent cache misses. Positions into a dense list of 16-byte handles (pointer and
-//! recency) cost one miss more and 16 bytes per item; those handles in the buckets would have
-//! taken 36 bytes per item of table alone at a million items, over the 40 bytes of overhead
-//! per item that `docs/node-speed.md` sets as the goal. The stamp rides in the item because a
-//! hit reads the item's first cache line anyway.
+//! A plain item is one heap allocation (a 3-byte recency stamp, the key's length as LEB128
+//! with the expiry flag in its lowest bit, the key, the expiry deadline when it has one, the
+//! value; exactly that long) held by an 8-byte thin pointer in its bucket of the plain table.
+//! A hit reads the table's control bytes, the bucket, then the item: three dependent cache
+//! misses. Positions into a dense list of 16-byte handles (pointer and recency) cost one miss
+//! more and 16 bytes per item; those handles in the buckets would have taken 36 bytes per item
+//! of table alone at a million items, over the 40 bytes of overhead per item that
+//! `docs/node-speed.md` sets as the goal. The stamp rides in the item because a hit reads the
+//! item's first cache line anyway, and the deadline for the same reason: an item without one
+//! pays nothing for it, and a hit tells whether to read the clock from the prefix's flag bit.
 
 use crate::bucket::{BucketTable, Keyed};
 use thin_slice::ThinBoxedSlice;
@@ -83,44 +86,121 @@ pub(crate) fn split_key_value(bytes: &[u8]) -> (&[u8], &[u8]) {
     bytes[prefix..].split_at(key_len)
 }
 
-/// One plain entry: its recency stamp, key and value in one allocation.
+/// Bytes of an expiry deadline (milliseconds since the Unix epoch, little-endian) in an item
+/// that has one.
+pub(crate) const DEADLINE_BYTES: usize = 8;
+
+/// The prefix of a plain item: the key's length shifted left by one, the low bit telling
+/// whether a deadline follows the key.
+fn plain_prefix(key_len: usize, has_deadline: bool) -> usize {
+    key_len << 1 | usize::from(has_deadline)
+}
+
+/// Bytes a plain item's length prefix takes for a `key_len`-byte key (1 below 64, 2 below
+/// 8192, …): one bit more than a versioned entry's, for the expiry flag.
+pub(crate) fn plain_prefix_len(key_len: usize) -> usize {
+    prefix_len(plain_prefix(key_len, true))
+}
+
+/// One plain entry: its recency stamp, key, expiry deadline (if any) and value in one
+/// allocation.
 #[derive(Debug)]
 pub(crate) struct PlainItem {
-    /// The stamp, the key's length (LEB128), the key, the value: exactly as long as that, no
-    /// slack. One word, not a fat pointer's two: below 65,535 bytes the slice's length rides in the
-    /// top 16 bits of the pointer, which x86-64 user-space addresses leave unused (larger
-    /// items keep their fat pointer in a small allocation of its own; other architectures
-    /// keep a `Box`).
+    /// The stamp, the prefix (key length and expiry flag, LEB128), the key, the deadline if
+    /// flagged, the value: exactly as long as that, no slack. One word, not a fat pointer's
+    /// two: below 65,535 bytes the slice's length rides in the top 16 bits of the pointer,
+    /// which x86-64 user-space addresses leave unused (larger items keep their fat pointer in
+    /// a small allocation of its own; other architectures keep a `Box`).
     bytes: ThinBoxedSlice<u8>,
 }
 
 impl Keyed for PlainItem {
     fn key(&self) -> &[u8] {
-        self.split().0
+        self.parts().0
     }
 }
 
 impl PlainItem {
     /// `key` and `value` copied into one allocation of exactly their size plus the stamp and
-    /// the prefix.
+    /// the prefix; no expiry.
+    #[cfg(test)]
     pub fn new(key: &[u8], value: &[u8], stamp: u32) -> Self {
-        let len = STAMP_BYTES + prefix_len(key.len()) + key.len() + value.len();
+        Self::with_deadline(key, value, stamp, None)
+    }
+
+    /// An item that expires at `deadline` (milliseconds since the Unix epoch), or never.
+    pub fn with_deadline(key: &[u8], value: &[u8], stamp: u32, deadline: Option<u64>) -> Self {
+        let prefix = plain_prefix(key.len(), deadline.is_some());
+        let deadline_len = if deadline.is_some() {
+            DEADLINE_BYTES
+        } else {
+            0
+        };
+        let len = STAMP_BYTES + prefix_len(prefix) + key.len() + deadline_len + value.len();
         let mut bytes = Vec::with_capacity(len);
         bytes.extend_from_slice(&stamp.to_le_bytes()[..STAMP_BYTES]);
-        append_key_value(&mut bytes, key, value);
+        write_prefix(&mut bytes, prefix);
+        bytes.extend_from_slice(key);
+        if let Some(deadline) = deadline {
+            bytes.extend_from_slice(&deadline.to_le_bytes());
+        }
+        bytes.extend_from_slice(value);
         PlainItem {
             bytes: bytes.into_boxed_slice().into(),
         }
     }
 
+    /// The key, the deadline and the value.
+    pub fn parts(&self) -> (&[u8], Option<u64>, &[u8]) {
+        let tail = &self.bytes[STAMP_BYTES..];
+        let (prefix, prefix_len) = read_prefix(tail);
+        let (key, rest) = tail[prefix_len..].split_at(prefix >> 1);
+        if prefix & 1 == 0 {
+            return (key, None, rest);
+        }
+        // Items are written by `with_deadline` alone, so a flagged one holds its 8 bytes.
+        match rest.split_first_chunk::<DEADLINE_BYTES>() {
+            Some((deadline, value)) => (key, Some(u64::from_le_bytes(*deadline)), value),
+            None => (key, None, rest),
+        }
+    }
+
     /// The key and the value.
+    #[cfg(test)]
     pub fn split(&self) -> (&[u8], &[u8]) {
-        split_key_value(&self.bytes[STAMP_BYTES..])
+        let (key, _, value) = self.parts();
+        (key, value)
     }
 
     /// The value.
     pub fn value(&self) -> &[u8] {
-        self.split().1
+        self.parts().2
+    }
+
+    /// Whether the item has a deadline: the prefix's lowest bit, which is the first prefix
+    /// byte's (LEB128 puts the low seven bits first), read without decoding anything.
+    pub fn expires(&self) -> bool {
+        self.bytes[STAMP_BYTES] & 1 == 1
+    }
+
+    /// When the item expires (milliseconds since the Unix epoch); `None` for never.
+    pub fn deadline(&self) -> Option<u64> {
+        self.parts().1
+    }
+
+    /// Moves an existing deadline to `deadline` in place (the item's length stays; an item
+    /// without a deadline is rebuilt instead, see `Store::put_plain`).
+    pub fn move_deadline(&mut self, deadline: u64) {
+        let tail = &self.bytes[STAMP_BYTES..];
+        let (prefix, prefix_len) = read_prefix(tail);
+        debug_assert!(
+            prefix & 1 == 1,
+            "moving the deadline of an item without one"
+        );
+        if prefix & 1 == 1 {
+            let at = STAMP_BYTES + prefix_len + (prefix >> 1);
+            self.bytes[at..at + DEADLINE_BYTES].copy_from_slice(&deadline.to_le_bytes());
+        }
     }
 
     /// The recency stamp ([`stamp_at`] of its last use).

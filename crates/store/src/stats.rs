@@ -48,6 +48,9 @@ pub struct StoreStats {
     pub plain_sets: u64,
     /// Keys of either kind removed by `remove`.
     pub plain_deletes: u64,
+    /// Plain keys removed because their deadline passed: found so on access, swept by
+    /// `expire_due`, or taken first under memory pressure.
+    pub plain_expired: u64,
 }
 
 impl StoreStats {
@@ -82,6 +85,7 @@ impl StoreStats {
             (&mut self.plain_misses, other.plain_misses),
             (&mut self.plain_sets, other.plain_sets),
             (&mut self.plain_deletes, other.plain_deletes),
+            (&mut self.plain_expired, other.plain_expired),
         ];
         for (mine, theirs) in pairs {
             *mine += theirs;
@@ -105,6 +109,8 @@ pub struct Gauges {
     /// Invalidation tags the open versions carry, summed (the tags per object of the cache
     /// contents; a closed version drops its tags).
     pub open_version_tags: usize,
+    /// Plain keys with an expiry deadline (Redis's `expires`), expired or not yet removed.
+    pub plain_expiring: usize,
     /// Stored values (plain and versions) by length: bucket 0 counts empty values, bucket
     /// `k + 1` values whose length is in `[2^k, 2^(k+1))`, for `k` in `0..=31` (the last
     /// bucket also holds anything longer).
@@ -118,6 +124,7 @@ impl Default for Gauges {
             versions: 0,
             open_versions: 0,
             open_version_tags: 0,
+            plain_expiring: 0,
             size_histogram: [0; SIZE_BUCKETS],
         }
     }
@@ -130,6 +137,7 @@ impl Gauges {
         self.versions += other.versions;
         self.open_versions += other.open_versions;
         self.open_version_tags += other.open_version_tags;
+        self.plain_expiring += other.plain_expiring;
         for (mine, theirs) in self.size_histogram.iter_mut().zip(other.size_histogram) {
             *mine += theirs;
         }

@@ -1,16 +1,18 @@
-//! The store: its parts, plain key-value operations and accessors. Versioned operations live
-//! in `lookup.rs`, `insert.rs` and `invalidate.rs`; eviction in `evict.rs`.
+//! The store: its parts and accessors. Plain key-value operations live in `kv.rs` (their
+//! expiry in `expiry.rs`), versioned ones in `lookup.rs`, `insert.rs` and `invalidate.rs`;
+//! eviction in `evict.rs`.
 
 use crate::entry::{effective, KeyTable};
 use crate::evict::XorShift;
+use crate::expiry::ExpiryQueue;
 use crate::ghost::Ghosts;
 use crate::history::SharedHistory;
-use crate::memory::{plain_usage, Ledger, MemoryUsage};
-use crate::plain::{stamp_at, PlainItem, PlainTable};
+use crate::memory::{Ledger, MemoryUsage};
+use crate::plain::PlainTable;
 use crate::stale::StaleQueue;
 use crate::stats::{Gauges, StoreStats};
 use crate::tag_index::TagIndex;
-use crate::{StoreConfig, StoreError};
+use crate::StoreConfig;
 use std::sync::Arc;
 use txcache_model::{Timestamp, ValidityInterval, WallClock};
 
@@ -30,6 +32,11 @@ pub struct Store {
     pub(crate) history: Arc<SharedHistory>,
     pub(crate) ghosts: Ghosts,
     pub(crate) stale: StaleQueue,
+    /// Plain items' deadlines, earliest first (active expiry).
+    pub(crate) expiry: ExpiryQueue,
+    /// The time (milliseconds since the Unix epoch) the last plain operation carried: eviction
+    /// takes keys whose deadline is before it first.
+    pub(crate) plain_now: u64,
     /// `N`: the timestamp of the last applied invalidation, heartbeat or reset.
     pub(crate) last_applied: Timestamp,
     /// The latest commit time any message carried.
@@ -58,6 +65,8 @@ impl Store {
             history,
             ghosts: Ghosts::default(),
             stale: StaleQueue::default(),
+            expiry: ExpiryQueue::default(),
+            plain_now: 0,
             last_applied: Timestamp::ZERO,
             latest_commit_time: WallClock(0),
             clock: 0,
@@ -111,68 +120,11 @@ impl Store {
         MemoryUsage {
             values: data.values,
             keys: data.keys,
-            intervals: data.intervals + self.stale.bytes(),
+            intervals: data.intervals + self.stale.bytes() + self.expiry.bytes(),
             tags: data.tags + self.index.bytes(),
             history: self.history.read().bytes() / self.history.shards(),
             ghosts: self.ghosts.bytes(),
         }
-    }
-
-    /// The plain value of `key`; `None` when absent. Refreshes its recency.
-    ///
-    /// The value is borrowed from the store: the caller copies it where it goes (a reply
-    /// buffer), so a hit allocates nothing.
-    pub fn get(&mut self, key: &[u8]) -> Result<Option<&[u8]>, StoreError> {
-        let stamp = stamp_at(self.tick());
-        let item = self.plain.get_mut(key);
-        if item.is_none() && self.keys.get(key).is_some() {
-            return Err(StoreError::WrongType);
-        }
-        self.stats.plain_gets += 1;
-        let Some(item) = item else {
-            self.stats.plain_misses += 1;
-            return Ok(None);
-        };
-        self.stats.plain_hits += 1;
-        item.set_stamp(stamp);
-        Ok(Some(item.value()))
-    }
-
-    /// Stores a plain value, replacing whatever `key` held (of either kind, like Redis).
-    /// Evicts as needed; a value that could never fit is refused and nothing changes.
-    pub fn set(&mut self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
-        let size = plain_usage(key.len(), value.len()).total();
-        if size > self.config.max_memory {
-            return Err(StoreError::TooLarge {
-                size,
-                limit: self.config.max_memory,
-            });
-        }
-        self.drop_entry(key);
-        self.ghosts.forget(key);
-        self.make_room(size);
-        let item = PlainItem::new(key, value, stamp_at(self.tick()));
-        self.ledger.add_plain(&item);
-        self.plain.insert_new(item);
-        self.stats.plain_sets += 1;
-        Ok(())
-    }
-
-    /// Removes `key` of either kind and its ghost (its next miss is compulsory). Returns
-    /// whether it existed.
-    pub fn remove(&mut self, key: &[u8]) -> bool {
-        let existed = self.drop_entry(key);
-        self.ghosts.forget(key);
-        if existed {
-            self.stats.plain_deletes += 1;
-            self.maybe_compact_stale();
-        }
-        existed
-    }
-
-    /// Whether `key` holds a value of either kind.
-    pub fn contains(&self, key: &[u8]) -> bool {
-        self.plain.get(key).is_some() || self.keys.get(key).is_some()
     }
 
     /// Removes every key and ghost. The stream position (`N`, `H`, history) and the
@@ -183,6 +135,7 @@ impl Store {
         self.index.clear();
         self.ghosts.clear();
         self.stale.clear();
+        self.expiry.clear();
         self.ledger = Ledger::default();
     }
 

@@ -76,7 +76,7 @@ fn answer_buffered(
         match decoder.peek(input, &limits) {
             Ok(Some(request)) => {
                 let len = request.len();
-                let mut context = Context { node, session };
+                let mut context = Context::new(node, session);
                 cmd::execute(request.args(), &mut context, output);
                 input.advance(len);
                 if session.closing {

@@ -6,7 +6,8 @@
 //!   agent (RESP) ───▶ TXINVALIDATE / TXHEARTBEAT / TXRESET ──────▶ broadcast: every shard, in order
 //! ```
 //! Threads: a tokio runtime with one worker per core but one; each shard is a synchronous
-//! `txcache_store::Store` behind its own mutex, never held across an await.
+//! `txcache_store::Store` behind its own mutex, never held across an await. A task sweeps
+//! expired plain keys from the shards ten times a second.
 
 mod cmd;
 mod config;
@@ -71,11 +72,28 @@ async fn run(config: Config) -> anyhow::Result<()> {
         let render = move || metrics::prometheus(&node);
         tokio::spawn(txcache_metrics::http::serve(metrics_listener, render));
     }
+    tokio::spawn(sweep_expired(Arc::clone(&node)));
     tokio::select! {
         () = server::run(listener, node) => Ok(()),
         signal = shutdown_signal() => {
             tracing::info!(signal, "shutting down");
             Ok(())
+        }
+    }
+}
+
+/// Removes expired plain keys nobody reads, ten times a second (as often as Redis's active
+/// expiry cycle): a bounded batch per shard, and another batch at once while a shard had more
+/// than that due.
+async fn sweep_expired(node: Arc<Node>) {
+    const BATCH: usize = 256;
+    let mut ticks = tokio::time::interval(std::time::Duration::from_millis(100));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        while node.shards.expire_due(node.now_ms(), BATCH) == BATCH {
+            // Let the clients' requests in between two batches.
+            tokio::task::yield_now().await;
         }
     }
 }

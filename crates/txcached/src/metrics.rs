@@ -10,7 +10,7 @@ use crate::node::Node;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use txcache_metrics::{Kind, Metric, Registry};
-use txcache_store::{Gauges, MemoryUsage, StoreStats};
+use txcache_store::{Gauges, MemoryUsage, Store, StoreStats};
 
 /// Counters kept by the server itself.
 #[derive(Debug, Default)]
@@ -21,6 +21,8 @@ pub struct ServerMetrics {
     commands_processed: AtomicU64,
     command_errors: AtomicU64,
     protocol_errors: AtomicU64,
+    transactions: AtomicU64,
+    transactions_aborted: AtomicU64,
 }
 
 /// A connection's place under `--max-clients`; the count drops when this does.
@@ -53,6 +55,17 @@ impl ServerMetrics {
         }
     }
 
+    /// Counts one `EXEC`: whether it ran the transaction or discarded it for an error while
+    /// queuing.
+    pub fn count_transaction(&self, ran: bool) {
+        let counter = if ran {
+            &self.transactions
+        } else {
+            &self.transactions_aborted
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts a connection closed for malformed framing.
     pub fn count_protocol_error(&self) {
         self.protocol_errors.fetch_add(1, Ordering::Relaxed);
@@ -68,6 +81,8 @@ impl ServerMetrics {
             commands_processed,
             command_errors,
             protocol_errors,
+            transactions,
+            transactions_aborted,
         } = self;
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         ServerCounts {
@@ -77,6 +92,8 @@ impl ServerMetrics {
             commands_processed: load(commands_processed),
             command_errors: load(command_errors),
             protocol_errors: load(protocol_errors),
+            transactions: load(transactions),
+            transactions_aborted: load(transactions_aborted),
         }
     }
 }
@@ -90,6 +107,8 @@ pub struct ServerCounts {
     commands_processed: u64,
     command_errors: u64,
     protocol_errors: u64,
+    transactions: u64,
+    transactions_aborted: u64,
 }
 
 /// Everything the node measures, read at one moment: what [`REGISTRY`]'s rows read from.
@@ -107,11 +126,20 @@ pub struct Reading {
 
 /// Reads everything the node measures now.
 pub fn collect(node: &Node) -> Reading {
+    collect_from(node, |visit| node.shards.for_each(visit))
+}
+
+/// [`collect`], reaching the shards through `for_each_shard` (`INFO` inside a transaction
+/// reads the shards its `EXEC` holds).
+pub fn collect_from(
+    node: &Node,
+    for_each_shard: impl FnOnce(&mut dyn FnMut(&mut Store)),
+) -> Reading {
     let mut stats = StoreStats::default();
     let mut memory = MemoryUsage::default();
     let mut gauges = Gauges::default();
     let mut stream: Option<StoreStats> = None;
-    node.shards.for_each(|store| {
+    for_each_shard(&mut |store: &mut Store| {
         stats.add(store.stats());
         memory.add(&store.memory());
         gauges.add(store.gauges());
@@ -193,6 +221,20 @@ pub static REGISTRY: Registry<Reading> = Registry {
             Counter,
             "Connections closed for malformed requests",
             |r| r.server.protocol_errors,
+        ),
+        Metric::one(
+            "stats",
+            "transactions",
+            Counter,
+            "EXECs that ran their queued commands",
+            |r| r.server.transactions,
+        ),
+        Metric::one(
+            "stats",
+            "transactions_aborted",
+            Counter,
+            "EXECs that discarded their commands for an error while queuing",
+            |r| r.server.transactions_aborted,
         ),
         Metric::one("memory", "maxmemory", Gauge, "Memory limit in bytes", |r| {
             r.max_memory
@@ -385,15 +427,26 @@ pub static REGISTRY: Registry<Reading> = Registry {
             "GETs that found nothing",
             |r| r.stats.plain_misses,
         ),
-        Metric::one("txcache", "plain_sets", Counter, "SETs stored", |r| {
-            r.stats.plain_sets
-        }),
+        Metric::one(
+            "txcache",
+            "plain_sets",
+            Counter,
+            "Plain values stored (SET, MSET, INCRBY and friends)",
+            |r| r.stats.plain_sets,
+        ),
         Metric::one(
             "txcache",
             "plain_deletes",
             Counter,
             "Keys of either kind removed by DEL",
             |r| r.stats.plain_deletes,
+        ),
+        Metric::one(
+            "txcache",
+            "plain_expired",
+            Counter,
+            "Plain keys removed because their expiry passed",
+            |r| r.stats.plain_expired,
         ),
         Metric::one("txcache", "keys", Gauge, "Keys held", |r| {
             r.gauges.keys as u64
@@ -414,6 +467,13 @@ pub static REGISTRY: Registry<Reading> = Registry {
             Gauge,
             "Invalidation tags carried by the open versions",
             |r| r.gauges.open_version_tags as u64,
+        ),
+        Metric::one(
+            "txcache",
+            "plain_expiring",
+            Gauge,
+            "Plain keys with an expiry",
+            |r| r.gauges.plain_expiring as u64,
         ),
         Metric::series(
             "sizes",
@@ -452,12 +512,8 @@ pub fn resident_bytes() -> u64 {
     pages * 4096
 }
 
-/// `INFO [section]`: Redis-style text, sections in order, `all` for every one.
-pub fn info(node: &Node, section: Option<&str>) -> String {
-    info_text(&collect(node), section)
-}
-
-fn info_text(reading: &Reading, section: Option<&str>) -> String {
+/// `INFO [section]`'s text of `reading`: Redis-style, sections in order, `all` for every one.
+pub fn info_text(reading: &Reading, section: Option<&str>) -> String {
     let mut text = String::new();
     let mut current = "";
     for sample in REGISTRY.samples(reading) {
@@ -520,6 +576,8 @@ mod tests {
                 commands_processed: 2_004,
                 command_errors: 2_005,
                 protocol_errors: 2_006,
+                transactions: 2_007,
+                transactions_aborted: 2_008,
             },
             memory: MemoryUsage {
                 values: 3_001,
@@ -552,12 +610,14 @@ mod tests {
                 plain_misses: 4_020,
                 plain_sets: 4_021,
                 plain_deletes: 4_022,
+                plain_expired: 4_023,
             },
             gauges: Gauges {
                 keys: 5_001,
                 versions: 5_002,
                 open_versions: 5_003,
                 open_version_tags: 5_004,
+                plain_expiring: 5_005,
                 size_histogram: std::array::from_fn(|bucket| 6_000 + bucket),
             },
         }

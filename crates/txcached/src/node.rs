@@ -26,6 +26,9 @@ pub struct Node {
     pub started: Instant,
     /// The database history the stream follows, as the agent named it (`TXORIGIN`).
     origin: Mutex<Option<Bytes>>,
+    /// The expiry clock's time when a test stopped it (0: running).
+    #[cfg(test)]
+    frozen_clock: std::sync::atomic::AtomicU64,
 }
 
 impl Node {
@@ -48,6 +51,8 @@ impl Node {
             config,
             started: Instant::now(),
             origin: Mutex::new(None),
+            #[cfg(test)]
+            frozen_clock: std::sync::atomic::AtomicU64::new(0),
         };
         node.update_bulk_limit(node.max_memory());
         node
@@ -76,11 +81,37 @@ impl Node {
         self.max_memory.load(Ordering::Relaxed)
     }
 
-    /// Changes the memory limit; shards evict down to it at once.
-    pub fn set_max_memory(&self, bytes: usize) {
+    /// Changes the node-wide memory limit (and the protocol's bulk limit with it); returns
+    /// each shard's share, which the caller sets on every shard (`CONFIG SET` does so through
+    /// its context, which may hold the shards already).
+    pub fn set_max_memory(&self, bytes: usize) -> usize {
         self.max_memory.store(bytes, Ordering::Relaxed);
-        self.shards.set_max_memory(bytes);
         self.update_bulk_limit(bytes);
+        self.shards.share(bytes)
+    }
+
+    /// Milliseconds since the Unix epoch: the clock of plain keys' expiry, which (unlike the
+    /// versioned entries' time, which comes from the stream) is this machine's, as in Redis.
+    pub fn now_ms(&self) -> u64 {
+        #[cfg(test)]
+        if let Some(frozen) = self.frozen_clock() {
+            return frozen;
+        }
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Stops the expiry clock at `ms` (0: the real clock again), for tests.
+    #[cfg(test)]
+    pub fn freeze_clock(&self, ms: u64) {
+        self.frozen_clock.store(ms, Ordering::Relaxed);
+    }
+
+    #[cfg(test)]
+    fn frozen_clock(&self) -> Option<u64> {
+        Some(self.frozen_clock.load(Ordering::Relaxed)).filter(|ms| *ms > 0)
     }
 
     /// A value larger than the whole node can never be stored, so the protocol refuses to

@@ -5,7 +5,9 @@
 //! makes each message reach all shards before the next one starts, so every shard sees the
 //! same stream in the same order and `N` never differs between shards once a message is done.
 //! The shards share one invalidation history ([`SharedHistory`]): the first shard to apply a
-//! message records it, and an insert on any shard reads the node's whole history.
+//! message records it, and an insert on any shard reads the node's whole history. A command
+//! naming keys on several shards, and a transaction's `EXEC`, lock all the shards they touch
+//! at once, in index order ([`Shards::lock`]).
 
 use hashbrown::DefaultHashBuilder;
 use parking_lot::{Mutex, MutexGuard};
@@ -48,10 +50,44 @@ impl Shards {
         total / count.max(1)
     }
 
+    /// The index of the shard holding `key`.
+    #[inline]
+    pub fn index_of(&self, key: &[u8]) -> usize {
+        self.hasher.hash_one(key) as usize % self.shards.len()
+    }
+
     /// The shard holding `key`, locked.
     pub fn for_key(&self, key: &[u8]) -> MutexGuard<'_, Store> {
-        let index = self.hasher.hash_one(key) as usize % self.shards.len();
+        self.shards[self.index_of(key)].lock()
+    }
+
+    /// Shard `index`, locked.
+    pub fn lock_index(&self, index: usize) -> MutexGuard<'_, Store> {
         self.shards[index].lock()
+    }
+
+    /// Locks the shards `wanted` marks (one flag per shard), in index order, and holds them
+    /// until the result is dropped. Whoever holds more than one shard took them in this one
+    /// order (stream messages and whole-node reads hold one at a time), so no two wait for
+    /// each other.
+    pub fn lock(&self, wanted: &[bool]) -> Held<'_> {
+        let guards = self
+            .shards
+            .iter()
+            .zip(wanted.iter().chain(std::iter::repeat(&false)))
+            .map(|(shard, wanted)| wanted.then(|| shard.lock()))
+            .collect();
+        Held { guards }
+    }
+
+    /// Removes up to `budget` expired plain keys from each shard (the periodic sweep: lazy
+    /// expiry finds only the keys someone asks for). Returns how many records the busiest
+    /// shard took: at `budget`, more may be due.
+    pub fn expire_due(&self, now: u64, budget: usize) -> usize {
+        let mut most = 0;
+        // One shard at a time, each briefly: a sweep holds up no more than one shard's clients.
+        self.for_each(|store| most = most.max(store.expire_due(now, budget)));
+        most
     }
 
     /// The first shard, locked: the first to apply each stream message.
@@ -78,14 +114,32 @@ impl Shards {
         }
     }
 
-    /// Sets the node-wide memory limit, split evenly; shards evict down to it at once.
-    pub fn set_max_memory(&self, total: usize) {
-        let per_shard = Self::split(total, self.shards.len());
-        self.for_each(|store| store.set_max_memory(per_shard));
+    /// Each shard's share of a node-wide memory limit of `total` bytes.
+    pub fn share(&self, total: usize) -> usize {
+        Self::split(total, self.shards.len())
     }
 
     /// Number of shards.
     pub fn len(&self) -> usize {
         self.shards.len()
+    }
+}
+
+/// Shards locked together for one command or transaction, by [`Shards::lock`].
+pub struct Held<'a> {
+    /// One slot per shard, in shard order: its guard when locked.
+    guards: Vec<Option<MutexGuard<'a, Store>>>,
+}
+
+/// The stores of shards locked beforehand, by index (a trait, so that a command's context can
+/// hold a borrow of them however long the locks are held).
+pub trait LockedShards {
+    /// Shard `index`'s store, if it is among the locked ones.
+    fn store(&mut self, index: usize) -> Option<&mut Store>;
+}
+
+impl LockedShards for Held<'_> {
+    fn store(&mut self, index: usize) -> Option<&mut Store> {
+        self.guards.get_mut(index)?.as_deref_mut()
     }
 }

@@ -132,6 +132,72 @@ fn pipelined_requests_are_answered_in_order() {
 }
 
 #[test]
+fn a_pipelined_transaction_on_resp3_has_exact_replies() {
+    // What redis-py 8 sends for a transactional pipeline: HELLO 3 on connecting, then MULTI,
+    // the commands and EXEC in one write.
+    let node = Node::start(&[]);
+    let mut stream = node.connect();
+    stream.write_all(&command(&["HELLO", "3"])).expect("sends");
+    let mut hello = [0u8; 4];
+    stream.read_exact(&mut hello).expect("replies");
+    assert_eq!(&hello, b"%7\r\n");
+    // The rest of the map, whose id and version vary: up to its last field.
+    let mut rest = Vec::new();
+    while !rest.ends_with(b"$7\r\nmodules\r\n*0\r\n") {
+        let mut byte = [0u8];
+        stream.read_exact(&mut byte).expect("replies");
+        rest.push(byte[0]);
+    }
+    assert!(rest.starts_with(b"$6\r\nserver\r\n$8\r\ntxcached\r\n"));
+    let mut batch = Vec::new();
+    for part in [
+        command(&["MULTI"]),
+        command(&["MSET", "a", "1", "b", "2"]),
+        command(&["EXPIRE", "a", "300"]),
+        command(&["INCRBY", "b", "5"]),
+        command(&["GET", "missing"]),
+        command(&["EXEC"]),
+        command(&["TTL", "a"]),
+    ] {
+        batch.extend(part);
+    }
+    exchange(
+        &mut stream,
+        &batch,
+        b"+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*4\r\n+OK\r\n:1\r\n:7\r\n_\r\n:300\r\n",
+    );
+}
+
+#[test]
+fn the_sweep_removes_expired_keys_nobody_reads() {
+    let node = Node::start(&[]);
+    let mut stream = node.connect();
+    exchange(
+        &mut stream,
+        &command(&["SET", "brief", "v", "PX", "20"]),
+        b"+OK\r\n",
+    );
+    exchange(&mut stream, &command(&["SET", "kept", "v"]), b"+OK\r\n");
+    exchange(&mut stream, &command(&["DBSIZE"]), b":2\r\n");
+    // DBSIZE counts an expired key until it is removed; the sweep runs ten times a second.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        stream.write_all(&command(&["DBSIZE"])).expect("sends");
+        let mut reply = [0u8; 4];
+        stream.read_exact(&mut reply).expect("replies");
+        if &reply == b":1\r\n" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the expired key stayed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    exchange(&mut stream, &command(&["GET", "kept"]), b"$1\r\nv\r\n");
+}
+
+#[test]
 fn protocol_error_closes_only_that_connection() {
     let node = Node::start(&[]);
     let mut healthy = node.connect();

@@ -155,7 +155,7 @@ fn rewind_drops_versioned_keys_and_moves_n_back() {
     assert_eq!(answer(&mut s, "open", 0, 100), Err(MissKind::Compulsory));
     assert_eq!(answer(&mut s, "bounded", 0, 100), Err(MissKind::Compulsory));
     assert_eq!(
-        s.get(b"plain"),
+        s.get(b"plain", || 0),
         Ok(Some(&b"p"[..])),
         "plain values carry no database time"
     );
@@ -319,7 +319,7 @@ fn a_global_commit_bounds_every_open_version_tagged_or_not() {
     }
     assert!(hit(&mut s, "later", 25, 25).open);
     assert_eq!(hit(&mut s, "bounded", 5, 5).interval, bounded(5, 15));
-    assert_eq!(s.get(b"plain"), Ok(Some(&b"p"[..])));
+    assert_eq!(s.get(b"plain", || 0), Ok(Some(&b"p"[..])));
     assert_eq!(s.stats().versions_truncated, 3);
     assert_eq!(
         (s.gauges().open_versions, s.gauges().open_version_tags),

@@ -124,10 +124,10 @@ fn delete_makes_the_next_miss_compulsory() {
         fill(&mut s);
     }
     assert_eq!(answer(&mut s, "k", 1, 2), Err(MissKind::Capacity));
-    assert!(!s.remove(b"k"), "only a ghost was left");
+    assert!(!s.remove(b"k", 0), "only a ghost was left");
     assert_eq!(answer(&mut s, "k", 1, 2), Err(MissKind::Compulsory));
     insert_bounded(&mut s, "k", "v", bounded(1, 5));
-    assert!(s.remove(b"k"));
+    assert!(s.remove(b"k", 0));
     assert_eq!(answer(&mut s, "k", 1, 2), Err(MissKind::Compulsory));
 }
 
@@ -146,11 +146,11 @@ fn versioned_and_plain_operations_do_not_mix() {
         tags: vec![],
     };
     assert_eq!(s.insert(b"p", b"", request), Err(StoreError::WrongType));
-    assert_eq!(s.get(b"v"), Err(StoreError::WrongType));
+    assert_eq!(s.get(b"v", || 0), Err(StoreError::WrongType));
     s.set(b"v", b"y").expect("set overwrites a versioned key");
-    assert_eq!(s.get(b"v"), Ok(Some(&b"y"[..])));
-    assert!(s.contains(b"p") && s.remove(b"p") && !s.contains(b"p"));
-    assert_eq!(s.get(b"p"), Ok(None));
+    assert_eq!(s.get(b"v", || 0), Ok(Some(&b"y"[..])));
+    assert!(s.contains(b"p") && s.remove(b"p", 0) && !s.contains(b"p"));
+    assert_eq!(s.get(b"p", || 0), Ok(None));
     let stats = s.stats();
     assert_eq!(
         (

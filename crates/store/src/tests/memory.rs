@@ -99,7 +99,10 @@ fn sampled_eviction_takes_mostly_cold_plain_items() {
         s.set(sampled_key(i).as_bytes(), b"value").expect("fits");
     }
     for i in (0..1000).step_by(2) {
-        assert!(matches!(s.get(sampled_key(i).as_bytes()), Ok(Some(_))));
+        assert!(matches!(
+            s.get(sampled_key(i).as_bytes(), || 0),
+            Ok(Some(_))
+        ));
     }
     assert_eviction_takes_mostly_cold_keys(&mut s);
 }
@@ -207,7 +210,7 @@ fn a_plain_item_is_charged_its_bytes_and_its_overhead() {
     let usage = s.memory();
     assert_eq!(usage.values, 100);
     assert_eq!(usage.keys, 16 + 1 + crate::memory::PLAIN_ITEM_OVERHEAD);
-    assert!(s.remove(b"sixteen-byte-key"));
+    assert!(s.remove(b"sixteen-byte-key", 0));
     assert_eq!((s.memory().values, s.memory().keys), (0, 0));
 }
 
@@ -240,7 +243,7 @@ fn gauges_and_histogram_follow_every_change() {
     );
     commit(&mut s, 2, &["t:id=1"]);
     assert_eq!(s.gauges().open_versions, 0);
-    s.remove(b"c");
+    s.remove(b"c", 0);
     assert_eq!(s.gauges().size_histogram[11], 0);
     s.clear();
     assert_eq!(

@@ -1,6 +1,7 @@
 //! Unit tests of the store's rules, each named after what it guards.
 
 mod bucket;
+mod expiry;
 mod insert;
 mod interval;
 mod invalidate;

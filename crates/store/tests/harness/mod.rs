@@ -206,7 +206,7 @@ impl Harness {
             }
             Op::Remove { key: k } => {
                 self.claims.remove(&key(*k));
-                let removed = self.shard(&key(*k)).remove(&key(*k));
+                let removed = self.shard(&key(*k)).remove(&key(*k), 0);
                 prop_assert!(removed == self.model.remove(&key(*k)) || self.mode != Mode::Exact);
             }
             Op::Set { key: k, value } => self.set(&self.plain_key(*k), self.value(*value))?,
@@ -400,7 +400,7 @@ impl Harness {
     fn get(&mut self, key: &[u8]) -> Result<(), TestCaseError> {
         let actual = self
             .shard(key)
-            .get(key)
+            .get(key, || 0)
             .map(|v| v.map(Bytes::copy_from_slice));
         let expected = self.model.get(key);
         match self.mode {

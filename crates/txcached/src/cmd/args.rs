@@ -61,6 +61,12 @@ impl<'a> Args<'a> {
             .ok_or_else(|| self.invalid(what, bytes, "a timestamp (0..=9223372036854775807)"))
     }
 
+    /// The next argument as Redis reads an integer ([`parse_integer`]); anything else is
+    /// Redis's `value is not an integer or out of range`.
+    pub fn next_integer(&mut self) -> Result<i64, CommandError> {
+        parse_integer(self.next_bytes()?).ok_or(CommandError::NotAnInteger)
+    }
+
     /// Consumes the next argument if it equals `keyword` (case-insensitive).
     pub fn eat_keyword(&mut self, keyword: &str) -> bool {
         let found = self
@@ -93,6 +99,51 @@ impl<'a> Args<'a> {
             message: format!("{what} must be {expected}, got '{}'", printable(got)),
         }
     }
+}
+
+/// A 64-bit signed integer as Redis reads one (its `string2ll`): an optional `-`, then digits
+/// without a leading zero (or `0` alone), at most 20 bytes, within `i64`. No `+`, no spaces,
+/// no `-0`: `INCR` on such a value fails in Redis too.
+pub fn parse_integer(bytes: &[u8]) -> Option<i64> {
+    let (negative, digits) = match bytes.split_first() {
+        Some((b'-', digits)) => (true, digits),
+        _ => (false, bytes),
+    };
+    let canonical = match digits {
+        [b'0'] => !negative,
+        [b'1'..=b'9', ..] => bytes.len() <= 20,
+        _ => false,
+    };
+    if !canonical {
+        return None;
+    }
+    let magnitude = parse_u64(digits)?;
+    if negative {
+        0i64.checked_sub_unsigned(magnitude)
+    } else {
+        i64::try_from(magnitude).ok()
+    }
+}
+
+/// The unit of an expire time argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeUnit {
+    /// `EX`, `EXAT`, `EXPIRE`.
+    Seconds,
+    /// `PX`, `PXAT`, `PEXPIRE`.
+    Milliseconds,
+}
+
+/// The deadline, in milliseconds since the Unix epoch, of an expire time `value` in `unit`
+/// counted from `base` (the time now for a relative time, 0 for a Unix time); `None` when it
+/// overflows a 64-bit integer, which Redis calls an invalid expire time. May be negative: a
+/// time in the past.
+pub fn deadline_ms(value: i64, unit: TimeUnit, base: u64) -> Option<i64> {
+    let ms = match unit {
+        TimeUnit::Seconds => value.checked_mul(1000)?,
+        TimeUnit::Milliseconds => value,
+    };
+    ms.checked_add(i64::try_from(base).ok()?)
 }
 
 /// A bounded, printable rendering of client bytes for error messages and logs.
@@ -129,6 +180,51 @@ mod tests {
                 .is_err(),
             "not a number"
         );
+    }
+
+    #[test]
+    fn integers_are_read_as_redis_reads_them() {
+        let good: [(&[u8], i64); 7] = [
+            (b"0", 0),
+            (b"1", 1),
+            (b"-1", -1),
+            (b"42", 42),
+            (b"9223372036854775807", i64::MAX),
+            (b"-9223372036854775808", i64::MIN),
+            (b"-10", -10),
+        ];
+        for (text, value) in good {
+            assert_eq!(parse_integer(text), Some(value), "{}", printable(text));
+        }
+        let bad: [&[u8]; 13] = [
+            b"",
+            b"-",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"01",
+            b"-0",
+            b"-01",
+            b"1.0",
+            b"1e3",
+            b"9223372036854775808",
+            b"-9223372036854775809",
+            b"100000000000000000000",
+        ];
+        for text in bad {
+            assert_eq!(parse_integer(text), None, "{}", printable(text));
+        }
+    }
+
+    #[test]
+    fn deadlines_count_from_their_base_and_refuse_overflow() {
+        assert_eq!(deadline_ms(10, TimeUnit::Seconds, 1_000), Some(11_000));
+        assert_eq!(deadline_ms(10, TimeUnit::Milliseconds, 1_000), Some(1_010));
+        assert_eq!(deadline_ms(-5, TimeUnit::Seconds, 1_000), Some(-4_000));
+        assert_eq!(deadline_ms(i64::MAX / 1000 + 1, TimeUnit::Seconds, 0), None);
+        assert_eq!(deadline_ms(i64::MAX - 10, TimeUnit::Milliseconds, 11), None);
+        assert_eq!(deadline_ms(i64::MIN / 1000 - 1, TimeUnit::Seconds, 0), None);
+        assert_eq!(deadline_ms(1, TimeUnit::Milliseconds, u64::MAX), None);
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub fn run_client(
         }
         b"GETNAME" => match &context.session.name {
             Some(name) => encode::bulk(out, name),
-            None => encode::null(out),
+            None => context.session.protocol.null(out),
         },
         b"ID" => encode::integer(out, i64::try_from(context.session.id).unwrap_or(i64::MAX)),
         _ => {

@@ -29,13 +29,15 @@ fn get(args: &mut Args, context: &mut Context<'_>, out: &mut BytesMut) -> Result
         b"max-staleness" => Some(node.config.max_staleness.as_secs().to_string()),
         _ => None,
     };
+    // A map in RESP3, as Redis replies (redis-py reads it as one).
+    let protocol = context.session.protocol;
     match value {
         Some(value) => {
-            encode::array_header(out, 2);
+            protocol.map_header(out, 1);
             encode::bulk(out, &name);
             encode::bulk(out, value.as_bytes());
         }
-        None => encode::array_header(out, 0),
+        None => protocol.map_header(out, 0),
     }
     Ok(())
 }
@@ -55,7 +57,8 @@ fn set(args: &mut Args, context: &mut Context<'_>, out: &mut BytesMut) -> Result
         command: args.command(),
         message: error.to_string(),
     })?;
-    context.node.set_max_memory(bytes);
+    let share = context.node.set_max_memory(bytes);
+    context.for_each_shard(|store| store.set_max_memory(share));
     tracing::info!(maxmemory = bytes, "CONFIG SET maxmemory");
     ok(out);
     Ok(())

@@ -12,10 +12,7 @@ pub fn run(
 ) -> Result<(), CommandError> {
     args.finish()?;
     let mut keys = 0;
-    context
-        .node
-        .shards
-        .for_each(|store| keys += store.gauges().keys);
+    context.for_each_shard(|store| keys += store.gauges().keys);
     encode::integer(out, i64::try_from(keys).unwrap_or(i64::MAX));
     Ok(())
 }

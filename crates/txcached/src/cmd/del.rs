@@ -4,7 +4,7 @@ use super::{Args, CommandError, Context};
 use bytes::BytesMut;
 use txcache_resp::encode;
 
-/// Replies `:count` of keys removed.
+/// Replies `:count` of keys removed (an expired plain key is not counted, as in Redis).
 pub fn run(
     args: &mut Args,
     context: &mut Context<'_>,
@@ -14,11 +14,12 @@ pub fn run(
     if keys.is_empty() {
         return Err(CommandError::WrongArity(args.command()));
     }
-    let shards = &context.node.shards;
-    let removed = keys
-        .iter()
-        .filter(|key| shards.for_key(key).remove(key))
-        .count();
+    let now = context.now_ms();
+    let removed = context.with_keys_locked(&keys, |context| {
+        keys.iter()
+            .filter(|key| context.with_shard(key, |store| store.remove(key, now)))
+            .count()
+    });
     encode::integer(out, removed as i64);
     Ok(())
 }

@@ -37,9 +37,51 @@ pub enum CommandError {
     /// A password is configured and this connection has not authenticated.
     #[error("NOAUTH Authentication required.")]
     NoAuth,
-    /// `HELLO` asked for a protocol other than RESP2.
-    #[error("NOPROTO txcached speaks RESP2 only: connect with protocol 2 (redis-py: protocol=2)")]
+    /// `HELLO` asked for a protocol other than RESP2 and RESP3.
+    #[error("NOPROTO unsupported protocol version")]
     NoProtocol,
+    /// An option `HELLO` does not know, or one missing its arguments.
+    #[error("ERR Syntax error in HELLO option '{0}'")]
+    HelloOption(String),
+    /// An error Redis words this way, with no argument to name (`ERR <message>`).
+    #[error("ERR {0}")]
+    Redis(&'static str),
+    /// An integer argument, or a value `INCRBY` reads, that is not a 64-bit integer.
+    #[error("ERR value is not an integer or out of range")]
+    NotAnInteger,
+    /// `INCRBY` and friends beyond the 64-bit range.
+    #[error("ERR increment or decrement would overflow")]
+    Overflow,
+    /// An expire time that is not positive (where it must be) or overflows.
+    #[error("ERR invalid expire time in '{}' command", .0.to_ascii_lowercase())]
+    InvalidExpireTime(&'static str),
+    /// An option the command does not know (Redis's wording for `EXPIRE`).
+    #[error("ERR Unsupported option {0}")]
+    UnsupportedOption(String),
+    /// A command that cannot be queued in a transaction.
+    #[error("ERR Command not allowed inside a transaction ({0} must be sent outside MULTI)")]
+    NotInTransaction(&'static str),
+    /// `MULTI` inside a transaction.
+    #[error("ERR MULTI calls can not be nested")]
+    MultiNested,
+    /// `EXEC` without `MULTI`.
+    #[error("ERR EXEC without MULTI")]
+    ExecWithoutMulti,
+    /// `DISCARD` without `MULTI`.
+    #[error("ERR DISCARD without MULTI")]
+    DiscardWithoutMulti,
+    /// `EXEC` of a transaction in which queuing a command failed.
+    #[error("EXECABORT Transaction discarded because of previous errors.")]
+    ExecAbort,
+    /// `WATCH` inside a transaction.
+    #[error("ERR WATCH inside MULTI is not allowed")]
+    WatchInsideMulti,
+    /// `WATCH`, which txcached does not offer.
+    #[error("ERR WATCH is not supported by txcached: a transaction locks the shards of its keys while EXEC runs it, so MULTI/EXEC needs no optimistic check")]
+    WatchUnsupported,
+    /// Queued commands beyond what a connection may hold.
+    #[error("ERR transaction too large: the queued commands may take at most {0} bytes")]
+    TransactionTooLarge(usize),
     /// A stream command on a connection not authenticated with the stream password.
     #[error("NOPERM {0} is a stream command: only txcache-agent may send it (AUTH with the node's --stream-password)")]
     NoStreamPermission(&'static str),

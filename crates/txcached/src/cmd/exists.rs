@@ -4,7 +4,8 @@ use super::{Args, CommandError, Context};
 use bytes::BytesMut;
 use txcache_resp::encode;
 
-/// Replies `:count`; a key named twice counts twice, as in Redis.
+/// Replies `:count`; a key named twice counts twice, as in Redis, and an expired plain key
+/// does not count.
 pub fn run(
     args: &mut Args,
     context: &mut Context<'_>,
@@ -14,11 +15,12 @@ pub fn run(
     if keys.is_empty() {
         return Err(CommandError::WrongArity(args.command()));
     }
-    let shards = &context.node.shards;
-    let found = keys
-        .iter()
-        .filter(|key| shards.for_key(key).contains(key))
-        .count();
+    let now = context.now_ms();
+    let found = context.with_keys_locked(&keys, |context| {
+        keys.iter()
+            .filter(|key| context.with_shard(key, |store| store.exists(key, now)))
+            .count()
+    });
     encode::integer(out, found as i64);
     Ok(())
 }

@@ -3,7 +3,6 @@
 use super::{Args, CommandError, Context};
 use crate::metrics;
 use bytes::BytesMut;
-use txcache_resp::encode;
 
 /// Replies one bulk string.
 pub fn run(
@@ -22,12 +21,12 @@ pub fn run(
     if let Some(name) = section.as_deref().filter(|name| !known(name)) {
         // Redis answers unknown sections with nothing; an empty reply is what tools expect.
         let _ = name;
-        encode::bulk(out, b"");
+        context.session.protocol.text(out, b"");
         return Ok(());
     }
-    encode::bulk(
-        out,
-        metrics::info(context.node, section.as_deref()).as_bytes(),
-    );
+    let node = context.node;
+    let reading = metrics::collect_from(node, |visit| context.for_each_shard(visit));
+    let text = metrics::info_text(&reading, section.as_deref());
+    context.session.protocol.text(out, text.as_bytes());
     Ok(())
 }

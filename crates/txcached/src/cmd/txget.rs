@@ -1,6 +1,6 @@
 //! `TXGET key lo hi [WITHTAGS]`: the most recent version valid somewhere in `[lo, hi]`.
 
-use super::{Args, CommandError, Context};
+use super::{Args, CommandError, Context, Protocol};
 use bytes::BytesMut;
 use txcache_model::ValidityInterval;
 use txcache_resp::encode;
@@ -25,17 +25,19 @@ pub fn run(
             message: format!("lo ({lo}) must not exceed hi ({hi})"),
         });
     }
+    let protocol = context.session.protocol;
     // Encoding under the shard's lock copies the value straight into the reply, not into an
     // owned hit first.
-    let mut shard = context.node.shards.for_key(key);
-    shard
-        .lookup_with(key, lo, hi, with_tags, |found| match found {
-            LookupRef::Hit(hit) => encode_hit(out, &hit, with_tags),
-            LookupRef::Miss(kind) => {
-                encode::array_header(out, 2);
-                encode::null(out);
-                encode::bulk(out, kind.as_str().as_bytes());
-            }
+    context
+        .with_shard(key, |store| {
+            store.lookup_with(key, lo, hi, with_tags, |found| match found {
+                LookupRef::Hit(hit) => encode_hit(out, &hit, with_tags),
+                LookupRef::Miss(kind) => {
+                    encode::array_header(out, 2);
+                    protocol.null(out);
+                    encode::bulk(out, kind.as_str().as_bytes());
+                }
+            })
         })
         .map_err(|error| CommandError::from_store(args.command(), error))
 }
@@ -43,7 +45,8 @@ pub fn run(
 fn encode_hit(out: &mut BytesMut, hit: &HitRef<'_>, with_tags: bool) {
     encode::array_header(out, if with_tags { 5 } else { 4 });
     encode::bulk(out, hit.value);
-    encode_interval(out, &hit.interval);
+    // A hit's interval is always bounded: no null to write in either protocol.
+    encode_interval(out, &hit.interval, Protocol::Resp2);
     encode::integer(out, i64::from(hit.open));
     if with_tags {
         let tags = hit.tags.unwrap_or_default();
@@ -54,12 +57,12 @@ fn encode_hit(out: &mut BytesMut, hit: &HitRef<'_>, with_tags: bool) {
     }
 }
 
-/// Appends `:lo` and `:hi` (or `nil` for an open interval).
-pub fn encode_interval(out: &mut BytesMut, interval: &ValidityInterval) {
+/// Appends `:lo` and `:hi` (or a null for an open interval).
+pub fn encode_interval(out: &mut BytesMut, interval: &ValidityInterval, protocol: Protocol) {
     encode::integer(out, wire(interval.lo().0));
     match interval.hi() {
         Some(hi) => encode::integer(out, wire(hi.0)),
-        None => encode::null(out),
+        None => protocol.null(out),
     }
 }
 

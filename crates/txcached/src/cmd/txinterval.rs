@@ -22,12 +22,11 @@ pub fn run(
     }
     // The shards share one history, and the first shard is the first to apply each stream
     // message: it is the furthest along while a message is reaching the shards one by one.
-    let answer = {
-        let store = context.node.shards.first();
+    let answer = context.with_first_shard(|store| {
         store
             .database_interval(s, &tags)
             .and_then(|database| Some((store.effective(&database)?, database.is_open())))
-    };
+    });
     // Only a snapshot at `u64::MAX` has no interval, and no wire timestamp is one.
     let Some((interval, open)) = answer else {
         return Err(CommandError::InvalidArgument {
@@ -36,7 +35,7 @@ pub fn run(
         });
     };
     encode::array_header(out, 3);
-    encode_interval(out, &interval);
+    encode_interval(out, &interval, context.session.protocol);
     encode::integer(out, i64::from(open));
     Ok(())
 }
@@ -58,14 +57,7 @@ mod tests {
         };
         let mut out = BytesMut::new();
         let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
-        execute_parts(
-            &parts,
-            &mut Context {
-                node,
-                session: &mut session,
-            },
-            &mut out,
-        );
+        execute_parts(&parts, &mut Context::new(node, &mut session), &mut out);
         String::from_utf8_lossy(&out).into_owned()
     }
 

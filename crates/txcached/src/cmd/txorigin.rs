@@ -19,7 +19,7 @@ pub fn run(
     if args.remaining() == 0 {
         match context.node.origin().as_deref() {
             Some(origin) => encode::bulk(out, origin),
-            None => encode::null(out),
+            None => context.session.protocol.null(out),
         }
         return Ok(());
     }

@@ -1,6 +1,6 @@
 //! `TXSET key value lo hi|OPEN [SNAPSHOT s] [TAGS tag ...]`: stores one version.
 
-use super::{printable, txget::encode_interval, Args, CommandError, Context};
+use super::{printable, txget::encode_interval, Args, CommandError, Context, Protocol};
 use bytes::BytesMut;
 use txcache_model::{InvalidationTag, ValidityInterval};
 use txcache_resp::encode;
@@ -17,17 +17,15 @@ pub fn run(
     let value = args.next_bytes()?;
     let request = parse_request(args)?;
     let outcome = context
-        .node
-        .shards
-        .for_key(key)
-        .insert(key, value, request)
+        .with_shard(key, |store| store.insert(key, value, request))
         .map_err(|error| CommandError::from_store(args.command(), error))?;
+    let protocol = context.session.protocol;
     encode::array_header(out, 3);
     match outcome {
-        InsertOutcome::Inserted(interval) => encode_stored(out, "inserted", &interval),
-        InsertOutcome::Extended(interval) => encode_stored(out, "extended", &interval),
-        InsertOutcome::Nondeterministic => encode_dropped(out, "nondeterministic"),
-        InsertOutcome::EmptyInterval => encode_dropped(out, "empty"),
+        InsertOutcome::Inserted(interval) => encode_stored(out, "inserted", &interval, protocol),
+        InsertOutcome::Extended(interval) => encode_stored(out, "extended", &interval, protocol),
+        InsertOutcome::Nondeterministic => encode_dropped(out, "nondeterministic", protocol),
+        InsertOutcome::EmptyInterval => encode_dropped(out, "empty", protocol),
     }
     Ok(())
 }
@@ -77,13 +75,18 @@ pub fn parse_tags(args: &mut Args) -> Result<Vec<InvalidationTag>, CommandError>
         .collect()
 }
 
-fn encode_stored(out: &mut BytesMut, outcome: &str, interval: &ValidityInterval) {
+fn encode_stored(
+    out: &mut BytesMut,
+    outcome: &str,
+    interval: &ValidityInterval,
+    protocol: Protocol,
+) {
     encode::bulk(out, outcome.as_bytes());
-    encode_interval(out, interval);
+    encode_interval(out, interval, protocol);
 }
 
-fn encode_dropped(out: &mut BytesMut, outcome: &str) {
+fn encode_dropped(out: &mut BytesMut, outcome: &str, protocol: Protocol) {
     encode::bulk(out, outcome.as_bytes());
-    encode::null(out);
-    encode::null(out);
+    protocol.null(out);
+    protocol.null(out);
 }

@@ -15,7 +15,7 @@ pub fn run(
     let (mut position, mut horizon, mut commit_time) = (Timestamp::ZERO, None, 0);
     // Shards agree on N; horizons may differ (history is trimmed per shard): report the
     // latest, below which some shard may not know every commit.
-    context.node.shards.for_each(|store| {
+    context.for_each_shard(|store| {
         position = position.max(store.last_applied());
         horizon = horizon.max(store.horizon());
         commit_time = commit_time.max(store.latest_commit_time().0);
@@ -24,7 +24,7 @@ pub fn run(
     encode::integer(out, i64::try_from(position.0).unwrap_or(i64::MAX));
     match horizon {
         Some(h) => encode::integer(out, i64::try_from(h.0).unwrap_or(i64::MAX)),
-        None => encode::null(out),
+        None => context.session.protocol.null(out),
     }
     encode::integer(out, i64::try_from(commit_time).unwrap_or(i64::MAX));
     Ok(())
