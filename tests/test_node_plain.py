@@ -36,9 +36,9 @@ def test_flushall_empties_every_shard(client):
     assert client.dbsize() == 0
 
 
-def test_set_options_are_refused_not_ignored(client):
+def test_unknown_set_options_are_refused_not_ignored(client):
     with pytest.raises(redis.ResponseError, match="syntax error"):
-        client.set("k", b"v", ex=10)
+        client.execute_command("SET", "k", b"v", "EXX", 10)
     assert client.get("k") is None
 
 
@@ -228,14 +228,17 @@ def test_prometheus_endpoint_serves_the_same_metrics(start_node):
     assert 'txcached_objects_by_size{le="1"} 1' in body
 
 
-def test_hello_speaks_resp2_and_refuses_resp3_with_advice(node):
+def test_hello_speaks_resp2_and_resp3(node):
     client = redis.Redis(host=node.host, port=node.port, protocol=2)
     reply = client.execute_command("HELLO", 2)
     properties = dict(zip(reply[::2], reply[1::2], strict=True))
     assert properties[b"server"] == b"txcached"
     assert properties[b"proto"] == 2
-    with pytest.raises(redis.ResponseError, match="protocol=2"):
-        redis.Redis(host=node.host, port=node.port, protocol=3).ping()
+    resp3 = redis.Redis(host=node.host, port=node.port, protocol=3)
+    assert resp3.ping()
+    assert resp3.execute_command("HELLO")[b"proto"] == 3
+    with pytest.raises(redis.ResponseError, match="unsupported protocol version"):
+        client.execute_command("HELLO", 4)
 
 
 def test_hello_auth_authenticates(start_node):
