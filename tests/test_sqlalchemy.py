@@ -18,6 +18,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 import txcache
 from library_fixtures import LibraryStack
 from txcache import sqlalchemy as txsa
+from txcache.stack import wait_until
 
 
 class Base(DeclarativeBase):
@@ -330,6 +331,9 @@ def test_what_txcache_owns_is_refused_and_the_apis_do_not_mix(shop, alib):
 
     alib.run(body)
     other = shop.lib.connect()
+    # Closed only once its nodes answered the start-up question it asks in the background
+    # (a close before that answer leaves that thread's socket open).
+    wait_until(lambda: other.nodes_max_staleness is not None, "the nodes' max staleness")
     try:
         with (
             other.read_only(),

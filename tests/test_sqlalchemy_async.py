@@ -186,3 +186,29 @@ def test_refusals_and_streamed_results(alib):
                     await s.get(Item, 1)
 
     run(alib, body)
+
+
+def test_a_sessionmaker_begin_block_commits_in_sqlalchemys_own_task(alib):
+    # SQLAlchemy 2.1 runs the flush and commit of `async with sessionmaker.begin()` in a task
+    # of its own: the session's own transaction is the connection's, so that task may use it.
+    async def body(cache: AsyncCache) -> int | None:
+        assert sessions is not None
+        async with sessions.begin() as s:
+            await s.get(User, 1)  # begun here, in the test's task
+            s.add(User(id=60, name="from begin()"))
+        token = await s.commit_timestamp()
+        # Inside a block the statements must come from the block's task: a flush that
+        # SQLAlchemy runs in a task of its own is refused, and nothing is written.
+        async with cache.read_write():
+            with pytest.raises(txcache.TransactionError, match="belongs to the task"):
+                async with sessions.begin() as s:
+                    s.add(User(id=61, name="flushed elsewhere"))
+            async with sessions.begin() as s:
+                s.add(User(id=62, name="flushed here"))
+                await s.flush()  # in the block's task; the commit's RELEASE runs in SQLAlchemy's
+        return token
+
+    token = run(alib, body)
+    assert token is not None
+    rows = alib.lib.admin.execute("SELECT id, name FROM users WHERE id >= 60 ORDER BY id")
+    assert rows.fetchall() == [(60, "from begin()"), (62, "flushed here")]

@@ -172,6 +172,9 @@ class Transaction:
         self._token: contextvars.Token[Transaction | AsyncTransaction | None] | None = None
         self.owner = 0
         """The ident of the thread that began it."""
+        self.detached = False
+        """Begun with :meth:`begin_detached`: its driver serializes its use, from any
+        thread."""
 
     def __enter__(self) -> Self:
         if _current.get() is not None:
@@ -201,10 +204,13 @@ class Transaction:
 
     def begin_detached(self) -> Self:
         """Begin the transaction without making it the current one of the thread: for a
-        driver that holds it itself and ends it with :meth:`end_detached` (the connections
-        of :mod:`txcache.sqlalchemy`, whose sessions may be closed elsewhere). It belongs
-        to this thread; ``txcache.query`` and cacheable calls do not see it."""
+        driver that holds it itself, serializes its use and ends it with
+        :meth:`end_detached` (the connections of :mod:`txcache.sqlalchemy`, whose sessions
+        may move between threads, and flush or close in tasks of their own). Nothing else
+        can reach it — ``txcache.query`` and cacheable calls do not see it — so it is not
+        bound to a thread."""
         self.owner = threading.get_ident()
+        self.detached = True
         self._begin()
         return self
 
@@ -214,8 +220,9 @@ class Transaction:
         self._finish(committing=commit)
 
     def check_owner(self) -> None:
-        """Refuse use from a thread other than the one that began the transaction."""
-        if threading.get_ident() != self.owner:
+        """Refuse use from a thread other than the one that began the transaction (unless
+        it was begun detached)."""
+        if threading.get_ident() != self.owner and not self.detached:
             raise TransactionError(
                 "a transaction belongs to the thread that began it; begin one per thread"
             )

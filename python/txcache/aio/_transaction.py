@@ -118,6 +118,9 @@ class AsyncTransaction:
         self._token: contextvars.Token[Transaction | AsyncTransaction | None] | None = None
         self.owner: asyncio.Task[Any] | None = None
         """The task that began it."""
+        self.detached = False
+        """Begun with :meth:`begin_detached`: its driver serializes its use, from any
+        task."""
 
     async def __aenter__(self) -> Self:
         running = _current.get()
@@ -151,20 +154,24 @@ class AsyncTransaction:
 
     async def begin_detached(self) -> Self:
         """Begin the transaction without making it the current one of the task: for a
-        driver that holds it itself and ends it with :meth:`end_detached`
-        (:meth:`txcache.Transaction.begin_detached`). It belongs to this task."""
+        driver that holds it itself, serializes its use and ends it with
+        :meth:`end_detached` (:meth:`txcache.Transaction.begin_detached`; SQLAlchemy 2.1
+        flushes and closes sessions in tasks of its own). It is not bound to a task."""
         self.owner = _task()
+        self.detached = True
         await self._begin()
         return self
 
     async def end_detached(self, *, commit: bool) -> None:
         """End a transaction begun with :meth:`begin_detached`: commit (``commit``) or
-        roll back. Any task may end it (SQLAlchemy closes sessions in a task of its own)."""
+        roll back, from any task."""
         await self._finish(committing=commit)
 
     def check_owner(self) -> None:
         """Refuse use from a task (or thread) other than the one that began the
         transaction."""
+        if self.detached:
+            return
         task = _task()
         if task is None or task is not self.owner:
             raise TransactionError(

@@ -169,7 +169,7 @@ class TxcacheCursor:
     def close(self) -> None:
         """Drop the results."""
         results, self._results = self._results, None
-        if results is not None and not isinstance(results, psycopg.AsyncCursor):
+        if results is not None:
             results.close()
 
     async def _async_soft_close(self) -> None:
@@ -305,7 +305,7 @@ class _Facade(Generic[T]):
             if self.session_info is not None:
                 self.session_info[COMMITTED] = owned
         elif joined is not None and savepoint is not None:
-            self._wait(joined.execute(f"RELEASE SAVEPOINT {savepoint}"))
+            self._on_savepoint(joined, f"RELEASE SAVEPOINT {savepoint}")
             if self.session_info is not None:
                 self.session_info[COMMITTED] = JOINED
 
@@ -318,7 +318,7 @@ class _Facade(Generic[T]):
         elif joined is not None and savepoint is not None:
             statement = f"ROLLBACK TO SAVEPOINT {savepoint}; RELEASE SAVEPOINT {savepoint}"
             try:
-                self._undo(joined, statement)
+                self._on_savepoint(joined, statement)
             except TransactionError:
                 # The block ended first (it committed or rolled back without the session):
                 # there is nothing left to undo here.
@@ -402,7 +402,7 @@ class _Facade(Generic[T]):
     def _exit(self, transaction: T, *, committing: bool) -> None:
         raise NotImplementedError
 
-    def _undo(self, joined: T, statement: str) -> None:
+    def _on_savepoint(self, joined: T, statement: str) -> None:
         raise NotImplementedError
 
     def _wait(self, value: Any) -> Any:
@@ -431,7 +431,7 @@ class TxcacheConnection(_Facade[Transaction]):
     def _exit(self, transaction: Transaction, *, committing: bool) -> None:
         transaction.end_detached(commit=committing)
 
-    def _undo(self, joined: Transaction, statement: str) -> None:
+    def _on_savepoint(self, joined: Transaction, statement: str) -> None:
         joined.execute(statement)
 
     def _wait(self, value: Any) -> Any:
@@ -466,10 +466,11 @@ class AsyncTxcacheConnection(_Facade[AsyncTransaction]):
     def _exit(self, transaction: AsyncTransaction, *, committing: bool) -> None:
         await_only(transaction.end_detached(commit=committing))
 
-    def _undo(self, joined: AsyncTransaction, statement: str) -> None:
-        # Past the task check: SQLAlchemy 2.1 closes an AsyncSession (rolling back what it
-        # did not commit) in a task of its own, which the block's task waits for — the
-        # block's transaction is not used by two tasks at once.
+    def _on_savepoint(self, joined: AsyncTransaction, statement: str) -> None:
+        # Past the task check: SQLAlchemy 2.1 commits (`async with sessionmaker.begin()`)
+        # and closes (rolling back what was not committed) sessions in a task of its own,
+        # which the block's task waits for — the block's transaction is not used by two
+        # tasks at once. The session's statements themselves are checked.
         await_only(joined._execute(statement, None, None))
 
     def _wait(self, value: Any) -> Any:
