@@ -300,6 +300,9 @@ def test_bulk_writes_and_core_connections(shop):
     with shop.lib.cache.read_only(staleness=60, not_before=token), shop.engine.connect() as conn:
         prices = conn.execute(select(Item.price).where(Item.id.in_([1, 2])).order_by(Item.id))
         assert prices.scalars().all() == [11, 22]
+        streamed = conn.execution_options(stream_results=True, yield_per=3)  # no DECLARE
+        ids = streamed.execute(select(Item.id).order_by(Item.id)).scalars()
+        assert [len(part) for part in ids.partitions()] == [3, 3, 3, 3, 3, 3, 2]
     assert shop.lib.admin.execute("SELECT name FROM users WHERE id = 20").fetchone() == ("core",)
 
 
