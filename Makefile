@@ -74,8 +74,8 @@ lint-rust:
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
 
 lint-python: venv
-	$(VENV)/bin/ruff check python rubis tests bench
-	$(VENV)/bin/ruff format --check python rubis tests bench
+	$(VENV)/bin/ruff check python rubis tests bench examples
+	$(VENV)/bin/ruff format --check python rubis tests bench examples
 	$(VENV)/bin/mypy
 
 ## test: every test — lint, Rust unit and property tests, Python tests against real processes.

@@ -120,9 +120,12 @@ class Cache(CacheCore):
         self.ring = self._ring(settings) if caching else None
         self.agent = self._agent(settings) if caching else None
         if self.ring is not None:
-            threading.Thread(
+            self._staleness_probe: threading.Thread | None = threading.Thread(
                 target=self._ask_max_staleness, name="txcache-max-staleness", daemon=True
-            ).start()
+            )
+            self._staleness_probe.start()
+        else:
+            self._staleness_probe = None
         self.pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             settings.dsn,
             min_size=1,
@@ -263,6 +266,10 @@ class Cache(CacheCore):
                 _default = None
         if self.agent is not None:
             self.agent.close()
+        if self._staleness_probe is not None:
+            # Its connections are the ring's: closing them under it would leak a socket.
+            # Bounded: each node answers or times out within node_timeout.
+            self._staleness_probe.join()
         if self.ring is not None:
             self.ring.close()
         self.pool.close()
