@@ -471,10 +471,13 @@ def test_a_snapshot_id_reused_after_a_restart_is_not_imported(
         assert lib.cache.agent is not None
         old_pins = lib.cache.agent.pins(staleness=60, not_before=None, now=time.time())
         assert old_pins
+        # The agent stays away until the exporter holds an old pin's backend slot: its
+        # sessions coming back would take those slots first.
+        assert lib.agent is not None
+        lib.agent.stop()
         server.restart()
-        # At once, before the agent's sessions come back and take the backend slots its
-        # pins were exported from: a write (a new xid: other snapshot contents), then a
-        # session exporting a snapshot under an old pin's id.
+        # A write (a new xid: other snapshot contents), then a session exporting a
+        # snapshot under an old pin's id.
         with psycopg.connect(server.dsn, autocommit=True) as admin:
             admin.execute("INSERT INTO users VALUES (6, 'after the restart')")
         exporter, reused = export_an_old_id(server.dsn, old_pins)
@@ -482,6 +485,7 @@ def test_a_snapshot_id_reused_after_a_restart_is_not_imported(
             with psycopg.connect(server.dsn, autocommit=True) as probe:
                 probe.execute(f"{BEGIN_IMPORT}; SET TRANSACTION SNAPSHOT '{reused.snapshot_id}'")
                 probe.execute("ROLLBACK")  # PostgreSQL alone takes the old id
+            lib.restart_agent()
             lib.fresh_pins(after=old_pins[-1].ts, timeout=30)  # the agent's pins again
             lib.cache.pool.check()  # drop the connections the restart broke
             with lib.cache.read_write() as write:
