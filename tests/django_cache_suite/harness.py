@@ -42,7 +42,11 @@ def django_tests(cache_dir: Path) -> Path:
         extracted = Path(scratch) / "extracted"
         _extract(sdist, extracted)
         # A run stopped halfway leaves only its scratch directory, never half a tree.
-        os.replace(extracted / f"django-{version}", cache_dir / f"django-{version}")
+        try:
+            os.replace(extracted / f"django-{version}", cache_dir / f"django-{version}")
+        except OSError:
+            if not (tests / "runtests.py").exists():
+                raise  # not another run's tree having got there first
     return tests
 
 
