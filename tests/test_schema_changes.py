@@ -11,6 +11,7 @@ what the database returns now.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import psycopg
@@ -21,8 +22,9 @@ import txcache._schema
 from cached_reads import assert_invalidated, cached, read, rows_of, truth
 from library_fixtures import LibraryStack
 from txcache._catalog_stamp import stamp_check, still_current
-from txcache._lsn import wal_position
+from txcache._lsn import parse_lsn, wal_position
 from txcache._schema import Catalog, Schema
+from txcache.stack import wait_until
 
 
 @pytest.fixture
@@ -324,6 +326,52 @@ def test_a_partition_attached_under_a_running_transaction_is_not_cached(slow_lib
 
 def test_a_read_older_than_a_schema_change_the_library_read_is_not_cached(slow_lib):
     read_while_attaching(slow_lib, library_hears_of_it=True)
+
+
+def test_a_read_older_than_a_schema_change_an_agent_restarted_past_is_not_cached(database):
+    """The agent that decoded the ``ATTACH`` is replaced by one whose slot resumes past it
+    (it never replays the ``ATTACH``). A transaction pinned before the ``ATTACH``, whose
+    catalog reading is newer than it (read by another transaction after the restart), must
+    still not store what it reads: the new agent cannot know which schema changes committed
+    below where it resumed, so its barrier starts there."""
+    with LibraryStack(database, refresh_interval=3600, pool_size=2) as lib:
+        make_partitions(lib)
+        lib.commit("ALTER TABLE events DETACH PARTITION events_high")  # and a pin after it
+        before = stored()
+        with lib.cache.read_only(staleness=60) as tx:
+            txcache.query("SELECT count(*) FROM items")  # pinned before the ATTACH, for good
+            lib.write(
+                "ALTER TABLE events ATTACH PARTITION events_high FOR VALUES FROM (10) TO (20)"
+            )
+            attached = lib.caught_up()
+            wait_until(
+                lambda: slot_confirmed(lib) >= attached,
+                f"the agent to confirm its slot past the ATTACH ({attached})",
+            )
+            lib.restart_agent()
+            # Another transaction reads the catalog (as of after the ATTACH)…
+            reader = threading.Thread(target=read, args=(lib, "SELECT count(*) FROM users"))
+            reader.start()
+            reader.join()
+            # …and the agent's stream passes the reading, so its barrier would apply.
+            lib.caught_up()
+            assert lib.cache.agent is not None
+            lib.cache.agent.refresh()
+            got = rows_of("SELECT sum(v) FROM events")
+            assert tx.catalog_moved
+        assert got == [(190,)], "PostgreSQL plans with the current catalog"
+        assert stored() == before + 1, "only the other transaction's read was stored"
+
+
+def slot_confirmed(lib: LibraryStack) -> int:
+    """Where the agent's replication slot resumes (``confirmed_flush_lsn``)."""
+    row = lib.admin.execute(
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+        (lib.options.slot,),
+    ).fetchone()
+    assert row is not None
+    assert row[0] is not None
+    return parse_lsn(row[0])
 
 
 def test_a_result_type_changed_under_a_prepared_statement_asks_for_a_retry(slow_lib):

@@ -49,7 +49,8 @@ struct State {
     xid_order: VecDeque<u32>,
     progress: Progress,
     catalogs: VecDeque<CatalogVersion>,
-    /// The newest commit that changed the schema or truncated a table.
+    /// The newest commit that changed the schema or truncated a table; at least just below
+    /// where the stream (re)started, since one below it may have gone by undecoded.
     barrier: Timestamp,
 }
 
@@ -63,6 +64,11 @@ pub struct StreamTracker {
 
 impl StreamTracker {
     /// A tracker for a stream resuming at `resume`; `pending_xid` as for [`CommitLog::new`].
+    ///
+    /// The barrier starts just below `resume` (the state a pin on an idle database has): a
+    /// previous agent may have decoded (and confirmed) a
+    /// schema change just below it that this one never replays, and a library still holding
+    /// an older snapshot must not store what it reads with the newer catalog.
     pub fn new(resume: Timestamp, pending_xid: u64) -> Self {
         Self {
             state: Mutex::new(State {
@@ -75,7 +81,7 @@ impl StreamTracker {
                     ..Progress::default()
                 },
                 catalogs: VecDeque::new(),
-                barrier: Timestamp::ZERO,
+                barrier: Timestamp(resume.0.saturating_sub(1)),
             }),
             changed: Notify::new(),
             barrier_raised: Notify::new(),
@@ -136,9 +142,12 @@ impl StreamTracker {
     /// database's positions went back: forget what was decoded, so that nothing is certified
     /// across the gap — a fence written before it is never taken as decoded, nor one at a
     /// position the old stream had passed — and no xid maps to a commit of the old history.
+    /// The barrier moves to just below `resume`: schema changes in the gap were never
+    /// decoded.
     pub fn restart(&self, resume: Timestamp, pending_xid: u64) {
         let mut state = self.lock();
         let before = Timestamp(resume.0.saturating_sub(1));
+        state.barrier = before;
         state.log = CommitLog::new(resume, pending_xid);
         state.decoded = before;
         state.progress.commit = before;
@@ -308,6 +317,17 @@ mod tests {
         tracker.heartbeat(Timestamp(260), WallClock::default());
         tracker.barrier(Timestamp(150)); // an older one never lowers it
         assert_eq!(tracker.schema_fence(), (Timestamp(200), Timestamp(260)));
+    }
+
+    #[test]
+    fn the_barrier_starts_where_the_stream_resumes_and_moves_with_a_restart() {
+        // A schema change below the resume point may have been decoded by a previous agent
+        // only: older snapshots must still count as older than one.
+        let tracker = StreamTracker::new(Timestamp(100), 0);
+        assert_eq!(tracker.newest_barrier(), Timestamp(99));
+        tracker.barrier(Timestamp(200));
+        tracker.restart(Timestamp(700), 0);
+        assert_eq!(tracker.newest_barrier(), Timestamp(699));
     }
 
     #[test]
