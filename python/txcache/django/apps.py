@@ -1,0 +1,40 @@
+"""The app config of ``txcache.django`` (``INSTALLED_APPS = [..., "txcache.django"]``): its
+system checks and management commands, and a fresh cache after a test changes its
+settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import AppConfig
+from django.core.checks import register
+from django.core.signals import setting_changed
+
+__all__ = ["TxcacheConfig"]
+
+_CACHE_SETTINGS = frozenset(("TXCACHE", "DATABASES", "USE_TZ", "TIME_ZONE"))
+
+
+class TxcacheConfig(AppConfig):  # type: ignore[misc]
+    """txcache's Django app; its label is ``txcache``."""
+
+    name = "txcache.django"
+    label = "txcache"
+    verbose_name = "txcache"
+
+    def ready(self) -> None:
+        """Register the checks; close the cache when a setting it is made from changes."""
+        from txcache.django.checks import CHECKS
+
+        for check in CHECKS:
+            register(check, "txcache")
+        setting_changed.connect(_settings_changed, dispatch_uid="txcache.django.settings")
+
+
+def _settings_changed(*, setting: str, **kwargs: Any) -> None:
+    """``override_settings`` changed what the cache is made from: the next use connects
+    again with the new settings."""
+    if setting in _CACHE_SETTINGS:
+        from txcache.django import conf
+
+        conf.close()

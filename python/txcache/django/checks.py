@@ -1,0 +1,207 @@
+"""System checks of the Django integration (``manage.py check``; ``runserver`` and
+``migrate`` run them too). Registered by the app config; each message names the setting and
+the fix. They read settings only: nothing connects to the database, the nodes or the agent.
+
+=================  ======================================================================
+``txcache.E001``   ``TXCACHE`` is missing, not a dict, or has an unknown or malformed key
+``txcache.E002``   ``TXCACHE["DATABASE"]`` is not an alias of ``DATABASES``
+``txcache.E003``   that alias's ``ENGINE`` is not ``txcache.django.db``
+``txcache.E004``   another alias uses ``txcache.django.db`` (one txcache database per process)
+``txcache.E005``   Django's PostgreSQL backend runs on psycopg 2 (txcache needs psycopg 3)
+``txcache.E006``   ``AUTOCOMMIT`` is off for the alias
+``txcache.E007``   ``OPTIONS["assume_role"]`` is set for the alias
+``txcache.E008``   a library setting is malformed (``txcache.ConfigurationError``)
+``txcache.E009``   ``SESSION_SAVE_EVERY_REQUEST`` with database sessions and the middleware
+``txcache.W001``   no cache nodes or no agent: every transaction runs uncached
+``txcache.W002``   ``SessionMiddleware`` (database sessions) comes before the middleware
+``txcache.W003``   ``ATOMIC_REQUESTS`` on the txcache database with the middleware
+=================  ======================================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning
+from django.core.exceptions import ImproperlyConfigured
+
+from txcache.django import conf
+from txcache.errors import ConfigurationError
+
+__all__ = ["CHECKS", "check_database", "check_middleware", "check_settings"]
+
+ENGINE = "txcache.django.db"
+MIDDLEWARE = "txcache.django.middleware.TransactionMiddleware"
+SESSION_MIDDLEWARE = "django.contrib.sessions.middleware.SessionMiddleware"
+DATABASE_SESSIONS = (
+    "django.contrib.sessions.backends.db",
+    "django.contrib.sessions.backends.cached_db",
+)
+_DOCS = "docs/django.md"
+
+
+def _settings() -> conf.TxcacheSettings | None:
+    try:
+        return conf.txcache_settings()
+    except ImproperlyConfigured:
+        return None
+
+
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E001, E008, W001: the ``TXCACHE`` setting and the library settings it gives."""
+    try:
+        chosen = conf.txcache_settings()
+    except ImproperlyConfigured as error:
+        return [Error(str(error), hint=f"See {_DOCS}, 'Settings'.", id="txcache.E001")]
+    if settings.DATABASES.get(chosen.database, {}).get("ENGINE") != ENGINE:
+        return []  # E002 or E003 says so
+    try:
+        library = conf.library_settings(chosen)
+    except (ConfigurationError, ImproperlyConfigured) as error:
+        return [Error(str(error), hint="See docs/settings.md.", id="txcache.E008")]
+    if library.mode != "bypass" and (not library.nodes or library.agent is None):
+        return [
+            Warning(
+                "TXCACHE names no cache nodes or no agent: every transaction runs against the "
+                "database alone, uncached",
+                hint="Set TXCACHE['NODES'] and TXCACHE['AGENT'] (or TXCACHE_NODES and "
+                "TXCACHE_AGENT), or TXCACHE['MODE'] = 'bypass' to say so.",
+                id="txcache.W001",
+            )
+        ]
+    return []
+
+
+def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E002 to E007: the database whose ORM queries run in txcache transactions."""
+    chosen = _settings()
+    if chosen is None:
+        return []  # E001 says why
+    alias = chosen.database
+    if alias not in settings.DATABASES:
+        return [
+            Error(
+                f"TXCACHE['DATABASE'] is {alias!r}, which DATABASES does not define",
+                hint="Name the alias whose ENGINE is 'txcache.django.db'.",
+                id="txcache.E002",
+            )
+        ]
+    found = settings.DATABASES[alias]
+    messages: list[CheckMessage] = []
+    if found.get("ENGINE") != ENGINE:
+        messages.append(
+            Error(
+                f"DATABASES[{alias!r}]['ENGINE'] is {found.get('ENGINE')!r}: the ORM's queries "
+                "would not run in txcache transactions",
+                hint=f"Set it to {ENGINE!r} (Django's PostgreSQL backend, routed).",
+                id="txcache.E003",
+            )
+        )
+    others = [name for name, each in settings.DATABASES.items()
+              if name != alias and each.get("ENGINE") == ENGINE]  # fmt: skip
+    if others:
+        messages.append(
+            Error(
+                f"DATABASES {', '.join(map(repr, others))} also use {ENGINE!r}; only "
+                f"TXCACHE['DATABASE'] ({alias!r}) runs in txcache transactions",
+                hint="Give other aliases 'django.db.backends.postgresql'.",
+                id="txcache.E004",
+            )
+        )
+    messages += _psycopg()
+    messages += _options(alias, found)
+    return messages
+
+
+def _psycopg() -> list[CheckMessage]:
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    if is_psycopg3:
+        return []
+    return [
+        Error(
+            "Django's PostgreSQL backend loaded psycopg 2: txcache runs on psycopg 3",
+            hint="pip install 'psycopg[binary]>=3.2' (txcache's own dependency) and make it "
+            "importable; Django prefers it to psycopg2.",
+            id="txcache.E005",
+        )
+    ]
+
+
+def _options(alias: str, found: dict[str, Any]) -> list[CheckMessage]:
+    messages: list[CheckMessage] = []
+    if found.get("AUTOCOMMIT", True) is False:
+        messages.append(
+            Error(
+                f"DATABASES[{alias!r}]['AUTOCOMMIT'] is False: txcache transactions are "
+                "opened by the application (read_only/read_write, the middleware), not left "
+                "open by Django",
+                hint="Remove AUTOCOMMIT; use transaction.atomic() inside the blocks.",
+                id="txcache.E006",
+            )
+        )
+    if found.get("OPTIONS", {}).get("assume_role"):
+        messages.append(
+            Error(
+                f"DATABASES[{alias!r}]['OPTIONS']['assume_role'] is set: txcache's pooled "
+                "connections would run as the login role, not the assumed one",
+                hint="Log in as the role the application runs as.",
+                id="txcache.E007",
+            )
+        )
+    return messages
+
+
+def check_middleware(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E009, W002, W003: the middleware's place and what it conflicts with."""
+    middleware = list(getattr(settings, "MIDDLEWARE", None) or [])
+    if MIDDLEWARE not in middleware:
+        return []
+    messages: list[CheckMessage] = []
+    database_sessions = getattr(settings, "SESSION_ENGINE", DATABASE_SESSIONS[0]) in (
+        DATABASE_SESSIONS
+    )
+    if database_sessions and SESSION_MIDDLEWARE in middleware:
+        messages += _sessions(middleware)
+    chosen = _settings()
+    if chosen is not None and settings.DATABASES.get(chosen.database, {}).get("ATOMIC_REQUESTS"):
+        messages.append(
+            Warning(
+                f"DATABASES[{chosen.database!r}]['ATOMIC_REQUESTS'] with the txcache "
+                "middleware: each request already runs in one txcache transaction, rolled "
+                "back if the view raises; the view's atomic() block only adds a savepoint",
+                hint="Set ATOMIC_REQUESTS to False.",
+                id="txcache.W003",
+            )
+        )
+    return messages
+
+
+def _sessions(middleware: list[str]) -> list[CheckMessage]:
+    messages: list[CheckMessage] = []
+    if middleware.index(SESSION_MIDDLEWARE) < middleware.index(MIDDLEWARE):
+        messages.append(
+            Warning(
+                "SessionMiddleware comes before the txcache middleware: it saves sessions "
+                "after the request's transaction, so the token given to the client does not "
+                "cover them (a user may not see their own login on the next request)",
+                hint=f"Put {MIDDLEWARE!r} above SessionMiddleware.",
+                id="txcache.W002",
+            )
+        )
+    if getattr(settings, "SESSION_SAVE_EVERY_REQUEST", False):
+        messages.append(
+            Error(
+                "SESSION_SAVE_EVERY_REQUEST with database sessions: every GET would write its "
+                "session in a read-only transaction, which refuses writes",
+                hint="Set SESSION_SAVE_EVERY_REQUEST to False, or use signed-cookie or cache "
+                "sessions.",
+                id="txcache.E009",
+            )
+        )
+    return messages
+
+
+CHECKS = (check_settings, check_database, check_middleware)
+"""Every check of this module, for the app config to register."""

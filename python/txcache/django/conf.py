@@ -1,0 +1,197 @@
+"""The ``TXCACHE`` Django setting, and the process's :class:`txcache.Cache` made from it.
+
+``TXCACHE`` is a dict of upper-case keys: the library's settings (docs/settings.md: ``NODES``,
+``AGENT``, ``PASSWORD``, ``STALENESS``, …, and ``SAFE_FUNCTIONS``) and the Django
+integration's own (``DATABASE``, ``TOKEN_COOKIE``, ``TOKEN_HEADER``, ``TOKEN_MAX_AGE``).
+The library's settings not given here come from the ``TXCACHE_*`` environment and
+``txcache.toml``, as for :func:`txcache.connect`; the DSN comes from ``DATABASES``.
+
+The cache is made at its first use (:func:`get_cache`), not at start-up: ``manage.py
+migrate`` and the checks never connect to the nodes or the agent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+
+import txcache
+from txcache._config import Settings, load_settings
+
+__all__ = [
+    "DJANGO_KEYS",
+    "LIBRARY_KEYS",
+    "TxcacheSettings",
+    "close",
+    "database_dsn",
+    "get_cache",
+    "isolation_level",
+    "library_settings",
+    "txcache_settings",
+]
+
+LIBRARY_KEYS = {f.name.upper(): f.name for f in dataclasses.fields(Settings)}
+"""``TXCACHE`` keys that are library settings, with their :func:`txcache.connect` name."""
+
+DJANGO_KEYS = frozenset(
+    ("DATABASE", "SAFE_FUNCTIONS", "TOKEN_COOKIE", "TOKEN_HEADER", "TOKEN_MAX_AGE")
+)
+"""``TXCACHE`` keys of the Django integration (and ``connect``'s ``safe_functions``)."""
+
+# Keys of Django's connection parameters that are psycopg's, not libpq's: they are not part
+# of a connection string (txcache's pool makes its own connections).
+_PSYCOPG_ONLY = ("autocommit", "context", "cursor_factory", "prepare_threshold", "row_factory")
+
+
+@dataclass(frozen=True)
+class TxcacheSettings:
+    """The ``TXCACHE`` setting, read and checked."""
+
+    database: str = "default"
+    """The ``DATABASES`` alias whose ORM queries run in txcache transactions (its ENGINE
+    is ``txcache.django.db``); the cache's DSN is derived from it."""
+    library: Mapping[str, Any] = field(default_factory=dict)
+    """The library settings given, as :func:`txcache.connect` takes them (lower-case)."""
+    safe_functions: tuple[str, ...] = ()
+    """SQL functions cacheable queries may call (``connect(safe_functions=...)``)."""
+    token_cookie: str = "txcache_token"
+    """The cookie that carries a client's read-your-writes token."""
+    token_header: str = "X-Txcache-Token"
+    """The request and response header that carries it."""
+    token_max_age: float = 300.0
+    """Seconds a token is honoured (the cookie's ``max_age`` and the signature's age)."""
+
+
+def txcache_settings() -> TxcacheSettings:
+    """``settings.TXCACHE``, checked; :class:`ImproperlyConfigured` names what is wrong
+    (the system checks report the same)."""
+    given = getattr(settings, "TXCACHE", None)
+    if not isinstance(given, Mapping):
+        raise ImproperlyConfigured(
+            "the TXCACHE setting is missing or not a dict: TXCACHE = {'NODES': ..., "
+            "'AGENT': ...} (docs/django.md)"
+        )
+    unknown = sorted(set(given) - set(LIBRARY_KEYS) - DJANGO_KEYS)
+    if unknown:
+        raise ImproperlyConfigured(
+            f"unknown TXCACHE key(s) {', '.join(unknown)}; known: "
+            f"{', '.join(sorted({*LIBRARY_KEYS, *DJANGO_KEYS}))}"
+        )
+    library = {LIBRARY_KEYS[key]: value for key, value in given.items() if key in LIBRARY_KEYS}
+    return TxcacheSettings(
+        database=_text(given, "DATABASE", "default"),
+        library=library,
+        safe_functions=tuple(_texts(given, "SAFE_FUNCTIONS")),
+        token_cookie=_text(given, "TOKEN_COOKIE", "txcache_token"),
+        token_header=_text(given, "TOKEN_HEADER", "X-Txcache-Token"),
+        token_max_age=_seconds(given, "TOKEN_MAX_AGE", 300.0),
+    )
+
+
+def _text(given: Mapping[str, Any], key: str, default: str) -> str:
+    value = given.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise ImproperlyConfigured(f"TXCACHE[{key!r}] must be a non-empty string, not {value!r}")
+    return value
+
+
+def _texts(given: Mapping[str, Any], key: str) -> list[str]:
+    value = given.get(key, ())
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise ImproperlyConfigured(f"TXCACHE[{key!r}] must be a list of strings, not {value!r}")
+    return [item.strip() for item in items if item.strip()]
+
+
+def _seconds(given: Mapping[str, Any], key: str, default: float) -> float:
+    value = given.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ImproperlyConfigured(f"TXCACHE[{key!r}] must be a positive number, not {value!r}")
+    return float(value)
+
+
+def database_dsn(alias: str) -> str:
+    """The connection string of the ``DATABASES`` alias, as Django connects: its NAME,
+    USER, PASSWORD, HOST, PORT and libpq OPTIONS, with Django's client encoding and time
+    zone (``TimeZone``, in the connection's startup options). Django reads timestamps in
+    that zone; the pooled connections of txcache transactions must run in it too."""
+    wrapper = connections[alias]
+    params = dict(wrapper.get_connection_params())
+    for key in _PSYCOPG_ONLY:
+        params.pop(key, None)
+    options = _startup_options(str(params.pop("options", "")), wrapper.timezone_name)
+    return psycopg.conninfo.make_conninfo(options=options, **params)
+
+
+def _startup_options(options: str, timezone: str) -> str:
+    """libpq ``options`` plus ``-c TimeZone=<timezone>`` (escaped as libpq reads them)."""
+    zone = timezone.replace("\\", "\\\\").replace(" ", "\\ ")
+    return f"{options} -c TimeZone={zone}".strip()
+
+
+def isolation_level(alias: str) -> str | None:
+    """The isolation level of the alias's ``OPTIONS`` as SQL (``"REPEATABLE READ"``), for
+    the read/write transactions of its requests; ``None``: the database's default."""
+    level = connections[alias].settings_dict.get("OPTIONS", {}).get("isolation_level")
+    if level is None:
+        return None
+    return str(psycopg.IsolationLevel(level).name).replace("_", " ")
+
+
+def library_settings(chosen: TxcacheSettings) -> Settings:
+    """The library settings a cache of ``chosen`` gets (arguments, environment,
+    ``txcache.toml``), without connecting: raises :class:`txcache.ConfigurationError`."""
+    library = dict(chosen.library)
+    library.setdefault("dsn", None)
+    if library["dsn"] is None:
+        library["dsn"] = database_dsn(chosen.database)
+    else:
+        timezone = connections[chosen.database].timezone_name
+        parsed = psycopg.conninfo.conninfo_to_dict(library["dsn"])
+        options = _startup_options(str(parsed.get("options", "")), timezone)
+        library["dsn"] = psycopg.conninfo.make_conninfo(library["dsn"], options=options)
+    nodes = library.get("nodes")
+    if nodes is not None and not isinstance(nodes, str):
+        library["nodes"] = tuple(nodes)
+    return load_settings(library)
+
+
+_lock = threading.Lock()
+_cache: txcache.Cache | None = None
+
+
+def get_cache() -> txcache.Cache:
+    """The process's :class:`txcache.Cache`, for the ``TXCACHE`` setting and the DSN of
+    ``TXCACHE["DATABASE"]``; connected at the first call (it is also the library's default
+    cache: cacheable calls outside any transaction use it)."""
+    connected = _cache
+    if connected is not None:
+        return connected
+    return _connect()
+
+
+def _connect() -> txcache.Cache:
+    global _cache
+    with _lock:
+        if _cache is None:
+            chosen = txcache_settings()
+            _cache = txcache.Cache(library_settings(chosen), safe_functions=chosen.safe_functions)
+        return _cache
+
+
+def close() -> None:
+    """Close the process's cache (the next :func:`get_cache` connects again, with the
+    settings of that moment): for tests that change the settings, and for shutdown."""
+    global _cache
+    with _lock:
+        closing, _cache = _cache, None
+    if closing is not None:
+        closing.close()

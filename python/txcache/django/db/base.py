@@ -1,0 +1,250 @@
+"""The ``txcache.django.db`` backend: Django's PostgreSQL backend whose statements run in the
+thread's current txcache transaction while there is one (docs/django.md, "The database
+backend").
+
+Where a statement runs is decided when Django makes a cursor — the *route*:
+
+- a txcache transaction is current in the thread (``cache.read_only()`` / ``read_write()``
+  of the process's cache, the request's transaction of the middleware, the implicit one of
+  a cacheable call): its cursors are :class:`~txcache.django.db.cursor.TransactionCursor`
+  objects and Django's own connection is not opened;
+- none is: Django's own connection, exactly as Django's backend.
+
+Django's transaction management follows the route:
+
+- in a read-only transaction, ``atomic()`` blocks, savepoints, commits and rollbacks do
+  nothing in the database (it is one snapshot and writes nothing; a write is refused);
+- in a read/write transaction, an outermost ``atomic()`` block is a savepoint (released on
+  commit, rolled back to on rollback): the txcache block commits, and an ``atomic()`` that
+  fails undoes its own work and nothing else — SQLAlchemy's ``create_savepoint`` pattern
+  (:mod:`txcache.sqlalchemy`). Nested blocks are Django's own savepoints;
+- ``transaction.on_commit`` callbacks of a read/write transaction run after it commits,
+  when it was opened by :func:`txcache.django.read_write` (or the middleware); elsewhere
+  they are refused, since nothing would run them.
+
+A Django transaction belongs to the route it began on: a statement of an ``atomic()`` block
+begun outside a txcache transaction, made inside one (or the reverse), is refused
+(:class:`~txcache.TransactionError`) — it would run in a different database transaction
+than the block's.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.conf import settings
+from django.db.backends.postgresql import base as postgresql
+from django.db.backends.postgresql import operations as postgresql_operations
+from django.db.backends.postgresql.psycopg_any import get_adapters_template
+from psycopg.adapt import AdaptersMap
+
+from txcache._transaction import (
+    ReadOnlyTransaction,
+    ReadWriteTransaction,
+    Transaction,
+    current_transaction,
+)
+from txcache.django import conf, transactions
+from txcache.django.db.cursor import Params, TransactionCursor, literal_sql
+from txcache.errors import TransactionError
+
+__all__ = ["DatabaseOperations", "DatabaseWrapper"]
+
+_IDLE = object()
+"""The route of no Django transaction (``DatabaseWrapper._began_on``)."""
+
+_savepoints = itertools.count(1)
+
+
+class DatabaseOperations(postgresql_operations.DatabaseOperations):  # type: ignore[misc]
+    """Django's PostgreSQL operations; SQL with its parameters merged in is composed
+    without a database connection while a txcache transaction holds the statements."""
+
+    def compose_sql(self, sql: str, params: Params) -> str:
+        """``sql`` with ``params`` merged in as literals (schema editors, ``SET`` …)."""
+        if self.connection.txcache_route() is None:
+            composed: str = super().compose_sql(sql, params)
+            return composed
+        return literal_sql(sql, params)
+
+    def last_executed_query(self, cursor: Any, sql: str, params: Params) -> str | None:
+        """The statement as run, for ``connection.queries`` and the debug log."""
+        if not isinstance(cursor, TransactionCursor):
+            last: str | None = super().last_executed_query(cursor, sql, params)
+            return last
+        try:
+            return literal_sql(sql, params)
+        except Exception:  # a parameter psycopg cannot quote: the log shows the template
+            return sql
+
+
+class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
+    """A Django PostgreSQL connection whose statements follow the route (the module
+    docstring). ``TXCACHE["DATABASE"]`` names its alias; a connection of another alias with
+    this engine never routes (the checks report it)."""
+
+    ops_class = DatabaseOperations
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """As Django's; nothing is routed yet."""
+        super().__init__(*args, **kwargs)
+        self._began_on: Any = _IDLE  # the route of the Django transaction open now
+        self._outer_savepoint: str | None = None
+
+    # -- the route -------------------------------------------------------------------------
+
+    def txcache_route(self) -> Transaction | None:
+        """The txcache transaction this connection's statements run in now (``None``:
+        Django's own connection). Raises :class:`~txcache.TransactionError` for a
+        transaction the ORM cannot use, and for a Django transaction used across routes."""
+        current = current_transaction()
+        if current is not None:
+            current = self._usable(current)
+        if self._began_on is not _IDLE and self._began_on is not current:
+            raise TransactionError(
+                "this Django transaction (an atomic() block, or autocommit turned off) began "
+                f"{_where(self._began_on)} and is used {_where(current)}: a Django "
+                "transaction must begin and end inside the same txcache transaction (or "
+                "outside any)"
+            )
+        return current
+
+    @functools.cached_property
+    def _routed(self) -> bool:
+        """Whether this is ``TXCACHE["DATABASE"]`` (another alias never routes)."""
+        return bool(self.alias == conf.txcache_settings().database)
+
+    def _usable(self, current: Any) -> Transaction | None:
+        if not self._routed:
+            return None  # another database: never part of txcache transactions
+        if not isinstance(current, Transaction):
+            raise TransactionError(
+                "the current txcache transaction is async; the Django ORM runs in sync "
+                "transactions (txcache.django.read_only() / read_write())"
+            )
+        if current.cache is not conf.get_cache():
+            raise TransactionError(
+                "the current txcache transaction belongs to another cache than "
+                "txcache.django.get_cache(): open it with txcache.django.read_only() / "
+                "read_write()"
+            )
+        return current
+
+    # -- connections and cursors -----------------------------------------------------------
+
+    def ensure_connection(self) -> None:
+        """Django's own connection, unless a txcache transaction holds the statements."""
+        if self.txcache_route() is None:
+            super().ensure_connection()
+        elif self.connection is None and self._began_on is _IDLE:
+            # Django's own connection, had it been opened, would be in autocommit mode here.
+            self.autocommit = self.settings_dict["AUTOCOMMIT"]
+
+    def create_cursor(self, name: str | None = None) -> Any:
+        """Django's cursor, or a :class:`TransactionCursor` of the route (``name``, a
+        server-side cursor for ``iterator()``, is not opened there: results come whole)."""
+        route = self.txcache_route()
+        if route is None:
+            return super().create_cursor(name)
+        return TransactionCursor(route, self._adapters())
+
+    def _adapters(self) -> AdaptersMap:
+        adapters: AdaptersMap = get_adapters_template(settings.USE_TZ, self.timezone)
+        return adapters
+
+    @functools.cached_property
+    def pg_version(self) -> int:
+        """The server's version, from a pooled connection of the cache when a txcache
+        transaction holds the statements (Django's own connection is not opened then)."""
+        if self.txcache_route() is None:
+            version: int = super().pg_version
+            return version
+        with conf.get_cache().pool.connection() as connection:
+            pooled: int = connection.info.server_version
+            return pooled
+
+    # -- transactions ----------------------------------------------------------------------
+
+    def _set_autocommit(self, autocommit: bool) -> None:
+        route = self.txcache_route()
+        if autocommit:  # a Django transaction ended (committed or rolled back)
+            if route is None:
+                super()._set_autocommit(True)
+            self._began_on = _IDLE
+            return
+        if route is None:
+            super()._set_autocommit(False)
+        elif isinstance(route, ReadWriteTransaction):
+            self._outer_savepoint = f"txcache_django_{next(_savepoints)}"
+            self._in_route(f"SAVEPOINT {self._outer_savepoint}")
+        self._began_on = route
+
+    def _commit(self) -> None:
+        if self.txcache_route() is None:
+            super()._commit()
+        elif self._outer_savepoint is not None:
+            name, self._outer_savepoint = self._outer_savepoint, None
+            self._in_route(f"RELEASE SAVEPOINT {name}")
+
+    def _rollback(self) -> None:
+        if self.txcache_route() is None:
+            super()._rollback()
+        elif self._outer_savepoint is not None:
+            name, self._outer_savepoint = self._outer_savepoint, None
+            self._in_route(f"ROLLBACK TO SAVEPOINT {name}")
+            self._in_route(f"RELEASE SAVEPOINT {name}")
+
+    def _in_route(self, statement: str) -> None:
+        with self.cursor() as cursor:
+            cursor.execute(statement)
+
+    def _savepoint(self, sid: str) -> None:
+        if not self._read_only_route():
+            super()._savepoint(sid)
+
+    def _savepoint_rollback(self, sid: str) -> None:
+        if not self._read_only_route():
+            super()._savepoint_rollback(sid)
+
+    def _savepoint_commit(self, sid: str) -> None:
+        if not self._read_only_route():
+            super()._savepoint_commit(sid)
+
+    def _read_only_route(self) -> bool:
+        """A read-only transaction writes nothing: its savepoints are not needed (and the
+        library refuses ``SAVEPOINT`` there)."""
+        return isinstance(self.txcache_route(), ReadOnlyTransaction)
+
+    # -- on_commit -------------------------------------------------------------------------
+
+    def on_commit(self, func: Callable[[], Any], robust: bool = False) -> None:
+        """Django's ``transaction.on_commit``: in a read/write txcache transaction outside
+        an ``atomic()`` block, ``func`` runs after that transaction commits."""
+        route = self.txcache_route()
+        if isinstance(route, ReadWriteTransaction) and not self.in_atomic_block:
+            if not callable(func):
+                raise TypeError("on_commit()'s callback must be a callable.")
+            transactions.defer(route, [(func, robust)])
+            return
+        super().on_commit(func, robust)
+
+    def run_and_clear_commit_hooks(self) -> None:
+        """Run the callbacks of a committed Django transaction — or, when it was a
+        savepoint of a read/write txcache transaction, hand them to that transaction."""
+        route = self.txcache_route()
+        if not isinstance(route, ReadWriteTransaction):
+            super().run_and_clear_commit_hooks()
+            return
+        self.validate_no_atomic_block()
+        hooks: Sequence[tuple[Any, Callable[[], Any], bool]] = self.run_on_commit[:]
+        del self.run_on_commit[:]
+        transactions.defer(route, [(func, robust) for _, func, robust in hooks])
+
+
+def _where(route: Any) -> str:
+    if route is None:
+        return "outside any txcache transaction"
+    return f"inside the txcache transaction {route!r}"

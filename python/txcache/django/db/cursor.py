@@ -1,0 +1,175 @@
+"""The cursor a Django connection hands out while a txcache transaction is current.
+
+Every statement goes through the transaction's ``execute`` — in a read-only transaction the
+library checks it, derives its tags from the SQL Django compiled and runs it at the pinned
+snapshot, exactly as ``txcache.query`` would — so there is one source of truth for the
+checks. Parameters are bound server-side (psycopg's default cursor, what Django's
+``server_side_binding`` option chooses).
+
+Rows are loaded with Django's adapters, not those of txcache's pooled connections: Django
+reads ``jsonb``, ``inet`` and ``cidr`` as text and ``timestamptz`` in its connection time
+zone (which the pooled connections are given in their startup options,
+:func:`txcache.django.conf.database_dsn`), so a model field's ``from_db_value`` gets what
+it gets from Django's own connection. The rows of a result are loaded as they are
+fetched, from the result psycopg received whole (no server-side cursor is opened).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.adapt import AdaptersMap, Transformer
+
+from txcache._transaction import ReadWriteTransaction, Transaction
+
+__all__ = ["TransactionCursor", "literal_sql"]
+
+Row = tuple[Any, ...]
+Params = Sequence[Any] | Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class _LoadContext:
+    """What a psycopg ``Transformer`` reads its loaders from: Django's adapters, and the
+    connection the result came from (its encoding and ``TimeZone``)."""
+
+    adapters: AdaptersMap
+    connection: psycopg.Connection[Any] | None
+
+
+class _Rows:
+    """The rows of one result, loaded on demand."""
+
+    def __init__(self, cursor: psycopg.Cursor[Any], adapters: AdaptersMap) -> None:
+        result = cursor.pgresult
+        self._loader = Transformer(_LoadContext(adapters, cursor.connection))
+        self._count = 0
+        if result is not None:
+            self._loader.set_pgresult(result)
+            self._count = result.ntuples
+        self._position = 0
+
+    def take(self, count: int | None) -> list[Row]:
+        """The next ``count`` rows (``None``: all that are left)."""
+        end = self._count if count is None else min(self._count, self._position + count)
+        rows: list[Row] = self._loader.load_rows(self._position, end, tuple)
+        self._position = end
+        return rows
+
+
+class TransactionCursor:
+    """A DB-API cursor whose statements run in a txcache transaction (the module
+    docstring); Django's ``CursorWrapper`` wraps it as it wraps psycopg's."""
+
+    arraysize = 1
+    """Rows :meth:`fetchmany` returns by default (DB-API)."""
+
+    def __init__(self, transaction: Transaction, adapters: AdaptersMap) -> None:
+        """A cursor of ``transaction``, loading rows with ``adapters`` (Django's)."""
+        self.transaction = transaction
+        """The txcache transaction the statements run in."""
+        self.description: Any = None
+        """The last result's columns (psycopg's ``Column`` objects), ``None`` without."""
+        self.rowcount = -1
+        """Rows the last statement returned or changed (-1: none ran)."""
+        self.closed = False
+        self._adapters = adapters
+        self._rows: _Rows | None = None
+
+    def execute(self, query: str, params: Params = None) -> None:
+        """Run ``query`` in the transaction (a read-only one checks and tags it)."""
+        self._take(self.transaction.execute(query, params))
+
+    def executemany(
+        self, query: str, params_seq: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> None:
+        """Run ``query`` once per parameter set: one pipeline in a read/write transaction,
+        one checked statement after another in a read-only one."""
+        if isinstance(self.transaction, ReadWriteTransaction):
+            self._take(self.transaction.executemany(query, params_seq))
+            return
+        changed = 0
+        for params in params_seq:
+            self.execute(query, params)
+            changed += max(self.rowcount, 0)
+        self.rowcount = changed
+
+    def callproc(self, name: str, args: Sequence[Any] | None = None) -> Sequence[Any] | None:
+        """``SELECT * FROM name(args...)``, as Django's psycopg cursor runs a procedure."""
+        placeholders = ", ".join(["%s"] * len(args or ()))
+        self.execute(f"SELECT * FROM {sql.Identifier(name).as_string(None)}({placeholders})", args)
+        return args
+
+    def _take(self, cursor: psycopg.Cursor[Any]) -> None:
+        self.description = cursor.description
+        self.rowcount = cursor.rowcount
+        self._rows = _Rows(cursor, self._adapters) if cursor.description is not None else None
+
+    def _fetch(self, count: int | None) -> list[Row]:
+        if self._rows is None:
+            raise psycopg.ProgrammingError("the last statement returned no rows")
+        return self._rows.take(count)
+
+    def fetchone(self) -> Row | None:
+        """The next row, or ``None``."""
+        rows = self._fetch(1)
+        return rows[0] if rows else None
+
+    def fetchmany(self, size: int | None = None) -> list[Row]:
+        """The next ``size`` rows (default :attr:`arraysize`)."""
+        return self._fetch(self.arraysize if size is None else size)
+
+    def fetchall(self) -> list[Row]:
+        """Every row left."""
+        return self._fetch(None)
+
+    def __iter__(self) -> Iterator[Row]:
+        while rows := self.fetchmany(100):
+            yield from rows
+
+    def nextset(self) -> None:
+        """No further result sets: each ``execute`` has one."""
+        return None
+
+    def setinputsizes(self, sizes: Any) -> None:
+        """DB-API; nothing to do."""
+
+    def setoutputsize(self, size: Any, column: Any = None) -> None:
+        """DB-API; nothing to do."""
+
+    def close(self) -> None:
+        """Forget the result (the transaction holds the database connection)."""
+        self._rows = None
+        self.closed = True
+
+
+_PLACEHOLDER = re.compile(r"%%|%s")
+
+
+def literal_sql(statement: str, params: Params) -> str:
+    """``statement`` with its ``%s`` parameters merged in as SQL literals, as psycopg's
+    client-side cursor would, without a connection: what Django's ``compose_sql`` and
+    ``last_executed_query`` return while a txcache transaction holds the connection."""
+    if params is None:
+        return statement
+    if isinstance(params, Mapping):
+        raise psycopg.ProgrammingError("only %s placeholders can be merged in here")
+    values = list(params)
+    parts: list[sql.Composable] = []
+    end = 0
+    for match in _PLACEHOLDER.finditer(statement):
+        parts.append(sql.SQL(statement[end : match.start()]))
+        if match.group() == "%%":
+            parts.append(sql.SQL("%"))
+        elif values:
+            parts.append(sql.Literal(values.pop(0)))
+        else:
+            raise psycopg.ProgrammingError("fewer parameters than %s placeholders")
+        end = match.end()
+    parts.append(sql.SQL(statement[end:]))
+    return sql.Composed(parts).as_string(None)

@@ -1,0 +1,143 @@
+"""Request-scoped txcache transactions (docs/django.md, "The middleware").
+
+:class:`TransactionMiddleware` runs each request in one transaction of the process's cache:
+
+- safe methods (``GET``, ``HEAD``, ``OPTIONS``, ``TRACE``) in a read-only transaction — one
+  commit point, at most ``STALENESS`` seconds old and not before the client's token — in
+  which every ORM query, cached queryset and cacheable call of the request reads;
+- other methods in a read/write transaction (:func:`txcache.django.read_write`), committed
+  when the response is ready — rolled back instead if the view raised, as
+  ``ATOMIC_REQUESTS`` does — whose token goes back to the client in a signed cookie and a
+  response header;
+- a view marked by :mod:`txcache.django.decorators` as it says.
+
+The client hands the token back (the cookie does it by itself; an API client echoes the
+header) and its next read-only request sees its own writes. Tokens are signed with
+``SECRET_KEY`` (Django's ``TimestampSigner``) and honoured for ``TOKEN_MAX_AGE`` seconds: a
+forged or garbled one is ignored. A read-only request whose cached data's snapshot is gone
+(:class:`~txcache.SnapshotUnavailable`, the one retryable error) gets ``503`` with
+``Retry-After: 0``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.core import signing
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.urls import Resolver404, resolve
+
+from txcache.django import conf, transactions
+from txcache.django.decorators import ViewPolicy, policy_of
+from txcache.errors import SnapshotUnavailable
+
+__all__ = ["SAFE_METHODS", "TransactionMiddleware", "request_token"]
+
+SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
+"""Methods whose requests run read-only unless the view says otherwise."""
+
+_SALT = "txcache.django.token"
+_VIEW_FAILED = "_txcache_view_failed"
+
+
+class _RolledBack(Exception):
+    """Leaves a read/write block whose view raised: the block rolls back."""
+
+
+class TransactionMiddleware:
+    """One txcache transaction per request (the module docstring). Place it above the
+    middleware that use the database (sessions, authentication), so their queries and
+    writes are the request's too."""
+
+    sync_capable = True
+    async_capable = False
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        """Django's middleware protocol; the ``TXCACHE`` setting is read now."""
+        self.get_response = get_response
+        self.settings = conf.txcache_settings()
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        """Run the request in the transaction its view's policy and method choose."""
+        policy = view_policy(request)
+        if policy.mode == "bypass":
+            return self.get_response(request)
+        by_method = policy.mode == "by_method"
+        if policy.mode == "read_only" or (by_method and request.method in SAFE_METHODS):
+            return self._read_only(request, policy)
+        return self._read_write(request, policy)
+
+    def _read_only(self, request: HttpRequest, policy: ViewPolicy) -> HttpResponseBase:
+        token = request_token(request, self.settings)
+        with transactions.read_only(policy.staleness, not_before=token):
+            return self.get_response(request)
+
+    def _read_write(self, request: HttpRequest, policy: ViewPolicy) -> HttpResponseBase:
+        try:
+            with transactions.read_write(isolation=policy.isolation) as transaction:
+                response = self.get_response(request)
+                if getattr(request, _VIEW_FAILED, False):
+                    raise _RolledBack
+        except _RolledBack:
+            return response
+        token = transaction.commit_timestamp
+        if token is not None:
+            give_token(request, response, token, self.settings)
+        return response
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        """The view raised: its read/write transaction rolls back. A
+        :class:`~txcache.SnapshotUnavailable` becomes ``503`` with ``Retry-After: 0``."""
+        setattr(request, _VIEW_FAILED, True)
+        if isinstance(exception, SnapshotUnavailable):
+            return HttpResponse(
+                "The data this page was read from changed too much meanwhile; retry.",
+                status=503,
+                headers={"Retry-After": "0"},
+                content_type="text/plain",
+            )
+        return None
+
+
+def view_policy(request: HttpRequest) -> ViewPolicy:
+    """The policy of the view the request's URL resolves to (the default for none)."""
+    try:
+        match = resolve(request.path_info, getattr(request, "urlconf", None))
+    except Resolver404:
+        return ViewPolicy()
+    return policy_of(match.func)
+
+
+def request_token(request: HttpRequest, chosen: conf.TxcacheSettings) -> int | None:
+    """The newest valid token the request carries (header or cookie), if any."""
+    signer = signing.TimestampSigner(salt=_SALT)
+    tokens: list[int] = []
+    for signed in (
+        request.headers.get(chosen.token_header),
+        request.COOKIES.get(chosen.token_cookie),
+    ):
+        if not signed:
+            continue
+        try:
+            value = signer.unsign(signed, max_age=chosen.token_max_age)
+        except signing.BadSignature:  # forged, garbled, or expired
+            continue
+        if value.isdigit():
+            tokens.append(int(value))
+    return max(tokens, default=None)
+
+
+def give_token(
+    request: HttpRequest, response: HttpResponseBase, token: int, chosen: conf.TxcacheSettings
+) -> None:
+    """Hand ``token`` to the client: a signed response header and cookie."""
+    signed = signing.TimestampSigner(salt=_SALT).sign(str(token))
+    response[chosen.token_header] = signed
+    response.set_cookie(
+        chosen.token_cookie,
+        signed,
+        max_age=int(chosen.token_max_age),
+        secure=request.is_secure(),
+        httponly=True,
+        samesite="Lax",
+    )

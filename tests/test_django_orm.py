@@ -1,0 +1,238 @@
+"""The Django ORM in txcache transactions, on a real stack (docs/django.md, "The database
+backend"): inside a read-only transaction its queries run at the pinned snapshot, checked
+and tagged from the SQL Django compiles, so a cacheable function may use querysets,
+``select_related`` and aggregates; inside a read/write one its writes run in the
+transaction and ``commit_timestamp`` covers them; outside any, Django is Django."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import IntegrityError, connections, transaction
+from django.db.models import Count, Sum
+
+import txcache
+import txcache.django
+from django_fixtures import CHANGED, Category, DjangoShop, Item, start_shop
+from txcache import EmbeddedPostgres
+from txcache.django.db.cursor import TransactionCursor
+from txcache.stack import wait_until
+
+runs: list[str] = []
+"""The runs (misses) of the cacheable functions below."""
+
+
+@pytest.fixture(scope="module")
+def shop(postgres: EmbeddedPostgres) -> Iterator[DjangoShop]:
+    yield from start_shop(postgres)
+
+
+@pytest.fixture(autouse=True)
+def no_runs() -> None:
+    runs.clear()
+
+
+@txcache.cacheable
+def items_in(category_id: int) -> list[dict[str, Any]]:
+    runs.append(f"items_in {category_id}")
+    found = Item.objects.filter(category_id=category_id).order_by("id")
+    return list(found.values("id", "name", "price", "details", "changed"))
+
+
+@txcache.cacheable
+def with_category(item_id: int) -> tuple[str, str, int]:
+    runs.append(f"with_category {item_id}")
+    item = Item.objects.select_related("category").get(id=item_id)
+    return item.name, item.category.name, item.price
+
+
+@txcache.cacheable
+def totals() -> list[tuple[str, int, int]]:
+    runs.append("totals")
+    per_category = Category.objects.annotate(count=Count("items"), total=Sum("items__price"))
+    return list(per_category.order_by("name").values_list("name", "count", "total"))
+
+
+@txcache.cacheable
+def an_instance(item_id: int) -> Item:
+    return Item.objects.get(id=item_id)
+
+
+def read(shop: DjangoShop, function: Any, *args: Any, not_before: int | None = None) -> Any:
+    with txcache.django.read_only(staleness=60, not_before=not_before):
+        return function(*args)
+
+
+def warm(shop: DjangoShop, function: Any, *args: Any) -> Any:
+    """Read until a read is a hit (the first read of a table may not store: it read the
+    catalog anew, and a result is stored only once the agent's stream passed that)."""
+    first = read(shop, function, *args)
+
+    def hit() -> bool:
+        runs.clear()
+        assert read(shop, function, *args) == first
+        return not runs
+
+    wait_until(hit, f"a hit of {function.__name__}{args}", timeout=20)
+    return first
+
+
+def test_orm_reads_in_a_cacheable_function_hit_on_the_second_call(shop):
+    before = items_in.stats.hits
+    rows = warm(shop, items_in, 1)
+    assert [row["id"] for row in rows] == [3, 6, 9, 12, 15, 18, 21, 24, 27, 30]
+    first = rows[0]
+    # Loaded as Django's own connection loads them: jsonb parsed by the field, timestamptz
+    # in UTC — and a hit returns exactly what the miss returned.
+    assert first["details"] == {"size": 3, "tags": ["a"]}
+    assert first["changed"] == datetime.datetime.fromisoformat(CHANGED + ":00")
+    assert first["changed"].tzinfo == datetime.UTC
+    assert items_in.stats.hits > before
+    assert warm(shop, with_category, 4) == ("item 4", "desks", 40)
+    assert warm(shop, totals) == [("chairs", 10, 1550), ("desks", 10, 1450), ("lamps", 10, 1650)]
+
+
+def test_queries_are_tagged_from_the_sql_django_compiles(shop):
+    cache = shop.cache
+    shop.settled()
+    with txcache.django.read_only() as tx:
+        Item.objects.filter(id=1).exists()  # the transaction's snapshot: a pin
+        snapshot = tx.snapshot.ts
+    query = Item.objects.filter(category_id=2).values("id").query
+    statement, params = query.sql_with_params()
+    tags, _catalog = cache.analyze(statement, params, snapshot)
+    assert tags == frozenset({"public.shop_item:category_id=2"})
+    by_key = Item.objects.filter(id__in=[4, 5]).query.sql_with_params()
+    assert cache.analyze(*by_key, snapshot)[0] == frozenset(
+        {"public.shop_item:id=4", "public.shop_item:id=5"}
+    )
+
+
+def test_a_write_by_another_program_invalidates_a_cached_orm_read(shop):
+    warm(shop, items_in, 2)
+    warm(shop, with_category, 7)
+    untouched = warm(shop, items_in, 3)
+    shop.admin.execute("UPDATE shop_item SET price = 777 WHERE id = 7")
+    token = shop.cache.timestamp()  # the token of a write made outside the library
+    runs.clear()
+    rows = read(shop, items_in, 2, not_before=token)
+    assert {row["id"]: row["price"] for row in rows}[7] == 777
+    assert read(shop, with_category, 7, not_before=token) == ("item 7", "desks", 777)
+    assert runs == ["items_in 2", "with_category 7"]  # both recomputed
+    runs.clear()
+    # The write's tags name category 2 and item 7: category 3's result is still a hit.
+    assert read(shop, items_in, 3, not_before=token) == untouched
+    assert runs == []
+
+
+def test_orm_writes_in_read_write_are_covered_by_its_token(shop):
+    warm(shop, items_in, 3)  # category 3: items 2, 5, 8, … 29
+    with txcache.django.read_write() as tx:
+        Item.objects.filter(id=11).update(price=1111)
+        item = Item.objects.get(id=14)
+        item.price = 1414
+        item.save()
+        Item.objects.bulk_create(
+            [Item(id=500, name="new", price=5, category_id=3, changed=item.changed)]
+        )
+        Item.objects.filter(id=17).delete()
+        assert Item.objects.get(id=11).price == 1111  # it reads its own writes
+    token = tx.commit_timestamp
+    assert token is not None
+    rows = {row["id"]: row["price"] for row in read(shop, items_in, 3, not_before=token)}
+    assert rows[11] == 1111
+    assert rows[14] == 1414
+    assert rows[500] == 5
+    assert 17 not in rows
+    assert runs == ["items_in 3"]
+
+
+def test_atomic_inside_read_write_is_a_savepoint(shop):
+    with txcache.django.read_write() as tx:
+        Item.objects.filter(id=19).update(price=1919)
+        with pytest.raises(IntegrityError):
+            create_categories("extra", "lamps")  # a unique name: the atomic block fails
+        assert not Category.objects.filter(name="extra").exists()
+        with transaction.atomic():
+            Category.objects.create(name="sofas")
+    assert tx.commit_timestamp is not None
+    with txcache.django.read_only(not_before=tx.commit_timestamp):
+        assert Item.objects.get(id=19).price == 1919
+        assert Category.objects.filter(name="sofas").exists()
+        assert not Category.objects.filter(name="extra").exists()
+
+
+def create_categories(*names: str) -> None:
+    with transaction.atomic():
+        for name in names:
+            Category.objects.create(name=name)
+
+
+def test_a_read_only_transaction_refuses_writes_and_goes_on(shop):
+    with txcache.django.read_only():
+        with pytest.raises(txcache.StatementNotAllowed):
+            Item.objects.filter(id=1).update(price=0)
+        with transaction.atomic():  # nothing to do in the database: one snapshot
+            assert Item.objects.get(id=1).price == 10
+            with transaction.atomic():
+                assert Item.objects.count() >= 30
+
+
+def test_statements_run_in_the_current_transaction_and_django_is_django_outside(shop):
+    connections["default"].close()
+    with txcache.django.read_only():
+        with connections["default"].cursor() as cursor:
+            assert isinstance(cursor.cursor, TransactionCursor)
+            cursor.execute("SELECT count(*) FROM shop_category")
+            assert cursor.fetchone()[0] >= 3
+        assert connections["default"].connection is None  # Django's own never opened
+    assert Item.objects.filter(id=1).exists()  # outside: Django's own connection
+    assert connections["default"].connection is not None
+    with connections["default"].cursor() as cursor:
+        assert not isinstance(cursor.cursor, TransactionCursor)
+    with transaction.atomic():
+        Category.objects.create(name="outside")
+        assert Category.objects.filter(name="outside").exists()
+        transaction.set_rollback(True)
+    assert not Category.objects.filter(name="outside").exists()
+    assert Item.objects.get(id=2).details == {"size": 2, "tags": ["a"]}
+
+
+def test_a_django_transaction_cannot_cross_into_a_txcache_transaction(shop):
+    with transaction.atomic():  # on Django's own connection
+        assert Item.objects.filter(id=22).exists()
+        with txcache.django.read_only(), pytest.raises(txcache.TransactionError, match="began"):
+            Item.objects.filter(id=22).exists()
+        assert Item.objects.filter(id=22).exists()
+
+
+def test_on_commit_callbacks_run_after_the_read_write_commit(shop):
+    ran: list[str] = []
+    with txcache.django.read_write():
+        transaction.on_commit(lambda: ran.append("outside atomic"))
+        with transaction.atomic():
+            transaction.on_commit(lambda: ran.append("in atomic"))
+        with pytest.raises(RuntimeError):
+            register_then_fail(transaction.atomic(), lambda: ran.append("rolled back"))
+        assert ran == []
+    assert ran == ["outside atomic", "in atomic"]
+    ran.clear()
+    with pytest.raises(RuntimeError):
+        register_then_fail(txcache.django.read_write(), lambda: ran.append("never"))
+    assert ran == []
+    with shop.cache.read_write(), pytest.raises(txcache.TransactionError, match="on_commit"):
+        transaction.on_commit(lambda: ran.append("nobody runs it"))
+
+
+def register_then_fail(block: Any, callback: Any) -> None:
+    with block:
+        transaction.on_commit(callback)
+        raise RuntimeError("the block fails")
+
+
+def test_a_model_instance_is_refused_as_a_cached_value(shop):
+    with txcache.django.read_only(), pytest.raises(txcache.UnsupportedValue):
+        an_instance(1)
