@@ -34,6 +34,7 @@ from django.db import connections, models
 from django.db.models.sql import Query
 from django.db.models.sql.compiler import SQLCompiler
 from django.db.models.sql.constants import GET_ITERATOR_CHUNK_SIZE, MULTI, SINGLE
+from psycopg.types import numeric
 
 from txcache._cacheable import CacheableFunction, cacheable
 from txcache._transaction import current_transaction
@@ -45,7 +46,16 @@ if TYPE_CHECKING:
 __all__ = ["CachedManager", "CachedQuery", "CachedQuerySet", "rows_function"]
 
 Row = tuple[Any, ...]
-RowsFunction = CacheableFunction[[str, str, tuple[Any, ...]], list[Row]]
+Params = tuple[tuple[str, Any], ...]
+"""A statement's parameters as a cacheable function's argument: ``(type, value)`` pairs."""
+RowsFunction = CacheableFunction[[str, str, Params], list[Row]]
+
+# psycopg's int and float subclasses that Django passes to give a parameter its type (an
+# IntegerField's values are Int4): a key keeps the type by name, the statement gets it back.
+_TYPED: dict[str, type[Any]] = {
+    kind.__name__: kind
+    for kind in (numeric.Int2, numeric.Int4, numeric.Int8, numeric.Float4, numeric.Float8)
+}
 
 
 class CachedQuerySet(models.QuerySet):  # type: ignore[misc]
@@ -137,19 +147,28 @@ def cached_rows(compiler: SQLCompiler, statement: str, params: tuple[Any, ...]) 
             "queryset reads through the cache on that engine's database"
         )
     function = rows_function(compiler.query.model)
+    typed = tuple(_typed(value) for value in params)
     if current_transaction() is not None:
-        return function(alias, statement, params)
+        return function(alias, statement, typed)
     if wrapper.in_atomic_block:
-        return run_rows(alias, statement, params)  # its uncommitted writes must be seen
+        return run_rows(alias, statement, typed)  # its uncommitted writes must be seen
     staleness = compiler.query.txcache_staleness
     with conf.get_cache().read_only(staleness):
-        return function(alias, statement, params)
+        return function(alias, statement, typed)
 
 
-def run_rows(alias: str, statement: str, params: tuple[Any, ...]) -> list[Row]:
+def _typed(value: Any) -> tuple[str, Any]:
+    kind = type(value)
+    if _TYPED.get(kind.__name__) is kind:
+        return kind.__name__, (int if issubclass(kind, int) else float)(value)
+    return "", value
+
+
+def run_rows(alias: str, statement: str, params: Params) -> list[Row]:
     """Every row of ``statement`` on the connection ``alias``, where it routes now."""
+    values = tuple(_TYPED[kind](value) if kind else value for kind, value in params)
     with connections[alias].cursor() as cursor:
-        cursor.execute(statement, params)
+        cursor.execute(statement, values)
         rows: list[Row] = cursor.fetchall()
         return rows
 
@@ -173,7 +192,7 @@ def rows_function(model: type[models.Model]) -> RowsFunction:
 
 
 def _make_rows_function(label: str) -> RowsFunction:
-    def rows(alias: str, statement: str, params: tuple[Any, ...]) -> list[Row]:
+    def rows(alias: str, statement: str, params: Params) -> list[Row]:
         return run_rows(alias, statement, params)
 
     rows.__qualname__ = f"rows[{label}]"

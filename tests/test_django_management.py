@@ -1,0 +1,138 @@
+"""The management commands and the system checks of ``txcache.django``, on a real stack:
+``txcache_setup`` and ``txcache_status`` do what ``txcache setup`` and ``txcache status`` do
+with the connection settings of ``TXCACHE`` and ``DATABASES``; each check fires on the
+misconfiguration it names, and none on a sound one."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core.checks import run_checks
+from django.core.management import call_command
+from django.core.management.base import CommandError, SystemCheckError
+from django.db.backends.postgresql import psycopg_any
+from django.test import override_settings
+
+from django_fixtures import DjangoShop, start_shop
+from txcache import EmbeddedPostgres
+from txcache.stack import free_port
+
+ENGINE = "txcache.django.db"
+MIDDLEWARE = "txcache.django.middleware.TransactionMiddleware"
+SESSIONS = "django.contrib.sessions.middleware.SessionMiddleware"
+
+
+@pytest.fixture(scope="module")
+def shop(postgres: EmbeddedPostgres) -> Iterator[DjangoShop]:
+    yield from start_shop(postgres)
+
+
+def run(command: str, *args: str) -> str:
+    out = io.StringIO()
+    call_command(command, *args, stdout=out)
+    return out.getvalue()
+
+
+def test_txcache_setup_reports_a_prepared_database(shop):
+    checked = run("txcache_setup", "--check").splitlines()
+    assert checked[0].startswith("txcache setup --check: ")
+    assert any(line.split()[:2] == ["ok", "publication"] for line in checked)
+    assert checked[-1].startswith("everything was already in place")
+    again = run("txcache_setup").splitlines()  # idempotent
+    assert again[-1].startswith("everything was already in place")
+
+
+def test_txcache_setup_check_exits_3_when_a_step_is_missing(shop):
+    with pytest.raises(CommandError) as raised:
+        run("txcache_setup", "--check", "--slot", "not_created")
+    assert raised.value.returncode == 3
+
+
+def test_txcache_status_reports_the_nodes_and_the_agent(shop):
+    text = run("txcache_status")
+    for node in shop.node_addresses:
+        assert f"node {node}: up" in text
+    assert f"agent {shop.agent_address}: up" in text
+    assert text.rstrip().endswith("endpoint(s) up; all reachable")
+    report = json.loads(run("txcache_status", "--json"))
+    assert report["ok"] is True
+    assert [node["address"] for node in report["nodes"]] == shop.node_addresses
+
+
+def test_txcache_status_fails_on_a_node_that_is_down(shop):
+    dead = f"127.0.0.1:{free_port()}"
+    nodes = [*shop.node_addresses, dead]
+    with (
+        override_settings(TXCACHE={**settings.TXCACHE, "NODES": nodes}),
+        pytest.raises(CommandError) as raised,
+    ):
+        run("txcache_status", "--timeout", "0.5")
+    assert raised.value.returncode == 1
+
+
+def messages(**changes: Any) -> list[str]:
+    """The ids of the txcache checks' messages with ``changes`` to the settings."""
+    with override_settings(**changes):
+        return sorted(message.id for message in run_checks(tags=["txcache"]))
+
+
+def databases(monkeypatch: pytest.MonkeyPatch, **default: Any) -> None:
+    """``DATABASES`` with ``default`` changed (as the checks read it; the connections keep
+    theirs: Django's override_settings warns for DATABASES)."""
+    changed = {alias: dict(each) for alias, each in settings.DATABASES.items()}
+    changed["default"].update(default)
+    monkeypatch.setattr(settings, "DATABASES", changed)
+
+
+def test_a_sound_configuration_passes_every_check(shop):
+    assert messages() == []
+
+
+def test_the_txcache_setting_is_checked(shop):
+    current = settings.TXCACHE
+    assert messages(TXCACHE=None) == ["txcache.E001"]
+    assert messages(TXCACHE={**current, "NODE": "x:1"}) == ["txcache.E001"]
+    assert messages(TXCACHE={**current, "TOKEN_MAX_AGE": 0}) == ["txcache.E001"]
+    assert messages(TXCACHE={**current, "STALENESS": -1}) == ["txcache.E008"]
+    assert messages(TXCACHE={**current, "NODES": "nowhere"}) == ["txcache.E008"]
+    unconnected = {key: value for key, value in current.items() if key != "AGENT"}
+    assert messages(TXCACHE=unconnected) == ["txcache.W001"]
+    assert messages(TXCACHE={**unconnected, "MODE": "bypass"}) == []
+
+
+def test_the_database_is_checked(shop, monkeypatch):
+    current = settings.TXCACHE
+    assert messages(TXCACHE={**current, "DATABASE": "missing"}) == ["txcache.E002"]
+    assert messages(TXCACHE={**current, "DATABASE": "plain"}) == ["txcache.E003", "txcache.E004"]
+    databases(monkeypatch, AUTOCOMMIT=False, OPTIONS={"assume_role": "shopper"})
+    assert messages() == ["txcache.E006", "txcache.E007"]
+
+
+def test_psycopg_2_is_refused(shop, monkeypatch):
+    monkeypatch.setattr(psycopg_any, "is_psycopg3", False)
+    assert messages() == ["txcache.E005"]
+
+
+def test_the_middleware_is_checked(shop, monkeypatch):
+    order = list(settings.MIDDLEWARE)
+    below_sessions = [SESSIONS, MIDDLEWARE, *(m for m in order if m not in (SESSIONS, MIDDLEWARE))]
+    assert messages(MIDDLEWARE=below_sessions) == ["txcache.W002"]
+    assert messages(SESSION_ENGINE="django.contrib.sessions.backends.signed_cookies",
+                    MIDDLEWARE=below_sessions) == []  # fmt: skip
+    assert messages(SESSION_SAVE_EVERY_REQUEST=True) == ["txcache.E009"]
+    databases(monkeypatch, ATOMIC_REQUESTS=True)
+    assert messages() == ["txcache.W003"]
+    assert messages(MIDDLEWARE=[m for m in order if m != MIDDLEWARE]) == []
+
+
+def test_manage_py_check_stops_on_an_error(shop):
+    with (
+        override_settings(TXCACHE={**settings.TXCACHE, "DATABASE": "plain"}),
+        pytest.raises(SystemCheckError, match=r"txcache\.E003"),
+    ):
+        call_command("check", stdout=io.StringIO(), stderr=io.StringIO())

@@ -1,0 +1,110 @@
+"""The request middleware on a real stack, through Django's test client (docs/django.md,
+"The middleware"): safe methods read in a read-only transaction, others write in a
+read/write one whose token comes back in a signed cookie and header, and the next request
+sees the writes; the per-view decorators; a failed view rolled back; the session of a login
+written in the request's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.conf import settings
+from django.core import signing
+from django.test import Client, override_settings
+
+from django_fixtures import STALENESS, DjangoShop, Item, start_shop
+from txcache import EmbeddedPostgres
+
+COOKIE = "txcache_token"
+HEADER = "X-Txcache-Token"
+
+
+@pytest.fixture(scope="module")
+def shop(postgres: EmbeddedPostgres) -> Iterator[DjangoShop]:
+    yield from start_shop(postgres)
+
+
+def token_of(signed: str) -> int:
+    return int(signing.TimestampSigner(salt="txcache.django.token").unsign(signed))
+
+
+def test_get_reads_in_a_read_only_transaction_of_the_staleness_setting(shop):
+    page = Client().get("/items/4/").json()
+    assert page == {
+        "price": 40,
+        "category": "desks",
+        "kind": "read_only",
+        "staleness": STALENESS,
+        "not_before": None,
+    }
+
+
+def test_a_write_then_a_read_with_its_cookie_sees_the_write(shop):
+    client = Client()
+    assert client.get("/items/7/").json()["price"] == 70
+    response = client.post("/items/7/price", {"price": 707})
+    assert response.json() == {"changed": 1, "kind": "read_write"}
+    token = token_of(response.headers[HEADER])
+    cookie = response.cookies[COOKIE]
+    assert cookie.value == response.headers[HEADER]
+    assert cookie["httponly"] is True
+    assert cookie["samesite"] == "Lax"
+    page = client.get("/items/7/").json()  # the cookie goes back by itself
+    assert (page["price"], page["not_before"]) == (707, token)
+    # An API client hands the header back instead.
+    other = Client(headers={HEADER: response.headers[HEADER]})
+    assert other.get("/items/7/").json()["not_before"] == token
+
+
+def test_forged_garbled_and_expired_tokens_are_ignored(shop):
+    forged = signing.TimestampSigner(salt="another salt").sign("99999999999")
+    for value in (forged, "123", "garbage:with:colons"):
+        client = Client(headers={HEADER: value})
+        client.cookies[COOKIE] = value
+        assert client.get("/items/8/").json()["not_before"] is None
+    with override_settings(TXCACHE={**settings.TXCACHE, "TOKEN_MAX_AGE": 1e-9}):  # expired
+        signed = Client().post("/items/8/price", {"price": 88}).headers[HEADER]
+        assert Client(headers={HEADER: signed}).get("/items/8/").json()["not_before"] is None
+
+
+def test_a_view_that_raises_is_rolled_back(shop):
+    client = Client(raise_request_exception=False)
+    response = client.post("/items/10/price-then-fail", {"price": 1})
+    assert response.status_code == 500
+    assert HEADER not in response.headers
+    assert Item.objects.get(id=10).price == 100
+
+
+def test_a_lost_snapshot_is_a_503_to_retry(shop):
+    response = Client(raise_request_exception=False).get("/unavailable")
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "0"
+
+
+def test_the_decorators_choose_the_transaction(shop):
+    client = Client(raise_request_exception=False)
+    bypassed = client.get("/bypassed").json()
+    assert bypassed == {"count": 30, "own_connection": True, "kind": None}
+    assert client.get("/patient").json()["staleness"] == 7
+    visited = client.get("/items/11/visit")
+    assert visited.json() == {"kind": "read_write"}
+    assert client.get("/items/11/").json()["price"] == 111  # by the visit's token
+    found = client.post("/search", {"category": 3}).json()
+    assert found == {"names": ["item 2", "item 5", "item 8"], "kind": "read_only",
+                     "staleness": 3, "not_before": token_of(visited.headers[HEADER])}  # fmt: skip
+    refused = client.post("/search", {"category": 3, "write": "yes"})
+    assert refused.status_code == 500  # StatementNotAllowed: a read-only view wrote
+    assert Item.objects.get(id=1).price == 10
+
+
+def test_a_login_is_seen_by_the_next_request(shop):
+    client = Client()
+    assert client.get("/whoami").json()["user"] == ""
+    response = client.post("/login", {"username": "ann", "password": "ann-secret"})
+    assert response.json() == {"kind": "read_write"}
+    assert COOKIE in response.cookies
+    assert "sessionid" in response.cookies
+    page = client.get("/whoami").json()
+    assert (page["user"], page["kind"]) == ("ann", "read_only")
+    assert page["not_before"] == token_of(response.headers[HEADER])
