@@ -57,6 +57,15 @@ def totals() -> list[tuple[str, int, int]]:
 
 
 @txcache.cacheable
+def raw_names(category_id: int) -> list[str]:
+    runs.append(f"raw_names {category_id}")
+    found = Item.objects.raw(
+        "SELECT id, name FROM shop_item WHERE category_id = %s ORDER BY id", [category_id]
+    )
+    return [item.name for item in found]
+
+
+@txcache.cacheable
 def an_instance(item_id: int) -> Item:
     return Item.objects.get(id=item_id)
 
@@ -93,6 +102,14 @@ def test_orm_reads_in_a_cacheable_function_hit_on_the_second_call(shop):
     assert items_in.stats.hits > before
     assert warm(shop, with_category, 4) == ("item 4", "desks", 40)
     assert warm(shop, totals) == [("chairs", 10, 1550), ("desks", 10, 1450), ("lamps", 10, 1650)]
+
+
+def test_raw_queries_and_iterator_run_in_the_transaction(shop):
+    names = warm(shop, raw_names, 1)
+    assert names[:2] == ["item 3", "item 6"]
+    with txcache.django.read_only():
+        ids = [item.id for item in Item.objects.filter(category_id=1).iterator(chunk_size=4)]
+    assert ids == [3, 6, 9, 12, 15, 18, 21, 24, 27, 30]
 
 
 def test_queries_are_tagged_from_the_sql_django_compiles(shop):

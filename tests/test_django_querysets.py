@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
-from django.db.models import Max, Sum
+from django.db.models import Max, Prefetch, Sum
 
 import txcache
 import txcache.django
-from django_fixtures import DjangoShop, Item, start_shop
+from django_fixtures import Category, DjangoShop, Item, start_shop
 from txcache import EmbeddedPostgres
 from txcache.django.queryset import rows_function
 from txcache.stack import wait_until
@@ -97,6 +97,24 @@ def test_a_hit_runs_no_sql_and_rebuilds_the_same_instances(shop):
     with statements() as seen:  # nothing to ask: neither the cache nor the database
         assert read(lambda: list(Item.objects.none().txcache())) == []
     assert seen == []
+
+
+def test_prefetch_reads_through_the_cache_when_its_queryset_does(shop):
+    def categories() -> list[tuple[str, list[str]]]:
+        cheap = Item.objects.filter(price__lt=50).order_by("id").txcache()
+        found = Category.objects.filter(id__in=[1, 2]).order_by("id")
+        found = found.prefetch_related(Prefetch("items", queryset=cheap))
+        return [(category.name, [item.name for item in category.items.all()]) for category in found]
+
+    expected = [("lamps", ["item 3"]), ("desks", ["item 1", "item 4"])]
+    assert read(categories) == expected
+
+    def hit() -> bool:  # the categories' own query is not cached: only the prefetch hits
+        hits = STATS.hits
+        assert read(categories) == expected
+        return STATS.hits > hits
+
+    wait_until(hit, "a hit of the prefetch", timeout=20)
 
 
 def changed_by(shop: DjangoShop, write: Callable[[], int | None], check: Callable[[], Any]) -> Any:
