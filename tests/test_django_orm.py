@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, connections, transaction
 from django.db.models import Count, Sum
+from django.test.utils import CaptureQueriesContext
 
 import txcache
 import txcache.django
@@ -216,6 +217,16 @@ def test_statements_run_in_the_current_transaction_and_django_is_django_outside(
         transaction.set_rollback(True)
     assert not Category.objects.filter(name="outside").exists()
     assert Item.objects.get(id=2).details == {"size": 2, "tags": ["a"]}
+
+
+def test_sql_with_parameters_merged_in_is_django_s_inside_and_outside(shop):
+    statement, params = "SELECT %s, %s, %s, '%%'", ["it's", 5, None]
+    outside = connections["default"].ops.compose_sql(statement, params)
+    assert outside == "SELECT 'it''s', 5, NULL, '%'"
+    with txcache.django.read_only(), CaptureQueriesContext(connections["default"]) as seen:
+        assert connections["default"].ops.compose_sql(statement, params) == outside
+        assert Item.objects.filter(name="item 5").exists()
+    assert '"shop_item"."name" = \'item 5\'' in seen.captured_queries[0]["sql"]
 
 
 def test_a_django_transaction_cannot_cross_into_a_txcache_transaction(shop):

@@ -27,7 +27,7 @@ Reads made for a write — ``delete()``'s collection, ``get_or_create()``,
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from django.core.exceptions import EmptyResultSet, ImproperlyConfigured
 from django.db import connections, models
@@ -39,9 +39,7 @@ from psycopg.types import numeric
 from txcache._cacheable import CacheableFunction, cacheable
 from txcache._transaction import current_transaction
 from txcache.django import conf
-
-if TYPE_CHECKING:
-    from txcache.django.db.base import DatabaseWrapper
+from txcache.django.db.base import DatabaseWrapper
 
 __all__ = ["CachedManager", "CachedQuery", "CachedQuerySet", "rows_function"]
 
@@ -139,9 +137,9 @@ class CachingCompiler(SQLCompiler):  # type: ignore[misc]
 def cached_rows(compiler: SQLCompiler, statement: str, params: tuple[Any, ...]) -> list[Row]:
     """The rows of ``statement`` through the model's :func:`rows_function`, in the
     transaction the module docstring describes."""
-    wrapper: DatabaseWrapper = compiler.connection
+    wrapper = compiler.connection
     alias: str = wrapper.alias
-    if not hasattr(wrapper, "txcache_route"):
+    if not isinstance(wrapper, DatabaseWrapper):
         raise ImproperlyConfigured(
             f"database {alias!r} does not use the txcache.django.db engine: a .txcache() "
             "queryset reads through the cache on that engine's database"
