@@ -30,7 +30,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +40,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
 import sqlalchemy
 from _common import (
@@ -74,9 +72,12 @@ from _report import (
 )
 from psycopg.conninfo import make_conninfo
 
-from txcache.stack import Stack, free_port, tail, wait_until
+from txcache.stack import Stack
 
 EXAMPLES = REPO / "examples"
+sys.path.insert(0, str(EXAMPLES))  # the example's package: its server and its models
+from fastapi_shop.server import ShopServer  # noqa: E402
+
 MODES = ("consistent", "bypass")
 """The library's modes the app runs in: the shipped one, and no cache at all."""
 
@@ -126,7 +127,6 @@ def seed_catalogue(dsn: str, catalogue: Catalogue, seed: int) -> None:
     insertion order), on a running stack as the example's README has it (``txcache up``,
     then the app creates its tables): the app then finds a catalogue and does not seed its
     five products."""
-    sys.path.insert(0, str(EXAMPLES))
     from fastapi_shop.models import Base
 
     engine = sqlalchemy.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn))
@@ -166,78 +166,29 @@ def backend_cpu(admin: psycopg.Connection[Any], application: str) -> dict[int, f
 # -- the app -------------------------------------------------------------------------------
 
 
-class ShopServer:
-    """``uvicorn --factory fastapi_shop.app:create_app`` (one worker: the process is the
-    server) on a free port, in txcache mode ``mode``, configured for the stack through the
-    environment as the example's README runs it. Its database connections are named
-    ``shop <mode>`` (``application_name``), so that their backends can be told apart."""
-
-    def __init__(self, mode: str, stack: Stack, staleness: float, log_dir: Path) -> None:
-        self.mode = mode
-        self.application = f"shop {mode}"
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self.log = log_dir / f"uvicorn-{mode}.log"
-        env = {
-            **os.environ,
-            **stack.settings(),
-            "TXCACHE_DSN": make_conninfo(stack.dsn, application_name=self.application),
-            "TXCACHE_MODE": mode,
-            "SHOP_STALENESS": str(staleness),
-        }
-        command = [sys.executable, "-m", "uvicorn", "--app-dir", str(EXAMPLES), "--factory"]
-        command += ["fastapi_shop.app:create_app", "--host", "127.0.0.1"]
-        command += ["--port", self.url.rsplit(":", 1)[1], "--log-level", "warning"]
-        command += ["--no-access-log"]
-        with self.log.open("w") as output:
-            self.process = subprocess.Popen(
-                command, env=env, stdout=output, stderr=subprocess.STDOUT
-            )
-        try:
-            wait_until(self._ready, f"the {mode} shop to answer", timeout=60, log=self.output)
-        except BaseException:
-            self.stop()
-            raise
-
-    @property
-    def pid(self) -> int:
-        """The server's process (its only one: one worker)."""
-        return self.process.pid
-
-    def output(self) -> str:
-        """The end of the server's log."""
-        return tail(self.log.read_text())
-
-    def _ready(self) -> bool:
-        if self.process.poll() is not None:
-            raise RuntimeError(f"the {self.mode} shop exited:\n{self.output()}")
-        try:
-            return httpx.get(f"{self.url}/metrics", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def stop(self) -> None:
-        """Stop the server (SIGTERM: uvicorn runs the app's shutdown)."""
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
 @contextmanager
 def shop_servers(stack: Stack, staleness: float) -> Iterator[dict[str, ShopServer]]:
     """One server per mode, started one after the other (each runs the app's ``prepare``
-    at start), stopped on exit; their logs are kept only while they run."""
+    at start), stopped on exit; their logs are kept only while they run. Each one's
+    database connections are named ``shop <mode>`` (``application_name``), so that their
+    backends can be told apart."""
     with tempfile.TemporaryDirectory(prefix="txcache-bench-shop-") as scratch:
         servers: dict[str, ShopServer] = {}
         try:
             for mode in MODES:
-                servers[mode] = ShopServer(mode, stack, staleness, Path(scratch))
+                dsn = make_conninfo(stack.dsn, application_name=application(mode))
+                environment = {"TXCACHE_DSN": dsn, "TXCACHE_MODE": mode}
+                log = Path(scratch) / f"uvicorn-{mode}.log"
+                servers[mode] = ShopServer(stack, log, staleness=staleness, environment=environment)
             yield servers
         finally:
             for server in servers.values():
                 server.stop()
+
+
+def application(mode: str) -> str:
+    """The ``application_name`` of the ``mode`` server's database connections."""
+    return f"shop {mode}"
 
 
 # -- the load ------------------------------------------------------------------------------
@@ -377,11 +328,12 @@ class Bench:
     mix: RequestMix
     args: argparse.Namespace
 
-    def cpu(self, shop: ShopServer) -> dict[str, Any]:
+    def cpu(self, mode: str) -> dict[str, Any]:
         """CPU seconds so far of each component (the app backends' per backend)."""
+        shop = self.shops[mode]
         return {
             "database": database_cpu_seconds(self.server),
-            "app backends": backend_cpu(self.admin, shop.application),
+            "app backends": backend_cpu(self.admin, application(mode)),
             "app": cpu_seconds(shop.pid),
             "node": cpu_seconds(node_pid(self.stack)),
             "agent": cpu_seconds(agent_pid(self.stack)),
@@ -391,9 +343,9 @@ class Bench:
     def run(self, mode: str, seconds: float, seed: str) -> dict[str, Any]:
         """One closed-loop run against ``mode``'s server; its row of raw results."""
         shop, node = self.shops[mode], self.stack.node_addresses[0]
-        counts, before, foreign = node_counts(node), self.cpu(shop), ForeignCpu()
+        counts, before, foreign = node_counts(node), self.cpu(mode), ForeignCpu()
         load = asyncio.run(drive(shop.url, self.mix, seconds, self.args.concurrency, seed))
-        other, after, counts_after = foreign.seconds(), self.cpu(shop), node_counts(node)
+        other, after, counts_after = foreign.seconds(), self.cpu(mode), node_counts(node)
         cpu = {name: after[name] - before[name] for name in COMPONENTS if name != "app backends"}
         backends_before = before["app backends"]
         cpu["app backends"] = sum(

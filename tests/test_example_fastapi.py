@@ -11,70 +11,24 @@ customers."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import psycopg
 import pytest
 
+from fastapi_shop.server import ShopServer
 from postgres_fixtures import fresh_database
 from txcache import EmbeddedPostgres
-from txcache.stack import Stack, StackOptions, free_port, tail, wait_until
+from txcache.stack import Stack, StackOptions, wait_until
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TOKEN_HEADER = "X-Txcache-Token"
 AGENT_ARGS = ("--pin-interval", "50ms", "--heartbeat-interval", "50ms")
 
 
-class ShopServer:
-    """``uvicorn --factory fastapi_shop.app:create_app`` on a free port, configured for the
-    stack through the environment, as the example's README runs it."""
-
-    def __init__(self, stack: Stack, log: Path) -> None:
-        self.stack = stack
-        self.log = log
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {
-            **os.environ,
-            **stack.settings(),
-            "TXCACHE_REFRESH_INTERVAL": "0.05",
-            "SHOP_STALENESS": "30",
-        }
-        command = [sys.executable, "-m", "uvicorn", "--app-dir", str(EXAMPLES), "--factory"]
-        command += ["fastapi_shop.app:create_app", "--host", "127.0.0.1"]
-        command += ["--port", str(self.port), "--log-level", "warning"]
-        with log.open("w") as output:
-            self.process = subprocess.Popen(
-                command, env=env, stdout=output, stderr=subprocess.STDOUT
-            )
-        wait_until(self._ready, "the shop to answer", timeout=60, log=self.output)
-
-    def output(self) -> str:
-        """The end of the server's log."""
-        return tail(self.log.read_text())
-
-    def _ready(self) -> bool:
-        if self.process.poll() is not None:
-            raise RuntimeError(f"the shop exited ({self.process.returncode}):\n{self.output()}")
-        try:
-            return httpx.get(f"{self.url}/metrics", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def stop(self) -> None:
-        """Stop the server (SIGTERM: uvicorn runs the app's shutdown)."""
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+class Shop(ShopServer):
+    """The example's server, with what its tests ask of it."""
 
     def client(self) -> httpx.Client:
         """A client with a cookie jar of its own, as a browser would have."""
@@ -97,9 +51,7 @@ class ShopServer:
 
 
 @pytest.fixture(scope="module")
-def shop(
-    postgres: EmbeddedPostgres, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ShopServer]:
+def shop(postgres: EmbeddedPostgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
     """One stack on a fresh database (the app creates its tables and seeds them) and the
     app serving it."""
     databases = fresh_database(postgres)
@@ -107,11 +59,9 @@ def shop(
     options = StackOptions(dsn=dsn, nodes=2, max_memory="64mb", agent_args=AGENT_ARGS)
     try:
         with Stack(options) as stack:
-            server = ShopServer(stack, tmp_path_factory.mktemp("shop") / "uvicorn.log")
-            try:
+            log = tmp_path_factory.mktemp("shop") / "uvicorn.log"
+            with Shop(stack, log, environment={"TXCACHE_REFRESH_INTERVAL": "0.05"}) as server:
                 yield server
-            finally:
-                server.stop()
     finally:
         next(databases, None)  # drops the database
 
@@ -124,7 +74,7 @@ def token_in(response: httpx.Response) -> int:
     return int(token)
 
 
-def hit(shop: ShopServer, client: httpx.Client, path: str, function: str) -> object:
+def hit(shop: Shop, client: httpx.Client, path: str, function: str) -> object:
     """GET ``path`` until the app reports a hit of ``function`` (the first read of a table
     may not store: it read the catalog anew; the agent's stream must pass that reading);
     the page."""
