@@ -1,0 +1,1 @@
+"""The shop app: items and orders, their admin, and JSON pages read through txcache."""
