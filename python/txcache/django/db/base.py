@@ -178,8 +178,9 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         if route is None:
             super()._set_autocommit(False)
         elif isinstance(route, ReadWriteTransaction):
-            self._outer_savepoint = f"txcache_django_{next(_savepoints)}"
-            self._in_route(f"SAVEPOINT {self._outer_savepoint}")
+            name = f"txcache_django_{next(_savepoints)}"
+            self._in_route(f"SAVEPOINT {name}")
+            self._outer_savepoint = name
         self._began_on = route
 
     def _commit(self) -> None:
