@@ -17,9 +17,11 @@ from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 from django.db.backends.postgresql import psycopg_any
 from django.test import override_settings
+from psycopg.conninfo import conninfo_to_dict
 
 from django_fixtures import DjangoShop, start_shop
 from txcache import EmbeddedPostgres
+from txcache.django import conf
 from txcache.stack import free_port
 
 ENGINE = "txcache.django.db"
@@ -73,6 +75,18 @@ def test_txcache_status_fails_on_a_node_that_is_down(shop):
     ):
         run("txcache_status", "--timeout", "0.5")
     assert raised.value.returncode == 1
+
+
+def test_the_dsn_is_the_database_s_with_django_s_encoding_and_time_zone(shop):
+    derived = conninfo_to_dict(conf.library_settings(conf.txcache_settings()).dsn)
+    assert derived["dbname"] == settings.DATABASES["default"]["NAME"]
+    assert (derived["client_encoding"], derived["options"]) == ("UTF8", "-c TimeZone=UTC")
+    with shop.cache.pool.connection() as pooled:
+        assert pooled.info.parameter_status("TimeZone") == "UTC"
+    given = conf.TxcacheSettings(library={"dsn": "dbname=other options='-c search_path=app'"})
+    explicit = conninfo_to_dict(conf.library_settings(given).dsn)
+    assert explicit["options"] == "-c search_path=app -c TimeZone=UTC"
+    assert (explicit["dbname"], explicit["client_encoding"]) == ("other", "UTF8")
 
 
 def messages(**changes: Any) -> list[str]:

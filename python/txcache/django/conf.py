@@ -148,7 +148,9 @@ def isolation_level(alias: str) -> str | None:
 
 def library_settings(chosen: TxcacheSettings) -> Settings:
     """The library settings a cache of ``chosen`` gets (arguments, environment,
-    ``txcache.toml``), without connecting: raises :class:`txcache.ConfigurationError`."""
+    ``txcache.toml``), without connecting: raises :class:`txcache.ConfigurationError`. A
+    ``DSN`` given is completed with Django's client encoding and time zone, as the one
+    derived from ``DATABASES`` is."""
     library = dict(chosen.library)
     library.setdefault("dsn", None)
     if library["dsn"] is None:
@@ -157,7 +159,9 @@ def library_settings(chosen: TxcacheSettings) -> Settings:
         timezone = connections[chosen.database].timezone_name
         parsed = psycopg.conninfo.conninfo_to_dict(library["dsn"])
         options = _startup_options(str(parsed.get("options", "")), timezone)
-        library["dsn"] = psycopg.conninfo.make_conninfo(library["dsn"], options=options)
+        library["dsn"] = psycopg.conninfo.make_conninfo(
+            library["dsn"], options=options, client_encoding="UTF8"
+        )
     nodes = library.get("nodes")
     if nodes is not None and not isinstance(nodes, str):
         library["nodes"] = tuple(nodes)
