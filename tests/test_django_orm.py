@@ -262,5 +262,8 @@ def register_then_fail(block: Any, callback: Any) -> None:
 
 
 def test_a_model_instance_is_refused_as_a_cached_value(shop):
-    with txcache.django.read_only(), pytest.raises(txcache.UnsupportedValue):
+    with (
+        txcache.django.read_only(),
+        pytest.raises(txcache.UnsupportedValue, match=r"\.txcache\(\)"),
+    ):
         an_instance(1)

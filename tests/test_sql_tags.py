@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import psycopg
 import pytest
+from psycopg.types.numeric import Int2, Int4, Int8
 
 from postgres_fixtures import drop_database
 from txcache import EmbeddedPostgres, TxcacheError, setup_database
@@ -236,6 +237,14 @@ def test_integers_of_every_width(tags):
     assert tags("SELECT * FROM items WHERE big = %s", (-(2**40),)) == {
         f"public.items:big={-(2**40)}"
     }
+
+
+def test_psycopg_typed_integers_are_integers(tags):
+    """Django passes an ``IntegerField``'s value as psycopg's ``Int4``: sent as int4, it
+    compares by value with a column of any integer width."""
+    assert tags("SELECT * FROM items WHERE id = %s", (Int4(7),)) == {"public.items:id=7"}
+    assert tags("SELECT * FROM items WHERE big = %s", (Int2(-3),)) == {"public.items:big=-3"}
+    assert tags("SELECT * FROM items WHERE small = %s", (Int8(3),)) == {"public.items:small=3"}
 
 
 def test_integer_input_text_is_normalised_like_postgres(tags):

@@ -121,18 +121,25 @@ def _check(value: Any, depth: int) -> None:
         raise UnsupportedValue(
             f"values of type {kind.__qualname__} cannot be cached by the default serializer "
             "(exact None/bool/int/float/str/bytes/list/tuple/dict/set, Decimal, date/time, "
-            f"UUID){_sqlalchemy_hint(kind)}"
+            f"UUID){_orm_hint(kind)}"
         )
 
 
-def _sqlalchemy_hint(kind: type) -> str:
-    """What to return instead of an SQLAlchemy ORM instance or row (by duck type: the
-    serializer does not import SQLAlchemy)."""
-    if hasattr(kind, "_sa_class_manager") or kind.__module__.split(".")[0] == "sqlalchemy":
+def _orm_hint(kind: type) -> str:
+    """What to return instead of an SQLAlchemy or Django ORM instance, row or queryset (by
+    duck type: the serializer imports neither)."""
+    package = kind.__module__.split(".")[0]
+    if hasattr(kind, "_sa_class_manager") or package == "sqlalchemy":
         return (
             ": an SQLAlchemy ORM instance or row is not plain data; return "
             "txcache.sqlalchemy.to_dict(instance), rows(result) or dicts(result) instead "
             "(docs/sqlalchemy.md)"
+        )
+    if (hasattr(kind, "_meta") and hasattr(kind, "_default_manager")) or package == "django":
+        return (
+            ": a Django model instance or queryset is not plain data; return "
+            "list(queryset.values()) or .values_list(), or cache the queryset itself with "
+            ".txcache() (docs/django.md)"
         )
     return ""
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import pglast
 from pglast import ast, enums
+from psycopg.types.numeric import Int2, Int4, Int8
 
 from txcache._schema import FAMILY_OF_TYPE, Catalog, Family, Relation, Schema, escape_name
 from txcache.errors import TxcacheError
@@ -37,6 +38,8 @@ __all__ = ["QueryTags", "UncacheableQuery", "analyze"]
 MAX_TAG_BYTES = 4096  # InvalidationTag::MAX_LEN
 _MAX_VIEW_DEPTH = 32
 _PLACEHOLDER = re.compile(r"%(?:\(([^)]+)\).|.)")
+# psycopg's typed integers (what Django passes for an IntegerField): ints sent as int2/4/8.
+_TYPED_INTS = (int, Int2, Int4, Int8)
 _INT_TEXT = re.compile(r"[ \t\n\r\v\f]*[+-]?[0-9]+[ \t\n\r\v\f]*")
 _BOOL_TEXT = {"t": "t", "true": "t", "y": "t", "yes": "t", "on": "t", "1": "t"}
 _BOOL_TEXT |= {"f": "f", "false": "f", "n": "f", "no": "f", "off": "f", "0": "f"}
@@ -653,8 +656,8 @@ def _text_output(value: object, family: Family) -> str | None:
     """PostgreSQL's text output of ``value`` read as ``family``, where provably known."""
     kind = type(value)
     if family == "int":
-        if kind is int:
-            return str(value)
+        if kind in _TYPED_INTS and isinstance(value, int):  # exact types: never a bool
+            return str(int(value))
         if kind is str and _INT_TEXT.fullmatch(str(value)):
             return str(int(str(value)))
     elif family == "text":
