@@ -13,8 +13,11 @@ from django.conf import settings
 from django.core import signing
 from django.test import Client, override_settings
 
+import txcache.metrics
 from django_fixtures import STALENESS, DjangoShop, Item, start_shop
 from txcache import EmbeddedPostgres
+from txcache._stats import view_stats
+from txcache.stack import wait_until
 
 COOKIE = "txcache_token"
 HEADER = "X-Txcache-Token"
@@ -108,3 +111,21 @@ def test_a_login_is_seen_by_the_next_request(shop):
     page = client.get("/whoami").json()
     assert (page["user"], page["kind"]) == ("ann", "read_only")
     assert page["not_before"] == token_of(response.headers[HEADER])
+
+
+def test_each_view_counts_its_requests_hits_and_misses(shop):
+    view = view_stats("django_fixtures.item_page")  # unnamed URL: the view's dotted path
+    before = (view.requests, view.hits, view.misses)
+    client = Client()
+    client.get("/items/6/")
+    client.get("/items/6/")
+    requests, hits, misses = (
+        view.requests - before[0],
+        view.hits - before[1],
+        view.misses - before[2],
+    )
+    assert (requests, hits + misses) == (2, 2), "one cached queryset per request"
+    wait_until(lambda: client.get("/items/6/") and view.hits > before[1], "a hit of the view")
+    exported = txcache.metrics.render()
+    assert f'txcache_view_requests_total{{view="{view.name}"}} {float(view.requests)!r}' in exported
+    assert f'txcache_view_hits_total{{view="{view.name}"}} {float(view.hits)!r}' in exported

@@ -15,7 +15,7 @@ import pytest
 
 import txcache
 from txcache import metrics
-from txcache._stats import FunctionStats, OperationLatency
+from txcache._stats import FunctionStats, OperationLatency, ViewStats, view_stats
 
 
 @txcache.cacheable
@@ -46,6 +46,8 @@ def test_every_counter_of_the_statistics_is_exported():
     exported = {metric.name.removeprefix("txcache_function_") for metric in metrics.METRICS}
     counters = {field.name for field in dataclasses.fields(FunctionStats)} - {"name", "_lock"}
     assert counters <= exported
+    views = {field.name for field in dataclasses.fields(ViewStats)} - {"name", "_lock"}
+    assert {f"txcache_view_{name}" for name in views} <= {m.name for m in metrics.METRICS}
     latency = {field.name for field in dataclasses.fields(OperationLatency)} - {"_lock"}
     assert {f"txcache_{name}" for name in latency} <= {metric.name for metric in metrics.METRICS}
 
@@ -89,8 +91,10 @@ def test_serve_answers_get_metrics_only(lib):
         server.close()
 
 
-def test_status_shows_the_functions_of_a_process_that_serves_them(lib):
+def test_status_shows_the_functions_and_views_of_a_process_that_serves_them(lib):
     exercise(lib)
+    view = view_stats("shop:item")  # as txcache.django's middleware records a request
+    view.record(hits=3, misses=1)
     server = metrics.serve(0)
     host, port = server.server_address[:2]
     url = f"http://{host}:{port}/metrics"
@@ -109,6 +113,10 @@ def test_status_shows_the_functions_of_a_process_that_serves_them(lib):
     counters = json.loads(report.stdout)["processes"][0]["functions"][label.stats.name]
     assert counters["errors"] == label.stats.errors
     assert 0 < counters["hit_rate"] < 1
+    shown = f"  view shop:item: requests {view.requests}, hits {view.hits}, misses {view.misses}"
+    assert shown in text.stdout
+    views = json.loads(report.stdout)["processes"][0]["views"]
+    assert views["shop:item"]["hit_rate"] == view.hit_rate
 
 
 def test_status_reports_a_process_without_metrics_as_unreachable():

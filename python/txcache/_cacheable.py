@@ -149,7 +149,13 @@ class CacheableBase(Generic[P, R]):
         for frame in transaction.frames:
             frame.read_cached(found.interval, found.tags)
         self.stats.record_hit(time.perf_counter() - started)
+        transaction.hits += 1
         return value
+
+    def _record_miss(self, transaction: ReadOnlyCore[Any], miss_kind: str, started: float) -> None:
+        """A miss (``miss_kind``) ran, since ``started``."""
+        self.stats.record_miss(miss_kind, time.perf_counter() - started)
+        transaction.misses += 1
 
     def _open_frame(self, transaction: ReadOnlyCore[Any], manual_tag: str | None) -> Frame:
         """A frame for a miss's run, on the transaction's stack."""
@@ -283,7 +289,7 @@ class CacheableFunction(CacheableBase[P, R]):
             value = self.function(*args, **kwargs)
         finally:
             self._close_frame(transaction, frame)
-        self.stats.record_miss(miss_kind, time.perf_counter() - started)
+        self._record_miss(transaction, miss_kind, started)
         request = self._store_request(transaction, value, frame)
         if request is not None:
             self._stored(transaction, node.insert(key, *request))

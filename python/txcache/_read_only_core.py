@@ -136,6 +136,10 @@ class ReadOnlyCore(Generic[C]):
         """Whether the cache is out of use for the rest of the transaction."""
         self.moves = 0
         """How often the database transaction moved to another pin."""
+        self.hits = 0
+        """Cacheable calls answered from the cache."""
+        self.misses = 0
+        """Cacheable calls that missed and ran (nested ones included)."""
         self.read_cache = False
         """Whether a cached value was used (the transaction is then bound to the pins)."""
         self._closed = False

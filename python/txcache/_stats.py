@@ -1,4 +1,5 @@
-"""Per-function statistics: what the cache did for each cacheable function."""
+"""Statistics: what the cache did for each cacheable function, and for each view (a web
+request handler) of a framework integration."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
-__all__ = ["FunctionStats", "OperationLatency"]
+__all__ = ["FunctionStats", "OperationLatency", "ViewStats", "all_view_stats", "view_stats"]
 
 
 @dataclass
@@ -128,3 +129,48 @@ class OperationLatency:
                 "queries": self.queries,
                 "query_mean_ms": 1e3 * self.query_seconds / self.queries if self.queries else 0.0,
             }
+
+
+@dataclass
+class ViewStats:
+    """Counters of one view, updated by every request it served in a read-only transaction
+    in this process: the requests, and the cacheable calls they made, answered from the
+    cache (``hits``) or run (``misses``, nested calls of a miss included)."""
+
+    name: str
+    requests: int = 0
+    hits: int = 0
+    misses: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def hit_rate(self) -> float:
+        """Hits over lookups (``0.0`` before any)."""
+        lookups = self.hits + self.misses
+        return self.hits / lookups if lookups else 0.0
+
+    def record(self, hits: int, misses: int) -> None:
+        """One request served, whose transaction had ``hits`` and ``misses``."""
+        with self._lock:
+            self.requests += 1
+            self.hits += hits
+            self.misses += misses
+
+
+_views: dict[str, ViewStats] = {}
+_views_lock = threading.Lock()
+
+
+def view_stats(name: str) -> ViewStats:
+    """The counters of view ``name`` (made on first use)."""
+    with _views_lock:
+        found = _views.get(name)
+        if found is None:
+            found = _views[name] = ViewStats(name)
+        return found
+
+
+def all_view_stats() -> list[ViewStats]:
+    """The counters of every view that served a request, by name."""
+    with _views_lock:
+        return [_views[name] for name in sorted(_views)]

@@ -1,5 +1,6 @@
-"""This process's cache statistics for Prometheus: every cacheable function's counters and
-the default cache's lookup and query latency.
+"""This process's cache statistics for Prometheus: every cacheable function's counters, every
+view's (requests a framework integration served, with their hits and misses), and the
+default cache's lookup and query latency.
 
 Three ways out, all rendered from one table of metrics (:data:`METRICS`):
 
@@ -20,11 +21,21 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from txcache._cacheable import function_stats
-from txcache._stats import FunctionStats, OperationLatency
+from txcache._stats import FunctionStats, OperationLatency, ViewStats, all_view_stats
 
-__all__ = ["METRICS", "Collector", "Metric", "MetricsServer", "render", "serve"]
+__all__ = ["METRICS", "Collector", "Metric", "MetricsServer", "Sources", "render", "serve"]
 
 Sample = tuple[dict[str, str], float]
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The statistics the metrics are read from, taken once per scrape."""
+
+    functions: list[FunctionStats]
+    views: list[ViewStats]
+    latency: OperationLatency | None
+    """The default cache's (``None`` without one)."""
 
 
 @dataclass(frozen=True)
@@ -35,31 +46,39 @@ class Metric:
     name: str
     kind: str
     help: str
-    samples: Callable[[list[FunctionStats], OperationLatency | None], Iterable[Sample]]
+    samples: Callable[[Sources], Iterable[Sample]]
 
 
-def _per_function(value: Callable[[FunctionStats], float]) -> Callable[..., Iterable[Sample]]:
-    def samples(stats: list[FunctionStats], _latency: OperationLatency | None) -> list[Sample]:
-        return [({"function": s.name}, float(value(s))) for s in stats]
+def _per_function(value: Callable[[FunctionStats], float]) -> Callable[[Sources], list[Sample]]:
+    def samples(sources: Sources) -> list[Sample]:
+        return [({"function": s.name}, float(value(s))) for s in sources.functions]
 
     return samples
 
 
 def _per_function_by(
     label: str, counts: Callable[[FunctionStats], dict[str, int]]
-) -> Callable[..., Iterable[Sample]]:
-    def samples(stats: list[FunctionStats], _latency: OperationLatency | None) -> list[Sample]:
+) -> Callable[[Sources], list[Sample]]:
+    def samples(sources: Sources) -> list[Sample]:
         return [
             ({"function": s.name, label: key}, float(count))
-            for s in stats
+            for s in sources.functions
             for key, count in sorted(counts(s).items())
         ]
 
     return samples
 
 
-def _latency(field: str) -> Callable[..., Iterable[Sample]]:
-    def samples(_stats: list[FunctionStats], latency: OperationLatency | None) -> list[Sample]:
+def _per_view(value: Callable[[ViewStats], float]) -> Callable[[Sources], list[Sample]]:
+    def samples(sources: Sources) -> list[Sample]:
+        return [({"view": s.name}, float(value(s))) for s in sources.views]
+
+    return samples
+
+
+def _latency(field: str) -> Callable[[Sources], list[Sample]]:
+    def samples(sources: Sources) -> list[Sample]:
+        latency = sources.latency
         return [] if latency is None else [({}, float(getattr(latency, field)))]
 
     return samples
@@ -109,6 +128,24 @@ METRICS: tuple[Metric, ...] = (
         _per_function(lambda s: s.miss_seconds),
     ),
     Metric(
+        "txcache_view_requests",
+        "counter",
+        "Requests a view served in a read-only transaction (txcache.django's middleware).",
+        _per_view(lambda s: s.requests),
+    ),
+    Metric(
+        "txcache_view_hits",
+        "counter",
+        "Cacheable calls of a view's requests answered from the cache.",
+        _per_view(lambda s: s.hits),
+    ),
+    Metric(
+        "txcache_view_misses",
+        "counter",
+        "Cacheable calls of a view's requests that missed and ran.",
+        _per_view(lambda s: s.misses),
+    ),
+    Metric(
         "txcache_lookups",
         "counter",
         "Cache lookups of read-only transactions (the default cache).",
@@ -136,11 +173,12 @@ METRICS: tuple[Metric, ...] = (
 """Every metric this module exports, declared once."""
 
 
-def _sources() -> tuple[list[FunctionStats], OperationLatency | None]:
+def _sources() -> Sources:
     from txcache._connect import default_cache  # the cache module imports this package's
 
     cache = default_cache()
-    return function_stats(), None if cache is None else cache.latency
+    latency = None if cache is None else cache.latency
+    return Sources(function_stats(), all_view_stats(), latency)
 
 
 def _exposed_name(metric: Metric) -> str:
@@ -159,14 +197,13 @@ def _label_text(labels: dict[str, str]) -> str:
 
 def render() -> str:
     """Every metric of :data:`METRICS` in the Prometheus text exposition format (0.0.4)."""
-    stats, latency = _sources()
+    sources = _sources()
     lines: list[str] = []
     for metric in METRICS:
         name = _exposed_name(metric)
         lines += [f"# HELP {name} {metric.help}", f"# TYPE {name} {metric.kind}"]
         lines += [
-            f"{name}{_label_text(labels)} {value!r}"
-            for labels, value in metric.samples(stats, latency)
+            f"{name}{_label_text(labels)} {value!r}" for labels, value in metric.samples(sources)
         ]
     return "\n".join(lines) + "\n"
 
@@ -178,9 +215,9 @@ class Collector:
         """One metric family per metric, read now."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        stats, latency = _sources()
+        sources = _sources()
         for metric in METRICS:
-            samples = list(metric.samples(stats, latency))
+            samples = list(metric.samples(sources))
             labels = sorted({key for sample_labels, _ in samples for key in sample_labels})
             family_type = CounterMetricFamily if metric.kind == "counter" else GaugeMetricFamily
             family = family_type(metric.name, metric.help, labels=labels)

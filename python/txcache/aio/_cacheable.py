@@ -130,7 +130,7 @@ class AsyncCacheableFunction(CacheableBase[P, R]):
             value = await self.function(*args, **kwargs)
         finally:
             self._close_frame(transaction, frame)
-        self.stats.record_miss(miss_kind, time.perf_counter() - started)
+        self._record_miss(transaction, miss_kind, started)
         request = self._store_request(transaction, value, frame)
         if request is not None:
             self._stored(transaction, await node.insert(key, *request))

@@ -142,19 +142,23 @@ def probe_agent(address: str, *, password: str | None = None, timeout: float = 2
     return report
 
 
-_SAMPLE = re.compile(r'^(txcache_function_\w+)_total\{function="((?:[^"\\]|\\.)*)"[^}]*\} (\S+)$')
+_SAMPLE = re.compile(
+    r'^txcache_(function|view)_(\w+)_total\{(?:function|view)="((?:[^"\\]|\\.)*)"[^}]*\} (\S+)$'
+)
 
 
 @dataclass
 class ProcessReport(Report):
     """What an application process's ``/metrics`` (:mod:`txcache.metrics`) said: per
-    function, each counter summed over its other labels (``hits``, ``misses``, …)."""
+    function, each counter summed over its other labels (``hits``, ``misses``, …), and per
+    view (``requests``, ``hits``, ``misses``)."""
 
     functions: dict[str, dict[str, float]] = field(default_factory=dict)
+    views: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def probe_metrics(url: str, *, timeout: float = 2.0) -> ProcessReport:
-    """Read the function statistics a process serves at ``url``; never raises."""
+    """Read the function and view statistics a process serves at ``url``; never raises."""
     report = ProcessReport(url)
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
@@ -166,9 +170,9 @@ def probe_metrics(url: str, *, timeout: float = 2.0) -> ProcessReport:
         match = _SAMPLE.match(line)
         if match is None:
             continue
-        metric, function, value = match.groups()
-        counters = report.functions.setdefault(function.replace('\\"', '"'), {})
-        name = metric.removeprefix("txcache_function_")
+        kind, name, label, value = match.groups()
+        table = report.functions if kind == "function" else report.views
+        counters = table.setdefault(label.replace('\\"', '"'), {})
         counters[name] = counters.get(name, 0.0) + float(value)
     if not report.functions and "txcache_" not in text:
         report.state, report.error = "bad reply", "no txcache metrics there"

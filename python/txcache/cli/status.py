@@ -246,7 +246,7 @@ class Everything:
 
 
 def process_json(process: ProcessReport) -> dict[str, Any]:
-    """One application process as a JSON object (its functions' counters)."""
+    """One application process as a JSON object (its functions' and views' counters)."""
     if not process.reachable:
         return {"url": process.address, "reachable": False, "state": process.state,
                 "error": process.error}  # fmt: skip
@@ -255,8 +255,12 @@ def process_json(process: ProcessReport) -> dict[str, Any]:
         "reachable": True,
         "state": process.state,
         "functions": {
-            name: {**counters, "hit_rate": _function_hit_rate(counters)}
+            name: {**counters, "hit_rate": _hit_rate(counters)}
             for name, counters in sorted(process.functions.items())
+        },
+        "views": {
+            name: {**counters, "hit_rate": _hit_rate(counters)}
+            for name, counters in sorted(process.views.items())
         },
     }
 
@@ -340,7 +344,7 @@ def _agent_text(agent: AgentReport, now: int) -> list[str]:
     ]
 
 
-def _function_hit_rate(counters: dict[str, float]) -> float | None:
+def _hit_rate(counters: dict[str, float]) -> float | None:
     lookups = counters.get("hits", 0.0) + counters.get("misses", 0.0)
     return counters.get("hits", 0.0) / lookups if lookups else None
 
@@ -354,7 +358,13 @@ def _process_text(process: ProcessReport) -> list[str]:
         lines.append(
             f"  {name}: hits {count['hits']}, misses {count['misses']}, uncached "
             f"{count['uncached']}, errors {count['errors']}, hit rate "
-            f"{_percent(_function_hit_rate(counters))}"
+            f"{_percent(_hit_rate(counters))}"
+        )
+    for name, counters in sorted(process.views.items()):
+        count = {key: int(counters.get(key, 0)) for key in ("requests", "hits", "misses")}
+        lines.append(
+            f"  view {name}: requests {count['requests']}, hits {count['hits']}, misses "
+            f"{count['misses']}, hit rate {_percent(_hit_rate(counters))}"
         )
     return lines
 

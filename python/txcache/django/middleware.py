@@ -11,6 +11,11 @@
   response header;
 - a view marked by :mod:`txcache.django.decorators` as it says.
 
+Each read-only request counts for its view (the URL pattern's name, else the view's dotted
+path): requests, and the cacheable calls answered from the cache or run —
+``txcache_view_requests``, ``txcache_view_hits`` and ``txcache_view_misses`` in
+:mod:`txcache.metrics`.
+
 The client hands the token back (the cookie does it by itself; an API client echoes the
 header) and its next read-only request sees its own writes. Tokens are signed with
 ``SECRET_KEY`` (Django's ``TimestampSigner``) and honoured for ``TOKEN_MAX_AGE`` seconds: a
@@ -27,6 +32,7 @@ from django.core import signing
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.urls import Resolver404, resolve
 
+from txcache._stats import view_stats
 from txcache.django import conf, transactions
 from txcache.django.decorators import ViewPolicy, policy_of
 from txcache.errors import SnapshotUnavailable
@@ -69,8 +75,12 @@ class TransactionMiddleware:
 
     def _read_only(self, request: HttpRequest, policy: ViewPolicy) -> HttpResponseBase:
         token = request_token(request, self.settings)
-        with transactions.read_only(policy.staleness, not_before=token):
-            return self.get_response(request)
+        with transactions.read_only(policy.staleness, not_before=token) as transaction:
+            response = self.get_response(request)
+        match = getattr(request, "resolver_match", None)
+        if match is not None:  # a URL no view answered counts for none
+            view_stats(match.view_name).record(transaction.hits, transaction.misses)
+        return response
 
     def _read_write(self, request: HttpRequest, policy: ViewPolicy) -> HttpResponseBase:
         try:
