@@ -11,23 +11,19 @@ the migration comes last and renames every item."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import httpx
 import psycopg
 import pytest
 
+from django_shop.server import DjangoShopServer
 from postgres_fixtures import fresh_database
 from txcache import EmbeddedPostgres
-from txcache.stack import Stack, StackOptions, free_port, tail, wait_until
+from txcache.stack import Stack, StackOptions, wait_until
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "django_shop"
 AGENT_ARGS = ("--pin-interval", "50ms", "--heartbeat-interval", "50ms")
 ADMIN_PASSWORD = "admin-secret-1"
 TOKEN_COOKIE = "txcache_token"
@@ -35,71 +31,8 @@ TOKEN_HEADER = "X-Txcache-Token"
 ITEMS = "txcache.django.queryset.rows[shop.Item]"
 
 
-class DjangoShopServer:
-    """The example's database migrated to ``shop 0001`` with an admin user, and granian
-    serving ``django_shop.wsgi:application`` on a free port, configured for the stack
-    through the environment as the example's README runs it."""
-
-    def __init__(self, stack: Stack, log: Path) -> None:
-        self.stack = stack
-        self.log = log
-        self.env = {
-            **os.environ,
-            **stack.settings(),
-            "TXCACHE_REFRESH_INTERVAL": "0.05",
-            "SHOP_STALENESS": "30",
-            "DJANGO_SETTINGS_MODULE": "django_shop.settings",
-            "DJANGO_SUPERUSER_PASSWORD": ADMIN_PASSWORD,
-            "PYTHONPATH": str(EXAMPLE),
-        }
-        for app in ("contenttypes", "auth", "admin", "sessions"):
-            self.manage("migrate", app)
-        self.manage("migrate", "shop", "0001")  # 0002 runs in a test, while the site serves
-        self.manage("createsuperuser", "--noinput", "--username", "admin", "--email", "a@b.test")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, "-m", "granian", "--interface", "wsgi"]
-        command += ["--host", "127.0.0.1", "--port", str(self.port), "--blocking-threads", "4"]
-        command += ["--working-dir", str(EXAMPLE), "django_shop.wsgi:application"]
-        with log.open("w") as output:
-            self.process = subprocess.Popen(
-                command, env=self.env, stdout=output, stderr=subprocess.STDOUT
-            )
-        wait_until(self._ready, "the shop to answer", timeout=60, log=self.output)
-
-    def manage(self, *args: str) -> str:
-        """Run ``manage.py`` with the server's environment; its output."""
-        done = subprocess.run(
-            [sys.executable, str(EXAMPLE / "manage.py"), *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert done.returncode == 0, f"manage.py {' '.join(args)}:\n{done.stdout}{done.stderr}"
-        return done.stdout
-
-    def output(self) -> str:
-        """The end of the server's log."""
-        return tail(self.log.read_text())
-
-    def _ready(self) -> bool:
-        if self.process.poll() is not None:
-            raise RuntimeError(f"the shop exited ({self.process.returncode}):\n{self.output()}")
-        try:
-            return httpx.get(f"{self.url}/metrics", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def stop(self) -> None:
-        """Stop granian (SIGTERM)."""
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+class Shop(DjangoShopServer):
+    """The example's server, with what its tests ask of it."""
 
     def client(self) -> httpx.Client:
         """A client with a cookie jar of its own, as a browser would have."""
@@ -113,23 +46,31 @@ class DjangoShopServer:
 
 
 @pytest.fixture(scope="module")
-def shop(
-    postgres: EmbeddedPostgres, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[DjangoShopServer]:
+def shop(postgres: EmbeddedPostgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
+    """One stack on a fresh database, the site serving it, the database migrated to ``shop
+    0001`` (its six items; 0002 runs in a test, while the site serves) with an admin user."""
     databases = fresh_database(postgres)
     options = StackOptions(dsn=next(databases), nodes=2, max_memory="64mb", agent_args=AGENT_ARGS)
+    environment = {
+        "TXCACHE_REFRESH_INTERVAL": "0.05",
+        "DJANGO_SUPERUSER_PASSWORD": ADMIN_PASSWORD,
+    }
     try:
         with Stack(options) as stack:
-            server = DjangoShopServer(stack, tmp_path_factory.mktemp("django_shop") / "granian.log")
-            try:
+            log = tmp_path_factory.mktemp("django_shop") / "granian.log"
+            with Shop(stack, log, environment=environment) as server:
+                for app in ("contenttypes", "auth", "admin", "sessions"):
+                    server.manage("migrate", app)
+                server.manage("migrate", "shop", "0001")
+                server.manage(
+                    "createsuperuser", "--noinput", "--username", "admin", "--email", "a@b.test"
+                )
                 yield server
-            finally:
-                server.stop()
     finally:
         next(databases, None)  # drops the database
 
 
-def cached(shop: DjangoShopServer, client: httpx.Client, path: str, function: str) -> object:
+def cached(shop: Shop, client: httpx.Client, path: str, function: str) -> object:
     """GET ``path`` until the app reports a hit of ``function`` (the first read of a table
     may not store: it read the catalog anew); the page, equal to every page before it."""
     hits = shop.hits(function)
@@ -263,7 +204,7 @@ def test_a_migration_while_the_site_runs_leaves_nothing_stale(shop):
 
 
 def keep_reading(
-    shop: DjangoShopServer, paths: list[str], statuses: list[int], stopped: Callable[[], bool]
+    shop: Shop, paths: list[str], statuses: list[int], stopped: Callable[[], bool]
 ) -> None:
     """GET ``paths`` in turn until ``stopped``, recording each status."""
     with shop.client() as client:

@@ -1,7 +1,8 @@
 """Settings of the shop, from the environment: the database is ``TXCACHE_DSN`` (what
-``txcache up`` prints), the nodes and the agent ``TXCACHE_NODES`` and ``TXCACHE_AGENT``
-(read by the library itself), the staleness of pages ``SHOP_STALENESS`` (seconds, default
-5)."""
+``txcache up`` prints), the nodes and the agent ``TXCACHE_NODES`` and ``TXCACHE_AGENT``, the
+mode ``TXCACHE_MODE`` (``bypass``: the same site without the cache) and every other library
+setting its ``TXCACHE_*`` variable (read by the library itself), the staleness of pages
+``SHOP_STALENESS`` (seconds, default 5)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,13 @@ DATABASES = {
         "PASSWORD": _database.get("password", ""),
         "HOST": _database.get("host", ""),
         "PORT": _database.get("port", ""),
+        # The DSN's other parameters (sslmode, application_name, …): Django's connection and
+        # txcache's pool, whose DSN is derived from this one, both connect with them.
+        "OPTIONS": {
+            key: value
+            for key, value in _database.items()
+            if key not in ("dbname", "user", "password", "host", "port")
+        },
     }
 }
 
