@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
-from txcache._process import WaitTimeout, free_port, wait_until
+from txcache._process import ServerProcess, free_port
 
 __all__ = ["AppServer"]
 
 
-class AppServer:
-    """A running ``rubis.serve`` with the given environment variables added."""
+class AppServer(ServerProcess):
+    """A running ``rubis.serve`` with the given environment variables added, in a process
+    group of its own."""
+
+    what = "the RUBiS application"
 
     def __init__(
         self,
@@ -34,61 +34,20 @@ class AppServer:
         threads: int = 8,
         timeout: float = 30.0,
     ) -> None:
-        self.log = Path(tempfile.mkstemp(prefix="rubis-app-", suffix=".log")[1])
+        """Start the server on a free port and wait until it accepts connections."""
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.url = f"http://{self.address}"
         command = [sys.executable, "-m", "rubis.serve", "--bind", self.address]
         command += ["--workers", str(workers), "--threads", str(threads)]
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                command,
-                env={**os.environ, **env},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self._wait(timeout)
+        log = Path(tempfile.mkstemp(prefix="rubis-app-", suffix=".log")[1])
+        super().__init__(command, env={**os.environ, **env}, log=log, timeout=timeout,
+                         new_session=True)  # fmt: skip
 
-    def _wait(self, timeout: float) -> None:
-        try:
-            wait_until(self._accepting, "the RUBiS application", timeout=timeout, interval=0.05)
-        except WaitTimeout:
-            self.stop()
-            raise RuntimeError(
-                f"the RUBiS application did not start:\n{self.log.read_text()}"
-            ) from None
-
-    def _accepting(self) -> bool:
-        """Whether the server accepts connections; raises if it exited instead."""
-        if self.process.poll() is not None:
-            raise RuntimeError(
-                f"the RUBiS application exited with status {self.process.returncode}:\n"
-                f"{self.log.read_text()}"
-            )
+    def ready(self) -> bool:
+        """Whether the server accepts connections."""
         try:
             socket.create_connection(("127.0.0.1", self.port), 1).close()
         except OSError:
             return False
         return True
-
-    def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after 15 s)."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -1,10 +1,13 @@
 """The process primitives every launcher shares: a child process of ours (``txcached``,
-``txcache-agent``) that logs to stderr, a free port, and the one wait loop.
+``txcache-agent``) that logs to stderr, a server process that logs to a file, a free port,
+and the one wait loop.
 
 A :class:`ManagedProcess` is started, its log is collected in the background, and the caller
-waits until a log line says it is ready. :func:`wait_until` polls any other condition with a
-timeout whose error names what was awaited and shows the log that explains why not.
-:mod:`txcache.stack` builds whole stacks from these.
+waits until a log line says it is ready. A :class:`ServerProcess` (an application server the
+tests, demos and benchmarks drive: RUBiS, the examples) is ready once it answers.
+:func:`wait_until` polls any other condition with a timeout whose error names what was
+awaited and shows the log that explains why not. :mod:`txcache.stack` builds whole stacks
+from these.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self, TypeVar
@@ -26,15 +31,21 @@ from typing import Self, TypeVar
 __all__ = [
     "ManagedProcess",
     "ProcessStartError",
+    "ServerProcess",
     "WaitTimeout",
+    "answers_http",
     "find_binary",
     "free_port",
+    "tail",
     "wait_until",
 ]
 
 T = TypeVar("T")
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+LOG_TAIL_LINES = 25
+"""How many lines of a process's log an error quotes."""
 
 
 class ProcessStartError(RuntimeError):
@@ -177,6 +188,103 @@ class ManagedProcess:
         self.process.kill()
         self.process.wait()
         self.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log, indented; a Rust error's backtrace (printed when
+    ``RUST_BACKTRACE`` is set) is cut off so that the error itself shows."""
+    kept = text.split("\nStack backtrace:", 1)[0].splitlines()[-lines:]
+    return "\n".join(f"  | {line}" for line in kept)
+
+
+def answers_http(url: str) -> bool:
+    """Whether ``GET url`` answers ``200`` now (``False`` while nothing listens)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+class ServerProcess:
+    """A server run as a child process: its output goes to the file ``log``; it is ready
+    once :meth:`ready` says so (polled; a server that exits meanwhile, or stays unready for
+    ``timeout`` seconds, raises with the end of its log); it stops with ``SIGTERM``, then
+    ``SIGKILL``. A context manager: leaving it stops the server. Subclasses say what
+    "ready" is and name what they start (:attr:`what`)."""
+
+    what = "the server"
+    """How errors name it."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        log: Path,
+        timeout: float = 60.0,
+        new_session: bool = False,
+    ) -> None:
+        """Start ``command`` with exactly ``env`` and wait until it is ready.
+        ``new_session``: in a process group of its own (signals to the caller's group, a
+        Ctrl-C, do not reach it)."""
+        self.log = log
+        with log.open("wb") as output:
+            self.process = subprocess.Popen(
+                list(command),
+                env=dict(env),
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=new_session,
+            )
+        try:
+            wait_until(self._ready_or_exited, f"{self.what} to answer", timeout=timeout,
+                       log=self.output)  # fmt: skip
+        except BaseException:
+            self.stop()
+            raise
+
+    def ready(self) -> bool:
+        """Whether the server answers now (a subclass's test)."""
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int:
+        """The server's process."""
+        return self.process.pid
+
+    def output(self) -> str:
+        """The end of the server's log."""
+        return tail(self.log.read_text(errors="replace"))
+
+    def _ready_or_exited(self) -> bool:
+        if self.process.poll() is not None:
+            raise ProcessStartError(
+                f"{self.what} exited ({self.process.returncode}):\n{self.output()}"
+            )
+        return self.ready()
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop the server: ``SIGTERM`` (it shuts down cleanly), ``SIGKILL`` after
+        ``timeout`` seconds."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
 
     def __enter__(self) -> Self:
         return self

@@ -45,7 +45,14 @@ from txcache._connect import Cache, connect
 from txcache._lsn import parse_lsn, wal_position
 from txcache._node_process import NodeProcess
 from txcache._postgres import EmbeddedPostgres, PostgresStartError
-from txcache._process import ProcessStartError, WaitTimeout, find_binary, free_port, wait_until
+from txcache._process import (
+    ProcessStartError,
+    WaitTimeout,
+    find_binary,
+    free_port,
+    tail,
+    wait_until,
+)
 from txcache._resp import BadReply, ConnectionLost
 from txcache._setup import SetupError, setup_database
 
@@ -63,9 +70,6 @@ __all__ = [
     "wait_until",
     "wal_position",
 ]
-
-LOG_TAIL_LINES = 25
-"""How many lines of a failed part's log are shown."""
 
 EMBEDDED_SETTINGS = {"max_slot_wal_keep_size": "1GB"}
 """Server settings of the embedded PostgreSQL on top of txcache's defaults: a bounded slot,
@@ -139,13 +143,6 @@ class PartFailed(Exception):
 
 class StartInterrupted(Exception):
     """A stop was requested while the stack was starting."""
-
-
-def tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
-    """The last ``lines`` lines of a log, indented; a Rust error's backtrace (printed when
-    ``RUST_BACKTRACE`` is set) is cut off so that the error itself shows."""
-    kept = text.split("\nStack backtrace:", 1)[0].splitlines()[-lines:]
-    return "\n".join(f"  | {line}" for line in kept)
 
 
 def _port_free(port: int) -> bool:
