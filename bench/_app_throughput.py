@@ -452,6 +452,15 @@ def results(rounds: Sequence[Mapping[str, Any]], name: str, plotted: bool, app: 
         "bottleneck in both modes, so the throughput ratio follows the inverse of its CPU "
         "per request.",
         "",
+        "Other work (processes that are not this benchmark's) used "
+        + " and ".join(
+            f"{fmt(total[mode]['other_work_cpu_s'] / (total[mode]['seconds'] * cpus) * 100, 0)}"
+            f" % ({mode})"
+            for mode in MODES
+        )
+        + " of the machine's CPU time: the absolute numbers are those of a machine shared with "
+        "it; the ratios, from runs seconds apart, are what this measures.",
+        "",
     ]
     if plotted:
         lines += [f"![throughput and database CPU per round]({name}.png)", ""]
