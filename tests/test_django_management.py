@@ -150,3 +150,14 @@ def test_manage_py_check_stops_on_an_error(shop):
         pytest.raises(SystemCheckError, match=r"txcache\.E003"),
     ):
         call_command("check", stdout=io.StringIO(), stderr=io.StringIO())
+
+
+class Replica:
+    """A database router that sends reads to a replica."""
+
+    def db_for_read(self, model: Any, **hints: Any) -> str:
+        return "replica"
+
+
+def test_database_routers_are_warned_about(shop):
+    assert messages(DATABASE_ROUTERS=[f"{__name__}.Replica"]) == ["txcache.W004"]

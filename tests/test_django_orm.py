@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, connections, transaction
 from django.db.models import Count, Sum
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 import txcache
@@ -69,6 +70,25 @@ def raw_names(category_id: int) -> list[str]:
 @txcache.cacheable
 def an_instance(item_id: int) -> Item:
     return Item.objects.get(id=item_id)
+
+
+@txcache.cacheable
+def plain_price(item_id: int) -> int:
+    runs.append(f"plain_price {item_id}")
+    return Item.objects.using("plain").get(id=item_id).price
+
+
+@txcache.cacheable
+def routed_price(item_id: int) -> int:
+    runs.append(f"routed_price {item_id}")
+    return Item.objects.get(id=item_id).price  # where the routers say
+
+
+class ToPlain:
+    """A database router that sends every read to the ``plain`` alias."""
+
+    def db_for_read(self, model: Any, **hints: Any) -> str:
+        return "plain"
 
 
 def read(shop: DjangoShop, function: Any, *args: Any, not_before: int | None = None) -> Any:
@@ -267,3 +287,28 @@ def test_a_model_instance_is_refused_as_a_cached_value(shop):
         pytest.raises(txcache.UnsupportedValue, match=r"\.txcache\(\)"),
     ):
         an_instance(1)
+
+
+def test_another_database_inside_a_cacheable_function_is_refused(shop):
+    refused = r"database 'plain' inside a cacheable function"
+    with txcache.django.read_only():
+        with pytest.raises(txcache.TransactionError, match=refused):
+            plain_price(1)  # its result would be cached without the query's tags
+        with override_settings(DATABASE_ROUTERS=[f"{__name__}.ToPlain"]):
+            with pytest.raises(txcache.TransactionError, match=refused):
+                routed_price(1)
+            assert Item.objects.get(id=1).price == 10  # outside a function: plain Django
+    assert plain_price.stats.errors == 1
+    assert sum(plain_price.stats.inserts.values()) == 0
+    with txcache.django.read_write():  # cacheable functions run uncached: nothing to refuse
+        assert plain_price(1) == 10
+
+
+def test_a_cursor_made_before_a_txcache_transaction_is_refused_inside_it(shop):
+    with connections["default"].cursor() as cursor:  # Django's own connection
+        with txcache.django.read_write(), pytest.raises(txcache.TransactionError, match="before"):
+            cursor.execute("UPDATE shop_item SET price = 0 WHERE id = 24")
+        with txcache.django.read_only(), pytest.raises(txcache.TransactionError, match="before"):
+            cursor.execute("SELECT price FROM shop_item WHERE id = 24")
+        cursor.execute("SELECT price FROM shop_item WHERE id = 24")  # outside again: Django's
+        assert cursor.fetchone() == (240,)

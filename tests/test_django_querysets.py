@@ -231,6 +231,32 @@ def test_a_database_without_the_engine_is_refused(shop):
         list(Item.objects.using("plain").filter(id=1).txcache())
 
 
+@contextlib.contextmanager
+def another_alias(name: str) -> Iterator[str]:
+    """``name``: another alias of the test database on the txcache engine, for the block."""
+    connections.settings[name] = dict(connections.settings["default"])
+    try:
+        yield name
+    finally:
+        connections[name].close()
+        del connections[name]
+        del connections.settings[name]
+
+
+@txcache.cacheable
+def price_on(alias: str, item_id: int) -> int:
+    return Item.objects.using(alias).get(id=item_id).price
+
+
+def test_another_alias_on_the_engine_is_refused(shop):
+    with another_alias("second") as second:
+        with pytest.raises(ImproperlyConfigured, match=r"not TXCACHE\['DATABASE'\]"):
+            list(Item.objects.using(second).filter(id=1).txcache())
+        refused = "'second' inside a cacheable function"
+        with txcache.django.read_only(), pytest.raises(txcache.TransactionError, match=refused):
+            price_on(second, 1)
+
+
 def test_arguments_without_a_canonical_form_are_refused(shop):
     with txcache.django.read_only(), pytest.raises(txcache.UnsupportedArgument):
         list(Item.objects.filter(details__contains={"size": 3}).txcache())

@@ -1,6 +1,6 @@
 """The app config of ``txcache.django`` (``INSTALLED_APPS = [..., "txcache.django"]``): its
-system checks and management commands, and a fresh cache after a test changes its
-settings."""
+system checks and management commands, the guard of other databases' connections
+(:mod:`txcache.django.db.guards`), and a fresh cache after a test changes its settings."""
 
 from __future__ import annotations
 
@@ -23,11 +23,14 @@ class TxcacheConfig(AppConfig):  # type: ignore[misc]
     verbose_name = "txcache"
 
     def ready(self) -> None:
-        """Register the checks; close the cache when a setting it is made from changes."""
+        """Register the checks; guard every database connection Django opens from now on
+        (before any is); close the cache when a setting it is made from changes."""
         from txcache.django.checks import CHECKS
+        from txcache.django.db.guards import watch_other_databases
 
         for check in CHECKS:
             register(check, "txcache")
+        watch_other_databases()
         setting_changed.connect(_settings_changed, dispatch_uid="txcache.django.settings")
 
 

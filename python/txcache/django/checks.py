@@ -15,6 +15,7 @@ the fix. They read settings only: nothing connects to the database, the nodes or
 ``txcache.W001``   no cache nodes or no agent: every transaction runs uncached
 ``txcache.W002``   ``SessionMiddleware`` (database sessions) comes before the middleware
 ``txcache.W003``   ``ATOMIC_REQUESTS`` on the txcache database with the middleware
+``txcache.W004``   ``DATABASE_ROUTERS`` is set (a router may take queries to another alias)
 =================  ======================================================================
 """
 
@@ -74,7 +75,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 
 
 def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """E002 to E007: the database whose ORM queries run in txcache transactions."""
+    """E002 to E007, W004: the database whose ORM queries run in txcache transactions."""
     chosen = _settings()
     if chosen is None:
         return []  # E001 says why
@@ -111,7 +112,24 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         )
     messages += _psycopg()
     messages += _options(alias, found)
+    messages += _routers(alias)
     return messages
+
+
+def _routers(alias: str) -> list[CheckMessage]:
+    if not getattr(settings, "DATABASE_ROUTERS", None):
+        return []
+    return [
+        Warning(
+            f"DATABASE_ROUTERS is set: a query a router sends to another alias than "
+            f"TXCACHE['DATABASE'] ({alias!r}) runs outside txcache transactions — refused "
+            "inside cacheable functions and for .txcache() querysets, and outside the "
+            "request's commit point elsewhere",
+            hint=f"Have the routers send the models read through the cache to {alias!r}, "
+            "then silence txcache.W004 (SILENCED_SYSTEM_CHECKS).",
+            id="txcache.W004",
+        )
+    ]
 
 
 def _psycopg() -> list[CheckMessage]:

@@ -144,6 +144,12 @@ def cached_rows(compiler: SQLCompiler, statement: str, params: tuple[Any, ...]) 
             f"database {alias!r} does not use the txcache.django.db engine: a .txcache() "
             "queryset reads through the cache on that engine's database"
         )
+    if not wrapper.routed:  # its statements would run on Django's own connection
+        routed = conf.txcache_settings().database
+        raise ImproperlyConfigured(
+            f"database {alias!r} is not TXCACHE['DATABASE'] ({routed!r}): a .txcache() "
+            f"queryset reads through the cache only there (.using({routed!r}))"
+        )
     function = rows_function(compiler.query.model)
     typed = tuple(_typed(value) for value in params)
     if current_transaction() is not None:

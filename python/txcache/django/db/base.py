@@ -25,7 +25,9 @@ Django's transaction management follows the route:
 A Django transaction belongs to the route it began on: a statement of an ``atomic()`` block
 begun outside a txcache transaction, made inside one (or the reverse), is refused
 (:class:`~txcache.TransactionError`) — it would run in a different database transaction
-than the block's.
+than the block's. So is a statement of a cursor made on Django's own connection before the
+txcache transaction began, and one on another database inside a cacheable function being
+computed (:mod:`txcache.django.db.guards`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from txcache._transaction import (
     current_transaction,
 )
 from txcache.django import conf, transactions
+from txcache.django.db import guards
 from txcache.django.db.cursor import Params, TransactionCursor, literal_sql
 from txcache.errors import TransactionError
 
@@ -57,6 +60,8 @@ _IDLE = object()
 """The route of no Django transaction (``DatabaseWrapper._began_on``)."""
 
 _savepoints = itertools.count(1)
+
+guards.watch_other_databases()  # with this backend in use, other databases are guarded too
 
 
 class DatabaseOperations(postgresql_operations.DatabaseOperations):  # type: ignore[misc]
@@ -89,10 +94,12 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
     ops_class = DatabaseOperations
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """As Django's; nothing is routed yet."""
+        """As Django's; nothing is routed yet. Every statement of its cursors passes
+        :meth:`_guard` first."""
         super().__init__(*args, **kwargs)
         self._began_on: Any = _IDLE  # the route of the Django transaction open now
         self._outer_savepoint: str | None = None
+        self.execute_wrappers.append(self._guard)
 
     # -- the route -------------------------------------------------------------------------
 
@@ -113,12 +120,12 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         return current
 
     @functools.cached_property
-    def _routed(self) -> bool:
+    def routed(self) -> bool:
         """Whether this is ``TXCACHE["DATABASE"]`` (another alias never routes)."""
         return bool(self.alias == conf.txcache_settings().database)
 
     def _usable(self, current: Any) -> Transaction | None:
-        if not self._routed:
+        if not self.routed:
             return None  # another database: never part of txcache transactions
         if not isinstance(current, Transaction):
             raise TransactionError(
@@ -132,6 +139,28 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
                 "read_write()"
             )
         return current
+
+    def _guard(
+        self, execute: guards.Execute, sql: str, params: Any, many: bool, context: dict[str, Any]
+    ) -> Any:
+        """The execute wrapper of this connection: a statement of a cursor of Django's own
+        connection is refused while a txcache transaction is current (the cursor was made
+        before it began: its statement would run outside it); on an alias that does not
+        route, as on any other database (:mod:`~txcache.django.db.guards`)."""
+        if isinstance(context["cursor"].cursor, TransactionCursor):
+            return execute(sql, params, many, context)  # the route
+        current = current_transaction()
+        if current is not None:
+            if not self.routed:
+                guards.refuse_in_computation(self.alias, current)
+            else:
+                raise TransactionError(
+                    "a cursor of Django's own connection, made before the current txcache "
+                    "transaction began, is used inside it: its statement would run outside "
+                    "that transaction (unchecked, untagged, or committed on its own); make "
+                    "the cursor inside the block"
+                )
+        return execute(sql, params, many, context)
 
     # -- connections and cursors -----------------------------------------------------------
 
