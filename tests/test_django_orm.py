@@ -73,6 +73,12 @@ def an_instance(item_id: int) -> Item:
 
 
 @txcache.cacheable
+def price_of(item_id: int) -> int:
+    runs.append(f"price_of {item_id}")
+    return Item.objects.get(id=item_id).price
+
+
+@txcache.cacheable
 def plain_price(item_id: int) -> int:
     runs.append(f"plain_price {item_id}")
     return Item.objects.using("plain").get(id=item_id).price
@@ -249,12 +255,40 @@ def test_sql_with_parameters_merged_in_is_django_s_inside_and_outside(shop):
     assert '"shop_item"."name" = \'item 5\'' in seen.captured_queries[0]["sql"]
 
 
-def test_a_django_transaction_cannot_cross_into_a_txcache_transaction(shop):
+def test_a_txcache_transaction_cannot_begin_inside_a_django_transaction(shop):
+    warm(shop, price_of, 4)
+    refused = "cannot begin inside a Django transaction"
     with transaction.atomic():  # on Django's own connection
         assert Item.objects.filter(id=22).exists()
-        with txcache.django.read_only(), pytest.raises(txcache.TransactionError, match="began"):
-            Item.objects.filter(id=22).exists()
-        assert Item.objects.filter(id=22).exists()
+        for begin in (txcache.django.read_only, txcache.django.read_write, shop.cache.read_only):
+            with pytest.raises(txcache.TransactionError, match=refused), begin():
+                price_of(4)  # a hit, had the block begun
+        assert Item.objects.filter(id=22).exists()  # the atomic() block goes on
+    with txcache.django.read_only(), transaction.atomic():  # the other way round
+        assert price_of(4) == 40
+
+
+def test_in_a_django_transaction_cacheable_calls_run_uncached_on_its_connection(shop):
+    warm(shop, price_of, 2)  # a hit would return 20
+    uncached = price_of.stats.uncached
+    with transaction.atomic():  # on Django's own connection
+        Item.objects.filter(id=2).update(price=222)
+        runs.clear()
+        assert price_of(2) == 222  # its uncommitted write: the call ran there, hit or not
+        assert price_of(3) == 30  # and so does a miss
+        assert runs == ["price_of 2", "price_of 3"]
+        transaction.set_rollback(True)
+    transaction.set_autocommit(False)  # a Django transaction too
+    try:
+        Item.objects.filter(id=2).update(price=2222)
+        assert price_of(2) == 2222
+    finally:
+        transaction.rollback()
+        transaction.set_autocommit(True)
+    assert price_of.stats.uncached == uncached + 3
+    runs.clear()
+    assert price_of(2) == 20  # outside: an implicit read-only transaction again, a hit
+    assert runs == []
 
 
 def test_on_commit_callbacks_run_after_the_read_write_commit(shop):

@@ -12,7 +12,8 @@ Elsewhere (documented in docs/library.md):
 - in a read/write transaction the function runs uncached — writes must see the database;
 - outside any transaction the call runs in an implicit read-only transaction of the
   default cache (the last one :func:`~txcache.connect` made), with its ``staleness``
-  setting; without a cache the function runs directly.
+  setting; without a cache the function runs directly, and so it does while a condition
+  an integration registered with :func:`run_directly_when` holds.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ __all__ = [
     "function_stats",
     "mixed_error",
     "read_only_invalidation",
+    "run_directly_when",
 ]
 
 log = logging.getLogger("txcache")
@@ -67,6 +69,21 @@ INVALIDATE_MESSAGE_PREFIX = "txcache-invalidate"
 EMIT_INVALIDATION = (
     f"SELECT pg_catalog.pg_logical_emit_message(true, '{INVALIDATE_MESSAGE_PREFIX}', %s)"
 )
+
+
+_direct_conditions: list[Callable[[], bool]] = []
+
+
+def run_directly_when(condition: Callable[[], bool]) -> None:
+    """Have a sync cacheable call made outside any transaction run its function directly,
+    uncached, whenever ``condition()`` is true, instead of in an implicit read-only
+    transaction — for an integration whose callers can hold a database transaction of
+    their own open (Django's ``atomic()`` on its own connection): the function must see
+    that transaction's uncommitted writes, which a pinned snapshot does not, and its
+    queries belong there. Checked before the lookup, so a hit and a miss agree.
+    Registering the same condition twice keeps one."""
+    if condition not in _direct_conditions:
+        _direct_conditions.append(condition)
 
 
 def function_stats() -> list[FunctionStats]:
@@ -253,7 +270,7 @@ class CacheableFunction(CacheableBase[P, R]):
         from txcache._connect import default_cache  # a cycle only at import time
 
         cache = default_cache()
-        if cache is None:
+        if cache is None or any(condition() for condition in _direct_conditions):
             self.stats.record_uncached()
             return self.function(*args, **kwargs)
         with cache.read_only(staleness=cache.settings.staleness):

@@ -7,7 +7,8 @@ The library's settings not given here come from the ``TXCACHE_*`` environment an
 ``txcache.toml``, as for :func:`txcache.connect`; the DSN comes from ``DATABASES``.
 
 The cache is made at its first use (:func:`get_cache`), not at start-up: ``manage.py
-migrate`` and the checks never connect to the nodes or the agent.
+migrate`` and the checks never connect to the nodes or the agent. It is a
+:class:`DjangoCache`: its transactions know about Django's own connection.
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ from django.db import connections
 
 import txcache
 from txcache._config import Settings, load_settings
+from txcache._transaction import ReadOnlyTransaction, ReadWriteTransaction
+from txcache.errors import TransactionError
 
 __all__ = [
     "DJANGO_KEYS",
     "LIBRARY_KEYS",
+    "DjangoCache",
     "TxcacheSettings",
     "close",
     "database_dsn",
@@ -168,13 +172,48 @@ def library_settings(chosen: TxcacheSettings) -> Settings:
     return load_settings(library)
 
 
+class DjangoCache(txcache.Cache):
+    """The process's cache: a :class:`txcache.Cache` whose transactions do not begin while
+    Django's own connection of ``TXCACHE["DATABASE"]`` has a transaction open in the thread
+    (an ``atomic()`` block, or autocommit turned off): the ORM's statements belong to that
+    transaction, whose uncommitted writes — and locks — another database transaction does
+    not share. Cacheable calls and cached querysets made there without a txcache
+    transaction run on that connection, uncached."""
+
+    def read_only(
+        self, staleness: float | None = None, *, not_before: int | None = None
+    ) -> ReadOnlyTransaction:
+        """:meth:`txcache.Cache.read_only`, refused inside a Django transaction."""
+        _refuse_in_django_transaction("read-only")
+        return super().read_only(staleness, not_before=not_before)
+
+    def read_write(self, *, isolation: str | None = None) -> ReadWriteTransaction:
+        """:meth:`txcache.Cache.read_write`, refused inside a Django transaction."""
+        _refuse_in_django_transaction("read/write")
+        return super().read_write(isolation=isolation)
+
+
+def _refuse_in_django_transaction(kind: str) -> None:
+    from txcache.django.db.base import in_django_transaction  # the backend imports this
+
+    if in_django_transaction():
+        raise TransactionError(
+            f"a {kind} txcache transaction cannot begin inside a Django transaction (an "
+            "atomic() block, or autocommit turned off) on Django's own connection: the ORM's "
+            "statements belong to that transaction, whose uncommitted writes and locks "
+            "another database transaction does not share. Begin it outside the atomic() "
+            "block; inside, cacheable calls and cached querysets run uncached on Django's "
+            "connection"
+        )
+
+
 _lock = threading.Lock()
-_cache: txcache.Cache | None = None
+_cache: DjangoCache | None = None
 
 
-def get_cache() -> txcache.Cache:
-    """The process's :class:`txcache.Cache`, for the ``TXCACHE`` setting and the DSN of
-    ``TXCACHE["DATABASE"]``; connected at the first call (it is also the library's default
+def get_cache() -> DjangoCache:
+    """The process's cache (a :class:`DjangoCache`), for the ``TXCACHE`` setting and the
+    DSN of ``TXCACHE["DATABASE"]``; connected at the first call (it is also the library's default
     cache: cacheable calls outside any transaction use it)."""
     connected = _cache
     if connected is not None:
@@ -182,12 +221,12 @@ def get_cache() -> txcache.Cache:
     return _connect()
 
 
-def _connect() -> txcache.Cache:
+def _connect() -> DjangoCache:
     global _cache
     with _lock:
         if _cache is None:
             chosen = txcache_settings()
-            _cache = txcache.Cache(library_settings(chosen), safe_functions=chosen.safe_functions)
+            _cache = DjangoCache(library_settings(chosen), safe_functions=chosen.safe_functions)
         return _cache
 
 

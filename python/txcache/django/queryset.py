@@ -17,8 +17,9 @@ Where a cached read runs:
 - in a read/write one: straight to the database (the library runs cacheable functions
   uncached there: writes must see the database);
 - outside any, in a read-only transaction of its own, ``staleness`` seconds at most (default:
-  the ``STALENESS`` setting) — unless the Django connection is inside an ``atomic()`` block
-  of its own, whose uncommitted writes the read must see: then on that connection, uncached.
+  the ``STALENESS`` setting) — unless Django's own connection has a transaction open (an
+  ``atomic()`` block, or autocommit turned off), whose uncommitted writes the read must
+  see: then on that connection, uncached (as a cacheable call there runs).
 
 Reads made for a write — ``delete()``'s collection, ``get_or_create()``,
 ``update_or_create()``, ``select_for_update()`` — never use the cache.
@@ -154,7 +155,7 @@ def cached_rows(compiler: SQLCompiler, statement: str, params: tuple[Any, ...]) 
     typed = tuple(_typed(value) for value in params)
     if current_transaction() is not None:
         return function(alias, statement, typed)
-    if wrapper.in_atomic_block:
+    if wrapper.in_own_transaction:
         return run_rows(alias, statement, typed)  # its uncommitted writes must be seen
     staleness = compiler.query.txcache_staleness
     with conf.get_cache().read_only(staleness):

@@ -38,11 +38,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.conf import settings
+from django.db import connections
 from django.db.backends.postgresql import base as postgresql
 from django.db.backends.postgresql import operations as postgresql_operations
 from django.db.backends.postgresql.psycopg_any import get_adapters_template
 from psycopg.adapt import AdaptersMap
 
+from txcache._cacheable import run_directly_when
 from txcache._transaction import (
     ReadOnlyTransaction,
     ReadWriteTransaction,
@@ -54,7 +56,7 @@ from txcache.django.db import guards
 from txcache.django.db.cursor import Params, TransactionCursor, literal_sql
 from txcache.errors import TransactionError
 
-__all__ = ["DatabaseOperations", "DatabaseWrapper"]
+__all__ = ["DatabaseOperations", "DatabaseWrapper", "in_django_transaction"]
 
 _IDLE = object()
 """The route of no Django transaction (``DatabaseWrapper._began_on``)."""
@@ -102,6 +104,12 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         self.execute_wrappers.append(self._guard)
 
     # -- the route -------------------------------------------------------------------------
+
+    @property
+    def in_own_transaction(self) -> bool:
+        """Whether a Django transaction (an ``atomic()`` block, or autocommit turned off) is
+        open on Django's own connection, outside any txcache transaction."""
+        return self._began_on is None
 
     def txcache_route(self) -> Transaction | None:
         """The txcache transaction this connection's statements run in now (``None``:
@@ -272,6 +280,20 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         hooks: Sequence[tuple[Any, Callable[[], Any], bool]] = self.run_on_commit[:]
         del self.run_on_commit[:]
         transactions.defer(route, [(func, robust) for _, func, robust in hooks])
+
+
+def in_django_transaction() -> bool:
+    """Whether this thread's connection of ``TXCACHE["DATABASE"]`` has a Django transaction
+    open on Django's own connection (:attr:`DatabaseWrapper.in_own_transaction`). Its
+    uncommitted writes are seen only there: a cacheable call made outside any txcache
+    transaction then runs directly on it, uncached, and no txcache transaction may begin."""
+    return any(
+        isinstance(wrapper, DatabaseWrapper) and wrapper.routed and wrapper.in_own_transaction
+        for wrapper in connections.all(initialized_only=True)
+    )
+
+
+run_directly_when(in_django_transaction)
 
 
 def _where(route: Any) -> str:
