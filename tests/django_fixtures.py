@@ -236,6 +236,13 @@ def bypassed(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"count": count, "own_connection": own, **transaction_of_request()})
 
 
+@txcache_views.bypass
+def set_price_bypassed(request: HttpRequest, item_id: int) -> JsonResponse:
+    """POST, in no txcache transaction: change an item's price on Django's own connection."""
+    changed = Item.objects.filter(id=item_id).update(price=int(request.POST["price"]))
+    return JsonResponse({"changed": changed, **transaction_of_request()})
+
+
 @txcache_views.staleness(7)
 def patient(request: HttpRequest) -> JsonResponse:
     """Read-only requests of this view may be 7 s stale."""
@@ -287,6 +294,7 @@ urlpatterns = [
     path("items/<int:item_id>/price-then-fail", set_price_then_fail),
     path("items/<int:item_id>/visit", count_visit),
     path("bypassed", bypassed),
+    path("items/<int:item_id>/bypassed-price", set_price_bypassed),
     path("patient", patient),
     path("search", search),
     path("unavailable", unavailable),

@@ -60,6 +60,25 @@ def test_a_write_then_a_read_with_its_cookie_sees_the_write(shop):
     assert other.get("/items/7/").json()["not_before"] == token
 
 
+def test_a_bypassed_view_s_write_is_seen_by_the_next_request(shop):
+    client = Client()
+    assert client.get("/items/12/").json()["price"] == 120
+    wait_until(lambda: cached_page_hit(client, "/items/12/"), "a cached page")
+    response = client.post("/items/12/bypassed-price", {"price": 1212})
+    assert response.json() == {"changed": 1, "kind": None}  # Django's own connection
+    token = token_of(response.headers[HEADER])  # what it wrote, taken after its commit
+    page = client.get("/items/12/").json()
+    assert (page["price"], page["not_before"]) == (1212, token)
+
+
+def cached_page_hit(client: Client, url: str) -> bool:
+    """Whether a GET of ``url`` was answered from the cache (its view's hits grew)."""
+    view = view_stats("django_fixtures.item_page")
+    hits = view.hits
+    client.get(url)
+    return view.hits > hits
+
+
 def test_forged_garbled_and_expired_tokens_are_ignored(shop):
     forged = signing.TimestampSigner(salt="another salt").sign("99999999999")
     for value in (forged, "123", "garbage:with:colons"):

@@ -210,6 +210,30 @@ def test_outside_any_transaction_it_reads_in_one_of_its_own(shop):
         Item.objects.txcache(staleness=-1)
 
 
+def test_writes_on_django_s_own_connection_are_seen_by_later_reads_of_the_context(shop):
+    cached = Item.objects.filter(id=13).txcache(staleness=60)
+
+    def hit() -> bool:
+        hits = STATS.hits
+        assert cached.get().price == 130
+        return STATS.hits > hits
+
+    wait_until(hit, "a hit outside any transaction", timeout=20)
+    Item.objects.filter(id=13).update(price=1313)  # autocommit: committed at once
+    assert cached.get().price == 1313  # not the cached 130: not before the write
+    with transaction.atomic():
+        Item.objects.filter(id=13).update(price=1314)
+    with txcache.django.read_only(staleness=60) as tx:  # an explicit block too
+        assert cached.get().price == 1314
+    assert tx.not_before is not None
+    with transaction.atomic():
+        Item.objects.filter(id=13).update(price=1315)
+        transaction.set_rollback(True)
+    with txcache.django.read_only(staleness=60) as after_rollback:
+        assert cached.get().price == 1314
+    assert after_rollback.not_before == tx.not_before  # nothing committed: no new token
+
+
 def test_reads_for_a_write_never_use_the_cache(shop):
     cached = Item.objects.filter(name="made elsewhere").txcache()
     assert warm(lambda: list(cached.all())) == []

@@ -27,6 +27,7 @@ from django.db import connections
 import txcache
 from txcache._config import Settings, load_settings
 from txcache._transaction import ReadOnlyTransaction, ReadWriteTransaction
+from txcache.django import writes
 from txcache.errors import TransactionError
 
 __all__ = [
@@ -173,18 +174,27 @@ def library_settings(chosen: TxcacheSettings) -> Settings:
 
 
 class DjangoCache(txcache.Cache):
-    """The process's cache: a :class:`txcache.Cache` whose transactions do not begin while
-    Django's own connection of ``TXCACHE["DATABASE"]`` has a transaction open in the thread
-    (an ``atomic()`` block, or autocommit turned off): the ORM's statements belong to that
-    transaction, whose uncommitted writes — and locks — another database transaction does
-    not share. Cacheable calls and cached querysets made there without a txcache
-    transaction run on that connection, uncached."""
+    """The process's cache: a :class:`txcache.Cache` that knows Django's own connection of
+    ``TXCACHE["DATABASE"]``.
+
+    - Its transactions do not begin while that connection has a transaction open in the
+      thread (an ``atomic()`` block, or autocommit turned off): the ORM's statements belong
+      to that transaction, whose uncommitted writes — and locks — another database
+      transaction does not share. Cacheable calls and cached querysets made there without
+      a txcache transaction run on that connection, uncached.
+    - Its read-only transactions see what that connection committed before in the same
+      context (:mod:`txcache.django.writes`), whatever ``not_before`` says.
+    """
 
     def read_only(
         self, staleness: float | None = None, *, not_before: int | None = None
     ) -> ReadOnlyTransaction:
-        """:meth:`txcache.Cache.read_only`, refused inside a Django transaction."""
+        """:meth:`txcache.Cache.read_only`, refused inside a Django transaction, and not
+        before this context's own writes."""
         _refuse_in_django_transaction("read-only")
+        own = writes.token()
+        if own is not None and (not_before is None or own > not_before):
+            not_before = own
         return super().read_only(staleness, not_before=not_before)
 
     def read_write(self, *, isolation: str | None = None) -> ReadWriteTransaction:

@@ -112,5 +112,6 @@ def read_write(view: Any = None, /, *, isolation: str | None = None) -> Any:
 
 def bypass(view: V) -> V:
     """The view's requests run in no txcache transaction: Django's own connection, no
-    cache, no token — Django as if the middleware were not there."""
+    cache — Django as if the middleware were not there, but for the token the client gets
+    when the view wrote (:mod:`txcache.django.writes`)."""
     return _mark(view, mode="bypass")

@@ -16,8 +16,11 @@ path): requests, and the cacheable calls answered from the cache or run —
 ``txcache_view_requests``, ``txcache_view_hits`` and ``txcache_view_misses`` in
 :mod:`txcache.metrics`.
 
-The client hands the token back (the cookie does it by itself; an API client echoes the
-header) and its next read-only request sees its own writes. Tokens are signed with
+A request that wrote on Django's own connection (a bypassed view, an ``on_commit``
+callback) gets a token for those writes too (:mod:`txcache.django.writes`); each request
+starts with none of its own, whatever the thread wrote before. The client hands the token
+back (the cookie does it by itself; an API client echoes the header) and its next
+read-only request sees its own writes. Tokens are signed with
 ``SECRET_KEY`` (Django's ``TimestampSigner``) and honoured for ``TOKEN_MAX_AGE`` seconds: a
 forged or garbled one is ignored. A read-only request whose cached data's snapshot is gone
 (:class:`~txcache.SnapshotUnavailable`, the one retryable error) gets ``503`` with
@@ -33,7 +36,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.urls import Resolver404, resolve
 
 from txcache._stats import view_stats
-from txcache.django import conf, transactions
+from txcache.django import conf, transactions, writes
 from txcache.django.decorators import ViewPolicy, policy_of
 from txcache.errors import SnapshotUnavailable
 
@@ -64,13 +67,25 @@ class TransactionMiddleware:
         self.settings = conf.txcache_settings()
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
-        """Run the request in the transaction its view's policy and method choose."""
+        """Run the request in the transaction its view's policy and method choose; hand the
+        client the token of what it wrote, in that transaction or on Django's own
+        connection (a bypassed view, an ``on_commit`` callback)."""
         policy = view_policy(request)
+        with writes.scope():  # what this request writes, not what the thread wrote before
+            response, token = self._run(request, policy)
+            own = writes.token()
+        newest = max((each for each in (token, own) if each is not None), default=None)
+        if newest is not None:
+            give_token(request, response, newest, self.settings)
+        return response
+
+    def _run(self, request: HttpRequest, policy: ViewPolicy) -> tuple[HttpResponseBase, int | None]:
+        """The response, and the token of the request's read/write transaction if it wrote."""
         if policy.mode == "bypass":
-            return self.get_response(request)
+            return self.get_response(request), None
         by_method = policy.mode == "by_method"
         if policy.mode == "read_only" or (by_method and request.method in SAFE_METHODS):
-            return self._read_only(request, policy)
+            return self._read_only(request, policy), None
         return self._read_write(request, policy)
 
     def _read_only(self, request: HttpRequest, policy: ViewPolicy) -> HttpResponseBase:
@@ -82,18 +97,17 @@ class TransactionMiddleware:
             view_stats(match.view_name).record(transaction.hits, transaction.misses)
         return response
 
-    def _read_write(self, request: HttpRequest, policy: ViewPolicy) -> HttpResponseBase:
+    def _read_write(
+        self, request: HttpRequest, policy: ViewPolicy
+    ) -> tuple[HttpResponseBase, int | None]:
         try:
             with transactions.read_write(isolation=policy.isolation) as transaction:
                 response = self.get_response(request)
                 if getattr(request, _VIEW_FAILED, False):
                     raise _RolledBack
         except _RolledBack:
-            return response
-        token = transaction.commit_timestamp
-        if token is not None:
-            give_token(request, response, token, self.settings)
-        return response
+            return response, None
+        return response, transaction.commit_timestamp
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         """The view raised: its read/write transaction rolls back. A

@@ -45,16 +45,17 @@ from django.db.backends.postgresql.psycopg_any import get_adapters_template
 from psycopg.adapt import AdaptersMap
 
 from txcache._cacheable import run_directly_when
+from txcache._statements import check_read_only
 from txcache._transaction import (
     ReadOnlyTransaction,
     ReadWriteTransaction,
     Transaction,
     current_transaction,
 )
-from txcache.django import conf, transactions
+from txcache.django import conf, transactions, writes
 from txcache.django.db import guards
 from txcache.django.db.cursor import Params, TransactionCursor, literal_sql
-from txcache.errors import TransactionError
+from txcache.errors import StatementNotAllowed, TransactionError
 
 __all__ = ["DatabaseOperations", "DatabaseWrapper", "in_django_transaction"]
 
@@ -101,6 +102,7 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         self._began_on: Any = _IDLE  # the route of the Django transaction open now
         self._outer_savepoint: str | None = None
+        self._wrote_uncommitted = False  # a write in Django's own transaction, not committed
         self.execute_wrappers.append(self._guard)
 
     # -- the route -------------------------------------------------------------------------
@@ -168,7 +170,21 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
                     "that transaction (unchecked, untagged, or committed on its own); make "
                     "the cursor inside the block"
                 )
-        return execute(sql, params, many, context)
+        result = execute(sql, params, many, context)
+        if current is None and self.routed:
+            self._note_write(sql, params, many)
+        return result
+
+    def _note_write(self, sql: str, params: Any, many: bool) -> None:
+        """Report a statement of Django's own connection that may have written
+        (:mod:`txcache.django.writes`): at once in autocommit, at the commit of the Django
+        transaction it belongs to."""
+        if not (many or _may_write(sql, params)):
+            return
+        if self.in_own_transaction:
+            self._wrote_uncommitted = True
+        else:
+            writes.wrote()
 
     # -- connections and cursors -----------------------------------------------------------
 
@@ -223,6 +239,9 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
     def _commit(self) -> None:
         if self.txcache_route() is None:
             super()._commit()
+            if self._wrote_uncommitted:
+                writes.wrote()
+            self._wrote_uncommitted = False
         elif self._outer_savepoint is not None:
             name, self._outer_savepoint = self._outer_savepoint, None
             self._in_route(f"RELEASE SAVEPOINT {name}")
@@ -230,6 +249,7 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
     def _rollback(self) -> None:
         if self.txcache_route() is None:
             super()._rollback()
+            self._wrote_uncommitted = False
         elif self._outer_savepoint is not None:
             name, self._outer_savepoint = self._outer_savepoint, None
             self._in_route(f"ROLLBACK TO SAVEPOINT {name}")
@@ -280,6 +300,17 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         hooks: Sequence[tuple[Any, Callable[[], Any], bool]] = self.run_on_commit[:]
         del self.run_on_commit[:]
         transactions.defer(route, [(func, robust) for _, func, robust in hooks])
+
+
+def _may_write(sql: str, params: Any) -> bool:
+    """Whether a statement may write: whatever a read-only transaction refuses (the
+    library's classifier, memoized per statement text). A ``SELECT`` of a function that
+    writes is not seen as one."""
+    try:
+        check_read_only(sql, params)
+    except StatementNotAllowed:
+        return True
+    return False
 
 
 def in_django_transaction() -> bool:
