@@ -79,6 +79,17 @@ def cached_page_hit(client: Client, url: str) -> bool:
     return view.hits > hits
 
 
+def test_a_response_never_hands_back_an_older_token_than_the_request_carried(shop):
+    client = Client()
+    first = client.post("/items/15/price", {"price": 151})
+    newer = token_of(first.headers[HEADER]) + 10**12  # newer than the next POST's commit
+    signed = signing.TimestampSigner(salt="txcache.django.token").sign(str(newer))
+    client.cookies[COOKIE] = signed
+    second = client.post("/items/15/price", {"price": 152})
+    assert token_of(second.headers[HEADER]) == newer  # not its own, older, commit
+    assert token_of(second.cookies[COOKIE].value) == newer
+
+
 def test_forged_garbled_and_expired_tokens_are_ignored(shop):
     forged = signing.TimestampSigner(salt="another salt").sign("99999999999")
     for value in (forged, "123", "garbage:with:colons"):

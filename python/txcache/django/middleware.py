@@ -74,8 +74,10 @@ class TransactionMiddleware:
         with writes.scope():  # what this request writes, not what the thread wrote before
             response, token = self._run(request, policy)
             own = writes.token()
-        newest = max((each for each in (token, own) if each is not None), default=None)
-        if newest is not None:
+        if token is not None or own is not None:
+            # Never older than what the client already holds: this response may replace it.
+            carried = request_token(request, self.settings)
+            newest = max(each for each in (token, own, carried) if each is not None)
             give_token(request, response, newest, self.settings)
         return response
 
@@ -154,7 +156,8 @@ def request_token(request: HttpRequest, chosen: conf.TxcacheSettings) -> int | N
 def give_token(
     request: HttpRequest, response: HttpResponseBase, token: int, chosen: conf.TxcacheSettings
 ) -> None:
-    """Hand ``token`` to the client: a signed response header and cookie."""
+    """Hand ``token`` to the client: a signed response header and cookie (which replaces
+    the one it holds: give the newest token the request carried, if newer)."""
     signed = signing.TimestampSigner(salt=_SALT).sign(str(token))
     response[chosen.token_header] = signed
     response.set_cookie(
