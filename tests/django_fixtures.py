@@ -65,7 +65,7 @@ if not settings.configured:
 # After setup: models need the app registry.
 from django.contrib import auth  # noqa: E402
 from django.contrib.auth.models import User  # noqa: E402
-from django.db import connections, models  # noqa: E402
+from django.db import connections, models, transaction  # noqa: E402
 from django.http import HttpRequest, JsonResponse  # noqa: E402
 from django.urls import path  # noqa: E402
 
@@ -236,6 +236,13 @@ def bypassed(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"count": count, "own_connection": own, **transaction_of_request()})
 
 
+def set_price_then_roll_back(request: HttpRequest, item_id: int) -> JsonResponse:
+    """POST: change an item's price, then ask for a rollback as DRF's handlers do."""
+    Item.objects.filter(id=item_id).update(price=int(request.POST["price"]))
+    transaction.set_rollback(True)
+    return JsonResponse({"rolling_back": transaction.get_rollback()})
+
+
 @txcache_views.bypass
 def set_price_bypassed(request: HttpRequest, item_id: int) -> JsonResponse:
     """POST, in no txcache transaction: change an item's price on Django's own connection."""
@@ -292,6 +299,7 @@ urlpatterns = [
     path("items/<int:item_id>/", item_page),
     path("items/<int:item_id>/price", set_price),
     path("items/<int:item_id>/price-then-fail", set_price_then_fail),
+    path("items/<int:item_id>/price-then-roll-back", set_price_then_roll_back),
     path("items/<int:item_id>/visit", count_visit),
     path("bypassed", bypassed),
     path("items/<int:item_id>/bypassed-price", set_price_bypassed),

@@ -159,5 +159,18 @@ class Replica:
         return "replica"
 
 
+class AnswerErrors:
+    """A middleware that answers view exceptions."""
+
+    def process_exception(self, request: Any, exception: Exception) -> None:
+        return None
+
+
+def test_a_middleware_answering_exceptions_below_it_is_warned_about(shop):
+    order = list(settings.MIDDLEWARE)
+    assert messages(MIDDLEWARE=[*order, f"{__name__}.AnswerErrors"]) == ["txcache.W005"]
+    assert messages(MIDDLEWARE=[f"{__name__}.AnswerErrors", *order]) == []  # above: seen
+
+
 def test_database_routers_are_warned_about(shop):
     assert messages(DATABASE_ROUTERS=[f"{__name__}.Replica"]) == ["txcache.W004"]

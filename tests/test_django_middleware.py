@@ -6,11 +6,12 @@ written in the request's transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from django.conf import settings
 from django.core import signing
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.test import Client, override_settings
 
 import txcache.metrics
@@ -107,6 +108,39 @@ def test_a_view_that_raises_is_rolled_back(shop):
     assert response.status_code == 500
     assert HEADER not in response.headers
     assert Item.objects.get(id=10).price == 100
+
+
+class AnswerErrors:
+    """A middleware that answers a view's exception itself (as error reporters and API
+    frameworks do), so that the exception never reaches the txcache middleware above."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> JsonResponse:
+        return JsonResponse({"error": str(exception)}, status=500)
+
+
+def test_a_server_error_answered_below_the_middleware_is_rolled_back(shop):
+    answering = [*settings.MIDDLEWARE, f"{__name__}.AnswerErrors"]
+    with override_settings(MIDDLEWARE=answering):
+        response = Client().post("/items/9/price-then-fail", {"price": 999})
+    assert (response.status_code, response.json()) == (
+        500,
+        {"error": "the view failed after its write"},
+    )
+    assert HEADER not in response.headers
+    assert Item.objects.get(id=9).price == 90
+
+
+def test_a_view_that_sets_the_rollback_flag_is_rolled_back(shop):
+    response = Client().post("/items/9/price-then-roll-back", {"price": 998})
+    assert (response.status_code, response.json()) == (200, {"rolling_back": True})
+    assert HEADER not in response.headers
+    assert Item.objects.get(id=9).price == 90
 
 
 def test_a_lost_snapshot_is_a_503_to_retry(shop):

@@ -309,6 +309,22 @@ def test_on_commit_callbacks_run_after_the_read_write_commit(shop):
         transaction.on_commit(lambda: ran.append("nobody runs it"))
 
 
+def test_the_rollback_flag_rolls_a_read_write_transaction_back(shop):
+    ran: list[str] = []
+    with txcache.django.read_write() as tx:
+        Item.objects.filter(id=25).update(price=2525)
+        transaction.on_commit(lambda: ran.append("committed"))
+        assert transaction.get_rollback() is False
+        transaction.set_rollback(True)  # outside any atomic() block: the whole transaction
+        assert transaction.get_rollback() is True
+    with pytest.raises(txcache.TransactionError, match="after the commit"):
+        _ = tx.commit_timestamp  # never committed
+    assert ran == []
+    assert Item.objects.get(id=25).price == 250
+    with shop.cache.read_write(), pytest.raises(txcache.TransactionError, match="set_rollback"):
+        transaction.set_rollback(True)  # a bare block: nobody would read the flag
+
+
 def register_then_fail(block: Any, callback: Any) -> None:
     with block:
         transaction.on_commit(callback)

@@ -1,6 +1,7 @@
 """System checks of the Django integration (``manage.py check``; ``runserver`` and
 ``migrate`` run them too). Registered by the app config; each message names the setting and
-the fix. They read settings only: nothing connects to the database, the nodes or the agent.
+the fix. They read settings (and import the middleware classes named there): nothing
+connects to the database, the nodes or the agent.
 
 =================  ======================================================================
 ``txcache.E001``   ``TXCACHE`` is missing, not a dict, or has an unknown or malformed key
@@ -16,6 +17,7 @@ the fix. They read settings only: nothing connects to the database, the nodes or
 ``txcache.W002``   ``SessionMiddleware`` (database sessions) comes before the middleware
 ``txcache.W003``   ``ATOMIC_REQUESTS`` on the txcache database with the middleware
 ``txcache.W004``   ``DATABASE_ROUTERS`` is set (a router may take queries to another alias)
+``txcache.W005``   a middleware below the txcache one handles view exceptions
 =================  ======================================================================
 """
 
@@ -26,6 +28,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
 
 from txcache.django import conf
 from txcache.errors import ConfigurationError
@@ -172,11 +175,11 @@ def _options(alias: str, found: dict[str, Any]) -> list[CheckMessage]:
 
 
 def check_middleware(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """E009, W002, W003: the middleware's place and what it conflicts with."""
+    """E009, W002, W003, W005: the middleware's place and what it conflicts with."""
     middleware = list(getattr(settings, "MIDDLEWARE", None) or [])
     if MIDDLEWARE not in middleware:
         return []
-    messages: list[CheckMessage] = []
+    messages: list[CheckMessage] = _exception_handlers(middleware)
     database_sessions = getattr(settings, "SESSION_ENGINE", DATABASE_SESSIONS[0]) in (
         DATABASE_SESSIONS
     )
@@ -194,6 +197,32 @@ def check_middleware(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
             )
         )
     return messages
+
+
+def _exception_handlers(middleware: list[str]) -> list[CheckMessage]:
+    below = middleware[middleware.index(MIDDLEWARE) + 1 :]
+    handlers = [path for path in below if _handles_exceptions(path)]
+    if not handlers:
+        return []
+    return [
+        Warning(
+            f"{', '.join(handlers)} (below the txcache middleware) handle view exceptions "
+            "(process_exception): Django asks the innermost first, and when one answers, the "
+            "txcache middleware never learns that the view raised — the request's read/write "
+            "transaction then rolls back only if the response is a server error (5xx)",
+            hint=f"Put them above {MIDDLEWARE!r}, or have them answer a failed view with a "
+            "5xx response.",
+            id="txcache.W005",
+        )
+    ]
+
+
+def _handles_exceptions(path: str) -> bool:
+    try:
+        found = import_string(path)
+    except ImportError:
+        return False  # Django reports a middleware it cannot import
+    return callable(getattr(found, "process_exception", None))
 
 
 def _sessions(middleware: list[str]) -> list[CheckMessage]:

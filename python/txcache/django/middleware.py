@@ -7,8 +7,9 @@
   which every ORM query, cached queryset and cacheable call of the request reads;
 - other methods in a read/write transaction (:func:`txcache.django.read_write`), committed
   when the response is ready — rolled back instead if the view raised, as
-  ``ATOMIC_REQUESTS`` does — whose token goes back to the client in a signed cookie and a
-  response header;
+  ``ATOMIC_REQUESTS`` does, if the response is a server error (``5xx``), or if the view
+  called ``transaction.set_rollback(True)`` — whose token goes back to the client in a
+  signed cookie and a response header;
 - a view marked by :mod:`txcache.django.decorators` as it says.
 
 Each read-only request counts for its view (the URL pattern's name, else the view's dotted
@@ -47,10 +48,6 @@ SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
 
 _SALT = "txcache.django.token"
 _VIEW_FAILED = "_txcache_view_failed"
-
-
-class _RolledBack(Exception):
-    """Leaves a read/write block whose view raised: the block rolls back."""
 
 
 class TransactionMiddleware:
@@ -102,17 +99,17 @@ class TransactionMiddleware:
     def _read_write(
         self, request: HttpRequest, policy: ViewPolicy
     ) -> tuple[HttpResponseBase, int | None]:
-        try:
-            with transactions.read_write(isolation=policy.isolation) as transaction:
-                response = self.get_response(request)
-                if getattr(request, _VIEW_FAILED, False):
-                    raise _RolledBack
-        except _RolledBack:
-            return response, None
-        return response, transaction.commit_timestamp
+        with transactions.read_write(isolation=policy.isolation) as transaction:
+            response = self.get_response(request)
+            if _must_roll_back(request, response):
+                transactions.set_rollback(transaction, True)
+            committing = not transactions.get_rollback(transaction)
+        return response, transaction.commit_timestamp if committing else None
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        """The view raised: its read/write transaction rolls back. A
+        """The view raised: its read/write transaction rolls back (Django calls the
+        innermost middleware's first: one below that answers keeps this from running, and
+        then only a ``5xx`` response rolls back). A
         :class:`~txcache.SnapshotUnavailable` becomes ``503`` with ``Retry-After: 0``."""
         setattr(request, _VIEW_FAILED, True)
         if isinstance(exception, SnapshotUnavailable):
@@ -123,6 +120,13 @@ class TransactionMiddleware:
                 content_type="text/plain",
             )
         return None
+
+
+def _must_roll_back(request: HttpRequest, response: HttpResponseBase) -> bool:
+    """Whether a request's read/write transaction must roll back: its view raised (our
+    ``process_exception`` saw it), or the response is a server error — a view's exception
+    that a middleware below turned into a response never reaches ours."""
+    return bool(getattr(request, _VIEW_FAILED, False)) or response.status_code >= 500
 
 
 def view_policy(request: HttpRequest) -> ViewPolicy:

@@ -3,8 +3,11 @@
 
 :func:`read_write` also runs the ``transaction.on_commit`` callbacks registered inside it,
 after it commits (none if it rolls back), in registration order, as Django runs them after
-its own commits. A bare ``cache.read_write()`` block has nobody to run them after its commit,
-so registering one there is refused.
+its own commits; and it honours Django's rollback flag: ``transaction.set_rollback(True)``
+outside any ``atomic()`` block marks it (:func:`set_rollback`), and it then rolls back
+instead of committing, as the block of ``ATOMIC_REQUESTS`` would. A bare
+``cache.read_write()`` block has nobody to run callbacks after its commit, nor to read the
+flag, so both are refused there.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from txcache._transaction import ReadOnlyTransaction, ReadWriteTransaction
 from txcache.django import conf
 from txcache.errors import TransactionError
 
-__all__ = ["defer", "read_only", "read_write"]
+__all__ = ["defer", "get_rollback", "read_only", "read_write", "set_rollback"]
 
 log = logging.getLogger("django.db.backends.base")  # where Django logs failed robust callbacks
 
@@ -29,13 +32,22 @@ Hook = tuple[Callable[[], Any], bool]
 
 
 @dataclass
-class _Deferred:
+class _Block:
+    """What a :func:`read_write` block holds for its end."""
+
     transaction: ReadWriteTransaction
     hooks: list[Hook] = field(default_factory=list)
+    """``on_commit`` callbacks, to run after the commit."""
+    rollback: bool = False
+    """Django's rollback flag: roll back instead of committing."""
 
 
-_deferred: contextvars.ContextVar[_Deferred | None] = contextvars.ContextVar(
-    "txcache_django_on_commit", default=None
+class _RolledBack(Exception):
+    """Leaves the library's block of a :func:`read_write` marked for rollback."""
+
+
+_blocks: contextvars.ContextVar[_Block | None] = contextvars.ContextVar(
+    "txcache_django_read_write", default=None
 )
 
 
@@ -53,28 +65,49 @@ def read_write(*, isolation: str | None = None) -> Iterator[ReadWriteTransaction
     """A read/write transaction of the process's cache, at ``isolation`` (default: the
     ``isolation_level`` of the database's ``OPTIONS``, else PostgreSQL's); the ORM writes
     there and ``tx.commit_timestamp`` is, after the block, the token of its writes.
-    ``on_commit`` callbacks registered inside run after the commit."""
+    ``on_commit`` callbacks registered inside run after the commit. Marked for rollback
+    (:func:`set_rollback`), the block rolls back and raises nothing."""
     chosen = isolation or conf.isolation_level(conf.txcache_settings().database)
-    with conf.get_cache().read_write(isolation=chosen) as transaction:
-        deferred = _Deferred(transaction)
-        token = _deferred.set(deferred)
-        try:
-            yield transaction
-        finally:
-            _deferred.reset(token)
-    _run(deferred.hooks)
+    try:
+        with conf.get_cache().read_write(isolation=chosen) as transaction:
+            block = _Block(transaction)
+            token = _blocks.set(block)
+            try:
+                yield transaction
+            finally:
+                _blocks.reset(token)
+            if block.rollback:
+                raise _RolledBack  # the library's block rolls back on an exception
+    except _RolledBack:
+        return
+    _run(block.hooks)
+
+
+def _block_of(transaction: ReadWriteTransaction, what: str) -> _Block:
+    block = _blocks.get()
+    if block is None or block.transaction is not transaction:
+        raise TransactionError(
+            f"{what} in a read/write txcache transaction needs it opened by "
+            "txcache.django.read_write() (or the middleware), which acts on it at the end of "
+            "the block; a bare cache.read_write() block never would"
+        )
+    return block
 
 
 def defer(transaction: ReadWriteTransaction, hooks: list[Hook]) -> None:
     """Run ``hooks`` after ``transaction`` commits (the connection's ``on_commit``)."""
-    deferred = _deferred.get()
-    if deferred is None or deferred.transaction is not transaction:
-        raise TransactionError(
-            "transaction.on_commit() in a read/write txcache transaction needs it opened by "
-            "txcache.django.read_write() (or the middleware), which runs the callbacks after "
-            "its commit; a bare cache.read_write() block would never run them"
-        )
-    deferred.hooks.extend(hooks)
+    _block_of(transaction, "transaction.on_commit()").hooks.extend(hooks)
+
+
+def set_rollback(transaction: ReadWriteTransaction, rollback: bool) -> None:
+    """Django's rollback flag for ``transaction`` outside any ``atomic()`` block: with
+    ``rollback``, its :func:`read_write` block rolls back instead of committing."""
+    _block_of(transaction, "transaction.set_rollback()").rollback = rollback
+
+
+def get_rollback(transaction: ReadWriteTransaction) -> bool:
+    """Whether ``transaction``'s :func:`read_write` block will roll back."""
+    return _block_of(transaction, "transaction.get_rollback()").rollback
 
 
 def _run(hooks: list[Hook]) -> None:

@@ -276,6 +276,25 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         library refuses ``SAVEPOINT`` there)."""
         return isinstance(self.txcache_route(), ReadOnlyTransaction)
 
+    def set_rollback(self, rollback: bool) -> None:
+        """Django's ``transaction.set_rollback``; outside any ``atomic()`` block of a
+        read/write txcache transaction (a request's) it marks that transaction, which then
+        rolls back at the end of its block instead of committing — as the request's
+        ``atomic()`` block would under ``ATOMIC_REQUESTS``."""
+        route = self.txcache_route()
+        if isinstance(route, ReadWriteTransaction) and not self.in_atomic_block:
+            transactions.set_rollback(route, rollback)
+            return
+        super().set_rollback(rollback)
+
+    def get_rollback(self) -> bool:
+        """Django's ``transaction.get_rollback``, reading that mark likewise."""
+        route = self.txcache_route()
+        if isinstance(route, ReadWriteTransaction) and not self.in_atomic_block:
+            return transactions.get_rollback(route)
+        flag: bool = super().get_rollback()
+        return flag
+
     # -- on_commit -------------------------------------------------------------------------
 
     def on_commit(self, func: Callable[[], Any], robust: bool = False) -> None:
