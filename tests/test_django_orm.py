@@ -325,6 +325,21 @@ def test_the_rollback_flag_rolls_a_read_write_transaction_back(shop):
         transaction.set_rollback(True)  # a bare block: nobody would read the flag
 
 
+def test_durability_cannot_be_promised_inside_a_read_write_transaction(shop):
+    with txcache.django.read_write():
+        durable = transaction.atomic(durable=True)
+        with pytest.raises(txcache.TransactionError, match="durable=True"), durable:
+            Category.objects.create(name="durable")  # it would commit with the transaction
+        with pytest.raises(txcache.TransactionError, match="set_autocommit"):
+            transaction.set_autocommit(False)  # a transaction.commit() would commit nothing
+        Category.objects.create(name="after durable")  # the transaction goes on
+    with transaction.atomic(durable=True):  # outside: Django's own, durable indeed
+        Category.objects.create(name="durable outside")
+    names = set(Category.objects.values_list("name", flat=True))
+    assert {"after durable", "durable outside"} <= names
+    assert "durable" not in names
+
+
 def register_then_fail(block: Any, callback: Any) -> None:
     with block:
         transaction.on_commit(callback)

@@ -202,6 +202,8 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         route = self.txcache_route()
         if route is None:
             return super().create_cursor(name)
+        if isinstance(route, ReadWriteTransaction):
+            self._refuse_durable()
         return TransactionCursor(route, self._adapters())
 
     def _adapters(self) -> AdaptersMap:
@@ -220,6 +222,37 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
             return pooled
 
     # -- transactions ----------------------------------------------------------------------
+
+    def _refuse_durable(self) -> None:
+        """Refuse the statements of an ``atomic(durable=True)`` block in a read/write
+        txcache transaction: the block is a savepoint there, and what it writes commits (or
+        not) with that transaction, not when the block ends. Django makes the same promise
+        impossible under ``ATOMIC_REQUESTS`` (a durable block inside another). Checked at
+        each statement — Django tells no backend that a block is durable before it holds
+        one — so nothing of the block is written."""
+        if any(block.durable for block in self.atomic_blocks):
+            raise TransactionError(
+                "atomic(durable=True) inside a read/write txcache transaction: its writes "
+                "would commit when that transaction does, not when the block ends; run it "
+                "outside the transaction (a view marked @bypass, say)"
+            )
+
+    def set_autocommit(
+        self, autocommit: bool, force_begin_transaction_with_broken_autocommit: bool = False
+    ) -> None:
+        """Django's, but ``transaction.set_autocommit(False)`` by hand (``atomic()`` passes
+        the flag, a caller does not) is refused in a read/write txcache transaction: the
+        database transaction is that one, committed when its block ends, so the
+        ``transaction.commit()`` that follows could not commit anything earlier."""
+        by_hand = not autocommit and not force_begin_transaction_with_broken_autocommit
+        if by_hand and isinstance(self.txcache_route(), ReadWriteTransaction):
+            raise TransactionError(
+                "transaction.set_autocommit(False) inside a read/write txcache transaction: "
+                "it is the database transaction, committed when its block ends — a "
+                "transaction.commit() could not commit earlier; use atomic() (a savepoint "
+                "there) or end the txcache block"
+            )
+        super().set_autocommit(autocommit, force_begin_transaction_with_broken_autocommit)
 
     def _set_autocommit(self, autocommit: bool) -> None:
         route = self.txcache_route()
