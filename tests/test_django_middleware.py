@@ -6,6 +6,7 @@ written in the request's transaction."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -14,8 +15,9 @@ from django.core import signing
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.test import Client, override_settings
 
+import txcache.django
 import txcache.metrics
-from django_fixtures import STALENESS, DjangoShop, Item, start_shop
+from django_fixtures import STALENESS, DjangoShop, Item, User, start_shop
 from txcache import EmbeddedPostgres
 from txcache._stats import view_stats
 from txcache.stack import wait_until
@@ -175,6 +177,48 @@ def test_a_login_is_seen_by_the_next_request(shop):
     page = client.get("/whoami").json()
     assert (page["user"], page["kind"]) == ("ann", "read_only")
     assert page["not_before"] == token_of(response.headers[HEADER])
+
+
+def signed(token: int) -> str:
+    return signing.TimestampSigner(salt="txcache.django.token").sign(str(token))
+
+
+def logged_in() -> Client:
+    client = Client()
+    client.post("/login", {"username": "ann", "password": "ann-secret"})
+    assert client.get("/whoami").json()["user"] == "ann"
+    return client
+
+
+def test_a_get_whose_session_auth_writes_runs_again_read_write(shop, caplog):
+    client = logged_in()
+    session = client.cookies["sessionid"].value
+    with txcache.django.read_write() as changed:  # the password changes elsewhere
+        ann = User.objects.get(username="ann")
+        ann.set_password("ann-secret")
+        ann.save()
+    client.cookies[COOKIE] = signed(changed.commit_timestamp)  # a read that sees it
+    with caplog.at_level(logging.WARNING, logger="txcache.django"):
+        page = client.get("/whoami")  # auth flushes the session: a DELETE, refused read-only
+    assert (page.status_code, page.json()["user"], page.json()["kind"]) == (200, "", "read_write")
+    assert [record.getMessage().split(":")[0] for record in caplog.records] == ["GET /whoami"]
+    sessions = "SELECT count(*) FROM django_session WHERE session_key = %s"
+    assert shop.admin.execute(sessions, (session,)).fetchone() == (0,)  # the flush committed
+    caplog.clear()
+    again = client.get("/whoami").json()  # nothing left to write: read-only again
+    assert (again["user"], again["kind"], caplog.records) == ("", "read_only", [])
+
+
+def test_a_get_whose_session_key_rotates_runs_again_read_write(shop):
+    client = logged_in()
+    session = client.cookies["sessionid"].value
+    rotated = {"SECRET_KEY": "rotated", "SECRET_KEY_FALLBACKS": [settings.SECRET_KEY]}
+    with override_settings(**rotated):  # the session's hash verifies with a fallback key
+        page = client.get("/whoami").json()  # auth cycles the session's key: writes
+        assert (page["user"], page["kind"]) == ("ann", "read_write")
+        assert client.cookies["sessionid"].value != session
+        again = client.get("/whoami").json()
+        assert (again["user"], again["kind"]) == ("ann", "read_only")
 
 
 def test_each_view_counts_its_requests_hits_and_misses(shop):

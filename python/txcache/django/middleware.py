@@ -25,26 +25,31 @@ read-only request sees its own writes. Tokens are signed with
 ``SECRET_KEY`` (Django's ``TimestampSigner``) and honoured for ``TOKEN_MAX_AGE`` seconds: a
 forged or garbled one is ignored. A read-only request whose cached data's snapshot is gone
 (:class:`~txcache.SnapshotUnavailable`, the one retryable error) gets ``503`` with
-``Retry-After: 0``.
+``Retry-After: 0``. A safe request that failed because its read-only transaction refused a
+write (Django's authentication flushing or cycling the session) runs again, once,
+read/write.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from django.core import signing
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseServerError
 from django.urls import Resolver404, resolve
 
 from txcache._stats import view_stats
 from txcache.django import conf, transactions, writes
 from txcache.django.decorators import ViewPolicy, policy_of
-from txcache.errors import SnapshotUnavailable
+from txcache.errors import SnapshotUnavailable, StatementNotAllowed
 
 __all__ = ["SAFE_METHODS", "TransactionMiddleware", "request_token"]
 
 SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
 """Methods whose requests run read-only unless the view says otherwise."""
+
+log = logging.getLogger("txcache.django")
 
 _SALT = "txcache.django.token"
 _VIEW_FAILED = "_txcache_view_failed"
@@ -82,9 +87,21 @@ class TransactionMiddleware:
         """The response, and the token of the request's read/write transaction if it wrote."""
         if policy.mode == "bypass":
             return self.get_response(request), None
-        by_method = policy.mode == "by_method"
-        if policy.mode == "read_only" or (by_method and request.method in SAFE_METHODS):
+        if policy.mode == "read_only":
             return self._read_only(request, policy), None
+        if policy.mode == "by_method" and request.method in SAFE_METHODS:
+            with transactions.watching_refusals() as refusals:
+                response = self._read_only(request, policy)
+            if not (refusals.count and _unsent_failure(response)):
+                return response, None
+            log.warning(
+                "%s %s: its read-only transaction refused a write and the request failed; "
+                "ran it again read/write (mark the view @read_write if it writes on %s)",
+                request.method,
+                request.path,
+                request.method,
+            )
+            request.__dict__.pop(_VIEW_FAILED, None)  # the first run's failure is not this one's
         return self._read_write(request, policy)
 
     def _read_only(self, request: HttpRequest, policy: ViewPolicy) -> HttpResponseBase:
@@ -110,7 +127,12 @@ class TransactionMiddleware:
         """The view raised: its read/write transaction rolls back (Django calls the
         innermost middleware's first: one below that answers keeps this from running, and
         then only a ``5xx`` response rolls back). A
-        :class:`~txcache.SnapshotUnavailable` becomes ``503`` with ``Retry-After: 0``."""
+        :class:`~txcache.SnapshotUnavailable` becomes ``503`` with ``Retry-After: 0``; a
+        write a safe request's read-only transaction refused, a ``500`` that the middleware
+        answers by running the request again read/write (Django neither logs nor reports
+        the exception then: the request has not failed yet)."""
+        if isinstance(exception, StatementNotAllowed) and transactions.refused():
+            return HttpResponseServerError()
         setattr(request, _VIEW_FAILED, True)
         if isinstance(exception, SnapshotUnavailable):
             return HttpResponse(
@@ -120,6 +142,12 @@ class TransactionMiddleware:
                 content_type="text/plain",
             )
         return None
+
+
+def _unsent_failure(response: HttpResponseBase) -> bool:
+    """Whether ``response`` is a server error the client has not been sent any of (a
+    streaming response's content is produced as it is sent)."""
+    return response.status_code >= 500 and not response.streaming
 
 
 def _must_roll_back(request: HttpRequest, response: HttpResponseBase) -> bool:

@@ -23,7 +23,17 @@ from txcache._transaction import ReadOnlyTransaction, ReadWriteTransaction
 from txcache.django import conf
 from txcache.errors import TransactionError
 
-__all__ = ["defer", "get_rollback", "read_only", "read_write", "set_rollback"]
+__all__ = [
+    "Refusals",
+    "defer",
+    "get_rollback",
+    "note_refusal",
+    "read_only",
+    "read_write",
+    "refused",
+    "set_rollback",
+    "watching_refusals",
+]
 
 log = logging.getLogger("django.db.backends.base")  # where Django logs failed robust callbacks
 
@@ -108,6 +118,44 @@ def set_rollback(transaction: ReadWriteTransaction, rollback: bool) -> None:
 def get_rollback(transaction: ReadWriteTransaction) -> bool:
     """Whether ``transaction``'s :func:`read_write` block will roll back."""
     return _block_of(transaction, "transaction.get_rollback()").rollback
+
+
+@dataclass
+class Refusals:
+    """Statements of the ORM a read-only transaction refused, while watched
+    (:func:`watching_refusals`)."""
+
+    count: int = 0
+
+
+_refusals: contextvars.ContextVar[Refusals | None] = contextvars.ContextVar(
+    "txcache_django_refusals", default=None
+)
+
+
+@contextlib.contextmanager
+def watching_refusals() -> Iterator[Refusals]:
+    """Count the ORM's statements refused in this context during the block (the
+    middleware runs a safe request again read/write when one was)."""
+    refusals = Refusals()
+    token = _refusals.set(refusals)
+    try:
+        yield refusals
+    finally:
+        _refusals.reset(token)
+
+
+def note_refusal() -> None:
+    """A read-only transaction refused a statement of the ORM (``StatementNotAllowed``)."""
+    refusals = _refusals.get()
+    if refusals is not None:
+        refusals.count += 1
+
+
+def refused() -> bool:
+    """Whether a statement was refused in this context since the watch began."""
+    refusals = _refusals.get()
+    return refusals is not None and refusals.count > 0
 
 
 def _run(hooks: list[Hook]) -> None:

@@ -26,6 +26,8 @@ from psycopg import sql
 from psycopg.adapt import AdaptersMap, Transformer
 
 from txcache._transaction import ReadWriteTransaction, Transaction
+from txcache.django import transactions
+from txcache.errors import StatementNotAllowed
 
 __all__ = ["TransactionCursor", "literal_sql"]
 
@@ -82,8 +84,14 @@ class TransactionCursor:
         self._rows: _Rows | None = None
 
     def execute(self, query: str, params: Params = None) -> None:
-        """Run ``query`` in the transaction (a read-only one checks and tags it)."""
-        self._take(self.transaction.execute(query, params))
+        """Run ``query`` in the transaction (a read-only one checks and tags it; a refusal
+        is noted for the middleware, :func:`txcache.django.transactions.note_refusal`)."""
+        try:
+            result = self.transaction.execute(query, params)
+        except StatementNotAllowed:
+            transactions.note_refusal()
+            raise
+        self._take(result)
 
     def executemany(
         self, query: str, params_seq: Iterable[Sequence[Any] | Mapping[str, Any]]
