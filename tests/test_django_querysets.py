@@ -99,6 +99,19 @@ def test_a_hit_runs_no_sql_and_rebuilds_the_same_instances(shop):
     assert seen == []
 
 
+def test_the_rows_keep_the_shape_values_and_values_list_give_them(shop):
+    found = Item.objects.filter(id__in=[16, 17]).order_by("id")
+    assert read(lambda: list(found.values_list("name", flat=True).txcache())) == [
+        "item 16",
+        "item 17",
+    ]
+    assert read(lambda: found.values_list("id", "price").txcache().first()) == (16, 160)
+    assert read(lambda: found.values("id").txcache().last()) == {"id": 17}
+    with txcache.django.read_write(), transaction.atomic():  # a read for a write
+        locked = found.values_list("id", flat=True).txcache().select_for_update()
+        assert list(locked) == [16, 17]
+
+
 def test_prefetch_reads_through_the_cache_when_its_queryset_does(shop):
     def categories() -> list[tuple[str, list[str]]]:
         cheap = Item.objects.filter(price__lt=50).order_by("id").txcache()

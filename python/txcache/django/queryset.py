@@ -62,6 +62,7 @@ class CachedQuerySet(models.QuerySet):  # type: ignore[misc]
     or ``CachedQuerySet.as_manager()``."""
 
     query: Query
+    _iterable_class: type[Any]
 
     def txcache(self, staleness: float | None = None) -> Self:
         """This queryset, its reads through the cache (the module docstring).
@@ -72,14 +73,21 @@ class CachedQuerySet(models.QuerySet):  # type: ignore[misc]
         clone: Self = self._chain()
         query = clone.query.chain(CachedQuery)
         query.txcache_staleness = staleness
-        clone.query = query
+        clone._replace_query(query)
         return clone
 
     def _fetch_all(self) -> None:
         if self._for_write and isinstance(self.query, CachedQuery):
             # Read for a write (delete()'s collection, get_or_create()): the database's rows.
-            self.query = self.query.chain(Query)
+            self._replace_query(self.query.chain(Query))
         super()._fetch_all()
+
+    def _replace_query(self, query: Query) -> None:
+        """Use ``query``, an equal query of another class, keeping what rows become:
+        Django's ``query`` setter makes those of a ``values_list()`` dicts."""
+        iterable = self._iterable_class
+        self.query = query
+        self._iterable_class = iterable
 
 
 CachedManager = models.Manager.from_queryset(CachedQuerySet)
