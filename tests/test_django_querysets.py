@@ -6,6 +6,7 @@ rebuilds the same instances — and every kind of write invalidates it: ``.updat
 from __future__ import annotations
 
 import contextlib
+import datetime
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
 from django.db.models import Max, Prefetch, Sum
+from django.test import override_settings
 
 import txcache
 import txcache.django
@@ -245,6 +247,16 @@ def test_writes_on_django_s_own_connection_are_seen_by_later_reads_of_the_contex
     with txcache.django.read_only(staleness=60) as after_rollback:
         assert cached.get().price == 1314
     assert after_rollback.not_before == tx.not_before  # nothing committed: no new token
+
+
+def test_rows_are_keyed_by_how_django_loads_them(shop):
+    changed = Item.objects.filter(id=16).values_list("changed", flat=True).txcache()
+    aware = warm(lambda: changed.get())
+    assert aware == datetime.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=datetime.UTC)
+    with override_settings(USE_TZ=False, TIME_ZONE="Europe/Paris"):  # naive, in Paris
+        naive = warm(lambda: changed.get())
+    assert naive == datetime.datetime(2024, 5, 6, 9, 8, 9, 123456)
+    assert warm(lambda: changed.get()) == aware  # the first rows, still cached
 
 
 def test_reads_for_a_write_never_use_the_cache(shop):

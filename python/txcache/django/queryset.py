@@ -3,7 +3,10 @@
 
 A cached queryset's reads — evaluation, ``get()``, ``first()``, ``count()``, ``exists()``,
 ``aggregate()``, ``values()`` … — go through a cacheable function of the model, keyed by
-the SQL Django compiled and its parameters. What is stored is the rows as the database
+the SQL Django compiled, its parameters, and how Django loads the rows (``USE_TZ`` and the
+connection's time zone). A ``count()`` or ``aggregate()`` Django computes over a subquery
+(of a sliced, ``distinct()``, grouped or combined queryset, or one with aggregate
+annotations) runs through another compiler, uncached. What is stored is the rows as the database
 returned them (loaded as Django's connection loads them: plain values), never model
 instances: a hit rebuilds the instances from the rows in code, through the same
 converters and ``Model.from_db`` as a miss, so a hit equals a miss. The results are tagged
@@ -30,6 +33,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Self
 
+from django.conf import settings
 from django.core.exceptions import EmptyResultSet, ImproperlyConfigured
 from django.db import connections, models
 from django.db.models.sql import Query
@@ -47,7 +51,10 @@ __all__ = ["CachedManager", "CachedQuery", "CachedQuerySet", "rows_function"]
 Row = tuple[Any, ...]
 Params = tuple[tuple[str, Any], ...]
 """A statement's parameters as a cacheable function's argument: ``(type, value)`` pairs."""
-RowsFunction = CacheableFunction[[str, str, Params], list[Row]]
+Loading = tuple[bool, str]
+"""How Django loads a row's values: ``(USE_TZ, the connection's time zone)`` — a
+``timestamptz`` comes back aware under ``USE_TZ``, naive in that zone without."""
+RowsFunction = CacheableFunction[[str, Loading, str, Params], list[Row]]
 
 # psycopg's int and float subclasses that Django passes to give a parameter its type (an
 # IntegerField's values are Int4): a key keeps the type by name, the statement gets it back.
@@ -160,14 +167,15 @@ def cached_rows(compiler: SQLCompiler, statement: str, params: tuple[Any, ...]) 
             f"queryset reads through the cache only there (.using({routed!r}))"
         )
     function = rows_function(compiler.query.model)
+    loading = (bool(settings.USE_TZ), str(wrapper.timezone_name))
     typed = tuple(_typed(value) for value in params)
     if current_transaction() is not None:
-        return function(alias, statement, typed)
+        return function(alias, loading, statement, typed)
     if wrapper.in_own_transaction:
         return run_rows(alias, statement, typed)  # its uncommitted writes must be seen
     staleness = compiler.query.txcache_staleness
     with conf.get_cache().read_only(staleness):
-        return function(alias, statement, typed)
+        return function(alias, loading, statement, typed)
 
 
 def _typed(value: Any) -> tuple[str, Any]:
@@ -205,7 +213,8 @@ def rows_function(model: type[models.Model]) -> RowsFunction:
 
 
 def _make_rows_function(label: str) -> RowsFunction:
-    def rows(alias: str, statement: str, params: Params) -> list[Row]:
+    def rows(alias: str, loading: Loading, statement: str, params: Params) -> list[Row]:
+        # ``loading`` is in the key only: the rows it loads differently are other values.
         return run_rows(alias, statement, params)
 
     rows.__qualname__ = f"rows[{label}]"
