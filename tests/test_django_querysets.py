@@ -114,6 +114,15 @@ def test_the_rows_keep_the_shape_values_and_values_list_give_them(shop):
         assert list(locked) == [16, 17]
 
 
+def test_a_count_over_a_subquery_reads_the_database(shop):
+    cached = Item.objects.filter(category_id=2).order_by("id").txcache()
+    assert warm(cached.count) == 10  # in the queryset's own query: cached
+    lookups = STATS.hits + STATS.miss_count
+    assert read(lambda: cached[:4].count()) == 4  # Django counts over a subquery
+    assert read(lambda: cached.values("price").distinct().count()) == 10
+    assert STATS.hits + STATS.miss_count == lookups
+
+
 def test_prefetch_reads_through_the_cache_when_its_queryset_does(shop):
     def categories() -> list[tuple[str, list[str]]]:
         cheap = Item.objects.filter(price__lt=50).order_by("id").txcache()
