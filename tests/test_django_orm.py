@@ -289,6 +289,11 @@ def test_in_a_django_transaction_cacheable_calls_run_uncached_on_its_connection(
     runs.clear()
     assert price_of(2) == 20  # outside: an implicit read-only transaction again, a hit
     assert runs == []
+    with transaction.atomic():  # its connection closed inside: that transaction is over
+        connections["default"].close()
+    with txcache.django.read_only():
+        assert price_of(2) == 20
+    assert runs == []
 
 
 def test_on_commit_callbacks_run_after_the_read_write_commit(shop):

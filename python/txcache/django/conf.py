@@ -36,6 +36,7 @@ __all__ = [
     "DjangoCache",
     "TxcacheSettings",
     "close",
+    "database_alias",
     "database_dsn",
     "get_cache",
     "isolation_level",
@@ -186,6 +187,13 @@ class DjangoCache(txcache.Cache):
       context (:mod:`txcache.django.writes`), whatever ``not_before`` says.
     """
 
+    def __init__(self, settings: Settings, *, database: str, **options: Any) -> None:
+        """:class:`txcache.Cache` of ``settings`` (and ``options``) for the ``DATABASES``
+        alias ``database``, whose statements its transactions hold."""
+        super().__init__(settings, **options)
+        self.database = database
+        """``TXCACHE["DATABASE"]`` when the cache was made."""
+
     def read_only(
         self, staleness: float | None = None, *, not_before: int | None = None
     ) -> ReadOnlyTransaction:
@@ -236,8 +244,19 @@ def _connect() -> DjangoCache:
     with _lock:
         if _cache is None:
             chosen = txcache_settings()
-            _cache = DjangoCache(library_settings(chosen), safe_functions=chosen.safe_functions)
+            _cache = DjangoCache(
+                library_settings(chosen),
+                database=chosen.database,
+                safe_functions=chosen.safe_functions,
+            )
         return _cache
+
+
+def database_alias() -> str:
+    """``TXCACHE["DATABASE"]``: the connected cache's (no settings to read), else the
+    setting's."""
+    connected = _cache
+    return connected.database if connected is not None else txcache_settings().database
 
 
 def close() -> None:

@@ -110,8 +110,9 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
     @property
     def in_own_transaction(self) -> bool:
         """Whether a Django transaction (an ``atomic()`` block, or autocommit turned off) is
-        open on Django's own connection, outside any txcache transaction."""
-        return self._began_on is None
+        open on Django's own connection, outside any txcache transaction. One whose
+        connection was closed in it (and dropped at the block's end) is over."""
+        return self._began_on is None and self.connection is not None
 
     def txcache_route(self) -> Transaction | None:
         """The txcache transaction this connection's statements run in now (``None``:
@@ -120,6 +121,11 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         current = current_transaction()
         if current is not None:
             current = self._usable(current)
+        if self._began_on is None and self.connection is None:
+            # Its connection was closed in it (and dropped at its atomic() block's end): that
+            # transaction is over, rolled back by the server.
+            self._began_on = _IDLE
+            self._wrote_uncommitted = False
         if self._began_on is not _IDLE and self._began_on is not current:
             raise TransactionError(
                 "this Django transaction (an atomic() block, or autocommit turned off) began "
@@ -193,8 +199,10 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         if self.txcache_route() is None:
             super().ensure_connection()
         elif self.connection is None and self._began_on is _IDLE:
-            # Django's own connection, had it been opened, would be in autocommit mode here.
+            # Django's own connection, had it been opened, would be in autocommit mode here —
+            # and not closed in a transaction (which would have atomic() skip its savepoint).
             self.autocommit = self.settings_dict["AUTOCOMMIT"]
+            self.closed_in_transaction = False
 
     def create_cursor(self, name: str | None = None) -> Any:
         """Django's cursor, or a :class:`TransactionCursor` of the route (``name``, a
@@ -356,11 +364,13 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
 
 def _may_write(sql: str, params: Any) -> bool:
     """Whether a statement may write: whatever a read-only transaction refuses (the
-    library's classifier, memoized per statement text). A ``SELECT`` of a function that
-    writes is not seen as one."""
+    library's classifier, memoized per statement text), and whatever it cannot classify.
+    A ``SELECT`` of a function that writes is not seen as one."""
     try:
         check_read_only(sql, params)
     except StatementNotAllowed:
+        return True
+    except Exception:  # parameters of a shape it does not read: it ran, so it may have written
         return True
     return False
 
@@ -370,10 +380,8 @@ def in_django_transaction() -> bool:
     open on Django's own connection (:attr:`DatabaseWrapper.in_own_transaction`). Its
     uncommitted writes are seen only there: a cacheable call made outside any txcache
     transaction then runs directly on it, uncached, and no txcache transaction may begin."""
-    return any(
-        isinstance(wrapper, DatabaseWrapper) and wrapper.routed and wrapper.in_own_transaction
-        for wrapper in connections.all(initialized_only=True)
-    )
+    wrapper = connections[conf.database_alias()]
+    return isinstance(wrapper, DatabaseWrapper) and wrapper.in_own_transaction
 
 
 run_directly_when(in_django_transaction)
