@@ -90,18 +90,27 @@ class TransactionMiddleware:
         if policy.mode == "read_only":
             return self._read_only(request, policy), None
         if policy.mode == "by_method" and request.method in SAFE_METHODS:
-            with transactions.watching_refusals() as refusals:
-                response = self._read_only(request, policy)
-            if not (refusals.count and _unsent_failure(response)):
-                return response, None
-            log.warning(
-                "%s %s: its read-only transaction refused a write and the request failed; "
-                "ran it again read/write (mark the view @read_write if it writes on %s)",
-                request.method,
-                request.path,
-                request.method,
-            )
-            request.__dict__.pop(_VIEW_FAILED, None)  # the first run's failure is not this one's
+            return self._safe(request, policy)
+        return self._read_write(request, policy)
+
+    def _safe(
+        self, request: HttpRequest, policy: ViewPolicy
+    ) -> tuple[HttpResponseBase, int | None]:
+        """A safe request, read-only; run again read/write when its read-only transaction
+        refused a write and it failed, nothing of it sent (a safe method promises no effect:
+        the second run is the request the client made)."""
+        with transactions.watching_refusals() as refusals:
+            response = self._read_only(request, policy)
+        if not (refusals.count and _unsent_failure(response)):
+            return response, None
+        log.warning(
+            "%s %s: its read-only transaction refused a write and the request failed; ran it "
+            "again read/write (mark the view @read_write if it writes on %s)",
+            request.method,
+            request.path,
+            request.method,
+        )
+        vars(request).pop(_VIEW_FAILED, None)  # the first run's failure is not the second's
         return self._read_write(request, policy)
 
     def _read_only(self, request: HttpRequest, policy: ViewPolicy) -> HttpResponseBase:

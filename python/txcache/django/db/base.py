@@ -19,15 +19,22 @@ Django's transaction management follows the route:
   fails undoes its own work and nothing else — SQLAlchemy's ``create_savepoint`` pattern
   (:mod:`txcache.sqlalchemy`). Nested blocks are Django's own savepoints;
 - ``transaction.on_commit`` callbacks of a read/write transaction run after it commits,
+  and ``transaction.set_rollback(True)`` outside any ``atomic()`` block rolls it back,
   when it was opened by :func:`txcache.django.read_write` (or the middleware); elsewhere
-  they are refused, since nothing would run them.
+  both are refused, since nothing would act on them. An ``atomic(durable=True)`` block's
+  statements and ``transaction.set_autocommit(False)`` are refused: what they promise,
+  a commit before the txcache block ends, cannot be kept.
 
 A Django transaction belongs to the route it began on: a statement of an ``atomic()`` block
-begun outside a txcache transaction, made inside one (or the reverse), is refused
-(:class:`~txcache.TransactionError`) — it would run in a different database transaction
-than the block's. So is a statement of a cursor made on Django's own connection before the
-txcache transaction began, and one on another database inside a cacheable function being
-computed (:mod:`txcache.django.db.guards`).
+used on another route is refused (:class:`~txcache.TransactionError`) — it would run in a
+different database transaction than the block's. While one is open on Django's own
+connection, no txcache transaction of the process's cache begins
+(:class:`~txcache.django.conf.DjangoCache`) and a cacheable call made outside any runs
+directly there, uncached (:func:`in_django_transaction`). Refused too: a statement of a
+cursor made on Django's own connection before the txcache transaction began, and one on
+another database inside a cacheable function being computed
+(:mod:`txcache.django.db.guards`). What Django's own connection commits is reported to
+:mod:`txcache.django.writes`, for the context's next read-only transaction to see.
 """
 
 from __future__ import annotations
@@ -161,8 +168,9 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
     ) -> Any:
         """The execute wrapper of this connection: a statement of a cursor of Django's own
         connection is refused while a txcache transaction is current (the cursor was made
-        before it began: its statement would run outside it); on an alias that does not
-        route, as on any other database (:mod:`~txcache.django.db.guards`)."""
+        before it began: its statement would run outside it) — on an alias that does not
+        route, as on any other database (:mod:`~txcache.django.db.guards`) — and one run
+        outside any that may have written is reported (:meth:`_note_write`)."""
         if isinstance(context["cursor"].cursor, TransactionCursor):
             return execute(sql, params, many, context)  # the route
         current = current_transaction()
