@@ -241,7 +241,8 @@ def _sessions(middleware: list[str]) -> list[CheckMessage]:
         messages.append(
             Error(
                 "SESSION_SAVE_EVERY_REQUEST with database sessions: every GET would write its "
-                "session in a read-only transaction, which refuses writes",
+                "session in a read-only transaction, which refuses writes — each would fail "
+                "once (logged) and run again read/write",
                 hint="Set SESSION_SAVE_EVERY_REQUEST to False, or use signed-cookie or cache "
                 "sessions.",
                 id="txcache.E009",
