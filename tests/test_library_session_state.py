@@ -10,6 +10,7 @@ would notice a reset that does nothing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 
@@ -223,3 +224,46 @@ def test_a_writers_search_path_does_not_reach_a_cached_result(lib1: LibraryStack
     assert item_name.stats.inserts["inserted"] >= 1
     with lib1.cache.read_only(staleness=60):
         assert item_name(1) == "item 1", "what every reader of the cache gets"
+
+
+SNEAKY = """
+CREATE OR REPLACE FUNCTION sneaky() RETURNS integer LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('search_path', 'pg_catalog', false);
+    RETURN 1;
+END $$
+"""
+
+
+def test_a_function_that_changes_the_session_fails_the_read_only_block(cache: txcache.Cache):
+    """The statement check cannot see into a function; the settings PostgreSQL reports
+    show what it changed (search_path is reported from PostgreSQL 18)."""
+    write(cache, SNEAKY)
+    pid, before = look(cache, "current_setting('search_path')")
+    with cache.read_only() as tx:
+        with pytest.raises(txcache.TransactionError, match="search_path"):
+            tx.query("SELECT sneaky()")
+        with pytest.raises(txcache.TransactionError, match="failed"):
+            tx.query("SELECT 1")
+    assert tx.session_changed
+    assert look(cache, "current_setting('search_path')") == (pid, before), "reset, not leaked"
+
+
+def test_an_async_block_is_failed_and_its_connection_reset_too(database: str):
+    with psycopg.connect(database, autocommit=True) as admin:
+        admin.execute(SNEAKY)
+
+    async def main() -> str:
+        cache = await txcache.connect_async(database, nodes=(), mode="bypass", pool_size=1)
+        try:
+            async with cache.read_only() as tx:
+                with pytest.raises(txcache.TransactionError, match="search_path"):
+                    await tx.query("SELECT sneaky()")
+            async with cache.read_only() as tx:
+                row = await tx.query_one("SELECT current_setting('search_path')")
+        finally:
+            await cache.close()
+        assert row is not None
+        return str(row[0])
+
+    assert asyncio.run(main()) != "pg_catalog", "reset, not leaked"

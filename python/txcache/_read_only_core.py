@@ -80,6 +80,28 @@ WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.relation >= 163
 """
 # PostgreSQL's refusal to run a prepared statement whose result type a schema change altered.
 _CHANGED_RESULT_TYPE = "cached plan must not change result type"
+
+# Settings PostgreSQL reports to the client whenever they change (search_path from version
+# 18): read from the connection at no cost after each statement, they catch a function that
+# changes the session (a SET or set_config in its body, which the statement check cannot
+# see) in a block that neither may change it nor be reset afterwards.
+REPORTED_SETTINGS = (
+    "search_path",
+    "TimeZone",
+    "DateStyle",
+    "IntervalStyle",
+    "standard_conforming_strings",
+    "client_encoding",
+)
+
+
+def reported_settings(connection: Any) -> tuple[bytes | None, ...]:
+    """The values of :data:`REPORTED_SETTINGS` the server last reported on ``connection``
+    (a psycopg connection, sync or async)."""
+    pgconn = connection.pgconn
+    return tuple(pgconn.parameter_status(name.encode()) for name in REPORTED_SETTINGS)
+
+
 # How often one statement may move the database transaction past a rewrite: a pin is
 # chosen after the rewrite it met, so only rewrites committing meanwhile can need more.
 REWRITE_MOVES = 3
@@ -158,6 +180,10 @@ class ReadOnlyCore(Generic[C]):
         self._verified: set[str] = set()  # tables checked in this database transaction
         self._failure: str | None = None  # the error that failed the block
         self._catalog_moved = False
+        self._settings_at_start: tuple[bytes | None, ...] | None = None
+        self.session_changed = False
+        """Whether a statement changed the connection's session (the block then failed, and
+        its connection is not given back as it is)."""
         agent = cache.agent
         if self.uncached or agent is None:
             self.pin_set = PinSet((), star=True)
@@ -195,6 +221,33 @@ class ReadOnlyCore(Generic[C]):
         if self._failure is None:
             first_line = str(error).partition("\n")[0] or "interrupted"
             self._failure = f"{type(error).__name__}: {first_line}"
+
+    def _note_session(self, connection: Any) -> None:
+        """The connection's session as the block found it."""
+        self._settings_at_start = reported_settings(connection)
+
+    def _check_session(self, connection: Any) -> None:
+        """Fail the block if the statement just run changed a reported setting: what the
+        block computes from then on depends on a session the library did not analyse it
+        under (a ``search_path`` decides which table a name reads), and a read-only
+        connection goes back to the pool without a reset."""
+        now = reported_settings(connection)
+        if self._settings_at_start is None or now == self._settings_at_start:
+            return
+        changed = [
+            name
+            for name, before, after in zip(REPORTED_SETTINGS, self._settings_at_start, now,
+                                           strict=True)
+            if before != after
+        ]  # fmt: skip
+        self.session_changed = True
+        error = TransactionError(
+            f"a statement changed the session's {', '.join(changed)} (a function that runs "
+            "SET or set_config?): a read-only transaction must leave the session as it found "
+            "it; the block is failed and its connection is reset"
+        )
+        self._fail(error)
+        raise error
 
     def _failed_by(self, error: psycopg.Error | SnapshotUnavailable) -> BaseException | None:
         """Fail the block after a statement raised ``error``; the error to raise instead of

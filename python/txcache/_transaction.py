@@ -534,6 +534,7 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["Cache"]):
             if replacement is None:
                 raise
             raise replacement from error
+        self._check_session(connection)
         self._record_query(tags)
         return cursor
 
@@ -654,6 +655,7 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["Cache"]):
         except BaseException:
             self._release(connection)
             raise
+        self._note_session(connection)
         self._connection = connection
         return connection
 
@@ -721,4 +723,4 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["Cache"]):
                 connection.execute("ROLLBACK")
         except psycopg.Error:
             log.debug("rollback of a left snapshot failed", exc_info=True)
-        self.cache.pool.putconn(connection)
+        self.cache.release(connection, reset=self.session_changed)

@@ -134,6 +134,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
         except asyncio.CancelledError as error:
             self._fail(error)
             raise
+        self._check_session(connection)
         self._record_query(tags)
         return cursor
 
@@ -243,6 +244,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
         except BaseException:
             await self.cache.release(connection)
             raise
+        self._note_session(connection)
         self._connection = connection
         return connection
 
@@ -295,7 +297,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
         self._closed = True
         connection, self._connection = self._connection, None
         if connection is not None:
-            await self.cache.release(connection)
+            await self.cache.release(connection, reset=self.session_changed)
 
 
 async def _begin_unpinned(connection: AsyncConnection) -> str:
