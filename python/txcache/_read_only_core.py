@@ -82,9 +82,9 @@ WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.relation >= 163
 _CHANGED_RESULT_TYPE = "cached plan must not change result type"
 
 # Settings PostgreSQL reports to the client whenever they change (search_path from version
-# 18): read from the connection at no cost after each statement, they catch a function that
-# changes the session (a SET or set_config in its body, which the statement check cannot
-# see) in a block that neither may change it nor be reset afterwards.
+# 18): read from the connection after each statement (no round trip), they catch a
+# function that changes the session (a SET or set_config in its body, which the statement
+# check cannot see) in a block that neither may change it nor be reset afterwards.
 REPORTED_SETTINGS = (
     "search_path",
     "TimeZone",
