@@ -368,7 +368,7 @@ def test_a_table_rewriting_alter_table_is_read_after_it(lib):
 
 
 def test_a_partition_truncated_directly(lib):
-    created = lib.commit(
+    lib.commit(
         "CREATE TABLE events (id integer PRIMARY KEY, payload text NOT NULL) "
         "PARTITION BY RANGE (id)",
         "CREATE TABLE events_low PARTITION OF events FOR VALUES FROM (0) TO (100)",
@@ -377,9 +377,13 @@ def test_a_partition_truncated_directly(lib):
     )
     txcache.setup_database(lib.dsn)
     ready(lib)
+    with lib.cache.read_only(staleness=60):
+        txcache.query("SELECT count(*) FROM events")  # the library reads its catalog
+    # not_before: pins from before the table existed would show it as created since, and
+    # pins older than the library's catalog reading could have run with a newer catalog.
+    read_at = lib.commit("INSERT INTO events VALUES (60, 'after the reading')")
     lib.cache.policy = txcache.oldest_pin
-    # not_before: pins from before the table existed would show it as created since.
-    tx, second = begun_before(lib, not_before=created), begun_before(lib, not_before=created)
+    tx, second = begun_before(lib, not_before=read_at), begun_before(lib, not_before=read_at)
     token = lib.commit("TRUNCATE events_low", "INSERT INTO events VALUES (5, 'reloaded')")
     with tx:
         assert tx.pin_set.pins[0].ts < token

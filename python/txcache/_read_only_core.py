@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import psycopg
@@ -32,13 +33,14 @@ if TYPE_CHECKING:
 __all__ = [
     "BEGIN_READ_ONLY",
     "CURRENT_SNAPSHOT",
+    "NODE_CATCH_UP",
     "NO_SNAPSHOT",
     "REWRITE_MOVES",
     "REWRITTEN",
     "ReadOnlyCore",
+    "StaleRead",
     "Statement",
     "import_statement",
-    "rewritten_error",
 ]
 
 log = logging.getLogger("txcache")
@@ -105,6 +107,9 @@ def reported_settings(connection: Any) -> tuple[bytes | None, ...]:
 # How often one statement may move the database transaction past a rewrite: a pin is
 # chosen after the rewrite it met, so only rewrites committing meanwhile can need more.
 REWRITE_MOVES = 3
+# How long a move to a fresh pin waits for a node to apply the stream that far: its
+# interval for what was read ends where it has read, usually milliseconds behind.
+NODE_CATCH_UP = 1.0
 _NO_LIMIT = 2**63 - 1
 
 
@@ -116,14 +121,40 @@ def import_statement(pin: Pin) -> sql.Composed:
     )
 
 
-def rewritten_error(relations: Sequence[str]) -> SnapshotUnavailable:
-    """The error when a statement read ``relations`` rewritten after the snapshot and no
-    later snapshot fits."""
-    return SnapshotUnavailable(
-        f"{', '.join(relations)}: a TRUNCATE / table-rewriting ALTER TABLE committed after "
-        "this transaction's snapshot (which would read the table empty), and no later "
-        "snapshot fits what the transaction read so far; retry the transaction"
-    )
+@dataclass(frozen=True)
+class StaleRead:
+    """Why a statement's result was dropped: it ran at a snapshot older than a commit that
+    changed what it read — a ``TRUNCATE`` or table-rewriting ``ALTER TABLE`` (the snapshot
+    would read the table empty), or a schema change (PostgreSQL runs the current catalog
+    over the snapshot's data, a state no commit had). The transaction moves to a later
+    snapshot and runs it again."""
+
+    what: str
+    """What committed after the snapshot, for the log and the error."""
+    ask_agent: bool = False
+    """The agent's last refresh could not tell: the driver refreshes and judges again."""
+
+    @classmethod
+    def rewritten(cls, relations: Sequence[str]) -> StaleRead:
+        """``relations`` were truncated or rewritten after the snapshot."""
+        return cls(
+            f"{', '.join(relations)}: a TRUNCATE / table-rewriting ALTER TABLE committed "
+            "after this transaction's snapshot (which would read the table empty)"
+        )
+
+    def error(self) -> SnapshotUnavailable:
+        """The error when no later snapshot fits what the transaction read so far."""
+        return SnapshotUnavailable(
+            f"{self.what}, and no later snapshot fits what the transaction read so far; "
+            "retry the transaction"
+        )
+
+
+SCHEMA_CHANGED = StaleRead(
+    "a schema change committed after this transaction's snapshot (a query at it runs the "
+    "new definitions over the old data)"
+)
+BARRIER_UNKNOWN = StaleRead(SCHEMA_CHANGED.what, ask_agent=True)
 
 
 def lost_while_moving() -> SnapshotUnavailable:
@@ -450,34 +481,53 @@ class ReadOnlyCore(Generic[C]):
         self._tags_known = False
         return True
 
-    def _statement_checks(self, analysed: Catalog | None) -> tuple[bool, Statement | None]:
-        """Whether what the statement reads may be stored (only what a cacheable function
-        reads is: only there does it matter which catalog the query ran with), and the
-        catalog check to run after it, if any."""
-        stored = analysed is not None and bool(self.frames) and self.cache.mode != "bypass"
+    def _catalog_check(self, analysed: Catalog | None) -> Statement | None:
+        """The catalog check to run after a statement analysed with ``analysed`` (none
+        without an analysis, or without the DDL counter): it tells whether the statement
+        ran with the catalog of that reading (:meth:`_stale_read`)."""
         stamp = analysed.stamp if analysed is not None else None
-        check = stamp_check(stamp) if stored and stamp is not None else None
-        return stored, check
+        return stamp_check(stamp) if stamp is not None else None
 
-    def _ran(self, analysed: Catalog | None, stored: bool, check: tuple[Any, ...] | None) -> None:
-        """The statement ran, nothing it read rewritten: note whether it ran with the
-        catalog its tags came from."""
-        if stored and analysed is not None and not self._ran_with(analysed, check):
-            self._catalog_moved = True
+    def _stale_read(
+        self,
+        rewritten: list[str],
+        analysed: Catalog | None,
+        check: tuple[Any, ...] | None,
+        *,
+        refreshed: bool = False,
+    ) -> StaleRead | None:
+        """Why the statement just run must be dropped, or ``None`` when its result stands:
+        it read relations rewritten after the snapshot, or it may have run with a catalog
+        newer than the snapshot's (``check``: the catalog check's row). With
+        ``refreshed``, the agent was just asked again: a barrier it still cannot place
+        counts as a schema change."""
+        if rewritten:
+            return StaleRead.rewritten(rewritten)
+        if analysed is None:
+            return None  # not analysed: a bare query the cache knows nothing of
+        verdict = self._ran_with(analysed, check)
+        if verdict:
+            return None
+        self._catalog_moved = True
+        return BARRIER_UNKNOWN if verdict is None and not refreshed else SCHEMA_CHANGED
 
-    def _ran_with(self, analysed: Catalog, check: tuple[Any, ...] | None) -> bool:
-        """Whether the query just run (``check``: the catalog check's row) ran with the
-        catalog reading ``analysed`` and that reading is its snapshot's: no schema change
-        in it is newer than the snapshot (the query ran the reading's definitions over
-        older data otherwise). A newer catalog has the library read it again."""
+    def _ran_with(self, analysed: Catalog, check: tuple[Any, ...] | None) -> bool | None:
+        """Whether the query just run ran with the catalog of its snapshot: with the
+        catalog reading ``analysed`` (``check``: the catalog check's row; a newer catalog
+        has the library read it again), and that reading no newer than the snapshot — the
+        snapshot is at or after where the reading began, or no schema change the agent
+        decoded below it is newer than the snapshot. ``None`` when the agent's last
+        refresh has not decoded that far."""
         assert self.snapshot is not None
         assert self.cache.agent is not None
         stamp = analysed.stamp
         if stamp is None or not still_current(stamp, check):
             self.cache.schema_moved()
             return False
+        if self.snapshot.ts >= stamp.position:
+            return True  # it sees every schema change in the reading
         barrier = self.cache.agent.schema_barrier(stamp.position)
-        return barrier is not None and self.snapshot.ts >= barrier
+        return None if barrier is None else self.snapshot.ts >= barrier
 
     def _verified_already(self, tags: frozenset[str] | None) -> bool:
         """Whether the statement can skip the rewrite check: ``bypass`` mode (PostgreSQL's
@@ -514,38 +564,41 @@ class ReadOnlyCore(Generic[C]):
                 frame.read_database(self.snapshot.ts, tags)
         self._read_database = True
 
-    # -- moving past a rewrite --------------------------------------------------------------
+    # -- moving past a rewrite or a schema change -------------------------------------------
 
     def _results_valid_anywhere(self) -> bool:
-        """Whether no query result was read yet (any later snapshot fits what was read)."""
-        return not self._read_database
+        """Whether no query result read so far depends on data (none was read, or every
+        one was tagged with no table, as ``SELECT 1``): any later snapshot fits it."""
+        return not self._read_database or (self._tags_known and not self._query_tags)
 
-    def _rewrite_window(
-        self, rewritten: list[str], valid: tuple[int, int] | None, *, last_chance: bool
+    def _node_behind(self, known: Interval | None, fresh: Pin | None) -> bool:
+        """Whether ``known`` (``TXINTERVAL``) ends only because the node has not applied
+        the stream as far as the ``fresh`` pin: the driver asks again once it has."""
+        return known is not None and known.open and fresh is not None and known.hi <= fresh.ts
+
+    def _later_window(
+        self, stale: StaleRead, valid: tuple[int, int] | None, *, last_chance: bool
     ) -> tuple[int, int]:
-        """Where the database transaction may move past a rewrite: after the active
-        snapshot (only a later one shows the rewrite) and where every query result read so
-        far stays valid (``valid``; ``None``: unknown). Raises when it cannot move (on the
-        unpinned fallback there is no pin to move to)."""
+        """Where the database transaction may move past what made a read ``stale``: after
+        the active snapshot (only a later one shows the change) and where every query
+        result read so far stays valid (``valid``; ``None``: unknown). Raises when it
+        cannot move (on the unpinned fallback there is no pin to move to)."""
         active = self.snapshot
         if active is None or valid is None or last_chance:
-            raise rewritten_error(rewritten)
+            raise stale.error()
         return max(valid[0], active.ts + 1), valid[1]
 
-    def _rewrite_candidates(self, fresh: Pin | None, lo: int, hi: int) -> list[Pin]:
+    def _later_candidates(self, fresh: Pin | None, lo: int, hi: int) -> list[Pin]:
         """The pins to try, in order: the fresh pin (taken only while no cached value was
         used), then the newest pins of the set in ``[lo, hi)``."""
         candidates = [fresh] if fresh is not None and lo <= fresh.ts < hi else []
         return candidates + self.pin_set.within(lo, hi)[::-1]
 
-    def _moved_past_rewrite(self, rewritten: list[str], pin: Pin, hi: int) -> None:
+    def _moved_past(self, stale: StaleRead, pin: Pin, hi: int) -> None:
         assert self.snapshot is not None
         log.info(
-            "%s rewritten after pin %s: the transaction moves to pin %s",
-            ", ".join(rewritten),
-            self.snapshot.ts,
-            pin.ts,
+            "pin %s: %s; the transaction moves to pin %s", self.snapshot.ts, stale.what, pin.ts
         )
         self.pin_set.reify(pin)  # ★ became this pin, or it is in the set already
-        self.pin_set.narrow(pin.ts, hi)  # never back before the rewrite
+        self.pin_set.narrow(pin.ts, hi)  # never back before the change
         self._moved_to(pin)

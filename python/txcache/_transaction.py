@@ -52,12 +52,13 @@ from txcache._read_only_core import (
     BEGIN_READ_ONLY,
     CURRENT_SNAPSHOT,
     NO_SNAPSHOT,
+    NODE_CATCH_UP,
     REWRITE_MOVES,
     REWRITTEN,
     ReadOnlyCore,
+    StaleRead,
     Statement,
     lost_while_moving,
-    rewritten_error,
 )
 from txcache._schema import Catalog
 from txcache._sql import UncacheableQuery
@@ -547,15 +548,15 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["Cache"]):
         single: bool,
         rows: RowFactory[Any] | None,
     ) -> tuple[_ResultCursor, frozenset[str] | None]:
-        """Run ``statement`` and, unless every table it reads was verified earlier in this
-        database transaction, check the relations it read for a rewrite after the snapshot.
-        A rewritten one drops the result: the database transaction moves past the rewrite
-        and the statement runs again (or :class:`SnapshotUnavailable` is raised). Returns
-        the cursor and the statement's tags (``None`` if not derived)."""
+        """Run ``statement`` with its checks: unless every table it reads was verified
+        earlier in this database transaction, for a rewrite after the snapshot; if it was
+        analysed, for a catalog newer than the snapshot's. Either drops the result: the
+        database transaction moves past the change and the statement runs again (or
+        :class:`SnapshotUnavailable` is raised). Returns the cursor and the statement's
+        tags (``None`` if not derived)."""
         for attempt in range(REWRITE_MOVES + 1):
             tags, analysed = self._tags(statement, params) if not self.uncached else (None, None)
             cursor = _ResultCursor(connection, row_factory=rows or tuple_row)
-            stored, check = self._statement_checks(analysed)
             started = time.perf_counter()
             rewritten, catalog = self._run_with_checks(
                 connection,
@@ -564,14 +565,18 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["Cache"]):
                 params,
                 single=single,
                 rewrite_check=not self._verified_already(tags),
-                catalog_check=check,
+                catalog_check=self._catalog_check(analysed),
             )
             self.cache.latency.record_query(time.perf_counter() - started)
-            if not rewritten:  # else the result is dropped: what it ran with does not matter
-                self._ran(analysed, stored, catalog)
+            stale = self._stale_read(rewritten, analysed, catalog)
+            if stale is not None and stale.ask_agent:
+                assert self.cache.agent is not None
+                self.cache.agent.refresh()
+                stale = self._stale_read(rewritten, analysed, catalog, refreshed=True)
+            if stale is None:
                 return cursor, tags
-            self._move_past_rewrite(rewritten, last_chance=attempt == REWRITE_MOVES)
-        raise AssertionError("unreachable: the last move past a rewrite raises")
+            self._move_past(stale, last_chance=attempt == REWRITE_MOVES)
+        raise AssertionError("unreachable: the last move past a change raises")
 
     def _run_with_checks(
         self,
@@ -602,34 +607,42 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["Cache"]):
         rewritten = self._rewritten(rewrite.fetchall()) if rewrite is not None else []
         return rewritten, catalog.fetchone() if catalog is not None else None
 
-    def _move_past_rewrite(self, rewritten: list[str], *, last_chance: bool) -> None:
-        """The statement read ``rewritten`` relations, rewritten after the snapshot: its
-        result is dropped. Move the database transaction to a later snapshot where every
-        query result read so far stays valid — a fresh pin (★) if no cached value was used
-        yet, else (or failing that) the newest such pin of the set — or raise
-        :class:`SnapshotUnavailable` (always on the unpinned fallback: no pin to move to)."""
+    def _move_past(self, stale: StaleRead, *, last_chance: bool) -> None:
+        """The statement's result was dropped (``stale`` says why). Move the database
+        transaction to a later snapshot where every query result read so far stays valid —
+        a fresh pin (★) if no cached value was used yet, else (or failing that) the newest
+        such pin of the set — or raise :class:`SnapshotUnavailable` (always on the unpinned
+        fallback: no pin to move to)."""
         active, connection = self.snapshot, self._connection
         assert connection is not None
-        valid = self._results_valid_around(active) if active is not None else None
-        lo, hi = self._rewrite_window(rewritten, valid, last_chance=last_chance)
         fresh = self._fresh_pin() if not self.read_cache else None
-        for pin in self._rewrite_candidates(fresh, lo, hi):
+        valid = self._results_valid_around(active, fresh) if active is not None else None
+        lo, hi = self._later_window(stale, valid, last_chance=last_chance)
+        for pin in self._later_candidates(fresh, lo, hi):
             if self._import(connection, pin):
-                self._moved_past_rewrite(rewritten, pin, hi)
+                self._moved_past(stale, pin, hi)
                 return
             if pin is not fresh:  # ★ is not in the set (a listed pin may share its ts)
                 self.pin_set.discard(pin)
-        raise rewritten_error(rewritten)
+        raise stale.error()
 
-    def _results_valid_around(self, active: Pin) -> tuple[int, int] | None:
+    def _results_valid_around(self, active: Pin, fresh: Pin | None) -> tuple[int, int] | None:
         """The range of commit points at which every query result read so far is valid (a
-        node's ``TXINTERVAL``, as for a move); ``None`` when it cannot be known."""
+        node's ``TXINTERVAL``, as for a move), waiting up to :data:`NODE_CATCH_UP` seconds
+        for the node to apply the stream up to ``fresh``; ``None`` when it cannot be
+        known."""
         if self._results_valid_anywhere():
             return 0, 2**63 - 1
         node: CacheNode | None = self._interval_node()
         if node is None:
             return None
-        known = node.database_interval(active.ts, self._sorted_query_tags())
+        tags = self._sorted_query_tags()
+        known = node.database_interval(active.ts, tags)
+        deadline, delay = time.monotonic() + NODE_CATCH_UP, 0.001
+        while self._node_behind(known, fresh) and time.monotonic() < deadline:
+            time.sleep(delay)  # the node applies the stream within milliseconds
+            delay = min(2 * delay, 0.05)
+            known = node.database_interval(active.ts, tags)
         return None if known is None else (known.lo, known.hi)
 
     def _tags(self, statement: str, params: Params) -> tuple[frozenset[str] | None, Catalog | None]:

@@ -28,12 +28,13 @@ from txcache._read_only_core import (
     BEGIN_READ_ONLY,
     CURRENT_SNAPSHOT,
     NO_SNAPSHOT,
+    NODE_CATCH_UP,
     REWRITE_MOVES,
     REWRITTEN,
     ReadOnlyCore,
+    StaleRead,
     Statement,
     lost_while_moving,
-    rewritten_error,
 )
 from txcache._schema import Catalog
 from txcache._sql import UncacheableQuery
@@ -151,7 +152,6 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
         for attempt in range(REWRITE_MOVES + 1):
             tags, analysed = (None, None) if self.uncached else await self._tags(statement, params)
             cursor = AsyncResultCursor(connection, row_factory=rows or tuple_row)
-            stored, check = self._statement_checks(analysed)
             started = time.perf_counter()
             rewritten, catalog = await self._run_with_checks(
                 connection,
@@ -160,14 +160,18 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
                 params,
                 single=single,
                 rewrite_check=not self._verified_already(tags),
-                catalog_check=check,
+                catalog_check=self._catalog_check(analysed),
             )
             self.cache.latency.record_query(time.perf_counter() - started)
-            if not rewritten:  # else the result is dropped: what it ran with does not matter
-                self._ran(analysed, stored, catalog)
+            stale = self._stale_read(rewritten, analysed, catalog)
+            if stale is not None and stale.ask_agent:
+                assert self.cache.agent is not None
+                await self.cache.agent.refresh()
+                stale = self._stale_read(rewritten, analysed, catalog, refreshed=True)
+            if stale is None:
                 return cursor, tags
-            await self._move_past_rewrite(rewritten, last_chance=attempt == REWRITE_MOVES)
-        raise AssertionError("unreachable: the last move past a rewrite raises")
+            await self._move_past(stale, last_chance=attempt == REWRITE_MOVES)
+        raise AssertionError("unreachable: the last move past a change raises")
 
     async def _run_with_checks(
         self,
@@ -195,29 +199,35 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
         rewritten = self._rewritten(await rewrite.fetchall()) if rewrite is not None else []
         return rewritten, await catalog.fetchone() if catalog is not None else None
 
-    async def _move_past_rewrite(self, rewritten: list[str], *, last_chance: bool) -> None:
-        """:meth:`txcache.ReadOnlyTransaction._move_past_rewrite`, awaited."""
+    async def _move_past(self, stale: StaleRead, *, last_chance: bool) -> None:
+        """:meth:`txcache.ReadOnlyTransaction._move_past`, awaited."""
         active, connection = self.snapshot, self._connection
         assert connection is not None
-        valid = await self._results_valid_around(active) if active is not None else None
-        lo, hi = self._rewrite_window(rewritten, valid, last_chance=last_chance)
         fresh = await self._fresh_pin() if not self.read_cache else None
-        for pin in self._rewrite_candidates(fresh, lo, hi):
+        valid = await self._results_valid_around(active, fresh) if active is not None else None
+        lo, hi = self._later_window(stale, valid, last_chance=last_chance)
+        for pin in self._later_candidates(fresh, lo, hi):
             if await self._import(connection, pin):
-                self._moved_past_rewrite(rewritten, pin, hi)
+                self._moved_past(stale, pin, hi)
                 return
             if pin is not fresh:  # ★ is not in the set (a listed pin may share its ts)
                 self.pin_set.discard(pin)
-        raise rewritten_error(rewritten)
+        raise stale.error()
 
-    async def _results_valid_around(self, active: Pin) -> tuple[int, int] | None:
+    async def _results_valid_around(self, active: Pin, fresh: Pin | None) -> tuple[int, int] | None:
         """:meth:`txcache.ReadOnlyTransaction._results_valid_around`, awaited."""
         if self._results_valid_anywhere():
             return 0, 2**63 - 1
         node: AsyncCacheNode | None = self._interval_node()
         if node is None:
             return None
-        known = await node.database_interval(active.ts, self._sorted_query_tags())
+        tags = self._sorted_query_tags()
+        known = await node.database_interval(active.ts, tags)
+        deadline, delay = time.monotonic() + NODE_CATCH_UP, 0.001
+        while self._node_behind(known, fresh) and time.monotonic() < deadline:
+            await asyncio.sleep(delay)  # the node applies the stream within milliseconds
+            delay = min(2 * delay, 0.05)
+            known = await node.database_interval(active.ts, tags)
         return None if known is None else (known.lo, known.hi)
 
     async def _tags(
