@@ -387,3 +387,32 @@ def test_schema_changes_are_read_in_a_worker_thread_and_stored_after(alib: Async
             assert await shelf_name(1) == "shelved", "the value depended on users"
 
     alib.run(body)
+
+
+def test_a_query_at_a_snapshot_older_than_a_schema_change_runs_again_after_it(alib: AsyncLib):
+    """The view is redefined and its new rows updated after the transaction's snapshot:
+    PostgreSQL would run the new definition over the old rows (a sum no commit had); the
+    query runs again at a snapshot after both."""
+
+    async def body(cache: AsyncCache) -> None:
+        async with cache.read_write() as setup:
+            await setup.execute(
+                "CREATE TABLE ledger_rows (id integer PRIMARY KEY, v integer NOT NULL);"
+                "INSERT INTO ledger_rows SELECT i, i FROM generate_series(1, 4) i;"
+                "CREATE VIEW ledger_low AS SELECT sum(v) AS total FROM ledger_rows WHERE id <= 2"
+            )
+        token = await setup.commit_timestamp()
+        assert token is not None
+        await fresh_pins(cache, after=token - 1)
+        async with cache.read_only(staleness=60) as tx:
+            assert await aio.query("SELECT count(*) FROM items")  # pinned before the changes
+            alib.lib.write("UPDATE ledger_rows SET v = v + 100")
+            alib.lib.write(
+                "CREATE OR REPLACE VIEW ledger_low AS "
+                "SELECT sum(v) AS total FROM ledger_rows WHERE id > 2"
+            )
+            assert await aio.query("SELECT total FROM ledger_low") == [(207,)], "not 7"
+            assert tx.moves >= 1
+            assert tx.catalog_moved
+
+    alib.run(body)
