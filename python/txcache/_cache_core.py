@@ -168,6 +168,12 @@ class CacheCore:
         catalog reading)."""
         self._schema_moved = True
 
+    def catalog_reading(self) -> Catalog | None:
+        """The library's current catalog reading (``None`` before the first): a statement
+        the analysis refused is still checked against it for a schema change after its
+        snapshot."""
+        return self._schema.catalog if self._schema is not None else None
+
     def _schema_stale(self, generation: int) -> bool:
         """Whether the catalog must be read (again) before it is used, given the agent's
         catalog ``generation``: one integer comparison and one flag test on the common

@@ -206,7 +206,7 @@ class ReadOnlyCore(Generic[C]):
         snapshot (the others read only relations verified earlier in the same database
         transaction)."""
         self._query_tags: set[str] = set()
-        self._tags_known = True  # False once a query's tags could not be derived
+        self._tags_known = True  # False once a result without tags was used
         self._read_database = False  # whether a query result reached the application
         self._verified: set[str] = set()  # tables checked in this database transaction
         self._failure: str | None = None  # the error that failed the block
@@ -474,12 +474,10 @@ class ReadOnlyCore(Generic[C]):
         return check_read_only(statement, params)
 
     def _may_run_untagged(self) -> bool:
-        """A statement's tags cannot be derived: a bare query still runs (``True``; no move
-        may skip it from now on), one inside a cacheable function does not."""
-        if self.frames:
-            return False
-        self._tags_known = False
-        return True
+        """A statement's tags cannot be derived: a bare query still runs (``True``; once
+        its result is used no move may skip it), one inside a cacheable function does
+        not."""
+        return not self.frames
 
     def _catalog_check(self, analysed: Catalog | None) -> Statement | None:
         """The catalog check to run after a statement analysed with ``analysed`` (none
@@ -557,8 +555,11 @@ class ReadOnlyCore(Generic[C]):
         return rewritten
 
     def _record_query(self, tags: frozenset[str] | None) -> None:
-        """A statement's result reaches the application: its tags join every frame."""
-        if self.snapshot is not None and tags is not None:
+        """A statement's result reaches the application: its tags join every frame;
+        without tags, nothing tells any more where what was read stays valid."""
+        if tags is None:
+            self._tags_known = False
+        elif self.snapshot is not None:
             self._query_tags.update(tags)
             for frame in self.frames:
                 frame.read_database(self.snapshot.ts, tags)

@@ -647,14 +647,15 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["Cache"]):
 
     def _tags(self, statement: str, params: Params) -> tuple[frozenset[str] | None, Catalog | None]:
         """The statement's tags (``None`` if not derived) and the catalog reading they were
-        derived from."""
+        derived from (for a bare query without tags, the current one: it is still
+        checked for a schema change after the snapshot)."""
         assert self.snapshot is not None
         try:
             return self.cache.analyze(statement, params, self.snapshot.ts)
         except UncacheableQuery:
             if not self._may_run_untagged():
                 raise
-            return None, None
+            return None, self.cache.catalog_reading()
 
     def _database(self) -> Connection:
         if self._closed:

@@ -240,7 +240,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
         except UncacheableQuery:
             if not self._may_run_untagged():
                 raise
-            return None, None
+            return None, self.cache.catalog_reading()
 
     async def _database(self) -> AsyncConnection:
         if self._closed:
