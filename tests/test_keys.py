@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from txcache._arguments import encode_argument
 from txcache._code_hash import code_hash
-from txcache._keys import KEY_BYTES, CallKeys, encode_argument
+from txcache._keys import KEY_BYTES, CallKeys
 from txcache.errors import TxcacheError, UnsupportedArgument
 
 

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from txcache._keys import encode_argument
+from txcache._arguments import encode_argument
 from txcache.errors import UnsupportedArgument
 
 __all__ = ["CODE_HASH_BYTES", "Scope", "code_hash", "code_units"]

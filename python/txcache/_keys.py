@@ -11,23 +11,19 @@ type without a canonical encoding raise :class:`UnsupportedArgument`: guessing (
 
 from __future__ import annotations
 
-import datetime
-import decimal
-import enum
 import hashlib
 import inspect
-import math
 import struct
-import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from txcache._arguments import encode_argument
 from txcache.errors import UnsupportedArgument
 
 if TYPE_CHECKING:
     from txcache._config import Settings
 
-__all__ = ["KEY_BYTES", "CallKeys", "encode_argument"]
+__all__ = ["KEY_BYTES", "CallKeys"]
 
 KEY_BYTES = 16
 
@@ -127,66 +123,5 @@ class CallKeys:
         digest.update(encoded)
 
 
-def encode_argument(value: Any) -> bytes:
-    """The canonical bytes of ``value``: equal for values that are the same argument, and
-    tagged by type so that ``1``, ``1.0``, ``True`` and ``"1"`` never collide."""
-    encoder = _ENCODERS.get(type(value))
-    if encoder is not None:
-        return encoder(value)
-    if isinstance(value, enum.Enum):
-        cls = type(value)
-        inner = encode_argument(value.value)
-        return b"E" + f"{cls.__module__}.{cls.__qualname__}".encode() + b"\0" + inner
-    raise UnsupportedArgument(f"type {type(value).__qualname__} has no canonical encoding")
-
-
 def _sized(tag: bytes, body: bytes) -> bytes:
     return tag + struct.pack("<I", len(body)) + body
-
-
-def _sequence(tag: bytes, items: Any) -> bytes:
-    return _sized(tag, b"".join(_sized(b"", encode_argument(item)) for item in items))
-
-
-def _unordered(tag: bytes, items: Any) -> bytes:
-    return _sized(tag, b"".join(sorted(_sized(b"", encode_argument(i)) for i in items)))
-
-
-def _mapping(value: Mapping[Any, Any]) -> bytes:
-    pairs = sorted(
-        _sized(b"", encode_argument(key)) + _sized(b"", encode_argument(item))
-        for key, item in value.items()
-    )
-    return _sized(b"D", b"".join(pairs))
-
-
-def _float(value: float) -> bytes:
-    if math.isnan(value):
-        return b"fnan"  # every NaN is the same argument
-    return b"f" + struct.pack("<d", value)  # keeps -0.0 apart from 0.0, as repr does
-
-
-def _datetime(value: datetime.datetime) -> bytes:
-    return b"T" + value.isoformat().encode() + b"|" + str(value.fold).encode()
-
-
-_ENCODERS: dict[type, Callable[[Any], bytes]] = {
-    type(None): lambda _: b"N",
-    bool: lambda v: b"b1" if v else b"b0",
-    int: lambda v: b"i" + format(v, "x").encode(),  # hex: no digit limit
-    float: _float,
-    str: lambda v: b"s" + v.encode("utf-8", "surrogatepass"),
-    bytes: lambda v: b"y" + v,
-    bytearray: lambda v: b"y" + bytes(v),
-    decimal.Decimal: lambda v: b"d" + str(v).encode(),
-    datetime.datetime: _datetime,
-    datetime.date: lambda v: b"a" + v.isoformat().encode(),
-    datetime.time: lambda v: b"t" + v.isoformat().encode(),
-    datetime.timedelta: lambda v: b"v" + repr((v.days, v.seconds, v.microseconds)).encode(),
-    uuid.UUID: lambda v: b"u" + v.bytes,
-    tuple: lambda v: _sequence(b"(", v),
-    list: lambda v: _sequence(b"[", v),
-    dict: _mapping,
-    set: lambda v: _unordered(b"{", v),
-    frozenset: lambda v: _unordered(b"{", v),
-}

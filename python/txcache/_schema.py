@@ -26,6 +26,7 @@ from psycopg.rows import TupleRow
 
 from txcache._catalog_stamp import CatalogStamp, read_stamp
 from txcache._ddl_notice import DDL_COUNTER
+from txcache._session import READ_CONTEXT, SessionContext, context_from_row
 
 __all__ = [
     "Catalog",
@@ -211,6 +212,9 @@ class Catalog:
     stamp: CatalogStamp | None = None
     """When it was read, in schema changes (:mod:`txcache._catalog_stamp`); ``None``: not
     known to be the catalog any query runs with, so nothing analysed with it is stored."""
+    session: SessionContext | None = None
+    """The context of the session it was read in (:mod:`txcache._session`): names resolve
+    with its ``search_path``."""
 
     def relation(self, schema: str | None, name: str) -> Relation | None:
         """Resolve a relation name as PostgreSQL would with this search path."""
@@ -531,6 +535,7 @@ def _read_catalog(conn: Connection, publication: str) -> Catalog:
     for space, name, code, *_ in operators:
         by_operator_name.setdefault(name, []).append((space, code))
     return Catalog(
+        session=context_from_row(conn.execute(READ_CONTEXT).fetchone()),
         search_path=tuple(search_path),
         relations={(r.schema, r.name): r for r in relations},
         by_oid={r.oid: r for r in relations},

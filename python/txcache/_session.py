@@ -1,0 +1,176 @@
+"""The session a query runs in, as far as it can change the query's result.
+
+The same SQL returns different rows in another database, as another role (privileges, row
+security), with another ``search_path`` (which table a name reads) or under other settings
+(``TimeZone`` turns a ``timestamptz`` into another date, ``extra_float_digits`` another
+text, ``lc_numeric`` another ``to_char``). A :class:`SessionContext` names all of it; its
+:attr:`~SessionContext.digest` is part of every cache key (docs/library.md, "What a key
+names"), so a value stored under one context is never served under another.
+
+A context is read in the session itself (:data:`READ_CONTEXT`, one statement): the catalog
+reading's fresh session gives the cache's context, and each pooled connection is read once
+when first used, in the same round trip that *pins* its settings — sets each to the value it
+has, at session level, so that a configuration reload cannot change them under the library
+(only a ``SET`` can, which read-only transactions refuse and read/write ones undo).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg import sql
+
+__all__ = [
+    "CONTEXT_DIGEST_BYTES",
+    "PIN_AND_READ_CONTEXT",
+    "READ_CONTEXT",
+    "RESULT_SETTINGS",
+    "SessionContext",
+    "context_from_row",
+]
+
+RESULT_SETTINGS: tuple[str, ...] = (
+    # name resolution
+    "search_path",
+    # the text and the parsing of values
+    "TimeZone",
+    "timezone_abbreviations",
+    "DateStyle",
+    "IntervalStyle",
+    "extra_float_digits",
+    "bytea_output",
+    "xmlbinary",
+    "xmloption",
+    "standard_conforming_strings",
+    "backslash_quote",
+    "array_nulls",
+    "client_encoding",
+    "quote_all_identifiers",
+    # locale-dependent functions (to_char, money, full-text search)
+    "lc_monetary",
+    "lc_numeric",
+    "lc_time",
+    "default_text_search_config",
+    # which rows a query returns
+    "transform_null_equals",
+    "row_security",
+    "gin_fuzzy_search_limit",
+    "pg_trgm.similarity_threshold",
+    "pg_trgm.word_similarity_threshold",
+    "pg_trgm.strict_word_similarity_threshold",
+    # how the server computes at all
+    "server_version_num",
+)
+"""Every setting a read query's result can depend on (docs/library.md, "What a key names",
+says why each). Read with ``current_setting(name, true)``: an extension's setting reads
+``NULL`` until set or loaded."""
+
+CONTEXT_DIGEST_BYTES = 16
+
+_NAMES = sql.Literal(list(RESULT_SETTINGS))
+
+READ_CONTEXT = sql.SQL(
+    """SELECT s.system_identifier::text, d.oid::int8, d.datname::text, r.oid::int8,
+       r.rolname::text,
+       ARRAY(SELECT n.oid::int8
+             FROM unnest(pg_catalog.current_schemas(true)) WITH ORDINALITY AS p(name, i)
+             JOIN pg_catalog.pg_namespace n ON n.nspname = p.name
+             WHERE p.name NOT LIKE 'pg\\_temp\\_%' ORDER BY p.i),
+       ARRAY(SELECT pg_catalog.current_setting(name, true) FROM unnest({names}::text[]) name)
+FROM pg_catalog.pg_control_system() s, pg_catalog.pg_database d, pg_catalog.pg_roles r
+WHERE d.datname = pg_catalog.current_database() AND r.rolname = current_user"""
+).format(names=_NAMES)
+"""The session's context, one row (:func:`context_from_row`)."""
+
+# Sets every result setting to the value it has, at session level: PostgreSQL applies a
+# reloaded configuration file only to settings not set in the session.
+_PIN = sql.SQL(
+    """SELECT count(pg_catalog.set_config(name, value, false))
+FROM (SELECT name, pg_catalog.current_setting(name, true) AS value
+      FROM unnest({names}::text[]) name) settings
+WHERE value IS NOT NULL AND name <> 'server_version_num'"""
+).format(names=_NAMES)
+
+PIN_AND_READ_CONTEXT = sql.SQL("; ").join((_PIN, READ_CONTEXT))
+"""Pin the session's result settings, then read its context: one round trip, the context
+the last result."""
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """What a session's query results depend on besides the data and the SQL."""
+
+    system_identifier: str
+    """The cluster's ``pg_control_system().system_identifier``: another cluster (a restored
+    dump, another server) has another."""
+    database_oid: int
+    database: str
+    role_oid: int
+    """The role statements run as (``current_user``): privileges and row security."""
+    role: str
+    search_path: tuple[int, ...]
+    """The schemas names resolve in (``current_schemas(true)``, as oids, in order)."""
+    settings: tuple[tuple[str, str | None], ...]
+    """Each of :data:`RESULT_SETTINGS` with its value."""
+    digest: bytes = field(init=False, repr=False)
+    """The part of every cache key that names this context."""
+
+    def __post_init__(self) -> None:
+        parts = (
+            self.system_identifier,
+            str(self.database_oid),
+            str(self.role_oid),
+            ",".join(map(str, self.search_path)),
+            *(f"{name}={'' if value is None else 'v' + value}" for name, value in self.settings),
+        )
+        digest = hashlib.blake2b(digest_size=CONTEXT_DIGEST_BYTES, person=b"txcache-context")
+        for part in parts:
+            encoded = part.encode()
+            digest.update(len(encoded).to_bytes(4, "little"))
+            digest.update(encoded)
+        object.__setattr__(self, "digest", digest.digest())
+
+    @property
+    def database_identity(self) -> tuple[str, int]:
+        """The cluster and the database: what the agent must follow for this session's
+        results to be invalidated."""
+        return self.system_identifier, self.database_oid
+
+    def differences(self, other: SessionContext) -> list[str]:
+        """What differs from ``other``, for a log line (``database``, ``role``,
+        ``search_path``, each setting by name)."""
+        found = []
+        if self.database_identity != other.database_identity:
+            found.append("database")
+        if self.role_oid != other.role_oid:
+            found.append("role")
+        if self.search_path != other.search_path:
+            found.append("search_path (resolved)")
+        found += [
+            mine[0]
+            for mine, theirs in zip(self.settings, other.settings, strict=True)
+            if mine != theirs
+        ]
+        return found
+
+    def describe(self) -> str:
+        """The context in one phrase, for logs."""
+        return f"database {self.database!r} as role {self.role!r}"
+
+
+def context_from_row(row: tuple[Any, ...] | None) -> SessionContext:
+    """The :class:`SessionContext` of a :data:`READ_CONTEXT` row."""
+    if row is None:
+        raise ValueError("the session context query returned no row (no such role?)")
+    system, database_oid, database, role_oid, role, path, values = row
+    return SessionContext(
+        system_identifier=str(system),
+        database_oid=int(database_oid),
+        database=str(database),
+        role_oid=int(role_oid),
+        role=str(role),
+        search_path=tuple(int(oid) for oid in path),
+        settings=tuple(zip(RESULT_SETTINGS, values, strict=True)),
+    )
