@@ -81,7 +81,9 @@ def test_values_cached_by_one_api_are_hits_for_the_other(alib: AsyncLib):
 
     async def body(cache: AsyncCache) -> bytes:
         async with cache.read_only(staleness=60) as tx:
-            assert price_of.key(7) == price_of.keys.key((7,), {}, cache.settings)
+            assert tx.context is not None
+            expected = price_of.keys.key((7,), {}, cache.settings, tx.context.digest)
+            assert price_of.key(7) == expected
             assert await price_of(7) == 70  # stored by the async API
             assert cache.ring is not None
             node = cache.ring.node_for(sync_key)
@@ -93,9 +95,9 @@ def test_values_cached_by_one_api_are_hits_for_the_other(alib: AsyncLib):
         return price_of.key(7)
 
     async_key = alib.run(body)
-    assert async_key == price_of.key(7)  # outside: the sync default cache's settings
     assert lib.cache.ring is not None
     with lib.cache.read_only(staleness=60) as tx:
+        assert price_of.key(7) == async_key  # the sync cache's settings and session context
         found = tx.lookup(lib.cache.ring.node_for(async_key), async_key)
         assert isinstance(found, txcache._nodes.Hit)
         assert lib.cache.serializer.loads(found.value) == 70

@@ -728,7 +728,8 @@ def test_a_cacheable_functions_key_uses_the_default_caches_code_version(monkeypa
 
     unversioned = f.key(1)
     settings = load_settings({"dsn": DSN, "code_version": "release-7"}, {})
-    monkeypatch.setattr(txcache._connect, "_default", SimpleNamespace(settings=settings))
+    default = SimpleNamespace(settings=settings, last_context=lambda: None)  # no reading yet
+    monkeypatch.setattr(txcache._connect, "_default", default)
     versioned = f.key(1)
     assert versioned != unversioned
     assert versioned == f.keys.key((1,), {}, Settings(dsn=DSN, code_version="release-7"))

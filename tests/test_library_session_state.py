@@ -98,7 +98,7 @@ def write(cache: txcache.Cache, statement: str) -> int:
     return int(row[0])
 
 
-def no_reset(connection: psycopg.Connection[object]) -> None:
+def no_reset(connection: psycopg.Connection[object], context: object) -> None:
     """What the pool did before: nothing."""
 
 
@@ -191,7 +191,9 @@ def test_read_only_transactions_are_not_reset(
 ):
     resets: list[object] = []
     reset = txcache._connect._reset_session
-    monkeypatch.setattr(txcache._connect, "_reset_session", lambda c: (resets.append(c), reset(c)))
+    monkeypatch.setattr(
+        txcache._connect, "_reset_session", lambda c, context: (resets.append(c), reset(c, context))
+    )
     look(cache, "1")
     assert resets == []
     write(cache, "SELECT 1")

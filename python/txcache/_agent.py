@@ -1,12 +1,12 @@
 """The library's view of ``txcache-agent``: live pins, fresh pins, commit LSNs, tag columns
 (the commands and their replies are :mod:`txcache._protocol`'s).
 
-A background thread refreshes the pin list, the tag-column catalog and the schema barrier
-every ``refresh_interval`` (``PINS``, ``TAGCOLUMNS``, then ``BARRIER``), so beginning a
-transaction costs no round trip. Because ``TAGCOLUMNS`` is asked after
-``PINS``, the catalog covers every listed pin: a DDL at or before a pin's timestamp was
-decoded before that pin was certified. A snapshot newer than what the catalog covers (a
-fresh ★ pin) refreshes it synchronously first.
+A background thread refreshes the pin list, the tag-column catalog, the schema barrier and
+the database the agent follows every ``refresh_interval`` (``PINS``, ``TAGCOLUMNS``,
+``BARRIER``, then ``DATABASE``), so beginning a transaction costs no round trip. Because
+``TAGCOLUMNS`` is asked after ``PINS``, the catalog covers every listed pin: a DDL at or
+before a pin's timestamp was decoded before that pin was certified. A snapshot newer than
+what the catalog covers (a fresh ★ pin) refreshes it synchronously first.
 
 Every DDL the agent decodes changes the ``TAGCOLUMNS`` reply (a new version, or the oldest of
 its bounded list dropped), so a refresh whose reply differs from the last one counts a new
@@ -34,7 +34,7 @@ from typing import Any
 
 from txcache import _protocol as protocol
 from txcache._pinset import Pin, PinSet
-from txcache._protocol import Barrier, CatalogVersion
+from txcache._protocol import Barrier, CatalogVersion, DatabaseIdentity
 from txcache._resp import Command, Endpoint, ReplyError
 from txcache._schema import TagColumns, tag_columns_at
 
@@ -69,6 +69,9 @@ class AgentState:
         self.catalog_generation = 0
         """How many times the agent's tag-column catalog changed since the first refresh;
         a change means DDL happened (or the agent restarted)."""
+        self.database: DatabaseIdentity | None = None
+        """The database the agent's stream decodes, as of the last refresh (``None``
+        before the first): only its results are ever invalidated."""
 
     def pin_set(self, *, staleness: float, not_before: int | None, now: float) -> PinSet:
         """The pin set a transaction begins with: :meth:`pins` and ★, built by slicing the
@@ -114,9 +117,17 @@ class AgentState:
         barrier, decoded = self._list.fence
         return barrier if decoded >= position else None
 
-    def _publish(self, listed: list[Pin], catalog: list[CatalogVersion], fence: Barrier) -> None:
-        """Make one refresh's replies (``PINS``, ``TAGCOLUMNS``, ``BARRIER``) current; the
-        caller serializes refreshes."""
+    def _publish(
+        self,
+        listed: list[Pin],
+        catalog: list[CatalogVersion],
+        fence: Barrier,
+        database: DatabaseIdentity,
+    ) -> None:
+        """Make one refresh's replies (``PINS``, ``TAGCOLUMNS``, ``BARRIER``, ``DATABASE``)
+        current; the caller serializes refreshes."""
+        # Before the pins: a transaction that finds a pin also finds whose database it is.
+        self.database = database
         by_ts = {pin.ts: pin for pin in listed}
         pins = [by_ts[ts] for ts in sorted(by_ts)]
         # The catalog first: whoever reads a pin of this refresh must find the catalog
@@ -146,13 +157,13 @@ def fresh_pin_result(reply: Pin | ReplyError | None) -> Pin | None:
 
 def refresh_result(
     replies: Sequence[Any],
-) -> tuple[list[Pin], list[CatalogVersion], Barrier] | None:
-    """The replies to ``PINS``, ``TAGCOLUMNS`` and ``BARRIER`` (each as the endpoints
-    return it), or ``None`` when one of them is missing or an error."""
+) -> tuple[list[Pin], list[CatalogVersion], Barrier, DatabaseIdentity] | None:
+    """The replies to ``PINS``, ``TAGCOLUMNS``, ``BARRIER`` and ``DATABASE`` (each as the
+    endpoints return it), or ``None`` when one of them is missing or an error."""
     if not all(map(answered, replies)):
         return None
-    listed, catalog, fence = replies
-    return listed, catalog, fence
+    listed, catalog, fence, database = replies
+    return listed, catalog, fence, database
 
 
 def answered(reply: Any) -> bool:
@@ -165,6 +176,7 @@ REFRESH_COMMANDS: tuple[Command[Any], ...] = (
     protocol.pins(),
     protocol.tag_columns(),
     protocol.barrier(),
+    protocol.database(),
 )
 """What a refresh asks, in this order: ``TAGCOLUMNS`` after ``PINS``, so that the catalog
 covers every listed pin."""
@@ -236,7 +248,9 @@ class AgentClient(AgentState):
         self._thread.join(timeout=5)
         self.endpoint.close()
 
-    def _fetch(self) -> tuple[list[Pin], list[CatalogVersion], Barrier] | None:
+    def _fetch(
+        self,
+    ) -> tuple[list[Pin], list[CatalogVersion], Barrier, DatabaseIdentity] | None:
         replies: list[Any] = []
         for command in REFRESH_COMMANDS:  # one after the other, stopping at a failure
             replies.append(self.endpoint.run(command))

@@ -22,8 +22,10 @@ from txcache._agent import AgentState
 from txcache._config import Mode, Settings, load_settings
 from txcache._nodes import NodeRing
 from txcache._pinset import PinPolicy, newest_or_fresh
+from txcache._protocol import DatabaseIdentity
 from txcache._schema import Catalog, Schema, TagColumns
 from txcache._serialize import SafeSerializer, Serializer
+from txcache._session import SessionContext
 from txcache._sql import UncacheableQuery, analyze
 from txcache._stats import OperationLatency
 from txcache._transaction import Params
@@ -112,6 +114,13 @@ class CacheCore:
         self._schema_moved = False  # a query ran with a newer catalog than the last reading
         # Per pooled connection, the catalog reading it last began a transaction under.
         self._connection_readings: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        # Per pooled connection, its session's context, read (and its settings pinned) when
+        # first checked out.
+        self._connection_contexts: weakref.WeakKeyDictionary[Any, SessionContext] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._sessions_changed = False  # a reading found another context: drain the pool
+        self._refused: set[tuple[tuple[str, int], DatabaseIdentity]] = set()  # logged once
 
     # -- arguments of transactions ----------------------------------------------------------
 
@@ -190,6 +199,7 @@ class CacheCore:
         one may wait here). Returns whether a reading was made."""
         with self._schema_lock:
             read = True
+            before = self._schema.catalog.session if self._schema is not None else None
             if self._schema is None:
                 self._schema = Schema.load(self.settings.dsn)
                 self._schema_read_at = time.monotonic()
@@ -200,6 +210,7 @@ class CacheCore:
             else:
                 read = False
             self._schema_generation = max(generation, self._schema_generation)
+            self._note_context(before)
         return read
 
     def _reload_schema(self, cover: Callable[[], None] | None) -> None:
@@ -212,11 +223,87 @@ class CacheCore:
             if cover is not None:
                 cover()
 
-    def _reload_schema_locked(self) -> None:
-        """:meth:`_reload_schema` under the lock, without cover (the async cache covers
-        after the worker thread returns)."""
+    def _reload_schema_locked(self, cover: Callable[[], None] | None = None) -> None:
+        """:meth:`_reload_schema` under the lock (the async cache covers after the worker
+        thread returns, with no ``cover``)."""
         with self._schema_lock:
-            self._reload_schema(None)
+            before = self._schema.catalog.session if self._schema is not None else None
+            self._reload_schema(cover)
+            self._note_context(before)
+
+    # -- the session context ----------------------------------------------------------------
+
+    def _note_context(self, before: SessionContext | None) -> None:
+        """After a catalog reading: if its session context differs from the last reading's
+        (``before``) — a database's or role's settings changed, a schema the search path
+        names was created — new sessions differ from the pooled ones, which the driver then
+        drains (:meth:`_take_sessions_changed`)."""
+        after = self._schema.catalog.session if self._schema is not None else None
+        if before is None or after is None or after == before:
+            return
+        log.info(
+            "the database's sessions changed (%s): pooled connections are replaced, and "
+            "values are cached under the new context",
+            ", ".join(after.differences(before)),
+        )
+        self._sessions_changed = True
+
+    def _take_sessions_changed(self) -> bool:
+        """Whether the pool must be drained since the last call (once per change)."""
+        changed, self._sessions_changed = self._sessions_changed, False
+        return changed
+
+    def _context_for(self, schema: Schema) -> SessionContext | None:
+        """The context a read-only transaction beginning now keys its values by: the session
+        context of the catalog reading ``schema``, if the agent follows that session's
+        database; ``None`` (the transaction runs uncached) if it follows another one, or is
+        not known to follow any yet. Cheap: run at every transaction's start."""
+        context = schema.catalog.session
+        followed = self.agent.database if self.agent is not None else None
+        if context is None or followed is None:
+            return None
+        if context.database_identity == (followed.system_identifier, followed.oid):
+            return context
+        self._refuse(context, followed)
+        return None
+
+    def _refuse(self, context: SessionContext, followed: DatabaseIdentity) -> None:
+        """Log, once per pair, that this cache's database is not the agent's."""
+        pair = (context.database_identity, followed)
+        if pair in self._refused:
+            return
+        self._refused.add(pair)
+        same_cluster = context.system_identifier == followed.system_identifier
+        where = "on the same server" if same_cluster else "of another cluster"
+        log.error(
+            "txcache: this cache's DSN names database %r, but the agent at %s follows "
+            "database %r %s: nothing would invalidate what this cache stored, so its "
+            "transactions run against the database, uncached; point an agent (with its own "
+            "slot and nodes) at this database to cache it",
+            context.database,
+            self.settings.agent,
+            followed.name,
+            where,
+        )
+
+    def last_context(self) -> SessionContext | None:
+        """The session context of the last catalog reading (``None`` before the first)."""
+        return self._schema.catalog.session if self._schema is not None else None
+
+    def _known_context(self, connection: object) -> SessionContext | None:
+        """The session context of pooled ``connection``, if read already."""
+        return self._connection_contexts.get(connection)
+
+    def _connection_outdated(self, context: SessionContext) -> bool:
+        """Whether a pooled connection of session ``context`` differs from what a new
+        session is (the latest reading), in which case the catalog is read again soon:
+        a transaction whose keys name another context than its connection's does not use
+        the cache (:meth:`ReadOnlyCore._check_connection`)."""
+        reading = self._schema.catalog.session if self._schema is not None else None
+        if reading is None or reading == context:
+            return False
+        self.schema_moved()
+        return True
 
     def _analysis(
         self,

@@ -115,17 +115,24 @@ class CacheableBase(Generic[P, R]):
 
     def key(self, *args: P.args, **kwargs: P.kwargs) -> bytes:
         """The cache key of this call, as a call made here would look it up: with the
-        ``code_version`` and ``code_packages`` settings of the current transaction's cache,
-        else of the default cache, else with none."""
-        return self.keys.key(args, kwargs, self._settings_here())
+        ``code_version`` and ``code_packages`` settings of the current transaction's cache
+        and the session context it reads in — else of the default cache and its last
+        catalog reading's session — else with neither."""
+        return self.keys.key(args, kwargs, *self._key_space_here())
+
+    def _key_space_here(self) -> tuple[Settings | None, bytes]:
+        """The settings of the cache a call made here would read, and the digest of the
+        session context it would read in (empty when not known)."""
+        transaction = current_transaction()
+        cache = transaction.cache if transaction is not None else self._default_cache()
+        if cache is None:
+            return None, b""
+        context = getattr(transaction, "context", None) or cache.last_context()
+        return cache.settings, context.digest if context is not None else b""
 
     def _settings_here(self) -> Settings | None:
         """The settings of the cache a call made here would read."""
-        transaction = current_transaction()
-        if transaction is not None:
-            return transaction.cache.settings
-        cache = self._default_cache()
-        return None if cache is None else cache.settings
+        return self._key_space_here()[0]
 
     def _default_cache(self) -> CacheCore | None:
         """The cache of implicit transactions (the sync one's, by default)."""
@@ -146,10 +153,14 @@ class CacheableBase(Generic[P, R]):
     def _where(
         self, transaction: ReadOnlyCore[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[bytes, Any, str | None]:
-        """The call's key, the node that holds it, and its manual-invalidation tag."""
+        """The call's key, the node that holds it, and its manual-invalidation tag (named
+        by the call's key in every session context: an invalidation reaches them all)."""
         cache = transaction.cache
-        key = self.keys.key(args, kwargs, cache.settings)
-        manual_tag = self._manual_tag(key) if self.manual_invalidation else None
+        assert transaction.context is not None, "a cacheable call in an uncached transaction"
+        key = self.keys.key(args, kwargs, cache.settings, transaction.context.digest)
+        manual_tag = None
+        if self.manual_invalidation:
+            manual_tag = self._manual_tag(self.keys.key(args, kwargs, cache.settings))
         if cache.mode == "no_consistency":  # its values never reach consistent readers
             key = hashlib.blake2b(key, digest_size=len(key), person=b"no_consistency").digest()
         assert cache.ring is not None

@@ -28,10 +28,11 @@ from txcache._nodes import CacheNode, NodeRing
 from txcache._pinset import PinPolicy
 from txcache._schema import Catalog, Schema
 from txcache._serialize import Serializer
+from txcache._session import PIN_AND_READ_CONTEXT, SessionContext, context_from_row, pin_statement
 from txcache._sql import UncacheableQuery
 from txcache._transaction import Params, ReadOnlyTransaction, ReadWriteTransaction
 
-__all__ = ["Cache", "connect", "deallocation", "default_cache"]
+__all__ = ["Cache", "connect", "deallocation", "default_cache", "reset_statement"]
 
 log = logging.getLogger("txcache")
 
@@ -41,6 +42,8 @@ log = logging.getLogger("txcache")
 # application PREPAREd in SQL are deallocated, by the names the last statement lists.
 # DISCARD PLANS stays: a statement psycopg prepared meanwhile was analysed under the
 # application's settings (a timestamptz literal under its TimeZone) and must be re-analysed.
+# Then the session's result settings are pinned again to its context's values
+# (txcache._session), and the application's prepared statements listed.
 _RESET_SESSION = "; ".join(
     (
         "CLOSE ALL",
@@ -51,9 +54,9 @@ _RESET_SESSION = "; ".join(
         "DISCARD PLANS",
         "DISCARD TEMP",
         "DISCARD SEQUENCES",
-        "SELECT name FROM pg_catalog.pg_prepared_statements WHERE from_sql",
     )
 )
+_PREPARED_IN_SQL = "SELECT name FROM pg_catalog.pg_prepared_statements WHERE from_sql"
 
 _default: Cache | None = None
 _default_lock = threading.Lock()
@@ -200,8 +203,7 @@ class Cache(CacheCore):
         except UncacheableQuery as refusal:
             if not unknown_relation(refusal):
                 raise
-            with self._schema_lock:
-                self._reload_schema(self._cover_reading)  # a table created since the reading
+            self._reload_schema_locked(self._cover_reading)  # a table created since the reading
             return self._analysis(statement, params, self._current_schema(), columns)
 
     def checkout(self) -> psycopg.Connection[Any]:
@@ -212,14 +214,37 @@ class Cache(CacheCore):
             self._current_schema()  # a schema change the agent reported is read first
         connection: psycopg.Connection[Any] = self.pool.getconn()
         readings, outdated = self._prepared_outdated(connection)
-        if outdated:
-            try:
+        try:
+            if outdated:
                 _forget_prepared(connection)
-            except psycopg.Error:
-                self.pool.putconn(connection)
-                raise
+            if self._known_context(connection) is None:
+                self._connection_contexts[connection] = _pin_context(connection)
+        except psycopg.Error:
+            self.pool.putconn(connection)
+            raise
         self._connection_readings[connection] = readings
         return connection
+
+    def connection_context(self, connection: psycopg.Connection[Any]) -> SessionContext:
+        """The session context of a connection :meth:`checkout` gave; a context that
+        differs from a new session's has the catalog read again soon."""
+        context = self._known_context(connection)
+        assert context is not None, "a connection not checked out by this cache"
+        self._connection_outdated(context)
+        return context
+
+    def transaction_context(self) -> SessionContext | None:
+        """The session context a read-only transaction beginning now keys its values by
+        (:meth:`CacheCore._context_for`): the current catalog reading's, read first if
+        due; ``None`` — the transaction runs uncached — when caching is not sound for it, or
+        the catalog cannot be read (the database is down: its first statement will say)."""
+        if self.agent is None:
+            return None
+        try:
+            return self._context_for(self._current_schema())
+        except psycopg.Error as error:
+            log.warning("the catalog could not be read (%s); the transaction runs uncached", error)
+            return None
 
     def _current_schema(self) -> Schema:
         """The catalog facts, re-read once after every change of the agent's catalog (a
@@ -228,6 +253,8 @@ class Cache(CacheCore):
         generation = self.agent.catalog_generation if self.agent is not None else 0
         if self._schema_stale(generation):
             self._read_schema(generation, self._cover_reading)
+        if self._take_sessions_changed():
+            self.pool.drain()  # connections in use are closed when given back
         schema = self._schema
         assert schema is not None
         return schema
@@ -249,7 +276,7 @@ class Cache(CacheCore):
         reset_done = not reset
         try:
             if reset:
-                _reset_session(connection)
+                _reset_session(connection, self._known_context(connection))
                 reset_done = True
         except psycopg.Error as error:
             log.warning("a pooled connection could not be reset (%s): closing it", error)
@@ -294,15 +321,36 @@ def _forget_prepared(connection: psycopg.Connection[Any]) -> None:
     connection.rollback()
 
 
-def _reset_session(connection: psycopg.Connection[Any]) -> None:
-    """End any transaction on ``connection`` and discard its session state: settings,
-    role, temporary tables, held cursors, session advisory locks, LISTENs, cached plans,
-    sequence state, and statements the application PREPAREd; psycopg's own prepared
-    statements stay (``_RESET_SESSION``). One round trip, plus one if the application
-    PREPAREd statements (and one more if a transaction was open); raises psycopg's errors."""
+def _pin_context(connection: psycopg.Connection[Any]) -> SessionContext:
+    """Pin the idle ``connection``'s result settings and read its context (one round
+    trip; :data:`~txcache._session.PIN_AND_READ_CONTEXT`)."""
+    cursor = connection.execute(PIN_AND_READ_CONTEXT, prepare=False)
+    while cursor.nextset():
+        pass  # to the last result: the context
+    return context_from_row(cursor.fetchone())
+
+
+def reset_statement(context: SessionContext | None) -> sql.Composed:
+    """What resets a session (``_RESET_SESSION``), pins its result settings back to
+    ``context`` (if known) and lists the statements the application PREPAREd (the last
+    result)."""
+    parts: list[sql.Composable] = [sql.SQL(_RESET_SESSION)]
+    if context is not None:
+        parts.append(pin_statement(context))
+    parts.append(sql.SQL(_PREPARED_IN_SQL))
+    return sql.SQL("; ").join(parts)
+
+
+def _reset_session(connection: psycopg.Connection[Any], context: SessionContext | None) -> None:
+    """End any transaction on ``connection`` and discard its session state: settings
+    (pinned back to ``context``'s), role, temporary tables, held cursors, session advisory
+    locks, LISTENs, cached plans, sequence state, and statements the application PREPAREd;
+    psycopg's own prepared statements stay (``_RESET_SESSION``). One round trip, plus one if
+    the application PREPAREd statements (and one more if a transaction was open); raises
+    psycopg's errors."""
     if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         connection.execute("ROLLBACK")
-    cursor = connection.execute(_RESET_SESSION, prepare=False)
+    cursor = connection.execute(reset_statement(context), prepare=False)
     while cursor.nextset():
         pass  # to the last result: the statements the application prepared
     deallocate = deallocation([name for (name,) in cursor.fetchall()])

@@ -1,12 +1,15 @@
-"""Cache keys of cacheable calls: the function, its code, and its arguments, canonically.
+"""Cache keys of cacheable calls: the function, its code, its arguments, and the session
+context the call's queries run in.
 
 A key is the 16-byte BLAKE2b digest of the function's qualified name, a hash of the code it
 can reach (``txcache._code_hash``: its own and the application's helpers, so a deployed
 change never reads the old version's results), its ``version=``, the ``code_version``
 setting (for what the hash cannot see) and a canonical encoding of the call's arguments
-bound to the signature (``f(1)``, ``f(x=1)`` and a default are one call). Arguments of a
-type without a canonical encoding raise :class:`UnsupportedArgument`: guessing (``repr``,
-``id``) would let two different calls share a key.
+bound to the signature (``f(1)``, ``f(x=1)`` and a default are one call;
+:mod:`txcache._arguments`), keyed (BLAKE2b's own key) with the digest of the session
+context — database, role, search path, settings (:mod:`txcache._session`) — so that a
+value stored under one context is never served under another (docs/library.md, "What a key
+names").
 """
 
 from __future__ import annotations
@@ -92,13 +95,19 @@ class CallKeys:
         return b"".join(_sized(b"", p if isinstance(p, bytes) else p.encode()) for p in parts)
 
     def key(
-        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], settings: Settings | None = None
+        self,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        settings: Settings | None = None,
+        context: bytes = b"",
     ) -> bytes:
         """The key of the call ``function(*args, **kwargs)`` under ``settings`` (those of
-        the cache the call reads; see :meth:`prefix`)."""
+        the cache the call reads; see :meth:`prefix`) in the session ``context`` (a
+        :attr:`~txcache._session.SessionContext.digest`; empty: the call in every context,
+        as manual invalidations name it)."""
         last = self._last  # prefix()'s fast path, without the call: this runs on every hit
         prefix = last[1] if last[0] is settings else self.prefix(settings)
-        digest = hashlib.blake2b(prefix, digest_size=KEY_BYTES)
+        digest = hashlib.blake2b(prefix, digest_size=KEY_BYTES, key=context)
         if self._positional_only_call and not kwargs and len(args) == len(self._parameters):
             # The common case: every parameter given positionally, no binding needed.
             for name, value in zip(self._parameters, args, strict=True):

@@ -30,7 +30,8 @@ For a bench or a tool, :func:`connect` and the command functions are the whole i
 ``connection.call(*arguments)`` sends anything else (``TXHEARTBEAT``, ``FLUSHALL``…) and
 returns the reply as hiredis parses it. Nodes: :func:`txget`, :func:`txset`,
 :func:`txinterval`, :func:`txstatus`, :func:`info`; the agent: :func:`pins`, :func:`pin`,
-:func:`commit_lsn`, :func:`tag_columns`, :func:`barrier`, :func:`agent_status`.
+:func:`commit_lsn`, :func:`tag_columns`, :func:`barrier`, :func:`database`,
+:func:`agent_status`.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ __all__ = [
     "MISS_KINDS",
     "Barrier",
     "CatalogVersion",
+    "DatabaseIdentity",
     "Hit",
     "Interval",
     "Miss",
@@ -56,6 +58,7 @@ __all__ = [
     "barrier",
     "commit_lsn",
     "connect",
+    "database",
     "info",
     "integer_fields",
     "max_staleness",
@@ -323,3 +326,23 @@ def barrier() -> Command[Barrier]:
 def _barrier(reply: Sequence[Any]) -> Barrier:
     position, decoded = reply
     return Barrier(int(position), int(decoded))
+
+
+class DatabaseIdentity(NamedTuple):
+    """``DATABASE``: the database the agent's stream decodes."""
+
+    system_identifier: str
+    """The cluster's ``pg_control_system().system_identifier``."""
+    oid: int
+    """The database's oid."""
+    name: str
+
+
+def database() -> Command[DatabaseIdentity]:
+    """``DATABASE``."""
+    return Command(("DATABASE",), _database)
+
+
+def _database(reply: Sequence[Any]) -> DatabaseIdentity:
+    system_identifier, oid, name = reply
+    return DatabaseIdentity(system_identifier.decode(), int(oid), name.decode())

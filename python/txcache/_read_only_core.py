@@ -23,6 +23,7 @@ from txcache._frame import Frame
 from txcache._nodes import Interval
 from txcache._pinset import Pin, PinSet
 from txcache._schema import Catalog, table_name
+from txcache._session import SessionContext
 from txcache._statements import check_read_only
 from txcache.errors import SnapshotUnavailable, TransactionError
 
@@ -187,6 +188,9 @@ class ReadOnlyCore(Generic[C]):
         """The pin the database transaction runs at (``None`` before the first query)."""
         self.uncached = cache.mode == "bypass" or cache.ring is None or cache.agent is None
         """Whether the cache is out of use for the rest of the transaction."""
+        self.context: SessionContext | None = None
+        """The session context its cache keys name (docs/library.md, "What a key names"):
+        set as it begins; ``None`` while it runs uncached."""
         self.moves = 0
         """How often the database transaction moved to another pin."""
         self.hits = 0
@@ -457,6 +461,34 @@ class ReadOnlyCore(Generic[C]):
             pin.snapshot_text,
         )
         return False
+
+    # -- the session context ----------------------------------------------------------------
+
+    def _adopt_context(self, context: SessionContext | None) -> None:
+        """As the transaction begins: its keys name ``context`` (the cache's
+        :meth:`~txcache._cache_core.CacheCore._context_for`); ``None`` — caching is not
+        sound for this cache's database, said once in the log — and it runs uncached."""
+        if self.uncached:
+            return
+        if context is None:
+            self.uncached = True
+        self.context = context
+
+    def _check_connection(self, connection_context: SessionContext) -> None:
+        """The connection the transaction took runs in ``connection_context``: if that is
+        not the context its keys name (the database's or a role's settings changed since
+        the catalog reading), nothing it computes may be stored under them — it goes on
+        without the cache, or, bound to cached values already, raises
+        :class:`SnapshotUnavailable`."""
+        if self.uncached or self.context is None or connection_context == self.context:
+            return
+        changed = ", ".join(connection_context.differences(self.context))
+        if self.read_cache:
+            raise SnapshotUnavailable(
+                f"the session of this transaction's connection differs from the one its cached "
+                f"values were read under ({changed} changed); retry the transaction"
+            )
+        self._fall_back(f"its connection's session differs from its keys' ({changed} changed)")
 
     def _fall_back(self, why: str) -> None:
         """Go on without the cache: only before any cached value was used."""

@@ -29,6 +29,7 @@ __all__ = [
     "RESULT_SETTINGS",
     "SessionContext",
     "context_from_row",
+    "pin_statement",
 ]
 
 RESULT_SETTINGS: tuple[str, ...] = (
@@ -85,7 +86,8 @@ WHERE d.datname = pg_catalog.current_database() AND r.rolname = current_user"""
 """The session's context, one row (:func:`context_from_row`)."""
 
 # Sets every result setting to the value it has, at session level: PostgreSQL applies a
-# reloaded configuration file only to settings not set in the session.
+# reloaded configuration file only to settings not set in the session. server_version_num
+# is read-only.
 _PIN = sql.SQL(
     """SELECT count(pg_catalog.set_config(name, value, false))
 FROM (SELECT name, pg_catalog.current_setting(name, true) AS value
@@ -174,3 +176,14 @@ def context_from_row(row: tuple[Any, ...] | None) -> SessionContext:
         search_path=tuple(int(oid) for oid in path),
         settings=tuple(zip(RESULT_SETTINGS, values, strict=True)),
     )
+
+
+def pin_statement(context: SessionContext) -> sql.Composed:
+    """Set the session's result settings to ``context``'s values, at session level: after
+    ``RESET ALL`` (a read/write transaction's connection is reset before it goes back to the
+    pool) the session is back in the context it was read in."""
+    pinned = [(n, v) for n, v in context.settings if v is not None and n != "server_version_num"]
+    return sql.SQL(
+        "SELECT count(pg_catalog.set_config(name, value, false)) "
+        "FROM unnest({}::text[], {}::text[]) AS pinned(name, value)"
+    ).format(sql.Literal([n for n, _ in pinned]), sql.Literal([v for _, v in pinned]))

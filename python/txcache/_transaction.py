@@ -459,6 +459,10 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["Cache"]):
         Transaction.__init__(self, cache)
         ReadOnlyCore.__init__(self, cache, staleness, not_before)
 
+    def _begin(self) -> None:
+        if not self.uncached:
+            self._adopt_context(self.cache.transaction_context())
+
     # -- the cache --------------------------------------------------------------------------
 
     def lookup(self, node: CacheNode, key: bytes) -> Hit | Miss:
@@ -664,6 +668,7 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["Cache"]):
             return self._connection
         connection: Connection = self.cache.checkout()
         try:
+            self._check_connection(self.cache.connection_context(connection))
             if self.uncached or not self._begin_pinned(connection):
                 self.database_snapshot = _begin_unpinned(connection)
         except BaseException:

@@ -83,6 +83,13 @@ pub struct Config {
     #[arg(long, env = "TXCACHE_PIN_LEASE", default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
     pub pin_lease: Duration,
 
+    /// How often the agent compares roles, role memberships and per-database or per-role
+    /// settings (which no event trigger sees) with their last reading, above zero, e.g. 1s;
+    /// units ns, us, ms, s, m, h; decimals allowed; a bare number is seconds. A change
+    /// invalidates every cached result within about this long.
+    #[arg(long, env = "TXCACHE_SHARED_CATALOG_INTERVAL", default_value = "1s", value_name = "DURATION", value_parser = parse_interval)]
+    pub shared_catalog_interval: Duration,
+
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
     #[arg(long, env = "TXCACHE_LOG", default_value = "info")]
     pub log: String,
@@ -186,6 +193,7 @@ mod tests {
             "pin_interval",
             "max_staleness",
             "pin_lease",
+            "shared_catalog_interval",
         ];
         assert_eq!(durations, expected);
     }

@@ -12,7 +12,7 @@ use txcache_agent::pincushion::{PinSettings, Pincushion};
 use txcache_agent::server::{self, Endpoint};
 use txcache_agent::stream::{database_history, database_position, floor_xid, slot_state, Stream};
 use txcache_agent::tracker::StreamTracker;
-use txcache_agent::{connect::connect_sql, heartbeat};
+use txcache_agent::{connect::connect_sql, database, heartbeat, shared_catalog};
 
 fn main() -> anyhow::Result<()> {
     let config = Config::parse();
@@ -41,6 +41,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     // Before any node connects: a node past this position is past the database.
     fanout.set_database_position(database_position(&sql).await?);
     fanout.follow_history(&database_history(&sql).await?, slot.confirmed);
+    let database = database::identity(&sql).await?;
     drop(sql);
     fanout.spawn_nodes(LinkSettings {
         password: config.node_password.clone(),
@@ -52,6 +53,10 @@ async fn run(config: Config) -> anyhow::Result<()> {
         config.dsn.clone(),
         config.heartbeat_interval,
         Arc::clone(&stream_stats),
+    ));
+    tokio::spawn(shared_catalog::run(
+        config.dsn.clone(),
+        config.shared_catalog_interval,
     ));
     let settings = PinSettings {
         pin_interval: config.pin_interval,
@@ -71,6 +76,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         stream: Arc::clone(&stream_stats),
         started,
         password: config.password.clone(),
+        database,
     };
     let endpoint = Arc::new(endpoint);
     if let Some(port) = config.metrics_port {

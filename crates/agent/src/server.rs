@@ -1,8 +1,9 @@
 //! The agent's RESP endpoint for libraries: pins and read-your-writes.
 //!
 //! Commands (docs/protocol.md, "Agent commands"): `PINS`, `PIN`, `COMMITLSN xid [timeout_ms]`,
-//! `TAGCOLUMNS`, `STATUS`, `PING`, `AUTH`, `QUIT`.
+//! `TAGCOLUMNS`, `BARRIER`, `DATABASE`, `STATUS`, `PING`, `AUTH`, `QUIT`.
 
+use crate::database::DatabaseIdentity;
 use crate::fanout::Fanout;
 use crate::metrics::{self, StreamStats};
 use crate::pincushion::{Pin, Pincushion};
@@ -34,6 +35,8 @@ pub struct Endpoint {
     pub started: Instant,
     /// The password clients must send, if any.
     pub password: Option<String>,
+    /// The database the stream decodes (`DATABASE`).
+    pub database: DatabaseIdentity,
 }
 
 /// A connection's place under [`MAX_CONNECTIONS`]; released on drop.
@@ -176,6 +179,13 @@ async fn execute(
             encode::array_header(out, 2);
             encode::integer(out, i64::try_from(barrier.0).unwrap_or(i64::MAX));
             encode::integer(out, i64::try_from(decoded.0).unwrap_or(i64::MAX));
+        }
+        (b"DATABASE", []) => {
+            let database = &endpoint.database;
+            encode::array_header(out, 3);
+            encode::bulk(out, database.system_identifier.as_bytes());
+            encode::integer(out, i64::from(database.oid));
+            encode::bulk(out, database.name.as_bytes());
         }
         _ => encode::error(
             out,

@@ -1,8 +1,8 @@
 """The agent for the async library: the same pin list, catalog and barrier as the sync
 client (:class:`~txcache._agent.AgentState`, every decision shared), refreshed by a task
-instead of a thread. A refresh is one round trip: ``PINS``, ``TAGCOLUMNS`` and ``BARRIER``
-pipelined in that order (the agent answers them in order, so the catalog still covers every
-listed pin).
+instead of a thread. A refresh is one round trip: ``PINS``, ``TAGCOLUMNS``, ``BARRIER`` and
+``DATABASE`` pipelined in that order (the agent answers them in order, so the catalog still
+covers every listed pin).
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from txcache._nodes import NodeRing
 from txcache._pinset import PinPolicy
 from txcache._schema import Catalog, Schema
 from txcache._serialize import Serializer
+from txcache._session import PIN_AND_READ_CONTEXT, SessionContext, context_from_row
 from txcache._sql import UncacheableQuery
 from txcache._transaction import Params
 from txcache.aio._agent import AsyncAgentClient
@@ -212,6 +213,8 @@ class AsyncCache(CacheCore):
                 stale = self._schema_stale(generation)
                 if stale and await asyncio.to_thread(self._read_schema, generation, None):
                     await self._cover_reading()
+        if self._take_sessions_changed():
+            await self.pool.drain()  # connections in use are closed when given back
         schema = self._schema
         assert schema is not None
         return schema
@@ -231,15 +234,36 @@ class AsyncCache(CacheCore):
             await self._current_schema()  # a schema change the agent reported is read first
         connection: AsyncConnection = await self.pool.getconn()
         readings, outdated = self._prepared_outdated(connection)
-        if outdated:
-            try:
+        try:
+            if outdated:
                 await connection.execute("BEGIN", prepare=False)
                 await connection.rollback()  # psycopg forgets its prepared statements
-            except BaseException:
-                await self.release(connection)
-                raise
+            if self._known_context(connection) is None:
+                self._connection_contexts[connection] = await _pin_context(connection)
+        except BaseException:
+            await self.release(connection)
+            raise
         self._connection_readings[connection] = readings
         return connection
+
+    def connection_context(self, connection: AsyncConnection) -> SessionContext:
+        """The session context of a connection :meth:`checkout` gave
+        (:meth:`txcache.Cache.connection_context`)."""
+        context = self._known_context(connection)
+        assert context is not None, "a connection not checked out by this cache"
+        self._connection_outdated(context)
+        return context
+
+    async def transaction_context(self) -> SessionContext | None:
+        """The session context a read-only transaction beginning now keys its values by
+        (:meth:`txcache.Cache.transaction_context`)."""
+        if self.agent is None:
+            return None
+        try:
+            return self._context_for(await self._current_schema())
+        except psycopg.Error as error:
+            log.warning("the catalog could not be read (%s); the transaction runs uncached", error)
+            return None
 
     async def release(self, connection: AsyncConnection, *, reset: bool = False) -> None:
         """Give ``connection`` back to the pool: its transaction rolled back (with
@@ -251,7 +275,8 @@ class AsyncCache(CacheCore):
     async def _give_back(self, connection: AsyncConnection, *, reset: bool) -> None:
         clean = False
         try:
-            clean = await _cleaned(connection, reset=reset)
+            context = self._known_context(connection) if reset else None
+            clean = await _cleaned(connection, reset=reset, context=context)
         finally:
             if not clean:
                 await connection.close()
@@ -285,15 +310,26 @@ class AsyncCache(CacheCore):
         await self.close()
 
 
-async def _cleaned(connection: AsyncConnection, *, reset: bool) -> bool:
-    """Bring ``connection`` back to an idle, clean state: ``True`` if it is; ``False``
-    (logged) when it cannot be known to be, and must be closed."""
+async def _pin_context(connection: AsyncConnection) -> SessionContext:
+    """:func:`txcache._connect._pin_context` on an async connection."""
+    cursor = await connection.execute(PIN_AND_READ_CONTEXT, prepare=False)
+    while cursor.nextset():
+        pass  # to the last result: the context
+    return context_from_row(await cursor.fetchone())
+
+
+async def _cleaned(
+    connection: AsyncConnection, *, reset: bool, context: SessionContext | None = None
+) -> bool:
+    """Bring ``connection`` back to an idle, clean state (with ``reset``, its session
+    reset and pinned back to ``context``): ``True`` if it is; ``False`` (logged) when it
+    cannot be known to be, and must be closed."""
     status = connection.info.transaction_status
     if status in _UNKNOWN_STATES:
         return False  # a statement still running (cancelled mid-way), or a broken link
     try:
         if reset:
-            await _reset_session(connection)
+            await _reset_session(connection, context)
         elif status == psycopg.pq.TransactionStatus.INERROR:
             await connection.rollback()  # psycopg's own: it also forgets its prepared statements
         elif status != psycopg.pq.TransactionStatus.IDLE:
@@ -304,12 +340,12 @@ async def _cleaned(connection: AsyncConnection, *, reset: bool) -> bool:
     return True
 
 
-async def _reset_session(connection: AsyncConnection) -> None:
-    """The sync library's session reset (``txcache._connect._RESET_SESSION``, the same
-    statements), on an async connection."""
+async def _reset_session(connection: AsyncConnection, context: SessionContext | None) -> None:
+    """The sync library's session reset (:func:`txcache._connect.reset_statement`, the
+    same statements), on an async connection."""
     if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         await connection.execute("ROLLBACK")
-    cursor = await connection.execute(_connect._RESET_SESSION, prepare=False)
+    cursor = await connection.execute(_connect.reset_statement(context), prepare=False)
     while cursor.nextset():
         pass  # to the last result: the statements the application prepared
     deallocate = _connect.deallocation([name for (name,) in await cursor.fetchall()])

@@ -62,6 +62,10 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
         AsyncTransaction.__init__(self, cache)
         ReadOnlyCore.__init__(self, cache, staleness, not_before)
 
+    async def _begin(self) -> None:
+        if not self.uncached:
+            self._adopt_context(await self.cache.transaction_context())
+
     # -- the cache --------------------------------------------------------------------------
 
     async def lookup(self, node: AsyncCacheNode, key: bytes) -> Hit | Miss:
@@ -249,6 +253,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
             return self._connection
         connection = await self.cache.checkout()
         try:
+            self._check_connection(self.cache.connection_context(connection))
             if self.uncached or not await self._begin_pinned(connection):
                 self.database_snapshot = await _begin_unpinned(connection)
         except BaseException:
