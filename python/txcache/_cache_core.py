@@ -121,6 +121,7 @@ class CacheCore:
         )
         self._sessions_changed = False  # a reading found another context: drain the pool
         self._refused: set[tuple[tuple[str, int], DatabaseIdentity]] = set()  # logged once
+        self._future_tokens: set[int] = set()  # tokens ahead of the database, warned of
 
     # -- arguments of transactions ----------------------------------------------------------
 
@@ -230,6 +231,16 @@ class CacheCore:
             before = self._schema.catalog.session if self._schema is not None else None
             self._reload_schema(cover)
             self._note_context(before)
+
+    def note_future_token(self, token: int) -> bool:
+        """Whether a ``not_before`` ahead of the database is new (to warn of once: an old
+        cookie would otherwise warn at every request); bounded memory."""
+        if token in self._future_tokens:
+            return False
+        if len(self._future_tokens) >= 1024:
+            self._future_tokens.clear()
+        self._future_tokens.add(token)
+        return True
 
     # -- the session context ----------------------------------------------------------------
 

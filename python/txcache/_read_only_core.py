@@ -418,15 +418,22 @@ class ReadOnlyCore(Generic[C]):
     def _check_token(self, written: int) -> None:
         """A pin taken now that is older than ``not_before`` means no commit followed the
         token's position, unless the token lies after everything the database has written
-        (``written``): refused, as it would wait for commits nobody made (a token is a
-        ``commit_timestamp`` or a ``Cache.timestamp()``)."""
+        (``written``): a token from before a restore, or a client's cookie from another
+        database. Waiting for commits nobody made would fail every read, so the transaction
+        reads the newest state — everything ever written, the most a token can ask for —
+        and a warning says so (once per token)."""
         assert self.not_before is not None
-        if self.not_before > written:
-            raise ValueError(
-                f"not_before {self.not_before} lies after everything the database has "
-                f"written (its WAL position is {written}): pass a commit_timestamp or a "
-                "Cache.timestamp(), not a number of one's own"
+        if self.not_before <= written:
+            return
+        if self.cache.note_future_token(self.not_before):
+            log.warning(
+                "not_before %d lies after everything the database has written (its WAL "
+                "position is %d): a token from before a restore, or not a token "
+                "(pass a commit_timestamp or a Cache.timestamp()); reading the newest state",
+                self.not_before,
+                written,
             )
+        self.not_before = written
 
     def _fresh_or_newest(self, fresh: Pin | None) -> Pin | None:
         """★ at the first query: the fresh pin taken for it; without one, the newest pin of
