@@ -14,6 +14,7 @@ migrate`` and the checks never connect to the nodes or the agent. It is a
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ __all__ = [
     "get_cache",
     "isolation_level",
     "library_settings",
+    "move_alias",
+    "replace_inherited",
     "txcache_settings",
 ]
 
@@ -162,16 +165,25 @@ def library_settings(chosen: TxcacheSettings) -> Settings:
     if library["dsn"] is None:
         library["dsn"] = database_dsn(chosen.database)
     else:
-        timezone = connections[chosen.database].timezone_name
-        parsed = psycopg.conninfo.conninfo_to_dict(library["dsn"])
-        options = _startup_options(str(parsed.get("options", "")), timezone)
-        library["dsn"] = psycopg.conninfo.make_conninfo(
-            library["dsn"], options=options, client_encoding="UTF8"
-        )
+        library["dsn"] = _given_dsn(library["dsn"], chosen.database)
     nodes = library.get("nodes")
     if nodes is not None and not isinstance(nodes, str):
         library["nodes"] = tuple(nodes)
     return load_settings(library)
+
+
+def _given_dsn(dsn: str, alias: str) -> str:
+    """A ``DSN`` given in ``TXCACHE``, with Django's client encoding and time zone. While
+    Django's test runner has the alias on a test database, the DSN's database is that one:
+    what was given names the original database, which the tests must not read or write
+    (:mod:`txcache.django.db.creation`)."""
+    wrapper = connections[alias]
+    parsed = psycopg.conninfo.conninfo_to_dict(dsn)
+    options = _startup_options(str(parsed.get("options", "")), wrapper.timezone_name)
+    given: dict[str, Any] = {"options": options, "client_encoding": "UTF8"}
+    if alias in _on_test_database:
+        given["dbname"] = wrapper.settings_dict["NAME"]
+    return psycopg.conninfo.make_conninfo(dsn, **given)
 
 
 class DjangoCache(txcache.Cache):
@@ -193,6 +205,9 @@ class DjangoCache(txcache.Cache):
         super().__init__(settings, **options)
         self.database = database
         """``TXCACHE["DATABASE"]`` when the cache was made."""
+        self.pid = os.getpid()
+        """The process that made it: a process forked after it (a parallel test worker)
+        inherits it, with connections that are the parent's."""
 
     def read_only(
         self, staleness: float | None = None, *, not_before: int | None = None
@@ -227,6 +242,9 @@ def _refuse_in_django_transaction(kind: str) -> None:
 
 _lock = threading.Lock()
 _cache: DjangoCache | None = None
+# The aliases Django's test runner has on a test database: the process's, as the cache is
+# (Django's connections are the thread's, a live server's thread has its own).
+_on_test_database: set[str] = set()
 
 
 def get_cache() -> DjangoCache:
@@ -262,8 +280,45 @@ def database_alias() -> str:
 def close() -> None:
     """Close the process's cache (the next :func:`get_cache` connects again, with the
     settings of that moment): for tests that change the settings, and for shutdown."""
+    _close(_take(alias=None))
+
+
+def move_alias(alias: str, *, test_database: bool) -> None:
+    """Django's test runner moves the ``DATABASES`` alias ``alias`` to another database —
+    a test database (``test_database``) or the original again — or clones or drops the
+    one it names (:mod:`txcache.django.db.creation`): close the process's cache if it was
+    made for that alias. While the alias is on a test database, a ``DSN`` given takes the
+    alias's ``NAME``."""
+    with _lock:
+        if test_database:
+            _on_test_database.add(alias)
+        else:
+            _on_test_database.discard(alias)
+    _close(_take(alias=alias))
+
+
+def replace_inherited() -> None:
+    """Connect this process's own cache now if the library's default cache is one made
+    in another process (this one was forked from it): cacheable calls outside any
+    transaction would run in the default cache, on its parent's connections."""
+    default = txcache.default_cache()
+    if isinstance(default, DjangoCache) and default.pid != os.getpid():
+        get_cache()
+
+
+def _take(*, alias: str | None) -> DjangoCache | None:
+    """The process's cache (made for ``alias``, unless ``None``), no longer the process's."""
     global _cache
     with _lock:
-        closing, _cache = _cache, None
-    if closing is not None:
-        closing.close()
+        taken = _cache
+        if taken is None or (alias is not None and taken.database != alias):
+            return None
+        _cache = None
+        return taken
+
+
+def _close(cache: DjangoCache | None) -> None:
+    """Close ``cache`` — unless another process made it: its connections are that
+    process's (a fork shares their sockets), which closing them here would end."""
+    if cache is not None and cache.pid == os.getpid():
+        cache.close()

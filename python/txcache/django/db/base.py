@@ -34,7 +34,9 @@ directly there, uncached (:func:`in_django_transaction`). Refused too: a stateme
 cursor made on Django's own connection before the txcache transaction began, and one on
 another database inside a cacheable function being computed
 (:mod:`txcache.django.db.guards`). What Django's own connection commits is reported to
-:mod:`txcache.django.writes`, for the context's next read-only transaction to see.
+:mod:`txcache.django.writes`, for the context's next read-only transaction to see. Its test
+databases keep the process's cache on the database the alias names
+(:mod:`txcache.django.db.creation`).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from txcache._transaction import (
 )
 from txcache.django import conf, transactions, writes
 from txcache.django.db import guards
+from txcache.django.db.creation import DatabaseCreation
 from txcache.django.db.cursor import Params, TransactionCursor, literal_sql
 from txcache.errors import StatementNotAllowed, TransactionError
 
@@ -102,6 +105,7 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
     this engine never routes (the checks report it)."""
 
     ops_class = DatabaseOperations
+    creation_class = DatabaseCreation
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """As Django's; nothing is routed yet. Every statement of its cursors passes
