@@ -96,7 +96,8 @@ def test_the_public_names_are_exactly_these():
         *("TransactionError", "TxcacheError", "UncacheableQuery", "UnsupportedArgument"),
         *("UnsupportedValue", "cacheable", "connect", "current_transaction"),
         *("default_cache", "execute", "find_postgres_bin", "find_txcached"),
-        *("function_stats", "newest_or_fresh", "query", "query_one", "setup_database"),
+        *("function_stats", "newest_or_fresh", "query", "query_one", "register_key_context"),
+        "setup_database",
         "oldest_pin",
     }
     for name in txcache.__all__:

@@ -32,6 +32,7 @@ from txcache._agent_process import AgentProcess
 from txcache._cacheable import CacheableFunction, cacheable, function_stats
 from txcache._config import Mode, Settings
 from txcache._connect import Cache, connect, default_cache
+from txcache._keys import register_key_context
 from txcache._node_process import NodeProcess, NodeStartError, find_txcached
 from txcache._pinset import Pin, PinPolicy, PinSet, newest_or_fresh, oldest_pin
 from txcache._postgres import EmbeddedPostgres, PostgresStartError, find_postgres_bin
@@ -118,6 +119,7 @@ __all__ = [
     "oldest_pin",
     "query",
     "query_one",
+    "register_key_context",
     "setup_database",
 ]
 

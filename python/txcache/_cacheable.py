@@ -24,7 +24,7 @@ import inspect
 import logging
 import time
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, cast, overload
 
 from txcache._config import Settings
@@ -98,9 +98,17 @@ class CacheableBase(Generic[P, R]):
     is, awaited for an ``async def``)."""
 
     def __init__(
-        self, function: Callable[P, Any], *, version: str = "", manual_invalidation: bool = False
+        self,
+        function: Callable[P, Any],
+        *,
+        version: str = "",
+        manual_invalidation: bool = False,
+        independent_of: Iterable[str] = (),
     ) -> None:
-        self.keys = CallKeys(function, version=version)
+        independent = frozenset(
+            [independent_of] if isinstance(independent_of, str) else independent_of
+        )
+        self.keys = CallKeys(function, version=version, independent_of=independent)
         self.stats = FunctionStats(self.keys.name)
         """This function's counters in this process."""
         self.manual_invalidation = manual_invalidation
@@ -140,6 +148,13 @@ class CacheableBase(Generic[P, R]):
 
         return default_cache()
 
+    def _call_key(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], settings: Settings | None
+    ) -> bytes:
+        """The key naming this call in every session and key context: what a manual
+        invalidation names."""
+        return self.keys.invalidation_key(args, kwargs, settings)
+
     def _require_manual(self, method: str) -> None:
         if not self.manual_invalidation:
             raise TypeError(
@@ -160,7 +175,7 @@ class CacheableBase(Generic[P, R]):
         key = self.keys.key(args, kwargs, cache.settings, transaction.context.digest)
         manual_tag = None
         if self.manual_invalidation:
-            manual_tag = self._manual_tag(self.keys.key(args, kwargs, cache.settings))
+            manual_tag = self._manual_tag(self._call_key(args, kwargs, cache.settings))
         if cache.mode == "no_consistency":  # its values never reach consistent readers
             key = hashlib.blake2b(key, digest_size=len(key), person=b"no_consistency").digest()
         assert cache.ring is not None
@@ -235,10 +250,9 @@ class CacheableBase(Generic[P, R]):
 class CacheableFunction(CacheableBase[P, R]):
     """A function wrapped by :func:`cacheable`; call it as the function itself."""
 
-    def __init__(
-        self, function: Callable[P, R], *, version: str = "", manual_invalidation: bool = False
-    ) -> None:
-        super().__init__(function, version=version, manual_invalidation=manual_invalidation)
+    def __init__(self, function: Callable[P, R], **options: Any) -> None:
+        """Wrap ``function``; ``options`` as :func:`cacheable` takes them."""
+        super().__init__(function, **options)
         self.function = function
 
     def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> int | None:
@@ -248,7 +262,7 @@ class CacheableFunction(CacheableBase[P, R]):
         commits at once through the default cache, and the ``not_before`` token of that
         commit is returned. Needs ``@cacheable(manual_invalidation=True)``."""
         self._require_manual("invalidate")
-        key = self.keys.key(args, kwargs, self._settings_here())
+        key = self._call_key(args, kwargs, self._settings_here())
         return _emit_invalidation(self._manual_tag(key))
 
     def invalidate_all(self) -> int | None:
@@ -397,7 +411,9 @@ def cacheable(function: Callable[P, R], /) -> CacheableFunction[P, R]: ...
 
 
 @overload
-def cacheable(*, version: str = "", manual_invalidation: bool = False) -> Decorate: ...
+def cacheable(
+    *, version: str = "", manual_invalidation: bool = False, independent_of: Iterable[str] = ()
+) -> Decorate: ...
 
 
 def cacheable(
@@ -406,6 +422,7 @@ def cacheable(
     *,
     version: str = "",
     manual_invalidation: bool = False,
+    independent_of: Iterable[str] = (),
 ) -> Any:
     """Make ``function`` cacheable: ``@cacheable`` or ``@cacheable(version="2")``; an
     ``async def`` becomes an :class:`~txcache.aio.AsyncCacheableFunction` (awaited, inside
@@ -417,16 +434,22 @@ def cacheable(
     function, for a change the hash cannot see (a template, a method reached through an
     instance). The ``code_version`` setting does the same for every function.
     ``manual_invalidation`` lets :meth:`CacheableFunction.invalidate` make results stale by
-    hand, for what the database cannot see.
+    hand, for what the database cannot see. ``independent_of`` names key contexts a
+    framework registered (:func:`txcache.register_key_context`: Django's ``"timezone"`` and
+    ``"language"``) that the function's result does not depend on, so that they stay out of
+    its keys.
     """
+    options = {
+        "version": version,
+        "manual_invalidation": manual_invalidation,
+        "independent_of": independent_of,
+    }
 
     def decorate(inner: Callable[P, Any]) -> CacheableBase[P, Any]:
         if inspect.iscoroutinefunction(inner):
             from txcache.aio._cacheable import AsyncCacheableFunction  # imports this module
 
-            return AsyncCacheableFunction(
-                inner, version=version, manual_invalidation=manual_invalidation
-            )
-        return CacheableFunction(inner, version=version, manual_invalidation=manual_invalidation)
+            return AsyncCacheableFunction(inner, **options)
+        return CacheableFunction(inner, **options)
 
     return decorate if function is None else decorate(function)

@@ -26,11 +26,30 @@ from txcache.errors import UnsupportedArgument
 if TYPE_CHECKING:
     from txcache._config import Settings
 
-__all__ = ["KEY_BYTES", "CallKeys"]
+__all__ = ["KEY_BYTES", "CallKeys", "register_key_context"]
 
 KEY_BYTES = 16
 
 _NOT_YET = object()
+
+# Request-scoped state a framework registers (Django's active time zone and language), by
+# name: read at every key, part of it unless the function declares itself independent.
+_key_contexts: dict[str, Callable[[], Any]] = {}
+
+
+def register_key_context(name: str, read: Callable[[], Any]) -> None:
+    """Make ``read()`` — request-scoped state a cacheable function may depend on without
+    taking it as an argument, such as a framework's active time zone — part of the key of
+    every cacheable call, under ``name``; a function declared
+    ``@cacheable(independent_of={name})`` leaves it out. ``read()`` runs at every call and
+    must return a value with a canonical encoding (a ``str``, say). Registering a name again
+    replaces its reader (docs/library.md, "What a key names")."""
+    _key_contexts[name] = read
+
+
+def key_context_names() -> frozenset[str]:
+    """The names registered so far."""
+    return frozenset(_key_contexts)
 
 
 class CallKeys:
@@ -39,6 +58,7 @@ class CallKeys:
     __slots__ = (
         "_code_hashes",
         "_function",
+        "_independent_of",
         "_last",
         "_parameters",
         "_positional_only_call",
@@ -48,11 +68,19 @@ class CallKeys:
         "name",
     )
 
-    def __init__(self, function: Callable[..., Any], *, version: str = "") -> None:
-        """Keys for ``function``; ``version`` (optional) is mixed in as the code hash is."""
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        version: str = "",
+        independent_of: frozenset[str] = frozenset(),
+    ) -> None:
+        """Keys for ``function``; ``version`` (optional) is mixed in as the code hash is;
+        the key contexts named in ``independent_of`` are left out of its keys."""
         self.name = f"{function.__module__}.{function.__qualname__}"
         self._function = function
         self._version = version
+        self._independent_of = independent_of
         self._signature = inspect.signature(function)
         self._parameters = tuple(self._signature.parameters)
         # Binding can be skipped only when positional arguments map one to one onto
@@ -103,8 +131,25 @@ class CallKeys:
     ) -> bytes:
         """The key of the call ``function(*args, **kwargs)`` under ``settings`` (those of
         the cache the call reads; see :meth:`prefix`) in the session ``context`` (a
-        :attr:`~txcache._session.SessionContext.digest`; empty: the call in every context,
-        as manual invalidations name it)."""
+        :attr:`~txcache._session.SessionContext.digest`) and the registered key contexts
+        (:func:`register_key_context`)."""
+        return self._digest(args, kwargs, settings, context, with_key_contexts=True)
+
+    def invalidation_key(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], settings: Settings | None = None
+    ) -> bytes:
+        """The call in every session and key context: what a manual invalidation names."""
+        return self._digest(args, kwargs, settings, b"", with_key_contexts=False)
+
+    def _digest(
+        self,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        settings: Settings | None,
+        context: bytes,
+        *,
+        with_key_contexts: bool,
+    ) -> bytes:
         last = self._last  # prefix()'s fast path, without the call: this runs on every hit
         prefix = last[1] if last[0] is settings else self.prefix(settings)
         digest = hashlib.blake2b(prefix, digest_size=KEY_BYTES, key=context)
@@ -112,12 +157,21 @@ class CallKeys:
             # The common case: every parameter given positionally, no binding needed.
             for name, value in zip(self._parameters, args, strict=True):
                 self._add(digest, name, value)
-            return digest.digest()
-        bound = self._signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        for name, value in bound.arguments.items():
-            self._add(digest, name, value)
+        else:
+            bound = self._signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            for name, value in bound.arguments.items():
+                self._add(digest, name, value)
+        if with_key_contexts and _key_contexts:  # none, and no cost, without a framework's
+            self._add_key_contexts(digest)
         return digest.digest()
+
+    def _add_key_contexts(self, digest: Any) -> None:
+        """The registered key contexts this function depends on, after its arguments."""
+        for name, read in _key_contexts.items():
+            if name not in self._independent_of:
+                digest.update(b"\0context\0" + name.encode())
+                self._add(digest, f"<{name}>", read())
 
     def _add(self, digest: Any, name: str, value: Any) -> None:
         try:

@@ -41,14 +41,9 @@ class AsyncCacheableFunction(CacheableBase[P, R]):
     itself, inside ``async with cache.read_only()`` (or outside any transaction: an implicit
     one of :func:`txcache.aio.default_cache`)."""
 
-    def __init__(
-        self,
-        function: Callable[P, Coroutine[Any, Any, R]],
-        *,
-        version: str = "",
-        manual_invalidation: bool = False,
-    ) -> None:
-        super().__init__(function, version=version, manual_invalidation=manual_invalidation)
+    def __init__(self, function: Callable[P, Coroutine[Any, Any, R]], **options: Any) -> None:
+        """Wrap ``function``; ``options`` as :func:`txcache.cacheable` takes them."""
+        super().__init__(function, **options)
         self.function = function
 
     def _default_cache(self) -> CacheCore | None:
@@ -68,7 +63,7 @@ class AsyncCacheableFunction(CacheableBase[P, R]):
         (:meth:`txcache.CacheableFunction.invalidate`): with the current async read/write
         transaction (``None``), else at once through the default async cache (its token)."""
         self._require_manual("invalidate")
-        key = self.keys.key(args, kwargs, self._settings_here())
+        key = self._call_key(args, kwargs, self._settings_here())
         return await self._emit(self._manual_tag(key))
 
     async def invalidate_all(self) -> int | None:
