@@ -26,9 +26,13 @@ from txcache.errors import UnsupportedArgument
 if TYPE_CHECKING:
     from txcache._config import Settings
 
-__all__ = ["KEY_BYTES", "CallKeys", "register_key_context"]
+__all__ = ["KEY_BYTES", "KEY_FORMAT", "CallKeys", "register_key_context"]
 
 KEY_BYTES = 16
+
+KEY_FORMAT = b"txcache-key/2"
+"""Mixed into every key: a change to how keys are made changes it, so processes of two
+releases never compute one key for two different calls."""
 
 _NOT_YET = object()
 
@@ -119,7 +123,7 @@ class CallKeys:
         return digest
 
     def _build_prefix(self, code_version: str, packages: tuple[str, ...] | None) -> bytes:
-        parts = (self.name, self.code_hash(packages), self._version, code_version)
+        parts = (KEY_FORMAT, self.name, self.code_hash(packages), self._version, code_version)
         return b"".join(_sized(b"", p if isinstance(p, bytes) else p.encode()) for p in parts)
 
     def key(
@@ -179,8 +183,9 @@ class CallKeys:
         except UnsupportedArgument as error:
             raise UnsupportedArgument(
                 f"{self.name}(): argument {name!r}: {error} — cacheable functions take "
-                "values with a canonical form (None, bool, int, float, str, bytes, Decimal, "
-                "date/time, UUID, Enum, and tuples, lists, dicts, sets of them)"
+                "values of exact types with a canonical form (None, bool, int, float, str, "
+                "bytes, bytearray, Decimal, date/time with ZoneInfo or timezone zones, UUID, "
+                "Enum, and tuples, lists, dicts, sets, frozensets of them; no subclasses)"
             ) from None
         digest.update(struct.pack("<I", len(encoded)))
         digest.update(encoded)
