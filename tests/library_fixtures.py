@@ -10,9 +10,10 @@ commit so far. A test that needs other library settings starts its own:
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -33,6 +34,17 @@ INSERT INTO users SELECT i, 'user ' || i FROM generate_series(1, 5) i;
 
 
 AGENT_ARGS = ("--pin-interval", "50ms", "--heartbeat-interval", "50ms")
+
+T = TypeVar("T")
+
+
+def as_another_process(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` in a context of its own, as another process would run it: the
+    writes it commits are not the test's (read-your-writes holds a context's later reads to
+    its own writes only)."""
+    return contextvars.copy_context().run(function, *args)
+
+
 """The agent's settings in these tests: pins and heartbeats every 50 ms."""
 
 
@@ -90,16 +102,22 @@ class LibraryStack(Stack):
         self.admin.execute(statement, params)
 
     def commit(self, *statements: str) -> int:
-        """Run ``statements`` in one read/write transaction through the library; its commit
-        LSN, once both nodes applied it and the library knows a pin at or after it."""
-        with self.cache.read_write() as tx:
-            for statement in statements:
-                tx.execute(statement)
+        """Run ``statements`` in one read/write transaction through the library, as another
+        process would (in a context of its own: the test's later reads are not held to it,
+        as read-your-writes holds a context's own); its commit LSN, once both nodes applied
+        it and the library knows a pin at or after it."""
+        tx = as_another_process(self._write, statements)
         token = tx.commit_timestamp
         assert token is not None
         self.caught_up()
         self.fresh_pins(after=token - 1)
         return token
+
+    def _write(self, statements: tuple[str, ...]) -> txcache.ReadWriteTransaction:
+        with self.cache.read_write() as tx:
+            for statement in statements:
+                tx.execute(statement)
+        return tx
 
     def restart_agent(self) -> None:
         """Start the agent again on its port (after it was stopped or killed), and wait

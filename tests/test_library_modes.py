@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import txcache
-from library_fixtures import LibraryStack
+from library_fixtures import LibraryStack, as_another_process
 
 
 @txcache.cacheable
@@ -30,9 +30,14 @@ def stage_a_split_history(lib: LibraryStack, cache: txcache.Cache) -> None:
     lib.fresh_pins()
     with cache.read_only(staleness=60):
         assert (item_price(2), item_price(3)) == (20, 30)
-    with cache.read_write() as tx:
-        tx.execute("UPDATE items SET price = price + 1 WHERE id IN (2, 3)")
-    token = tx.commit_timestamp
+
+    def write() -> txcache.ReadWriteTransaction:
+        with cache.read_write() as tx:
+            tx.execute("UPDATE items SET price = price + 1 WHERE id IN (2, 3)")
+        return tx
+
+    token = as_another_process(write).commit_timestamp
+    assert token is not None
     lib.caught_up()
     lib.fresh_pins(after=token - 1)
     with cache.read_only(staleness=60, not_before=token):

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import txcache
-from library_fixtures import LibraryStack
+from library_fixtures import LibraryStack, as_another_process
 from txcache._process import wait_until
 
 runs: list[tuple[str, object]] = []
@@ -54,11 +54,16 @@ def price_of(lib: LibraryStack, item_id: int) -> int:
 
 
 def commit_and_wait(lib: LibraryStack, statement: str, *params: object) -> int:
-    """Commit ``statement`` behind the library's back; returns its commit LSN once both
-    nodes applied it and the library knows a pin at or after it."""
-    with lib.cache.read_write() as tx:
-        tx.execute(statement, params)
-    token = tx.commit_timestamp
+    """Commit ``statement`` as another process would (a context of its own: the test's
+    reads are not held to it); returns its commit LSN once both nodes applied it and the
+    library knows a pin at or after it."""
+
+    def write() -> txcache.ReadWriteTransaction:
+        with lib.cache.read_write() as tx:
+            tx.execute(statement, params)
+        return tx
+
+    token = as_another_process(write).commit_timestamp
     assert token is not None
     lib.caught_up()
     lib.fresh_pins(after=token - 1)

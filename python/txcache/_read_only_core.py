@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import psycopg
 from psycopg import sql
 
+from txcache import _tokens as tokens
 from txcache._catalog_stamp import stamp_check, still_current
 from txcache._frame import Frame
 from txcache._nodes import Interval
@@ -191,6 +192,7 @@ class ReadOnlyCore(Generic[C]):
         self.context: SessionContext | None = None
         """The session context its cache keys name (docs/library.md, "What a key names"):
         set as it begins; ``None`` while it runs uncached."""
+        self._written = tokens.written()  # its context's writes, which it must see
         self.moves = 0
         """How often the database transaction moved to another pin."""
         self.hits = 0
@@ -468,6 +470,18 @@ class ReadOnlyCore(Generic[C]):
             pin.snapshot_text,
         )
         return False
+
+    def _raise_not_before(self, token: int | None) -> None:
+        """As the transaction begins: its context's read-your-writes token
+        (:mod:`txcache._tokens`) — it must see what its thread or task wrote — joins
+        ``not_before``, and the pin set is taken again if that moved it."""
+        if token is None or (self.not_before is not None and token <= self.not_before):
+            return
+        self.not_before = token
+        agent = self.cache.agent
+        if agent is not None:
+            now = time.time()
+            self.pin_set = agent.pin_set(staleness=self.staleness, not_before=token, now=now)
 
     # -- the session context ----------------------------------------------------------------
 

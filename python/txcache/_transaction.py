@@ -34,6 +34,7 @@ the async transactions (:mod:`txcache.aio`); the classes here do the sync round 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import logging
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, Self, TypeVar, cast, o
 import psycopg
 from psycopg.rows import RowFactory, tuple_row
 
+from txcache import _tokens as tokens
 from txcache._nodes import CacheNode, Hit, Interval, Miss
 from txcache._pinset import Pin
 from txcache._read_only_core import (
@@ -297,12 +299,29 @@ class CommitRecord:
         self._commit_may_write = False  # COMMIT ran a held cursor: it may have written
 
     def _record_commit(self, row: tuple[Any, ...] | None) -> None:
-        """``COMMIT``'s ``SELECT`` row: the transaction id, and whether a held cursor ran."""
+        """``COMMIT``'s ``SELECT`` row: the transaction id, and whether a held cursor ran.
+        A commit that wrote becomes the context's read-your-writes floor
+        (:mod:`txcache._tokens`)."""
         assert row is not None
         xid, holds_cursors = row
         self.xid = None if xid is None else int(xid)
         self._committed = True
         self._commit_may_write = self.xid is None and bool(holds_cursors)
+        tokens.record(self)
+
+    @property
+    def wrote(self) -> bool:
+        """Whether it committed and may have written (it has a commit timestamp)."""
+        return self._committed and (self.xid is not None or self._commit_may_write)
+
+    def settled_timestamp(self) -> int | None:
+        """The commit timestamp if it can be had synchronously (``None`` otherwise: an
+        async transaction not asked yet)."""
+        raise NotImplementedError
+
+    async def settled_timestamp_async(self) -> int | None:
+        """The commit timestamp, from a coroutine."""
+        raise NotImplementedError
 
     def _timestamp_to_ask(self) -> bool:
         """Whether the commit timestamp is still to be asked (it wrote, and it is not known
@@ -399,6 +418,14 @@ class ReadWriteTransaction(CommitRecord, Transaction):
             self._timestamp = lsn if lsn is not None else self.cache.timestamp()
         return self._timestamp
 
+    def settled_timestamp(self) -> int | None:
+        """:attr:`commit_timestamp` (:class:`CommitRecord`)."""
+        return self.commit_timestamp
+
+    async def settled_timestamp_async(self) -> int | None:
+        """:attr:`commit_timestamp`, asked in a worker thread (it may wait on the agent)."""
+        return await asyncio.to_thread(lambda: self.commit_timestamp)
+
     def _commit_lsn(self) -> int | None:
         """The agent's answer for :attr:`xid`; ``None`` without an xid or an answer."""
         agent = self.cache.agent
@@ -462,6 +489,8 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["Cache"]):
     def _begin(self) -> None:
         if not self.uncached:
             self._adopt_context(self.cache.transaction_context())
+        if not self.uncached:
+            self._raise_not_before(tokens.floor(self.cache.settings.dsn, self._written))
 
     # -- the cache --------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import AsyncRowFactory, tuple_row
 
+from txcache import _tokens as tokens
 from txcache._nodes import Hit, Interval, Miss
 from txcache._pinset import Pin
 from txcache._read_only_core import (
@@ -65,6 +66,8 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
     async def _begin(self) -> None:
         if not self.uncached:
             self._adopt_context(await self.cache.transaction_context())
+        if not self.uncached:
+            self._raise_not_before(await tokens.floor_async(self.cache.settings.dsn, self._written))
 
     # -- the cache --------------------------------------------------------------------------
 

@@ -321,6 +321,14 @@ class AsyncReadWriteTransaction(CommitRecord, AsyncTransaction):
                 raise
             log.debug("rollback failed after an error", exc_info=True)  # keep the user's error
 
+    def settled_timestamp(self) -> int | None:
+        """The commit timestamp if already asked (a sync reader cannot await the agent)."""
+        return self._timestamp
+
+    async def settled_timestamp_async(self) -> int | None:
+        """:meth:`commit_timestamp`."""
+        return await self.commit_timestamp()
+
     async def commit_timestamp(self) -> int | None:
         """The commit LSN of this transaction (``None`` if it wrote nothing): pass it as
         ``not_before``. As :attr:`txcache.ReadWriteTransaction.commit_timestamp` (a

@@ -39,6 +39,7 @@ from django.core import signing
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseServerError
 from django.urls import Resolver404, resolve
 
+from txcache import _tokens as tokens
 from txcache._stats import view_stats
 from txcache.django import conf, transactions, writes
 from txcache.django.decorators import ViewPolicy, policy_of
@@ -73,7 +74,9 @@ class TransactionMiddleware:
         client the token of what it wrote, in that transaction or on Django's own
         connection (a bypassed view, an ``on_commit`` callback)."""
         policy = view_policy(request)
-        with writes.scope():  # what this request writes, not what the thread wrote before
+        # What this request writes, not what the thread wrote before (its own writes and
+        # those of the library's read/write transactions).
+        with writes.scope(), tokens.scope():
             response, token = self._run(request, policy)
             own = writes.token()
         if token is not None or own is not None:

@@ -1,0 +1,166 @@
+"""Read-your-writes without a token passed by hand: what a thread or an asyncio task
+commits through txcache, its later read-only transactions see — however stale the cache
+may otherwise be — and no other context is held to it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from types import SimpleNamespace
+
+import txcache
+from library_fixtures import LibraryStack, as_another_process
+from txcache import _tokens as tokens
+
+
+@txcache.cacheable
+def price(item_id: int) -> int:
+    row = txcache.query_one("SELECT price FROM items WHERE id = %s", (item_id,))
+    assert row is not None
+    return int(row[0])
+
+
+@txcache.cacheable
+async def price_async(item_id: int) -> int:
+    row = await txcache.aio.query_one("SELECT price FROM items WHERE id = %s", (item_id,))
+    assert row is not None
+    return int(row[0])
+
+
+def cached_price(lib: LibraryStack, item_id: int) -> int:
+    """The price, read until it is a cache hit."""
+    lib.caught_up()
+    lib.fresh_pins()
+    for _ in range(100):
+        with lib.cache.read_only(staleness=60) as tx:
+            value = price(item_id)
+            if tx.hits:
+                return value
+    raise AssertionError("never cached")
+
+
+def update(lib: LibraryStack, item_id: int, value: int) -> None:
+    with lib.cache.read_write() as tx:
+        tx.execute("UPDATE items SET price = %s WHERE id = %s", (value, item_id))
+
+
+def test_a_thread_reads_what_it_wrote(lib: LibraryStack):
+    assert cached_price(lib, 3) == 30
+    update(lib, 3, 31)
+    with lib.cache.read_only(staleness=60) as tx:
+        assert price(3) == 31
+        assert tx.not_before is not None
+
+
+def test_another_thread_is_not_held_to_it(lib: LibraryStack):
+    assert cached_price(lib, 3) == 30
+    seen: list[int | None] = []
+
+    def other_thread() -> None:
+        with lib.cache.read_only(staleness=60) as tx:
+            seen.append(tx.not_before)
+
+    as_another_process(update, lib, 3, 31)  # nor is this thread
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    thread.join()
+    assert seen == [None]
+    with lib.cache.read_only(staleness=60) as tx:
+        assert tx.not_before is None
+
+
+def test_a_commit_that_wrote_nothing_keeps_the_last_token(lib: LibraryStack):
+    update(lib, 3, 31)
+    with lib.cache.read_only(staleness=60) as tx:
+        first = tx.not_before
+    assert first is not None
+    with lib.cache.read_write() as tx:
+        tx.execute("SELECT 1")
+    with lib.cache.read_only(staleness=60) as tx:
+        assert tx.not_before == first
+
+
+def test_a_transaction_created_before_a_write_is_not_held_to_it(lib: LibraryStack):
+    """Its pin set is taken as it is created (docs/library.md): it reads what its context
+    had written then."""
+    lib.caught_up()
+    lib.fresh_pins()
+    early = lib.cache.read_only(staleness=60)
+    update(lib, 3, 31)
+    with early as tx:
+        assert tx.not_before is None
+
+
+def test_an_explicit_token_and_the_contexts_join(lib: LibraryStack):
+    update(lib, 3, 31)
+    later = as_another_process(lambda: (update(lib, 4, 41), lib.cache.timestamp())[1])
+    with lib.cache.read_only(staleness=60, not_before=later) as tx:
+        assert tx.not_before == later
+        assert price(4) == 41
+        assert price(3) == 31
+
+
+def test_a_task_reads_what_it_wrote_and_no_other_task_is_held_to_it(lib: LibraryStack):
+    lib.caught_up()
+    lib.fresh_pins()
+
+    async def body() -> None:
+        async with await txcache.connect_async(
+            lib.dsn, nodes=lib.node_addresses, agent=lib.agent_address, refresh_interval=0.05
+        ) as cache:
+
+            async def writer() -> int | None:
+                async with cache.read_write() as tx:
+                    await tx.execute("UPDATE items SET price = 51 WHERE id = 5")
+                async with cache.read_only(staleness=60) as read:
+                    assert await price_async(5) == 51
+                    return read.not_before
+
+            async def reader() -> int | None:
+                async with cache.read_only(staleness=60) as read:
+                    return read.not_before
+
+            written = await asyncio.create_task(writer())
+            assert written is not None
+            assert await asyncio.create_task(reader()) is None
+
+    asyncio.run(body())
+
+
+class FakeCommit:
+    """A committed write of a cache on ``dsn`` whose token is ``token`` (pure logic)."""
+
+    def __init__(self, dsn: str, token: int) -> None:
+        self.cache = SimpleNamespace(settings=SimpleNamespace(dsn=dsn))
+        self.wrote = True
+        self.token = token
+        self.asked = 0
+
+    def settled_timestamp(self) -> int | None:
+        self.asked += 1
+        return self.token
+
+    async def settled_timestamp_async(self) -> int | None:
+        return self.settled_timestamp()
+
+
+def test_tokens_are_kept_per_database_and_asked_once():
+    """Tokens are positions in one cluster's WAL: a context's writes are kept per database."""
+
+    def body() -> None:
+        first, second = FakeCommit("dbname=a", 100), FakeCommit("dbname=b", 7)
+        tokens.record(first)
+        tokens.record(second)
+        assert tokens.floor("dbname=a") == 100
+        assert tokens.floor("dbname=a") == 100
+        assert first.asked == 1
+        assert tokens.floor("dbname=b") == 7
+        assert tokens.floor("dbname=c") is None
+        tokens.advance("dbname=b", 5)
+        assert tokens.floor("dbname=b") == 7
+        with tokens.scope():
+            assert tokens.floor("dbname=a") is None
+        assert tokens.floor("dbname=a") == 100
+
+    contextvars.copy_context().run(body)
