@@ -3,9 +3,10 @@
 :class:`Schema` holds one snapshot of them (a :class:`Catalog`: relations with their kind,
 persistence, partition root, inheritance children, publication, columns with the type
 family that allows fine tags, view definitions; functions, operators and types for the
-safety checks; the search path) together with the tag columns in force at a transaction's
-snapshot. ``_sql.analyze`` reads nothing else. Names in tags are escaped by
-:func:`escape_name`, the twin of the Rust ``escape_name`` (``crates/model/src/tag.rs``).
+safety checks, with :class:`TypeFacts` derived from every type's components; the search
+path) together with the tag columns in force at a transaction's snapshot. ``_sql.analyze``
+reads nothing else. Names in tags are escaped by :func:`escape_name`, the twin of the Rust
+``escape_name`` (``crates/model/src/tag.rs``).
 
 A relation whose changes the agent never sees (not in the publication, temporary,
 unlogged, foreign, a system catalog, …) is described by :meth:`Catalog.table_problem`, so
@@ -55,6 +56,18 @@ FIRST_NORMAL_OID = 16384  # objects below were created by initdb: built in
 SYSTEM_SCHEMAS = frozenset({"pg_catalog", "information_schema", "pg_toast"})
 FAMILY_OF_TYPE: dict[int, Family] = {20: "int", 21: "int", 23: "int", 25: "text", 1043: "text"}
 FAMILY_OF_TYPE |= {2950: "uuid", 16: "bool"}
+BOOL = 16
+REGCLASS, REGTYPE, REGROLE = 2205, 2206, 4096
+# date, time, timetz, timestamp, timestamptz: their input reads now, today, tomorrow, …
+CLOCK_TYPES = frozenset({1082, 1083, 1266, 1114, 1184})
+# Object identifiers whose text is looked up by name in a catalog that some DDL changes
+# without invalidating everything: relations (their DDL names them only), types (a table's
+# row type is renamed by ALTER TABLE), roles (global: no event trigger sees them). The other
+# reg* types name functions, operators, schemas, collations and text search objects, whose
+# every DDL invalidates everything.
+NAMING_TYPES = frozenset({REGCLASS, REGTYPE, REGROLE})
+# Relation kinds whose every DDL emits a notice naming the relation (docs/setup.md).
+_NOTICED_KINDS = frozenset("rpvmf")
 _CACHED_PLANS = 2048  # analysed statements kept per schema before the memo is cleared
 
 # Stable built-in functions whose result depends on the clock, the session, the current
@@ -122,6 +135,7 @@ class Column:
 
     name: str
     family: Family | None
+    type_oid: int = 0
 
 
 @dataclass(frozen=True)
@@ -138,6 +152,7 @@ class Relation:
     view_sql: str | None  # pg_get_viewdef of a view
     columns: tuple[Column, ...] = ()
     children: tuple[int, ...] = ()  # direct inheritance children and partitions
+    row_type: int = 0  # pg_class.reltype (0: none)
 
     @property
     def tag(self) -> str:
@@ -163,6 +178,8 @@ class Function:
     ndefaults: int
     variadic: bool
     extension: bool
+    types: tuple[int, ...] = ()  # the result type, then every argument's (OUT ones too)
+    inputs: tuple[int, ...] = ()  # the input arguments' types, in order
 
     @property
     def builtin(self) -> bool:
@@ -184,6 +201,40 @@ class TypeInfo:
     base: int  # the base type of a domain, else 0
     extension: bool
     checked: bool  # a domain with CHECK constraints
+    category: str = ""  # pg_type.typcategory: "A" for arrays
+    element: int = 0  # pg_type.typelem: an array's element type
+    relation: int = 0  # pg_type.typrelid: the relation of a row or composite type
+    input_varies: bool = False  # its input function is not immutable
+
+
+@dataclass(frozen=True)
+class TypeFacts:
+    """What a value of each type may hold, through its components: a domain's base type,
+    an array's elements, a range's subtype, a multirange's range, a composite or row type's
+    attributes (docs/sql-tags.md, "Literals" and "Type references")."""
+
+    varying_input: frozenset[int] = frozenset()
+    """Types whose text input may read the clock, the catalog or a setting (a component's
+    input function is not immutable, or a component is a pseudo-type such as
+    ``anyelement``): a literal read as one may name the current time."""
+    naming: frozenset[int] = frozenset()
+    """Types holding a ``regclass``, ``regtype`` or ``regrole`` (:data:`NAMING_TYPES`)."""
+    clock: frozenset[int] = frozenset()
+    """Types whose text input may read the clock: holding a date or time type
+    (:data:`CLOCK_TYPES`), a pseudo-type, or a non-built-in type whose input function is
+    not immutable."""
+    textual: frozenset[int] = frozenset()
+    """Types PostgreSQL converts to another type through text (the string category:
+    ``text``, ``varchar``, ``char(n)``, ``name``, ``citext``, …; types cast to one implicitly,
+    such as ``"char"``; arrays and domains of them): a cast of such a value to a clock type
+    parses it, and a parameter of such a type takes no other value. Pseudo-types are not:
+    no value of one (``record``, …) converts to another type through text."""
+    polymorphic: frozenset[int] = frozenset()
+    """``anyelement``, ``anyarray``, ``anycompatible``, …: a result of one of these has the
+    type of (or one made of) an argument's."""
+    relations: Mapping[int, frozenset[int]] = field(default_factory=dict)
+    """Type → the ``pg_class`` entries whose row or composite type it holds (types holding
+    none are absent); :meth:`Catalog.row_relations` keeps the relations among them."""
 
 
 @dataclass(frozen=True)
@@ -209,6 +260,14 @@ class Catalog:
     types: dict[tuple[str, str], TypeInfo]
     publication: Publication
     standard_strings: bool
+    facts: TypeFacts = field(default_factory=TypeFacts)
+    io_functions: frozenset[int] = frozenset()  # types' input, output, receive, send
+    text_operators: frozenset[str] = frozenset()  # operators with an overload giving text
+    polymorphic_operators: frozenset[str] = frozenset()  # … giving an argument's type
+    sinks: frozenset[tuple[str, int]] = frozenset()
+    """``(operator, side)``: every binary operator of that name returns ``boolean`` and
+    takes, on that side (0 left, 1 right), a type whose input is immutable — an operand
+    there is read as such a type and its text goes no further."""
     stamp: CatalogStamp | None = None
     """When it was read, in schema changes (:mod:`txcache._catalog_stamp`); ``None``: not
     known to be the catalog any query runs with, so nothing analysed with it is stored."""
@@ -229,6 +288,16 @@ class Catalog:
         *qualifier, name = names
         spaces = qualifier[-1:] or [s for s in self.search_path if not s.startswith("pg_temp")]
         return next((t for s in spaces if (t := self.types.get((s, name))) is not None), None)
+
+    def type_shadows(self, names: Sequence[str], found: TypeInfo) -> list[str]:
+        """The tags of the relations that, created later, would take the unqualified type
+        name ``names`` from ``found``: one of that name in a schema before ``found``'s on
+        the search path (its row type comes first). A type or a relation of the same name
+        created anywhere invalidates everything; a relation hiding a type does not."""
+        if len(names) != 1 or found.schema not in self.search_path:
+            return []
+        before = self.search_path[: self.search_path.index(found.schema)]
+        return [table_name(s, names[0]) for s in before if not s.startswith("pg_")]
 
     def _candidates(self, qualifier: Sequence[str], name: str, nargs: int | None) -> list[Function]:
         spaces = set(qualifier[-1:] or [s for s in self.search_path if not s.startswith("pg_temp")])
@@ -268,6 +337,11 @@ class Catalog:
             )
         if function.volatility == "v":
             return f"volatile function {name}()"
+        if function.oid in self.io_functions:
+            return f"function {name}() is a type's input or output function"
+        naming = function.types[:1] and function.types[0] in self.facts.naming
+        if naming and name != "pg_typeof":  # pg_typeof: the type of an expression analysed
+            return f"function {name}() returns an object identifier looked up by name"
         prefixed = name.startswith(_DENIED_PREFIXES) and name not in _ALLOWED_PG
         if name in _TIME_OR_SESSION or (prefixed and function.volatility == "s"):
             return f"function {name}() depends on time, the session or data no tag names"
@@ -290,7 +364,7 @@ class Catalog:
         anything), or ``None``."""
         found = self.type(names)
         if found is None:
-            return f"unknown type {'.'.join(names)}"
+            return f"unknown relation or type {'.'.join(names)}"
         user_domain = found.oid >= FIRST_NORMAL_OID and not found.extension
         if found.kind == "d" and found.checked and user_domain:
             return f"cast to domain {found.schema}.{found.name} with CHECK constraints"
@@ -312,6 +386,38 @@ class Catalog:
         if relation.row_security:
             return f"table {what} has row-level security (results depend on the role)"
         return None
+
+    def ddl_problem(self, relation: Relation) -> str | None:
+        """Why no DDL notice names ``relation`` under its own name (its structure or its
+        name can change without invalidating what names it), or ``None``."""
+        what = relation.display
+        system = relation.schema in SYSTEM_SCHEMAS or relation.schema.startswith("pg_")
+        if relation.persistence == "t":
+            return f"temporary table {what} (no DDL notice names it)"
+        if system:
+            return f"system catalog {what} (no DDL notice names it)"
+        if relation.schema == "txcache":
+            return f"txcache's own relation {what} (no DDL notice names it)"
+        if relation.kind not in _NOTICED_KINDS:
+            return f"sequence {what} (its DDL invalidates nothing)"
+        return None
+
+    def row_relations(self, type_oid: int) -> list[Relation]:
+        """The relations whose row type a value of type ``type_oid`` may hold (composite
+        types are no relations: their every DDL invalidates everything)."""
+        oids = self.facts.relations.get(type_oid, frozenset())
+        return [self.by_oid[oid] for oid in sorted(oids) if oid in self.by_oid]
+
+    def candidates(self, names: Sequence[str], nargs: int | None) -> list[Function]:
+        """Every function a call of ``names`` with ``nargs`` arguments may resolve to."""
+        *qualifier, name = names
+        return self._candidates(qualifier, name, nargs)
+
+    def function_types(self, names: Sequence[str], nargs: int | None) -> frozenset[int]:
+        """The result and argument types of every non-built-in function a call may resolve
+        to (built-in ones name no relation's row type)."""
+        candidates = self.candidates(names, nargs)
+        return frozenset(t for f in candidates if not f.builtin for t in f.types)
 
     def publication_problem(self, relation: Relation) -> str | None:
         """Why changes of ``relation`` (a table or a partition root) are not published."""
@@ -452,7 +558,8 @@ _RELATIONS = """
 SELECT c.oid::int, n.nspname::text, c.relname::text, c.relkind::text, c.relpersistence::text,
        CASE WHEN c.relispartition THEN pg_partition_root(c.oid)::int END, c.relrowsecurity,
        CASE WHEN c.relkind = 'v' AND n.nspname NOT IN ('pg_catalog', 'information_schema')
-            THEN pg_get_viewdef(c.oid) END
+            THEN pg_get_viewdef(c.oid) END,
+       c.reltype::int
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
 """
@@ -471,20 +578,43 @@ _EXTENSION = """EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = '{}'::regcla
 _FUNCTIONS = f"""
 SELECT p.oid::int, n.nspname::text, p.proname::text, p.provolatile::text, l.lanname::text,
        p.pronargs::int, p.pronargdefaults::int, p.provariadic <> 0,
-       {_EXTENSION.format("pg_proc", "p")}
+       {_EXTENSION.format("pg_proc", "p")},
+       (ARRAY[p.prorettype] || coalesce(p.proallargtypes, p.proargtypes::oid[]))::int[],
+       p.proargtypes::oid[]::int[]
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 JOIN pg_language l ON l.oid = p.prolang
 """
 _OPERATORS = """
 SELECT n.nspname::text, o.oprname::text, o.oprcode::oid::int, o.oid::int, o.oprleft::int,
-       o.oprright::int
+       o.oprright::int, o.oprresult::int
 FROM pg_operator o JOIN pg_namespace n ON n.oid = o.oprnamespace
 """
 _TYPES = f"""
 SELECT t.oid::int, n.nspname::text, t.typname::text, t.typtype::text, t.typbasetype::int,
        {_EXTENSION.format("pg_type", "t")},
-       EXISTS (SELECT 1 FROM pg_constraint k WHERE k.contypid = t.oid AND k.contype = 'c')
+       EXISTS (SELECT 1 FROM pg_constraint k WHERE k.contypid = t.oid AND k.contype = 'c'),
+       t.typcategory::text, t.typelem::int, t.typrelid::int, i.provolatile <> 'i'
 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+LEFT JOIN pg_proc i ON i.oid = t.typinput
+"""
+# The components of types beyond domains and arrays: ranges' subtypes, multiranges' ranges,
+# and the attributes of every row and composite type.
+_TYPE_PARTS = """
+SELECT rngtypid::int, rngsubtype::int FROM pg_range
+UNION ALL SELECT rngmultitypid::int, rngtypid::int FROM pg_range
+UNION ALL
+SELECT c.reltype::int, a.atttypid::int
+FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+WHERE a.attnum > 0 AND NOT a.attisdropped AND c.reltype <> 0
+"""
+# Types cast to a string type implicitly: a function taking text takes them ("char", …).
+_TO_TEXT = """
+SELECT c.castsource::int FROM pg_cast c JOIN pg_type t ON t.oid = c.casttarget
+WHERE t.typcategory = 'S' AND c.castcontext = 'i'
+"""
+_IO_FUNCTIONS = """
+SELECT DISTINCT f::int FROM pg_type, unnest(ARRAY[typinput, typoutput, typreceive, typsend]) f
+WHERE f <> 0
 """
 
 
@@ -500,8 +630,10 @@ def _read_catalog(conn: Connection, publication: str) -> Catalog:
     search_path, encoding, standard, version = settings
     types = [TypeInfo(*row) for row in rows(_TYPES)]
     types_by_oid = {t.oid: t for t in types}
-    functions = [Function(*row) for row in rows(_FUNCTIONS)]
+    functions = [_function(row) for row in rows(_FUNCTIONS)]
     operators = rows(_OPERATORS)
+    to_text = frozenset(oid for (oid,) in rows(_TO_TEXT))
+    facts = _type_facts(types_by_oid, rows(_TYPE_PARTS), to_text)
     unsafe = _unsafe_families(operators, types_by_oid)
     text_ok = encoding == "UTF8"
     columns: dict[int, list[Column]] = {}
@@ -509,7 +641,7 @@ def _read_catalog(conn: Connection, publication: str) -> Catalog:
         family = _family(type_oid, types_by_oid)
         if family in unsafe or (family == "text" and not (deterministic and text_ok)):
             family = None
-        columns.setdefault(oid, []).append(Column(name, family))
+        columns.setdefault(oid, []).append(Column(name, family, type_oid))
     children: dict[int, list[int]] = {}
     for child, parent in rows("SELECT inhrelid::int, inhparent::int FROM pg_inherits"):
         children.setdefault(parent, []).append(child)
@@ -525,8 +657,9 @@ def _read_catalog(conn: Connection, publication: str) -> Catalog:
             view,
             columns=tuple(columns.get(oid, ())),
             children=tuple(children.get(oid, ())),
+            row_type=row_type,
         )
-        for oid, schema, name, kind, persistence, root, secured, view in rows(_RELATIONS)
+        for oid, schema, name, kind, persistence, root, secured, view, row_type in rows(_RELATIONS)
     ]
     by_function_name: dict[str, list[Function]] = {}
     for function in functions:
@@ -545,6 +678,22 @@ def _read_catalog(conn: Connection, publication: str) -> Catalog:
         types={(t.schema, t.name): t for t in types},
         publication=_read_publication(conn, publication, version),
         standard_strings=standard == "on",
+        facts=facts,
+        io_functions=frozenset(oid for (oid,) in rows(_IO_FUNCTIONS)),
+        text_operators=frozenset(row[1] for row in operators if row[6] in facts.textual),
+        polymorphic_operators=frozenset(row[1] for row in operators if row[6] in facts.polymorphic),
+        sinks=_sinks(operators, facts.varying_input),
+    )
+
+
+def _function(row: TupleRow) -> Function:
+    """A row of ``_FUNCTIONS`` (its types arrays: tuples here, hashable)."""
+    *fields, types, inputs = row
+    oid, schema, name, volatility, language, nargs, ndefaults, variadic, extension = fields
+    return Function(
+        *(oid, schema, name, volatility, language, nargs, ndefaults, variadic, extension),
+        types=tuple(types),
+        inputs=tuple(inputs),
     )
 
 
@@ -558,10 +707,100 @@ def _family(type_oid: int, types: Mapping[int, TypeInfo]) -> Family | None:
     return FAMILY_OF_TYPE.get(type_oid)
 
 
+def _type_facts(
+    types: Mapping[int, TypeInfo], parts: Iterable[TupleRow], to_text: frozenset[int]
+) -> TypeFacts:
+    """Fold every type's components (:class:`TypeFacts`) into what its values may hold;
+    ``to_text``: the types cast to a string type implicitly."""
+    components: dict[int, set[int]] = {}
+    for found in types.values():
+        components.setdefault(found.oid, set()).update(p for p in (found.base, found.element) if p)
+    for whole, part in parts:
+        components.setdefault(whole, set()).add(part)
+    facts: dict[int, _Facts] = {}
+
+    def fold(oid: int) -> _Facts:
+        if oid not in facts:
+            facts[oid] = _Facts()  # a cycle adds nothing
+            own = _own_facts(oid, types.get(oid))
+            facts[oid] = own.join([fold(part) for part in components.get(oid, ())])
+        return facts[oid]
+
+    for oid in types:
+        fold(oid)
+    textual = {oid for oid in types if _textual(oid, types, to_text)}
+    polymorphic = {oid for oid, t in types.items() if t.kind == "p" and t.name.startswith("any")}
+    return TypeFacts(
+        varying_input=frozenset(oid for oid, f in facts.items() if f.varies),
+        naming=frozenset(oid for oid, f in facts.items() if f.naming),
+        relations={oid: f.relations for oid, f in facts.items() if f.relations},
+        clock=frozenset(oid for oid, f in facts.items() if f.clock),
+        textual=frozenset(textual),
+        polymorphic=frozenset(polymorphic),
+    )
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """One type's :class:`TypeFacts`, while they are folded."""
+
+    varies: bool = False
+    naming: bool = False
+    clock: bool = False
+    relations: frozenset[int] = frozenset()
+
+    def join(self, parts: list[_Facts]) -> _Facts:
+        return _Facts(
+            self.varies or any(p.varies for p in parts),
+            self.naming or any(p.naming for p in parts),
+            self.clock or any(p.clock for p in parts),
+            self.relations.union(*(p.relations for p in parts)),
+        )
+
+
+def _own_facts(oid: int, found: TypeInfo | None) -> _Facts:
+    """A type's facts before its components' (arrays, ranges, multiranges, composites and
+    domains delegate their input to their components), with the relation whose row or
+    composite type it is."""
+    if found is None:
+        return _Facts(True, False, True)
+    delegates = found.kind in "rmcd" or found.category == "A"
+    varies = found.kind == "p" or (found.input_varies and not delegates)
+    user_base = found.kind == "b" and oid >= FIRST_NORMAL_OID  # its input could be anything
+    clock = oid in CLOCK_TYPES or found.kind == "p" or (user_base and varies)
+    relations = frozenset({found.relation} if found.relation else ())
+    return _Facts(varies, oid in NAMING_TYPES, clock, relations)
+
+
+def _textual(oid: int, types: Mapping[int, TypeInfo], to_text: frozenset[int]) -> bool:
+    """Whether a type converts through text (:attr:`TypeFacts.textual`), or to text
+    implicitly; a domain's category is its base type's."""
+    for _ in range(64):
+        found = types.get(oid)
+        if found is None or found.category != "A":
+            break
+        oid = found.element
+    if found is None or found.category in "SA" or oid in to_text:
+        return found is None or found.kind != "p"
+    return found.kind == "d" and _textual(found.base, types, to_text)
+
+
+def _sinks(operators: list[TupleRow], varying: frozenset[int]) -> frozenset[tuple[str, int]]:
+    """The ``(operator, side)`` pairs of :attr:`Catalog.sinks`."""
+    good: dict[tuple[str, int], bool] = {}
+    for _space, name, _code, _oid, left, right, result in operators:
+        if not left or not right:
+            continue  # a prefix operator: never read as a binary one
+        for side, operand in enumerate((left, right)):
+            ok = result == BOOL and operand not in varying
+            good[name, side] = good.get((name, side), True) and ok
+    return frozenset(key for key, ok in good.items() if ok)
+
+
 def _unsafe_families(operators: list[TupleRow], types: Mapping[int, TypeInfo]) -> set[Family]:
     """Families for which a user-defined ``=`` exists: equality may not be the built-in one."""
     unsafe: set[Family] = set()
-    for _space, name, _code, oid, left, right in operators:
+    for _space, name, _code, oid, left, right, _result in operators:
         if name != "=" or oid < FIRST_NORMAL_OID:
             continue
         for operand in (left, right):

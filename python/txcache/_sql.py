@@ -7,10 +7,12 @@ conjunction of that table's scope, else the table's wildcard ``schema.table``. A
 cannot be analysed or must not be cached raises :class:`UncacheableQuery`.
 
 Two phases: the *plan* of a statement (tables read, equalities usable for fine tags,
-refusals) depends only on its text and the catalog, and is memoized in the
-:class:`~txcache._schema.Schema`; the *evaluation* turns literal and parameter values into
-tag text with the tag columns in force at the snapshot. Unsound is never acceptable: where
-anything is uncertain the table's wildcard stands in.
+relations named through types and object identifiers, refusals) depends only on its text
+and the catalog, and is memoized in the :class:`~txcache._schema.Schema`; the *evaluation*
+turns literal and parameter values into tag text with the tag columns in force at the
+snapshot, and checks what parameters name (the current time, a relation). Unsound is never
+acceptable: where anything is uncertain the table's wildcard stands in, or the query is
+refused.
 
 Exceptions::
 
@@ -20,6 +22,9 @@ Exceptions::
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import enum
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,9 +33,22 @@ from typing import Any
 
 import pglast
 from pglast import ast, enums
+from psycopg.types.json import Json, Jsonb
 from psycopg.types.numeric import Int2, Int4, Int8
 
-from txcache._schema import FAMILY_OF_TYPE, Catalog, Family, Relation, Schema, escape_name
+from txcache._schema import (
+    FAMILY_OF_TYPE,
+    NAMING_TYPES,
+    REGCLASS,
+    REGROLE,
+    Catalog,
+    Family,
+    Function,
+    Relation,
+    Schema,
+    TypeInfo,
+    escape_name,
+)
 from txcache.errors import TxcacheError
 
 __all__ = ["QueryTags", "UncacheableQuery", "analyze"]
@@ -43,14 +61,48 @@ _TYPED_INTS = (int, Int2, Int4, Int8)
 _INT_TEXT = re.compile(r"[ \t\n\r\v\f]*[+-]?[0-9]+[ \t\n\r\v\f]*")
 _BOOL_TEXT = {"t": "t", "true": "t", "y": "t", "yes": "t", "on": "t", "1": "t"}
 _BOOL_TEXT |= {"f": "f", "false": "f", "n": "f", "no": "f", "off": "f", "0": "f"}
-_TIME_WORD = re.compile(r"(?i)(?<![a-z])(now|today|tomorrow|yesterday)(?![a-z])")
-_DATETIME_LIKE = re.compile(r"[\w\s:.+\-/,]{0,64}")
+# The special date/time inputs that read the clock ("epoch", "infinity", "-infinity" and
+# "allballs" are constants). Date/time input reads letters as whole words, any case: a word
+# is a time word wherever no ASCII letter adjoins it, in any literal (a range bound, an
+# array element, a composite field, a JSON string).
+_TIME_WORD = re.compile(r"(?<![a-z])(?:now|today|tomorrow|yesterday)(?![a-z])", re.I | re.A)
+# Python values whose text (as psycopg sends them) has no letters that could spell one.
+_TIMELESS = (
+    *(bool, int, float, decimal.Decimal, uuid.UUID),
+    *(datetime.date, datetime.time, datetime.timedelta),
+)
+_MAX_PARAM_DEPTH = 32
+_VALUE_NODES = (ast.A_Const, ast.ParamRef)
+# The pattern wrappers the parser writes for LIKE … ESCAPE and SIMILAR TO: text in, text out.
+_PATTERN_ESCAPES = (["pg_catalog", "like_escape"], ["pg_catalog", "similar_to_escape"])
+_IDENTIFIER_KINDS = {REGCLASS: "regclass", 2206: "regtype"}
+_SPACES = " \t\n\r\f\v"  # scanner_isspace
+_NAME_BYTES = 63  # NAMEDATALEN - 1: longer identifiers are truncated
+_EMPTY_SELECT = (
+    *("fromClause", "whereClause", "groupClause", "havingClause", "windowClause"),
+    *("valuesLists", "sortClause", "limitCount", "limitOffset", "lockingClause"),
+    *("withClause", "distinctClause", "intoClause"),
+)
 _JOIN = enums.JoinType
 _ALLOWED_VALUE_FUNCTIONS = {enums.SQLValueFunctionOp.SVFOP_CURRENT_CATALOG}
 _PHYSICAL_COLUMNS = frozenset({"ctid", "xmin", "xmax", "cmin", "cmax"})
 _KIND = enums.A_Expr_Kind
 _BETWEEN = {_KIND.AEXPR_BETWEEN, _KIND.AEXPR_NOT_BETWEEN}
 _BETWEEN |= {_KIND.AEXPR_BETWEEN_SYM, _KIND.AEXPR_NOT_BETWEEN_SYM}
+# Expressions whose value is a boolean, whatever their operands: no text comes out of them.
+_BOOLEAN_KINDS = {_KIND.AEXPR_OP_ANY, _KIND.AEXPR_OP_ALL, _KIND.AEXPR_DISTINCT, _KIND.AEXPR_IN}
+_BOOLEAN_KINDS |= {_KIND.AEXPR_NOT_DISTINCT, _KIND.AEXPR_LIKE, _KIND.AEXPR_ILIKE}
+_BOOLEAN_KINDS |= {_KIND.AEXPR_SIMILAR} | _BETWEEN
+_BOOLEAN_LINKS = {enums.SubLinkType.EXISTS_SUBLINK, enums.SubLinkType.ALL_SUBLINK}
+_BOOLEAN_LINKS |= {enums.SubLinkType.ANY_SUBLINK}
+# Functions that read JSON text into a record of the first argument's type.
+_POPULATE = frozenset(
+    {"json_populate_record", "json_populate_recordset", "jsonb_populate_record"}
+    | {"jsonb_populate_recordset", "jsonb_populate_record_valid"}
+)
+# Binary operator expressions whose operands are read as the operator's argument types.
+_SINK_KINDS = {_KIND.AEXPR_OP, _KIND.AEXPR_OP_ANY, _KIND.AEXPR_OP_ALL, _KIND.AEXPR_LIKE}
+_SINK_KINDS |= {_KIND.AEXPR_ILIKE, _KIND.AEXPR_SIMILAR}
 
 
 def _is(node: Any, kind: Any) -> bool:
@@ -167,8 +219,10 @@ class _Target:
 @dataclass(frozen=True)
 class _Plan:
     targets: tuple[_Target, ...]
-    wildcards: frozenset[str]  # views' own names
+    wildcards: frozenset[str]  # views' own names, relations named through types and names
     checked_params: frozenset[int]  # parameters whose text must not name the current time
+    identifiers: frozenset[tuple[int, int]]  # (parameter, regclass/regtype) cast directly
+    naming: frozenset[int]  # regclass/regtype cast somewhere: any text may be read as one
 
 
 def _plan_or_refusal(text: str, schema: Schema, safe: frozenset[str], depth: int) -> _Plan | str:
@@ -221,7 +275,12 @@ class _Planner:
         self.targets: list[_Target] = []
         self.wildcards: set[str] = set()
         self.checked: set[int] = set()
-        self.exempt: set[int] = set()  # ids of value nodes compared with a text column
+        self.exempt: set[int] = set()  # ids of value nodes whose text provably stays text
+        self.handled: set[int] = set()  # ids of type names of regclass/regtype literals
+        self.identifiers: set[tuple[int, int]] = set()
+        self.naming: set[int] = set()
+        self.strings: list[str] = []  # every string literal's text
+        self.levels: list[_Level] = [_Level()]  # the FROM scope being walked, innermost last
 
     def statement(self, text: str) -> _Plan:
         try:
@@ -235,7 +294,16 @@ class _Planner:
             name = type(statement).__name__.removesuffix("Stmt").upper()
             raise UncacheableQuery(f"{name} statement: only a read-only SELECT is cacheable")
         self.select(statement, _Scope())
-        return _Plan(tuple(self.targets), frozenset(self.wildcards), frozenset(self.checked))
+        for kind in sorted(self.naming):  # a literal may be coerced to it (CASE, COALESCE…)
+            for text in self.strings:
+                self.wildcards.update(_identifier_tags(self.catalog, kind, text, strict=False))
+        return _Plan(
+            tuple(self.targets),
+            frozenset(self.wildcards),
+            frozenset(self.checked),
+            frozenset(self.identifiers),
+            frozenset(self.naming),
+        )
 
     # -- statements and FROM ---------------------------------------------------------------
 
@@ -248,9 +316,12 @@ class _Planner:
         if node.op != enums.SetOperation.SETOP_NONE:
             self.select(node.larg, scope)
             self.select(node.rarg, scope)
+            self.levels.append(_Level())  # ORDER BY names output columns: no table's
             self.walk((node.sortClause, node.limitCount, node.limitOffset), scope)
+            self.levels.pop()
             return
         level = _Level()
+        self.levels.append(level)
         for item in node.fromClause or ():
             self.from_item(item, level, scope)
         self.conjuncts(node.whereClause, level, level.items)
@@ -259,6 +330,7 @@ class _Planner:
         for part in (node.windowClause, node.sortClause, node.distinctClause, node.valuesLists):
             self.walk(part, scope)
         self.walk((node.limitCount, node.limitOffset), scope)
+        self.levels.pop()
         for item in level.items:
             if item.relation is not None:
                 self.read(item.relation, item.inherit, item.restrictions)
@@ -348,6 +420,7 @@ class _Planner:
             scanned += self.descendants(relation)
         for table in scanned:
             self.refuse_table(table)
+            self.row_type(table)
         for table in [root] if partitioned else scanned:
             problem = self.catalog.publication_problem(table)
             if problem:
@@ -358,6 +431,26 @@ class _Planner:
         problem = self.catalog.table_problem(relation)
         if problem:
             raise UncacheableQuery(problem)
+
+    def row_type(self, table: Relation) -> None:
+        """Tag the relations whose row types the columns of ``table`` hold: their DDL
+        changes the text of its values (``ALTER TABLE t ADD COLUMN`` with ``table`` holding
+        a ``t``) and names only them."""
+        if table.row_type in self.catalog.facts.naming:
+            raise UncacheableQuery(
+                f"table {table.display} has a column of type regclass, regtype or regrole "
+                "(its text is looked up by name in a catalog no DDL notice of it follows)"
+            )
+        for relation in self.catalog.row_relations(table.row_type):
+            if relation.oid != table.oid:
+                self.reference(relation, f"table {table.display}")
+
+    def reference(self, relation: Relation, what: str) -> None:
+        """Tag ``relation``, named by ``what`` through its row type or its name."""
+        problem = self.catalog.ddl_problem(relation)
+        if problem:
+            raise UncacheableQuery(f"{what} names {problem}")
+        self.wildcards.add(relation.tag)
 
     def descendants(self, relation: Relation) -> list[Relation]:
         found: list[Relation] = []
@@ -409,8 +502,8 @@ class _Planner:
         found = item.relation.column(name)
         if found is None or found.family is None:
             return None
-        if found.family == "text":
-            self.exempt.update(id(n) for n in _value_nodes(node))
+        if found.family == "text" and all(v.cast in (None, "text") for v in values):
+            self.exempt.update(id(n) for n in _value_nodes(node))  # read as text: no time
         return item, _Restriction(name, found.family, tuple(values))
 
     def resolve(self, node: Any, level: _Level) -> tuple[_Item, str] | None:
@@ -481,7 +574,10 @@ class _Planner:
             self.walk(getattr(node, name), scope)
 
     def check(self, node: Any) -> None:
-        """Refuse ``node`` if it may call something unsafe or depends on time or the session."""
+        """Refuse ``node`` if it may call something unsafe or depends on time or the session;
+        tag the relations it names through a type or an object identifier."""
+        if _is(node, ast.A_Expr):  # before its operands are visited
+            self.exempt.update(id(value) for value in self.sink_operands(node))
         if _is(node, ast.ParamRef) and id(node) not in self.exempt:
             self.checked.add(node.number)
         problem = self.problem(node)
@@ -490,21 +586,221 @@ class _Planner:
 
     def problem(self, node: Any) -> str | None:
         if _is(node, ast.FuncCall):
-            names = [n.sval for n in node.funcname]
-            nargs = None if node.func_variadic else len(node.args or ())
-            return self.catalog.function_problem(names, nargs, self.safe)
+            return self.call_problem(node)
         if _is(node, ast.A_Expr):
             return self.operator_problem(node)
         if _is(node, ast.TypeCast):
-            return self.catalog.type_problem([n.sval for n in node.typeName.names])
+            return self.cast_problem(node)
+        if _is(node, ast.TypeName):
+            return self.type_name_problem(node)
         if _is(node, ast.SQLValueFunction) and node.op not in _ALLOWED_VALUE_FUNCTIONS:
             return f"{node.op.name.removeprefix('SVFOP_')} depends on time or the session"
-        text = node.val.sval if _is(node, ast.A_Const) and _is(node.val, ast.String) else None
-        if text is not None and id(node) not in self.exempt and _names_time(text):
-            return f"the literal {text!r} names the current time"
+        if _is(node, ast.A_Const) and _is(node.val, ast.String):
+            return self.literal_problem(node)
+        if _is(node, ast.RangeFunction | ast.RangeTableFunc | ast.JsonTable | ast.JsonFuncExpr):
+            return self.table_function_problem(node)
         last: Any = node.fields[-1] if _is(node, ast.ColumnRef) else None
         if _is(last, ast.String) and last.sval in _PHYSICAL_COLUMNS:
             return f"system column {last.sval} changes without a logical write"
+        return None
+
+    def literal_problem(self, node: Any) -> str | None:
+        """A string literal may be read as a date or time (unless it provably stays text):
+        it must name no time word. Backslashes with ``standard_conforming_strings`` off are
+        escapes pglast does not read: the text cannot be told."""
+        text = node.val.sval
+        self.strings.append(text)
+        if id(node) in self.exempt:
+            return None
+        if _names_time(text):
+            return f"the literal {text!r} names the current time"
+        if "\\" in text and not self.catalog.standard_strings:
+            return f"the literal {text!r} may name the current time (backslash escapes)"
+        return None
+
+    def sink_operands(self, node: Any) -> list[Any]:
+        """The literals and parameters read as the argument type of a binary operator whose
+        every overload returns ``boolean`` from a type with immutable input on that side
+        (``LIKE``, ``SIMILAR TO``, ``~``, ``@@``, …): their text goes nowhere else."""
+        if node.kind not in _SINK_KINDS or node.lexpr is None:
+            return []
+        name = node.name[-1].sval
+        operands = (node.lexpr, node.rexpr)
+        sinks = [o for side, o in enumerate(operands) if (name, side) in self.catalog.sinks]
+        return [value for operand in sinks for value in _sink_values(operand)]
+
+    def call_problem(self, node: Any) -> str | None:
+        names = [n.sval for n in node.funcname]
+        nargs = None if node.func_variadic else len(node.args or ())
+        problem = self.catalog.function_problem(names, nargs, self.safe)
+        for type_oid in sorted(self.catalog.function_types(names, nargs)):
+            problem = problem or self.type_problem(type_oid, f"function {'.'.join(names)}()")
+        return problem or self.call_conversion_problem(node, names)
+
+    def call_conversion_problem(self, node: Any, names: list[str]) -> str | None:
+        """``date(x)`` is a cast when no function takes ``x``'s type (text); the
+        ``json*_populate_record*`` functions read JSON text into the first argument's type."""
+        args: Any = node.args or ()
+        target = self.catalog.type(names) if len(args) == 1 and not node.agg_star else None
+        if target is not None and target.oid in self.catalog.facts.clock:
+            return self.conversion_problem(args[0], target.name)
+        if names[-1] not in _POPULATE or len(args) < 2:
+            return None
+        record = self.cast_type(args[0])
+        if record is not None and record not in self.catalog.facts.clock:
+            return None
+        return None if _constant(args[1]) else _conversion(names[-1] + "()")
+
+    def table_function_problem(self, node: Any) -> str | None:
+        """Functions in ``FROM`` with column definitions (``jsonb_to_record(x) AS r(d
+        date)``), ``XMLTABLE``, ``JSON_TABLE`` and ``JSON_VALUE … RETURNING`` read text into
+        typed columns: not from what the query computes, if a column's type reads the clock."""
+        inputs: list[tuple[Any, Any]]
+        if _is(node, ast.RangeFunction):
+            calls = [(call, defs or node.coldeflist) for call, defs in node.functions]
+            inputs = [(c.args or (), d) for c, d in calls if _is(c, ast.FuncCall)]
+        elif _is(node, ast.RangeTableFunc):
+            defaults = [c.coldefexpr for c in node.columns or () if c.coldefexpr is not None]
+            inputs = [((node.docexpr, *defaults), node.columns)]
+        elif _is(node, ast.JsonTable):
+            columns = _json_columns(node.columns)
+            inputs = [(_json_inputs(node, *columns), columns)]
+        else:
+            inputs = [(_json_inputs(node), [node.output] if node.output else [])]
+        for args, columns in inputs:
+            clock = any(self.holds_clock(c.typeName) for c in columns or () if c.typeName)
+            if clock and not all(_constant(arg) for arg in args):
+                return _conversion(type(node).__name__)
+        return None
+
+    def holds_clock(self, type_name: Any) -> bool:
+        found = self.catalog.type([n.sval for n in type_name.names])
+        return found is None or found.oid in self.catalog.facts.clock
+
+    def cast_type(self, node: Any) -> int | None:
+        """The type ``node`` is cast to, if it is a cast to a known type."""
+        if not _is(node, ast.TypeCast):
+            return None
+        found = self.catalog.type([n.sval for n in node.typeName.names])
+        return found.oid if found is not None else None
+
+    def conversion_problem(self, arg: Any, target: str) -> str | None:
+        """A value converted to a clock type is parsed if it is text: text the query
+        computes (from a table, from pieces: ``('n' || 'ow')::date``) may name the current
+        time. Literals and parameters are checked themselves."""
+        return _conversion(f"a value cast to {target}") if self.may_be_text(arg) else None
+
+    def may_be_text(self, node: Any) -> bool:
+        """Whether ``node``'s value may be of a type converted through text (a string type,
+        :attr:`TypeFacts.textual`), as far as the catalog tells without PostgreSQL's type
+        resolution: unknown counts as text."""
+        facts = self.catalog.facts
+        if _constant(node) or node is None:
+            return False  # a literal's or a parameter's text is checked itself
+        if _is(node, ast.ColumnRef | ast.TypeCast):
+            found = self.column_type(node) if _is(node, ast.ColumnRef) else self.cast_type(node)
+            return found is None or found in facts.textual
+        if _is(node, ast.FuncCall):
+            return self.call_may_be_text(node)
+        if _is(node, ast.A_Expr) and node.kind == _KIND.AEXPR_OP:
+            name = node.name[-1].sval
+            operands = (node.lexpr, node.rexpr)
+            polymorphic = name in self.catalog.polymorphic_operators
+            text = polymorphic and any(map(self.may_be_text, operands))
+            return text or name in self.catalog.text_operators
+        if _is(node, ast.A_Expr):
+            return node.kind not in _BOOLEAN_KINDS and self.may_be_text(node.lexpr)
+        if _is(node, ast.SubLink):
+            return node.subLinkType not in _BOOLEAN_LINKS
+        if _is(node, ast.BoolExpr | ast.NullTest | ast.BooleanTest | ast.RowExpr):
+            return False  # a row is converted field by field, text to time never implicitly
+        parts = _value_parts(node)
+        return parts is None or any(self.may_be_text(part) for part in parts)
+
+    def call_may_be_text(self, node: Any) -> bool:
+        """A call gives text if a function it may resolve to returns text, or an argument's
+        type (polymorphic); a function taking text where an argument is no text and no
+        literal is not one it resolves to (no type but text's kin casts to text
+        implicitly)."""
+        facts = self.catalog.facts
+        names = [n.sval for n in node.funcname]
+        args: Any = node.args or ()
+        nargs = None if node.func_variadic else len(args)
+        candidates = self.catalog.candidates(names, nargs)
+        positional = not node.func_variadic and not any(_is(a, ast.NamedArgExpr) for a in args)
+        if positional:
+            taken = [self.may_be_text(a) or _constant(a) for a in args]
+            candidates = [f for f in candidates if self.may_take(f, taken)]
+        results = {f.types[0] for f in candidates}
+        if not candidates or not results.isdisjoint(facts.textual):
+            return True
+        return not results.isdisjoint(facts.polymorphic) and any(map(self.may_be_text, args))
+
+    def may_take(self, function: Function, texts: list[bool]) -> bool:
+        """Whether ``function`` accepts arguments of which only ``texts`` may be text."""
+        textual = self.catalog.facts.textual
+        inputs = function.inputs
+        return all(
+            texts[i] or inputs[i] not in textual for i in range(min(len(inputs), len(texts)))
+        )
+
+    def column_type(self, node: Any) -> int | None:
+        """The type of the base-table column ``node`` names in the scope being walked."""
+        resolved = self.resolve(node, self.levels[-1])
+        if resolved is None:
+            return None
+        item, name = resolved
+        column = item.relation.column(name) if item.relation is not None else None
+        return column.type_oid if column is not None else None
+
+    def cast_problem(self, node: Any) -> str | None:
+        names = [n.sval for n in node.typeName.names]
+        problem = self.catalog.type_problem(names)
+        found = self.catalog.type(names)
+        if not problem and found is not None and found.oid in self.catalog.facts.clock:
+            problem = self.conversion_problem(node.arg, found.name)
+        if problem or found is None or found.oid not in NAMING_TYPES:
+            return problem
+        if node.typeName.arrayBounds:
+            return None  # the type name is refused: it holds a regclass, regtype or regrole
+        self.handled.add(id(node.typeName))
+        return self.identifier_cast(node.arg, found)
+
+    def identifier_cast(self, arg: Any, found: TypeInfo) -> str | None:
+        """A cast to ``regclass``/``regtype`` (``found``) looks a name up: a literal's
+        relations are tagged now, a parameter's at evaluation; the name in anything else is
+        only known when the query runs. Roles change without any DDL notice."""
+        if found.oid == REGROLE:
+            return "regrole: role names change with no DDL notice (roles are global objects)"
+        self.naming.add(found.oid)
+        if _is(arg, ast.ParamRef):
+            self.identifiers.add((arg.number, found.oid))
+        elif _is(arg, ast.A_Const) and _is(arg.val, ast.String):
+            self.wildcards.update(_identifier_tags(self.catalog, found.oid, arg.val.sval))
+        elif not (_is(arg, ast.A_Const) and arg.isnull):
+            return (
+                f"a value cast to {found.name} is looked up by name when the query runs: only "
+                "a literal or a parameter naming a known relation is cacheable"
+            )
+        return None
+
+    def type_name_problem(self, node: Any) -> str | None:
+        names = [n.sval for n in node.names]
+        found = self.catalog.type(names)
+        if found is None:
+            return f"unknown relation or type {'.'.join(names)}"
+        self.wildcards.update(self.catalog.type_shadows(names, found))
+        if id(node) in self.handled:  # regclass or regtype of a literal: resolved
+            return None
+        return self.type_problem(found.oid, f"type {found.schema}.{found.name}")
+
+    def type_problem(self, type_oid: int, what: str) -> str | None:
+        """Tag the relations whose row types ``what`` (of type ``type_oid``) holds; refuse
+        one holding object identifiers looked up by name."""
+        if type_oid in self.catalog.facts.naming:
+            return f"{what} holds a regclass, regtype or regrole (its text is looked up by name)"
+        for relation in self.catalog.row_relations(type_oid):
+            self.reference(relation, what)
         return None
 
     def operator_problem(self, node: Any) -> str | None:
@@ -578,10 +874,161 @@ def _value_nodes(node: Any) -> list[Any]:
     return found
 
 
+def _constant(node: Any) -> bool:
+    """A literal or a parameter, cast or not: its text is checked for time words."""
+    while _is(node, ast.TypeCast):
+        node = node.arg
+    return _is(node, _VALUE_NODES)
+
+
+def _conversion(what: str) -> str:
+    return (
+        f"{what} reads text the query computes as a date or time: it may name the current "
+        "time (now, today, …)"
+    )
+
+
+def _value_parts(node: Any) -> list[Any] | None:
+    """The operands whose value an expression may take: ``coalesce``, ``greatest``,
+    ``CASE``, ``COLLATE``, ``ARRAY[…]``; ``None`` for an expression of no known shape."""
+    if _is(node, ast.CoalesceExpr | ast.MinMaxExpr):
+        return list(node.args or ())
+    if _is(node, ast.CaseExpr):
+        return [when.result for when in node.args or ()] + [node.defresult]
+    if _is(node, ast.CollateClause):
+        return [node.arg]
+    if _is(node, ast.A_ArrayExpr):
+        return list(node.elements or ())
+    return None
+
+
+def _json_inputs(*nodes: Any) -> list[Any]:
+    """The values SQL/JSON reads into typed columns or results: the context item, the
+    ``PASSING`` arguments, the ``DEFAULT`` expressions of ``ON EMPTY``/``ON ERROR``."""
+    found: list[Any] = []
+    for node in nodes:
+        context = getattr(node, "context_item", None)
+        found += [context.raw_expr] if context is not None else []
+        found += [argument.val.raw_expr for argument in getattr(node, "passing", None) or ()]
+        for behavior in (getattr(node, "on_empty", None), getattr(node, "on_error", None)):
+            found += [behavior.expr] if behavior is not None and behavior.expr else []
+    return found
+
+
+def _json_columns(columns: Any) -> list[Any]:
+    """The columns of ``JSON_TABLE``, nested ones included."""
+    found: list[Any] = []
+    for column in columns or ():
+        found.append(column)
+        found.extend(_json_columns(column.columns))
+    return found
+
+
+def _sink_values(operand: Any) -> list[Any]:
+    """The literals and parameters an operand reads as its own type: itself, the elements
+    of ``ARRAY[…]`` (for ``ANY``/``ALL``), the arguments of a pattern's escape wrapper."""
+    if _is(operand, _VALUE_NODES):
+        return [operand]
+    values: Any = ()
+    if _is(operand, ast.A_ArrayExpr):
+        values = operand.elements or ()
+    elif _is(operand, ast.FuncCall) and [n.sval for n in operand.funcname] in _PATTERN_ESCAPES:
+        values = operand.args or ()
+    return [value for value in values if _is(value, _VALUE_NODES)]
+
+
 def _names_time(text: str) -> bool:
-    """Whether ``text`` could be date/time input naming the current time (``'now'``,
-    ``'today'``, ``'tomorrow 10:00'``, …)."""
-    return _TIME_WORD.search(text) is not None and _DATETIME_LIKE.fullmatch(text) is not None
+    """Whether ``text`` holds a word that date/time input reads as the current time
+    (``'now'``, ``'[today,tomorrow)'``, ``'{"at": "now"}'``, …), wherever it stands."""
+    return _TIME_WORD.search(text) is not None
+
+
+# -- object identifiers ------------------------------------------------------------------
+
+
+def _identifier_tags(catalog: Catalog, kind: int, text: str, *, strict: bool = True) -> list[str]:
+    """The wildcards of the relations ``text`` names as a ``kind`` (regclass or regtype)
+    literal. ``strict``: the literal is cast: a text that names none is refused (a relation
+    created since the catalog was read is found by reading it again). Otherwise any
+    literal of the query may be coerced to ``kind``: a text that names none would fail the
+    query, and is no concern. A numeric OID names whatever relation has it, then or later."""
+    name = _IDENTIFIER_KINDS[kind]
+    stripped = text.strip(_SPACES)
+    if stripped.isdecimal() and stripped.isascii():
+        what = f"{name} literal" if strict else f"literal beside a {name} cast"
+        raise UncacheableQuery(f"the {what} {text!r} may be an OID (any relation may get it)")
+    found = _regclass(catalog, text) if kind == REGCLASS else _regtype(catalog, text)
+    if found is None and strict:
+        unknown = "relation" if kind == REGCLASS else "relation or type"
+        raise UncacheableQuery(
+            f"unknown {unknown} {stripped} named by a {name} literal (created after the "
+            "schema was loaded? call Schema.refresh())"
+        )
+    relations, tags = found or ([], [])
+    for relation in relations:
+        problem = catalog.ddl_problem(relation)
+        if problem:
+            raise UncacheableQuery(f"{name} literal {text!r} names {problem}")
+        tags.append(relation.tag)
+    return tags
+
+
+def _regclass(catalog: Catalog, text: str) -> tuple[list[Relation], list[str]] | None:
+    """The relation ``regclassin`` finds for ``text`` (``[schema.]name``), if any (one of
+    the same name created in another schema invalidates everything: nothing hides it)."""
+    names = _qualified_name(text)
+    if names is None or not 1 <= len(names) <= 2:
+        return None
+    found = catalog.relation(names[0] if len(names) == 2 else None, names[-1])
+    return ([found], []) if found is not None else None
+
+
+def _regtype(catalog: Catalog, text: str) -> tuple[list[Relation], list[str]] | None:
+    """The relations whose row types the type ``regtypein`` finds for ``text`` holds, and
+    the tags of relations that would hide it (:meth:`Catalog.type_shadows`)."""
+    try:
+        statements = pglast.parse_sql(f"SELECT NULL::{text}")
+    except (pglast.parser.ParseError, ValueError):  # ValueError: a NUL character
+        return None
+    statement: Any = statements[0].stmt if len(statements) == 1 else None
+    if not _is(statement, ast.SelectStmt) or any(getattr(statement, f) for f in _EMPTY_SELECT):
+        return None
+    targets: Any = statement.targetList or ()
+    cast: Any = targets[0].val if len(targets) == 1 and targets[0].name is None else None
+    if not (_is(cast, ast.TypeCast) and _is(cast.arg, ast.A_Const) and cast.arg.isnull):
+        return None
+    names = [n.sval for n in cast.typeName.names]
+    found = catalog.type(names)
+    if found is None:
+        return None
+    return catalog.row_relations(found.oid), catalog.type_shadows(names, found)
+
+
+def _qualified_name(text: str) -> list[str] | None:
+    """``text`` split as PostgreSQL's ``SplitIdentifierString`` splits a qualified name:
+    dot-separated identifiers, blanks around them, double quotes keeping case (``""`` is a
+    quote), others lowercased (ASCII), each truncated to 63 bytes; ``None`` if malformed."""
+    names: list[str] = []
+    rest = text.lstrip(_SPACES)
+    while True:
+        if rest.startswith('"'):
+            match = re.match(r'"((?:[^"]|"")*)"', rest)
+            if match is None:
+                return None
+            name, rest = match.group(1).replace('""', '"'), rest[match.end() :]
+        else:
+            match = re.match(rf"[^.{_SPACES}]+", rest)
+            if match is None:
+                return None
+            name = re.sub("[A-Z]+", lambda m: m.group(0).lower(), match.group(0))
+            rest = rest[match.end() :]
+        names.append(name.encode()[:_NAME_BYTES].decode(errors="ignore"))
+        rest = rest.lstrip(_SPACES)
+        if not rest:
+            return names
+        if rest[0] != ".":
+            return None
+        rest = rest[1:].lstrip(_SPACES)
 
 
 # -- evaluation ------------------------------------------------------------------------
@@ -594,18 +1041,60 @@ def _evaluate(plan: _Plan, params: list[Any], schema: Schema) -> frozenset[str]:
                 f"parameter ${index} {params[index - 1]!r} names the current time"
             )
     tags: set[str] = set(plan.wildcards)
+    tags.update(_identifier_param_tags(plan, params, schema.catalog))
     for target in plan.targets:
         tags.update(_target_tags(target, params, schema))
     wildcards = {tag for tag in tags if ":" not in tag}
     return frozenset(tag for tag in tags if tag.split(":", 1)[0] not in wildcards or ":" not in tag)
 
 
-def _param_names_time(value: object) -> bool:
+def _param_names_time(value: object, depth: int = 0) -> bool:
+    """Whether a text psycopg may send for ``value`` or a part of it names the current
+    time: a ``str`` (sent untyped), a list (an array), a tuple (a record), an ``Enum``
+    (its name), JSON, bytes (``convert_from`` reads them as text), or anything else by its
+    ``str()``; a value nested too deep to tell counts as naming it."""
+    if depth > _MAX_PARAM_DEPTH:
+        return True
+    if value is None or isinstance(value, _TIMELESS):
+        return False
     if isinstance(value, str):
-        return _names_time(value)
-    if isinstance(value, list | tuple):
-        return any(_param_names_time(element) for element in value)
-    return False
+        named = isinstance(value, enum.Enum) and _names_time(value.name)
+        return named or _names_time(str.__str__(value))
+    if isinstance(value, bytes | bytearray | memoryview):
+        return _names_time(bytes(value).decode("latin-1"))
+    if isinstance(value, enum.Enum):
+        return _names_time(value.name) or _param_names_time(value.value, depth + 1)
+    parts: Iterable[object] = ()
+    if isinstance(value, Json | Jsonb):
+        parts = [value.obj]
+    elif isinstance(value, Mapping):
+        parts = [*value.keys(), *value.values()]
+    elif isinstance(value, list | tuple):
+        parts = value
+    else:
+        return _names_time(str(value))
+    return any(_param_names_time(part, depth + 1) for part in parts)
+
+
+def _identifier_param_tags(plan: _Plan, params: list[Any], catalog: Catalog) -> list[str]:
+    """The relations parameters name as ``regclass``/``regtype``: those cast to one, and,
+    when the query casts to one anywhere, any ``str`` it may coerce to it."""
+    tags: list[str] = []
+    for index, kind in sorted(plan.identifiers):
+        value = params[index - 1] if 0 < index <= len(params) else None
+        if value is None:
+            continue  # NULL names nothing
+        if not isinstance(value, str):
+            raise UncacheableQuery(
+                f"parameter ${index} cast to {_IDENTIFIER_KINDS[kind]} is a "
+                f"{type(value).__name__}: only a str naming a known relation is cacheable"
+            )
+        tags += _identifier_tags(catalog, kind, str.__str__(value))
+    for kind in sorted(plan.naming):
+        for value in params:
+            if isinstance(value, str):
+                tags += _identifier_tags(catalog, kind, str.__str__(value), strict=False)
+    return tags
 
 
 def _target_tags(target: _Target, params: list[Any], schema: Schema) -> list[str]:
