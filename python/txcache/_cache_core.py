@@ -12,6 +12,7 @@ passes its own way of doing it, or does it after the reading.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import weakref
@@ -89,6 +90,8 @@ class CacheCore:
     ) -> None:
         """Take the settings and options; no connection is made here."""
         self.settings = settings
+        self.pid = os.getpid()
+        """The process that made it: its sockets are that process's, not a forked child's."""
         self.mode: Mode = settings.mode
         secret = settings.secret.encode() if settings.secret else None
         self.serializer: Serializer = serializer or SafeSerializer(secret)
@@ -122,6 +125,12 @@ class CacheCore:
         self._sessions_changed = False  # a reading found another context: drain the pool
         self._refused: set[tuple[tuple[str, int], DatabaseIdentity]] = set()  # logged once
         self._future_tokens: set[int] = set()  # tokens ahead of the database, warned of
+
+    def inherited(self) -> bool:
+        """Whether this process is a fork of the one that made the cache: its connections are
+        the parent's (a child that used or closed them would end the parent's sessions), so
+        the child makes a cache of its own."""
+        return os.getpid() != self.pid
 
     # -- arguments of transactions ----------------------------------------------------------
 

@@ -10,6 +10,7 @@ the like must not change what later transactions — whose results the cache sha
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable
 from types import TracebackType
@@ -63,9 +64,17 @@ _default_lock = threading.Lock()
 
 
 def default_cache() -> Cache | None:
-    """The cache implicit transactions use: the last one :func:`connect` made and not yet
-    closed."""
+    """The cache implicit transactions use: the last one :func:`connect` made in this
+    process and not yet closed (a forked child starts without one)."""
     return _default
+
+
+def _forget_default_in_child() -> None:
+    global _default
+    _default = None
+
+
+os.register_at_fork(after_in_child=_forget_default_in_child)
 
 
 def connect(
@@ -286,11 +295,14 @@ class Cache(CacheCore):
             self.pool.putconn(connection)
 
     def close(self) -> None:
-        """Stop the agent refresher, close node connections and the database pool."""
+        """Stop the agent refresher, close node connections and the database pool. In a
+        forked child, only forget the cache: its connections are the parent's."""
         global _default
         with _default_lock:
             if _default is self:
                 _default = None
+        if self.inherited():
+            return
         if self.agent is not None:
             self.agent.close()
         if self._staleness_probe is not None:

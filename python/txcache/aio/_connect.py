@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self
@@ -54,8 +55,17 @@ _default: AsyncCache | None = None
 
 def default_cache() -> AsyncCache | None:
     """The cache implicit async transactions use (an async cacheable function called
-    outside any transaction): the last one :func:`connect` made and not yet closed."""
+    outside any transaction): the last one :func:`connect` made in this process and not yet
+    closed (a forked child starts without one)."""
     return _default
+
+
+def _forget_default_in_child() -> None:
+    global _default
+    _default = None
+
+
+os.register_at_fork(after_in_child=_forget_default_in_child)
 
 
 async def connect(
@@ -287,6 +297,8 @@ class AsyncCache(CacheCore):
         global _default
         if _default is self:
             _default = None
+        if self.inherited():
+            return  # its connections are the parent's
         background = set(self._background)
         for task in background:
             task.cancel()
