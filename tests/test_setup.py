@@ -217,10 +217,12 @@ def test_sql_files_are_documented_and_their_placeholders_are_the_python_constant
     notice = bodies["ddl_notice"]
     assert "pg_advisory_xact_lock_shared(1954046817, 1684302848)" in notice  # docs/setup.md
     assert "nextval('txcache.ddl_counter')" in notice
-    assert notice.count("'txcache.inherits_before'") == 3
+    assert notice.count("'txcache.inherits_before'") == 4
+    assert notice.count("'txcache.identities_before'") == 3
     assert "pg_logical_emit_message(true, 'txcache-ddl', " in notice
     assert "pg_logical_emit_message(true, 'txcache-ddl', " in bodies["truncate_notice"]
     assert bodies["prepare_partitions"].count("txcache_truncate_notice") == 3
+    assert "REPLICA IDENTITY" not in bodies["prepare_partitions"]  # ddl_identity's alone
 
 
 def test_an_unknown_placeholder_is_an_error(monkeypatch):
@@ -292,17 +294,55 @@ def test_new_table_gets_full_replica_identity_and_is_published(shop):
     assert published == [("bids",), ("items",), ("later",), ("users",)]  # partitions via root
 
 
-def test_replica_identity_default_is_set_back_to_full(shop):
+def warnings_of(dsn, *statements):
+    """Run ``statements`` in one session; the WARNINGs it received, as ``message: detail``."""
+    received = []
+
+    def keep(notice):
+        if notice.severity_nonlocalized == "WARNING":
+            received.append(f"{notice.message_primary}: {notice.message_detail}")
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.add_notice_handler(keep)
+        for statement in statements:
+            conn.execute(statement)
+    return received
+
+
+def identity(dsn, table):
+    return query(dsn, "SELECT relreplident FROM pg_class WHERE oid = %s::regclass", (table,))[0][0]
+
+
+def test_replica_identity_set_by_a_migration_is_kept_with_a_warning(shop):
     setup_database(shop)
-    execute(shop, "ALTER TABLE items REPLICA IDENTITY DEFAULT")
-    assert query(shop, "SELECT relreplident FROM pg_class WHERE relname = 'items'") == [("f",)]
+    warned = warnings_of(shop, "ALTER TABLE items REPLICA IDENTITY DEFAULT")
+    assert identity(shop, "items") == "d"
+    assert warned == [
+        "txcache: table public.items has REPLICA IDENTITY DEFAULT, not FULL: Updates and "
+        "deletes of its rows invalidate every cached result that read the table wherever the "
+        "stream does not carry the old values of its indexed columns."
+    ]
+    # Said once, when it changed; later DDL on the table leaves it as it is, silently.
+    assert warnings_of(shop, "ALTER TABLE items ADD COLUMN note text") == []
+    assert identity(shop, "items") == "d"
+    execute(shop, "UPDATE items SET name = 'x'", "DELETE FROM items")
+
+
+def test_a_partition_s_replica_identity_set_by_a_migration_is_kept(shop):
+    setup_database(shop)
+    warned = warnings_of(shop, "ALTER TABLE bids_low REPLICA IDENTITY NOTHING")
+    assert identity(shop, "bids_low") == "n"
+    assert warned[0].startswith("txcache: table public.bids_low has REPLICA IDENTITY NOTHING")
+    execute(shop, "CREATE TABLE bids_high PARTITION OF bids FOR VALUES FROM (1000) TO (2000)")
+    assert (identity(shop, "bids_low"), identity(shop, "bids_high")) == ("n", "f")
 
 
 def test_ddl_by_an_ordinary_role_is_seen(shop, make_role):
     setup_database(shop)
     role, dsn = make_role()
     execute(shop, f"GRANT CREATE ON SCHEMA public TO {role}")
-    assert take_ddl_messages(shop)[-1] == "none\t\t\t0"  # a privilege changes no result
+    # A privilege decides what a role may read, and the trigger is not told which objects.
+    assert take_ddl_messages(shop)[-1] == "all\t\t\t0"
     execute(dsn, "CREATE TABLE notes (id int PRIMARY KEY)")  # the trigger runs as the role
     notes = oid(shop, "notes")
     assert query(shop, "SELECT relreplident FROM pg_class WHERE relname = 'notes'") == [("f",)]
@@ -470,7 +510,8 @@ def test_replication_role_accepts_what_a_superuser_installed(shop, make_role):
 
     assert [step.name for step in report.warnings] == ["max_slot_wal_keep_size"]
     assert report.step("publication").detail == (
-        "txcache publishes TABLES IN SCHEMA public, via the partition root"
+        "txcache publishes TABLES IN SCHEMA public with stored generated columns, via the "
+        "partition root"
     )
     assert report.step("ddl trigger").status is StepStatus.OK
     assert report.step("slot").status is StepStatus.CHANGED

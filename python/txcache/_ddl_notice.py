@@ -31,6 +31,7 @@ __all__ = [
     "DDL_COUNTER",
     "DDL_LOCK",
     "DDL_MESSAGE_PREFIX",
+    "IDENTITIES_BEFORE",
     "INHERITS_BEFORE",
     "TRUNCATE_TRIGGER",
     "functions",
@@ -54,6 +55,12 @@ INHERITS_BEFORE = "txcache.inherits_before"
 edges as an ``ALTER TABLE`` or ``DROP TABLE`` starts (``edges:`` and ``child:parent`` oids,
 comma-separated; empty once the command ended)."""
 
+IDENTITIES_BEFORE = "txcache.identities_before"
+"""The session setting in which the ``ddl_command_start`` trigger keeps, as an ``ALTER
+TABLE`` starts, the replica identity of every tracked table that is not FULL
+(``identities:`` and ``oid:relreplident``, comma-separated; empty once the command ended):
+the end trigger tells a table whose identity the command changed from one left as it was."""
+
 DDL_LOCK = (0x74786361, 0x64646C00)  # 'txca', 'ddl'
 """The advisory lock key (two ``int4``) a notifying DDL holds in share mode from before it
 advances :data:`DDL_COUNTER` until it ends: ``pg_locks`` shows which schema changes are
@@ -63,6 +70,7 @@ still uncommitted, so a catalog read while one runs is known not to contain it."
 # one definition, above. None holds a quote or a brace: each is pasted in as it is.
 _PLACEHOLDERS = {
     "counter": DDL_COUNTER,
+    "identities_before": IDENTITIES_BEFORE,
     "inherits_before": INHERITS_BEFORE,
     "lock": f"{DDL_LOCK[0]}, {DDL_LOCK[1]}",
     "prefix": DDL_MESSAGE_PREFIX,
@@ -100,7 +108,18 @@ _DECLARATIONS = (
     ("ddl_kind", "ddl_kind(text, text)", "text", "sql", "IMMUTABLE PARALLEL SAFE"),
     ("ddl_ancestors", "ddl_ancestors(oid)", "SETOF oid", "sql", "STABLE"),
     ("ddl_family", "ddl_family(oid)", "SETOF oid", "sql", "STABLE"),
+    ("ddl_edges", "ddl_edges(text)", "TABLE (child oid, parent oid)", "sql", "IMMUTABLE"),
     ("ddl_changed_edge_ends", "ddl_changed_edge_ends(text)", "SETOF oid", "sql", "STABLE"),
+    ("ddl_tracked", "ddl_tracked(oid)", "boolean", "sql", "STABLE"),
+    ("ddl_joined_partitions", "ddl_joined_partitions(text)", "SETOF oid", "sql", "STABLE"),
+    (
+        "identity_problems",
+        "identity_problems(oid[], name)",
+        "TABLE (relation oid, problem text, keyed boolean)",
+        "sql",
+        "STABLE",
+    ),
+    ("ddl_identity", "ddl_identity(oid, boolean, text)", "void", "plpgsql", ""),
     ("truncate_notice", "truncate_notice()", "trigger", "plpgsql", ""),
     ("prepare_partitions", "prepare_partitions(oid)", "void", "plpgsql", ""),
     ("ddl_notice", "ddl_notice()", "event_trigger", "plpgsql", ""),

@@ -169,9 +169,26 @@ class _Table:
     schema: str
     relname: str
     is_partition: bool
-    full: bool
     owned: bool
     owner: str
+    identity: str  # pg_class.relreplident: d(efault), n(othing), f(ull), i(ndex)
+    problem: str | None = None  # why PostgreSQL would refuse its UPDATE and DELETE under FULL
+    keyed: bool = False  # it has a primary key (REPLICA IDENTITY DEFAULT keeps them working)
+
+    @property
+    def wanted(self) -> str | None:
+        """The replica identity setup gives the table (``FULL``, ``DEFAULT``), or ``None``
+        to leave it as it is: FULL wherever PostgreSQL allows it; where it does not, DEFAULT
+        in place of FULL or NOTHING if the table has a primary key."""
+        if self.problem is None:
+            return None if self.identity == "f" else "FULL"
+        return "DEFAULT" if self.identity in ("f", "n") and self.keyed else None
+
+    @property
+    def unwritable(self) -> bool:
+        """Whether no identity lets PostgreSQL publish the table's UPDATE and DELETE: FULL is
+        refused, and there is neither a primary key nor an identity index."""
+        return self.problem is not None and self.identity != "i" and not self.keyed
 
 
 @dataclass
@@ -250,7 +267,7 @@ def _plan_all(ctx: _Context) -> list[_Plan]:
     publish, published = _plan_publication(ctx)
     trigger = _plan_ddl_trigger(ctx)
     identity = not trigger.warning  # the trigger is (or will be) there
-    plans = [publish, _plan_replica_identity(ctx), trigger]
+    plans = [publish, _plan_replica_identity(ctx), *_plan_coarse_tables(ctx), trigger]
     return [*plans, *_plan_new_tables(published, identity), _plan_slot(ctx)]
 
 
@@ -277,8 +294,27 @@ def _context(conn: Connection, schemas: tuple[str, ...], slot: str, publication:
     names = [column.name for column in cursor.description or ()]
     facts = dict(zip(names, cursor.fetchone() or (), strict=True))
     rows = conn.execute(read_sql("setup_tables"), {"schemas": list(schemas)}).fetchall()
-    tables = [_Table(*row) for row in rows]
+    # The publication is about to publish stored generated columns, where that exists (18+).
+    stored = publication if int(facts["server_version_num"]) >= 180000 else None
+    problems = _identity_problems(conn, [row[0] for row in rows], stored)
+    tables = []
+    for oid, display, schema, relname, is_partition, owned, owner, identity in rows:
+        problem, keyed = problems.get(oid, (None, False))
+        fields = (oid, display, schema, relname, is_partition, owned, owner, identity)
+        tables.append(_Table(*fields, problem, keyed))
     return _Context(conn, schemas, slot, publication, facts, tables)
+
+
+def _identity_problems(
+    conn: Connection, oids: list[int], stored: str | None
+) -> dict[int, tuple[str | None, bool]]:
+    """Per table: why REPLICA IDENTITY FULL would make PostgreSQL refuse its UPDATE and DELETE
+    (``None``: it would not) and whether it has a primary key. The query is the body of the
+    trigger's ``txcache.identity_problems`` (one home for the rule), run with ``$n``
+    placeholders: setup may run before, or without, the functions being installed."""
+    cursor = psycopg.RawCursor(conn)
+    cursor.execute(read_sql("identity_problems"), (oids, stored))
+    return {oid: (problem, keyed) for oid, problem, keyed in cursor.fetchall()}
 
 
 def _describe(ctx: _Context) -> str:
@@ -315,11 +351,20 @@ def _check_prerequisites(ctx: _Context) -> None:
         if schema not in existing:
             ctx.problems.append(f"schema {schema} does not exist: create it or leave it out")
     for table in ctx.tables:
-        if not table.full and not table.owned:
+        if table.wanted and not table.owned:
             ctx.problems.append(
                 f"role {ctx.role} does not own table {table.display} (owner: {table.owner}), "
                 f"so it cannot set its replica identity: run ALTER TABLE {table.display} "
-                "REPLICA IDENTITY FULL as its owner, or run txcache setup as a superuser"
+                f"REPLICA IDENTITY {table.wanted} as its owner, or run txcache setup as a "
+                "superuser"
+            )
+        if table.unwritable:
+            ctx.problems.append(
+                f"table {table.display} has no replica identity under which PostgreSQL "
+                "publishes its UPDATE and DELETE (it refuses them instead): REPLICA IDENTITY "
+                f"FULL is refused ({table.problem}) and it has no primary key: add a primary "
+                "key, or a unique index on NOT NULL columns and ALTER TABLE "
+                f"{table.display} REPLICA IDENTITY USING INDEX <index>"
             )
 
 
@@ -376,6 +421,7 @@ class _Publication:
     schemas: set[str]
     tables: set[int]
     filtered: list[str]
+    gencols: bool  # publishes stored generated columns (or the server has no such option)
 
 
 def _find_publication(ctx: _Context) -> _Publication | None:
@@ -409,7 +455,13 @@ def _find_publication(ctx: _Context) -> _Publication | None:
                 oid,
             )
         ]
-    return _Publication(all_tables, via_root, all_actions, owned, owner, schemas, tables, filtered)
+    gencols = True
+    if ctx.version >= 180000:
+        query = "SELECT pubgencols = 's' FROM pg_publication WHERE oid = %s"
+        gencols = bool(ctx.rows(query, oid)[0][0])
+    return _Publication(
+        all_tables, via_root, all_actions, owned, owner, schemas, tables, filtered, gencols
+    )
 
 
 def _plan_publication(ctx: _Context) -> tuple[_Plan, bool]:
@@ -442,9 +494,19 @@ def _plan_new_tables(published: bool, identity: bool) -> list[_Plan]:
     ]
 
 
+def _publication_options(ctx: _Context) -> sql.SQL:
+    """Partitions' changes under their root's name; stored generated columns published (18+),
+    so that REPLICA IDENTITY FULL is allowed on their tables and their values are known."""
+    if ctx.version >= 180000:
+        return sql.SQL(
+            "WITH (publish_via_partition_root = true, publish_generated_columns = stored)"
+        )
+    return sql.SQL("WITH (publish_via_partition_root = true)")
+
+
 def _plan_new_publication(ctx: _Context, by_schema: bool) -> _Plan:
     name = sql.Identifier(ctx.publication)
-    options = sql.SQL("WITH (publish_via_partition_root = true)")
+    options = _publication_options(ctx)
     plan = _Plan("publication", "")
     if by_schema:
         schemas = sql.SQL(", ").join(map(sql.Identifier, ctx.schemas))
@@ -491,13 +553,19 @@ def _plan_existing_publication(
                 "ALTER PUBLICATION {} SET (publish = 'insert, update, delete, truncate')"
             ).format(name)
         )
+    if not pub.gencols:
+        todo.append("publish stored generated columns")
+        plan.statements.append(
+            sql.SQL("ALTER PUBLICATION {} SET (publish_generated_columns = stored)").format(name)
+        )
     if plan.statements and not pub.owned:
         ctx.problems.append(
             f"publication {ctx.publication} needs changes ({'; '.join(todo)}) but role "
             f"{ctx.role} does not own it (owner: {pub.owner}): run txcache setup as its owner"
         )
     scope = "all tables" if pub.all_tables else _scope(pub)
-    plan.found = f"{ctx.publication} publishes {scope}, via the partition root"
+    generated = " with stored generated columns" if ctx.version >= 180000 else ""
+    plan.found = f"{ctx.publication} publishes {scope}{generated}, via the partition root"
     plan.todo = f"{'; '.join(todo)} (publication {ctx.publication})"
 
 
@@ -529,7 +597,7 @@ def _plan_coverage(
 
 def _require_owned(ctx: _Context, tables: Iterable[_Table], action: str) -> None:
     for table in tables:
-        if not table.owned and table.full:  # not full: already named by the prerequisites
+        if not table.owned and not table.wanted:  # else named by the prerequisites
             ctx.problems.append(
                 f"role {ctx.role} does not own table {table.display} (owner: {table.owner}) "
                 f"and cannot {action}: run txcache setup as its owner or as a superuser"
@@ -549,18 +617,46 @@ def _scope(pub: _Publication) -> str:
 
 
 def _plan_replica_identity(ctx: _Context) -> _Plan:
-    pending = [table for table in ctx.tables if not table.full]
-    plan = _Plan("replica identity", f"FULL on all {len(ctx.tables)} tracked table(s)")
+    pending = [table for table in ctx.tables if table.wanted]
+    full = sum(table.identity == "f" or table.wanted == "FULL" for table in ctx.tables)
+    scope = "all" if full == len(ctx.tables) else f"{full} of"
+    plan = _Plan("replica identity", f"FULL on {scope} {len(ctx.tables)} tracked table(s)")
     if pending:
-        plan.todo = f"set REPLICA IDENTITY FULL on {_names([t.display for t in pending])}"
+        changes = []
+        for wanted in ("FULL", "DEFAULT"):
+            names = [t.display for t in pending if t.wanted == wanted]
+            if names:
+                changes.append(f"{wanted} on {_names(names)}")
+        plan.todo = f"set REPLICA IDENTITY {'; '.join(changes)}"
         plan.statements.append(sql.SQL("SET lock_timeout = '10s'"))
         for table in pending:
             identifier = sql.Identifier(table.schema, table.relname)
             plan.statements.append(
-                sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(identifier)
+                sql.SQL("ALTER TABLE {} REPLICA IDENTITY {}").format(
+                    identifier, sql.SQL(table.wanted or "")
+                )
             )
         plan.statements.append(sql.SQL("RESET lock_timeout"))
     return plan
+
+
+def _plan_coarse_tables(ctx: _Context) -> list[_Plan]:
+    """A warning naming the tables left without REPLICA IDENTITY FULL because PostgreSQL
+    would refuse their UPDATE and DELETE under it: their changes invalidate more coarsely."""
+    coarse = [t for t in ctx.tables if t.problem is not None and not t.unwritable]
+    if not coarse:
+        return []
+    named = _names([f"{t.display} ({t.problem})" for t in coarse])
+    return [
+        _Plan(
+            "coarse tables",
+            f"no REPLICA IDENTITY FULL on {named}: PostgreSQL would refuse their UPDATE and "
+            "DELETE under it",
+            warning="their updates and deletes invalidate every cached read of the table "
+            "wherever the old values of its indexed columns are not sent (docs/setup.md, "
+            '"Replica identity")',
+        )
+    ]
 
 
 def _plan_ddl_trigger(ctx: _Context) -> _Plan:

@@ -2,13 +2,13 @@
 //!
 //! Pure: the stream feeds it BEGIN, pgoutput change messages, DDL notices and COMMIT, and
 //! gets back `(commit LSN, commit time, tags)`. It holds the relation cache (pgoutput sends a
-//! relation's description before its first change) and resolves each relation's tag columns
-//! from the [`Catalog`] once.
+//! relation's description before its first change) and resolves, once per relation, its tag
+//! columns from the [`Catalog`] and how much its old rows say ([`OldRows`]).
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, RelationName};
 use crate::pgoutput::{self, PgOutputMessage, Relation, RelationCache};
-use crate::tags::{change_tags, truncate_tags, RowChange, TagColumns};
-use std::collections::{BTreeSet, HashMap};
+use crate::tags::{change_tags, truncate_tags, OldRows, RowChange, TagColumns};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use txcache_model::{Invalidation, InvalidationTag, Timestamp, WallClock};
 
 /// Most fine tags one invalidation carries; a larger transaction invalidates the tables it
@@ -63,11 +63,23 @@ struct OpenTransaction {
     barrier: bool,
 }
 
+/// What the assembler knows of one relation's rows.
+#[derive(Debug)]
+struct Resolved {
+    /// Its tag columns (none known: every change yields the wildcard).
+    columns: Option<TagColumns>,
+    old_rows: OldRows,
+}
+
 /// Assembles transactions from the decoded stream.
 #[derive(Debug, Default)]
 pub struct Assembler {
     relations: RelationCache,
-    resolved: HashMap<u32, Option<TagColumns>>,
+    resolved: HashMap<u32, Resolved>,
+    /// The name of every relation described so far.
+    described: HashSet<RelationName>,
+    /// The relations last described with a replica identity other than FULL, by OID.
+    partial: HashMap<u32, RelationName>,
     open: Option<OpenTransaction>,
     scratch: Vec<InvalidationTag>,
     /// Commits below this were made before the agent first read its catalog, which may
@@ -104,10 +116,7 @@ impl Assembler {
     /// Feeds one pgoutput change message (relation descriptions, rows, truncates).
     pub fn change(&mut self, data: &bytes::Bytes, catalog: &Catalog) -> Result<(), AssembleError> {
         match pgoutput::parse(data)? {
-            PgOutputMessage::Relation(relation) => {
-                self.resolved.remove(&relation.id);
-                self.relations.apply(relation);
-            }
+            PgOutputMessage::Relation(relation) => self.describe(relation),
             PgOutputMessage::Truncate { relation_ids, .. } => {
                 for id in relation_ids {
                     let tag = truncate_tags(self.relation(id)?)?;
@@ -133,22 +142,99 @@ impl Assembler {
             .relations
             .get(id)
             .ok_or(AssembleError::UnknownRelation(id))?;
-        let columns = self.resolved.entry(id).or_insert_with(|| {
-            catalog
-                .tag_columns(&relation.schema, &relation.name)
-                .cloned()
-        });
+        if !self.resolved.contains_key(&id) {
+            let resolved = Resolved {
+                columns: catalog
+                    .tag_columns(&relation.schema, &relation.name)
+                    .cloned(),
+                old_rows: self.old_rows(relation, catalog),
+            };
+            self.resolved.insert(id, resolved);
+        }
+        let resolved = &self.resolved[&id];
         let empty = TagColumns::new(Vec::<String>::new());
+        let columns = resolved.columns.as_ref().unwrap_or(&empty);
         self.scratch.clear();
         change_tags(
             relation,
-            columns.as_ref().unwrap_or(&empty),
+            columns,
+            resolved.old_rows,
             &change,
             &mut self.scratch,
         )?;
         let open = self.open.as_mut().ok_or(AssembleError::NoTransaction)?;
         open.tags.extend(self.scratch.drain(..));
         Ok(())
+    }
+
+    /// Records a relation's description. A relation described for the first time or with
+    /// another replica identity changes what its relatives' old rows say, so every relation
+    /// is resolved again; one that is not FULL is logged, since its changes are invalidated
+    /// more coarsely (docs/setup.md, "Replica identity").
+    fn describe(&mut self, relation: Relation) {
+        let identity = relation.replica_identity;
+        let name = (relation.schema.clone(), relation.name.clone());
+        if self.relations.get(relation.id).map(|r| r.replica_identity) == Some(identity) {
+            self.resolved.remove(&relation.id);
+        } else {
+            self.resolved.clear();
+            if identity != b'f' {
+                tracing::warn!(
+                    table = %format!("{}.{}", name.0, name.1),
+                    replica_identity = identity_name(identity),
+                    "a published table without REPLICA IDENTITY FULL: where the stream does \
+                     not send the old value of a tag column, its changes invalidate the whole \
+                     table (docs/setup.md, \"Replica identity\")"
+                );
+            }
+        }
+        if identity == b'f' {
+            self.partial.remove(&relation.id);
+        } else {
+            self.partial.insert(relation.id, name.clone());
+        }
+        self.described.insert(name);
+        self.relations.apply(relation);
+    }
+
+    /// What the old rows of `relation` say exactly. pgoutput marks an old row whole or
+    /// key-only by the replica identity of the table it publishes the row as — a partition's
+    /// root — while the row was logged under the partition's own identity; it describes the
+    /// partition before the partition's first change. So a FULL table's NULLs are trusted
+    /// only when the catalog knows it alone (no partitions, parents, children or other
+    /// names), or when some relative has been described and none without FULL; and a key's
+    /// columns are known unchanged by an update without an old row only for a table alone
+    /// (a partition may use another key). Anything else: only what is sent.
+    fn old_rows(&self, relation: &Relation, catalog: &Catalog) -> OldRows {
+        let own = (relation.schema.clone(), relation.name.clone());
+        let family = catalog.names_of_family(relation.id);
+        if !family.contains(&own) {
+            return OldRows::Sent; // not in the catalog (yet): nothing to go by
+        }
+        let alone = family.len() == 1;
+        match relation.replica_identity {
+            b'f' if alone || self.relatives_whole(relation.id, &own, &family) => OldRows::Whole,
+            b'd' | b'i' if alone => OldRows::Key,
+            _ => OldRows::Sent,
+        }
+    }
+
+    /// Whether some relative of relation `id` (a name in `family` other than `own`) has been
+    /// described, and none is last described without REPLICA IDENTITY FULL.
+    fn relatives_whole(
+        &self,
+        id: u32,
+        own: &RelationName,
+        family: &BTreeSet<&RelationName>,
+    ) -> bool {
+        let seen = family
+            .iter()
+            .any(|name| *name != own && self.described.contains(*name));
+        let partial = self
+            .partial
+            .iter()
+            .any(|(other, name)| *other != id && family.contains(name));
+        seen && !partial
     }
 
     /// Feeds the content of a `txcache-ddl` notice (docs/setup.md, "DDL messages"): each
@@ -235,6 +321,17 @@ impl Assembler {
 
     fn transaction(&mut self) -> Result<&mut OpenTransaction, AssembleError> {
         self.open.as_mut().ok_or(AssembleError::NoTransaction)
+    }
+}
+
+/// The SQL words of a replica identity setting, for the log.
+fn identity_name(identity: u8) -> &'static str {
+    match identity {
+        b'd' => "DEFAULT",
+        b'n' => "NOTHING",
+        b'i' => "USING INDEX",
+        b'f' => "FULL",
+        _ => "unknown",
     }
 }
 
@@ -536,6 +633,87 @@ mod tests {
             .tags
             .iter()
             .all(InvalidationTag::is_wildcard));
+    }
+
+    /// A description of `public.<name>` (oid `id`) with `identity`, its column `id` the key.
+    fn described(id: u32, name: &str, identity: u8) -> Relation {
+        let column = crate::pgoutput::RelationColumn {
+            name: "id".into(),
+            type_oid: 23,
+            type_modifier: -1,
+            flags: 1,
+        };
+        Relation {
+            id,
+            schema: "public".into(),
+            name: name.into(),
+            replica_identity: identity,
+            columns: vec![column],
+        }
+    }
+
+    #[test]
+    fn old_rows_of_a_table_alone_follow_its_replica_identity() {
+        let mut catalog = Catalog::default();
+        let mut assembler = Assembler::default();
+        for (id, name, identity, expected) in [
+            (10, "full", b'f', OldRows::Whole),
+            (11, "keyed", b'd', OldRows::Key),
+            (12, "indexed", b'i', OldRows::Key),
+            (13, "nothing", b'n', OldRows::Sent),
+        ] {
+            catalog.add_relation(id, ("public".into(), name.into()));
+            let relation = described(id, name, identity);
+            assembler.describe(relation.clone());
+            assert_eq!(assembler.old_rows(&relation, &catalog), expected, "{name}");
+        }
+        let unknown = described(14, "created_since", b'f');
+        assert_eq!(assembler.old_rows(&unknown, &catalog), OldRows::Sent);
+    }
+
+    #[test]
+    fn a_root_s_old_rows_are_whole_only_while_every_partition_described_is_full() {
+        let mut catalog = partitioned_catalog();
+        catalog.add_relation(4, ("public".into(), "m2".into()));
+        catalog.add_parent(4, 1);
+        let root = described(1, "m", b'f');
+        let mut assembler = Assembler::default();
+        assembler.describe(root.clone());
+        // No partition described yet: nothing says how its rows were logged.
+        assert_eq!(assembler.old_rows(&root, &catalog), OldRows::Sent);
+        assembler.describe(described(2, "m1", b'f'));
+        assert_eq!(assembler.old_rows(&root, &catalog), OldRows::Whole);
+        assembler.describe(described(4, "m2", b'd'));
+        assert_eq!(assembler.old_rows(&root, &catalog), OldRows::Sent);
+        assembler.describe(described(4, "m2", b'f'));
+        assert_eq!(assembler.old_rows(&root, &catalog), OldRows::Whole);
+        // A root keyed by DEFAULT: its partitions may use other keys.
+        let keyed = described(1, "m", b'd');
+        assert_eq!(assembler.old_rows(&keyed, &catalog), OldRows::Sent);
+    }
+
+    #[test]
+    fn a_partition_described_with_another_identity_resolves_its_root_again() {
+        let catalog = partitioned_catalog();
+        let mut assembler = Assembler::default();
+        assembler.describe(described(1, "m", b'f'));
+        assembler.describe(described(2, "m1", b'f'));
+        assembler.begin(7, 500);
+        let old = crate::pgoutput::OldTuple {
+            kind: crate::pgoutput::OldTupleKind::Full,
+            data: crate::pgoutput::TupleData(vec![crate::pgoutput::ColumnValue::Null]),
+        };
+        let delete = PgOutputMessage::Delete {
+            relation_id: 1,
+            old,
+        };
+        assembler.row_change(&delete, &catalog).unwrap();
+        assert_eq!(assembler.resolved[&1].old_rows, OldRows::Whole);
+        assembler.describe(described(2, "m1", b'd'));
+        assembler.row_change(&delete, &catalog).unwrap();
+        assert_eq!(assembler.resolved[&1].old_rows, OldRows::Sent);
+        let committed = assembler.commit(500, 0).unwrap();
+        assert_eq!(committed.invalidation.tags, tags(&["public.m"]));
     }
 
     #[test]

@@ -6,6 +6,11 @@
 //! not UTF-8, too long for a tag — the table's wildcard stands in for it: coarser is only
 //! slower, while a missed tag would serve stale data. Every row change yields at least one
 //! tag.
+//!
+//! How much of an old row is known depends on the replica identity ([`OldRows`]): under
+//! REPLICA IDENTITY FULL the whole old row is sent; under DEFAULT or USING INDEX only the
+//! key, and only when the key changed (an update that kept its key sends no old row); under
+//! NOTHING never. A value not sent is unknown, never NULL.
 
 use std::collections::HashSet;
 
@@ -51,12 +56,29 @@ impl TagColumns {
     }
 
     /// Whether some tag column is not among `relation`'s published columns (a column list
-    /// leaves it out, or it is generated): its values never reach us.
+    /// leaves it out, or it is a generated column the publication does not publish: any
+    /// before PostgreSQL 18, a stored one without `publish_generated_columns = stored`): its
+    /// values never reach us.
     fn any_missing_from(&self, relation: &Relation) -> bool {
         self.names
             .iter()
             .any(|name| !relation.columns.iter().any(|column| &column.name == name))
     }
+}
+
+/// What the old rows the stream sends of one relation say exactly. The assembler decides it
+/// per relation, from its description and its partitions' (`assemble.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OldRows {
+    /// Whole rows (REPLICA IDENTITY FULL, the relation's partitions included): a NULL in an
+    /// old row marked whole is a NULL.
+    Whole,
+    /// The replica identity key (DEFAULT or USING INDEX, the relation alone in its family):
+    /// what an old row sends as text is exact, and an update sent without an old row left
+    /// every key column (the columns its description flags) as it was.
+    Key,
+    /// Only what an old row sends as text is known.
+    Sent,
 }
 
 /// One row change, borrowed from a decoded message.
@@ -117,9 +139,10 @@ impl<'a> RowChange<'a> {
     }
 }
 
-/// Appends to `out` the tags of one row change of `relation`: a fine tag for each old and new
-/// value of a tag column, the table's wildcard where a value cannot be named, and the
-/// wildcard alone when the change yields no other tag. No tag is appended twice for one row.
+/// Appends to `out` the tags of one row change of `relation`, whose old rows say what
+/// `old_rows` says: a fine tag for each old and new value of a tag column, the table's
+/// wildcard where a value cannot be named, and the wildcard alone when the change yields no
+/// other tag. No tag is appended twice for one row.
 ///
 /// Fails only when even the wildcard cannot be written: the escaped `schema.table` is longer
 /// than [`InvalidationTag::MAX_LEN`]. Then nothing is appended and the caller cannot
@@ -127,14 +150,14 @@ impl<'a> RowChange<'a> {
 pub fn change_tags(
     relation: &Relation,
     tag_columns: &TagColumns,
+    old_rows: OldRows,
     change: &RowChange<'_>,
     out: &mut Vec<InvalidationTag>,
 ) -> Result<(), TagError> {
     let wildcard = truncate_tags(relation)?;
     let (old, new) = change.rows();
-    // Without the old row of an update its old values are unknown, and a tag column that is
-    // not published has no values here at all.
-    let needs_wildcard = matches!(change, RowChange::Update { old: None, .. })
+    // A tag column that is not published has no values here at all.
+    let needs_wildcard = old_values_unknown(relation, tag_columns, old_rows, change)
         || tag_columns.any_missing_from(relation);
     let start = out.len();
     let mut row = RowTags {
@@ -146,14 +169,30 @@ pub fn change_tags(
     let tagged = relation.columns.iter().enumerate();
     for (index, column) in tagged.filter(|(_, column)| tag_columns.contains(&column.name)) {
         if let Some(old) = old {
-            row.add(column, old_value(old, index));
+            row.add(column, old_value(old, old_rows, index));
         }
         if let Some(new) = new {
-            row.add(column, new_value(new, old, index));
+            row.add(column, new_value(new, old, old_rows, index));
         }
     }
     row.finish(wildcard);
     Ok(())
+}
+
+/// Whether an update came without its old row while some tag column's old value is not
+/// its new one for certain. Only a key column of a relation whose old rows are its key is
+/// known unchanged then (the server sends the old key whenever the key changed).
+fn old_values_unknown(
+    relation: &Relation,
+    tag_columns: &TagColumns,
+    old_rows: OldRows,
+    change: &RowChange<'_>,
+) -> bool {
+    if !matches!(change, RowChange::Update { old: None, .. }) {
+        return false;
+    }
+    let unkeyed = |column: &RelationColumn| tag_columns.contains(&column.name) && !column.is_key();
+    old_rows != OldRows::Key || relation.columns.iter().any(unkeyed)
 }
 
 /// The tag of a TRUNCATE of `relation`: its wildcard. Fails only when the escaped
@@ -172,22 +211,30 @@ enum Value<'a> {
     Unknown,
 }
 
-/// The value of column `index` in an old row. A NULL in a key-only row is a column the
-/// server did not send, not a NULL.
-fn old_value(old: &OldTuple, index: usize) -> Value<'_> {
+/// The value of column `index` in an old row. A NULL is a NULL only in a row known whole: in
+/// a key-only row it is a column the server did not send, and a row marked whole ('O') is
+/// marked so by the identity of the table it is published as (a partition root), while it
+/// was logged under its partition's own, which may send only the key.
+fn old_value(old: &OldTuple, old_rows: OldRows, index: usize) -> Value<'_> {
+    let whole = old.kind == OldTupleKind::Full && old_rows == OldRows::Whole;
     match old.data.0.get(index) {
         Some(ColumnValue::Text(text)) => Value::Text(text),
-        Some(ColumnValue::Null) if old.kind == OldTupleKind::Full => Value::Null,
+        Some(ColumnValue::Null) if whole => Value::Null,
         _ => Value::Unknown,
     }
 }
 
 /// The value of column `index` in a new row; an unchanged TOASTed value is the old row's.
-fn new_value<'a>(new: &'a TupleData, old: Option<&'a OldTuple>, index: usize) -> Value<'a> {
+fn new_value<'a>(
+    new: &'a TupleData,
+    old: Option<&'a OldTuple>,
+    old_rows: OldRows,
+    index: usize,
+) -> Value<'a> {
     match new.0.get(index) {
         Some(ColumnValue::Text(text)) => Value::Text(text),
         Some(ColumnValue::Null) => Value::Null,
-        Some(ColumnValue::UnchangedToast) => match old.map(|old| old_value(old, index)) {
+        Some(ColumnValue::UnchangedToast) => match old.map(|old| old_value(old, old_rows, index)) {
             Some(Value::Text(text)) => Value::Text(text),
             // A TOASTed value is never NULL, so an old NULL contradicts it: trust neither.
             _ => Value::Unknown,

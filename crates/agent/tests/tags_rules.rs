@@ -4,7 +4,7 @@ use bytes::Bytes;
 use txcache_agent::pgoutput::{
     ColumnValue, OldTuple, OldTupleKind, PgOutputMessage, Relation, RelationColumn, TupleData,
 };
-use txcache_agent::tags::{change_tags, truncate_tags, RowChange, TagColumns};
+use txcache_agent::tags::{change_tags, truncate_tags, OldRows, RowChange, TagColumns};
 use txcache_model::InvalidationTag;
 
 /// `public.items (id, name, note)`, published with REPLICA IDENTITY FULL.
@@ -48,9 +48,37 @@ fn full(values: Vec<ColumnValue>) -> OldTuple {
     }
 }
 
+/// `public.items` under REPLICA IDENTITY DEFAULT with primary key `id`: rows are published
+/// with only `id` flagged as the key.
+fn keyed_items() -> Relation {
+    let mut relation = items();
+    relation.replica_identity = b'd';
+    for column in &mut relation.columns {
+        column.flags = u8::from(column.name == "id");
+    }
+    relation
+}
+
+fn key_only(values: Vec<ColumnValue>) -> OldTuple {
+    OldTuple {
+        kind: OldTupleKind::Key,
+        data: row(values),
+    }
+}
+
+/// The tags of `change`, whose relation's old rows are whole (FULL, alone in its family).
 fn tags_of(relation: &Relation, columns: &TagColumns, change: RowChange<'_>) -> Vec<String> {
+    tags_with(relation, columns, OldRows::Whole, change)
+}
+
+fn tags_with(
+    relation: &Relation,
+    columns: &TagColumns,
+    old_rows: OldRows,
+    change: RowChange<'_>,
+) -> Vec<String> {
     let mut out = Vec::new();
-    change_tags(relation, columns, &change, &mut out).expect("a short table name");
+    change_tags(relation, columns, old_rows, &change, &mut out).expect("a short table name");
     out.iter().map(|tag| tag.as_str().to_owned()).collect()
 }
 
@@ -196,28 +224,105 @@ fn update_without_old_row_yields_wildcard_and_new_values() {
 #[test]
 fn key_only_old_row_leaves_non_key_tag_columns_unknown() {
     // REPLICA IDENTITY DEFAULT sends only the key; `name` reads as NULL but is not NULL.
-    let old = OldTuple {
-        kind: OldTupleKind::Key,
-        data: row(vec![t("8"), ColumnValue::Null, ColumnValue::Null]),
-    };
-    let tags = tags(RowChange::Delete { old: &old });
-    assert_eq!(tags, ["public.items:id=8", "public.items"]);
+    let old = key_only(vec![t("8"), ColumnValue::Null, ColumnValue::Null]);
+    for old_rows in [OldRows::Whole, OldRows::Key, OldRows::Sent] {
+        let change = RowChange::Delete { old: &old };
+        let tags = tags_with(&keyed_items(), &tag_columns(), old_rows, change);
+        assert_eq!(tags, ["public.items:id=8", "public.items"], "{old_rows:?}");
+    }
 }
 
 #[test]
 fn key_only_old_row_covering_every_tag_column_is_precise() {
-    let old = OldTuple {
-        kind: OldTupleKind::Key,
-        data: row(vec![t("8"), ColumnValue::Null, ColumnValue::Null]),
-    };
+    let old = key_only(vec![t("8"), ColumnValue::Null, ColumnValue::Null]);
     let id_only = TagColumns::new(["id"]);
-    let tags = tags_of(&items(), &id_only, RowChange::Delete { old: &old });
+    let change = RowChange::Delete { old: &old };
+    let tags = tags_with(&keyed_items(), &id_only, OldRows::Sent, change);
     assert_eq!(tags, ["public.items:id=8"]);
 }
 
 #[test]
+fn key_change_under_default_identity_tags_old_key_and_new_values() {
+    // The key changed: the old key is sent, the other old values are not.
+    let old = key_only(vec![t("8"), ColumnValue::Null, ColumnValue::Null]);
+    let new = row(vec![t("9"), t("fig"), t("x")]);
+    let change = RowChange::Update {
+        old: Some(&old),
+        new: &new,
+    };
+    let tags = tags_with(&keyed_items(), &tag_columns(), OldRows::Key, change);
+    let expected = [
+        "public.items:id=8",
+        "public.items:id=9",
+        "public.items:name=fig",
+        "public.items",
+    ];
+    assert_eq!(tags, expected);
+}
+
+#[test]
+fn update_keeping_its_key_under_default_identity_needs_the_wildcard_for_other_columns() {
+    // No old row: the key is unchanged, but `name` may have been anything before.
+    let new = row(vec![t("6"), t("plum"), t("x")]);
+    let change = RowChange::Update {
+        old: None,
+        new: &new,
+    };
+    let tags = tags_with(&keyed_items(), &tag_columns(), OldRows::Key, change);
+    let expected = [
+        "public.items:id=6",
+        "public.items:name=plum",
+        "public.items",
+    ];
+    assert_eq!(tags, expected);
+}
+
+#[test]
+fn update_keeping_its_key_is_precise_when_only_key_columns_are_tag_columns() {
+    let new = row(vec![t("6"), t("plum"), t("x")]);
+    let id_only = TagColumns::new(["id"]);
+    let change = RowChange::Update {
+        old: None,
+        new: &new,
+    };
+    let tags = tags_with(&keyed_items(), &id_only, OldRows::Key, change);
+    assert_eq!(tags, ["public.items:id=6"]);
+}
+
+#[test]
+fn update_without_old_row_is_not_taken_as_key_unchanged_unless_the_key_is_known() {
+    // A partition may have another replica identity than its root's description says.
+    let new = row(vec![t("6"), t("plum"), t("x")]);
+    let id_only = TagColumns::new(["id"]);
+    for old_rows in [OldRows::Whole, OldRows::Sent] {
+        let change = RowChange::Update {
+            old: None,
+            new: &new,
+        };
+        let tags = tags_with(&keyed_items(), &id_only, old_rows, change);
+        assert_eq!(tags, ["public.items:id=6", "public.items"], "{old_rows:?}");
+    }
+}
+
+#[test]
+fn null_in_an_old_row_not_known_whole_is_unknown() {
+    // pgoutput marks a partition's old row 'O' when its root is FULL, even when the
+    // partition's own identity sent only its key: the NULL may stand for any value.
+    let old = full(vec![t("7"), ColumnValue::Null, ColumnValue::Null]);
+    let change = RowChange::Delete { old: &old };
+    let tags = tags_with(&items(), &tag_columns(), OldRows::Sent, change);
+    assert_eq!(tags, ["public.items:id=7", "public.items"]);
+    let change = RowChange::Delete { old: &old };
+    assert_eq!(
+        tags_of(&items(), &tag_columns(), change),
+        ["public.items:id=7"]
+    );
+}
+
+#[test]
 fn tag_column_missing_from_relation_yields_wildcard() {
-    // A column list or a generated column keeps `name`'s values out of the stream.
+    // A column list or an unpublished generated column keeps `name`'s values out of the
+    // stream.
     let relation = relation("public", "items", &["id", "note"]);
     let new = row(vec![t("9"), t("x")]);
     let tags = tags_of(&relation, &tag_columns(), RowChange::Insert { new: &new });
@@ -256,7 +361,8 @@ fn tags_of_earlier_rows_are_left_alone() {
     let new = row(vec![t("1"), t("apple"), t("x")]);
     let mut out = vec![InvalidationTag::parse("public.items:id=1").expect("a tag")];
     let change = RowChange::Insert { new: &new };
-    change_tags(&items(), &tag_columns(), &change, &mut out).expect("a short table name");
+    change_tags(&items(), &tag_columns(), OldRows::Whole, &change, &mut out)
+        .expect("a short table name");
     let out: Vec<_> = out.iter().map(InvalidationTag::as_str).collect();
     assert_eq!(
         out,
@@ -275,7 +381,7 @@ fn table_name_too_long_for_any_tag_is_an_error() {
     let new = row(vec![t("1")]);
     let mut out = Vec::new();
     let change = RowChange::Insert { new: &new };
-    assert!(change_tags(&relation, &tag_columns(), &change, &mut out).is_err());
+    assert!(change_tags(&relation, &tag_columns(), OldRows::Whole, &change, &mut out).is_err());
     assert!(out.is_empty());
     assert!(truncate_tags(&relation).is_err());
 }

@@ -1,13 +1,15 @@
 -- txcache.ddl_notice() RETURNS event_trigger: the event trigger function (ddl_command_start,
 -- ddl_command_end, sql_drop). Runs as the user who issued the DDL, who owns the tables it
 -- alters; the setting txcache.in_ddl_notice keeps its own ALTER TABLE and CREATE TRIGGER
--- from notifying again. At ddl_command_end it gives new tracked tables REPLICA IDENTITY FULL
--- and their partitions the TRUNCATE trigger; at ddl_command_end and sql_drop it sends one
--- notice naming what the command touched (docs/setup.md, "DDL messages").
+-- from notifying again. At ddl_command_end it sees to the replica identity of the tracked
+-- tables the command touched (txcache.ddl_identity: FULL for new ones where PostgreSQL
+-- allows it, a WARNING where a table is left without) and gives partitions the TRUNCATE
+-- trigger; at ddl_command_end and sql_drop it sends one notice naming what the command
+-- touched (docs/setup.md, "DDL messages").
 
 DECLARE
-    tracked name[] := ARRAY(SELECT schema_name FROM txcache.tracked_schemas);
     target oid;
+    joined boolean;
     lines text[];
 BEGIN
     IF current_setting('txcache.in_ddl_notice', true) = 'on' THEN
@@ -23,6 +25,15 @@ BEGIN
             PERFORM set_config('{inherits_before}', 'edges:' || coalesce((
                 SELECT string_agg(inhrelid::text || ':' || inhparent::text, ',')
                 FROM pg_inherits), ''), false);
+        END IF;
+        IF TG_TAG = 'ALTER TABLE' THEN
+            -- The tracked tables not FULL as the command starts (oid:relreplident): at its
+            -- end a table whose identity the command changed is told from one left as it
+            -- was (txcache.ddl_identity).
+            PERFORM set_config('{identities_before}', 'identities:' || coalesce((
+                SELECT string_agg(oid::text || ':' || relreplident::text, ',') FROM pg_class
+                WHERE relkind IN ('r', 'p') AND relreplident <> 'f'
+                  AND txcache.ddl_tracked(oid)), ''), false);
         END IF;
         RETURN;
     END IF;
@@ -41,25 +52,27 @@ BEGIN
                    OR d.original OR d.normal)
             ORDER BY 1);
     ELSE
-        FOR target IN
-            SELECT DISTINCT c.oid
-            FROM pg_event_trigger_ddl_commands() d
-            JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
-            JOIN pg_namespace n ON n.oid = c.relnamespace
-            WHERE c.relkind IN ('r', 'p') AND c.relpersistence <> 't'
-              AND (n.nspname = ANY (tracked)
-                   OR (c.relispartition AND (
-                       SELECT rn.nspname FROM pg_class rc
-                       JOIN pg_namespace rn ON rn.oid = rc.relnamespace
-                       WHERE rc.oid = pg_partition_root(c.oid)) = ANY (tracked)))
+        PERFORM set_config('txcache.in_ddl_notice', 'on', true);
+        -- Each tracked table the command touched, and whether it joined the tracked tables
+        -- with it: created, or a partition attached from outside the tracked schemas.
+        FOR target, joined IN
+            SELECT rel, bool_or(created) FROM (
+                SELECT d.objid, d.command_tag IN ('CREATE TABLE', 'CREATE TABLE AS',
+                                                  'SELECT INTO')
+                FROM pg_event_trigger_ddl_commands() d
+                WHERE d.classid = 'pg_class'::regclass AND txcache.ddl_tracked(d.objid)
+                UNION ALL
+                SELECT part, true FROM txcache.ddl_joined_partitions(
+                    current_setting('{inherits_before}', true)) part
+            ) touched(rel, created)
+            GROUP BY rel
         LOOP
-            PERFORM set_config('txcache.in_ddl_notice', 'on', true);
-            IF (SELECT relreplident FROM pg_class WHERE oid = target) <> 'f' THEN
-                EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', target::regclass);
-            END IF;
+            PERFORM txcache.ddl_identity(target, joined,
+                                         current_setting('{identities_before}', true));
             PERFORM txcache.prepare_partitions(target);
-            PERFORM set_config('txcache.in_ddl_notice', 'off', true);
         END LOOP;
+        PERFORM set_config('txcache.in_ddl_notice', 'off', true);
+        PERFORM set_config('{identities_before}', '', false);
         lines := ARRAY(
             WITH commands AS (
                 SELECT d.*, c.relkind, c.relpersistence, i.indrelid
