@@ -244,6 +244,39 @@ def test_a_revoked_membership_stops_cached_reads(tenants: Tenants):
         wait_until(refused, "the revoked member's cached read to be refused", timeout=20)
 
 
+def test_a_membership_revoked_while_the_agent_was_down_is_seen_when_it_starts(tenants: Tenants):
+    """The agent records what it read of the shared catalogs in the database."""
+    group, member = tenants.role("g"), tenants.role("r")
+    with tenants.admin() as admin:
+        admin.execute(sql.SQL("GRANT SELECT ON public.secret TO {}").format(sql.Identifier(group)))
+        admin.execute(
+            sql.SQL("GRANT {} TO {}").format(sql.Identifier(group), sql.Identifier(member))
+        )
+        wait_until(
+            lambda: admin.execute("SELECT digest FROM txcache.shared_catalog").fetchone(),
+            "the agent to record the shared catalogs",
+            timeout=20,
+        )
+    with tenants.cache(user=member) as cache:
+        assert cached(cache, secret_code, 1) == "the launch code"
+        assert tenants.stack.agent is not None
+        tenants.stack.agent.stop()
+        with tenants.admin() as admin:
+            admin.execute(
+                sql.SQL("REVOKE {} FROM {}").format(sql.Identifier(group), sql.Identifier(member))
+            )
+        tenants.stack.start_agent()
+
+        def refused() -> bool:
+            try:
+                read(cache, secret_code, 1)
+            except psycopg.errors.InsufficientPrivilege:
+                return True
+            return False
+
+        wait_until(refused, "the revoked member's cached read to be refused", timeout=30)
+
+
 @pytest.mark.parametrize(
     ("function", "first", "second"),
     [

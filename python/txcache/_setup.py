@@ -695,7 +695,8 @@ def _plan_trigger(ctx: _Context) -> _Plan:
 
 
 def _plan_trigger_objects(ctx: _Context, plan: _Plan, parts: list[str]) -> list[str]:
-    """Schema ``txcache``, its table of tracked schemas, the DDL counter and the functions."""
+    """Schema ``txcache``, its table of tracked schemas, the DDL counter, the agent's record
+    of the shared catalogs and the functions."""
     if not ctx.rows("SELECT 1 FROM pg_namespace WHERE nspname = 'txcache'"):
         parts.append("schema txcache")
         plan.statements += [
@@ -720,6 +721,11 @@ def _plan_trigger_objects(ctx: _Context, plan: _Plan, parts: list[str]) -> list[
             # only ever makes libraries cache less.
             sql.SQL("GRANT USAGE, SELECT ON SEQUENCE {} TO PUBLIC").format(counter),
         ]
+    if not ctx.rows("SELECT to_regclass('txcache.shared_catalog') IS NOT NULL")[0][0]:
+        # Where the agent records what it last read of roles and database/role settings
+        # (docs/agent.md, "Changes no trigger sees"); written by the agent's role.
+        parts.append("table txcache.shared_catalog")
+        plan.statements.append(sql.SQL("CREATE TABLE txcache.shared_catalog (digest text)"))
     new = [schema for schema in ctx.schemas if schema not in tracked]
     if new:
         parts.append(f"tracking of schema(s) {', '.join(new)}")

@@ -22,8 +22,9 @@ def add_parser(subparsers: Any) -> None:
         help="prepare a database: publication, replica identity, DDL trigger, slot",
         description=(
             "Prepare a PostgreSQL database for txcache, idempotently: a publication of the "
-            "tracked schemas, REPLICA IDENTITY FULL on their tables, a DDL event trigger and "
-            "a logical replication slot. Each step reports what it found or did."
+            "tracked schemas, REPLICA IDENTITY FULL on their tables where PostgreSQL allows "
+            "it, a DDL event trigger and a logical replication slot. Each step reports what "
+            "it found or did."
         ),
     )
     parser.add_argument(
