@@ -151,7 +151,10 @@ class Application:
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         request = parse_request(environ)
-        response = self.respond(environ.get("PATH_INFO", "/").strip("/"), request)
+        # The request's reads see its session's writes (the cookie's token) and its own, not
+        # what earlier requests on this thread wrote.
+        with self.cache.request_scope(not_before=request.not_before):
+            response = self.respond(environ.get("PATH_INFO", "/").strip("/"), request)
         body = response.body.encode()
         headers = [
             ("Content-Type", "text/html; charset=utf-8"),

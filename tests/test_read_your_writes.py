@@ -164,3 +164,25 @@ def test_tokens_are_kept_per_database_and_asked_once():
         assert tokens.floor("dbname=a") == 100
 
     contextvars.copy_context().run(body)
+
+
+def test_a_request_scope_sees_its_writes_and_its_clients_token_only(lib: LibraryStack):
+    """One web request: a thread's earlier requests no longer hold it; what it wrote is the
+    token to hand its client."""
+    update(lib, 3, 31)  # an earlier request of this thread
+    client_token = as_another_process(lambda: (update(lib, 4, 41), lib.cache.timestamp())[1])
+    with lib.cache.request_scope():
+        with lib.cache.read_only(staleness=60) as tx:
+            assert tx.not_before is None
+        assert lib.cache.written_token() is None
+    with lib.cache.request_scope(not_before=client_token):
+        with lib.cache.read_only(staleness=60) as tx:
+            assert tx.not_before == client_token
+            assert price(4) == 41
+        update(lib, 5, 51)
+        handed = lib.cache.written_token()
+        assert handed is not None
+        assert handed > client_token
+    with lib.cache.read_only(staleness=60) as tx:  # the thread's own record is back
+        assert tx.not_before is not None
+        assert tx.not_before < handed

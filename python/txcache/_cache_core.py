@@ -11,14 +11,16 @@ passes its own way of doing it, or does it after the reading.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from txcache import _tokens as tokens
 from txcache._agent import AgentState
 from txcache._config import Mode, Settings, load_settings
 from txcache._nodes import NodeRing
@@ -125,6 +127,18 @@ class CacheCore:
         self._sessions_changed = False  # a reading found another context: drain the pool
         self._refused: set[tuple[tuple[str, int], DatabaseIdentity]] = set()  # logged once
         self._future_tokens: set[int] = set()  # tokens ahead of the database, warned of
+
+    @contextlib.contextmanager
+    def request_scope(self, not_before: int | None = None) -> Iterator[None]:
+        """A unit of work with read-your-writes of its own — one web request: read-only
+        transactions created inside see what the block commits (as every context's do,
+        docs/library.md, "Commit and read-your-writes") and the client's ``not_before``
+        token, while the writes of the thread's (or task's) earlier requests no longer hold
+        them. Afterwards the context's own record is back. The token to hand the client is
+        ``written_token()``, asked inside."""
+        with tokens.scope():
+            tokens.advance(self.settings.dsn, not_before)
+            yield
 
     def inherited(self) -> bool:
         """Whether this process is a fork of the one that made the cache: its connections are

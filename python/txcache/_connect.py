@@ -21,6 +21,7 @@ import psycopg_pool
 from psycopg import sql
 
 from txcache import _protocol as protocol
+from txcache import _tokens as tokens
 from txcache._agent import AgentClient
 from txcache._cache_core import CacheCore, gather_settings, unknown_relation
 from txcache._config import Mode, Settings
@@ -193,6 +194,13 @@ class Cache(CacheCore):
         WAL insert position now. A read-only transaction given it sees all of them."""
         with self.pool.connection() as connection:
             return wal_position(connection)
+
+    def written_token(self) -> int | None:
+        """The ``not_before`` token of what this thread (or task) committed to this
+        cache's database — in the current :meth:`request_scope`, if any: what to hand a
+        client so that its next request, wherever it runs, sees its writes. ``None`` when it
+        wrote nothing. May ask the agent for a commit's timestamp (once)."""
+        return tokens.floor(self.settings.dsn)
 
     def read_write(self, *, isolation: str | None = None) -> ReadWriteTransaction:
         """A read/write transaction on the database, bypassing the cache. ``isolation``:

@@ -28,6 +28,7 @@ import psycopg_pool
 
 from txcache import _connect
 from txcache import _protocol as protocol
+from txcache import _tokens as tokens
 from txcache._cache_core import CacheCore, gather_settings, unknown_relation
 from txcache._config import Mode, Settings
 from txcache._lsn import WAL_POSITION
@@ -180,6 +181,11 @@ class AsyncCache(CacheCore):
         :meth:`txcache.Cache.read_only` describes it."""
         limit = self._staleness_limit(staleness, not_before)
         return AsyncReadOnlyTransaction(self, limit, not_before)
+
+    async def written_token(self) -> int | None:
+        """The token of what this task committed to this cache's database
+        (:meth:`txcache.Cache.written_token`)."""
+        return await tokens.floor_async(self.settings.dsn)
 
     def read_write(self, *, isolation: str | None = None) -> AsyncReadWriteTransaction:
         """An async read/write transaction (``async with``) on the database, bypassing the
