@@ -115,9 +115,10 @@ async fn watch(
             .get(0);
         match last.as_deref() {
             Some(known) if known == now => continue,
-            // The first digest of an agent with nowhere to record it: nothing to compare.
-            None if !persistent => {}
-            _ => {
+            // The first reading ever: nothing to compare with, nothing cached under it.
+            None if persistent => record(sql, &now).await?,
+            None => {}
+            Some(_) => {
                 announce(sql, &now, persistent).await?;
                 tracing::info!(
                     "roles, memberships or database/role settings changed: every cached \
@@ -144,6 +145,12 @@ async fn recorded_digest(sql: &SqlSession) -> anyhow::Result<Option<Option<Strin
         "{problem}: a change of roles or settings made while the agent is down is not seen"
     );
     Ok(None)
+}
+
+/// Records `digest` as the first reading.
+async fn record(sql: &SqlSession, digest: &str) -> anyhow::Result<()> {
+    sql.client.execute(RECORD, &[&digest]).await?;
+    Ok(())
 }
 
 /// Writes the notice, recording `digest` in the same transaction.
