@@ -6,8 +6,9 @@ showing on a cached page, and a migration that alters a cached model's table whi
 runs, after which no page is stale.
 
 The tests share one stack and one server (the module's fixture); each works on items of its
-own: 1 (pages), 2 (the admin), chairs (the bulk update and the order), 4 (the raw update);
-the migration comes last and renames every item."""
+own: 1 (pages), 2 (the admin), chairs (the bulk update and the orders), 4 (the raw update);
+the migration comes last and renames every item. A customer's orders per day show in the
+time zone the page asks for, never in another one's cached."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ ADMIN_PASSWORD = "admin-secret-1"
 TOKEN_COOKIE = "txcache_token"
 TOKEN_HEADER = "X-Txcache-Token"
 ITEMS = "txcache.django.queryset.rows[shop.Item]"
+DAYS = "shop.catalogue.orders_by_day"
 
 
 class Shop(DjangoShopServer):
@@ -159,6 +161,18 @@ def test_a_bulk_update_and_an_order_show_with_their_tokens(shop):
                            "quantity": 2, "total_cents": 26400}]  # fmt: skip
         detail = client.get("/items/5/").json()
         assert (detail["stock"], detail["orders"], detail["units"]) == (18, 1, 2)
+
+
+def test_a_customer_s_days_are_those_of_their_time_zone(shop):
+    with shop.client() as client:
+        placed = client.post("/orders", json={"item_id": 6, "customer": "cy", "quantity": 1})
+        assert placed.status_code == 201, placed.text
+        # UTC+14 and UTC-11: one instant, two dates, whatever the hour.
+        east = cached(shop, client, "/customers/cy/days?tz=Pacific/Kiritimati", DAYS)
+        west = client.get("/customers/cy/days", params={"tz": "Pacific/Pago_Pago"}).json()
+        assert [day["orders"] for day in east["days"]] == [day["orders"] for day in west["days"]]
+        assert east["days"][0]["day"] > west["days"][0]["day"]  # not Kiritimati's cached days
+        assert client.get("/customers/cy/days", params={"tz": "Mars/Olympus"}).status_code == 400
 
 
 def test_a_raw_update_from_another_connection_shows(shop):

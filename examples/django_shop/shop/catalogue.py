@@ -1,12 +1,15 @@
 """The cached reads of the shop's pages that are not plain querysets: ``@txcache.cacheable``
 functions running ORM queries in the request's read-only transaction and returning plain
-data (dicts, lists, numbers), which the cache stores exactly."""
+data (dicts, lists, numbers, dates), which the cache stores exactly. Their keys name the
+active time zone and language too (``txcache.django`` registers both): a result computed
+for one time zone is never served in another."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.db.models import Count, Sum
+from django.db.models.functions import TruncDate
 
 import txcache
 
@@ -35,3 +38,12 @@ def orders_of(customer: str) -> list[dict[str, Any]]:
     """A customer's orders, oldest first, with their item's name (a join)."""
     found = Order.objects.filter(customer=customer).order_by("id")
     return list(found.values("id", "item_id", "item__name", "quantity", "total_cents"))
+
+
+@txcache.cacheable
+def orders_by_day(customer: str) -> list[dict[str, Any]]:
+    """A customer's orders and units per day, the days in the active time zone (the view's
+    ``timezone.override``): ``TruncDate`` converts to it, and the key names it."""
+    days = Order.objects.filter(customer=customer).annotate(day=TruncDate("created"))
+    totals = days.values("day").annotate(orders=Count("id"), units=Sum("quantity"))
+    return list(totals.order_by("day"))

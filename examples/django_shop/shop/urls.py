@@ -10,6 +10,7 @@ urlpatterns = [
     path("items/reprice", views.reprice),
     path("categories/<str:category>/", views.category),
     path("customers/<str:customer>/orders", views.customer_orders),
+    path("customers/<str:customer>/days", views.customer_days),
     path("orders", views.place_order),
     path("metrics", views.metrics),
 ]

@@ -6,10 +6,12 @@ point. A ``POST`` runs in the request's read/write transaction, which hands its 
 from __future__ import annotations
 
 import json
+import zoneinfo
 from typing import Any
 
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
@@ -50,6 +52,18 @@ def category(request: HttpRequest, category: str) -> JsonResponse:
 def customer_orders(request: HttpRequest, customer: str) -> JsonResponse:
     """A customer's orders (a cacheable function)."""
     return JsonResponse({"orders": catalogue.orders_of(customer)})
+
+
+@require_GET
+def customer_days(request: HttpRequest, customer: str) -> JsonResponse:
+    """A customer's orders per day, the days in the time zone ``?tz=`` names (default UTC;
+    a cacheable function, its results kept per time zone)."""
+    try:
+        zone = zoneinfo.ZoneInfo(request.GET.get("tz", "UTC"))
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return JsonResponse({"error": "no such time zone"}, status=400)
+    with timezone.override(zone):
+        return JsonResponse({"days": catalogue.orders_by_day(customer)})
 
 
 @csrf_exempt  # a JSON API for scripts; the admin's forms keep Django's CSRF protection

@@ -30,6 +30,7 @@ Its names are imported on first use, so importing this package needs no configur
 settings: :func:`get_cache`, :func:`close`, :func:`read_only`, :func:`read_write`,
 :class:`CachedQuerySet`, :data:`CachedManager`. Elsewhere: the database backend
 (``txcache.django.db``), :mod:`txcache.django.middleware`, :mod:`txcache.django.decorators`,
+the active time zone and language in cacheable calls' keys (:mod:`txcache.django.contexts`),
 the checks (:mod:`txcache.django.checks`) and the ``txcache_setup`` / ``txcache_status``
 management commands.
 """

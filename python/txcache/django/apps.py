@@ -1,5 +1,6 @@
 """The app config of ``txcache.django`` (``INSTALLED_APPS = [..., "txcache.django"]``): its
-system checks and management commands, the guard of other databases' connections
+system checks and management commands, the active time zone and language in cacheable
+calls' keys (:mod:`txcache.django.contexts`), the guard of other databases' connections
 (:mod:`txcache.django.db.guards`), and a fresh cache after a test changes its settings."""
 
 from __future__ import annotations
@@ -23,13 +24,16 @@ class TxcacheConfig(AppConfig):  # type: ignore[misc]
     verbose_name = "txcache"
 
     def ready(self) -> None:
-        """Register the checks; guard every database connection Django opens from now on
-        (before any is); close the cache when a setting it is made from changes."""
+        """Register the checks and the key contexts; guard every database connection Django
+        opens from now on (before any is); close the cache when a setting it is made from
+        changes."""
+        from txcache.django import contexts
         from txcache.django.checks import CHECKS
         from txcache.django.db.guards import watch_other_databases
 
         for check in CHECKS:
             register(check, "txcache")
+        contexts.register()
         watch_other_databases()
         setting_changed.connect(_settings_changed, dispatch_uid="txcache.django.settings")
 

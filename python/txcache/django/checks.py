@@ -1,7 +1,7 @@
 """System checks of the Django integration (``manage.py check``; ``runserver`` and
 ``migrate`` run them too). Registered by the app config; each message names the setting and
-the fix. They read settings (and import the middleware classes named there): nothing
-connects to the database, the nodes or the agent.
+the fix. They read settings (and import the middleware classes and the URLconf named there,
+as Django's own checks do): nothing connects to the database, the nodes or the agent.
 
 =================  ======================================================================
 ``txcache.E001``   ``TXCACHE`` is missing, not a dict, or has an unknown or malformed key
@@ -13,6 +13,7 @@ connects to the database, the nodes or the agent.
 ``txcache.E007``   ``OPTIONS["assume_role"]`` is set for the alias
 ``txcache.E008``   a library setting is malformed (``txcache.ConfigurationError``)
 ``txcache.E009``   ``SESSION_SAVE_EVERY_REQUEST`` with database sessions and the middleware
+``txcache.E010``   ``TOKEN_MAX_AGE`` is shorter than ``STALENESS`` or a view's staleness
 ``txcache.W001``   no cache nodes or no agent: every transaction runs uncached
 ``txcache.W002``   ``SessionMiddleware`` (database sessions) comes before the middleware
 ``txcache.W003``   ``ATOMIC_REQUESTS`` on the txcache database with the middleware
@@ -23,14 +24,17 @@ connects to the database, the nodes or the agent.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
+from django.urls import URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
 from txcache.django import conf
+from txcache.django.decorators import policy_of
 from txcache.errors import ConfigurationError
 
 __all__ = ["CHECKS", "check_database", "check_middleware", "check_settings"]
@@ -53,7 +57,8 @@ def _settings() -> conf.TxcacheSettings | None:
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """E001, E008, W001: the ``TXCACHE`` setting and the library settings it gives."""
+    """E001, E008, E010, W001: the ``TXCACHE`` setting and the library settings it
+    gives."""
     try:
         chosen = conf.txcache_settings()
     except ImproperlyConfigured as error:
@@ -64,8 +69,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         library = conf.library_settings(chosen)
     except (ConfigurationError, ImproperlyConfigured) as error:
         return [Error(str(error), hint="See docs/settings.md.", id="txcache.E008")]
+    messages: list[CheckMessage] = []
+    if chosen.token_max_age < library.staleness:
+        messages.append(_token_outlived("STALENESS", chosen.token_max_age, library.staleness))
     if library.mode != "bypass" and (not library.nodes or library.agent is None):
-        return [
+        messages.append(
             Warning(
                 "TXCACHE names no cache nodes or no agent: every transaction runs against the "
                 "database alone, uncached",
@@ -73,8 +81,45 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 "TXCACHE_AGENT), or TXCACHE['MODE'] = 'bypass' to say so.",
                 id="txcache.W001",
             )
-        ]
-    return []
+        )
+    return messages
+
+
+def _token_outlived(what: str, max_age: float, staleness: float) -> CheckMessage:
+    """E010: a client's token expires while a read-only request may still read data older
+    than the write it stands for."""
+    return Error(
+        f"TXCACHE['TOKEN_MAX_AGE'] ({max_age:g} s) is shorter than the staleness of "
+        f"{what} ({staleness:g} s): a client's token is ignored once it expires, and its next "
+        "read-only request may read data from before its own write for the rest of that "
+        "staleness",
+        hint="Set TOKEN_MAX_AGE to the longest staleness of read-only requests or more (the "
+        "default is 300 s).",
+        id="txcache.E010",
+    )
+
+
+def _token_outlived_by_views(max_age: float) -> list[CheckMessage]:
+    """E010 for the views of the URLconf marked with a longer staleness than
+    ``TOKEN_MAX_AGE`` (``@staleness``, ``@read_only(staleness=…)``)."""
+    try:
+        patterns = get_resolver().url_patterns
+    except Exception:  # Django's own URL checks report a URLconf that does not load
+        return []
+    return [
+        _token_outlived(f"the view {name}", max_age, staleness)
+        for name, view in _views(patterns)
+        if (staleness := policy_of(view).staleness) is not None and max_age < staleness
+    ]
+
+
+def _views(patterns: Iterable[Any]) -> Iterator[tuple[str, Any]]:
+    """Every view of ``patterns``, by its dotted path, included URLconfs too."""
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            yield from _views(pattern.url_patterns)
+        else:
+            yield pattern.lookup_str, pattern.callback
 
 
 def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -175,17 +220,20 @@ def _options(alias: str, found: dict[str, Any]) -> list[CheckMessage]:
 
 
 def check_middleware(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """E009, W002, W003, W005: the middleware's place and what it conflicts with."""
+    """E009, E010, W002, W003, W005: the middleware's place, what it conflicts with, and
+    the staleness of the views it runs."""
     middleware = list(getattr(settings, "MIDDLEWARE", None) or [])
     if MIDDLEWARE not in middleware:
         return []
     messages: list[CheckMessage] = _exception_handlers(middleware)
+    chosen = _settings()
+    if chosen is not None:
+        messages += _token_outlived_by_views(chosen.token_max_age)
     database_sessions = getattr(settings, "SESSION_ENGINE", DATABASE_SESSIONS[0]) in (
         DATABASE_SESSIONS
     )
     if database_sessions and SESSION_MIDDLEWARE in middleware:
         messages += _sessions(middleware)
-    chosen = _settings()
     if chosen is not None and settings.DATABASES.get(chosen.database, {}).get("ATOMIC_REQUESTS"):
         messages.append(
             Warning(

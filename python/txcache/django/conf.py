@@ -8,7 +8,9 @@ The library's settings not given here come from the ``TXCACHE_*`` environment an
 
 The cache is made at its first use (:func:`get_cache`), not at start-up: ``manage.py
 migrate`` and the checks never connect to the nodes or the agent. It is a
-:class:`DjangoCache`: its transactions know about Django's own connection.
+:class:`DjangoCache`: its transactions know about Django's own connection. A write
+committed on that connection is recorded for the context's read-your-writes
+(:func:`wrote_on_own_connection`) without connecting it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 from django.conf import settings
@@ -26,16 +28,20 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 import txcache
+from txcache import _tokens as tokens
 from txcache._config import Settings, load_settings
 from txcache._transaction import ReadOnlyTransaction, ReadWriteTransaction
-from txcache.django import writes
-from txcache.errors import TransactionError
+from txcache.errors import ConfigurationError, TransactionError
+
+if TYPE_CHECKING:
+    from txcache._connect import Cache
 
 __all__ = [
     "DJANGO_KEYS",
     "LIBRARY_KEYS",
     "DjangoCache",
     "TxcacheSettings",
+    "cache_settings",
     "close",
     "database_alias",
     "database_dsn",
@@ -45,6 +51,7 @@ __all__ = [
     "move_alias",
     "replace_inherited",
     "txcache_settings",
+    "wrote_on_own_connection",
 ]
 
 LIBRARY_KEYS = {f.name.upper(): f.name for f in dataclasses.fields(Settings)}
@@ -190,13 +197,13 @@ class DjangoCache(txcache.Cache):
     """The process's cache: a :class:`txcache.Cache` that knows Django's own connection of
     ``TXCACHE["DATABASE"]``.
 
-    - Its transactions do not begin while that connection has a transaction open in the
-      thread (an ``atomic()`` block, or autocommit turned off): the ORM's statements belong
-      to that transaction, whose uncommitted writes — and locks — another database
-      transaction does not share. Cacheable calls and cached querysets made there without
-      a txcache transaction run on that connection, uncached.
-    - Its read-only transactions see what that connection committed before in the same
-      context (:mod:`txcache.django.writes`), whatever ``not_before`` says.
+    Its transactions do not begin while that connection has a transaction open in the
+    thread (an ``atomic()`` block, or autocommit turned off): the ORM's statements belong
+    to that transaction, whose uncommitted writes — and locks — another database
+    transaction does not share. Cacheable calls and cached querysets made there without a
+    txcache transaction run on that connection, uncached. What that connection committed
+    before in the same context, its read-only transactions see as they see the library's
+    own writes (:func:`wrote_on_own_connection`, :mod:`txcache._tokens`).
     """
 
     def __init__(self, settings: Settings, *, database: str, **options: Any) -> None:
@@ -212,12 +219,8 @@ class DjangoCache(txcache.Cache):
     def read_only(
         self, staleness: float | None = None, *, not_before: int | None = None
     ) -> ReadOnlyTransaction:
-        """:meth:`txcache.Cache.read_only`, refused inside a Django transaction, and not
-        before this context's own writes."""
+        """:meth:`txcache.Cache.read_only`, refused inside a Django transaction."""
         _refuse_in_django_transaction("read-only")
-        own = writes.token()
-        if own is not None and (not_before is None or own > not_before):
-            not_before = own
         return super().read_only(staleness, not_before=not_before)
 
     def read_write(self, *, isolation: str | None = None) -> ReadWriteTransaction:
@@ -242,6 +245,7 @@ def _refuse_in_django_transaction(kind: str) -> None:
 
 _lock = threading.Lock()
 _cache: DjangoCache | None = None
+_settings: Settings | None = None  # what the cache is (or will be) made with, read once
 # The aliases Django's test runner has on a test database: the process's, as the cache is
 # (Django's connections are the thread's, a live server's thread has its own).
 _on_test_database: set[str] = set()
@@ -263,11 +267,57 @@ def _connect() -> DjangoCache:
         if _cache is None:
             chosen = txcache_settings()
             _cache = DjangoCache(
-                library_settings(chosen),
+                _read_settings(chosen),
                 database=chosen.database,
                 safe_functions=chosen.safe_functions,
             )
         return _cache
+
+
+def cache_settings() -> Settings:
+    """The library settings of the process's cache: the connected cache's, else those
+    :func:`get_cache` will connect it with (read once, until :func:`close`), without
+    connecting it."""
+    connected = _cache
+    if connected is not None:
+        return connected.settings
+    with _lock:
+        return _read_settings(txcache_settings())
+
+
+def _read_settings(chosen: TxcacheSettings) -> Settings:
+    """:func:`library_settings` of ``chosen``, remembered until the cache is closed (the
+    caller holds the lock)."""
+    global _settings
+    if _settings is None:
+        _settings = library_settings(chosen)
+    return _settings
+
+
+@dataclass(frozen=True)
+class _Unconnected:
+    """The process's cache as read-your-writes needs it for a write on Django's own
+    connection (:func:`txcache._tokens.wrote_elsewhere`): its settings, whose DSN names
+    the database, and :meth:`timestamp`, which connects it only when a read-only
+    transaction of the context needs the token (``manage.py migrate`` never does)."""
+
+    settings: Settings
+
+    def timestamp(self) -> int:
+        """The cache's :meth:`~txcache.Cache.timestamp`."""
+        return get_cache().timestamp()
+
+
+def wrote_on_own_connection() -> None:
+    """Django's own connection of ``TXCACHE["DATABASE"]`` committed a write in this
+    context: its later read-only transactions — and the token the middleware hands the
+    client — see it, as they see the library's own commits. One ``cache.timestamp()``
+    per run of such writes, asked when first needed."""
+    try:
+        chosen = cache_settings()
+    except (ImproperlyConfigured, ConfigurationError):
+        return  # no cache can be made from these settings: no read of it will follow
+    tokens.wrote_elsewhere(cast("Cache", _Unconnected(chosen)))
 
 
 def database_alias() -> str:
@@ -307,9 +357,11 @@ def replace_inherited() -> None:
 
 
 def _take(*, alias: str | None) -> DjangoCache | None:
-    """The process's cache (made for ``alias``, unless ``None``), no longer the process's."""
-    global _cache
+    """The process's cache (made for ``alias``, unless ``None``), no longer the process's;
+    the settings are read again for the next one."""
+    global _cache, _settings
     with _lock:
+        _settings = None
         taken = _cache
         if taken is None or (alias is not None and taken.database != alias):
             return None

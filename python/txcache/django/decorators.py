@@ -113,5 +113,6 @@ def read_write(view: Any = None, /, *, isolation: str | None = None) -> Any:
 def bypass(view: V) -> V:
     """The view's requests run in no txcache transaction: Django's own connection, no
     cache — Django as if the middleware were not there, but for the token the client gets
-    when the view wrote (:mod:`txcache.django.writes`)."""
+    when the view wrote (on Django's own connection, or in ``read_write()`` blocks of its
+    own)."""
     return _mark(view, mode="bypass")

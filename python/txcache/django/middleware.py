@@ -17,17 +17,19 @@ path): requests, and the cacheable calls answered from the cache or run —
 ``txcache_view_requests``, ``txcache_view_hits`` and ``txcache_view_misses`` in
 :mod:`txcache.metrics`.
 
-A request that wrote on Django's own connection (a bypassed view, an ``on_commit``
-callback) gets a token for those writes too (:mod:`txcache.django.writes`); each request
-starts with none of its own, whatever the thread wrote before. The client hands the token
-back (the cookie does it by itself; an API client echoes the header) and its next
-read-only request sees its own writes. Tokens are signed with
-``SECRET_KEY`` (Django's ``TimestampSigner``) and honoured for ``TOKEN_MAX_AGE`` seconds: a
-forged or garbled one is ignored. A read-only request whose cached data's snapshot is gone
-(:class:`~txcache.SnapshotUnavailable`, the one retryable error) gets ``503`` with
-``Retry-After: 0``. A safe request that failed because its read-only transaction refused a
-write (Django's authentication flushing or cycling the session) runs again, once,
-read/write.
+The token is the request's read-your-writes state (:mod:`txcache._tokens`): each request
+starts from the client's token, whatever the thread wrote before, and every write
+committed while it runs moves it — its own transaction's, a ``read_write()`` block's (in a
+bypassed view, in an ``on_commit`` callback), Django's own connection's. Every read-only
+transaction of the request begins not before it, and a request that wrote hands it to the
+client. The client hands the token back (the cookie does it by itself; an API client
+echoes the header) and its next read-only request sees its own writes. Tokens are signed
+with ``SECRET_KEY`` (Django's ``TimestampSigner``) and honoured for ``TOKEN_MAX_AGE``
+seconds: a forged or garbled one is ignored. A read-only request whose cached data's
+snapshot is gone (:class:`~txcache.SnapshotUnavailable`, the one retryable error) gets
+``503`` with ``Retry-After: 0``. A safe request that failed because its read-only
+transaction refused a write (Django's authentication flushing or cycling the session)
+runs again, once, read/write.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from django.urls import Resolver404, resolve
 
 from txcache import _tokens as tokens
 from txcache._stats import view_stats
-from txcache.django import conf, transactions, writes
+from txcache.django import conf, transactions
 from txcache.django.decorators import ViewPolicy, policy_of
 from txcache.errors import SnapshotUnavailable, StatementNotAllowed
 
@@ -71,41 +73,44 @@ class TransactionMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         """Run the request in the transaction its view's policy and method choose; hand the
-        client the token of what it wrote, in that transaction or on Django's own
-        connection (a bypassed view, an ``on_commit`` callback)."""
+        client the token of what it wrote, wherever it was written."""
         policy = view_policy(request)
-        # What this request writes, not what the thread wrote before (its own writes and
-        # those of the library's read/write transactions).
-        with writes.scope(), tokens.scope():
-            response, token = self._run(request, policy)
-            own = writes.token()
-        if token is not None or own is not None:
-            # Never older than what the client already holds: this response may replace it.
-            carried = request_token(request, self.settings)
-            newest = max(each for each in (token, own, carried) if each is not None)
+        carried = request_token(request, self.settings)
+        database = conf.cache_settings().dsn  # whose tokens these are
+        # The request's state, not the thread's: what its client saw, what it writes.
+        with tokens.scope():
+            tokens.advance(database, carried)
+            before = tokens.written()
+            response = self._run(request, policy, carried)
+            wrote = tokens.written() is not before  # a commit that wrote was recorded
+            newest = tokens.floor(database) if wrote else None
+        if newest is not None:  # never older than the client's: it replaces that one
             give_token(request, response, newest, self.settings)
         return response
 
-    def _run(self, request: HttpRequest, policy: ViewPolicy) -> tuple[HttpResponseBase, int | None]:
-        """The response, and the token of the request's read/write transaction if it wrote."""
+    def _run(
+        self, request: HttpRequest, policy: ViewPolicy, carried: int | None
+    ) -> HttpResponseBase:
+        """The response, run in the transaction ``policy`` and the method choose (a
+        read-only one not before ``carried``, the client's token)."""
         if policy.mode == "bypass":
-            return self.get_response(request), None
+            return self.get_response(request)
         if policy.mode == "read_only":
-            return self._read_only(request, policy), None
+            return self._read_only(request, policy, carried)
         if policy.mode == "by_method" and request.method in SAFE_METHODS:
-            return self._safe(request, policy)
+            return self._safe(request, policy, carried)
         return self._read_write(request, policy)
 
     def _safe(
-        self, request: HttpRequest, policy: ViewPolicy
-    ) -> tuple[HttpResponseBase, int | None]:
+        self, request: HttpRequest, policy: ViewPolicy, carried: int | None
+    ) -> HttpResponseBase:
         """A safe request, read-only; run again read/write when its read-only transaction
         refused a write and it failed, nothing of it sent (a safe method promises no effect:
         the second run is the request the client made)."""
         with transactions.watching_refusals() as refusals:
-            response = self._read_only(request, policy)
+            response = self._read_only(request, policy, carried)
         if not (refusals.count and _unsent_failure(response)):
-            return response, None
+            return response
         log.warning(
             "%s %s: its read-only transaction refused a write and the request failed; ran it "
             "again read/write (mark the view @read_write if it writes on %s)",
@@ -116,24 +121,24 @@ class TransactionMiddleware:
         vars(request).pop(_VIEW_FAILED, None)  # the first run's failure is not the second's
         return self._read_write(request, policy)
 
-    def _read_only(self, request: HttpRequest, policy: ViewPolicy) -> HttpResponseBase:
-        token = request_token(request, self.settings)
-        with transactions.read_only(policy.staleness, not_before=token) as transaction:
+    def _read_only(
+        self, request: HttpRequest, policy: ViewPolicy, carried: int | None
+    ) -> HttpResponseBase:
+        with transactions.read_only(policy.staleness, not_before=carried) as transaction:
             response = self.get_response(request)
         match = getattr(request, "resolver_match", None)
         if match is not None:  # a URL no view answered counts for none
             view_stats(match.view_name).record(transaction.hits, transaction.misses)
         return response
 
-    def _read_write(
-        self, request: HttpRequest, policy: ViewPolicy
-    ) -> tuple[HttpResponseBase, int | None]:
+    def _read_write(self, request: HttpRequest, policy: ViewPolicy) -> HttpResponseBase:
+        """The request in a read/write transaction, rolled back if it failed (its commit,
+        if it wrote, is recorded in the request's state)."""
         with transactions.read_write(isolation=policy.isolation) as transaction:
             response = self.get_response(request)
             if _must_roll_back(request, response):
                 transactions.set_rollback(transaction, True)
-            committing = not transactions.get_rollback(transaction)
-        return response, transaction.commit_timestamp if committing else None
+        return response
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         """The view raised: its read/write transaction rolls back (Django calls the

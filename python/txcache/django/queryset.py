@@ -4,14 +4,16 @@
 A cached queryset's reads — evaluation, ``get()``, ``first()``, ``count()``, ``exists()``,
 ``aggregate()``, ``values()`` … — go through a cacheable function of the model, keyed by
 the SQL Django compiled, its parameters, and how Django loads the rows (``USE_TZ`` and the
-connection's time zone). A ``count()`` or ``aggregate()`` Django computes over a subquery
-(of a sliced, ``distinct()``, grouped or combined queryset, or one with aggregate
-annotations) runs through another compiler, uncached. What is stored is the rows as the database
-returned them (loaded as Django's connection loads them: plain values), never model
-instances: a hit rebuilds the instances from the rows in code, through the same
-converters and ``Model.from_db`` as a miss, so a hit equals a miss. The results are tagged
-from that SQL and invalidated by the agent like any cached value: by ``.update()``,
-``bulk_update``, ``bulk_create``, ``save()``, raw SQL and other programs' writes alike.
+connection's time zone) — not by the active time zone and language: the SQL names the zone
+where it converts to it, and no language reaches it. A ``count()`` or ``aggregate()``
+Django computes over a subquery (of a sliced, ``distinct()``, grouped or combined queryset,
+or one with aggregate annotations) runs through another compiler, uncached. What is stored
+is the rows as the database returned them (loaded as Django's connection loads them: plain
+values), never model instances: a hit rebuilds the instances from the rows in code,
+through the same converters and ``Model.from_db`` as a miss, so a hit equals a miss. The
+results are tagged from that SQL and invalidated by the agent like any cached value: by
+``.update()``, ``bulk_update``, ``bulk_create``, ``save()``, raw SQL and other programs'
+writes alike.
 
 Where a cached read runs:
 
@@ -37,14 +39,14 @@ from django.conf import settings
 from django.core.exceptions import EmptyResultSet, ImproperlyConfigured
 from django.db import connections, models
 from django.db.models.sql import Query
-from django.db.models.sql.compiler import SQLCompiler
 from django.db.models.sql.constants import GET_ITERATOR_CHUNK_SIZE, MULTI, SINGLE
 from psycopg.types import numeric
 
 from txcache._cacheable import CacheableFunction, cacheable
 from txcache._transaction import current_transaction
-from txcache.django import conf
+from txcache.django import conf, contexts
 from txcache.django.db.base import DatabaseWrapper
+from txcache.django.db.compiler import SQLCompiler
 
 __all__ = ["CachedManager", "CachedQuery", "CachedQuerySet", "rows_function"]
 
@@ -119,7 +121,7 @@ class CachedQuery(Query):  # type: ignore[misc]
         return CachingCompiler(self, connection, using, elide_empty)
 
 
-class CachingCompiler(SQLCompiler):  # type: ignore[misc]
+class CachingCompiler(SQLCompiler):
     """Django's compiler; its row-returning reads come from :func:`cached_rows`."""
 
     def execute_sql(
@@ -218,4 +220,6 @@ def _make_rows_function(label: str) -> RowsFunction:
         return run_rows(alias, statement, params)
 
     rows.__qualname__ = f"rows[{label}]"
-    return cacheable(rows)
+    # The statement and its parameters are the key: they name the time zone wherever the
+    # SQL converts to it, and the language reaches no SQL.
+    return cacheable(independent_of=(contexts.TIMEZONE, contexts.LANGUAGE))(rows)

@@ -33,10 +33,10 @@ connection, no txcache transaction of the process's cache begins
 directly there, uncached (:func:`in_django_transaction`). Refused too: a statement of a
 cursor made on Django's own connection before the txcache transaction began, and one on
 another database inside a cacheable function being computed
-(:mod:`txcache.django.db.guards`). What Django's own connection commits is reported to
-:mod:`txcache.django.writes`, for the context's next read-only transaction to see. Its test
-databases keep the process's cache on the database the alias names
-(:mod:`txcache.django.db.creation`).
+(:mod:`txcache.django.db.guards`). What Django's own connection commits is recorded for
+the context's read-your-writes (:func:`txcache.django.conf.wrote_on_own_connection`): its
+next read-only transactions see it. Its test databases keep the process's cache on the
+database the alias names (:mod:`txcache.django.db.creation`).
 """
 
 from __future__ import annotations
@@ -61,10 +61,11 @@ from txcache._transaction import (
     Transaction,
     current_transaction,
 )
-from txcache.django import conf, transactions, writes
+from txcache.django import conf, transactions
 from txcache.django.db import guards
+from txcache.django.db.binding import Params, bind_client_side
 from txcache.django.db.creation import DatabaseCreation
-from txcache.django.db.cursor import Params, TransactionCursor, literal_sql
+from txcache.django.db.cursor import TransactionCursor
 from txcache.errors import StatementNotAllowed, TransactionError
 
 __all__ = ["DatabaseOperations", "DatabaseWrapper", "in_django_transaction"]
@@ -79,14 +80,17 @@ guards.watch_other_databases()  # with this backend in use, other databases are 
 
 class DatabaseOperations(postgresql_operations.DatabaseOperations):  # type: ignore[misc]
     """Django's PostgreSQL operations; SQL with its parameters merged in is composed
-    without a database connection while a txcache transaction holds the statements."""
+    without a database connection while a txcache transaction holds the statements, and
+    queries are compiled by :mod:`txcache.django.db.compiler`."""
+
+    compiler_module = "txcache.django.db.compiler"
 
     def compose_sql(self, sql: str, params: Params) -> str:
         """``sql`` with ``params`` merged in as literals (schema editors, ``SET`` …)."""
         if self.connection.txcache_route() is None:
             composed: str = super().compose_sql(sql, params)
             return composed
-        return literal_sql(sql, params)
+        return bind_client_side(sql, params, self.connection.adapters())
 
     def last_executed_query(self, cursor: Any, sql: str, params: Params) -> str | None:
         """The statement as run, for ``connection.queries`` and the debug log."""
@@ -94,7 +98,7 @@ class DatabaseOperations(postgresql_operations.DatabaseOperations):  # type: ign
             last: str | None = super().last_executed_query(cursor, sql, params)
             return last
         try:
-            return literal_sql(sql, params)
+            return bind_client_side(sql, params, self.connection.adapters())
         except Exception:  # a parameter psycopg cannot quote: the log shows the template
             return sql
 
@@ -194,15 +198,15 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         return result
 
     def _note_write(self, sql: str, params: Any, many: bool) -> None:
-        """Report a statement of Django's own connection that may have written
-        (:mod:`txcache.django.writes`): at once in autocommit, at the commit of the Django
-        transaction it belongs to."""
+        """Record a statement of Django's own connection that may have written
+        (:func:`~txcache.django.conf.wrote_on_own_connection`): at once in autocommit, at
+        the commit of the Django transaction it belongs to."""
         if not (many or _may_write(sql, params)):
             return
         if self.in_own_transaction:
             self._wrote_uncommitted = True
         else:
-            writes.wrote()
+            conf.wrote_on_own_connection()
 
     # -- connections and cursors -----------------------------------------------------------
 
@@ -224,9 +228,12 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
             return super().create_cursor(name)
         if isinstance(route, ReadWriteTransaction):
             self._refuse_durable()
-        return TransactionCursor(route, self._adapters())
+        binding = self.settings_dict["OPTIONS"].get("server_side_binding") is True
+        return TransactionCursor(route, self.adapters(), server_side_binding=binding)
 
-    def _adapters(self) -> AdaptersMap:
+    def adapters(self) -> AdaptersMap:
+        """Django's adapters for this connection (``USE_TZ`` and its time zone): what its
+        own connection dumps parameters and loads rows with."""
         adapters: AdaptersMap = get_adapters_template(settings.USE_TZ, self.timezone)
         return adapters
 
@@ -293,7 +300,7 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         if self.txcache_route() is None:
             super()._commit()
             if self._wrote_uncommitted:
-                writes.wrote()
+                conf.wrote_on_own_connection()
             self._wrote_uncommitted = False
         elif self._outer_savepoint is not None:
             name, self._outer_savepoint = self._outer_savepoint, None

@@ -1,10 +1,10 @@
 """The cursor a Django connection hands out while a txcache transaction is current.
 
 Every statement goes through the transaction's ``execute`` — in a read-only transaction the
-library checks it, derives its tags from the SQL Django compiled and runs it at the pinned
-snapshot, exactly as ``txcache.query`` would — so there is one source of truth for the
-checks. Parameters are bound server-side (psycopg's default cursor, what Django's
-``server_side_binding`` option chooses).
+library checks it, derives its tags from the SQL and its parameters and runs it at the
+pinned snapshot, exactly as ``txcache.query`` would — so there is one source of truth for
+the checks. Its parameters are bound as Django's own connection binds them
+(:mod:`txcache.django.db.binding`).
 
 Rows are loaded with Django's adapters, not those of txcache's pooled connections: Django
 reads ``jsonb``, ``inet`` and ``cidr`` as text and ``timestamptz`` in its connection time
@@ -16,9 +16,7 @@ fetched, from the result psycopg received whole (no server-side cursor is opened
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -27,21 +25,12 @@ from psycopg.adapt import AdaptersMap, Transformer
 
 from txcache._transaction import ReadWriteTransaction, Transaction
 from txcache.django import transactions
+from txcache.django.db.binding import AdaptContext, Params, bind
 from txcache.errors import StatementNotAllowed
 
-__all__ = ["TransactionCursor", "literal_sql"]
+__all__ = ["TransactionCursor"]
 
 Row = tuple[Any, ...]
-Params = Sequence[Any] | Mapping[str, Any] | None
-
-
-@dataclass(frozen=True)
-class _LoadContext:
-    """What a psycopg ``Transformer`` reads its loaders from: Django's adapters, and the
-    connection the result came from (its encoding and ``TimeZone``)."""
-
-    adapters: AdaptersMap
-    connection: psycopg.Connection[Any] | None
 
 
 class _Rows:
@@ -49,7 +38,7 @@ class _Rows:
 
     def __init__(self, cursor: psycopg.Cursor[Any], adapters: AdaptersMap) -> None:
         result = cursor.pgresult
-        self._loader = Transformer(_LoadContext(adapters, cursor.connection))
+        self._loader = Transformer(AdaptContext(adapters, cursor.connection))
         self._count = 0
         if result is not None:
             self._loader.set_pgresult(result)
@@ -71,8 +60,12 @@ class TransactionCursor:
     arraysize = 1
     """Rows :meth:`fetchmany` returns by default (DB-API)."""
 
-    def __init__(self, transaction: Transaction, adapters: AdaptersMap) -> None:
-        """A cursor of ``transaction``, loading rows with ``adapters`` (Django's)."""
+    def __init__(
+        self, transaction: Transaction, adapters: AdaptersMap, *, server_side_binding: bool
+    ) -> None:
+        """A cursor of ``transaction``, binding parameters as Django's connection does (with
+        ``server_side_binding``, its ``OPTIONS``) and loading rows with ``adapters``
+        (Django's)."""
         self.transaction = transaction
         """The txcache transaction the statements run in."""
         self.description: Any = None
@@ -81,11 +74,14 @@ class TransactionCursor:
         """Rows the last statement returned or changed (-1: none ran)."""
         self.closed = False
         self._adapters = adapters
+        self._server_side_binding = server_side_binding
         self._rows: _Rows | None = None
 
     def execute(self, query: str, params: Params = None) -> None:
-        """Run ``query`` in the transaction (a read-only one checks and tags it; a refusal
-        is noted for the middleware, :func:`txcache.django.transactions.note_refusal`)."""
+        """Run ``query`` in the transaction, its parameters bound as Django binds them (a
+        read-only transaction checks and tags it; a refusal is noted for the middleware,
+        :func:`txcache.django.transactions.note_refusal`)."""
+        query, params = bind(query, params, self._adapters, server_side=self._server_side_binding)
         try:
             result = self.transaction.execute(query, params)
         except StatementNotAllowed:
@@ -99,11 +95,30 @@ class TransactionCursor:
         """Run ``query`` once per parameter set: one pipeline in a read/write transaction,
         one checked statement after another in a read-only one."""
         if isinstance(self.transaction, ReadWriteTransaction):
-            self._take(self.transaction.executemany(query, params_seq))
+            self._execute_many(query, params_seq)
             return
         changed = 0
         for params in params_seq:
             self.execute(query, params)
+            changed += max(self.rowcount, 0)
+        self.rowcount = changed
+
+    def _execute_many(
+        self, query: str, params_seq: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> None:
+        """A read/write transaction's ``executemany``: one pipeline of ``query`` with each
+        parameter set bound — or, when a set had to be merged into the text, each
+        statement on its own."""
+        binding = self._server_side_binding
+        bound = [bind(query, params, self._adapters, server_side=binding) for params in params_seq]
+        assert isinstance(self.transaction, ReadWriteTransaction)
+        sets = [params for statement, params in bound if statement is query and params is not None]
+        if len(sets) == len(bound):
+            self._take(self.transaction.executemany(query, sets))
+            return
+        changed = 0
+        for statement, params in bound:
+            self._take(self.transaction.execute(statement, params))
             changed += max(self.rowcount, 0)
         self.rowcount = changed
 
@@ -154,30 +169,3 @@ class TransactionCursor:
         """Forget the result (the transaction holds the database connection)."""
         self._rows = None
         self.closed = True
-
-
-_PLACEHOLDER = re.compile(r"%%|%s")
-
-
-def literal_sql(statement: str, params: Params) -> str:
-    """``statement`` with its ``%s`` parameters merged in as SQL literals, as psycopg's
-    client-side cursor would, without a connection: what Django's ``compose_sql`` and
-    ``last_executed_query`` return while a txcache transaction holds the connection."""
-    if params is None:
-        return statement
-    if isinstance(params, Mapping):
-        raise psycopg.ProgrammingError("only %s placeholders can be merged in here")
-    values = list(params)
-    parts: list[sql.Composable] = []
-    end = 0
-    for match in _PLACEHOLDER.finditer(statement):
-        parts.append(sql.SQL(statement[end : match.start()]))
-        if match.group() == "%%":
-            parts.append(sql.SQL("%"))
-        elif values:
-            parts.append(sql.Literal(values.pop(0)))
-        else:
-            raise psycopg.ProgrammingError("fewer parameters than %s placeholders")
-        end = match.end()
-    parts.append(sql.SQL(statement[end:]))
-    return sql.Composed(parts).as_string(None)
