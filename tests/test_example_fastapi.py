@@ -1,12 +1,13 @@
 """examples/fastapi_shop over HTTP: the app under uvicorn in a subprocess, against a real
 stack (PostgreSQL, two nodes, the agent), driven with httpx — cached GETs (the hits in the
-app's /metrics), read-your-writes across requests through the token header and the cookie,
-a write made by another connection invalidating a cached page, and concurrent requests:
-orders racing for the last items while pages are read.
+app's /metrics), read-your-writes across requests through the token header and the cookie
+(whatever the request's writes went through: a session, a Core connection, two commits),
+a token ahead of the database, a write made by another connection invalidating a cached
+page, and concurrent requests: orders racing for the last items while pages are read.
 
 The tests share one stack and one server (the module's fixture); each works on rows of its
 own: product 2; product 1, the lamps and customer ann; the desks; product 5 and the c*
-customers."""
+customers; the products it adds, in a category of its own."""
 
 from __future__ import annotations
 
@@ -201,3 +202,56 @@ def test_concurrent_orders_and_reads(shop):
         assert per_customer == [
             sum(1 for r in placed if r.json()["customer"] == name) for name in customers
         ]
+
+
+def new_product(client: httpx.Client, category: str, stock: int = 1) -> httpx.Response:
+    """POST a product of ``category`` (a category of the test's own)."""
+    body = {"name": f"{category} item", "category": category, "price_cents": 100, "stock": stock}
+    response = client.post("/products", json=body)
+    assert response.status_code == 201, response.text
+    return response
+
+
+def test_a_write_in_a_core_connection_hands_back_its_token(shop):
+    with shop.client() as client:
+        added = new_product(client, "core")
+        product = added.json()["id"]
+        page = hit(shop, client, f"/products/{product}", "product")
+        assert isinstance(page, dict)
+        assert page["stock"] == 1
+        restocked = client.post(f"/products/{product}/restock", json={"quantity": 5})
+        assert restocked.json() == {"id": product, "stock": 6}
+        assert token_in(restocked) > token_in(added)
+        assert client.get(f"/products/{product}").json()["stock"] == 6  # by its cookie
+
+
+def test_a_request_that_commits_twice_hands_back_the_token_of_its_write(shop):
+    # POST /products commits the product, then reads its category's count in a second
+    # transaction, which it commits too: that commit wrote nothing.
+    with shop.client() as client:
+        hit(shop, client, "/categories/twice/products", "products_in")  # empty, cached
+        added = new_product(client, "twice")
+        assert added.json()["in_category"] == 1
+        token_in(added)
+        assert [p["id"] for p in client.get("/categories/twice/products").json()] == [
+            added.json()["id"]
+        ]
+
+
+def test_an_old_cookie_ahead_of_the_database_reads_the_newest_state(shop):
+    """A token from before a restore, or from another deployment, in a browser's cookie:
+    every request still answers, at the newest state."""
+    with shop.client() as client:
+        product = new_product(client, "future").json()["id"]
+        hit(shop, client, f"/products/{product}", "product")
+    ahead = str(2**70)  # after everything the database wrote, past 64 bits too
+    with shop.client() as client:
+        client.cookies.set("txcache_token", ahead)
+        with psycopg.connect(shop.stack.dsn, autocommit=True) as admin:
+            admin.execute("UPDATE products SET stock = 9 WHERE id = %s", (product,))
+        assert client.get(f"/products/{product}").json()["stock"] == 9  # the newest state
+        changed = client.put(f"/products/{product}", json={"stock": 10})
+        assert changed.status_code == 200, changed.text
+        assert client.get(f"/products/{product}").json()["stock"] == 10
+        assert client.get("/categories/future/products").status_code == 200
+    assert shop.log.read_text().count("lies after everything") == 1

@@ -354,3 +354,20 @@ def test_errors_of_the_database_reach_sqlalchemy_as_its_own(shop):
             s.execute(text("SELECT 1 / 0"))
         assert isinstance(caught.value.orig, psycopg.errors.DivisionByZero)
         assert tx.failed  # txcache's rule: a failed statement fails the read-only block
+
+
+def test_the_public_names():
+    assert sorted(txsa.__all__) == [
+        "AsyncSession",
+        "Session",
+        "async_sessionmaker",
+        "commit_timestamp",
+        "commit_timestamp_async",
+        "create_async_engine",
+        "create_engine",
+        "dicts",
+        "rows",
+        "sessionmaker",
+        "to_dict",
+    ]
+    assert all(hasattr(txsa, name) for name in txsa.__all__)

@@ -3,12 +3,13 @@
 - **GETs run in a read-only transaction** (the :func:`read_only` dependency): one commit
   point for the whole request, at most ``SHOP_STALENESS`` seconds old, whose cacheable
   reads (``catalogue``) come from the cache when they can.
-- **Writes run in the session's own read/write transaction**: the endpoint commits, and the
-  commit's ``not_before`` token goes back to the client in the ``X-Txcache-Token`` header
-  and the ``txcache_token`` cookie.
-- **Read-your-writes across requests**: a request that carries the token (either way; the
-  newer if both) reads at a commit point no older than it, so it sees that write — even
-  from a page cached before the write, which the write invalidated.
+- **Writes run in transactions of their own**: a session's (most endpoints) or a Core
+  connection's (``restock``); the endpoint commits.
+- **Read-your-writes across requests** (:class:`~.tokens.TokenMiddleware`): a response to
+  a request that wrote carries the newest token, in the ``X-Txcache-Token`` header and the
+  ``txcache_token`` cookie; a request that hands it back (either way; the newer if both)
+  reads at a commit point no older than it, so it sees that write — even from a page cached
+  before the write, which the write invalidated.
 
 ``uvicorn --factory fastapi_shop.app:create_app`` with the ``TXCACHE_*`` settings of
 ``txcache up`` in the environment (README.md).
@@ -22,11 +23,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+from starlette.types import Scope
 
 import txcache
 from txcache import metrics
@@ -35,13 +37,7 @@ from txcache.aio import AsyncCache, AsyncReadOnlyTransaction
 
 from . import catalogue
 from .models import SEED, Base, Order, Product
-
-TOKEN_HEADER = "X-Txcache-Token"
-"""The response header that carries a write's token, and the request header that hands it
-back."""
-
-TOKEN_COOKIE = "txcache_token"
-"""The cookie that carries the newest token a client got, for browsers."""
+from .tokens import TokenMiddleware
 
 DEFAULT_STALENESS = 5.0
 """Seconds of staleness of a GET unless ``SHOP_STALENESS`` says otherwise."""
@@ -80,6 +76,7 @@ def create_app(*, staleness: float | None = None) -> FastAPI:
             await cache.close()
 
     app = FastAPI(title="txcache shop", lifespan=lifespan)
+    app.add_middleware(TokenMiddleware, database=_database)
     app.include_router(router)
     app.add_exception_handler(txcache.SnapshotUnavailable, _retry_later)
     return app
@@ -93,6 +90,12 @@ async def prepare(sessions: async_sessionmaker[txsa.AsyncSession]) -> None:
         if await session.scalar(select(func.count()).select_from(Product)) == 0:
             session.add_all(Product(**product) for product in SEED)
         await session.commit()
+
+
+def _database(scope: Scope) -> str:
+    """The database the app writes to (its cache's DSN), for the tokens."""
+    shop: Shop = scope["app"].state.shop
+    return shop.cache.settings.dsn
 
 
 async def _retry_later(_request: Request, error: Exception) -> JSONResponse:
@@ -110,23 +113,12 @@ def shop_of(request: Request) -> Shop:
     return shop
 
 
-def token_of(request: Request) -> int | None:
-    """The newest token the request carries (header or cookie), if any."""
-    tokens: list[int] = []
-    for raw in (request.headers.get(TOKEN_HEADER), request.cookies.get(TOKEN_COOKIE)):
-        if raw is None:
-            continue
-        if not raw.isdigit():
-            raise HTTPException(400, f"{TOKEN_HEADER} must be a txcache token (digits)")
-        tokens.append(int(raw))
-    return max(tokens, default=None)
-
-
 async def read_only(request: Request) -> AsyncIterator[AsyncReadOnlyTransaction]:
-    """The request's read-only transaction: at most the shop's staleness old, no older
-    than the request's token. Cacheable calls and sessions of the request join it."""
+    """The request's read-only transaction: at most the shop's staleness old, and no older
+    than the client's token (the request's own: :mod:`.tokens`). Cacheable calls and
+    sessions of the request join it."""
     shop = shop_of(request)
-    async with shop.cache.read_only(staleness=shop.staleness, not_before=token_of(request)) as tx:
+    async with shop.cache.read_only(staleness=shop.staleness) as tx:
         yield tx
 
 
@@ -141,22 +133,14 @@ async def read_session(request: Request, _tx: ReadOnly) -> AsyncIterator[txsa.As
 
 async def write_session(request: Request) -> AsyncIterator[txsa.AsyncSession]:
     """A session whose statements run in its own read/write transaction; the endpoint
-    commits it with :func:`commit`, or leaves it to be rolled back."""
+    commits it, or leaves it to be rolled back. What it commits, the response's token
+    covers (:mod:`.tokens`)."""
     async with shop_of(request).sessions() as session:
         yield session
 
 
 ReadSession = Annotated[txsa.AsyncSession, Depends(read_session)]
 WriteSession = Annotated[txsa.AsyncSession, Depends(write_session)]
-
-
-async def commit(session: txsa.AsyncSession, response: Response) -> None:
-    """Commit the session's transaction and hand its token to the client."""
-    await session.commit()
-    token = await session.commit_timestamp()
-    if token is not None:
-        response.headers[TOKEN_HEADER] = str(token)
-        response.set_cookie(TOKEN_COOKIE, str(token), httponly=True, samesite="lax")
 
 
 # -- the API -----------------------------------------------------------------------------
@@ -221,18 +205,44 @@ async def get_order(order_id: int, session: ReadSession) -> dict[str, Any]:
 
 
 @router.post("/products", status_code=201)
-async def add_product(new: NewProduct, session: WriteSession, response: Response) -> dict[str, Any]:
-    """Add a product."""
+async def add_product(new: NewProduct, session: WriteSession) -> dict[str, Any]:
+    """Add a product; the answer says how many its category has now, read in a second
+    transaction of the session (committed too: it wrote nothing)."""
     product = Product(**new.model_dump())
     session.add(product)
-    await session.flush()
-    await commit(session, response)
-    return txsa.to_dict(product)
+    await session.commit()
+    count = select(func.count()).select_from(Product).where(Product.category == new.category)
+    in_category = await session.scalar(count)
+    await session.commit()
+    return {**txsa.to_dict(product), "in_category": in_category}
+
+
+class Restock(BaseModel):
+    """Items of a product received."""
+
+    quantity: int = Field(gt=0)
+
+
+@router.post("/products/{product_id}/restock")
+async def restock(product_id: int, received: Restock, request: Request) -> dict[str, Any]:
+    """Add to a product's stock: one Core statement, in a transaction of the engine's own
+    (its commit is the request's write as a session's is)."""
+    statement = (
+        update(Product)
+        .where(Product.id == product_id)
+        .values(stock=Product.stock + received.quantity)
+        .returning(Product.stock)
+    )
+    async with shop_of(request).engine.begin() as conn:
+        stock = await conn.scalar(statement)
+    if stock is None:
+        raise HTTPException(404, "no such product")
+    return {"id": product_id, "stock": stock}
 
 
 @router.put("/products/{product_id}")
 async def change_product(
-    product_id: int, change: ProductChange, session: WriteSession, response: Response
+    product_id: int, change: ProductChange, session: WriteSession
 ) -> dict[str, Any]:
     """Change a product's name, price or stock."""
     product = await session.get(Product, product_id, with_for_update=True)
@@ -240,13 +250,12 @@ async def change_product(
         raise HTTPException(404, "no such product")
     for field, value in change.model_dump(exclude_none=True).items():
         setattr(product, field, value)
-    await session.flush()
-    await commit(session, response)
+    await session.commit()
     return txsa.to_dict(product)
 
 
 @router.post("/orders", status_code=201)
-async def place_order(new: NewOrder, session: WriteSession, response: Response) -> dict[str, Any]:
+async def place_order(new: NewOrder, session: WriteSession) -> dict[str, Any]:
     """Place an order: the product's stock goes down by the quantity (409 if too low). The
     product row is locked first, so concurrent orders never oversell."""
     product = await session.get(Product, new.product_id, with_for_update=True)
@@ -262,8 +271,7 @@ async def place_order(new: NewOrder, session: WriteSession, response: Response) 
         total_cents=new.quantity * product.price_cents,
     )
     session.add(order)
-    await session.flush()
-    await commit(session, response)
+    await session.commit()
     return txsa.to_dict(order)
 
 

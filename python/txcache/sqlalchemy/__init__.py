@@ -28,11 +28,16 @@ with cache.read_only(not_before=session.commit_timestamp):
     assert any(item["id"] == 7 for item in cheap_items(10))
 ```
 
+Every write committed through an engine also holds the later read-only transactions of the
+thread or task that committed it to it (read-your-writes, no token by hand); a Core
+connection's token is :func:`commit_timestamp` (``commit_timestamp(conn)``).
+
 Async: :func:`create_async_engine`, :class:`AsyncSession` (``await
-session.commit_timestamp()``), :func:`async_sessionmaker`, inside ``async with
-cache.read_only()`` of an :class:`~txcache.aio.AsyncCache`.
+session.commit_timestamp()``), :func:`commit_timestamp_async`, :func:`async_sessionmaker`,
+inside ``async with cache.read_only()`` of an :class:`~txcache.aio.AsyncCache`.
 """
 
+from txcache.sqlalchemy._commits import commit_timestamp, commit_timestamp_async
 from txcache.sqlalchemy._engine import (
     AsyncSession,
     Session,
@@ -47,6 +52,8 @@ __all__ = [
     "AsyncSession",
     "Session",
     "async_sessionmaker",
+    "commit_timestamp",
+    "commit_timestamp_async",
     "create_async_engine",
     "create_engine",
     "dicts",

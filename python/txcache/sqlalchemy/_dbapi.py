@@ -18,181 +18,60 @@ blocks it is used in:
   SQLAlchemy 2.1 closes an ``AsyncSession`` in a task of its own, where a context
   variable set by the session's task could not be reset), committed by ``commit()`` —
   the committed transaction, which knows the ``not_before`` token, is handed to the
-  SQLAlchemy session that used the connection (``session.info``).
+  SQLAlchemy session and the Core connection that used the facade
+  (:mod:`txcache.sqlalchemy._commits`), if it wrote.
 
 While SQLAlchemy's ``connect`` event runs (the dialect's one-time initialisation:
 ``select pg_catalog.version()``, ``show standard_conforming_strings``, …) statements go to
 a plain autocommit connection of the cache's pool instead: they are the dialect's, not the
 application's, and must neither be refused by nor leave untagged reads in a read-only
-transaction.
+transaction. The database's hstore type is read there too, once per engine, as the stock
+dialect reads it (:mod:`txcache.sqlalchemy._hstore`).
 
-The async facade is the same class driven through SQLAlchemy's greenlet bridge
-(``await_only``): SQLAlchemy's asyncio engine runs the dialect's sync code in a greenlet
-inside the calling task, whose context variables it shares — so the current txcache
-transaction, and the task that owns it, are the caller's.
+The sync and the async facade (:mod:`txcache.sqlalchemy._drivers`) are one class, the
+async one driven through SQLAlchemy's greenlet bridge (``await_only``): SQLAlchemy's
+asyncio engine runs the dialect's sync code in a greenlet inside the calling task, whose
+context variables it shares — so the current txcache transaction, and the task that owns
+it, are the caller's.
 """
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from sqlalchemy.util import await_only
 
 from txcache._transaction import Params, ReadWriteTransaction, Transaction, current_transaction
 from txcache.aio._transaction import AsyncReadWriteTransaction, AsyncTransaction
 from txcache.errors import TransactionError
+from txcache.sqlalchemy._commits import COMMITTED, JOINED
+from txcache.sqlalchemy._cursor import Info, Results, TxcacheCursor
+from txcache.sqlalchemy._hstore import Hstore
 
-if TYPE_CHECKING:
-    from txcache._connect import Cache
-    from txcache.aio._connect import AsyncCache
-
-__all__ = [
-    "COMMITTED",
-    "AsyncTxcacheConnection",
-    "TxcacheConnection",
-    "TxcacheCursor",
-    "joined_commit_error",
-]
+__all__ = ["EngineTypes", "Facade"]
 
 log = logging.getLogger("txcache")
-
-COMMITTED = "txcache_transaction"
-"""The key of ``session.info`` under which a session's last own read/write transaction is
-kept once committed (its ``commit_timestamp`` is the token); :data:`JOINED` when its last
-commit only released a savepoint of a read/write block."""
-
-JOINED = "joined"
-"""``session.info[COMMITTED]`` after a commit inside a read/write block: the block's
-commit, not the session's, is the one a token names."""
 
 _savepoints = itertools.count(1)
 
 T = TypeVar("T", bound="Transaction | AsyncTransaction")
 
 
-def joined_commit_error() -> TransactionError:
-    """What ``commit_timestamp`` raises for a session whose last commit was inside a
-    read/write block."""
-    return TransactionError(
-        "this session's last commit was inside a `cache.read_write()` block, which commits "
-        "it: the block's commit_timestamp is the token"
-    )
+@dataclass
+class EngineTypes:
+    """What an engine's facades learn at its first connection, as the stock dialect's
+    ``initialize`` does: the database's hstore type (``None``: no extension)."""
+
+    hstore: Hstore | None = None
+    read: bool = False
 
 
-class _Info:
-    """What ``connection.info`` tells SQLAlchemy: only the transaction status is read (by
-    the dialect's isolation-level probe during its initialisation)."""
-
-    def __init__(self, status: TransactionStatus) -> None:
-        self.transaction_status = status
-
-
-class _Results:
-    """A statement's results held in memory (the dialect's initialisation statements, and
-    every result of the async facade: SQLAlchemy's result objects are not async)."""
-
-    def __init__(self, description: Any, rows: list[Any], rowcount: int) -> None:
-        self.description = description
-        self.rowcount = rowcount
-        self._rows = collections.deque(rows)
-
-    def fetchone(self) -> Any:
-        return self._rows.popleft() if self._rows else None
-
-    def fetchmany(self, size: int = 1) -> list[Any]:
-        return [self._rows.popleft() for _ in range(min(size, len(self._rows)))]
-
-    def fetchall(self) -> list[Any]:
-        rows = list(self._rows)
-        self._rows.clear()
-        return rows
-
-    def close(self) -> None:
-        self._rows.clear()
-
-
-class TxcacheCursor:
-    """A DBAPI cursor over :class:`TxcacheConnection`: ``execute`` runs the statement in the
-    connection's txcache transaction and keeps the cursor (or results) it returns."""
-
-    arraysize = 1
-    lastrowid = None
-
-    def __init__(self, connection: _Facade[Any]) -> None:
-        self._connection = connection
-        self._results: Any = None
-
-    @property
-    def description(self) -> Any:
-        """The result's columns (``None`` for a statement without rows)."""
-        return None if self._results is None else self._results.description
-
-    @property
-    def rowcount(self) -> int:
-        """The rows the last statement returned or changed (``-1`` before one ran)."""
-        return -1 if self._results is None else int(self._results.rowcount)
-
-    def execute(self, operation: str, parameters: Params = None) -> TxcacheCursor:
-        """Run ``operation`` in the connection's txcache transaction."""
-        self._results = self._connection.run(operation, parameters)
-        return self
-
-    def executemany(
-        self, operation: str, seq_of_parameters: Iterable[Sequence[Any] | Mapping[str, Any]]
-    ) -> None:
-        """Run ``operation`` once per parameter set."""
-        self._results = self._connection.run_many(operation, seq_of_parameters)
-
-    def fetchone(self) -> Any:
-        """The next row, or ``None``."""
-        return self._require().fetchone()
-
-    def fetchmany(self, size: int | None = None) -> list[Any]:
-        """The next ``size`` rows (``arraysize`` by default)."""
-        rows: list[Any] = self._require().fetchmany(self.arraysize if size is None else size)
-        return rows
-
-    def fetchall(self) -> list[Any]:
-        """Every row left."""
-        rows: list[Any] = self._require().fetchall()
-        return rows
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.fetchone, None)
-
-    def close(self) -> None:
-        """Drop the results."""
-        results, self._results = self._results, None
-        if results is not None:
-            results.close()
-
-    async def _async_soft_close(self) -> None:
-        """Nothing to do: SQLAlchemy's asyncio results call this to close a driver cursor
-        early, and the async facade's results are already in memory."""
-
-    def setinputsizes(self, sizes: Sequence[Any]) -> None:
-        """Ignored (DBAPI)."""
-
-    def setoutputsize(self, size: Any, column: Any = None) -> None:
-        """Ignored (DBAPI)."""
-
-    def nextset(self) -> NoReturn:
-        """Not supported: one statement's results at a time."""
-        raise psycopg.NotSupportedError("nextset() is not supported by txcache's DBAPI facade")
-
-    def _require(self) -> Any:
-        if self._results is None:
-            raise psycopg.ProgrammingError("no results: execute a statement first")
-        return self._results
-
-
-class _Facade(Generic[T]):
+class Facade(Generic[T]):
     """What the sync and the async facade share; ``T`` is the kind of txcache transaction
     their statements run in. Subclasses say how a transaction is entered, left and asked
     (directly, or awaited through SQLAlchemy's greenlet bridge)."""
@@ -200,20 +79,33 @@ class _Facade(Generic[T]):
     _kind: type[Transaction] | type[AsyncTransaction]
     _other_kind_error: str
 
-    def __init__(self, cache: Any) -> None:
+    def __init__(self, cache: Any, types: EngineTypes) -> None:
         self.cache = cache
+        self.types = types
         self.connecting = True
         """While SQLAlchemy's ``connect`` event runs: statements go to a plain connection
         (the module docstring)."""
         self.closed = False
         self.broken = False
         self.session_info: MutableMapping[str, Any] | None = None
-        """The ``info`` of the session that began its transaction on this connection, where
+        """The ``info`` of the session that began its transaction on this facade, where
         an own read/write transaction is handed once committed."""
+        self.connection_record: MutableMapping[str, Any] | None = None
+        """The record of the Core connection that began its transaction on this facade
+        (:func:`txcache.sqlalchemy._commits.connection_record`), handed the same."""
         self._isolation: str | None = None
         self._joined: T | None = None
         self._owned: T | None = None
         self._savepoint: str | None = None
+
+    def connected(self) -> None:
+        """The engine's ``connect`` event is over (the dialect initialised on the first
+        connection): read the engine's types if not yet read, then run statements in
+        txcache transactions."""
+        if not self.types.read:
+            self.types.hstore = self._read_hstore()
+            self.types.read = True
+        self.connecting = False
 
     # -- the DBAPI connection ---------------------------------------------------------------
 
@@ -280,10 +172,10 @@ class _Facade(Generic[T]):
         self.set_read_only(value)
 
     @property
-    def info(self) -> _Info:
+    def info(self) -> Info:
         """The transaction status, as far as SQLAlchemy asks it."""
         bound = self._owned is not None or self._joined is not None
-        return _Info(TransactionStatus.INTRANS if bound else TransactionStatus.IDLE)
+        return Info(TransactionStatus.INTRANS if bound else TransactionStatus.IDLE)
 
     def add_notice_handler(self, handler: Any) -> None:
         """Ignored: the pooled connections are shared, and handlers would pile up on them."""
@@ -302,12 +194,17 @@ class _Facade(Generic[T]):
         owned, joined, savepoint = self._unbind()
         if owned is not None:
             self._exit(owned, committing=True)  # raises if the commit failed
-            if self.session_info is not None:
-                self.session_info[COMMITTED] = owned
+            if isinstance(owned, ReadWriteTransaction | AsyncReadWriteTransaction) and owned.wrote:
+                self._hand(owned)  # one that wrote nothing keeps the last token
         elif joined is not None and savepoint is not None:
             self._on_savepoint(joined, f"RELEASE SAVEPOINT {savepoint}")
-            if self.session_info is not None:
-                self.session_info[COMMITTED] = JOINED
+            self._hand(JOINED)
+
+    def _hand(self, committed: Any) -> None:
+        """Tell the session and the Core connection what they committed last."""
+        for record in (self.session_info, self.connection_record):
+            if record is not None:
+                record[COMMITTED] = committed
 
     def rollback(self) -> None:
         """End the SQLAlchemy transaction undoing its work: roll back an own read/write
@@ -344,7 +241,9 @@ class _Facade(Generic[T]):
         if self.connecting:
             return self._run_plain(operation, parameters)
         transaction = self._transaction()
-        return self._results(transaction.execute(operation, parameters))
+        if self.types.hstore is not None:
+            operation, parameters = self.types.hstore.statement(operation, parameters)
+        return self._execute(transaction, operation, parameters)
 
     def run_many(
         self, operation: str, seq_of_parameters: Iterable[Sequence[Any] | Mapping[str, Any]]
@@ -352,12 +251,23 @@ class _Facade(Generic[T]):
         """Run ``operation`` once per parameter set: one pipeline in a read/write
         transaction; one by one, each checked, in a read-only one."""
         transaction = self._transaction()
+        if self.types.hstore is not None:
+            operation, seq_of_parameters = self.types.hstore.statements(
+                operation, seq_of_parameters
+            )
         if isinstance(transaction, ReadWriteTransaction | AsyncReadWriteTransaction):
             return self._results(transaction.executemany(operation, seq_of_parameters))
         results = None
         for parameters in seq_of_parameters:
-            results = self._results(transaction.execute(operation, parameters))
+            results = self._execute(transaction, operation, parameters)
         return results
+
+    def _execute(self, transaction: T, operation: str, parameters: Params) -> Any:
+        """Run one statement in ``transaction``; its results. With hstore in the database,
+        its columns are loaded as the stock dialect's connections load them."""
+        hstore = self.types.hstore
+        rows = None if hstore is None else hstore.row_factory
+        return self._results(transaction.execute(operation, parameters, row_factory=rows))
 
     def _transaction(self) -> T:
         """The txcache transaction of this SQLAlchemy transaction, bound at its first
@@ -411,83 +321,8 @@ class _Facade(Generic[T]):
     def _results(self, cursor: Any) -> Any:
         raise NotImplementedError
 
-    def _run_plain(self, operation: str, parameters: Params) -> _Results:
+    def _run_plain(self, operation: str, parameters: Params) -> Results:
         raise NotImplementedError
 
-
-class TxcacheConnection(_Facade[Transaction]):
-    """The DBAPI connection of :func:`txcache.sqlalchemy.create_engine`'s engine."""
-
-    _kind = Transaction
-    _other_kind_error = (
-        "this is a sync engine (txcache.sqlalchemy.create_engine) and the current "
-        "transaction is async: use create_async_engine and an AsyncSession in it"
-    )
-    cache: Cache
-
-    def _begin_own(self) -> Transaction:
-        return self.cache.read_write(isolation=self._isolation).begin_detached()
-
-    def _exit(self, transaction: Transaction, *, committing: bool) -> None:
-        transaction.end_detached(commit=committing)
-
-    def _on_savepoint(self, joined: Transaction, statement: str) -> None:
-        joined.execute(statement)
-
-    def _wait(self, value: Any) -> Any:
-        return value
-
-    def _results(self, cursor: Any) -> Any:
-        return cursor
-
-    def _run_plain(self, operation: str, parameters: Params) -> _Results:
-        with self.cache.pool.connection() as connection:
-            cursor = connection.execute(operation, parameters)
-            rows = cursor.fetchall() if cursor.description is not None else []
-            return _Results(cursor.description, rows, cursor.rowcount)
-
-
-class AsyncTxcacheConnection(_Facade[AsyncTransaction]):
-    """The DBAPI connection of :func:`txcache.sqlalchemy.create_async_engine`'s engine:
-    :class:`TxcacheConnection`'s behaviour, each round trip awaited through SQLAlchemy's
-    greenlet bridge in the calling task."""
-
-    _kind = AsyncTransaction
-    _other_kind_error = (
-        "this is an async engine (txcache.sqlalchemy.create_async_engine) and the current "
-        "transaction is sync: use create_engine and a Session in it"
-    )
-    cache: AsyncCache
-
-    def _begin_own(self) -> AsyncTransaction:
-        transaction = self.cache.read_write(isolation=self._isolation)
-        return await_only(transaction.begin_detached())
-
-    def _exit(self, transaction: AsyncTransaction, *, committing: bool) -> None:
-        await_only(transaction.end_detached(commit=committing))
-
-    def _on_savepoint(self, joined: AsyncTransaction, statement: str) -> None:
-        # Past the task check: SQLAlchemy 2.1 commits (`async with sessionmaker.begin()`)
-        # and closes (rolling back what was not committed) sessions in a task of its own,
-        # which the block's task waits for — the block's transaction is not used by two
-        # tasks at once. The session's statements themselves are checked.
-        await_only(joined._execute(statement, None, None))
-
-    def _wait(self, value: Any) -> Any:
-        return await_only(value)
-
-    def _results(self, cursor: Any) -> _Results:
-        # SQLAlchemy's results are read synchronously: fetch them all now, as its own
-        # asyncio adapters do.
-        cursor = await_only(cursor)
-        rows = await_only(cursor.fetchall()) if cursor.description is not None else []
-        return _Results(cursor.description, rows, cursor.rowcount)
-
-    def _run_plain(self, operation: str, parameters: Params) -> _Results:
-        return await_only(self._plain(operation, parameters))
-
-    async def _plain(self, operation: str, parameters: Params) -> _Results:
-        async with self.cache.pool.connection() as connection:
-            cursor = await connection.execute(operation, parameters)
-            rows = await cursor.fetchall() if cursor.description is not None else []
-            return _Results(cursor.description, rows, cursor.rowcount)
+    def _read_hstore(self) -> Hstore | None:
+        raise NotImplementedError

@@ -1,10 +1,11 @@
 """Engines and sessions whose statements run in txcache transactions (docs/sqlalchemy.md).
 
 An engine is SQLAlchemy's own, for its psycopg dialect, with a ``NullPool`` whose creator
-makes a :class:`~txcache.sqlalchemy._dbapi.TxcacheConnection` per checkout (cheap: it
+makes a :class:`~txcache.sqlalchemy._drivers.TxcacheConnection` per checkout (cheap: it
 holds no database connection; the txcache transaction does). The sessions are SQLAlchemy's,
 with one addition: the ``not_before`` token of the read/write transaction a session
-committed itself.
+committed itself (:mod:`txcache.sqlalchemy._commits`, which also keeps a Core
+connection's).
 """
 
 from __future__ import annotations
@@ -15,18 +16,19 @@ import sqlalchemy
 import sqlalchemy.orm
 from sqlalchemy import event
 from sqlalchemy.ext import asyncio as sqlalchemy_asyncio
+from sqlalchemy.ext.asyncio.session import _AsyncSessionContextManager
 from sqlalchemy.pool import NullPool
 
-from txcache._transaction import ReadWriteTransaction
+from txcache import _tokens as tokens
 from txcache.aio._transaction import AsyncReadWriteTransaction
-from txcache.sqlalchemy._dbapi import (
+from txcache.sqlalchemy._commits import (
     COMMITTED,
-    JOINED,
-    AsyncTxcacheConnection,
-    TxcacheConnection,
-    _Facade,
-    joined_commit_error,
+    commit_timestamp,
+    commit_timestamp_async,
+    connection_record,
 )
+from txcache.sqlalchemy._dbapi import EngineTypes, Facade
+from txcache.sqlalchemy._drivers import AsyncTxcacheConnection, TxcacheConnection
 
 if TYPE_CHECKING:
     from txcache._connect import Cache
@@ -49,7 +51,9 @@ _REFUSED = {
     "pool_pre_ping": "the connections are txcache's pooled ones, checked by its pool",
     "json_serializer": "the pooled connections are shared: use psycopg's defaults",
     "json_deserializer": "the pooled connections are shared: use psycopg's defaults",
-    "use_native_hstore": "hstore is parsed by SQLAlchemy (the pooled connections are shared)",
+    "native_inet_types": "the pooled connections are shared: use psycopg's defaults",
+    "use_native_hstore": "hstore is adapted by txcache as psycopg adapts it for SQLAlchemy",
+    "client_encoding": "the connections come from txcache's pool (its dsn setting)",
     "connect_args": "the connections come from txcache's pool (its dsn setting)",
 }
 
@@ -61,11 +65,30 @@ def _checked(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def _connected(dbapi_connection: Any, _record: Any) -> None:
-    """The pool's ``connect`` event, last of its listeners: the dialect's initialisation
-    (on the first connection) is over, and statements go to txcache transactions."""
-    if isinstance(dbapi_connection, _Facade):
-        dbapi_connection.connecting = False
+def _listen(engine: sqlalchemy.Engine) -> None:
+    """Hook the engine's facades to SQLAlchemy's events: the end of ``connect`` and a Core
+    connection's ``begin``."""
+    dialect = engine.dialect
+
+    def connected(dbapi_connection: Any, _record: Any) -> None:
+        # The pool's `connect` event, last of its listeners: the dialect initialised on the
+        # first connection. With hstore in the database the dialect leaves hstore values to
+        # the driver, as the stock dialect's initialize() decides — here to the facade,
+        # which adapts them per statement (txcache.sqlalchemy._hstore).
+        if isinstance(dbapi_connection, Facade):
+            dbapi_connection.connected()
+            dialect._has_native_hstore = dbapi_connection.types.hstore is not None  # type: ignore[attr-defined]
+
+    event.listen(engine.pool, "connect", connected)
+    event.listen(engine, "begin", _began)
+
+
+def _began(connection: sqlalchemy.Connection) -> None:
+    """A Core connection began a transaction: its facade hands what it commits to the
+    connection's record (:func:`txcache.sqlalchemy.commit_timestamp`)."""
+    facade = connection.connection.dbapi_connection
+    if isinstance(facade, Facade):
+        facade.connection_record = connection_record(connection)
 
 
 def create_engine(cache: Cache, **kwargs: Any) -> sqlalchemy.Engine:
@@ -75,14 +98,15 @@ def create_engine(cache: Cache, **kwargs: Any) -> sqlalchemy.Engine:
     of the connection's own, committed by ``commit()``. ``kwargs`` go to
     :func:`sqlalchemy.create_engine` (``echo=True``, ``isolation_level=`` for own
     read/write transactions, …); the pool and connection arguments are txcache's."""
+    types = EngineTypes()
     engine = sqlalchemy.create_engine(
         "postgresql+psycopg://",
-        creator=lambda: TxcacheConnection(cache),
+        creator=lambda: TxcacheConnection(cache, types),
         poolclass=NullPool,
-        use_native_hstore=False,
+        use_native_hstore=False,  # initialize() would register psycopg's adapters on the facade
         **_checked(kwargs),
     )
-    event.listen(engine.pool, "connect", _connected)
+    _listen(engine)
     return engine
 
 
@@ -90,14 +114,15 @@ def create_async_engine(cache: AsyncCache, **kwargs: Any) -> sqlalchemy_asyncio.
     """An :class:`sqlalchemy.ext.asyncio.AsyncEngine` (``postgresql+psycopg_async``) whose
     statements run in txcache transactions of the async ``cache``, as
     :func:`create_engine`'s do."""
+    types = EngineTypes()
     engine = sqlalchemy_asyncio.create_async_engine(
         "postgresql+psycopg_async://",
-        creator=lambda: AsyncTxcacheConnection(cache),
+        creator=lambda: AsyncTxcacheConnection(cache, types),
         poolclass=NullPool,
-        use_native_hstore=False,
+        use_native_hstore=False,  # as create_engine
         **_checked(kwargs),
     )
-    event.listen(engine.sync_engine.pool, "connect", _connected)
+    _listen(engine.sync_engine)
     return engine
 
 
@@ -108,17 +133,10 @@ class Session(sqlalchemy.orm.Session):
 
     @property
     def commit_timestamp(self) -> int | None:
-        """The token of the last read/write transaction this session committed itself
-        (``None``: it committed none, or it wrote nothing). Asks the agent, as
-        :attr:`txcache.ReadWriteTransaction.commit_timestamp` does. Raises
-        :class:`~txcache.TransactionError` when the last commit was inside a
-        ``cache.read_write()`` block: the block's token is the one to use."""
-        committed = self.info.get(COMMITTED)
-        if committed is None:
-            return None
-        if committed == JOINED or not isinstance(committed, ReadWriteTransaction):
-            raise joined_commit_error()
-        return committed.commit_timestamp
+        """The token of the last read/write transaction this session committed itself and
+        wrote in (``None``: none yet; a commit that wrote nothing keeps the last token).
+        :func:`txcache.sqlalchemy.commit_timestamp` of the session."""
+        return commit_timestamp(self)
 
 
 class AsyncSession(sqlalchemy_asyncio.AsyncSession):
@@ -128,14 +146,25 @@ class AsyncSession(sqlalchemy_asyncio.AsyncSession):
     sync_session_class = Session
 
     async def commit_timestamp(self) -> int | None:
-        """The token of the last read/write transaction this session committed itself:
-        :attr:`Session.commit_timestamp`, awaited (it may ask the agent)."""
-        committed = self.sync_session.info.get(COMMITTED)
-        if committed is None:
-            return None
-        if committed == JOINED or not isinstance(committed, AsyncReadWriteTransaction):
-            raise joined_commit_error()
-        return await committed.commit_timestamp()
+        """:attr:`Session.commit_timestamp`, awaited (it may ask the agent)."""
+        return await commit_timestamp_async(self)
+
+    def _maker_context_manager(self) -> _AsyncSessionContextManager[AsyncSession]:
+        """What ``async with async_sessionmaker.begin()`` enters: :class:`_Begun`."""
+        return _Begun(self)
+
+
+class _Begun(_AsyncSessionContextManager[AsyncSession]):
+    """``async with async_sessionmaker.begin()``: SQLAlchemy commits (and closes) the
+    session in a task of its own, whose context is a copy of the caller's — the write is
+    recorded for read-your-writes there (:mod:`txcache._tokens`), out of the caller's
+    reach. Once that task is over, the commit is recorded again in the caller's task."""
+
+    async def __aexit__(self, type_: Any, value: Any, traceback: Any) -> None:
+        await super().__aexit__(type_, value, traceback)
+        committed = self.async_session.sync_session.info.get(COMMITTED)
+        if isinstance(committed, AsyncReadWriteTransaction):  # a fresh session: its commit
+            tokens.record(committed)
 
 
 @event.listens_for(Session, "after_begin")
@@ -143,7 +172,7 @@ def _link(session: Session, _transaction: Any, connection: sqlalchemy.Connection
     """A session began its transaction on a connection: the facade under it hands its own
     committed read/write transaction to the session."""
     facade = connection.connection.dbapi_connection
-    if isinstance(facade, _Facade):
+    if isinstance(facade, Facade):
         facade.session_info = session.info
 
 

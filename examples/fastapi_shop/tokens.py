@@ -1,0 +1,101 @@
+"""Read-your-writes across requests, with one token per client.
+
+:class:`TokenMiddleware` gives each request a read-your-writes state of its own
+(``txcache._tokens``: what a context wrote, and the tokens it was handed) and joins to it
+the token the client sent — the ``X-Txcache-Token`` header or the ``txcache_token``
+cookie, the newer if both. Every read-only transaction the request creates is then no
+older than that token and than what the request itself wrote before it, with no
+``not_before`` passed by hand. A response to a request that wrote carries the newest token
+in the header and the cookie, whatever the write went through: an ORM session's commit, a
+Core connection's, several commits, the last of which wrote nothing.
+
+A token ahead of everything the database wrote — a cookie from before a restore, or from
+another deployment — is honoured as the library honours it: the request reads the newest
+state, and the library warns once per token.
+
+It is a pure ASGI middleware: the endpoint, its dependencies and the response's ``send``
+run in the request's task, so the writes they record are in the context it scoped (a
+Starlette ``BaseHTTPMiddleware`` runs the app in a task of its own, whose context it never
+sees). For the same reason the endpoints that write are ``async def``: FastAPI runs a
+``def`` endpoint in a worker thread, with a copy of the request's context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.datastructures import MutableHeaders
+from starlette.requests import HTTPConnection
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from txcache import _tokens
+
+TOKEN_HEADER = "X-Txcache-Token"
+"""The response header that carries the token, and the request header that hands it back."""
+
+TOKEN_COOKIE = "txcache_token"
+"""The cookie that carries the newest token a client got, for browsers."""
+
+
+class BadToken(ValueError):
+    """A request's token is not one (digits)."""
+
+
+def token_of(request: HTTPConnection) -> int | None:
+    """The newest token the request carries (header or cookie), if any."""
+    found: list[int] = []
+    for raw in (request.headers.get(TOKEN_HEADER), request.cookies.get(TOKEN_COOKIE)):
+        if raw is None:
+            continue
+        if not raw.isdigit():
+            raise BadToken(f"{TOKEN_HEADER} must be a txcache token (digits)")
+        found.append(int(raw))
+    return max(found, default=None)
+
+
+class TokenMiddleware:
+    """Each HTTP request in a read-your-writes state of its own, joined with the client's
+    token; the newest token back to a client whose request wrote (the module docstring).
+    ``database`` names the database the app's cache writes to (its DSN: tokens are
+    positions in one database's WAL), from the request's scope."""
+
+    def __init__(self, app: ASGIApp, *, database: Callable[[Scope], str]) -> None:
+        self.app = app
+        self.database = database
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        try:
+            carried = token_of(HTTPConnection(scope))
+        except BadToken as error:
+            await JSONResponse({"detail": str(error)}, status_code=400)(scope, receive, send)
+            return
+        database = self.database(scope)
+        with _tokens.scope():
+            _tokens.advance(database, carried)
+            handed = _tokens.written()
+
+            async def send_with_token(message: Message) -> None:
+                if message["type"] == "http.response.start" and _tokens.written() is not handed:
+                    # The request wrote (its state changed): the newest token, which covers
+                    # the client's too — a response never hands a client an older one.
+                    token = await _tokens.floor_async(database)
+                    if token is not None:
+                        give(message, token)
+                await send(message)
+
+            await self.app(scope, receive, send_with_token)
+
+
+def give(message: Message, token: int) -> None:
+    """Put ``token`` in a response's header and cookie (``message``: its start)."""
+    headers = MutableHeaders(scope=message)
+    headers[TOKEN_HEADER] = str(token)
+    cookie = Response()
+    cookie.set_cookie(TOKEN_COOKIE, str(token), httponly=True, samesite="lax")
+    for name, value in cookie.raw_headers:
+        if name == b"set-cookie":
+            headers.append("set-cookie", value.decode("latin-1"))
