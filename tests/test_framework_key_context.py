@@ -77,3 +77,25 @@ def test_a_context_value_without_a_canonical_form_is_refused(zone: list[str]):
 
     with pytest.raises(txcache.UnsupportedArgument, match="<zone>"):
         f.key(1)
+
+
+@txcache.cacheable
+def zone_label() -> str:
+    """Depends on every registered key context."""
+    return "label"
+
+
+@txcache.cacheable(independent_of={"zone"})
+def claims_independence() -> str:
+    """Declared independent of "zone", but calls a function that is not."""
+    return zone_label()
+
+
+def test_a_call_that_depends_on_a_context_refuses_an_outer_function_declared_independent(
+    zone: list[str], lib
+):
+    lib.caught_up()
+    lib.fresh_pins()
+    with lib.cache.read_only(staleness=60):
+        with pytest.raises(txcache.UncacheableQuery, match="declared independent of the key"):
+            claims_independence()

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, ca
 
 from txcache._config import Settings
 from txcache._frame import Frame
-from txcache._keys import CallKeys
+from txcache._keys import CallKeys, undeclared_dependency
 from txcache._nodes import CacheNode, Hit, Miss
 from txcache._read_only_core import ReadOnlyCore
+from txcache._sql import UncacheableQuery
 from txcache._stats import FunctionStats
 from txcache._transaction import ReadOnlyTransaction, Transaction, current_transaction
 from txcache.errors import NoTransaction, TransactionError
@@ -172,6 +173,8 @@ class CacheableBase(Generic[P, R]):
         by the call's key in every session context: an invalidation reaches them all)."""
         cache = transaction.cache
         assert transaction.context is not None, "a cacheable call in an uncached transaction"
+        if transaction.frames:
+            self._check_declared(transaction.frames)
         key = self.keys.key(args, kwargs, cache.settings, transaction.context.digest)
         manual_tag = None
         if self.manual_invalidation:
@@ -180,6 +183,20 @@ class CacheableBase(Generic[P, R]):
             key = hashlib.blake2b(key, digest_size=len(key), person=b"no_consistency").digest()
         assert cache.ring is not None
         return key, cache.ring.node_for(key), manual_tag
+
+    def _check_declared(self, frames: list[Frame]) -> None:
+        """Refuse a call whose key names a key context that a function being computed
+        around it is declared independent of: that function's result depends on it."""
+        found = undeclared_dependency(
+            ((frame.function, frame.independent_of) for frame in frames), self.keys.independent_of
+        )
+        if found is not None:
+            outer, context = found
+            raise UncacheableQuery(
+                f"{outer} is declared independent of the key context {context!r}, but calls "
+                f"{self.keys.name}, whose result depends on it: leave {context!r} out of "
+                f"{outer}'s independent_of, or declare {self.keys.name} independent of it too"
+            )
 
     def _hit_value(self, transaction: ReadOnlyCore[Any], found: Hit, started: float) -> R | Miss:
         """The value of an accepted hit, recorded in every frame; a value that fails the
@@ -202,7 +219,7 @@ class CacheableBase(Generic[P, R]):
 
     def _open_frame(self, transaction: ReadOnlyCore[Any], manual_tag: str | None) -> Frame:
         """A frame for a miss's run, on the transaction's stack."""
-        frame = Frame()
+        frame = Frame(self.keys.name, self.keys.independent_of)
         transaction.frames.append(frame)
         if manual_tag is not None:  # callers' results depend on this call's too
             for each in transaction.frames:

@@ -17,9 +17,14 @@ class Frame:
     """The cache reads (intersected interval), the tags and the database snapshot of one
     cacheable call in progress."""
 
-    __slots__ = ("hi", "lo", "snapshot", "tags")
+    __slots__ = ("function", "hi", "independent_of", "lo", "snapshot", "tags")
 
-    def __init__(self) -> None:
+    def __init__(self, function: str = "", independent_of: frozenset[str] = frozenset()) -> None:
+        self.function = function
+        """The qualified name of the function being computed."""
+        self.independent_of = independent_of
+        """The key contexts its keys leave out (``@cacheable(independent_of=...)``): what it
+        computes must not depend on them."""
         self.lo = 0
         """The largest ``lo`` of the cached values read."""
         self.hi: int | None = None

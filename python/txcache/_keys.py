@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from txcache._arguments import encode_argument
@@ -54,6 +54,21 @@ def register_key_context(name: str, read: Callable[[], Any]) -> None:
 def key_context_names() -> frozenset[str]:
     """The names registered so far."""
     return frozenset(_key_contexts)
+
+
+def undeclared_dependency(
+    names: Iterable[tuple[str, frozenset[str]]], independent_of: frozenset[str]
+) -> tuple[str, str] | None:
+    """A key context a call depends on (every registered one not in ``independent_of``)
+    that a function being computed around it (``names``: each one's name and declared
+    independence) says its result does not depend on: ``(function, context)``, or
+    ``None``. The outer result would depend on it through the call's."""
+    if not _key_contexts:
+        return None
+    for function, declared in names:
+        for context in declared.intersection(_key_contexts).difference(independent_of):
+            return function, context
+    return None
 
 
 class CallKeys:
@@ -98,6 +113,11 @@ class CallKeys:
         self._code_hashes: dict[tuple[str, ...] | None, bytes] = {}
         self._prefixes: dict[tuple[str, tuple[str, ...] | None], bytes] = {}
         self._last: tuple[object, bytes] = (_NOT_YET, b"")  # (settings, prefix), one object
+
+    @property
+    def independent_of(self) -> frozenset[str]:
+        """The key contexts this function's keys leave out."""
+        return self._independent_of
 
     def prefix(self, settings: Settings | None = None) -> bytes:
         """What every key of this function starts from under ``settings`` (``None``: no

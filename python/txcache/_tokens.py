@@ -24,13 +24,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from txcache._connect import Cache
+from typing import Any, Protocol
 
 __all__ = [
     "Pending",
@@ -61,14 +58,14 @@ class _Elsewhere:
     """Writes committed outside the library: any WAL position taken after them covers
     them."""
 
-    cache: Cache
-    """Whose ``timestamp()`` is asked."""
+    timestamp: Callable[[], int]
+    """A sync cache's ``timestamp()``, or what calls it."""
 
     def settled_timestamp(self) -> int | None:
-        return self.cache.timestamp()
+        return self.timestamp()
 
     async def settled_timestamp_async(self) -> int | None:
-        return await asyncio.to_thread(self.cache.timestamp)
+        return await asyncio.to_thread(self.timestamp)
 
 
 @dataclass(frozen=True)
@@ -106,15 +103,14 @@ def record(commit: Any) -> None:
         _with(database, _State(_of(database).token, commit))
 
 
-def wrote_elsewhere(cache: Cache) -> None:
+def wrote_elsewhere(database: str, timestamp: Callable[[], int]) -> None:
     """A write committed in this context outside any txcache transaction (an integration's
-    own connection, on the database of the sync ``cache``): the context's later reads must
-    see it. Recorded once per run of such writes: the position asked afterwards covers them
-    all."""
-    database = cache.settings.dsn
+    own connection) on ``database`` (a cache's DSN): the context's later reads must see it.
+    ``timestamp`` — a sync cache's ``timestamp()``, the WAL position — is called only when
+    a read needs the token, once per run of such writes: that position covers them all."""
     state = _of(database)
     if not isinstance(state.pending, _Elsewhere):
-        _with(database, _State(state.token, _Elsewhere(cache)))
+        _with(database, _State(state.token, _Elsewhere(timestamp)))
 
 
 def advance(database: str, token: int | None) -> None:

@@ -20,7 +20,7 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from django.conf import settings
@@ -34,7 +34,7 @@ from txcache._transaction import ReadOnlyTransaction, ReadWriteTransaction
 from txcache.errors import ConfigurationError, TransactionError
 
 if TYPE_CHECKING:
-    from txcache._connect import Cache
+    pass
 
 __all__ = [
     "DJANGO_KEYS",
@@ -294,20 +294,6 @@ def _read_settings(chosen: TxcacheSettings) -> Settings:
     return _settings
 
 
-@dataclass(frozen=True)
-class _Unconnected:
-    """The process's cache as read-your-writes needs it for a write on Django's own
-    connection (:func:`txcache._tokens.wrote_elsewhere`): its settings, whose DSN names
-    the database, and :meth:`timestamp`, which connects it only when a read-only
-    transaction of the context needs the token (``manage.py migrate`` never does)."""
-
-    settings: Settings
-
-    def timestamp(self) -> int:
-        """The cache's :meth:`~txcache.Cache.timestamp`."""
-        return get_cache().timestamp()
-
-
 def wrote_on_own_connection() -> None:
     """Django's own connection of ``TXCACHE["DATABASE"]`` committed a write in this
     context: its later read-only transactions — and the token the middleware hands the
@@ -317,7 +303,8 @@ def wrote_on_own_connection() -> None:
         chosen = cache_settings()
     except (ImproperlyConfigured, ConfigurationError):
         return  # no cache can be made from these settings: no read of it will follow
-    tokens.wrote_elsewhere(cast("Cache", _Unconnected(chosen)))
+    # The cache connects only when a read of the context needs the token (migrate never).
+    tokens.wrote_elsewhere(chosen.dsn, lambda: get_cache().timestamp())
 
 
 def database_alias() -> str:

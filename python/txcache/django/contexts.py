@@ -20,15 +20,14 @@ A declaration the ORM can prove wrong is refused (:func:`refuse_undeclared`): a 
 compiled while a function declared independent of ``"timezone"`` is being computed, that
 converts to the active time zone raises :class:`~txcache.UncacheableQuery` — its result
 would be stored under a key without the zone and served in every other. Nothing else is
-detectable: the language reaches no query Django compiles, and Python code that reads
-either (``localtime()``, ``gettext``) leaves no trace in SQL.
+detectable here: the language reaches no query Django compiles, and Python code that reads
+either (``localtime()``, ``gettext``) leaves no trace in SQL. (A cacheable call whose key
+names a context, made inside a function declared independent of it, the library refuses
+itself.)
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from types import FrameType
 from typing import Any
 
 from django.conf import settings
@@ -37,7 +36,6 @@ from django.db.models.functions.datetime import TimezoneMixin
 from django.utils import timezone, translation
 
 import txcache
-from txcache._cacheable import CacheableFunction
 from txcache._read_only_core import ReadOnlyCore
 from txcache._sql import UncacheableQuery
 from txcache._transaction import current_transaction
@@ -48,11 +46,6 @@ TIMEZONE = "timezone"
 """The key context of the active time zone (its name)."""
 LANGUAGE = "language"
 """The key context of the active language (its code)."""
-
-# The library's method that computes a miss, whose frame on the stack holds the function:
-# how the functions being computed are found (until the library's frames name them).
-_COMPUTING = CacheableFunction._run.__code__
-
 
 def register() -> None:
     """Make the active time zone and language part of every cacheable call's key."""
@@ -68,10 +61,10 @@ def refuse_undeclared(node: Any) -> None:
     current = current_transaction()
     if not isinstance(current, ReadOnlyCore) or not current.frames:
         return  # no result being computed: nothing stored under a key
-    for function in _computing():
-        if TIMEZONE in function.keys._independent_of:
+    for frame in current.frames:
+        if TIMEZONE in frame.independent_of:
             raise UncacheableQuery(
-                f"{function.keys.name} is declared independent of the key context "
+                f"{frame.function} is declared independent of the key context "
                 f"'{TIMEZONE}', but its query converts to the active time zone "
                 f"({timezone.get_current_timezone_name()}): {type(node).__name__} of a "
                 "DateTimeField without tzinfo= (a __date, __hour … lookup, Trunc, Extract) "
@@ -87,13 +80,3 @@ def _converts_to_active_zone(node: Any) -> bool:
         return False
     source = getattr(node, "lhs", None)
     return isinstance(getattr(source, "output_field", None), DateTimeField)
-
-
-def _computing() -> Iterator[CacheableFunction[Any, Any]]:
-    """The cacheable functions being computed in this thread, innermost first: a query's
-    result reaches every one of them."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is _COMPUTING:
-            yield frame.f_locals["self"]
-        frame = frame.f_back
