@@ -96,6 +96,8 @@ def test_a_call_that_depends_on_a_context_refuses_an_outer_function_declared_ind
 ):
     lib.caught_up()
     lib.fresh_pins()
-    with lib.cache.read_only(staleness=60):
-        with pytest.raises(txcache.UncacheableQuery, match="declared independent of the key"):
-            claims_independence()
+    with (
+        lib.cache.read_only(staleness=60),
+        pytest.raises(txcache.UncacheableQuery, match="declared independent of the key"),
+    ):
+        claims_independence()

@@ -384,7 +384,10 @@ class Catalog:
         if relation.persistence == "u":
             return f"unlogged table {what} (its changes are not decoded)"
         if relation.row_security:
-            return f"table {what} has row-level security (its policies may read session state no key names)"
+            return (
+                f"table {what} has row-level security (its policies may read session state "
+                "no key names)"
+            )
         return None
 
     def ddl_problem(self, relation: Relation) -> str | None:
