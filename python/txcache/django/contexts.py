@@ -47,6 +47,7 @@ TIMEZONE = "timezone"
 LANGUAGE = "language"
 """The key context of the active language (its code)."""
 
+
 def register() -> None:
     """Make the active time zone and language part of every cacheable call's key."""
     txcache.register_key_context(TIMEZONE, timezone.get_current_timezone_name)
