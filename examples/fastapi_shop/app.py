@@ -76,7 +76,7 @@ def create_app(*, staleness: float | None = None) -> FastAPI:
             await cache.close()
 
     app = FastAPI(title="txcache shop", lifespan=lifespan)
-    app.add_middleware(TokenMiddleware, database=_database)
+    app.add_middleware(TokenMiddleware, cache=_cache)
     app.include_router(router)
     app.add_exception_handler(txcache.SnapshotUnavailable, _retry_later)
     return app
@@ -92,10 +92,10 @@ async def prepare(sessions: async_sessionmaker[txsa.AsyncSession]) -> None:
         await session.commit()
 
 
-def _database(scope: Scope) -> str:
-    """The database the app writes to (its cache's DSN), for the tokens."""
+def _cache(scope: Scope) -> AsyncCache:
+    """The app's cache, for the tokens."""
     shop: Shop = scope["app"].state.shop
-    return shop.cache.settings.dsn
+    return shop.cache
 
 
 async def _retry_later(_request: Request, error: Exception) -> JSONResponse:

@@ -1,13 +1,13 @@
 """Read-your-writes across requests, with one token per client.
 
-:class:`TokenMiddleware` gives each request a read-your-writes state of its own
-(``txcache._tokens``: what a context wrote, and the tokens it was handed) and joins to it
-the token the client sent — the ``X-Txcache-Token`` header or the ``txcache_token``
-cookie, the newer if both. Every read-only transaction the request creates is then no
-older than that token and than what the request itself wrote before it, with no
-``not_before`` passed by hand. A response to a request that wrote carries the newest token
-in the header and the cookie, whatever the write went through: an ORM session's commit, a
-Core connection's, several commits, the last of which wrote nothing.
+:class:`TokenMiddleware` runs each request in ``cache.request_scope()``: a
+read-your-writes state of its own — what it writes, and the token the client sent (the
+``X-Txcache-Token`` header or the ``txcache_token`` cookie, the newer if both). Every
+read-only transaction the request creates is then no older than that token and than what
+the request itself wrote before it, with no ``not_before`` passed by hand. A response to a
+request that wrote carries the newest token (``cache.written_token()``) in the header and
+the cookie, whatever the write went through: an ORM session's commit, a Core connection's,
+several commits, the last of which wrote nothing.
 
 A token ahead of everything the database wrote — a cookie from before a restore, or from
 another deployment — is honoured as the library honours it: the request reads the newest
@@ -29,7 +29,7 @@ from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from txcache import _tokens
+from txcache import AsyncCache
 
 TOKEN_HEADER = "X-Txcache-Token"
 """The response header that carries the token, and the request header that hands it back."""
@@ -57,12 +57,11 @@ def token_of(request: HTTPConnection) -> int | None:
 class TokenMiddleware:
     """Each HTTP request in a read-your-writes state of its own, joined with the client's
     token; the newest token back to a client whose request wrote (the module docstring).
-    ``database`` names the database the app's cache writes to (its DSN: tokens are
-    positions in one database's WAL), from the request's scope."""
+    ``cache`` gives the app's cache, from the request's scope."""
 
-    def __init__(self, app: ASGIApp, *, database: Callable[[Scope], str]) -> None:
+    def __init__(self, app: ASGIApp, *, cache: Callable[[Scope], AsyncCache]) -> None:
         self.app = app
-        self.database = database
+        self.cache = cache
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -73,17 +72,15 @@ class TokenMiddleware:
         except BadToken as error:
             await JSONResponse({"detail": str(error)}, status_code=400)(scope, receive, send)
             return
-        database = self.database(scope)
-        with _tokens.scope():
-            _tokens.advance(database, carried)
-            handed = _tokens.written()
+        cache = self.cache(scope)
+        with cache.request_scope(not_before=carried):
 
             async def send_with_token(message: Message) -> None:
-                if message["type"] == "http.response.start" and _tokens.written() is not handed:
-                    # The request wrote (its state changed): the newest token, which covers
-                    # the client's too — a response never hands a client an older one.
-                    token = await _tokens.floor_async(database)
-                    if token is not None:
+                if message["type"] == "http.response.start":
+                    # The newest token, which covers the client's too: a response never
+                    # hands a client an older one, and one that wrote nothing hands none.
+                    token = await cache.written_token()
+                    if token is not None and token != carried:
                         give(message, token)
                 await send(message)
 
