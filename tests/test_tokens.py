@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 import txcache
+from txcache import _protocol as protocol
+from txcache._resp import ReplyError
 
 
 @txcache.cacheable
@@ -58,3 +60,21 @@ def test_a_timestamp_is_not_before_the_last_commit_timestamp(lib):
         tx.execute("UPDATE items SET price = price WHERE id = 1")
     assert tx.commit_timestamp is not None
     assert lib.cache.timestamp() >= tx.commit_timestamp
+
+
+def test_a_transaction_that_only_locked_rows_has_its_token_at_once(lib):
+    """It has a transaction id, but the stream decodes no commit of it: the agent says so
+    once its stream passed the position read after the commit (a heartbeat later), rather
+    than let the library wait out its timeout."""
+    lib.fresh_pins()
+    with lib.cache.read_write() as tx:
+        tx.execute("SELECT * FROM items WHERE id = 1 FOR UPDATE")
+    assert tx.xid is not None
+    after = tx._after
+    assert after is not None
+    with (
+        protocol.connect(lib.agent_address, timeout=70) as agent,
+        pytest.raises(ReplyError, match="NOTDECODED"),  # not TIMEOUT, a minute later
+    ):
+        agent.run(protocol.commit_lsn(tx.xid, timeout_ms=60_000, upto=after))
+    assert tx.commit_timestamp == after

@@ -215,10 +215,12 @@ class AgentClient(AgentState):
             self.refresh()
         return pin
 
-    def commit_lsn(self, xid: int, timeout: float = 5.0) -> int | None:
+    def commit_lsn(self, xid: int, timeout: float = 5.0, upto: int | None = None) -> int | None:
         """The commit LSN of transaction ``xid``, once decoded; ``None`` if the agent cannot
-        say within ``timeout`` seconds."""
-        lsn = self.endpoint.run(protocol.commit_lsn(xid, timeout_ms=max(1, int(timeout * 1000))))
+        say within ``timeout`` seconds, or (``upto``: a WAL position at or after the commit)
+        as soon as its stream passed ``upto`` without it."""
+        timeout_ms = max(1, int(timeout * 1000))
+        lsn = self.endpoint.run(protocol.commit_lsn(xid, timeout_ms=timeout_ms, upto=upto))
         if lsn is None or isinstance(lsn, ReplyError):
             return None
         return lsn

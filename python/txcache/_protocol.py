@@ -283,10 +283,14 @@ def _pin(reply: Sequence[Any]) -> Pin:
     return Pin(int(ts), snapshot_id.decode(), int(current_as_of) / _MICROS, snapshot_text)
 
 
-def commit_lsn(xid: int, *, timeout_ms: int = 5000) -> Command[int]:
-    """``COMMITLSN xid timeout_ms``: the commit LSN of transaction ``xid``, once decoded
-    (the agent answers ``-TIMEOUT`` if not within ``timeout_ms``)."""
-    return Command(("COMMITLSN", xid, timeout_ms), int)
+def commit_lsn(xid: int, *, timeout_ms: int = 5000, upto: int | None = None) -> Command[int]:
+    """``COMMITLSN xid timeout_ms [upto]``: the commit LSN of transaction ``xid``, once
+    decoded (the agent answers ``-TIMEOUT`` if not within ``timeout_ms``, and
+    ``-NOTDECODED`` once its stream passed ``upto`` without it)."""
+    arguments = (
+        ("COMMITLSN", xid, timeout_ms) if upto is None else ("COMMITLSN", xid, timeout_ms, upto)
+    )
+    return Command(arguments, int)
 
 
 class CatalogVersion(NamedTuple):

@@ -48,6 +48,7 @@ import psycopg
 from psycopg.rows import RowFactory, tuple_row
 
 from txcache import _tokens as tokens
+from txcache._lsn import WAL_POSITION
 from txcache._nodes import CacheNode, Hit, Interval, Miss
 from txcache._pinset import Pin
 from txcache._read_only_core import (
@@ -260,11 +261,13 @@ class Transaction:
 # IMMEDIATE fires the pending deferred triggers now rather than inside COMMIT, so a write of
 # theirs assigns the id before it is read (their outcome is the same). A held (WITH HOLD)
 # cursor is still run to its end by COMMIT, and can write then: the flag says there is one.
+# The WAL position after it is at or after the commit record: a token for the commit when
+# the stream decodes none (it only locked rows, or wrote nothing published).
 COMMIT = (
     "SET CONSTRAINTS ALL IMMEDIATE; "
     "SELECT pg_current_xact_id_if_assigned()::text, "
     "EXISTS (SELECT FROM pg_cursors WHERE is_holdable); "
-    "COMMIT"
+    f"COMMIT; {WAL_POSITION}"
 )
 
 
@@ -297,13 +300,16 @@ class CommitRecord:
         self._committed = False
         self._timestamp: int | None = None
         self._commit_may_write = False  # COMMIT ran a held cursor: it may have written
+        self._after: int | None = None  # the WAL position after the commit
 
-    def _record_commit(self, row: tuple[Any, ...] | None) -> None:
-        """``COMMIT``'s ``SELECT`` row: the transaction id, and whether a held cursor ran.
-        A commit that wrote becomes the context's read-your-writes floor
-        (:mod:`txcache._tokens`)."""
+    def _record_commit(self, row: tuple[Any, ...] | None, after: tuple[Any, ...] | None) -> None:
+        """:data:`COMMIT`'s rows: the transaction id and whether a held cursor ran, and the
+        WAL position after the commit. A commit that wrote becomes the context's
+        read-your-writes floor (:mod:`txcache._tokens`)."""
         assert row is not None
+        assert after is not None
         xid, holds_cursors = row
+        self._after = int(after[0])
         self.xid = None if xid is None else int(xid)
         self._committed = True
         self._commit_may_write = self.xid is None and bool(holds_cursors)
@@ -322,6 +328,12 @@ class CommitRecord:
     async def settled_timestamp_async(self) -> int | None:
         """The commit timestamp, from a coroutine."""
         raise NotImplementedError
+
+    def _after_commit(self) -> int:
+        """The WAL position read right after the commit: at or after it, so a token for it
+        when the agent has no commit LSN (sound, possibly newer than needed)."""
+        assert self._after is not None
+        return self._after
 
     def _timestamp_to_ask(self) -> bool:
         """Whether the commit timestamp is still to be asked (it wrote, and it is not known
@@ -404,7 +416,10 @@ class ReadWriteTransaction(CommitRecord, Transaction):
         """``COMMIT``: fire deferred triggers, read the transaction id, commit."""
         cursor = connection.execute(COMMIT)
         cursor.nextset()  # past SET CONSTRAINTS, to the SELECT
-        self._record_commit(cursor.fetchone())
+        row = cursor.fetchone()
+        cursor.nextset()  # to COMMIT
+        cursor.nextset()  # to the WAL position
+        self._record_commit(row, cursor.fetchone())
 
     @property
     def commit_timestamp(self) -> int | None:
@@ -415,7 +430,7 @@ class ReadWriteTransaction(CommitRecord, Transaction):
         at or after the commit stands in (just as safe, possibly newer than needed)."""
         if self._timestamp_to_ask():
             lsn = self._commit_lsn()
-            self._timestamp = lsn if lsn is not None else self.cache.timestamp()
+            self._timestamp = lsn if lsn is not None else self._after_commit()
         return self._timestamp
 
     def settled_timestamp(self) -> int | None:
@@ -431,7 +446,7 @@ class ReadWriteTransaction(CommitRecord, Transaction):
         agent = self.cache.agent
         if self.xid is None or agent is None:
             return None
-        return agent.commit_lsn(self.xid, timeout=1.0)
+        return agent.commit_lsn(self.xid, timeout=1.0, upto=self._after)
 
 
 class _ResultCursor(psycopg.Cursor[Row]):

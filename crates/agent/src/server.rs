@@ -1,19 +1,21 @@
 //! The agent's RESP endpoint for libraries: pins and read-your-writes.
 //!
-//! Commands (docs/protocol.md, "Agent commands"): `PINS`, `PIN`, `COMMITLSN xid [timeout_ms]`,
+//! Commands (docs/protocol.md, "Agent commands"): `PINS`, `PIN`,
+//! `COMMITLSN xid [timeout_ms [upto]]`,
 //! `TAGCOLUMNS`, `BARRIER`, `DATABASE`, `STATUS`, `PING`, `AUTH`, `QUIT`.
 
 use crate::database::DatabaseIdentity;
 use crate::fanout::Fanout;
 use crate::metrics::{self, StreamStats};
 use crate::pincushion::{Pin, Pincushion};
-use crate::tracker::{CatalogVersion, StreamTracker};
+use crate::tracker::{CatalogVersion, CommitWait, StreamTracker};
 use bytes::{Bytes, BytesMut};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use txcache_model::Timestamp;
 use txcache_resp::{encode, Limits, RequestDecoder};
 
 /// Longest a `COMMITLSN` may wait.
@@ -167,8 +169,8 @@ async fn execute(
             Ok(pin) => encode_pin(out, &pin),
             Err(error) => encode::error(out, &format!("ERR PIN: {error:#}")),
         },
-        (b"COMMITLSN", [xid, rest @ ..]) if rest.len() <= 1 => {
-            commit_lsn(endpoint, xid, rest.first(), out).await
+        (b"COMMITLSN", [xid, rest @ ..]) if rest.len() <= 2 => {
+            commit_lsn(endpoint, xid, rest.first(), rest.get(1), out).await
         }
         (b"STATUS", []) => {
             encode::bulk(out, metrics::status(&metrics::collect(endpoint)).as_bytes())
@@ -225,7 +227,13 @@ fn encode_pin(out: &mut BytesMut, pin: &Pin) {
     encode::bulk(out, pin.snapshot.as_bytes());
 }
 
-async fn commit_lsn(endpoint: &Endpoint, xid: &[u8], timeout: Option<&Bytes>, out: &mut BytesMut) {
+async fn commit_lsn(
+    endpoint: &Endpoint,
+    xid: &[u8],
+    timeout: Option<&Bytes>,
+    upto: Option<&Bytes>,
+    out: &mut BytesMut,
+) {
     let parse = |bytes: &[u8]| {
         std::str::from_utf8(bytes)
             .ok()
@@ -243,9 +251,20 @@ async fn commit_lsn(endpoint: &Endpoint, xid: &[u8], timeout: Option<&Bytes>, ou
     let Some(wait) = wait else {
         return encode::error(out, "ERR COMMITLSN: timeout must be milliseconds");
     };
+    let upto = match upto.map(|bytes| parse(bytes)) {
+        None => None,
+        Some(Some(position)) => Some(Timestamp(position)),
+        Some(None) => {
+            return encode::error(
+                out,
+                "ERR COMMITLSN: upto must be a WAL position (an integer)",
+            )
+        }
+    };
     // Logical decoding reports 32-bit xids: compare the low half of the caller's xid8.
-    match endpoint.tracker.commit_lsn(xid as u32, wait.min(MAX_WAIT)).await {
-        Some(lsn) => encode::integer(out, i64::try_from(lsn.0).unwrap_or(i64::MAX)),
-        None => encode::error(out, "TIMEOUT the commit was not decoded in time (did the transaction write to a tracked table?)"),
+    match endpoint.tracker.commit_lsn(xid as u32, wait.min(MAX_WAIT), upto).await {
+        CommitWait::Decoded(lsn) => encode::integer(out, i64::try_from(lsn.0).unwrap_or(i64::MAX)),
+        CommitWait::Passed => encode::error(out, "NOTDECODED the stream passed the position given without the commit: the transaction changed nothing it decodes"),
+        CommitWait::TimedOut => encode::error(out, "TIMEOUT the commit was not decoded in time (did the transaction write to a tracked table?)"),
     }
 }

@@ -257,25 +257,71 @@ impl StreamTracker {
         }
     }
 
-    /// Waits until the commit of transaction `xid` (its low 32 bits) is decoded; its LSN,
-    /// or `None` after `timeout`.
-    pub async fn commit_lsn(&self, xid: u32, timeout: Duration) -> Option<Timestamp> {
+    /// Waits until the commit of transaction `xid` (its low 32 bits) is decoded: its LSN;
+    /// [`CommitWait::Passed`] once the stream decoded everything below `upto` (a position at
+    /// or after the commit) without it — the transaction changed nothing the stream
+    /// decodes (it only locked rows, or wrote unpublished tables); [`CommitWait::TimedOut`]
+    /// after `timeout`.
+    pub async fn commit_lsn(
+        &self,
+        xid: u32,
+        timeout: Duration,
+        upto: Option<Timestamp>,
+    ) -> CommitWait {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let notified = self.changed.notified();
-            if let Some(lsn) = self.lock().xids.get(&xid) {
-                return Some(*lsn);
+            {
+                let state = self.lock();
+                if let Some(lsn) = state.xids.get(&xid) {
+                    return CommitWait::Decoded(*lsn);
+                }
+                if upto.is_some_and(|upto| state.decoded >= upto) {
+                    return CommitWait::Passed;
+                }
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return None;
+                return CommitWait::TimedOut;
             }
         }
     }
 }
 
+/// What waiting for a transaction's commit gave ([`StreamTracker::commit_lsn`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitWait {
+    /// Its commit LSN.
+    Decoded(Timestamp),
+    /// The stream passed the position given without decoding it.
+    Passed,
+    /// Neither within the time given.
+    TimedOut,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_commit_the_stream_passed_without_decoding_is_told_at_once() {
+        let tracker = StreamTracker::new(Timestamp(100), 0);
+        tracker.commit(Timestamp(500), 7, WallClock(1));
+        let wait = Duration::from_secs(60);
+        let found = tracker.commit_lsn(7, wait, Some(Timestamp(520))).await;
+        assert_eq!(found, CommitWait::Decoded(Timestamp(500)));
+        tracker.heartbeat(Timestamp(900), WallClock(2));
+        let passed = tracker.commit_lsn(8, wait, Some(Timestamp(880))).await;
+        assert_eq!(passed, CommitWait::Passed);
+        let short = Duration::from_millis(10);
+        assert_eq!(
+            tracker.commit_lsn(8, short, Some(Timestamp(950))).await,
+            CommitWait::TimedOut
+        );
+        assert_eq!(
+            tracker.commit_lsn(8, short, None).await,
+            CommitWait::TimedOut
+        );
+    }
 
     fn tables(columns: &[&str]) -> Vec<(String, Vec<String>)> {
         let columns = columns.iter().map(|column| column.to_string()).collect();
@@ -306,7 +352,8 @@ mod tests {
             "a fence below the old position is not decoded yet"
         );
         assert_eq!(tracker.progress().commit, Timestamp(299));
-        assert_eq!(tracker.commit_lsn(7, Duration::from_millis(1)).await, None);
+        let waited = tracker.commit_lsn(7, Duration::from_millis(1), None).await;
+        assert_eq!(waited, CommitWait::TimedOut);
     }
 
     #[test]

@@ -69,10 +69,13 @@ class AsyncAgentClient(AgentState):
             await self.refresh()
         return pin
 
-    async def commit_lsn(self, xid: int, timeout: float = 5.0) -> int | None:
-        """The commit LSN of transaction ``xid``, once decoded; ``None`` if the agent cannot
-        say within ``timeout`` seconds."""
-        command = protocol.commit_lsn(xid, timeout_ms=max(1, int(timeout * 1000)))
+    async def commit_lsn(
+        self, xid: int, timeout: float = 5.0, upto: int | None = None
+    ) -> int | None:
+        """The commit LSN of transaction ``xid``, once decoded
+        (:meth:`txcache._agent.AgentClient.commit_lsn`)."""
+        timeout_ms = max(1, int(timeout * 1000))
+        command = protocol.commit_lsn(xid, timeout_ms=timeout_ms, upto=upto)
         lsn = await self.endpoint.run(command)
         if lsn is None or isinstance(lsn, ReplyError):
             return None

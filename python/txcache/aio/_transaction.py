@@ -311,7 +311,10 @@ class AsyncReadWriteTransaction(CommitRecord, AsyncTransaction):
             if action == "commit":
                 cursor = await connection.execute(COMMIT)
                 cursor.nextset()  # past SET CONSTRAINTS, to the SELECT
-                self._record_commit(await cursor.fetchone())
+                row = await cursor.fetchone()
+                cursor.nextset()  # to COMMIT
+                cursor.nextset()  # to the WAL position
+                self._record_commit(row, await cursor.fetchone())
             elif action == "rollback":
                 await connection.execute("ROLLBACK")
                 if committing:  # the block caught a failed statement and went on
@@ -336,6 +339,6 @@ class AsyncReadWriteTransaction(CommitRecord, AsyncTransaction):
         if self._timestamp_to_ask():
             lsn = None
             if self.xid is not None and self.cache.agent is not None:
-                lsn = await self.cache.agent.commit_lsn(self.xid, timeout=1.0)
-            self._timestamp = lsn if lsn is not None else await self.cache.timestamp()
+                lsn = await self.cache.agent.commit_lsn(self.xid, timeout=1.0, upto=self._after)
+            self._timestamp = lsn if lsn is not None else self._after_commit()
         return self._timestamp
