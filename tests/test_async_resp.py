@@ -29,12 +29,17 @@ def test_many_tasks_share_one_connection_and_get_their_own_replies(start_node: S
     node_process = start_node("--max-memory", "16mb")
 
     async def body() -> None:
-        node = AsyncCacheNode(node_process.address)
-        replies = await asyncio.gather(*(node.call("ECHO", f"task {i}") for i in range(500)))
-        assert replies == [f"task {i}".encode() for i in range(500)]
-        with redis.Redis(host=node_process.host, port=node_process.port, protocol=2) as client:
-            assert info(client, "clients")["connected_clients"] == 2  # ours and this one
-        node.close()
+        # A generous timeout: on a loaded machine the first connect may take a while, and a
+        # node marked down answers None.
+        node = AsyncCacheNode(node_process.address, timeout=30)
+        try:
+            calls = (node.call("ECHO", f"task {i}") for i in range(500))
+            replies = await asyncio.gather(*calls)
+            assert replies == [f"task {i}".encode() for i in range(500)]
+            with redis.Redis(host=node_process.host, port=node_process.port, protocol=2) as c:
+                assert info(c, "clients")["connected_clients"] == 2  # ours and this one
+        finally:
+            node.close()
 
     asyncio.run(body())
 
