@@ -13,62 +13,16 @@
 //! cluster or timeline), is rewound (`TXREWIND`): its versioned entries are dropped.
 
 use crate::connect::connect_sql;
-use crate::metrics::NodeCounts;
-use crate::node_link::{encode_heartbeat, encode_invalidation, NodeLink};
-use crate::stream::database_position;
-use bytes::BytesMut;
+use crate::database;
+use crate::message::StreamMessage;
+use crate::node_link::NodeLink;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use txcache_model::{Invalidation, Timestamp, WallClock};
-
-/// One message of the stream to the nodes.
-#[derive(Clone, Debug)]
-pub enum StreamMessage {
-    /// A committed write transaction.
-    Invalidate(Arc<Invalidation>),
-    /// Every commit up to `ts` has been sent.
-    Heartbeat {
-        /// The position reached.
-        ts: Timestamp,
-        /// Wall-clock time at which that position was current.
-        time: WallClock,
-    },
-}
-
-impl StreamMessage {
-    /// The message's position in the stream.
-    pub fn ts(&self) -> Timestamp {
-        match self {
-            StreamMessage::Invalidate(invalidation) => invalidation.ts,
-            StreamMessage::Heartbeat { ts, .. } => *ts,
-        }
-    }
-
-    /// The message's wall-clock time.
-    pub fn time(&self) -> WallClock {
-        match self {
-            StreamMessage::Invalidate(invalidation) => invalidation.commit_time,
-            StreamMessage::Heartbeat { time, .. } => *time,
-        }
-    }
-
-    /// Whether it carries a commit (not a heartbeat).
-    pub fn is_commit(&self) -> bool {
-        matches!(self, StreamMessage::Invalidate(_))
-    }
-
-    /// Appends the node command carrying this message.
-    pub fn encode(&self, out: &mut BytesMut) {
-        match self {
-            StreamMessage::Invalidate(invalidation) => encode_invalidation(out, invalidation),
-            StreamMessage::Heartbeat { ts, time } => encode_heartbeat(out, *ts, *time),
-        }
-    }
-}
+use txcache_model::{Timestamp, WallClock};
 
 /// The buffer no longer holds every message after a node's position.
 #[derive(Debug)]
@@ -163,6 +117,25 @@ pub struct LinkSettings {
     pub spacing: Duration,
     /// The database, read again before a node is rewound.
     pub dsn: String,
+}
+
+/// One node's delivery, read at one moment.
+#[derive(Clone, Debug, Default)]
+pub struct NodeCounts {
+    /// `host:port`, as given to `--node`: the series' label.
+    pub address: String,
+    /// Whether its task is connected now.
+    pub connected: bool,
+    /// The stream position delivered to it.
+    pub position: u64,
+    /// Commits delivered to it.
+    pub delivered_commits: u64,
+    /// Connections made to it.
+    pub connections: u64,
+    /// Resets sent to it.
+    pub resets: u64,
+    /// Rewinds sent to it.
+    pub rewinds: u64,
 }
 
 /// What the stream task knows of one node.
@@ -348,7 +321,7 @@ async fn still_past_database(
     position: Timestamp,
 ) -> anyhow::Result<bool> {
     let sql = connect_sql(dsn, "txcache-agent position check").await?;
-    fanout.set_database_position(database_position(&sql).await?);
+    fanout.set_database_position(database::position(&sql).await?);
     Ok(fanout.is_past_database(position))
 }
 

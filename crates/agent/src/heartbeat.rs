@@ -8,7 +8,7 @@
 
 use crate::assemble::unix_micros_now;
 use crate::connect::connect_sql;
-use crate::metrics::StreamStats;
+use crate::stream_stats::StreamStats;
 use pgwire_replication::Lsn;
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,16 +3,18 @@
 use anyhow::Context as _;
 use clap::Parser;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Instant;
+use txcache_agent::cmd::Endpoint;
 use txcache_agent::config::Config;
 use txcache_agent::fanout::{Fanout, LinkSettings};
-use txcache_agent::metrics::{self, StreamStats};
+use txcache_agent::metrics::{self, Sources};
 use txcache_agent::pincushion::{PinSettings, Pincushion};
-use txcache_agent::server::{self, Endpoint};
-use txcache_agent::stream::{database_history, database_position, floor_xid, slot_state, Stream};
+use txcache_agent::stream::Stream;
+use txcache_agent::stream_stats::StreamStats;
 use txcache_agent::tracker::StreamTracker;
-use txcache_agent::{connect::connect_sql, database, heartbeat, shared_catalog};
+use txcache_agent::{connect::connect_sql, database, heartbeat, server, shared_catalog};
 
 fn main() -> anyhow::Result<()> {
     let config = Config::parse();
@@ -32,15 +34,15 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let started = Instant::now();
     // Check the database once up front, so a wrong setting fails loudly at start.
     let sql = connect_sql(&config.dsn, "txcache-agent").await?;
-    let slot = slot_state(&sql, &config.slot).await?;
+    let slot = database::slot_state(&sql, &config.slot).await?;
     // Transactions running now may have committed below the resume point without being
     // visible yet: pins wait until they are seen finished (certify.rs, the floor).
-    let pending_xid = floor_xid(&sql).await?;
+    let pending_xid = database::floor_xid(&sql).await?;
     let tracker = Arc::new(StreamTracker::new(slot.confirmed, pending_xid));
     let fanout = Fanout::new(&config.nodes, slot.confirmed, config.replay_buffer);
     // Before any node connects: a node past this position is past the database.
-    fanout.set_database_position(database_position(&sql).await?);
-    fanout.follow_history(&database_history(&sql).await?, slot.confirmed);
+    fanout.set_database_position(database::position(&sql).await?);
+    fanout.follow_history(&database::history(&sql).await?, slot.confirmed);
     let database = database::identity(&sql).await?;
     drop(sql);
     fanout.spawn_nodes(LinkSettings {
@@ -68,17 +70,22 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {} (try --listen)", config.listen))?;
     tracing::info!(address = %listener.local_addr()?, nodes = config.nodes.len(), slot = %config.slot, "txcache-agent listening");
-    let endpoint = Endpoint {
-        connections: std::sync::atomic::AtomicUsize::new(0),
-        pincushion,
+    let clients = Arc::new(AtomicUsize::new(0));
+    let sources = Arc::new(Sources {
+        started,
+        clients: Arc::clone(&clients),
+        stream: Arc::clone(&stream_stats),
         tracker: Arc::clone(&tracker),
         fanout: Arc::clone(&fanout),
-        stream: Arc::clone(&stream_stats),
-        started,
-        password: config.password.clone(),
+        pincushion: Arc::clone(&pincushion),
+    });
+    let endpoint = Arc::new(Endpoint {
+        pincushion,
+        tracker: Arc::clone(&tracker),
         database,
-    };
-    let endpoint = Arc::new(endpoint);
+        password: config.password.clone(),
+        metrics: Arc::clone(&sources),
+    });
     if let Some(port) = config.metrics_port {
         let address = SocketAddr::new(config.listen.ip(), port);
         let metrics_listener = tokio::net::TcpListener::bind(address)
@@ -87,11 +94,10 @@ async fn run(config: Config) -> anyhow::Result<()> {
                 format!("cannot listen for metrics on {address} (try --metrics-port)")
             })?;
         tracing::info!(address = %metrics_listener.local_addr()?, "metrics at /metrics");
-        let endpoint = Arc::clone(&endpoint);
-        let render = move || metrics::REGISTRY.prometheus(&metrics::collect(&endpoint));
+        let render = move || metrics::REGISTRY.prometheus(&metrics::collect(&sources));
         tokio::spawn(txcache_metrics::http::serve(metrics_listener, render));
     }
-    tokio::spawn(server::run(listener, endpoint));
+    tokio::spawn(server::run(listener, endpoint, clients));
     tokio::select! {
         () = Stream::new(config, fanout, tracker, stream_stats).run() => Ok(()),
         signal = shutdown_signal() => {

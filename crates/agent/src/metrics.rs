@@ -1,120 +1,22 @@
 //! The agent's one metrics table, read by both `STATUS` and the Prometheus endpoint.
 //!
-//! Each part counts what it does where it does it (the stream and heartbeat tasks in
-//! [`StreamStats`], each node task in its `NodeState`, the pinner in `PinStats`); [`collect`]
-//! takes one [`Reading`] of all of them, and [`REGISTRY`] declares every metric once
+//! Each part counts what it does where it does it (the server its connections, the stream
+//! and heartbeat tasks in [`StreamStats`], each node task in its `NodeState`, the pinner in
+//! `PinStats`); [`collect`] takes one [`Reading`] of all of them from their [`Sources`] — the
+//! parts themselves, so this module depends on them and none of them on it — and
+//! [`REGISTRY`] declares every metric once
 //! (section, name, kind, help, how to read it). `STATUS` lists the rows without a label,
 //! `GET /metrics` (`--metrics-port`) all of them with the prefix `txcache_agent_`.
 
-use crate::server::Endpoint;
+use crate::fanout::{Fanout, NodeCounts};
+use crate::pincushion::{PinCounts, Pincushion};
+use crate::stream_stats::{StreamCounts, StreamStats};
+use crate::tracker::StreamTracker;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 use txcache_metrics::{Kind, Metric, Registry};
-use txcache_model::Timestamp;
-
-/// Positions and events of the stream, kept by the stream and heartbeat tasks.
-#[derive(Debug, Default)]
-pub struct StreamStats {
-    /// The end of the last record the stream received: everything below it is decoded.
-    position: AtomicU64,
-    /// The database's WAL position when last measured (each heartbeat written).
-    database_position: AtomicU64,
-    reconnects: AtomicU64,
-    slot_recreations: AtomicU64,
-    database_changes: AtomicU64,
-}
-
-impl StreamStats {
-    /// A session resumes at `position` (the slot's confirmed position). It may be below what
-    /// the previous session reached: the stream decodes that stretch again.
-    pub fn resume_at(&self, position: Timestamp) {
-        self.position.store(position.0, Ordering::Relaxed);
-    }
-
-    /// The stream has decoded everything below `end`.
-    pub fn decoded(&self, end: Timestamp) {
-        self.position.fetch_max(end.0, Ordering::Relaxed);
-    }
-
-    /// The database's WAL reached `position` (measured just now).
-    pub fn database_at(&self, position: Timestamp) {
-        self.database_position.store(position.0, Ordering::Relaxed);
-    }
-
-    /// A replication session ended or could not start; another is attempted.
-    pub fn count_reconnect(&self) {
-        self.reconnects.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The slot was lost and recreated.
-    pub fn count_slot_recreation(&self) {
-        self.slot_recreations.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The database's positions went back or its history changed.
-    pub fn count_database_change(&self) {
-        self.database_changes.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn read(&self) -> StreamCounts {
-        // Destructured whole: a field added above is a compile error here until it is read.
-        let Self {
-            position,
-            database_position,
-            reconnects,
-            slot_recreations,
-            database_changes,
-        } = self;
-        let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
-        StreamCounts {
-            position: load(position),
-            database_position: load(database_position),
-            reconnects: load(reconnects),
-            slot_recreations: load(slot_recreations),
-            database_changes: load(database_changes),
-        }
-    }
-}
-
-/// [`StreamStats`] read at one moment.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct StreamCounts {
-    position: u64,
-    database_position: u64,
-    reconnects: u64,
-    slot_recreations: u64,
-    database_changes: u64,
-}
-
-/// One node's delivery, read at one moment.
-#[derive(Clone, Debug, Default)]
-pub struct NodeCounts {
-    /// `host:port`, as given to `--node`: the series' label.
-    pub address: String,
-    /// Whether its task is connected now.
-    pub connected: bool,
-    /// The stream position delivered to it.
-    pub position: u64,
-    /// Commits delivered to it.
-    pub delivered_commits: u64,
-    /// Connections made to it.
-    pub connections: u64,
-    /// Resets sent to it.
-    pub resets: u64,
-    /// Rewinds sent to it.
-    pub rewinds: u64,
-}
-
-/// The pinner's counters, read at one moment.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PinCounts {
-    /// Pins certified clean.
-    pub certified: u64,
-    /// Snapshots discarded as unclean.
-    pub unclean: u64,
-    /// Snapshots discarded below the floor.
-    pub below_floor: u64,
-}
 
 /// Everything the agent measures, read at one moment: what [`REGISTRY`]'s rows read from.
 #[derive(Clone, Debug, Default)]
@@ -131,20 +33,38 @@ pub struct Reading {
     pin_counts: PinCounts,
 }
 
+/// The parts the agent's metrics are read from, each counting its own: the server its
+/// connections, the stream and heartbeat tasks [`StreamStats`], the tracker what was decoded,
+/// the fan-out each node's delivery, the pincushion its pins.
+pub struct Sources {
+    /// When the agent started, for `uptime_in_seconds`.
+    pub started: Instant,
+    /// Library connections open now, counted by the server.
+    pub clients: Arc<AtomicUsize>,
+    /// The stream's positions and events.
+    pub stream: Arc<StreamStats>,
+    /// The stream's record: the newest commit and heartbeat.
+    pub tracker: Arc<StreamTracker>,
+    /// Node delivery.
+    pub fanout: Arc<Fanout>,
+    /// The pins and their certification counters.
+    pub pincushion: Arc<Pincushion>,
+}
+
 /// Reads everything the agent measures now.
-pub fn collect(endpoint: &Endpoint) -> Reading {
-    let progress = endpoint.tracker.progress();
+pub fn collect(sources: &Sources) -> Reading {
+    let progress = sources.tracker.progress();
     Reading {
-        uptime_seconds: endpoint.started.elapsed().as_secs(),
-        clients: endpoint.connections.load(Ordering::Relaxed) as u64,
-        stream: endpoint.stream.read(),
+        uptime_seconds: sources.started.elapsed().as_secs(),
+        clients: sources.clients.load(Ordering::Relaxed) as u64,
+        stream: sources.stream.read(),
         commit_position: progress.commit.0,
         heartbeat_position: progress.heartbeat.0,
-        nodes_connected: endpoint.fanout.connected_nodes() as u64,
-        delivered_everywhere: endpoint.fanout.delivered_everywhere().0,
-        nodes: endpoint.fanout.node_counts(),
-        pins: endpoint.pincushion.pin_count() as u64,
-        pin_counts: endpoint.pincushion.stats.read(),
+        nodes_connected: sources.fanout.connected_nodes() as u64,
+        delivered_everywhere: sources.fanout.delivered_everywhere().0,
+        nodes: sources.fanout.node_counts(),
+        pins: sources.pincushion.pin_count() as u64,
+        pin_counts: sources.pincushion.stats.read(),
     }
 }
 

@@ -1,11 +1,12 @@
 //! A RESP connection from the agent to one cache node.
 
+use crate::message::StreamMessage;
 use anyhow::{bail, Context as _};
 use bytes::BytesMut;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use txcache_model::{Invalidation, Timestamp, WallClock};
+use txcache_model::{Timestamp, WallClock};
 use txcache_resp::{encode, Frame, Limits};
 
 /// How long a node may take to answer before the link is considered dead.
@@ -89,7 +90,7 @@ impl NodeLink {
     }
 
     /// Sends a batch of stream messages pipelined, then reads every reply.
-    pub async fn deliver(&mut self, batch: &[crate::fanout::StreamMessage]) -> anyhow::Result<()> {
+    pub async fn deliver(&mut self, batch: &[StreamMessage]) -> anyhow::Result<()> {
         for message in batch {
             message.encode(&mut self.output);
         }
@@ -131,21 +132,4 @@ impl NodeLink {
             }
         }
     }
-}
-
-/// Appends `TXINVALIDATE ts commit_time tag…`.
-pub fn encode_invalidation(out: &mut BytesMut, invalidation: &Invalidation) {
-    let (ts, time) = (
-        invalidation.ts.0.to_string(),
-        invalidation.commit_time.0.to_string(),
-    );
-    let mut parts: Vec<&[u8]> = vec![b"TXINVALIDATE", ts.as_bytes(), time.as_bytes()];
-    parts.extend(invalidation.tags.iter().map(|tag| tag.as_str().as_bytes()));
-    encode::request(out, &parts);
-}
-
-/// Appends `TXHEARTBEAT ts commit_time`.
-pub fn encode_heartbeat(out: &mut BytesMut, ts: Timestamp, time: WallClock) {
-    let (ts, time) = (ts.0.to_string(), time.0.to_string());
-    encode::request(out, &[b"TXHEARTBEAT", ts.as_bytes(), time.as_bytes()]);
 }

@@ -12,7 +12,6 @@
 use crate::assemble::unix_micros_now;
 use crate::certify::{Certification, Snapshot};
 use crate::connect::{connect_sql, SqlSession};
-use crate::metrics::PinCounts;
 use crate::tracker::StreamTracker;
 use anyhow::{bail, Context as _};
 use pgwire_replication::Lsn;
@@ -87,6 +86,17 @@ impl PinStats {
             below_floor: below_floor.load(Ordering::Relaxed),
         }
     }
+}
+
+/// The pinner's counters, read at one moment.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PinCounts {
+    /// Pins certified clean.
+    pub certified: u64,
+    /// Snapshots discarded as unclean.
+    pub unclean: u64,
+    /// Snapshots discarded below the floor.
+    pub below_floor: u64,
 }
 
 type FreshRequest = oneshot::Sender<anyhow::Result<Pin>>;

@@ -10,13 +10,14 @@
 
 use crate::assemble::{unix_micros_from_postgres, Assembler};
 use crate::catalog::Catalog;
-use crate::certify::Snapshot;
 use crate::config::Config;
 use crate::connect::{connect_sql, replication_config, SqlSession};
-use crate::fanout::{Fanout, StreamMessage};
+use crate::database;
+use crate::fanout::Fanout;
 use crate::heartbeat::HEARTBEAT_PREFIX;
-use crate::metrics::StreamStats;
+use crate::message::StreamMessage;
 use crate::pincushion::FENCE_PREFIX;
+use crate::stream_stats::StreamStats;
 use crate::tracker::StreamTracker;
 use anyhow::{bail, Context as _};
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
@@ -31,134 +32,8 @@ pub const DDL_PREFIX: &str = "txcache-ddl";
 /// line, invalidated at the commit of the transaction that wrote them.
 pub const INVALIDATE_PREFIX: &str = "txcache-invalidate";
 
-/// The commit LSN of the newest transaction with a DDL notice among the changes the slot
-/// holds before `$2`: pgoutput's COMMIT carries it in bytes 2–9.
-const REPLAYED_DDL_QUERY: &str = "
-    WITH changes AS (
-        SELECT xid, data FROM pg_logical_slot_peek_binary_changes($1, $2::text::pg_lsn, NULL,
-            'proto_version', '1', 'publication_names', $3, 'messages', 'true'))
-    SELECT max(('x' || encode(substring(data FROM 3 FOR 8), 'hex'))::bit(64)::bigint)
-    FROM changes
-    WHERE get_byte(data, 0) = ascii('C') AND xid IN (
-        SELECT xid FROM changes WHERE get_byte(data, 0) = ascii('M')
-          AND position(convert_to($4, 'UTF8') || '\\x00'::bytea IN data) > 0)";
-
 /// How often the slot is acknowledged.
 const ACK_INTERVAL: Duration = Duration::from_millis(100);
-
-/// How often a wait for a DDL's visibility is logged.
-const VISIBILITY_WARNING: Duration = Duration::from_secs(5);
-
-/// Where the slot stands.
-#[derive(Debug)]
-pub struct SlotState {
-    /// `confirmed_flush_lsn`: the stream resumes here.
-    pub confirmed: Timestamp,
-    /// `wal_status`: `lost` means WAL it needed is gone.
-    pub lost: bool,
-}
-
-/// Reads the slot's state, with a clear error when it does not exist.
-pub async fn slot_state(sql: &SqlSession, slot: &str) -> anyhow::Result<SlotState> {
-    let row = sql
-        .client
-        .query_opt(
-            "SELECT confirmed_flush_lsn::text, coalesce(wal_status, ''), plugin::text
-             FROM pg_replication_slots WHERE slot_name = $1",
-            &[&slot],
-        )
-        .await?;
-    let Some(row) = row else {
-        bail!("replication slot {slot:?} does not exist: run `txcache setup --dsn …` first");
-    };
-    let plugin: Option<String> = row.get(2);
-    if plugin.as_deref() != Some("pgoutput") {
-        bail!("replication slot {slot:?} uses plugin {plugin:?}, not pgoutput");
-    }
-    let confirmed: Option<String> = row.get(0);
-    let confirmed = confirmed.map_or(Ok(Lsn::from_u64(0)), |text| Lsn::parse(&text))?;
-    let status: String = row.get(1);
-    Ok(SlotState {
-        confirmed: Timestamp(confirmed.as_u64()),
-        lost: status == "lost",
-    })
-}
-
-/// The database's WAL insert position now.
-pub async fn database_position(sql: &SqlSession) -> anyhow::Result<Timestamp> {
-    let text: String = sql
-        .client
-        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
-        .await?
-        .get(0);
-    Ok(Timestamp(Lsn::parse(&text)?.as_u64()))
-}
-
-/// The database history the stream follows: the cluster's system identifier and the timeline
-/// WAL is written on now, as `system_identifier:timeline`. A failover or a restore to a new
-/// timeline changes the timeline; another cluster changes the identifier.
-pub async fn database_history(sql: &SqlSession) -> anyhow::Result<String> {
-    let row = sql
-        .client
-        .query_one(
-            "SELECT system_identifier::text, pg_walfile_name(pg_current_wal_insert_lsn()) \
-             FROM pg_control_system()",
-            &[],
-        )
-        .await?;
-    let (system, segment): (String, String) = (row.get(0), row.get(1));
-    // A WAL segment's name starts with its timeline, 8 hex digits.
-    let timeline = segment
-        .get(..8)
-        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
-        .with_context(|| format!("unexpected WAL segment name {segment:?}"))?;
-    Ok(format!("{system}:{timeline}"))
-}
-
-/// A transaction id at least as new as every one running now: commits below the stream's
-/// start position may not be visible until they have all finished (the certification floor,
-/// `certify.rs`). A snapshot's in-progress list would not do: its `xmax` is one past the
-/// latest *completed* xid, so transactions with newer xids run unlisted. A new xid is newer
-/// than every one assigned before it (it costs one xid and an empty commit).
-pub async fn floor_xid(sql: &SqlSession) -> anyhow::Result<u64> {
-    let text: String = sql
-        .client
-        .query_one("SELECT pg_current_xact_id()::text", &[])
-        .await?
-        .get(0);
-    text.parse()
-        .with_context(|| format!("unexpected transaction id {text:?}"))
-}
-
-/// The snapshot a new statement would take now.
-async fn current_snapshot(sql: &SqlSession) -> anyhow::Result<Snapshot> {
-    let text: String = sql
-        .client
-        .query_one("SELECT pg_current_snapshot()::text", &[])
-        .await?
-        .get(0);
-    Ok(Snapshot::parse(&text)?)
-}
-
-/// Waits until the decoded commit of `xid` is visible to new snapshots. A commit record is
-/// decoded before its transaction leaves the in-progress list (docs/agent.md, "Decisions"), so
-/// a catalog read in between misses what a DDL changed. Visibility is permanent once reached.
-async fn wait_until_visible(sql: &SqlSession, xid: u32) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let mut next_warning = VISIBILITY_WARNING;
-    loop {
-        let snapshot = current_snapshot(sql).await?;
-        if snapshot.sees(snapshot.widen(xid)) {
-            return Ok(());
-        }
-        if started.elapsed() >= next_warning {
-            tracing::warn!(xid, waited = ?started.elapsed(),
-                "a DDL transaction is decoded as committed but not yet visible (held in a synchronous-replication wait?): the stream waits for it, because the tag columns it brought cannot be read before");
-            next_warning += VISIBILITY_WARNING;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
 
 /// The decoding side of the agent.
 pub struct Stream {
@@ -216,14 +91,14 @@ impl Stream {
 
     async fn run_session(&mut self) -> anyhow::Result<()> {
         let sql = connect_sql(&self.config.dsn, "txcache-agent catalog").await?;
-        let slot = slot_state(&sql, &self.config.slot).await?;
+        let slot = database::slot_state(&sql, &self.config.slot).await?;
         if slot.lost {
             self.recreate_lost_slot(&sql).await?;
             return Ok(());
         }
-        let database = database_position(&sql).await?;
+        let database = database::position(&sql).await?;
         self.fanout.set_database_position(database);
-        let history = database_history(&sql).await?;
+        let history = database::history(&sql).await?;
         let went_back = database < self.fanout.newest();
         let changed = self.fanout.history().filter(|old| **old != *history);
         if went_back {
@@ -237,7 +112,8 @@ impl Stream {
         }
         if went_back || changed.is_some() {
             self.stats.count_database_change();
-            self.tracker.restart(slot.confirmed, floor_xid(&sql).await?);
+            self.tracker
+                .restart(slot.confirmed, database::floor_xid(&sql).await?);
         }
         // A new history restarts the buffer at the slot too.
         self.fanout.follow_history(&history, slot.confirmed);
@@ -282,7 +158,7 @@ impl Stream {
             .refresh(&sql.client)
             .await
             .context("reading tag columns")?;
-        let read_at = database_position(sql).await?;
+        let read_at = database::position(sql).await?;
         if first_reading {
             let coarse_below = self.replayed_schema_change(sql, read_at).await;
             self.assembler.tag_coarsely_below(coarse_below.0);
@@ -301,17 +177,17 @@ impl Stream {
     /// the commits up to it were made under a catalog the first reading may not show. Zero
     /// when there is none; `read_at` itself when the slot cannot be peeked at (sound, coarser).
     async fn replayed_schema_change(&self, sql: &SqlSession, read_at: Timestamp) -> Timestamp {
-        let upto = Lsn::from_u64(read_at.0).to_string();
         let config = &self.config;
-        let found = sql
-            .client
-            .query_one(
-                REPLAYED_DDL_QUERY,
-                &[&config.slot, &upto, &config.publication, &DDL_PREFIX],
-            )
-            .await;
+        let found = database::newest_replayed_message_commit(
+            sql,
+            &config.slot,
+            &config.publication,
+            read_at,
+            DDL_PREFIX,
+        )
+        .await;
         match found {
-            Ok(row) => Timestamp(row.get::<_, Option<i64>>(0).map_or(0, |lsn| lsn as u64 + 1)),
+            Ok(commit) => commit.map_or(Timestamp::ZERO, |lsn| Timestamp(lsn.0 + 1)),
             Err(error) => {
                 tracing::warn!(error = %error, "could not look for schema changes in the replayed stream; commits below the catalog reading are tagged coarsely");
                 read_at
@@ -409,7 +285,7 @@ impl Stream {
         // The new catalog version is published before any node hears of the DDL: a library
         // that sees a node past the DDL finds the tag columns it brought (TAGCOLUMNS).
         if committed.changed_schema {
-            wait_until_visible(sql, committed.xid).await?;
+            database::wait_until_visible(sql, committed.xid).await?;
             self.catalog
                 .refresh(&sql.client)
                 .await
@@ -418,7 +294,7 @@ impl Stream {
             // The reading may include DDL committed after this one (the stream lags): it
             // applies from where it was read, not from this commit, so that no snapshot
             // between the two derives tags from columns the writes before it lacked.
-            let read_at = database_position(sql).await?;
+            let read_at = database::position(sql).await?;
             self.tracker
                 .schema_changed(read_at.max(Timestamp(lsn)), self.catalog.published());
         }
@@ -473,18 +349,9 @@ impl Stream {
     async fn recreate_lost_slot(&mut self, sql: &SqlSession) -> anyhow::Result<()> {
         tracing::error!(slot = %self.config.slot,
             "REPLICATION SLOT LOST: PostgreSQL removed WAL the agent had not read (raise max_slot_wal_keep_size, or keep the agent running). Recreating the slot and resetting every cache node.");
-        sql.client
-            .execute("SELECT pg_drop_replication_slot($1)", &[&self.config.slot])
-            .await?;
-        let row = sql
-            .client
-            .query_one(
-                "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
-                &[&self.config.slot],
-            )
-            .await?;
-        let position = Timestamp(Lsn::parse(row.get::<_, &str>(0))?.as_u64());
-        self.tracker.restart(position, floor_xid(sql).await?);
+        let position = database::recreate_slot(sql, &self.config.slot).await?;
+        self.tracker
+            .restart(position, database::floor_xid(sql).await?);
         self.fanout.declare_gap(position);
         self.stats.count_slot_recreation();
         Ok(())

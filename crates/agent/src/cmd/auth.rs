@@ -1,0 +1,41 @@
+//! `AUTH [user] password`: the agent has one password (`--password`), and no users.
+
+use super::{Args, CommandError, Endpoint, Session};
+use bytes::BytesMut;
+use txcache_resp::encode;
+
+/// `AUTH`'s arguments: the last one is the password; a user name before it, as Redis
+/// clients send, is ignored.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Auth {
+    /// The password given.
+    pub password: Vec<u8>,
+}
+
+impl Auth {
+    /// Reads `[user …] password`.
+    pub fn parse(args: &mut Args<'_>) -> Result<Self, CommandError> {
+        let password = args.take_last().ok_or_else(|| args.wrong_arity())?;
+        Ok(Self {
+            password: password.to_vec(),
+        })
+    }
+
+    /// `+OK`, and the connection is authenticated; or refused.
+    pub fn apply(
+        self,
+        endpoint: &Endpoint,
+        session: &mut Session,
+        out: &mut BytesMut,
+    ) -> Result<(), CommandError> {
+        match &endpoint.password {
+            Some(expected) if expected.as_bytes() == self.password => {
+                session.authenticated = true;
+                encode::simple(out, "OK");
+                Ok(())
+            }
+            Some(_) => Err(CommandError::WrongPassword),
+            None => Err(CommandError::NoPasswordConfigured),
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! `BARRIER`: the newest schema change or `TRUNCATE` decoded, and how far the stream has
+//! decoded, read together.
+
+use super::{reply, Args, CommandError, Endpoint};
+use bytes::BytesMut;
+use txcache_resp::encode;
+
+/// `BARRIER` takes no arguments.
+#[derive(Debug)]
+pub struct Barrier;
+
+impl Barrier {
+    /// Reads the arguments.
+    pub fn parse(args: &mut Args<'_>) -> Result<Self, CommandError> {
+        args.finish()?;
+        Ok(Self)
+    }
+
+    /// `*2 :barrier :decoded`.
+    pub fn apply(self, endpoint: &Endpoint, out: &mut BytesMut) -> Result<(), CommandError> {
+        let (barrier, decoded) = endpoint.tracker.schema_fence();
+        encode::array_header(out, 2);
+        reply::position(out, barrier.0);
+        reply::position(out, decoded.0);
+        Ok(())
+    }
+}

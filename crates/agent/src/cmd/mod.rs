@@ -1,0 +1,223 @@
+//! The commands the agent answers libraries (docs/protocol.md, "Agent commands"): one module
+//! per command, a table that names them, and the dispatcher.
+//!
+//! Each command module holds a struct of its parsed arguments: `parse` reads them through
+//! [`Args`] (a refusal is a [`CommandError`] naming the command and the argument), `apply`
+//! runs it and appends exactly one reply. [`COMMANDS`] lists every command with how many
+//! arguments it takes and whether it runs before `AUTH`; [`execute`] finds, checks and runs
+//! one request. A test keeps the table and the protocol document naming the same commands.
+
+mod args;
+mod error;
+mod reply;
+
+mod auth;
+mod barrier;
+mod commitlsn;
+mod database;
+mod pin;
+mod ping;
+mod pins;
+mod quit;
+mod status;
+mod tagcolumns;
+
+pub use args::Args;
+pub use error::CommandError;
+
+use auth::Auth;
+use barrier::Barrier;
+use commitlsn::CommitLsn;
+use database::Database;
+use pin::Pin;
+use ping::Ping;
+use pins::Pins;
+use quit::Quit;
+use status::Status;
+use tagcolumns::TagColumns;
+
+use crate::database::DatabaseIdentity;
+use crate::metrics::Sources;
+use crate::pincushion::Pincushion;
+use crate::tracker::StreamTracker;
+use bytes::{Bytes, BytesMut};
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+
+/// What the commands serve from, shared by every connection.
+pub struct Endpoint {
+    /// The pins (`PINS`, `PIN`).
+    pub pincushion: Arc<Pincushion>,
+    /// The stream's record (`COMMITLSN`, `TAGCOLUMNS`, `BARRIER`).
+    pub tracker: Arc<StreamTracker>,
+    /// The database the stream decodes (`DATABASE`).
+    pub database: DatabaseIdentity,
+    /// The password clients must send (`AUTH`), if any.
+    pub password: Option<String>,
+    /// What `STATUS` reads.
+    pub metrics: Arc<Sources>,
+}
+
+/// One connection's state between commands.
+#[derive(Debug, Default)]
+pub struct Session {
+    /// Whether `AUTH` succeeded (or no password is configured).
+    pub authenticated: bool,
+    /// Set by `QUIT`: close after this reply.
+    pub closing: bool,
+}
+
+impl Session {
+    /// A new connection's state: authenticated when `endpoint` has no password.
+    pub fn new(endpoint: &Endpoint) -> Self {
+        Self {
+            authenticated: endpoint.password.is_none(),
+            closing: false,
+        }
+    }
+}
+
+/// A parsed request, ready to run.
+#[derive(Debug)]
+enum Command {
+    Pins(Pins),
+    Pin(Pin),
+    CommitLsn(CommitLsn),
+    TagColumns(TagColumns),
+    Barrier(Barrier),
+    Database(Database),
+    Status(Status),
+    Ping(Ping),
+    Auth(Auth),
+    Quit(Quit),
+}
+
+impl Command {
+    /// Runs the command, appending its reply (or returning its error).
+    async fn apply(
+        self,
+        endpoint: &Endpoint,
+        session: &mut Session,
+        out: &mut BytesMut,
+    ) -> Result<(), CommandError> {
+        match self {
+            Command::Pins(pins) => pins.apply(endpoint, out),
+            Command::Pin(pin) => pin.apply(endpoint, out).await,
+            Command::CommitLsn(wait) => wait.apply(endpoint, out).await,
+            Command::TagColumns(columns) => columns.apply(endpoint, out),
+            Command::Barrier(barrier) => barrier.apply(endpoint, out),
+            Command::Database(database) => database.apply(endpoint, out),
+            Command::Status(status) => status.apply(endpoint, out),
+            Command::Ping(ping) => ping.apply(out),
+            Command::Auth(auth) => auth.apply(endpoint, session, out),
+            Command::Quit(quit) => quit.apply(session, out),
+        }
+    }
+}
+
+type Parse = fn(&mut Args<'_>) -> Result<Command, CommandError>;
+
+/// A command the agent answers.
+pub struct CommandSpec {
+    /// Upper-case name, as docs/protocol.md writes it.
+    pub name: &'static str,
+    /// How many arguments it takes after its name.
+    pub args: RangeInclusive<usize>,
+    /// Whether it may run before `AUTH` when a password is set.
+    pub before_auth: bool,
+    parse: Parse,
+}
+
+const fn spec(name: &'static str, args: RangeInclusive<usize>, parse: Parse) -> CommandSpec {
+    CommandSpec {
+        name,
+        args,
+        before_auth: false,
+        parse,
+    }
+}
+
+const fn connection(name: &'static str, args: RangeInclusive<usize>, parse: Parse) -> CommandSpec {
+    CommandSpec {
+        before_auth: true,
+        ..spec(name, args, parse)
+    }
+}
+
+/// Every command, in docs/protocol.md's order.
+pub static COMMANDS: &[CommandSpec] = &[
+    spec("PINS", 0..=0, |a| Pins::parse(a).map(Command::Pins)),
+    spec("PIN", 0..=0, |a| Pin::parse(a).map(Command::Pin)),
+    spec("COMMITLSN", 1..=3, |a| {
+        CommitLsn::parse(a).map(Command::CommitLsn)
+    }),
+    spec("TAGCOLUMNS", 0..=0, |a| {
+        TagColumns::parse(a).map(Command::TagColumns)
+    }),
+    spec("BARRIER", 0..=0, |a| {
+        Barrier::parse(a).map(Command::Barrier)
+    }),
+    spec("DATABASE", 0..=0, |a| {
+        Database::parse(a).map(Command::Database)
+    }),
+    spec("STATUS", 0..=0, |a| Status::parse(a).map(Command::Status)),
+    spec("PING", 0..=0, |a| Ping::parse(a).map(Command::Ping)),
+    connection("AUTH", 1..=usize::MAX, |a| {
+        Auth::parse(a).map(Command::Auth)
+    }),
+    connection("QUIT", 0..=usize::MAX, |a| {
+        Quit::parse(a).map(Command::Quit)
+    }),
+];
+
+/// Runs one request (name and arguments) and appends its reply to `out`. Before `AUTH`, only
+/// `AUTH` and `QUIT` with their arguments run: anything else, even unknown or malformed, is
+/// told to authenticate.
+pub async fn execute(
+    request: &[Bytes],
+    endpoint: &Endpoint,
+    session: &mut Session,
+    out: &mut BytesMut,
+) {
+    let Some((name, args)) = request.split_first() else {
+        return;
+    };
+    let spec = find(name);
+    let result = match spec {
+        Some(spec) if admits(spec, args, session) => run(spec, args, endpoint, session, out).await,
+        _ if !session.authenticated => Err(CommandError::NoAuth),
+        Some(spec) => Err(CommandError::WrongArity(spec.name)),
+        None => Err(CommandError::Unknown(
+            String::from_utf8_lossy(&name.to_ascii_uppercase()).into_owned(),
+        )),
+    };
+    if let Err(error) = result {
+        error.encode(out);
+    }
+}
+
+/// Whether `spec` runs with `args` on `session`: the right number of them, and authenticated
+/// unless the command needs no authentication.
+fn admits(spec: &CommandSpec, args: &[Bytes], session: &Session) -> bool {
+    spec.args.contains(&args.len()) && (spec.before_auth || session.authenticated)
+}
+
+async fn run(
+    spec: &CommandSpec,
+    args: &[Bytes],
+    endpoint: &Endpoint,
+    session: &mut Session,
+    out: &mut BytesMut,
+) -> Result<(), CommandError> {
+    let command = (spec.parse)(&mut Args::new(spec.name, args))?;
+    command.apply(endpoint, session, out).await
+}
+
+fn find(name: &[u8]) -> Option<&'static CommandSpec> {
+    COMMANDS
+        .iter()
+        .find(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+#[cfg(test)]
+mod tests;

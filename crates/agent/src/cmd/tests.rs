@@ -1,0 +1,224 @@
+//! The dispatcher against docs/protocol.md, and each command's reply byte for byte (the
+//! library decodes them in `python/txcache/_protocol.py`).
+
+use super::{execute, find, Endpoint, Session, COMMANDS};
+use crate::database::DatabaseIdentity;
+use crate::fanout::Fanout;
+use crate::metrics::Sources;
+use crate::pincushion::{PinSettings, Pincushion};
+use crate::stream_stats::StreamStats;
+use crate::tracker::StreamTracker;
+use bytes::{Bytes, BytesMut};
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use txcache_model::{Timestamp, WallClock};
+
+const PROTOCOL_DOC: &str = include_str!("../../../../docs/protocol.md");
+
+/// The commands the "Agent commands" section documents, in its order: each `#### ` heading
+/// names one, or several separated by commas (`PING, AUTH, QUIT`).
+fn documented_commands() -> Vec<&'static str> {
+    let section = PROTOCOL_DOC
+        .split("\n## Agent commands\n")
+        .nth(1)
+        .expect("docs/protocol.md has an \"Agent commands\" section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    section
+        .lines()
+        .filter_map(|line| line.strip_prefix("#### "))
+        .flat_map(|heading| heading.split(", "))
+        .map(str::trim)
+        .collect()
+}
+
+#[test]
+fn protocol_doc_and_dispatcher_name_the_same_commands_in_the_same_order() {
+    let dispatched: Vec<&str> = COMMANDS.iter().map(|spec| spec.name).collect();
+    assert_eq!(documented_commands(), dispatched);
+}
+
+#[test]
+fn names_are_upper_case_and_found_in_any_case() {
+    for spec in COMMANDS {
+        assert!(
+            spec.name.bytes().all(|b| b.is_ascii_uppercase()),
+            "{}",
+            spec.name
+        );
+        let lower = spec.name.to_ascii_lowercase();
+        assert_eq!(find(lower.as_bytes()).map(|s| s.name), Some(spec.name));
+    }
+    assert!(find(b"PINSX").is_none() && find(b"").is_none());
+}
+
+/// An endpoint over a tracker resuming at 100, no nodes, and a pincushion whose pinner never
+/// reaches a database (nothing here asks it for a fresh pin).
+fn endpoint(password: Option<&str>) -> Endpoint {
+    let tracker = Arc::new(StreamTracker::new(Timestamp(100), 0));
+    let settings = PinSettings {
+        pin_interval: Duration::from_secs(3600),
+        max_staleness: Duration::from_secs(1),
+        lease: Duration::from_secs(1),
+    };
+    let dsn = "host=127.0.0.1 port=1 dbname=unreachable connect_timeout=1".to_owned();
+    let pincushion = Pincushion::start(dsn, settings, Arc::clone(&tracker));
+    let metrics = Sources {
+        started: Instant::now(),
+        clients: Arc::new(AtomicUsize::new(3)),
+        stream: Arc::new(StreamStats::default()),
+        tracker: Arc::clone(&tracker),
+        fanout: Fanout::new(&[], Timestamp(100), 10),
+        pincushion: Arc::clone(&pincushion),
+    };
+    Endpoint {
+        pincushion,
+        tracker,
+        database: DatabaseIdentity {
+            system_identifier: "7301234567890123456".to_owned(),
+            oid: 16384,
+            name: "app".to_owned(),
+        },
+        password: password.map(str::to_owned),
+        metrics: Arc::new(metrics),
+    }
+}
+
+/// The reply to `request` (space-separated words) on `session`.
+async fn reply(endpoint: &Endpoint, session: &mut Session, request: &str) -> String {
+    let request: Vec<Bytes> = request
+        .split(' ')
+        .map(|word| Bytes::from(word.to_owned()))
+        .collect();
+    let mut out = BytesMut::new();
+    execute(&request, endpoint, session, &mut out).await;
+    String::from_utf8(out.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn replies_to_the_commands_without_arguments() {
+    let endpoint = endpoint(None);
+    endpoint.tracker.catalog(
+        Timestamp::ZERO,
+        vec![(
+            "public.items".to_owned(),
+            vec!["id".to_owned(), "owner".to_owned()],
+        )],
+    );
+    endpoint.tracker.commit(Timestamp(500), 7, WallClock(1));
+    endpoint.tracker.barrier(Timestamp(500));
+    let session = &mut Session::new(&endpoint);
+    assert_eq!(reply(&endpoint, session, "PING").await, "+PONG\r\n");
+    assert_eq!(reply(&endpoint, session, "pins").await, "*0\r\n");
+    assert_eq!(
+        reply(&endpoint, session, "TAGCOLUMNS").await,
+        "*1\r\n*2\r\n:0\r\n*1\r\n*2\r\n$12\r\npublic.items\r\n*2\r\n$2\r\nid\r\n$5\r\nowner\r\n"
+    );
+    let (barrier, decoded) = endpoint.tracker.schema_fence();
+    assert_eq!(barrier, Timestamp(500));
+    assert_eq!(
+        reply(&endpoint, session, "BARRIER").await,
+        format!("*2\r\n:500\r\n:{}\r\n", decoded.0)
+    );
+    assert_eq!(
+        reply(&endpoint, session, "DATABASE").await,
+        "*3\r\n$19\r\n7301234567890123456\r\n:16384\r\n$3\r\napp\r\n"
+    );
+}
+
+#[tokio::test]
+async fn status_is_one_bulk_string_of_field_lines() {
+    let endpoint = endpoint(None);
+    let session = &mut Session::new(&endpoint);
+    let status = reply(&endpoint, session, "STATUS").await;
+    let (header, body) = status.split_once("\r\n").unwrap();
+    assert_eq!(header, format!("${}", body.len() - 2));
+    assert!(
+        body.starts_with("uptime_in_seconds:0\r\nconnected_clients:3\r\n"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn commitlsn_answers_the_lsn_notdecoded_or_timeout() {
+    let endpoint = endpoint(None);
+    endpoint.tracker.commit(Timestamp(500), 7, WallClock(1));
+    let session = &mut Session::new(&endpoint);
+    assert_eq!(reply(&endpoint, session, "COMMITLSN 7").await, ":500\r\n");
+    // The low 32 bits of an xid8 name the transaction.
+    let epoch_1 = (1u64 << 32) + 7;
+    let request = format!("COMMITLSN {epoch_1} 10");
+    assert_eq!(reply(&endpoint, session, &request).await, ":500\r\n");
+    assert_eq!(
+        reply(&endpoint, session, "COMMITLSN 8 60000 400").await,
+        "-NOTDECODED the stream passed the position given without the commit: the transaction changed nothing it decodes\r\n"
+    );
+    assert_eq!(
+        reply(&endpoint, session, "COMMITLSN 8 10").await,
+        "-TIMEOUT the commit was not decoded in time (did the transaction write to a tracked table?)\r\n"
+    );
+    assert_eq!(
+        reply(&endpoint, session, "COMMITLSN 8 ten").await,
+        "-ERR COMMITLSN: timeout must be milliseconds\r\n"
+    );
+}
+
+#[tokio::test]
+async fn unknown_commands_and_wrong_arguments_are_refused_alike() {
+    let endpoint = endpoint(None);
+    let session = &mut Session::new(&endpoint);
+    for (request, name) in [
+        ("nope", "NOPE"),
+        ("PING hello", "PING"),
+        ("PINS 1", "PINS"),
+        ("COMMITLSN", "COMMITLSN"),
+        ("commitlsn 1 2 3 4", "COMMITLSN"),
+    ] {
+        let expected = format!("-ERR unknown command or wrong arguments '{name}'\r\n");
+        assert_eq!(
+            reply(&endpoint, session, request).await,
+            expected,
+            "{request}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn before_auth_only_auth_and_quit_run() {
+    let endpoint = endpoint(Some("secret"));
+    let session = &mut Session::new(&endpoint);
+    let noauth = "-NOAUTH Authentication required.\r\n";
+    for request in ["PING", "PINS", "nope", "COMMITLSN x", "AUTH"] {
+        assert_eq!(
+            reply(&endpoint, session, request).await,
+            noauth,
+            "{request}"
+        );
+    }
+    assert_eq!(
+        reply(&endpoint, session, "AUTH wrong").await,
+        "-WRONGPASS invalid username-password pair\r\n"
+    );
+    assert_eq!(
+        reply(&endpoint, session, "AUTH default secret").await,
+        "+OK\r\n"
+    );
+    assert_eq!(reply(&endpoint, session, "PING").await, "+PONG\r\n");
+    assert_eq!(
+        reply(&endpoint, session, "AUTH").await,
+        "-ERR unknown command or wrong arguments 'AUTH'\r\n"
+    );
+    assert!(!session.closing);
+    assert_eq!(reply(&endpoint, session, "QUIT now").await, "+OK\r\n");
+    assert!(session.closing);
+}
+
+#[tokio::test]
+async fn auth_without_a_configured_password_says_so() {
+    let endpoint = endpoint(None);
+    let session = &mut Session::new(&endpoint);
+    assert_eq!(
+        reply(&endpoint, session, "AUTH x").await,
+        "-ERR AUTH: no password is configured (txcache-agent --password)\r\n"
+    );
+}

@@ -1,0 +1,86 @@
+//! The stream's positions and events, counted where they happen: by the stream task (what
+//! it decoded, its reconnects, slot recreations, database changes) and the heartbeat task
+//! (the database's WAL position). `metrics.rs` reads them; nothing here knows of metrics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use txcache_model::Timestamp;
+
+/// Positions and events of the stream, kept by the stream and heartbeat tasks.
+#[derive(Debug, Default)]
+pub struct StreamStats {
+    /// The end of the last record the stream received: everything below it is decoded.
+    position: AtomicU64,
+    /// The database's WAL position when last measured (each heartbeat written).
+    database_position: AtomicU64,
+    reconnects: AtomicU64,
+    slot_recreations: AtomicU64,
+    database_changes: AtomicU64,
+}
+
+impl StreamStats {
+    /// A session resumes at `position` (the slot's confirmed position). It may be below what
+    /// the previous session reached: the stream decodes that stretch again.
+    pub fn resume_at(&self, position: Timestamp) {
+        self.position.store(position.0, Ordering::Relaxed);
+    }
+
+    /// The stream has decoded everything below `end`.
+    pub fn decoded(&self, end: Timestamp) {
+        self.position.fetch_max(end.0, Ordering::Relaxed);
+    }
+
+    /// The database's WAL reached `position` (measured just now).
+    pub fn database_at(&self, position: Timestamp) {
+        self.database_position.store(position.0, Ordering::Relaxed);
+    }
+
+    /// A replication session ended or could not start; another is attempted.
+    pub fn count_reconnect(&self) {
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The slot was lost and recreated.
+    pub fn count_slot_recreation(&self) {
+        self.slot_recreations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The database's positions went back or its history changed.
+    pub fn count_database_change(&self) {
+        self.database_changes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters now.
+    pub fn read(&self) -> StreamCounts {
+        // Destructured whole: a field added above is a compile error here until it is read.
+        let Self {
+            position,
+            database_position,
+            reconnects,
+            slot_recreations,
+            database_changes,
+        } = self;
+        let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
+        StreamCounts {
+            position: load(position),
+            database_position: load(database_position),
+            reconnects: load(reconnects),
+            slot_recreations: load(slot_recreations),
+            database_changes: load(database_changes),
+        }
+    }
+}
+
+/// [`StreamStats`] read at one moment.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StreamCounts {
+    /// The end of the last record the stream received.
+    pub position: u64,
+    /// The database's WAL position when last measured.
+    pub database_position: u64,
+    /// Replication sessions that ended or failed to start.
+    pub reconnects: u64,
+    /// Slots recreated after they were lost.
+    pub slot_recreations: u64,
+    /// Sessions that found the database's positions gone back or its history changed.
+    pub database_changes: u64,
+}
