@@ -12,7 +12,7 @@ CARGO_FLAGS := --release --locked
 SYSTEM_PYTHON ?= python3
 SYSTEM_PG_BIN := /usr/lib/postgresql/15/bin
 
-.PHONY: all build venv dist system-postgres lint lint-rust lint-python test test-rust test-python demo clean
+.PHONY: all build venv dist system-postgres generate lint lint-rust lint-python test test-rust test-python demo clean
 
 all: build venv
 
@@ -66,7 +66,14 @@ system-postgres:
 	fi; \
 	test -x $(SYSTEM_PG_BIN)/postgres
 
-## lint: formatting, clippy with warnings as errors, ruff, mypy.
+## generate: the library's sync drivers from their async sources (python/txcache/aio): run
+## after changing one (tools/async_to_sync.py; docs/architecture.md, "Sync generated from
+## async").
+generate: venv
+	$(PYTHON) tools/async_to_sync.py
+
+## lint: formatting, clippy with warnings as errors, ruff, mypy, and the generated sync
+## drivers up to date with their sources.
 lint: lint-rust lint-python
 
 lint-rust:
@@ -74,9 +81,10 @@ lint-rust:
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
 
 lint-python: venv
-	$(VENV)/bin/ruff check python rubis tests bench examples
-	$(VENV)/bin/ruff format --check python rubis tests bench examples
+	$(VENV)/bin/ruff check python rubis tests bench examples tools
+	$(VENV)/bin/ruff format --check python rubis tests bench examples tools
 	$(VENV)/bin/mypy
+	$(PYTHON) tools/async_to_sync.py --check
 
 ## test: every test — lint, Rust unit and property tests, Python tests against real processes.
 test: lint test-rust test-python

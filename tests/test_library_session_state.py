@@ -18,7 +18,8 @@ import psycopg
 import pytest
 
 import txcache
-import txcache._connect
+import txcache._cache
+import txcache._session
 from library_fixtures import LibraryStack
 
 SCHEMA = """
@@ -111,7 +112,7 @@ def test_session_state_does_not_outlive_the_read_write_block(
     pid = write(cache, statement)
     assert look(cache, expression) == (pid, fresh), "the same connection, reset"
     with monkeypatch.context() as patch:
-        patch.setattr(txcache._connect, "_reset_session", no_reset)
+        patch.setattr(txcache._cache, "_reset_session", no_reset)
         pid = write(cache, statement)
     seen_pid, seen = look(cache, expression)
     assert seen_pid == pid
@@ -146,10 +147,10 @@ def test_a_failed_statement_then_the_reset(cache: txcache.Cache):
 def test_a_connection_that_cannot_be_reset_is_replaced(
     cache: txcache.Cache, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
-    monkeypatch.setattr(txcache._connect, "_RESET_SESSION", "SELECT no_such_function()")
+    monkeypatch.setattr(txcache._session, "_RESET_SESSION", "SELECT no_such_function()")
     with caplog.at_level(logging.WARNING, "txcache"):
         pid = write(cache, "SET search_path = pg_catalog")
-    assert "could not be reset" in caplog.text
+    assert "could not be cleaned" in caplog.text
     seen_pid, search_path = look(cache, "current_setting('search_path')")
     assert seen_pid != pid, "the dirty connection was closed, not returned"
     assert search_path == '"$user", public'
@@ -190,9 +191,9 @@ def test_read_only_transactions_are_not_reset(
     cache: txcache.Cache, monkeypatch: pytest.MonkeyPatch
 ):
     resets: list[object] = []
-    reset = txcache._connect._reset_session
+    reset = txcache._cache._reset_session
     monkeypatch.setattr(
-        txcache._connect, "_reset_session", lambda c, context: (resets.append(c), reset(c, context))
+        txcache._cache, "_reset_session", lambda c, context: (resets.append(c), reset(c, context))
     )
     look(cache, "1")
     assert resets == []

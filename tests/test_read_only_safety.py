@@ -31,7 +31,7 @@ from txcache import (
     StatementNotAllowed,
     TransactionError,
 )
-from txcache._nodes import Hit
+from txcache._protocol import Hit
 
 RELOAD = (
     "INSERT INTO items SELECT i, 'item ' || i, 100 * i, mod(i, 3) FROM generate_series(1, 20) i"

@@ -29,26 +29,22 @@ also here, and ``txcache.aio`` has the typed ``query``/``query_one``/``execute``
 
 from txcache import aio
 from txcache._agent_process import AgentProcess
-from txcache._cacheable import CacheableFunction, cacheable, function_stats
+from txcache._cacheable import CacheableFunction
+from txcache._cacheable_base import function_stats
 from txcache._config import Mode, Settings
 from txcache._connect import Cache, connect, default_cache
+from txcache._current import current_transaction
+from txcache._decorator import cacheable
 from txcache._keys import register_key_context
 from txcache._node_process import NodeProcess, NodeStartError, find_txcached
 from txcache._pinset import Pin, PinPolicy, PinSet, newest_or_fresh, oldest_pin
 from txcache._postgres import EmbeddedPostgres, PostgresStartError, find_postgres_bin
+from txcache._read_only import ReadOnlyTransaction
 from txcache._serialize import ForeignValue, SafeSerializer, Serializer
 from txcache._setup import SetupError, SetupReport, SetupStep, StepStatus, setup_database
 from txcache._sql import UncacheableQuery
 from txcache._stats import FunctionStats, OperationLatency
-from txcache._transaction import (
-    ReadOnlyTransaction,
-    ReadWriteTransaction,
-    Transaction,
-    current_transaction,
-    execute,
-    query,
-    query_one,
-)
+from txcache._transaction import ReadWriteTransaction, Transaction, execute, query, query_one
 from txcache.aio import (
     AsyncCache,
     AsyncCacheableFunction,

@@ -21,17 +21,17 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from txcache import _tokens as tokens
-from txcache._agent import AgentState
+from txcache._agent_state import AgentState
 from txcache._config import Mode, Settings, load_settings
-from txcache._nodes import NodeRing
+from txcache._current import Params
 from txcache._pinset import PinPolicy, newest_or_fresh
 from txcache._protocol import DatabaseIdentity
+from txcache._ring import NodeRing
 from txcache._schema import Catalog, Schema, TagColumns
 from txcache._serialize import SafeSerializer, Serializer
 from txcache._session import SessionContext
 from txcache._sql import UncacheableQuery, analyze
 from txcache._stats import OperationLatency
-from txcache._transaction import Params
 
 __all__ = ["ISOLATION_LEVELS", "CacheCore", "gather_settings", "unknown_relation"]
 

@@ -1,276 +1,67 @@
-"""``@cacheable``: memoize a function's results in the cache, per (function, code, args).
+# Generated from python/txcache/aio/_cacheable.py by tools/async_to_sync.py. Do not edit:
+# change the source and run `make generate` (`make lint` fails if this file differs).
+"""A function wrapped by ``@txcache.cacheable``, called inside transactions of its driver,
+with the keys, statistics, miss kinds and store rules every cacheable function has
+(:class:`~txcache._cacheable_base.CacheableBase`). It is generated from its async twin
+(``tools/async_to_sync.py``).
 
-Inside a read-only transaction a call looks its key up (one round trip to the node that
-owns it); a hit returns the stored value and narrows the transaction's pin set. A miss runs
-the function in a new :class:`~txcache._frame.Frame` and stores the result with the
-interval, snapshot and tags the frame gathered; an exception stores nothing.
-
-The decisions of a call (key, node, hit, frames, what to store) are :class:`CacheableBase`'s,
-shared with the async wrapper of an ``async def`` (:mod:`txcache.aio._cacheable`).
-
-Elsewhere (documented in docs/library.md):
-- in a read/write transaction the function runs uncached — writes must see the database;
-- outside any transaction the call runs in an implicit read-only transaction of the
-  default cache (the last one :func:`~txcache.connect` made), with its ``staleness``
-  setting; without a cache the function runs directly, and so it does while a condition
-  an integration registered with :func:`run_directly_when` holds.
+A value stored by one driver is a hit for the other: keys, values and intervals are the
+same bytes whichever wrapper computed them. A call cancelled before its function returned
+stores nothing (its frame is dropped, as for any exception); once its result is being
+stored, the ``TXSET`` is written whole, so a cancellation then stores the complete value or
+nothing.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import inspect
-import logging
 import time
-import weakref
-from collections.abc import Callable, Coroutine, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, cast, overload
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from txcache._config import Settings
-from txcache._frame import Frame
-from txcache._keys import CallKeys, undeclared_dependency
-from txcache._nodes import CacheNode, Hit, Miss
-from txcache._read_only_core import ReadOnlyCore
-from txcache._sql import UncacheableQuery
-from txcache._stats import FunctionStats
-from txcache._transaction import ReadOnlyTransaction, Transaction, current_transaction
-from txcache.errors import NoTransaction, TransactionError
+from txcache._cacheable_base import (
+    EMIT_INVALIDATION,
+    CacheableBase,
+    mixed_error,
+    read_only_invalidation,
+    runs_directly,
+)
+from txcache._current import current_transaction
+from txcache._nodes import CacheNode
+from txcache._protocol import Hit, Miss
+from txcache._read_only import ReadOnlyTransaction
+from txcache._transaction import Transaction
+from txcache.errors import NoTransaction
 
 if TYPE_CHECKING:
-    from txcache._cache_core import CacheCore
-    from txcache.aio._cacheable import AsyncCacheableFunction
+    from txcache._connect import Cache
 
-__all__ = [
-    "EMIT_INVALIDATION",
-    "CacheableBase",
-    "CacheableFunction",
-    "cacheable",
-    "function_stats",
-    "mixed_error",
-    "read_only_invalidation",
-    "run_directly_when",
-]
-
-log = logging.getLogger("txcache")
+__all__ = ["CacheableFunction"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_registry: weakref.WeakSet[CacheableBase[Any, Any]] = weakref.WeakSet()
 
-MANUAL_TAG_TABLE = "txcache.calls"
-"""The pseudo-table of manual-invalidation tags: ``txcache.calls/<function>:key=<hex>`` on
-each result of a ``manual_invalidation`` function, the wildcard
-``txcache.calls/<function>`` to invalidate them all. No real table is called that."""
+class CacheableFunction(CacheableBase[P, R]):
+    """A function wrapped by :func:`txcache.cacheable`; call (and await) it as the function
+    itself, inside a transaction of its driver (or outside any: an implicit one of the
+    default cache)."""
 
-INVALIDATE_MESSAGE_PREFIX = "txcache-invalidate"
-"""The prefix of the logical messages manual invalidations are written as (docs/agent.md)."""
+    def __init__(self, function: Callable[P, R], **options: Any) -> None:
+        """Wrap ``function``; ``options`` as :func:`txcache.cacheable` takes them."""
+        super().__init__(function, **options)
+        self.function = function
 
-EMIT_INVALIDATION = (
-    f"SELECT pg_catalog.pg_logical_emit_message(true, '{INVALIDATE_MESSAGE_PREFIX}', %s)"
-)
-
-
-_direct_conditions: list[Callable[[], bool]] = []
-
-
-def run_directly_when(condition: Callable[[], bool]) -> None:
-    """Have a sync cacheable call made outside any transaction run its function directly,
-    uncached, whenever ``condition()`` is true, instead of in an implicit read-only
-    transaction — for an integration whose callers can hold a database transaction of
-    their own open (Django's ``atomic()`` on its own connection): the function must see
-    that transaction's uncommitted writes, which a pinned snapshot does not, and its
-    queries belong there. Checked before the lookup, so a hit and a miss agree.
-    Registering the same condition twice keeps one."""
-    if condition not in _direct_conditions:
-        _direct_conditions.append(condition)
-
-
-def function_stats() -> list[FunctionStats]:
-    """The statistics of every cacheable function defined in this process, by name."""
-    return sorted((function.stats for function in _registry), key=lambda s: s.name)
-
-
-class CacheableBase(Generic[P, R]):
-    """What a sync and an async cacheable function share, no I/O: the keys, the
-    statistics, manual-invalidation tags, and each decision of a call — its key and node,
-    what a hit gives, the frames, and what a miss stores (``R``: what the function's result
-    is, awaited for an ``async def``)."""
-
-    def __init__(
-        self,
-        function: Callable[P, Any],
-        *,
-        version: str = "",
-        manual_invalidation: bool = False,
-        independent_of: Iterable[str] = (),
-    ) -> None:
-        independent = frozenset(
-            [independent_of] if isinstance(independent_of, str) else independent_of
-        )
-        self.keys = CallKeys(function, version=version, independent_of=independent)
-        self.stats = FunctionStats(self.keys.name)
-        """This function's counters in this process."""
-        self.manual_invalidation = manual_invalidation
-        """Whether its results carry the tags :meth:`invalidate` and :meth:`invalidate_all`
-        name (one more tag per stored result)."""
-        self._manual_table = f"{MANUAL_TAG_TABLE}/{self.keys.name}"
-        functools.update_wrapper(cast(Any, self), function)  # the wrapper is callable
-        _registry.add(self)
-
-    def __repr__(self) -> str:
-        return f"<cacheable {self.keys.name}>"
-
-    def key(self, *args: P.args, **kwargs: P.kwargs) -> bytes:
-        """The cache key of this call, as a call made here would look it up: with the
-        ``code_version`` and ``code_packages`` settings of the current transaction's cache
-        and the session context it reads in — else of the default cache and its last
-        catalog reading's session — else with neither."""
-        return self.keys.key(args, kwargs, *self._key_space_here())
-
-    def _key_space_here(self) -> tuple[Settings | None, bytes]:
-        """The settings of the cache a call made here would read, and the digest of the
-        session context it would read in (empty when not known)."""
-        transaction = current_transaction()
-        cache = transaction.cache if transaction is not None else self._default_cache()
-        if cache is None:
-            return None, b""
-        context = getattr(transaction, "context", None) or cache.last_context()
-        return cache.settings, context.digest if context is not None else b""
-
-    def _settings_here(self) -> Settings | None:
-        """The settings of the cache a call made here would read."""
-        return self._key_space_here()[0]
-
-    def _default_cache(self) -> CacheCore | None:
-        """The cache of implicit transactions (the sync one's, by default)."""
-        from txcache._connect import default_cache  # a cycle only at import time
+    def _default_cache(self) -> Cache | None:
+        from txcache._connect import default_cache  # the cache module imports this one
 
         return default_cache()
 
-    def _call_key(
-        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], settings: Settings | None
-    ) -> bytes:
-        """The key naming this call in every session and key context: what a manual
-        invalidation names."""
-        return self.keys.invalidation_key(args, kwargs, settings)
-
-    def _require_manual(self, method: str) -> None:
-        if not self.manual_invalidation:
-            raise TypeError(
-                f"{self.keys.name}.{method}(): its results carry no manual-invalidation tag; "
-                "declare it @txcache.cacheable(manual_invalidation=True)"
-            )
-
-    def _manual_tag(self, key: bytes) -> str:
-        return f"{self._manual_table}:key={key.hex()}"
-
-    def _where(
-        self, transaction: ReadOnlyCore[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[bytes, Any, str | None]:
-        """The call's key, the node that holds it, and its manual-invalidation tag (named
-        by the call's key in every session context: an invalidation reaches them all)."""
-        cache = transaction.cache
-        assert transaction.context is not None, "a cacheable call in an uncached transaction"
-        if transaction.frames:
-            self._check_declared(transaction.frames)
-        key = self.keys.key(args, kwargs, cache.settings, transaction.context.digest)
-        manual_tag = None
-        if self.manual_invalidation:
-            manual_tag = self._manual_tag(self._call_key(args, kwargs, cache.settings))
-        if cache.mode == "no_consistency":  # its values never reach consistent readers
-            key = hashlib.blake2b(key, digest_size=len(key), person=b"no_consistency").digest()
-        assert cache.ring is not None
-        return key, cache.ring.node_for(key), manual_tag
-
-    def _check_declared(self, frames: list[Frame]) -> None:
-        """Refuse a call whose key names a key context that a function being computed
-        around it is declared independent of: that function's result depends on it."""
-        found = undeclared_dependency(
-            ((frame.function, frame.independent_of) for frame in frames), self.keys.independent_of
-        )
-        if found is not None:
-            outer, context = found
-            raise UncacheableQuery(
-                f"{outer} is declared independent of the key context {context!r}, but calls "
-                f"{self.keys.name}, whose result depends on it: leave {context!r} out of "
-                f"{outer}'s independent_of, or declare {self.keys.name} independent of it too"
-            )
-
-    def _hit_value(self, transaction: ReadOnlyCore[Any], found: Hit, started: float) -> R | Miss:
-        """The value of an accepted hit, recorded in every frame; a value that fails the
-        serializer is a ``foreign`` miss."""
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            value: R = transaction.cache.serializer.loads(found.value)
-        except Exception as error:  # a pluggable serializer may raise anything: a miss
-            log.warning("ignored the cached value of %s: %s", self.keys.name, error)
-            return Miss("foreign")
-        for frame in transaction.frames:
-            frame.read_cached(found.interval, found.tags)
-        self.stats.record_hit(time.perf_counter() - started)
-        transaction.hits += 1
-        return value
-
-    def _record_miss(self, transaction: ReadOnlyCore[Any], miss_kind: str, started: float) -> None:
-        """A miss (``miss_kind``) ran, since ``started``."""
-        self.stats.record_miss(miss_kind, time.perf_counter() - started)
-        transaction.misses += 1
-
-    def _open_frame(self, transaction: ReadOnlyCore[Any], manual_tag: str | None) -> Frame:
-        """A frame for a miss's run, on the transaction's stack."""
-        frame = Frame(self.keys.name, self.keys.independent_of)
-        transaction.frames.append(frame)
-        if manual_tag is not None:  # callers' results depend on this call's too
-            for each in transaction.frames:
-                each.tags.add(manual_tag)
-        return frame
-
-    def _close_frame(self, transaction: ReadOnlyCore[Any], frame: Frame) -> None:
-        popped = transaction.frames.pop()
-        assert popped is frame, "frames out of order: a transaction used by two threads"
-
-    def _store_request(
-        self, transaction: ReadOnlyCore[Any], value: R, frame: Frame
-    ) -> tuple[bytes, int, int | None, int, list[str]] | None:
-        """What ``TXSET`` stores for a miss's ``value`` (data, interval, snapshot, tags), or
-        ``None`` when nothing may be stored."""
-        if transaction.uncached:
-            return None  # it fell back to an unpinned snapshot: its reads have no timestamp
-        if transaction.failed:
-            return None  # a statement failed (and the function caught it): nothing is stored
-        if transaction.catalog_moved:
-            return None  # its tags may describe another catalog than the one it ran with
-        data = transaction.cache.serializer.dumps(value)
-        snapshot = frame.snapshot
-        if snapshot is None:
-            snapshot = transaction.reference_point()
-            if snapshot is None:
-                return None
-        # Without consistency a value may be built from stale nested values, so it claims
-        # only "from the snapshot it was computed at until invalidated".
-        if transaction.cache.mode == "no_consistency":
-            return data, snapshot, None, snapshot, sorted(frame.tags)
-        return data, frame.lo, frame.hi, snapshot, sorted(frame.tags)
-
-    def _stored(self, transaction: ReadOnlyCore[Any], outcome: str | None) -> None:
-        """Count a store's outcome (``None``: the node is down or refused it)."""
-        self.stats.record_insert(outcome or "failed")
-        if outcome == "nondeterministic" and transaction.cache.mode != "no_consistency":
-            log.warning(
-                "%s returned a different value for the same arguments at the same database "
-                "state: is it deterministic?",
-                self.keys.name,
-            )
-
-
-class CacheableFunction(CacheableBase[P, R]):
-    """A function wrapped by :func:`cacheable`; call it as the function itself."""
-
-    def __init__(self, function: Callable[P, R], **options: Any) -> None:
-        """Wrap ``function``; ``options`` as :func:`cacheable` takes them."""
-        super().__init__(function, **options)
-        self.function = function
+            return self._call(args, kwargs)
+        except BaseException:
+            self.stats.record_error()
+            raise
 
     def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> int | None:
         """Make the cached results of this call stale, for what the database cannot see (an
@@ -280,20 +71,13 @@ class CacheableFunction(CacheableBase[P, R]):
         commit is returned. Needs ``@cacheable(manual_invalidation=True)``."""
         self._require_manual("invalidate")
         key = self._call_key(args, kwargs, self._settings_here())
-        return _emit_invalidation(self._manual_tag(key))
+        return self._emit(self._manual_tag(key))
 
     def invalidate_all(self) -> int | None:
         """Make every cached result of this function stale, whatever its arguments and code
         version (as :meth:`invalidate` does for one call)."""
         self._require_manual("invalidate_all")
-        return _emit_invalidation(self._manual_table)
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return self._call(args, kwargs)
-        except BaseException:
-            self.stats.record_error()
-            raise
+        return self._emit(self._manual_table)
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         transaction = current_transaction()
@@ -304,15 +88,14 @@ class CacheableFunction(CacheableBase[P, R]):
                 raise mixed_error(self.keys.name, function_is_async=False)
             if isinstance(transaction, ReadOnlyTransaction):
                 transaction.check_usable()  # a failed block refuses every call
+            transaction.check_owner()
             self.stats.record_uncached()
             return self.function(*args, **kwargs)
         return self._call_in(transaction, args, kwargs)
 
     def _call_implicitly(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-        from txcache._connect import default_cache  # a cycle only at import time
-
-        cache = default_cache()
-        if cache is None or any(condition() for condition in _direct_conditions):
+        cache = self._default_cache()
+        if cache is None or runs_directly():
             self.stats.record_uncached()
             return self.function(*args, **kwargs)
         with cache.read_only(staleness=cache.settings.staleness):
@@ -354,119 +137,21 @@ class CacheableFunction(CacheableBase[P, R]):
             self._stored(transaction, node.insert(key, *request))
         return value
 
-
-def mixed_error(name: str, *, function_is_async: bool) -> TransactionError:
-    """A cacheable function called in a transaction of the other kind: its queries would
-    run through the wrong API (a sync function cannot await, an async one's awaits would
-    get lists)."""
-    if function_is_async:
-        return TransactionError(
-            f"{name} is an async cacheable function: call it inside `async with "
-            "cache.read_only()` (or `read_write()`) of an async cache (txcache.connect_async), "
-            "not in a sync transaction"
-        )
-    return TransactionError(
-        f"{name} is a sync cacheable function: in an async transaction (`async with "
-        "cache.read_only()`) cacheable functions must be `async def`"
-    )
-
-
-def _emit_invalidation(tags: str) -> int | None:
-    """Write ``tags`` (one per line) as a manual invalidation: in the current read/write
-    transaction (``None`` returned: its commit is the token), else in one of its own of the
-    default cache (its commit's token)."""
-    transaction = current_transaction()
-    if transaction is not None and not isinstance(transaction, Transaction):
-        raise TransactionError(
-            "in an async transaction, invalidate through an async cacheable function "
-            "(`await fn.invalidate(...)`)"
-        )
-    if isinstance(transaction, ReadOnlyTransaction):
-        raise read_only_invalidation()
-    if transaction is not None:
-        transaction.execute(EMIT_INVALIDATION, (tags,))
-        return None
-    from txcache._connect import default_cache  # a cycle only at import time
-
-    cache = default_cache()
-    if cache is None:
-        raise NoTransaction("no cache to invalidate through: call txcache.connect() first")
-    with cache.read_write() as written:
-        written.execute(EMIT_INVALIDATION, (tags,))
-    return written.commit_timestamp
-
-
-def read_only_invalidation() -> TransactionError:
-    """A read-only transaction was asked to invalidate: it cannot write."""
-    return TransactionError(
-        "a read-only transaction cannot invalidate: call invalidate() in a read/write "
-        "transaction or outside any"
-    )
-
-
-class Decorate(Protocol):
-    """What ``@cacheable(...)`` with options returns: it wraps a function as
-    :func:`cacheable` does."""
-
-    @overload
-    def __call__(  # type: ignore[overload-overlap]  # an async def is a Callable[P, R] too
-        self, function: Callable[P, Coroutine[Any, Any, R]], /
-    ) -> AsyncCacheableFunction[P, R]: ...
-
-    @overload
-    def __call__(self, function: Callable[P, R], /) -> CacheableFunction[P, R]: ...
-
-
-@overload
-def cacheable(  # type: ignore[overload-overlap]  # an async def is also a Callable[P, R]
-    function: Callable[P, Coroutine[Any, Any, R]], /
-) -> AsyncCacheableFunction[P, R]: ...
-
-
-@overload
-def cacheable(function: Callable[P, R], /) -> CacheableFunction[P, R]: ...
-
-
-@overload
-def cacheable(
-    *, version: str = "", manual_invalidation: bool = False, independent_of: Iterable[str] = ()
-) -> Decorate: ...
-
-
-def cacheable(
-    function: Callable[P, Any] | None = None,
-    /,
-    *,
-    version: str = "",
-    manual_invalidation: bool = False,
-    independent_of: Iterable[str] = (),
-) -> Any:
-    """Make ``function`` cacheable: ``@cacheable`` or ``@cacheable(version="2")``; an
-    ``async def`` becomes an :class:`~txcache.aio.AsyncCacheableFunction` (awaited, inside
-    async transactions), any other function a :class:`CacheableFunction`.
-
-    The function must depend only on its arguments and the database, and return a value the
-    serializer can store. Its keys hash its code and the application code it can reach (see
-    docs/library.md, "Keys and code changes"); ``version`` changes every key of this
-    function, for a change the hash cannot see (a template, a method reached through an
-    instance). The ``code_version`` setting does the same for every function.
-    ``manual_invalidation`` lets :meth:`CacheableFunction.invalidate` make results stale by
-    hand, for what the database cannot see. ``independent_of`` names key contexts a
-    framework registered (:func:`txcache.register_key_context`: Django's ``"timezone"`` and
-    ``"language"``) that the function's result does not depend on, so that they stay out of
-    its keys.
-    """
-    options = {
-        "version": version,
-        "manual_invalidation": manual_invalidation,
-        "independent_of": independent_of,
-    }
-
-    def decorate(inner: Callable[P, Any]) -> CacheableBase[P, Any]:
-        if inspect.iscoroutinefunction(inner):
-            from txcache.aio._cacheable import AsyncCacheableFunction  # imports this module
-
-            return AsyncCacheableFunction(inner, **options)
-        return CacheableFunction(inner, **options)
-
-    return decorate if function is None else decorate(function)
+    def _emit(self, tags: str) -> int | None:
+        """Write ``tags`` (one per line) as a manual invalidation: in the current read/write
+        transaction (``None`` returned: its commit is the token), else in one of its own of
+        the default cache (its commit's token)."""
+        transaction = current_transaction()
+        if transaction is not None and not isinstance(transaction, Transaction):
+            raise mixed_error(self.keys.name, function_is_async=False)
+        if isinstance(transaction, ReadOnlyTransaction):
+            raise read_only_invalidation()
+        if transaction is not None:
+            transaction.execute(EMIT_INVALIDATION, (tags,))
+            return None
+        cache = self._default_cache()
+        if cache is None:
+            raise NoTransaction("no cache to invalidate through: call txcache.connect() first")
+        with cache.read_write() as written:
+            written.execute(EMIT_INVALIDATION, (tags,))
+        return written.commit_timestamp

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from txcache._nodes import Interval
+from txcache._protocol import Interval
 
 __all__ = ["Frame"]
 

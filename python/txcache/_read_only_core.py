@@ -4,7 +4,7 @@ verified tables, …), every decision it makes, and the SQL it sends. The sync
 :class:`~txcache.aio.AsyncReadOnlyTransaction` are drivers around it: they do the round
 trips — node lookups, the agent's fresh pins, the database's imports and statements — in the
 order the core's methods imply, and hand the answers back to it. What a transaction does
-and guards against is described in :mod:`txcache._transaction` and docs/library.md.
+and guards against is described in :mod:`txcache.aio._read_only` and docs/library.md.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from psycopg import sql
 from txcache import _tokens as tokens
 from txcache._catalog_stamp import stamp_check, still_current
 from txcache._frame import Frame
-from txcache._nodes import Interval
 from txcache._pinset import Pin, PinSet
+from txcache._protocol import Interval
 from txcache._schema import Catalog, table_name
 from txcache._session import SessionContext
 from txcache._statements import check_read_only
@@ -30,7 +30,7 @@ from txcache.errors import SnapshotUnavailable, TransactionError
 
 if TYPE_CHECKING:
     from txcache._cache_core import CacheCore
-    from txcache._transaction import Params
+    from txcache._current import Params
 
 __all__ = [
     "BEGIN_READ_ONLY",

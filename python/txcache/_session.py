@@ -29,7 +29,9 @@ __all__ = [
     "RESULT_SETTINGS",
     "SessionContext",
     "context_from_row",
+    "deallocation",
     "pin_statement",
+    "reset_statement",
 ]
 
 RESULT_SETTINGS: tuple[str, ...] = (
@@ -187,3 +189,46 @@ def pin_statement(context: SessionContext) -> sql.Composed:
         "SELECT count(pg_catalog.set_config(name, value, false)) "
         "FROM unnest({}::text[], {}::text[]) AS pinned(name, value)"
     ).format(sql.Literal([n for n, _ in pinned]), sql.Literal([v for _, v in pinned]))
+
+
+# What DISCARD ALL does (PostgreSQL documents it as this sequence) in one round trip, but
+# DEALLOCATE ALL: it would also drop psycopg's own prepared statements behind its back (its
+# cache notices a DISCARD ALL only the first time it sees the statement), so only those the
+# application PREPAREd in SQL are deallocated, by the names the last statement lists.
+# DISCARD PLANS stays: a statement psycopg prepared meanwhile was analysed under the
+# application's settings (a timestamptz literal under its TimeZone) and must be re-analysed.
+# Then the session's result settings are pinned again to its context's values
+# (txcache._session), and the application's prepared statements listed.
+_RESET_SESSION = "; ".join(
+    (
+        "CLOSE ALL",
+        "SET SESSION AUTHORIZATION DEFAULT",  # also ends SET ROLE, which RESET ALL keeps
+        "RESET ALL",
+        "UNLISTEN *",
+        "SELECT pg_catalog.pg_advisory_unlock_all()",
+        "DISCARD PLANS",
+        "DISCARD TEMP",
+        "DISCARD SEQUENCES",
+    )
+)
+_PREPARED_IN_SQL = "SELECT name FROM pg_catalog.pg_prepared_statements WHERE from_sql"
+
+
+def reset_statement(context: SessionContext | None) -> sql.Composed:
+    """What resets a session (``_RESET_SESSION``), pins its result settings back to
+    ``context`` (if known) and lists the statements the application PREPAREd (the last
+    result)."""
+    parts: list[sql.Composable] = [sql.SQL(_RESET_SESSION)]
+    if context is not None:
+        parts.append(pin_statement(context))
+    parts.append(sql.SQL(_PREPARED_IN_SQL))
+    return sql.SQL("; ").join(parts)
+
+
+def deallocation(names: list[str]) -> sql.Composed | None:
+    """``DEALLOCATE`` of the statements the application prepared in SQL (``names``, the
+    last result of ``_RESET_SESSION``); ``None`` when there are none."""
+    if not names:
+        return None
+    deallocate = sql.SQL("DEALLOCATE {}")
+    return sql.SQL("; ").join(deallocate.format(sql.Identifier(n)) for n in names)

@@ -38,7 +38,7 @@ from psycopg import sql
 from txcache._sql import UncacheableQuery, _convert
 from txcache.errors import StatementNotAllowed
 
-__all__ = ["check_read_only"]
+__all__ = ["check_read_only", "cursor_refusal"]
 
 _MAX_VERDICTS = 4096
 _verdicts: dict[tuple[str, type], int | str] = {}
@@ -219,3 +219,12 @@ def _keyword(node: Any) -> str:
 def _transaction_keyword(kind: enums.TransactionStmtKind) -> str:
     word = kind.name.removeprefix("TRANS_STMT_").replace("_", " ")
     return {"START": "START TRANSACTION", "PREPARE": "PREPARE TRANSACTION"}.get(word, word)
+
+
+def cursor_refusal() -> StatementNotAllowed:
+    """What the cursor a read-only transaction returns raises for a statement of its own: a
+    statement sent through it would skip this check, the rewrite check and the tags."""
+    return StatementNotAllowed(
+        "the cursor a read-only transaction returns only holds results: run statements "
+        "through the transaction (txcache.execute / tx.execute), which checks them"
+    )

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from txcache._cacheable import function_stats
+from txcache._cacheable_base import function_stats
 from txcache._stats import FunctionStats, OperationLatency, ViewStats, all_view_stats
 
 __all__ = ["METRICS", "Collector", "Metric", "MetricsServer", "Sources", "render", "serve"]

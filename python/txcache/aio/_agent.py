@@ -11,7 +11,7 @@ import asyncio
 import logging
 
 from txcache import _protocol as protocol
-from txcache._agent import REFRESH_COMMANDS, AgentState, fresh_pin_result, refresh_result
+from txcache._agent_state import REFRESH_COMMANDS, AgentState, fresh_pin_result, refresh_result
 from txcache._pinset import Pin
 from txcache._resp import ReplyError, read_reply
 from txcache._schema import TagColumns

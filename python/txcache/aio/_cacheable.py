@@ -1,11 +1,13 @@
-"""``@txcache.cacheable`` on an ``async def``: the same keys, statistics, miss kinds and
-store rules as a sync cacheable function (every decision is
-:class:`~txcache._cacheable.CacheableBase`'s), awaited inside async transactions.
+"""A function wrapped by ``@txcache.cacheable``, called inside transactions of its driver,
+with the keys, statistics, miss kinds and store rules every cacheable function has
+(:class:`~txcache._cacheable_base.CacheableBase`). Its sync twin is generated from it
+(``tools/async_to_sync.py``).
 
-A value stored by one API is a hit for the other: keys, values and intervals are the same
-bytes whichever wrapper computed them. A call cancelled before its function returned stores
-nothing (its frame is dropped, as for any exception); once its result is being stored, the
-``TXSET`` is written whole, so a cancellation then stores the complete value or nothing.
+A value stored by one driver is a hit for the other: keys, values and intervals are the
+same bytes whichever wrapper computed them. A call cancelled before its function returned
+stores nothing (its frame is dropped, as for any exception); once its result is being
+stored, the ``TXSET`` is written whole, so a cancellation then stores the complete value or
+nothing.
 """
 
 from __future__ import annotations
@@ -14,21 +16,23 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from txcache._cacheable import (
+from txcache._cacheable_base import (
     EMIT_INVALIDATION,
     CacheableBase,
     mixed_error,
     read_only_invalidation,
+    runs_directly,
 )
-from txcache._nodes import Hit, Miss
-from txcache._transaction import current_transaction
+from txcache._current import current_transaction
+from txcache._drivers import ASYNC
+from txcache._protocol import Hit, Miss
 from txcache.aio._nodes import AsyncCacheNode
 from txcache.aio._read_only import AsyncReadOnlyTransaction
 from txcache.aio._transaction import AsyncTransaction
 from txcache.errors import NoTransaction
 
 if TYPE_CHECKING:
-    from txcache._cache_core import CacheCore
+    from txcache.aio._connect import AsyncCache
 
 __all__ = ["AsyncCacheableFunction"]
 
@@ -37,17 +41,17 @@ R = TypeVar("R")
 
 
 class AsyncCacheableFunction(CacheableBase[P, R]):
-    """An ``async def`` wrapped by :func:`txcache.cacheable`; ``await`` it as the function
-    itself, inside ``async with cache.read_only()`` (or outside any transaction: an implicit
-    one of :func:`txcache.aio.default_cache`)."""
+    """A function wrapped by :func:`txcache.cacheable`; call (and await) it as the function
+    itself, inside a transaction of its driver (or outside any: an implicit one of the
+    default cache)."""
 
     def __init__(self, function: Callable[P, Coroutine[Any, Any, R]], **options: Any) -> None:
         """Wrap ``function``; ``options`` as :func:`txcache.cacheable` takes them."""
         super().__init__(function, **options)
         self.function = function
 
-    def _default_cache(self) -> CacheCore | None:
-        from txcache.aio._connect import default_cache  # imports this module
+    def _default_cache(self) -> AsyncCache | None:
+        from txcache.aio._connect import default_cache  # the cache module imports this one
 
         return default_cache()
 
@@ -59,15 +63,18 @@ class AsyncCacheableFunction(CacheableBase[P, R]):
             raise
 
     async def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> int | None:
-        """Make the cached results of this call stale
-        (:meth:`txcache.CacheableFunction.invalidate`): with the current async read/write
-        transaction (``None``), else at once through the default async cache (its token)."""
+        """Make the cached results of this call stale, for what the database cannot see (an
+        external API the function reads, say). Inside a read/write transaction the
+        invalidation commits with it (its ``commit_timestamp`` is the token); elsewhere it
+        commits at once through the default cache, and the ``not_before`` token of that
+        commit is returned. Needs ``@cacheable(manual_invalidation=True)``."""
         self._require_manual("invalidate")
         key = self._call_key(args, kwargs, self._settings_here())
         return await self._emit(self._manual_tag(key))
 
     async def invalidate_all(self) -> int | None:
-        """Make every cached result of this function stale (as :meth:`invalidate`)."""
+        """Make every cached result of this function stale, whatever its arguments and code
+        version (as :meth:`invalidate` does for one call)."""
         self._require_manual("invalidate_all")
         return await self._emit(self._manual_table)
 
@@ -77,7 +84,7 @@ class AsyncCacheableFunction(CacheableBase[P, R]):
             return await self._call_implicitly(args, kwargs)
         if not isinstance(transaction, AsyncReadOnlyTransaction) or transaction.uncached:
             if not isinstance(transaction, AsyncTransaction):
-                raise mixed_error(self.keys.name, function_is_async=True)
+                raise mixed_error(self.keys.name, function_is_async=ASYNC)
             if isinstance(transaction, AsyncReadOnlyTransaction):
                 transaction.check_usable()  # a failed block refuses every call
             transaction.check_owner()
@@ -86,10 +93,8 @@ class AsyncCacheableFunction(CacheableBase[P, R]):
         return await self._call_in(transaction, args, kwargs)
 
     async def _call_implicitly(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-        from txcache.aio._connect import default_cache  # imports this module
-
-        cache = default_cache()
-        if cache is None:
+        cache = self._default_cache()
+        if cache is None or runs_directly():
             self.stats.record_uncached()
             return await self.function(*args, **kwargs)
         async with cache.read_only(staleness=cache.settings.staleness):
@@ -132,23 +137,25 @@ class AsyncCacheableFunction(CacheableBase[P, R]):
         return value
 
     async def _emit(self, tags: str) -> int | None:
-        """Write ``tags`` as a manual invalidation (:func:`txcache._cacheable` does it for
-        sync functions)."""
+        """Write ``tags`` (one per line) as a manual invalidation: in the current read/write
+        transaction (``None`` returned: its commit is the token), else in one of its own of
+        the default cache (its commit's token)."""
         transaction = current_transaction()
         if transaction is not None and not isinstance(transaction, AsyncTransaction):
-            raise mixed_error(self.keys.name, function_is_async=True)
+            raise mixed_error(self.keys.name, function_is_async=ASYNC)
         if isinstance(transaction, AsyncReadOnlyTransaction):
             raise read_only_invalidation()
         if transaction is not None:
             await transaction.execute(EMIT_INVALIDATION, (tags,))
             return None
-        from txcache.aio._connect import default_cache  # imports this module
-
-        cache = default_cache()
+        cache = self._default_cache()
         if cache is None:
             raise NoTransaction(
                 "no cache to invalidate through: call txcache.connect_async() first"
             )
         async with cache.read_write() as written:
             await written.execute(EMIT_INVALIDATION, (tags,))
-        return await written.commit_timestamp()
+        if ASYNC:
+            return await written.commit_timestamp()
+        else:
+            return written.commit_timestamp

@@ -1,6 +1,6 @@
-"""What an async read-only transaction's ``execute`` returns: the statement's results in an
-:class:`psycopg.AsyncCursor` that refuses statements of its own, as the sync transaction's
-cursor does (a statement sent through it would skip the checks and the tags)."""
+"""What a read-only transaction's ``execute`` returns: the statement's results, in a
+:class:`psycopg.AsyncCursor` that refuses statements of its own (a statement sent through
+it would skip the read-only check, the rewrite check and the tags the cache needs)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any, NoReturn
 
 import psycopg
 
-from txcache._transaction import Params, Row, cursor_refusal
+from txcache._current import Params, Row
+from txcache._statements import cursor_refusal
 
 __all__ = ["AsyncResultCursor"]
 
@@ -21,7 +22,7 @@ class AsyncResultCursor(psycopg.AsyncCursor[Row]):
         await super().execute(statement, params)
 
     async def execute(self, *args: Any, **kwargs: Any) -> NoReturn:
-        """Refused: run statements through the transaction (``txcache.aio.execute``)."""
+        """Refused: run statements through the transaction (``txcache.execute``)."""
         raise cursor_refusal()
 
     async def executemany(self, *args: Any, **kwargs: Any) -> NoReturn:

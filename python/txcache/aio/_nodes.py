@@ -1,9 +1,11 @@
-"""The cache nodes for the async library: the versioned commands over one multiplexed
-connection per node. What each reply means is :mod:`txcache._nodes`'s (shared with the sync
-client), and so is the ring that places keys (:class:`~txcache._nodes.NodeRing`).
+"""The cache nodes as a client: the versioned commands (``TXGET``, ``TXSET``,
+``TXINTERVAL``; docs/protocol.md) over the node's transport (one connection multiplexed
+across tasks in the async driver). Its sync twin is generated from it
+(``tools/async_to_sync.py``). What each reply means is :mod:`txcache._node_replies`'s, and
+the ring that places keys is :class:`~txcache._ring.NodeRing`.
 
-A hit is one round trip (``TXGET`` on the node's shared connection); a node that is down
-gives an ``unavailable`` miss and skips stores at once, as in the sync library.
+A hit is one round trip; a node that is down gives an ``unavailable`` miss and skips stores
+at once.
 """
 
 from __future__ import annotations
@@ -12,18 +14,23 @@ from collections.abc import Iterable
 from typing import Any
 
 from txcache import _protocol as protocol
-from txcache._nodes import Hit, Interval, Miss, insert_result, interval_result, lookup_result
+from txcache._drivers import ASYNC
+from txcache._node_replies import insert_result, interval_result, lookup_result
+from txcache._protocol import Hit, Interval, Miss
 from txcache.aio._resp import AsyncEndpoint
 
 __all__ = ["AsyncCacheNode"]
 
 
 class AsyncCacheNode(AsyncEndpoint):
-    """One ``txcached``, spoken to with the versioned commands from any task."""
+    """One ``txcached``, spoken to with the versioned commands."""
 
     def __init__(self, address: str, **options: Any) -> None:
         """A node at ``host:port``; ``options`` as :class:`AsyncEndpoint` takes them."""
-        super().__init__(address, role="cache node", multiplex=True, **options)
+        if ASYNC:
+            super().__init__(address, role="cache node", multiplex=True, **options)
+        else:
+            super().__init__(address, role="cache node", **options)
 
     async def lookup(self, key: bytes, lo: int, hi: int, *, with_tags: bool) -> Hit | Miss:
         """``TXGET key lo hi [WITHTAGS]``."""
@@ -39,7 +46,8 @@ class AsyncCacheNode(AsyncEndpoint):
         snapshot: int | None,
         tags: Iterable[str],
     ) -> str | None:
-        """``TXSET``; the outcome, or ``None`` when the node is down or refused it."""
+        """``TXSET``; returns the outcome (``inserted``, ``extended``, ``nondeterministic``,
+        ``empty``), or ``None`` when the node is down or refused it."""
         reply = await self.run(protocol.txset(key, value, lo, hi, snapshot=snapshot, tags=tags))
         return insert_result(self.address, reply)
 

@@ -1,9 +1,21 @@
-"""The async read-only transaction: the round trips of
-:class:`~txcache._read_only_core.ReadOnlyCore` (which holds every state and decision, shared
-with the sync :class:`~txcache.ReadOnlyTransaction`) on an async node client, the async
-agent client and an :class:`psycopg.AsyncConnection`. Each method mirrors the sync driver's.
+"""The read-only transaction: it reads at one commit point, from the cache where possible.
 
-Cancellation (``asyncio.CancelledError``, or the ``TimeoutError`` of ``asyncio.timeout``):
+It keeps a :class:`~txcache._pinset.PinSet`. Cache lookups ask for any version valid
+between its smallest and largest pin; each hit narrows the set. The database transaction
+starts lazily, at the first query, on a pin chosen by the pin policy (or ★: a pin taken
+now). Query results are valid at that snapshot; when a later hit is not, the library asks a
+node over which range the transaction's query results stay valid (``TXINTERVAL``) and, if
+some pin lies in both, moves the database transaction there. When no pin can be had (the
+agent is down), it runs on a plain ``REPEATABLE READ READ ONLY`` snapshot without the cache
+from then on — slower, never wrong. What it guards against is docs/library.md's "Read-only
+safety".
+
+Every state and decision is :class:`~txcache._read_only_core.ReadOnlyCore`'s; this class
+does the round trips — node lookups, the agent's fresh pins, the database's imports and
+statements. Its sync twin is generated from it (``tools/async_to_sync.py``).
+
+In the async driver, a cancellation (``asyncio.CancelledError``, or the ``TimeoutError`` of
+``asyncio.timeout``):
 one that interrupts a database round trip (a statement, the start of the database
 transaction, a move) fails the block as a failed statement does — the connection's state is
 unknown, so nothing more is read or stored in the block, and the connection is rolled back
@@ -23,8 +35,10 @@ import psycopg
 from psycopg.rows import AsyncRowFactory, tuple_row
 
 from txcache import _tokens as tokens
-from txcache._nodes import Hit, Interval, Miss
+from txcache._current import Params
+from txcache._drivers import ASYNC
 from txcache._pinset import Pin
+from txcache._protocol import Hit, Interval, Miss
 from txcache._read_only_core import (
     BEGIN_READ_ONLY,
     CURRENT_SNAPSHOT,
@@ -39,14 +53,13 @@ from txcache._read_only_core import (
 )
 from txcache._schema import Catalog
 from txcache._sql import UncacheableQuery
-from txcache._transaction import Params
 from txcache.aio._cursor import AsyncResultCursor
 from txcache.aio._nodes import AsyncCacheNode
 from txcache.aio._transaction import AsyncTransaction
 from txcache.errors import SnapshotUnavailable
 
 if TYPE_CHECKING:
-    from txcache.aio._connect import AsyncCache
+    from txcache.aio._cache import AsyncCacheDriver
 
 __all__ = ["AsyncReadOnlyTransaction"]
 
@@ -54,12 +67,23 @@ log = logging.getLogger("txcache")
 
 AsyncConnection = psycopg.AsyncConnection[Any]
 
+if ASYNC:
+    # A cancelled round trip leaves the connection's state unknown: it fails the block.
+    _INTERRUPTED: tuple[type[BaseException], ...] = (asyncio.CancelledError,)
+else:
+    _INTERRUPTED: tuple[type[BaseException], ...] = ()
+# What fails the block when it happens during a move.
+_MOVE_FAILURES: tuple[type[BaseException], ...] = (
+    psycopg.Error,
+    SnapshotUnavailable,
+    *_INTERRUPTED,
+)
 
-class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
-    """Reads at one commit point, from the cache where possible — the async form of
-    :class:`txcache.ReadOnlyTransaction` (module docstring)."""
 
-    def __init__(self, cache: AsyncCache, staleness: float, not_before: int | None) -> None:
+class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"]):
+    """Reads at one commit point, from the cache where possible (module docstring)."""
+
+    def __init__(self, cache: AsyncCacheDriver, staleness: float, not_before: int | None) -> None:
         AsyncTransaction.__init__(self, cache)
         ReadOnlyCore.__init__(self, cache, staleness, not_before)
 
@@ -72,8 +96,8 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
     # -- the cache --------------------------------------------------------------------------
 
     async def lookup(self, node: AsyncCacheNode, key: bytes) -> Hit | Miss:
-        """The cached version of ``key`` this transaction may use, narrowing the pin set
-        (:meth:`txcache.ReadOnlyTransaction.lookup`)."""
+        """The cached version of ``key`` this transaction may use, narrowing the pin set; a
+        hit no pin of the set can be serialized with is a ``consistency`` miss."""
         if self._failure is not None:
             self.check_usable()
         bounds = self._lookup_bounds()
@@ -89,7 +113,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
                 accepted = self._accept_here(found.interval)
                 if accepted is None:
                     accepted = await self._move(found.interval)
-            except (psycopg.Error, SnapshotUnavailable, asyncio.CancelledError) as error:
+            except _MOVE_FAILURES as error:
                 self._fail(error)  # a move failed, or was interrupted
                 raise
             if not accepted:
@@ -98,7 +122,9 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
         return found
 
     async def _move(self, interval: Interval) -> bool:
-        """:meth:`txcache.ReadOnlyTransaction._move`, awaited."""
+        """Move the database transaction to a pin where both ``interval`` and every query
+        result read so far are valid, if there is one. The same connection is reused (a
+        second one could wait forever on a full pool)."""
         active, connection = self.snapshot, self._connection
         assert active is not None
         assert connection is not None
@@ -125,9 +151,12 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
     async def _execute(
         self, statement: str, params: Params, row_factory: AsyncRowFactory[Any] | None
     ) -> psycopg.AsyncCursor[Any]:
-        """:meth:`txcache.ReadOnlyTransaction.execute`, awaited (the owner was checked by
-        :meth:`~txcache.aio._transaction.AsyncTransaction.execute`). A cancellation here
-        fails the block (module docstring)."""
+        """:meth:`execute`, once it checked the owner. Only reads run:
+        :class:`~txcache.StatementNotAllowed` names what does not (nothing is sent). Inside
+        a cacheable function the query must be cacheable: :class:`~txcache.UncacheableQuery`
+        names what is not. A database error (or :class:`~txcache.SnapshotUnavailable`)
+        fails the block: every later lookup, query and cacheable call raises
+        :class:`~txcache.TransactionError`. The cursor returned holds the results only."""
         statements = self._statement_count(statement, params)
         try:
             connection = await self._database()
@@ -139,7 +168,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
             if replacement is None:
                 raise
             raise replacement from error
-        except asyncio.CancelledError as error:
+        except _INTERRUPTED as error:
             self._fail(error)
             raise
         self._check_session(connection)
@@ -155,7 +184,12 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
         single: bool,
         rows: AsyncRowFactory[Any] | None,
     ) -> tuple[AsyncResultCursor, frozenset[str] | None]:
-        """:meth:`txcache.ReadOnlyTransaction._run`, awaited."""
+        """Run ``statement`` with its checks: unless every table it reads was verified
+        earlier in this database transaction, for a rewrite after the snapshot; if it was
+        analysed, for a catalog newer than the snapshot's. Either drops the result: the
+        database transaction moves past the change and the statement runs again (or
+        :class:`SnapshotUnavailable` is raised). Returns the cursor and the statement's
+        tags (``None`` if not derived)."""
         for attempt in range(REWRITE_MOVES + 1):
             tags, analysed = (None, None) if self.uncached else await self._tags(statement, params)
             cursor = AsyncResultCursor(connection, row_factory=rows or tuple_row)
@@ -191,7 +225,11 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
         rewrite_check: bool,
         catalog_check: Statement | None,
     ) -> tuple[list[str], tuple[Any, ...] | None]:
-        """:meth:`txcache.ReadOnlyTransaction._run_with_checks`, awaited: one pipeline."""
+        """Run ``statement``, then ``REWRITTEN`` (with ``rewrite_check``) and the catalog
+        check (if any) — in one round trip (a pipeline) when it is a single statement
+        (several go by the simple protocol, which a pipeline refuses). Returns the
+        rewritten relations read (and otherwise records the verified ones) and the catalog
+        check's row."""
         checks = rewrite_check or catalog_check is not None
         rewrite: psycopg.AsyncCursor[Any] | None = None
         catalog: psycopg.AsyncCursor[Any] | None = None
@@ -207,7 +245,11 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
         return rewritten, await catalog.fetchone() if catalog is not None else None
 
     async def _move_past(self, stale: StaleRead, *, last_chance: bool) -> None:
-        """:meth:`txcache.ReadOnlyTransaction._move_past`, awaited."""
+        """The statement's result was dropped (``stale`` says why). Move the database
+        transaction to a later snapshot where every query result read so far stays valid —
+        a fresh pin (★) if no cached value was used yet, else (or failing that) the newest
+        such pin of the set — or raise :class:`SnapshotUnavailable` (always on the unpinned
+        fallback: no pin to move to)."""
         active, connection = self.snapshot, self._connection
         assert connection is not None
         fresh = await self._fresh_pin() if not self.read_cache else None
@@ -222,7 +264,10 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
         raise stale.error()
 
     async def _results_valid_around(self, active: Pin, fresh: Pin | None) -> tuple[int, int] | None:
-        """:meth:`txcache.ReadOnlyTransaction._results_valid_around`, awaited."""
+        """The range of commit points at which every query result read so far is valid (a
+        node's ``TXINTERVAL``, as for a move), waiting up to :data:`NODE_CATCH_UP` seconds
+        for the node to apply the stream up to ``fresh``; ``None`` when it cannot be
+        known."""
         if self._results_valid_anywhere():
             return 0, 2**63 - 1
         node: AsyncCacheNode | None = self._interval_node()
@@ -240,7 +285,9 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
     async def _tags(
         self, statement: str, params: Params
     ) -> tuple[frozenset[str] | None, Catalog | None]:
-        """:meth:`txcache.ReadOnlyTransaction._tags`, awaited."""
+        """The statement's tags (``None`` if not derived) and the catalog reading they were
+        derived from (for a bare query without tags, the current one: it is still
+        checked for a schema change after the snapshot)."""
         assert self.snapshot is not None
         try:
             return await self.cache.analyze(statement, params, self.snapshot.ts)
@@ -267,7 +314,8 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
         return connection
 
     async def _begin_pinned(self, connection: AsyncConnection) -> bool:
-        """:meth:`txcache.ReadOnlyTransaction._begin_pinned`, awaited."""
+        """Start the database transaction on ``connection`` at the policy's choice of pin
+        (or ★); ``False`` when the transaction falls back to an unpinned snapshot."""
         while True:
             choice = self._choose()
             if choice is None:
@@ -289,7 +337,10 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCache"]):
         return fresh
 
     async def _import(self, connection: AsyncConnection, pin: Pin) -> bool:
-        """:meth:`txcache.ReadOnlyTransaction._import`, awaited."""
+        """Put ``connection`` in a read-only transaction at ``pin`` (ending the one it was
+        in); ``False`` if the snapshot can no longer be imported, or if its id now names
+        another snapshot (ids are reused after a PostgreSQL restart: the snapshot's
+        contents, read in the same round trip, must equal the pin's)."""
         statement = self._import_sql(pin)
         try:
             if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:

@@ -1,12 +1,13 @@
-"""Async transactions: the base both kinds share (``async with``, the current-transaction
-variable, the owning task), the read/write one, and the typed module-level ``query``,
-``query_one`` and ``execute``.
+"""Transactions: the base both kinds share (a context manager, the thread or task it
+belongs to, a pooled connection taken when first needed), the read/write one, and the
+module-level ``query``, ``query_one`` and ``execute``.
 
-A transaction lives in the same context variable as the sync ones, so ``txcache.query``
-finds it: its ``execute``, ``query`` and ``query_one`` return awaitables, and ``await
-txcache.query(...)`` works; :func:`query` here says so in its type. It belongs to the task
-that began it: a task created inside the block inherits the variable (asyncio copies the
-context) but is refused when it uses the transaction, and may begin one of its own.
+Its sync twin is generated from it (``tools/async_to_sync.py``). A transaction belongs to the
+thread or task that began it: a task created inside an async block inherits the
+current-transaction variable (asyncio copies the context) but is refused when it uses the
+transaction, and may begin one of its own. What both drivers share without I/O is in
+:mod:`txcache._current` (the variable, parameter and row types) and :mod:`txcache._commit`
+(the commit and its token).
 """
 
 from __future__ import annotations
@@ -14,51 +15,49 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import threading
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast, overload
 
 import psycopg
 from psycopg.rows import AsyncRowFactory, tuple_row
 
-from txcache._transaction import (
-    COMMIT,
-    CommitRecord,
-    Params,
-    Row,
-    Transaction,
-    _current,
-    end_action,
-    rolled_back_error,
-)
+from txcache._commit import COMMIT, CommitRecord, end_action, rolled_back_error
+from txcache._current import Params, Row, Running, current
+from txcache._drivers import ASYNC
 from txcache.errors import NoTransaction, TransactionError
 
 if TYPE_CHECKING:
-    from txcache.aio._connect import AsyncCache
+    from txcache.aio._cache import AsyncCacheDriver
 
 __all__ = ["AsyncReadWriteTransaction", "AsyncTransaction", "execute", "query", "query_one"]
 
 log = logging.getLogger("txcache")
 
 R = TypeVar("R")
-AsyncConnection = psycopg.AsyncConnection[Any]
-Rows = AsyncRowFactory[Any] | None
-"""A psycopg row factory for a statement's rows; ``None``: tuples."""
+AsyncConnection = psycopg.AsyncConnection[Row]
 
 
 def _require() -> AsyncTransaction:
-    transaction = _current.get()
+    """The current transaction."""
+    transaction = current.get()
     if transaction is None:
         raise NoTransaction(
-            "no transaction: run queries inside `async with cache.read_only(...)` or "
-            "`async with cache.read_write()`"
+            "no transaction: run queries inside a cache.read_only(...) or cache.read_write() block"
         )
-    if not isinstance(transaction, AsyncTransaction):
-        raise TransactionError(
-            "txcache.aio's query functions run in an async transaction; this one is sync "
-            "(use txcache.query)"
-        )
-    return transaction
+    if ASYNC:
+        if not isinstance(transaction, AsyncTransaction):
+            raise TransactionError(
+                "txcache.aio's query functions run in an async transaction; this one is sync "
+                "(use txcache.query)"
+            )
+        return transaction
+    else:
+        # Typed as a sync one: an async transaction's execute, query and query_one take the
+        # same arguments and return awaitables, so `await txcache.query(...)` works in an
+        # async block (txcache.aio.query is the typed form).
+        return cast("AsyncTransaction", transaction)
 
 
 @overload
@@ -72,8 +71,8 @@ async def execute(
 async def execute(
     statement: str, params: Params = None, *, row_factory: AsyncRowFactory[Any] | None = None
 ) -> psycopg.AsyncCursor[Any]:
-    """Run ``statement`` in the current async transaction; returns the cursor (``await
-    cursor.fetchall()``)."""
+    """Run ``statement`` in the current transaction; returns the cursor. ``row_factory``
+    (psycopg's, e.g. ``psycopg.rows.dict_row``) shapes its rows; tuples by default."""
     return await _require().execute(statement, params, row_factory=row_factory)
 
 
@@ -88,7 +87,7 @@ async def query(
 async def query(
     statement: str, params: Params = None, *, row_factory: AsyncRowFactory[Any] | None = None
 ) -> list[Any]:
-    """Every row of ``statement``, run in the current async transaction."""
+    """Every row of ``statement``, run in the current transaction."""
     return await _require().query(statement, params, row_factory=row_factory)
 
 
@@ -103,41 +102,61 @@ async def query_one(
 async def query_one(
     statement: str, params: Params = None, *, row_factory: AsyncRowFactory[Any] | None = None
 ) -> Any:
-    """The first row of ``statement`` (or ``None``), run in the current async
-    transaction."""
+    """The first row of ``statement`` (or ``None``), run in the current transaction."""
     return await _require().query_one(statement, params, row_factory=row_factory)
 
 
-class AsyncTransaction:
-    """What both kinds of async transaction share: an async context manager, a database
-    connection taken from the cache's pool when first needed, and the task it belongs to."""
+def _owner() -> object:
+    """Who a transaction begun here belongs to: the running task (``None`` outside one: a
+    thread, a plain callback), or the thread."""
+    if ASYNC:
+        try:
+            return asyncio.current_task()
+        except RuntimeError:  # no running event loop in this thread
+            return None
+    else:
+        return threading.get_ident()
 
-    def __init__(self, cache: AsyncCache) -> None:
+
+class AsyncTransaction:
+    """What both kinds of transaction share: a context manager, a database connection
+    taken from the cache's pool when first needed, and the task that began it (its state is
+    not shared with another one, even through a copied context)."""
+
+    def __init__(self, cache: AsyncCacheDriver) -> None:
         self.cache = cache
         self._connection: AsyncConnection | None = None
-        self._token: contextvars.Token[Transaction | AsyncTransaction | None] | None = None
-        self.owner: asyncio.Task[Any] | None = None
+        self._token: contextvars.Token[Running | None] | None = None
+        self.owner: object = None
         """The task that began it."""
         self.detached = False
         """Begun with :meth:`begin_detached`: its driver serializes its use, from any
         task."""
 
     async def __aenter__(self) -> Self:
-        running = _current.get()
-        # One inherited from another task is not this task's: it may begin its own.
-        if running is not None and (
-            not isinstance(running, AsyncTransaction) or running.owner is _task()
-        ):
-            raise TransactionError("a transaction is already running in this context")
-        self.owner = _task()
-        self._token = _current.set(self)
+        self._claim()
+        self._token = current.set(self)
         try:
             await self._begin()
         except BaseException:
-            _current.reset(self._token)
+            current.reset(self._token)
             self._token = None
             raise
         return self
+
+    def _claim(self) -> None:
+        """Refuse a second transaction in this context; this task owns the new one."""
+        running = current.get()
+        if ASYNC:
+            # One inherited from another task is not this task's: it may begin its own.
+            if running is not None and (
+                not isinstance(running, AsyncTransaction) or running.owner is _owner()
+            ):
+                raise TransactionError("a transaction is already running in this context")
+        else:
+            if running is not None:
+                raise TransactionError("a transaction is already running in this context")
+        self.owner = _owner()
 
     async def __aexit__(
         self,
@@ -148,36 +167,44 @@ class AsyncTransaction:
         token, self._token = self._token, None
         try:
             if token is not None:
-                _current.reset(token)
+                current.reset(token)
         finally:
             await self._finish(committing=exc_type is None)
 
     async def begin_detached(self) -> Self:
         """Begin the transaction without making it the current one of the task: for a
         driver that holds it itself, serializes its use and ends it with
-        :meth:`end_detached` (:meth:`txcache.Transaction.begin_detached`; SQLAlchemy 2.1
-        flushes and closes sessions in tasks of its own). It is not bound to a task."""
-        self.owner = _task()
+        :meth:`end_detached` (the connections of :mod:`txcache.sqlalchemy`, whose sessions
+        may move between threads, and flush or close in tasks of their own). Nothing else
+        can reach it — ``txcache.query`` and cacheable calls do not see it — so it is not
+        bound to a task."""
+        self.owner = _owner()
         self.detached = True
         await self._begin()
         return self
 
     async def end_detached(self, *, commit: bool) -> None:
-        """End a transaction begun with :meth:`begin_detached`: commit (``commit``) or
-        roll back, from any task."""
+        """End a transaction begun with :meth:`begin_detached`, as leaving its block would:
+        commit (``commit``) or roll back."""
         await self._finish(committing=commit)
 
     def check_owner(self) -> None:
-        """Refuse use from a task (or thread) other than the one that began the
-        transaction."""
+        """Refuse use from a task other than the one that began the transaction (unless
+        it was begun detached)."""
         if self.detached:
             return
-        task = _task()
-        if task is None or task is not self.owner:
+        owner = _owner()
+        if owner is not None and owner == self.owner:
+            return
+        if ASYNC:
             raise TransactionError(
                 "an async transaction belongs to the task that began it: a task created "
                 "inside the block (asyncio.gather, create_task, TaskGroup) or a thread "
                 "inherits it but cannot use it; begin one transaction per task"
+            )
+        else:
+            raise TransactionError(
+                "a transaction belongs to the thread that began it; begin one per thread"
             )
 
     def execute(
@@ -187,8 +214,9 @@ class AsyncTransaction:
         *,
         row_factory: AsyncRowFactory[Any] | None = None,
     ) -> Coroutine[Any, Any, psycopg.AsyncCursor[Any]]:
-        """Run ``statement`` (await it); the cursor, its rows made by ``row_factory``
-        (tuples by default). The owner is checked before anything is awaited."""
+        """Run ``statement``; the cursor (rows not fetched), its rows made by
+        ``row_factory`` (tuples by default; docs/library.md, "Rows"). The owner is checked
+        before anything else."""
         self.check_owner()
         return self._execute(statement, params, row_factory)
 
@@ -199,7 +227,7 @@ class AsyncTransaction:
         *,
         row_factory: AsyncRowFactory[Any] | None = None,
     ) -> Coroutine[Any, Any, list[Any]]:
-        """Every row of ``statement`` (await it)."""
+        """Every row of ``statement``."""
         self.check_owner()
         return self._query(statement, params, row_factory)
 
@@ -210,7 +238,7 @@ class AsyncTransaction:
         *,
         row_factory: AsyncRowFactory[Any] | None = None,
     ) -> Coroutine[Any, Any, Any]:
-        """The first row of ``statement``, or ``None`` (await it)."""
+        """The first row of ``statement``, or ``None``."""
         self.check_owner()
         return self._query_one(statement, params, row_factory)
 
@@ -238,27 +266,21 @@ class AsyncTransaction:
         raise NotImplementedError
 
 
-def _task() -> asyncio.Task[Any] | None:
-    """The running task; ``None`` outside one (a thread, a plain callback)."""
-    try:
-        return asyncio.current_task()
-    except RuntimeError:  # no running event loop in this thread
-        return None
-
-
 class AsyncReadWriteTransaction(CommitRecord, AsyncTransaction):
-    """Straight to PostgreSQL, no cache (:class:`txcache.ReadWriteTransaction`, async).
-    After the block, ``await tx.commit_timestamp()`` is the ``not_before`` token. A block
-    cancelled while it commits may or may not have committed, as when a connection is lost
-    during ``COMMIT``: ``commit_timestamp()`` then raises."""
+    """Straight to PostgreSQL, no cache. After the commit, :attr:`commit_timestamp` is the
+    token a read-only transaction passes as ``not_before`` to see its writes (read-only
+    transactions of the same thread or task created later see them without it). Its
+    connection goes back to the pool reset (:meth:`txcache.Cache.release`). A block
+    interrupted while it commits may or may not have committed, as when a connection is
+    lost during ``COMMIT``: ``commit_timestamp`` then raises."""
 
-    def __init__(self, cache: AsyncCache, isolation: str | None = None) -> None:
+    def __init__(self, cache: AsyncCacheDriver, isolation: str | None = None) -> None:
         AsyncTransaction.__init__(self, cache)
         CommitRecord.__init__(self)
         self._isolation = isolation
 
     async def _begin(self) -> None:
-        connection = await self.cache.checkout()
+        connection: AsyncConnection = await self.cache.checkout()
         isolation = f" ISOLATION LEVEL {self._isolation}" if self._isolation else ""
         try:
             await connection.execute(f"BEGIN{isolation}")
@@ -278,9 +300,10 @@ class AsyncReadWriteTransaction(CommitRecord, AsyncTransaction):
     def executemany(
         self, statement: str, params_seq: Iterable[Sequence[Any] | Mapping[str, Any]]
     ) -> Coroutine[Any, Any, psycopg.AsyncCursor[Row]]:
-        """Run ``statement`` once per parameter set (await it):
-        :meth:`txcache.ReadWriteTransaction.executemany`, async. The owner is checked before
-        anything is awaited."""
+        """Run ``statement`` once per parameter set (psycopg's ``executemany``: one
+        pipeline); returns the cursor. A DBAPI's ``executemany``, which SQLAlchemy's bulk
+        writes call (:mod:`txcache.sqlalchemy`). The owner is checked before anything
+        else."""
         self.check_owner()
         return self._executemany(statement, params_seq)
 
@@ -300,8 +323,8 @@ class AsyncReadWriteTransaction(CommitRecord, AsyncTransaction):
         try:
             await self._end(connection, committing=committing)
         finally:
-            # The block ran the application's SQL: its session is reset before the
-            # connection is shared again (txcache.Cache.release).
+            # The block ran the application's SQL: a SET, a temporary table, a lock it left
+            # must not change what the connection's next transactions compute.
             await self.cache.release(connection, reset=True)
 
     async def _end(self, connection: AsyncConnection, *, committing: bool) -> None:
@@ -309,12 +332,7 @@ class AsyncReadWriteTransaction(CommitRecord, AsyncTransaction):
         try:
             action = end_action(connection.info.transaction_status, committing=committing)
             if action == "commit":
-                cursor = await connection.execute(COMMIT)
-                cursor.nextset()  # past SET CONSTRAINTS, to the SELECT
-                row = await cursor.fetchone()
-                cursor.nextset()  # to COMMIT
-                cursor.nextset()  # to the WAL position
-                self._record_commit(row, await cursor.fetchone())
+                await self._commit(connection)
             elif action == "rollback":
                 await connection.execute("ROLLBACK")
                 if committing:  # the block caught a failed statement and went on
@@ -324,18 +342,55 @@ class AsyncReadWriteTransaction(CommitRecord, AsyncTransaction):
                 raise
             log.debug("rollback failed after an error", exc_info=True)  # keep the user's error
 
-    def settled_timestamp(self) -> int | None:
-        """The commit timestamp if already asked (a sync reader cannot await the agent)."""
-        return self._timestamp
+    async def _commit(self, connection: AsyncConnection) -> None:
+        """``COMMIT``: fire deferred triggers, read the transaction id, commit, read the WAL
+        position after it (:data:`~txcache._commit.COMMIT`)."""
+        cursor = await connection.execute(COMMIT)
+        cursor.nextset()  # past SET CONSTRAINTS, to the SELECT
+        row = await cursor.fetchone()
+        cursor.nextset()  # to COMMIT
+        cursor.nextset()  # to the WAL position
+        self._record_commit(row, await cursor.fetchone())
 
-    async def settled_timestamp_async(self) -> int | None:
-        """:meth:`commit_timestamp`."""
-        return await self.commit_timestamp()
+    if ASYNC:
 
-    async def commit_timestamp(self) -> int | None:
-        """The commit LSN of this transaction (``None`` if it wrote nothing): pass it as
-        ``not_before``. As :attr:`txcache.ReadWriteTransaction.commit_timestamp` (a
-        method here: it may ask the agent)."""
+        async def commit_timestamp(self) -> int | None:
+            """The commit LSN of this transaction (``None`` if it wrote nothing): pass it
+            as ``not_before``. A method here (it may ask the agent); a property of the sync
+            transaction. As :attr:`txcache.ReadWriteTransaction.commit_timestamp`."""
+            return await self._ask_commit_timestamp()
+
+        def settled_timestamp(self) -> int | None:
+            """The commit timestamp if already asked (a sync reader cannot await it)."""
+            return self._timestamp
+
+        async def settled_timestamp_async(self) -> int | None:
+            """:meth:`commit_timestamp`."""
+            return await self.commit_timestamp()
+
+    else:
+
+        @property
+        def commit_timestamp(self) -> int | None:
+            """The commit LSN of this transaction (``None`` if it wrote nothing): pass it
+            as ``not_before``. Asks the agent, which answers once its stream decoded the
+            commit; if the agent cannot answer — or the stream decodes no commit of it (it
+            only locked rows), or the commit itself may have written without the
+            transaction id being known before (a held cursor ran to its end) — the WAL
+            position read right after the commit stands in (just as safe, possibly newer
+            than needed)."""
+            return self._ask_commit_timestamp()
+
+        def settled_timestamp(self) -> int | None:
+            """:attr:`commit_timestamp` (:class:`~txcache._commit.CommitRecord`)."""
+            return self.commit_timestamp
+
+        async def settled_timestamp_async(self) -> int | None:
+            """:attr:`commit_timestamp`, asked in a worker thread (it may wait on the
+            agent)."""
+            return await asyncio.to_thread(lambda: self.commit_timestamp)
+
+    async def _ask_commit_timestamp(self) -> int | None:
         if self._timestamp_to_ask():
             lsn = None
             if self.xid is not None and self.cache.agent is not None:

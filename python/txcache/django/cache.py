@@ -30,8 +30,8 @@ from django.conf import settings
 from django.core.cache.backends.redis import RedisCache, RedisCacheClient
 from django.core.exceptions import ImproperlyConfigured
 
-from txcache._nodes import NodeRing
 from txcache._resp import parse_address
+from txcache._ring import NodeRing
 
 __all__ = ["TxcacheCache", "TxcacheCacheClient"]
 

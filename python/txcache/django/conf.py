@@ -30,7 +30,8 @@ from django.db import connections
 import txcache
 from txcache import _tokens as tokens
 from txcache._config import Settings, load_settings
-from txcache._transaction import ReadOnlyTransaction, ReadWriteTransaction
+from txcache._read_only import ReadOnlyTransaction
+from txcache._transaction import ReadWriteTransaction
 from txcache.errors import ConfigurationError, TransactionError
 
 if TYPE_CHECKING:

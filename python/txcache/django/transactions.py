@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from txcache._transaction import ReadOnlyTransaction, ReadWriteTransaction
+from txcache._read_only import ReadOnlyTransaction
+from txcache._transaction import ReadWriteTransaction
 from txcache.django import conf
 from txcache.errors import TransactionError
 

@@ -22,7 +22,8 @@ import sqlalchemy
 import sqlalchemy.orm
 from sqlalchemy.ext import asyncio as sqlalchemy_asyncio
 
-from txcache._transaction import CommitRecord, ReadWriteTransaction
+from txcache._commit import CommitRecord
+from txcache._transaction import ReadWriteTransaction
 from txcache.aio._transaction import AsyncReadWriteTransaction
 from txcache.errors import TransactionError
 

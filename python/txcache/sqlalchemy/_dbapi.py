@@ -46,7 +46,8 @@ from typing import Any, Generic, TypeVar
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from txcache._transaction import Params, ReadWriteTransaction, Transaction, current_transaction
+from txcache._current import Params, current_transaction
+from txcache._transaction import ReadWriteTransaction, Transaction
 from txcache.aio._transaction import AsyncReadWriteTransaction, AsyncTransaction
 from txcache.errors import TransactionError
 from txcache.sqlalchemy._commits import COMMITTED, JOINED

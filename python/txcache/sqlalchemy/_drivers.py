@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.util import await_only
 
-from txcache._transaction import Params, Transaction
+from txcache._current import Params
+from txcache._transaction import Transaction
 from txcache.aio._transaction import AsyncTransaction
 from txcache.sqlalchemy._cursor import Results
 from txcache.sqlalchemy._dbapi import Facade

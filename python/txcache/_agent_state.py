@@ -1,0 +1,182 @@
+"""The library's view of ``txcache-agent`` without I/O: the last refresh's pins, tag-column
+catalog, barrier and database, and every answer drawn from them (:class:`AgentState`),
+shared by the sync :class:`~txcache._agent.AgentClient` (refreshed by a thread) and the
+async :class:`~txcache.aio._agent.AsyncAgentClient` (a task).
+
+Every DDL the agent decodes changes the ``TAGCOLUMNS`` reply (a new version, or the oldest of
+its bounded list dropped), so a refresh whose reply differs from the last one counts a new
+:attr:`AgentState.catalog_generation`, which tells the library to re-read its own catalog
+facts. The catalog and its generation are published before the pins of the same refresh:
+a transaction that sees a pin after a DDL also sees the generation that DDL started.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from txcache import _protocol as protocol
+from txcache._pinset import Pin, PinSet
+from txcache._protocol import Barrier, CatalogVersion, DatabaseIdentity
+from txcache._resp import Command, ReplyError
+from txcache._schema import TagColumns, tag_columns_at
+
+__all__ = [
+    "REFRESH_COMMANDS",
+    "AgentState",
+    "answered",
+    "fresh_pin_result",
+    "refresh_result",
+]
+
+log = logging.getLogger("txcache")
+
+_NO_FENCE = Barrier(2**63 - 1, -1)  # before the first refresh: no snapshot is after every change
+
+
+class AgentState:
+    """The agent as last refreshed — pins, tag-column catalog, barrier — and every answer
+    drawn from them, with no I/O: shared by the sync :class:`AgentClient` (a refresher
+    thread) and the async one (:class:`txcache.aio._agent.AsyncAgentClient`, a task)."""
+
+    def __init__(self, refresh_interval: float) -> None:
+        """Nothing known yet: no pins, no catalog, no barrier."""
+        self.refresh_interval = refresh_interval
+        self._list = _PinList([], [], [], float("-inf"), _NO_FENCE)
+        # Pins die with the agent's pinner sessions: a list not confirmed for this long is
+        # not offered, so transactions fall back to the database before reading the cache.
+        self.pin_list_ttl = max(1.0, 4 * refresh_interval)
+        self._catalog: list[CatalogVersion] = []
+        self._catalog_through = -1
+        self.catalog_generation = 0
+        """How many times the agent's tag-column catalog changed since the first refresh;
+        a change means DDL happened (or the agent restarted)."""
+        self.database: DatabaseIdentity | None = None
+        """The database the agent's stream decodes, as of the last refresh (``None``
+        before the first): only its results are ever invalidated."""
+
+    def pin_set(self, *, staleness: float, not_before: int | None, now: float) -> PinSet:
+        """The pin set a transaction begins with: :meth:`pins` and ★, built by slicing the
+        sorted list (two binary searches), not by filtering it."""
+        listed = self._list  # read once: the refresher replaces it whole
+        start = self._window(listed, staleness, not_before, now)
+        return PinSet.from_sorted(listed.pins[start:], listed.timestamps[start:])
+
+    def _window(
+        self, listed: _PinList, staleness: float, not_before: int | None, now: float
+    ) -> int:
+        """Where the pins fresh enough for a transaction start in ``listed``."""
+        if time.monotonic() - listed.refreshed_at > self.pin_list_ttl:
+            return len(listed.pins)
+        return max(
+            bisect.bisect_left(listed.known_current, now - staleness),
+            bisect.bisect_left(listed.timestamps, not_before or 0),
+        )
+
+    def pins(self, *, staleness: float, not_before: int | None, now: float) -> list[Pin]:
+        """The listed pins known current within ``staleness`` seconds of ``now`` and not
+        older than the ``not_before`` timestamp; none when the list was not confirmed by
+        the agent within :attr:`pin_list_ttl` seconds."""
+        listed = self._list
+        return listed.pins[self._window(listed, staleness, not_before, now) :]
+
+    def covers(self, ts: int) -> bool:
+        """Whether the catalog of the last refresh covers snapshot ``ts`` (a newer fresh
+        pin has the caller refresh first)."""
+        return ts <= self._catalog_through
+
+    def columns_at(self, ts: int) -> tuple[bool, TagColumns | None]:
+        """``(True, columns)`` in force at ``ts`` if :meth:`covers` it, else ``(False,
+        None)`` (the caller uses wildcards)."""
+        if ts > self._catalog_through:
+            return False, None
+        return True, tag_columns_at(self._catalog, ts)
+
+    def schema_barrier(self, position: int) -> int | None:
+        """The newest schema change (or ``TRUNCATE``) the agent decoded, once its stream has
+        passed ``position`` — it then knows every one committed below — as of the last
+        refresh; ``None`` until then."""
+        barrier, decoded = self._list.fence
+        return barrier if decoded >= position else None
+
+    def _publish(
+        self,
+        listed: list[Pin],
+        catalog: list[CatalogVersion],
+        fence: Barrier,
+        database: DatabaseIdentity,
+    ) -> None:
+        """Make one refresh's replies (``PINS``, ``TAGCOLUMNS``, ``BARRIER``, ``DATABASE``)
+        current; the caller serializes refreshes."""
+        # Before the pins: a transaction that finds a pin also finds whose database it is.
+        self.database = database
+        by_ts = {pin.ts: pin for pin in listed}
+        pins = [by_ts[ts] for ts in sorted(by_ts)]
+        # The catalog first: whoever reads a pin of this refresh must find the catalog
+        # (and generation) that covers it, not the previous one.
+        if catalog != self._catalog:
+            self._catalog = catalog
+            self.catalog_generation += 1
+        if pins:
+            self._catalog_through = max(self._catalog_through, pins[-1].ts)
+        # A pin stops being current when the next is taken, so current_as_of grows along
+        # the list; the minimum of each suffix keeps the search sound even if it did not
+        # (a pin is then left out, never a stale one let in).
+        suffix_min = itertools.accumulate((pin.current_as_of for pin in reversed(pins)), min)
+        known_current = list(suffix_min)[::-1]
+        timestamps = [pin.ts for pin in pins]
+        self._list = _PinList(pins, timestamps, known_current, time.monotonic(), fence)
+
+
+def fresh_pin_result(reply: Pin | ReplyError | None) -> Pin | None:
+    """What a ``PIN`` reply gives: the pin, or ``None`` (an error reply is logged)."""
+    if reply is None or isinstance(reply, ReplyError):
+        if reply is not None:
+            log.warning("the agent could not take a fresh pin: %s", reply)
+        return None
+    return reply
+
+
+def refresh_result(
+    replies: Sequence[Any],
+) -> tuple[list[Pin], list[CatalogVersion], Barrier, DatabaseIdentity] | None:
+    """The replies to ``PINS``, ``TAGCOLUMNS``, ``BARRIER`` and ``DATABASE`` (each as the
+    endpoints return it), or ``None`` when one of them is missing or an error."""
+    if not all(map(answered, replies)):
+        return None
+    listed, catalog, fence, database = replies
+    return listed, catalog, fence, database
+
+
+def answered(reply: Any) -> bool:
+    """Whether an endpoint's ``reply`` is an answer (not ``None`` for a server down, not an
+    error reply)."""
+    return reply is not None and not isinstance(reply, ReplyError)
+
+
+REFRESH_COMMANDS: tuple[Command[Any], ...] = (
+    protocol.pins(),
+    protocol.tag_columns(),
+    protocol.barrier(),
+    protocol.database(),
+)
+"""What a refresh asks, in this order: ``TAGCOLUMNS`` after ``PINS``, so that the catalog
+covers every listed pin."""
+
+
+@dataclass(frozen=True)
+class _PinList:
+    """One refresh's pins, published in one assignment so that readers never mix two."""
+
+    pins: list[Pin]
+    timestamps: list[int]
+    known_current: list[float]
+    """Per pin, the least ``current_as_of`` from it to the end of the list."""
+    refreshed_at: float
+    fence: Barrier
+    """``BARRIER``: the newest schema change or ``TRUNCATE`` decoded, and the decoded end."""

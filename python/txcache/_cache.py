@@ -1,0 +1,253 @@
+# Generated from python/txcache/aio/_cache.py by tools/async_to_sync.py. Do not edit:
+# change the source and run `make generate` (`make lint` fails if this file differs).
+"""What a cache does once made: the factory of its transactions, its tokens, the catalog
+reading analysis uses, and its pooled connections — checked out with no statement prepared
+under an older catalog and with their session context read, given back clean or not at all.
+
+It is generated from its async twin (``tools/async_to_sync.py``). The state and decisions
+both share without I/O are :class:`~txcache._cache_core.CacheCore`'s.
+Making a cache — its pool, nodes and agent client, and what runs in the background — is
+the hand-written part of each driver (:class:`txcache.Cache`,
+:class:`txcache.aio.Cache`).
+
+The catalog reading itself is synchronous (a connection of its own, after a schema change):
+the async driver runs it in a worker thread. Connections go back to the pool clean or not at
+all (:meth:`CacheDriver.release`): rolled back (a read/write block's session also
+reset), or closed — and so replaced by the pool — when that fails or their state is unknown
+(a statement interrupted mid-way). Giving one back is shielded from cancellation, so a task
+cancelled while it leaves a block still returns its connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+import psycopg_pool
+
+from txcache import _tokens as tokens
+from txcache._agent import AgentClient
+from txcache._cache_core import CacheCore, unknown_relation
+from txcache._current import Params
+from txcache._lsn import WAL_POSITION
+from txcache._nodes import CacheNode
+from txcache._read_only import ReadOnlyTransaction
+from txcache._ring import NodeRing
+from txcache._schema import Catalog, Schema
+from txcache._session import (
+    PIN_AND_READ_CONTEXT,
+    SessionContext,
+    context_from_row,
+    deallocation,
+    reset_statement,
+)
+from txcache._sql import UncacheableQuery
+from txcache._transaction import ReadWriteTransaction
+
+__all__ = ["CacheDriver"]
+
+log = logging.getLogger("txcache")
+
+Connection = psycopg.Connection[Any]
+# A statement still running (interrupted mid-way), or a broken link: not known to be clean.
+_UNKNOWN_STATES = (psycopg.pq.TransactionStatus.ACTIVE, psycopg.pq.TransactionStatus.UNKNOWN)
+
+
+class CacheDriver(CacheCore):
+    """A cache's round trips (module docstring); the driver's cache class makes the pool,
+    the nodes and the agent client it uses."""
+
+    agent: AgentClient | None
+    ring: NodeRing[CacheNode] | None
+    pool: psycopg_pool.ConnectionPool[Any]
+
+    # -- transactions -----------------------------------------------------------------------
+
+    def read_only(
+        self, staleness: float | None = None, *, not_before: int | None = None
+    ) -> ReadOnlyTransaction:
+        """A read-only transaction that sees the database at one commit point at most
+        ``staleness`` seconds old (default: the ``staleness`` setting) and not before the
+        ``not_before`` token (a read/write transaction's ``commit_timestamp``, or a
+        :meth:`timestamp` taken after writes made elsewhere)."""
+        limit = self._staleness_limit(staleness, not_before)
+        return ReadOnlyTransaction(self, limit, not_before)
+
+    def read_write(self, *, isolation: str | None = None) -> ReadWriteTransaction:
+        """A read/write transaction on the database, bypassing the cache. ``isolation``:
+        ``"READ COMMITTED"`` (the database default), ``"REPEATABLE READ"``,
+        ``"SERIALIZABLE"``."""
+        return ReadWriteTransaction(self, self._isolation_level(isolation))
+
+    def timestamp(self) -> int:
+        """A ``not_before`` token for every transaction that committed anywhere before this
+        call — through this library, another service, a migration, psql: the database's
+        WAL insert position now. A read-only transaction given it sees all of them."""
+        with self.pool.connection() as connection:
+            cursor = connection.execute(WAL_POSITION)
+            row = cursor.fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def written_token(self) -> int | None:
+        """The ``not_before`` token of what this thread (or task) committed to this
+        cache's database — in the current :meth:`request_scope`, if any: what to hand a
+        client so that its next request, wherever it runs, sees its writes. ``None`` when it
+        wrote nothing. May ask the agent for a commit's timestamp (once)."""
+        return tokens.floor(self.settings.dsn)
+
+    # -- the catalog ------------------------------------------------------------------------
+
+    def analyze(
+        self, statement: str, params: Params, snapshot: int
+    ) -> tuple[frozenset[str], Catalog]:
+        """The invalidation tags of ``statement`` at ``snapshot`` (docs/sql-tags.md), and
+        the catalog reading they were derived from."""
+        assert self.agent is not None
+        columns = self.agent.tag_columns(snapshot)
+        try:
+            return self._analysis(statement, params, self._current_schema(), columns)
+        except UncacheableQuery as refusal:
+            if not unknown_relation(refusal):
+                raise
+            # A table created since the reading: read the catalog again.
+            self._reload_schema_locked(self._cover_reading)
+            return self._analysis(statement, params, self._current_schema(), columns)
+
+    def _current_schema(self) -> Schema:
+        """The catalog facts, re-read once after every change of the agent's catalog (a
+        DDL) and after a query found them outdated (:meth:`CacheCore._schema_stale`)."""
+        # Read before the catalog is: a DDL the agent reports meanwhile reads it again.
+        generation = self.agent.catalog_generation if self.agent is not None else 0
+        if self._schema_stale(generation):
+            self._read_schema(generation, self._cover_reading)
+        if self._take_sessions_changed():
+            self.pool.drain()  # connections in use are closed when given back
+        schema = self._schema
+        assert schema is not None
+        return schema
+
+    def _cover_reading(self) -> None:
+        """Have the agent's stream pass the catalog reading just made, so that what is
+        computed with it can be stored at once (docs/library.md, "Schema changes under a
+        running query"): a fresh pin writes a fence after it and waits until the stream
+        decoded it; the refresh then learns the barrier as of there. Without it, the next
+        heartbeat does the same, a little later."""
+        if self.agent is not None and self.agent.pin_now() is not None:
+            self.agent.refresh()
+
+    def transaction_context(self) -> SessionContext | None:
+        """The session context a read-only transaction beginning now keys its values by
+        (:meth:`CacheCore._context_for`): the current catalog reading's, read first if
+        due; ``None`` — the transaction runs uncached — when caching is not sound for it, or
+        the catalog cannot be read (the database is down: its first statement will say)."""
+        if self.agent is None:
+            return None
+        try:
+            return self._context_for(self._current_schema())
+        except psycopg.Error as error:
+            log.warning("the catalog could not be read (%s); the transaction runs uncached", error)
+            return None
+
+    # -- connections ------------------------------------------------------------------------
+
+    def checkout(self) -> Connection:
+        """A pooled connection holding no statement psycopg prepared under an older catalog
+        reading — PostgreSQL refuses to run a prepared statement whose result type a schema
+        change altered (``cached plan must not change result type``) — with its session
+        context known (read, and its settings pinned, when first checked out)."""
+        if self.agent is not None:
+            self._current_schema()  # a schema change the agent reported is read first
+        connection: Connection = self.pool.getconn()
+        readings, outdated = self._prepared_outdated(connection)
+        try:
+            if outdated:
+                _forget_prepared(connection)
+            if self._known_context(connection) is None:
+                self._connection_contexts[connection] = _pin_context(connection)
+        except BaseException:
+            self.release(connection)
+            raise
+        self._connection_readings[connection] = readings
+        return connection
+
+    def connection_context(self, connection: Connection) -> SessionContext:
+        """The session context of a connection :meth:`checkout` gave; a context that
+        differs from a new session's has the catalog read again soon."""
+        context = self._known_context(connection)
+        assert context is not None, "a connection not checked out by this cache"
+        self._connection_outdated(context)
+        return context
+
+    def release(self, connection: Connection, *, reset: bool = False) -> None:
+        """Give ``connection`` back to the pool: its transaction rolled back — with
+        ``reset`` (it ran the application's SQL outside a read-only transaction), its session
+        also brought back to a new session's state and its settings pinned back — or
+        closed, which makes the pool replace it, when that fails or its state is unknown: it
+        never goes back dirty."""
+        self._give_back(connection, reset=reset)
+
+    def _give_back(self, connection: Connection, *, reset: bool) -> None:
+        clean = False
+        try:
+            context = self._known_context(connection) if reset else None
+            clean = _cleaned(connection, reset=reset, context=context)
+        finally:
+            if not clean:
+                connection.close()
+            self.pool.putconn(connection)
+
+
+def _forget_prepared(connection: Connection) -> None:
+    """Have psycopg deallocate every statement it prepared on the idle ``connection``: its
+    ``rollback()`` of an open transaction does (its cache notices a ``DEALLOCATE ALL`` sent
+    as a statement only the first time it sees one). Two round trips."""
+    connection.execute("BEGIN", prepare=False)
+    connection.rollback()
+
+
+def _pin_context(connection: Connection) -> SessionContext:
+    """Pin the idle ``connection``'s result settings and read its context (one round
+    trip; :data:`~txcache._session.PIN_AND_READ_CONTEXT`)."""
+    cursor = connection.execute(PIN_AND_READ_CONTEXT, prepare=False)
+    while cursor.nextset():
+        pass  # to the last result: the context
+    return context_from_row(cursor.fetchone())
+
+
+def _cleaned(connection: Connection, *, reset: bool, context: SessionContext | None = None) -> bool:
+    """Bring ``connection`` back to an idle, clean state (with ``reset``, its session
+    reset and pinned back to ``context``): ``True`` if it is; ``False`` (logged) when it
+    cannot be known to be, and must be closed."""
+    status = connection.info.transaction_status
+    if status in _UNKNOWN_STATES:
+        return False
+    try:
+        if reset:
+            _reset_session(connection, context)
+        elif status == psycopg.pq.TransactionStatus.INERROR:
+            connection.rollback()  # psycopg's own: it also forgets its prepared statements
+        elif status != psycopg.pq.TransactionStatus.IDLE:
+            connection.execute("ROLLBACK")
+    except psycopg.Error as error:
+        log.warning("a pooled connection could not be cleaned (%s): closing it", error)
+        return False
+    return True
+
+
+def _reset_session(connection: Connection, context: SessionContext | None) -> None:
+    """End any transaction on ``connection`` and discard its session state: settings
+    (pinned back to ``context``'s), role, temporary tables, held cursors, session advisory
+    locks, LISTENs, cached plans, sequence state, and statements the application PREPAREd;
+    psycopg's own prepared statements stay (:func:`~txcache._session.reset_statement`). One
+    round trip, plus one if the application PREPAREd statements (and one more if a
+    transaction was open); raises psycopg's errors."""
+    if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        connection.execute("ROLLBACK")
+    cursor = connection.execute(reset_statement(context), prepare=False)
+    while cursor.nextset():
+        pass  # to the last result: the statements the application prepared
+    deallocate = deallocation([name for (name,) in cursor.fetchall()])
+    if deallocate is not None:
+        connection.execute(deallocate, prepare=False)

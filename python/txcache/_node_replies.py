@@ -1,0 +1,47 @@
+"""What each reply of the versioned node commands means to the library, for the sync and
+the async node client alike (docs/protocol.md; the commands are :mod:`txcache._protocol`'s).
+
+A node that cannot be reached is *down*: a lookup misses with kind ``unavailable`` and an
+insert is skipped, at once, until the retry time. Nothing here raises for a node failure: a
+dead node means slower, never an error (docs/library.md).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from txcache import _protocol as protocol
+from txcache._protocol import Hit, Interval, Miss
+from txcache._resp import ReplyError
+
+__all__ = ["insert_result", "interval_result", "lookup_result"]
+
+log = logging.getLogger("txcache")
+
+
+def lookup_result(address: str, reply: Hit | Miss | ReplyError | None) -> Hit | Miss:
+    """What a ``TXGET`` reply means: the hit or miss, ``unavailable`` when the node is down,
+    ``error`` (logged) when it refused the request."""
+    if reply is None:
+        return Miss("unavailable")
+    if isinstance(reply, ReplyError):
+        log.warning("cache node %s refused TXGET: %s", address, reply)
+        return Miss("error")
+    return reply
+
+
+def insert_result(address: str, reply: protocol.Stored | ReplyError | None) -> str | None:
+    """The outcome of a ``TXSET`` reply; ``None`` when the node is down or refused it."""
+    if reply is None:
+        return None
+    if isinstance(reply, ReplyError):
+        log.warning("cache node %s refused TXSET: %s", address, reply)
+        return None
+    return reply.outcome
+
+
+def interval_result(reply: Interval | ReplyError | None) -> Interval | None:
+    """The interval of a ``TXINTERVAL`` reply; ``None`` when the node cannot say."""
+    if reply is None or isinstance(reply, ReplyError):
+        return None
+    return reply

@@ -1,0 +1,64 @@
+"""Consistent hashing of keys over cache nodes, for the sync and the async node clients
+alike: each node owns many points on a ring, so adding or removing one moves only its
+share of the keys."""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from collections.abc import Sequence
+from typing import Generic, Protocol, TypeVar
+
+__all__ = ["NodeRing"]
+
+_POINTS_PER_NODE = 160
+
+
+class _Node(Protocol):
+    """What the ring needs of a node client (sync or async)."""
+
+    address: str
+
+    def is_up(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+N = TypeVar("N", bound=_Node)
+
+
+class NodeRing(Generic[N]):
+    """Consistent hashing of keys over nodes: each node owns many points on a ring, so
+    adding or removing one moves only its share of the keys. The same ring places keys for
+    the sync and the async node clients."""
+
+    def __init__(self, nodes: Sequence[N]) -> None:
+        """A ring over ``nodes`` (at least one)."""
+        if not nodes:
+            raise ValueError("a NodeRing needs at least one cache node")
+        self.nodes = list(nodes)
+        points = sorted(
+            (_point(f"{node.address}#{index}".encode()), position)
+            for position, node in enumerate(self.nodes)
+            for index in range(_POINTS_PER_NODE)
+        )
+        self._points = [point for point, _ in points]
+        self._owners = [self.nodes[position] for _, position in points]
+
+    def node_for(self, key: bytes) -> N:
+        """The node that holds ``key``."""
+        index = bisect.bisect(self._points, _point(key))
+        return self._owners[index % len(self._owners)]
+
+    def any_up(self) -> N | None:
+        """Some node that is up, for questions every node can answer."""
+        return next((node for node in self.nodes if node.is_up()), None)
+
+    def close(self) -> None:
+        """Close every node's connections."""
+        for node in self.nodes:
+            node.close()
+
+
+def _point(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
