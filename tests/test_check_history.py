@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from txcache.check.history import Commit, History, Read, judge
+import pytest
+
+from txcache.check.history import PUBLIC_TENANT, Commit, CommitOrder, History, Read, judge
 
 INITIAL = {
     ("balance", 1): 100,
@@ -236,3 +238,97 @@ def test_a_snapshot_read_sees_the_catalog_of_its_snapshot_or_later():
     verdict = judge(schema_history(), truncated)
     assert verdict.points is None
     assert "the snapshot holds ('part', 0) = ((0, 10), (1, 10))" in verdict.explanation
+
+
+# -- tenants: each judged by its own history; another tenant's rows are an anomaly ----------
+
+# The same objects in two tenants' tables. t = 10: a transfer 1 → 2 in the public tenant's;
+# t = 20: one in the path tenant's (other amounts); t = 30: an append to the path tenant's
+# list 0.
+TENANT_COMMITS = [
+    Commit(301, 10.0, (("balance", 1, 90), ("balance", 2, 110))),
+    Commit(302, 20.0, (("balance", 1, 70), ("balance", 2, 130)), tenant="path"),
+    Commit(303, 30.0, (("append", 0, (7, 42)),), tenant="path"),
+]
+
+
+def tenant_histories() -> dict[str, History]:
+    order = CommitOrder(TENANT_COMMITS)
+    return {
+        tenant: History(INITIAL, order, slack=0.5, tenant=tenant)
+        for tenant in (PUBLIC_TENANT, "path")
+    }
+
+
+def marked(tenant: str, *observed: tuple[object, object, str]) -> Read:
+    """A read by ``tenant`` of ``(object, value, whose rows)``."""
+    seen = read(*((obj, value) for obj, value, _ in observed))
+    seen.tenant = tenant
+    seen.marks = [owner for _, _, owner in observed]
+    return seen
+
+
+def test_a_tenants_history_replays_only_its_own_commits():
+    histories = tenant_histories()
+    path = marked("path", (("balance", 1), 70, "path"), (("balance", 2), 130, "path"))
+    assert judge(histories["path"], path).points == (2, 3)
+    # 100 and 100 held in the path tenant's tables until its own transfer (point 2), though
+    # the public tenant's changed at point 1
+    before = marked("path", (("balance", 1), 100, "path"), (("balance", 2), 100, "path"))
+    assert judge(histories["path"], before).points == (0, 1)
+    public = marked(PUBLIC_TENANT, (("balance", 1), 90, PUBLIC_TENANT), (("list", 0), (), ""))
+    assert judge(histories[PUBLIC_TENANT], public).points == (1, 3)
+
+
+def test_a_read_of_another_tenants_rows_is_a_cross_tenant_anomaly():
+    histories = tenant_histories()
+    # The public tenant's balance served to the path tenant: 90 never held in its own
+    # tables, and the mark names whose rows they were.
+    leaked = marked("path", (("balance", 1), 90, PUBLIC_TENANT), (("balance", 2), 130, "path"))
+    verdict = judge(histories["path"], leaked)
+    assert verdict.anomalous
+    assert verdict.cross_tenant
+    assert verdict.points == (2, 3), "its own observations are still judged, and consistent"
+    assert "cross-tenant read by tenant 'path'" in verdict.explanation
+    assert "('balance', 1) = 90 came from the rows of 'public'" in verdict.explanation
+
+
+def test_another_tenants_rows_are_an_anomaly_even_when_the_values_are_the_same():
+    # Both tenants' account 1 had 100 until point 1: the values cannot tell, the mark can.
+    histories = tenant_histories()
+    same = marked("path", (("balance", 1), 100, PUBLIC_TENANT))
+    same.began = same.ended = 5.0
+    verdict = judge(histories["path"], same)
+    assert verdict.cross_tenant
+    assert verdict.points is not None
+
+
+def test_a_value_mixing_two_tenants_rows_is_a_cross_tenant_read_too():
+    histories = tenant_histories()
+    mixed = marked("path", (("members", 0), (1,), f"path+{PUBLIC_TENANT}"))
+    verdict = judge(histories["path"], mixed)
+    assert verdict.cross_tenant
+    assert "came from the rows of 'public'" in verdict.explanation
+
+
+def test_an_inconsistent_read_of_its_own_rows_is_not_a_cross_tenant_one():
+    histories = tenant_histories()
+    torn = marked("path", (("balance", 1), 70, "path"), (("balance", 2), 100, "path"))
+    verdict = judge(histories["path"], torn)
+    assert verdict.points is None
+    assert not verdict.cross_tenant
+    assert verdict.anomalous
+
+
+def test_a_tenants_snapshot_read_sees_only_its_own_commits():
+    histories = tenant_histories()
+    # The snapshot sees 301 and 302, not 303 (in progress): the path tenant's list is empty
+    # and its balances those of its own transfer.
+    sees = marked("path", (("balance", 1), 70, "path"), (("list", 0), (), ""))
+    sees.snapshot = (301, 304, frozenset({303}))
+    assert judge(histories["path"], sees).points == (2, 2)
+
+
+def test_a_read_is_judged_by_its_own_tenants_history_only():
+    with pytest.raises(ValueError, match="judged by 'public'"):
+        judge(tenant_histories()[PUBLIC_TENANT], marked("path"))

@@ -1,6 +1,6 @@
 """The consistency checker: a workload under faults, and an exact verdict per read-only
 transaction (``txcache check``; docs/check.md)."""
 
-from txcache.check.run import CheckOptions, CheckReport, PhaseReport, run_check
+from txcache.check.run import CheckOptions, CheckReport, PhaseReport, TenantReport, run_check
 
-__all__ = ["CheckOptions", "CheckReport", "PhaseReport", "run_check"]
+__all__ = ["CheckOptions", "CheckReport", "PhaseReport", "TenantReport", "run_check"]

@@ -18,11 +18,20 @@ observed, with ``k`` not before its ``not_before`` commit, no staler than its st
 limit allows, and not after it ended (docs/check.md). :func:`judge` finds the set of such
 points by intersecting, per observation, the ranges of ``k`` where the observed value
 held.
+
+*Tenants* are caches of the same database in other session contexts (another
+``search_path``, another role), each with its own tables under the same names. Every
+commit is one tenant's; a tenant's :class:`History` replays only its own commits over the
+commit order all share (:class:`CommitOrder`), so its readers are judged against its own
+data exactly as the others are. Every row a tenant reads carries its tenant's name (its
+*mark*); an observation marked with another tenant's name is a *cross-tenant* read — an
+anomaly of its own kind, whatever the values.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
@@ -31,9 +40,11 @@ from typing import Any
 
 __all__ = [
     "CATALOG_KINDS",
+    "PUBLIC_TENANT",
     "SCHEMA_WRITES",
     "VIEW_BRANCHES",
     "Commit",
+    "CommitOrder",
     "History",
     "Read",
     "Verdict",
@@ -57,6 +68,10 @@ CATALOG_KINDS = frozenset({"viewdef", "attached"})
 SCHEMA_WRITES = frozenset({"reload", "attached", "viewdef", "ddl"})
 """The write kinds of schema operations (each in a transaction of its own)."""
 
+PUBLIC_TENANT = "public"
+"""The tenant of the stack's own DSN, whose tables are in ``public``; the only one with a
+ledger, a view and schema operations."""
+
 Object = tuple[Hashable, ...]
 """State: ``("balance", account)``, ``("branch", account)``, ``("members", branch)``,
 ``("list", list_id)``, ``("part", p)`` (a partition's ``(slot, amount)`` rows),
@@ -74,6 +89,9 @@ column type changed: no value changes)."""
 Requirement = tuple[Object, object]
 """A state or catalog object and the value it must have."""
 
+Observation = tuple[Object, object]
+"""An object and the value a read-only transaction saw."""
+
 
 @dataclass(frozen=True)
 class Commit:
@@ -86,6 +104,8 @@ class Commit:
     writes: tuple[Write, ...]
     lsn: int = 0
     """Its position in the WAL as the checker's slot reports it (0: unknown)."""
+    tenant: str = PUBLIC_TENANT
+    """Whose tables it wrote (each writer writes one tenant's)."""
 
 
 @dataclass
@@ -97,7 +117,7 @@ class Read:
     staleness: float
     not_before: int | None
     """The xid of the commit it must see (its ``not_before`` token), if any."""
-    observed: list[tuple[Object, object]] = field(default_factory=list)
+    observed: list[Observation] = field(default_factory=list)
     mode: str = "consistent"
     path: str = ""
     """How the library served it (snapshot, moves, fallback), for the anomaly report."""
@@ -108,6 +128,35 @@ class Read:
     """For a transaction that fell back to the database: its snapshot (xmin, xmax, the
     in-progress xids; 32-bit). It is judged by what that snapshot sees, not by a prefix of
     commit order: PostgreSQL's guarantee, which a snapshot on a primary gives."""
+    tenant: str = PUBLIC_TENANT
+    """The tenant whose cache ran it: it is judged against that tenant's history."""
+    marks: list[str] = field(default_factory=list)
+    """Per observation (in order; missing at the end: none), the tenants whose rows it came
+    from, joined by ``+`` (empty: rows without a mark, or none)."""
+
+    def owners(self, index: int) -> tuple[str, ...]:
+        """The tenants whose rows observation ``index`` came from."""
+        mark = self.marks[index] if index < len(self.marks) else ""
+        return tuple(mark.split("+")) if mark else ()
+
+    def foreign(self) -> list[tuple[Object, object, tuple[str, ...]]]:
+        """The observations that came (also) from another tenant's rows: ``(object, value,
+        the other tenants)``."""
+        found = []
+        for index, (obj, value) in enumerate(self.observed):
+            others = tuple(owner for owner in self.owners(index) if owner != self.tenant)
+            if others:
+                found.append((obj, value, others))
+        return found
+
+    def own_observations(self) -> list[Observation]:
+        """The observations of the tenant's own data (or unmarked): what its history must
+        explain."""
+        return [
+            (obj, value)
+            for index, (obj, value) in enumerate(self.observed)
+            if all(owner == self.tenant for owner in self.owners(index))
+        ]
 
 
 @dataclass(frozen=True)
@@ -116,10 +165,18 @@ class Verdict:
 
     read: Read
     points: tuple[int, int] | None
-    """The first and last commit point explaining everything it saw; ``None``: none does."""
+    """The first and last commit point explaining everything it saw of its own tenant's
+    data; ``None``: none does (the read is *inconsistent*)."""
     bounds: tuple[int, int]
     """The commit points its staleness, ``not_before`` and end allowed."""
     explanation: str = ""
+    cross_tenant: bool = False
+    """Whether it observed another tenant's data (an anomaly whatever ``points`` says)."""
+
+    @property
+    def anomalous(self) -> bool:
+        """Inconsistent, or a cross-tenant read, or both."""
+        return self.points is None or self.cross_tenant
 
 
 @dataclass(frozen=True)
@@ -159,39 +216,58 @@ def requirements(obj: Object, value: object) -> list[tuple[Requirement, ...]]:
     return [((obj, value),)]
 
 
-class History:
-    """Every object's value after each commit point (0 = the initial state)."""
+class CommitOrder:
+    """The committed write transactions in commit order, with what every tenant's
+    :class:`History` looks up the same way: each xid's commit point, commit times, WAL
+    positions, the schema operations. Built once and shared (a long check has millions of
+    commits)."""
 
-    def __init__(
-        self, initial: dict[Object, object], commits: Sequence[Commit], *, slack: float
-    ) -> None:
-        """``initial``: the state before the first commit (objects derived from others —
-        the view's rows, partitions' sums — are added); ``commits`` in commit order;
-        ``slack``: seconds of clock and decoding uncertainty allowed around the bounds."""
+    def __init__(self, commits: Sequence[Commit]) -> None:
         self.commits = list(commits)
-        self.slack = slack
         self.position = {commit.xid: index + 1 for index, commit in enumerate(self.commits)}
         # Commit timestamps are taken just before the commit record is written, so they are
         # almost but not exactly in commit order: search their running maximum.
-        self._times = list(itertools.accumulate((c.time for c in self.commits), max))
-        self._lsns = [commit.lsn for commit in self.commits]
-        self._schema = [
+        self.times = list(itertools.accumulate((c.time for c in self.commits), max))
+        self.lsns = [commit.lsn for commit in self.commits]
+        # Every tenant's, in every tenant's reports: a DDL's barrier and catalog readings
+        # concern them all.
+        self.schema = [
             (point, describe_write(write))
             for point, commit in enumerate(self.commits, start=1)
             for write in commit.writes
             if write[0] in SCHEMA_WRITES
         ]
+        by_xid = sorted(self.position.items())
+        self.xids = [xid for xid, _ in by_xid]
+        self.latest_below = list(itertools.accumulate((i for _, i in by_xid), max))
+        # The earliest commit among the xids from each index on: where a scan for commits of
+        # xids at or above a snapshot's xmax must start.
+        self.earliest_from = list(itertools.accumulate((i for _, i in reversed(by_xid)), min))[::-1]
+
+
+class History:
+    """Every object's value after each commit point (0 = the initial state), for one
+    tenant: its own commits change its objects, the others' leave them as they were."""
+
+    def __init__(
+        self,
+        initial: dict[Object, object],
+        commits: Sequence[Commit] | CommitOrder,
+        *,
+        slack: float,
+        tenant: str = PUBLIC_TENANT,
+    ) -> None:
+        """``initial``: the tenant's state before the first commit (objects derived from
+        others — the view's rows, partitions' sums — are added); ``commits`` in commit
+        order (every tenant's, or their shared :class:`CommitOrder`); ``slack``: seconds of
+        clock and decoding uncertainty allowed around the bounds."""
+        self.order = commits if isinstance(commits, CommitOrder) else CommitOrder(commits)
+        self.commits = self.order.commits
+        self.slack = slack
+        self.tenant = tenant
         self._changes: dict[Object, tuple[list[int], list[object]]] = {}
         self._replay(_derived(initial))
         self._held: dict[tuple[Object, object], list[int]] = self._index()
-        by_xid = sorted(self.position.items())
-        self._xids = [xid for xid, _ in by_xid]
-        self._latest_below = list(itertools.accumulate((i for _, i in by_xid), max))
-        # The earliest commit among the xids from each index on: where a scan for commits of
-        # xids at or above a snapshot's xmax must start.
-        self._earliest_from = list(itertools.accumulate((i for _, i in reversed(by_xid)), min))[
-            ::-1
-        ]
 
     def _index(self) -> dict[tuple[Object, object], list[int]]:
         """For every (object, value), the indices into the object's changes where it took
@@ -209,6 +285,8 @@ class History:
             changes[obj][0].append(0)
             changes[obj][1].append(value)
         for index, commit in enumerate(self.commits, start=1):
+            if commit.tenant != self.tenant:
+                continue
             for obj in _apply(state, commit.writes):
                 points, values = changes[obj]
                 if points and points[-1] == index:
@@ -291,15 +369,18 @@ class History:
         commit record was written before a visible one's, but which had not yet left the
         proc array)."""
         xmin, xmax, in_progress = snapshot
-        below = bisect.bisect_left(self._xids, xmin)  # every commit of an xid < xmin is seen
-        last = self._latest_below[below - 1] if below else 0
+        order = self.order
+        below = bisect.bisect_left(order.xids, xmin)  # every commit of an xid < xmin is seen
+        last = order.latest_below[below - 1] if below else 0
         for xid in range(xmin, xmax):
-            if xid not in in_progress and xid in self.position:
-                last = max(last, self.position[xid])
-        missing = [self.position[x] for x in in_progress if self.position.get(x, last + 1) <= last]
-        above = bisect.bisect_left(self._xids, xmax)
-        if above < len(self._xids):
-            for index in range(self._earliest_from[above], last + 1):
+            if xid not in in_progress and xid in order.position:
+                last = max(last, order.position[xid])
+        missing = [
+            order.position[x] for x in in_progress if order.position.get(x, last + 1) <= last
+        ]
+        above = bisect.bisect_left(order.xids, xmax)
+        if above < len(order.xids):
+            for index in range(order.earliest_from[above], last + 1):
                 if self.commits[index - 1].xid >= xmax:
                     missing.append(index)
         missing.sort()
@@ -311,35 +392,37 @@ class History:
         state = {obj: self.value_at(obj, base) for obj in self._changes}
         skipped = set(missing)
         for index in range(missing[0], last + 1):
-            if index not in skipped:
-                _apply(state, self.commits[index - 1].writes)
+            commit = self.commits[index - 1]
+            if index not in skipped and commit.tenant == self.tenant:
+                _apply(state, commit.writes)
         return Visible(last, base, {obj: state.get(obj) for obj in wanted})
 
     def bounds(self, read: Read) -> tuple[int, int]:
         """The commit points ``read`` may be serialized at, ignoring what it observed."""
         # State k was current from commit k until commit k + 1.
         oldest = read.began - read.staleness - self.slack
-        low = bisect.bisect_left(self._times, oldest)  # first commit after `oldest`
+        times = self.order.times
+        low = bisect.bisect_left(times, oldest)  # first commit after `oldest`
         if read.not_before is not None:
-            low = max(low, self.position.get(read.not_before, len(self.commits) + 1))
-        high = bisect.bisect_right(self._times, read.ended + self.slack)
+            low = max(low, self.order.position.get(read.not_before, len(self.commits) + 1))
+        high = bisect.bisect_right(times, read.ended + self.slack)
         return low, high
 
     def locate(self, lsn: int) -> str:
         """Where WAL position ``lsn`` (a pin) lies among the commits. The slot reports a
         commit at the end of its record and a pin names the start of its last commit's
         record, so a pin just below a commit's position shows that commit."""
-        point = bisect.bisect_right(self._lsns, lsn)
-        after = (
-            f", commit {point + 1} ends at {self._lsns[point]}" if point < len(self._lsns) else ""
-        )
+        lsns = self.order.lsns
+        point = bisect.bisect_right(lsns, lsn)
+        after = f", commit {point + 1} ends at {lsns[point]}" if point < len(lsns) else ""
         return f"after commit {point}{after}"
 
     def schema_changes(self, low: int, high: int) -> list[tuple[int, str]]:
         """The schema operations committed at points ``low..high``, described."""
-        start = bisect.bisect_left(self._schema, (low, ""))
-        stop = bisect.bisect_left(self._schema, (high + 1, ""))
-        return self._schema[start:stop]
+        schema = self.order.schema
+        start = bisect.bisect_left(schema, (low, ""))
+        stop = bisect.bisect_left(schema, (high + 1, ""))
+        return schema[start:stop]
 
 
 def describe_write(write: Write) -> str:
@@ -359,9 +442,9 @@ def describe_write(write: Write) -> str:
 
 def _derived(initial: dict[Object, object]) -> dict[Object, object]:
     """``initial`` with the objects derived from others: each view definition's rows (when
-    accounts are known) and each partition's sum."""
+    there is a view: the public tenant's) and each partition's sum."""
     state = dict(initial)
-    if any(obj[0] == "members" for obj in state):
+    if ("viewdef",) in state:
         for name in VIEW_BRANCHES:
             state["viewrows", name] = _view_rows(state, name)
     for obj in [obj for obj in state if obj[0] == "part"]:
@@ -412,7 +495,8 @@ def _apply(state: dict[Object, object], writes: Iterable[Write]) -> set[Object]:
             changed.add(obj)
         elif kind != "ddl":  # an index or a column type: no value changes
             raise ValueError(f"unknown write {kind!r}")
-    if any(obj[0] == "balance" or obj[0] == "branch" for obj in changed):
+    has_view = ("viewdef",) in state
+    if has_view and any(obj[0] == "balance" or obj[0] == "branch" for obj in changed):
         for name in VIEW_BRANCHES:
             state["viewrows", name] = _view_rows(state, name)
             changed.add(("viewrows", name))
@@ -456,26 +540,50 @@ def _apply_ledger(
 
 
 def judge(history: History, read: Read) -> Verdict:
-    """Whether one commit point explains everything ``read`` observed."""
+    """Whether ``read`` observed another tenant's data, and whether one commit point of its
+    tenant's ``history`` explains everything it observed of its own."""
+    if read.tenant != history.tenant:
+        raise ValueError(f"a read of tenant {read.tenant!r} judged by {history.tenant!r}'s history")
+    foreign = read.foreign()
+    own = read.own_observations() if foreign else read.observed
+    verdict = _judge_own(history, read, own)
+    if not foreign:
+        return verdict
+    lines = [f"cross-tenant read by tenant {read.tenant!r}:"]
+    lines += [
+        f"  {obj} = {_short(value)} came from the rows of {' and '.join(map(repr, others))}"
+        for obj, value, others in foreign
+    ]
+    if verdict.explanation:
+        lines += ["and of its own data:", verdict.explanation]
+    return dataclasses.replace(verdict, explanation="\n".join(lines), cross_tenant=True)
+
+
+def _judge_own(history: History, read: Read, observed: list[Observation]) -> Verdict:
+    """Whether one commit point explains every observation of ``observed`` (``read``'s own
+    data)."""
     low, high = history.bounds(read)
     if read.snapshot is not None:
-        return _judge_snapshot(history, read, low, high)
+        return _judge_snapshot(history, read, observed, low, high)
     candidates = [(low, high)]
-    for obj, value in read.observed:
+    for obj, value in observed:
         candidates = _intersect(candidates, history.observation_ranges(obj, value, (low, high)))
         if not candidates:
-            return Verdict(read, None, (low, high), _explain(history, read, low, high))
+            explanation = _explain(history, read, observed, low, high)
+            return Verdict(read, None, (low, high), explanation)
     return Verdict(read, (candidates[0][0], candidates[-1][1]), (low, high))
 
 
-def _judge_snapshot(history: History, read: Read, low: int, high: int) -> Verdict:
+def _judge_snapshot(
+    history: History, read: Read, observed: list[Observation], low: int, high: int
+) -> Verdict:
     """A read on a snapshot of its own: everything it saw must be what the snapshot sees
     (the catalog: as at the snapshot or later), and the snapshot must be within the read's
     bounds."""
     assert read.snapshot is not None
     wanted = {
         required
-        for obj, value in read.observed
+        for obj, value in observed
         for alternative in requirements(obj, value)
         for required, _ in alternative
         if required[0] not in CATALOG_KINDS
@@ -484,7 +592,7 @@ def _judge_snapshot(history: History, read: Read, low: int, high: int) -> Verdic
     catalog_window = (visible.earliest, max(high, visible.last))
     wrong = [
         (obj, seen)
-        for obj, seen in read.observed
+        for obj, seen in observed
         if not any(
             _holds(history, alternative, visible.values, catalog_window)
             for alternative in requirements(obj, seen)
@@ -556,7 +664,7 @@ def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
-def _explain(history: History, read: Read, low: int, high: int) -> str:
+def _explain(history: History, read: Read, observed: list[Observation], low: int, high: int) -> str:
     """Which observations disagree with the allowed points (the first few), and the schema
     changes among those points."""
     lines = [f"allowed commit points {low}..{high}; observed (and where each value held):"]
@@ -564,7 +672,7 @@ def _explain(history: History, read: Read, low: int, high: int) -> str:
         lines.insert(0, f"its last pin {read.pin} lies {history.locate(read.pin)}")
     if read.path:
         lines.insert(0, f"served: {read.path}")
-    for obj, value in read.observed[:40]:
+    for obj, value in observed[:40]:
         ranges = history.observation_ranges(obj, value, (low, high))
         where = ", ".join(f"{max(a, low)}..{min(b, high)}" for a, b in ranges[:4])
         if not where:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from txcache.check.run import CheckReport, PhaseReport, describe, fault_counts
+from txcache.check.history import Verdict
+from txcache.check.run import CheckReport, PhaseReport, TenantReport, describe, fault_counts
 
 __all__ = ["as_json", "as_markdown"]
 
@@ -23,6 +25,7 @@ def as_markdown(report: CheckReport, command: str = "") -> str:
         f"- checked phase: {options.duration:g} s, {options.readers} readers, "
         f"{options.writers} writers, faults {', '.join(options.faults) or 'none'} "
         f"(one every {options.fault_every:g} s); control phase: {options.control_duration:g} s",
+        f"- tenants: {_tenants(report.checked)}",
         f"- history: {report.commits} commits in order from the checker's own slot; "
         f"commits no writer logged: {report.foreign_commits}; committed writes it lacks: "
         f"{report.missing_commits}",
@@ -36,10 +39,11 @@ def as_markdown(report: CheckReport, command: str = "") -> str:
         cells = [value(phase) if phase is not None else "-" for phase in phases]
         lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
     for phase in (report.checked, report.control):
-        if phase is not None and phase.anomalies:
-            lines += ["", f"## Anomalies in the {phase.mode} phase (first {_EXAMPLES})", ""]
-            for verdict in phase.anomalies[:_EXAMPLES]:
-                lines += [f"- {describe(verdict.read)}", "", "```", verdict.explanation, "```"]
+        if phase is not None:
+            # Those that read only their own tenant's data first: the others are below.
+            inconsistent = sorted(phase.inconsistent, key=lambda v: v.cross_tenant)
+            lines += _examples(phase, "Inconsistent reads", inconsistent)
+            lines += _examples(phase, "Cross-tenant reads", phase.cross_tenant)
     failed = [fault for fault in report.checked.faults if fault.error]
     if failed:
         lines += ["", "## Faults that failed to inject", ""]
@@ -50,15 +54,37 @@ def as_markdown(report: CheckReport, command: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def _tenants(phase: PhaseReport) -> str:
+    return "; ".join(f"{name} ({tenant.description})" for name, tenant in phase.tenants.items())
+
+
+def _examples(phase: PhaseReport, title: str, anomalies: list[Verdict]) -> list[str]:
+    if not anomalies:
+        return []
+    lines = ["", f"## {title} in the {phase.mode} phase (first {_EXAMPLES})", ""]
+    for verdict in anomalies[:_EXAMPLES]:
+        lines += [f"- {describe(verdict.read)}", "", "```", verdict.explanation, "```"]
+    return lines
+
+
+def _by_tenant(value: Callable[[TenantReport], object]) -> Callable[[PhaseReport], str]:
+    return lambda p: ", ".join(f"{name} {value(t)}" for name, t in p.tenants.items())
+
+
 def _rows() -> list[tuple[str, Any]]:
     return [
         ("read-only transactions checked", lambda p: f"{p.reads}"),
+        ("… by tenant", _by_tenant(lambda t: t.reads)),
         ("read-only transactions per second", lambda p: f"{p.reads / max(p.seconds, 1e-9):.0f}"),
         ("read/write transactions committed", lambda p: f"{p.writes_committed}"),
+        ("… by tenant", _by_tenant(lambda t: t.writes_committed)),
         ("read/write transactions rolled back", lambda p: f"{p.writes_rolled_back}"),
         ("**anomalies**", lambda p: f"**{len(p.anomalies)}**"),
+        ("… inconsistent (by tenant)", _by_tenant(lambda t: t.inconsistent)),
+        ("… **cross-tenant reads** (by tenant)", _by_tenant(lambda t: f"**{t.cross_tenant}**")),
         ("faults injected", _faults),
         ("reads served from the cache", lambda p: f"{p.cache_share:.1%} of {p.cache_lookups}"),
+        ("… by tenant", _by_tenant(lambda t: f"{t.cache_share:.1%} of {t.cache_lookups}")),
         ("errors during a PostgreSQL restart (allowed)", lambda p: f"{len(p.errors_allowed)}"),
         ("**other errors seen by the application**", lambda p: f"**{len(p.errors_unexpected)}**"),
         ("retried (SnapshotUnavailable)", lambda p: f"{p.retried}"),
@@ -94,6 +120,7 @@ def as_json(report: CheckReport) -> str:
             return None
         data = asdict(p)
         data["anomalies"] = [v.explanation for v in p.anomalies]
+        data["cross_tenant"] = len(p.cross_tenant)
         data["cache_share"] = p.cache_share
         return data
 

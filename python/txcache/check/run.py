@@ -2,8 +2,11 @@
 read-only transaction (docs/check.md).
 
 Two phases share one stack and one history: the *checked* phase (``consistent`` mode, with
-faults) must show no anomaly; the *control* phase (``no_consistency`` mode, no faults) must
-show some — a checker that finds nothing there is itself broken.
+faults) must show no anomaly; the *control* phase (``no_consistency`` mode, no faults, and
+keys blind to the session context) must show some — inconsistent reads, and reads of
+another tenant's data when there are tenants: a checker that finds nothing there is itself
+broken. Every tenant (:mod:`txcache.check.tenants`) has its own cache, readers and writers
+in both phases, and its own history over the shared commit order.
 """
 
 from __future__ import annotations
@@ -13,13 +16,23 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import txcache
 from txcache.check.commits import CommitReader
 from txcache.check.faults import FAULT_KINDS, Fault, FaultInjector
-from txcache.check.history import Commit, History, Read, Verdict, judge
+from txcache.check.history import (
+    PUBLIC_TENANT,
+    Commit,
+    CommitOrder,
+    History,
+    Read,
+    Verdict,
+    judge,
+)
 from txcache.check.stack import running_stack
+from txcache.check.tenants import Tenant, context_blind_keys, make_tenants
 from txcache.check.workload import (
     READER_FUNCTIONS,
     SCHEMA_SHARE,
@@ -32,7 +45,7 @@ from txcache.check.workload import (
 )
 from txcache.stack import Stack
 
-__all__ = ["CheckOptions", "CheckReport", "PhaseReport", "run_check"]
+__all__ = ["CheckOptions", "CheckReport", "PhaseReport", "TenantReport", "run_check"]
 
 _RESTART_GRACE = 5.0  # seconds after a PostgreSQL restart during which errors are allowed
 _AGENT_DOWN = ("agent-kill", "slot-lost")  # faults during which the agent is not running
@@ -50,6 +63,10 @@ class CheckOptions:
     fault_every: float = 8.0
     readers: int = 4
     writers: int = 3
+    tenant_readers: int = 2
+    """Reader threads of each tenant besides the public one (0: no other tenants)."""
+    tenant_writers: int = 1
+    """Writer threads of each tenant besides the public one."""
     seed: int = 1
     schema_share: float = SCHEMA_SHARE
     """Share of write transactions that are schema operations (0: none)."""
@@ -58,8 +75,31 @@ class CheckOptions:
 
 
 @dataclass
+class TenantReport:
+    """One tenant's part of a phase."""
+
+    description: str = ""
+    reads: int = 0
+    """Read-only transactions checked."""
+    writes_committed: int = 0
+    inconsistent: int = 0
+    """Read-only transactions no commit point of the tenant's history explains."""
+    cross_tenant: int = 0
+    """Read-only transactions that observed another tenant's data."""
+    cache_hits: int = 0
+    cache_lookups: int = 0
+    retried: int = 0
+    fell_back: int = 0
+
+    @property
+    def cache_share(self) -> float:
+        """Share of its cacheable calls answered from the cache."""
+        return self.cache_hits / self.cache_lookups if self.cache_lookups else 0.0
+
+
+@dataclass
 class PhaseReport:
-    """What one phase did and what the verdict found."""
+    """What one phase did and what the verdict found (all tenants together, and each)."""
 
     mode: str
     seconds: float
@@ -81,11 +121,22 @@ class PhaseReport:
     """Schema operations that gave up waiting for a lock (rolled back, not an error)."""
     schema_while_agent_down: int = 0
     """Schema operations that committed while the agent was killed or its slot lost."""
+    tenants: dict[str, TenantReport] = field(default_factory=dict)
 
     @property
     def cache_share(self) -> float:
         """Share of cacheable calls answered from the cache."""
         return self.cache_hits / self.cache_lookups if self.cache_lookups else 0.0
+
+    @property
+    def cross_tenant(self) -> list[Verdict]:
+        """The anomalies that observed another tenant's data."""
+        return [verdict for verdict in self.anomalies if verdict.cross_tenant]
+
+    @property
+    def inconsistent(self) -> list[Verdict]:
+        """The anomalies no commit point of their tenant's history explains."""
+        return [verdict for verdict in self.anomalies if verdict.points is None]
 
 
 @dataclass
@@ -104,8 +155,12 @@ class CheckReport:
 
     @property
     def passed(self) -> bool:
-        """No anomaly and no unexpected error when checked; some anomaly in the control."""
-        control_ok = self.control is None or bool(self.control.anomalies)
+        """No anomaly and no unexpected error when checked; in the control, inconsistent
+        reads, and cross-tenant ones when other tenants read."""
+        control_ok = self.control is None or (
+            bool(self.control.inconsistent)
+            and (len(self.control.tenants) < 2 or bool(self.control.cross_tenant))
+        )
         return (
             not self.checked.anomalies
             and not self.checked.errors_unexpected
@@ -117,103 +172,146 @@ class CheckReport:
 
 def run_check(options: CheckOptions, progress: Callable[[str], None] = print) -> CheckReport:
     """Start a stack, run both phases, judge every read; the stack is stopped after."""
-    with running_stack() as stack:
+    tenants = make_tenants(enabled=options.tenant_readers > 0)
+    with running_stack(tenants) as stack:
         commits = CommitReader(stack.dsn)
         commits.start()
-        outcome = Outcome()
-        checked = _phase(stack, commits, options, "consistent", options.duration, outcome, progress)
-        control = None
+        checked = _phase(stack, tenants, commits, options, "consistent", options.duration, progress)
+        phases = [checked]
         if options.control_duration > 0:
-            control_outcome = Outcome()
-            control = _phase(
-                stack,
-                commits,
-                options,
-                "no_consistency",
-                options.control_duration,
-                control_outcome,
-                progress,
+            seconds = options.control_duration
+            phases.append(
+                _phase(stack, tenants, commits, options, "no_consistency", seconds, progress)
             )
         progress("reading the commit order from the checker's slot…")
         commits.finish()
-        writes = {log.xid: log for log in outcome.writes}
-        if control is not None:
-            writes.update({log.xid: log for log in control_outcome.writes})
-        ordered = [
-            Commit(xid, when, writes[xid].writes, commits.lsns.get(xid, 0))
-            for xid, when in commits.commits
-            if xid in writes
-        ]
-        history = History(initial_state(), ordered, slack=options.slack)
-        _judge(history, outcome, checked, commits.commits)
-        if control is not None:
-            _judge(history, control_outcome, control, commits.commits)
+        writes = {log.xid: log for _, outcomes in phases for o in outcomes for log in o.writes}
+        order = CommitOrder(
+            [
+                Commit(xid, when, writes[xid].writes, commits.lsns.get(xid, 0), writes[xid].tenant)
+                for xid, when in commits.commits
+                if xid in writes
+            ]
+        )
+        progress(f"judging against {len(order.commits)} commits…")
+        histories = {
+            t.name: History(initial_state(t.name), order, slack=options.slack, tenant=t.name)
+            for t in tenants
+        }
+        for report, outcomes in phases:
+            _judge(histories, outcomes, report, commits.commits)
         foreign = sum(1 for xid, _ in commits.commits if xid not in writes)
         seen = {xid for xid, _ in commits.commits}
         missing = sum(1 for log in writes.values() if log.committed and log.xid not in seen)
-        return CheckReport(options, checked, control, len(ordered), foreign, missing)
+        control = phases[1][0] if len(phases) > 1 else None
+        return CheckReport(options, checked[0], control, len(order.commits), foreign, missing)
 
 
 def _phase(
     stack: Stack,
+    tenants: tuple[Tenant, ...],
     commits: CommitReader,
     options: CheckOptions,
     mode: str,
     seconds: float,
-    outcome: Outcome,
     progress: Callable[[str], None],
-) -> PhaseReport:
-    progress(f"phase {mode}: {seconds:.0f} s, {options.readers} readers, {options.writers} writers")
-    cache = stack.connect(
-        mode=mode,
-        refresh_interval=0.1,
-        pool_size=options.readers + options.writers + 4,
+) -> tuple[PhaseReport, list[Outcome]]:
+    """Run every tenant's readers and writers in ``mode`` for ``seconds`` (with faults when
+    consistent; with keys blind to the session context when not); what each did."""
+    progress(
+        f"phase {mode}: {seconds:.0f} s, tenants {', '.join(t.name for t in tenants)}; "
+        f"{options.readers} readers, {options.writers} writers (each other tenant: "
+        f"{options.tenant_readers}, {options.tenant_writers})"
     )
-    before = _lookups()
-    stop = threading.Event()
-    threads = _workers(cache, options, outcome, mode, stop)
-    injector = None
-    if mode == "consistent" and options.faults:
-        injector = FaultInjector(
-            stack, options.faults, options.fault_every, progress, keep_up=commits.catch_up
+    outcomes = [Outcome(tenant=tenant.name) for tenant in tenants]
+    caches = [
+        stack.connect(
+            dsn=tenant.dsn(stack.dsn),
+            mode=mode,
+            refresh_interval=0.1,
+            pool_size=sum(_threads(options, tenant)) + 4,
         )
-        injector.start()
-    started = time.monotonic()
-    try:
-        while not stop.wait(min(5.0, max(0.0, seconds - (time.monotonic() - started)))):
-            if time.monotonic() - started >= seconds:
-                break
-            progress(_progress_line(outcome, time.monotonic() - started, seconds))
-    finally:
-        if injector is not None:
-            injector.stop()
-        stop.set()
-        for thread in threads:
-            thread.join()
-        cache.close()
-    after = _lookups()
+        for tenant in tenants
+    ]
+    injector = None
+    # The control's keys ignore the session context: tenants then read each other's values.
+    blind = context_blind_keys(READER_FUNCTIONS) if mode == "no_consistency" else nullcontext()
+    stop = threading.Event()
+    with blind:
+        threads = [
+            thread
+            for tenant, cache, outcome in zip(tenants, caches, outcomes, strict=True)
+            for thread in _workers(cache, tenant, options, outcome, mode, stop)
+        ]
+        if mode == "consistent" and options.faults:
+            injector = FaultInjector(
+                stack, options.faults, options.fault_every, progress, keep_up=commits.catch_up
+            )
+            injector.start()
+        try:
+            _wait(seconds, outcomes, progress)
+        finally:
+            if injector is not None:
+                injector.stop()
+            stop.set()
+            for thread in threads:
+                thread.join()
+            for cache in caches:
+                cache.close()
     report = PhaseReport(mode, seconds, faults=injector.faults if injector else [])
-    report.cache_hits = after[0] - before[0]
-    report.cache_lookups = after[1] - before[1]
-    report.retried = outcome.retried
-    report.schema_gave_up = outcome.gave_up
-    return report
+    _count(report, tenants, outcomes)
+    return report, outcomes
+
+
+def _count(report: PhaseReport, tenants: tuple[Tenant, ...], outcomes: list[Outcome]) -> None:
+    """What the threads counted, per tenant and in all."""
+    for tenant, outcome in zip(tenants, outcomes, strict=True):
+        report.tenants[tenant.name] = TenantReport(
+            tenant.describe(),
+            cache_hits=outcome.cache_hits,
+            cache_lookups=outcome.cache_lookups,
+            retried=outcome.retried,
+        )
+        report.cache_hits += outcome.cache_hits
+        report.cache_lookups += outcome.cache_lookups
+        report.retried += outcome.retried
+        report.schema_gave_up += outcome.gave_up
+
+
+def _threads(options: CheckOptions, tenant: Tenant) -> tuple[int, int]:
+    """A tenant's readers and writers."""
+    if tenant.name == PUBLIC_TENANT:
+        return options.readers, options.writers
+    return options.tenant_readers, options.tenant_writers
+
+
+def _wait(seconds: float, outcomes: list[Outcome], progress: Callable[[str], None]) -> None:
+    """Report progress every 5 s for ``seconds``."""
+    started = time.monotonic()
+    while (elapsed := time.monotonic() - started) < seconds:
+        time.sleep(min(5.0, seconds - elapsed))
+        progress(_progress_line(outcomes, time.monotonic() - started, seconds))
 
 
 def _workers(
     cache: txcache.Cache,
+    tenant: Tenant,
     options: CheckOptions,
     outcome: Outcome,
     mode: str,
     stop: threading.Event,
 ) -> list[threading.Thread]:
+    """Start ``tenant``'s writer and reader threads (the public tenant's seeds are those of
+    a check without tenants)."""
     threads = []
-    for index in range(options.writers):
-        rng = random.Random(f"{options.seed}-{mode}-w{index}")
+    readers, writers = _threads(options, tenant)
+    seed = options.seed if tenant.name == PUBLIC_TENANT else f"{options.seed}-{tenant.name}"
+    for index in range(writers):
+        rng = random.Random(f"{seed}-{mode}-w{index}")
         step = lambda rng=rng: write_once(cache, rng, outcome, options.schema_share)  # noqa: E731
         threads.append(threading.Thread(target=loop, args=(step, stop), daemon=True))
-    for index in range(options.readers):
-        rng = random.Random(f"{options.seed}-{mode}-r{index}")
+    for index in range(readers):
+        rng = random.Random(f"{seed}-{mode}-r{index}")
         step = lambda rng=rng: read_once(cache, rng, outcome, mode)  # noqa: E731
         threads.append(threading.Thread(target=loop, args=(step, stop), daemon=True))
     for thread in threads:
@@ -221,33 +319,55 @@ def _workers(
     return threads
 
 
-def _lookups() -> tuple[int, int]:
-    hits = sum(function.stats.hits for function in READER_FUNCTIONS)
-    misses = sum(function.stats.miss_count for function in READER_FUNCTIONS)
-    return hits, hits + misses
-
-
-def _progress_line(outcome: Outcome, elapsed: float, seconds: float) -> str:
-    with outcome.lock:
-        reads, writes, errors = len(outcome.reads), len(outcome.writes), len(outcome.errors)
-    return f"  {elapsed:5.0f}/{seconds:.0f} s: {reads} reads, {writes} writes, {errors} errors"
+def _progress_line(outcomes: list[Outcome], elapsed: float, seconds: float) -> str:
+    counts = []
+    for outcome in outcomes:
+        with outcome.lock:
+            counts.append(
+                (outcome.tenant, len(outcome.reads), len(outcome.writes), len(outcome.errors))
+            )
+    reads = ", ".join(f"{name} {n}" for name, n, _, _ in counts)
+    writes = sum(w for _, _, w, _ in counts)
+    errors = sum(e for _, _, _, e in counts)
+    return f"  {elapsed:5.0f}/{seconds:.0f} s: reads {reads}; {writes} writes, {errors} errors"
 
 
 def _judge(
-    history: History,
-    outcome: Outcome,
+    histories: dict[str, History],
+    outcomes: list[Outcome],
     report: PhaseReport,
     commits: list[tuple[int, float]],
 ) -> None:
+    """Judge every tenant's reads against its own history; sort the errors the application
+    saw into allowed (during a PostgreSQL restart) and unexpected."""
     committed = dict(commits)
-    report.writes_committed = sum(1 for log in outcome.writes if log.xid in committed)
-    _count_schema_ops(outcome, report, committed)
-    report.writes_rolled_back = len(outcome.writes) - report.writes_committed
-    report.reads = len(outcome.reads)
-    report.fell_back = sum(1 for read in outcome.reads if read.snapshot is not None)
-    report.anomalies = [
-        v for v in map(lambda r: judge(history, r), outcome.reads) if v.points is None
-    ]
+    for outcome in outcomes:
+        tenant = report.tenants[outcome.tenant]
+        report.anomalies += _judge_tenant(histories[outcome.tenant], outcome, tenant, committed)
+        _count_schema_ops(outcome, report, committed)
+        report.reads += tenant.reads
+        report.writes_committed += tenant.writes_committed
+        report.writes_rolled_back += len(outcome.writes) - tenant.writes_committed
+        report.fell_back += tenant.fell_back
+        _sort_errors(outcome, report)
+
+
+def _judge_tenant(
+    history: History, outcome: Outcome, tenant: TenantReport, committed: dict[int, float]
+) -> list[Verdict]:
+    """Judge one tenant's reads against its history, counting them in ``tenant``; its
+    anomalies."""
+    verdicts = (judge(history, read) for read in outcome.reads)  # one at a time: millions
+    anomalies = [verdict for verdict in verdicts if verdict.anomalous]
+    tenant.reads = len(outcome.reads)
+    tenant.writes_committed = sum(1 for log in outcome.writes if log.xid in committed)
+    tenant.inconsistent = sum(1 for verdict in anomalies if verdict.points is None)
+    tenant.cross_tenant = sum(1 for verdict in anomalies if verdict.cross_tenant)
+    tenant.fell_back = sum(1 for read in outcome.reads if read.snapshot is not None)
+    return anomalies
+
+
+def _sort_errors(outcome: Outcome, report: PhaseReport) -> None:
     windows = [
         (f.started - 0.5, f.ended + _RESTART_GRACE)
         for f in report.faults
@@ -262,7 +382,7 @@ def _count_schema_ops(outcome: Outcome, report: PhaseReport, committed: dict[int
     """Schema operations committed, by kind, and how many of them committed while the agent
     was down (a DDL the agent must make up for when it starts again)."""
     down = [(f.started, f.ended) for f in report.faults if f.kind in _AGENT_DOWN]
-    kinds: Counter[str] = Counter()
+    kinds: Counter[str] = Counter(report.schema_ops)
     for log in outcome.writes:
         kind = schema_kind(log.writes)
         if kind is None or log.xid not in committed:
@@ -276,7 +396,10 @@ def _count_schema_ops(outcome: Outcome, report: PhaseReport, committed: dict[int
 def describe(read: Read) -> str:
     """One line about a read-only transaction."""
     token = f", not_before xid {read.not_before}" if read.not_before is not None else ""
-    return f"{read.mode} read, staleness {read.staleness:g} s{token}, {len(read.observed)} values"
+    return (
+        f"{read.mode} read of tenant {read.tenant!r}, staleness {read.staleness:g} s{token}, "
+        f"{len(read.observed)} values"
+    )
 
 
 def fault_counts(faults: list[Fault]) -> Counter[str]:

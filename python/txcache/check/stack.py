@@ -1,14 +1,16 @@
 """The stack a check runs against: :class:`txcache.stack.Stack` with the checker's settings
 (its own embedded PostgreSQL, so that a fault can restart it; two nodes; the agent pinning
-and beating often) and the checker's own slot."""
+and beating often), the tenants' schemas and roles, and the checker's own slot."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterator, Sequence
 
 import psycopg
 
+from txcache.check.tenants import Tenant, drop_roles
 from txcache.check.workload import SCHEMA
 from txcache.stack import Stack, StackOptions
 
@@ -42,12 +44,22 @@ OPTIONS = StackOptions(
 
 
 @contextlib.contextmanager
-def running_stack() -> Iterator[Stack]:
-    """A fresh PostgreSQL with the workload's schema, set up, with the checker's slot,
-    two nodes and the agent; everything stopped on exit."""
-    with Stack(OPTIONS) as stack:
-        with psycopg.connect(stack.dsn, autocommit=True) as admin:
-            admin.execute(
-                "SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (CHECK_SLOT,)
-            )
-        yield stack
+def running_stack(tenants: Sequence[Tenant] = ()) -> Iterator[Stack]:
+    """A fresh PostgreSQL with the workload's schema and the ``tenants``' (their roles
+    too), set up to track them all, with the checker's slot, two nodes and the agent; the
+    roles dropped and everything stopped on exit."""
+    options = dataclasses.replace(
+        OPTIONS,
+        schema_sql=SCHEMA + "".join(tenant.sql() for tenant in tenants),
+        schemas=tuple(dict.fromkeys(("public", *(tenant.schema for tenant in tenants)))),
+    )
+    with Stack(options) as stack:
+        try:
+            with psycopg.connect(stack.dsn, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_create_logical_replication_slot(%s, 'test_decoding')",
+                    (CHECK_SLOT,),
+                )
+            yield stack
+        finally:
+            drop_roles(stack.dsn, tenants)

@@ -10,6 +10,12 @@ again, an index on ``accounts.balance`` created or dropped, the entries' columns
 (a table rewrite). Readers run read-only transactions through nested cacheable functions
 and direct queries, with several staleness limits and ``not_before`` tokens, and log every
 value they observed.
+
+Each *tenant* (:mod:`txcache.check.tenants`) has its own ``accounts`` and ``entries`` under
+those names, every row carrying the tenant's name in a column ``tenant``, and its own
+readers and writers, which call the same cacheable functions with the same arguments
+through a cache of their own. Only the public tenant has the ledger and the view, and runs
+the schema operations.
 """
 
 from __future__ import annotations
@@ -17,14 +23,22 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
 import txcache
-from txcache.check.history import LIST_WINDOW, VIEW_BRANCHES, Object, Read, Write
+from txcache._cacheable import CacheableFunction
+from txcache.check.history import (
+    LIST_WINDOW,
+    PUBLIC_TENANT,
+    VIEW_BRANCHES,
+    Object,
+    Read,
+    Write,
+)
 from txcache.errors import SnapshotUnavailable
 
 __all__ = [
@@ -39,6 +53,7 @@ __all__ = [
     "WriterLog",
     "initial_state",
     "read_once",
+    "tenant_tables_sql",
     "write_once",
 ]
 
@@ -85,14 +100,24 @@ _PARTITIONS_SQL = "".join(
     for part, table in enumerate(PARTITIONS)
 )
 
-SCHEMA = f"""
-CREATE TABLE accounts (id integer PRIMARY KEY, balance integer NOT NULL,
-                       branch integer NOT NULL);
-CREATE INDEX ON accounts (branch);
-CREATE TABLE entries (id bigserial PRIMARY KEY, list integer NOT NULL, value integer NOT NULL);
-CREATE INDEX ON entries (list);
-INSERT INTO accounts SELECT i, {START_BALANCE}, i % {BRANCHES}
+
+def tenant_tables_sql(schema: str, tenant: str) -> str:
+    """A tenant's ``accounts`` and ``entries`` in ``schema`` (a plain identifier), each row
+    marked with ``tenant`` (a plain word): what a read of them returns says whose it is."""
+    mark = f"tenant text NOT NULL DEFAULT '{tenant}' CHECK (tenant = '{tenant}')"
+    return f"""
+CREATE TABLE {schema}.accounts (id integer PRIMARY KEY, balance integer NOT NULL,
+                                branch integer NOT NULL, {mark});
+CREATE INDEX ON {schema}.accounts (branch);
+CREATE TABLE {schema}.entries (id bigserial PRIMARY KEY, list integer NOT NULL,
+                               value integer NOT NULL, {mark});
+CREATE INDEX ON {schema}.entries (list);
+INSERT INTO {schema}.accounts (id, balance, branch) SELECT i, {START_BALANCE}, i % {BRANCHES}
 FROM generate_series(1, {ACCOUNTS}) i;
+"""
+
+
+SCHEMA = f"""{tenant_tables_sql("public", PUBLIC_TENANT)}
 CREATE TABLE ledger (part integer NOT NULL, slot integer NOT NULL, amount integer NOT NULL,
                      PRIMARY KEY (part, slot)) PARTITION BY LIST (part);
 {_PARTITIONS_SQL}INSERT INTO ledger SELECT p, s, {START_AMOUNT}
@@ -101,9 +126,9 @@ FROM generate_series(0, {PARTS - 1}) p, generate_series(0, {SLOTS - 1}) s;
 """
 
 
-def initial_state() -> dict[Object, object]:
-    """The state SCHEMA creates, as the verdict's objects (the history derives the view's
-    rows and the partitions' sums)."""
+def initial_state(tenant: str = PUBLIC_TENANT) -> dict[Object, object]:
+    """The state SCHEMA (or :func:`tenant_tables_sql`) creates for ``tenant``, as the
+    verdict's objects (the history derives the view's rows and the partitions' sums)."""
     state: dict[Object, object] = {}
     for account in range(1, ACCOUNTS + 1):
         state["balance", account] = START_BALANCE
@@ -114,6 +139,8 @@ def initial_state() -> dict[Object, object]:
     for list_id in range(LISTS):
         state["list", list_id] = ()
         state["entries", list_id] = ()
+    if tenant != PUBLIC_TENANT:
+        return state
     for part in range(PARTS):
         state["part", part] = tuple((slot, START_AMOUNT) for slot in range(SLOTS))
         state["attached", part] = True
@@ -124,40 +151,48 @@ def initial_state() -> dict[Object, object]:
 # -- what readers call --------------------------------------------------------------------
 
 Rows = tuple[tuple[int, int], ...]
+Account = tuple[int, int, str]
+"""Balance, branch and the tenant whose row it is."""
+Marked = tuple[tuple[int, str], ...]
+"""Values, each with the tenant whose row it came from."""
+
+# Tables by unqualified name: which tenant's they are is the session's search path.
 
 
 @txcache.cacheable
-def account(account_id: int) -> tuple[int, int] | None:
-    """Balance and branch of one account."""
-    row = txcache.query_one("SELECT balance, branch FROM accounts WHERE id = %s", (account_id,))
-    return None if row is None else (int(row[0]), int(row[1]))
+def account(account_id: int) -> Account | None:
+    """Balance and branch of one account (and whose it is)."""
+    row = txcache.query_one(
+        "SELECT balance, branch, tenant FROM accounts WHERE id = %s", (account_id,)
+    )
+    return None if row is None else (int(row[0]), int(row[1]), str(row[2]))
 
 
 @txcache.cacheable
-def branch_members(branch: int) -> tuple[int, ...]:
-    """The ids of a branch's accounts, sorted."""
-    rows = txcache.query("SELECT id FROM accounts WHERE branch = %s ORDER BY id", (branch,))
-    return tuple(int(row[0]) for row in rows)
+def branch_members(branch: int) -> Marked:
+    """The ids of a branch's accounts, sorted (and whose they are)."""
+    rows = txcache.query("SELECT id, tenant FROM accounts WHERE branch = %s ORDER BY id", (branch,))
+    return tuple((int(row[0]), str(row[1])) for row in rows)
 
 
 @txcache.cacheable
-def list_values(list_id: int) -> tuple[int, ...]:
-    """A list's last LIST_WINDOW values, in entry order."""
+def list_values(list_id: int) -> Marked:
+    """A list's last LIST_WINDOW values, in entry order (and whose they are)."""
     rows = txcache.query(
-        "SELECT value FROM entries WHERE list = %s ORDER BY id DESC LIMIT %s",
+        "SELECT value, tenant FROM entries WHERE list = %s ORDER BY id DESC LIMIT %s",
         (list_id, LIST_WINDOW),
     )
-    return tuple(int(row[0]) for row in reversed(rows))
+    return tuple((int(row[0]), str(row[1])) for row in reversed(rows))
 
 
 @txcache.cacheable
-def branch_report(branch: int) -> tuple[tuple[int, tuple[int, int] | None], ...]:
+def branch_report(branch: int) -> tuple[tuple[int, str, Account | None], ...]:
     """Nested: the members of a branch, then each member's account."""
-    return tuple((member, account(member)) for member in branch_members(branch))
+    return tuple((member, mark, account(member)) for member, mark in branch_members(branch))
 
 
 @txcache.cacheable
-def pair(first: int, second: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+def pair(first: int, second: int) -> tuple[Account | None, Account | None]:
     """Nested: two accounts (a transfer's two sides)."""
     return account(first), account(second)
 
@@ -203,7 +238,7 @@ def schema_report(part: int) -> tuple[tuple[str | None, Rows], Rows, Rows]:
     return view_rows(), ledger_rows(part), partition_rows(part)
 
 
-READER_FUNCTIONS = (
+READER_FUNCTIONS: tuple[CacheableFunction[Any, Any], ...] = (
     account,
     branch_members,
     list_values,
@@ -216,90 +251,117 @@ READER_FUNCTIONS = (
     schema_report,
 )
 
-Observed = list[tuple[Object, object]]
+_MARKS: dict[frozenset[str], str] = {}
+"""One string per set of tenants (most reads name one): a long check keeps a mark per
+observation."""
 
 
-def _observe_account(out: Observed, account_id: int, seen: Any) -> None:
+def _see(read: Read, obj: Object, value: object, marks: Iterable[str] = ()) -> None:
+    """Log an observation, with the tenants whose rows it came from (``marks``; none for
+    the public tenant's ledger and view, which have no column for it)."""
+    owners = frozenset(marks)
+    mark = _MARKS.get(owners)
+    if mark is None:
+        mark = _MARKS.setdefault(owners, "+".join(sorted(owners)))
+    read.observed.append((obj, value))
+    read.marks.append(mark)
+
+
+def _observe_account(read: Read, account_id: int, seen: Account | None) -> None:
     if seen is not None:
-        out.append((("balance", account_id), seen[0]))
-        out.append((("branch", account_id), seen[1]))
+        _see(read, ("balance", account_id), seen[0], (seen[2],))
+        _see(read, ("branch", account_id), seen[1], (seen[2],))
 
 
-def _read_account(rng: random.Random, out: Observed) -> None:
+def _read_account(rng: random.Random, read: Read) -> None:
     account_id = rng.randint(1, ACCOUNTS)
-    _observe_account(out, account_id, account(account_id))
+    _observe_account(read, account_id, account(account_id))
 
 
-def _read_members(rng: random.Random, out: Observed) -> None:
+def _read_members(rng: random.Random, read: Read) -> None:
     branch = rng.randrange(BRANCHES)
-    out.append((("members", branch), branch_members(branch)))
+    members = branch_members(branch)
+    _see(read, ("members", branch), tuple(m for m, _ in members), (t for _, t in members))
 
 
-def _read_list(rng: random.Random, out: Observed) -> None:
+def _read_list(rng: random.Random, read: Read) -> None:
     list_id = rng.randrange(LISTS)
-    out.append((("list", list_id), list_values(list_id)))
+    values = list_values(list_id)
+    _see(read, ("list", list_id), tuple(v for v, _ in values), (t for _, t in values))
 
 
-def _read_branch_report(rng: random.Random, out: Observed) -> None:
+def _read_branch_report(rng: random.Random, read: Read) -> None:
     branch = rng.randrange(BRANCHES)
     report = branch_report(branch)
-    out.append((("members", branch), tuple(member for member, _ in report)))
-    for member, seen in report:
-        _observe_account(out, member, seen)
+    members = tuple(member for member, _, _ in report)
+    _see(read, ("members", branch), members, (mark for _, mark, _ in report))
+    for member, _mark, seen in report:
+        _observe_account(read, member, seen)
 
 
-def _read_pair(rng: random.Random, out: Observed) -> None:
+def _read_pair(rng: random.Random, read: Read) -> None:
     first, second = rng.sample(range(1, ACCOUNTS + 1), 2)
     for account_id, seen in zip((first, second), pair(first, second), strict=True):
-        _observe_account(out, account_id, seen)
+        _observe_account(read, account_id, seen)
 
 
-def _read_direct(rng: random.Random, out: Observed) -> None:
+def _read_direct(rng: random.Random, read: Read) -> None:
     account_id = rng.randint(1, ACCOUNTS)
-    row = txcache.query_one("SELECT balance FROM accounts WHERE id = %s", (account_id,))
+    row = txcache.query_one("SELECT balance, tenant FROM accounts WHERE id = %s", (account_id,))
     if row is not None:
-        out.append((("balance", account_id), int(row[0])))
+        _see(read, ("balance", account_id), int(row[0]), (str(row[1]),))
 
 
-def _read_view(rng: random.Random, out: Observed) -> None:
-    out.append((("view",), view_rows()))
+def _read_view(rng: random.Random, read: Read) -> None:
+    _see(read, ("view",), view_rows())
 
 
-def _read_ledger(rng: random.Random, out: Observed) -> None:
+def _read_ledger(rng: random.Random, read: Read) -> None:
     part = rng.randrange(PARTS)
-    out.append((("ledger", part), ledger_rows(part)))
+    _see(read, ("ledger", part), ledger_rows(part))
 
 
-def _read_ledger_sums(rng: random.Random, out: Observed) -> None:
+def _read_ledger_sums(rng: random.Random, read: Read) -> None:
     parts = range(PARTS)
     sums = {part: (total, count) for part, total, count in ledger_sums(max(parts) + 1)}
-    out += [(("ledger_sum", part), sums.get(part)) for part in parts]
+    for part in parts:
+        _see(read, ("ledger_sum", part), sums.get(part))
 
 
-def _read_partition(rng: random.Random, out: Observed) -> None:
+def _read_partition(rng: random.Random, read: Read) -> None:
     part = rng.randrange(PARTS)
-    out.append((("part", part), partition_rows(part)))
+    _see(read, ("part", part), partition_rows(part))
 
 
-def _read_schema_report(rng: random.Random, out: Observed) -> None:
+def _read_schema_report(rng: random.Random, read: Read) -> None:
     part = rng.randrange(PARTS)
     view, through_table, directly = schema_report(part)
-    out += [(("view",), view), (("ledger", part), through_table), (("part", part), directly)]
+    _see(read, ("view",), view)
+    _see(read, ("ledger", part), through_table)
+    _see(read, ("part", part), directly)
 
 
-_READS: tuple[Callable[[random.Random, Observed], None], ...] = (
+ReadStep = Callable[[random.Random, Read], None]
+
+_TENANT_READS: tuple[ReadStep, ...] = (
     _read_account,
     _read_members,
     _read_list,
     _read_branch_report,
     _read_pair,
     _read_direct,
+)
+"""What every tenant reads: its own accounts and entries."""
+
+_READS: tuple[ReadStep, ...] = (
+    *_TENANT_READS,
     _read_view,
     _read_ledger,
     _read_ledger_sums,
     _read_partition,
     _read_schema_report,
 )
+"""What the public tenant reads: its accounts and entries, the view and the ledger."""
 
 
 # -- outcomes -----------------------------------------------------------------------------
@@ -307,8 +369,9 @@ _READS: tuple[Callable[[random.Random, Observed], None], ...] = (
 
 @dataclass
 class Outcome:
-    """What the workload's threads did (shared, under a lock)."""
+    """What one tenant's threads did in a phase (shared, under a lock)."""
 
+    tenant: str = PUBLIC_TENANT
     reads: list[Read] = field(default_factory=list)
     writes: list[WriterLog] = field(default_factory=list)
     errors: list[tuple[float, str, str]] = field(default_factory=list)
@@ -320,6 +383,10 @@ class Outcome:
     tokens: list[int] = field(default_factory=list)
     """xids of recent commits readers may use as ``not_before`` (with ``token_values``)."""
     token_values: dict[int, int] = field(default_factory=dict)
+    cache_hits: int = 0
+    """Cacheable calls of its read-only transactions answered from the cache (every try)."""
+    cache_lookups: int = 0
+    """Cacheable calls of its read-only transactions (hits and misses, nested ones too)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -331,6 +398,7 @@ class WriterLog:
     xid: int
     writes: tuple[Write, ...]
     committed: bool | None
+    tenant: str = PUBLIC_TENANT
 
 
 # -- one transaction of each side -----------------------------------------------------------
@@ -342,12 +410,13 @@ def write_once(
     outcome: Outcome,
     schema_share: float = SCHEMA_SHARE,
 ) -> None:
-    """One read/write transaction (a schema operation with probability ``schema_share``);
-    logs it in ``outcome``."""
+    """One read/write transaction of ``outcome``'s tenant (for the public tenant, a schema
+    operation with probability ``schema_share``); logs it in ``outcome``."""
     writes: list[Write] = []
     xid = None
     body_done = False
-    schema = rng.random() < schema_share
+    public = outcome.tenant == PUBLIC_TENANT
+    schema = public and rng.random() < schema_share
     try:
         with cache.read_write() as tx:
             if schema:
@@ -360,7 +429,7 @@ def write_once(
             if schema:
                 _schema_operation(tx, rng, writes)
             else:
-                _write_operation(tx, rng, writes)
+                _write_operation(tx, rng, writes, ledger=public)
             body_done = True
     except psycopg.errors.LockNotAvailable:  # a schema operation's lock_timeout: rolled back
         with outcome.lock:
@@ -370,11 +439,11 @@ def write_once(
         with outcome.lock:
             outcome.errors.append((time.time(), "write", repr(error)))
             if body_done and xid is not None:
-                outcome.writes.append(WriterLog(xid, tuple(writes), None))
+                outcome.writes.append(WriterLog(xid, tuple(writes), None, outcome.tenant))
         return
     token = tx.commit_timestamp if rng.random() < 0.3 else None
     with outcome.lock:
-        outcome.writes.append(WriterLog(xid, tuple(writes), True))
+        outcome.writes.append(WriterLog(xid, tuple(writes), True, outcome.tenant))
         if token is not None and xid is not None:
             outcome.tokens.append(xid)
             outcome.token_values[xid] = token
@@ -382,9 +451,11 @@ def write_once(
 
 
 def _write_operation(
-    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write]
+    tx: txcache.ReadWriteTransaction, rng: random.Random, writes: list[Write], *, ledger: bool
 ) -> None:
-    choice = rng.randrange(6)
+    """A transfer, an append, a move to another branch or (with ``ledger``: the public
+    tenant's) a ledger update."""
+    choice = rng.randrange(6 if ledger else 5)
     if choice <= 2:
         _transfer(tx, rng, writes)
     elif choice == 3:
@@ -580,8 +651,8 @@ def schema_kind(writes: Sequence[Write]) -> str | None:
 
 
 def read_once(cache: txcache.Cache, rng: random.Random, outcome: Outcome, mode: str) -> None:
-    """One read-only transaction (retried on SnapshotUnavailable, at most three tries); logs
-    it."""
+    """One read-only transaction of ``outcome``'s tenant (retried on SnapshotUnavailable, at
+    most three tries); logs it."""
     staleness = rng.choice(STALENESS_CHOICES)
     token_xid = None
     with outcome.lock:
@@ -589,15 +660,9 @@ def read_once(cache: txcache.Cache, rng: random.Random, outcome: Outcome, mode: 
             token_xid = rng.choice(outcome.tokens)
     token = outcome.token_values.get(token_xid) if token_xid is not None else None
     for _attempt in range(3):
-        read = Read(time.time(), 0.0, staleness, token_xid, mode=mode)
+        read = Read(time.time(), 0.0, staleness, token_xid, mode=mode, tenant=outcome.tenant)
         try:
-            with cache.read_only(staleness, not_before=token) as tx:
-                for _ in range(rng.randint(2, 5)):
-                    rng.choice(_READS)(rng, read.observed)
-                read.path = _path(tx)
-                read.pin = tx.snapshot.ts if tx.snapshot is not None else None
-                if tx.database_snapshot is not None:
-                    read.snapshot = _snapshot(tx.database_snapshot)
+            _read_in(cache, rng, outcome, read, token)
         except SnapshotUnavailable:
             with outcome.lock:
                 outcome.retried += 1
@@ -610,6 +675,26 @@ def read_once(cache: txcache.Cache, rng: random.Random, outcome: Outcome, mode: 
         with outcome.lock:
             outcome.reads.append(read)
         return
+
+
+def _read_in(
+    cache: txcache.Cache, rng: random.Random, outcome: Outcome, read: Read, token: int | None
+) -> None:
+    """One try of ``read``: two to five of the tenant's reads in one read-only transaction; its
+    cache hits and lookups counted whatever happens."""
+    steps = _READS if outcome.tenant == PUBLIC_TENANT else _TENANT_READS
+    with cache.read_only(read.staleness, not_before=token) as tx:
+        try:
+            for _ in range(rng.randint(2, 5)):
+                rng.choice(steps)(rng, read)
+        finally:
+            with outcome.lock:
+                outcome.cache_hits += tx.hits
+                outcome.cache_lookups += tx.hits + tx.misses
+        read.path = _path(tx)
+        read.pin = tx.snapshot.ts if tx.snapshot is not None else None
+        if tx.database_snapshot is not None:
+            read.snapshot = _snapshot(tx.database_snapshot)
 
 
 def _snapshot(text: str) -> tuple[int, int, frozenset[int]]:
