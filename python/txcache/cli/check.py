@@ -65,6 +65,19 @@ def add_parser(subparsers: Any) -> None:
         help="read/write threads (default: %(default)s)",
     )
     parser.add_argument(
+        "--tenant-readers",
+        type=int,
+        default=defaults.tenant_readers,
+        help="read-only threads of each other tenant (by search_path, by role) "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tenant-writers",
+        type=int,
+        default=defaults.tenant_writers,
+        help="read/write threads of each other tenant (default: %(default)s)",
+    )
+    parser.add_argument(
         "--schema-share",
         type=float,
         default=defaults.schema_share,
@@ -95,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         fault_every=args.fault_every,
         readers=args.readers,
         writers=args.writers,
+        tenant_readers=args.tenant_readers,
+        tenant_writers=args.tenant_writers,
         seed=args.seed,
         schema_share=args.schema_share,
     )
