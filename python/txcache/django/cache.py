@@ -30,8 +30,7 @@ from django.conf import settings
 from django.core.cache.backends.redis import RedisCache, RedisCacheClient
 from django.core.exceptions import ImproperlyConfigured
 
-from txcache._resp import parse_address
-from txcache._ring import NodeRing
+from txcache.integration import NodeRing, parse_address
 
 __all__ = ["TxcacheCache", "TxcacheCacheClient"]
 

@@ -28,11 +28,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 import txcache
-from txcache import _tokens as tokens
-from txcache._config import Settings, load_settings
-from txcache._read_only import ReadOnlyTransaction
-from txcache._transaction import ReadWriteTransaction
+from txcache import ReadOnlyTransaction, ReadWriteTransaction, Settings
 from txcache.errors import ConfigurationError, TransactionError
+from txcache.integration import load_settings, tokens
 
 if TYPE_CHECKING:
     pass

@@ -36,9 +36,8 @@ from django.db.models.functions.datetime import TimezoneMixin
 from django.utils import timezone, translation
 
 import txcache
-from txcache._current import current_transaction
-from txcache._read_only_core import ReadOnlyCore
-from txcache._sql import UncacheableQuery
+from txcache import UncacheableQuery, current_transaction
+from txcache.integration import ReadOnlyCore
 
 __all__ = ["LANGUAGE", "TIMEZONE", "refuse_undeclared", "register"]
 

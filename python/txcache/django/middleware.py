@@ -41,11 +41,10 @@ from django.core import signing
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseServerError
 from django.urls import Resolver404, resolve
 
-from txcache import _tokens as tokens
-from txcache._stats import view_stats
 from txcache.django import conf, transactions
 from txcache.django.decorators import ViewPolicy, policy_of
 from txcache.errors import SnapshotUnavailable, StatementNotAllowed
+from txcache.integration import tokens, view_stats
 
 __all__ = ["SAFE_METHODS", "TransactionMiddleware", "request_token"]
 

@@ -42,9 +42,7 @@ from django.db.models.sql import Query
 from django.db.models.sql.constants import GET_ITERATOR_CHUNK_SIZE, MULTI, SINGLE
 from psycopg.types import numeric
 
-from txcache._cacheable import CacheableFunction
-from txcache._current import current_transaction
-from txcache._decorator import cacheable
+from txcache import CacheableFunction, cacheable, current_transaction
 from txcache.django import conf, contexts
 from txcache.django.db.base import DatabaseWrapper
 from txcache.django.db.compiler import SQLCompiler

@@ -19,8 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from txcache._read_only import ReadOnlyTransaction
-from txcache._transaction import ReadWriteTransaction
+from txcache import ReadOnlyTransaction, ReadWriteTransaction
 from txcache.django import conf
 from txcache.errors import TransactionError
 

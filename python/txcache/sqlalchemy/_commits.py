@@ -22,10 +22,10 @@ import sqlalchemy
 import sqlalchemy.orm
 from sqlalchemy.ext import asyncio as sqlalchemy_asyncio
 
-from txcache._commit import CommitRecord
-from txcache._transaction import ReadWriteTransaction
-from txcache.aio._transaction import AsyncReadWriteTransaction
+from txcache import ReadWriteTransaction
+from txcache.aio import AsyncReadWriteTransaction
 from txcache.errors import TransactionError
+from txcache.integration import CommitRecord
 
 __all__ = [
     "COMMITTED",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from txcache._current import Params
+from txcache.integration import Params
 
 if TYPE_CHECKING:
     from txcache.sqlalchemy._dbapi import Facade

@@ -46,10 +46,10 @@ from typing import Any, Generic, TypeVar
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from txcache._current import Params, current_transaction
-from txcache._transaction import ReadWriteTransaction, Transaction
-from txcache.aio._transaction import AsyncReadWriteTransaction, AsyncTransaction
+from txcache import ReadWriteTransaction, Transaction, current_transaction
+from txcache.aio import AsyncReadWriteTransaction, AsyncTransaction
 from txcache.errors import TransactionError
+from txcache.integration import Params
 from txcache.sqlalchemy._commits import COMMITTED, JOINED
 from txcache.sqlalchemy._cursor import Info, Results, TxcacheCursor
 from txcache.sqlalchemy._hstore import Hstore

@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.util import await_only
 
-from txcache._current import Params
-from txcache._transaction import Transaction
-from txcache.aio._transaction import AsyncTransaction
+from txcache import Transaction
+from txcache.aio import AsyncTransaction
+from txcache.integration import Params
 from txcache.sqlalchemy._cursor import Results
 from txcache.sqlalchemy._dbapi import Facade
 from txcache.sqlalchemy._hstore import Hstore, read_hstore, read_hstore_async
 
 if TYPE_CHECKING:
-    from txcache._connect import Cache
-    from txcache.aio._connect import AsyncCache
+    from txcache import Cache
+    from txcache.aio import AsyncCache
 
 __all__ = ["AsyncTxcacheConnection", "TxcacheConnection"]
 

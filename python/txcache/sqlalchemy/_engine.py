@@ -19,8 +19,8 @@ from sqlalchemy.ext import asyncio as sqlalchemy_asyncio
 from sqlalchemy.ext.asyncio.session import _AsyncSessionContextManager
 from sqlalchemy.pool import NullPool
 
-from txcache import _tokens as tokens
-from txcache.aio._transaction import AsyncReadWriteTransaction
+from txcache.aio import AsyncReadWriteTransaction
+from txcache.integration import tokens
 from txcache.sqlalchemy._commits import (
     COMMITTED,
     commit_timestamp,
@@ -31,8 +31,8 @@ from txcache.sqlalchemy._dbapi import EngineTypes, Facade
 from txcache.sqlalchemy._drivers import AsyncTxcacheConnection, TxcacheConnection
 
 if TYPE_CHECKING:
-    from txcache._connect import Cache
-    from txcache.aio._connect import AsyncCache
+    from txcache import Cache
+    from txcache.aio import AsyncCache
 
 __all__ = [
     "AsyncSession",

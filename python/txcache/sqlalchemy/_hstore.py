@@ -30,7 +30,7 @@ from psycopg.rows import RowMaker
 from psycopg.types import TypeInfo
 from psycopg.types.hstore import register_hstore
 
-from txcache._current import Params
+from txcache.integration import Params
 
 __all__ = ["Hstore", "read_hstore", "read_hstore_async"]
 

@@ -53,17 +53,14 @@ from django.db.backends.postgresql import operations as postgresql_operations
 from django.db.backends.postgresql.psycopg_any import get_adapters_template
 from psycopg.adapt import AdaptersMap
 
-from txcache._cacheable_base import run_directly_when
-from txcache._current import current_transaction
-from txcache._read_only import ReadOnlyTransaction
-from txcache._statements import check_read_only
-from txcache._transaction import ReadWriteTransaction, Transaction
+from txcache import ReadOnlyTransaction, ReadWriteTransaction, Transaction, current_transaction
 from txcache.django import conf, transactions
 from txcache.django.db import guards
 from txcache.django.db.binding import Params, bind_client_side
 from txcache.django.db.creation import DatabaseCreation
 from txcache.django.db.cursor import TransactionCursor
 from txcache.errors import StatementNotAllowed, TransactionError
+from txcache.integration import check_read_only, run_directly_when
 
 __all__ = ["DatabaseOperations", "DatabaseWrapper", "in_django_transaction"]
 

@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 from psycopg.adapt import AdaptersMap, Transformer
 
-from txcache._transaction import ReadWriteTransaction, Transaction
+from txcache import ReadWriteTransaction, Transaction
 from txcache.django import transactions
 from txcache.django.db.binding import AdaptContext, Params, bind
 from txcache.errors import StatementNotAllowed

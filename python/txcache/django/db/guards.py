@@ -27,9 +27,9 @@ from typing import Any
 
 from django.db.backends.signals import connection_created
 
-from txcache._current import current_transaction
-from txcache._read_only_core import ReadOnlyCore
+from txcache import current_transaction
 from txcache.errors import TransactionError
+from txcache.integration import ReadOnlyCore
 
 __all__ = ["guard_other_database", "refuse_in_computation", "watch_other_databases"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from txcache._setup import SetupError, setup_database
+from txcache import SetupError, setup_database
 from txcache.cli.setup import EXIT_MISSING
 from txcache.django import conf
 
