@@ -26,7 +26,7 @@ from txcache._config import Mode, Settings, load_settings
 from txcache._current import Params
 from txcache._pinset import PinPolicy, newest_or_fresh
 from txcache._protocol import DatabaseIdentity
-from txcache._ring import NodeRing
+from txcache._ring import NodeClient, NodeRing
 from txcache._schema import Catalog, Schema, TagColumns
 from txcache._serialize import SafeSerializer, Serializer
 from txcache._session import SessionContext
@@ -79,7 +79,7 @@ class CacheCore:
 
     agent: AgentState | None
     """The agent client (``None`` when the cache never caches)."""
-    ring: NodeRing[Any] | None
+    ring: NodeRing[NodeClient] | None
     """The cache nodes (``None`` when the cache never caches)."""
 
     def __init__(

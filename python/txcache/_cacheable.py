@@ -106,7 +106,7 @@ class CacheableFunction(CacheableBase[P, R]):
     ) -> R:
         started = time.perf_counter()
         transaction.check_owner()
-        key, node, manual_tag = self._where(transaction, args, kwargs)
+        key, node, manual_tag = self._where(transaction, transaction.cache.ring, args, kwargs)
         found = transaction.lookup(node, key)
         if isinstance(found, Hit):
             value = self._hit_value(transaction, found, started)

@@ -35,6 +35,7 @@ from txcache._frame import Frame
 from txcache._keys import CallKeys, undeclared_dependency
 from txcache._protocol import Hit, Miss
 from txcache._read_only_core import ReadOnlyCore
+from txcache._ring import NodeClient, NodeRing
 from txcache._sql import UncacheableQuery
 from txcache._stats import FunctionStats
 from txcache.errors import TransactionError
@@ -58,6 +59,7 @@ log = logging.getLogger("txcache")
 
 P = ParamSpec("P")
 R = TypeVar("R")
+N = TypeVar("N", bound=NodeClient)
 
 _registry: weakref.WeakSet[CacheableBase[Any, Any]] = weakref.WeakSet()
 
@@ -173,10 +175,15 @@ class CacheableBase(Generic[P, R]):
         return f"{self._manual_table}:key={key.hex()}"
 
     def _where(
-        self, transaction: ReadOnlyCore[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[bytes, Any, str | None]:
-        """The call's key, the node that holds it, and its manual-invalidation tag (named
-        by the call's key in every session context: an invalidation reaches them all)."""
+        self,
+        transaction: ReadOnlyCore[Any],
+        ring: NodeRing[N] | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> tuple[bytes, N, str | None]:
+        """The call's key, the node of ``ring`` (the transaction's cache's) that holds it,
+        and its manual-invalidation tag (named by the call's key in every session context:
+        an invalidation reaches them all)."""
         cache = transaction.cache
         assert transaction.context is not None, "a cacheable call in an uncached transaction"
         if transaction.frames:
@@ -187,8 +194,8 @@ class CacheableBase(Generic[P, R]):
             manual_tag = self._manual_tag(self._call_key(args, kwargs, cache.settings))
         if cache.mode == "no_consistency":  # its values never reach consistent readers
             key = hashlib.blake2b(key, digest_size=len(key), person=b"no_consistency").digest()
-        assert cache.ring is not None
-        return key, cache.ring.node_for(key), manual_tag
+        assert ring is not None
+        return key, ring.node_for(key), manual_tag
 
     def _check_declared(self, frames: list[Frame]) -> None:
         """Refuse a call whose key names a key context that a function being computed

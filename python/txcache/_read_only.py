@@ -124,7 +124,7 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         active, connection = self.snapshot, self._connection
         assert active is not None
         assert connection is not None
-        node: CacheNode | None = self._interval_node()
+        node = self._interval_node(self.cache.ring)
         if node is None:
             return False
         known = node.database_interval(active.ts, self._sorted_query_tags())
@@ -266,7 +266,7 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         known."""
         if self._results_valid_anywhere():
             return 0, 2**63 - 1
-        node: CacheNode | None = self._interval_node()
+        node = self._interval_node(self.cache.ring)
         if node is None:
             return None
         tags = self._sorted_query_tags()

@@ -23,6 +23,7 @@ from txcache._catalog_stamp import stamp_check, still_current
 from txcache._frame import Frame
 from txcache._pinset import Pin, PinSet
 from txcache._protocol import Interval
+from txcache._ring import NodeClient, NodeRing
 from txcache._schema import Catalog, table_name
 from txcache._session import SessionContext
 from txcache._statements import check_read_only
@@ -48,6 +49,7 @@ __all__ = [
 log = logging.getLogger("txcache")
 
 C = TypeVar("C", bound="CacheCore")
+N = TypeVar("N", bound=NodeClient)
 
 # snapshot "…" does not exist / invalid snapshot identifier / its exporter just ended
 NO_SNAPSHOT = ("42704", "22023", "55000")
@@ -340,11 +342,10 @@ class ReadOnlyCore(Generic[C]):
             return self.pin_set.narrow(interval.lo, interval.hi)
         return None
 
-    def _interval_node(self) -> Any:
-        """The node to ask over which range the query results read so far stay valid
-        (``TXINTERVAL``); ``None`` when it cannot be known (a query's tags were not
-        derived, or no node is up)."""
-        ring = self.cache.ring
+    def _interval_node(self, ring: NodeRing[N] | None) -> N | None:
+        """The node of ``ring`` (the cache's) to ask over which range the query results
+        read so far stay valid (``TXINTERVAL``); ``None`` when it cannot be known (a query's
+        tags were not derived, or no node is up)."""
         node = ring.any_up() if ring is not None else None
         return node if self._tags_known else None
 

@@ -9,13 +9,14 @@ import hashlib
 from collections.abc import Sequence
 from typing import Generic, Protocol, TypeVar
 
-__all__ = ["NodeRing"]
+__all__ = ["NodeClient", "NodeRing"]
 
 _POINTS_PER_NODE = 160
 
 
-class _Node(Protocol):
-    """What the ring needs of a node client (sync or async)."""
+class NodeClient(Protocol):
+    """What the ring, and every decision without I/O, need of a node client (sync or
+    async): its address, whether it is up, closing it."""
 
     address: str
 
@@ -24,7 +25,8 @@ class _Node(Protocol):
     def close(self) -> None: ...
 
 
-N = TypeVar("N", bound=_Node)
+# Covariant: a ring of sync nodes is a ring of node clients (what the shared decisions see).
+N = TypeVar("N", bound=NodeClient, covariant=True)
 
 
 class NodeRing(Generic[N]):
@@ -36,7 +38,7 @@ class NodeRing(Generic[N]):
         """A ring over ``nodes`` (at least one)."""
         if not nodes:
             raise ValueError("a NodeRing needs at least one cache node")
-        self.nodes = list(nodes)
+        self.nodes: Sequence[N] = tuple(nodes)
         points = sorted(
             (_point(f"{node.address}#{index}".encode()), position)
             for position, node in enumerate(self.nodes)

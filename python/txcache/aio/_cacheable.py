@@ -105,7 +105,7 @@ class AsyncCacheableFunction(CacheableBase[P, R]):
     ) -> R:
         started = time.perf_counter()
         transaction.check_owner()
-        key, node, manual_tag = self._where(transaction, args, kwargs)
+        key, node, manual_tag = self._where(transaction, transaction.cache.ring, args, kwargs)
         found = await transaction.lookup(node, key)
         if isinstance(found, Hit):
             value = self._hit_value(transaction, found, started)

@@ -128,7 +128,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         active, connection = self.snapshot, self._connection
         assert active is not None
         assert connection is not None
-        node: AsyncCacheNode | None = self._interval_node()
+        node = self._interval_node(self.cache.ring)
         if node is None:
             return False
         known = await node.database_interval(active.ts, self._sorted_query_tags())
@@ -270,7 +270,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         known."""
         if self._results_valid_anywhere():
             return 0, 2**63 - 1
-        node: AsyncCacheNode | None = self._interval_node()
+        node = self._interval_node(self.cache.ring)
         if node is None:
             return None
         tags = self._sorted_query_tags()
