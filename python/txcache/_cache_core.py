@@ -140,6 +140,23 @@ class CacheCore:
             tokens.advance(self.settings.dsn, not_before)
             yield
 
+    def _pool_options(self) -> dict[str, Any]:
+        """What both drivers' connection pools are made with: the DSN, up to ``pool_size``
+        connections (one kept open), ``pool_timeout`` to wait for one, autocommit (the
+        transactions begin their own)."""
+        settings = self.settings
+        return {
+            "conninfo": settings.dsn,
+            "min_size": 1,
+            "max_size": settings.pool_size,
+            "timeout": settings.pool_timeout,
+            "kwargs": {"autocommit": True},
+        }
+
+    def _node_options(self) -> dict[str, Any]:
+        """What both drivers' node clients are made with."""
+        return {"password": self.settings.password, "timeout": self.settings.node_timeout}
+
     def inherited(self) -> bool:
         """Whether this process is a fork of the one that made the cache: its connections are
         the parent's (a child that used or closed them would end the parent's sessions), so

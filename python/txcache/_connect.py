@@ -97,7 +97,8 @@ class Cache(CacheDriver):
             settings, serializer=serializer, pin_policy=pin_policy, safe_functions=safe_functions
         )
         caching = self.uncached_reason is None
-        self.ring = self._ring(settings) if caching else None
+        nodes = [CacheNode(a, **self._node_options()) for a in settings.nodes]
+        self.ring = NodeRing(nodes) if caching else None
         self.agent = self._agent(settings) if caching else None
         if self.ring is not None:
             self._staleness_probe: threading.Thread | None = threading.Thread(
@@ -106,15 +107,7 @@ class Cache(CacheDriver):
             self._staleness_probe.start()
         else:
             self._staleness_probe = None
-        self.pool = psycopg_pool.ConnectionPool(
-            settings.dsn,
-            min_size=1,
-            max_size=settings.pool_size,
-            timeout=settings.pool_timeout,
-            kwargs={"autocommit": True},
-            name="txcache",
-            open=True,
-        )
+        self.pool = psycopg_pool.ConnectionPool(**self._pool_options(), name="txcache", open=True)
         global _default
         with _default_lock:
             _default = self
@@ -123,11 +116,6 @@ class Cache(CacheDriver):
         assert self.ring is not None
         command = protocol.max_staleness()
         self._note_max_staleness([node.run(command) for node in self.ring.nodes])
-
-    @staticmethod
-    def _ring(settings: Settings) -> NodeRing[CacheNode]:
-        options = {"password": settings.password, "timeout": settings.node_timeout}
-        return NodeRing([CacheNode(address, **options) for address in settings.nodes])
 
     @staticmethod
     def _agent(settings: Settings) -> AgentClient:

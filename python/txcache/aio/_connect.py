@@ -96,24 +96,13 @@ class AsyncCache(AsyncCacheDriver):
             settings, serializer=serializer, pin_policy=pin_policy, safe_functions=safe_functions
         )
         caching = self.uncached_reason is None
-        self.ring = self._ring(settings) if caching else None
+        nodes = [AsyncCacheNode(a, **self._node_options()) for a in settings.nodes]
+        self.ring = NodeRing(nodes) if caching else None
         self.agent = self._agent(settings) if caching else None
-        self.pool = psycopg_pool.AsyncConnectionPool(
-            settings.dsn,
-            min_size=1,
-            max_size=settings.pool_size,
-            timeout=settings.pool_timeout,
-            kwargs={"autocommit": True},
-            name="txcache-async",
-            open=False,
-        )
+        options = self._pool_options()
+        self.pool = psycopg_pool.AsyncConnectionPool(**options, name="txcache-async", open=False)
         self._background: set[asyncio.Task[Any]] = set()
         self._reading = asyncio.Lock()
-
-    @staticmethod
-    def _ring(settings: Settings) -> NodeRing[AsyncCacheNode]:
-        options = {"password": settings.password, "timeout": settings.node_timeout}
-        return NodeRing([AsyncCacheNode(address, **options) for address in settings.nodes])
 
     @staticmethod
     def _agent(settings: Settings) -> AsyncAgentClient:
