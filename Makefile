@@ -20,17 +20,21 @@ all: build venv
 build:
 	$(CARGO) build $(CARGO_FLAGS) --workspace --bins
 
-## venv: a virtualenv with the txcache package (editable) and the test tools.
+## venv: a virtualenv with the txcache package (editable) and the test tools. The checkout's
+## root goes on its path too (a .pth file): rubis/, the benchmarks' application, is imported
+## from the checkout by the tests, the benchmarks and the demo, and is not in the package.
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip
 	$(PYTHON) -m pip install --quiet -e '.[dev]'
+	echo '$(CURDIR)' > "$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/txcache-checkout.pth"
 	touch $@
 
-## dist: the wheel and the sdist, in dist/. The wheel carries txcached and txcache-agent
-## (setup.py runs this Makefile's cargo build, then strips copies) and is tagged for this
+## dist: the wheel and the sdist, in dist/. The wheel carries the library, the `txcache`
+## command, and txcached and txcache-agent (setup.py runs this Makefile's cargo build, then
+## strips copies), not rubis/ or bench/ (the checkout's benchmarks), and is tagged for this
 ## platform: `pip install 'dist/txcache-….whl[embedded]'` needs neither cargo nor a checkout.
 ## build/ is setuptools' staging directory, emptied first so no stale module gets in.
 dist: venv

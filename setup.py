@@ -9,7 +9,7 @@ for the platform the binaries run on (``py3-none-manylinux_2_N_x86_64`` when the
 the C library and its companions, else ``py3-none-linux_x86_64``), not ``py3-none-any``.
 
 An editable install (``pip install -e .``, the Makefile's ``venv``) skips all this: a checkout
-runs the binaries ``make build`` leaves in ``target/release`` (``txcache._process.find_binary``).
+runs the binaries ``make build`` leaves in ``target/release`` (``txcache.stack.find_binary``).
 An sdist carries the Rust sources (``MANIFEST.in``), never the binaries.
 """
 

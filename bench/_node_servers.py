@@ -24,7 +24,7 @@ from typing import Any
 from _cpu import ForeignCpu, cpu_seconds, steal_seconds
 from _report import REPO, log
 
-from txcache._process import free_port, wait_until
+from txcache.stack import free_port, wait_until
 
 KEY_BYTES, VALUE_BYTES = 16, 100
 SYSCALLS = {

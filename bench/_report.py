@@ -148,7 +148,7 @@ _FROZEN: dict[str, str] = {}
 def freeze_binaries() -> None:
     """Copy ``txcached`` and ``txcache-agent`` from this checkout's release build aside and
     point txcache at the copies (``$TXCACHED_BIN``, ``$TXCACHE_AGENT_BIN``, which
-    :func:`txcache._process.find_binary` reads), so that a rebuild while the benchmark runs
+    :func:`txcache.stack.find_binary` reads), so that a rebuild while the benchmark runs
     cannot swap them. Records what was copied for the report."""
     if _FROZEN:
         return

@@ -9,8 +9,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from _common import MISS_KINDS
 from _report import RESULTS_DIR, fmt, result_name, save_plot, write_report
+
+from txcache.protocol import MISS_KINDS
 
 Result = dict[str, Any]
 

@@ -23,9 +23,9 @@ from _common import bench_stack, postgres
 from _report import log, machine_note, percentile, result_name, table, write_report
 
 import txcache
-from txcache import _protocol as protocol
+from txcache import protocol
 from txcache.aio import AsyncCache
-from txcache.aio._resp import AsyncRespConnection
+from txcache.protocol import AsyncRespConnection
 from txcache.stack import Stack, wait_until
 
 SCHEMA = "CREATE TABLE items (id int PRIMARY KEY, name text); INSERT INTO items VALUES (1, 'a')"
@@ -78,7 +78,8 @@ async def measure(stack: Stack, rounds: int, per_round: int) -> dict[str, list[f
     """Every kind's samples, rounds interleaved."""
     node = stack.node_addresses[0]
     host, port = node.rsplit(":", 1)
-    key, samples = b"bench:bare", {kind: [] for kind in KINDS}
+    key = b"bench:bare"
+    samples: dict[str, list[float]] = {kind: [] for kind in KINDS}
     with stack.connect() as cache, protocol.connect(node) as bare:
         acache = await txcache.connect_async(stack.dsn, nodes=[node], agent=stack.agent_address)
         abare = await AsyncRespConnection.open((host, int(port)))

@@ -61,7 +61,7 @@ from _cpu import (
 from _report import fmt, log, machine_note, result_name, write_report
 
 import txcache
-from txcache._process import wait_until
+from txcache.stack import wait_until
 
 SMALL_TABLES = "'pgbench_branches'::regclass, 'pgbench_tellers'::regclass"
 

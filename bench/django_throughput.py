@@ -79,12 +79,12 @@ def seed_catalogue(dsn: str, catalogue: Catalogue, seed: int) -> None:
         cursor.execute("TRUNCATE shop_order, shop_item RESTART IDENTITY")
         columns = "shop_item (name, category, price_cents, stock)"
         with cursor.copy(f"COPY {columns} FROM STDIN") as copy:
-            for row in items:
-                copy.write_row(row)
+            for item in items:
+                copy.write_row(item)
         columns = "shop_order (customer, item_id, quantity, total_cents, created)"
         with cursor.copy(f"COPY {columns} FROM STDIN") as copy:
-            for row in orders:
-                copy.write_row((*row, "now"))  # created: as PostgreSQL reads the word
+            for order in orders:
+                copy.write_row((*order, "now"))  # created: as PostgreSQL reads the word
     execute(dsn, "ANALYZE shop_item, shop_order")
 
 

@@ -82,12 +82,12 @@ def seed_catalogue(dsn: str, catalogue: Catalogue, seed: int) -> None:
     with psycopg.connect(dsn) as db, db.cursor() as cursor:
         columns = "products (name, category, price_cents, stock)"
         with cursor.copy(f"COPY {columns} FROM STDIN") as copy:
-            for row in products:
-                copy.write_row(row)
+            for product in products:
+                copy.write_row(product)
         columns = "orders (customer, product_id, quantity, total_cents)"
         with cursor.copy(f"COPY {columns} FROM STDIN") as copy:
-            for row in orders:
-                copy.write_row(row)
+            for order in orders:
+                copy.write_row(order)
     execute(dsn, "ANALYZE")
 
 

@@ -55,7 +55,7 @@ from _cpu import (
 )
 from _report import fmt, log, machine_note, result_name, summarize, table, write_report
 
-from txcache._resp import ConnectionLost, ReplyError, RespConnection
+from txcache.protocol import ConnectionLost, ReplyError, RespConnection
 from txcache.stack import Stack
 
 PROBE_TIMEOUT = 10.0

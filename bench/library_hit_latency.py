@@ -14,7 +14,7 @@ transaction (``staleness=30``) warms the cache with ids 1..1000, then:
   of a fresh transaction (begin, first hit and end timed apart);
 - **bare round trips** to the same node: redis-py ``GET`` of a plain key holding the same
   bytes, redis-py ``TXGET``, and ``TXGET`` on the library's own lean connection
-  (``txcache._resp.RespConnection``, no :class:`Endpoint` bookkeeping);
+  (``txcache.protocol.RespConnection``, no :class:`Endpoint` bookkeeping);
 - **the database**: the same row by primary key with psycopg over TCP, autocommit and
   inside a read-only transaction (100 queries each);
 - **where a hit's time goes** (:mod:`_hit_layers`, which measures the library's layers on

@@ -36,7 +36,7 @@ from _common import (
 from _cpu import ForeignCpu
 from _report import fmt, log, machine_note, percentile, result_name, summarize, write_report
 
-from txcache._resp import ReplyError, RespConnection
+from txcache.protocol import ReplyError, RespConnection
 from txcache.stack import Stack
 
 SCRIPT = "INSERT INTO ins (writer, v) VALUES (:client_id, 1);\n"

@@ -28,7 +28,6 @@ from typing import Any
 
 import psycopg
 from _common import (
-    MISS_KINDS,
     STORAGE_HELP,
     bench_stack,
     create_database,
@@ -41,6 +40,7 @@ from _report import fmt, log, machine_note, result_name, write_report
 
 from rubis import emulator, generate
 from rubis.process import AppServer
+from txcache.protocol import MISS_KINDS
 
 MODES = ("bypass", "consistent", "no_consistency")
 COMPONENTS = ("database", "application", "node", "agent", "emulator")

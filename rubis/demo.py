@@ -21,9 +21,9 @@ import psycopg
 
 from rubis import emulator, generate
 from rubis.process import AppServer
-from txcache import AgentProcess, EmbeddedPostgres, NodeProcess, setup_database
-from txcache._protocol import MISS_KINDS
-from txcache.cli._probe import probe_node
+from txcache import protocol, setup_database
+from txcache.protocol import MISS_KINDS
+from txcache.stack import AgentProcess, EmbeddedPostgres, NodeProcess
 
 __all__ = ["main"]
 
@@ -31,7 +31,9 @@ EXPERIMENT_PLOTS = ("rubis_cache_size", "rubis_staleness", "rubis_misses", "rubi
 
 
 def _counts(node: NodeProcess) -> dict[str, int]:
-    info = probe_node(node.address).info
+    with protocol.connect(node.address) as connection:
+        fields = connection.run(protocol.info())
+    info = protocol.integer_fields(fields)
     return {"hits": info.get("hits", 0), **{k: info.get(f"misses_{k}", 0) for k in MISS_KINDS}}
 
 

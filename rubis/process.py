@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from txcache._process import ServerProcess, free_port
+from txcache.stack import ServerProcess, free_port
 
 __all__ = ["AppServer"]
 

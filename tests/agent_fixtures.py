@@ -15,11 +15,8 @@ import psycopg
 import pytest
 import redis
 
-from txcache import NodeProcess
-from txcache._lsn import wal_position
-from txcache._process import wait_until
+from txcache.stack import NodeProcess, StackOptions, wait_until, wal_position
 from txcache.stack import Stack as BaseStack
-from txcache.stack import StackOptions
 
 SCHEMA = """
 CREATE TABLE items (

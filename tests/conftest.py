@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from txcache import NodeProcess
+from txcache.stack import AgentProcess, NodeProcess, Stack
 
 pytest_plugins = ["postgres_fixtures", "agent_fixtures", "library_fixtures", "async_fixtures"]
 
@@ -50,3 +50,10 @@ def client(node: NodeProcess) -> Iterator[redis.Redis]:
 def info(client: redis.Redis, section: str = "all") -> dict[str, int]:
     """INFO as integers (every txcached INFO field is one)."""
     return {key: int(value) for key, value in client.info(section).items()}
+
+
+def running_agent(stack: Stack) -> AgentProcess:
+    """``stack``'s agent, which the test started (``Stack.agent`` is ``None`` only before it
+    starts and after it stops)."""
+    assert stack.agent is not None, "the stack's agent is not running"
+    return stack.agent

@@ -28,8 +28,7 @@ from django.conf import settings
 import txcache
 import txcache.django
 from postgres_fixtures import fresh_database
-from txcache import EmbeddedPostgres
-from txcache.stack import Stack, StackOptions, wait_until
+from txcache.stack import EmbeddedPostgres, Stack, StackOptions, wait_until
 
 AGENT_ARGS = ("--pin-interval", "50ms", "--heartbeat-interval", "50ms")
 STALENESS = 30.0
@@ -64,7 +63,7 @@ if not settings.configured:
 
 # After setup: models need the app registry.
 from django.contrib import auth  # noqa: E402
-from django.contrib.auth.models import User  # noqa: E402
+from django.contrib.auth.models import User as User  # noqa: E402  # the tests' too
 from django.db import connections, models, transaction  # noqa: E402
 from django.http import HttpRequest, JsonResponse  # noqa: E402
 from django.urls import path  # noqa: E402
@@ -73,7 +72,7 @@ from txcache.django import CachedManager  # noqa: E402
 from txcache.django import decorators as txcache_views  # noqa: E402
 
 
-class Category(models.Model):
+class Category(models.Model):  # type: ignore[misc]  # Django ships no types
     name = models.CharField(max_length=50, unique=True)
 
     class Meta:
@@ -81,7 +80,7 @@ class Category(models.Model):
         db_table = "shop_category"
 
 
-class Item(models.Model):
+class Item(models.Model):  # type: ignore[misc]  # Django ships no types
     name = models.CharField(max_length=100)
     price = models.IntegerField()
     category = models.ForeignKey(Category, on_delete=models.PROTECT, related_name="items")

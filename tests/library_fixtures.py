@@ -20,8 +20,7 @@ import pytest
 import redis
 
 import txcache
-from txcache._process import wait_until
-from txcache.stack import Stack, StackOptions
+from txcache.stack import Stack, StackOptions, wait_until
 
 SCHEMA = """
 CREATE TABLE items (id integer PRIMARY KEY, name text NOT NULL, price integer NOT NULL,

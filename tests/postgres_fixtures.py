@@ -25,8 +25,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from txcache import EmbeddedPostgres
-from txcache._process import wait_until
+from txcache.stack import EmbeddedPostgres, wait_until
 
 PostgresFactory = Callable[..., EmbeddedPostgres]
 

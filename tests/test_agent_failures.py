@@ -13,10 +13,10 @@ import redis
 from agent_fixtures import Stack
 from conftest import info
 from postgres_fixtures import PostgresFactory
-from txcache._process import wait_until
+from txcache.stack import wait_until
 
 
-def test_a_stalled_node_never_holds_up_the_others_and_catches_up(database):
+def test_a_stalled_node_never_holds_up_the_others_and_catches_up(database: str) -> None:
     with Stack(database, nodes=2) as stack:
         second = stack.nodes[1]
         other = stack.client(1, socket_timeout=30)
@@ -37,7 +37,7 @@ def test_a_stalled_node_never_holds_up_the_others_and_catches_up(database):
         assert info(other, "txcache")["resets"] == resets
 
 
-def test_a_restarted_node_is_reset_then_streamed(database):
+def test_a_restarted_node_is_reset_then_streamed(database: str) -> None:
     with Stack(database, nodes=2) as stack:
         other = stack.client(1, socket_timeout=30)
         stack.write("INSERT INTO items (id) VALUES (1)")
@@ -51,7 +51,7 @@ def test_a_restarted_node_is_reset_then_streamed(database):
         stack.assert_streams_an_insert(3, cache=fresh)
 
 
-def test_a_lost_slot_resets_every_node_loudly(postgres_factory: PostgresFactory):
+def test_a_lost_slot_resets_every_node_loudly(postgres_factory: PostgresFactory) -> None:
     server = postgres_factory({"max_slot_wal_keep_size": "1MB"})
     with Stack(server.dsn) as stack:
         db, cache = stack.db, stack.cache
@@ -94,7 +94,7 @@ def test_a_lost_slot_resets_every_node_loudly(postgres_factory: PostgresFactory)
         assert pin_ts >= before_insert
 
 
-def test_a_fast_shutdown_is_not_held_up_by_the_agent(postgres_factory):
+def test_a_fast_shutdown_is_not_held_up_by_the_agent(postgres_factory: PostgresFactory) -> None:
     """A shutting-down server waits for its walsenders' clients to confirm the end of the
     WAL; an agent that confirmed only what it had delivered held it until
     wal_sender_timeout (60 s). Between transactions the agent confirms the end."""
@@ -108,7 +108,7 @@ def test_a_fast_shutdown_is_not_held_up_by_the_agent(postgres_factory):
             db.execute("INSERT INTO items (id) VALUES (1)")
 
 
-def test_a_node_past_the_database_is_rewound(database):
+def test_a_node_past_the_database_is_rewound(database: str) -> None:
     """A node whose position is past the database's WAL (the database was restored from a
     backup, or failed over to a standby that was behind) is rewound: its versioned entries,
     whose intervals name positions the database reuses, are dropped; plain values stay; it
@@ -142,7 +142,7 @@ def test_a_node_past_the_database_is_rewound(database):
         stack.assert_streams_an_insert(1)
 
 
-def test_a_node_that_followed_another_database_history_is_rewound(database):
+def test_a_node_that_followed_another_database_history_is_rewound(database: str) -> None:
     """A node whose origin names another database history (another cluster, or a timeline
     the database left in a failover or a restore) is rewound even when its position is
     not past the database's: its versioned entries are dropped, plain values stay, it is
@@ -193,7 +193,7 @@ def test_a_node_that_followed_another_database_history_is_rewound(database):
         assert info(node, "txcache")["rewinds"] == 1, "the same history: no second rewind"
 
 
-def test_a_node_another_agent_moved_on_is_not_rewound(database):
+def test_a_node_another_agent_moved_on_is_not_rewound(database: str) -> None:
     """A node past the agent's last reading of the database, but not past the database (a
     second agent feeding it moved it on), keeps its entries: the agent reads the database's
     position again before it rewinds."""
@@ -234,7 +234,7 @@ def test_a_node_another_agent_moved_on_is_not_rewound(database):
         assert "PAST THE DATABASE" not in agent.log_text()
 
 
-def test_the_agent_streams_with_the_stream_password(database):
+def test_the_agent_streams_with_the_stream_password(database: str) -> None:
     """Applications hold the node's password, the agent the stream password (one the stack
     makes up for each run and gives to the nodes and the agent alone): the stream flows,
     and only the agent can move the node's position."""

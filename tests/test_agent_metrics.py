@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from conftest import StartNode
-from txcache import AgentProcess, setup_database
-from txcache.stack import free_port, wait_until, wal_position
+from txcache import setup_database
+from txcache.stack import AgentProcess, free_port, wait_until, wal_position
 
 PREFIX = "txcache_agent_"
 

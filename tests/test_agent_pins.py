@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from agent_fixtures import Stack
-from txcache import AgentProcess
+from txcache.stack import AgentProcess
 
 LOG = "CREATE TABLE log (id bigserial PRIMARY KEY, writer integer, seq integer)"
 
@@ -74,7 +74,9 @@ def imported_snapshot(dsn: str, snapshot_id: str) -> str:
         return str(row[0])
 
 
-def test_pins_are_listed_and_importable(database, agent):
+def test_pins_are_listed_and_importable(
+    database: str, agent: tuple[AgentProcess, redis.Redis]
+) -> None:
     _process, client = agent
     with psycopg.connect(database, autocommit=True) as db:
         row_id, commit_lsn = commit_row(db, client, 0, 0)
@@ -87,13 +89,15 @@ def test_pins_are_listed_and_importable(database, agent):
     assert snapshot_id in [pin[1] for pin in pins]
 
 
-def test_commitlsn_of_an_unknown_xid_times_out(agent):
+def test_commitlsn_of_an_unknown_xid_times_out(agent: tuple[AgentProcess, redis.Redis]) -> None:
     _process, client = agent
     with pytest.raises(redis.ResponseError, match="TIMEOUT"):
         client.execute_command("COMMITLSN", 4_000_000_000, 100)
 
 
-def test_certified_pins_are_exact_under_concurrent_writers(database, agent):
+def test_certified_pins_are_exact_under_concurrent_writers(
+    database: str, agent: tuple[AgentProcess, redis.Redis]
+) -> None:
     process, client = agent
     commits: dict[int, int] = {}
     lock = threading.Lock()
@@ -136,7 +140,7 @@ def test_certified_pins_are_exact_under_concurrent_writers(database, agent):
     assert "pins_certified" in status
 
 
-def test_pins_after_an_agent_restart_are_exact(database):
+def test_pins_after_an_agent_restart_are_exact(database: str) -> None:
     """Regression: fences replayed after a restart were matched to new pins by number, so
     new pins were certified against old fences (a timestamp too low)."""
     commits: dict[int, int] = {}

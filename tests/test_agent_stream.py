@@ -19,11 +19,11 @@ import psycopg
 import redis
 
 from agent_fixtures import Stack
-from conftest import info
-from txcache._process import wait_until
+from conftest import info, running_agent
+from txcache.stack import wait_until
 
 
-def test_insert_update_delete_tag_old_and_new_values(stack: Stack):
+def test_insert_update_delete_tag_old_and_new_values(stack: Stack) -> None:
     item = "public.items"
     probes = stack.probe(
         f"{item}:id=1",
@@ -61,7 +61,9 @@ def test_insert_update_delete_tag_old_and_new_values(stack: Stack):
     probes = stack.probe(f"{item}:category=5", f"{item}:category=6", f"{item}:id=2")
     before, after = stack.write("UPDATE items SET category = 6 WHERE id = 1")
     hit = stack.truncated(probes)
-    assert before < hit[f"{item}:category=5"] <= after
+    moved = hit[f"{item}:category=5"]
+    assert moved is not None
+    assert before < moved <= after
     assert hit[f"{item}:category=5"] == hit[f"{item}:category=6"]
     assert hit[f"{item}:id=2"] is None
 
@@ -74,7 +76,7 @@ def test_insert_update_delete_tag_old_and_new_values(stack: Stack):
     assert hit[f"{item}:category=5"] is None
 
 
-def test_truncate_and_ddl_invalidate_the_whole_table(stack: Stack):
+def test_truncate_and_ddl_invalidate_the_whole_table(stack: Stack) -> None:
     item = "public.items"
     stack.write("INSERT INTO items (id, category) VALUES (1, 1), (2, 2)")
     probes = stack.probe(f"{item}:id=1", f"{item}:id=99", f"{item}:price=1.00")
@@ -93,32 +95,32 @@ def test_truncate_and_ddl_invalidate_the_whole_table(stack: Stack):
     assert hit[f"{item}:price=8.00"] is not None
 
 
-def test_transactions_arrive_in_commit_order(stack: Stack):
+def test_transactions_arrive_in_commit_order(stack: Stack) -> None:
     probes = stack.probe(*(f"public.items:id={n}" for n in range(10)))
     for n in range(10):
         stack.write("INSERT INTO items (id) VALUES (%s)", n)
     bounds = [stack.truncated(probes)[f"public.items:id={n}"] for n in range(10)]
     assert all(bound is not None for bound in bounds)
-    assert bounds == sorted(bounds)
+    assert bounds == sorted(bound for bound in bounds if bound is not None)
     assert len(set(bounds)) == 10
 
 
-def test_a_fresh_node_is_reset_once_then_streamed(stack: Stack):
+def test_a_fresh_node_is_reset_once_then_streamed(stack: Stack) -> None:
     stack.caught_up()
     assert info(stack.cache, "txcache")["resets"] == 1
 
 
-def test_heartbeats_move_the_node_when_nothing_commits(stack: Stack):
+def test_heartbeats_move_the_node_when_nothing_commits(stack: Stack) -> None:
     first = stack.caught_up()
     wait_until(
         lambda: stack.cache.execute_command("TXSTATUS")[0] > first,
         "a heartbeat to move the idle node",
-        log=stack.agent.log_text,
+        log=running_agent(stack).log_text,
     )
     assert info(stack.cache, "txcache")["heartbeats"] > 0
 
 
-def test_nothing_is_lost_when_the_agent_is_killed(stack: Stack):
+def test_nothing_is_lost_when_the_agent_is_killed(stack: Stack) -> None:
     rows = 200
     stack.write("INSERT INTO items (id, category) SELECT n, 0 FROM generate_series(0, %s) n", rows)
     probes = stack.probe(*(f"public.items:id={n}" for n in range(rows)))
@@ -141,7 +143,7 @@ def test_nothing_is_lost_when_the_agent_is_killed(stack: Stack):
     for _ in range(3):
         # Deliberately at a random moment of the writes: the kill may hit any state.
         time.sleep(killer.uniform(0.05, 0.4))
-        stack.agent.kill()
+        running_agent(stack).kill()
         stack.restart_agent()
     stop.set()
     thread.join()
@@ -154,8 +156,9 @@ def test_nothing_is_lost_when_the_agent_is_killed(stack: Stack):
     assert info(stack.cache, "txcache")["resets"] == resets_before
 
 
-def test_tag_column_catalog_is_served_with_versions(stack: Stack):
-    endpoint = redis.Redis(host=stack.agent.host, port=stack.agent.port, protocol=2)
+def test_tag_column_catalog_is_served_with_versions(stack: Stack) -> None:
+    agent = running_agent(stack)
+    endpoint = redis.Redis(host=agent.host, port=agent.port, protocol=2)
     stack.caught_up()
     versions = endpoint.execute_command("TAGCOLUMNS")
     since, tables = versions[-1]
@@ -170,11 +173,12 @@ def test_tag_column_catalog_is_served_with_versions(stack: Stack):
     endpoint.close()
 
 
-def test_a_catalog_read_after_a_reconnect_applies_from_where_it_was_read(stack: Stack):
+def test_a_catalog_read_after_a_reconnect_applies_from_where_it_was_read(stack: Stack) -> None:
     """Regression: a session reading the catalog after a reconnect published it from
     position 0, so a DDL committed while the stream was down had its columns apply to
     snapshots before it, whose later commits the node had received without them."""
-    endpoint = redis.Redis(host=stack.agent.host, port=stack.agent.port, protocol=2)
+    agent = running_agent(stack)
+    endpoint = redis.Redis(host=agent.host, port=agent.port, protocol=2)
     stack.caught_up()
     before = stack.wal_position()
     stack.db.execute(
@@ -190,12 +194,13 @@ def test_a_catalog_read_after_a_reconnect_applies_from_where_it_was_read(stack: 
     endpoint.close()
 
 
-def test_a_ddl_is_read_only_once_it_is_visible(stack: Stack):
+def test_a_ddl_is_read_only_once_it_is_visible(stack: Stack) -> None:
     """Regression: a DDL's commit is decoded before the transaction becomes visible; the
     agent re-read the catalog in between, missed the index the DDL created, and moved the
     node past the DDL with the old tag columns. A synchronous-replication wait for an absent
     standby holds the DDL in that window for as long as the test needs."""
-    endpoint = redis.Redis(host=stack.agent.host, port=stack.agent.port, protocol=2)
+    agent = running_agent(stack)
+    endpoint = redis.Redis(host=agent.host, port=agent.port, protocol=2)
     stack.caught_up()
     with commits_held(stack.dsn) as held:
         before = stack.wal_position()
@@ -203,7 +208,7 @@ def test_a_ddl_is_read_only_once_it_is_visible(stack: Stack):
         wait_until(
             lambda: agent_status(endpoint)["commit_position"] > before,
             "the agent to decode the held DDL's commit",
-            log=stack.agent.log_text,
+            log=running_agent(stack).log_text,
         )
         decoded = agent_status(endpoint)["commit_position"]
         # Deliberately idle: nothing will happen to wait for if the agent is right; what
@@ -290,7 +295,7 @@ def commits_held(dsn: str) -> Iterator[HeldCommits]:
             admin.execute("SELECT pg_reload_conf()")
 
 
-def test_a_commit_right_after_a_heartbeat_is_not_swallowed(stack: Stack):
+def test_a_commit_right_after_a_heartbeat_is_not_swallowed(stack: Stack) -> None:
     """Regression: a heartbeat decoded at LSN L vouched for L itself, where the next commit
     record may start; that commit's invalidation was then dropped as a duplicate."""
     emit = "SELECT pg_logical_emit_message(false, 'txcache-heartbeat', %s, true)::text"
@@ -304,7 +309,7 @@ def test_a_commit_right_after_a_heartbeat_is_not_swallowed(stack: Stack):
             assert commit is not None, f"commit after the heartbeat at {heartbeat} was lost"
 
 
-def test_a_detached_partition_is_named_though_the_agent_never_saw_it_attached(stack: Stack):
+def test_a_detached_partition_is_named_though_the_agent_never_saw_it_attached(stack: Stack) -> None:
     """Regression (found by ``txcache check``): a DETACH's notice named only the parent and
     the agent added the partition from its own record of the family. An agent that decoded
     the ATTACH only after the DETACH had committed re-read a catalog without the link, so
@@ -313,13 +318,13 @@ def test_a_detached_partition_is_named_though_the_agent_never_saw_it_attached(st
     stack.write("CREATE TABLE ledger (part int, slot int) PARTITION BY LIST (part)")
     stack.write("CREATE TABLE ledger_2 (part int, slot int)")
     stack.caught_up()
-    os.kill(stack.agent.process.pid, signal.SIGSTOP)
+    os.kill(running_agent(stack).process.pid, signal.SIGSTOP)
     try:
         stack.write("ALTER TABLE ledger ATTACH PARTITION ledger_2 FOR VALUES IN (2)")
         stack.write("INSERT INTO ledger VALUES (2, 1)")
         before_detach, after_detach = stack.write("ALTER TABLE ledger DETACH PARTITION ledger_2")
     finally:
-        os.kill(stack.agent.process.pid, signal.SIGCONT)
+        os.kill(running_agent(stack).process.pid, signal.SIGCONT)
     stack.caught_up()
     lo, _hi = stack.cache.execute_command("TXINTERVAL", after_detach, "TAGS", "public.ledger_2")[:2]
     assert lo >= before_detach, "a read of the detached partition holds from before its DETACH"

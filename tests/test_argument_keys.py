@@ -12,9 +12,11 @@ import re
 import struct
 import uuid
 import zoneinfo
+from collections.abc import Callable
 from datetime import UTC, timedelta, timezone
 from decimal import Decimal, localcontext
 from importlib import resources
+from importlib.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -143,11 +145,13 @@ times = st.builds(
 
 
 def from_bits(bits: int) -> float:
-    return struct.unpack("<d", struct.pack("<Q", bits))[0]
+    value: float = struct.unpack("<d", struct.pack("<Q", bits))[0]
+    return value
 
 
 def bits_of(value: float) -> int:
-    return struct.unpack("<Q", struct.pack("<d", value))[0]
+    bits: int = struct.unpack("<Q", struct.pack("<d", value))[0]
+    return bits
 
 
 floats = (
@@ -187,7 +191,7 @@ hashable_scalars = (
     | st.sampled_from(MEMBERS)
 )
 WINTER = datetime.datetime(2024, 1, 15, 12, tzinfo=UTC)  # London is on UTC's offset
-TRICKY = [
+TRICKY: list[Any] = [
     *(0.0, -0.0, float("nan"), -float("nan"), 1, 1.0, True, Decimal("1.0"), Decimal("-0")),
     *(Decimal("NaN"), "1", b"1", WINTER, WINTER.astimezone(London), WINTER.replace(tzinfo=None)),
     *(datetime.time(12, tzinfo=UTC), Colour.RED, Level.LOW, uuid.UUID(int=1), UTC, London),
@@ -265,7 +269,7 @@ def _near_number(value: Any, _: bool) -> list[Any]:
 
 def _near_decimal(value: Decimal, hashable: bool) -> list[Any]:
     sign, digits, exponent = value.as_tuple()
-    candidates = [value, value.copy_negate(), Decimal("NaN")]
+    candidates: list[Any] = [value, value.copy_negate(), Decimal("NaN")]
     if isinstance(exponent, int):  # finite: one more digit, the same number
         candidates += [Decimal((sign, (*digits, 0), exponent - 1)), float(value)]
     return candidates if hashable else [*candidates, Decimal("sNaN")]
@@ -299,7 +303,7 @@ def _near_clock(value: Any, _: bool) -> list[Any]:
     return candidates + [value.replace(tzinfo=zone) for zone in zones_near]
 
 
-_NEAR = {
+_NEAR: dict[type, Callable[[Any, bool], list[Any]]] = {
     bool: _near_number,
     int: _near_number,
     float: _near_number,
@@ -353,7 +357,7 @@ def _dict_twins(value: dict[Any, Any], _: bool) -> st.SearchStrategy[Any]:
     return reordered | keys | values
 
 
-_CONTAINER_TWINS = {
+_CONTAINER_TWINS: dict[type, Callable[[Any, bool], st.SearchStrategy[Any]]] = {
     tuple: _sequence_twins,
     list: _sequence_twins,
     dict: _dict_twins,
@@ -369,7 +373,7 @@ exhaustive = settings(max_examples=200, deadline=None, database=None)
 
 @exhaustive
 @given(arguments)
-def test_every_encoding_decodes_to_an_indistinguishable_value(value):
+def test_every_encoding_decodes_to_an_indistinguishable_value(value: Any) -> None:
     encoded = encode_argument(value)
     decoded = decode_argument(encoded)
     assert indistinguishable(decoded, value)
@@ -378,7 +382,7 @@ def test_every_encoding_decodes_to_an_indistinguishable_value(value):
 
 @settings(exhaustive, max_examples=500)  # a collision needs a tricky leaf and its twin
 @given(st.data())
-def test_values_share_an_encoding_exactly_when_indistinguishable(data):
+def test_values_share_an_encoding_exactly_when_indistinguishable(data: st.DataObject) -> None:
     a = data.draw(arguments, label="a")
     b = data.draw(twins(a), label="b")
     assert (encode_argument(a) == encode_argument(b)) == indistinguishable(a, b)
@@ -386,11 +390,11 @@ def test_values_share_an_encoding_exactly_when_indistinguishable(data):
 
 @exhaustive
 @given(arguments, arguments)
-def test_independent_values_share_an_encoding_only_when_indistinguishable(a, b):
+def test_independent_values_share_an_encoding_only_when_indistinguishable(a: Any, b: Any) -> None:
     assert (encode_argument(a) == encode_argument(b)) == indistinguishable(a, b)
 
 
-NESTINGS = {
+NESTINGS: dict[str, Callable[[Any], Any]] = {
     "alone": lambda x: x,
     "in a list": lambda x: [1, x],
     "in a tuple": lambda x: (x,),
@@ -401,7 +405,9 @@ NESTINGS = {
 
 
 @pytest.mark.parametrize("nest", NESTINGS.values(), ids=NESTINGS.keys())
-def test_tricky_values_share_an_encoding_with_near_ones_exactly_when_indistinguishable(nest):
+def test_tricky_values_share_an_encoding_with_near_ones_exactly_when_indistinguishable(
+    nest: Callable[[Any], Any],
+) -> None:
     for a in [*TRICKY, bytearray(b"1"), Decimal("sNaN")]:
         for b in near(a):
             try:
@@ -451,12 +457,12 @@ EQUAL_BUT_DISTINGUISHABLE = {
 @pytest.mark.parametrize(
     ("a", "b"), EQUAL_BUT_DISTINGUISHABLE.values(), ids=EQUAL_BUT_DISTINGUISHABLE.keys()
 )
-def test_arguments_equal_by_eq_but_distinguishable_have_different_encodings(a, b):
+def test_arguments_equal_by_eq_but_distinguishable_have_different_encodings(a: Any, b: Any) -> None:
     assert not indistinguishable(a, b)
     assert encode_argument(a) != encode_argument(b)
 
 
-def test_one_instant_in_london_and_in_utc_counts_different_days():
+def test_one_instant_in_london_and_in_utc_counts_different_days() -> None:
     # The bug this guards: a one-day window from one instant, across the start of summer
     # time, is 23 hours in London and 24 in UTC, and the two calls shared a key.
     utc = datetime.datetime(2024, 3, 30, 12, tzinfo=UTC)
@@ -467,19 +473,19 @@ def test_one_instant_in_london_and_in_utc_counts_different_days():
     assert encode_argument(london) != encode_argument(utc)
 
 
-def test_a_dict_is_keyed_in_its_insertion_order():
+def test_a_dict_is_keyed_in_its_insertion_order() -> None:
     # The bug this guards: an ORDER BY built from sort.items() shared one key across orders.
     assert encode_argument({"a": 1, "b": 2}) != encode_argument({"b": 2, "a": 1})
     assert encode_argument({"a": 1, "b": 2}) == encode_argument(dict([("a", 1), ("b", 2)]))
 
 
-def test_a_set_is_keyed_by_its_members_whatever_its_order():
+def test_a_set_is_keyed_by_its_members_whatever_its_order() -> None:
     many = [f"item {i}" for i in range(50)]
     assert encode_argument(set(many)) == encode_argument(set(reversed(many)))
     assert encode_argument({1, 9}) == encode_argument({9, 1})  # iterate in different orders
 
 
-def test_a_decimal_keeps_its_key_in_a_context_that_writes_lowercase_exponents():
+def test_a_decimal_keeps_its_key_in_a_context_that_writes_lowercase_exponents() -> None:
     expected = encode_argument(Decimal("1E+2"))
     with localcontext() as context:
         context.capitals = 0
@@ -487,7 +493,7 @@ def test_a_decimal_keeps_its_key_in_a_context_that_writes_lowercase_exponents():
         assert encode_argument(Decimal("1E+2")) == expected
 
 
-def test_a_zone_as_an_argument_is_keyed_by_its_identity():
+def test_a_zone_as_an_argument_is_keyed_by_its_identity() -> None:
     assert decode_argument(encode_argument(London)) is London
     assert encode_argument(London) != encode_argument(zoneinfo.ZoneInfo("GB"))
     assert encode_argument(UTC) != encode_argument(timezone(ZERO, "UTC"))
@@ -498,34 +504,35 @@ def test_a_zone_as_an_argument_is_keyed_by_its_identity():
 
 
 class Fixed(datetime.tzinfo):
-    def utcoffset(self, dt):
+    def utcoffset(self, dt: datetime.datetime | None) -> timedelta:
         return HOUR
 
-    def dst(self, dt):
+    def dst(self, dt: datetime.datetime | None) -> timedelta:
         return ZERO
 
-    def tzname(self, dt):
+    def tzname(self, dt: datetime.datetime | None) -> str:
         return "F"
 
 
-def lonely_london():
+def lonely_london() -> datetime.tzinfo:
     """A ZoneInfo that is not the one ZoneInfo("Europe/London") returns."""
     return zoneinfo.ZoneInfo.no_cache("Europe/London")
 
 
-def from_file():
+def from_file() -> datetime.tzinfo:
     """Europe/London read from its TZif file, with no key."""
     paths = [Path(directory, "Europe", "London") for directory in zoneinfo.TZPATH]
-    path = next((p for p in paths if p.is_file()), None)
+    path: Path | Traversable | None = next((p for p in paths if p.is_file()), None)
     if path is None:  # no system tz database: the tzdata package's copy
         path = resources.files(pytest.importorskip("tzdata")) / "zoneinfo/Europe/London"
     with path.open("rb") as file:
         return zoneinfo.ZoneInfo.from_file(file)
 
 
-def dateutil_london():
+def dateutil_london() -> datetime.tzinfo:
     tz = pytest.importorskip("dateutil.tz")
-    return tz.gettz("Europe/London")
+    zone: datetime.tzinfo = tz.gettz("Europe/London")
+    return zone
 
 
 ZONES_WITHOUT_A_NAME = {
@@ -540,7 +547,9 @@ ZONES_WITHOUT_A_NAME = {
     ("make", "message"), ZONES_WITHOUT_A_NAME.values(), ids=ZONES_WITHOUT_A_NAME.keys()
 )
 @pytest.mark.parametrize("clock", ["datetime", "time", "nested", "zone"])
-def test_a_zone_without_a_canonical_name_is_refused_with_advice(make, message, clock):
+def test_a_zone_without_a_canonical_name_is_refused_with_advice(
+    make: Callable[[], datetime.tzinfo], message: str, clock: str
+) -> None:
     zone = make()
     value = {
         "datetime": datetime.datetime(2024, 3, 1, tzinfo=zone),
@@ -561,7 +570,10 @@ class Moment(datetime.datetime):
     pass
 
 
-def local_enum_member():
+Point = collections.namedtuple("Point", "x y")
+
+
+def local_enum_member() -> enum.Enum:
     class Local(enum.Enum):
         ONE = 1
 
@@ -575,21 +587,21 @@ def local_enum_member():
         (Moment(2024, 3, 1), "subclass of datetime"),
         (collections.OrderedDict(a=1), "subclass of dict"),
         (collections.Counter("ab"), "subclass of dict"),
-        (collections.namedtuple("Point", "x y")(1, 2), "Point"),
+        (Point(1, 2), "Point"),
         (type("Ratio", (float,), {})(0.5), "subclass of float"),
         (type("Blob", (bytes,), {})(b"x"), "subclass of bytes"),
         (local_enum_member(), "define it at the top level"),
-        (uuid.UUID(int=1, is_safe="maybe"), "is_safe"),
+        (uuid.UUID(int=1, is_safe="maybe"), "is_safe"),  # type: ignore[arg-type]  # on purpose
         (1j, "complex"),
     ],
     ids=lambda v: type(v).__name__ if not isinstance(v, str) else None,
 )
-def test_a_value_a_key_cannot_name_exactly_is_refused(value, message):
+def test_a_value_a_key_cannot_name_exactly_is_refused(value: Any, message: str) -> None:
     with pytest.raises(UnsupportedArgument, match=re.escape(message)):
         encode_argument(value)
 
 
-def test_a_value_that_contains_itself_is_refused():
+def test_a_value_that_contains_itself_is_refused() -> None:
     loop: list[Any] = []
     loop.append(loop)
     with pytest.raises(UnsupportedArgument, match="contains itself"):
@@ -620,11 +632,11 @@ def test_a_value_that_contains_itself_is_refused():
         ),  # deeper than the interpreter's stack
     ],
 )
-def test_decoding_refuses_what_is_no_canonical_encoding(encoded):
+def test_decoding_refuses_what_is_no_canonical_encoding(encoded: bytes) -> None:
     with pytest.raises(ValueError, match="not an argument's encoding"):
         decode_argument(encoded)
 
 
-def test_an_enum_member_decodes_to_itself():
+def test_an_enum_member_decodes_to_itself() -> None:
     for member in MEMBERS:
         assert decode_argument(encode_argument(member)) is member

@@ -75,7 +75,9 @@ def sleeping_queries(alib: AsyncLib) -> int:
     return int(row[0])
 
 
-def test_a_timeout_outside_the_database_stores_nothing_and_the_block_goes_on(alib: AsyncLib):
+def test_a_timeout_outside_the_database_stores_nothing_and_the_block_goes_on(
+    alib: AsyncLib,
+) -> None:
     ran.clear()
 
     async def body(cache: AsyncCache) -> None:
@@ -97,7 +99,7 @@ def test_a_timeout_outside_the_database_stores_nothing_and_the_block_goes_on(ali
     assert ran == [1, 2, 1]
 
 
-def test_a_timeout_inside_a_statement_fails_the_block_and_cancels_the_query(alib: AsyncLib):
+def test_a_timeout_inside_a_statement_fails_the_block_and_cancels_the_query(alib: AsyncLib) -> None:
     ran.clear()
 
     async def body(cache: AsyncCache) -> None:
@@ -118,7 +120,7 @@ def test_a_timeout_inside_a_statement_fails_the_block_and_cancels_the_query(alib
     assert ran == [3, 3]
 
 
-def test_a_task_cancelled_in_a_block_gives_its_connection_back(alib: AsyncLib):
+def test_a_task_cancelled_in_a_block_gives_its_connection_back(alib: AsyncLib) -> None:
     async def body(cache: AsyncCache) -> None:
         started = asyncio.Event()
 
@@ -142,7 +144,7 @@ def test_a_task_cancelled_in_a_block_gives_its_connection_back(alib: AsyncLib):
     alib.run(body, pool_size=1)
 
 
-def test_a_cancelled_write_commits_nothing(alib: AsyncLib):
+def test_a_cancelled_write_commits_nothing(alib: AsyncLib) -> None:
     async def body(cache: AsyncCache) -> None:
         async def writer() -> None:
             async with cache.read_write():
@@ -161,7 +163,7 @@ def test_a_cancelled_write_commits_nothing(alib: AsyncLib):
         assert connection.execute("SELECT price FROM items WHERE id = 6").fetchone() == (60,)
 
 
-def test_a_task_cancelled_while_waiting_for_a_connection_takes_none(alib: AsyncLib):
+def test_a_task_cancelled_while_waiting_for_a_connection_takes_none(alib: AsyncLib) -> None:
     async def body(cache: AsyncCache) -> None:
         async with cache.read_write():
             await aio.execute("SELECT 1")  # holds the only connection
@@ -178,7 +180,7 @@ def test_a_task_cancelled_while_waiting_for_a_connection_takes_none(alib: AsyncL
     alib.run(body, pool_size=1)
 
 
-def test_a_lookup_cut_short_changes_nothing(alib: AsyncLib):
+def test_a_lookup_cut_short_changes_nothing(alib: AsyncLib) -> None:
     """A node that does not answer (stopped), and a timeout shorter than the node's: the
     lookup is abandoned, the block is not failed, and its reply is dropped when it comes."""
     lib = alib.lib

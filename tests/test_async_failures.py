@@ -10,6 +10,7 @@ import time
 
 import txcache
 from async_fixtures import AsyncLib, agent_back, fresh_pins
+from conftest import running_agent
 from test_async_resp import stop
 from txcache import aio
 from txcache.aio import AsyncCache
@@ -43,7 +44,7 @@ async def update_all(cache: AsyncCache, delta: int) -> int | None:
     return await tx.commit_timestamp()
 
 
-def test_a_dead_node_means_misses_not_errors(alib: AsyncLib):
+def test_a_dead_node_means_misses_not_errors(alib: AsyncLib) -> None:
     async def body(cache: AsyncCache) -> None:
         assert await prices(cache) == truth(alib)
         alib.lib.nodes[0].kill()
@@ -59,7 +60,7 @@ def test_a_dead_node_means_misses_not_errors(alib: AsyncLib):
     alib.run(body)
 
 
-def test_a_stalled_node_is_skipped_after_its_timeout(alib: AsyncLib):
+def test_a_stalled_node_is_skipped_after_its_timeout(alib: AsyncLib) -> None:
     pid = alib.lib.nodes[1].process.pid
 
     async def body(cache: AsyncCache) -> None:
@@ -75,10 +76,10 @@ def test_a_stalled_node_is_skipped_after_its_timeout(alib: AsyncLib):
     alib.run(body, node_timeout=0.3)
 
 
-def test_a_dead_agent_means_the_database_answers(alib: AsyncLib):
+def test_a_dead_agent_means_the_database_answers(alib: AsyncLib) -> None:
     async def body(cache: AsyncCache) -> None:
         assert await prices(cache) == truth(alib)
-        alib.lib.agent.kill()
+        running_agent(alib.lib).kill()
         token = await update_all(cache, 5)
         assert token is not None, "a WAL position stands in for the commit LSN"
         assert await prices(cache, not_before=token) == truth(alib)
@@ -93,11 +94,11 @@ def test_a_dead_agent_means_the_database_answers(alib: AsyncLib):
     alib.run(body)
 
 
-def test_caching_resumes_when_the_agent_returns(alib: AsyncLib):
+def test_caching_resumes_when_the_agent_returns(alib: AsyncLib) -> None:
     lib = alib.lib
 
     async def body(cache: AsyncCache) -> None:
-        lib.agent.kill()
+        running_agent(lib).kill()
         await update_all(cache, 7)
         assert await prices(cache, staleness=0) == truth(alib)
         await asyncio.to_thread(lib.restart_agent)

@@ -60,7 +60,7 @@ class AsyncThing:
 '''
 
 
-def test_the_transform_keeps_the_sync_code_and_the_comments():
+def test_the_transform_keeps_the_sync_code_and_the_comments() -> None:
     text = generator().transform(SOURCE, "python/txcache/aio/_thing.py")
     assert text.startswith("# Generated from python/txcache/aio/_thing.py")
     assert '"""Cache\'s helper. It is generated from its async twin."""' in text
@@ -82,7 +82,7 @@ def test_the_transform_keeps_the_sync_code_and_the_comments():
     assert "async def" not in text
 
 
-def test_the_committed_sync_drivers_are_what_their_sources_generate():
+def test_the_committed_sync_drivers_are_what_their_sources_generate() -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "tools/async_to_sync.py"), "--check"],
         capture_output=True,

@@ -16,7 +16,7 @@ import txcache
 from async_fixtures import AsyncLib, fresh_pins
 from txcache import aio
 from txcache.aio import AsyncCache
-from txcache.aio._resp import AsyncRespConnection
+from txcache.protocol import AsyncRespConnection, Hit
 
 calls: list[int] = []
 
@@ -48,9 +48,9 @@ async def item_row(item_id: int) -> dict[str, Any] | None:
     )
 
 
-def test_a_miss_then_a_hit_with_the_sync_apis_statistics(alib: AsyncLib):
+def test_a_miss_then_a_hit_with_the_sync_apis_statistics(alib: AsyncLib) -> None:
     calls.clear()
-    before = price_of.stats.as_dict()
+    before: dict[str, Any] = price_of.stats.as_dict()
 
     async def body(cache: AsyncCache) -> tuple[int, int]:
         async with cache.read_only(staleness=60) as tx:
@@ -71,7 +71,7 @@ def test_a_miss_then_a_hit_with_the_sync_apis_statistics(alib: AsyncLib):
     assert price_of.stats in txcache.function_stats()
 
 
-def test_values_cached_by_one_api_are_hits_for_the_other(alib: AsyncLib):
+def test_values_cached_by_one_api_are_hits_for_the_other(alib: AsyncLib) -> None:
     """The same key derivation, node placement and value encoding: a key an async call
     stored is a hit for a sync transaction, and the other way round."""
     lib = alib.lib
@@ -90,7 +90,7 @@ def test_values_cached_by_one_api_are_hits_for_the_other(alib: AsyncLib):
             assert lib.cache.ring is not None
             assert node.address == lib.cache.ring.node_for(sync_key).address
             found = await tx.lookup(node, sync_key)
-            assert isinstance(found, txcache._nodes.Hit)
+            assert isinstance(found, Hit)
             assert cache.serializer.loads(found.value) == 80
         return price_of.key(7)
 
@@ -99,11 +99,11 @@ def test_values_cached_by_one_api_are_hits_for_the_other(alib: AsyncLib):
     with lib.cache.read_only(staleness=60) as tx:
         assert price_of.key(7) == async_key  # the sync cache's settings and session context
         found = tx.lookup(lib.cache.ring.node_for(async_key), async_key)
-        assert isinstance(found, txcache._nodes.Hit)
+        assert isinstance(found, Hit)
         assert lib.cache.serializer.loads(found.value) == 70
 
 
-def test_nested_calls_and_read_your_writes_through_an_async_write(alib: AsyncLib):
+def test_nested_calls_and_read_your_writes_through_an_async_write(alib: AsyncLib) -> None:
     calls.clear()
 
     async def body(cache: AsyncCache) -> None:
@@ -126,7 +126,7 @@ def test_nested_calls_and_read_your_writes_through_an_async_write(alib: AsyncLib
     alib.run(body)
 
 
-def test_a_read_write_block_that_wrote_nothing_has_no_token(alib: AsyncLib):
+def test_a_read_write_block_that_wrote_nothing_has_no_token(alib: AsyncLib) -> None:
     async def body(cache: AsyncCache) -> None:
         async with cache.read_write(isolation="repeatable read") as tx:
             assert await tx.query_one("SHOW transaction_isolation") == ("repeatable read",)
@@ -135,7 +135,7 @@ def test_a_read_write_block_that_wrote_nothing_has_no_token(alib: AsyncLib):
     alib.run(body)
 
 
-def test_many_tasks_each_read_one_commit_point_while_writes_go_on(alib: AsyncLib):
+def test_many_tasks_each_read_one_commit_point_while_writes_go_on(alib: AsyncLib) -> None:
     """Items 10, 11 and 12 always sum to 330: a writer moves price between them in one transaction.
     Every reader, in its own task and transaction, sees them from one commit point, through
     the cache or not."""
@@ -160,15 +160,17 @@ def test_many_tasks_each_read_one_commit_point_while_writes_go_on(alib: AsyncLib
             await asyncio.sleep(0.01)
 
     async def body(cache: AsyncCache) -> list[int]:
-        results = await asyncio.gather(writer(cache), *(reader(cache) for _ in range(120)))
-        return list(results[1:])
+        results: list[Any] = await asyncio.gather(
+            writer(cache), *(reader(cache) for _ in range(120))
+        )
+        return results[1:]  # the readers' sums
 
     sums = alib.run(body)
     assert sums == [330] * len(sums)
     assert price_of.stats.hits > 0
 
 
-def test_a_hit_is_one_round_trip(alib: AsyncLib, monkeypatch: pytest.MonkeyPatch):
+def test_a_hit_is_one_round_trip(alib: AsyncLib, monkeypatch: pytest.MonkeyPatch) -> None:
     writes: list[int] = []
     send = AsyncRespConnection.send
 
@@ -190,7 +192,7 @@ def test_a_hit_is_one_round_trip(alib: AsyncLib, monkeypatch: pytest.MonkeyPatch
     assert writes == [1]  # one write of one command: TXGET
 
 
-def test_rows_of_a_row_factory_come_back_the_same_from_a_hit(alib: AsyncLib):
+def test_rows_of_a_row_factory_come_back_the_same_from_a_hit(alib: AsyncLib) -> None:
     async def body(cache: AsyncCache) -> None:
         async with cache.read_only(staleness=60):
             miss = await item_row(3)
@@ -203,19 +205,20 @@ def test_rows_of_a_row_factory_come_back_the_same_from_a_hit(alib: AsyncLib):
     alib.run(body)
 
 
-def test_await_txcache_query_works_in_an_async_block(alib: AsyncLib):
+def test_await_txcache_query_works_in_an_async_block(alib: AsyncLib) -> None:
     async def body(cache: AsyncCache) -> None:
         async with cache.read_only(staleness=60):
-            assert await txcache.query("SELECT 1") == [(1,)]
+            # txcache.query is typed for sync code; in an async block it is awaited
+            assert await txcache.query("SELECT 1") == [(1,)]  # type: ignore[misc]
             cursor = await aio.execute("SELECT 2")
             assert await cursor.fetchall() == [(2,)]
         async with cache.read_write():
-            assert await txcache.query_one("SELECT 3") == (3,)
+            assert await txcache.query_one("SELECT 3") == (3,)  # type: ignore[misc]
 
     alib.run(body)
 
 
-def test_an_implicit_transaction_of_the_default_async_cache(alib: AsyncLib):
+def test_an_implicit_transaction_of_the_default_async_cache(alib: AsyncLib) -> None:
     calls.clear()
 
     async def body(cache: AsyncCache) -> None:
@@ -229,7 +232,7 @@ def test_an_implicit_transaction_of_the_default_async_cache(alib: AsyncLib):
     assert aio.default_cache() is None  # closed
 
 
-def test_a_transaction_belongs_to_the_task_that_began_it(alib: AsyncLib):
+def test_a_transaction_belongs_to_the_task_that_began_it(alib: AsyncLib) -> None:
     async def body(cache: AsyncCache) -> None:
         async with cache.read_only(staleness=60):
             with pytest.raises(txcache.TransactionError, match="task that began it"):
@@ -252,7 +255,7 @@ def test_a_transaction_belongs_to_the_task_that_began_it(alib: AsyncLib):
     alib.run(body)
 
 
-def test_each_api_refuses_the_others_functions_and_blocks(alib: AsyncLib):
+def test_each_api_refuses_the_others_functions_and_blocks(alib: AsyncLib) -> None:
     lib = alib.lib
 
     async def body(cache: AsyncCache) -> None:
@@ -275,7 +278,7 @@ def test_each_api_refuses_the_others_functions_and_blocks(alib: AsyncLib):
     alib.run(body)
 
 
-def test_statements_are_checked_and_a_failed_one_fails_the_block(alib: AsyncLib):
+def test_statements_are_checked_and_a_failed_one_fails_the_block(alib: AsyncLib) -> None:
     async def body(cache: AsyncCache) -> None:
         async with cache.read_only(staleness=60) as tx:
             with pytest.raises(txcache.StatementNotAllowed):
@@ -295,7 +298,7 @@ def test_statements_are_checked_and_a_failed_one_fails_the_block(alib: AsyncLib)
     alib.run(body)
 
 
-def test_a_caught_failure_in_an_async_write_rolls_it_back_and_says_so(alib: AsyncLib):
+def test_a_caught_failure_in_an_async_write_rolls_it_back_and_says_so(alib: AsyncLib) -> None:
     async def caught_failure(cache: AsyncCache) -> None:
         async with cache.read_write():
             await aio.execute("UPDATE items SET price = 0 WHERE id = 1")
@@ -317,7 +320,7 @@ async def rate_of(currency: str) -> int:
     return len(currency) * 100
 
 
-def test_manual_invalidation_from_async_code(alib: AsyncLib):
+def test_manual_invalidation_from_async_code(alib: AsyncLib) -> None:
     calls.clear()
 
     async def body(cache: AsyncCache) -> None:
@@ -342,7 +345,7 @@ def test_manual_invalidation_from_async_code(alib: AsyncLib):
     assert calls == [3, 3]
 
 
-def test_bypass_mode_runs_every_call_uncached(alib: AsyncLib):
+def test_bypass_mode_runs_every_call_uncached(alib: AsyncLib) -> None:
     async def body(cache: AsyncCache) -> None:
         uncached = price_of.stats.uncached
         async with cache.read_only():
@@ -358,7 +361,7 @@ async def shelf_name(item_id: int) -> str | None:
     return None if row is None else str(row[0])
 
 
-def test_schema_changes_are_read_in_a_worker_thread_and_stored_after(alib: AsyncLib):
+def test_schema_changes_are_read_in_a_worker_thread_and_stored_after(alib: AsyncLib) -> None:
     """A view created after the catalog was read (an unknown relation: read again at once),
     then redefined (a new catalog generation: read again before the next query); what a
     cacheable function computed under the new definition is invalidated by its new base."""
@@ -391,7 +394,9 @@ def test_schema_changes_are_read_in_a_worker_thread_and_stored_after(alib: Async
     alib.run(body)
 
 
-def test_a_query_at_a_snapshot_older_than_a_schema_change_runs_again_after_it(alib: AsyncLib):
+def test_a_query_at_a_snapshot_older_than_a_schema_change_runs_again_after_it(
+    alib: AsyncLib,
+) -> None:
     """The view is redefined and its new rows updated after the transaction's snapshot:
     PostgreSQL would run the new definition over the old rows (a sum no commit had); the
     query runs again at a snapshot after both."""

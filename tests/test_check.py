@@ -37,7 +37,7 @@ def short_check() -> CheckReport:
 
 def test_a_short_check_under_every_fault_finds_no_anomaly_and_the_control_finds_some(
     short_check: CheckReport,
-):
+) -> None:
     checked, control = short_check.checked, short_check.control
     assert {fault.kind for fault in checked.faults} == set(FAULT_KINDS)
     assert [fault for fault in checked.faults if fault.error] == []
@@ -54,7 +54,9 @@ def test_a_short_check_under_every_fault_finds_no_anomaly_and_the_control_finds_
     assert short_check.passed
 
 
-def test_every_tenant_is_checked_and_none_reads_another_tenants_data(short_check: CheckReport):
+def test_every_tenant_is_checked_and_none_reads_another_tenants_data(
+    short_check: CheckReport,
+) -> None:
     checked = short_check.checked
     assert set(checked.tenants) == TENANTS
     for name, tenant in checked.tenants.items():
@@ -68,7 +70,7 @@ def test_every_tenant_is_checked_and_none_reads_another_tenants_data(short_check
 
 def test_the_control_with_keys_blind_to_the_session_context_shows_cross_tenant_reads(
     short_check: CheckReport,
-):
+) -> None:
     control = short_check.control
     assert control is not None
     assert control.cross_tenant, "a checker that cannot see a cross-tenant read is broken"

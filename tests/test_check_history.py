@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from txcache.check.history import PUBLIC_TENANT, Commit, CommitOrder, History, Read, judge
+from txcache.check.history import (
+    PUBLIC_TENANT,
+    Commit,
+    CommitOrder,
+    History,
+    Object,
+    Read,
+    judge,
+)
 
-INITIAL = {
+INITIAL: dict[Object, object] = {
     ("balance", 1): 100,
     ("balance", 2): 100,
     ("branch", 1): 0,
@@ -28,34 +38,40 @@ def history() -> History:
     return History(INITIAL, COMMITS, slack=0.5)
 
 
-def read(*observed, began=100.0, ended=100.0, staleness=1000.0, not_before=None) -> Read:
+def read(
+    *observed: tuple[Object, Any],
+    began: float = 100.0,
+    ended: float = 100.0,
+    staleness: float = 1000.0,
+    not_before: int | None = None,
+) -> Read:
     return Read(began, ended, staleness, not_before, list(observed))
 
 
-def test_values_of_one_commit_point_are_consistent():
+def test_values_of_one_commit_point_are_consistent() -> None:
     verdict = judge(history(), read((("balance", 1), 90), (("balance", 2), 110)))
     assert verdict.points == (1, 3)
 
 
-def test_the_two_sides_of_a_transfer_from_different_points_are_an_anomaly():
+def test_the_two_sides_of_a_transfer_from_different_points_are_an_anomaly() -> None:
     verdict = judge(history(), read((("balance", 1), 90), (("balance", 2), 100)))
     assert verdict.points is None
     assert "('balance', 1) = 90: 1..3" in verdict.explanation
     assert "('balance', 2) = 100: 0..0" in verdict.explanation
 
 
-def test_members_follow_moves_between_branches():
+def test_members_follow_moves_between_branches() -> None:
     assert judge(history(), read((("members", 1), (1, 2)), (("branch", 1), 1))).points == (2, 3)
     moved_but_not_listed = read((("members", 1), (2,)), (("branch", 1), 1))
     assert judge(history(), moved_but_not_listed).points is None
 
 
-def test_lists_show_their_appends():
+def test_lists_show_their_appends() -> None:
     assert judge(history(), read((("list", 0), (42,)))).points == (3, 3)
     assert judge(history(), read((("list", 0), ()), (("branch", 1), 1))).points == (2, 2)
 
 
-def test_staleness_bounds_how_old_the_point_may_be():
+def test_staleness_bounds_how_old_the_point_may_be() -> None:
     # at t = 100 with staleness 60 (+0.5 slack) the state after commit 2 (current until 30)
     # is too old; only the last state is allowed
     stale = read((("list", 0), ()), staleness=60.0)
@@ -63,23 +79,23 @@ def test_staleness_bounds_how_old_the_point_may_be():
     assert judge(history(), read((("list", 0), ()), staleness=75.0)).points == (2, 2)
 
 
-def test_not_before_excludes_points_before_the_token():
+def test_not_before_excludes_points_before_the_token() -> None:
     token = read((("balance", 1), 100), not_before=101)
     assert judge(history(), token).points is None
     assert judge(history(), read((("balance", 1), 90), not_before=101)).points == (1, 3)
 
 
-def test_a_read_cannot_see_commits_after_it_ended():
+def test_a_read_cannot_see_commits_after_it_ended() -> None:
     early = read((("list", 0), (42,)), began=15.0, ended=15.0)
     assert judge(history(), early).points is None
     assert judge(history(), read((("balance", 1), 90), began=15.0, ended=15.0)).points == (1, 1)
 
 
-def test_an_unobserved_read_is_explained_by_its_bounds():
+def test_an_unobserved_read_is_explained_by_its_bounds() -> None:
     assert judge(history(), read()).points == (0, 3)
 
 
-def test_a_snapshot_read_is_judged_by_what_its_snapshot_sees():
+def test_a_snapshot_read_is_judged_by_what_its_snapshot_sees() -> None:
     # commit 101 (transfer) visible, 102 (move) still in progress for the snapshot, though
     # its commit record came before 103's (visibility out of commit order), 103 visible
     snapshot = (101, 104, frozenset({102}))
@@ -93,12 +109,12 @@ def test_a_snapshot_read_is_judged_by_what_its_snapshot_sees():
     assert "the snapshot holds 0" in verdict.explanation
 
 
-def test_a_commit_of_an_xid_at_or_above_xmax_is_invisible_even_before_a_visible_one():
+def test_a_commit_of_an_xid_at_or_above_xmax_is_invisible_even_before_a_visible_one() -> None:
     # 102 wrote its commit record before 101, but 101 left the proc array first: the
     # snapshot (xmax = latestCompletedXid + 1 = 102) sees 101 and not 102, whose xid is not
     # listed as in progress. Regression: the replay applied 102 because it came first.
     reordered = [COMMITS[1], COMMITS[0]]
-    snapshot = (102, 102, frozenset())
+    snapshot: tuple[int, int, frozenset[int]] = (102, 102, frozenset())
     sees = read((("branch", 1), 0), (("balance", 1), 90))
     sees.snapshot = snapshot
     verdict = judge(History(INITIAL, reordered, slack=0.5), sees)
@@ -108,7 +124,7 @@ def test_a_commit_of_an_xid_at_or_above_xmax_is_invisible_even_before_a_visible_
     assert judge(History(INITIAL, reordered, slack=0.5), misses).points is None
 
 
-def test_a_snapshot_taken_before_any_commit_sees_the_initial_state():
+def test_a_snapshot_taken_before_any_commit_sees_the_initial_state() -> None:
     early = read((("balance", 1), 100), (("members", 0), (1,)))
     early.snapshot = (101, 101, frozenset())
     assert judge(history(), early).points == (0, 0)
@@ -118,7 +134,7 @@ def test_a_snapshot_taken_before_any_commit_sees_the_initial_state():
 
 LOW, HIGH = "low", "high"  # the view's two definitions: branches (0, 1) and (2, 3)
 ROWS = ((0, 10), (1, 10))
-SCHEMA_INITIAL = {
+SCHEMA_INITIAL: dict[Object, object] = {
     ("balance", 1): 100,
     ("balance", 2): 100,
     ("branch", 1): 0,
@@ -149,13 +165,13 @@ def schema_history() -> History:
     return History(SCHEMA_INITIAL, SCHEMA_COMMITS, slack=0.5)
 
 
-def at(point: int, *observed) -> Read:
+def at(point: int, *observed: tuple[Object, Any]) -> Read:
     """A read whose bounds allow exactly the commit points ``point``..7 at most: it began
     (staleness 0) while ``point`` was current and ended at t = 100."""
     return read(*observed, began=10.0 * point + 5.0, staleness=0.0)
 
 
-def test_the_view_shows_its_definitions_rows_of_the_state_at_the_commit_point():
+def test_the_view_shows_its_definitions_rows_of_the_state_at_the_commit_point() -> None:
     assert judge(schema_history(), read((("view",), (LOW, ((1, 100),))))).points == (0, 0)
     # HIGH over the state before the transfer (from point 0 on: a query there may already
     # run with HIGH), then after it
@@ -163,7 +179,7 @@ def test_the_view_shows_its_definitions_rows_of_the_state_at_the_commit_point():
     assert judge(schema_history(), read((("view",), (HIGH, ((2, 110),))))).points == (3, 7)
 
 
-def test_a_view_definition_may_be_newer_than_the_commit_point_but_never_older():
+def test_a_view_definition_may_be_newer_than_the_commit_point_but_never_older() -> None:
     # At point 0, still LOW, a query may already run with HIGH (the catalog is not
     # versioned): HIGH's rows over the initial data, with the initial balance of account 1.
     newer = read((("view",), (HIGH, ((2, 100),))), (("balance", 1), 100), began=5.0)
@@ -176,12 +192,12 @@ def test_a_view_definition_may_be_newer_than_the_commit_point_but_never_older():
     assert "('viewdef',) = 'high'" in verdict.explanation
 
 
-def test_a_view_that_showed_no_row_fits_either_definition():
+def test_a_view_that_showed_no_row_fits_either_definition() -> None:
     # Both definitions show a row here, so an empty result fits no commit point.
     assert judge(schema_history(), read((("view",), (None, ())))).points is None
 
 
-def test_a_truncate_and_reload_leaves_the_rows_so_an_empty_partition_is_an_anomaly():
+def test_a_truncate_and_reload_leaves_the_rows_so_an_empty_partition_is_an_anomaly() -> None:
     assert judge(schema_history(), at(2, (("ledger", 0), ROWS))).points == (2, 4)
     verdict = judge(schema_history(), at(2, (("ledger", 0), ())))
     assert verdict.points is None
@@ -191,7 +207,7 @@ def test_a_truncate_and_reload_leaves_the_rows_so_an_empty_partition_is_an_anoma
     assert judge(schema_history(), at(2, (("part", 0), ()))).points is None
 
 
-def test_a_partition_read_directly_or_through_its_table_follows_its_updates():
+def test_a_partition_read_directly_or_through_its_table_follows_its_updates() -> None:
     updated = ((0, 10), (1, 15))
     assert judge(schema_history(), at(5, (("part", 0), updated))).points == (5, 7)
     assert judge(schema_history(), at(5, (("ledger", 0), updated))).points == (5, 7)
@@ -199,7 +215,7 @@ def test_a_partition_read_directly_or_through_its_table_follows_its_updates():
     assert judge(schema_history(), at(5, (("ledger", 0), ROWS))).points is None
 
 
-def test_a_detached_partition_is_empty_through_its_table_but_keeps_its_rows():
+def test_a_detached_partition_is_empty_through_its_table_but_keeps_its_rows() -> None:
     detached = at(4, (("ledger", 2), ()), (("ledger_sum", 2), None), (("part", 2), ROWS))
     assert judge(schema_history(), detached).points == (4, 6)
     # attached again at 7: its rows are back
@@ -207,7 +223,7 @@ def test_a_detached_partition_is_empty_through_its_table_but_keeps_its_rows():
     assert judge(schema_history(), at(7, (("ledger", 2), ()))).points is None
 
 
-def test_a_detach_may_be_seen_from_an_older_point_but_only_up_to_the_reads_end():
+def test_a_detach_may_be_seen_from_an_older_point_but_only_up_to_the_reads_end() -> None:
     # A query at point 3 that runs after the detach (point 4) sees the partition detached.
     early_detach = read((("ledger", 2), ()), (("balance", 1), 90), began=35.0, ended=45.0)
     early_detach.staleness = 0.0
@@ -218,12 +234,12 @@ def test_a_detach_may_be_seen_from_an_older_point_but_only_up_to_the_reads_end()
     assert judge(schema_history(), too_early).points is None
 
 
-def test_a_ddl_without_value_changes_is_a_commit_point_like_any_other():
+def test_a_ddl_without_value_changes_is_a_commit_point_like_any_other() -> None:
     token = read((("ledger", 0), ((0, 10), (1, 15))), not_before=206)
     assert judge(schema_history(), token).points == (6, 7)
 
 
-def test_a_snapshot_read_sees_the_catalog_of_its_snapshot_or_later():
+def test_a_snapshot_read_sees_the_catalog_of_its_snapshot_or_later() -> None:
     # The snapshot sees commits up to 3 (the transfer); the view's definition is HIGH.
     sees = read((("view",), (HIGH, ((2, 110),))), (("ledger", 2), ROWS))
     sees.snapshot = (204, 204, frozenset())
@@ -260,7 +276,7 @@ def tenant_histories() -> dict[str, History]:
     }
 
 
-def marked(tenant: str, *observed: tuple[object, object, str]) -> Read:
+def marked(tenant: str, *observed: tuple[Object, object, str]) -> Read:
     """A read by ``tenant`` of ``(object, value, whose rows)``."""
     seen = read(*((obj, value) for obj, value, _ in observed))
     seen.tenant = tenant
@@ -268,7 +284,7 @@ def marked(tenant: str, *observed: tuple[object, object, str]) -> Read:
     return seen
 
 
-def test_a_tenants_history_replays_only_its_own_commits():
+def test_a_tenants_history_replays_only_its_own_commits() -> None:
     histories = tenant_histories()
     path = marked("path", (("balance", 1), 70, "path"), (("balance", 2), 130, "path"))
     assert judge(histories["path"], path).points == (2, 3)
@@ -280,7 +296,7 @@ def test_a_tenants_history_replays_only_its_own_commits():
     assert judge(histories[PUBLIC_TENANT], public).points == (1, 3)
 
 
-def test_a_read_of_another_tenants_rows_is_a_cross_tenant_anomaly():
+def test_a_read_of_another_tenants_rows_is_a_cross_tenant_anomaly() -> None:
     histories = tenant_histories()
     # The public tenant's balance served to the path tenant: 90 never held in its own
     # tables, and the mark names whose rows they were.
@@ -293,7 +309,7 @@ def test_a_read_of_another_tenants_rows_is_a_cross_tenant_anomaly():
     assert "('balance', 1) = 90 came from the rows of 'public'" in verdict.explanation
 
 
-def test_another_tenants_rows_are_an_anomaly_even_when_the_values_are_the_same():
+def test_another_tenants_rows_are_an_anomaly_even_when_the_values_are_the_same() -> None:
     # Both tenants' account 1 had 100 until point 1: the values cannot tell, the mark can.
     histories = tenant_histories()
     same = marked("path", (("balance", 1), 100, PUBLIC_TENANT))
@@ -303,7 +319,7 @@ def test_another_tenants_rows_are_an_anomaly_even_when_the_values_are_the_same()
     assert verdict.points is not None
 
 
-def test_a_value_mixing_two_tenants_rows_is_a_cross_tenant_read_too():
+def test_a_value_mixing_two_tenants_rows_is_a_cross_tenant_read_too() -> None:
     histories = tenant_histories()
     mixed = marked("path", (("members", 0), (1,), f"path+{PUBLIC_TENANT}"))
     verdict = judge(histories["path"], mixed)
@@ -311,7 +327,7 @@ def test_a_value_mixing_two_tenants_rows_is_a_cross_tenant_read_too():
     assert "came from the rows of 'public'" in verdict.explanation
 
 
-def test_an_inconsistent_read_of_its_own_rows_is_not_a_cross_tenant_one():
+def test_an_inconsistent_read_of_its_own_rows_is_not_a_cross_tenant_one() -> None:
     histories = tenant_histories()
     torn = marked("path", (("balance", 1), 70, "path"), (("balance", 2), 100, "path"))
     verdict = judge(histories["path"], torn)
@@ -320,7 +336,7 @@ def test_an_inconsistent_read_of_its_own_rows_is_not_a_cross_tenant_one():
     assert verdict.anomalous
 
 
-def test_a_tenants_snapshot_read_sees_only_its_own_commits():
+def test_a_tenants_snapshot_read_sees_only_its_own_commits() -> None:
     histories = tenant_histories()
     # The snapshot sees 301 and 302, not 303 (in progress): the path tenant's list is empty
     # and its balances those of its own transfer.
@@ -329,6 +345,6 @@ def test_a_tenants_snapshot_read_sees_only_its_own_commits():
     assert judge(histories["path"], sees).points == (2, 2)
 
 
-def test_a_read_is_judged_by_its_own_tenants_history_only():
+def test_a_read_is_judged_by_its_own_tenants_history_only() -> None:
     with pytest.raises(ValueError, match="judged by 'public'"):
         judge(tenant_histories()[PUBLIC_TENANT], marked("path"))

@@ -24,9 +24,8 @@ import pytest
 import redis
 from redis.exceptions import NoPermissionError
 
-from txcache import NodeProcess
-from txcache._process import free_port, wait_until
 from txcache.cli.up import format_settings
+from txcache.stack import NodeProcess, free_port, wait_until
 
 SETTING_NAMES = ["TXCACHE_DSN", "TXCACHE_NODES", "TXCACHE_AGENT"]
 PASSWORD = "up-test-password"
@@ -131,7 +130,7 @@ def client(text: str) -> redis.Redis:
     return redis.Redis(host=host, port=port, protocol=2, socket_timeout=10, password=PASSWORD)
 
 
-def test_settings_are_printed_and_written_to_the_env_file(stack):
+def test_settings_are_printed_and_written_to_the_env_file(stack: tuple[Up, dict[str, str]]) -> None:
     up, settings = stack
     assert list(settings) == [*SETTING_NAMES, "TXCACHE_PASSWORD"]
     assert settings["TXCACHE_PASSWORD"] == PASSWORD
@@ -146,7 +145,9 @@ def test_settings_are_printed_and_written_to_the_env_file(stack):
     assert f"agent (txcache-agent) listening on {settings['TXCACHE_AGENT']}" in log
 
 
-def test_the_stack_serves_pins_and_streams_writes_to_every_node(stack):
+def test_the_stack_serves_pins_and_streams_writes_to_every_node(
+    stack: tuple[Up, dict[str, str]],
+) -> None:
     _up, settings = stack
     nodes = [client(node) for node in settings["TXCACHE_NODES"].split(",")]
     agent = client(settings["TXCACHE_AGENT"])
@@ -176,7 +177,7 @@ def test_the_stack_serves_pins_and_streams_writes_to_every_node(stack):
             connection.close()
 
 
-def test_status_reports_every_node_and_the_agent(stack):
+def test_status_reports_every_node_and_the_agent(stack: tuple[Up, dict[str, str]]) -> None:
     _up, settings = stack
     result = txcache("status", **settings)
     assert result.returncode == 0, result.stderr
@@ -187,7 +188,7 @@ def test_status_reports_every_node_and_the_agent(stack):
     assert "3 of 3 endpoint(s) up" in result.stdout
 
 
-def test_status_json_has_the_same_report(stack):
+def test_status_json_has_the_same_report(stack: tuple[Up, dict[str, str]]) -> None:
     _up, settings = stack
     result = txcache("status", "--json", **settings)
     assert result.returncode == 0, result.stderr
@@ -203,7 +204,7 @@ def test_status_json_has_the_same_report(stack):
     assert report["agent"]["newest_pin"]["age_seconds"] < 30
 
 
-def test_status_reports_a_dead_node_beside_live_ones(stack):
+def test_status_reports_a_dead_node_beside_live_ones(stack: tuple[Up, dict[str, str]]) -> None:
     _up, settings = stack
     dead = f"127.0.0.1:{free_port()}"
     nodes = f"{settings['TXCACHE_NODES']},{dead}"
@@ -216,7 +217,9 @@ def test_status_reports_a_dead_node_beside_live_ones(stack):
     assert "Traceback" not in result.stderr
 
 
-def test_status_calls_a_node_the_agent_does_not_feed_degraded(stack):
+def test_status_calls_a_node_the_agent_does_not_feed_degraded(
+    stack: tuple[Up, dict[str, str]],
+) -> None:
     _up, settings = stack
     with NodeProcess("--max-memory", "16mb", "--password", PASSWORD) as unfed:
         nodes = f"{settings['TXCACHE_NODES']},{unfed.address}"
@@ -229,7 +232,7 @@ def test_status_calls_a_node_the_agent_does_not_feed_degraded(stack):
     assert "4 of 4 endpoint(s) up; all reachable; 2 problem(s)" in result.stdout
 
 
-def test_status_checks_the_database_setup_and_the_slot(stack):
+def test_status_checks_the_database_setup_and_the_slot(stack: tuple[Up, dict[str, str]]) -> None:
     _up, settings = stack
     result = txcache("status", "--json", "--slot", "elsewhere", **settings)
     assert result.returncode == 1
@@ -241,7 +244,9 @@ def test_status_checks_the_database_setup_and_the_slot(stack):
     assert problem["fix"] == "run txcache setup"
 
 
-def test_status_without_an_agent_says_the_library_would_not_cache(stack):
+def test_status_without_an_agent_says_the_library_would_not_cache(
+    stack: tuple[Up, dict[str, str]],
+) -> None:
     _up, settings = stack
     result = txcache("status", **{**settings, "TXCACHE_AGENT": ""})
     assert result.returncode == 1
@@ -250,7 +255,7 @@ def test_status_without_an_agent_says_the_library_would_not_cache(stack):
     )
 
 
-def test_status_without_the_password_says_so(stack):
+def test_status_without_the_password_says_so(stack: tuple[Up, dict[str, str]]) -> None:
     _up, settings = stack
     result = txcache("status", **{**settings, "TXCACHE_PASSWORD": ""})
     assert result.returncode == 1
@@ -259,14 +264,14 @@ def test_status_without_the_password_says_so(stack):
     assert "give --password or set TXCACHE_PASSWORD" in result.stdout
 
 
-def test_settings_are_shell_quoted_and_exported_with_shell():
+def test_settings_are_shell_quoted_and_exported_with_shell() -> None:
     settings = {"TXCACHE_DSN": "host=db user=app", "TXCACHE_NODES": "127.0.0.1:1"}
     assert format_settings(settings) == "TXCACHE_DSN='host=db user=app'\nTXCACHE_NODES=127.0.0.1:1"
     exported = format_settings(settings, shell=True).splitlines()
     assert exported == ["export TXCACHE_DSN='host=db user=app'", "export TXCACHE_NODES=127.0.0.1:1"]
 
 
-def test_status_with_nothing_listening_exits_1_with_a_clear_message():
+def test_status_with_nothing_listening_exits_1_with_a_clear_message() -> None:
     nodes, agent = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     started = time.monotonic()
     result = txcache("status", "--json", TXCACHE_NODES=nodes, TXCACHE_AGENT=agent)
@@ -281,13 +286,13 @@ def test_status_with_nothing_listening_exits_1_with_a_clear_message():
     assert report["agent"]["reachable"] is False
 
 
-def test_status_without_endpoints_is_a_usage_error():
+def test_status_without_endpoints_is_a_usage_error() -> None:
     result = txcache("status")
     assert result.returncode == 2
     assert "TXCACHE_NODES" in result.stderr
 
 
-def test_sigint_stops_the_agent_the_nodes_and_postgres(tmp_path):
+def test_sigint_stops_the_agent_the_nodes_and_postgres(tmp_path: Path) -> None:
     up = Up(tmp_path, "--nodes", "2", "--max-memory", "16mb")
     up.wait_ready()
     children = up.children()
@@ -307,7 +312,7 @@ def logged_pid(up: Up, part: str) -> int:
     return int(found[-1])
 
 
-def test_a_part_that_dies_is_restarted_on_its_port_and_the_data_is_kept(tmp_path):
+def test_a_part_that_dies_is_restarted_on_its_port_and_the_data_is_kept(tmp_path: Path) -> None:
     metrics = free_port()  # and the one after it, for the agent
     up = Up(tmp_path, "--nodes", "1", "--max-memory", "16mb", "--metrics-port", str(metrics))
     settings = up.wait_ready()
@@ -335,7 +340,7 @@ def test_a_part_that_dies_is_restarted_on_its_port_and_the_data_is_kept(tmp_path
     assert up.stop(signal.SIGINT) == 0
 
 
-def test_a_taken_port_fails_before_anything_starts(tmp_path):
+def test_a_taken_port_fails_before_anything_starts(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -346,14 +351,14 @@ def test_a_taken_port_fails_before_anything_starts(tmp_path):
     assert "PostgreSQL started" not in result.stderr
 
 
-def test_an_unreachable_database_fails_setup_with_exit_1():
+def test_an_unreachable_database_fails_setup_with_exit_1() -> None:
     result = txcache("up", "--dsn", f"host=127.0.0.1 port={free_port()} user=postgres")
     assert result.returncode == 1
     assert "setup failed" in result.stderr
     assert "cannot connect to PostgreSQL" in result.stderr
 
 
-def test_a_missing_binary_fails_before_anything_starts():
+def test_a_missing_binary_fails_before_anything_starts() -> None:
     result = txcache("up", TXCACHED_BIN="/nonexistent/txcached")
     assert result.returncode == 1
     assert "txcached is not an executable file" in result.stderr

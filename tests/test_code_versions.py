@@ -12,14 +12,17 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import pytest
 
 import txcache
 import txcache._code_hash
 import txcache._connect
+from library_fixtures import LibraryStack
 from txcache._code_hash import Scope, code_hash, code_units
 from txcache._config import Settings, load_settings
 from txcache._keys import CallKeys
@@ -76,8 +79,12 @@ class Package:
         return importlib.reload(self.module(module))
 
 
+MakePackage = Callable[[dict[str, str]], Package]
+"""``package(files)``: see the fixture."""
+
+
 @pytest.fixture
-def package(tmp_path, monkeypatch):
+def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[MakePackage]:
     """``package(files)`` writes and imports a fresh package; no bytecode is cached, so a
     rewritten module is recompiled however fast it is rewritten."""
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
@@ -93,7 +100,7 @@ def package(tmp_path, monkeypatch):
         del sys.modules[name]
 
 
-def fresh_hash(function) -> bytes:
+def fresh_hash(function: Callable[..., Any]) -> bytes:
     """The code hash a newly started process would compute (no per-function cache)."""
     return code_hash(getattr(function, "function", function))
 
@@ -137,7 +144,7 @@ print(views.view.key(1).hex(), views.view.keys.code_hash().hex())
 # --- a changed helper changes the key; an unrelated change does not ------------------------
 
 
-def test_a_changed_helper_body_changes_the_key_in_a_new_process(tmp_path):
+def test_a_changed_helper_body_changes_the_key_in_a_new_process(tmp_path: Path) -> None:
     """End to end: the real decorator's ``.key()`` in two deploys that differ only in a
     helper's body."""
     before = write_tree(
@@ -155,7 +162,7 @@ def test_a_changed_helper_body_changes_the_key_in_a_new_process(tmp_path):
     assert in_subprocess(before, KEY_SCRIPT) != in_subprocess(after, KEY_SCRIPT)
 
 
-def test_a_changed_unrelated_function_keeps_the_key_in_a_new_process(tmp_path):
+def test_a_changed_unrelated_function_keeps_the_key_in_a_new_process(tmp_path: Path) -> None:
     files = {"shop/__init__.py": "", "shop/views.py": VIEWS, "shop/helpers.py": HELPERS}
     before = write_tree(tmp_path / "v1", files)
     changed = HELPERS.replace("return x\n", "return -x\n") + "\ndef added():\n    return 3\n"
@@ -166,7 +173,7 @@ def test_a_changed_unrelated_function_keeps_the_key_in_a_new_process(tmp_path):
     assert len(keys) == 1
 
 
-def test_a_changed_helper_body_changes_the_hash(package):
+def test_a_changed_helper_body_changes_the_hash(package: MakePackage) -> None:
     app = package({"helpers": HELPERS, "views": VIEWS})
     views = app.module("views")
     before = fresh_hash(views.view)
@@ -175,7 +182,7 @@ def test_a_changed_helper_body_changes_the_hash(package):
     assert fresh_hash(views.view) != before
 
 
-def test_a_changed_unrelated_function_keeps_the_hash(package):
+def test_a_changed_unrelated_function_keeps_the_hash(package: MakePackage) -> None:
     app = package({"helpers": HELPERS, "views": VIEWS})
     views = app.module("views")
     before = fresh_hash(views.view)
@@ -185,7 +192,7 @@ def test_a_changed_unrelated_function_keeps_the_hash(package):
     assert fresh_hash(views.unrelated_view) != code_hash(views.view)
 
 
-def test_a_helper_two_modules_away_is_covered(package):
+def test_a_helper_two_modules_away_is_covered(package: MakePackage) -> None:
     app = package(
         {
             "deep": "def leaf(x):\n    return x + 1\n",
@@ -233,7 +240,9 @@ def g(x):
     [("return 1", "return 5"), ("TAX = 2", "TAX = 3"), ("cls(0)", "cls(1)")],
     ids=["method", "class-constant", "classmethod"],
 )
-def test_a_changed_class_the_code_names_changes_the_hash(package, old, new):
+def test_a_changed_class_the_code_names_changes_the_hash(
+    package: MakePackage, old: str, new: str
+) -> None:
     """Naming a class covers all its methods and attributes: ``self._fee()`` is reached
     through the class, not through the instance."""
     app = package({"models": CLASSES})
@@ -246,7 +255,7 @@ def test_a_changed_class_the_code_names_changes_the_hash(package, old, new):
     assert before[1] != after[1]
 
 
-def test_an_attribute_chain_through_modules_and_classes_is_followed(package):
+def test_an_attribute_chain_through_modules_and_classes_is_followed(package: MakePackage) -> None:
     app = package(
         {
             "models": "class Item:\n    def price(self):\n        return 1\n",
@@ -277,14 +286,18 @@ def f(x, region):
     [("RATE = 3", "RATE = 4"), ("(1, 2)", "(1, 3)"), ('"b"})', '"c"})')],
     ids=["number", "tuple", "frozenset"],
 )
-def test_a_changed_immutable_module_constant_changes_the_hash(package, old, new):
+def test_a_changed_immutable_module_constant_changes_the_hash(
+    package: MakePackage, old: str, new: str
+) -> None:
     app = package({"prices": PRICES})
     before = fresh_hash(app.module("prices").f)
     app.write("prices", PRICES.replace(old, new))
     assert fresh_hash(app.reload("prices").f) != before
 
 
-def test_a_mutable_module_container_is_hashed_by_the_code_it_holds_not_its_data(package):
+def test_a_mutable_module_container_is_hashed_by_the_code_it_holds_not_its_data(
+    package: MakePackage,
+) -> None:
     """A dict may be a memo filled at run time, differently in each process: its data is
     not hashed (a documented limit), so a key does not depend on when it was taken."""
     source = """
@@ -337,7 +350,7 @@ def f(x):
 """
 
 
-def test_state_set_lazily_at_run_time_does_not_change_the_hash(package):
+def test_state_set_lazily_at_run_time_does_not_change_the_hash(package: MakePackage) -> None:
     """A client made on first use (``global``), an "initialized" flag, a class attribute set
     lazily: a process that has run them hashes as one that has not."""
     app = package({"m": LAZY})
@@ -349,7 +362,7 @@ def test_state_set_lazily_at_run_time_does_not_change_the_hash(package):
     assert f"{app.name}.m.Client.get" in code_units(m.f), "the class is still read"
 
 
-def test_a_changed_default_of_a_helper_changes_the_hash(package):
+def test_a_changed_default_of_a_helper_changes_the_hash(package: MakePackage) -> None:
     source = """
     def helper(x, scale=2):
         return x * scale
@@ -364,7 +377,7 @@ def test_a_changed_default_of_a_helper_changes_the_hash(package):
     assert fresh_hash(app.reload("m").f) != before
 
 
-def test_a_helper_held_by_a_closure_or_a_dispatch_table_is_covered(package):
+def test_a_helper_held_by_a_closure_or_a_dispatch_table_is_covered(package: MakePackage) -> None:
     source = """
     def _double(x):
         return x * 2
@@ -394,7 +407,7 @@ def test_a_helper_held_by_a_closure_or_a_dispatch_table_is_covered(package):
     assert before[1] != after[1]
 
 
-def test_names_imported_inside_the_function_are_followed(package):
+def test_names_imported_inside_the_function_are_followed(package: MakePackage) -> None:
     app = package(
         {
             "helpers": "def compute(x):\n    return x + 1\n",
@@ -418,7 +431,7 @@ def test_names_imported_inside_the_function_are_followed(package):
     assert before[1] != after[1]
 
 
-def test_a_nested_cacheable_function_is_covered(package):
+def test_a_nested_cacheable_function_is_covered(package: MakePackage) -> None:
     source = """
     import txcache
 
@@ -436,7 +449,7 @@ def test_a_nested_cacheable_function_is_covered(package):
     assert app.reload("m").outer.key(1) != before
 
 
-def test_a_decorated_helper_is_covered_through_its_wrapper(package):
+def test_a_decorated_helper_is_covered_through_its_wrapper(package: MakePackage) -> None:
     source = """
     import functools
 
@@ -466,10 +479,10 @@ def test_a_decorated_helper_is_covered_through_its_wrapper(package):
     assert len({before, middle, after}) == 3
 
 
-def test_a_helper_defined_after_the_decorated_function_is_seen():
+def test_a_helper_defined_after_the_decorated_function_is_seen() -> None:
     """The hash is computed at the first key, not when the decorator runs."""
     source = "def f(x):\n    return later(x)\n"
-    namespace: dict = {"__name__": "app.lazy"}
+    namespace: dict[str, Any] = {"__name__": "app.lazy"}
     exec(compile(source, "<app.lazy>", "exec"), namespace)
     keys = CallKeys(namespace["f"])  # `later` is not defined yet
     exec(compile("def later(x):\n    return x + 1\n", "<app.lazy>", "exec"), namespace)
@@ -479,18 +492,18 @@ def test_a_helper_defined_after_the_decorated_function_is_seen():
     assert "app.lazy.later" in code_units(namespace["f"])
 
 
-def test_the_hash_is_computed_once_per_function(monkeypatch):
-    calls = []
+def test_the_hash_is_computed_once_per_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[Callable[..., Any]] = []
     real = txcache._code_hash.code_hash
 
-    def counting(function, *, packages=None):
+    def counting(function: Callable[..., Any], *, packages: tuple[str, ...] | None = None) -> bytes:
         calls.append(function)
         return real(function, packages=packages)
 
     monkeypatch.setattr(txcache._code_hash, "code_hash", counting)
 
     @txcache.cacheable
-    def f(x):
+    def f(x: int) -> int:
         return x
 
     assert calls == []
@@ -502,7 +515,7 @@ def test_the_hash_is_computed_once_per_function(monkeypatch):
 # --- cycles, the standard library, installed packages ---------------------------------------
 
 
-def test_recursion_and_mutual_recursion_terminate(package):
+def test_recursion_and_mutual_recursion_terminate(package: MakePackage) -> None:
     app = package(
         {
             "m": """
@@ -537,7 +550,7 @@ def test_recursion_and_mutual_recursion_terminate(package):
     assert f"{app.name}.pong.pong" in code_units(app.module("ping").ping)
 
 
-def test_standard_library_and_installed_callees_are_named_not_read(package):
+def test_standard_library_and_installed_callees_are_named_not_read(package: MakePackage) -> None:
     app = package(
         {
             "m": """
@@ -557,7 +570,7 @@ def test_standard_library_and_installed_callees_are_named_not_read(package):
     assert f"{app.name}.m:json.dumps" in units, "what the name is stays in the hash"
 
 
-def test_a_library_callee_does_not_make_the_key_unstable(package):
+def test_a_library_callee_does_not_make_the_key_unstable(package: MakePackage) -> None:
     """Library data reached by name (a list another module may change) is named, not
     hashed: the key stays the same."""
     app = package({"m": "import sys\n\ndef f():\n    return sys.argv, sys.path\n"})
@@ -606,7 +619,7 @@ def everything(x):
 """
 
 
-def test_keys_are_the_same_in_processes_with_different_hash_seeds(tmp_path):
+def test_keys_are_the_same_in_processes_with_different_hash_seeds(tmp_path: Path) -> None:
     files = {
         "shop/__init__.py": "",
         "shop/views.py": VIEWS.replace("helpers.compute(x)", "models.everything(x)").replace(
@@ -623,7 +636,7 @@ def test_keys_are_the_same_in_processes_with_different_hash_seeds(tmp_path):
 # --- what is the application's ------------------------------------------------------------
 
 
-def test_the_scope_follows_the_application_and_not_libraries():
+def test_the_scope_follows_the_application_and_not_libraries() -> None:
     site_packages = os.path.join(sys.prefix, "lib", "site-packages", "lib1", "x.py")
     scope = Scope("shop.views")
     assert scope.follows("shop.views")
@@ -639,7 +652,7 @@ def test_the_scope_follows_the_application_and_not_libraries():
     assert scope.follows("scratch", "<string>"), "code exec'd by the application"
 
 
-def test_the_scope_of_an_application_installed_into_site_packages():
+def test_the_scope_of_an_application_installed_into_site_packages() -> None:
     """Its own package is followed wherever it is installed; other installed packages not."""
     scope = Scope("shop.views")
     inside = os.path.join(sys.prefix, "lib", "site-packages", "shop", "helpers.py")
@@ -647,12 +660,12 @@ def test_the_scope_of_an_application_installed_into_site_packages():
     assert not scope.follows("lib1", os.path.join(sys.prefix, "lib", "site-packages", "lib1.py"))
 
 
-def test_the_functions_own_module_is_followed_even_in_txcache():
+def test_the_functions_own_module_is_followed_even_in_txcache() -> None:
     assert Scope("txcache.check.workload").follows("txcache.check.workload")
     assert not Scope("txcache.check.workload").follows("txcache._transaction")
 
 
-def test_code_packages_names_exactly_the_packages_followed():
+def test_code_packages_names_exactly_the_packages_followed() -> None:
     scope = Scope("shop.views", packages=("shop", "shared.util"))
     assert scope.follows("shop.helpers")
     assert scope.follows("shared.util.text")
@@ -662,7 +675,7 @@ def test_code_packages_names_exactly_the_packages_followed():
     assert not Scope("shop.views", packages=()).follows("shop.helpers")
 
 
-def test_code_packages_decides_what_the_hash_reads(package):
+def test_code_packages_decides_what_the_hash_reads(package: MakePackage) -> None:
     app = package({"helpers": HELPERS, "views": VIEWS})
     views = app.module("views")
     helpers = f"{app.name}.helpers.compute"
@@ -673,7 +686,7 @@ def test_code_packages_decides_what_the_hash_reads(package):
     assert views.view.keys.key((1,), {}, settings) != views.view.keys.key((1,), {})
 
 
-def test_what_the_hash_cannot_see_needs_a_version(package):
+def test_what_the_hash_cannot_see_needs_a_version(package: MakePackage) -> None:
     """A documented limit: a helper reached through getattr with a computed name is not
     read, so changing it keeps the hash; ``version=`` or ``code_version`` must change."""
     source = """
@@ -695,15 +708,15 @@ def test_what_the_hash_cannot_see_needs_a_version(package):
 # --- the code_version setting ---------------------------------------------------------------
 
 
-def one(x):
+def one(x: int) -> int:
     return x
 
 
-def two(x, y=0):
+def two(x: int, y: int = 0) -> int:
     return x + y
 
 
-def test_code_version_changes_every_key():
+def test_code_version_changes_every_key() -> None:
     plain = Settings(dsn=DSN)
     release_a = Settings(dsn=DSN, code_version="4f2a9c1")
     release_b = Settings(dsn=DSN, code_version="9e0d771")
@@ -715,15 +728,17 @@ def test_code_version_changes_every_key():
         assert CallKeys(function).key(args, {}, Settings(DSN, code_version="4f2a9c1")) == found[2]
 
 
-def test_code_version_and_version_are_not_interchangeable():
+def test_code_version_and_version_are_not_interchangeable() -> None:
     in_setting = CallKeys(one).key((1,), {}, Settings(dsn=DSN, code_version="2"))
     in_decorator = CallKeys(one, version="2").key((1,), {})
     assert in_setting != in_decorator
 
 
-def test_a_cacheable_functions_key_uses_the_default_caches_code_version(monkeypatch):
+def test_a_cacheable_functions_key_uses_the_default_caches_code_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     @txcache.cacheable
-    def f(x):
+    def f(x: int) -> int:
         return x
 
     unversioned = f.key(1)
@@ -746,7 +761,7 @@ def item_name(item_id: int) -> str:
     return str(row[0])
 
 
-def test_a_new_code_version_misses_what_the_old_one_stored(lib):
+def test_a_new_code_version_misses_what_the_old_one_stored(lib: LibraryStack) -> None:
     """End to end against the real stack: two caches that differ only in ``code_version``
     (two releases sharing nodes) never read each other's results."""
     lib.caught_up()
@@ -759,7 +774,7 @@ def test_a_new_code_version_misses_what_the_old_one_stored(lib):
     next_release = txcache.connect(
         lib.dsn,
         nodes=[node.address for node in lib.nodes],
-        agent=f"{lib.agent.host}:{lib.agent.port}",
+        agent=lib.agent_address,
         code_version="next-release",
     )
     try:
@@ -775,19 +790,19 @@ def test_a_new_code_version_misses_what_the_old_one_stored(lib):
 
 
 @pytest.fixture
-def empty_directory(tmp_path, monkeypatch):
+def empty_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No stray txcache.toml is read."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
 
-def test_code_version_comes_from_the_environment(empty_directory):
+def test_code_version_comes_from_the_environment(empty_directory: Path) -> None:
     environ = {"TXCACHE_DSN": DSN, "TXCACHE_CODE_VERSION": "4f2a9c1\n"}
     assert load_settings({}, environ).code_version == "4f2a9c1"
     assert load_settings({}, {"TXCACHE_DSN": DSN}).code_version == ""
 
 
-def test_code_version_comes_from_the_file_and_arguments_win(empty_directory):
+def test_code_version_comes_from_the_file_and_arguments_win(empty_directory: Path) -> None:
     Path("txcache.toml").write_text(f'dsn = "{DSN}"\ncode_version = "from-file"\n')
     assert load_settings({}, {}).code_version == "from-file"
     environ = {"TXCACHE_CODE_VERSION": "from-env"}
@@ -796,7 +811,9 @@ def test_code_version_comes_from_the_file_and_arguments_win(empty_directory):
 
 
 @pytest.mark.parametrize("value", ["3", "42", "[1]", "true"], ids=["int", "int2", "list", "bool"])
-def test_a_code_version_that_is_not_a_string_in_the_file_is_named(empty_directory, value):
+def test_a_code_version_that_is_not_a_string_in_the_file_is_named(
+    empty_directory: Path, value: str
+) -> None:
     Path("txcache.toml").write_text(f'dsn = "{DSN}"\ncode_version = {value}\n')
     with pytest.raises(ConfigurationError) as raised:
         load_settings({}, {})
@@ -804,18 +821,20 @@ def test_a_code_version_that_is_not_a_string_in_the_file_is_named(empty_director
     assert "string" in str(raised.value)
 
 
-def test_a_code_version_with_control_characters_is_malformed(empty_directory):
+def test_a_code_version_with_control_characters_is_malformed(empty_directory: Path) -> None:
     with pytest.raises(ConfigurationError, match="code_version"):
         load_settings({"dsn": DSN, "code_version": "abc\x00def"}, {})
 
 
-def test_connect_passes_code_version_through_to_the_settings(monkeypatch):
+def test_connect_passes_code_version_through_to_the_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """``connect(code_version=...)`` needs no keyword of its own: it reaches
     ``load_settings`` with the other settings."""
-    seen = {}
+    seen: dict[str, Settings] = {}
 
     class FakeCache:
-        def __init__(self, settings, **options):
+        def __init__(self, settings: Settings, **options: Any) -> None:
             seen["settings"] = settings
 
     monkeypatch.setattr(txcache._connect, "Cache", FakeCache)
@@ -825,7 +844,7 @@ def test_connect_passes_code_version_through_to_the_settings(monkeypatch):
     assert seen["settings"].code_packages == ("shop",)
 
 
-def test_code_packages_from_the_environment_and_the_file(empty_directory):
+def test_code_packages_from_the_environment_and_the_file(empty_directory: Path) -> None:
     environ = {"TXCACHE_DSN": DSN, "TXCACHE_CODE_PACKAGES": " shop , shared.util,"}
     assert load_settings({}, environ).code_packages == ("shared.util", "shop")
     Path("txcache.toml").write_text(f'dsn = "{DSN}"\ncode_packages = ["shop"]\n')
@@ -835,6 +854,6 @@ def test_code_packages_from_the_environment_and_the_file(empty_directory):
 
 
 @pytest.mark.parametrize("value", ["shop-app", "1shop", "shop..x", [1]])
-def test_a_malformed_code_package_is_named(empty_directory, value):
+def test_a_malformed_code_package_is_named(empty_directory: Path, value: list[int] | str) -> None:
     with pytest.raises(ConfigurationError, match="code_packages"):
         load_settings({"dsn": DSN, "code_packages": value}, {})

@@ -23,7 +23,7 @@ import pytest
 from cached_reads import cached, reread
 from library_fixtures import LibraryStack
 from postgres_fixtures import ICU_PG_BIN
-from txcache import EmbeddedPostgres
+from txcache.stack import EmbeddedPostgres
 
 SCHEMA = """
 CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -14,10 +15,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 from conftest import StartNode
 from django_cache_suite import harness
-from txcache import NodeProcess
-from txcache._process import wait_until
 from txcache.django import cache as cache_module
 from txcache.django.cache import TxcacheCache
+from txcache.stack import NodeProcess, wait_until
 
 PASSWORD = "django-cache-secret"
 
@@ -112,7 +112,7 @@ def holder(raw: list[redis.Redis], key: str) -> list[int]:
     return [index for index, client in enumerate(raw) if client.exists(key)]
 
 
-def test_get_set_add_delete(nodes: list[NodeProcess], make_cache: MakeCache):
+def test_get_set_add_delete(nodes: list[NodeProcess], make_cache: MakeCache) -> None:
     cache = make_cache(nodes[0].address)
     assert cache.get("missing") is None
     assert cache.get("missing", "default") == "default"
@@ -129,7 +129,7 @@ def test_get_set_add_delete(nodes: list[NodeProcess], make_cache: MakeCache):
     assert cache.get("key") is None
 
 
-def test_incr_and_decr(nodes: list[NodeProcess], make_cache: MakeCache):
+def test_incr_and_decr(nodes: list[NodeProcess], make_cache: MakeCache) -> None:
     cache = make_cache(location(nodes))
     with pytest.raises(ValueError, match="not found"):
         cache.incr("counter")
@@ -145,7 +145,7 @@ def test_incr_and_decr(nodes: list[NodeProcess], make_cache: MakeCache):
 
 def test_keys_are_spread_over_the_nodes_one_node_each(
     nodes: list[NodeProcess], raw: list[redis.Redis], make_cache: MakeCache
-):
+) -> None:
     cache = make_cache(location(nodes))
     data = {f"k{i}": i * 10 for i in range(60)}
     assert cache.set_many(data) == []
@@ -164,7 +164,7 @@ def test_keys_are_spread_over_the_nodes_one_node_each(
 
 def test_timeouts_are_the_nodes_expiry(
     nodes: list[NodeProcess], raw: list[redis.Redis], make_cache: MakeCache
-):
+) -> None:
     cache = make_cache(location(nodes), {"TIMEOUT": 100})
 
     def ttl(key: str) -> int:
@@ -196,7 +196,7 @@ def test_timeouts_are_the_nodes_expiry(
 
 def test_clear_empties_every_node_but_keeps_versioned_entries(
     nodes: list[NodeProcess], raw: list[redis.Redis], make_cache: MakeCache
-):
+) -> None:
     cache = make_cache(location(nodes))
     cache.set_many({f"k{i}": i for i in range(30)})
     for client in raw:
@@ -209,8 +209,11 @@ def test_clear_empties_every_node_but_keeps_versioned_entries(
 
 
 def test_password(
-    start_node: StartNode, django_settings: Settings, monkeypatch, make_cache: MakeCache
-):
+    start_node: StartNode,
+    django_settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    make_cache: MakeCache,
+) -> None:
     node = start_node("--password", PASSWORD)
     with pytest.raises(redis.AuthenticationError):
         make_cache(node.address).get("k")
@@ -228,8 +231,11 @@ def test_password(
 
 
 def test_nodes_from_the_setting_or_the_environment(
-    nodes: list[NodeProcess], django_settings: Settings, monkeypatch, make_cache: MakeCache
-):
+    nodes: list[NodeProcess],
+    django_settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    make_cache: MakeCache,
+) -> None:
     make_cache(location(nodes)).set_many({f"k{i}": i for i in range(20)})
     expected = {f"k{i}": i for i in range(20)}
     monkeypatch.setenv("TXCACHE_NODES", location(nodes))
@@ -242,8 +248,8 @@ def test_nodes_from_the_setting_or_the_environment(
 
 
 def test_malformed_locations_are_refused(
-    django_settings: Settings, monkeypatch, make_cache: MakeCache
-):
+    django_settings: Settings, monkeypatch: pytest.MonkeyPatch, make_cache: MakeCache
+) -> None:
     with pytest.raises(ImproperlyConfigured, match="needs the cache nodes"):
         make_cache("")
     with pytest.raises(ImproperlyConfigured, match="needs the cache nodes"):
@@ -262,7 +268,9 @@ def test_malformed_locations_are_refused(
         make_cache("")
 
 
-def test_djangos_cache_cases(start_node: StartNode, pytestconfig: pytest.Config, tmp_path):
+def test_djangos_cache_cases(
+    start_node: StartNode, pytestconfig: pytest.Config, tmp_path: Path
+) -> None:
     """Django's ``RedisCacheTests`` on ``RedisCache`` (one node, default options) and on
     ``TxcacheCache`` (two nodes with a password from the ``TXCACHE`` setting): exactly the
     known cases fail, and exactly Django's own skips are skipped."""

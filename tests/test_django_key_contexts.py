@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import zoneinfo
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from django.db.models.functions import TruncDay
@@ -24,9 +24,9 @@ from django.utils.translation import gettext
 import txcache
 import txcache.django
 from django_fixtures import DjangoShop, Item, start_shop
-from txcache import EmbeddedPostgres, UncacheableQuery
+from txcache import CacheableFunction, UncacheableQuery
 from txcache.django.queryset import rows_function
-from txcache.stack import wait_until
+from txcache.stack import EmbeddedPostgres, wait_until
 
 TOKYO, LOS_ANGELES = "Asia/Tokyo", "America/Los_Angeles"
 # 20:00 UTC: the 7th of May in Tokyo, still the 6th in Los Angeles.
@@ -61,7 +61,7 @@ def labelled(item_id: int) -> str:
 @txcache.cacheable(independent_of={"timezone", "language"})
 def price(item_id: int) -> int:
     """Depends on neither: one value for every zone and language."""
-    return Item.objects.get(id=item_id).price
+    return cast(int, Item.objects.get(id=item_id).price)  # Django is untyped
 
 
 @txcache.cacheable(independent_of={"timezone"})
@@ -127,7 +127,7 @@ urlpatterns = [
 ]
 
 
-def until_hit(function: Any, get: Callable[[], Any]) -> Any:
+def until_hit(function: CacheableFunction[..., Any], get: Callable[[], Any]) -> Any:
     """``get()`` until ``function`` had a hit during it; what it returned then (equal every
     time)."""
     seen: list[Any] = []
@@ -137,12 +137,12 @@ def until_hit(function: Any, get: Callable[[], Any]) -> Any:
         seen.append(get())
         return function.stats.hits > hits
 
-    wait_until(hit, f"a hit of {function.__name__}", timeout=20)
+    wait_until(hit, f"a hit of {function.keys.name}", timeout=20)
     assert all(each == seen[0] for each in seen)
     return seen[-1]
 
 
-def test_the_active_time_zone_is_part_of_the_key(shop):
+def test_the_active_time_zone_is_part_of_the_key(shop: DjangoShop) -> None:
     client = Client()
 
     def on_the_7th(zone: str) -> Any:
@@ -155,7 +155,7 @@ def test_the_active_time_zone_is_part_of_the_key(shop):
     assert on_the_7th(TOKYO) == [3, 6]
 
 
-def test_the_active_language_is_part_of_the_key(shop):
+def test_the_active_language_is_part_of_the_key(shop: DjangoShop) -> None:
     client = Client()
 
     def label(language: str) -> str:
@@ -166,7 +166,7 @@ def test_the_active_language_is_part_of_the_key(shop):
     assert until_hit(labelled, lambda: label("de")) == "Ja: item 4"
 
 
-def test_a_function_independent_of_them_shares_its_values(shop):
+def test_a_function_independent_of_them_shares_its_values(shop: DjangoShop) -> None:
     client = Client()
     assert until_hit(price, lambda: client.get("/items/5/price", {"tz": TOKYO}).json()) == {
         "price": 50
@@ -176,13 +176,13 @@ def test_a_function_independent_of_them_shares_its_values(shop):
     assert price.stats.hits == hits + 1  # Tokyo's value
 
 
-def test_an_undeclared_dependency_on_the_time_zone_is_refused(shop):
+def test_an_undeclared_dependency_on_the_time_zone_is_refused(shop: DjangoShop) -> None:
     with pytest.raises(UncacheableQuery, match=r"days_wrongly_independent is declared "
                        r"independent of the key context 'timezone'.*\(Asia/Tokyo\)"):  # fmt: skip
         Client().get("/categories/1/days")
 
 
-def test_a_zone_given_explicitly_is_not_a_dependency(shop):
+def test_a_zone_given_explicitly_is_not_a_dependency(shop: DjangoShop) -> None:
     client = Client()
     tokyo = until_hit(days_in, lambda: client.get("/categories/1/days-in", {"tz": TOKYO}).json())
     assert tokyo["days"][0] == "2024-05-07T00:00:00+09:00"
@@ -191,7 +191,7 @@ def test_a_zone_given_explicitly_is_not_a_dependency(shop):
     )
 
 
-def test_cached_querysets_are_keyed_by_the_sql_which_names_the_zone(shop):
+def test_cached_querysets_are_keyed_by_the_sql_which_names_the_zone(shop: DjangoShop) -> None:
     client = Client()
     rows = rows_function(Item)
 

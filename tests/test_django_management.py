@@ -20,9 +20,8 @@ from django.test import override_settings
 from psycopg.conninfo import conninfo_to_dict
 
 from django_fixtures import DjangoShop, start_shop
-from txcache import EmbeddedPostgres
 from txcache.django import conf
-from txcache.stack import free_port
+from txcache.stack import EmbeddedPostgres, free_port
 
 ENGINE = "txcache.django.db"
 MIDDLEWARE = "txcache.django.middleware.TransactionMiddleware"
@@ -40,7 +39,7 @@ def run(command: str, *args: str) -> str:
     return out.getvalue()
 
 
-def test_txcache_setup_reports_a_prepared_database(shop):
+def test_txcache_setup_reports_a_prepared_database(shop: DjangoShop) -> None:
     checked = run("txcache_setup", "--check").splitlines()
     assert checked[0].startswith("txcache setup --check: ")
     assert any(line.split()[:2] == ["ok", "publication"] for line in checked)
@@ -49,13 +48,13 @@ def test_txcache_setup_reports_a_prepared_database(shop):
     assert again[-1].startswith("everything was already in place")
 
 
-def test_txcache_setup_check_exits_3_when_a_step_is_missing(shop):
+def test_txcache_setup_check_exits_3_when_a_step_is_missing(shop: DjangoShop) -> None:
     with pytest.raises(CommandError) as raised:
         run("txcache_setup", "--check", "--slot", "not_created")
     assert raised.value.returncode == 3
 
 
-def test_txcache_status_reports_the_nodes_and_the_agent(shop):
+def test_txcache_status_reports_the_nodes_and_the_agent(shop: DjangoShop) -> None:
     text = run("txcache_status")
     for node in shop.node_addresses:
         assert f"node {node}: up" in text
@@ -66,7 +65,7 @@ def test_txcache_status_reports_the_nodes_and_the_agent(shop):
     assert [node["address"] for node in report["nodes"]] == shop.node_addresses
 
 
-def test_txcache_status_fails_on_a_node_that_is_down(shop):
+def test_txcache_status_fails_on_a_node_that_is_down(shop: DjangoShop) -> None:
     dead = f"127.0.0.1:{free_port()}"
     nodes = [*shop.node_addresses, dead]
     with (
@@ -77,7 +76,7 @@ def test_txcache_status_fails_on_a_node_that_is_down(shop):
     assert raised.value.returncode == 1
 
 
-def test_the_dsn_is_the_database_s_with_django_s_encoding_and_time_zone(shop):
+def test_the_dsn_is_the_database_s_with_django_s_encoding_and_time_zone(shop: DjangoShop) -> None:
     derived = conninfo_to_dict(conf.library_settings(conf.txcache_settings()).dsn)
     assert derived["dbname"] == settings.DATABASES["default"]["NAME"]
     assert (derived["client_encoding"], derived["options"]) == ("UTF8", "-c TimeZone=UTC")
@@ -103,11 +102,11 @@ def databases(monkeypatch: pytest.MonkeyPatch, **default: Any) -> None:
     monkeypatch.setattr(settings, "DATABASES", changed)
 
 
-def test_a_sound_configuration_passes_every_check(shop):
+def test_a_sound_configuration_passes_every_check(shop: DjangoShop) -> None:
     assert messages() == []
 
 
-def test_the_txcache_setting_is_checked(shop):
+def test_the_txcache_setting_is_checked(shop: DjangoShop) -> None:
     current = settings.TXCACHE
     assert messages(TXCACHE=None) == ["txcache.E001"]
     assert messages(TXCACHE={**current, "NODE": "x:1"}) == ["txcache.E001"]
@@ -119,7 +118,7 @@ def test_the_txcache_setting_is_checked(shop):
     assert messages(TXCACHE={**unconnected, "MODE": "bypass"}) == []
 
 
-def test_the_database_is_checked(shop, monkeypatch):
+def test_the_database_is_checked(shop: DjangoShop, monkeypatch: pytest.MonkeyPatch) -> None:
     current = settings.TXCACHE
     assert messages(TXCACHE={**current, "DATABASE": "missing"}) == ["txcache.E002"]
     assert messages(TXCACHE={**current, "DATABASE": "plain"}) == ["txcache.E003", "txcache.E004"]
@@ -127,12 +126,12 @@ def test_the_database_is_checked(shop, monkeypatch):
     assert messages() == ["txcache.E006", "txcache.E007"]
 
 
-def test_psycopg_2_is_refused(shop, monkeypatch):
+def test_psycopg_2_is_refused(shop: DjangoShop, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(psycopg_any, "is_psycopg3", False)
     assert messages() == ["txcache.E005"]
 
 
-def test_the_middleware_is_checked(shop, monkeypatch):
+def test_the_middleware_is_checked(shop: DjangoShop, monkeypatch: pytest.MonkeyPatch) -> None:
     order = list(settings.MIDDLEWARE)
     below_sessions = [SESSIONS, MIDDLEWARE, *(m for m in order if m not in (SESSIONS, MIDDLEWARE))]
     assert messages(MIDDLEWARE=below_sessions) == ["txcache.W002"]
@@ -144,7 +143,7 @@ def test_the_middleware_is_checked(shop, monkeypatch):
     assert messages(MIDDLEWARE=[m for m in order if m != MIDDLEWARE]) == []
 
 
-def test_manage_py_check_stops_on_an_error(shop):
+def test_manage_py_check_stops_on_an_error(shop: DjangoShop) -> None:
     with (
         override_settings(TXCACHE={**settings.TXCACHE, "DATABASE": "plain"}),
         pytest.raises(SystemCheckError, match=r"txcache\.E003"),
@@ -166,11 +165,11 @@ class AnswerErrors:
         return None
 
 
-def test_a_middleware_answering_exceptions_below_it_is_warned_about(shop):
+def test_a_middleware_answering_exceptions_below_it_is_warned_about(shop: DjangoShop) -> None:
     order = list(settings.MIDDLEWARE)
     assert messages(MIDDLEWARE=[*order, f"{__name__}.AnswerErrors"]) == ["txcache.W005"]
     assert messages(MIDDLEWARE=[f"{__name__}.AnswerErrors", *order]) == []  # above: seen
 
 
-def test_database_routers_are_warned_about(shop):
+def test_database_routers_are_warned_about(shop: DjangoShop) -> None:
     assert messages(DATABASE_ROUTERS=[f"{__name__}.Replica"]) == ["txcache.W004"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from typing import cast
 
 import pytest
 from django.conf import settings
@@ -18,9 +19,8 @@ from django.test import Client, override_settings
 import txcache.django
 import txcache.metrics
 from django_fixtures import STALENESS, DjangoShop, Item, User, start_shop
-from txcache import EmbeddedPostgres
 from txcache._stats import view_stats
-from txcache.stack import wait_until
+from txcache.stack import EmbeddedPostgres, wait_until
 
 COOKIE = "txcache_token"
 HEADER = "X-Txcache-Token"
@@ -35,7 +35,7 @@ def token_of(signed: str) -> int:
     return int(signing.TimestampSigner(salt="txcache.django.token").unsign(signed))
 
 
-def test_get_reads_in_a_read_only_transaction_of_the_staleness_setting(shop):
+def test_get_reads_in_a_read_only_transaction_of_the_staleness_setting(shop: DjangoShop) -> None:
     page = Client().get("/items/4/").json()
     assert page == {
         "price": 40,
@@ -46,7 +46,7 @@ def test_get_reads_in_a_read_only_transaction_of_the_staleness_setting(shop):
     }
 
 
-def test_a_write_then_a_read_with_its_cookie_sees_the_write(shop):
+def test_a_write_then_a_read_with_its_cookie_sees_the_write(shop: DjangoShop) -> None:
     client = Client()
     assert client.get("/items/7/").json()["price"] == 70
     response = client.post("/items/7/price", {"price": 707})
@@ -63,7 +63,7 @@ def test_a_write_then_a_read_with_its_cookie_sees_the_write(shop):
     assert other.get("/items/7/").json()["not_before"] == token
 
 
-def test_a_bypassed_view_s_write_is_seen_by_the_next_request(shop):
+def test_a_bypassed_view_s_write_is_seen_by_the_next_request(shop: DjangoShop) -> None:
     client = Client()
     assert client.get("/items/12/").json()["price"] == 120
     wait_until(lambda: cached_page_hit(client, "/items/12/"), "a cached page")
@@ -82,7 +82,9 @@ def cached_page_hit(client: Client, url: str) -> bool:
     return view.hits > hits
 
 
-def test_a_response_never_hands_back_an_older_token_than_the_request_carried(shop):
+def test_a_response_never_hands_back_an_older_token_than_the_request_carried(
+    shop: DjangoShop,
+) -> None:
     client = Client()
     first = client.post("/items/15/price", {"price": 151})
     newer = token_of(first.headers[HEADER]) + 10**12  # newer than the next POST's commit
@@ -93,7 +95,7 @@ def test_a_response_never_hands_back_an_older_token_than_the_request_carried(sho
     assert token_of(second.cookies[COOKIE].value) == newer
 
 
-def test_forged_garbled_and_expired_tokens_are_ignored(shop):
+def test_forged_garbled_and_expired_tokens_are_ignored(shop: DjangoShop) -> None:
     forged = signing.TimestampSigner(salt="another salt").sign("99999999999")
     for value in (forged, "123", "garbage:with:colons"):
         client = Client(headers={HEADER: value})
@@ -104,7 +106,7 @@ def test_forged_garbled_and_expired_tokens_are_ignored(shop):
         assert Client(headers={HEADER: signed}).get("/items/8/").json()["not_before"] is None
 
 
-def test_a_view_that_raises_is_rolled_back(shop):
+def test_a_view_that_raises_is_rolled_back(shop: DjangoShop) -> None:
     client = Client(raise_request_exception=False)
     response = client.post("/items/10/price-then-fail", {"price": 1})
     assert response.status_code == 500
@@ -126,7 +128,7 @@ class AnswerErrors:
         return JsonResponse({"error": str(exception)}, status=500)
 
 
-def test_a_server_error_answered_below_the_middleware_is_rolled_back(shop):
+def test_a_server_error_answered_below_the_middleware_is_rolled_back(shop: DjangoShop) -> None:
     answering = [*settings.MIDDLEWARE, f"{__name__}.AnswerErrors"]
     with override_settings(MIDDLEWARE=answering):
         response = Client().post("/items/9/price-then-fail", {"price": 999})
@@ -138,20 +140,20 @@ def test_a_server_error_answered_below_the_middleware_is_rolled_back(shop):
     assert Item.objects.get(id=9).price == 90
 
 
-def test_a_view_that_sets_the_rollback_flag_is_rolled_back(shop):
+def test_a_view_that_sets_the_rollback_flag_is_rolled_back(shop: DjangoShop) -> None:
     response = Client().post("/items/9/price-then-roll-back", {"price": 998})
     assert (response.status_code, response.json()) == (200, {"rolling_back": True})
     assert HEADER not in response.headers
     assert Item.objects.get(id=9).price == 90
 
 
-def test_a_lost_snapshot_is_a_503_to_retry(shop):
+def test_a_lost_snapshot_is_a_503_to_retry(shop: DjangoShop) -> None:
     response = Client(raise_request_exception=False).get("/unavailable")
     assert response.status_code == 503
     assert response.headers["Retry-After"] == "0"
 
 
-def test_the_decorators_choose_the_transaction(shop):
+def test_the_decorators_choose_the_transaction(shop: DjangoShop) -> None:
     client = Client(raise_request_exception=False)
     bypassed = client.get("/bypassed").json()
     assert bypassed == {"count": 30, "own_connection": True, "kind": None}
@@ -167,7 +169,7 @@ def test_the_decorators_choose_the_transaction(shop):
     assert Item.objects.get(id=1).price == 10
 
 
-def test_a_login_is_seen_by_the_next_request(shop):
+def test_a_login_is_seen_by_the_next_request(shop: DjangoShop) -> None:
     client = Client()
     assert client.get("/whoami").json()["user"] == ""
     response = client.post("/login", {"username": "ann", "password": "ann-secret"})
@@ -180,7 +182,8 @@ def test_a_login_is_seen_by_the_next_request(shop):
 
 
 def signed(token: int) -> str:
-    return signing.TimestampSigner(salt="txcache.django.token").sign(str(token))
+    signer = signing.TimestampSigner(salt="txcache.django.token")
+    return cast(str, signer.sign(str(token)))  # Django is untyped
 
 
 def logged_in() -> Client:
@@ -190,13 +193,16 @@ def logged_in() -> Client:
     return client
 
 
-def test_a_get_whose_session_auth_writes_runs_again_read_write(shop, caplog):
+def test_a_get_whose_session_auth_writes_runs_again_read_write(
+    shop: DjangoShop, caplog: pytest.LogCaptureFixture
+) -> None:
     client = logged_in()
     session = client.cookies["sessionid"].value
     with txcache.django.read_write() as changed:  # the password changes elsewhere
         ann = User.objects.get(username="ann")
         ann.set_password("ann-secret")
         ann.save()
+    assert changed.commit_timestamp is not None
     client.cookies[COOKIE] = signed(changed.commit_timestamp)  # a read that sees it
     with caplog.at_level(logging.WARNING, logger="txcache.django"):
         page = client.get("/whoami")  # auth flushes the session: a DELETE, refused read-only
@@ -209,7 +215,7 @@ def test_a_get_whose_session_auth_writes_runs_again_read_write(shop, caplog):
     assert (again["user"], again["kind"], caplog.records) == ("", "read_only", [])
 
 
-def test_a_get_whose_session_key_rotates_runs_again_read_write(shop):
+def test_a_get_whose_session_key_rotates_runs_again_read_write(shop: DjangoShop) -> None:
     client = logged_in()
     session = client.cookies["sessionid"].value
     rotated = {"SECRET_KEY": "rotated", "SECRET_KEY_FALLBACKS": [settings.SECRET_KEY]}
@@ -221,7 +227,7 @@ def test_a_get_whose_session_key_rotates_runs_again_read_write(shop):
         assert (again["user"], again["kind"]) == ("ann", "read_only")
 
 
-def test_each_view_counts_its_requests_hits_and_misses(shop):
+def test_each_view_counts_its_requests_hits_and_misses(shop: DjangoShop) -> None:
     view = view_stats("django_fixtures.item_page")  # unnamed URL: the view's dotted path
     before = (view.requests, view.hits, view.misses)
     client = Client()

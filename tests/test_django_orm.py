@@ -19,9 +19,8 @@ from django.test.utils import CaptureQueriesContext
 import txcache
 import txcache.django
 from django_fixtures import CHANGED, Category, DjangoShop, Item, start_shop
-from txcache import EmbeddedPostgres
 from txcache.django.db.cursor import TransactionCursor
-from txcache.stack import wait_until
+from txcache.stack import EmbeddedPostgres, wait_until
 
 runs: list[str] = []
 """The runs (misses) of the cacheable functions below."""
@@ -68,26 +67,26 @@ def raw_names(category_id: int) -> list[str]:
 
 
 @txcache.cacheable
-def an_instance(item_id: int) -> Item:
+def an_instance(item_id: int) -> object:  # an Item (Django's models are untyped)
     return Item.objects.get(id=item_id)
 
 
 @txcache.cacheable
 def price_of(item_id: int) -> int:
     runs.append(f"price_of {item_id}")
-    return Item.objects.get(id=item_id).price
+    return int(Item.objects.get(id=item_id).price)
 
 
 @txcache.cacheable
 def plain_price(item_id: int) -> int:
     runs.append(f"plain_price {item_id}")
-    return Item.objects.using("plain").get(id=item_id).price
+    return int(Item.objects.using("plain").get(id=item_id).price)
 
 
 @txcache.cacheable
 def routed_price(item_id: int) -> int:
     runs.append(f"routed_price {item_id}")
-    return Item.objects.get(id=item_id).price  # where the routers say
+    return int(Item.objects.get(id=item_id).price)  # where the routers say
 
 
 class ToPlain:
@@ -116,7 +115,7 @@ def warm(shop: DjangoShop, function: Any, *args: Any) -> Any:
     return first
 
 
-def test_orm_reads_in_a_cacheable_function_hit_on_the_second_call(shop):
+def test_orm_reads_in_a_cacheable_function_hit_on_the_second_call(shop: DjangoShop) -> None:
     before = items_in.stats.hits
     rows = warm(shop, items_in, 1)
     assert [row["id"] for row in rows] == [3, 6, 9, 12, 15, 18, 21, 24, 27, 30]
@@ -131,7 +130,7 @@ def test_orm_reads_in_a_cacheable_function_hit_on_the_second_call(shop):
     assert warm(shop, totals) == [("chairs", 10, 1550), ("desks", 10, 1450), ("lamps", 10, 1650)]
 
 
-def test_raw_queries_and_iterator_run_in_the_transaction(shop):
+def test_raw_queries_and_iterator_run_in_the_transaction(shop: DjangoShop) -> None:
     names = warm(shop, raw_names, 1)
     assert names[:2] == ["item 3", "item 6"]
     with txcache.django.read_only():
@@ -139,23 +138,24 @@ def test_raw_queries_and_iterator_run_in_the_transaction(shop):
     assert ids == [3, 6, 9, 12, 15, 18, 21, 24, 27, 30]
 
 
-def test_queries_are_tagged_from_the_sql_django_compiles(shop):
+def test_queries_are_tagged_from_the_sql_django_compiles(shop: DjangoShop) -> None:
     cache = shop.cache
     shop.settled()
     with txcache.django.read_only() as tx:
         Item.objects.filter(id=1).exists()  # the transaction's snapshot: a pin
+        assert tx.snapshot is not None
         snapshot = tx.snapshot.ts
     query = Item.objects.filter(category_id=2).values("id").query
     statement, params = query.sql_with_params()
     tags, _catalog = cache.analyze(statement, params, snapshot)
     assert tags == frozenset({"public.shop_item:category_id=2"})
-    by_key = Item.objects.filter(id__in=[4, 5]).query.sql_with_params()
-    assert cache.analyze(*by_key, snapshot)[0] == frozenset(
+    statement, params = Item.objects.filter(id__in=[4, 5]).query.sql_with_params()
+    assert cache.analyze(statement, params, snapshot)[0] == frozenset(
         {"public.shop_item:id=4", "public.shop_item:id=5"}
     )
 
 
-def test_a_write_by_another_program_invalidates_a_cached_orm_read(shop):
+def test_a_write_by_another_program_invalidates_a_cached_orm_read(shop: DjangoShop) -> None:
     warm(shop, items_in, 2)
     warm(shop, with_category, 7)
     untouched = warm(shop, items_in, 3)
@@ -172,7 +172,7 @@ def test_a_write_by_another_program_invalidates_a_cached_orm_read(shop):
     assert runs == []
 
 
-def test_orm_writes_in_read_write_are_covered_by_its_token(shop):
+def test_orm_writes_in_read_write_are_covered_by_its_token(shop: DjangoShop) -> None:
     warm(shop, items_in, 3)  # category 3: items 2, 5, 8, … 29
     with txcache.django.read_write() as tx:
         Item.objects.filter(id=11).update(price=1111)
@@ -194,7 +194,7 @@ def test_orm_writes_in_read_write_are_covered_by_its_token(shop):
     assert runs == ["items_in 3"]
 
 
-def test_atomic_inside_read_write_is_a_savepoint(shop):
+def test_atomic_inside_read_write_is_a_savepoint(shop: DjangoShop) -> None:
     with txcache.django.read_write() as tx:
         Item.objects.filter(id=19).update(price=1919)
         with pytest.raises(IntegrityError):
@@ -215,7 +215,7 @@ def create_categories(*names: str) -> None:
             Category.objects.create(name=name)
 
 
-def test_a_read_only_transaction_refuses_writes_and_goes_on(shop):
+def test_a_read_only_transaction_refuses_writes_and_goes_on(shop: DjangoShop) -> None:
     with txcache.django.read_only():
         with pytest.raises(txcache.StatementNotAllowed):
             Item.objects.filter(id=1).update(price=0)
@@ -225,7 +225,9 @@ def test_a_read_only_transaction_refuses_writes_and_goes_on(shop):
                 assert Item.objects.count() >= 30
 
 
-def test_statements_run_in_the_current_transaction_and_django_is_django_outside(shop):
+def test_statements_run_in_the_current_transaction_and_django_is_django_outside(
+    shop: DjangoShop,
+) -> None:
     connections["default"].close()
     with txcache.django.read_only():
         with connections["default"].cursor() as cursor:
@@ -245,7 +247,7 @@ def test_statements_run_in_the_current_transaction_and_django_is_django_outside(
     assert Item.objects.get(id=2).details == {"size": 2, "tags": ["a"]}
 
 
-def test_sql_with_parameters_merged_in_is_django_s_inside_and_outside(shop):
+def test_sql_with_parameters_merged_in_is_django_s_inside_and_outside(shop: DjangoShop) -> None:
     statement, params = "SELECT %s, %s, %s, '%%'", ["it's", 5, None]
     outside = connections["default"].ops.compose_sql(statement, params)
     assert outside == "SELECT 'it''s', 5, NULL, '%'"
@@ -255,7 +257,7 @@ def test_sql_with_parameters_merged_in_is_django_s_inside_and_outside(shop):
     assert '"shop_item"."name" = \'item 5\'' in seen.captured_queries[0]["sql"]
 
 
-def test_a_txcache_transaction_cannot_begin_inside_a_django_transaction(shop):
+def test_a_txcache_transaction_cannot_begin_inside_a_django_transaction(shop: DjangoShop) -> None:
     warm(shop, price_of, 4)
     refused = "cannot begin inside a Django transaction"
     with transaction.atomic():  # on Django's own connection
@@ -268,7 +270,9 @@ def test_a_txcache_transaction_cannot_begin_inside_a_django_transaction(shop):
         assert price_of(4) == 40
 
 
-def test_in_a_django_transaction_cacheable_calls_run_uncached_on_its_connection(shop):
+def test_in_a_django_transaction_cacheable_calls_run_uncached_on_its_connection(
+    shop: DjangoShop,
+) -> None:
     warm(shop, price_of, 2)  # a hit would return 20
     uncached = price_of.stats.uncached
     with transaction.atomic():  # on Django's own connection
@@ -296,7 +300,7 @@ def test_in_a_django_transaction_cacheable_calls_run_uncached_on_its_connection(
     assert runs == []
 
 
-def test_on_commit_callbacks_run_after_the_read_write_commit(shop):
+def test_on_commit_callbacks_run_after_the_read_write_commit(shop: DjangoShop) -> None:
     ran: list[str] = []
     with txcache.django.read_write():
         transaction.on_commit(lambda: ran.append("outside atomic"))
@@ -314,7 +318,7 @@ def test_on_commit_callbacks_run_after_the_read_write_commit(shop):
         transaction.on_commit(lambda: ran.append("nobody runs it"))
 
 
-def test_the_rollback_flag_rolls_a_read_write_transaction_back(shop):
+def test_the_rollback_flag_rolls_a_read_write_transaction_back(shop: DjangoShop) -> None:
     ran: list[str] = []
     with txcache.django.read_write() as tx:
         Item.objects.filter(id=25).update(price=2525)
@@ -330,7 +334,7 @@ def test_the_rollback_flag_rolls_a_read_write_transaction_back(shop):
         transaction.set_rollback(True)  # a bare block: nobody would read the flag
 
 
-def test_durability_cannot_be_promised_inside_a_read_write_transaction(shop):
+def test_durability_cannot_be_promised_inside_a_read_write_transaction(shop: DjangoShop) -> None:
     with txcache.django.read_write():
         durable = transaction.atomic(durable=True)
         with pytest.raises(txcache.TransactionError, match="durable=True"), durable:
@@ -351,7 +355,7 @@ def register_then_fail(block: Any, callback: Any) -> None:
         raise RuntimeError("the block fails")
 
 
-def test_a_model_instance_is_refused_as_a_cached_value(shop):
+def test_a_model_instance_is_refused_as_a_cached_value(shop: DjangoShop) -> None:
     with (
         txcache.django.read_only(),
         pytest.raises(txcache.UnsupportedValue, match=r"\.txcache\(\)"),
@@ -359,7 +363,7 @@ def test_a_model_instance_is_refused_as_a_cached_value(shop):
         an_instance(1)
 
 
-def test_another_database_inside_a_cacheable_function_is_refused(shop):
+def test_another_database_inside_a_cacheable_function_is_refused(shop: DjangoShop) -> None:
     refused = r"database 'plain' inside a cacheable function"
     with txcache.django.read_only():
         with pytest.raises(txcache.TransactionError, match=refused):
@@ -374,7 +378,7 @@ def test_another_database_inside_a_cacheable_function_is_refused(shop):
         assert plain_price(1) == 10
 
 
-def test_a_cursor_made_before_a_txcache_transaction_is_refused_inside_it(shop):
+def test_a_cursor_made_before_a_txcache_transaction_is_refused_inside_it(shop: DjangoShop) -> None:
     with connections["default"].cursor() as cursor:  # Django's own connection
         with txcache.django.read_write(), pytest.raises(txcache.TransactionError, match="before"):
             cursor.execute("UPDATE shop_item SET price = 0 WHERE id = 24")

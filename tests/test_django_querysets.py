@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -19,9 +19,8 @@ from django.test import override_settings
 import txcache
 import txcache.django
 from django_fixtures import Category, DjangoShop, Item, start_shop
-from txcache import EmbeddedPostgres
 from txcache.django.queryset import rows_function
-from txcache.stack import wait_until
+from txcache.stack import EmbeddedPostgres, wait_until
 
 STATS = rows_function(Item).stats
 """The statistics of Item's cached querysets."""
@@ -78,7 +77,7 @@ def warm(function: Callable[[], Any]) -> Any:
     return first
 
 
-def test_a_hit_runs_no_sql_and_rebuilds_the_same_instances(shop):
+def test_a_hit_runs_no_sql_and_rebuilds_the_same_instances(shop: DjangoShop) -> None:
     miss = shown(read(lambda: in_category(1)))
     assert [row[0] for row in miss] == [3, 6, 9, 12, 15, 18, 21, 24, 27, 30]
     items = warm(lambda: in_category(1))
@@ -101,7 +100,7 @@ def test_a_hit_runs_no_sql_and_rebuilds_the_same_instances(shop):
     assert seen == []
 
 
-def test_the_rows_keep_the_shape_values_and_values_list_give_them(shop):
+def test_the_rows_keep_the_shape_values_and_values_list_give_them(shop: DjangoShop) -> None:
     found = Item.objects.filter(id__in=[16, 17]).order_by("id")
     assert read(lambda: list(found.values_list("name", flat=True).txcache())) == [
         "item 16",
@@ -114,7 +113,7 @@ def test_the_rows_keep_the_shape_values_and_values_list_give_them(shop):
         assert list(locked) == [16, 17]
 
 
-def test_a_count_over_a_subquery_reads_the_database(shop):
+def test_a_count_over_a_subquery_reads_the_database(shop: DjangoShop) -> None:
     cached = Item.objects.filter(category_id=2).order_by("id").txcache()
     assert warm(cached.count) == 10  # in the queryset's own query: cached
     lookups = STATS.hits + STATS.miss_count
@@ -123,7 +122,7 @@ def test_a_count_over_a_subquery_reads_the_database(shop):
     assert STATS.hits + STATS.miss_count == lookups
 
 
-def test_prefetch_reads_through_the_cache_when_its_queryset_does(shop):
+def test_prefetch_reads_through_the_cache_when_its_queryset_does(shop: DjangoShop) -> None:
     def categories() -> list[tuple[str, list[str]]]:
         cheap = Item.objects.filter(price__lt=50).order_by("id").txcache()
         found = Category.objects.filter(id__in=[1, 2]).order_by("id")
@@ -165,12 +164,12 @@ def in_read_write(work: Callable[[], Any]) -> int | None:
     return tx.commit_timestamp
 
 
-def test_an_update_invalidates_the_cached_rows(shop):
+def test_an_update_invalidates_the_cached_rows(shop: DjangoShop) -> None:
     update = lambda: Item.objects.filter(id=5).update(price=555)  # noqa: E731
     assert changed_by(shop, lambda: in_read_write(update), prices([5, 8])) == {5: 555, 8: 80}
 
 
-def test_a_bulk_update_invalidates_the_cached_rows(shop):
+def test_a_bulk_update_invalidates_the_cached_rows(shop: DjangoShop) -> None:
     def bulk_update() -> None:
         items = list(Item.objects.filter(id__in=[11, 14]))
         for item in items:
@@ -181,7 +180,7 @@ def test_a_bulk_update_invalidates_the_cached_rows(shop):
     assert after == {11: 111, 14: 141}
 
 
-def test_a_bulk_create_invalidates_the_cached_rows(shop):
+def test_a_bulk_create_invalidates_the_cached_rows(shop: DjangoShop) -> None:
     def bulk_create() -> None:
         template = Item.objects.get(id=2)
         Item.objects.bulk_create(
@@ -195,7 +194,7 @@ def test_a_bulk_create_invalidates_the_cached_rows(shop):
     assert [item.name for item in after][-1] == "new lamp"
 
 
-def test_raw_sql_through_django_invalidates_the_cached_rows(shop):
+def test_raw_sql_through_django_invalidates_the_cached_rows(shop: DjangoShop) -> None:
     def raw() -> None:
         with connections["default"].cursor() as cursor:
             cursor.execute("UPDATE shop_item SET price = price * 2 WHERE id = %s", [20])
@@ -203,7 +202,7 @@ def test_raw_sql_through_django_invalidates_the_cached_rows(shop):
     assert changed_by(shop, lambda: in_read_write(raw), prices([20])) == {20: 400}
 
 
-def test_another_programs_write_invalidates_the_cached_rows(shop):
+def test_another_programs_write_invalidates_the_cached_rows(shop: DjangoShop) -> None:
     def elsewhere() -> None:
         shop.admin.execute("UPDATE shop_item SET name = 'renamed' WHERE id = 23")
 
@@ -213,7 +212,7 @@ def test_another_programs_write_invalidates_the_cached_rows(shop):
     assert changed_by(shop, elsewhere, names) == {23: "renamed"}
 
 
-def test_outside_any_transaction_it_reads_in_one_of_its_own(shop):
+def test_outside_any_transaction_it_reads_in_one_of_its_own(shop: DjangoShop) -> None:
     cached = Item.objects.filter(category_id=3).order_by("id").txcache(staleness=60)
     first = [item.price for item in cached]
 
@@ -234,7 +233,9 @@ def test_outside_any_transaction_it_reads_in_one_of_its_own(shop):
         Item.objects.txcache(staleness=-1)
 
 
-def test_writes_on_django_s_own_connection_are_seen_by_later_reads_of_the_context(shop):
+def test_writes_on_django_s_own_connection_are_seen_by_later_reads_of_the_context(
+    shop: DjangoShop,
+) -> None:
     cached = Item.objects.filter(id=13).txcache(staleness=60)
 
     def hit() -> bool:
@@ -258,7 +259,7 @@ def test_writes_on_django_s_own_connection_are_seen_by_later_reads_of_the_contex
     assert after_rollback.not_before == tx.not_before  # nothing committed: no new token
 
 
-def test_rows_are_keyed_by_how_django_loads_them(shop):
+def test_rows_are_keyed_by_how_django_loads_them(shop: DjangoShop) -> None:
     changed = Item.objects.filter(id=16).values_list("changed", flat=True).txcache()
     aware = warm(lambda: changed.get())
     assert aware == datetime.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=datetime.UTC)
@@ -268,7 +269,7 @@ def test_rows_are_keyed_by_how_django_loads_them(shop):
     assert warm(lambda: changed.get()) == aware  # the first rows, still cached
 
 
-def test_reads_for_a_write_never_use_the_cache(shop):
+def test_reads_for_a_write_never_use_the_cache(shop: DjangoShop) -> None:
     cached = Item.objects.filter(name="made elsewhere").txcache()
     assert warm(lambda: list(cached.all())) == []
     shop.admin.execute(
@@ -284,7 +285,7 @@ def test_reads_for_a_write_never_use_the_cache(shop):
     assert STATS.hits == hits
 
 
-def test_a_database_without_the_engine_is_refused(shop):
+def test_a_database_without_the_engine_is_refused(shop: DjangoShop) -> None:
     with pytest.raises(ImproperlyConfigured, match=r"txcache\.django\.db"):
         list(Item.objects.using("plain").filter(id=1).txcache())
 
@@ -303,10 +304,10 @@ def another_alias(name: str) -> Iterator[str]:
 
 @txcache.cacheable
 def price_on(alias: str, item_id: int) -> int:
-    return Item.objects.using(alias).get(id=item_id).price
+    return cast(int, Item.objects.using(alias).get(id=item_id).price)  # Django is untyped
 
 
-def test_another_alias_on_the_engine_is_refused(shop):
+def test_another_alias_on_the_engine_is_refused(shop: DjangoShop) -> None:
     with another_alias("second") as second:
         with pytest.raises(ImproperlyConfigured, match=r"not TXCACHE\['DATABASE'\]"):
             list(Item.objects.using(second).filter(id=1).txcache())
@@ -315,6 +316,6 @@ def test_another_alias_on_the_engine_is_refused(shop):
             price_on(second, 1)
 
 
-def test_arguments_without_a_canonical_form_are_refused(shop):
+def test_arguments_without_a_canonical_form_are_refused(shop: DjangoShop) -> None:
     with txcache.django.read_only(), pytest.raises(txcache.UnsupportedArgument):
         list(Item.objects.filter(details__contains={"size": 3}).txcache())

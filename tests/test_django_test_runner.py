@@ -39,8 +39,7 @@ import psycopg
 import pytest
 
 from postgres_fixtures import drop_database, fresh_database
-from txcache import EmbeddedPostgres
-from txcache.stack import Stack, StackOptions
+from txcache.stack import EmbeddedPostgres, Stack, StackOptions
 
 AGENT_ARGS = ("--pin-interval", "50ms", "--heartbeat-interval", "50ms")
 

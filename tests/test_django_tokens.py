@@ -21,10 +21,9 @@ from django.urls import path
 
 import txcache.django
 from django_fixtures import DjangoShop, Item, item_page, start_shop
-from txcache import EmbeddedPostgres
 from txcache._stats import view_stats
 from txcache.django import decorators as txcache_views
-from txcache.stack import wait_until
+from txcache.stack import EmbeddedPostgres, wait_until
 
 COOKIE = "txcache_token"
 HEADER = "X-Txcache-Token"
@@ -124,14 +123,14 @@ def cached_page(client: Client, item_id: int) -> int:
     return prices[0]
 
 
-def test_a_read_write_block_is_seen_by_the_thread_s_next_cached_read(shop):
+def test_a_read_write_block_is_seen_by_the_thread_s_next_cached_read(shop: DjangoShop) -> None:
     client = Client()
     assert cached_page(client, 3) == 30
     response = client.post("/items/3/write-then-read", {"price": 303})
     assert response.json() == {"price": 303}  # not the cached 30
 
 
-def test_a_bypassed_view_s_read_write_block_gives_the_client_its_token(shop):
+def test_a_bypassed_view_s_read_write_block_gives_the_client_its_token(shop: DjangoShop) -> None:
     client = Client()
     assert cached_page(client, 4) == 40
     response = client.post("/items/4/write-then-read", {"price": 404})
@@ -141,7 +140,7 @@ def test_a_bypassed_view_s_read_write_block_gives_the_client_its_token(shop):
     assert (page["price"], page["not_before"]) == (404, token_of(response.headers[HEADER]))
 
 
-def test_an_on_commit_callback_s_read_write_gives_the_client_its_token(shop):
+def test_an_on_commit_callback_s_read_write_gives_the_client_its_token(shop: DjangoShop) -> None:
     client = Client()
     assert cached_page(client, 5) == 50
     response = client.post("/items/5/on-commit", {"price": 505})
@@ -150,7 +149,9 @@ def test_an_on_commit_callback_s_read_write_gives_the_client_its_token(shop):
     assert client.get("/items/5/").json()["price"] == 505
 
 
-def test_an_on_commit_callback_s_write_on_django_s_connection_gives_its_token(shop):
+def test_an_on_commit_callback_s_write_on_django_s_connection_gives_its_token(
+    shop: DjangoShop,
+) -> None:
     client = Client()
     assert cached_page(client, 6) == 60
     response = client.post("/items/6/on-commit-own", {"price": 606})
@@ -158,7 +159,7 @@ def test_an_on_commit_callback_s_write_on_django_s_connection_gives_its_token(sh
     assert client.get("/items/6/").json()["price"] == 606
 
 
-def test_a_commit_that_wrote_nothing_keeps_the_last_token(shop):
+def test_a_commit_that_wrote_nothing_keeps_the_last_token(shop: DjangoShop) -> None:
     client = Client()
     assert cached_page(client, 7) == 70
     written = client.post("/items/7/write-nothing-after", {"price": 707})
@@ -170,7 +171,9 @@ def test_a_commit_that_wrote_nothing_keeps_the_last_token(shop):
     assert client.get("/items/7/").json()["price"] == 707
 
 
-def test_a_token_ahead_of_the_database_does_not_break_a_get(shop, caplog):
+def test_a_token_ahead_of_the_database_does_not_break_a_get(
+    shop: DjangoShop, caplog: pytest.LogCaptureFixture
+) -> None:
     ahead = shop.cache.timestamp() + 10**15
     client = Client()
     client.cookies[COOKIE] = signing.TimestampSigner(salt=SALT).sign(str(ahead))
@@ -191,7 +194,7 @@ def token_errors(max_age: float) -> list[str]:
         return [each.msg for each in run_checks(tags=["txcache"]) if each.id == "txcache.E010"]
 
 
-def test_a_token_max_age_below_a_staleness_is_an_error(shop):
+def test_a_token_max_age_below_a_staleness_is_an_error(shop: DjangoShop) -> None:
     short = sorted(token_errors(2), key=lambda message: "the view" in message)  # setting first
     assert len(short) == 2
     assert short[0].startswith("TXCACHE['TOKEN_MAX_AGE'] (2 s) is shorter than the staleness "

@@ -30,7 +30,7 @@ async def doubled_async(number: int) -> int:
     return 2 * number
 
 
-def test_an_uncached_sync_call_from_another_thread_is_refused(lib: LibraryStack):
+def test_an_uncached_sync_call_from_another_thread_is_refused(lib: LibraryStack) -> None:
     """A read/write transaction runs cacheable functions uncached; from a thread that did
     not begin it, the call is refused, as in the async driver for another task."""
     errors: list[BaseException] = []
@@ -65,7 +65,7 @@ def direct() -> Any:
 
 def test_run_directly_when_holds_for_sync_and_async_calls(
     lib: LibraryStack, alib: AsyncLib, direct: dict[str, bool]
-):
+) -> None:
     direct["on"] = True
     before = doubled.stats.uncached
     assert doubled(1) == 2  # outside any transaction: directly, not in an implicit one
@@ -91,7 +91,7 @@ def kill_pooled_sessions(lib: LibraryStack) -> None:
 
 def test_a_failure_while_beginning_gives_the_connection_back_in_both_drivers(
     lib: LibraryStack, alib: AsyncLib
-):
+) -> None:
     with lib.cache.read_write() as tx:
         tx.execute("SELECT 1")
     kill_pooled_sessions(lib)
@@ -113,7 +113,7 @@ def test_a_failure_while_beginning_gives_the_connection_back_in_both_drivers(
     alib.run(body, pool_size=1)
 
 
-def test_both_commit_timestamps_name_the_commit(lib: LibraryStack, alib: AsyncLib):
+def test_both_commit_timestamps_name_the_commit(lib: LibraryStack, alib: AsyncLib) -> None:
     """A property of the sync transaction, a coroutine of the async one: the one difference
     of API left between them, and the same token."""
     with lib.cache.read_write() as tx:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import psycopg
@@ -22,8 +23,7 @@ import pytest
 
 from django_shop.server import DjangoShopServer
 from postgres_fixtures import fresh_database
-from txcache import EmbeddedPostgres
-from txcache.stack import Stack, StackOptions, wait_until
+from txcache.stack import EmbeddedPostgres, Stack, StackOptions, wait_until
 
 AGENT_ARGS = ("--pin-interval", "50ms", "--heartbeat-interval", "50ms")
 ADMIN_PASSWORD = "admin-secret-1"
@@ -72,11 +72,11 @@ def shop(postgres: EmbeddedPostgres, tmp_path_factory: pytest.TempPathFactory) -
         next(databases, None)  # drops the database
 
 
-def cached(shop: Shop, client: httpx.Client, path: str, function: str) -> object:
+def cached(shop: Shop, client: httpx.Client, path: str, function: str) -> Any:
     """GET ``path`` until the app reports a hit of ``function`` (the first read of a table
     may not store: it read the catalog anew); the page, equal to every page before it."""
     hits = shop.hits(function)
-    pages: list[object] = []
+    pages: list[Any] = []  # JSON
 
     def served_from_cache() -> bool:
         response = client.get(path)
@@ -89,7 +89,7 @@ def cached(shop: Shop, client: httpx.Client, path: str, function: str) -> object
     return pages[-1]
 
 
-def test_pages_are_served_from_the_cache(shop):
+def test_pages_are_served_from_the_cache(shop: Shop) -> None:
     with shop.client() as client:
         page = cached(shop, client, "/items/1/", ITEMS)
         assert page == {"id": 1, "name": "desk lamp", "category": "lamps",
@@ -110,7 +110,7 @@ def csrf_token(page: httpx.Response) -> str:
     return found.group(1)
 
 
-def test_an_admin_change_shows_on_the_next_page(shop):
+def test_an_admin_change_shows_on_the_next_page(shop: Shop) -> None:
     with shop.client() as client:
         cached(shop, client, "/items/2/", ITEMS)
         login = client.get("/admin/login/")
@@ -144,7 +144,7 @@ def test_an_admin_change_shows_on_the_next_page(shop):
         assert "floor lamp" in listed.text
 
 
-def test_a_bulk_update_and_an_order_show_with_their_tokens(shop):
+def test_a_bulk_update_and_an_order_show_with_their_tokens(shop: Shop) -> None:
     with shop.client() as client:
         chairs = cached(shop, client, "/categories/chairs/", "shop.catalogue.items_in")
         assert [item["price_cents"] for item in chairs["items"]] == [12000, 3000]
@@ -163,7 +163,7 @@ def test_a_bulk_update_and_an_order_show_with_their_tokens(shop):
         assert (detail["stock"], detail["orders"], detail["units"]) == (18, 1, 2)
 
 
-def test_a_customer_s_days_are_those_of_their_time_zone(shop):
+def test_a_customer_s_days_are_those_of_their_time_zone(shop: Shop) -> None:
     with shop.client() as client:
         placed = client.post("/orders", json={"item_id": 6, "customer": "cy", "quantity": 1})
         assert placed.status_code == 201, placed.text
@@ -175,19 +175,19 @@ def test_a_customer_s_days_are_those_of_their_time_zone(shop):
         assert client.get("/customers/cy/days", params={"tz": "Mars/Olympus"}).status_code == 400
 
 
-def test_a_raw_update_from_another_connection_shows(shop):
+def test_a_raw_update_from_another_connection_shows(shop: Shop) -> None:
     with shop.client() as client:
         cached(shop, client, "/items/4/", ITEMS)
         with psycopg.connect(shop.stack.dsn, autocommit=True) as other:
             other.execute("UPDATE shop_item SET stock = 0 WHERE id = 4")
 
         def shown() -> bool:  # no token: within the staleness bound, as the newest pin moves
-            return client.get("/items/4/").json()["stock"] == 0
+            return bool(client.get("/items/4/").json()["stock"] == 0)
 
         wait_until(shown, "the page to show the raw update", timeout=30)
 
 
-def test_a_migration_while_the_site_runs_leaves_nothing_stale(shop):
+def test_a_migration_while_the_site_runs_leaves_nothing_stale(shop: Shop) -> None:
     paths = ["/items/3/", "/categories/desks/", "/items/"]
     with shop.client() as client:
         cached(shop, client, "/categories/desks/", "shop.catalogue.items_in")
@@ -205,7 +205,7 @@ def test_a_migration_while_the_site_runs_leaves_nothing_stale(shop):
         assert 200 in statuses
 
         def renamed() -> bool:
-            return client.get("/items/3/").json()["name"] == "Oak Desk"
+            return bool(client.get("/items/3/").json()["name"] == "Oak Desk")
 
         wait_until(renamed, "the pages to show the migration", timeout=30)
         shop.stack.caught_up()

@@ -21,8 +21,7 @@ import pytest
 
 from fastapi_shop.server import ShopServer
 from postgres_fixtures import fresh_database
-from txcache import EmbeddedPostgres
-from txcache.stack import Stack, StackOptions, wait_until
+from txcache.stack import EmbeddedPostgres, Stack, StackOptions, wait_until
 
 TOKEN_HEADER = "X-Txcache-Token"
 AGENT_ARGS = ("--pin-interval", "50ms", "--heartbeat-interval", "50ms")
@@ -93,7 +92,7 @@ def hit(shop: Shop, client: httpx.Client, path: str, function: str) -> object:
     return pages[-1]
 
 
-def test_get_pages_are_served_from_the_cache(shop):
+def test_get_pages_are_served_from_the_cache(shop: Shop) -> None:
     with shop.client() as client:
         page = hit(shop, client, "/products/2", "product")
         assert page == {
@@ -113,7 +112,7 @@ def test_get_pages_are_served_from_the_cache(shop):
         assert client.get("/products/2", headers={TOKEN_HEADER: "soon"}).status_code == 400
 
 
-def test_a_write_then_a_read_with_its_token_sees_the_write(shop):
+def test_a_write_then_a_read_with_its_token_sees_the_write(shop: Shop) -> None:
     with shop.client() as client:
         hit(shop, client, "/products/1", "product")
         hit(shop, client, "/categories/lamps/products", "products_in")
@@ -139,9 +138,10 @@ def test_a_write_then_a_read_with_its_token_sees_the_write(shop):
         assert client.get("/products/1").json()["stock"] == 38
 
 
-def test_a_write_by_another_connection_invalidates_the_cached_page(shop):
+def test_a_write_by_another_connection_invalidates_the_cached_page(shop: Shop) -> None:
     with shop.client() as client:
         desks = hit(shop, client, "/categories/desks/products", "products_in")
+        assert isinstance(desks, list)
         assert [desk["price_cents"] for desk in desks] == [32000, 54000]
         runs = shop.counter("misses", "products_in")
         with psycopg.connect(shop.stack.dsn, autocommit=True) as admin:
@@ -162,7 +162,7 @@ def test_a_write_by_another_connection_invalidates_the_cached_page(shop):
         wait_until(fresh_without_a_token, "a page without a token to show the write")
 
 
-def test_concurrent_orders_and_reads(shop):
+def test_concurrent_orders_and_reads(shop: Shop) -> None:
     # 40 orders race for product 5's 20 chairs while 40 reads of its pages run beside them,
     # each request a task of the app's event loop with a transaction of its own: the product
     # row is locked by each order, so exactly 20 succeed; every read answers.
@@ -212,7 +212,7 @@ def new_product(client: httpx.Client, category: str, stock: int = 1) -> httpx.Re
     return response
 
 
-def test_a_write_in_a_core_connection_hands_back_its_token(shop):
+def test_a_write_in_a_core_connection_hands_back_its_token(shop: Shop) -> None:
     with shop.client() as client:
         added = new_product(client, "core")
         product = added.json()["id"]
@@ -225,7 +225,7 @@ def test_a_write_in_a_core_connection_hands_back_its_token(shop):
         assert client.get(f"/products/{product}").json()["stock"] == 6  # by its cookie
 
 
-def test_a_request_that_commits_twice_hands_back_the_token_of_its_write(shop):
+def test_a_request_that_commits_twice_hands_back_the_token_of_its_write(shop: Shop) -> None:
     # POST /products commits the product, then reads its category's count in a second
     # transaction, which it commits too: that commit wrote nothing.
     with shop.client() as client:
@@ -238,7 +238,7 @@ def test_a_request_that_commits_twice_hands_back_the_token_of_its_write(shop):
         ]
 
 
-def test_an_old_cookie_ahead_of_the_database_reads_the_newest_state(shop):
+def test_an_old_cookie_ahead_of_the_database_reads_the_newest_state(shop: Shop) -> None:
     """A token from before a restore, or from another deployment, in a browser's cookie:
     every request still answers, at the newest state."""
     with shop.client() as client:

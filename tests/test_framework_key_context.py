@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 import txcache
+from library_fixtures import LibraryStack
 from txcache import _keys
 
 
@@ -21,7 +22,7 @@ def zone() -> Iterator[list[str]]:
     del _keys._key_contexts["zone"]
 
 
-def test_a_registered_context_is_part_of_every_key(zone: list[str]):
+def test_a_registered_context_is_part_of_every_key(zone: list[str]) -> None:
     @txcache.cacheable
     def items_on_day(day: str) -> list[int]:
         return []
@@ -33,7 +34,7 @@ def test_a_registered_context_is_part_of_every_key(zone: list[str]):
     assert items_on_day.key("2026-03-01") == tokyo
 
 
-def test_a_function_independent_of_a_context_leaves_it_out(zone: list[str]):
+def test_a_function_independent_of_a_context_leaves_it_out(zone: list[str]) -> None:
     @txcache.cacheable(independent_of={"zone"})
     def price(item_id: int) -> int:
         return item_id
@@ -43,7 +44,7 @@ def test_a_function_independent_of_a_context_leaves_it_out(zone: list[str]):
     assert price.key(1) == before
 
 
-def test_without_a_registered_context_keys_are_unchanged():
+def test_without_a_registered_context_keys_are_unchanged() -> None:
     @txcache.cacheable
     def f(x: int) -> int:
         return x
@@ -57,7 +58,7 @@ def test_without_a_registered_context_keys_are_unchanged():
     assert f.key(1) == first
 
 
-def test_a_manual_invalidation_names_the_call_in_every_context(zone: list[str]):
+def test_a_manual_invalidation_names_the_call_in_every_context(zone: list[str]) -> None:
     @txcache.cacheable(manual_invalidation=True)
     def rate(currency: str) -> float:
         return 1.0
@@ -68,7 +69,7 @@ def test_a_manual_invalidation_names_the_call_in_every_context(zone: list[str]):
     assert rate.key("EUR") != named
 
 
-def test_a_context_value_without_a_canonical_form_is_refused(zone: list[str]):
+def test_a_context_value_without_a_canonical_form_is_refused(zone: list[str]) -> None:
     txcache.register_key_context("zone", object)
 
     @txcache.cacheable
@@ -92,8 +93,8 @@ def claims_independence() -> str:
 
 
 def test_a_call_that_depends_on_a_context_refuses_an_outer_function_declared_independent(
-    zone: list[str], lib
-):
+    zone: list[str], lib: LibraryStack
+) -> None:
     lib.caught_up()
     lib.fresh_pins()
     with (

@@ -4,7 +4,7 @@ reports as the probes build them (the real thing runs in test_cli_up.py)."""
 from __future__ import annotations
 
 from txcache._pinset import Pin
-from txcache.cli._health import SILENT_STREAM_SECONDS, diagnose
+from txcache.cli._health import SILENT_STREAM_SECONDS, Problem, diagnose
 from txcache.cli._probe import AgentReport, NodeReport
 
 NOW = 1_800_000_000_000_000  # µs
@@ -19,15 +19,15 @@ def agent(pins: int = 1, nodes_connected: int = 1) -> AgentReport:
     return AgentReport("127.0.0.1:9", status={"nodes_connected": nodes_connected}, pins=listed)
 
 
-def whats(problems):
+def whats(problems: list[Problem]) -> list[tuple[str, str]]:
     return [(problem.part, problem.what) for problem in problems]
 
 
-def test_a_healthy_stack_has_no_problem():
+def test_a_healthy_stack_has_no_problem() -> None:
     assert diagnose([fed()], agent(), NOW, agent_given=True) == []
 
 
-def test_a_node_that_never_received_the_stream_says_to_give_it_to_the_agent():
+def test_a_node_that_never_received_the_stream_says_to_give_it_to_the_agent() -> None:
     node = NodeReport("127.0.0.1:5", position=0, last_message_time=0)
     [problem] = diagnose([node], agent(nodes_connected=1), NOW, agent_given=True)
     assert problem.part == "node 127.0.0.1:5"
@@ -35,14 +35,14 @@ def test_a_node_that_never_received_the_stream_says_to_give_it_to_the_agent():
     assert "--node 127.0.0.1:5" in problem.fix
 
 
-def test_a_node_the_stream_stopped_reaching_is_degraded():
+def test_a_node_the_stream_stopped_reaching_is_degraded() -> None:
     problems = diagnose([fed(age=SILENT_STREAM_SECONDS + 5)], agent(), NOW, agent_given=True)
     assert whats(problems) == [
         ("node 127.0.0.1:1", "its last stream message is 15 s old: the agent is not feeding it")
     ]
 
 
-def test_an_agent_without_pins_or_without_every_node_is_degraded():
+def test_an_agent_without_pins_or_without_every_node_is_degraded() -> None:
     nodes = [fed("127.0.0.1:1"), fed("127.0.0.1:2")]
     problems = diagnose(nodes, agent(pins=0, nodes_connected=1), NOW, agent_given=True)
     assert [what for _, what in whats(problems)] == [
@@ -51,12 +51,12 @@ def test_an_agent_without_pins_or_without_every_node_is_degraded():
     ]
 
 
-def test_settings_without_nodes_or_agent_say_the_library_would_not_cache():
+def test_settings_without_nodes_or_agent_say_the_library_would_not_cache() -> None:
     problems = diagnose([], None, NOW, agent_given=False)
     assert [part for part, _ in whats(problems)] == ["settings", "settings"]
     assert all("runs uncached" in problem.what for problem in problems)
 
 
-def test_unreachable_parts_are_not_problems_twice():
+def test_unreachable_parts_are_not_problems_twice() -> None:
     down = NodeReport("127.0.0.1:7", state="unreachable", error="refused")
     assert diagnose([down], agent(), NOW, agent_given=True) == []

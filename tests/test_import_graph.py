@@ -23,7 +23,7 @@ def modules() -> dict[str, Path]:
 
 def module_level_imports(tree: ast.Module, known: dict[str, Path]) -> Iterator[str]:
     """The package's modules ``tree`` imports when it is imported."""
-    pending: list[ast.stmt] = list(tree.body)
+    pending: list[ast.AST] = list(tree.body)
     while pending:
         node = pending.pop()
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
@@ -80,11 +80,11 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_module_imports_itself_through_others():
+def test_no_module_imports_itself_through_others() -> None:
     assert circles(graph()) == []
 
 
-def test_the_drivers_never_import_each_other():
+def test_the_drivers_never_import_each_other() -> None:
     edges = graph()
     sync = {"txcache._transaction", "txcache._read_only", "txcache._cache", "txcache._nodes"}
     sync |= {"txcache._cacheable", "txcache._cursor", "txcache._connect", "txcache._agent"}

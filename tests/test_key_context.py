@@ -20,10 +20,8 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import txcache
-from tests.postgres_fixtures import drop_database
-from txcache import EmbeddedPostgres
-from txcache._process import wait_until
-from txcache.stack import Stack, StackOptions
+from postgres_fixtures import drop_database
+from txcache.stack import EmbeddedPostgres, Stack, StackOptions, wait_until
 
 TENANTS = """
 CREATE SCHEMA tenant_a;
@@ -165,11 +163,11 @@ def cached(cache: txcache.Cache, function: Any, *args: Any) -> Any:
     return wait_until(hit, f"{function.__name__}{args} to be cached", timeout=20)[0]
 
 
-def search_path(path: str) -> dict[str, str]:
+def search_path(path: str) -> dict[str, Any]:
     return {"options": f"-c search_path={path}"}
 
 
-def test_tenants_by_search_path_never_share_a_value(tenants: Tenants):
+def test_tenants_by_search_path_never_share_a_value(tenants: Tenants) -> None:
     with (
         tenants.cache(**search_path("tenant_a,public")) as a,
         tenants.cache(**search_path("tenant_b,public")) as b,
@@ -186,7 +184,7 @@ def test_tenants_by_search_path_never_share_a_value(tenants: Tenants):
             assert account_name.key(1) != key_a
 
 
-def test_tenants_by_role_and_user_schema_never_share_a_value(tenants: Tenants):
+def test_tenants_by_role_and_user_schema_never_share_a_value(tenants: Tenants) -> None:
     alice, bob = tenants.role("alice"), tenants.role("bob")
     with tenants.admin() as admin:
         for role, name in ((alice, "alice one"), (bob, "bob one")):
@@ -210,7 +208,7 @@ def test_tenants_by_role_and_user_schema_never_share_a_value(tenants: Tenants):
         assert cached(as_alice, account_name, 1) == "alice one"
 
 
-def test_a_role_without_the_privilege_never_reads_what_another_cached(tenants: Tenants):
+def test_a_role_without_the_privilege_never_reads_what_another_cached(tenants: Tenants) -> None:
     reader = tenants.role("r")
     with tenants.cache() as owner, tenants.cache(user=reader) as unprivileged:
         assert cached(owner, secret_code, 1) == "the launch code"
@@ -218,7 +216,7 @@ def test_a_role_without_the_privilege_never_reads_what_another_cached(tenants: T
             read(unprivileged, secret_code, 1)
 
 
-def test_a_revoked_membership_stops_cached_reads(tenants: Tenants):
+def test_a_revoked_membership_stops_cached_reads(tenants: Tenants) -> None:
     """Role membership is a shared catalog no event trigger sees: the agent's watch
     invalidates every cached result once it changes."""
     group, member = tenants.role("g"), tenants.role("r")
@@ -244,7 +242,9 @@ def test_a_revoked_membership_stops_cached_reads(tenants: Tenants):
         wait_until(refused, "the revoked member's cached read to be refused", timeout=20)
 
 
-def test_a_membership_revoked_while_the_agent_was_down_is_seen_when_it_starts(tenants: Tenants):
+def test_a_membership_revoked_while_the_agent_was_down_is_seen_when_it_starts(
+    tenants: Tenants,
+) -> None:
     """The agent records what it read of the shared catalogs in the database."""
     group, member = tenants.role("g"), tenants.role("r")
     with tenants.admin() as admin:
@@ -286,8 +286,8 @@ def test_a_membership_revoked_while_the_agent_was_down_is_seen_when_it_starts(te
 )
 def test_session_settings_are_part_of_the_context(
     tenants: Tenants, function: Any, first: dict[str, str], second: dict[str, str]
-):
-    def options(settings: dict[str, str]) -> dict[str, str]:
+) -> None:
+    def options(settings: dict[str, str]) -> dict[str, Any]:
         return {"options": " ".join(f"-c {k}={v}" for k, v in settings.items())}
 
     with tenants.cache(**options(first)) as one, tenants.cache(**options(second)) as other:
@@ -308,8 +308,10 @@ def test_session_settings_are_part_of_the_context(
         assert cached(one, function, 1) == expected_one
 
 
-def test_a_set_in_a_read_write_block_does_not_change_the_next_readers_context(tenants: Tenants):
-    with tenants.cache(**{"options": "-c TimeZone=UTC"}) as cache:
+def test_a_set_in_a_read_write_block_does_not_change_the_next_readers_context(
+    tenants: Tenants,
+) -> None:
+    with tenants.cache(options="-c TimeZone=UTC") as cache:
         assert cached(cache, event_day, 1) == "2026-03-01"
         with cache.read_write() as tx:
             tx.execute("SET TimeZone = 'Asia/Tokyo'")
@@ -321,7 +323,7 @@ def test_a_set_in_a_read_write_block_does_not_change_the_next_readers_context(te
 
 def test_two_databases_on_one_server_never_share_a_value(
     tenants: Tenants, caplog: pytest.LogCaptureFixture
-):
+) -> None:
     """The agent follows one database: a cache of another database on the same server (a
     test database beside the development one) runs uncached, saying so once."""
     other = f"{tenants.database}_other"
@@ -345,7 +347,7 @@ def test_two_databases_on_one_server_never_share_a_value(
         drop_database(tenants.server, other)
 
 
-def test_a_database_setting_changed_under_pooled_sessions_reaches_them(tenants: Tenants):
+def test_a_database_setting_changed_under_pooled_sessions_reaches_them(tenants: Tenants) -> None:
     """``ALTER DATABASE … SET search_path`` changes new sessions only: the agent's watch
     sees it, the library reads its session context again, replaces its pooled sessions,
     and caches under the new context — never a value no session would return."""
@@ -378,7 +380,7 @@ def test_a_database_setting_changed_under_pooled_sessions_reaches_them(tenants: 
                 )
 
 
-def test_async_caches_key_by_their_session_context(tenants: Tenants):
+def test_async_caches_key_by_their_session_context(tenants: Tenants) -> None:
     async def body() -> None:
         a = await txcache.connect_async(
             tenants.dsn(**search_path("tenant_a,public")),

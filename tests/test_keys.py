@@ -10,8 +10,10 @@ import subprocess
 import sys
 import uuid
 from collections import namedtuple
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -22,20 +24,24 @@ from txcache._keys import KEY_BYTES, CallKeys
 from txcache.errors import TxcacheError, UnsupportedArgument
 
 
-def one(x):
+def one(x: Any) -> Any:
     return x
 
 
-def key_of(value) -> bytes:
+def key_of(value: Any) -> bytes:
     """The key of ``one(value)``."""
     return CallKeys(one).key((value,), {})
 
 
-def define(source: str, name: str = "f", module: str = "app.models"):
+def define(source: str, name: str = "f", module: str = "app.models") -> Callable[..., Any]:
     """Compile ``source`` into a fresh namespace posing as ``module`` and return ``name``."""
-    namespace: dict = {"__name__": module}
+    namespace: dict[str, Any] = {"__name__": module}
     exec(compile(source, f"<{module}>", "exec"), namespace)
-    return namespace[name]
+    function: Callable[..., Any] = namespace[name]
+    return function
+
+
+Point = namedtuple("Point", "x y")
 
 
 class Colour(enum.Enum):
@@ -54,18 +60,18 @@ class Level(enum.IntEnum):
 # --- shape of a key ------------------------------------------------------------------------
 
 
-def test_a_key_is_key_bytes_long():
+def test_a_key_is_key_bytes_long() -> None:
     assert KEY_BYTES == 16
     assert len(key_of(1)) == KEY_BYTES
     assert len(CallKeys(one).key((), {"x": [1, {"a": (2, 3)}]})) == KEY_BYTES
 
 
-def test_keys_are_deterministic():
+def test_keys_are_deterministic() -> None:
     assert key_of({"a": [1, 2], "b": None}) == key_of({"a": [1, 2], "b": None})
     assert CallKeys(one).key((5,), {}) == CallKeys(one).key((5,), {})
 
 
-def test_the_name_is_the_qualified_name_of_the_function():
+def test_the_name_is_the_qualified_name_of_the_function() -> None:
     assert CallKeys(one).name == f"{one.__module__}.one"
     assert CallKeys(define("def f(x):\n    return x\n")).name == "app.models.f"
 
@@ -73,8 +79,8 @@ def test_the_name_is_the_qualified_name_of_the_function():
 # --- one call, one key ---------------------------------------------------------------------
 
 
-def test_positional_keyword_and_defaulted_calls_are_one_call():
-    def f(x, y=2):
+def test_positional_keyword_and_defaulted_calls_are_one_call() -> None:
+    def f(x: int, y: int = 2) -> int:
         return x + y
 
     keys = CallKeys(f)
@@ -86,27 +92,27 @@ def test_positional_keyword_and_defaulted_calls_are_one_call():
     assert keys.key((1, 3), {}) != positional
 
 
-def test_a_single_parameter_given_by_keyword_or_position_is_one_call():
+def test_a_single_parameter_given_by_keyword_or_position_is_one_call() -> None:
     keys = CallKeys(one)
     assert keys.key((1,), {}) == keys.key((), {"x": 1})
 
 
-def test_a_function_without_parameters_has_one_key():
-    def f():
+def test_a_function_without_parameters_has_one_key() -> None:
+    def f() -> int:
         return 0
 
     assert CallKeys(f).key((), {}) == CallKeys(f).key((), {})
 
 
-def test_a_call_that_does_not_fit_the_signature_is_a_type_error():
+def test_a_call_that_does_not_fit_the_signature_is_a_type_error() -> None:
     with pytest.raises(TypeError):
         CallKeys(one).key((1, 2), {})
     with pytest.raises(TypeError):
         CallKeys(one).key((), {"y": 1})
 
 
-def test_arguments_are_not_interchangeable_between_parameters():
-    def f(x, y):
+def test_arguments_are_not_interchangeable_between_parameters() -> None:
+    def f(x: Any, y: Any) -> Any:
         return x - y
 
     keys = CallKeys(f)
@@ -114,8 +120,8 @@ def test_arguments_are_not_interchangeable_between_parameters():
     assert keys.key(("ab", ""), {}) != keys.key(("a", "b"), {})
 
 
-def test_var_positional_calls_with_different_arguments_have_different_keys():
-    def f(*args):
+def test_var_positional_calls_with_different_arguments_have_different_keys() -> None:
+    def f(*args: Any) -> tuple[Any, ...]:
         return args
 
     keys = CallKeys(f)
@@ -123,8 +129,8 @@ def test_var_positional_calls_with_different_arguments_have_different_keys():
     assert keys.key(((),), {}) != keys.key((), {})
 
 
-def test_a_positional_argument_for_a_keyword_only_parameter_is_a_type_error():
-    def h(x, *, y):
+def test_a_positional_argument_for_a_keyword_only_parameter_is_a_type_error() -> None:
+    def h(x: int, *, y: int) -> int:
         return x + y
 
     with pytest.raises(TypeError):
@@ -134,54 +140,54 @@ def test_a_positional_argument_for_a_keyword_only_parameter_is_a_type_error():
 # --- different values, different keys -----------------------------------------------------
 
 
-def test_values_equal_in_python_but_of_different_types_differ():
+def test_values_equal_in_python_but_of_different_types_differ() -> None:
     values = [1, 1.0, True, "1", b"1", Decimal("1"), (1,), [1], {1}, Colour.RED, Level.LOW]
     keys = [key_of(value) for value in values]
     assert len(set(keys)) == len(values)
 
 
-def test_zero_values_of_different_types_differ():
+def test_zero_values_of_different_types_differ() -> None:
     values = [0, 0.0, False, "", b"", None, (), [], {}, set(), Decimal(0)]
     keys = [key_of(value) for value in values]
     assert len(set(keys)) == len(values)
 
 
-def test_negative_zero_differs_from_zero():
+def test_negative_zero_differs_from_zero() -> None:
     assert key_of(-0.0) != key_of(0.0)
 
 
-def test_nans_are_keyed_by_their_bits():
+def test_nans_are_keyed_by_their_bits() -> None:
     nan = float("nan")
     assert key_of(nan) == key_of(float("nan"))
     assert key_of(nan) != key_of(-nan), "copysign tells them apart"
     assert key_of(nan) != key_of(float("inf"))
 
 
-def test_infinities_differ():
+def test_infinities_differ() -> None:
     assert key_of(float("inf")) != key_of(float("-inf"))
 
 
-def test_floats_that_differ_in_the_last_bit_differ():
+def test_floats_that_differ_in_the_last_bit_differ() -> None:
     assert key_of(0.1 + 0.2) != key_of(0.3)
 
 
-def test_big_and_negative_integers_differ():
+def test_big_and_negative_integers_differ() -> None:
     assert key_of(2**70) != key_of(-(2**70))
     assert key_of(2**70) != key_of(2**70 + 1)
     assert key_of(-1) != key_of(1)
 
 
-def test_str_bytes_and_bytearray_with_the_same_content_differ():
+def test_str_bytes_and_bytearray_with_the_same_content_differ() -> None:
     assert key_of("abc") != key_of(b"abc")
     assert key_of(bytearray(b"abc")) != key_of(b"abc")
     assert key_of(bytearray(b"abc")) == key_of(bytearray(b"abc"))
 
 
-def test_strings_with_lone_surrogates_have_keys():
+def test_strings_with_lone_surrogates_have_keys() -> None:
     assert key_of("\ud800") != key_of("\ud801")
 
 
-def test_decimals_are_keyed_by_their_exact_form():
+def test_decimals_are_keyed_by_their_exact_form() -> None:
     assert key_of(Decimal("1.0")) != key_of(Decimal("1.00"))
     assert key_of(Decimal("NaN")) == key_of(Decimal("NaN"))
     assert key_of(Decimal("NaN")) != key_of(Decimal("sNaN"))
@@ -191,35 +197,35 @@ def test_decimals_are_keyed_by_their_exact_form():
 # --- containers ----------------------------------------------------------------------------
 
 
-def test_dict_insertion_order_is_part_of_the_key():
+def test_dict_insertion_order_is_part_of_the_key() -> None:
     # A function can build SQL from it (ORDER BY from sort.items()).
     assert key_of({"a": 1, "b": 2}) != key_of({"b": 2, "a": 1})
     assert key_of({"a": 1, "b": 2}) == key_of(dict([("a", 1), ("b", 2)]))
 
 
-def test_dict_keys_and_values_are_not_interchangeable():
+def test_dict_keys_and_values_are_not_interchangeable() -> None:
     assert key_of({"a": "b"}) != key_of({"b": "a"})
     assert key_of({"a": 1, "b": 2}) != key_of({"a": 2, "b": 1})
 
 
-def test_set_order_does_not_matter_but_set_is_not_frozenset():
+def test_set_order_does_not_matter_but_set_is_not_frozenset() -> None:
     many = [f"item {i}" for i in range(50)]
     assert key_of(set(many)) == key_of(set(reversed(many)))
     assert key_of(frozenset(many)) == key_of(frozenset(reversed(many)))
     assert key_of(set(many)) != key_of(frozenset(many))
 
 
-def test_list_and_tuple_differ():
+def test_list_and_tuple_differ() -> None:
     assert key_of([1, 2]) != key_of((1, 2))
     assert key_of([]) != key_of(())
 
 
-def test_sequence_order_matters():
+def test_sequence_order_matters() -> None:
     assert key_of([1, 2]) != key_of([2, 1])
     assert key_of((1, 2)) != key_of((2, 1))
 
 
-def test_nested_containers_keep_their_structure():
+def test_nested_containers_keep_their_structure() -> None:
     assert key_of([[1, 2], [3]]) != key_of([[1], [2, 3]])
     assert key_of([[1, 2], [3]]) != key_of([1, 2, 3])
     assert key_of(("a", "b")) != key_of(("ab",))
@@ -228,7 +234,7 @@ def test_nested_containers_keep_their_structure():
     assert key_of([{"x": {1, 2}}]) == key_of([{"x": {2, 1}}])
 
 
-def test_a_dict_differs_from_its_items():
+def test_a_dict_differs_from_its_items() -> None:
     assert key_of({"a": 1}) != key_of([("a", 1)])
     assert key_of({"a": 1}) != key_of({("a", 1)})
 
@@ -236,20 +242,20 @@ def test_a_dict_differs_from_its_items():
 # --- dates, times, UUIDs, enums ------------------------------------------------------------
 
 
-def test_datetime_with_and_without_a_time_zone_differ():
+def test_datetime_with_and_without_a_time_zone_differ() -> None:
     naive = datetime.datetime(2024, 3, 1, 12, 0)
     aware = naive.replace(tzinfo=datetime.UTC)
     assert key_of(naive) != key_of(aware)
 
 
-def test_datetimes_in_different_offsets_differ():
+def test_datetimes_in_different_offsets_differ() -> None:
     a = datetime.datetime(2024, 3, 1, 12, tzinfo=datetime.UTC)
     b = a.astimezone(datetime.timezone(datetime.timedelta(hours=1)))
     assert a == b
     assert key_of(a) != key_of(b)
 
 
-def test_datetimes_in_different_zones_of_one_offset_differ():
+def test_datetimes_in_different_zones_of_one_offset_differ() -> None:
     a = datetime.datetime(2024, 3, 1, 12, tzinfo=datetime.UTC)
     b = a.astimezone(ZoneInfo("Europe/London"))
     assert a == b
@@ -257,23 +263,23 @@ def test_datetimes_in_different_zones_of_one_offset_differ():
     assert key_of(a) != key_of(b), "the zone, not just the offset, is in the key"
 
 
-def test_datetime_fold_is_part_of_the_key():
+def test_datetime_fold_is_part_of_the_key() -> None:
     a = datetime.datetime(2024, 10, 27, 2, 30)
     assert key_of(a) != key_of(a.replace(fold=1))
 
 
-def test_date_datetime_and_time_differ():
+def test_date_datetime_and_time_differ() -> None:
     assert key_of(datetime.date(2024, 3, 1)) != key_of(datetime.datetime(2024, 3, 1))
     assert key_of(datetime.time(0, 0)) != key_of(datetime.datetime(2024, 3, 1))
     assert key_of(datetime.date(2024, 3, 1)) != key_of(datetime.date(2024, 3, 2))
 
 
-def test_timedeltas_are_keyed_by_their_value():
+def test_timedeltas_are_keyed_by_their_value() -> None:
     assert key_of(datetime.timedelta(days=1)) == key_of(datetime.timedelta(hours=24))
     assert key_of(datetime.timedelta(days=-1)) != key_of(datetime.timedelta(days=1))
 
 
-def test_uuids_are_keyed_by_their_value():
+def test_uuids_are_keyed_by_their_value() -> None:
     u = uuid.UUID("12345678-1234-5678-1234-567812345678")
     assert key_of(u) == key_of(uuid.UUID(str(u)))
     assert key_of(u) != key_of(uuid.uuid4())
@@ -281,7 +287,7 @@ def test_uuids_are_keyed_by_their_value():
     assert key_of(u) != key_of(u.bytes)
 
 
-def test_enum_members_are_keyed_by_class_and_value():
+def test_enum_members_are_keyed_by_class_and_value() -> None:
     assert key_of(Colour.RED) == key_of(Colour(1))
     assert key_of(Colour.RED) != key_of(Colour.GREEN)
     assert key_of(Colour.RED) != key_of(Shade.RED), "same name and value, another enum"
@@ -289,7 +295,7 @@ def test_enum_members_are_keyed_by_class_and_value():
     assert key_of(Level.LOW) != key_of(1), "an IntEnum is not its int"
 
 
-def test_encode_argument_tags_by_type():
+def test_encode_argument_tags_by_type() -> None:
     assert encode_argument(1) != encode_argument(True)
     assert encode_argument(None) != encode_argument(b"")
     assert encode_argument("") != encode_argument(b"")
@@ -303,7 +309,7 @@ def test_encode_argument_tags_by_type():
     [
         object(),
         lambda: None,
-        namedtuple("Point", "x y")(1, 2),
+        Point(1, 2),
         type("Text", (str,), {})("a"),
         type("Number", (int,), {})(1),
         Path("data"),
@@ -327,13 +333,13 @@ def test_encode_argument_tags_by_type():
         "enum-class",
     ],
 )
-def test_a_value_without_a_canonical_form_is_refused(value):
+def test_a_value_without_a_canonical_form_is_refused(value: Any) -> None:
     with pytest.raises(UnsupportedArgument):
         encode_argument(value)
 
 
-def test_unsupported_argument_names_the_function_and_the_parameter():
-    def lookup(user, options):
+def test_unsupported_argument_names_the_function_and_the_parameter() -> None:
+    def lookup(user: Any, options: Any) -> tuple[Any, Any]:
         return user, options
 
     with pytest.raises(UnsupportedArgument) as raised:
@@ -344,20 +350,19 @@ def test_unsupported_argument_names_the_function_and_the_parameter():
     assert "object" in message
 
 
-def test_unsupported_argument_is_a_txcache_error_and_a_type_error():
+def test_unsupported_argument_is_a_txcache_error_and_a_type_error() -> None:
     with pytest.raises(TxcacheError):
         key_of(object())
     with pytest.raises(TypeError):
         key_of(object())
 
 
-def test_unsupported_argument_names_the_namedtuple_type():
-    Point = namedtuple("Point", "x y")
+def test_unsupported_argument_names_the_namedtuple_type() -> None:
     with pytest.raises(UnsupportedArgument, match="Point"):
         key_of(Point(1, 2))
 
 
-def test_an_int_too_long_for_str_still_has_a_canonical_encoding():
+def test_an_int_too_long_for_str_still_has_a_canonical_encoding() -> None:
     assert encode_argument(10**5000) == encode_argument(10**5000)
     assert encode_argument(10**5000) != encode_argument(10**5000 + 1)
     assert encode_argument(-(10**5000)) != encode_argument(10**5000)
@@ -374,14 +379,14 @@ def f(x):
 """
 
 
-def test_functions_with_the_same_name_but_different_code_differ():
+def test_functions_with_the_same_name_but_different_code_differ() -> None:
     f1 = define("def f(x):\n    return x + 1\n")
     f2 = define("def f(x):\n    return x - 1\n")
     assert CallKeys(f1).name == CallKeys(f2).name
     assert CallKeys(f1).key((1,), {}) != CallKeys(f2).key((1,), {})
 
 
-def test_the_same_function_moved_in_its_file_keeps_its_key():
+def test_the_same_function_moved_in_its_file_keeps_its_key() -> None:
     f1 = define(SOURCE)
     f2 = define("\n\n\n\n\n# moved down\n\n" + SOURCE)
     assert f1.__code__.co_firstlineno != f2.__code__.co_firstlineno
@@ -389,40 +394,40 @@ def test_the_same_function_moved_in_its_file_keeps_its_key():
     assert CallKeys(f1).key((3,), {}) == CallKeys(f2).key((3,), {})
 
 
-def test_the_same_function_in_another_file_keeps_its_key():
+def test_the_same_function_in_another_file_keeps_its_key() -> None:
     f1 = define(SOURCE)
-    namespace: dict = {"__name__": "app.models"}
+    namespace: dict[str, Any] = {"__name__": "app.models"}
     exec(compile(SOURCE, "elsewhere/models.py", "exec"), namespace)
     assert CallKeys(f1).key((3,), {}) == CallKeys(namespace["f"]).key((3,), {})
 
 
-def test_a_changed_constant_changes_the_key():
+def test_a_changed_constant_changes_the_key() -> None:
     f1 = define(SOURCE)
     f2 = define(SOURCE.replace('"total"', '"sum"'))
     f3 = define(SOURCE.replace("x * 2", "x * 3"))
     assert len({CallKeys(f).key((3,), {}) for f in (f1, f2, f3)}) == 3
 
 
-def test_a_changed_nested_function_changes_the_key():
+def test_a_changed_nested_function_changes_the_key() -> None:
     outer = "def f(x):\n    def inner(y):\n        return y + {n}\n    return inner(x)\n"
     f1 = define(outer.format(n=1))
     f2 = define(outer.format(n=2))
     assert code_hash(f1) != code_hash(f2)
 
 
-def test_a_renamed_global_changes_the_key():
+def test_a_renamed_global_changes_the_key() -> None:
     f1 = define("def f(x):\n    return len(x)\n")
     f2 = define("def f(x):\n    return abs(x)\n")
     assert code_hash(f1) != code_hash(f2)
 
 
-def test_a_function_in_another_module_differs():
+def test_a_function_in_another_module_differs() -> None:
     f1 = define(SOURCE, module="app.models")
     f2 = define(SOURCE, module="app.views")
     assert CallKeys(f1).key((3,), {}) != CallKeys(f2).key((3,), {})
 
 
-def test_version_changes_the_key():
+def test_version_changes_the_key() -> None:
     default = CallKeys(one).key((1,), {})
     v1 = CallKeys(one, version="1").key((1,), {})
     v2 = CallKeys(one, version="2").key((1,), {})
@@ -430,12 +435,12 @@ def test_version_changes_the_key():
     assert CallKeys(one, version="1").key((1,), {}) == v1
 
 
-def test_code_hash_of_a_callable_without_code_is_still_a_digest():
+def test_code_hash_of_a_callable_without_code_is_still_a_digest() -> None:
     assert len(code_hash(len)) == 16
     assert code_hash(len) != code_hash(abs)
 
 
-def test_code_hash_is_the_same_in_every_process():
+def test_code_hash_is_the_same_in_every_process() -> None:
     script = (
         "from txcache._code_hash import code_hash\n"
         "def f(x):\n"

@@ -8,6 +8,7 @@ import signal
 import time
 
 import txcache
+from conftest import running_agent
 from library_fixtures import LibraryStack
 
 reads: list[int] = []
@@ -37,7 +38,7 @@ def update_all(lib: LibraryStack, delta: int) -> int | None:
     return tx.commit_timestamp
 
 
-def test_a_dead_node_means_misses_not_errors(lib):
+def test_a_dead_node_means_misses_not_errors(lib: LibraryStack) -> None:
     lib.caught_up()
     lib.fresh_pins()
     assert prices(lib) == truth(lib)
@@ -51,7 +52,7 @@ def test_a_dead_node_means_misses_not_errors(lib):
     assert prices(lib, not_before=token) == truth(lib)
 
 
-def test_a_node_that_stops_reading_is_skipped_after_its_timeout(database):
+def test_a_node_that_stops_reading_is_skipped_after_its_timeout(database: str) -> None:
     with LibraryStack(database, node_timeout=0.3) as lib:
         lib.caught_up()
         lib.fresh_pins()
@@ -65,24 +66,25 @@ def test_a_node_that_stops_reading_is_skipped_after_its_timeout(database):
             os.kill(lib.nodes[1].process.pid, signal.SIGCONT)
 
 
-def test_a_dead_agent_means_the_database_answers(lib):
+def test_a_dead_agent_means_the_database_answers(lib: LibraryStack) -> None:
     lib.caught_up()
     lib.fresh_pins()
     assert prices(lib) == truth(lib)
-    lib.agent.kill()
+    running_agent(lib).kill()
     token = update_all(lib, 5)
     assert token is not None, "a WAL position stands in for the commit LSN"
     assert prices(lib, not_before=token) == truth(lib)
     assert prices(lib, staleness=0) == truth(lib)
     # Deliberately idle until the last pins the dead agent listed have expired.
+    assert lib.cache.agent is not None
     time.sleep(lib.cache.agent.pin_list_ttl + 0.1)
     assert prices(lib, staleness=60) == truth(lib), "the dead agent's pins are not offered"
 
 
-def test_the_library_resumes_caching_when_the_agent_returns(lib):
+def test_the_library_resumes_caching_when_the_agent_returns(lib: LibraryStack) -> None:
     lib.caught_up()
     lib.fresh_pins()
-    lib.agent.kill()
+    running_agent(lib).kill()
     update_all(lib, 7)
     assert prices(lib, staleness=0) == truth(lib)
     lib.restart_agent()

@@ -10,7 +10,7 @@ import txcache
 from library_fixtures import LibraryStack
 
 
-def test_a_forked_child_leaves_the_parents_connections_alone(lib: LibraryStack):
+def test_a_forked_child_leaves_the_parents_connections_alone(lib: LibraryStack) -> None:
     with lib.cache.read_only() as tx:
         assert tx.query_one("SELECT 1") == (1,)
     read, write = os.pipe()

@@ -23,7 +23,7 @@ def price_of(item_id: int) -> int:
     return int(row[0])
 
 
-def test_a_transaction_used_from_another_thread_is_refused(lib: LibraryStack):
+def test_a_transaction_used_from_another_thread_is_refused(lib: LibraryStack) -> None:
     lib.caught_up()
     lib.fresh_pins()
     failures: list[BaseException] = []
@@ -44,7 +44,9 @@ def test_a_transaction_used_from_another_thread_is_refused(lib: LibraryStack):
     assert "thread" in str(failures[0])
 
 
-def test_a_failed_begin_leaves_no_transaction_behind(lib: LibraryStack, monkeypatch):
+def test_a_failed_begin_leaves_no_transaction_behind(
+    lib: LibraryStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def exhausted(*args: object, **kwargs: object) -> None:
         raise psycopg_pool.PoolTimeout("no connection")
 
@@ -57,7 +59,7 @@ def test_a_failed_begin_leaves_no_transaction_behind(lib: LibraryStack, monkeypa
         tx.execute("SELECT 1")
 
 
-def test_a_caught_statement_failure_rolls_back_and_says_so(lib: LibraryStack):
+def test_a_caught_statement_failure_rolls_back_and_says_so(lib: LibraryStack) -> None:
     available = lib.cache.pool.get_stats().get("pool_available", 0)
 
     def write_then_swallow_a_failure() -> None:
@@ -73,19 +75,19 @@ def test_a_caught_statement_failure_rolls_back_and_says_so(lib: LibraryStack):
     assert row == (10,), "nothing was written"
 
 
-def test_a_read_only_transaction_cannot_be_used_after_its_block(lib: LibraryStack):
+def test_a_read_only_transaction_cannot_be_used_after_its_block(lib: LibraryStack) -> None:
     with lib.cache.read_only(staleness=60) as tx:
         tx.query("SELECT 1")
     with pytest.raises(txcache.TransactionError, match="ended"):
         tx.query("SELECT 1")
 
 
-def test_a_malformed_node_address_is_a_configuration_error(lib: LibraryStack):
+def test_a_malformed_node_address_is_a_configuration_error(lib: LibraryStack) -> None:
     with pytest.raises(txcache.ConfigurationError, match="nodes"):
         txcache.connect(lib.dsn, nodes=["bogus"], agent="127.0.0.1:1")
 
 
-def test_a_policy_that_breaks_the_rules_gets_the_newest_pin(lib: LibraryStack):
+def test_a_policy_that_breaks_the_rules_gets_the_newest_pin(lib: LibraryStack) -> None:
     lib.caught_up()
     lib.fresh_pins()
     lib.cache.policy = lambda pin_set, now: txcache.Pin(1, "no-such-snapshot", 0.0)
@@ -95,7 +97,7 @@ def test_a_policy_that_breaks_the_rules_gets_the_newest_pin(lib: LibraryStack):
         assert tx.snapshot.snapshot_id != "no-such-snapshot"
 
 
-def test_one_pooled_connection_is_enough_for_queries_and_moves(database):
+def test_one_pooled_connection_is_enough_for_queries_and_moves(database: str) -> None:
     with LibraryStack(database, pool_size=1) as lib:
         lib.caught_up()
         lib.fresh_pins()
@@ -108,7 +110,7 @@ def test_one_pooled_connection_is_enough_for_queries_and_moves(database):
             assert tx.moves == 1
 
 
-def test_sets_serialize_to_the_same_bytes_in_every_process():
+def test_sets_serialize_to_the_same_bytes_in_every_process() -> None:
     script = (
         "import sys; sys.path.insert(0, 'python');"
         "from txcache import SafeSerializer;"

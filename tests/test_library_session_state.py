@@ -106,7 +106,7 @@ def no_reset(connection: psycopg.Connection[object], context: object) -> None:
 @pytest.mark.parametrize("kind", LEAKS)
 def test_session_state_does_not_outlive_the_read_write_block(
     cache: txcache.Cache, monkeypatch: pytest.MonkeyPatch, kind: str
-):
+) -> None:
     statement, expression = LEAKS[kind]
     _, fresh = look(cache, expression)
     pid = write(cache, statement)
@@ -127,7 +127,7 @@ def write_then_fail(cache: txcache.Cache, *statements: str) -> None:
         raise RuntimeError("boom")
 
 
-def test_state_left_by_a_rolled_back_block_is_reset_too(cache: txcache.Cache):
+def test_state_left_by_a_rolled_back_block_is_reset_too(cache: txcache.Cache) -> None:
     # Session advisory locks and prepared statements are not transactional.
     lock = "SELECT pg_advisory_lock(4242)"
     with pytest.raises(RuntimeError, match="boom"):
@@ -136,7 +136,7 @@ def test_state_left_by_a_rolled_back_block_is_reset_too(cache: txcache.Cache):
     assert look(cache, LEAKS["prepared statement"][1])[1] == 0
 
 
-def test_a_failed_statement_then_the_reset(cache: txcache.Cache):
+def test_a_failed_statement_then_the_reset(cache: txcache.Cache) -> None:
     statements = ("SET search_path = pg_catalog", "SELECT pg_advisory_lock(4242)")
     with pytest.raises(psycopg.errors.UndefinedTable):
         write_then_fail(cache, *statements, "SELECT * FROM no_such_table")
@@ -146,7 +146,7 @@ def test_a_failed_statement_then_the_reset(cache: txcache.Cache):
 
 def test_a_connection_that_cannot_be_reset_is_replaced(
     cache: txcache.Cache, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-):
+) -> None:
     monkeypatch.setattr(txcache._session, "_RESET_SESSION", "SELECT no_such_function()")
     with caplog.at_level(logging.WARNING, "txcache"):
         pid = write(cache, "SET search_path = pg_catalog")
@@ -157,16 +157,20 @@ def test_a_connection_that_cannot_be_reset_is_replaced(
     assert cache.pool.get_stats().get("returns_bad") == 1
 
 
-def test_psycopg_prepared_statements_survive_the_reset(cache: txcache.Cache):
+def test_psycopg_prepared_statements_survive_the_reset(cache: txcache.Cache) -> None:
     # DISCARD ALL would drop them behind psycopg's back: its next use of one would fail.
     statement = "SELECT name FROM items WHERE id = %s"
     for _ in range(8):  # past psycopg's prepare_threshold (5): now prepared
         with cache.read_only() as tx:
             assert tx.query_one(statement, (1,)) == ("item 1",)
     psycopg_statements = "(SELECT count(*) FROM pg_prepared_statements WHERE NOT from_sql)"
-    assert look(cache, psycopg_statements)[1] > 0
+    _, prepared = look(cache, psycopg_statements)
+    assert isinstance(prepared, int)
+    assert prepared > 0
     write(cache, "SET TimeZone = 'Asia/Tokyo'")
-    assert look(cache, psycopg_statements)[1] > 0
+    _, prepared = look(cache, psycopg_statements)
+    assert isinstance(prepared, int)
+    assert prepared > 0
     for _ in range(3):
         with cache.read_only() as tx:
             assert tx.query_one(statement, (1,)) == ("item 1",)
@@ -174,7 +178,7 @@ def test_psycopg_prepared_statements_survive_the_reset(cache: txcache.Cache):
 
 def test_statements_prepared_under_the_blocks_settings_are_analysed_again(
     cache: txcache.Cache,
-):
+) -> None:
     # A literal is interpreted when a statement is analysed: one psycopg prepares inside
     # the block (under its TimeZone) must not keep that reading afterwards.
     statement = "SELECT '2024-01-01 00:00'::timestamptz = %s::timestamptz"
@@ -189,12 +193,17 @@ def test_statements_prepared_under_the_blocks_settings_are_analysed_again(
 
 def test_read_only_transactions_are_not_reset(
     cache: txcache.Cache, monkeypatch: pytest.MonkeyPatch
-):
+) -> None:
     resets: list[object] = []
     reset = txcache._cache._reset_session
-    monkeypatch.setattr(
-        txcache._cache, "_reset_session", lambda c, context: (resets.append(c), reset(c, context))
-    )
+
+    def recorded_reset(
+        c: psycopg.Connection[object], context: txcache._session.SessionContext | None
+    ) -> None:
+        resets.append(c)
+        reset(c, context)
+
+    monkeypatch.setattr(txcache._cache, "_reset_session", recorded_reset)
     look(cache, "1")
     assert resets == []
     write(cache, "SELECT 1")
@@ -214,7 +223,7 @@ def lib1(database: str) -> Iterator[LibraryStack]:
         yield stack
 
 
-def test_a_writers_search_path_does_not_reach_a_cached_result(lib1: LibraryStack):
+def test_a_writers_search_path_does_not_reach_a_cached_result(lib1: LibraryStack) -> None:
     lib1.write("CREATE SCHEMA shadow")
     lib1.write("CREATE TABLE shadow.items (id integer PRIMARY KEY, name text NOT NULL)")
     lib1.write("INSERT INTO shadow.items VALUES (1, 'shadow 1')")
@@ -238,7 +247,9 @@ END $$
 """
 
 
-def test_a_function_that_changes_the_session_fails_the_read_only_block(cache: txcache.Cache):
+def test_a_function_that_changes_the_session_fails_the_read_only_block(
+    cache: txcache.Cache,
+) -> None:
     """The statement check cannot see into a function; the settings PostgreSQL reports
     show what it changed (search_path is reported from PostgreSQL 18)."""
     write(cache, SNEAKY)
@@ -252,7 +263,7 @@ def test_a_function_that_changes_the_session_fails_the_read_only_block(cache: tx
     assert look(cache, "current_setting('search_path')") == (pid, before), "reset, not leaked"
 
 
-def test_an_async_block_is_failed_and_its_connection_reset_too(database: str):
+def test_an_async_block_is_failed_and_its_connection_reset_too(database: str) -> None:
     with psycopg.connect(database, autocommit=True) as admin:
         admin.execute(SNEAKY)
 

@@ -16,7 +16,7 @@ import pytest
 
 import txcache
 from library_fixtures import LibraryStack, as_another_process
-from txcache._process import wait_until
+from txcache.stack import wait_until
 
 runs: list[tuple[str, object]] = []
 
@@ -24,9 +24,7 @@ runs: list[tuple[str, object]] = []
 @txcache.cacheable
 def get_item(item_id: int) -> tuple[int, str, int] | None:
     runs.append(("get_item", item_id))
-    return txcache.query_one(  # type: ignore[return-value]
-        "SELECT id, name, price FROM items WHERE id = %s", (item_id,)
-    )
+    return txcache.query_one("SELECT id, name, price FROM items WHERE id = %s", (item_id,))
 
 
 @txcache.cacheable
@@ -78,7 +76,7 @@ def warm(lib: LibraryStack, *item_ids: int) -> None:
             get_item(item_id)
 
 
-def test_a_hit_returns_the_stored_value_without_running_the_function(lib):
+def test_a_hit_returns_the_stored_value_without_running_the_function(lib: LibraryStack) -> None:
     warm(lib, 1)
     runs.clear()
     with lib.cache.read_only(staleness=60) as tx:
@@ -87,7 +85,7 @@ def test_a_hit_returns_the_stored_value_without_running_the_function(lib):
     assert runs == []
 
 
-def test_lookups_and_queries_are_timed(lib):
+def test_lookups_and_queries_are_timed(lib: LibraryStack) -> None:
     before = lib.cache.latency.as_dict()
     warm(lib, 1)  # a miss: one lookup, the function's query
     with lib.cache.read_only(staleness=60):
@@ -99,7 +97,7 @@ def test_lookups_and_queries_are_timed(lib):
     assert after["query_mean_ms"] > 0
 
 
-def test_hits_across_several_pins_narrow_to_one_commit_point(lib):
+def test_hits_across_several_pins_narrow_to_one_commit_point(lib: LibraryStack) -> None:
     warm(lib, 1, 2, 3)
     commit = commit_and_wait(lib, "UPDATE items SET price = price + 1 WHERE id IN (2, 3)")
     runs.clear()
@@ -114,7 +112,7 @@ def test_hits_across_several_pins_narrow_to_one_commit_point(lib):
     assert runs == []
 
 
-def test_a_miss_after_hits_runs_at_a_pin_the_hits_allow(lib):
+def test_a_miss_after_hits_runs_at_a_pin_the_hits_allow(lib: LibraryStack) -> None:
     warm(lib, 2)
     commit = commit_and_wait(lib, "UPDATE items SET price = price + 1 WHERE id IN (2, 3)")
     with lib.cache.read_only(staleness=60) as tx:
@@ -126,7 +124,7 @@ def test_a_miss_after_hits_runs_at_a_pin_the_hits_allow(lib):
     assert price_of(lib, 3) == 31
 
 
-def test_the_database_transaction_moves_when_a_hit_excludes_its_pin(lib):
+def test_the_database_transaction_moves_when_a_hit_excludes_its_pin(lib: LibraryStack) -> None:
     warm(lib, 2)
     commit = commit_and_wait(lib, "UPDATE items SET price = price + 1 WHERE id = 2")
     with lib.cache.read_only(staleness=60) as tx:
@@ -140,7 +138,7 @@ def test_the_database_transaction_moves_when_a_hit_excludes_its_pin(lib):
         assert txcache.query_one("SELECT price FROM items WHERE id = 2") == (20,)
 
 
-def test_no_move_when_the_queries_read_what_changed(lib):
+def test_no_move_when_the_queries_read_what_changed(lib: LibraryStack) -> None:
     warm(lib, 2)
     commit_and_wait(lib, "UPDATE items SET price = price + 1 WHERE id IN (2, 4)")
     with lib.cache.read_only(staleness=60) as tx:
@@ -150,7 +148,7 @@ def test_no_move_when_the_queries_read_what_changed(lib):
     assert get_item.stats.misses["consistency"] >= 1
 
 
-def test_star_is_removed_by_the_first_hit(lib):
+def test_star_is_removed_by_the_first_hit(lib: LibraryStack) -> None:
     warm(lib, 1)
     with lib.cache.read_only(staleness=60) as tx:
         assert tx.pin_set.star
@@ -158,10 +156,11 @@ def test_star_is_removed_by_the_first_hit(lib):
         assert not tx.pin_set.star
 
 
-def test_star_is_chosen_when_the_newest_pin_is_too_old(lib):
+def test_star_is_chosen_when_the_newest_pin_is_too_old(lib: LibraryStack) -> None:
     lib.caught_up()
     lib.fresh_pins()
     lib.cache.policy = txcache.newest_or_fresh(max_age=0.0)
+    assert lib.cache.agent is not None
     listed = {pin.ts for pin in lib.cache.agent.pins(staleness=60, not_before=None, now=1e12)}
     commit_and_wait(lib, "UPDATE users SET name = 'x' WHERE id = 5")
     with lib.cache.read_only(staleness=60) as tx:
@@ -170,7 +169,7 @@ def test_star_is_chosen_when_the_newest_pin_is_too_old(lib):
         assert tx.snapshot.ts not in listed
 
 
-def test_a_transaction_with_only_star_takes_a_fresh_pin(lib):
+def test_a_transaction_with_only_star_takes_a_fresh_pin(lib: LibraryStack) -> None:
     lib.caught_up()
     lib.fresh_pins()
     with lib.cache.read_only(staleness=0) as tx:
@@ -180,7 +179,7 @@ def test_a_transaction_with_only_star_takes_a_fresh_pin(lib):
         assert tx.snapshot is not None
 
 
-def test_nested_calls_inherit_intervals_and_tags(lib):
+def test_nested_calls_inherit_intervals_and_tags(lib: LibraryStack) -> None:
     lib.caught_up()
     lib.fresh_pins()
     with lib.cache.read_only(staleness=60):
@@ -198,7 +197,7 @@ def test_nested_calls_inherit_intervals_and_tags(lib):
     assert runs == []
 
 
-def test_an_inner_hit_feeds_the_outer_functions_interval(lib):
+def test_an_inner_hit_feeds_the_outer_functions_interval(lib: LibraryStack) -> None:
     warm(lib, 1)
     runs.clear()
     with lib.cache.read_only(staleness=60):
@@ -209,7 +208,7 @@ def test_an_inner_hit_feeds_the_outer_functions_interval(lib):
         assert price_list((1,)) == [(1, 11)], "the outer value inherited get_item(1)'s tags"
 
 
-def test_an_exception_stores_nothing(lib):
+def test_an_exception_stores_nothing(lib: LibraryStack) -> None:
     lib.caught_up()
     lib.fresh_pins()
     failures = {"left": 1}
@@ -231,7 +230,7 @@ def test_an_exception_stores_nothing(lib):
     assert flaky.stats.inserts["inserted"] == 1
 
 
-def test_read_your_writes(lib):
+def test_read_your_writes(lib: LibraryStack) -> None:
     warm(lib, 6)
     with lib.cache.read_write() as tx:
         tx.execute("UPDATE items SET price = 1234 WHERE id = 6")
@@ -242,7 +241,7 @@ def test_read_your_writes(lib):
     assert tx.commit_timestamp == token
 
 
-def test_read_your_writes_of_a_deferred_trigger(lib):
+def test_read_your_writes_of_a_deferred_trigger(lib: LibraryStack) -> None:
     lib.write(
         """CREATE FUNCTION credit_buyer() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
@@ -267,7 +266,7 @@ def test_read_your_writes_of_a_deferred_trigger(lib):
         assert user_name(3) == "bought 4", "the trigger's write, not the cached name"
 
 
-def test_read_your_writes_of_a_held_cursor_that_commit_runs(lib):
+def test_read_your_writes_of_a_held_cursor_that_commit_runs(lib: LibraryStack) -> None:
     # COMMIT runs the rest of a WITH HOLD cursor's query: its write gets a transaction id
     # only then, after the library could ask for one.
     lib.write(
@@ -288,7 +287,7 @@ def test_read_your_writes_of_a_held_cursor_that_commit_runs(lib):
         assert user_name(4) == "renamed at commit"
 
 
-def test_a_deferred_constraint_that_fails_fails_the_block(lib):
+def test_a_deferred_constraint_that_fails_fails_the_block(lib: LibraryStack) -> None:
     lib.write("ALTER TABLE users ADD UNIQUE (name) DEFERRABLE INITIALLY DEFERRED")
     with pytest.raises(psycopg.errors.UniqueViolation), lib.cache.read_write() as tx:
         tx.execute("UPDATE users SET name = 'user 1' WHERE id = 2")
@@ -316,7 +315,7 @@ def redefine_shelf(lib: LibraryStack, base: str, change: int) -> None:
     wait_until(lambda: agent.catalog_generation > generation, "a new catalog generation")
 
 
-def test_the_catalog_is_read_again_after_every_schema_change(lib):
+def test_the_catalog_is_read_again_after_every_schema_change(lib: LibraryStack) -> None:
     lib.write("CREATE VIEW shelf AS SELECT id, name FROM items")
     # More changes than the agent keeps catalog versions (16): the number of versions it
     # lists stops changing, the catalog generation does not.
@@ -336,7 +335,7 @@ def test_the_catalog_is_read_again_after_every_schema_change(lib):
         assert shelf_name(1) == "shelved", "the cached value depended on users, not items"
 
 
-def test_a_read_write_transaction_bypasses_the_cache(lib):
+def test_a_read_write_transaction_bypasses_the_cache(lib: LibraryStack) -> None:
     warm(lib, 8)
     runs.clear()
     with lib.cache.read_write() as tx:
@@ -347,7 +346,7 @@ def test_a_read_write_transaction_bypasses_the_cache(lib):
     assert tx.commit_timestamp is not None
 
 
-def test_a_cacheable_call_outside_a_transaction_runs_in_an_implicit_one(lib):
+def test_a_cacheable_call_outside_a_transaction_runs_in_an_implicit_one(lib: LibraryStack) -> None:
     lib.caught_up()
     lib.fresh_pins()
     assert get_item(9) == (9, "item 9", 90)
@@ -356,12 +355,12 @@ def test_a_cacheable_call_outside_a_transaction_runs_in_an_implicit_one(lib):
     assert runs == []
 
 
-def test_queries_outside_a_transaction_are_refused(lib):
+def test_queries_outside_a_transaction_are_refused(lib: LibraryStack) -> None:
     with pytest.raises(txcache.NoTransaction, match="read_only"):
         txcache.query("SELECT 1")
 
 
-def test_a_volatile_query_in_a_cacheable_function_is_refused(lib):
+def test_a_volatile_query_in_a_cacheable_function_is_refused(lib: LibraryStack) -> None:
     @txcache.cacheable
     def clock() -> object:
         return txcache.query_one("SELECT now()")
@@ -372,19 +371,21 @@ def test_a_volatile_query_in_a_cacheable_function_is_refused(lib):
         assert txcache.query_one("SELECT 1") == (1,), "bare queries may be anything"
 
 
-def test_unsupported_arguments_raise_a_clear_error(lib):
+def test_unsupported_arguments_raise_a_clear_error(lib: LibraryStack) -> None:
     with lib.cache.read_only(staleness=60), pytest.raises(txcache.UnsupportedArgument) as caught:
         get_item(object())  # type: ignore[arg-type]
     assert "item_id" in str(caught.value)
     assert "get_item" in str(caught.value)
 
 
-def test_a_foreign_value_is_a_miss_and_a_warning(lib, caplog):
+def test_a_foreign_value_is_a_miss_and_a_warning(
+    lib: LibraryStack, caplog: pytest.LogCaptureFixture
+) -> None:
     warm(lib, 10)
     other = txcache.connect(
         lib.dsn,
         nodes=[node.address for node in lib.nodes],
-        agent=f"{lib.agent.host}:{lib.agent.port}",
+        agent=lib.agent_address,
         secret="another secret",
     )
     runs.clear()
@@ -398,13 +399,13 @@ def test_a_foreign_value_is_a_miss_and_a_warning(lib, caplog):
     assert get_item.stats.misses["foreign"] >= 1
 
 
-def test_keys_change_with_arguments_and_code(lib):
+def test_keys_change_with_arguments_and_code(lib: LibraryStack) -> None:
     assert get_item.key(1) == get_item.key(item_id=1)
     assert get_item.key(1) != get_item.key(2)
     assert len(get_item.key(1)) == 16
 
 
-def test_bypass_mode_never_touches_the_cache(database):
+def test_bypass_mode_never_touches_the_cache(database: str) -> None:
     with LibraryStack(database, mode="bypass") as lib:
         with lib.cache.read_only(staleness=60) as tx:
             assert get_item(1) == (1, "item 1", 10)

@@ -4,9 +4,14 @@ results go stale with them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
 import pytest
 
 import txcache
+from library_fixtures import LibraryStack
 from txcache.errors import TransactionError
 
 EXCHANGE = {"EUR": 100, "USD": 90}  # an external service the database knows nothing of
@@ -32,13 +37,24 @@ def plain(n: int) -> int:
     return n
 
 
-def read(lib, call, not_before=None):
+T = TypeVar("T")
+
+
+def read(lib: LibraryStack, call: Callable[[], T], not_before: int | None = None) -> T:
     with lib.cache.read_only(staleness=60, not_before=not_before):
         return call()
 
 
+@dataclass(frozen=True)
+class Warm:
+    """The stack once every function's results are cached, and the token they were read at."""
+
+    lib: LibraryStack
+    token: int | None
+
+
 @pytest.fixture
-def warm(lib):
+def warm(lib: LibraryStack) -> Warm:
     EXCHANGE.update(EUR=100, USD=90)
     lib.caught_up()
     lib.fresh_pins()
@@ -49,14 +65,13 @@ def warm(lib):
         assert read(lib, lambda: rate("USD"), token) == 90
     # A read at a pin before it would run rate() again, on today's EXCHANGE: a result of a
     # function that reads outside the database is what it returned at some moment.
-    lib.token = token
-    return lib
+    return Warm(lib, token)
 
 
-def test_invalidate_makes_one_call_stale_and_its_callers_with_it(warm):
-    lib = warm
+def test_invalidate_makes_one_call_stale_and_its_callers_with_it(warm: Warm) -> None:
+    lib = warm.lib
     EXCHANGE["EUR"] = 110
-    assert read(lib, lambda: rate("EUR"), lib.token) == 100  # cached: the database saw nothing
+    assert read(lib, lambda: rate("EUR"), warm.token) == 100  # cached: the database saw nothing
     hits = rate.stats.hits
     token = rate.invalidate("EUR")
     assert token is not None
@@ -69,8 +84,8 @@ def test_invalidate_makes_one_call_stale_and_its_callers_with_it(warm):
     assert rate.stats.hits > hits
 
 
-def test_invalidate_all_makes_every_call_stale(warm):
-    lib = warm
+def test_invalidate_all_makes_every_call_stale(warm: Warm) -> None:
+    lib = warm.lib
     EXCHANGE.update(EUR=120, USD=95)
     token = rate.invalidate_all()
     lib.caught_up()
@@ -78,8 +93,8 @@ def test_invalidate_all_makes_every_call_stale(warm):
     assert read(lib, lambda: rate("USD"), token) == 95
 
 
-def test_an_invalidation_in_a_read_write_transaction_commits_with_it(warm):
-    lib = warm
+def test_an_invalidation_in_a_read_write_transaction_commits_with_it(warm: Warm) -> None:
+    lib = warm.lib
     EXCHANGE["EUR"] = 130
     with lib.cache.read_write() as tx:
         tx.execute("UPDATE items SET price = price WHERE id = 2")
@@ -89,8 +104,8 @@ def test_an_invalidation_in_a_read_write_transaction_commits_with_it(warm):
     assert read(lib, lambda: rate("EUR"), tx.commit_timestamp) == 130
 
 
-def test_an_invalidation_rolled_back_invalidates_nothing(warm):
-    lib = warm
+def test_an_invalidation_rolled_back_invalidates_nothing(warm: Warm) -> None:
+    lib = warm.lib
     EXCHANGE["EUR"] = 140
 
     def invalidate_then_fail() -> None:
@@ -105,11 +120,11 @@ def test_an_invalidation_rolled_back_invalidates_nothing(warm):
     assert read(lib, lambda: rate("EUR"), token) == 100
 
 
-def test_a_read_only_transaction_cannot_invalidate(warm):
-    with warm.cache.read_only(), pytest.raises(TransactionError, match="read/write"):
+def test_a_read_only_transaction_cannot_invalidate(warm: Warm) -> None:
+    with warm.lib.cache.read_only(), pytest.raises(TransactionError, match="read/write"):
         rate.invalidate("EUR")
 
 
-def test_a_function_without_manual_invalidation_says_how_to_declare_it(lib):
+def test_a_function_without_manual_invalidation_says_how_to_declare_it(lib: LibraryStack) -> None:
     with pytest.raises(TypeError, match=r"manual_invalidation=True"):
         plain.invalidate(1)

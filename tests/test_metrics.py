@@ -14,6 +14,7 @@ import prometheus_client
 import pytest
 
 import txcache
+from library_fixtures import LibraryStack
 from txcache import metrics
 from txcache._stats import FunctionStats, OperationLatency, ViewStats, view_stats
 
@@ -27,7 +28,7 @@ def label(item_id: int) -> str:
     return str(row[0])
 
 
-def exercise(lib) -> None:
+def exercise(lib: LibraryStack) -> None:
     lib.caught_up()
     lib.fresh_pins()
     for _ in range(2):
@@ -42,7 +43,7 @@ def value(text: str, sample: str) -> float:
     return float(line.rsplit(" ", 1)[1])
 
 
-def test_every_counter_of_the_statistics_is_exported():
+def test_every_counter_of_the_statistics_is_exported() -> None:
     exported = {metric.name.removeprefix("txcache_function_") for metric in metrics.METRICS}
     counters = {field.name for field in dataclasses.fields(FunctionStats)} - {"name", "_lock"}
     assert counters <= exported
@@ -52,7 +53,7 @@ def test_every_counter_of_the_statistics_is_exported():
     assert {f"txcache_{name}" for name in latency} <= {metric.name for metric in metrics.METRICS}
 
 
-def test_render_shows_each_function_with_help_and_type(lib):
+def test_render_shows_each_function_with_help_and_type(lib: LibraryStack) -> None:
     exercise(lib)
     text = metrics.render()
     for metric in metrics.METRICS:
@@ -64,7 +65,7 @@ def test_render_shows_each_function_with_help_and_type(lib):
     assert value(text, f'txcache_function_misses_total{{function="{name}",kind="compulsory"}}')
 
 
-def test_the_prometheus_client_collector_reports_the_same(lib):
+def test_the_prometheus_client_collector_reports_the_same(lib: LibraryStack) -> None:
     exercise(lib)
     registry = prometheus_client.CollectorRegistry()
     registry.register(metrics.Collector())
@@ -75,10 +76,11 @@ def test_the_prometheus_client_collector_reports_the_same(lib):
     assert value(text, "txcache_lookups_total") >= 1
 
 
-def test_serve_answers_get_metrics_only(lib):
+def test_serve_answers_get_metrics_only(lib: LibraryStack) -> None:
     exercise(lib)
     server = metrics.serve(0)
     host, port = server.server_address[:2]
+    assert isinstance(host, str)
     try:
         with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
             assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
@@ -91,12 +93,15 @@ def test_serve_answers_get_metrics_only(lib):
         server.close()
 
 
-def test_status_shows_the_functions_and_views_of_a_process_that_serves_them(lib):
+def test_status_shows_the_functions_and_views_of_a_process_that_serves_them(
+    lib: LibraryStack,
+) -> None:
     exercise(lib)
     view = view_stats("shop:item")  # as txcache.django's middleware records a request
     view.record(hits=3, misses=1)
     server = metrics.serve(0)
     host, port = server.server_address[:2]
+    assert isinstance(host, str)
     url = f"http://{host}:{port}/metrics"
     try:
         status = [sys.executable, "-m", "txcache", "status", "--metrics", url]
@@ -119,7 +124,7 @@ def test_status_shows_the_functions_and_views_of_a_process_that_serves_them(lib)
     assert views["shop:item"]["hit_rate"] == view.hit_rate
 
 
-def test_status_reports_a_process_without_metrics_as_unreachable():
+def test_status_reports_a_process_without_metrics_as_unreachable() -> None:
     url = "http://127.0.0.1:9/metrics"
     result = subprocess.run(
         [sys.executable, "-m", "txcache", "status", "--metrics", url],

@@ -10,11 +10,11 @@ import pytest
 import redis
 from redis.exceptions import NoPermissionError, ResponseError
 
-from conftest import info
-from txcache._process import find_binary, free_port
+from conftest import StartNode, info
+from txcache.stack import NodeProcess, find_binary, free_port
 
 
-def test_get_set_del_exists(client):
+def test_get_set_del_exists(client: redis.Redis) -> None:
     assert client.get("missing") is None
     assert client.set("a", b"1")
     assert client.set("b", b"")
@@ -28,7 +28,7 @@ def test_get_set_del_exists(client):
     assert client.get("b") == b"2"
 
 
-def test_flushall_empties_every_shard(client):
+def test_flushall_empties_every_shard(client: redis.Redis) -> None:
     for i in range(100):
         client.set(f"k{i}", b"v")
     assert client.dbsize() == 100
@@ -36,13 +36,13 @@ def test_flushall_empties_every_shard(client):
     assert client.dbsize() == 0
 
 
-def test_unknown_set_options_are_refused_not_ignored(client):
+def test_unknown_set_options_are_refused_not_ignored(client: redis.Redis) -> None:
     with pytest.raises(redis.ResponseError, match="syntax error"):
         client.execute_command("SET", "k", b"v", "EXX", 10)
     assert client.get("k") is None
 
 
-def test_ping_echo_select_client(client):
+def test_ping_echo_select_client(client: redis.Redis) -> None:
     assert client.ping()
     assert client.echo("hi") == b"hi"
     assert client.execute_command("SELECT", 0)
@@ -52,7 +52,7 @@ def test_ping_echo_select_client(client):
     assert client.client_getname() == "tester"
 
 
-def test_unknown_command_and_wrong_arity(client):
+def test_unknown_command_and_wrong_arity(client: redis.Redis) -> None:
     with pytest.raises(redis.ResponseError, match="unknown command 'NOPE'"):
         client.execute_command("NOPE", 1)
     with pytest.raises(redis.ResponseError, match="wrong number of arguments for 'get'"):
@@ -60,7 +60,7 @@ def test_unknown_command_and_wrong_arity(client):
     assert info(client, "stats")["command_errors"] == 2
 
 
-def test_info_reports_every_documented_field(client):
+def test_info_reports_every_documented_field(client: redis.Redis) -> None:
     client.set("plain", b"x" * 100)
     client.execute_command("TXSET", "v", b"y" * 1000, 0, "OPEN", "SNAPSHOT", 5, "TAGS", "s.t:c=1")
     client.get("plain")
@@ -101,7 +101,7 @@ def test_info_reports_every_documented_field(client):
     assert info(client, "nosuchsection") == {}
 
 
-def test_config_set_maxmemory_evicts_and_refuses_what_never_fits(start_node):
+def test_config_set_maxmemory_evicts_and_refuses_what_never_fits(start_node: StartNode) -> None:
     node = start_node("--max-memory", "16mb", "--shards", "2")
     client = redis.Redis(host=node.host, port=node.port, protocol=2)
     for i in range(1000):
@@ -121,7 +121,7 @@ def test_config_set_maxmemory_evicts_and_refuses_what_never_fits(start_node):
     client.close()
 
 
-def test_auth_is_required_when_a_password_is_set(start_node):
+def test_auth_is_required_when_a_password_is_set(start_node: StartNode) -> None:
     node = start_node("--password", "s3cret")
     anonymous = redis.Redis(host=node.host, port=node.port, protocol=2)
     with pytest.raises(redis.AuthenticationError):
@@ -136,7 +136,7 @@ def test_auth_is_required_when_a_password_is_set(start_node):
     assert "AUTH failed" in node.log_text()
 
 
-def test_only_the_stream_password_allows_stream_commands(start_node):
+def test_only_the_stream_password_allows_stream_commands(start_node: StartNode) -> None:
     node = start_node("--password", "app", "--stream-password", "agent")
     application = redis.Redis(host=node.host, port=node.port, password="app", protocol=2)
     assert application.set("k", b"v")
@@ -154,7 +154,7 @@ def test_only_the_stream_password_allows_stream_commands(start_node):
     assert application.execute_command("TXSTATUS")[0] == 100
 
 
-def test_the_origin_names_the_database_history_the_stream_follows(node):
+def test_the_origin_names_the_database_history_the_stream_follows(node: NodeProcess) -> None:
     client = redis.Redis(host=node.host, port=node.port, protocol=2)
     assert client.execute_command("TXORIGIN") is None, "no history named yet"
     assert client.execute_command("TXORIGIN", "7311:1") == b"OK"
@@ -177,7 +177,7 @@ def test_the_origin_names_the_database_history_the_stream_follows(node):
         (["--password", ""], "empty --password or --stream-password"),
     ],
 )
-def test_passwords_that_open_more_than_they_say_are_refused(flags, message):
+def test_passwords_that_open_more_than_they_say_are_refused(flags: list[str], message: str) -> None:
     binary = find_binary("txcached")
     result = subprocess.run(
         [str(binary), "--port", "0", *flags], capture_output=True, text=True, timeout=30
@@ -186,7 +186,7 @@ def test_passwords_that_open_more_than_they_say_are_refused(flags, message):
     assert message in result.stderr
 
 
-def test_a_stream_password_alone_leaves_data_commands_open(start_node):
+def test_a_stream_password_alone_leaves_data_commands_open(start_node: StartNode) -> None:
     node = start_node("--stream-password", "agent")
     anonymous = redis.Redis(host=node.host, port=node.port, protocol=2)
     assert anonymous.set("k", b"v")
@@ -198,12 +198,12 @@ def test_a_stream_password_alone_leaves_data_commands_open(start_node):
     assert anonymous.execute_command("TXHEARTBEAT", 100, 1) == 1
 
 
-def test_auth_without_a_configured_password_is_an_error(client):
+def test_auth_without_a_configured_password_is_an_error(client: redis.Redis) -> None:
     with pytest.raises(redis.ResponseError, match="without any password configured"):
         client.execute_command("AUTH", "x")
 
 
-def test_max_clients_refuses_with_an_error(start_node):
+def test_max_clients_refuses_with_an_error(start_node: StartNode) -> None:
     node = start_node("--max-clients", "2")
     first = redis.Redis(host=node.host, port=node.port, protocol=2)
     second = redis.Redis(host=node.host, port=node.port, protocol=2)
@@ -214,7 +214,7 @@ def test_max_clients_refuses_with_an_error(start_node):
     assert first.ping()
 
 
-def test_prometheus_endpoint_serves_the_same_metrics(start_node):
+def test_prometheus_endpoint_serves_the_same_metrics(start_node: StartNode) -> None:
     port = free_port()
     node = start_node("--metrics-port", str(port))
     client = redis.Redis(host=node.host, port=node.port, protocol=2)
@@ -228,7 +228,7 @@ def test_prometheus_endpoint_serves_the_same_metrics(start_node):
     assert 'txcached_objects_by_size{le="1"} 1' in body
 
 
-def test_hello_speaks_resp2_and_resp3(node):
+def test_hello_speaks_resp2_and_resp3(node: NodeProcess) -> None:
     client = redis.Redis(host=node.host, port=node.port, protocol=2)
     reply = client.execute_command("HELLO", 2)
     properties = dict(zip(reply[::2], reply[1::2], strict=True))
@@ -241,7 +241,7 @@ def test_hello_speaks_resp2_and_resp3(node):
         client.execute_command("HELLO", 4)
 
 
-def test_hello_auth_authenticates(start_node):
+def test_hello_auth_authenticates(start_node: StartNode) -> None:
     node = start_node("--password", "pw")
     with socket.create_connection((node.host, node.port), timeout=5) as sock:
         sock.sendall(b"HELLO 2\r\n")

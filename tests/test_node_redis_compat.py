@@ -12,9 +12,8 @@ import pytest
 import redis
 from redis.exceptions import ExecAbortError, ResponseError
 
-from conftest import info
-from txcache import NodeProcess
-from txcache._process import wait_until
+from conftest import StartNode, info
+from txcache.stack import NodeProcess, wait_until
 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 NOT_INTEGER = "value is not an integer or out of range"
@@ -33,7 +32,7 @@ def rc(node: NodeProcess, protocol: int) -> Iterator[redis.Redis]:
     connection.close()
 
 
-def test_hello_negotiates_the_protocol(node: NodeProcess):
+def test_hello_negotiates_the_protocol(node: NodeProcess) -> None:
     client = redis.Redis(host=node.host, port=node.port, protocol=3)
     properties = client.execute_command("HELLO", 3)
     assert isinstance(properties, dict), "RESP3 replies HELLO with a map"
@@ -63,7 +62,7 @@ def test_hello_negotiates_the_protocol(node: NodeProcess):
     assert default.get("missing") is None
 
 
-def test_set_options(rc: redis.Redis):
+def test_set_options(rc: redis.Redis) -> None:
     assert rc.set("k", "1", xx=True) is None
     assert rc.set("k", "1", nx=True) is True
     assert rc.set("k", "2", nx=True) is None
@@ -97,7 +96,7 @@ def test_set_options(rc: redis.Redis):
     assert rc.get("k") is None, "refused SETs store nothing"
 
 
-def test_values_expire_and_are_never_returned_after(rc: redis.Redis):
+def test_values_expire_and_are_never_returned_after(rc: redis.Redis) -> None:
     assert rc.set("brief", "v", px=150)
     assert rc.set("kept", "v")
     assert rc.get("brief") == b"v"
@@ -117,7 +116,7 @@ def test_values_expire_and_are_never_returned_after(rc: redis.Redis):
     assert counters["plain_expiring"] == 0
 
 
-def test_ttl_expire_and_persist_follow_redis(rc: redis.Redis):
+def test_ttl_expire_and_persist_follow_redis(rc: redis.Redis) -> None:
     assert rc.ttl("missing") == -2
     assert rc.pttl("missing") == -2
     assert rc.expire("missing", 10) is False
@@ -146,7 +145,7 @@ def test_ttl_expire_and_persist_follow_redis(rc: redis.Redis):
     assert rc.exists("k") == 0
 
 
-def test_several_keys_at_once(rc: redis.Redis):
+def test_several_keys_at_once(rc: redis.Redis) -> None:
     assert rc.mset({"a": "1", "b": "2", "c": "3"})
     assert rc.mget("a", "missing", "c") == [b"1", None, b"3"]
     assert rc.exists("a", "a", "missing", "b") == 3, "a key named twice counts twice"
@@ -156,7 +155,7 @@ def test_several_keys_at_once(rc: redis.Redis):
         rc.execute_command("MSET", "a", "1", "b")
 
 
-def test_counters(rc: redis.Redis):
+def test_counters(rc: redis.Redis) -> None:
     assert rc.incr("n") == 1
     assert rc.incr("n", 41) == 42
     assert rc.decr("n") == 41
@@ -179,7 +178,7 @@ def test_counters(rc: redis.Redis):
     assert rc.get("n") == b"-10"
 
 
-def test_plain_and_versioned_keys_stay_apart(rc: redis.Redis):
+def test_plain_and_versioned_keys_stay_apart(rc: redis.Redis) -> None:
     stored = rc.execute_command("TXSET", "versioned", "v", 0, "OPEN", "SNAPSHOT", 5)
     assert stored == [b"inserted", 5, None], "RESP3's null is None too"
     for command in (("GET", "versioned"), ("INCR", "versioned"), ("EXPIRE", "versioned", 5)):
@@ -197,7 +196,7 @@ def test_plain_and_versioned_keys_stay_apart(rc: redis.Redis):
         rc.execute_command("TXGET", "plain", 1, 2)
 
 
-def test_versioned_commands_work_on_resp3(rc: redis.Redis):
+def test_versioned_commands_work_on_resp3(rc: redis.Redis) -> None:
     assert rc.execute_command("TXHEARTBEAT", 100, 1) == 1
     stored = rc.execute_command(
         "TXSET", "item", b"value", 0, "OPEN", "SNAPSHOT", 100, "TAGS", "s.t:id=1"
@@ -210,7 +209,7 @@ def test_versioned_commands_work_on_resp3(rc: redis.Redis):
     assert rc.execute_command("TXINTERVAL", 100, "TAGS", "s.t:id=1") == [100, 101, 1]
 
 
-def test_flushdb_clears_plain_keys_and_flushall_everything(rc: redis.Redis):
+def test_flushdb_clears_plain_keys_and_flushall_everything(rc: redis.Redis) -> None:
     rc.mset({"a": "1", "b": "2"})
     rc.set("brief", "v", ex=100)
     rc.execute_command("TXSET", "versioned", "v", 1, 2)
@@ -222,7 +221,7 @@ def test_flushdb_clears_plain_keys_and_flushall_everything(rc: redis.Redis):
     assert rc.dbsize() == 0
 
 
-def test_transactional_pipelines(rc: redis.Redis):
+def test_transactional_pipelines(rc: redis.Redis) -> None:
     with rc.pipeline() as pipe:
         pipe.mset({"a": "1", "b": "2"})
         pipe.expire("a", 300)
@@ -263,7 +262,7 @@ def test_transactional_pipelines(rc: redis.Redis):
     assert counters["transactions_aborted"] == 2
 
 
-def test_multi_exec_discard_by_hand(rc: redis.Redis):
+def test_multi_exec_discard_by_hand(rc: redis.Redis) -> None:
     connection = rc.connection_pool.get_connection()
 
     def send(*command: str | int) -> object:
@@ -289,7 +288,7 @@ def test_multi_exec_discard_by_hand(rc: redis.Redis):
         rc.connection_pool.release(connection)
 
 
-def test_other_clients_never_see_a_transaction_half_done(node: NodeProcess, protocol: int):
+def test_other_clients_never_see_a_transaction_half_done(node: NodeProcess, protocol: int) -> None:
     """Writers set eight keys (spread over the shards) to one value per round, by a
     transaction and by MSET; readers read them all, by a transaction and by MGET, and always
     find one value."""
@@ -338,7 +337,7 @@ def test_other_clients_never_see_a_transaction_half_done(node: NodeProcess, prot
     assert failures == []
 
 
-def test_expired_keys_make_room_before_live_keys_are_evicted(start_node):
+def test_expired_keys_make_room_before_live_keys_are_evicted(start_node: StartNode) -> None:
     node = start_node("--max-memory", "4mb", "--shards", "1")
     client = redis.Redis(host=node.host, port=node.port, protocol=3)
     value = b"x" * 10_000
@@ -356,7 +355,7 @@ def test_expired_keys_make_room_before_live_keys_are_evicted(start_node):
     client.close()
 
 
-def test_info_speaks_resp3(rc: redis.Redis):
+def test_info_speaks_resp3(rc: redis.Redis) -> None:
     rc.set("k", "v", ex=10)
     fields = info(rc)
     for name in ("plain_expired", "plain_expiring", "transactions", "transactions_aborted"):

@@ -9,10 +9,11 @@ import time
 import pytest
 import redis
 
-from conftest import info
+from conftest import StartNode, info
+from txcache.stack import NodeProcess
 
 
-def raw_exchange(node, payload: bytes, read_timeout: float = 2.0) -> bytes:
+def raw_exchange(node: NodeProcess, payload: bytes, read_timeout: float = 2.0) -> bytes:
     """Send ``payload`` on a fresh connection and return what the node answers until it
     closes the connection or goes quiet."""
     with socket.create_connection((node.host, node.port), timeout=5) as sock:
@@ -54,19 +55,21 @@ def raw_exchange(node, payload: bytes, read_timeout: float = 2.0) -> bytes:
         "nested-request",
     ],
 )
-def test_malformed_frames_get_an_error_and_a_closed_connection(node, payload, expected):
+def test_malformed_frames_get_an_error_and_a_closed_connection(
+    node: NodeProcess, payload: bytes, expected: bytes
+) -> None:
     answer = raw_exchange(node, payload)
     assert answer.startswith(expected), answer
     assert node.alive()
     assert redis.Redis(host=node.host, port=node.port, protocol=2).ping()
 
 
-def test_inline_commands_work_for_humans(node):
+def test_inline_commands_work_for_humans(node: NodeProcess) -> None:
     answer = raw_exchange(node, b'PING\r\nSET k "a b"\r\nGET k\r\nQUIT\r\n')
     assert answer == b"+PONG\r\n+OK\r\n$3\r\na b\r\n+OK\r\n"
 
 
-def test_random_garbage_never_disturbs_other_clients(node):
+def test_random_garbage_never_disturbs_other_clients(node: NodeProcess) -> None:
     healthy = redis.Redis(host=node.host, port=node.port, protocol=2)
     healthy.set("canary", b"alive")
     generator = random.Random(20101004)
@@ -79,7 +82,7 @@ def test_random_garbage_never_disturbs_other_clients(node):
     assert info(healthy, "stats")["protocol_errors"] > 0
 
 
-def test_claimed_lengths_are_not_allocated(start_node):
+def test_claimed_lengths_are_not_allocated(start_node: StartNode) -> None:
     node = start_node("--max-memory", "64mb", "--shards", "1")
     baseline = node.rss_bytes()
     # 40 clients each claim a 60 MB value and send only its first byte.
@@ -96,14 +99,14 @@ def test_claimed_lengths_are_not_allocated(start_node):
     assert redis.Redis(host=node.host, port=node.port, protocol=2).ping()
 
 
-def test_slow_partial_request_completes(node):
+def test_slow_partial_request_completes(node: NodeProcess) -> None:
     with socket.create_connection((node.host, node.port), timeout=5) as sock:
         for byte in b"*2\r\n$4\r\nECHO\r\n$5\r\nhello\r\n":
             sock.sendall(bytes([byte]))
         assert sock.recv(100) == b"$5\r\nhello\r\n"
 
 
-def test_memory_stays_under_the_limit_far_past_it(start_node):
+def test_memory_stays_under_the_limit_far_past_it(start_node: StartNode) -> None:
     limit = 32 << 20
     node = start_node("--max-memory", str(limit))
     client = redis.Redis(host=node.host, port=node.port, protocol=2)
@@ -132,7 +135,7 @@ def test_memory_stays_under_the_limit_far_past_it(start_node):
     assert client.get(f"plain:{100 * 1000 - 1}") == value
 
 
-def test_pipelined_reads_of_large_values_do_not_pile_up_replies(start_node):
+def test_pipelined_reads_of_large_values_do_not_pile_up_replies(start_node: StartNode) -> None:
     """Regression: 700 pipelined GETs of a 1 MiB value (14 KB of requests) made the node
     hold 700 MiB of replies at once."""
     node = start_node("--max-memory", "64mb")
@@ -188,7 +191,7 @@ def _random_pipeline(rng: random.Random, count: int) -> bytes:
     return b"".join(requests)
 
 
-def _answers(node, payload: bytes, rng: random.Random | None) -> bytes:
+def _answers(node: NodeProcess, payload: bytes, rng: random.Random | None) -> bytes:
     """Everything ``node`` answers to ``payload`` on one connection: sent whole, or (with
     ``rng``) cut into pieces of 1 to 64 bytes that arrive apart, so that reads end inside
     requests."""
@@ -213,7 +216,7 @@ def _answers(node, payload: bytes, rng: random.Random | None) -> bytes:
         return received
 
 
-def test_a_pipeline_cut_anywhere_is_answered_as_if_sent_whole(start_node):
+def test_a_pipeline_cut_anywhere_is_answered_as_if_sent_whole(start_node: StartNode) -> None:
     """The node answers each request while it is still in its read buffer and moves past it
     after: however a pipeline is cut into reads, the answers must be byte for byte those of
     the pipeline sent whole (the same requests on a fresh node)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import cast
 
 import pytest
 import redis
@@ -18,16 +19,17 @@ TAG_A2 = "public.a:id=2"
 
 
 def txinterval(client: redis.Redis, s: int, *tags: str) -> list[int]:
-    return client.execute_command("TXINTERVAL", s, *(("TAGS", *tags) if tags else ()))
+    reply = client.execute_command("TXINTERVAL", s, *(("TAGS", *tags) if tags else ()))
+    return cast(list[int], reply)  # redis-py's replies are untyped
 
 
-def test_before_any_message_the_interval_holds_at_the_snapshot_alone(client):
+def test_before_any_message_the_interval_holds_at_the_snapshot_alone(client: redis.Redis) -> None:
     # N = 0: a snapshot above it is open from s, known valid at s alone; at N there is no history.
     assert txinterval(client, 5, TAG_A1) == [5, 6, 1]
     assert txinterval(client, 0, TAG_A1) == [0, 1, 0]
 
 
-def test_interval_follows_the_history(client):
+def test_interval_follows_the_history(client: redis.Redis) -> None:
     client.execute_command("TXHEARTBEAT", 100, 1)
     client.execute_command("TXINVALIDATE", 120, 2, TAG_A1)
     client.execute_command("TXINVALIDATE", 200, 3, TAG_A2)
@@ -52,7 +54,7 @@ def test_interval_follows_the_history(client):
     assert client.execute_command("TXINTERVAL", 250, "TAGS") == [100, 311, 1]
 
 
-def test_nothing_is_stored(client):
+def test_nothing_is_stored(client: redis.Redis) -> None:
     client.execute_command("TXHEARTBEAT", 100, 1)
     txinterval(client, 100, TAG_A1)
     assert client.dbsize() == 0
@@ -70,7 +72,9 @@ def test_nothing_is_stored(client):
         (("TXINTERVAL", 1, TAG_A1), "syntax error"),
     ],
 )
-def test_bad_arguments_get_an_error_naming_them(client, command, message):
+def test_bad_arguments_get_an_error_naming_them(
+    client: redis.Redis, command: tuple[object, ...], message: str
+) -> None:
     with pytest.raises(redis.ResponseError, match=message):
         client.execute_command(*command)
     assert client.ping()
@@ -112,7 +116,7 @@ def random_tag(rng: random.Random) -> str:
     return table if rng.random() < 0.1 else f"{table}:id={rng.randint(1, 4)}"
 
 
-def test_txinterval_agrees_with_txset_txget_and_the_rules(client):
+def test_txinterval_agrees_with_txset_txget_and_the_rules(client: redis.Redis) -> None:
     rng = random.Random(20240611)
     model = Model(commits=[])
     ts, clock, key = 1000, 1, 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pytest
 import redis
 
@@ -11,15 +13,20 @@ TAG_A1 = "public.a:id=1"
 TAG_A2 = "public.a:id=2"
 
 
-def txget(client: redis.Redis, key: str, lo: int, hi: int, *flags: str) -> list:
-    return client.execute_command("TXGET", key, lo, hi, *flags)
+# redis-py's replies are untyped: these are RESP arrays of mixed values.
 
 
-def txset(client: redis.Redis, key: str, value: bytes, lo: int, hi: int | str, *rest: object):
-    return client.execute_command("TXSET", key, value, lo, hi, *rest)
+def txget(client: redis.Redis, key: str, lo: int, hi: int, *flags: str) -> list[Any]:
+    return cast(list[Any], client.execute_command("TXGET", key, lo, hi, *flags))
 
 
-def test_snapshot_before_the_horizon_is_valid_only_at_the_snapshot(client):
+def txset(
+    client: redis.Redis, key: str, value: bytes, lo: int, hi: int | str, *rest: object
+) -> list[Any]:
+    return cast(list[Any], client.execute_command("TXSET", key, value, lo, hi, *rest))
+
+
+def test_snapshot_before_the_horizon_is_valid_only_at_the_snapshot(client: redis.Redis) -> None:
     client.execute_command("TXHEARTBEAT", 100, 1)
     assert txset(client, "k", b"v", 0, "OPEN", "SNAPSHOT", 90, "TAGS", TAG_A1) == [
         b"inserted",
@@ -28,7 +35,9 @@ def test_snapshot_before_the_horizon_is_valid_only_at_the_snapshot(client):
     ]
 
 
-def test_open_version_counts_as_valid_through_n_and_is_truncated_by_a_matching_commit(client):
+def test_open_version_counts_as_valid_through_n_and_is_truncated_by_a_matching_commit(
+    client: redis.Redis,
+) -> None:
     assert txset(client, "k", b"v1", 0, "OPEN", "SNAPSHOT", 100, "TAGS", TAG_A1) == [
         b"inserted",
         100,
@@ -45,7 +54,7 @@ def test_open_version_counts_as_valid_through_n_and_is_truncated_by_a_matching_c
     assert txget(client, "k", 100, 200) == [b"v1", 100, 160, 0]
 
 
-def test_misses_say_why(client):
+def test_misses_say_why(client: redis.Redis) -> None:
     assert txget(client, "never", 1, 2) == [None, b"compulsory"]
     txset(client, "k", b"v", 0, "OPEN", "SNAPSHOT", 100, "TAGS", TAG_A1)
     client.execute_command("TXINVALIDATE", 160, 1, TAG_A1)
@@ -57,7 +66,7 @@ def test_misses_say_why(client):
     assert stats["misses_consistency"] == 1
 
 
-def test_insert_computes_interval_from_history(client):
+def test_insert_computes_interval_from_history(client: redis.Redis) -> None:
     client.execute_command("TXHEARTBEAT", 100, 1)
     client.execute_command("TXINVALIDATE", 200, 2, TAG_A1)
     client.execute_command("TXINVALIDATE", 300, 3, TAG_A2)
@@ -87,20 +96,20 @@ def test_insert_computes_interval_from_history(client):
     ]
 
 
-def test_withtags_returns_the_tags_of_an_open_version(client):
+def test_withtags_returns_the_tags_of_an_open_version(client: redis.Redis) -> None:
     txset(client, "k", b"v", 0, "OPEN", "SNAPSHOT", 10, "TAGS", TAG_A1, "public.b")
     value, lo, hi, is_open, tags = txget(client, "k", 10, 10, "WITHTAGS")
     assert (value, lo, hi, is_open) == (b"v", 10, 11, 1)
     assert sorted(tags) == [b"public.a:id=1", b"public.b"]
 
 
-def test_commit_at_or_before_lo_never_truncates(client):
+def test_commit_at_or_before_lo_never_truncates(client: redis.Redis) -> None:
     txset(client, "k", b"v", 0, "OPEN", "SNAPSHOT", 100, "TAGS", TAG_A1)
     assert client.execute_command("TXINVALIDATE", 100, 1, TAG_A1) == 1
     assert txget(client, "k", 100, 100) == [b"v", 100, 101, 1]
 
 
-def test_extension_and_nondeterminism_are_counted(client):
+def test_extension_and_nondeterminism_are_counted(client: redis.Redis) -> None:
     txset(client, "k", b"same", 10, 20)
     assert txset(client, "k", b"same", 15, 30) == [b"extended", 10, 30]
     assert txset(client, "k", b"other", 25, 40) == [b"nondeterministic", None, None]
@@ -110,7 +119,7 @@ def test_extension_and_nondeterminism_are_counted(client):
     assert stats["nondeterminism_warnings"] == 1
 
 
-def test_snapshot_outside_the_cache_interval_is_refused(client):
+def test_snapshot_outside_the_cache_interval_is_refused(client: redis.Redis) -> None:
     client.execute_command("TXHEARTBEAT", 100, 1)
     client.execute_command("TXINVALIDATE", 200, 2, TAG_A1)
     # Cache reads allow [100, 150) but the query ran at 250: it cannot vouch for 100..150.
@@ -119,7 +128,9 @@ def test_snapshot_outside_the_cache_interval_is_refused(client):
     assert txget(client, "k", 0, 1000) == [None, b"compulsory"]
 
 
-def test_duplicate_invalidations_are_ignored_and_status_reports_position(client):
+def test_duplicate_invalidations_are_ignored_and_status_reports_position(
+    client: redis.Redis,
+) -> None:
     assert client.execute_command("TXSTATUS") == [0, None, 0]
     assert client.execute_command("TXINVALIDATE", 50, 7, TAG_A1) == 1
     assert client.execute_command("TXINVALIDATE", 50, 7, TAG_A1) == 0
@@ -129,7 +140,7 @@ def test_duplicate_invalidations_are_ignored_and_status_reports_position(client)
     assert client.execute_command("TXSTATUS") == [50, 50, 8]
 
 
-def test_reset_bounds_open_versions_at_n(client):
+def test_reset_bounds_open_versions_at_n(client: redis.Redis) -> None:
     client.execute_command("TXHEARTBEAT", 100, 1)
     assert txset(client, "k", b"v", 0, "OPEN", "SNAPSHOT", 100, "TAGS", TAG_A1)[2] is None
     assert client.execute_command("TXRESET", 500, 2) == b"OK"
@@ -138,7 +149,7 @@ def test_reset_bounds_open_versions_at_n(client):
     assert client.execute_command("TXSTATUS")[0] == 500
 
 
-def test_invalidation_reaches_keys_on_every_shard(client):
+def test_invalidation_reaches_keys_on_every_shard(client: redis.Redis) -> None:
     keys = [f"key-{i}" for i in range(64)]
     for key in keys:
         txset(client, key, b"v", 0, "OPEN", "SNAPSHOT", 10, "TAGS", TAG_A1)
@@ -147,7 +158,9 @@ def test_invalidation_reaches_keys_on_every_shard(client):
         assert txget(client, key, 10, 30) == [b"v", 10, 20, 0]
 
 
-def test_the_global_tag_bounds_every_open_version_and_every_later_insert(client):
+def test_the_global_tag_bounds_every_open_version_and_every_later_insert(
+    client: redis.Redis,
+) -> None:
     client.execute_command("TXHEARTBEAT", 100, 1)
     keys = [f"key-{i}" for i in range(16)]
     for i, key in enumerate(keys):
@@ -181,13 +194,15 @@ def test_the_global_tag_bounds_every_open_version_and_every_later_insert(client)
         (("TXHEARTBEAT", 1), "wrong number of arguments"),
     ],
 )
-def test_bad_arguments_get_an_error_naming_them(client, command, message):
+def test_bad_arguments_get_an_error_naming_them(
+    client: redis.Redis, command: tuple[object, ...], message: str
+) -> None:
     with pytest.raises(redis.ResponseError, match=message):
         client.execute_command(*command)
     assert client.ping()
 
 
-def test_versioned_and_plain_keys_do_not_mix(client):
+def test_versioned_and_plain_keys_do_not_mix(client: redis.Redis) -> None:
     client.set("plain", b"v")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         txget(client, "plain", 1, 2)

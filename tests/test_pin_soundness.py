@@ -52,6 +52,7 @@ import redis
 from psycopg import sql
 
 import txcache
+from conftest import running_agent
 from library_fixtures import LibraryStack
 
 SEED = int(os.environ.get("TXCACHE_PIN_SOUNDNESS_SEED", "2010"))
@@ -283,8 +284,8 @@ def data_write(tx: Tx, world: World, rng: random.Random) -> str:
     target = rng.choice(["animals", "cats"])
     key = rng.randint(1, 10) + (100 if target == "cats" else 0)
     if action < 0.3:
-        values = (key, rng.randint(0, 2), rng.randint(1, 20))
-        return run(tx, f"INSERT INTO {target} VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", *values)
+        animal = (key, rng.randint(0, 2), rng.randint(1, 20))
+        return run(tx, f"INSERT INTO {target} VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", *animal)
     if action < 0.8:
         column, value = rng.choice([("kind", rng.randint(0, 2)), ("weight", rng.randint(1, 20))])
         return run(tx, f"UPDATE {target} SET {column} = %s WHERE id = %s", value, key)
@@ -530,11 +531,12 @@ def lib(database: str) -> Iterator[LibraryStack]:
         yield stack
 
 
-def test_reads_at_old_pins_match_the_database_at_those_pins(lib: LibraryStack):
+def test_reads_at_old_pins_match_the_database_at_those_pins(lib: LibraryStack) -> None:
     lib.cache.policy = txcache.oldest_pin
     queries = query_set()
     references = References(lib.dsn, queries)
-    agent = redis.Redis(host=lib.agent.host, port=lib.agent.port, protocol=2)
+    process = running_agent(lib)
+    agent = redis.Redis(host=process.host, port=process.port, protocol=2)
     nodes = {n.address: redis.Redis(host=n.host, port=n.port, protocol=2) for n in lib.nodes}
     state = Run(lib, World(), references, queries, random.Random(SEED), Stats(), agent, nodes)
     deadline = time.monotonic() + SECONDS  # the test's time budget: rounds until then
@@ -811,7 +813,7 @@ def sweep(state: Run) -> None:
 
 def test_a_reattached_partition_invalidates_what_was_read_through_its_own_name(
     lib: LibraryStack,
-):
+) -> None:
     query = f"SELECT k, v FROM {QUERIED_PARTITION} WHERE v < %s"
     lo, hi = PARTITIONS[QUERIED_PARTITION]
     token = lib.commit(f"ALTER TABLE events DETACH PARTITION {QUERIED_PARTITION}")

@@ -8,25 +8,34 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
-from txcache import EmbeddedPostgres, PostgresStartError
-from txcache._process import wait_until
+from postgres_fixtures import PostgresFactory
+from txcache.stack import EmbeddedPostgres, PostgresStartError, wait_until
 
 
-def test_server_runs_with_logical_decoding_settings(postgres):
+def one(conn: psycopg.Connection, query: str) -> Any:
+    """The single value ``query`` returns."""
+    row = conn.execute(query).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_server_runs_with_logical_decoding_settings(postgres: EmbeddedPostgres) -> None:
     with psycopg.connect(postgres.dsn) as conn:
-        settings = dict(
+        settings: dict[str, str] = dict(
             conn.execute(
                 "SELECT name, setting FROM pg_settings WHERE name IN "
                 "('wal_level', 'max_replication_slots', 'max_wal_senders', 'fsync', "
                 "'listen_addresses')"
             ).fetchall()
         )
-        version = conn.execute("SHOW server_version_num").fetchone()[0]
+        version = one(conn, "SHOW server_version_num")
     assert settings == {
         "wal_level": "logical",
         "max_replication_slots": "10",
@@ -38,7 +47,7 @@ def test_server_runs_with_logical_decoding_settings(postgres):
     assert postgres.dsn == f"host=127.0.0.1 port={postgres.port} user=postgres dbname=postgres"
 
 
-def test_client_programs_are_shipped(postgres):
+def test_client_programs_are_shipped(postgres: EmbeddedPostgres) -> None:
     for program in ("psql", "pgbench", "pg_isready", "pg_recvlogical"):
         assert postgres.binary(program).is_file(), program
     result = subprocess.run(
@@ -54,35 +63,34 @@ def test_client_programs_are_shipped(postgres):
     assert "pgbench (PostgreSQL) 18" in version.stdout
 
 
-def test_each_database_fixture_is_fresh(database, postgres):
+def test_each_database_fixture_is_fresh(database: str, postgres: EmbeddedPostgres) -> None:
     with psycopg.connect(database) as conn:
-        name = conn.execute("SELECT current_database()").fetchone()[0]
-        tables = conn.execute(
-            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
-        ).fetchone()[0]
+        name = one(conn, "SELECT current_database()")
+        tables = one(conn, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
         conn.execute("CREATE TABLE scratch (id int)")
     assert name.startswith("test_")
     assert tables == 0
     assert database == postgres.dsn_for(name)
 
 
-def test_restart_keeps_data_and_applies_new_settings(postgres_factory):
+def test_restart_keeps_data_and_applies_new_settings(postgres_factory: PostgresFactory) -> None:
     server = postgres_factory({"wal_level": "replica"})
     with psycopg.connect(server.dsn, autocommit=True) as conn:
-        assert conn.execute("SHOW wal_level").fetchone()[0] == "replica"
+        assert one(conn, "SHOW wal_level") == "replica"
         conn.execute("CREATE TABLE kept (id int)")
         conn.execute("INSERT INTO kept VALUES (1)")
     server.restart({"wal_level": "logical"})
     assert server.settings == {"wal_level": "logical"}
     with psycopg.connect(server.dsn) as conn:
-        assert conn.execute("SHOW wal_level").fetchone()[0] == "logical"
+        assert one(conn, "SHOW wal_level") == "logical"
         assert conn.execute("SELECT id FROM kept").fetchall() == [(1,)]
 
 
-def test_stop_ends_server_and_removes_its_directory(postgres_factory):
+def test_stop_ends_server_and_removes_its_directory(postgres_factory: PostgresFactory) -> None:
     server = postgres_factory()
     base, dsn = server.base_dir, server.dsn
     process = server._handle.process
+    assert process is not None
     server.stop()
     server.stop()  # idempotent
     assert process.poll() is not None
@@ -93,7 +101,7 @@ def test_stop_ends_server_and_removes_its_directory(postgres_factory):
 
 
 @pytest.fixture
-def kept_dir():
+def kept_dir() -> Iterator[Path]:
     """A directory the server's system user can reach (pytest's tmp_path is root-only)."""
     path = Path(tempfile.mkdtemp(prefix="txcache-kept-"))
     path.chmod(0o711)
@@ -101,7 +109,7 @@ def kept_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def test_kept_base_dir_is_reused(kept_dir):
+def test_kept_base_dir_is_reused(kept_dir: Path) -> None:
     with (
         EmbeddedPostgres(base_dir=kept_dir) as server,
         psycopg.connect(server.dsn, autocommit=True) as conn,
@@ -109,24 +117,24 @@ def test_kept_base_dir_is_reused(kept_dir):
         conn.execute("CREATE TABLE kept (id int)")
     assert (kept_dir / "data" / "PG_VERSION").is_file()
     with EmbeddedPostgres(base_dir=kept_dir) as server, psycopg.connect(server.dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM kept").fetchone()[0] == 0
+        assert one(conn, "SELECT count(*) FROM kept") == 0
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another user")
-def test_unreachable_base_dir_is_named(tmp_path):
+def test_unreachable_base_dir_is_named(tmp_path: Path) -> None:
     with pytest.raises(PostgresStartError, match=r"lack\(s\) o\+x") as caught:
         EmbeddedPostgres(base_dir=tmp_path / "pg")
     assert f"{tmp_path} " in str(caught.value)  # the base directory's parent, 0700
 
 
-def test_a_bad_setting_fails_with_the_server_log():
+def test_a_bad_setting_fails_with_the_server_log() -> None:
     with pytest.raises(PostgresStartError, match="no_such_setting"):
         EmbeddedPostgres({"no_such_setting": 1})
 
 
 _START_AND_DIE = """
 import os, signal, sys
-from txcache import EmbeddedPostgres
+from txcache.stack import EmbeddedPostgres
 server = EmbeddedPostgres()
 print(server._handle.process.pid, server.base_dir, flush=True)
 if sys.argv[1] == "crash":
@@ -134,7 +142,7 @@ if sys.argv[1] == "crash":
 """
 
 
-def _start_in_child(how):
+def _start_in_child(how: str) -> tuple[int, Path]:
     result = subprocess.run(
         [sys.executable, "-c", _START_AND_DIE, how], capture_output=True, text=True, check=False
     )
@@ -142,7 +150,7 @@ def _start_in_child(how):
     return int(pid), Path(base)
 
 
-def _gone(pid):
+def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -150,17 +158,17 @@ def _gone(pid):
     return False
 
 
-def _wait_gone(pid):
+def _wait_gone(pid: int) -> None:
     wait_until(lambda: _gone(pid), f"PostgreSQL (postmaster pid {pid}) to exit", timeout=5)
 
 
-def test_server_is_stopped_when_its_owner_exits_without_stopping_it():
+def test_server_is_stopped_when_its_owner_exits_without_stopping_it() -> None:
     pid, base = _start_in_child("exit")
     _wait_gone(pid)
     assert not base.exists()
 
 
-def test_server_of_a_crashed_owner_is_reaped_by_the_next_process():
+def test_server_of_a_crashed_owner_is_reaped_by_the_next_process() -> None:
     pid, base = _start_in_child("crash")
     # SIGKILL ran no finalizer: an orphan. Deliberately given time to exit, which it must
     # not (nothing would stop it).

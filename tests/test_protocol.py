@@ -12,17 +12,17 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
 
 from conftest import StartNode
-from txcache import AgentProcess, setup_database
-from txcache import _protocol as protocol
+from txcache import protocol, setup_database
 from txcache._pinset import Pin
-from txcache._process import free_port, wait_until
-from txcache._resp import BadReply, Command, PasswordRefused, ReplyError
 from txcache.cli._probe import probe_agent, probe_node
+from txcache.protocol import BadReply, Command, PasswordRefused, ReplyError
+from txcache.stack import AgentProcess, free_port, wait_until
 
 PASSWORD = "protocol-test-password"
 
@@ -30,16 +30,18 @@ PASSWORD = "protocol-test-password"
 # -- decoders ---------------------------------------------------------------------------------
 
 
-def test_txget_decodes_a_hit_with_tags_and_a_miss():
+def test_txget_decodes_a_hit_with_tags_and_a_miss() -> None:
     command = protocol.txget(b"k", 100, 250, with_tags=True)
     assert command.arguments == ("TXGET", b"k", 100, 250, "WITHTAGS")
     hit = command.read([b"v", 120, 251, 1, [b"public.items:id=42"]])
     assert hit == protocol.Hit(b"v", protocol.Interval(120, 251, True), ("public.items:id=42",))
     assert protocol.txget(b"k", 1, 2).read([None, b"capacity"]) == protocol.Miss("capacity")
-    assert protocol.txget(b"k", 1, 2).read([b"v", 1, 2, 0]).tags == ()
+    untagged = protocol.txget(b"k", 1, 2).read([b"v", 1, 2, 0])
+    assert isinstance(untagged, protocol.Hit)
+    assert untagged.tags == ()
 
 
-def test_txset_sends_tags_only_with_a_snapshot():
+def test_txset_sends_tags_only_with_a_snapshot() -> None:
     assert protocol.txset(b"k", b"v", 0, None, tags=["t"]).arguments == (
         "TXSET",
         b"k",
@@ -53,20 +55,21 @@ def test_txset_sends_tags_only_with_a_snapshot():
     assert command.read([b"empty", None, None]) == protocol.Stored("empty", None, None)
 
 
-def test_a_reply_of_the_wrong_shape_is_a_bad_reply_naming_the_command():
-    for command, reply in [
+def test_a_reply_of_the_wrong_shape_is_a_bad_reply_naming_the_command() -> None:
+    cases: list[tuple[Command[Any], object]] = [
         (protocol.txstatus(), [1, 2]),
         (protocol.txstatus(), b"OK"),
         (protocol.txinterval(5, []), [None, 1, 0]),
         (protocol.pins(), [[1, b"snap"]]),
         (protocol.barrier(), 7),
         (protocol.txget(b"k", 1, 2), 3),
-    ]:
+    ]
+    for command, reply in cases:
         with pytest.raises(BadReply, match=str(command.arguments[0])):
             command.read(reply)
 
 
-def test_info_keeps_every_field_and_integer_fields_the_numbers():
+def test_info_keeps_every_field_and_integer_fields_the_numbers() -> None:
     text = b"# Server\r\nversion:0.1.0\r\nshards:4\r\n\r\n"
     text += b"# Memory\r\nused_memory:-12\r\nratio:1.5\r\n"
     fields = protocol.info().read(text)
@@ -75,7 +78,7 @@ def test_info_keeps_every_field_and_integer_fields_the_numbers():
     assert protocol.info("memory").arguments == ("INFO", "memory")
 
 
-def test_status_pins_catalog_and_barrier_decode_the_agents_replies():
+def test_status_pins_catalog_and_barrier_decode_the_agents_replies() -> None:
     status = protocol.agent_status().read(b"commit_position:120\r\npins:3\r\n")
     assert status == {"commit_position": 120, "pins": 3}
     entry = [120, b"00000003-1", 1_700_000_000_250_000, b"10:12:11"]
@@ -91,7 +94,7 @@ def test_status_pins_catalog_and_barrier_decode_the_agents_replies():
 # -- a real node ------------------------------------------------------------------------------
 
 
-def test_the_versioned_commands_against_a_node(start_node: StartNode):
+def test_the_versioned_commands_against_a_node(start_node: StartNode) -> None:
     node = start_node("--max-memory", "16mb")
     with protocol.connect(node.address, timeout=5) as connection:
         assert connection.run(protocol.txstatus()) == protocol.NodeStatus(0, None, 0)
@@ -106,7 +109,8 @@ def test_the_versioned_commands_against_a_node(start_node: StartNode):
         assert connection.run(protocol.txinterval(120, ["s.t"])) == protocol.Interval(
             120, 121, True
         )
-        fields = protocol.integer_fields(connection.run(protocol.info()))
+        every_field = connection.run(protocol.info())
+        fields = protocol.integer_fields(every_field)
         assert fields["maxmemory"] == 16 * 1024 * 1024
         assert fields["hits"] == 1
         assert set(protocol.MISS_KINDS) <= {name[len("misses_") :] for name in fields}
@@ -116,7 +120,7 @@ def test_the_versioned_commands_against_a_node(start_node: StartNode):
             connection.run(Command(("PING",), protocol.txstatus().decode))
 
 
-def test_a_node_with_a_password(start_node: StartNode):
+def test_a_node_with_a_password(start_node: StartNode) -> None:
     node = start_node("--max-memory", "16mb", "--password", PASSWORD)
     with protocol.connect(node.address, password=PASSWORD) as connection:
         assert connection.run(protocol.txstatus()).position == 0
@@ -128,7 +132,7 @@ def test_a_node_with_a_password(start_node: StartNode):
 # -- txcache status's probes ------------------------------------------------------------------
 
 
-def test_probe_node_reports_up_refused_and_unreachable(start_node: StartNode):
+def test_probe_node_reports_up_refused_and_unreachable(start_node: StartNode) -> None:
     node = start_node("--max-memory", "16mb", "--password", PASSWORD)
     report = probe_node(node.address, password=PASSWORD)
     assert (report.state, report.error, report.position) == ("up", None, 0)
@@ -176,7 +180,9 @@ def mute_server() -> Iterator[tuple[str, threading.Event]]:
     listener.close()
 
 
-def test_probe_reports_a_bad_reply_and_a_silent_server(mute_server):
+def test_probe_reports_a_bad_reply_and_a_silent_server(
+    mute_server: tuple[str, threading.Event],
+) -> None:
     address, silent = mute_server
     report = probe_node(address, timeout=2)
     assert report.state == "bad reply"
@@ -186,9 +192,9 @@ def test_probe_reports_a_bad_reply_and_a_silent_server(mute_server):
 
     silent.set()
     started = time.monotonic()
-    report = probe_agent(address, timeout=0.3)
-    assert report.state == "unreachable"
-    assert "timed out" in (report.error or "")
+    agent_report = probe_agent(address, timeout=0.3)
+    assert agent_report.state == "unreachable"
+    assert "timed out" in (agent_report.error or "")
     assert time.monotonic() - started < 5
 
 
@@ -209,7 +215,7 @@ def agent(
             process.stop()
 
 
-def test_the_agent_commands_and_its_probe(agent):
+def test_the_agent_commands_and_its_probe(agent: tuple[AgentProcess, psycopg.Connection]) -> None:
     process, db = agent
     address = f"{process.host}:{process.port}"
     with protocol.connect(address) as connection:
@@ -247,7 +253,7 @@ def test_the_agent_commands_and_its_probe(agent):
 # -- no redis-py ------------------------------------------------------------------------------
 
 
-def test_the_package_and_the_command_work_without_redis_py():
+def test_the_package_and_the_command_work_without_redis_py() -> None:
     # `None` in sys.modules makes `import redis` fail, as it does where redis-py is missing.
     program = (
         "import sys; sys.modules['redis'] = None\n"

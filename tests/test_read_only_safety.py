@@ -31,7 +31,7 @@ from txcache import (
     StatementNotAllowed,
     TransactionError,
 )
-from txcache._protocol import Hit
+from txcache.protocol import Hit
 
 RELOAD = (
     "INSERT INTO items SELECT i, 'item ' || i, 100 * i, mod(i, 3) FROM generate_series(1, 20) i"
@@ -158,7 +158,9 @@ ALLOWED = [
 
 
 @pytest.mark.parametrize("statement", REFUSED)
-def test_a_statement_that_is_not_a_read_is_refused_and_the_block_goes_on(lib, statement):
+def test_a_statement_that_is_not_a_read_is_refused_and_the_block_goes_on(
+    lib: LibraryStack, statement: str
+) -> None:
     ready(lib)
     with lib.cache.read_only(staleness=60) as tx:
         assert txcache.query_one("SELECT price FROM items WHERE id = 1") == (10,)
@@ -173,7 +175,7 @@ def test_a_statement_that_is_not_a_read_is_refused_and_the_block_goes_on(lib, st
 
 
 @pytest.mark.parametrize("statement", REFUSED)
-def test_a_cacheable_function_cannot_run_it_either(lib, statement):
+def test_a_cacheable_function_cannot_run_it_either(lib: LibraryStack, statement: str) -> None:
     ready(lib)
     with lib.cache.read_only(staleness=60), pytest.raises(StatementNotAllowed):
         run_statement(statement)
@@ -181,14 +183,14 @@ def test_a_cacheable_function_cannot_run_it_either(lib, statement):
 
 
 @pytest.mark.parametrize("statement", ALLOWED)
-def test_reads_run(lib, statement):
+def test_reads_run(lib: LibraryStack, statement: str) -> None:
     ready(lib)
     with lib.cache.read_only(staleness=60) as tx:
         txcache.execute(statement)
         assert tx.snapshot is not None
 
 
-def test_the_refusal_says_what_and_why(lib):
+def test_the_refusal_says_what_and_why(lib: LibraryStack) -> None:
     ready(lib)
     with lib.cache.read_only(staleness=60):
         with pytest.raises(StatementNotAllowed, match=r"COMMIT is not allowed.*block"):
@@ -203,7 +205,7 @@ def test_the_refusal_says_what_and_why(lib):
             txcache.execute("SELEC 1")
 
 
-def test_commit_then_a_write_inside_the_block_changes_nothing(lib):
+def test_commit_then_a_write_inside_the_block_changes_nothing(lib: LibraryStack) -> None:
     """The original hole: COMMIT ended the pinned transaction, an UPDATE after it was
     committed, and a miss after it computed from newer data stored as valid at the pin."""
     ready(lib)
@@ -218,7 +220,7 @@ def test_commit_then_a_write_inside_the_block_changes_nothing(lib):
     assert lib.admin.execute("SELECT price FROM items WHERE id = 2").fetchone() == (20,)
 
 
-def test_the_cursor_returned_cannot_run_statements(lib):
+def test_the_cursor_returned_cannot_run_statements(lib: LibraryStack) -> None:
     ready(lib)
     with lib.cache.read_only(staleness=60):
         cursor = txcache.execute("SELECT id FROM users ORDER BY id")
@@ -234,7 +236,7 @@ def test_the_cursor_returned_cannot_run_statements(lib):
 # -- a failed statement ----------------------------------------------------------------------
 
 
-def test_a_failed_statement_fails_the_whole_block(lib):
+def test_a_failed_statement_fails_the_whole_block(lib: LibraryStack) -> None:
     ready(lib)
     with lib.cache.read_only(staleness=60):
         assert current_price(1) == 10  # cached from now on
@@ -250,7 +252,7 @@ def test_a_failed_statement_fails_the_whole_block(lib):
             txcache.query("SELECT 1")
 
 
-def test_nothing_is_stored_after_a_failure_a_function_swallowed(lib):
+def test_nothing_is_stored_after_a_failure_a_function_swallowed(lib: LibraryStack) -> None:
     ready(lib)
     with lib.cache.read_only(staleness=60) as tx:
         assert swallow_a_failure(7) == 7
@@ -261,7 +263,9 @@ def test_nothing_is_stored_after_a_failure_a_function_swallowed(lib):
     assert stored(lib, swallow_a_failure.key(7), 0, 2**63 - 1) is None
 
 
-def test_a_failed_block_refuses_cacheable_calls_without_the_cache_too(lib, database):
+def test_a_failed_block_refuses_cacheable_calls_without_the_cache_too(
+    lib: LibraryStack, database: str
+) -> None:
     with txcache.connect(database, nodes=[]) as plain, plain.read_only() as tx:
         with pytest.raises(psycopg.errors.DivisionByZero):
             txcache.query("SELECT 1 / 0")
@@ -273,7 +277,7 @@ def test_a_failed_block_refuses_cacheable_calls_without_the_cache_too(lib, datab
 # -- rewritten tables ------------------------------------------------------------------------
 
 
-def test_the_tables_read_are_checked_once_per_database_transaction(lib):
+def test_the_tables_read_are_checked_once_per_database_transaction(lib: LibraryStack) -> None:
     ready(lib)
     with lib.cache.read_only(staleness=60) as tx:
         assert [current_price(n) for n in (1, 2, 3)] == [10, 20, 30]
@@ -286,7 +290,7 @@ def test_the_tables_read_are_checked_once_per_database_transaction(lib):
         assert tx.moves == 0, "no false alarm"
 
 
-def test_a_truncated_and_reloaded_table_is_read_after_the_reload(lib):
+def test_a_truncated_and_reloaded_table_is_read_after_the_reload(lib: LibraryStack) -> None:
     ready(lib)
     lib.cache.policy = txcache.oldest_pin
     tx = begun_before(lib)
@@ -307,7 +311,7 @@ def test_a_truncated_and_reloaded_table_is_read_after_the_reload(lib):
     assert lib.cache.serializer.loads(hit.value) == 300
 
 
-def test_a_bare_query_reads_the_reloaded_table(lib):
+def test_a_bare_query_reads_the_reloaded_table(lib: LibraryStack) -> None:
     ready(lib)
     lib.cache.policy = txcache.oldest_pin
     tx = begun_before(lib)
@@ -322,7 +326,7 @@ def test_a_bare_query_reads_the_reloaded_table(lib):
         assert tx.moves == 1
 
 
-def test_a_rewrite_after_cached_reads_moves_to_a_pin_they_allow(lib):
+def test_a_rewrite_after_cached_reads_moves_to_a_pin_they_allow(lib: LibraryStack) -> None:
     ready(lib)
     lib.cache.policy = txcache.oldest_pin
     with lib.cache.read_only(staleness=60):
@@ -337,7 +341,9 @@ def test_a_rewrite_after_cached_reads_moves_to_a_pin_they_allow(lib):
         assert tx.snapshot.ts >= token
 
 
-def test_a_rewrite_no_pin_of_the_transaction_can_see_is_a_retryable_error(lib):
+def test_a_rewrite_no_pin_of_the_transaction_can_see_is_a_retryable_error(
+    lib: LibraryStack,
+) -> None:
     ready(lib)
     lib.cache.policy = txcache.oldest_pin
     with lib.cache.read_only(staleness=60):
@@ -355,7 +361,7 @@ def test_a_rewrite_no_pin_of_the_transaction_can_see_is_a_retryable_error(lib):
             current_price(6)
 
 
-def test_a_table_rewriting_alter_table_is_read_after_it(lib):
+def test_a_table_rewriting_alter_table_is_read_after_it(lib: LibraryStack) -> None:
     ready(lib)
     lib.cache.policy = txcache.oldest_pin
     tx = begun_before(lib)
@@ -367,7 +373,7 @@ def test_a_table_rewriting_alter_table_is_read_after_it(lib):
         assert tx.moves == 1
 
 
-def test_a_partition_truncated_directly(lib):
+def test_a_partition_truncated_directly(lib: LibraryStack) -> None:
     lib.commit(
         "CREATE TABLE events (id integer PRIMARY KEY, payload text NOT NULL) "
         "PARTITION BY RANGE (id)",
@@ -403,7 +409,7 @@ def test_a_partition_truncated_directly(lib):
         assert tx.rewrite_checks > checks
 
 
-def test_a_table_created_after_the_snapshot_is_not_read_there(lib):
+def test_a_table_created_after_the_snapshot_is_not_read_there(lib: LibraryStack) -> None:
     """A pin from before the table existed: PostgreSQL reads the table it finds now at an
     old snapshot (empty); the library reads it where it exists."""
     ready(lib)
@@ -420,7 +426,9 @@ def test_a_table_created_after_the_snapshot_is_not_read_there(lib):
         assert tx.snapshot.ts >= token
 
 
-def test_the_unpinned_fallback_refuses_a_table_truncated_after_its_snapshot(lib, database):
+def test_the_unpinned_fallback_refuses_a_table_truncated_after_its_snapshot(
+    lib: LibraryStack, database: str
+) -> None:
     with txcache.connect(database, nodes=[]) as plain:
         with plain.read_only() as tx:
             assert txcache.query_one("SELECT count(*) FROM users") == (5,)
@@ -436,7 +444,7 @@ def test_the_unpinned_fallback_refuses_a_table_truncated_after_its_snapshot(lib,
 # -- snapshot ids reused after a restart -----------------------------------------------------
 
 
-def test_the_agent_lists_each_pins_snapshot_contents(lib):
+def test_the_agent_lists_each_pins_snapshot_contents(lib: LibraryStack) -> None:
     ready(lib)
     with lib.cache.read_only(staleness=60) as tx:
         txcache.query("SELECT 1")
@@ -446,7 +454,9 @@ def test_the_agent_lists_each_pins_snapshot_contents(lib):
         assert row == (tx.snapshot.snapshot_text,)
 
 
-def test_a_pin_whose_snapshot_contents_differ_is_refused(lib, caplog):
+def test_a_pin_whose_snapshot_contents_differ_is_refused(
+    lib: LibraryStack, caplog: pytest.LogCaptureFixture
+) -> None:
     ready(lib)
     lib.commit("UPDATE users SET name = 'user 5' WHERE id = 5")  # a second pin
     lib.cache.policy = txcache.oldest_pin
@@ -463,8 +473,8 @@ def test_a_pin_whose_snapshot_contents_differ_is_refused(lib, caplog):
 
 
 def test_a_snapshot_id_reused_after_a_restart_is_not_imported(
-    postgres_factory: PostgresFactory, caplog
-):
+    postgres_factory: PostgresFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     """After a restart PostgreSQL hands out snapshot ids again (backend slot, local
     transaction number, counter): a session that exports one with an old pin's id makes
     ``SET TRANSACTION SNAPSHOT`` of that pin succeed, on an unrelated snapshot."""
@@ -518,8 +528,8 @@ def export_an_old_id(dsn: str, old_pins: list[Pin]) -> tuple[psycopg.Connection,
     transaction number it has not passed yet, which then runs transactions up to it."""
     wanted: dict[int, list[tuple[int, Pin]]] = {}
     for pin in old_pins:
-        slot, lxid, _ = pin.snapshot_id.split("-")
-        wanted.setdefault(int(slot, 16), []).append((int(lxid, 16), pin))
+        pin_slot, pin_lxid, _ = pin.snapshot_id.split("-")
+        wanted.setdefault(int(pin_slot, 16), []).append((int(pin_lxid, 16), pin))
     opened: list[psycopg.Connection] = []
     try:
         for _ in range(60):

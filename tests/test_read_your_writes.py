@@ -45,7 +45,13 @@ def update(lib: LibraryStack, item_id: int, value: int) -> None:
         tx.execute("UPDATE items SET price = %s WHERE id = %s", (value, item_id))
 
 
-def test_a_thread_reads_what_it_wrote(lib: LibraryStack):
+def update_then_timestamp(lib: LibraryStack, item_id: int, value: int) -> int:
+    """:func:`update`, then a token of the database's state after it."""
+    update(lib, item_id, value)
+    return lib.cache.timestamp()
+
+
+def test_a_thread_reads_what_it_wrote(lib: LibraryStack) -> None:
     assert cached_price(lib, 3) == 30
     update(lib, 3, 31)
     with lib.cache.read_only(staleness=60) as tx:
@@ -53,7 +59,7 @@ def test_a_thread_reads_what_it_wrote(lib: LibraryStack):
         assert tx.not_before is not None
 
 
-def test_another_thread_is_not_held_to_it(lib: LibraryStack):
+def test_another_thread_is_not_held_to_it(lib: LibraryStack) -> None:
     assert cached_price(lib, 3) == 30
     seen: list[int | None] = []
 
@@ -70,7 +76,7 @@ def test_another_thread_is_not_held_to_it(lib: LibraryStack):
         assert tx.not_before is None
 
 
-def test_a_commit_that_wrote_nothing_keeps_the_last_token(lib: LibraryStack):
+def test_a_commit_that_wrote_nothing_keeps_the_last_token(lib: LibraryStack) -> None:
     update(lib, 3, 31)
     with lib.cache.read_only(staleness=60) as tx:
         first = tx.not_before
@@ -81,7 +87,7 @@ def test_a_commit_that_wrote_nothing_keeps_the_last_token(lib: LibraryStack):
         assert tx.not_before == first
 
 
-def test_a_transaction_created_before_a_write_is_not_held_to_it(lib: LibraryStack):
+def test_a_transaction_created_before_a_write_is_not_held_to_it(lib: LibraryStack) -> None:
     """Its pin set is taken as it is created (docs/library.md): it reads what its context
     had written then."""
     lib.caught_up()
@@ -92,16 +98,16 @@ def test_a_transaction_created_before_a_write_is_not_held_to_it(lib: LibraryStac
         assert tx.not_before is None
 
 
-def test_an_explicit_token_and_the_contexts_join(lib: LibraryStack):
+def test_an_explicit_token_and_the_contexts_join(lib: LibraryStack) -> None:
     update(lib, 3, 31)
-    later = as_another_process(lambda: (update(lib, 4, 41), lib.cache.timestamp())[1])
+    later = as_another_process(update_then_timestamp, lib, 4, 41)
     with lib.cache.read_only(staleness=60, not_before=later) as tx:
         assert tx.not_before == later
         assert price(4) == 41
         assert price(3) == 31
 
 
-def test_a_task_reads_what_it_wrote_and_no_other_task_is_held_to_it(lib: LibraryStack):
+def test_a_task_reads_what_it_wrote_and_no_other_task_is_held_to_it(lib: LibraryStack) -> None:
     lib.caught_up()
     lib.fresh_pins()
 
@@ -145,7 +151,7 @@ class FakeCommit:
         return self.settled_timestamp()
 
 
-def test_tokens_are_kept_per_database_and_asked_once():
+def test_tokens_are_kept_per_database_and_asked_once() -> None:
     """Tokens are positions in one cluster's WAL: a context's writes are kept per database."""
 
     def body() -> None:
@@ -166,11 +172,11 @@ def test_tokens_are_kept_per_database_and_asked_once():
     contextvars.copy_context().run(body)
 
 
-def test_a_request_scope_sees_its_writes_and_its_clients_token_only(lib: LibraryStack):
+def test_a_request_scope_sees_its_writes_and_its_clients_token_only(lib: LibraryStack) -> None:
     """One web request: a thread's earlier requests no longer hold it; what it wrote is the
     token to hand its client."""
     update(lib, 3, 31)  # an earlier request of this thread
-    client_token = as_another_process(lambda: (update(lib, 4, 41), lib.cache.timestamp())[1])
+    client_token = as_another_process(update_then_timestamp, lib, 4, 41)
     with lib.cache.request_scope():
         with lib.cache.read_only(staleness=60) as tx:
             assert tx.not_before is None

@@ -28,7 +28,7 @@ INSERT INTO virtual (id, qty) VALUES (1, 1), (2, 2);
 """
 
 
-def identities(dsn):
+def identities(dsn: str) -> dict[str, str]:
     """``relname: relreplident`` of every table of schema public."""
     rows = query(
         dsn,
@@ -38,7 +38,7 @@ def identities(dsn):
     return dict(rows)
 
 
-def writes_work(dsn, *tables):
+def writes_work(dsn: str, *tables: str) -> None:
     """Update then delete every row of each table (raises if PostgreSQL refuses)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         for table in tables:
@@ -47,13 +47,13 @@ def writes_work(dsn, *tables):
 
 
 @pytest.fixture
-def generated(database):
+def generated(database: str) -> str:
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute(GENERATED)
     return database
 
 
-def test_setup_publishes_stored_generated_columns_and_keeps_writes_working(generated):
+def test_setup_publishes_stored_generated_columns_and_keeps_writes_working(generated: str) -> None:
     report = setup_database(generated)
 
     assert query(generated, "SELECT pubgencols FROM pg_publication") == [("s",)]
@@ -71,7 +71,7 @@ def test_setup_publishes_stored_generated_columns_and_keeps_writes_working(gener
     assert again.step("replica identity").detail == "FULL on 2 of 3 tracked table(s)"
 
 
-def test_a_table_full_identity_breaks_is_set_to_default_by_setup(generated):
+def test_a_table_full_identity_breaks_is_set_to_default_by_setup(generated: str) -> None:
     query(generated, "ALTER TABLE virtual REPLICA IDENTITY FULL")  # its writes fail now
     report = setup_database(generated)
     assert report.step("replica identity").detail == (
@@ -81,7 +81,7 @@ def test_a_table_full_identity_breaks_is_set_to_default_by_setup(generated):
     writes_work(generated, "virtual")
 
 
-def test_a_keyless_table_with_a_virtual_generated_column_is_refused(generated):
+def test_a_keyless_table_with_a_virtual_generated_column_is_refused(generated: str) -> None:
     query(generated, "CREATE TABLE virtual_nokey (qty int, total int GENERATED ALWAYS AS (qty))")
     with pytest.raises(SetupError) as caught:
         setup_database(generated)
@@ -95,7 +95,7 @@ def test_a_keyless_table_with_a_virtual_generated_column_is_refused(generated):
     assert query(generated, "SELECT count(*) FROM pg_publication") == [(0,)]
 
 
-def test_a_column_list_of_another_publication_keeps_the_table_off_full(database):
+def test_a_column_list_of_another_publication_keeps_the_table_off_full(database: str) -> None:
     query(database, "CREATE TABLE items (id int PRIMARY KEY, qty int, note text)")
     query(database, "INSERT INTO items VALUES (1, 1, 'a')")
     query(database, "CREATE PUBLICATION theirs FOR TABLE items (id, qty)")
@@ -107,7 +107,9 @@ def test_a_column_list_of_another_publication_keeps_the_table_off_full(database)
     writes_work(database, "items")
 
 
-def test_new_tables_get_full_where_postgresql_allows_it_and_a_warning_elsewhere(generated):
+def test_new_tables_get_full_where_postgresql_allows_it_and_a_warning_elsewhere(
+    generated: str,
+) -> None:
     setup_database(generated)
     warned = warnings_of(
         generated,
@@ -133,7 +135,7 @@ def test_new_tables_get_full_where_postgresql_allows_it_and_a_warning_elsewhere(
     writes_work(generated, "later_stored", "later_virtual")
 
 
-def test_a_virtual_column_added_to_a_full_table_moves_it_to_default(generated):
+def test_a_virtual_column_added_to_a_full_table_moves_it_to_default(generated: str) -> None:
     setup_database(generated)
     warned = warnings_of(
         generated, "ALTER TABLE stored ADD COLUMN doubled int GENERATED ALWAYS AS (qty * 4)"
@@ -148,7 +150,7 @@ def test_a_virtual_column_added_to_a_full_table_moves_it_to_default(generated):
     writes_work(generated, "stored")
 
 
-def test_full_asked_for_by_a_migration_is_kept_and_said_to_break_writes(generated):
+def test_full_asked_for_by_a_migration_is_kept_and_said_to_break_writes(generated: str) -> None:
     setup_database(generated)
     warned = warnings_of(generated, "ALTER TABLE virtual REPLICA IDENTITY FULL")
     assert identities(generated)["virtual"] == "f"  # the migration's choice stands
@@ -158,7 +160,9 @@ def test_full_asked_for_by_a_migration_is_kept_and_said_to_break_writes(generate
     ]
 
 
-def test_a_partition_attached_from_an_untracked_schema_follows_the_same_rule(generated):
+def test_a_partition_attached_from_an_untracked_schema_follows_the_same_rule(
+    generated: str,
+) -> None:
     query(
         generated,
         "CREATE TABLE parts (id int PRIMARY KEY, qty int, total int GENERATED ALWAYS AS "
@@ -178,7 +182,7 @@ def test_a_partition_attached_from_an_untracked_schema_follows_the_same_rule(gen
     writes_work(generated, "parts")
 
 
-def test_postgresql_15_has_no_generated_column_option_and_full_works(icu_database):
+def test_postgresql_15_has_no_generated_column_option_and_full_works(icu_database: str) -> None:
     """Before 18, generated columns are never published and never stop FULL; setup leaves
     the publication's options as 15 knows them."""
     with psycopg.connect(icu_database, autocommit=True) as conn:

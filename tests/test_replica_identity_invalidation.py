@@ -56,7 +56,9 @@ def identity(lib: LibraryStack, table: str) -> str:
     return str(row[0])
 
 
-def test_an_update_of_a_non_key_tag_column_invalidates_under_default_identity(lib):
+def test_an_update_of_a_non_key_tag_column_invalidates_under_default_identity(
+    lib: LibraryStack,
+) -> None:
     """PostgreSQL 18 refuses UPDATE under FULL on a table with a virtual generated column:
     setup leaves it DEFAULT, and an update that keeps the key sends no old row."""
     assert identity(lib, "gadgets") == "d"
@@ -69,7 +71,7 @@ def test_an_update_of_a_non_key_tag_column_invalidates_under_default_identity(li
     assert assert_invalidated(lib, query, token, 1) == [(1,)]
 
 
-def test_a_key_known_unchanged_keeps_fine_tags_under_default_identity(lib):
+def test_a_key_known_unchanged_keeps_fine_tags_under_default_identity(lib: LibraryStack) -> None:
     """Where every tag column is in the key, an update without an old row left them as
     they were: the agent tags its key alone, and other rows' reads stay cached."""
     query = "SELECT body FROM notes WHERE id = %s"
@@ -80,7 +82,9 @@ def test_a_key_known_unchanged_keeps_fine_tags_under_default_identity(lib):
     assert assert_invalidated(lib, query, token, 1) == [("uno",)]
 
 
-def test_a_partition_with_default_identity_under_a_full_root_invalidates_soundly(lib):
+def test_a_partition_with_default_identity_under_a_full_root_invalidates_soundly(
+    lib: LibraryStack,
+) -> None:
     """The stream marks the partition's old rows whole by its root's identity, but they
     carry only the key: their NULLs are unknown values, not NULLs. The agent's log names the
     partition."""
@@ -99,7 +103,7 @@ def test_a_partition_with_default_identity_under_a_full_root_invalidates_soundly
     assert assert_invalidated(lib, query, token, 1) == [(1,)]
 
 
-def test_a_stored_generated_tag_column_is_published_and_tagged_finely(lib):
+def test_a_stored_generated_tag_column_is_published_and_tagged_finely(lib: LibraryStack) -> None:
     """The publication publishes stored generated columns (PostgreSQL 18): their old and
     new values reach the agent, so a change of another row leaves the read cached."""
     assert identity(lib, "orders") == "f"

@@ -10,6 +10,7 @@ import pytest
 from psycopg.rows import dict_row, namedtuple_row
 
 import txcache
+from library_fixtures import LibraryStack
 
 
 @txcache.cacheable
@@ -31,7 +32,7 @@ def item_tuple(item_id: int) -> object:
     )
 
 
-def test_dict_rows_are_identical_from_a_hit_and_from_a_miss(lib):
+def test_dict_rows_are_identical_from_a_hit_and_from_a_miss(lib: LibraryStack) -> None:
     lib.caught_up()
     lib.fresh_pins()
     with lib.cache.read_only(staleness=60):
@@ -41,18 +42,20 @@ def test_dict_rows_are_identical_from_a_hit_and_from_a_miss(lib):
         hit = item_row(4)
     assert item_row.stats.hits == hits + 1
     assert hit == missed
+    assert hit is not None
+    assert missed is not None
     assert list(hit) == list(missed) == ["id", "name", "price", "third", "due"]  # key order
     assert [type(value) for value in hit.values()] == [
         int, str, int, decimal.Decimal, datetime.date
     ]  # fmt: skip
 
 
-def test_rows_the_cache_cannot_store_exactly_are_refused_when_stored(lib):
+def test_rows_the_cache_cannot_store_exactly_are_refused_when_stored(lib: LibraryStack) -> None:
     with lib.cache.read_only(staleness=60), pytest.raises(txcache.UnsupportedValue):
         item_tuple(4)
 
 
-def test_a_read_write_transaction_takes_a_row_factory_too(lib):
+def test_a_read_write_transaction_takes_a_row_factory_too(lib: LibraryStack) -> None:
     with lib.cache.read_write() as tx:
         row = tx.query_one("SELECT id, name FROM items WHERE id = 2", row_factory=dict_row)
         rows = txcache.query("SELECT id FROM items WHERE id < 3 ORDER BY id", row_factory=dict_row)

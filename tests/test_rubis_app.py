@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 from urllib.parse import urlencode
 
 import psycopg
@@ -29,8 +30,7 @@ from rubis.client import Visitor, parse_page
 from rubis.mix import exact_mix
 from rubis.process import AppServer
 from rubis.transitions import STATES, load_table
-from txcache import EmbeddedPostgres, NodeProcess
-from txcache.stack import Stack, StackOptions
+from txcache.stack import EmbeddedPostgres, NodeProcess, Stack, StackOptions
 
 NOW = generate.CLOCK_START
 USERS = generate.PRESETS["tiny"].users
@@ -59,7 +59,9 @@ class AppStack:
     admin: psycopg.Connection
     node: NodeProcess
 
-    def get(self, path: str, cookie: str | None = None, body: dict | None = None) -> Reply:
+    def get(
+        self, path: str, cookie: str | None = None, body: dict[str, Any] | None = None
+    ) -> Reply:
         data = urlencode(body).encode() if body is not None else None
         request = urllib.request.Request(self.url + path, data=data)
         if cookie:
@@ -72,12 +74,15 @@ class AppStack:
             status, text, set_cookie = error.code, error.read().decode(), None
         return Reply(status, text, set_cookie)
 
-    def one(self, query: str, *params: object) -> object:
-        row = self.admin.execute(query, params).fetchone()
-        assert row is not None
-        return row[0]
+    def row(self, query: str, *params: object) -> tuple[Any, ...]:
+        found = self.admin.execute(query, params).fetchone()
+        assert found is not None
+        return found
 
-    def column(self, query: str, *params: object) -> list[object]:
+    def one(self, query: str, *params: object) -> Any:
+        return self.row(query, *params)[0]
+
+    def column(self, query: str, *params: object) -> list[Any]:
         return [row[0] for row in self.admin.execute(query, params)]
 
     def hits(self) -> tuple[int, int]:
@@ -114,7 +119,7 @@ def links(body: str, path: str, name: str) -> list[int]:
     return parse_page(body).ids(name, path)
 
 
-def test_static_pages_and_forms(stack):
+def test_static_pages_and_forms(stack: AppStack) -> None:
     for path in ("/", "/register", "/browse", "/sell", "/about_me_auth"):
         assert stack.get(path).status == 200
     form = parse_page(stack.get("/put_comment_auth?item=5&to=7").body)
@@ -122,7 +127,7 @@ def test_static_pages_and_forms(stack):
     assert stack.get("/nowhere").status == 404
 
 
-def test_browsing_pages(stack):
+def test_browsing_pages(stack: AppStack) -> None:
     categories = stack.get("/browse_categories").text()
     assert stack.column("SELECT name FROM categories ORDER BY id")[3] in categories
     regions = stack.get("/browse_regions").body
@@ -132,7 +137,7 @@ def test_browsing_pages(stack):
     assert stack.get("/browse_categories_in_region?region=63").status == 400
 
 
-def test_searches_list_what_the_database_holds(stack):
+def test_searches_list_what_the_database_holds(stack: AppStack) -> None:
     category = stack.one("SELECT category FROM items GROUP BY 1 ORDER BY count(*) DESC, 1")
     expected = stack.column(
         "SELECT id FROM items WHERE category = %s AND end_date >= %s ORDER BY end_date, id",
@@ -144,9 +149,9 @@ def test_searches_list_what_the_database_holds(stack):
     following = parse_page(first).next_page
     assert following == f"/search_items_in_category?category={category}&page=1"
     assert links(stack.get(following).body, "view_item", "item") == expected[20:40]
-    region, category = stack.admin.execute(
+    region, category = stack.row(
         "SELECT region, category FROM items_by_rc GROUP BY 1, 2 ORDER BY count(*) DESC, 1, 2"
-    ).fetchone()
+    )
     in_region = stack.column(
         "SELECT item_id FROM items_by_rc WHERE region = %s AND category = %s AND end_date >= %s "
         "ORDER BY end_date, item_id LIMIT 20",
@@ -158,10 +163,10 @@ def test_searches_list_what_the_database_holds(stack):
     assert links(page, "view_item", "item") == in_region
 
 
-def test_item_user_and_bid_history_pages(stack):
-    item_id, seller, name = stack.admin.execute(
+def test_item_user_and_bid_history_pages(stack: AppStack) -> None:
+    item_id, seller, name = stack.row(
         "SELECT id, seller, name FROM items WHERE nb_of_bids > 3 ORDER BY id LIMIT 1"
-    ).fetchone()
+    )
     page = stack.get(f"/view_item?item={item_id}").text()
     highest = stack.one("SELECT max(bid) FROM bids WHERE item_id = %s", item_id)
     assert name in page
@@ -181,7 +186,7 @@ def test_item_user_and_bid_history_pages(stack):
     assert stack.get("/view_item?item=100000").status == 400
 
 
-def test_pages_behind_a_login(stack):
+def test_pages_behind_a_login(stack: AppStack) -> None:
     item_id = stack.one("SELECT id FROM items WHERE nb_of_bids > 0 ORDER BY id LIMIT 1")
     login = "nickname=user3&password=password3"
     assert stack.get(f"/put_bid?item={item_id}&nickname=user3&password=bad").status == 400
@@ -199,7 +204,7 @@ def test_pages_behind_a_login(stack):
     assert set(selling) <= set(links(about, "view_item", "item"))
 
 
-def test_a_bid_through_the_app_shows_on_the_next_page(stack):
+def test_a_bid_through_the_app_shows_on_the_next_page(stack: AppStack) -> None:
     item_id = stack.one("SELECT id FROM items WHERE quantity = 1 ORDER BY id DESC LIMIT 1")
     before = stack.get(f"/view_item?item={item_id}").text()  # now cached
     count = stack.one("SELECT nb_of_bids FROM items WHERE id = %s", item_id)
@@ -213,6 +218,7 @@ def test_a_bid_through_the_app_shows_on_the_next_page(stack):
     assert stored.status == 200
     assert stored.cookie is not None
     assert stored.cookie.startswith("txcache_nb=")
+    assert stored.set_cookie is not None
     assert "Max-Age=31" in stored.set_cookie  # staleness 30 s + 1: then no longer needed
     after = stack.get(f"/view_item?item={item_id}", cookie=stored.cookie).text()
     assert f"{count + 1} bids" in after
@@ -220,7 +226,7 @@ def test_a_bid_through_the_app_shows_on_the_next_page(stack):
     assert stack.get("/store_bid", body={**form, "bid": minimum}).status == 400  # too low now
 
 
-def test_a_registered_user_can_log_in(stack):
+def test_a_registered_user_can_log_in(stack: AppStack) -> None:
     form = {"firstname": "A", "lastname": "B", "nickname": "webuser", "password": "pw"}
     stored = stack.get("/register_user", body={**form, "email": "a@b", "region": "OH--Dayton"})
     assert stored.status == 200
@@ -229,14 +235,14 @@ def test_a_registered_user_can_log_in(stack):
     assert links(page.body, "sell_item_form", "user")[0] == user_id
 
 
-def test_the_clock_rounds_page_times_to_its_step():
+def test_the_clock_rounds_page_times_to_its_step() -> None:
     start = datetime(2010, 10, 4)
     clock = Clock(start, anchor=0.0, step=60.0)
     assert clock.page_now() <= clock.now() < clock.page_now() + timedelta(seconds=60)
     assert (clock.page_now() - start).total_seconds() % 60 == 0
 
 
-def test_a_bid_is_the_minimum_plus_one_to_ten_and_its_max_twice_that():
+def test_a_bid_is_the_minimum_plus_one_to_ten_and_its_max_twice_that() -> None:
     visitor = Visitor.start(random.Random(3), USERS)
     visitor.saw(
         '<input type="hidden" name="item" value="12"><input type="hidden" name="minBid" '
@@ -253,7 +259,7 @@ def test_a_bid_is_the_minimum_plus_one_to_ten_and_its_max_twice_that():
     assert (form["item"], form["qty"]) == ("12", "1")
 
 
-def test_emulated_clients_run_the_bidding_mix_through_the_cache(stack):
+def test_emulated_clients_run_the_bidding_mix_through_the_cache(stack: AppStack) -> None:
     hits_before, _ = stack.hits()
     report = emulator.run(stack.url, clients=4, duration=10, users=USERS, peak=True, seed=2)
     summary = report.as_dict()

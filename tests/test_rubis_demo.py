@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 
-def test_the_rubis_demo_runs_both_modes_and_prints_the_comparison(tmp_path: Path):
+def test_the_rubis_demo_runs_both_modes_and_prints_the_comparison(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "rubis.demo", "--preset", "tiny", "--clients", "2"]
     command += ["--duration", "2", "--warmup", "2", "--output", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240)

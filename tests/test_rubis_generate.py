@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from statistics import mean
+from typing import Any
 
 import psycopg
 import pytest
@@ -15,26 +16,29 @@ from rubis._items import spread
 TINY = generate.PRESETS["tiny"]
 GROUPS = {"old_items": TINY.old_items, "items": TINY.active_items}
 
+Connection = psycopg.Connection[tuple[Any, ...]]
+"""A connection to the loaded database: rows of whatever the queries select."""
+
 
 @pytest.fixture
-def tiny(database: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+def tiny(database: str) -> Iterator[Connection]:
     """A connection to a database loaded with ``tiny`` at seed 7."""
     with psycopg.connect(database, autocommit=True) as conn:
         generate.load(conn, TINY, seed=7)
         yield conn
 
 
-def scalar(conn: psycopg.Connection[tuple[object, ...]], query: str) -> object:
+def scalar(conn: Connection, query: str) -> Any:
     row = conn.execute(query).fetchone()
     assert row is not None
     return row[0]
 
 
-def column(conn: psycopg.Connection[tuple[object, ...]], query: str) -> list[object]:
+def column(conn: Connection, query: str) -> list[Any]:
     return [row[0] for row in conn.execute(query)]
 
 
-def test_row_counts(tiny):
+def test_row_counts(tiny: Connection) -> None:
     expected = {
         "categories": 20,
         "regions": 62,
@@ -56,7 +60,7 @@ def test_row_counts(tiny):
     assert scalar(tiny, "SELECT count(*) FROM bids") == nb_of_bids
 
 
-def test_ids_are_old_items_then_active_items(tiny):
+def test_ids_are_old_items_then_active_items(tiny: Connection) -> None:
     assert scalar(tiny, "SELECT min(id) || '-' || max(id) FROM old_items") == "1-500"
     assert scalar(tiny, "SELECT min(id) || '-' || max(id) FROM items") == "501-800"
     assert scalar(tiny, "SELECT now FROM clock") == generate.CLOCK_START
@@ -67,12 +71,12 @@ def test_ids_are_old_items_then_active_items(tiny):
     )
 
 
-def test_every_index_exists(tiny):
+def test_every_index_exists(tiny: Connection) -> None:
     names = set(column(tiny, "SELECT indexname FROM pg_indexes WHERE schemaname = 'public'"))
     assert set(schema.INDEXES) <= names
 
 
-def test_users_follow_initdb(tiny):
+def test_users_follow_initdb(tiny: Connection) -> None:
     rows = tiny.execute(
         "SELECT id, firstname, lastname, nickname, password, region FROM users ORDER BY id"
     ).fetchall()
@@ -91,12 +95,14 @@ def test_users_follow_initdb(tiny):
 
 
 @pytest.mark.parametrize("table", sorted(GROUPS))
-def test_exact_shares_of_reserve_buy_now_and_quantity_one(tiny, table):
+def test_exact_shares_of_reserve_buy_now_and_quantity_one(tiny: Connection, table: str) -> None:
     count = GROUPS[table]
-    reserve, buy_now, unique = tiny.execute(
+    row = tiny.execute(
         f"SELECT count(*) FILTER (WHERE reserve_price > 0), count(*) FILTER (WHERE buy_now > 0), "
         f"count(*) FILTER (WHERE quantity = 1) FROM {table}"
     ).fetchone()
+    assert row is not None
+    reserve, buy_now, unique = row
     assert (reserve, buy_now) == (math.ceil(0.4 * count), math.ceil(0.1 * count))
     # 80 % have quantity 1; the others draw 1-10, so about a tenth of them have 1 too
     others = count - math.ceil(0.8 * count)
@@ -113,14 +119,14 @@ def test_exact_shares_of_reserve_buy_now_and_quantity_one(tiny, table):
 
 
 @pytest.mark.parametrize("table", sorted(GROUPS))
-def test_descriptions_are_uniform_up_to_8_kb(tiny, table):
+def test_descriptions_are_uniform_up_to_8_kb(tiny: Connection, table: str) -> None:
     lengths = column(tiny, f"SELECT length(description) FROM {table}")
     assert min(lengths) >= 1
     assert max(lengths) <= 8192
     assert abs(mean(lengths) - 4096.5) < 5 * 2365 / math.sqrt(len(lengths))
 
 
-def test_bids_follow_initdb(tiny):
+def test_bids_follow_initdb(tiny: Connection) -> None:
     per_item = column(
         tiny,
         "SELECT nb_of_bids FROM items UNION ALL SELECT nb_of_bids FROM old_items",
@@ -139,7 +145,7 @@ def test_bids_follow_initdb(tiny):
     assert mismatched == 0
 
 
-def test_each_bid_raises_the_price_by_1_to_10(tiny):
+def test_each_bid_raises_the_price_by_1_to_10(tiny: Connection) -> None:
     rows = tiny.execute(
         "SELECT b.item_id, b.bid, b.max_bid, b.user_id, "
         "coalesce(i.initial_price, o.initial_price) FROM bids b "
@@ -165,7 +171,9 @@ def test_each_bid_raises_the_price_by_1_to_10(tiny):
     }
 
 
-def test_one_comment_per_item_about_its_seller(tiny):
+def test_one_comment_per_item_about_its_seller(
+    tiny: Connection,
+) -> None:
     wrong = scalar(
         tiny,
         "SELECT count(*) FROM (SELECT id, seller FROM items UNION ALL "
@@ -187,15 +195,20 @@ def test_one_comment_per_item_about_its_seller(tiny):
     assert unrated == 0
 
 
-def test_active_items_follow_the_category_counts(tiny):
-    counts = dict(tiny.execute("SELECT category, count(*) FROM items GROUP BY category").fetchall())
+def test_active_items_follow_the_category_counts(
+    tiny: Connection,
+) -> None:
+    rows = tiny.execute("SELECT category, count(*) FROM items GROUP BY category").fetchall()
+    counts: dict[int, int] = dict(rows)
     weights = [category.count for category in data.categories()]
     expected = spread(TINY.active_items, weights)
     assert [counts.get(i, 0) for i in range(1, 21)] == expected
     assert scalar(tiny, "SELECT min(category) || '-' || max(category) FROM old_items") == "1-20"
 
 
-def test_items_by_rc_matches_items_and_sellers(tiny):
+def test_items_by_rc_matches_items_and_sellers(
+    tiny: Connection,
+) -> None:
     differences = scalar(
         tiny,
         "SELECT count(*) FROM (SELECT i.id, u.region, i.category, i.end_date FROM items i "
@@ -206,7 +219,7 @@ def test_items_by_rc_matches_items_and_sellers(tiny):
     assert differences == 0
 
 
-def test_spread_splits_by_largest_remainders():
+def test_spread_splits_by_largest_remainders() -> None:
     assert spread(10, [1, 1, 1]) == [4, 3, 3]
     assert spread(7, [5, 0, 2]) == [5, 0, 2]
     assert sum(spread(300, [c.count for c in data.categories()])) == 300
@@ -215,14 +228,14 @@ def test_spread_splits_by_largest_remainders():
 TABLES = ["users", "items", "old_items", "bids", "comments", "items_by_rc"]
 
 
-def fingerprint(conn: psycopg.Connection[tuple[object, ...]]) -> list[object]:
+def fingerprint(conn: Connection) -> list[object]:
     return [
         scalar(conn, f"SELECT md5(string_agg(t::text, ',' ORDER BY t::text)) FROM {table} t")
         for table in TABLES
     ]
 
 
-def test_the_same_seed_gives_the_same_database(database):
+def test_the_same_seed_gives_the_same_database(database: str) -> None:
     with psycopg.connect(database, autocommit=True) as conn:
         generate.load(conn, TINY, seed=3)
         first = fingerprint(conn)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -21,9 +22,7 @@ from library_fixtures import AGENT_ARGS
 from postgres_fixtures import drop_database
 from rubis import generate, queries, writes
 from rubis.interactions import PageError, Rubis
-from txcache import EmbeddedPostgres
-from txcache._process import wait_until
-from txcache.stack import Stack, StackOptions
+from txcache.stack import EmbeddedPostgres, Stack, StackOptions, wait_until
 
 NOW = generate.CLOCK_START
 LATER = NOW + timedelta(hours=1)
@@ -37,12 +36,15 @@ class RubisStack:
     admin: psycopg.Connection
     rubis: Rubis
 
-    def one(self, query: str, *params: object) -> object:
-        row = self.admin.execute(query, params).fetchone()
-        assert row is not None
-        return row[0]
+    def row(self, query: str, *params: object) -> tuple[Any, ...]:
+        found = self.admin.execute(query, params).fetchone()
+        assert found is not None
+        return found
 
-    def column(self, query: str, *params: object) -> list[object]:
+    def one(self, query: str, *params: object) -> Any:
+        return self.row(query, *params)[0]
+
+    def column(self, query: str, *params: object) -> list[Any]:
         return [row[0] for row in self.admin.execute(query, params)]
 
 
@@ -77,11 +79,11 @@ def wait_for_pins(cache: txcache.Cache, timeout: float = 20.0) -> None:
     wait_until(known, "the library to know a pin", timeout=timeout)
 
 
-def ids(items: list[dict]) -> list[int]:
+def ids(items: list[dict[str, Any]]) -> list[int]:
     return [item["id"] for item in items]
 
 
-def test_browsing_pages_list_categories_and_regions(stack):
+def test_browsing_pages_list_categories_and_regions(stack: RubisStack) -> None:
     assert len(stack.rubis.browse_categories()["categories"]) == 20
     regions = stack.rubis.browse_regions()["regions"]
     assert regions[0] == (1, "AZ--Phoenix")
@@ -92,7 +94,7 @@ def test_browsing_pages_list_categories_and_regions(stack):
         stack.rubis.browse_categories_in_region(63)
 
 
-def test_category_search_pages_by_end_date_then_id(stack):
+def test_category_search_pages_by_end_date_then_id(stack: RubisStack) -> None:
     category = stack.one("SELECT category FROM items GROUP BY category ORDER BY count(*) DESC")
     expected = stack.column(
         "SELECT id FROM items WHERE category = %s AND end_date >= %s ORDER BY end_date, id",
@@ -106,11 +108,11 @@ def test_category_search_pages_by_end_date_then_id(stack):
     assert all(item["category"] == category and not item["old"] for item in first)
 
 
-def test_region_search_reads_items_by_rc(stack):
-    region, category = stack.admin.execute(
+def test_region_search_reads_items_by_rc(stack: RubisStack) -> None:
+    region, category = stack.row(
         "SELECT u.region, i.category FROM items i JOIN users u ON u.id = i.seller "
         "GROUP BY 1, 2 ORDER BY count(*) DESC, 1, 2 LIMIT 1"
-    ).fetchone()
+    )
     expected = stack.column(
         "SELECT i.id FROM items i JOIN users u ON u.id = i.seller WHERE u.region = %s "
         "AND i.category = %s AND i.end_date >= %s ORDER BY i.end_date, i.id LIMIT 20",
@@ -123,12 +125,12 @@ def test_region_search_reads_items_by_rc(stack):
     assert expected
 
 
-def test_view_item_of_an_active_and_an_old_item(stack):
+def test_view_item_of_an_active_and_an_old_item(stack: RubisStack) -> None:
     for table in ("items", "old_items"):
-        item_id, quantity, seller = stack.admin.execute(
+        item_id, quantity, seller = stack.row(
             f"SELECT id, quantity, seller FROM {table} WHERE nb_of_bids > 5 AND quantity > 1 "
             "ORDER BY id LIMIT 1"
-        ).fetchone()
+        )
         page = stack.rubis.view_item(item_id)
         assert page["item"]["old"] == (table == "old_items")
         assert page["bid_count"] == stack.one(
@@ -144,7 +146,7 @@ def test_view_item_of_an_active_and_an_old_item(stack):
         stack.rubis.view_item(10_000)
 
 
-def test_view_user_info_and_bid_history(stack):
+def test_view_user_info_and_bid_history(stack: RubisStack) -> None:
     user_id = stack.one("SELECT to_user_id FROM comments GROUP BY 1 ORDER BY count(*) DESC, 1")
     page = stack.rubis.view_user_info(user_id)
     assert page["user"]["nickname"] == f"user{user_id}"
@@ -162,7 +164,7 @@ def test_view_user_info_and_bid_history(stack):
     assert [bid["bidder"] for bid in history["bids"]] == [f"user{u}" for u in bidders]
 
 
-def test_pages_behind_a_login(stack):
+def test_pages_behind_a_login(stack: RubisStack) -> None:
     with pytest.raises(PageError):
         stack.rubis.put_bid(600, "user3", "wrong")
     assert stack.rubis.put_bid(600, "user3", "password3")["bidder"] == 3
@@ -172,7 +174,7 @@ def test_pages_behind_a_login(stack):
     assert len(stack.rubis.select_category_to_sell_item("user6", "password6")["categories"]) == 20
 
 
-def test_about_me(stack):
+def test_about_me(stack: RubisStack) -> None:
     user_id = stack.one(
         "SELECT b.user_id FROM bids b JOIN items i ON i.id = b.item_id "
         "GROUP BY 1 ORDER BY count(*) DESC, 1"
@@ -199,7 +201,7 @@ def test_about_me(stack):
     )
 
 
-def test_a_repeated_page_is_served_from_the_cache(stack):
+def test_a_repeated_page_is_served_from_the_cache(stack: RubisStack) -> None:
     item_id = stack.one("SELECT id FROM items WHERE nb_of_bids > 0 ORDER BY id DESC")
     first = stack.rubis.view_item(item_id)
     hits = queries.get_item.stats.hits, queries.item_bids.stats.hits
@@ -208,7 +210,7 @@ def test_a_repeated_page_is_served_from_the_cache(stack):
     assert queries.item_bids.stats.hits > hits[1]
 
 
-def test_a_bid_is_seen_by_the_next_page(stack):
+def test_a_bid_is_seen_by_the_next_page(stack: RubisStack) -> None:
     item_id = stack.one(
         "SELECT id FROM items WHERE quantity = 1 AND buy_now = 0 ORDER BY id OFFSET 5"
     )
@@ -241,9 +243,14 @@ def test_a_bid_is_seen_by_the_next_page(stack):
     assert after["min_bid"] == minimum + 4
 
 
-def test_register_user_then_log_in(stack):
-    new = {"firstname": "New", "lastname": "Comer", "email": "n@rubis.com", "now": LATER}
-    taken = {"nickname": "newcomer", "password": "x", "region": "WI--Milwaukee"}
+def test_register_user_then_log_in(stack: RubisStack) -> None:
+    new: dict[str, Any] = {
+        "firstname": "New",
+        "lastname": "Comer",
+        "email": "n@rubis.com",
+        "now": LATER,
+    }
+    taken: dict[str, Any] = {"nickname": "newcomer", "password": "x", "region": "WI--Milwaukee"}
     written = writes.register_user(
         stack.cache, nickname="newcomer", password="pw", region="OH--Dayton", **new
     )
@@ -258,10 +265,10 @@ def test_register_user_then_log_in(stack):
         writes.register_user(stack.cache, nickname="other", password="x", region="Atlantis", **new)
 
 
-def test_buying_the_last_one_ends_the_auction(stack):
-    item_id, category = stack.admin.execute(
+def test_buying_the_last_one_ends_the_auction(stack: RubisStack) -> None:
+    item_id, category = stack.row(
         "SELECT id, category FROM items WHERE buy_now > 0 AND quantity = 1 ORDER BY id LIMIT 1"
-    ).fetchone()
+    )
     written = writes.store_buy_now(stack.cache, buyer=8, item_id=item_id, qty=1, now=LATER)
     assert stack.one("SELECT quantity FROM items WHERE id = %s", item_id) == 0
     assert stack.one("SELECT end_date FROM items_by_rc WHERE item_id = %s", item_id) == LATER
@@ -273,7 +280,7 @@ def test_buying_the_last_one_ends_the_auction(stack):
         writes.store_buy_now(stack.cache, buyer=8, item_id=item_id, qty=1, now=LATER)
 
 
-def test_a_comment_adds_its_rating_not_the_total(stack):
+def test_a_comment_adds_its_rating_not_the_total(stack: RubisStack) -> None:
     rating = stack.one("SELECT rating FROM users WHERE id = 11")
     written = writes.store_comment(
         stack.cache, from_user_id=12, to_user_id=11, item_id=3, rating=5, comment="ok", now=LATER
@@ -284,7 +291,7 @@ def test_a_comment_adds_its_rating_not_the_total(stack):
     assert page["comments"][0]["author"] == "user12"
 
 
-def test_a_new_item_is_found_by_the_region_search(stack):
+def test_a_new_item_is_found_by_the_region_search(stack: RubisStack) -> None:
     seller, region = 10, 11  # user i lives in region i mod 62 + 1
     written = writes.register_item(
         stack.cache,
@@ -305,7 +312,7 @@ def test_a_new_item_is_found_by_the_region_search(stack):
     assert rubis.view_item(written.id)["seller"] == "user10"
 
 
-def test_every_cached_function_stored_deterministic_values(stack):
+def test_every_cached_function_stored_deterministic_values(stack: RubisStack) -> None:
     functions = [getattr(queries, name) for name in queries.__all__]
     functions = [f for f in functions if isinstance(f, txcache.CacheableFunction)]
     assert len(functions) == 14

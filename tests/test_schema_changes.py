@@ -20,11 +20,11 @@ import pytest
 import txcache
 import txcache._schema
 from cached_reads import assert_invalidated, cached, read, rows_of, truth
+from conftest import running_agent
 from library_fixtures import LibraryStack
 from txcache._catalog_stamp import stamp_check, still_current
-from txcache._lsn import parse_lsn, wal_position
 from txcache._schema import Catalog, Schema
-from txcache.stack import wait_until
+from txcache.stack import parse_lsn, wait_until, wal_position
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def lib(database: str) -> Iterator[LibraryStack]:
         yield stack
 
 
-def test_a_redefined_view_invalidates_reads_through_it(lib):
+def test_a_redefined_view_invalidates_reads_through_it(lib: LibraryStack) -> None:
     lib.write("CREATE VIEW cheap AS SELECT id, name FROM items WHERE price < 50")
     query = "SELECT id FROM cheap ORDER BY id"
     before = cached(lib, query)
@@ -44,7 +44,7 @@ def test_a_redefined_view_invalidates_reads_through_it(lib):
     assert assert_invalidated(lib, query, token) != before
 
 
-def test_no_read_runs_at_a_pin_older_than_a_schema_change(lib):
+def test_no_read_runs_at_a_pin_older_than_a_schema_change(lib: LibraryStack) -> None:
     """PostgreSQL's catalogs are not versioned by snapshot: a query at a pin older than a
     view's redefinition would run the new definition over the old data — a result no commit
     point ever had. Pins older than a schema change are no longer offered."""
@@ -61,7 +61,7 @@ def test_no_read_runs_at_a_pin_older_than_a_schema_change(lib):
     assert got == truth(lib, "SELECT count(*) FROM cheap")
 
 
-def test_a_view_dropped_and_created_again_invalidates_reads_through_it(lib):
+def test_a_view_dropped_and_created_again_invalidates_reads_through_it(lib: LibraryStack) -> None:
     lib.write("CREATE VIEW named AS SELECT id, name FROM items")
     query = "SELECT name FROM named WHERE id = %s"
     cached(lib, query, 3)
@@ -80,7 +80,7 @@ def make_partitions(lib: LibraryStack) -> None:
     )
 
 
-def test_a_partition_truncated_directly_invalidates_reads_of_its_root(lib):
+def test_a_partition_truncated_directly_invalidates_reads_of_its_root(lib: LibraryStack) -> None:
     make_partitions(lib)
     query = "SELECT count(*), sum(v) FROM events"
     assert cached(lib, query) == [(20, 190)]
@@ -88,7 +88,9 @@ def test_a_partition_truncated_directly_invalidates_reads_of_its_root(lib):
     assert assert_invalidated(lib, query, token) == [(10, 145)]
 
 
-def test_a_partition_dropped_detached_or_attached_invalidates_reads_of_its_root(lib):
+def test_a_partition_dropped_detached_or_attached_invalidates_reads_of_its_root(
+    lib: LibraryStack,
+) -> None:
     make_partitions(lib)
     query = "SELECT count(*) FROM events"
     cached(lib, query)
@@ -104,7 +106,9 @@ def test_a_partition_dropped_detached_or_attached_invalidates_reads_of_its_root(
     assert assert_invalidated(lib, query, token) == [(10,)]
 
 
-def test_a_table_attached_from_an_untracked_schema_is_prepared_as_a_partition(lib):
+def test_a_table_attached_from_an_untracked_schema_is_prepared_as_a_partition(
+    lib: LibraryStack,
+) -> None:
     make_partitions(lib)
     lib.write(
         "CREATE SCHEMA elsewhere;"
@@ -123,7 +127,7 @@ def test_a_table_attached_from_an_untracked_schema_is_prepared_as_a_partition(li
     assert assert_invalidated(lib, query, token) == [(20,)]
 
 
-def test_inheritance_added_or_removed_invalidates_reads_of_the_parent(lib):
+def test_inheritance_added_or_removed_invalidates_reads_of_the_parent(lib: LibraryStack) -> None:
     lib.write(
         "CREATE TABLE animals (id integer PRIMARY KEY);"
         "CREATE TABLE cats () INHERITS (animals);"
@@ -139,7 +143,7 @@ def test_inheritance_added_or_removed_invalidates_reads_of_the_parent(lib):
     assert assert_invalidated(lib, query, token) == [(2,)]
 
 
-def test_a_redefined_function_invalidates_every_cached_result(lib):
+def test_a_redefined_function_invalidates_every_cached_result(lib: LibraryStack) -> None:
     lib.write(
         "CREATE FUNCTION twice(integer) RETURNS integer LANGUAGE sql IMMUTABLE AS 'SELECT 2 * $1'"
     )
@@ -155,7 +159,7 @@ def test_a_redefined_function_invalidates_every_cached_result(lib):
     assert_invalidated(lib, unrelated, token, 1)
 
 
-def test_a_renamed_enum_value_invalidates_reads_of_its_columns(lib):
+def test_a_renamed_enum_value_invalidates_reads_of_its_columns(lib: LibraryStack) -> None:
     lib.write(
         "CREATE TYPE mood AS ENUM ('happy', 'sad');"
         "CREATE TABLE feelings (id integer PRIMARY KEY, mood mood NOT NULL);"
@@ -167,7 +171,9 @@ def test_a_renamed_enum_value_invalidates_reads_of_its_columns(lib):
     assert assert_invalidated(lib, query, token, 1) == [("glad",)]
 
 
-def test_a_table_renamed_and_replaced_invalidates_reads_under_the_old_name(lib):
+def test_a_table_renamed_and_replaced_invalidates_reads_under_the_old_name(
+    lib: LibraryStack,
+) -> None:
     query = "SELECT name FROM users WHERE id = %s"
     assert cached(lib, query, 1) == [("user 1",)]
     token = lib.commit(
@@ -178,7 +184,7 @@ def test_a_table_renamed_and_replaced_invalidates_reads_under_the_old_name(lib):
     assert assert_invalidated(lib, query, token, 1) == [("someone else",)]
 
 
-def test_a_renamed_table_is_no_longer_served_under_its_old_name(lib):
+def test_a_renamed_table_is_no_longer_served_under_its_old_name(lib: LibraryStack) -> None:
     query = "SELECT name FROM users WHERE id = %s"
     cached(lib, query, 1)
     token = lib.commit("ALTER TABLE users RENAME TO people")
@@ -186,14 +192,14 @@ def test_a_renamed_table_is_no_longer_served_under_its_old_name(lib):
         read(lib, query, 1, not_before=token)
 
 
-def test_a_column_type_change_invalidates_reads_of_the_table(lib):
+def test_a_column_type_change_invalidates_reads_of_the_table(lib: LibraryStack) -> None:
     query = "SELECT price::text FROM items WHERE id = %s"
     assert cached(lib, query, 4) == [("40",)]
     token = lib.commit("ALTER TABLE items ALTER COLUMN price TYPE numeric(10, 2)")
     assert assert_invalidated(lib, query, token, 4) == [("40.00",)]
 
 
-def test_row_level_security_invalidates_and_makes_reads_uncacheable(lib):
+def test_row_level_security_invalidates_and_makes_reads_uncacheable(lib: LibraryStack) -> None:
     query = "SELECT name FROM users WHERE id = %s"
     cached(lib, query, 2)
     token = lib.commit("ALTER TABLE users ENABLE ROW LEVEL SECURITY")
@@ -201,7 +207,7 @@ def test_row_level_security_invalidates_and_makes_reads_uncacheable(lib):
         read(lib, query, 2, not_before=token)
 
 
-def test_a_table_left_out_of_the_publication_is_no_longer_served(lib):
+def test_a_table_left_out_of_the_publication_is_no_longer_served(lib: LibraryStack) -> None:
     query = "SELECT name FROM items WHERE id = %s"
     cached(lib, query, 5)
     scope = truth(
@@ -215,7 +221,7 @@ def test_a_table_left_out_of_the_publication_is_no_longer_served(lib):
         read(lib, query, 5, not_before=token)
 
 
-def test_setup_puts_the_truncate_trigger_on_existing_partitions(lib):
+def test_setup_puts_the_truncate_trigger_on_existing_partitions(lib: LibraryStack) -> None:
     lib.write(
         "ALTER EVENT TRIGGER txcache_ddl_command_end DISABLE;"
         "CREATE TABLE older (k integer NOT NULL) PARTITION BY LIST (k);"
@@ -235,7 +241,7 @@ def behind_the_agents_back(lib: LibraryStack, *statements: str) -> int:
     """Stop the agent, run ``statements`` (each its own transaction), start it again; a
     position every statement committed after, once the nodes applied everything and the
     library knows a pin after it."""
-    lib.agent.stop()
+    running_agent(lib).stop()
     token = wal_position(lib.admin) + 1
     for statement in statements:
         lib.write(statement)
@@ -244,7 +250,9 @@ def behind_the_agents_back(lib: LibraryStack, *statements: str) -> int:
     return token
 
 
-def test_an_agent_restarted_after_a_rename_it_missed_invalidates_the_old_name(lib):
+def test_an_agent_restarted_after_a_rename_it_missed_invalidates_the_old_name(
+    lib: LibraryStack,
+) -> None:
     query = "SELECT name FROM users WHERE id = %s"
     cached(lib, query, 1)
     token = behind_the_agents_back(lib, "ALTER TABLE users RENAME TO people")
@@ -252,7 +260,9 @@ def test_an_agent_restarted_after_a_rename_it_missed_invalidates_the_old_name(li
         read(lib, query, 1, not_before=token)
 
 
-def test_an_agent_restarted_after_an_index_was_dropped_invalidates_by_the_dropped_column(lib):
+def test_an_agent_restarted_after_an_index_was_dropped_invalidates_by_the_dropped_column(
+    lib: LibraryStack,
+) -> None:
     query = "SELECT id FROM items WHERE category = %s ORDER BY id"
     before = cached(lib, query, 1)
     token = behind_the_agents_back(
@@ -283,7 +293,7 @@ def stored() -> int:
     return sum(rows_of.stats.inserts.values())
 
 
-def test_a_view_redefined_under_a_running_transaction_is_not_cached(slow_lib):
+def test_a_view_redefined_under_a_running_transaction_is_not_cached(slow_lib: LibraryStack) -> None:
     lib = slow_lib
     lib.write("CREATE VIEW chosen AS SELECT id, price FROM items WHERE id IN (1, 2)")
     cached(lib, "SELECT count(*) FROM chosen")  # the library's catalog has the view
@@ -322,11 +332,15 @@ def read_while_attaching(lib: LibraryStack, *, library_hears_of_it: bool) -> Non
     assert stored() == before
 
 
-def test_a_partition_attached_under_a_running_transaction_is_not_cached(slow_lib):
+def test_a_partition_attached_under_a_running_transaction_is_not_cached(
+    slow_lib: LibraryStack,
+) -> None:
     read_while_attaching(slow_lib, library_hears_of_it=False)
 
 
-def test_a_read_older_than_a_schema_change_the_library_read_is_not_cached(slow_lib):
+def test_a_read_older_than_a_schema_change_the_library_read_is_not_cached(
+    slow_lib: LibraryStack,
+) -> None:
     read_while_attaching(slow_lib, library_hears_of_it=True)
 
 
@@ -343,7 +357,9 @@ def attach_after_writing_to_it(lib: LibraryStack) -> None:
     ["SELECT sum(v) FROM events", "SELECT sum(v) FROM events WHERE now() IS NOT NULL"],
     ids=["tagged", "not analysable"],
 )
-def test_a_query_at_a_snapshot_older_than_a_schema_change_runs_again_after_it(slow_lib, query):
+def test_a_query_at_a_snapshot_older_than_a_schema_change_runs_again_after_it(
+    slow_lib: LibraryStack, query: str
+) -> None:
     lib = slow_lib
     make_partitions(lib)
     lib.commit("ALTER TABLE events DETACH PARTITION events_high")  # and a pin after it
@@ -355,7 +371,9 @@ def test_a_query_at_a_snapshot_older_than_a_schema_change_runs_again_after_it(sl
     assert got == [(1190,)]
 
 
-def test_a_query_bound_to_a_snapshot_older_than_a_schema_change_is_retried(slow_lib):
+def test_a_query_bound_to_a_snapshot_older_than_a_schema_change_is_retried(
+    slow_lib: LibraryStack,
+) -> None:
     lib = slow_lib
     make_partitions(lib)
     lib.commit("ALTER TABLE events DETACH PARTITION events_high")  # and a pin after it
@@ -371,7 +389,9 @@ def test_a_query_bound_to_a_snapshot_older_than_a_schema_change_is_retried(slow_
         assert txcache.query("SELECT sum(v) FROM events") == [(1190,)]
 
 
-def test_a_read_older_than_a_schema_change_an_agent_restarted_past_is_not_cached(database):
+def test_a_read_older_than_a_schema_change_an_agent_restarted_past_is_not_cached(
+    database: str,
+) -> None:
     """The agent that decoded the ``ATTACH`` is replaced by one whose slot resumes past it
     (it never replays the ``ATTACH``). A transaction pinned before the ``ATTACH``, whose
     catalog reading is newer than it (read by another transaction after the restart), must
@@ -418,7 +438,9 @@ def slot_confirmed(lib: LibraryStack) -> int:
     return parse_lsn(row[0])
 
 
-def test_a_result_type_changed_under_a_prepared_statement_asks_for_a_retry(slow_lib):
+def test_a_result_type_changed_under_a_prepared_statement_asks_for_a_retry(
+    slow_lib: LibraryStack,
+) -> None:
     """psycopg prepares a statement after five runs; PostgreSQL refuses to run it once a
     schema change altered its result type. The transaction fails with a retriable error,
     and the next one runs."""
@@ -436,7 +458,7 @@ def test_a_result_type_changed_under_a_prepared_statement_asks_for_a_retry(slow_
         assert txcache.query(query, (4,)) == [(40,)]
 
 
-def test_a_result_type_change_the_library_knows_of_needs_no_retry(slow_lib):
+def test_a_result_type_change_the_library_knows_of_needs_no_retry(slow_lib: LibraryStack) -> None:
     lib = slow_lib
     query = "SELECT price FROM items WHERE id = %s"
     lib.caught_up()
@@ -451,7 +473,7 @@ def test_a_result_type_change_the_library_knows_of_needs_no_retry(slow_lib):
         assert txcache.query(query, (4,)) == [(40,)]
 
 
-def test_a_catalog_reading_stamps_the_schema_changes_not_yet_committed(lib):
+def test_a_catalog_reading_stamps_the_schema_changes_not_yet_committed(lib: LibraryStack) -> None:
     with psycopg.connect(lib.dsn) as ddl:  # its transaction stays open
         ddl.execute("CREATE VIEW pending AS SELECT id FROM items")
         catalog = Schema.load(lib.dsn).catalog
@@ -461,15 +483,19 @@ def test_a_catalog_reading_stamps_the_schema_changes_not_yet_committed(lib):
         assert ("public", "pending") not in catalog.relations
 
         def current() -> bool:
+            check = stamp_check(stamp)
+            assert check is not None  # the stamp tracks the uncommitted change
             with psycopg.connect(lib.dsn, autocommit=True) as conn:
-                return still_current(stamp, conn.execute(*stamp_check(stamp)).fetchone())
+                return still_current(stamp, conn.execute(*check).fetchone())
 
         assert current(), "a query now runs with the catalog read"
         ddl.commit()
         assert not current(), "a query now runs with the view the reading lacks"
 
 
-def test_a_catalog_reading_during_which_a_schema_change_committed_is_read_again(lib, monkeypatch):
+def test_a_catalog_reading_during_which_a_schema_change_committed_is_read_again(
+    lib: LibraryStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Some catalog functions (pg_get_publication_tables) read the current catalog, not the
     snapshot: a reading a schema change committed during would disagree with itself."""
     readings: list[Catalog] = []

@@ -16,6 +16,7 @@ import uuid
 import zoneinfo
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -27,7 +28,7 @@ UTC = datetime.UTC
 PLUS_5_30 = datetime.timezone(datetime.timedelta(hours=5, minutes=30))
 
 
-def assert_same(actual, expected) -> None:
+def assert_same(actual: Any, expected: Any) -> None:
     """``actual`` is ``expected``: equal, of the same exact type all the way down, NaNs
     where NaNs were, -0.0 and Decimal("-0.00") as written, the same offset and fold."""
     assert type(actual) is type(expected), f"{actual!r} is not of the type of {expected!r}"
@@ -58,7 +59,7 @@ def assert_same(actual, expected) -> None:
         assert actual == expected
 
 
-def round_trip(value, serializer: SafeSerializer | None = None):
+def round_trip(value: Any, serializer: SafeSerializer | None = None) -> Any:
     serializer = serializer or SafeSerializer()
     return serializer.loads(serializer.dumps(value))
 
@@ -114,7 +115,7 @@ SCALARS = {
 
 
 @pytest.mark.parametrize("value", list(SCALARS.values()), ids=list(SCALARS))
-def test_a_supported_value_reads_back_as_itself(value):
+def test_a_supported_value_reads_back_as_itself(value: Any) -> None:
     assert_same(round_trip(value), value)
 
 
@@ -147,11 +148,11 @@ CONTAINERS = {
 
 
 @pytest.mark.parametrize("value", list(CONTAINERS.values()), ids=list(CONTAINERS))
-def test_containers_read_back_with_their_types_all_the_way_down(value):
+def test_containers_read_back_with_their_types_all_the_way_down(value: Any) -> None:
     assert_same(round_trip(value), value)
 
 
-def test_a_tuple_stays_a_tuple_and_a_list_a_list():
+def test_a_tuple_stays_a_tuple_and_a_list_a_list() -> None:
     value = round_trip({"t": (1, 2), "l": [1, 2], "s": {1}, "f": frozenset({1})})
     assert type(value["t"]) is tuple
     assert type(value["l"]) is list
@@ -159,24 +160,24 @@ def test_a_tuple_stays_a_tuple_and_a_list_a_list():
     assert type(value["f"]) is frozenset
 
 
-def test_nan_reads_back_as_nan_inside_containers():
+def test_nan_reads_back_as_nan_inside_containers() -> None:
     value = round_trip([float("nan"), (Decimal("NaN"),)])
     assert math.isnan(value[0])
     assert value[1][0].is_nan()
 
 
-def test_serializing_is_deterministic():
+def test_serializing_is_deterministic() -> None:
     value = {"a": [1, (2, 3)], "b": Decimal("1.5")}
     assert SafeSerializer().dumps(value) == SafeSerializer().dumps(value)
 
 
-def test_a_secret_does_not_change_what_reads_back():
+def test_a_secret_does_not_change_what_reads_back() -> None:
     serializer = SafeSerializer(b"secret")
     value = [(1, Decimal("2")), {"x": frozenset({3})}]
     assert_same(round_trip(value, serializer), value)
 
 
-def test_a_datetime_in_a_named_zone_keeps_its_zone():
+def test_a_datetime_in_a_named_zone_keeps_its_zone() -> None:
     try:
         paris = zoneinfo.ZoneInfo("Europe/Paris")
     except zoneinfo.ZoneInfoNotFoundError:
@@ -217,17 +218,17 @@ UNSUPPORTED = {
 
 
 @pytest.mark.parametrize("value", list(UNSUPPORTED.values()), ids=list(UNSUPPORTED))
-def test_an_unsupported_value_is_refused_on_writing(value):
+def test_an_unsupported_value_is_refused_on_writing(value: Any) -> None:
     with pytest.raises(UnsupportedValue):
         SafeSerializer().dumps(value)
 
 
-def test_unsupported_value_names_the_type():
+def test_unsupported_value_names_the_type() -> None:
     with pytest.raises(UnsupportedValue, match="Point"):
         SafeSerializer().dumps([Point(1, 2)])
 
 
-def test_unsupported_value_is_a_txcache_error_and_a_type_error():
+def test_unsupported_value_is_a_txcache_error_and_a_type_error() -> None:
     assert issubclass(UnsupportedValue, TxcacheError)
     assert issubclass(UnsupportedValue, TypeError)
 
@@ -235,7 +236,7 @@ def test_unsupported_value_is_a_txcache_error_and_a_type_error():
 @pytest.mark.parametrize(
     "value", [bytearray(b"ab"), memoryview(b"ab")], ids=["bytearray", "memoryview"]
 )
-def test_a_bytes_like_value_is_refused_rather_than_read_back_as_bytes(value):
+def test_a_bytes_like_value_is_refused_rather_than_read_back_as_bytes(value: Any) -> None:
     with pytest.raises(UnsupportedValue):
         SafeSerializer().dumps(value)
 
@@ -250,11 +251,11 @@ SAMPLE = [
 ]
 
 
-def test_foreign_value_is_a_value_error():
+def test_foreign_value_is_a_value_error() -> None:
     assert issubclass(ForeignValue, ValueError)
 
 
-def test_every_single_byte_corruption_is_foreign():
+def test_every_single_byte_corruption_is_foreign() -> None:
     serializer = SafeSerializer()
     data = serializer.dumps(SAMPLE)
     for position in range(len(data)):
@@ -265,7 +266,7 @@ def test_every_single_byte_corruption_is_foreign():
                 serializer.loads(bytes(corrupted))
 
 
-def test_every_truncation_is_foreign():
+def test_every_truncation_is_foreign() -> None:
     serializer = SafeSerializer()
     data = serializer.dumps(SAMPLE)
     for length in range(len(data)):
@@ -273,7 +274,7 @@ def test_every_truncation_is_foreign():
             serializer.loads(data[:length])
 
 
-def test_trailing_bytes_are_foreign():
+def test_trailing_bytes_are_foreign() -> None:
     serializer = SafeSerializer()
     data = serializer.dumps(SAMPLE)
     for extra in (b"\x00", b"\xc0", data):
@@ -281,7 +282,7 @@ def test_trailing_bytes_are_foreign():
             serializer.loads(data + extra)
 
 
-def test_a_value_written_with_a_secret_is_foreign_to_other_readers():
+def test_a_value_written_with_a_secret_is_foreign_to_other_readers() -> None:
     data = SafeSerializer(b"a").dumps(SAMPLE)
     assert_same(SafeSerializer(b"a").loads(data), SAMPLE)
     for reader in (SafeSerializer(b"b"), SafeSerializer(), SafeSerializer(b"a" * 2)):
@@ -289,14 +290,14 @@ def test_a_value_written_with_a_secret_is_foreign_to_other_readers():
             reader.loads(data)
 
 
-def test_a_value_written_without_a_secret_is_foreign_to_a_reader_with_one():
+def test_a_value_written_without_a_secret_is_foreign_to_a_reader_with_one() -> None:
     data = SafeSerializer().dumps(SAMPLE)
     with pytest.raises(ForeignValue):
         SafeSerializer(b"a").loads(data)
     assert_same(SafeSerializer(b"").loads(data), SAMPLE)  # an empty secret is no secret
 
 
-def test_random_garbage_is_foreign():
+def test_random_garbage_is_foreign() -> None:
     serializer = SafeSerializer()
     version = serializer.dumps(None)[:1]
     rng = random.Random(20240229)
@@ -308,7 +309,7 @@ def test_random_garbage_is_foreign():
             serializer.loads(garbage)
 
 
-def test_plain_msgpack_and_pickle_are_foreign():
+def test_plain_msgpack_and_pickle_are_foreign() -> None:
     import pickle
 
     serializer = SafeSerializer()
@@ -327,15 +328,16 @@ def tagged(body: bytes, serializer: SafeSerializer | None = None) -> bytes:
 
 
 def ext(code: int, data: bytes) -> bytes:
-    return msgpack.packb(msgpack.ExtType(code, data))
+    packed: bytes = msgpack.packb(msgpack.ExtType(code, data))
+    return packed
 
 
-def test_an_unknown_extension_code_is_foreign():
+def test_an_unknown_extension_code_is_foreign() -> None:
     with pytest.raises(ForeignValue):
         SafeSerializer().loads(tagged(msgpack.packb(msgpack.ExtType(99, b"x"))))
 
 
-def test_an_unknown_extension_code_nested_in_a_tuple_is_foreign():
+def test_an_unknown_extension_code_nested_in_a_tuple_is_foreign() -> None:
     with pytest.raises(ForeignValue):
         SafeSerializer().loads(tagged(ext(1, msgpack.packb([msgpack.ExtType(99, b"x")]))))
 
@@ -363,7 +365,7 @@ MALFORMED = {
 
 
 @pytest.mark.parametrize("body", list(MALFORMED.values()), ids=list(MALFORMED))
-def test_a_validly_tagged_malformed_body_is_foreign(body):
+def test_a_validly_tagged_malformed_body_is_foreign(body: bytes) -> None:
     with pytest.raises(ForeignValue):
         SafeSerializer().loads(tagged(body))
 
@@ -373,7 +375,7 @@ def test_a_validly_tagged_malformed_body_is_foreign(body):
     [ext(4, b"abc"), ext(8, msgpack.packb([10**10, 0, 0]))],
     ids=["decimal-not-a-number", "timedelta-overflow"],
 )
-def test_a_validly_tagged_body_with_out_of_range_fields_is_foreign(body):
+def test_a_validly_tagged_body_with_out_of_range_fields_is_foreign(body: bytes) -> None:
     with pytest.raises(ForeignValue):
         SafeSerializer().loads(tagged(body))
 
@@ -391,7 +393,7 @@ def run_child(script: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_deeply_nested_tuples_are_refused_or_read_back_never_a_crash():
+def test_deeply_nested_tuples_are_refused_or_read_back_never_a_crash() -> None:
     child = run_child(
         """
         from txcache._serialize import ForeignValue, SafeSerializer
@@ -415,7 +417,7 @@ def test_deeply_nested_tuples_are_refused_or_read_back_never_a_crash():
     assert child.stdout.strip() in ("refused", "read back")
 
 
-def test_too_deeply_nested_tuples_are_an_unsupported_value():
+def test_too_deeply_nested_tuples_are_an_unsupported_value() -> None:
     child = run_child(
         """
         from txcache._serialize import SafeSerializer

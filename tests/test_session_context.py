@@ -25,14 +25,14 @@ def context(**changes: object) -> SessionContext:
     return SessionContext(**fields)  # type: ignore[arg-type]
 
 
-def test_the_agent_watches_the_settings_the_library_keys_by():
+def test_the_agent_watches_the_settings_the_library_keys_by() -> None:
     source = AGENT_SOURCE.read_text()
     listed = re.search(r"RESULT_SETTINGS: \[&str; \d+\] = \[(.*?)\];", source, re.S)
     assert listed is not None
     assert tuple(re.findall(r'"([^"]+)"', listed.group(1))) == RESULT_SETTINGS
 
 
-def test_every_part_of_the_context_changes_the_digest():
+def test_every_part_of_the_context_changes_the_digest() -> None:
     base = context()
     variants = [
         context(system_identifier="1"),
@@ -48,11 +48,11 @@ def test_every_part_of_the_context_changes_the_digest():
     assert len(digests) == len(variants) + 1
 
 
-def test_names_are_for_people_only():
+def test_names_are_for_people_only() -> None:
     """A database or role renamed is the same object: its oid names it."""
     assert context(database="renamed", role="renamed").digest == context().digest
 
 
-def test_differences_name_what_changed():
+def test_differences_name_what_changed() -> None:
     changed = context(role_oid=11, settings=(("search_path", "x"), *context().settings[1:]))
     assert changed.differences(context()) == ["role", "search_path"]

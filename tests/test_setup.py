@@ -7,34 +7,37 @@ import re
 import struct
 import subprocess
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
+from typing import Any
 
 import psycopg
 import pytest
 
-from txcache import SetupError, StepStatus, _ddl_notice, setup_database
+from postgres_fixtures import PostgresFactory
+from txcache import SetupError, SetupReport, StepStatus, _ddl_notice, setup_database
 from txcache._ddl_notice import functions, read_sql
 
 _role_numbers = itertools.count(1)
 
 
-def query(dsn, statement, params=()):
+def query(dsn: str, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         cursor = conn.execute(statement, params)
         return cursor.fetchall() if cursor.description else []
 
 
-def execute(dsn, *statements):
+def execute(dsn: str, *statements: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in statements:
             conn.execute(statement)
 
 
-def oid(dsn, relation):
-    return query(dsn, "SELECT %s::regclass::oid", (relation,))[0][0]
+def oid(dsn: str, relation: str) -> int:
+    return int(query(dsn, "SELECT %s::regclass::oid", (relation,))[0][0])
 
 
-def decode_message(data):
+def decode_message(data: bytes) -> tuple[bool, str, str]:
     """A pgoutput 'M' message: (transactional, prefix, content)."""
     assert data[:1] == b"M"
     flags = data[1]
@@ -47,7 +50,7 @@ def decode_message(data):
     return bool(flags & 1), prefix, content.decode()
 
 
-def take_ddl_messages(dsn, slot="txcache", publication="txcache"):
+def take_ddl_messages(dsn: str, slot: str = "txcache", publication: str = "txcache") -> list[str]:
     """Consume the slot's changes; the contents of the 'txcache-ddl' messages among them."""
     rows = query(
         dsn,
@@ -60,12 +63,12 @@ def take_ddl_messages(dsn, slot="txcache", publication="txcache"):
     return [content for _, prefix, content in messages if prefix == "txcache-ddl"]
 
 
-def statuses(report):
+def statuses(report: SetupReport) -> dict[str, StepStatus]:
     return {step.name: step.status for step in report.steps}
 
 
 @pytest.fixture
-def shop(database):
+def shop(database: str) -> str:
     """A database with a plain table, a partitioned one and a table already FULL."""
     execute(
         database,
@@ -78,12 +81,16 @@ def shop(database):
     return database
 
 
-@pytest.fixture
-def make_role(database):
-    """Create a login role in the cluster; yields a function returning the role's DSN."""
-    created = []
+MakeRole = Callable[..., tuple[str, str]]
+"""``make_role(attributes="")``: a new login role's name and DSN."""
 
-    def make(attributes=""):
+
+@pytest.fixture
+def make_role(database: str) -> Iterator[MakeRole]:
+    """Create a login role in the cluster; yields a function returning the role's DSN."""
+    created: list[str] = []
+
+    def make(attributes: str = "") -> tuple[str, str]:
         name = f"app_{next(_role_numbers)}"
         execute(database, f"CREATE ROLE {name} LOGIN {attributes}")
         created.append(name)
@@ -94,7 +101,9 @@ def make_role(database):
         execute(database, f"DROP OWNED BY {name}", f"DROP ROLE {name}")
 
 
-def test_wal_level_replica_is_refused_naming_alter_system(postgres_factory):
+def test_wal_level_replica_is_refused_naming_alter_system(
+    postgres_factory: PostgresFactory,
+) -> None:
     server = postgres_factory({"wal_level": "replica"})
     with pytest.raises(SetupError, match=r"ALTER SYSTEM SET wal_level = logical") as caught:
         setup_database(server.dsn)
@@ -103,7 +112,7 @@ def test_wal_level_replica_is_refused_naming_alter_system(postgres_factory):
     assert query(server.dsn, "SELECT count(*) FROM pg_replication_slots") == [(0,)]
 
 
-def test_setup_creates_publication_replica_identity_trigger_and_slot(shop):
+def test_setup_creates_publication_replica_identity_trigger_and_slot(shop: str) -> None:
     report = setup_database(shop)
 
     assert report.step("ddl trigger").detail == (
@@ -150,7 +159,7 @@ def test_setup_creates_publication_replica_identity_trigger_and_slot(shop):
     ) == [("logical", "pgoutput", True)]
 
 
-def test_second_run_changes_nothing(shop):
+def test_second_run_changes_nothing(shop: str) -> None:
     setup_database(shop)
     fingerprint = (
         "SELECT (SELECT array_agg(oid ORDER BY oid) FROM pg_proc "
@@ -171,7 +180,7 @@ def test_second_run_changes_nothing(shop):
     assert report.format().endswith("everything was already in place (1 warning(s))")
 
 
-def test_installed_bodies_are_the_sql_files(shop):
+def test_installed_bodies_are_the_sql_files(shop: str) -> None:
     setup_database(shop)
 
     installed = dict(
@@ -184,7 +193,7 @@ def test_installed_bodies_are_the_sql_files(shop):
     assert installed == {name: body for name, body, _ in functions()}
 
 
-def test_an_outdated_function_is_replaced_by_the_next_run(shop):
+def test_an_outdated_function_is_replaced_by_the_next_run(shop: str) -> None:
     setup_database(shop)
     execute(
         shop,
@@ -204,7 +213,7 @@ def test_an_outdated_function_is_replaced_by_the_next_run(shop):
     assert not setup_database(shop).changed
 
 
-def test_sql_files_are_documented_and_their_placeholders_are_the_python_constants():
+def test_sql_files_are_documented_and_their_placeholders_are_the_python_constants() -> None:
     files = {f.name for f in (resources.files("txcache") / "sql").iterdir()}
     names = [name for name, _, _ in functions()]
     assert files == {f"{name}.sql" for name in [*names, "setup_facts", "setup_tables"]}
@@ -225,13 +234,13 @@ def test_sql_files_are_documented_and_their_placeholders_are_the_python_constant
     assert "REPLICA IDENTITY" not in bodies["prepare_partitions"]  # ddl_identity's alone
 
 
-def test_an_unknown_placeholder_is_an_error(monkeypatch):
+def test_an_unknown_placeholder_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(_ddl_notice._PLACEHOLDERS, "lock")
     with pytest.raises(ValueError, match=r"ddl_notice\.sql: unknown placeholder \{lock\}"):
         read_sql("ddl_notice")
 
 
-def test_check_reports_missing_steps_and_changes_nothing(shop):
+def test_check_reports_missing_steps_and_changes_nothing(shop: str) -> None:
     report = setup_database(shop, check=True)
 
     assert [step.name for step in report.missing] == [
@@ -251,7 +260,7 @@ def test_check_reports_missing_steps_and_changes_nothing(shop):
     assert not setup_database(shop, check=True).missing
 
 
-def test_another_schema_is_added_to_publication_and_trigger(shop):
+def test_another_schema_is_added_to_publication_and_trigger(shop: str) -> None:
     setup_database(shop)
     execute(shop, "CREATE SCHEMA sales", "CREATE TABLE sales.orders (id int PRIMARY KEY)")
     take_ddl_messages(shop)  # sales is not tracked yet: nothing
@@ -275,7 +284,7 @@ def test_another_schema_is_added_to_publication_and_trigger(shop):
     ]
 
 
-def test_new_table_gets_full_replica_identity_and_is_published(shop):
+def test_new_table_gets_full_replica_identity_and_is_published(shop: str) -> None:
     setup_database(shop)
     execute(
         shop,
@@ -294,11 +303,11 @@ def test_new_table_gets_full_replica_identity_and_is_published(shop):
     assert published == [("bids",), ("items",), ("later",), ("users",)]  # partitions via root
 
 
-def warnings_of(dsn, *statements):
+def warnings_of(dsn: str, *statements: str) -> list[str]:
     """Run ``statements`` in one session; the WARNINGs it received, as ``message: detail``."""
-    received = []
+    received: list[str] = []
 
-    def keep(notice):
+    def keep(notice: psycopg.errors.Diagnostic) -> None:
         if notice.severity_nonlocalized == "WARNING":
             received.append(f"{notice.message_primary}: {notice.message_detail}")
 
@@ -309,11 +318,12 @@ def warnings_of(dsn, *statements):
     return received
 
 
-def identity(dsn, table):
-    return query(dsn, "SELECT relreplident FROM pg_class WHERE oid = %s::regclass", (table,))[0][0]
+def identity(dsn: str, table: str) -> str:
+    rows = query(dsn, "SELECT relreplident FROM pg_class WHERE oid = %s::regclass", (table,))
+    return str(rows[0][0])
 
 
-def test_replica_identity_set_by_a_migration_is_kept_with_a_warning(shop):
+def test_replica_identity_set_by_a_migration_is_kept_with_a_warning(shop: str) -> None:
     setup_database(shop)
     warned = warnings_of(shop, "ALTER TABLE items REPLICA IDENTITY DEFAULT")
     assert identity(shop, "items") == "d"
@@ -328,7 +338,7 @@ def test_replica_identity_set_by_a_migration_is_kept_with_a_warning(shop):
     execute(shop, "UPDATE items SET name = 'x'", "DELETE FROM items")
 
 
-def test_a_partition_s_replica_identity_set_by_a_migration_is_kept(shop):
+def test_a_partition_s_replica_identity_set_by_a_migration_is_kept(shop: str) -> None:
     setup_database(shop)
     warned = warnings_of(shop, "ALTER TABLE bids_low REPLICA IDENTITY NOTHING")
     assert identity(shop, "bids_low") == "n"
@@ -337,7 +347,7 @@ def test_a_partition_s_replica_identity_set_by_a_migration_is_kept(shop):
     assert (identity(shop, "bids_low"), identity(shop, "bids_high")) == ("n", "f")
 
 
-def test_ddl_by_an_ordinary_role_is_seen(shop, make_role):
+def test_ddl_by_an_ordinary_role_is_seen(shop: str, make_role: MakeRole) -> None:
     setup_database(shop)
     role, dsn = make_role()
     execute(shop, f"GRANT CREATE ON SCHEMA public TO {role}")
@@ -349,7 +359,7 @@ def test_ddl_by_an_ordinary_role_is_seen(shop, make_role):
     assert take_ddl_messages(shop) == [f"table\tpublic\tnotes\t{notes}"]
 
 
-def test_ddl_emits_documented_messages(shop):
+def test_ddl_emits_documented_messages(shop: str) -> None:
     setup_database(shop)
     take_ddl_messages(shop)  # nothing before this point matters
 
@@ -374,7 +384,7 @@ def test_ddl_emits_documented_messages(shop):
     ]
 
 
-def test_dropping_a_constraint_emits_a_drop_and_an_alter_message(shop):
+def test_dropping_a_constraint_emits_a_drop_and_an_alter_message(shop: str) -> None:
     setup_database(shop)
     take_ddl_messages(shop)
     items, primary_key = oid(shop, "items"), oid(shop, "items_pkey")
@@ -387,7 +397,7 @@ def test_dropping_a_constraint_emits_a_drop_and_an_alter_message(shop):
     ]
 
 
-def test_ddl_messages_for_other_objects_and_odd_names(shop):
+def test_ddl_messages_for_other_objects_and_odd_names(shop: str) -> None:
     setup_database(shop)
     take_ddl_messages(shop)
 
@@ -407,7 +417,9 @@ def test_ddl_messages_for_other_objects_and_odd_names(shop):
     assert take_ddl_messages(shop) == [f"all\tpublic\tpublic.f(integer)\t{function}"]
 
 
-def test_relations_outside_tracked_schemas_are_named_and_temporary_ones_are_silent(shop):
+def test_relations_outside_tracked_schemas_are_named_and_temporary_ones_are_silent(
+    shop: str,
+) -> None:
     setup_database(shop)
     take_ddl_messages(shop)
     execute(shop, "CREATE SCHEMA elsewhere")
@@ -423,7 +435,7 @@ def test_relations_outside_tracked_schemas_are_named_and_temporary_ones_are_sile
     assert take_ddl_messages(shop) == []
 
 
-def test_a_relation_named_like_one_in_another_schema_invalidates_everything(shop):
+def test_a_relation_named_like_one_in_another_schema_invalidates_everything(shop: str) -> None:
     setup_database(shop)
     take_ddl_messages(shop)
     execute(shop, "CREATE SCHEMA shadow", "CREATE TABLE shadow.items (id int)")
@@ -432,7 +444,7 @@ def test_a_relation_named_like_one_in_another_schema_invalidates_everything(shop
     assert messages == [f"all\tshadow\titems\t{shadow}\ntable\tshadow\titems\t{shadow}"]
 
 
-def test_a_partition_detached_or_dropped_and_a_child_disinherited_are_named(shop):
+def test_a_partition_detached_or_dropped_and_a_child_disinherited_are_named(shop: str) -> None:
     """At the end of these commands the catalog no longer links the two tables; the notice
     names both all the same (reads of each changed meaning)."""
     setup_database(shop)
@@ -446,7 +458,7 @@ def test_a_partition_detached_or_dropped_and_a_child_disinherited_are_named(shop
     animals, cats = oid(shop, "animals"), oid(shop, "cats")
     take_ddl_messages(shop)
 
-    def lines(*named):
+    def lines(*named: tuple[str, int]) -> str:
         return "\n".join(sorted(f"table\tpublic\t{name}\t{oid}" for name, oid in named))
 
     whole_tree = lines(("bids", bids), ("bids_low", low), ("bids_high", high))
@@ -466,7 +478,7 @@ def test_a_partition_detached_or_dropped_and_a_child_disinherited_are_named(shop
     assert messages[1] == lines(("bids", bids))  # ddl_command_end: the root it left
 
 
-def test_role_without_replication_is_refused(database, make_role):
+def test_role_without_replication_is_refused(database: str, make_role: MakeRole) -> None:
     role, dsn = make_role()
     with pytest.raises(SetupError, match=rf"role {role} lacks the REPLICATION attribute") as caught:
         setup_database(dsn)
@@ -474,7 +486,7 @@ def test_role_without_replication_is_refused(database, make_role):
     assert query(database, "SELECT count(*) FROM pg_replication_slots") == [(0,)]
 
 
-def test_replication_role_sets_up_table_by_table(database, make_role):
+def test_replication_role_sets_up_table_by_table(database: str, make_role: MakeRole) -> None:
     role, dsn = make_role("REPLICATION")
     execute(database, f"GRANT CREATE ON DATABASE {database.split('dbname=')[1]} TO {role}",
             f"GRANT CREATE ON SCHEMA public TO {role}")  # fmt: skip
@@ -501,7 +513,9 @@ def test_replication_role_sets_up_table_by_table(database, make_role):
         setup_database(dsn)
 
 
-def test_replication_role_accepts_what_a_superuser_installed(shop, make_role):
+def test_replication_role_accepts_what_a_superuser_installed(
+    shop: str, make_role: MakeRole
+) -> None:
     setup_database(shop)
     _role, dsn = make_role("REPLICATION")
     execute(shop, "SELECT pg_drop_replication_slot('txcache')")
@@ -517,14 +531,14 @@ def test_replication_role_accepts_what_a_superuser_installed(shop, make_role):
     assert report.step("slot").status is StepStatus.CHANGED
 
 
-def test_slot_with_another_plugin_is_refused(database):
+def test_slot_with_another_plugin_is_refused(database: str) -> None:
     query(database, "SELECT pg_create_logical_replication_slot('txcache', 'test_decoding')")
     with pytest.raises(SetupError, match="plugin test_decoding, txcache needs a logical slot"):
         setup_database(database)
     assert query(database, "SELECT count(*) FROM pg_publication") == [(0,)]
 
 
-def test_several_problems_are_reported_together(postgres_factory):
+def test_several_problems_are_reported_together(postgres_factory: PostgresFactory) -> None:
     server = postgres_factory({"wal_level": "replica", "max_wal_senders": 0})
     with pytest.raises(SetupError) as caught:
         setup_database(server.dsn, schemas=["public", "missing"])
@@ -535,7 +549,7 @@ def test_several_problems_are_reported_together(postgres_factory):
     assert len(caught.value.problems) == 3
 
 
-def run_cli(*args):
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "txcache", "setup", *args],
         capture_output=True,
@@ -544,7 +558,7 @@ def run_cli(*args):
     )
 
 
-def test_cli_prints_report_and_exit_status(shop):
+def test_cli_prints_report_and_exit_status(shop: str) -> None:
     check = run_cli("--dsn", shop, "--check")
     assert check.returncode == 3, check.stderr
     assert "missing  slot" in check.stdout
@@ -563,7 +577,7 @@ def test_cli_prints_report_and_exit_status(shop):
     assert again.stdout.splitlines()[-1] == "everything was already in place (1 warning(s))"
 
 
-def test_cli_failure_exits_nonzero_with_the_message(postgres_factory):
+def test_cli_failure_exits_nonzero_with_the_message(postgres_factory: PostgresFactory) -> None:
     server = postgres_factory({"wal_level": "replica"})
     result = run_cli("--dsn", server.dsn)
     assert result.returncode == 1
@@ -572,13 +586,13 @@ def test_cli_failure_exits_nonzero_with_the_message(postgres_factory):
     assert "ALTER SYSTEM SET wal_level = logical" in result.stderr
 
 
-def test_cli_refuses_unreachable_server():
+def test_cli_refuses_unreachable_server() -> None:
     result = run_cli("--dsn", "host=127.0.0.1 port=1 connect_timeout=2")
     assert result.returncode == 1
     assert "cannot connect to PostgreSQL" in result.stderr
 
 
-def test_bounded_wal_keep_size_is_not_a_warning(postgres_factory):
+def test_bounded_wal_keep_size_is_not_a_warning(postgres_factory: PostgresFactory) -> None:
     server = postgres_factory({"max_slot_wal_keep_size": "1GB"})
     report = setup_database(server.dsn)
     assert report.step("max_slot_wal_keep_size").status is StepStatus.OK

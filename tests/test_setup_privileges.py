@@ -84,14 +84,18 @@ def cached_as(lib: LibraryStack, reader: Reader, statement: str) -> Rows:
     return first
 
 
-def test_a_table_revoked_from_a_role_is_no_longer_served_to_it(lib, reader):
+def test_a_table_revoked_from_a_role_is_no_longer_served_to_it(
+    lib: LibraryStack, reader: Reader
+) -> None:
     statement = "SELECT name FROM items WHERE id = 3"
     assert cached_as(lib, reader, statement) == [("item 3",)]
     token = lib.commit(f'REVOKE SELECT ON items FROM "{reader.role}"')
     assert_refused(lib, reader, statement, token)
 
 
-def test_a_column_revoked_from_a_role_is_no_longer_served_to_it(lib, reader):
+def test_a_column_revoked_from_a_role_is_no_longer_served_to_it(
+    lib: LibraryStack, reader: Reader
+) -> None:
     lib.write(f'REVOKE SELECT ON items FROM "{reader.role}"')
     lib.write(f'GRANT SELECT (id, name) ON items TO "{reader.role}"')
     statement = "SELECT id, name FROM items WHERE id = 4"
@@ -100,7 +104,7 @@ def test_a_column_revoked_from_a_role_is_no_longer_served_to_it(lib, reader):
     assert_refused(lib, reader, statement, token)
 
 
-def test_usage_on_the_schema_revoked_is_no_longer_served(lib, reader):
+def test_usage_on_the_schema_revoked_is_no_longer_served(lib: LibraryStack, reader: Reader) -> None:
     statement = "SELECT name FROM public.items WHERE id = 5"
     assert cached_as(lib, reader, statement) == [("item 5",)]
     token = lib.commit("REVOKE USAGE ON SCHEMA public FROM PUBLIC")

@@ -15,10 +15,11 @@ import pytest
 
 import txcache
 from cached_reads import assert_invalidated, cached, read
-from txcache._process import wait_until
+from library_fixtures import LibraryStack
+from txcache.stack import wait_until
 
 
-def test_adding_a_column_invalidates_a_row_type_named_in_a_cast(lib):
+def test_adding_a_column_invalidates_a_row_type_named_in_a_cast(lib: LibraryStack) -> None:
     lib.write("CREATE TABLE shapes (id integer PRIMARY KEY, name text)")
     query = "SELECT json_populate_record(NULL::shapes, '{\"id\": 1}')::text"
     assert cached(lib, query) == [("(1,)",)]
@@ -26,7 +27,9 @@ def test_adding_a_column_invalidates_a_row_type_named_in_a_cast(lib):
     assert assert_invalidated(lib, query, token) == [("(1,,)",)]
 
 
-def test_a_column_type_change_invalidates_a_row_type_named_by_a_parameter_cast(lib):
+def test_a_column_type_change_invalidates_a_row_type_named_by_a_parameter_cast(
+    lib: LibraryStack,
+) -> None:
     lib.write("CREATE TABLE shapes (id integer PRIMARY KEY, name text)")
     query = "SELECT %s::shapes::text"
     assert cached(lib, query, (1, "5")) == [("(1,5)",)]
@@ -34,7 +37,9 @@ def test_a_column_type_change_invalidates_a_row_type_named_by_a_parameter_cast(l
     assert assert_invalidated(lib, query, token, (1, "5")) == [("(1,5.00)",)]
 
 
-def test_adding_a_column_invalidates_reads_of_a_table_holding_its_row_type(lib):
+def test_adding_a_column_invalidates_reads_of_a_table_holding_its_row_type(
+    lib: LibraryStack,
+) -> None:
     """``ALTER TABLE shapes ADD COLUMN`` changes the text of every ``holders.shape`` value,
     yet its DDL notice names ``shapes`` only."""
     lib.write(
@@ -48,7 +53,9 @@ def test_adding_a_column_invalidates_reads_of_a_table_holding_its_row_type(lib):
     assert assert_invalidated(lib, query, token) == [("(1,x,)",)]
 
 
-def test_a_regclass_literal_is_invalidated_when_its_table_is_dropped_and_created(lib):
+def test_a_regclass_literal_is_invalidated_when_its_table_is_dropped_and_created(
+    lib: LibraryStack,
+) -> None:
     lib.write("CREATE TABLE shapes (id integer PRIMARY KEY)")
     query = "SELECT 'shapes'::regclass::oid::bigint"
     before = cached(lib, query)
@@ -56,7 +63,7 @@ def test_a_regclass_literal_is_invalidated_when_its_table_is_dropped_and_created
     assert assert_invalidated(lib, query, token) != before
 
 
-def test_a_regclass_parameter_is_invalidated_when_its_table_is_renamed(lib):
+def test_a_regclass_parameter_is_invalidated_when_its_table_is_renamed(lib: LibraryStack) -> None:
     lib.write(
         "CREATE TABLE shapes (id integer PRIMARY KEY); CREATE TABLE forms (id integer PRIMARY KEY)"
     )
@@ -68,7 +75,9 @@ def test_a_regclass_parameter_is_invalidated_when_its_table_is_renamed(lib):
     assert assert_invalidated(lib, query, token, "forms") != before
 
 
-def test_a_range_literal_naming_now_drifts_without_a_commit_and_is_refused(lib):
+def test_a_range_literal_naming_now_drifts_without_a_commit_and_is_refused(
+    lib: LibraryStack,
+) -> None:
     """The count changes as the clock passes the range's end, with nothing committed: no
     invalidation could ever end a cached value of it."""
     lib.write(
@@ -79,7 +88,9 @@ def test_a_range_literal_naming_now_drifts_without_a_commit_and_is_refused(lib):
 
     def count() -> int:
         # Unprepared: a prepared statement keeps the time its literal was first read as.
-        return int(lib.admin.execute(query, prepare=False).fetchone()[0])
+        row = lib.admin.execute(query, prepare=False).fetchone()
+        assert row is not None
+        return int(row[0])
 
     assert count() == 1
     wait_until(lambda: count() == 0, "the range to end", timeout=10)
@@ -87,7 +98,9 @@ def test_a_range_literal_naming_now_drifts_without_a_commit_and_is_refused(lib):
         read(lib, query)
 
 
-def test_a_table_text_read_as_a_time_drifts_without_a_commit_and_is_refused(lib):
+def test_a_table_text_read_as_a_time_drifts_without_a_commit_and_is_refused(
+    lib: LibraryStack,
+) -> None:
     """No literal names the time here: the row does."""
     lib.write(
         "CREATE TABLE notes (id integer PRIMARY KEY, note text);INSERT INTO notes VALUES (1, 'now')"

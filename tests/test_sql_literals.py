@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -25,9 +26,11 @@ from psycopg.types.json import Jsonb
 
 from postgres_fixtures import drop_database
 from test_sql_tags import tag_columns
-from txcache import EmbeddedPostgres, setup_database
+from txcache import setup_database
+from txcache._current import Params
 from txcache._schema import Schema
 from txcache._sql import UncacheableQuery, analyze
+from txcache.stack import EmbeddedPostgres
 
 SCHEMA = """
 CREATE EXTENSION citext;
@@ -74,11 +77,11 @@ def schema(postgres: EmbeddedPostgres) -> Iterator[Schema]:
     drop_database(postgres, name)
 
 
-def tags_of(schema: Schema, sql: str, params=None, **options) -> set[str]:
+def tags_of(schema: Schema, sql: str, params: Params = None, **options: Any) -> set[str]:
     return set(analyze(sql, params, schema, **options).tags)
 
 
-def refusal(schema: Schema, sql: str, params=None, **options) -> str:
+def refusal(schema: Schema, sql: str, params: Params = None, **options: Any) -> str:
     with pytest.raises(UncacheableQuery) as caught:
         analyze(sql, params, schema, **options)
     return str(caught.value)
@@ -128,7 +131,7 @@ COUNT = "SELECT count(*) FROM periods WHERE "
         COUNT + "note || '' = 'now'",
     ],
 )
-def test_a_time_word_in_any_literal_is_refused(schema, sql):
+def test_a_time_word_in_any_literal_is_refused(schema: Schema, sql: str) -> None:
     assert "current time" in refusal(schema, sql)
 
 
@@ -147,7 +150,7 @@ def test_a_time_word_in_any_literal_is_refused(schema, sql):
         ("SELECT %b::text::date", ("now",)),
     ],
 )
-def test_a_time_word_in_any_parameter_is_refused(schema, sql, params):
+def test_a_time_word_in_any_parameter_is_refused(schema: Schema, sql: str, params: Params) -> None:
     assert "current time" in refusal(schema, sql, params)
 
 
@@ -194,7 +197,9 @@ def test_a_time_word_in_any_parameter_is_refused(schema, sql, params):
         ("SELECT * FROM periods WHERE doc @@ '$.note == \"now\"'", None, {"public.periods"}),
     ],
 )
-def test_a_time_word_that_provably_stays_text_is_cacheable(schema, sql, params, expected):
+def test_a_time_word_that_provably_stays_text_is_cacheable(
+    schema: Schema, sql: str, params: Params, expected: set[str]
+) -> None:
     assert tags_of(schema, sql, params) == expected
 
 
@@ -213,7 +218,9 @@ def test_a_time_word_that_provably_stays_text_is_cacheable(schema, sql, params, 
         ("SELECT %s, %s", ("Snow", b"knowhow")),
     ],
 )
-def test_constant_dates_and_words_that_only_contain_a_time_word_are_cacheable(schema, sql, params):
+def test_constant_dates_and_words_that_only_contain_a_time_word_are_cacheable(
+    schema: Schema, sql: str, params: Params
+) -> None:
     assert tags_of(schema, sql, params) <= {"public.periods"}
 
 
@@ -248,7 +255,7 @@ def test_constant_dates_and_words_that_only_contain_a_time_word_are_cacheable(sc
         "DEFAULT note) x",
     ],
 )
-def test_text_the_query_computes_is_not_read_as_a_date_or_time(schema, sql):
+def test_text_the_query_computes_is_not_read_as_a_date_or_time(schema: Schema, sql: str) -> None:
     """A table's text, or text built from pieces, may hold a time word no literal shows:
     its conversion to a type whose input reads the clock is refused."""
     assert "may name the current time" in refusal(schema, sql)
@@ -269,7 +276,9 @@ def test_text_the_query_computes_is_not_read_as_a_date_or_time(schema, sql):
         ("SELECT max(at)::date, min(lower(during))::date FROM periods", None),
     ],
 )
-def test_values_that_are_no_text_or_constant_text_may_be_read_as_dates(schema, sql, params):
+def test_values_that_are_no_text_or_constant_text_may_be_read_as_dates(
+    schema: Schema, sql: str, params: Params
+) -> None:
     assert tags_of(schema, sql, params) <= {"public.periods", "public.shapes"}
 
 
@@ -307,12 +316,12 @@ def test_values_that_are_no_text_or_constant_text_may_be_read_as_dates(schema, s
     ],
 )
 def test_a_row_type_named_without_reading_its_table_carries_its_wildcard(
-    schema, sql, params, expected
-):
+    schema: Schema, sql: str, params: Params, expected: set[str]
+) -> None:
     assert tags_of(schema, sql, params) == expected
 
 
-def test_a_function_returning_a_row_type_carries_its_wildcard(schema):
+def test_a_function_returning_a_row_type_carries_its_wildcard(schema: Schema) -> None:
     safe = ["all_shapes", "no_wrapper"]
     assert tags_of(schema, "SELECT all_shapes()", safe_functions=safe) == {"public.shapes"}
     assert tags_of(schema, "SELECT * FROM all_shapes()", safe_functions=safe) == {"public.shapes"}
@@ -327,11 +336,15 @@ def test_a_function_returning_a_row_type_carries_its_wildcard(schema):
         ("SELECT NULL::counter", "unknown relation or type counter"),
     ],
 )
-def test_row_types_no_ddl_notice_names_are_refused(schema, sql, construct):
+def test_row_types_no_ddl_notice_names_are_refused(
+    schema: Schema, sql: str, construct: str
+) -> None:
     assert construct in refusal(schema, sql)
 
 
-def test_a_type_name_carries_the_wildcards_of_relations_that_would_hide_it(postgres, schema):
+def test_a_type_name_carries_the_wildcards_of_relations_that_would_hide_it(
+    postgres: EmbeddedPostgres, schema: Schema
+) -> None:
     """A table created in a schema before the type's on the search path would take its name
     (its row type comes first), and the notice of that CREATE names the new table only."""
     with psycopg.connect(postgres.dsn_for("sql_literals"), autocommit=True) as conn:
@@ -386,8 +399,8 @@ def test_a_type_name_carries_the_wildcards_of_relations_that_would_hide_it(postg
     ],
 )
 def test_object_identifier_literals_carry_the_wildcard_of_the_relation_they_name(
-    schema, sql, params, expected
-):
+    schema: Schema, sql: str, params: Params, expected: set[str]
+) -> None:
     assert tags_of(schema, sql, params) == expected
 
 
@@ -423,8 +436,8 @@ def test_object_identifier_literals_carry_the_wildcard_of_the_relation_they_name
     ],
 )
 def test_object_identifiers_resolved_at_run_time_or_by_role_are_refused(
-    schema, sql, params, construct
-):
+    schema: Schema, sql: str, params: Params, construct: str
+) -> None:
     assert construct in refusal(schema, sql, params)
 
 
@@ -446,20 +459,22 @@ def test_object_identifiers_resolved_at_run_time_or_by_role_are_refused(
     ],
 )
 def test_any_literal_of_a_query_with_an_object_identifier_may_name_a_relation(
-    schema, sql, params, expected
-):
+    schema: Schema, sql: str, params: Params, expected: set[str]
+) -> None:
     """PostgreSQL coerces an untyped literal to the type of its neighbours (``CASE``,
     ``COALESCE``, ``ARRAY``, ``UNION``): with a ``regclass`` anywhere, any literal may be
     looked up as a relation's name."""
     assert tags_of(schema, sql, params) == expected
 
 
-def test_a_numeric_literal_beside_an_object_identifier_is_refused(schema):
+def test_a_numeric_literal_beside_an_object_identifier_is_refused(schema: Schema) -> None:
     sql = "SELECT CASE WHEN true THEN 'shapes'::regclass ELSE '16385' END"
     assert "OID" in refusal(schema, sql)
 
 
-def test_backslashes_without_standard_conforming_strings_are_refused(postgres, schema):
+def test_backslashes_without_standard_conforming_strings_are_refused(
+    postgres: EmbeddedPostgres, schema: Schema
+) -> None:
     """With ``standard_conforming_strings`` off, ``'\\x6eow'`` is ``now`` to PostgreSQL but
     not to the parser the analysis uses."""
     with psycopg.connect(postgres.dsn_for("sql_literals"), autocommit=True) as conn:
@@ -469,7 +484,9 @@ def test_backslashes_without_standard_conforming_strings_are_refused(postgres, s
     assert tags_of(legacy, "SELECT '[epoch,)'::tstzrange") == set()
 
 
-def test_temporary_relations_are_refused_by_row_type_and_by_name(postgres, schema):
+def test_temporary_relations_are_refused_by_row_type_and_by_name(
+    postgres: EmbeddedPostgres, schema: Schema
+) -> None:
     with psycopg.connect(postgres.dsn_for("sql_literals"), autocommit=True) as conn:
         conn.execute("CREATE TEMP TABLE mine (id int PRIMARY KEY)")
         mine = Schema.load(conn)

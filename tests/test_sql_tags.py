@@ -5,17 +5,20 @@ serves them. The collation rules run on the server built with ICU (``icu_postgre
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg.types.numeric import Int2, Int4, Int8
 
 from postgres_fixtures import drop_database
-from txcache import EmbeddedPostgres, TxcacheError, setup_database
+from txcache import TxcacheError, setup_database
+from txcache._current import Params
 from txcache._schema import Schema, escape_name, table_name, tag_columns_at
 from txcache._sql import QueryTags, UncacheableQuery, analyze
+from txcache.stack import EmbeddedPostgres
 
 SCHEMA = """
 CREATE EXTENSION citext;
@@ -115,15 +118,19 @@ def schema(shop: str) -> Schema:
     return Schema.load(shop).with_tag_columns(columns)
 
 
+Tags = Callable[..., set[str]]
+"""``tags(sql, params=None, **options)``: the tags :func:`analyze` gives ``sql``."""
+
+
 @pytest.fixture
-def tags(schema: Schema):
-    def analyse(sql: str, params=None, **options) -> set[str]:
+def tags(schema: Schema) -> Tags:
+    def analyse(sql: str, params: Params = None, **options: Any) -> set[str]:
         return set(analyze(sql, params, schema, **options).tags)
 
     return analyse
 
 
-def refusal(schema: Schema, sql: str, params=None, **options) -> str:
+def refusal(schema: Schema, sql: str, params: Params = None, **options: Any) -> str:
     with pytest.raises(UncacheableQuery) as caught:
         analyze(sql, params, schema, **options)
     return str(caught.value)
@@ -132,24 +139,24 @@ def refusal(schema: Schema, sql: str, params=None, **options) -> str:
 # -- names ---------------------------------------------------------------------------------
 
 
-def test_escape_name_matches_the_agent_vectors():
+def test_escape_name_matches_the_agent_vectors() -> None:
     assert escape_name("items") == "items"
     assert escape_name("a.b:c=d%") == "a%2Eb%3Ac%3Dd%25"
     assert table_name("my.schema", "t:1") == "my%2Eschema.t%3A1"
 
 
-def test_escaped_names_in_fine_tags(tags):
+def test_escaped_names_in_fine_tags(tags: Tags) -> None:
     sql = 'SELECT * FROM "my.schema"."t:1" WHERE "c=x" = %s'
     assert tags(sql, ("v:=.",)) == {"my%2Eschema.t%3A1:c%3Dx=v:=."}
 
 
-def test_quoted_identifiers_and_case_folding(tags):
+def test_quoted_identifiers_and_case_folding(tags: Tags) -> None:
     assert tags('SELECT * FROM "Odd Table" WHERE "Id" = 1') == {"public.Odd Table:Id=1"}
     assert tags("SELECT * FROM ODD WHERE ID = 1") == {"public.odd:id=1"}
     assert tags('SELECT * FROM items WHERE "Mixed" = 2') == {"public.items:Mixed=2"}
 
 
-def test_search_path_resolves_unqualified_names(tags):
+def test_search_path_resolves_unqualified_names(tags: Tags) -> None:
     assert tags("SELECT * FROM items WHERE id = 1") == {"public.items:id=1"}
     assert tags("SELECT * FROM other.items WHERE id = 1") == {"other.items:id=1"}
     assert tags("SELECT * FROM other.notes") == {"other.notes"}
@@ -158,7 +165,7 @@ def test_search_path_resolves_unqualified_names(tags):
 # -- tag-column versions -------------------------------------------------------------------
 
 
-def test_tag_columns_at_picks_the_version_in_force():
+def test_tag_columns_at_picks_the_version_in_force() -> None:
     versions = [
         (100, [(b"public.items", [b"id"])]),
         (200, [(b"public.items", [b"id", b"sku"])]),
@@ -169,26 +176,26 @@ def test_tag_columns_at_picks_the_version_in_force():
     assert tag_columns_at(versions, 10**9) == {"public.items": frozenset({"id", "sku"})}
 
 
-def test_no_tag_column_version_means_wildcards_only(schema):
+def test_no_tag_column_version_means_wildcards_only(schema: Schema) -> None:
     bare = schema.with_tag_columns(None)
     assert analyze("SELECT * FROM items WHERE id = 1", None, bare).tags == {"public.items"}
 
 
-def test_an_equality_on_a_column_that_leads_no_index_gives_the_wildcard(tags):
+def test_an_equality_on_a_column_that_leads_no_index_gives_the_wildcard(tags: Tags) -> None:
     assert tags("SELECT * FROM items WHERE plain = 1") == {"public.items"}
 
 
 # -- equalities ----------------------------------------------------------------------------
 
 
-def test_equality_with_literal_and_parameters(tags):
+def test_equality_with_literal_and_parameters(tags: Tags) -> None:
     assert tags("SELECT * FROM items WHERE id = 7") == {"public.items:id=7"}
     assert tags("SELECT * FROM items WHERE 7 = id") == {"public.items:id=7"}
     assert tags("SELECT * FROM items WHERE id = %s", (7,)) == {"public.items:id=7"}
     assert tags("SELECT * FROM items WHERE id = %(id)s", {"id": 7}) == {"public.items:id=7"}
 
 
-def test_in_list_and_any_give_one_tag_per_value(tags):
+def test_in_list_and_any_give_one_tag_per_value(tags: Tags) -> None:
     expected = {"public.items:id=1", "public.items:id=2"}
     assert tags("SELECT * FROM items WHERE id IN (1, %s, 2)", (2,)) == expected
     assert tags("SELECT * FROM items WHERE id = ANY(%s)", ([1, 2],)) == expected
@@ -196,12 +203,12 @@ def test_in_list_and_any_give_one_tag_per_value(tags):
     assert tags("SELECT * FROM items WHERE id = ANY(ARRAY[1, 2])") == expected
 
 
-def test_null_values_match_nothing(tags):
+def test_null_values_match_nothing(tags: Tags) -> None:
     assert tags("SELECT * FROM items WHERE id IN (1, NULL)") == {"public.items:id=1"}
     assert tags("SELECT * FROM items WHERE id = %s", (None,)) == {"public.items"}
 
 
-def test_only_the_top_level_conjunction_counts(tags):
+def test_only_the_top_level_conjunction_counts(tags: Tags) -> None:
     assert tags("SELECT * FROM items WHERE id = 1 OR id = 2") == {"public.items"}
     assert tags("SELECT * FROM items WHERE id = 1 AND (big = 2 OR big = 3)") == {
         "public.items:id=1"
@@ -213,14 +220,14 @@ def test_only_the_top_level_conjunction_counts(tags):
     assert tags("SELECT * FROM items WHERE id IS NOT DISTINCT FROM 1") == {"public.items"}
 
 
-def test_the_restriction_with_fewest_values_is_chosen(tags):
+def test_the_restriction_with_fewest_values_is_chosen(tags: Tags) -> None:
     sql = "SELECT * FROM items WHERE id IN (1, 2, 3) AND sku = 'x'"
     assert tags(sql) == {"public.items:sku=x"}
     sql = "SELECT * FROM items WHERE active AND big = 5"
     assert tags(sql) == {"public.items:big=5"}
 
 
-def test_expressions_on_either_side_give_the_wildcard(tags):
+def test_expressions_on_either_side_give_the_wildcard(tags: Tags) -> None:
     assert tags("SELECT * FROM items WHERE id + 0 = 1") == {"public.items"}
     assert tags("SELECT * FROM items WHERE id = 1 + 0") == {"public.items"}
     assert tags("SELECT * FROM items WHERE id = -%s", (1,)) == {"public.items"}
@@ -231,7 +238,7 @@ def test_expressions_on_either_side_give_the_wildcard(tags):
 # -- the type table ------------------------------------------------------------------------
 
 
-def test_integers_of_every_width(tags):
+def test_integers_of_every_width(tags: Tags) -> None:
     assert tags("SELECT * FROM items WHERE small = 3") == {"public.items:small=3"}
     assert tags("SELECT * FROM items WHERE big = 3000000000") == {"public.items:big=3000000000"}
     assert tags("SELECT * FROM items WHERE big = %s", (-(2**40),)) == {
@@ -239,7 +246,7 @@ def test_integers_of_every_width(tags):
     }
 
 
-def test_psycopg_typed_integers_are_integers(tags):
+def test_psycopg_typed_integers_are_integers(tags: Tags) -> None:
     """Django passes an ``IntegerField``'s value as psycopg's ``Int4``: sent as int4, it
     compares by value with a column of any integer width."""
     assert tags("SELECT * FROM items WHERE id = %s", (Int4(7),)) == {"public.items:id=7"}
@@ -247,21 +254,21 @@ def test_psycopg_typed_integers_are_integers(tags):
     assert tags("SELECT * FROM items WHERE small = %s", (Int8(3),)) == {"public.items:small=3"}
 
 
-def test_integer_input_text_is_normalised_like_postgres(tags):
+def test_integer_input_text_is_normalised_like_postgres(tags: Tags) -> None:
     assert tags("SELECT * FROM items WHERE id = '007'") == {"public.items:id=7"}
     assert tags("SELECT * FROM items WHERE id = %s", (" +7 ",)) == {"public.items:id=7"}
     assert tags("SELECT * FROM items WHERE id = %s", ("0x1F",)) == {"public.items"}
     assert tags("SELECT * FROM items WHERE id = %s::int", ("7",)) == {"public.items:id=7"}
 
 
-def test_integers_refuse_floats_decimals_and_booleans(tags):
+def test_integers_refuse_floats_decimals_and_booleans(tags: Tags) -> None:
     assert tags("SELECT * FROM items WHERE id = 7.0") == {"public.items"}
     assert tags("SELECT * FROM items WHERE id = %s", (7.0,)) == {"public.items"}
     assert tags("SELECT * FROM items WHERE id = %s", (Decimal(7),)) == {"public.items"}
     assert tags("SELECT * FROM items WHERE id = %s", (True,)) == {"public.items"}
 
 
-def test_text_and_varchar_with_a_deterministic_collation(tags):
+def test_text_and_varchar_with_a_deterministic_collation(tags: Tags) -> None:
     assert tags("SELECT * FROM items WHERE sku = 'a b '") == {"public.items:sku=a b "}
     assert tags("SELECT * FROM items WHERE name = %s", ("Zoë",)) == {"public.items:name=Zoë"}
     assert tags("SELECT * FROM items WHERE sku = %s::text", ("x",)) == {"public.items:sku=x"}
@@ -298,7 +305,9 @@ def collated(icu_postgres: EmbeddedPostgres) -> Iterator[Schema]:
     drop_database(icu_postgres, name)
 
 
-def test_the_icu_collations_compare_as_assumed(icu_postgres, collated):
+def test_the_icu_collations_compare_as_assumed(
+    icu_postgres: EmbeddedPostgres, collated: Schema
+) -> None:
     """What the tests below rely on: ``ci`` ignores case, ``ai`` accents, ``und-x-icu``
     neither (a deterministic collation's ``=`` is byte equality)."""
     with psycopg.connect(icu_postgres.dsn_for("sql_tags_collations")) as conn:
@@ -325,8 +334,11 @@ def test_the_icu_collations_compare_as_assumed(icu_postgres, collated):
     ],
 )
 def test_text_with_a_nondeterministic_collation_gives_the_wildcard(
-    collated, column, condition, params
-):
+    collated: Schema,
+    column: str,
+    condition: str,
+    params: Params,
+) -> None:
     """Several texts equal the value: a fine tag of one would miss the writes of the others."""
     sql = f"SELECT * FROM words WHERE {condition.format(column)}"
     assert analyze(sql, params, collated).tags == {"public.words"}
@@ -345,13 +357,15 @@ def test_text_with_a_nondeterministic_collation_gives_the_wildcard(
         ("plain = 'abc' COLLATE \"C\"", None),  # COLLATE is never read, even a deterministic one
     ],
 )
-def test_an_explicit_collation_gives_the_wildcard(collated, condition, params):
+def test_an_explicit_collation_gives_the_wildcard(
+    collated: Schema, condition: str, params: Params
+) -> None:
     sql = f"SELECT * FROM words WHERE {condition}"
     assert analyze(sql, params, collated).tags == {"public.words"}
 
 
 @pytest.mark.parametrize("column", ["plain", "und", "own"])
-def test_deterministic_icu_collations_give_fine_tags(collated, column):
+def test_deterministic_icu_collations_give_fine_tags(collated: Schema, column: str) -> None:
     """A deterministic collation's ``=`` is byte equality, ICU's as well as libc's."""
     sql = f"SELECT * FROM words WHERE {column} = %s"
     assert analyze(sql, ("ABC",), collated).tags == {f"public.words:{column}=ABC"}
@@ -360,7 +374,7 @@ def test_deterministic_icu_collations_give_fine_tags(collated, column):
     assert analyze(sql, None, collated).tags == expected
 
 
-def test_uuid_is_written_canonical_lowercase(tags):
+def test_uuid_is_written_canonical_lowercase(tags: Tags) -> None:
     ref = uuid.UUID("0ebd4e4b-1c2d-4e5f-8a9b-0c1d2e3f4a5b")
     expected = {f"public.items:ref={ref}"}
     assert tags("SELECT * FROM items WHERE ref = %s", (ref,)) == expected
@@ -369,7 +383,7 @@ def test_uuid_is_written_canonical_lowercase(tags):
     assert tags("SELECT * FROM items WHERE ref = 'nonsense'") == {"public.items"}
 
 
-def test_booleans_are_t_and_f(tags):
+def test_booleans_are_t_and_f(tags: Tags) -> None:
     on, off = {"public.items:active=t"}, {"public.items:active=f"}
     assert tags("SELECT * FROM items WHERE active = true") == on
     assert tags("SELECT * FROM items WHERE active = 'yes'") == on
@@ -394,20 +408,22 @@ def test_booleans_are_t_and_f(tags):
         ("ratio = 0.5", None),
     ],
 )
-def test_types_whose_text_output_is_not_provable_give_the_wildcard(tags, condition, params):
+def test_types_whose_text_output_is_not_provable_give_the_wildcard(
+    tags: Tags, condition: str, params: Params
+) -> None:
     assert tags(f"SELECT * FROM items WHERE {condition}", params) == {"public.items"}
 
 
-def test_domains_take_their_base_type(tags):
+def test_domains_take_their_base_type(tags: Tags) -> None:
     assert tags("SELECT * FROM typed WHERE id = 3") == {"public.typed:id=3"}
     assert tags("SELECT * FROM typed WHERE tag = 'x'") == {"public.typed:tag=x"}
 
 
-def test_an_oversized_fine_tag_falls_back_to_the_wildcard(tags):
+def test_an_oversized_fine_tag_falls_back_to_the_wildcard(tags: Tags) -> None:
     assert tags("SELECT * FROM items WHERE sku = %s", ("x" * 5000,)) == {"public.items"}
 
 
-def test_a_user_defined_equality_disables_fine_tags_for_its_type(database):
+def test_a_user_defined_equality_disables_fine_tags_for_its_type(database: str) -> None:
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute(
             "CREATE TABLE t (id int PRIMARY KEY); CREATE FUNCTION loose_eq(int, bigint) "
@@ -425,29 +441,29 @@ def test_a_user_defined_equality_disables_fine_tags_for_its_type(database):
 # -- scopes: joins, subqueries, CTEs -------------------------------------------------------
 
 
-def test_inner_join_conditions_restrict_both_sides(tags):
+def test_inner_join_conditions_restrict_both_sides(tags: Tags) -> None:
     sql = "SELECT * FROM items i JOIN bids b ON b.item = i.id AND b.bidder = 5 WHERE i.id = 1"
     assert tags(sql) == {"public.items:id=1", "public.bids:bidder=5"}
 
 
-def test_left_join_conditions_restrict_only_the_nullable_side(tags):
+def test_left_join_conditions_restrict_only_the_nullable_side(tags: Tags) -> None:
     sql = "SELECT * FROM items i LEFT JOIN bids b ON b.item = i.id AND i.id = 1 AND b.id = 2"
     assert tags(sql) == {"public.items", "public.bids:id=2"}
     sql = "SELECT * FROM bids b RIGHT JOIN items i ON b.item = i.id AND i.id = 1 AND b.id = 2"
     assert tags(sql) == {"public.items", "public.bids:id=2"}
 
 
-def test_full_join_conditions_restrict_nothing(tags):
+def test_full_join_conditions_restrict_nothing(tags: Tags) -> None:
     sql = "SELECT * FROM items i FULL JOIN bids b ON b.item = i.id AND i.id = 1 AND b.id = 2"
     assert tags(sql) == {"public.items", "public.bids"}
 
 
-def test_where_restricts_every_side_of_outer_joins(tags):
+def test_where_restricts_every_side_of_outer_joins(tags: Tags) -> None:
     sql = "SELECT * FROM items i LEFT JOIN bids b ON b.item = i.id WHERE b.id = 2 AND i.id = 1"
     assert tags(sql) == {"public.items:id=1", "public.bids:id=2"}
 
 
-def test_each_subquery_is_its_own_scope(tags):
+def test_each_subquery_is_its_own_scope(tags: Tags) -> None:
     sql = (
         "SELECT * FROM items i WHERE i.id = 1 AND EXISTS "
         "(SELECT 1 FROM bids b WHERE b.item = i.id AND b.bidder = 3)"
@@ -461,12 +477,12 @@ def test_each_subquery_is_its_own_scope(tags):
     assert tags(sql) == {"public.items:id=1"}
 
 
-def test_a_condition_on_an_outer_table_inside_a_subquery_does_not_restrict_it(tags):
+def test_a_condition_on_an_outer_table_inside_a_subquery_does_not_restrict_it(tags: Tags) -> None:
     sql = "SELECT * FROM items i WHERE EXISTS (SELECT 1 FROM bids b WHERE i.id = 1)"
     assert tags(sql) == {"public.items", "public.bids"}
 
 
-def test_ctes_set_operations_and_shadowing(tags):
+def test_ctes_set_operations_and_shadowing(tags: Tags) -> None:
     sql = "WITH b AS (SELECT * FROM bids WHERE id = 1) SELECT * FROM b WHERE b.item = 2"
     assert tags(sql) == {"public.bids:id=1"}
     sql = "WITH items AS (SELECT 1 AS id) SELECT * FROM items WHERE id = 1"
@@ -480,13 +496,13 @@ def test_ctes_set_operations_and_shadowing(tags):
     assert tags(sql) == {"public.items:id=1"}
 
 
-def test_aliases_and_renamed_columns(tags):
+def test_aliases_and_renamed_columns(tags: Tags) -> None:
     assert tags("SELECT * FROM items AS x(k) WHERE k = 5") == {"public.items:id=5"}
     assert tags("SELECT * FROM items AS x(k) WHERE x.id = 5") == {"public.items"}
     assert tags("SELECT * FROM items x WHERE x.id = 5") == {"public.items:id=5"}
 
 
-def test_ambiguous_or_merged_names_do_not_restrict(tags):
+def test_ambiguous_or_merged_names_do_not_restrict(tags: Tags) -> None:
     sql = "SELECT * FROM items JOIN bids USING (id) WHERE id = 1"
     assert tags(sql) == {"public.items", "public.bids"}
     sql = "SELECT * FROM items NATURAL JOIN bids WHERE item = 1"
@@ -495,14 +511,14 @@ def test_ambiguous_or_merged_names_do_not_restrict(tags):
     assert tags(sql) == {"public.items:sku=x", "public.bids:item=1"}
 
 
-def test_self_joins_tag_each_scan(tags):
+def test_self_joins_tag_each_scan(tags: Tags) -> None:
     sql = "SELECT * FROM items a JOIN items b ON a.id = b.big WHERE a.id = 1"
     assert tags(sql) == {"public.items"}
     sql = "SELECT * FROM items a JOIN items b ON b.id = 2 WHERE a.id = 1"
     assert tags(sql) == {"public.items:id=1", "public.items:id=2"}
 
 
-def test_queries_reading_no_table_have_no_tags(tags):
+def test_queries_reading_no_table_have_no_tags(tags: Tags) -> None:
     assert tags("SELECT 1, lower('X'), %s", (5,)) == set()
     assert tags("VALUES (1), (2)") == set()
 
@@ -510,7 +526,7 @@ def test_queries_reading_no_table_have_no_tags(tags):
 # -- views, partitions, inheritance --------------------------------------------------------
 
 
-def test_views_expand_to_their_base_tables_and_tag_themselves(tags):
+def test_views_expand_to_their_base_tables_and_tag_themselves(tags: Tags) -> None:
     assert tags("SELECT * FROM small_items WHERE id = 1") == {
         "public.small_items",
         "public.items:small=1",
@@ -523,17 +539,17 @@ def test_views_expand_to_their_base_tables_and_tag_themselves(tags):
     }
 
 
-def test_a_view_calling_a_volatile_function_is_refused(schema):
+def test_a_view_calling_a_volatile_function_is_refused(schema: Schema) -> None:
     assert "view public.clock" in refusal(schema, "SELECT * FROM clock")
 
 
-def test_partitions_are_tagged_by_their_root(tags):
+def test_partitions_are_tagged_by_their_root(tags: Tags) -> None:
     assert tags("SELECT * FROM events WHERE kind = 1") == {"public.events:kind=1"}
     assert tags("SELECT * FROM events_2024 WHERE kind = 1") == {"public.events:kind=1"}
     assert tags("SELECT * FROM events_2025") == {"public.events"}
 
 
-def test_inheritance_parents_tag_their_children(tags):
+def test_inheritance_parents_tag_their_children(tags: Tags) -> None:
     assert tags("SELECT * FROM animals WHERE kind = 1") == {
         "public.animals:kind=1",
         "public.dogs:kind=1",
@@ -560,11 +576,13 @@ def test_inheritance_parents_tag_their_children(tags):
         ("SELECT * FROM nowhere", "unknown relation nowhere"),
     ],
 )
-def test_relations_whose_changes_are_not_decoded_are_refused(schema, sql, construct):
+def test_relations_whose_changes_are_not_decoded_are_refused(
+    schema: Schema, sql: str, construct: str
+) -> None:
     assert construct in refusal(schema, sql)
 
 
-def test_temporary_tables_are_refused(shop):
+def test_temporary_tables_are_refused(shop: str) -> None:
     with psycopg.connect(shop, autocommit=True) as conn:
         conn.execute("CREATE TEMP TABLE mine (id int PRIMARY KEY)")
         schema = Schema.load(conn)
@@ -592,16 +610,18 @@ def test_temporary_tables_are_refused(shop):
         ("SELECT xmin FROM items", "system column xmin"),
     ],
 )
-def test_volatile_and_time_dependent_functions_are_refused(schema, sql, construct):
+def test_volatile_and_time_dependent_functions_are_refused(
+    schema: Schema, sql: str, construct: str
+) -> None:
     assert construct in refusal(schema, sql)
 
 
-def test_a_parameter_naming_the_current_time_is_refused(schema, tags):
+def test_a_parameter_naming_the_current_time_is_refused(schema: Schema, tags: Tags) -> None:
     assert "'today'" in refusal(schema, "SELECT * FROM items WHERE added = %s", ("today",))
     assert tags("SELECT * FROM items WHERE sku = %s", ("today",)) == {"public.items:sku=today"}
 
 
-def test_stable_and_immutable_builtins_are_allowed(tags):
+def test_stable_and_immutable_builtins_are_allowed(tags: Tags) -> None:
     sql = (
         "SELECT lower(sku), count(*), date_trunc('day', seen), extract(year FROM added), "
         "to_char(seen, 'YYYY'), coalesce(name, 'x'), ci = 'abc' FROM items "
@@ -610,7 +630,9 @@ def test_stable_and_immutable_builtins_are_allowed(tags):
     assert tags(sql) == {"public.items:id=1"}
 
 
-def test_user_defined_functions_are_refused_unless_declared_safe(schema, tags):
+def test_user_defined_functions_are_refused_unless_declared_safe(
+    schema: Schema, tags: Tags
+) -> None:
     assert "public.bid_count()" in refusal(schema, "SELECT bid_count(1)")
     assert tags("SELECT bid_count(1)", safe_functions=["bid_count"]) == set()
     assert tags("SELECT bid_count(1)", safe_functions=["public.bid_count"]) == set()
@@ -633,11 +655,13 @@ def test_user_defined_functions_are_refused_unless_declared_safe(schema, tags):
         ("EXPLAIN SELECT 1", "EXPLAIN"),
     ],
 )
-def test_writes_locks_and_other_statements_are_refused(schema, sql, construct):
+def test_writes_locks_and_other_statements_are_refused(
+    schema: Schema, sql: str, construct: str
+) -> None:
     assert construct in refusal(schema, sql)
 
 
-def test_refusals_are_txcache_errors(schema):
+def test_refusals_are_txcache_errors(schema: Schema) -> None:
     with pytest.raises(TxcacheError):
         analyze("SELECT random()", None, schema)
 
@@ -645,7 +669,7 @@ def test_refusals_are_txcache_errors(schema):
 # -- placeholders --------------------------------------------------------------------------
 
 
-def test_placeholders_follow_psycopg(tags, schema):
+def test_placeholders_follow_psycopg(tags: Tags, schema: Schema) -> None:
     assert tags("SELECT * FROM items WHERE sku LIKE 'a%%' AND id = %s", (1,)) == {
         "public.items:id=1"
     }
@@ -660,7 +684,7 @@ def test_placeholders_follow_psycopg(tags, schema):
 # -- the schema object ---------------------------------------------------------------------
 
 
-def test_refresh_sees_new_tables_and_every_copy_shares_it(shop):
+def test_refresh_sees_new_tables_and_every_copy_shares_it(shop: str) -> None:
     schema = Schema.load(shop)
     copy = schema.with_tag_columns({"public.later": frozenset({"id"})})
     assert "unknown relation later" in refusal(copy, "SELECT * FROM later")

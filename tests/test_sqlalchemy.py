@@ -16,6 +16,7 @@ from sqlalchemy import event, func, insert, select, text, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 import txcache
+from async_fixtures import AsyncLib
 from library_fixtures import LibraryStack
 from txcache import sqlalchemy as txsa
 from txcache.stack import wait_until
@@ -128,8 +129,8 @@ def warm(shop: Shop, function: Any, *args: Any) -> Any:
     return first
 
 
-def test_a_cached_orm_query_returns_the_same_plain_data_on_a_hit(shop):
-    before = item.stats.as_dict()
+def test_a_cached_orm_query_returns_the_same_plain_data_on_a_hit(shop: Shop) -> None:
+    before: dict[str, Any] = item.stats.as_dict()
     miss = read(shop, item, 3)
     assert miss == {"id": 3, "name": "item 3", "price": 30, "category": 0}
     hit = warm(shop, item, 3)
@@ -144,7 +145,7 @@ def test_a_cached_orm_query_returns_the_same_plain_data_on_a_hit(shop):
     assert warm(shop, cheapest, 2) == [{"id": 1, "price": 10}, {"id": 2, "price": 20}]
 
 
-def test_tags_come_from_the_sql_sqlalchemy_compiles(shop):
+def test_tags_come_from_the_sql_sqlalchemy_compiles(shop: Shop) -> None:
     cache = shop.lib.cache
     statements = {
         "pk": select(Item).where(Item.id == 5),
@@ -173,7 +174,7 @@ def test_tags_come_from_the_sql_sqlalchemy_compiles(shop):
     }
 
 
-def test_a_write_elsewhere_invalidates_exactly_the_cached_queries_it_touched(shop):
+def test_a_write_elsewhere_invalidates_exactly_the_cached_queries_it_touched(shop: Shop) -> None:
     lib = shop.lib
     warm(shop, names_in, 1)
     warm(shop, item, 5)
@@ -186,7 +187,7 @@ def test_a_write_elsewhere_invalidates_exactly_the_cached_queries_it_touched(sho
     assert runs == ["names_in 1"]
 
 
-def test_the_dialect_initialises_on_a_plain_connection(shop):
+def test_the_dialect_initialises_on_a_plain_connection(shop: Shop) -> None:
     # A new engine whose very first statement is a cacheable function's: the dialect's
     # `select pg_catalog.version()` and the like would be refused there (UncacheableQuery)
     # and are not the application's reads, so they run beside the transaction.
@@ -200,7 +201,7 @@ def test_the_dialect_initialises_on_a_plain_connection(shop):
     assert shop.engine.dialect.server_version_info >= (15,)
 
 
-def test_a_read_only_block_refuses_writes_and_transaction_control_and_goes_on(shop):
+def test_a_read_only_block_refuses_writes_and_transaction_control_and_goes_on(shop: Shop) -> None:
     with shop.lib.cache.read_only(staleness=60) as tx, shop.Session() as s:
         s.add(Item(id=100, name="new", price=1, category=1))
         with pytest.raises(txcache.StatementNotAllowed, match="INSERT"):
@@ -218,7 +219,7 @@ def test_a_read_only_block_refuses_writes_and_transaction_control_and_goes_on(sh
     assert shop.lib.admin.execute("SELECT count(*) FROM items").fetchone() == (20,)
 
 
-def test_storing_an_orm_instance_names_what_to_return_instead(shop):
+def test_storing_an_orm_instance_names_what_to_return_instead(shop: Shop) -> None:
     with (
         shop.lib.cache.read_only(staleness=60),
         pytest.raises(txcache.UnsupportedValue, match=r"to_dict\(instance\)"),
@@ -230,16 +231,22 @@ def test_storing_an_orm_instance_names_what_to_return_instead(shop):
             shop.lib.cache.serializer.dumps(row)
 
 
-def test_a_session_outside_a_block_commits_its_own_transaction_and_knows_the_token(shop):
+def test_a_session_outside_a_block_commits_its_own_transaction_and_knows_the_token(
+    shop: Shop,
+) -> None:
     warm(shop, item, 6)
     with shop.Session() as s:
         assert s.commit_timestamp is None
-        s.get(Item, 6).price = 1234
+        found = s.get(Item, 6)
+        assert found is not None
+        found.price = 1234
         s.flush()
         # The session's transaction is its own, not the thread's: a cacheable call meanwhile
         # runs in an implicit read-only transaction, at a pin, without the flushed write.
         assert txcache.current_transaction() is None
-        assert item(6)["price"] == 60
+        cached = item(6)
+        assert cached is not None
+        assert cached["price"] == 60
         s.commit()
         token = s.commit_timestamp
     assert isinstance(token, int)
@@ -247,7 +254,7 @@ def test_a_session_outside_a_block_commits_its_own_transaction_and_knows_the_tok
     assert shop.lib.admin.execute("SELECT price FROM items WHERE id = 6").fetchone() == (1234,)
 
 
-def test_a_session_that_does_not_commit_writes_nothing(shop):
+def test_a_session_that_does_not_commit_writes_nothing(shop: Shop) -> None:
     with shop.Session() as s:
         s.add(Item(id=101, name="gone", price=1, category=1))
         s.flush()
@@ -258,7 +265,7 @@ def test_a_session_that_does_not_commit_writes_nothing(shop):
     assert shop.lib.admin.execute("SELECT count(*) FROM items WHERE id > 100").fetchone() == (0,)
 
 
-def test_sessions_inside_a_read_write_block_work_under_a_savepoint(shop):
+def test_sessions_inside_a_read_write_block_work_under_a_savepoint(shop: Shop) -> None:
     lib = shop.lib
     with lib.cache.read_write() as tx:
         with shop.Session() as s:
@@ -288,7 +295,7 @@ def test_sessions_inside_a_read_write_block_work_under_a_savepoint(shop):
     assert read(shop, item, 112, not_before=token)["price"] == 2
 
 
-def test_bulk_writes_and_core_connections(shop):
+def test_bulk_writes_and_core_connections(shop: Shop) -> None:
     with shop.Session() as s:
         s.execute(update(Item), [{"id": 1, "price": 11}, {"id": 2, "price": 22}])  # executemany
         s.execute(insert(User), [{"id": 20, "name": "a"}, {"id": 21, "name": "b"}])
@@ -306,7 +313,7 @@ def test_bulk_writes_and_core_connections(shop):
     assert shop.lib.admin.execute("SELECT name FROM users WHERE id = 20").fetchone() == ("core",)
 
 
-def test_isolation_levels_apply_to_a_sessions_own_transactions(shop):
+def test_isolation_levels_apply_to_a_sessions_own_transactions(shop: Shop) -> None:
     serializable = shop.engine.execution_options(isolation_level="SERIALIZABLE")
     with serializable.connect() as conn:
         level = conn.execute(text("SHOW transaction_isolation")).scalar()
@@ -322,7 +329,7 @@ def test_isolation_levels_apply_to_a_sessions_own_transactions(shop):
         conn.execute(text("SELECT 1"))
 
 
-def test_what_txcache_owns_is_refused_and_the_apis_do_not_mix(shop, alib):
+def test_what_txcache_owns_is_refused_and_the_apis_do_not_mix(shop: Shop, alib: AsyncLib) -> None:
     for argument in ("poolclass", "creator", "json_serializer", "use_native_hstore"):
         with pytest.raises(TypeError, match=argument):
             txsa.create_engine(shop.lib.cache, **{argument: None})
@@ -348,7 +355,7 @@ def test_what_txcache_owns_is_refused_and_the_apis_do_not_mix(shop, alib):
         other.close()
 
 
-def test_errors_of_the_database_reach_sqlalchemy_as_its_own(shop):
+def test_errors_of_the_database_reach_sqlalchemy_as_its_own(shop: Shop) -> None:
     with shop.lib.cache.read_only(staleness=60) as tx, shop.Session() as s:
         with pytest.raises(sqlalchemy.exc.DataError) as caught:
             s.execute(text("SELECT 1 / 0"))
@@ -356,7 +363,7 @@ def test_errors_of_the_database_reach_sqlalchemy_as_its_own(shop):
         assert tx.failed  # txcache's rule: a failed statement fails the read-only block
 
 
-def test_the_public_names():
+def test_the_public_names() -> None:
     assert sorted(txsa.__all__) == [
         "AsyncSession",
         "Session",

@@ -69,7 +69,7 @@ async def read(cache: AsyncCache, function: Any, *args: Any, not_before: int | N
         return await function(*args)
 
 
-def test_an_async_session_caches_plain_data_and_a_hit_equals_the_miss(alib):
+def test_an_async_session_caches_plain_data_and_a_hit_equals_the_miss(alib: AsyncLib) -> None:
     async def body(cache: AsyncCache) -> None:
         miss = await read(cache, item, 3)
         assert miss == {"id": 3, "name": "item 3", "price": 30, "category": 0}
@@ -86,7 +86,7 @@ def test_an_async_session_caches_plain_data_and_a_hit_equals_the_miss(alib):
     run(alib, body)
 
 
-def test_an_async_session_outside_a_block_commits_its_own_transaction(alib):
+def test_an_async_session_outside_a_block_commits_its_own_transaction(alib: AsyncLib) -> None:
     async def body(cache: AsyncCache) -> None:
         assert await read(cache, item, 6) is not None
         async with session() as s:
@@ -107,7 +107,7 @@ def test_an_async_session_outside_a_block_commits_its_own_transaction(alib):
     assert alib.lib.admin.execute("SELECT count(*) FROM users WHERE id = 30").fetchone() == (0,)
 
 
-def test_many_tasks_read_one_commit_point_each_while_a_writer_commits(alib):
+def test_many_tasks_read_one_commit_point_each_while_a_writer_commits(alib: AsyncLib) -> None:
     # The writer moves 5 from item 1's price to item 2's, many times, each in one commit:
     # every reader, in a block of its own, reads the two prices through two cacheable calls
     # (two cached values, or queries) and must see them from one commit point.
@@ -124,6 +124,7 @@ def test_many_tasks_read_one_commit_point_each_while_a_writer_commits(alib):
         return token
 
     async def reader(index: int) -> int:
+        assert cache_of_test is not None
         async with cache_of_test.read_only(staleness=60):
             if index % 2:
                 return await price(1) + await price(2)
@@ -145,7 +146,7 @@ def test_many_tasks_read_one_commit_point_each_while_a_writer_commits(alib):
 cache_of_test: AsyncCache | None = None
 
 
-def test_async_sessions_inside_a_read_write_block_work_under_a_savepoint(alib):
+def test_async_sessions_inside_a_read_write_block_work_under_a_savepoint(alib: AsyncLib) -> None:
     async def body(cache: AsyncCache) -> int | None:
         async with cache.read_write() as tx, session() as s:
             s.add(User(id=40, name="kept"))
@@ -167,7 +168,7 @@ def test_async_sessions_inside_a_read_write_block_work_under_a_savepoint(alib):
     assert rows == [(41,)]
 
 
-def test_refusals_and_streamed_results(alib):
+def test_refusals_and_streamed_results(alib: AsyncLib) -> None:
     async def body(cache: AsyncCache) -> None:
         async with cache.read_only(staleness=60) as tx, session() as s:
             s.add(User(id=50, name="new"))
@@ -188,7 +189,7 @@ def test_refusals_and_streamed_results(alib):
     run(alib, body)
 
 
-def test_a_sessionmaker_begin_block_commits_in_sqlalchemys_own_task(alib):
+def test_a_sessionmaker_begin_block_commits_in_sqlalchemys_own_task(alib: AsyncLib) -> None:
     # SQLAlchemy 2.1 runs the flush and commit of `async with sessionmaker.begin()` in a task
     # of its own: the session's own transaction is the connection's, so that task may use it.
     async def body(cache: AsyncCache) -> int | None:

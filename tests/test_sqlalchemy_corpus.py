@@ -46,9 +46,9 @@ from sqlalchemy.dialects.postgresql import (
     JSONB,
     REAL,
     TSTZRANGE,
-    MultiRange,
     Range,
 )
+from sqlalchemy.dialects.postgresql.ranges import MultiRange  # not in postgresql's __all__
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
 from txcache import sqlalchemy as txsa
@@ -152,7 +152,9 @@ NY = zoneinfo.ZoneInfo("America/New_York")
 
 
 def _inserted(session: Session) -> list[Any]:
-    new = [{"id": 100 + i, "sample_id": 1 + i % 2, "kind": f"new {i}"} for i in range(5)]
+    new: list[dict[str, Any]] = [
+        {"id": 100 + i, "sample_id": 1 + i % 2, "kind": f"new {i}"} for i in range(5)
+    ]
     weights = [{**each, "weight": decimal.Decimal(each["id"]) / 8} for each in new]
     core = session.connection()  # Core, for the rowcount
     result = core.execute(insert(Event).returning(Event.id, Event.weight), weights)
@@ -177,7 +179,7 @@ def _updated(session: Session) -> list[Any]:
 
 def _bulk_updated(session: Session) -> list[Any]:
     # By primary key, as executemany: hstore, arrays and JSON in every parameter set.
-    changes = [
+    changes: list[dict[str, Any]] = [
         {"id": 1, "attrs": {"a": "b"}, "tags": ["t", None], "docb": {"k": [1]}},
         {"id": 2, "attrs": None, "tags": None, "docb": None},
         {"id": 3, "attrs": {}, "tags": [], "docb": [1, {"x": None}]},

@@ -28,10 +28,9 @@ from async_fixtures import fresh_pins
 from postgres_fixtures import fresh_database
 from test_sqlalchemy_corpus import SCHEMA, WRITES, exact, plain
 from test_sqlalchemy_corpus_queries import CORPUS
-from txcache import EmbeddedPostgres
 from txcache import sqlalchemy as txsa
 from txcache.aio import AsyncCache
-from txcache.stack import Stack, StackOptions, wait_until
+from txcache.stack import EmbeddedPostgres, Stack, StackOptions, wait_until
 
 AGENT_ARGS = ("--pin-interval", "50ms", "--heartbeat-interval", "50ms")
 EVERY = {**CORPUS, **WRITES}
@@ -128,7 +127,7 @@ class Corpus:
     def cached(self, read: Callable[[str], Any]) -> list[tuple[str, dict[str, Any]]]:
         """Every read query through ``read`` (a cacheable call in a read-only block), three
         times: misses, then (settled) again, then (settled) hits."""
-        passes = []
+        passes: list[tuple[str, dict[str, Any]]] = []
         for how in ("miss", "second read", "hit"):
             if passes:
                 self.settled()  # the first read of a table may not store: a catalog reading
@@ -187,12 +186,16 @@ def sync_sessions(corpus: Corpus) -> Iterator[sessionmaker[txsa.Session]]:
     engine.dispose()
 
 
-def test_own_read_write_transactions_return_what_psycopg_returns(corpus, sync_sessions):
+def test_own_read_write_transactions_return_what_psycopg_returns(
+    corpus: Corpus, sync_sessions: sessionmaker[txsa.Session]
+) -> None:
     actual = {name: in_session(sync_sessions(), name) for name in EVERY}
     assert_same(corpus.expected, actual, "own read/write")
 
 
-def test_bare_queries_of_a_read_only_block_return_what_psycopg_returns(corpus, sync_sessions):
+def test_bare_queries_of_a_read_only_block_return_what_psycopg_returns(
+    corpus: Corpus, sync_sessions: sessionmaker[txsa.Session]
+) -> None:
     actual = {}
     for name in CORPUS:
         with corpus.cache.read_only(staleness=60):
@@ -200,7 +203,9 @@ def test_bare_queries_of_a_read_only_block_return_what_psycopg_returns(corpus, s
     assert_same(corpus.expected, actual, "read-only block")
 
 
-def test_cached_reads_return_what_psycopg_returns_on_a_miss_and_a_hit(corpus, sync_sessions):
+def test_cached_reads_return_what_psycopg_returns_on_a_miss_and_a_hit(
+    corpus: Corpus, sync_sessions: sessionmaker[txsa.Session]
+) -> None:
     def read(name: str) -> Any:
         with corpus.cache.read_only(staleness=60):
             return cached(name)
@@ -232,8 +237,13 @@ def with_async_sessions(corpus: Corpus, body: Callable[[AsyncCache], Awaitable[A
 
     async def main() -> Any:
         global async_sessions
-        settings = {"nodes": corpus.stack.node_addresses, "agent": corpus.stack.agent_address}
-        cache = await txcache.connect_async(dsn=corpus.stack.dsn, refresh_interval=0.05, **settings)
+        stack = corpus.stack
+        cache = await txcache.connect_async(
+            dsn=stack.dsn,
+            nodes=stack.node_addresses,
+            agent=stack.agent_address,
+            refresh_interval=0.05,
+        )
         engine = txsa.create_async_engine(cache)
         async_sessions = txsa.async_sessionmaker(engine)
         try:
@@ -246,7 +256,7 @@ def with_async_sessions(corpus: Corpus, body: Callable[[AsyncCache], Awaitable[A
     return asyncio.run(main())
 
 
-def test_async_sessions_return_what_psycopg_async_returns(corpus):
+def test_async_sessions_return_what_psycopg_async_returns(corpus: Corpus) -> None:
     async def body(cache: AsyncCache) -> None:
         assert async_sessions is not None
         own = {name: await in_async_session(async_sessions(), name) for name in EVERY}
@@ -260,11 +270,11 @@ def test_async_sessions_return_what_psycopg_async_returns(corpus):
     with_async_sessions(corpus, body)
 
 
-def test_async_cached_reads_return_what_psycopg_async_returns(corpus):
+def test_async_cached_reads_return_what_psycopg_async_returns(corpus: Corpus) -> None:
     expected = {name: plain(value) for name, value in corpus.expected_async.items()}
 
     async def body(cache: AsyncCache) -> list[tuple[str, dict[str, Any]]]:
-        passes = []
+        passes: list[tuple[str, dict[str, Any]]] = []
         for how in ("miss", "second read", "hit"):
             if passes:  # as Corpus.cached
                 await asyncio.to_thread(corpus.stack.caught_up)

@@ -16,6 +16,7 @@ from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import txcache
+from async_fixtures import AsyncLib
 from library_fixtures import LibraryStack, as_another_process
 from test_sqlalchemy import Item, User
 from txcache import _tokens as tokens
@@ -57,7 +58,9 @@ def reprice(item_id: int, value: int) -> Any:
 # -- sync -------------------------------------------------------------------------------------
 
 
-def test_a_commit_that_wrote_nothing_keeps_the_sessions_token(lib, sync_engine):
+def test_a_commit_that_wrote_nothing_keeps_the_sessions_token(
+    lib: LibraryStack, sync_engine: sqlalchemy.Engine
+) -> None:
     with txsa.Session(sync_engine) as session:
         assert session.commit_timestamp is None
         session.add(User(id=70, name="new"))
@@ -73,7 +76,9 @@ def test_a_commit_that_wrote_nothing_keeps_the_sessions_token(lib, sync_engine):
     assert txsa.commit_timestamp(session) == token
 
 
-def test_a_core_connection_knows_the_token_of_its_commit(lib, sync_engine):
+def test_a_core_connection_knows_the_token_of_its_commit(
+    lib: LibraryStack, sync_engine: sqlalchemy.Engine
+) -> None:
     with sync_engine.begin() as conn:
         assert txsa.commit_timestamp(conn) is None
         conn.execute(reprice(3, 33))
@@ -132,7 +137,9 @@ WRITES: dict[str, Callable[[sqlalchemy.Engine, int], int | None]] = {
 
 
 @pytest.mark.parametrize("path", WRITES)
-def test_every_committed_write_advances_the_threads_token(lib, sync_engine, path):
+def test_every_committed_write_advances_the_threads_token(
+    lib: LibraryStack, sync_engine: sqlalchemy.Engine, path: str
+) -> None:
     assert read(lib, 3) == (30, None)
     token = WRITES[path](sync_engine, 31)
     assert token is not None
@@ -142,7 +149,9 @@ def test_every_committed_write_advances_the_threads_token(lib, sync_engine, path
         assert read(lib, 3)[1] is None
 
 
-def test_a_token_ahead_of_the_database_reads_the_newest_state(lib, sync_engine, caplog):
+def test_a_token_ahead_of_the_database_reads_the_newest_state(
+    lib: LibraryStack, sync_engine: sqlalchemy.Engine, caplog: pytest.LogCaptureFixture
+) -> None:
     lib.write("UPDATE items SET price = 36 WHERE id = 6")
     future = lib.cache.timestamp() + 2**40
     with caplog.at_level("WARNING", logger="txcache"):
@@ -150,7 +159,9 @@ def test_a_token_ahead_of_the_database_reads_the_newest_state(lib, sync_engine, 
         with tokens.scope():
             tokens.advance(lib.cache.settings.dsn, future)  # a client's old cookie
             with lib.cache.read_only(staleness=60), txsa.Session(sync_engine) as session:
-                assert session.get(Item, 6).price == 36
+                found = session.get(Item, 6)
+                assert found is not None
+                assert found.price == 36
             with txsa.Session(sync_engine) as session:  # a write, then a read
                 session.execute(reprice(6, 37))
                 session.commit()
@@ -182,7 +193,7 @@ async def price_in(cache: AsyncCache, made: AsyncEngine, item_id: int) -> tuple[
         return found, tx.not_before
 
 
-def test_an_async_commit_that_wrote_nothing_keeps_the_sessions_token(alib):
+def test_an_async_commit_that_wrote_nothing_keeps_the_sessions_token(alib: AsyncLib) -> None:
     async def body(cache: AsyncCache, made: AsyncEngine) -> None:
         async with txsa.AsyncSession(made) as session:
             session.add(User(id=71, name="new"))
@@ -239,7 +250,7 @@ ASYNC_WRITES: dict[str, Callable[[AsyncEngine, int], Awaitable[int | None]]] = {
 
 
 @pytest.mark.parametrize("path", ASYNC_WRITES)
-def test_every_committed_async_write_advances_the_tasks_token(alib, path):
+def test_every_committed_async_write_advances_the_tasks_token(alib: AsyncLib, path: str) -> None:
     async def body(cache: AsyncCache, made: AsyncEngine) -> None:
         token = await ASYNC_WRITES[path](made, 21)
         assert token is not None
@@ -249,7 +260,9 @@ def test_every_committed_async_write_advances_the_tasks_token(alib, path):
     run(alib, body)
 
 
-def test_an_async_token_ahead_of_the_database_reads_the_newest_state(alib, caplog):
+def test_an_async_token_ahead_of_the_database_reads_the_newest_state(
+    alib: AsyncLib, caplog: pytest.LogCaptureFixture
+) -> None:
     async def body(cache: AsyncCache, made: AsyncEngine) -> None:
         alib.lib.write("UPDATE items SET price = 88 WHERE id = 8")
         future = await cache.timestamp() + 2**40

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import logging
 
-from txcache._process import wait_until
+import pytest
+
+from library_fixtures import LibraryStack
+from txcache.stack import wait_until
 
 
-def test_a_staleness_above_the_nodes_maximum_is_warned_about_once(lib, caplog):
+def test_a_staleness_above_the_nodes_maximum_is_warned_about_once(
+    lib: LibraryStack, caplog: pytest.LogCaptureFixture
+) -> None:
     limit = wait_until(lambda: lib.cache.nodes_max_staleness, "the nodes' --max-staleness")
     with caplog.at_level(logging.WARNING, logger="txcache"):
         with lib.cache.read_only(staleness=limit):

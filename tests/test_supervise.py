@@ -47,11 +47,12 @@ class Clock:
 
 
 def supervised(stack: FakeStack) -> tuple[Supervisor, Clock, list[str]]:
-    clock, lines = Clock(), []
+    clock = Clock()
+    lines: list[str] = []
     return Supervisor(stack, lines.append, clock), clock, lines  # type: ignore[arg-type]
 
 
-def test_a_dead_part_is_restarted_after_the_first_delay():
+def test_a_dead_part_is_restarted_after_the_first_delay() -> None:
     stack = FakeStack()
     supervisor, clock, lines = supervised(stack)
     stack.nodes[0].up = False
@@ -68,7 +69,7 @@ def test_a_dead_part_is_restarted_after_the_first_delay():
     assert lines[-1].endswith("restarted")
 
 
-def test_failed_restarts_wait_twice_as_long_each_time_up_to_the_maximum():
+def test_failed_restarts_wait_twice_as_long_each_time_up_to_the_maximum() -> None:
     stack = FakeStack(failures_left=10)
     supervisor, clock, lines = supervised(stack)
     stack.nodes[0].up = False
@@ -86,7 +87,7 @@ def test_failed_restarts_wait_twice_as_long_each_time_up_to_the_maximum():
     assert "next attempt in 30 s" in lines[-1]
 
 
-def test_a_part_that_stayed_up_starts_again_from_the_first_delay():
+def test_a_part_that_stayed_up_starts_again_from_the_first_delay() -> None:
     stack = FakeStack()
     supervisor, clock, lines = supervised(stack)
     for _ in range(3):  # three crashes in a row: the delay grows

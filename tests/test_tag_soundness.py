@@ -30,6 +30,7 @@ import pytest
 import redis
 
 from agent_fixtures import Stack
+from conftest import running_agent
 from txcache._schema import Schema, tag_columns_at
 from txcache._sql import UncacheableQuery, analyze
 
@@ -468,11 +469,12 @@ def result(conn: psycopg.Connection, sql: str, params: list[Any]) -> list[str]:
     return sorted(map(repr, conn.execute(sql, params).fetchall()))
 
 
-def test_every_changed_result_is_invalidated(stack: tuple[Stack, World]):
+def test_every_changed_result_is_invalidated(stack: tuple[Stack, World]) -> None:
     stack_, world = stack
     rng = random.Random(SEED + 1)
     queries = Queries(world, rng)
-    agent = redis.Redis(host=stack_.agent.host, port=stack_.agent.port, protocol=2)
+    process = running_agent(stack_)
+    agent = redis.Redis(host=process.host, port=process.port, protocol=2)
     stats = Stats()
     deadline = time.monotonic() + SECONDS  # the test's time budget: rounds until then
     with psycopg.connect(stack_.dsn, autocommit=True) as reader:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from txcache._process import wait_until
+from txcache.stack import wait_until
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 BINARIES = ("txcached", "txcache-agent")
@@ -123,7 +123,7 @@ def machine(wheel: Path) -> Iterator[Machine]:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def test_the_wheel_carries_both_binaries_and_a_platform_tag(wheel):
+def test_the_wheel_carries_both_binaries_and_a_platform_tag(wheel: Path) -> None:
     assert not wheel.name.endswith("-none-any.whl")
     assert re.fullmatch(r"txcache-[^-]+-py3-none-(many)?linux_\w+\.whl", wheel.name), wheel.name
     with zipfile.ZipFile(wheel) as archive:
@@ -136,7 +136,22 @@ def test_the_wheel_carries_both_binaries_and_a_platform_tag(wheel):
     assert all(mode & 0o111 for mode in scripts.values()), "not executable in the wheel"
 
 
-def test_the_installed_wheel_runs_a_stack_and_caches(machine):
+def test_the_wheel_carries_the_library_and_the_command_not_the_benchmarks(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        extras = re.findall(r"^Provides-Extra: (\S+)$", archive.read(metadata).decode(), re.M)
+    packages = {name.split("/")[0] for name in names if not name.startswith("txcache-")}
+    assert packages == {"txcache"}, "only the library's package: no rubis, no bench"
+    assert not [name for name in names if "rubis" in name]
+    for module in ("__init__.py", "py.typed", "stack.py", "protocol.py", "cli/__init__.py"):
+        assert f"txcache/{module}" in names
+    assert any(name.startswith("txcache/sql/") and name.endswith(".sql") for name in names)
+    assert "rubis" not in extras
+    assert {"embedded", "sqlalchemy", "django"} <= set(extras)
+
+
+def test_the_installed_wheel_runs_a_stack_and_caches(machine: Machine) -> None:
     for name in ("txcache", *BINARIES):
         found = shutil.which(name, path=machine.env["PATH"])
         assert found == str(machine.venv / "bin" / name)

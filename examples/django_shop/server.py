@@ -10,8 +10,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from txcache._process import ServerProcess, answers_http
-from txcache.stack import Stack, free_port
+from txcache.stack import ServerProcess, Stack, answers_http, free_port
 
 PROJECT = Path(__file__).resolve().parent
 """The Django project's directory: ``manage.py``, and where granian imports

@@ -8,8 +8,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from txcache._process import ServerProcess, answers_http
-from txcache.stack import Stack, free_port
+from txcache.stack import ServerProcess, Stack, answers_http, free_port
 
 EXAMPLES = Path(__file__).resolve().parents[1]
 """The directory uvicorn imports ``fastapi_shop`` from."""

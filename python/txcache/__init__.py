@@ -19,8 +19,9 @@ with cache.read_only(staleness=30, not_before=tx.commit_timestamp):
 
 The library is described in ``docs/library.md``; the exception tree is in
 :mod:`txcache.errors`. Also here: preparing a database (:func:`setup_database`,
-``txcache setup``) and starting the parts of a stack as child processes
-(:class:`EmbeddedPostgres`, :class:`NodeProcess`, :class:`AgentProcess`).
+``txcache setup``). Starting PostgreSQL, nodes, the agent or a whole stack as child
+processes is :mod:`txcache.stack`'s (``from txcache.stack import Stack, EmbeddedPostgres``);
+``import txcache`` starts and imports no launcher.
 
 The async API is :mod:`txcache.aio`: ``cache = await txcache.connect_async()``, ``async
 with cache.read_only()``, ``@txcache.cacheable`` on an ``async def``; its main names are
@@ -28,7 +29,6 @@ also here, and ``txcache.aio`` has the typed ``query``/``query_one``/``execute``
 """
 
 from txcache import aio
-from txcache._agent_process import AgentProcess
 from txcache._cacheable import CacheableFunction
 from txcache._cacheable_base import function_stats
 from txcache._config import Mode, Settings
@@ -36,9 +36,7 @@ from txcache._connect import Cache, connect, default_cache
 from txcache._current import current_transaction
 from txcache._decorator import cacheable
 from txcache._keys import register_key_context
-from txcache._node_process import NodeProcess, NodeStartError, find_txcached
 from txcache._pinset import Pin, PinPolicy, PinSet, newest_or_fresh, oldest_pin
-from txcache._postgres import EmbeddedPostgres, PostgresStartError, find_postgres_bin
 from txcache._read_only import ReadOnlyTransaction
 from txcache._serialize import ForeignValue, SafeSerializer, Serializer
 from txcache._setup import SetupError, SetupReport, SetupStep, StepStatus, setup_database
@@ -64,7 +62,6 @@ from txcache.errors import (
 )
 
 __all__ = [
-    "AgentProcess",
     "AsyncCache",
     "AsyncCacheableFunction",
     "AsyncReadOnlyTransaction",
@@ -72,18 +69,14 @@ __all__ = [
     "Cache",
     "CacheableFunction",
     "ConfigurationError",
-    "EmbeddedPostgres",
     "ForeignValue",
     "FunctionStats",
     "Mode",
     "NoTransaction",
-    "NodeProcess",
-    "NodeStartError",
     "OperationLatency",
     "Pin",
     "PinPolicy",
     "PinSet",
-    "PostgresStartError",
     "ReadOnlyTransaction",
     "ReadWriteTransaction",
     "SafeSerializer",
@@ -108,8 +101,6 @@ __all__ = [
     "current_transaction",
     "default_cache",
     "execute",
-    "find_postgres_bin",
-    "find_txcached",
     "function_stats",
     "newest_or_fresh",
     "oldest_pin",

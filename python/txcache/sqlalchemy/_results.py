@@ -18,12 +18,12 @@ from sqlalchemy.engine import Row
 __all__ = ["dicts", "rows", "to_dict"]
 
 
-def rows(result: Iterable[Row[Any]]) -> list[tuple[Any, ...]]:
+def rows(result: Iterable[Row[*tuple[Any, ...]]]) -> list[tuple[Any, ...]]:
     """Every row of ``result`` (a ``Result``, or a list of ``Row``) as a tuple."""
     return [tuple(row) for row in result]
 
 
-def dicts(result: Iterable[Row[Any]]) -> list[dict[str, Any]]:
+def dicts(result: Iterable[Row[*tuple[Any, ...]]]) -> list[dict[str, Any]]:
     """Every row of ``result`` as a dict of its columns by label, in column order (what
     ``result.mappings()`` gives, as plain dicts)."""
     return [dict(row._mapping) for row in result]
