@@ -29,7 +29,6 @@ import pwd
 import re
 import shutil
 import signal
-import stat
 import subprocess
 import tempfile
 import threading
@@ -41,6 +40,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from txcache._postgres_copy import (
+    NoSharedCopy,
+    alive,
+    cache_roots,
+    shared_bin,
+    untraversable,
+    wheel_site,
+)
 from txcache._process import WaitTimeout, free_port, wait_until
 
 __all__ = ["EmbeddedPostgres", "PostgresStartError", "find_postgres_bin"]
@@ -62,6 +69,7 @@ _PORT_CLASH = ("could not bind", "Address already in use", "could not create any
 _SOCKET_PATH_MAX = 107  # sizeof(sun_path) - 1 on Linux
 _TEMP_PREFIX = "txcache-pg-"
 _TEMP_NAME = re.compile(rf"{_TEMP_PREFIX}(\d+)-\w+")
+_TEMP_ADVICE = "point TXCACHE_PG_TMPDIR at a directory it can reach"
 
 
 class PostgresStartError(RuntimeError):
@@ -118,48 +126,66 @@ def _system_account() -> _Account | None:
     return _Account(entry.pw_name, entry.pw_uid, entry.pw_gid)
 
 
-def _untraversable(path: Path) -> list[Path]:
-    """The directories on the way to ``path`` (itself included) that lack o+x."""
-    return [d for d in (*reversed(path.parents), path) if not os.stat(d).st_mode & stat.S_IXOTH]
-
-
-def _unreachable(user: str, target: Path, blocked: list[Path]) -> PostgresStartError:
+def _unreachable(user: str, target: Path, blocked: list[Path], advice: str) -> PostgresStartError:
     listed = " ".join(str(directory) for directory in blocked)
     return PostgresStartError(
         f"PostgreSQL runs as the system user {user!r} (initdb refuses root), which cannot "
-        f"reach {target}: {listed} lack(s) o+x (choose another directory, or run "
-        f"`chmod o+x {listed}`)"
+        f"reach {target}: {listed} lack(s) o+x ({advice}, or run `chmod o+x {listed}`)"
     )
+
+
+def _cannot_run(program: Path | str, error: OSError) -> PostgresStartError:
+    return PostgresStartError(
+        f"cannot run {program}: {error.strerror or error} (reinstall 'txcache[embedded]', "
+        "or point TXCACHE_PG_BIN at a PostgreSQL bin directory)"
+    )
+
+
+def _check_runs(bin_dir: Path, account: _Account) -> None:
+    """Fail in one line if ``account`` cannot run ``bin_dir/postgres``."""
+    program = bin_dir / "postgres"
+    try:
+        result = subprocess.run(
+            [str(program), "--version"],
+            capture_output=True,
+            text=True,
+            cwd="/",
+            check=False,
+            **account.popen_kwargs(),
+        )
+    except OSError as error:  # the exec failed: raised here, in the parent
+        detail = str(error.strerror or error)
+    else:
+        if result.returncode == 0:
+            return
+        detail = result.stderr.strip()
+    blocked = untraversable(bin_dir)
+    if blocked:
+        raise _unreachable(account.name, bin_dir, blocked, "point TXCACHE_PG_BIN elsewhere")
+    raise PostgresStartError(f"the system user {account.name!r} cannot run {program}: {detail}")
+
+
+def _check_reachable(base_dir: Path, user: str, advice: str) -> None:
+    """Fail clearly if ``user`` cannot traverse the parents of ``base_dir``."""
+    blocked = untraversable(base_dir.parent)
+    if blocked:
+        raise _unreachable(user, base_dir, blocked, advice)
 
 
 @cache
-def _check_executable(bin_dir: Path, user: str) -> None:
-    """Fail clearly if ``user`` cannot run ``bin_dir/postgres`` (a directory lacks o+x)."""
+def _runnable_bin(bin_dir: Path, roots: tuple[Path, ...]) -> Path:
+    """The ``bin`` directory whose programs the system user runs: ``bin_dir``, or its copy
+    when it is the wheel's and out of that user's reach."""
     account = _system_account()
     assert account is not None
-    result = subprocess.run(
-        [str(bin_dir / "postgres"), "--version"],
-        capture_output=True,
-        text=True,
-        cwd="/",
-        check=False,
-        **account.popen_kwargs(),
-    )
-    if result.returncode == 0:
-        return
-    blocked = _untraversable(bin_dir)
-    if blocked:
-        raise _unreachable(user, bin_dir, blocked)
-    raise PostgresStartError(
-        f"the system user {user!r} cannot run {bin_dir / 'postgres'}: {result.stderr.strip()}"
-    )
-
-
-def _check_reachable(base_dir: Path, user: str) -> None:
-    """Fail clearly if ``user`` cannot traverse the parents of ``base_dir``."""
-    blocked = _untraversable(base_dir.parent)
-    if blocked:
-        raise _unreachable(user, base_dir, blocked)
+    site = wheel_site(bin_dir)
+    if site is not None:
+        try:
+            bin_dir = shared_bin(bin_dir, site, roots, account.name)
+        except NoSharedCopy as error:
+            raise PostgresStartError(str(error)) from None
+    _check_runs(bin_dir, account)
+    return bin_dir
 
 
 def _temp_root() -> Path:
@@ -187,7 +213,7 @@ def _sweep_stale(root: Path) -> None:
     """Remove the temporary clusters of dead processes, killing servers they left running."""
     for path in root.glob(f"{_TEMP_PREFIX}*"):
         match = _TEMP_NAME.fullmatch(path.name)
-        if match is None or _alive(int(match[1])):
+        if match is None or alive(int(match[1])):
             continue
         for pidfile in path.glob("*/postmaster.pid"):
             with contextlib.suppress(OSError, ValueError, IndexError):
@@ -197,27 +223,20 @@ def _sweep_stale(root: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _run_as(account: _Account | None, command: list[str], cwd: Path) -> str:
     """Run a PostgreSQL program (as ``account``); its output, or an error naming it."""
-    result: subprocess.CompletedProcess[str] = subprocess.run(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=cwd,
-        check=False,
-        **(account.popen_kwargs() if account else {}),
-    )
+    try:
+        result: subprocess.CompletedProcess[str] = subprocess.run(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=cwd,
+            check=False,
+            **(account.popen_kwargs() if account else {}),
+        )
+    except OSError as error:  # the exec failed: raised here, in the parent
+        raise _cannot_run(command[0], error) from None
     if result.returncode != 0:
         raise PostgresStartError(f"{Path(command[0]).name} failed:\n{result.stdout}")
     return result.stdout
@@ -233,6 +252,7 @@ def _template(bin_dir: Path) -> Path:
     base = _temp_dir()
     atexit.register(shutil.rmtree, base, ignore_errors=True)
     if account is not None:
+        _check_reachable(base, account.name, _TEMP_ADVICE)
         os.chown(base, account.uid, account.gid)
     command = [
         str(bin_dir / "initdb"),
@@ -327,6 +347,9 @@ class EmbeddedPostgres:
         try:
             self._prepare()
             self.start()
+        except OSError as error:  # one line, never a traceback: what failed, on what path
+            self.stop()
+            raise PostgresStartError(f"PostgreSQL could not be started: {error}") from None
         except BaseException:
             self.stop()
             raise
@@ -377,8 +400,9 @@ class EmbeddedPostgres:
             )
         self.base_dir.mkdir(parents=True, exist_ok=True)
         if self._account is not None:
-            _check_executable(self.bin_dir, self._account.name)
-            _check_reachable(self.base_dir, self._account.name)
+            self.bin_dir = _runnable_bin(self.bin_dir, cache_roots())
+            advice = _TEMP_ADVICE if self._handle.remove else "choose another directory"
+            _check_reachable(self.base_dir, self._account.name, advice)
             os.chown(self.base_dir, self._account.uid, self._account.gid)
         if (self.data_dir / "PG_VERSION").is_file():
             return
@@ -422,15 +446,18 @@ class EmbeddedPostgres:
     def _launch(self, port: int) -> None:
         self._handle.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
-            self._handle.process = subprocess.Popen(
-                self._command(port),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.base_dir,
-                start_new_session=True,  # a terminal's Ctrl-C is ours to handle, not its
-                **(self._account.popen_kwargs() if self._account else {}),
-            )
+            try:
+                self._handle.process = subprocess.Popen(
+                    self._command(port),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.base_dir,
+                    start_new_session=True,  # a terminal's Ctrl-C is ours to handle, not its
+                    **(self._account.popen_kwargs() if self._account else {}),
+                )
+            except OSError as error:  # the exec failed: raised here, in the parent
+                raise _cannot_run(self.binary("postgres"), error) from None
         self.port = port
         self._wait_ready()
 

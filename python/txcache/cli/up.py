@@ -23,6 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from txcache._postgres import SYSTEM_USER, find_postgres_bin
 from txcache.cli._supervise import Supervisor
 from txcache.stack import PartFailed, Stack, StackOptions, StartInterrupted
 
@@ -209,6 +210,7 @@ def _serve(stack: Stack, args: argparse.Namespace, signals: _StopSignals) -> int
             _log("stopping what started")
         _log("fix the cause above and run `txcache up` again")
         return 1
+    _note_shared_copy(stack)
     text = format_settings(stack.settings(), shell=args.shell)
     print(text, flush=True)
     if args.env_file is None:
@@ -226,6 +228,18 @@ def _serve(stack: Stack, args: argparse.Namespace, signals: _StopSignals) -> int
     finally:  # before the stack stops: the file's presence means the stack is up
         with contextlib.suppress(FileNotFoundError):
             args.env_file.unlink()
+
+
+def _note_shared_copy(stack: Stack) -> None:
+    """Say where PostgreSQL runs from when it is not the wheel's directory: as root, a copy
+    the system user can reach (the installation is private to root)."""
+    server = stack.postgres
+    if server is None or server.bin_dir == find_postgres_bin():
+        return
+    _log(
+        f"PostgreSQL runs from {server.bin_dir}, a copy of {find_postgres_bin()} that the "
+        f"system user {SYSTEM_USER} can reach (made once, reused by later runs)"
+    )
 
 
 def _wait(stack: Stack, signals: _StopSignals) -> int:
