@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,7 @@ def write_file(text: str, path: Path | None = None) -> Path:
 # --- defaults ------------------------------------------------------------------------------
 
 
-def test_defaults_apply_to_everything_but_the_dsn():
+def test_defaults_apply_to_everything_but_the_dsn() -> None:
     settings = load_settings({"dsn": DSN}, {})
     assert settings == Settings(dsn=DSN)
     assert settings.nodes == ()
@@ -49,7 +50,7 @@ def test_defaults_apply_to_everything_but_the_dsn():
     assert settings.refresh_interval == 0.25
 
 
-def test_arguments_that_are_none_count_as_not_given():
+def test_arguments_that_are_none_count_as_not_given() -> None:
     settings = load_settings({"dsn": DSN, "mode": None, "pool_size": None}, {})
     assert settings.mode == "consistent"
     assert settings.pool_size == 10
@@ -58,7 +59,7 @@ def test_arguments_that_are_none_count_as_not_given():
 # --- precedence ----------------------------------------------------------------------------
 
 
-def test_the_file_overrides_the_defaults():
+def test_the_file_overrides_the_defaults() -> None:
     write_file(f'dsn = "{DSN}"\npool_size = 3\nmode = "bypass"\nnodes = ["a:1", "b:2"]\n')
     settings = load_settings({}, {})
     assert settings.dsn == DSN
@@ -67,24 +68,24 @@ def test_the_file_overrides_the_defaults():
     assert settings.nodes == ("a:1", "b:2")
 
 
-def test_the_environment_overrides_the_file():
-    write_file('dsn = "from-file"\npool_size = 3\nstaleness = 2.5\n')
-    settings = load_settings({}, {"TXCACHE_DSN": "from-env", "TXCACHE_POOL_SIZE": "4"})
-    assert settings.dsn == "from-env"
+def test_the_environment_overrides_the_file() -> None:
+    write_file('dsn = "dbname=from_file"\npool_size = 3\nstaleness = 2.5\n')
+    settings = load_settings({}, {"TXCACHE_DSN": "dbname=from_env", "TXCACHE_POOL_SIZE": "4"})
+    assert settings.dsn == "dbname=from_env"
     assert settings.pool_size == 4
     assert settings.staleness == 2.5, "what the environment does not set comes from the file"
 
 
-def test_arguments_override_the_environment_and_the_file():
-    write_file('dsn = "from-file"\nagent = "file:1"\nsecret = "file"\n')
-    environ = {"TXCACHE_DSN": "from-env", "TXCACHE_AGENT": "env:1"}
-    settings = load_settings({"dsn": "from-argument", "agent": "arg:1"}, environ)
-    assert settings.dsn == "from-argument"
+def test_arguments_override_the_environment_and_the_file() -> None:
+    write_file('dsn = "dbname=from_file"\nagent = "file:1"\nsecret = "file"\n')
+    environ = {"TXCACHE_DSN": "dbname=from_env", "TXCACHE_AGENT": "env:1"}
+    settings = load_settings({"dsn": "dbname=from_argument", "agent": "arg:1"}, environ)
+    assert settings.dsn == "dbname=from_argument"
     assert settings.agent == "arg:1"
     assert settings.secret == "file"
 
 
-def test_every_setting_can_come_from_the_environment():
+def test_every_setting_can_come_from_the_environment() -> None:
     environ = {
         "TXCACHE_DSN": DSN,
         "TXCACHE_NODES": "n1:7000,n2:7001",
@@ -115,37 +116,39 @@ def test_every_setting_can_come_from_the_environment():
     )
 
 
-def test_an_empty_environment_variable_counts_as_unset():
-    write_file('dsn = "from-file"\n')
+def test_an_empty_environment_variable_counts_as_unset() -> None:
+    write_file('dsn = "dbname=from_file"\n')
     settings = load_settings({}, {"TXCACHE_DSN": "", "TXCACHE_POOL_SIZE": ""})
-    assert settings.dsn == "from-file"
+    assert settings.dsn == "dbname=from_file"
     assert settings.pool_size == 10
 
 
-def test_other_environment_variables_are_ignored():
+def test_other_environment_variables_are_ignored() -> None:
     settings = load_settings({}, {"TXCACHE_DSN": DSN, "TXCACHE_COLOUR": "blue", "DSN": "x"})
     assert settings == Settings(dsn=DSN)
 
 
-def test_the_given_environment_is_used_instead_of_the_process_environment(monkeypatch):
-    monkeypatch.setenv("TXCACHE_DSN", "from-process")
+def test_the_given_environment_is_used_instead_of_the_process_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TXCACHE_DSN", "dbname=from_process")
     monkeypatch.setenv("TXCACHE_POOL_SIZE", "99")
     assert load_settings({}, {"TXCACHE_DSN": DSN}).pool_size == 10
 
 
-def test_the_process_environment_is_the_default(monkeypatch):
-    monkeypatch.setenv("TXCACHE_DSN", "from-process")
+def test_the_process_environment_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TXCACHE_DSN", "dbname=from_process")
     monkeypatch.delenv("TXCACHE_CONFIG", raising=False)
-    assert load_settings({}).dsn == "from-process"
+    assert load_settings({}).dsn == "dbname=from_process"
 
 
-def test_txcache_config_names_the_file(tmp_path):
+def test_txcache_config_names_the_file(tmp_path: Path) -> None:
     elsewhere = tmp_path / "conf" / "cache.toml"
     elsewhere.parent.mkdir()
-    write_file('dsn = "from-named-file"\n', elsewhere)
-    write_file('dsn = "from-working-directory"\n')
+    write_file('dsn = "dbname=from_named_file"\n', elsewhere)
+    write_file('dsn = "dbname=from_working_directory"\n')
     settings = load_settings({}, {"TXCACHE_CONFIG": str(elsewhere)})
-    assert settings.dsn == "from-named-file"
+    assert settings.dsn == "dbname=from_named_file"
 
 
 # --- nodes ---------------------------------------------------------------------------------
@@ -161,21 +164,21 @@ def test_txcache_config_names_the_file(tmp_path):
         (",", ()),
     ],
 )
-def test_nodes_from_the_environment_are_comma_separated(text, nodes):
+def test_nodes_from_the_environment_are_comma_separated(text: str, nodes: tuple[str, ...]) -> None:
     assert load_settings({}, {"TXCACHE_DSN": DSN, "TXCACHE_NODES": text}).nodes == nodes
 
 
-def test_nodes_given_as_a_string_or_a_list_become_a_tuple():
+def test_nodes_given_as_a_string_or_a_list_become_a_tuple() -> None:
     assert load_settings({"dsn": DSN, "nodes": "a:1, b:2"}, {}).nodes == ("a:1", "b:2")
     assert load_settings({"dsn": DSN, "nodes": ["a:1", "b:2"]}, {}).nodes == ("a:1", "b:2")
 
 
-def test_nodes_in_the_file_may_be_a_string():
+def test_nodes_in_the_file_may_be_a_string() -> None:
     write_file(f'dsn = "{DSN}"\nnodes = "a:1,b:2"\n')
     assert load_settings({}, {}).nodes == ("a:1", "b:2")
 
 
-def test_nodes_that_are_a_number_are_malformed():
+def test_nodes_that_are_a_number_are_malformed() -> None:
     write_file(f'dsn = "{DSN}"\nnodes = 5\n')
     with pytest.raises(ConfigurationError, match="nodes"):
         load_settings({}, {})
@@ -196,7 +199,7 @@ def test_nodes_that_are_a_number_are_malformed():
         ("refresh_interval", "--1"),
     ],
 )
-def test_a_malformed_number_in_the_environment_names_the_setting(name, text):
+def test_a_malformed_number_in_the_environment_names_the_setting(name: str, text: str) -> None:
     environ = {"TXCACHE_DSN": DSN, f"TXCACHE_{name.upper()}": text}
     with pytest.raises(ConfigurationError) as raised:
         load_settings({}, environ)
@@ -204,24 +207,24 @@ def test_a_malformed_number_in_the_environment_names_the_setting(name, text):
     assert repr(text) in str(raised.value)
 
 
-def test_a_malformed_number_in_the_file_names_the_setting():
+def test_a_malformed_number_in_the_file_names_the_setting() -> None:
     write_file(f'dsn = "{DSN}"\nstaleness = "a while"\n')
     with pytest.raises(ConfigurationError, match="staleness"):
         load_settings({}, {})
 
 
-def test_a_malformed_number_given_as_an_argument_names_the_setting():
+def test_a_malformed_number_given_as_an_argument_names_the_setting() -> None:
     with pytest.raises(ConfigurationError, match="node_timeout"):
         load_settings({"dsn": DSN, "node_timeout": [1]}, {})
 
 
-def test_a_fractional_pool_size_in_the_file_is_malformed():
+def test_a_fractional_pool_size_in_the_file_is_malformed() -> None:
     write_file(f'dsn = "{DSN}"\npool_size = 1.5\n')
     with pytest.raises(ConfigurationError, match="pool_size"):
         load_settings({}, {})
 
 
-def test_configuration_error_is_a_txcache_error():
+def test_configuration_error_is_a_txcache_error() -> None:
     with pytest.raises(TxcacheError):
         load_settings({}, {"TXCACHE_POOL_SIZE": "x", "TXCACHE_DSN": DSN})
 
@@ -229,7 +232,7 @@ def test_configuration_error_is_a_txcache_error():
 # --- the file ------------------------------------------------------------------------------
 
 
-def test_unknown_keys_in_the_file_are_named():
+def test_unknown_keys_in_the_file_are_named() -> None:
     write_file(f'dsn = "{DSN}"\npoolsize = 3\nnode = "a:1"\n')
     with pytest.raises(ConfigurationError) as raised:
         load_settings({}, {})
@@ -237,18 +240,18 @@ def test_unknown_keys_in_the_file_are_named():
     assert "poolsize" in str(raised.value)
 
 
-def test_unknown_arguments_are_named():
+def test_unknown_arguments_are_named() -> None:
     with pytest.raises(ConfigurationError, match="timeout"):
         load_settings({"dsn": DSN, "timeout": 3}, {})
 
 
-def test_a_file_that_is_not_toml_is_named():
+def test_a_file_that_is_not_toml_is_named() -> None:
     path = write_file("dsn = \n")
     with pytest.raises(ConfigurationError, match=str(path)):
         load_settings({}, {})
 
 
-def test_a_missing_txcache_config_file_is_an_error():
+def test_a_missing_txcache_config_file_is_an_error() -> None:
     missing = "/nonexistent/txcache-settings.toml"
     with pytest.raises(ConfigurationError) as raised:
         load_settings({"dsn": DSN}, {"TXCACHE_CONFIG": missing})
@@ -256,7 +259,7 @@ def test_a_missing_txcache_config_file_is_an_error():
     assert missing in str(raised.value)
 
 
-def test_a_missing_txcache_toml_is_fine():
+def test_a_missing_txcache_toml_is_fine() -> None:
     assert not Path("txcache.toml").exists()
     assert load_settings({"dsn": DSN}, {}) == Settings(dsn=DSN)
 
@@ -264,7 +267,7 @@ def test_a_missing_txcache_toml_is_fine():
 # --- dsn and mode --------------------------------------------------------------------------
 
 
-def test_a_missing_dsn_says_how_to_give_one():
+def test_a_missing_dsn_says_how_to_give_one() -> None:
     with pytest.raises(ConfigurationError) as raised:
         load_settings({"nodes": "a:1"}, {})
     message = str(raised.value)
@@ -274,12 +277,12 @@ def test_a_missing_dsn_says_how_to_give_one():
 
 
 @pytest.mark.parametrize("mode", ["consistent", "no_consistency", "bypass"])
-def test_every_mode_is_accepted(mode):
+def test_every_mode_is_accepted(mode: str) -> None:
     assert load_settings({"dsn": DSN}, {"TXCACHE_MODE": mode}).mode == mode
 
 
 @pytest.mark.parametrize("mode", ["Consistent", "none", "", "no-consistency"])
-def test_a_bad_mode_is_named_with_the_valid_ones(mode):
+def test_a_bad_mode_is_named_with_the_valid_ones(mode: str) -> None:
     with pytest.raises(ConfigurationError) as raised:
         load_settings({"dsn": DSN, "mode": mode}, {})
     message = str(raised.value)
@@ -288,7 +291,7 @@ def test_a_bad_mode_is_named_with_the_valid_ones(mode):
     assert "no_consistency" in message
 
 
-def test_a_bad_mode_in_the_file_is_an_error():
+def test_a_bad_mode_in_the_file_is_an_error() -> None:
     write_file(f'dsn = "{DSN}"\nmode = "fast"\n')
     with pytest.raises(ConfigurationError, match="fast"):
         load_settings({}, {})
@@ -297,7 +300,9 @@ def test_a_bad_mode_in_the_file_is_an_error():
 # --- connect() and the reference ---------------------------------------------------------
 
 
-def test_connect_takes_nodes_as_the_comma_separated_string_the_environment_takes(database):
+def test_connect_takes_nodes_as_the_comma_separated_string_the_environment_takes(
+    database: str,
+) -> None:
     with txcache.connect(database, nodes="127.0.0.1:46999, 127.0.0.1:47000", mode="bypass") as c:
         assert c.settings.nodes == ("127.0.0.1:46999", "127.0.0.1:47000")
 
@@ -310,8 +315,8 @@ def test_connect_takes_nodes_as_the_comma_separated_string_the_environment_takes
     ],
 )
 def test_a_cache_that_cannot_cache_says_so_once_naming_the_setting(
-    database, caplog, given, missing
-):
+    database: str, caplog: pytest.LogCaptureFixture, given: dict[str, Any], missing: str
+) -> None:
     with (
         caplog.at_level(logging.WARNING, logger="txcache"),
         txcache.connect(database, **given) as cache,
@@ -325,7 +330,7 @@ def test_a_cache_that_cannot_cache_says_so_once_naming_the_setting(
     assert missing in (cache.uncached_reason or "")
 
 
-def test_bypass_mode_is_not_warned_about(database, caplog):
+def test_bypass_mode_is_not_warned_about(database: str, caplog: pytest.LogCaptureFixture) -> None:
     with (
         caplog.at_level(logging.WARNING, logger="txcache"),
         txcache.connect(database, mode="bypass") as cache,
@@ -334,7 +339,7 @@ def test_bypass_mode_is_not_warned_about(database, caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-def test_the_settings_reference_describes_every_setting():
+def test_the_settings_reference_describes_every_setting() -> None:
     reference = (Path(__file__).parents[1] / "docs" / "settings.md").read_text()
     for field in dataclasses.fields(Settings):
         assert f"`{field.name}`" in reference, field.name

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import txcache
-from txcache import _protocol as protocol
-from txcache._resp import ReplyError
+from library_fixtures import LibraryStack
+from txcache import protocol
+from txcache.protocol import ReplyError
 
 
 @txcache.cacheable
@@ -17,12 +20,12 @@ def price(item_id: int) -> int | None:
     return None if row is None else int(row[0])
 
 
-def read_price(lib, not_before):
+def read_price(lib: LibraryStack, not_before: int | None) -> int | None:
     with lib.cache.read_only(staleness=60, not_before=not_before):
         return price(3)
 
 
-def test_a_timestamp_taken_after_a_write_made_elsewhere_sees_it(lib):
+def test_a_timestamp_taken_after_a_write_made_elsewhere_sees_it(lib: LibraryStack) -> None:
     lib.caught_up()
     lib.fresh_pins()
     assert read_price(lib, None) == 30
@@ -33,8 +36,8 @@ def test_a_timestamp_taken_after_a_write_made_elsewhere_sees_it(lib):
 
 
 def test_a_token_after_everything_the_database_wrote_reads_the_newest_state(
-    lib, caplog: pytest.LogCaptureFixture
-):
+    lib: LibraryStack, caplog: pytest.LogCaptureFixture
+) -> None:
     """A token from before a restore (a browser's old cookie) must not break every read
     until it expires: the transaction reads everything written so far, with one warning
     per token."""
@@ -49,20 +52,26 @@ def test_a_token_after_everything_the_database_wrote_reads_the_newest_state(
     assert len(warnings) == 1, caplog.text
 
 
-@pytest.mark.parametrize("token", [-1, 1.5, "0/16B3748", True])
-def test_a_token_that_is_not_one_is_refused(lib, token):
-    with pytest.raises(ValueError, match="not_before must be a token"):
+@pytest.mark.parametrize(
+    ("token", "error"),
+    [(-1, ValueError), (2**64, ValueError), (1.5, TypeError), ("0/16B3748", TypeError),
+     (True, TypeError)],
+)  # fmt: skip
+def test_a_token_that_is_not_one_is_refused(
+    lib: LibraryStack, token: Any, error: type[Exception]
+) -> None:
+    with pytest.raises(error, match="not_before must be a token"):
         lib.cache.read_only(not_before=token)
 
 
-def test_a_timestamp_is_not_before_the_last_commit_timestamp(lib):
+def test_a_timestamp_is_not_before_the_last_commit_timestamp(lib: LibraryStack) -> None:
     with lib.cache.read_write() as tx:
         tx.execute("UPDATE items SET price = price WHERE id = 1")
     assert tx.commit_timestamp is not None
     assert lib.cache.timestamp() >= tx.commit_timestamp
 
 
-def test_a_transaction_that_only_locked_rows_has_its_token_at_once(lib):
+def test_a_transaction_that_only_locked_rows_has_its_token_at_once(lib: LibraryStack) -> None:
     """It has a transaction id, but the stream decodes no commit of it: the agent says so
     once its stream passed the position read after the commit (a heartbeat later), rather
     than let the library wait out its timeout."""

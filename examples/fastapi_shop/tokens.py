@@ -38,6 +38,10 @@ TOKEN_COOKIE = "txcache_token"
 """The cookie that carries the newest token a client got, for browsers."""
 
 
+LARGEST_TOKEN = 2**64 - 1
+"""Tokens are 64-bit WAL positions; ``not_before`` takes none larger."""
+
+
 class BadToken(ValueError):
     """A request's token is not one (digits)."""
 
@@ -50,7 +54,8 @@ def token_of(request: HTTPConnection) -> int | None:
             continue
         if not raw.isdigit():
             raise BadToken(f"{TOKEN_HEADER} must be a txcache token (digits)")
-        found.append(int(raw))
+        # Past 64 bits it lies after everything the database wrote, as the largest token does.
+        found.append(min(int(raw), LARGEST_TOKEN))
     return max(found, default=None)
 
 

@@ -18,9 +18,10 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from txcache import _tokens as tokens
+from txcache import _validate as validate
 from txcache._agent_state import AgentState
 from txcache._config import Mode, Settings, load_settings
 from txcache._current import Params
@@ -32,24 +33,31 @@ from txcache._serialize import SafeSerializer, Serializer
 from txcache._session import SessionContext
 from txcache._sql import UncacheableQuery, analyze
 from txcache._stats import OperationLatency
+from txcache.errors import ConfigurationError
 
 __all__ = ["ISOLATION_LEVELS", "CacheCore", "gather_settings", "unknown_relation"]
 
 log = logging.getLogger("txcache")
 
-ISOLATION_LEVELS = frozenset({"READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"})
+T = TypeVar("T")
+
+ISOLATION_LEVELS = frozenset(validate.ISOLATION_LEVELS)
 
 
 def gather_settings(given: Mapping[str, Any], settings: Mapping[str, Any]) -> Settings:
     """The settings ``connect`` (sync or async) was given as arguments (``given``: the named
-    ones, ``settings``: the rest), completed by the environment and ``txcache.toml``."""
-    nodes = given.get("nodes")
-    named = {
-        **given,
-        # A string is the comma-separated form the environment variable takes.
-        "nodes": nodes if nodes is None or isinstance(nodes, str) else tuple(nodes),
-    }
-    return load_settings({**named, **settings})
+    ones, ``settings``: the rest), completed by the environment and ``txcache.toml``, each
+    checked once (:mod:`txcache._config`)."""
+    return load_settings({**given, **settings})
+
+
+def _connect_option(name: str, value: Any, check: Callable[[Any], T]) -> T:
+    """An option ``connect`` takes besides the settings, checked as the settings are
+    (:class:`ConfigurationError`)."""
+    try:
+        return check(value)
+    except validate.Refused as refused:
+        raise ConfigurationError(refused.message(f"connect(): {name}", value)) from None
 
 
 def unknown_relation(refusal: UncacheableQuery) -> bool:
@@ -91,6 +99,10 @@ class CacheCore:
         safe_functions: Iterable[str] = (),
     ) -> None:
         """Take the settings and options; no connection is made here."""
+        serializer = _connect_option("serializer", serializer, validate.serializer)
+        pin_policy = _connect_option("pin_policy", pin_policy, validate.pin_policy)
+        # A string is comma-separated, as Django's SAFE_FUNCTIONS: not a name per character.
+        safe_functions = _connect_option("safe_functions", safe_functions, validate.function_names)
         self.settings = settings
         self.pid = os.getpid()
         """The process that made it: its sockets are that process's, not a forked child's."""
@@ -136,6 +148,8 @@ class CacheCore:
         token, while the writes of the thread's (or task's) earlier requests no longer hold
         them. Afterwards the context's own record is back. The token to hand the client is
         ``written_token()``, asked inside."""
+        if not_before is not None:
+            not_before = validate.token_argument(not_before, "request_scope()")
         with tokens.scope():
             tokens.advance(self.settings.dsn, not_before)
             yield
@@ -167,26 +181,21 @@ class CacheCore:
 
     def _staleness_limit(self, staleness: float | None, not_before: int | None) -> float:
         """The staleness a read-only transaction runs with, its arguments checked
-        (``ValueError``), and the warning given once when it exceeds the nodes' limit."""
-        limit = self.settings.staleness if staleness is None else staleness
-        if limit < 0:
-            raise ValueError(f"staleness must be >= 0 seconds, not {limit}")
+        (``TypeError``, ``ValueError``: :mod:`txcache._validate`), and the warning given
+        once when it exceeds the nodes' limit."""
+        if staleness is None:
+            limit = self.settings.staleness  # checked at connect()
+        else:
+            limit = validate.staleness_argument(staleness)
+        if not_before is not None:
+            validate.token_argument(not_before, "read_only()")
         self._check_staleness(limit)
-        if not_before is not None and (
-            isinstance(not_before, bool) or not isinstance(not_before, int) or not_before < 0
-        ):
-            raise ValueError(
-                f"not_before must be a token (a commit_timestamp or a Cache.timestamp()), "
-                f"not {not_before!r}"
-            )
         return limit
 
     @staticmethod
     def _isolation_level(isolation: str | None) -> str | None:
         """``isolation`` for ``BEGIN`` (upper case), checked; ``None`` for the default."""
-        if isolation is not None and isolation.upper() not in ISOLATION_LEVELS:
-            raise ValueError(f"isolation must be one of {sorted(ISOLATION_LEVELS)}")
-        return isolation.upper() if isolation else None
+        return validate.isolation_argument(isolation)
 
     def _note_max_staleness(self, answers: Iterable[Any]) -> None:
         """The nodes' answers to ``CONFIG GET max-staleness``: the smallest is the limit."""

@@ -29,6 +29,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
 
+from txcache import _validate
 from txcache._config import Settings
 from txcache._current import current_transaction
 from txcache._frame import Frame
@@ -116,8 +117,8 @@ class CacheableBase(Generic[P, R]):
         manual_invalidation: bool = False,
         independent_of: Iterable[str] = (),
     ) -> None:
-        independent = frozenset(
-            [independent_of] if isinstance(independent_of, str) else independent_of
+        version, manual_invalidation, independent = _validate.cacheable_options(
+            version, manual_invalidation, independent_of
         )
         self.keys = CallKeys(function, version=version, independent_of=independent)
         self.stats = FunctionStats(self.keys.name)

@@ -4,19 +4,23 @@ defaults.
 Each setting ``name`` is read from the argument, else ``TXCACHE_<NAME>``, else the file
 (``txcache.toml`` in the working directory, or the path in ``TXCACHE_CONFIG``). Lists
 (``nodes``, ``code_packages``) are comma-separated strings in the environment and may be
-either a string or a list elsewhere. docs/settings.md describes every setting.
+either a string or a list elsewhere; numbers are parsed only from the environment's text.
+Every value is checked here, once, by its check in :mod:`txcache._validate`: a refusal is
+a :class:`ConfigurationError` naming the setting, where it came from, the value and what is
+allowed. docs/settings.md describes every setting and what it accepts.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from txcache._resp import parse_address
+from txcache import _validate as validate
 from txcache.errors import ConfigurationError
 
 __all__ = ["Mode", "Settings", "load_settings"]
@@ -61,111 +65,136 @@ class Settings:
     """The packages keys hash the code of (``None``: by location)."""
 
 
-def _nodes(value: Any) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else list(value)
-    if not all(isinstance(item, str) for item in items):
-        raise TypeError("nodes must be strings")
-    return tuple(_address(item.strip()) for item in items if item.strip())
+def _mode(value: Any) -> str:
+    return validate.choice(value, get_args(Mode))
 
 
-def _address(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError("an address is host:port")
-    parse_address(value)  # ValueError names the value
-    return value
-
-
-def _seconds(value: Any) -> float:
-    if isinstance(value, bool):
-        raise TypeError("a number of seconds, not a boolean")
-    seconds = float(value)
-    if not 0 <= seconds < float("inf"):
-        raise ValueError("seconds must be finite and not negative")
-    return seconds
-
-
-def _count(value: Any) -> int:
-    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-        raise TypeError("a whole number")
-    count = int(value)
-    if count < 1:
-        raise ValueError("at least 1")
-    return count
-
-
-def _code_version(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError("a string, such as the release's commit (quoted in txcache.toml)")
-    version = value.strip()  # `$(git rev-parse HEAD)` pasted with its newline is one version
-    if not version.isprintable():
-        raise ValueError("control characters in a version are a mistake, not a version")
-    return version
-
-
-def _packages(value: Any) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else list(value)
-    if not all(isinstance(item, str) for item in items):
-        raise TypeError("package names must be strings")
-    names = sorted({item.strip() for item in items if item.strip()})  # one order: one hash
-    for name in names:
-        if not all(part.isidentifier() for part in name.split(".")):
-            raise ValueError(f"{name!r} is not a module name")
-    return tuple(names)
-
-
-_CONVERTERS: dict[str, Any] = {
-    "nodes": _nodes,
-    "agent": _address,
-    "staleness": _seconds,
-    "fresh_pin_age": _seconds,
-    "pool_size": _count,
-    "pool_timeout": _seconds,
-    "node_timeout": _seconds,
-    "refresh_interval": _seconds,
-    "code_version": _code_version,
-    "code_packages": _packages,
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "dsn": validate.dsn,
+    "nodes": validate.addresses,
+    "agent": validate.address,
+    "password": validate.text,
+    "secret": validate.text,
+    "mode": _mode,
+    "staleness": validate.seconds,
+    "fresh_pin_age": validate.seconds,
+    "pool_size": validate.count,
+    "pool_timeout": validate.wait,
+    "node_timeout": validate.wait,
+    "refresh_interval": validate.wait,
+    "code_version": validate.code_version,
+    "code_packages": validate.module_names,
 }
+"""Every setting's check (:mod:`txcache._validate`): what it accepts, converted."""
+
+_HIDDEN = frozenset({"dsn", "password", "secret"})
+"""Settings whose value a message does not show: they may hold a password."""
+
+_NUMBERS = frozenset(
+    {
+        "staleness",
+        "fresh_pin_age",
+        "pool_size",
+        "pool_timeout",
+        "node_timeout",
+        "refresh_interval",
+    }
+)
+"""Settings an environment variable spells as a number; the others are read as text."""
 
 
-def load_settings(given: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Settings:
+@dataclass(frozen=True)
+class _Given:
+    """A setting's value as found, and where: for the message that refuses it."""
+
+    value: Any
+    where: str
+    text: bool = False  # from the environment: a string to parse
+
+
+def _argument(name: str) -> str:
+    return f"given as the argument {name}="
+
+
+def load_settings(
+    given: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    *,
+    given_as: Callable[[str], str] = _argument,
+) -> Settings:
     """Settings from ``given`` (arguments that are not ``None``), then the environment,
-    then the file, then the defaults. Raises :class:`ConfigurationError`."""
+    then the file, then the defaults, each checked. Raises :class:`ConfigurationError`
+    naming the setting, where it came from (``given_as(name)`` for ``given``: Django's
+    ``TXCACHE['NAME']``), the value and what is allowed."""
     environ = os.environ if environ is None else environ
-    values: dict[str, Any] = dict(_file_settings(environ))
-    names = {field.name for field in fields(Settings)}
-    for name in names:
-        env_value = environ.get(f"TXCACHE_{name.upper()}")
-        if env_value is not None and env_value != "":
-            values[name] = env_value
-    values.update({name: value for name, value in given.items() if value is not None})
-    unknown = set(values) - names
-    if unknown:
-        raise ConfigurationError(f"unknown txcache setting(s): {', '.join(sorted(unknown))}")
-    for name, convert in _CONVERTERS.items():
-        if name in values:
-            try:
-                values[name] = convert(values[name])
-            except (TypeError, ValueError) as error:
-                raise ConfigurationError(
-                    f"setting {name}: {values[name]!r} is malformed ({error})"
-                ) from None
+    found = _file_settings(environ)
+    found |= _environment_settings(environ)
+    found |= {
+        name: _Given(value, given_as(name)) for name, value in given.items() if value is not None
+    }
+    _refuse_unknown(found)
+    values = {name: _checked(name, each) for name, each in found.items()}
     if "dsn" not in values:
         raise ConfigurationError(
             "no database: pass dsn=…, set TXCACHE_DSN, or put dsn in txcache.toml "
             "(`txcache up` prints the settings of a local stack)"
         )
-    if values.get("mode", "consistent") not in get_args(Mode):
-        raise ConfigurationError(f"setting mode: {values['mode']!r} is not one of {get_args(Mode)}")
     return Settings(**values)
 
 
-def _file_settings(environ: Mapping[str, str]) -> dict[str, Any]:
+def _environment_settings(environ: Mapping[str, str]) -> dict[str, _Given]:
+    """The ``TXCACHE_<NAME>`` variables that are set and not empty."""
+    found = {}
+    for name in _CHECKS:
+        variable = f"TXCACHE_{name.upper()}"
+        value = environ.get(variable)
+        if value is not None and value != "":
+            found[name] = _Given(value, f"from {variable}", text=True)
+    return found
+
+
+def _refuse_unknown(found: Mapping[str, _Given]) -> None:
+    unknown = sorted(set(found) - set(_CHECKS))
+    if not unknown:
+        return
+    named = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, _CHECKS, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        named.append(f"{name} ({found[name].where}{hint})")
+    raise ConfigurationError(
+        f"unknown txcache setting(s): {', '.join(named)}; the settings are "
+        f"{', '.join(_CHECKS)} (docs/settings.md)"
+    )
+
+
+def _checked(name: str, given: _Given) -> Any:
+    """``given``'s value, checked and converted; :class:`ConfigurationError` if refused."""
+    value = _from_text(name, given.value) if given.text else given.value
+    try:
+        return _CHECKS[name](value)
+    except validate.Refused as refused:
+        what = f"setting {name} ({given.where})"
+        message = refused.message(what, given.value, hidden=name in _HIDDEN)
+        raise ConfigurationError(message) from None
+
+
+def _from_text(name: str, text: str) -> Any:
+    """What an environment variable's text stands for: a number for the settings that are
+    numbers (TOML and arguments have numbers of their own, so only here is text parsed)."""
+    if name in _NUMBERS:
+        return validate.number_text(text)
+    return text.strip() if name == "mode" else text
+
+
+def _file_settings(environ: Mapping[str, str]) -> dict[str, _Given]:
     path = Path(environ.get("TXCACHE_CONFIG") or "txcache.toml")
     if not path.is_file():
         if environ.get("TXCACHE_CONFIG"):
             raise ConfigurationError(f"TXCACHE_CONFIG names {path}, which does not exist")
         return {}
     try:
-        return tomllib.loads(path.read_text())
+        read = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise ConfigurationError(f"{path}: {error}") from None
+    return {name: _Given(value, f"from {path}") for name, value in read.items()}

@@ -20,6 +20,7 @@ import struct
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from txcache import _validate
 from txcache._arguments import encode_argument
 from txcache.errors import UnsupportedArgument
 
@@ -48,6 +49,7 @@ def register_key_context(name: str, read: Callable[[], Any]) -> None:
     ``@cacheable(independent_of={name})`` leaves it out. ``read()`` runs at every call and
     must return a value with a canonical encoding (a ``str``, say). Registering a name again
     replaces its reader (docs/library.md, "What a key names")."""
+    name, read = _validate.key_context(name, read)
     _key_contexts[name] = read
 
 

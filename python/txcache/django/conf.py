@@ -4,7 +4,10 @@
 ``AGENT``, ``PASSWORD``, ``STALENESS``, …, and ``SAFE_FUNCTIONS``) and the Django
 integration's own (``DATABASE``, ``TOKEN_COOKIE``, ``TOKEN_HEADER``, ``TOKEN_MAX_AGE``).
 The library's settings not given here come from the ``TXCACHE_*`` environment and
-``txcache.toml``, as for :func:`txcache.connect`; the DSN comes from ``DATABASES``.
+``txcache.toml``, as for :func:`txcache.connect`; the DSN comes from ``DATABASES``. Every
+value is checked as the library's settings are (docs/settings.md, "What each accepts"): a
+refusal names the key (``TXCACHE['STALENESS']``), the value and what is allowed, and the
+system checks report that message at start-up (``txcache.E001``, ``txcache.E008``).
 
 The cache is made at its first use (:func:`get_cache`), not at start-up: ``manage.py
 migrate`` and the checks never connect to the nodes or the agent. It is a
@@ -18,9 +21,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from django.conf import settings
@@ -29,6 +32,7 @@ from django.db import connections
 
 import txcache
 from txcache import ReadOnlyTransaction, ReadWriteTransaction, Settings
+from txcache import _validate as validate  # the one home of the checks and their messages
 from txcache.errors import ConfigurationError, TransactionError
 from txcache.integration import load_settings, tokens
 
@@ -39,6 +43,7 @@ __all__ = [
     "DJANGO_KEYS",
     "LIBRARY_KEYS",
     "DjangoCache",
+    "TxcacheSettingError",
     "TxcacheSettings",
     "cache_settings",
     "close",
@@ -60,6 +65,8 @@ DJANGO_KEYS = frozenset(
     ("DATABASE", "SAFE_FUNCTIONS", "TOKEN_COOKIE", "TOKEN_HEADER", "TOKEN_MAX_AGE")
 )
 """``TXCACHE`` keys of the Django integration (and ``connect``'s ``safe_functions``)."""
+
+T = TypeVar("T")
 
 # Keys of Django's connection parameters that are psycopg's, not libpq's: they are not part
 # of a connection string (txcache's pool makes its own connections).
@@ -85,52 +92,56 @@ class TxcacheSettings:
     """Seconds a token is honoured (the cookie's ``max_age`` and the signature's age)."""
 
 
+# Django ships no type information: to mypy its exception is Any.
+class TxcacheSettingError(ConfigurationError, ImproperlyConfigured):  # type: ignore[misc]
+    """A ``TXCACHE`` key refused: Django's :class:`ImproperlyConfigured` (what Django code
+    expects of a bad setting) and :class:`txcache.ConfigurationError` (what txcache raises
+    for every setting), with the message the checks report (``txcache.E001``)."""
+
+
 def txcache_settings() -> TxcacheSettings:
-    """``settings.TXCACHE``, checked; :class:`ImproperlyConfigured` names what is wrong
-    (the system checks report the same)."""
+    """``settings.TXCACHE``, checked; :class:`TxcacheSettingError` names the key, the value
+    and what is allowed (the system checks report the same). The library's keys are
+    checked by :func:`library_settings`."""
     given = getattr(settings, "TXCACHE", None)
     if not isinstance(given, Mapping):
-        raise ImproperlyConfigured(
+        raise TxcacheSettingError(
             "the TXCACHE setting is missing or not a dict: TXCACHE = {'NODES': ..., "
             "'AGENT': ...} (docs/django.md)"
         )
     unknown = sorted(set(given) - set(LIBRARY_KEYS) - DJANGO_KEYS)
     if unknown:
-        raise ImproperlyConfigured(
+        raise TxcacheSettingError(
             f"unknown TXCACHE key(s) {', '.join(unknown)}; known: "
             f"{', '.join(sorted({*LIBRARY_KEYS, *DJANGO_KEYS}))}"
         )
     library = {LIBRARY_KEYS[key]: value for key, value in given.items() if key in LIBRARY_KEYS}
     return TxcacheSettings(
-        database=_text(given, "DATABASE", "default"),
+        database=_key(given, "DATABASE", "default", validate.text),
         library=library,
-        safe_functions=tuple(_texts(given, "SAFE_FUNCTIONS")),
-        token_cookie=_text(given, "TOKEN_COOKIE", "txcache_token"),
-        token_header=_text(given, "TOKEN_HEADER", "X-Txcache-Token"),
-        token_max_age=_seconds(given, "TOKEN_MAX_AGE", 300.0),
+        safe_functions=_key(given, "SAFE_FUNCTIONS", (), validate.function_names),
+        token_cookie=_key(given, "TOKEN_COOKIE", "txcache_token", _cookie_name),
+        token_header=_key(given, "TOKEN_HEADER", "X-Txcache-Token", _header_name),
+        token_max_age=_key(given, "TOKEN_MAX_AGE", 300.0, validate.lasting_seconds),
     )
 
 
-def _text(given: Mapping[str, Any], key: str, default: str) -> str:
+def _key(given: Mapping[str, Any], key: str, default: Any, check: Callable[[Any], T]) -> T:
+    """``TXCACHE[key]`` (else ``default``), checked: the message format of every setting
+    (:mod:`txcache._validate`)."""
     value = given.get(key, default)
-    if not isinstance(value, str) or not value:
-        raise ImproperlyConfigured(f"TXCACHE[{key!r}] must be a non-empty string, not {value!r}")
-    return value
+    try:
+        return check(value)
+    except validate.Refused as refused:
+        raise TxcacheSettingError(refused.message(f"TXCACHE[{key!r}]", value)) from None
 
 
-def _texts(given: Mapping[str, Any], key: str) -> list[str]:
-    value = given.get(key, ())
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
-        raise ImproperlyConfigured(f"TXCACHE[{key!r}] must be a list of strings, not {value!r}")
-    return [item.strip() for item in items if item.strip()]
+def _cookie_name(value: Any) -> str:
+    return validate.http_token(value, "a cookie name (letters, digits and !#$%&'*+-.^_`|~)")
 
 
-def _seconds(given: Mapping[str, Any], key: str, default: float) -> float:
-    value = given.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ImproperlyConfigured(f"TXCACHE[{key!r}] must be a positive number, not {value!r}")
-    return float(value)
+def _header_name(value: Any) -> str:
+    return validate.http_token(value, "a header name (letters, digits and !#$%&'*+-.^_`|~)")
 
 
 def database_dsn(alias: str) -> str:
@@ -163,19 +174,24 @@ def isolation_level(alias: str) -> str | None:
 
 def library_settings(chosen: TxcacheSettings) -> Settings:
     """The library settings a cache of ``chosen`` gets (arguments, environment,
-    ``txcache.toml``), without connecting: raises :class:`txcache.ConfigurationError`. A
-    ``DSN`` given is completed with Django's client encoding and time zone, as the one
-    derived from ``DATABASES`` is."""
+    ``txcache.toml``), checked, without connecting: raises
+    :class:`txcache.ConfigurationError` naming the ``TXCACHE`` key. A ``DSN`` given is
+    completed with Django's client encoding and time zone, as the one derived from
+    ``DATABASES`` is."""
     library = dict(chosen.library)
-    library.setdefault("dsn", None)
-    if library["dsn"] is None:
+    given = library.get("dsn") is not None
+    if not given:
         library["dsn"] = database_dsn(chosen.database)
-    else:
-        library["dsn"] = _given_dsn(library["dsn"], chosen.database)
-    nodes = library.get("nodes")
-    if nodes is not None and not isinstance(nodes, str):
-        library["nodes"] = tuple(nodes)
-    return load_settings(library)
+
+    def given_as(name: str) -> str:
+        if name == "dsn" and not given:
+            return f"from DATABASES[{chosen.database!r}]"
+        return f"from TXCACHE[{name.upper()!r}]"
+
+    loaded = load_settings(library, given_as=given_as)
+    if not given:
+        return loaded
+    return dataclasses.replace(loaded, dsn=_given_dsn(loaded.dsn, chosen.database))
 
 
 def _given_dsn(dsn: str, alias: str) -> str:

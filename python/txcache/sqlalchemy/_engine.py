@@ -19,6 +19,8 @@ from sqlalchemy.ext import asyncio as sqlalchemy_asyncio
 from sqlalchemy.ext.asyncio.session import _AsyncSessionContextManager
 from sqlalchemy.pool import NullPool
 
+import txcache
+from txcache import _validate as validate  # the one home of the checks and their messages
 from txcache.aio import AsyncReadWriteTransaction
 from txcache.integration import tokens
 from txcache.sqlalchemy._commits import (
@@ -58,11 +60,36 @@ _REFUSED = {
 }
 
 
-def _checked(kwargs: dict[str, Any]) -> dict[str, Any]:
+def _checked(function: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` for SQLAlchemy, refused (``TypeError``) if they name what txcache owns,
+    and their isolation level checked now (``ValueError``) rather than at the first
+    statement: only the levels ``cache.read_write(isolation=)`` takes."""
     for name, why in _REFUSED.items():
         if name in kwargs:
             raise TypeError(f"txcache.sqlalchemy engines do not take {name}=: {why}")
+    options = kwargs.get("execution_options") or {}
+    for what, level in (
+        (f"{function}: isolation_level", kwargs.get("isolation_level")),
+        (f"{function}: execution_options['isolation_level']", options.get("isolation_level")),
+    ):
+        if level is not None:
+            validate.checked_argument(what, level, _isolation)
     return kwargs
+
+
+def _isolation(value: Any) -> str:
+    """SQLAlchemy's spelling (``"REPEATABLE_READ"`` too) of a level txcache runs."""
+    if isinstance(value, str):
+        value = value.replace("_", " ")
+    return validate.isolation(value)
+
+
+def _require(function: str, cache: Any, kind: type[Any], allowed: str) -> None:
+    """``TypeError`` unless ``cache`` is a ``kind``: the other driver's cache would fail
+    only at the first statement, far from the mistake."""
+    if not isinstance(cache, kind):
+        refused = validate.Refused(allowed, wrong_type=True)
+        raise TypeError(refused.message(f"{function}: cache", cache))
 
 
 def _listen(engine: sqlalchemy.Engine) -> None:
@@ -98,13 +125,16 @@ def create_engine(cache: Cache, **kwargs: Any) -> sqlalchemy.Engine:
     of the connection's own, committed by ``commit()``. ``kwargs`` go to
     :func:`sqlalchemy.create_engine` (``echo=True``, ``isolation_level=`` for own
     read/write transactions, …); the pool and connection arguments are txcache's."""
+    checked = _checked("create_engine()", kwargs)
+    allowed = "a txcache.Cache (an AsyncCache goes to create_async_engine())"
+    _require("create_engine()", cache, txcache.Cache, allowed)
     types = EngineTypes()
     engine = sqlalchemy.create_engine(
         "postgresql+psycopg://",
         creator=lambda: TxcacheConnection(cache, types),
         poolclass=NullPool,
         use_native_hstore=False,  # initialize() would register psycopg's adapters on the facade
-        **_checked(kwargs),
+        **checked,
     )
     _listen(engine)
     return engine
@@ -114,13 +144,16 @@ def create_async_engine(cache: AsyncCache, **kwargs: Any) -> sqlalchemy_asyncio.
     """An :class:`sqlalchemy.ext.asyncio.AsyncEngine` (``postgresql+psycopg_async``) whose
     statements run in txcache transactions of the async ``cache``, as
     :func:`create_engine`'s do."""
+    checked = _checked("create_async_engine()", kwargs)
+    allowed = "a txcache.AsyncCache (a Cache goes to create_engine())"
+    _require("create_async_engine()", cache, txcache.AsyncCache, allowed)
     types = EngineTypes()
     engine = sqlalchemy_asyncio.create_async_engine(
         "postgresql+psycopg_async://",
         creator=lambda: AsyncTxcacheConnection(cache, types),
         poolclass=NullPool,
         use_native_hstore=False,  # as create_engine
-        **_checked(kwargs),
+        **checked,
     )
     _listen(engine.sync_engine)
     return engine
