@@ -45,6 +45,7 @@ ALLOWED = {
     "pool_timeout": "a number of seconds, > 0 and at most 86400",
     "node_timeout": "a number of seconds, > 0 and at most 86400",
     "refresh_interval": "a number of seconds, > 0 and at most 86400",
+    "snapshot_hold": "a number of seconds, finite and >= 0",
     "code_version": "a string without control characters",
     "code_packages": "module names",
 }
@@ -112,6 +113,7 @@ GOOD: dict[str, list[tuple[Any, Any]]] = {
     "pool_timeout": [(30, 30.0), (86400, 86400.0)],
     "node_timeout": [(0.3, 0.3), (1e-3, 1e-3)],
     "refresh_interval": [(0.05, 0.05), (3600, 3600.0)],
+    "snapshot_hold": [(0, 0.0), (0.25, 0.25)],
     "code_version": [(" 4f2a9c1\n", "4f2a9c1"), ("", "")],
     "code_packages": [("shop, shared.util", ("shared.util", "shop")), (["b", "a"], ("a", "b"))],
 }
@@ -129,6 +131,7 @@ BAD: dict[str, list[Any]] = {
     "pool_timeout": [0, -1, NAN, INF, 86401, True, "30"],
     "node_timeout": [0, -0.1, NAN, INF, 1e12, False],
     "refresh_interval": [0, NAN, INF, 86400.5, True, "0.25"],
+    "snapshot_hold": [NAN, INF, -1, True, "0.25"],
     "code_version": [3, ["a"], "a\x00b", True],
     "code_packages": [5, "shop-app", ["shop", 3], "a..b"],
 }
@@ -184,6 +187,7 @@ BAD_TEXT: dict[str, list[Any]] = {
     "pool_timeout": ["infinity", "0"],
     "node_timeout": ["0", "1e400", "86401"],
     "refresh_interval": ["--1", "NaN"],
+    "snapshot_hold": ["-0.5", "inf"],
     "code_version": ["a\x01b"],
     "code_packages": ["shop-app"],
 }

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from txcache import _protocol as protocol
@@ -51,9 +53,17 @@ class AgentClient(AgentState):
         password: str | None = None,
         refresh_interval: float = 0.25,
         timeout: float = 5.0,
+        housekeeping: Callable[[], None] | None = None,
+        housekeeping_interval: float = 0.25,
     ) -> None:
-        """Starts the refresher thread at once; :meth:`close` stops it."""
+        """Starts the refresher thread at once; :meth:`close` stops it. After each refresh
+        it also runs ``housekeeping`` (the cache's: it ends parked database transactions
+        too old to keep), and between refreshes every ``housekeeping_interval`` seconds."""
         super().__init__(refresh_interval)
+        self._housekeeping = housekeeping
+        self._wake_interval = refresh_interval
+        if housekeeping is not None:
+            self._wake_interval = min(refresh_interval, housekeeping_interval)
         self.endpoint = Endpoint(address, role="agent", password=password, timeout=timeout)
         self._lock = threading.Lock()
         self._refreshed = threading.Event()
@@ -120,9 +130,17 @@ class AgentClient(AgentState):
         return refresh_result(replies)
 
     def _run(self) -> None:
+        due = 0.0
         while not self._stop.is_set():
-            try:
-                self.refresh()
-            except Exception:  # the refresher must never die: log and go on
-                log.exception("txcache: refreshing pins from the agent failed")
-            self._stop.wait(self.refresh_interval)
+            if time.monotonic() >= due:
+                try:
+                    self.refresh()
+                except Exception:  # the refresher must never die: log and go on
+                    log.exception("txcache: refreshing pins from the agent failed")
+                due = time.monotonic() + self.refresh_interval
+            if self._housekeeping is not None:
+                try:
+                    self._housekeeping()
+                except Exception:
+                    log.exception("txcache: the cache's housekeeping failed")
+            self._stop.wait(self._wake_interval)

@@ -25,6 +25,7 @@ from txcache import _validate as validate
 from txcache._agent_state import AgentState
 from txcache._config import Mode, Settings, load_settings
 from txcache._current import Params
+from txcache._parking import ParkingLot
 from txcache._pinset import PinPolicy, newest_or_fresh
 from txcache._protocol import DatabaseIdentity
 from txcache._ring import NodeClient, NodeRing
@@ -104,6 +105,9 @@ class CacheCore:
         # A string is comma-separated, as Django's SAFE_FUNCTIONS: not a name per character.
         safe_functions = _connect_option("safe_functions", safe_functions, validate.function_names)
         self.settings = settings
+        self.parking: ParkingLot[Any] = ParkingLot(settings.snapshot_hold, settings.pool_size)
+        """Read-only database transactions kept open for the next transaction at their pin
+        (:mod:`txcache._parking`)."""
         self.pid = os.getpid()
         """The process that made it: its sockets are that process's, not a forked child's."""
         self.mode: Mode = settings.mode

@@ -59,6 +59,9 @@ class Settings:
     """Seconds before a silent node counts as down."""
     refresh_interval: float = 0.25
     """Seconds between pin-list refreshes."""
+    snapshot_hold: float = 0.25
+    """Seconds a read-only database transaction is kept open, from its start, for the next
+    read-only transaction at the same pin (0: never; :mod:`txcache._parking`)."""
     code_version: str = ""
     """Mixed into every cache key: the release's commit."""
     code_packages: tuple[str, ...] | None = None
@@ -82,6 +85,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "pool_timeout": validate.wait,
     "node_timeout": validate.wait,
     "refresh_interval": validate.wait,
+    "snapshot_hold": validate.seconds,
     "code_version": validate.code_version,
     "code_packages": validate.module_names,
 }
@@ -98,6 +102,7 @@ _NUMBERS = frozenset(
         "pool_timeout",
         "node_timeout",
         "refresh_interval",
+        "snapshot_hold",
     }
 )
 """Settings an environment variable spells as a number; the others are read as text."""

@@ -117,13 +117,14 @@ class Cache(CacheDriver):
         command = protocol.max_staleness()
         self._note_max_staleness([node.run(command) for node in self.ring.nodes])
 
-    @staticmethod
-    def _agent(settings: Settings) -> AgentClient:
+    def _agent(self, settings: Settings) -> AgentClient:
         assert settings.agent is not None
         client = AgentClient(
             settings.agent,
             password=settings.password,
             refresh_interval=settings.refresh_interval,
+            housekeeping=self.end_parked if settings.snapshot_hold > 0 else None,
+            housekeeping_interval=settings.snapshot_hold,
         )
         if not client.wait_ready(timeout=2.0):
             log.warning(
@@ -144,6 +145,7 @@ class Cache(CacheDriver):
             return
         if self.agent is not None:
             self.agent.close()
+        self.end_parked(every=True)
         if self._staleness_probe is not None:
             # Its connections are the ring's: closing them under it would leak a socket.
             # Bounded: each node answers or times out within node_timeout.

@@ -295,17 +295,32 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
             raise self._ended_error()
         if self._connection is not None:
             return self._connection
-        connection = self.cache.checkout()
-        try:
-            self._check_connection(self.cache.connection_context(connection))
-            if self.uncached or not self._begin_pinned(connection):
-                self.database_snapshot = _begin_unpinned(connection)
-        except BaseException:
-            self.cache.release(connection)
-            raise
+        connection = self._resumed()
+        if connection is None:
+            connection = self.cache.checkout()
+            try:
+                self._check_connection(self.cache.connection_context(connection))
+                if self.uncached or not self._begin_pinned(connection):
+                    self.database_snapshot = _begin_unpinned(connection)
+            except BaseException:
+                self.cache.release(connection)
+                raise
         self._note_session(connection)
         self._connection = connection
         return connection
+
+    def _resumed(self) -> Connection | None:
+        """The connection of a database transaction parked at the pin the policy chooses,
+        which this transaction then runs in (:mod:`txcache._parking`); ``None`` when there
+        is none."""
+        wanted = self._parked_wanted()
+        if wanted is None:
+            return None
+        parked = self.cache.take_parked(*wanted)
+        if parked is None:
+            return None
+        self._resume(parked, wanted[0])
+        return parked.connection
 
     def _begin_pinned(self, connection: Connection) -> bool:
         """Start the database transaction on ``connection`` at the policy's choice of pin
@@ -359,7 +374,12 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         # cache's release), never turning a finished read into an error.
         self._closed = True
         connection, self._connection = self._connection, None
-        if connection is not None:
+        if connection is None:
+            return
+        parked = self._parkable(connection, time.monotonic())
+        if parked is not None:
+            self.cache.park(parked)
+        else:
             self.cache.release(connection, reset=self.session_changed)
 
 

@@ -21,6 +21,7 @@ from psycopg import sql
 from txcache import _tokens as tokens
 from txcache._catalog_stamp import stamp_check, still_current
 from txcache._frame import Frame
+from txcache._parking import ParkedSnapshot, holds
 from txcache._pinset import Pin, PinSet
 from txcache._protocol import Interval
 from txcache._ring import NodeClient, NodeRing
@@ -217,6 +218,7 @@ class ReadOnlyCore(Generic[C]):
         self._tags_known = True  # False once a result without tags was used
         self._read_database = False  # whether a query result reached the application
         self._verified: set[str] = set()  # tables checked in this database transaction
+        self._database_began = 0.0  # time.monotonic() when the database transaction imported
         self._failure: str | None = None  # the error that failed the block
         self._catalog_moved = False
         self._settings_at_start: tuple[bytes | None, ...] | None = None
@@ -454,7 +456,41 @@ class ReadOnlyCore(Generic[C]):
         """:func:`import_statement` for ``pin``; the new database transaction holds no lock
         yet, so no table counts as verified any more."""
         self._verified.clear()
+        self._database_began = time.monotonic()  # before it began: it never looks younger
         return import_statement(pin)
+
+    # -- a database transaction kept open between transactions (txcache._parking) ----------
+
+    def _parked_wanted(self) -> tuple[Pin, SessionContext] | None:
+        """The pin (and session context) of a parked database transaction this one could
+        run in: the policy's choice, before the first query; ``None`` for ★ (a fresh pin)
+        or without the cache."""
+        if self.uncached or self.context is None or self.cache.parking.hold <= 0:
+            return None
+        choice = self._choose()
+        return None if choice is None else (choice, self.context)
+
+    def _resume(self, parked: ParkedSnapshot[Any], pin: Pin) -> None:
+        """Run in the parked database transaction: at its snapshot (``pin``, as this
+        transaction's set has it), with the tables verified in it (its locks still hold off
+        their rewrite)."""
+        self._began_at(pin)
+        self._verified = set(parked.verified)
+        self._database_began = parked.began
+
+    def _parkable(self, connection: Any, now: float) -> ParkedSnapshot[Any] | None:
+        """The database transaction on ``connection`` as it may be kept for the next
+        transaction at its pin: only one that is on a pin, young, in its transaction
+        without error, and that met no failure, session change or schema change."""
+        pin, context = self.snapshot, self.context
+        if pin is None or context is None or self.uncached or self.database_snapshot:
+            return None
+        if self._failure is not None or self.session_changed or self._catalog_moved:
+            return None
+        if not self.cache.parking.young(self._database_began, now) or not holds(connection):
+            return None
+        verified = frozenset(self._verified)
+        return ParkedSnapshot(connection, pin, context, verified, self._database_began)
 
     def _imported(self, pin: Pin, imported: str | None) -> bool:
         """Whether the snapshot an import got (``imported``: its contents) is ``pin``'s:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Awaitable, Callable
 
 from txcache import _protocol as protocol
 from txcache._agent_state import REFRESH_COMMANDS, AgentState, fresh_pin_result, refresh_result
@@ -33,9 +35,17 @@ class AsyncAgentClient(AgentState):
         password: str | None = None,
         refresh_interval: float = 0.25,
         timeout: float = 5.0,
+        housekeeping: Callable[[], Awaitable[None]] | None = None,
+        housekeeping_interval: float = 0.25,
     ) -> None:
-        """Nothing runs until :meth:`start`."""
+        """Nothing runs until :meth:`start`. After each refresh the task also awaits
+        ``housekeeping`` (the cache's: it ends parked database transactions too old to
+        keep), and between refreshes every ``housekeeping_interval`` seconds."""
         super().__init__(refresh_interval)
+        self._housekeeping = housekeeping
+        self._wake_interval = refresh_interval
+        if housekeeping is not None:
+            self._wake_interval = min(refresh_interval, housekeeping_interval)
         # Not multiplexed: PIN and COMMITLSN wait on the agent, and would hold the replies
         # of a refresh pipelined behind them.
         self.endpoint = AsyncEndpoint(
@@ -116,9 +126,17 @@ class AsyncAgentClient(AgentState):
         self.endpoint.close()
 
     async def _run(self) -> None:
+        due = 0.0
         while True:
-            try:
-                await self.refresh()
-            except Exception:  # the refresher must never die: log and go on
-                log.exception("txcache: refreshing pins from the agent failed")
-            await asyncio.sleep(self.refresh_interval)
+            if time.monotonic() >= due:
+                try:
+                    await self.refresh()
+                except Exception:  # the refresher must never die: log and go on
+                    log.exception("txcache: refreshing pins from the agent failed")
+                due = time.monotonic() + self.refresh_interval
+            if self._housekeeping is not None:
+                try:
+                    await self._housekeeping()
+                except Exception:
+                    log.exception("txcache: the cache's housekeeping failed")
+            await asyncio.sleep(self._wake_interval)

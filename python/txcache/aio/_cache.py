@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import psycopg
@@ -30,6 +31,8 @@ from txcache._cache_core import CacheCore, unknown_relation
 from txcache._current import Params
 from txcache._drivers import ASYNC
 from txcache._lsn import WAL_POSITION
+from txcache._parking import ParkedSnapshot
+from txcache._pinset import Pin
 from txcache._ring import NodeRing
 from txcache._schema import Catalog, Schema
 from txcache._session import (
@@ -137,6 +140,7 @@ class AsyncCacheDriver(CacheCore):
             else:
                 self._read_schema(generation, self._cover_reading)
         if self._take_sessions_changed():
+            await self.end_parked(every=True)
             await self.pool.drain()  # connections in use are closed when given back
         schema = self._schema
         assert schema is not None
@@ -173,7 +177,9 @@ class AsyncCacheDriver(CacheCore):
         context known (read, and its settings pinned, when first checked out)."""
         if self.agent is not None:
             await self._current_schema()  # a schema change the agent reported is read first
-        connection: AsyncConnection = await self.pool.getconn()
+        connection = await self._parked_elsewhere()
+        if connection is None:
+            connection = await self.pool.getconn()
         readings, outdated = self._prepared_outdated(connection)
         try:
             if outdated:
@@ -185,6 +191,57 @@ class AsyncCacheDriver(CacheCore):
             raise
         self._connection_readings[connection] = readings
         return connection
+
+    async def _parked_elsewhere(self) -> AsyncConnection | None:
+        """A parked connection, its database transaction ended, before the pool's: a
+        connection parked at another pin is never idle while the pool has none to give."""
+        while (parked := self.parking.take_any()) is not None:
+            try:
+                await parked.connection.execute("ROLLBACK")  # keeps psycopg's prepared ones
+            except psycopg.Error as error:
+                log.info("a parked connection could not be rolled back (%s): closing it", error)
+                await self.release(parked.connection)
+                continue
+            connection: AsyncConnection = parked.connection
+            return connection
+        return None
+
+    async def take_parked(
+        self, pin: Pin, context: SessionContext
+    ) -> ParkedSnapshot[AsyncConnection] | None:
+        """A database transaction parked at ``pin`` in ``context`` and still young
+        (:mod:`txcache._parking`), for a read-only transaction to run in; ``None`` when
+        there is none, or when its connection prepared statements under an older catalog
+        reading (it is then given back instead)."""
+        parked = self.parking.take(pin, context, time.monotonic())
+        if parked is None:
+            return None
+        readings, outdated = self._prepared_outdated(parked.connection)
+        if outdated:
+            await self.release(parked.connection)
+            return None
+        self._connection_readings[parked.connection] = readings
+        return parked
+
+    async def park(self, parked: ParkedSnapshot[AsyncConnection]) -> None:
+        """Keep a read-only transaction's database transaction open for the next one at
+        its pin; or give its connection back — when it is too old to keep, or someone waits
+        for the pool — and the oldest parked one's if the lot was full."""
+        waiting = self.pool.get_stats().get("requests_waiting", 0)
+        end = parked if waiting else self.parking.park(parked, time.monotonic())
+        if end is not None:
+            await self.release(end.connection)
+
+    async def end_parked(self, *, every: bool = False) -> None:
+        """Give back the connections of the parked database transactions too old to keep
+        (every one with ``every``: the cache closes, or its pool is drained). The cache's
+        background worker calls it each ``refresh_interval``."""
+        parked = self.parking.drain() if every else self.parking.expired(time.monotonic())
+        for each in parked:
+            await self.release(each.connection)
+        for connection in self.parking.take_terminated():  # its session ended: replaced
+            await connection.close()
+            await self.pool.putconn(connection)
 
     def connection_context(self, connection: AsyncConnection) -> SessionContext:
         """The session context of a connection :meth:`checkout` gave; a context that

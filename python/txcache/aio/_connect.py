@@ -26,6 +26,7 @@ from txcache._serialize import Serializer
 from txcache.aio._agent import AsyncAgentClient
 from txcache.aio._cache import AsyncCacheDriver
 from txcache.aio._nodes import AsyncCacheNode
+from txcache.aio._parking_watchdog import ParkingWatchdog
 
 __all__ = ["AsyncCache", "connect", "default_cache"]
 
@@ -102,19 +103,26 @@ class AsyncCache(AsyncCacheDriver):
         options = self._pool_options()
         self.pool = psycopg_pool.AsyncConnectionPool(**options, name="txcache-async", open=False)
         self._background: set[asyncio.Task[Any]] = set()
+        parking = self.agent is not None and settings.snapshot_hold > 0
+        self._watchdog = ParkingWatchdog(self.parking, settings.dsn) if parking else None
         self._reading = asyncio.Lock()
 
-    @staticmethod
-    def _agent(settings: Settings) -> AsyncAgentClient:
+    def _agent(self, settings: Settings) -> AsyncAgentClient:
         assert settings.agent is not None
         return AsyncAgentClient(
-            settings.agent, password=settings.password, refresh_interval=settings.refresh_interval
+            settings.agent,
+            password=settings.password,
+            refresh_interval=settings.refresh_interval,
+            housekeeping=self.end_parked if settings.snapshot_hold > 0 else None,
+            housekeeping_interval=settings.snapshot_hold,
         )
 
     async def open(self) -> None:
         """Open the pool, start the agent's refresher task and wait (2 s at most) for its
         first answer; ask the nodes' ``--max-staleness`` in the background."""
         await self.pool.open()
+        if self._watchdog is not None:
+            self._watchdog.start()
         if self.agent is not None:
             self.agent.start()
             if not await self.agent.wait_ready(timeout=2.0):
@@ -152,6 +160,9 @@ class AsyncCache(AsyncCacheDriver):
             await asyncio.wait(background)
         if self.agent is not None:
             await self.agent.close()
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        await self.end_parked(every=True)
         if self.ring is not None:
             self.ring.close()
         await self.pool.close()

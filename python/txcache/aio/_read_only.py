@@ -301,17 +301,32 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
             raise self._ended_error()
         if self._connection is not None:
             return self._connection
-        connection = await self.cache.checkout()
-        try:
-            self._check_connection(self.cache.connection_context(connection))
-            if self.uncached or not await self._begin_pinned(connection):
-                self.database_snapshot = await _begin_unpinned(connection)
-        except BaseException:
-            await self.cache.release(connection)
-            raise
+        connection = await self._resumed()
+        if connection is None:
+            connection = await self.cache.checkout()
+            try:
+                self._check_connection(self.cache.connection_context(connection))
+                if self.uncached or not await self._begin_pinned(connection):
+                    self.database_snapshot = await _begin_unpinned(connection)
+            except BaseException:
+                await self.cache.release(connection)
+                raise
         self._note_session(connection)
         self._connection = connection
         return connection
+
+    async def _resumed(self) -> AsyncConnection | None:
+        """The connection of a database transaction parked at the pin the policy chooses,
+        which this transaction then runs in (:mod:`txcache._parking`); ``None`` when there
+        is none."""
+        wanted = self._parked_wanted()
+        if wanted is None:
+            return None
+        parked = await self.cache.take_parked(*wanted)
+        if parked is None:
+            return None
+        self._resume(parked, wanted[0])
+        return parked.connection
 
     async def _begin_pinned(self, connection: AsyncConnection) -> bool:
         """Start the database transaction on ``connection`` at the policy's choice of pin
@@ -365,7 +380,12 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         # cache's release), never turning a finished read into an error.
         self._closed = True
         connection, self._connection = self._connection, None
-        if connection is not None:
+        if connection is None:
+            return
+        parked = self._parkable(connection, time.monotonic())
+        if parked is not None:
+            await self.cache.park(parked)
+        else:
             await self.cache.release(connection, reset=self.session_changed)
 
 
