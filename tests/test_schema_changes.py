@@ -283,8 +283,11 @@ def test_an_agent_restarted_after_an_index_was_dropped_invalidates_by_the_droppe
 @pytest.fixture
 def slow_lib(database: str) -> Iterator[LibraryStack]:
     """The library stack refreshing pins (and learning of DDL) only when a test asks: its
-    catalog stays as it was read while a test commits a schema change behind its back."""
-    with LibraryStack(database, refresh_interval=3600, pool_size=1) as stack:
+    catalog stays as it was read while a test commits a schema change behind its back.
+    No database transaction is parked: these tests commit the change from inside a block,
+    which would wait for the locks of the blocks before it (docs/library.md, "Consecutive
+    transactions share a database transaction")."""
+    with LibraryStack(database, refresh_interval=3600, pool_size=1, snapshot_hold=0) as stack:
         yield stack
 
 
