@@ -45,6 +45,13 @@ run, so it can be taken while other benchmarks use the machine.
 server runs under callgrind (``_callgrind.py``) and serves a fixed number of requests at
 pipeline 16 and 1; it writes ``results/node_speed_instructions.{md,json}``.
 
+``--only stores`` runs the stores-alone cell alone (``TXSET`` against ``SET``, pipeline 16,
+8 connections, every round's order reversed from the last), ``--rounds`` rounds, and writes
+``results/txset_throughput.{md,json}``: each command's ops/s and server CPU per request, and
+their ratios round by round. ``--baseline-txcached PATH`` measures a second txcached build
+(e.g. the previous commit's) in the same rounds, so that a change to the node is judged
+against its baseline on the same host minutes apart.
+
 ``--txcached-threads N`` runs txcached with N worker threads instead of its default (one per
 CPU but one; here the load tool shares the CPUs; Redis runs one thread); the results go to
 ``results/node_speed_threads-N.{md,json}``. ``--render results/X.json`` rewrites a run's
@@ -58,6 +65,7 @@ in :mod:`_callgrind`; this file runs the phases in order.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import tempfile
@@ -67,9 +75,11 @@ from pathlib import Path
 from typing import Any
 
 from _callgrind import CACHES, instructions_body
+from _node_goals import round_ratios
 from _node_phases import (
     PLAIN,
     RATES,
+    STORES,
     hit_profile,
     instruction_rows,
     memory,
@@ -82,6 +92,7 @@ from _node_servers import (
     Target,
     installed,
     loadgen_binary,
+    measure,
     running,
     skipping,
     txcached_workers,
@@ -89,11 +100,14 @@ from _node_servers import (
 )
 from _report import (
     RESULTS_DIR,
+    fmt,
     freeze_binaries,
     log,
     machine_lines,
     machine_note,
+    num,
     result_name,
+    table,
     write_report,
 )
 
@@ -205,6 +219,131 @@ def instructions_only(quick: bool) -> None:
     log(f"wrote {path}")
 
 
+# The stores-alone cell's two commands on one txcached: (label suffix, loadgen protocol).
+STORE_COMMANDS = (("SET", "resp"), ("TXSET", "versioned"))
+
+
+def stores_only(args: argparse.Namespace) -> None:
+    """The stores-alone cell alone, on this build and (``--baseline-txcached``) a baseline
+    build, ``--rounds`` rounds: writes results/txset_throughput{,_quick}.{md,json}."""
+    started = time.monotonic()
+    freeze_binaries()
+    loadgen_binary()
+    builds = {"txcached": os.environ["TXCACHED_BIN"]}
+    if args.baseline_txcached:
+        builds = {"baseline": str(args.baseline_txcached.resolve()), **builds}
+    cell = STORES[0]
+    rows = []
+    with ExitStack() as stack:
+        servers = {}
+        for label, binary in builds.items():
+            os.environ["TXCACHED_BIN"] = binary  # read by the server command at start
+            servers[label] = stack.enter_context(running("txcached"))
+        os.environ["TXCACHED_BIN"] = builds["txcached"]
+        pairs = [
+            (Target(f"{label} {command}", servers[label], protocol), label)
+            for label in builds
+            for command, protocol in STORE_COMMANDS
+        ]
+        for round_ in range(args.rounds):
+            for target, build in pairs if round_ % 2 == 0 else pairs[::-1]:
+                row = measure(target, cell, args.seconds, args.warmup)
+                rows.append({**row, "round": round_, "build": build})
+                log(
+                    f"{target.label:<16} {row['ops']:>10,.0f} ops/s, "
+                    f"{row['cpu_us_per_request']:.2f} µs server CPU per request "
+                    f"(steal {row['steal_s']:.2f} s)"
+                )
+    note = server_note()
+    note["baseline"] = baseline_note(builds.get("baseline"))
+    note["elapsed_s"] = time.monotonic() - started
+    lines = [*machine_lines(note), f"- baseline: {note['baseline']}"]
+    name = result_name("txset_throughput", args.quick)
+    title = "TXSET against SET, stores alone"
+    body = stores_body(rows, list(builds), cell.name, args)
+    path = write_report(name, title, note, body, {"rows": rows}, lines)
+    log(f"wrote {path}")
+
+
+def baseline_note(binary: str | None) -> str:
+    """Which baseline build ran: its path and hash, or that none did."""
+    if binary is None:
+        return "none (--baseline-txcached not given)"
+    digest = hashlib.sha256(Path(binary).read_bytes()).hexdigest()[:12]
+    return f"{binary} (sha256 {digest})"
+
+
+def stores_body(
+    rows: list[dict[str, Any]], builds: list[str], cell: str, args: argparse.Namespace
+) -> list[str]:
+    """Per round and build: each command's ops/s and server CPU per request, and the ratios;
+    then the medians over the rounds (``Ratios``: rounds disturbed by steal left out)."""
+    by_key = {(r["round"], r["target"]): r for r in rows}
+    per_round = []
+    for round_ in sorted({r["round"] for r in rows}):
+        for build in builds:
+            plain, versioned = (by_key[(round_, f"{build} {c}")] for c, _ in STORE_COMMANDS)
+            clean = "" if plain["clean"] and versioned["clean"] else " *"
+            per_round.append(
+                [
+                    f"{round_ + 1}{clean}",
+                    build,
+                    num(plain["ops"]),
+                    num(versioned["ops"]),
+                    f"{versioned['ops'] / plain['ops']:.2f}x",
+                    fmt(plain["cpu_us_per_request"]),
+                    fmt(versioned["cpu_us_per_request"]),
+                    f"{plain['cpu_us_per_request'] / versioned['cpu_us_per_request']:.2f}x",
+                    fmt(plain["other_cpu_s"] + versioned["other_cpu_s"], 1),
+                ]
+            )
+    summary = []
+    for build in builds:
+        set_label, txset_label = f"{build} SET", f"{build} TXSET"
+        ops = round_ratios(rows, txset_label, set_label, cell)
+        cpu = round_ratios(rows, set_label, txset_label, cell, "cpu_us_per_request")
+        summary.append([build, str(ops), str(cpu)])
+    return [
+        f"The stores-alone cell of `node_speed.py` ({cell}: 100,000 keys of 16 B, 100 B values,"
+        " no lookups; every `TXSET` a new version `[t, t + 1)` below the preloaded one, so a"
+        " key's versions pile up through the run), "
+        f"{args.rounds} round{'s' if args.rounds != 1 else ''} of {args.seconds:g} s after "
+        f"{args.warmup:g} s of warm-up, each "
+        "after a flush and a preload, every round's order reversed from the last; the load tool "
+        "shares the CPUs with the node. *Server CPU ratio*: `SET`'s server CPU per request over "
+        "`TXSET`'s, the throughput ratio a node that is the bottleneck would show. "
+        "*txcached*: this checkout's build; *baseline*: `--baseline-txcached`. *Other work*: "
+        "CPU seconds used meanwhile by processes outside the benchmark, both runs of the row.",
+        "",
+        *table(
+            [
+                "round",
+                "build",
+                "SET ops/s",
+                "TXSET ops/s",
+                "TXSET / SET",
+                "SET µs",
+                "TXSET µs",
+                "server CPU ratio",
+                "other work, CPU s",
+            ],
+            per_round,
+            "llrrrrrrr",
+        ),
+        "",
+        "`*`: steal disturbed a run of that round (more than 2 % of the CPUs' time, after "
+        "3 repeats).",
+        "",
+        *table(
+            ["build", "TXSET / SET ops/s", "SET / TXSET server CPU per request"],
+            summary,
+            "lrr",
+        ),
+        "",
+        "Median and range over the rounds clean of steal (`*`: none was).",
+    ]
+
+
 def parse_args() -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -215,7 +354,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sweep-seconds", type=float, default=2.0, help="s per rate (2)")
     parser.add_argument("--max-rates", type=int, default=len(RATES), help="rates to try")
     parser.add_argument("--quick", action="store_true", help="a smoke run (about 2 min)")
-    parser.add_argument("--only", choices=["memory", "instructions"], help="run one phase alone")
+    parser.add_argument(
+        "--only", choices=["memory", "instructions", "stores"], help="run one phase alone"
+    )
+    parser.add_argument(
+        "--baseline-txcached",
+        type=Path,
+        metavar="PATH",
+        help="--only stores: also measure this txcached binary, in the same rounds",
+    )
     parser.add_argument(
         "--render",
         type=Path,
@@ -228,9 +375,11 @@ def parse_args() -> argparse.Namespace:
         help="txcached's worker threads (default: txcached's own, one per CPU but one)",
     )
     args = parser.parse_args()
-    if args.quick and not args.only:
+    if args.quick and args.only in (None, "stores"):
         args.seconds, args.warmup, args.rounds, args.items = 1.0, 0.3, 1, 200_000
         args.sweep_seconds, args.max_rates = 1.0, 4
+    if args.baseline_txcached and args.only != "stores":
+        parser.error("--baseline-txcached goes with --only stores")
     return args
 
 
@@ -247,6 +396,8 @@ def main() -> None:
         memory_only(args.items)
     elif args.only == "instructions":
         instructions_only(args.quick)
+    elif args.only == "stores":
+        stores_only(args)
     else:
         run_all(args)
 

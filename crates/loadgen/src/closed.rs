@@ -4,7 +4,7 @@
 
 use crate::outcome::Outcome;
 use crate::protocol::{Protocol, Reply};
-use crate::workload::{Op, Requests, Workload};
+use crate::workload::{Op, Requests, Workload, MAX_CONNECTIONS};
 use anyhow::{bail, Context as _};
 use bytes::{Buf, BytesMut};
 use std::net::SocketAddr;
@@ -113,10 +113,11 @@ pub async fn preload(
     connections: usize,
     seed: u64,
 ) -> anyhow::Result<u64> {
+    anyhow::ensure!(connections > 0, "preload: no connection");
     let mut tasks = Vec::new();
     for c in 0..connections {
         let connection = Connection::open(address, workload.protocol).await?;
-        let requests = Requests::new(Arc::clone(&workload), c as u64 + 1000, seed);
+        let requests = Requests::preloading(Arc::clone(&workload), c as u64, seed);
         let keys = (c as u64..workload.keys).step_by(connections);
         tasks.push(tokio::spawn(preload_keys(connection, requests, keys)));
     }
@@ -168,6 +169,12 @@ pub async fn run(
     plan: ClosedLoop,
     seed: u64,
 ) -> anyhow::Result<Outcome> {
+    let allowed = 1..=MAX_CONNECTIONS;
+    anyhow::ensure!(
+        allowed.contains(&plan.connections),
+        "{} connections: 1 to {MAX_CONNECTIONS} are allowed",
+        plan.connections
+    );
     let mut connections = Vec::new();
     for _ in 0..plan.connections {
         connections.push(Connection::open(address, workload.protocol).await?);

@@ -16,7 +16,7 @@ use txcache_loadgen::cli::{
 use txcache_loadgen::dist::Size;
 use txcache_loadgen::protocol::Protocol;
 use txcache_loadgen::report::{self, Json};
-use txcache_loadgen::workload::{KeyDist, Workload};
+use txcache_loadgen::workload::{KeyDist, Workload, MAX_CONNECTIONS};
 use txcache_loadgen::{closed, memory, open};
 
 /// Load for a cache server on this machine (RESP or memcached's text protocol): preloads
@@ -32,7 +32,7 @@ struct Args {
     #[arg(long, value_enum, default_value = "resp")]
     protocol: Protocol,
     /// Client connections (1–1024).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=MAX_CONNECTIONS as i64))]
     connections: u16,
     /// Requests per batch in closed loop; 1 means no pipelining (1–1024).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]

@@ -14,7 +14,7 @@
 use crate::outcome::Outcome;
 use crate::protocol::Protocol;
 use crate::rng::Rng;
-use crate::workload::{Op, Requests, Workload};
+use crate::workload::{Op, Requests, Workload, MAX_CONNECTIONS};
 use anyhow::{bail, Context as _};
 use bytes::BytesMut;
 use std::collections::VecDeque;
@@ -59,6 +59,12 @@ pub fn run(
     plan: OpenLoop,
     seed: u64,
 ) -> anyhow::Result<Outcome> {
+    let allowed = 1..=MAX_CONNECTIONS;
+    anyhow::ensure!(
+        allowed.contains(&plan.connections),
+        "{} connections: 1 to {MAX_CONNECTIONS} are allowed",
+        plan.connections
+    );
     let mut lanes = Vec::new();
     let mut streams = Vec::new();
     for c in 0..plan.connections {

@@ -112,6 +112,13 @@ fn key_prefix_len(index: u64) -> usize {
     index.checked_ilog10().unwrap_or(0) as usize + 3
 }
 
+/// The most connections a run may have. Each owns a range of versions ([`Requests::new`]);
+/// the preload's connections own the ranges after all of theirs ([`Requests::preloading`]).
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// Versions each request source may store: its range is `(source + 1) << VERSION_BITS` on.
+const VERSION_BITS: u32 = 40;
+
 /// One connection's request source: its own random sequence and version counter.
 pub struct Requests {
     workload: Arc<Workload>,
@@ -122,17 +129,35 @@ pub struct Requests {
 }
 
 impl Requests {
-    /// The source of connection `connection` (which seeds it and owns a range of versions).
+    /// The source of the run's connection `connection` (below [`MAX_CONNECTIONS`]), which
+    /// seeds it and owns a range of versions.
     pub fn new(workload: Arc<Workload>, connection: u64, seed: u64) -> Self {
+        debug_assert!(
+            connection < MAX_CONNECTIONS as u64,
+            "connection {connection}"
+        );
+        Self::source(workload, connection, seed)
+    }
+
+    /// The source of the preload's connection `connection`: a sequence and a range of
+    /// versions of its own, after (and above) every run connection's, so that no store of a
+    /// run repeats a preloaded version (the two once shared connections 1000 and up) and a
+    /// run's stores land below the preloaded versions.
+    pub fn preloading(workload: Arc<Workload>, connection: u64, seed: u64) -> Self {
+        Self::source(workload, MAX_CONNECTIONS as u64 + connection, seed)
+    }
+
+    /// Request source number `source`: its random sequence and its range of versions.
+    fn source(workload: Arc<Workload>, source: u64, seed: u64) -> Self {
         let zipf = match workload.key_dist {
             KeyDist::Zipf(exponent) => Some(Zipf::new(workload.keys, exponent)),
             KeyDist::Uniform => None,
         };
         Self {
             workload,
-            rng: Rng::new(splitmix(seed.wrapping_add(connection + 1))),
+            rng: Rng::new(splitmix(seed.wrapping_add(source + 1))),
             zipf,
-            next_version: (connection + 1) << 40,
+            next_version: (source + 1) << VERSION_BITS,
             key: Vec::with_capacity(MAX_KEY_LEN),
         }
     }
@@ -250,6 +275,49 @@ mod tests {
         }
         // P(key 0) = 1 / H(1000, 0.99) ≈ 0.13.
         assert!((1_100..1_500).contains(&hot), "{hot}");
+    }
+
+    /// The version of the one store `requests` appends.
+    fn stored_version(requests: &mut Requests) -> u64 {
+        let mut out = BytesMut::new();
+        requests.set(1, &mut out);
+        let text = String::from_utf8_lossy(&out).into_owned();
+        // `*5 TXSET key value lo hi`: `lo`, `hi`'s length, `hi`, and the empty piece after the
+        // last CRLF end it.
+        let lines: Vec<&str> = text.split("\r\n").collect();
+        lines[lines.len() - 4].parse().expect("a timestamp")
+    }
+
+    #[test]
+    fn no_run_connection_stores_a_preloaded_version() {
+        let w = Arc::new(Workload::new(
+            Protocol::Versioned,
+            10,
+            KeyDist::Uniform,
+            Size::Fixed(16),
+            Size::Fixed(3),
+            0.0,
+            1,
+        ));
+        // Every source's first version; each owns the range from it to the next one's.
+        let run: Vec<u64> = (0..MAX_CONNECTIONS as u64)
+            .map(|c| stored_version(&mut Requests::new(Arc::clone(&w), c, 1)))
+            .collect();
+        let preload: Vec<u64> = (0..16)
+            .map(|c| stored_version(&mut Requests::preloading(Arc::clone(&w), c, 1)))
+            .collect();
+        let mut all = [run.clone(), preload.clone()].concat();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), MAX_CONNECTIONS + 16, "two sources share a range");
+        let highest_run = run.iter().max().copied().unwrap_or_default();
+        assert!(preload
+            .iter()
+            .all(|&v| v > highest_run + (1 << VERSION_BITS) - 1));
+        // The preload's versions stay below the end of TXGET's range.
+        assert!(preload
+            .iter()
+            .all(|&v| v + (1 << VERSION_BITS) < 9_223_372_036_854_775_806));
     }
 
     #[test]

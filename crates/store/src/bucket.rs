@@ -102,13 +102,15 @@ impl<T: Keyed> BucketTable<T> {
             .find(|&position| self.table.get_bucket(position).is_some())
     }
 
-    /// Where `key`'s item is, adding `make()`'s item (whose key must be `key`) when there is
-    /// none; and whether it was added. The key is hashed and looked for once either way.
-    pub fn position_or_insert_with(
+    /// Where `key`'s item is, adding `make(state)`'s item (whose key must be `key`) when there
+    /// is none; and `state` back, unused, when the key was there (`None`: added). The key is
+    /// hashed and looked for once either way.
+    pub fn position_or_insert_with<S>(
         &mut self,
         key: &[u8],
-        make: impl FnOnce() -> T,
-    ) -> (usize, bool) {
+        state: S,
+        make: impl FnOnce(S) -> T,
+    ) -> (usize, Option<S>) {
         let hash = self.hash(key);
         let hasher = &self.hasher;
         let slot = self.table.entry(
@@ -117,11 +119,11 @@ impl<T: Keyed> BucketTable<T> {
             |item| hasher.hash_one(item.key()),
         );
         match slot {
-            Entry::Occupied(found) => (found.bucket_index(), false),
+            Entry::Occupied(found) => (found.bucket_index(), Some(state)),
             Entry::Vacant(vacant) => {
-                let item = make();
+                let item = make(state);
                 debug_assert!(item.key() == key, "made an item of another key");
-                (vacant.insert(item).bucket_index(), true)
+                (vacant.insert(item).bucket_index(), None)
             }
         }
     }

@@ -1,7 +1,7 @@
 //! What one versioned key holds: its versions.
 
 use crate::bucket::{BucketTable, Keyed};
-use crate::plain::{append_key_value, split_key_value};
+use crate::plain::{key_value_len, put_key_value, split_key_value};
 use std::sync::Arc;
 use thin_dst::ThinBox;
 use thin_slice::ThinBoxedSlice;
@@ -35,15 +35,17 @@ pub(crate) struct Version {
 }
 
 impl Version {
-    /// A version holding a copy of `value`.
-    pub fn new(
-        value: &[u8],
+    /// A version without its value yet: the entry that takes it ([`Entry::insert`],
+    /// [`Entry::replace`]) is given the value beside it and puts it where it belongs, beside
+    /// the key when the version is the newest (no copy of its own to make and free), in the
+    /// version otherwise.
+    pub fn bare(
         interval: ValidityInterval,
         recency: u64,
         tags: Option<Box<[InvalidationTag]>>,
     ) -> Self {
         Version {
-            value: Box::<[u8]>::from(value).into(),
+            value: ThinBoxedSlice::default(),
             interval,
             recency,
             tags,
@@ -96,16 +98,22 @@ pub(crate) fn succ(t: Timestamp) -> Timestamp {
 /// (measured: a plain `GET` 22 % slower with 16-byte buckets, docs/store.md). Most lookups take
 /// the newest version: they compare the key, check the interval, copy the value and refresh the
 /// recency in this one allocation, as a plain hit does, and read the version list only for an
-/// older version or for tags. The allocation is rebuilt when the newest version changes (an
-/// insert copies the key and the value once more than before); older versions keep their
-/// values themselves.
+/// older version or for tags. Older versions keep their values themselves.
+///
+/// An insert below the newest version leaves the allocation as it is; a new newest version's
+/// value is copied over the old newest's when the two are as long (the old one moving into its
+/// version), and only a value of another length (or the newest's removal) rebuilds the
+/// allocation. A new key's entry is made with its first version in it. Until 2026-11-28 every
+/// insert rebuilt the allocation, copying the key and the newest value each time
+/// (docs/node-speed.md).
 ///
 /// `thin_dst` builds the allocation (a header and a slice behind one word takes `unsafe`,
 /// which this workspace forbids in its own code).
 ///
-/// The versions are a boxed slice behind a one-word pointer, reallocated by each insertion and
-/// removal, which are rare next to lookups. No versions is `None`, never an empty slice:
-/// `thin_slice` stores one as address 1, which is no place for a version.
+/// The versions are a boxed slice behind a one-word pointer, moved to a new allocation (or,
+/// when long, reallocated) by each insertion and removal, which are rare next to lookups. No
+/// versions is `None`, never an empty slice: `thin_slice` stores one as address 1, which is no
+/// place for a version.
 #[derive(Debug)]
 pub(crate) struct Entry(ThinBox<Head, u8>);
 
@@ -134,17 +142,33 @@ const NO_INTERVAL: ValidityInterval = ValidityInterval::open(Timestamp(0));
 
 impl Entry {
     /// A key without versions yet.
+    #[cfg(test)]
     pub fn new(key: Key) -> Self {
-        let tail = tail(&key, &[]);
-        Entry(ThinBox::new(
-            Head {
-                key,
-                versions: None,
-                newest_interval: NO_INTERVAL,
-                newest_recency: 0,
-            },
-            tail,
-        ))
+        let bytes = Key::clone(&key);
+        let head = Head {
+            key,
+            versions: None,
+            newest_interval: NO_INTERVAL,
+            newest_recency: 0,
+        };
+        Entry(allocation(head, &bytes, &[]))
+    }
+
+    /// A new key's entry with its first version (without a value of its own:
+    /// [`Version::bare`]) holding `value`: one allocation with the key and the value, no
+    /// empty entry first.
+    pub fn with_version(key: &[u8], version: Version, value: &[u8]) -> Self {
+        debug_assert!(
+            version.value.is_empty(),
+            "a version with a value of its own"
+        );
+        let head = Head {
+            key: Key::from(key),
+            newest_interval: version.interval,
+            newest_recency: version.recency,
+            versions: boxed(vec![version]),
+        };
+        Entry(allocation(head, key, value))
     }
 
     /// The shared key.
@@ -220,55 +244,219 @@ impl Entry {
         versions.map(|(index, version)| (version, self.value(index)))
     }
 
-    /// Inserts `version` at `index`, shifting the later ones up.
-    pub fn insert(&mut self, index: usize, version: Version) {
-        self.edit(|versions| {
-            // Exactly one more slot: `insert` alone would double the capacity, and the boxed
-            // slice would then be reallocated a second time to shed it.
-            versions.reserve_exact(1);
-            versions.insert(index, version);
-        });
+    /// The versions that overlap `interval` ([`overlapping`]). An interval that starts at or
+    /// after the newest version's end (where a new version usually goes) overlaps none, which
+    /// the newest's interval beside the key tells without reading the list.
+    pub fn overlapping(&self, interval: &ValidityInterval) -> std::ops::Range<usize> {
+        let Some(newest) = self.newest() else {
+            return 0..0;
+        };
+        let newest_hi = self.0.head.newest_interval.hi();
+        if newest_hi.is_some_and(|hi| hi <= interval.lo()) {
+            return newest + 1..newest + 1;
+        }
+        overlapping(self.versions(), interval)
+    }
+
+    /// Inserts `version` (without a value of its own: [`Version::bare`]) holding `value` at
+    /// `index`, shifting the later ones up.
+    ///
+    /// Below the newest, only the version list changes: the allocation with the key and the
+    /// newest value stays as it is. As the new newest, the value goes beside the key: in place
+    /// when it is as long as the value there (the previous newest's, which moves into its own
+    /// version), else in a new allocation.
+    pub fn insert(&mut self, index: usize, mut version: Version, value: &[u8]) {
+        debug_assert!(
+            version.value.is_empty(),
+            "a version with a value of its own"
+        );
+        if index < self.versions().len() {
+            version.value = owned(value);
+            self.edit_older(|versions| (inserted(versions, index, version), ()));
+            return;
+        }
+        let data = &mut *self.0;
+        let mut versions = take_versions(&mut data.head.versions);
+        if let Some(newest) = versions.last_mut() {
+            newest.value = owned(split_tail(&data.slice).1);
+            newest.recency = data.head.newest_recency;
+        }
+        let index = versions.len();
+        self.set_versions(inserted(versions, index, version), value);
     }
 
     /// Removes and returns the version at `index` (which must exist), its value its own.
     pub fn remove(&mut self, index: usize) -> Version {
-        self.edit(|versions| versions.remove(index))
+        if index + 1 < self.versions().len() {
+            return self.edit_older(|versions| removed(versions, index));
+        }
+        self.edit(|versions| removed(versions, index))
     }
 
-    /// Replaces the versions in `range` by `version`; returns the ones replaced, their values
-    /// their own.
-    pub fn replace(&mut self, range: std::ops::Range<usize>, version: Version) -> Vec<Version> {
-        self.edit(|versions| versions.splice(range, [version]).collect())
+    /// Replaces the versions in `range` by `version` (without a value of its own:
+    /// [`Version::bare`]) holding `value`; returns the ones replaced, their values their own.
+    pub fn replace(
+        &mut self,
+        range: std::ops::Range<usize>,
+        mut version: Version,
+        value: &[u8],
+    ) -> Vec<Version> {
+        debug_assert!(
+            version.value.is_empty(),
+            "a version with a value of its own"
+        );
+        version.value = owned(value);
+        if range.end < self.versions().len() {
+            return self.edit_older(|versions| replaced(versions, range, version));
+        }
+        self.edit(|versions| replaced(versions, range, version))
     }
 
-    /// Applies `change` to the versions as a `Vec`, every value its version's own, then drops
-    /// any spare capacity and rebuilds the allocation around the newest value.
-    fn edit<R>(&mut self, change: impl FnOnce(&mut Vec<Version>) -> R) -> R {
+    /// Applies `change` to the versions; `change` must leave the newest version in place
+    /// (still the last, its value still beside the key), so that only the list is
+    /// reallocated and the allocation around the newest value stays.
+    fn edit_older<R>(&mut self, change: impl FnOnce(Vec<Version>) -> (Vec<Version>, R)) -> R {
+        let head = &mut self.0.head;
+        let (versions, result) = change(take_versions(&mut head.versions));
+        debug_assert!(versions.last().is_some_and(|v| v.value.is_empty()));
+        head.versions = boxed(versions);
+        result
+    }
+
+    /// Applies `change` to the versions, every value its version's own, then puts the (new)
+    /// newest value beside the key.
+    fn edit<R>(&mut self, change: impl FnOnce(Vec<Version>) -> (Vec<Version>, R)) -> R {
         let data = &mut *self.0;
-        let mut versions = data.head.versions.take().map_or_else(Vec::new, |list| {
-            let boxed: Box<[Version]> = list.into();
-            boxed.into_vec()
-        });
-        let (key, newest_value) = split_tail(&data.slice);
+        let mut versions = take_versions(&mut data.head.versions);
         if let Some(newest) = versions.last_mut() {
-            newest.value = Box::<[u8]>::from(newest_value).into();
+            newest.value = owned(split_tail(&data.slice).1);
             newest.recency = data.head.newest_recency;
         }
-        let result = change(&mut versions);
+        let (mut versions, result) = change(versions);
         let newest_value = versions
             .last_mut()
             .map(|newest| std::mem::take(&mut newest.value))
             .unwrap_or_default();
-        let tail = tail(key, &newest_value);
-        let head = Head {
-            key: data.head.key.clone(),
-            newest_interval: versions.last().map_or(NO_INTERVAL, |v| v.interval),
-            newest_recency: versions.last().map_or(0, |v| v.recency),
-            versions: (!versions.is_empty()).then(|| versions.into_boxed_slice().into()),
-        };
-        self.0 = ThinBox::new(head, tail);
+        self.set_versions(versions, &newest_value);
         result
     }
+
+    /// Makes `versions` the entry's (the newest's own value empty, its recency current) and
+    /// `value` the newest's value beside the key: copied over the old one when it is as long,
+    /// else in a new allocation (the key's copy moves along; the shared key is not copied).
+    fn set_versions(&mut self, versions: Vec<Version>, value: &[u8]) {
+        let data = &mut *self.0;
+        data.head.newest_interval = versions.last().map_or(NO_INTERVAL, |v| v.interval);
+        data.head.newest_recency = versions.last().map_or(0, |v| v.recency);
+        data.head.versions = boxed(versions);
+        let (key, old_value) = split_tail(&data.slice);
+        if old_value.len() == value.len() {
+            let start = data.slice.len() - value.len();
+            data.slice[start..].copy_from_slice(value);
+            return;
+        }
+        let head = Head {
+            key: data.head.key.clone(),
+            versions: data.head.versions.take(),
+            newest_interval: data.head.newest_interval,
+            newest_recency: data.head.newest_recency,
+        };
+        let rebuilt = allocation(head, key, value);
+        self.0 = rebuilt;
+    }
+}
+
+// A short list changes by moving its versions into a new allocation of exactly their new
+// number, not by `realloc`: growing or shrinking a block in place makes the allocator read
+// (and unlink) the blocks beside it, which are cold, while a new small block comes from a
+// per-thread cache that is not, and the versions moved are the ones the insert's search has
+// just read (measured: 3.4 of 10.2 simulated cache misses per `TXSET` were `realloc`'s at six
+// versions a key). A long list (a hot key's) is changed in place and reallocated, as before:
+// moving it all would copy it on every change, where `realloc` may grow a large block without
+// a copy.
+
+/// The longest list [`inserted`], [`removed`] and [`replaced`] move to a new allocation:
+/// 1 KiB of versions, the largest block glibc's per-thread cache holds.
+const MOVED: usize = 1024 / size_of::<Version>();
+
+/// `versions` with `version` at `index`.
+fn inserted(mut versions: Vec<Version>, index: usize, version: Version) -> Vec<Version> {
+    if versions.len() >= MOVED {
+        // Exactly one more slot: `insert` alone would double the capacity, and the boxed
+        // slice would then be reallocated a second time to shed it.
+        versions.reserve_exact(1);
+        versions.insert(index, version);
+        return versions;
+    }
+    let mut list = Vec::with_capacity(versions.len() + 1);
+    list.extend(versions.drain(..index));
+    list.push(version);
+    list.append(&mut versions);
+    list
+}
+
+/// `versions` without the one at `index` (which must exist), and that one.
+fn removed(mut versions: Vec<Version>, index: usize) -> (Vec<Version>, Version) {
+    if versions.len() > MOVED {
+        let version = versions.remove(index);
+        return (versions, version);
+    }
+    let mut list = Vec::with_capacity(versions.len() - 1);
+    list.extend(versions.drain(..index));
+    let mut rest = versions.drain(..);
+    let version = rest.next();
+    list.extend(rest);
+    // `index` exists: the version is there.
+    (
+        list,
+        version.unwrap_or_else(|| unreachable!("no version {index}")),
+    )
+}
+
+/// `versions` with those in `range` replaced by `version`, and the ones replaced.
+fn replaced(
+    mut versions: Vec<Version>,
+    range: std::ops::Range<usize>,
+    version: Version,
+) -> (Vec<Version>, Vec<Version>) {
+    if versions.len() > MOVED {
+        let gone = versions.splice(range, [version]).collect();
+        return (versions, gone);
+    }
+    let mut list = Vec::with_capacity(versions.len() + 1 - range.len());
+    list.extend(versions.drain(..range.start));
+    let gone = versions.drain(..range.len()).collect();
+    list.push(version);
+    list.append(&mut versions);
+    (list, gone)
+}
+
+/// A copy of `value` in its own allocation, for a version other than an entry's newest.
+fn owned(value: &[u8]) -> ThinBoxedSlice<u8> {
+    Box::<[u8]>::from(value).into()
+}
+
+/// The versions of a list as a `Vec` (no copy: the boxed slice's own allocation), leaving
+/// `None` behind.
+fn take_versions(list: &mut Option<ThinBoxedSlice<Version>>) -> Vec<Version> {
+    list.take().map_or_else(Vec::new, |list| {
+        let boxed: Box<[Version]> = list.into();
+        boxed.into_vec()
+    })
+}
+
+/// `versions` as a list (without spare capacity): `None` when empty.
+fn boxed(versions: Vec<Version>) -> Option<ThinBoxedSlice<Version>> {
+    (!versions.is_empty()).then(|| versions.into_boxed_slice().into())
+}
+
+/// An entry's allocation: `head`, then `key`'s length (LEB128), `key` and `value`. Zeroed
+/// first (`thin_dst` fills a tail from an iterator, one item at a time), then copied over.
+fn allocation(head: Head, key: &[u8], value: &[u8]) -> ThinBox<Head, u8> {
+    let len = key_value_len(key, value);
+    let mut entry = ThinBox::new(head, std::iter::repeat_n(0, len));
+    put_key_value(&mut entry.slice, key, value);
+    entry
 }
 
 /// An entry's newest version, borrowed for a change in place ([`Entry::newest_mut`]) of its
@@ -299,13 +487,6 @@ impl Keyed for Entry {
     }
 }
 
-/// An entry's tail: `key`'s length (LEB128), `key`, the newest version's `value`.
-fn tail(key: &[u8], value: &[u8]) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    append_key_value(&mut bytes, key, value);
-    bytes
-}
-
 /// An entry tail's key and newest value (empty without versions).
 fn split_tail(tail: &[u8]) -> (&[u8], &[u8]) {
     split_key_value(tail)
@@ -316,6 +497,11 @@ pub(crate) type KeyTable = BucketTable<Entry>;
 
 /// Index of the first version whose stored interval ends after `lo`, and the first whose
 /// start is at or after `hi`: the versions in between overlap `[lo, hi)`.
+///
+/// A short list is scanned from its start rather than halved: an insert's search is its first
+/// look at the list, and every step of a binary search waits for the cache line the step
+/// before chose, while a scan reads the lines in order, which the hardware fetches ahead;
+/// the insert then copies the whole list anyway.
 pub(crate) fn overlapping(
     versions: &[Version],
     interval: &ValidityInterval,
@@ -323,23 +509,40 @@ pub(crate) fn overlapping(
     let lo = interval.lo();
     let hi = interval.hi().unwrap_or(Timestamp(u64::MAX));
     // Sorted by lo and disjoint, so sorted by hi too: both are partition points.
-    let start = versions.partition_point(|v| v.stored_hi() <= lo);
-    let end = versions.partition_point(|v| v.interval.lo() < hi);
+    let (start, end) = if versions.len() <= SCANNED {
+        let start = versions.iter().take_while(|v| v.stored_hi() <= lo).count();
+        let rest = versions[start..].iter();
+        (
+            start,
+            start + rest.take_while(|v| v.interval.lo() < hi).count(),
+        )
+    } else {
+        let start = versions.partition_point(|v| v.stored_hi() <= lo);
+        (start, versions.partition_point(|v| v.interval.lo() < hi))
+    };
     start..end.max(start)
 }
+
+/// The longest version list [`overlapping`] scans (16 versions are 12 cache lines).
+const SCANNED: usize = 16;
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn version(lo: u64) -> Version {
-        Version {
-            value: lo.to_string().into_bytes().into_boxed_slice().into(),
-            interval: ValidityInterval::bounded(Timestamp(lo), Timestamp(lo + 1))
-                .expect("lo < lo + 1"),
-            recency: lo,
-            tags: None,
-        }
+    /// A version `[lo, lo + 1)` without its value, and the value it holds: `lo`'s digits.
+    fn version(lo: u64) -> (Version, Vec<u8>) {
+        let interval =
+            ValidityInterval::bounded(Timestamp(lo), Timestamp(lo + 1)).expect("lo < lo + 1");
+        (
+            Version::bare(interval, lo, None),
+            lo.to_string().into_bytes(),
+        )
+    }
+
+    fn insert(entry: &mut Entry, index: usize, lo: u64) {
+        let (version, value) = version(lo);
+        entry.insert(index, version, &value);
     }
 
     fn los(entry: &Entry) -> Vec<u64> {
@@ -357,7 +560,7 @@ mod tests {
         let mut entry = Entry::new(Key::from(&b"key"[..]));
         assert_eq!((entry.key(), entry.versions().len()), (&b"key"[..], 0));
         for (index, lo) in [(0, 3), (0, 1), (2, 7), (2, 5)] {
-            entry.insert(index, version(lo));
+            insert(&mut entry, index, lo);
             assert_eq!(
                 (entry.key(), &entry.shared_key()[..]),
                 (&b"key"[..], &b"key"[..])
@@ -373,7 +576,8 @@ mod tests {
             (removed.interval.lo(), removed.detached_value()),
             (Timestamp(3), &b"3"[..])
         );
-        let replaced = entry.replace(0..2, version(2));
+        let (two, value) = version(2);
+        let replaced = entry.replace(0..2, two, &value);
         let replaced: Vec<_> = replaced
             .iter()
             .map(|v| (v.recency, v.detached_value()))
@@ -405,9 +609,9 @@ mod tests {
         assert!(entry.versions().is_empty() && entry.0.head.versions.is_none());
         assert!(entry.newest_mut().is_none());
         assert_eq!(split_tail(&entry.0.slice), (&b"key"[..], &b""[..]));
-        entry.insert(0, version(4));
+        insert(&mut entry, 0, 4);
         assert_eq!((los(&entry), values(&entry)), (vec![4], vec!["4".into()]));
-        entry.insert(0, version(1));
+        insert(&mut entry, 0, 1);
         assert_eq!(*entry.interval(1), entry.versions()[1].interval);
         entry.remove(1);
         assert_eq!(*entry.interval(0), entry.versions()[0].interval);
@@ -420,15 +624,142 @@ mod tests {
         }
     }
 
+    /// Where the entry's allocation (key, newest value) is.
+    fn address(entry: &Entry) -> *const u8 {
+        std::ptr::from_ref(&entry.0.head).cast()
+    }
+
+    #[test]
+    fn only_a_newest_value_of_another_length_reallocates_the_entry() {
+        let mut entry = Entry::new(Key::from(&b"key"[..]));
+        insert(&mut entry, 0, 50);
+        let first = address(&entry);
+        // Below the newest: the list changes, the allocation with the newest value stays.
+        insert(&mut entry, 0, 10);
+        insert(&mut entry, 1, 20);
+        assert_eq!(address(&entry), first);
+        // A newest value as long as the one beside the key is copied over it.
+        insert(&mut entry, 3, 60);
+        assert_eq!(address(&entry), first);
+        assert_eq!(
+            (los(&entry), values(&entry)[2..].to_vec()),
+            (vec![10, 20, 50, 60], vec!["50".into(), "60".into()])
+        );
+        assert_eq!(split_tail(&entry.0.slice), (&b"key"[..], &b"60"[..]));
+        assert_eq!(entry.remove(1).detached_value(), b"20");
+        assert_eq!(address(&entry), first);
+        // Another length: a new allocation, the same key.
+        insert(&mut entry, 3, 700);
+        assert_eq!(split_tail(&entry.0.slice), (&b"key"[..], &b"700"[..]));
+        assert_eq!(values(&entry), ["10", "50", "60", "700"]);
+        assert_eq!(entry.interval(3).lo(), Timestamp(700));
+        // Removing the newest brings the next one's value beside the key.
+        let newest = entry.remove(3);
+        assert_eq!(
+            (newest.interval.lo(), newest.detached_value()),
+            (Timestamp(700), &b"700"[..])
+        );
+        assert_eq!(split_tail(&entry.0.slice), (&b"key"[..], &b"60"[..]));
+        assert!(entry.versions()[2].detached_value().is_empty());
+        // Replacing versions below the newest keeps it; replacing through it makes the merge
+        // the newest.
+        let (merged, value) = version(15);
+        let replaced = entry.replace(0..1, merged, &value);
+        assert_eq!(replaced[0].detached_value(), b"10");
+        assert_eq!(values(&entry), ["15", "50", "60"]);
+        let (merged, value) = version(55);
+        let replaced = entry.replace(1..3, merged, &value);
+        let replaced: Vec<_> = replaced.iter().map(Version::detached_value).collect();
+        assert_eq!(replaced, [&b"50"[..], &b"60"[..]]);
+        assert_eq!(
+            (los(&entry), values(&entry)),
+            (vec![15, 55], vec!["15".into(), "55".into()])
+        );
+        assert_eq!(*entry.interval(1), entry.versions()[1].interval);
+        assert!(entry.versions()[1].detached_value().is_empty());
+    }
+
+    #[test]
+    fn scanned_and_halved_lists_find_the_same_overlapping_versions() {
+        // Versions [10i, 10i + 5), the last open when `open`; queries start and end anywhere.
+        for n in [0, 1, 2, 5, SCANNED - 1, SCANNED, SCANNED + 1, 40] {
+            for open in [false, true] {
+                let mut entry = Entry::new(Key::from(&b"k"[..]));
+                for i in 0..n as u64 {
+                    let interval = match open && i + 1 == n as u64 {
+                        true => ValidityInterval::open(Timestamp(10 * i)),
+                        false => {
+                            ValidityInterval::bounded(Timestamp(10 * i), Timestamp(10 * i + 5))
+                                .expect("lo < hi")
+                        }
+                    };
+                    let len = entry.versions().len();
+                    entry.insert(len, Version::bare(interval, i, None), b"v");
+                }
+                let versions = entry.versions();
+                for lo in 0..10 * n as u64 + 12 {
+                    for hi in [Some(lo + 1), Some(lo + 7), Some(lo + 30), None] {
+                        let query = ValidityInterval::new(Timestamp(lo), hi.map(Timestamp))
+                            .expect("lo < hi");
+                        // What a binary search finds (the search before lists were scanned).
+                        let end = query.hi().unwrap_or(Timestamp(u64::MAX));
+                        let start = versions.partition_point(|v| v.stored_hi() <= query.lo());
+                        let stop = versions.partition_point(|v| v.interval.lo() < end);
+                        let halved = start..stop.max(start);
+                        assert_eq!(overlapping(versions, &query), halved, "{n} {query}");
+                        assert_eq!(entry.overlapping(&query), halved, "{n} {query} {open}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn long_lists_change_in_place_as_short_ones_move() {
+        for n in [MOVED - 2, MOVED + 5] {
+            let mut entry = Entry::new(Key::from(&b"key"[..]));
+            let mut model: Vec<u64> = (0..n as u64).map(|i| 10 * i + 10).collect();
+            for (index, &lo) in model.iter().enumerate() {
+                insert(&mut entry, index, lo);
+            }
+            insert(&mut entry, 2, 25);
+            model.insert(2, 25);
+            assert_eq!(entry.remove(5).interval.lo().0, model.remove(5));
+            let (merged, value) = version(31);
+            let gone = entry.replace(3..5, merged, &value);
+            let gone: Vec<u64> = gone.iter().map(|v| v.interval.lo().0).collect();
+            assert_eq!(gone, model.splice(3..5, [31]).collect::<Vec<_>>());
+            let newest = entry.remove(model.len() - 1);
+            assert_eq!(
+                newest.detached_value(),
+                model
+                    .pop()
+                    .map(|lo| lo.to_string())
+                    .unwrap_or_default()
+                    .as_bytes()
+            );
+            let texts: Vec<String> = model.iter().map(ToString::to_string).collect();
+            assert_eq!(
+                (los(&entry), values(&entry)),
+                (model, texts),
+                "{n} versions"
+            );
+            assert_eq!(
+                *entry.interval(entry.versions().len() - 1),
+                entry.versions()[entry.versions().len() - 1].interval
+            );
+        }
+    }
+
     #[test]
     fn a_long_key_and_a_value_past_the_thin_pointer_limit_share_the_entry() {
         let key = vec![b'k'; 300];
         let mut entry = Entry::new(Key::from(&key[..]));
         let big = vec![7u8; 70_000];
         let interval = ValidityInterval::bounded(Timestamp(1), Timestamp(2)).expect("1 < 2");
-        entry.insert(0, Version::new(&big, interval, 1, None));
+        entry.insert(0, Version::bare(interval, 1, None), &big);
         assert_eq!((entry.key(), entry.value(0)), (&key[..], &big[..]));
-        entry.insert(0, version(0));
+        insert(&mut entry, 0, 0);
         assert_eq!((entry.value(0), entry.value(1)), (&b"0"[..], &big[..]));
     }
 }

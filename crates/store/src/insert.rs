@@ -1,7 +1,7 @@
 //! Inserts: the final interval from the invalidation history, then extension or
 //! nondeterminism against the key's existing versions.
 
-use crate::entry::{overlapping, succ, Entry, Key, Version};
+use crate::entry::{succ, Entry, Key, Version};
 use crate::memory::Ledger;
 use crate::memory::{key_usage, registration_bound, tag_list_usage, version_cost, STALE_RECORD};
 use crate::tag_index::TagIndex;
@@ -51,7 +51,8 @@ fn printable(key: &[u8]) -> String {
 /// The merge of `new` with the overlapping `old` versions (non-empty, equal bytes): their
 /// union, open if any was. Its tags are those of the open input with the lowest `lo` (the
 /// existing one on a tie): that input alone covers the whole open-ended part, and the bounded
-/// inputs cover what lies below it, so truncating by its tags is sound.
+/// inputs cover what lies below it, so truncating by its tags is sound. Like `new`, it has no
+/// value of its own yet: the new copy of the bytes serves ([`Entry::replace`]).
 fn merged(old: &[Version], new: Version) -> Version {
     let interval = old
         .iter()
@@ -62,7 +63,8 @@ fn merged(old: &[Version], new: Version) -> Version {
         .filter(|v| v.is_open())
         .min_by_key(|v| v.interval.lo())
         .and_then(|v| v.tags.clone());
-    // The bytes are equal, so the new copy serves; the old ones are freed with their versions.
+    // The bytes are equal, so the new copy serves (its caller gives it to the entry); the old
+    // ones are freed with their versions.
     let mut merged = new;
     merged.interval = interval;
     merged.tags = tags;
@@ -72,7 +74,9 @@ fn merged(old: &[Version], new: Version) -> Version {
 /// Whether different bytes than `value` overlap `interval` in `versions`.
 fn contradicted(entry: Option<&Entry>, value: &[u8], interval: &ValidityInterval) -> bool {
     entry.is_some_and(|entry| {
-        overlapping(entry.versions(), interval).any(|index| entry.value(index) != value)
+        entry
+            .overlapping(interval)
+            .any(|index| entry.value(index) != value)
     })
 }
 
@@ -129,8 +133,8 @@ impl Store {
             .is_open()
             .then(|| normalized(request.tags).into_boxed_slice());
         let evicted = self.reserve(key, value, tags.as_deref().unwrap_or_default())?;
-        let version = Version::new(value, interval, self.tick(), tags);
-        let outcome = self.place(key, found.filter(|_| !evicted), version);
+        let version = Version::bare(interval, self.tick(), tags);
+        let outcome = self.place(key, found.filter(|_| !evicted), version, value);
         self.maybe_compact_stale();
         Ok(outcome)
     }
@@ -305,64 +309,100 @@ impl Store {
         position.and_then(|p| self.keys.item_at(p))
     }
 
-    /// Inserts or merges the version (no contradiction exists) into `key`'s entry: at `found`
-    /// when that position is still known to be the entry's, else found (or created) by one
-    /// probe. The rest works on the entry at that position.
-    fn place(&mut self, key: &[u8], found: Option<usize>, version: Version) -> InsertOutcome {
-        let position = found.unwrap_or_else(|| self.entry_position(key));
+    /// Inserts or merges the version holding `value` (no contradiction exists) into `key`'s
+    /// entry: at `found` when that position is still known to be the entry's, else found by
+    /// one probe, which makes a new key's entry with the version in it. The rest works on the
+    /// entry at that position.
+    fn place(
+        &mut self,
+        key: &[u8],
+        found: Option<usize>,
+        version: Version,
+        value: &[u8],
+    ) -> InsertOutcome {
+        let interval = version.interval;
+        let (position, version) = match found {
+            Some(position) => (position, version),
+            None => match self.entry_position(key, version, value) {
+                (position, Some(version)) => (position, version),
+                (position, None) => {
+                    self.stats.inserts += 1;
+                    self.account_version(position, 0, value.len());
+                    return InsertOutcome::Inserted(interval);
+                }
+            },
+        };
         debug_assert_eq!(self.keys.position(key), Some(position), "a moved entry");
-        let range = self.entry_at(Some(position)).map_or(0..0, |entry| {
-            overlapping(entry.versions(), &version.interval)
-        });
+        let range = self
+            .entry_at(Some(position))
+            .map_or(0..0, |entry| entry.overlapping(&interval));
         if range.is_empty() {
             self.stats.inserts += 1;
-            let interval = version.interval;
-            self.add_version(position, range.start, version);
+            if let Some(entry) = self.keys.item_at_mut(position) {
+                entry.insert(range.start, version, value);
+                self.account_version(position, range.start, value.len());
+            }
             InsertOutcome::Inserted(interval)
         } else {
             self.stats.extensions += 1;
-            InsertOutcome::Extended(self.extend(position, range, version))
+            InsertOutcome::Extended(self.extend(position, range, version, value))
         }
     }
 
-    /// Where `key`'s entry is in the key table, creating (and charging) it if absent. Taken
-    /// only after eviction: evicting a key's last version removes its entry, which moves
-    /// another entry into its place.
-    fn entry_position(&mut self, key: &[u8]) -> usize {
-        let (position, added) = self
-            .keys
-            .position_or_insert_with(key, || Entry::new(Key::from(key)));
-        if added {
+    /// Where `key`'s entry is in the key table, and `version` back; or, when the key has none,
+    /// a new entry (charged) holding `version` with `value`, and `None`. Taken only after
+    /// eviction, or for a key that had no entry: evicting a key's last version removes its
+    /// entry, which moves another entry into its place.
+    fn entry_position(
+        &mut self,
+        key: &[u8],
+        version: Version,
+        value: &[u8],
+    ) -> (usize, Option<Version>) {
+        let made = self.keys.position_or_insert_with(key, version, |version| {
+            Entry::with_version(key, version, value)
+        });
+        if made.1.is_none() {
             self.ledger.add_key(key.len());
         }
-        position
+        made
     }
 
-    /// Adds `version` at `index` of the versions of the entry at `position`, with its
-    /// charges, registrations and staleness record.
-    fn add_version(&mut self, position: usize, index: usize, version: Version) {
-        let Some(entry) = self.keys.item_at_mut(position) else {
+    /// Charges and registers the version at `index` of the entry at `position` (just added,
+    /// its value `value_len` bytes) and queues its staleness record.
+    fn account_version(&mut self, position: usize, index: usize, value_len: usize) {
+        let Some(entry) = self.keys.item_at(position) else {
             return;
         };
-        let key = entry.shared_key();
-        let new = (&version, version.detached_value().len());
-        swap_charges(&mut self.ledger, &mut self.index, key, &[], new);
+        let (key, version) = (entry.shared_key(), &entry.versions()[index]);
+        swap_charges(
+            &mut self.ledger,
+            &mut self.index,
+            key,
+            &[],
+            (version, value_len),
+        );
         if let Some(hi) = version.interval.hi() {
             self.stale
                 .push(key, hi, self.history.read().commit_time_from(hi));
         }
-        entry.insert(index, version);
     }
 
     /// Replaces the versions in `range` of the entry at `position` (equal bytes, overlapping
-    /// `new`) by their merge with `new`; returns the merged interval.
-    fn extend(&mut self, position: usize, range: Range<usize>, new: Version) -> ValidityInterval {
+    /// `new`, which holds `value`) by their merge with `new`; returns the merged interval.
+    fn extend(
+        &mut self,
+        position: usize,
+        range: Range<usize>,
+        new: Version,
+        value: &[u8],
+    ) -> ValidityInterval {
         let Some(entry) = self.keys.item_at_mut(position) else {
             return new.interval;
         };
         let start = range.start;
         let merged = merged(&entry.versions()[range.clone()], new);
-        let old = entry.replace(range, merged);
+        let old = entry.replace(range, merged, value);
         let merged = (&entry.versions()[start], entry.value(start).len());
         let key = entry.shared_key();
         swap_charges(&mut self.ledger, &mut self.index, key, &old, merged);

@@ -58,6 +58,19 @@ fn write_prefix(out: &mut Vec<u8>, mut len: usize) {
     out.push(len as u8);
 }
 
+/// `len` as LEB128, as [`write_prefix`] appends it: the bytes, and how many of them are used.
+fn leb128(mut len: usize) -> ([u8; 10], usize) {
+    let mut bytes = [0; 10];
+    let mut used = 0;
+    while len >= 0x80 {
+        bytes[used] = (len & 0x7f) as u8 | 0x80;
+        len >>= 7;
+        used += 1;
+    }
+    bytes[used] = len as u8;
+    (bytes, used + 1)
+}
+
 /// The length a LEB128 prefix at the start of `bytes` encodes, and the prefix's own length.
 fn read_prefix(bytes: &[u8]) -> (usize, usize) {
     let mut len = 0;
@@ -71,16 +84,24 @@ fn read_prefix(bytes: &[u8]) -> (usize, usize) {
     (0, 0)
 }
 
-/// Appends `key`'s length (LEB128), `key` and `value`: the layout a plain item holds after its
-/// stamp, and a versioned entry ([`crate::entry::Entry`]) after its head.
-pub(crate) fn append_key_value(out: &mut Vec<u8>, key: &[u8], value: &[u8]) {
-    out.reserve(prefix_len(key.len()) + key.len() + value.len());
-    write_prefix(out, key.len());
-    out.extend_from_slice(key);
-    out.extend_from_slice(value);
+/// Writes `key`'s length (LEB128), `key` and `value` over `out`, which is exactly
+/// [`key_value_len`] bytes long: the layout a versioned entry ([`crate::entry::Entry`]) holds
+/// after its head (a plain item holds it after its stamp, an expiry flag in the prefix).
+pub(crate) fn put_key_value(out: &mut [u8], key: &[u8], value: &[u8]) {
+    let (prefix, used) = leb128(key.len());
+    let (head, rest) = out.split_at_mut(used);
+    head.copy_from_slice(&prefix[..used]);
+    let (key_bytes, value_bytes) = rest.split_at_mut(key.len());
+    key_bytes.copy_from_slice(key);
+    value_bytes.copy_from_slice(value);
 }
 
-/// The key and the value of bytes [`append_key_value`] wrote.
+/// Bytes [`put_key_value`] writes for `key` and `value`.
+pub(crate) fn key_value_len(key: &[u8], value: &[u8]) -> usize {
+    prefix_len(key.len()) + key.len() + value.len()
+}
+
+/// The key and the value of bytes [`put_key_value`] wrote.
 pub(crate) fn split_key_value(bytes: &[u8]) -> (&[u8], &[u8]) {
     let (key_len, prefix) = read_prefix(bytes);
     bytes[prefix..].split_at(key_len)

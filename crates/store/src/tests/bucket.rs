@@ -17,12 +17,12 @@ fn item(key: &[u8], value: &[u8]) -> PlainItem {
 #[test]
 fn position_or_insert_with_finds_or_adds_without_making_twice() {
     let mut table = Table::default();
-    let (a, added) = table.position_or_insert_with(b"a", || item(b"a", b"1"));
-    assert!(added);
-    let found = table.position_or_insert_with(b"a", || unreachable!("a is present"));
-    assert_eq!(found, (a, false));
-    let (b, added) = table.position_or_insert_with(b"b", || item(b"b", b"2"));
-    assert!(added);
+    let (a, unused) = table.position_or_insert_with(b"a", "1", |v| item(b"a", v.as_bytes()));
+    assert_eq!(unused, None);
+    let found = table.position_or_insert_with(b"a", "3", |_| unreachable!("a is present"));
+    assert_eq!(found, (a, Some("3")));
+    let (b, unused) = table.position_or_insert_with(b"b", "2", |v| item(b"b", v.as_bytes()));
+    assert_eq!(unused, None);
     if let Some(item) = table.item_at_mut(b) {
         item.set_stamp(7);
     }
@@ -39,15 +39,16 @@ fn the_position_returned_holds_the_item_through_growth() {
     let mut table = Table::default();
     for i in 0..5000usize {
         let key = i.to_le_bytes();
-        let (position, added) = table.position_or_insert_with(&key, || item(&key, b""));
-        assert!(added);
+        let (position, unused) = table.position_or_insert_with(&key, (), |()| item(&key, b""));
+        assert!(unused.is_none());
         assert_eq!(table.item_at(position).map(Keyed::key), Some(&key[..]));
     }
     assert!(table.consistent());
     for i in 0..5000usize {
         let key = i.to_le_bytes();
-        let (position, added) = table.position_or_insert_with(&key, || unreachable!("present"));
-        assert!(!added);
+        let (position, unused) =
+            table.position_or_insert_with(&key, (), |()| unreachable!("present"));
+        assert!(unused.is_some());
         assert_eq!(table.position(&key), Some(position));
     }
 }
@@ -56,7 +57,7 @@ fn the_position_returned_holds_the_item_through_growth() {
 fn a_sparse_table_shrinks_and_every_item_stays_reachable() {
     let mut table = Table::default();
     for i in 0..4096usize {
-        table.position_or_insert_with(&i.to_le_bytes(), || item(&i.to_le_bytes(), b""));
+        table.position_or_insert_with(&i.to_le_bytes(), (), |()| item(&i.to_le_bytes(), b""));
     }
     let grown = table.positions();
     for i in 10..4096usize {
@@ -78,7 +79,7 @@ fn an_empty_table_has_no_item_anywhere() {
     let mut table = Table::default();
     assert_eq!(table.occupied_from(3), None);
     assert_eq!(table.position(b"a"), None);
-    table.position_or_insert_with(b"a", || item(b"a", b""));
+    table.position_or_insert_with(b"a", (), |()| item(b"a", b""));
     assert!(table.remove(b"a").is_some());
     assert_eq!((table.occupied_from(0), table.len()), (None, 0));
     assert!(table.get(b"a").is_none() && table.remove(b"a").is_none());
@@ -123,8 +124,9 @@ fn apply(table: &mut Table, model: &mut HashMap<Vec<u8>, (Vec<u8>, u32)>, op: Op
     match op {
         Op::FindOrInsert(k, value, stamp) => {
             let key = small_key(k);
-            let (position, added) = table.position_or_insert_with(&key, || item(&key, &value));
-            assert_eq!(added, !model.contains_key(&key));
+            let (position, unused) =
+                table.position_or_insert_with(&key, (), |()| item(&key, &value));
+            assert_eq!(unused.is_none(), !model.contains_key(&key));
             let entry = model.entry(key.clone()).or_insert((value, 0));
             let found = table.item_at_mut(position).expect("in its bucket");
             assert_eq!((found.key(), found.value()), (&key[..], &entry.0[..]));
