@@ -26,7 +26,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,7 +49,7 @@ from _report import REPO, RESULTS_DIR, log, machine_note, result_name, table, wr
 
 import txcache
 from txcache import metrics
-from txcache.stack import ServerProcess, Stack, answers_http, free_port
+from txcache.stack import ServerProcess, Stack, answers_http, free_port, free_ports
 
 sys.path.insert(0, str(REPO / "dashboards"))
 import promql  # dashboards/ is no package: its reader is loaded from there (mypy: mypy_path)
@@ -367,21 +366,6 @@ def measure(args: argparse.Namespace, binary: str, directory: Path) -> dict[str,
         "prometheus": version,
         "note": note,
     }
-
-
-def free_ports(count: int) -> int:
-    """The first of ``count`` consecutive ports that were free a moment ago (node ``i``'s
-    metrics on ``base + i``, the agent's after them)."""
-    for _ in range(50):
-        base = free_port()
-        try:
-            for port in range(base + 1, base + count):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise SystemExit(f"no {count} consecutive free ports")
 
 
 # -- the report ----------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import redis
 from redis.exceptions import NoPermissionError
 
 from txcache.cli.up import format_settings
-from txcache.stack import NodeProcess, free_port, wait_until
+from txcache.stack import NodeProcess, free_port, free_ports, wait_until
 
 SETTING_NAMES = ["TXCACHE_DSN", "TXCACHE_NODES", "TXCACHE_AGENT"]
 PASSWORD = "up-test-password"
@@ -313,7 +313,7 @@ def logged_pid(up: Up, part: str) -> int:
 
 
 def test_a_part_that_dies_is_restarted_on_its_port_and_the_data_is_kept(tmp_path: Path) -> None:
-    metrics = free_port()  # and the one after it, for the agent
+    metrics = free_ports(2)  # the node's, and the one after it for the agent's
     up = Up(tmp_path, "--nodes", "1", "--max-memory", "16mb", "--metrics-port", str(metrics))
     settings = up.wait_ready()
     node, agent = settings["TXCACHE_NODES"], settings["TXCACHE_AGENT"]

@@ -6,7 +6,6 @@ labels a real stack exports — scraped from the nodes', the agent's and the lib
 from __future__ import annotations
 
 import re
-import socket
 import sys
 import urllib.request
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ import txcache
 from library_fixtures import LibraryStack
 from postgres_fixtures import fresh_database
 from txcache import metrics
-from txcache.stack import EmbeddedPostgres, free_port, wait_until
+from txcache.stack import EmbeddedPostgres, free_ports, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dashboards"))
 import promql  # dashboards/ is no package: its reader is loaded from there (mypy: mypy_path)
@@ -180,20 +179,6 @@ def parse(text: str) -> Scrape:
 def scrape(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as response:
         return str(response.read().decode())
-
-
-def free_ports(count: int) -> int:
-    """The first of ``count`` consecutive ports that were free a moment ago."""
-    for _ in range(50):
-        base = free_port()
-        try:
-            for port in range(base + 1, base + count):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise AssertionError(f"no {count} consecutive free ports")
 
 
 @txcache.cacheable

@@ -85,7 +85,7 @@ def test_function_stats_are_listed(lib: LibraryStack) -> None:
     with lib.cache.read_only(staleness=60):
         item_price(4)
         item_price(4)
-    [stats] = [s for s in txcache.function_stats() if s.name.endswith(".item_price")]
+    [stats] = [s for s in txcache.function_stats() if s.name == item_price.keys.name]
     assert stats is item_price.stats
     assert stats.hits >= 1
     assert stats.as_dict()["hit_rate"] == stats.hit_rate
@@ -116,7 +116,8 @@ def test_the_launchers_are_in_txcache_stack_and_nowhere_else() -> None:
         *("EmbeddedPostgres", "PostgresStartError", "find_postgres_bin", "postgres_uri"),
         *("NodeProcess", "NodeStartError", "find_txcached", "AgentProcess"),
         *("ServerProcess", "answers_http", "ProcessStartError", "find_binary"),
-        *("free_port", "wait_until", "WaitTimeout", "tail", "wal_position", "parse_lsn"),
+        *("free_port", "free_ports", "wait_until", "WaitTimeout", "tail"),
+        *("wal_position", "parse_lsn"),
     }
     for name in txcache.stack.__all__:
         assert getattr(txcache.stack, name) is not None

@@ -67,6 +67,23 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> int:
+    """The first of ``count`` consecutive TCP ports of ``host`` that were free a moment ago
+    (for ``--port-base``-style options: node ``i`` on ``base + i``)."""
+    for _ in range(50):
+        base = free_port(host)
+        if base + count > 65536:
+            continue
+        try:
+            for port in range(base + 1, base + count):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                    probe.bind((host, port))
+        except OSError:
+            continue
+        return base
+    raise OSError(f"no {count} consecutive free ports on {host}")
+
+
 def wait_until(
     condition: Callable[[], T | None],
     what: str,

@@ -21,10 +21,10 @@ the demos, the tests and the benchmarks start their processes with::
   :func:`find_binary` says which ``txcached`` or ``txcache-agent`` they run
   (``$TXCACHED_BIN``, ``$TXCACHE_AGENT_BIN``; a checkout's build; the wheel's, beside the
   installed package; ``PATH``).
-- The helpers they share: :func:`free_port`, :func:`wait_until` (the one polling loop,
-  raising :class:`WaitTimeout` with a log), :func:`tail` (the end of a log, as errors quote
-  it), :func:`wal_position` and :func:`parse_lsn` (LSNs as the integers txcache's
-  timestamps are).
+- The helpers they share: :func:`free_port` and :func:`free_ports` (a run of them),
+  :func:`wait_until` (the one polling loop, raising :class:`WaitTimeout` with a log),
+  :func:`tail` (the end of a log, as errors quote it), :func:`wal_position` and
+  :func:`parse_lsn` (LSNs as the integers txcache's timestamps are).
 
 A launcher that fails to start raises :class:`ProcessStartError` (``NodeStartError`` is the
 same class) or :class:`PostgresStartError`, with the child's log in the message.
@@ -41,6 +41,7 @@ from txcache._process import (
     answers_http,
     find_binary,
     free_port,
+    free_ports,
     tail,
     wait_until,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "find_postgres_bin",
     "find_txcached",
     "free_port",
+    "free_ports",
     "parse_lsn",
     "postgres_uri",
     "tail",
