@@ -65,6 +65,22 @@ def test_render_shows_each_function_with_help_and_type(lib: LibraryStack) -> Non
     assert value(text, f'txcache_function_misses_total{{function="{name}",kind="compulsory"}}')
 
 
+def test_every_miss_kind_and_insert_outcome_is_exported_before_it_happens(
+    lib: LibraryStack,
+) -> None:
+    """Prometheus counts no increase into a series' first sample: a kind that appeared only
+    at its first miss would lose that scrape interval (an outage's first misses, say)."""
+    exercise(lib)
+    text = metrics.render()
+    name = label.stats.name
+    for kind in metrics.MISS_KINDS_EXPORTED:
+        sample = f'txcache_function_misses_total{{function="{name}",kind="{kind}"}}'
+        assert value(text, sample) == label.stats.misses.get(kind, 0)
+    for outcome in metrics.INSERT_OUTCOMES_EXPORTED:
+        sample = f'txcache_function_inserts_total{{function="{name}",outcome="{outcome}"}}'
+        assert value(text, sample) == label.stats.inserts.get(outcome, 0)
+
+
 def test_the_prometheus_client_collector_reports_the_same(lib: LibraryStack) -> None:
     exercise(lib)
     registry = prometheus_client.CollectorRegistry()

@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from txcache._cacheable_base import function_stats
+from txcache._protocol import MISS_KINDS
 from txcache._stats import FunctionStats, OperationLatency, ViewStats, all_view_stats
 
 __all__ = ["METRICS", "Collector", "Metric", "MetricsServer", "Sources", "render", "serve"]
@@ -56,15 +57,26 @@ def _per_function(value: Callable[[FunctionStats], float]) -> Callable[[Sources]
     return samples
 
 
+MISS_KINDS_EXPORTED = (*MISS_KINDS, "unavailable", "foreign", "error")
+"""Every kind of miss a call records: the node's, and the library's own (no node up, a value
+another secret signed, a node that refused the lookup)."""
+INSERT_OUTCOMES_EXPORTED = ("inserted", "extended", "nondeterministic", "empty", "failed")
+"""Every outcome of storing a result: ``TXSET``'s, and ``failed`` (no node took it)."""
+
+
 def _per_function_by(
-    label: str, counts: Callable[[FunctionStats], dict[str, int]]
+    label: str, known: tuple[str, ...], counts: Callable[[FunctionStats], dict[str, int]]
 ) -> Callable[[Sources], list[Sample]]:
+    """Per function and ``label``: every ``known`` value from the start (at 0 until it first
+    happens: Prometheus counts no increase into a series' first sample) and any other seen."""
+
     def samples(sources: Sources) -> list[Sample]:
-        return [
-            ({"function": s.name, label: key}, float(count))
-            for s in sources.functions
-            for key, count in sorted(counts(s).items())
-        ]
+        found = []
+        for s in sources.functions:
+            seen = counts(s)
+            for key in sorted({*known, *seen}):
+                found.append(({"function": s.name, label: key}, float(seen.get(key, 0))))
+        return found
 
     return samples
 
@@ -95,7 +107,7 @@ METRICS: tuple[Metric, ...] = (
         "txcache_function_misses",
         "counter",
         "Calls that missed and ran, by kind of miss.",
-        _per_function_by("kind", lambda s: dict(s.misses)),
+        _per_function_by("kind", MISS_KINDS_EXPORTED, lambda s: dict(s.misses)),
     ),
     Metric(
         "txcache_function_uncached",
@@ -113,7 +125,7 @@ METRICS: tuple[Metric, ...] = (
         "txcache_function_inserts",
         "counter",
         "Results stored, by outcome.",
-        _per_function_by("outcome", lambda s: dict(s.inserts)),
+        _per_function_by("outcome", INSERT_OUTCOMES_EXPORTED, lambda s: dict(s.inserts)),
     ),
     Metric(
         "txcache_function_hit_seconds",
