@@ -11,11 +11,9 @@ slow one installs the wheel built from this checkout with pip into a fresh virtu
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -26,9 +24,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from test_wheel import APP, Machine, user_environment, wheel  # noqa: F401 (a fixture)
+from test_wheel import Machine, run_app, txcache_up, user_environment, wheel  # noqa: F401 (a fixture)
 from txcache._postgres import SYSTEM_USER, EmbeddedPostgres, PostgresStartError, find_postgres_bin
-from txcache._process import wait_until
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="only root runs the server as another user"
@@ -194,52 +191,14 @@ def test_txcache_up_from_a_private_virtualenv_runs_serves_and_stops(
     private_machine: Machine,
 ) -> None:
     machine, cache = private_machine, Path(private_machine.env["TXCACHE_PG_CACHE"])
-    env_file, log = machine.home / "txcache.env", machine.home / "up.log"
-    with open(log, "w") as stderr:
-        up = subprocess.Popen(
-            ["txcache", "up", "--nodes", "1", "--max-memory", "16mb", "--env-file", env_file],
-            cwd=machine.home,
-            env=machine.env,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-    try:
-        wait_until(
-            lambda: env_file.exists() or up.poll() is not None,
-            "txcache up to start the stack",
-            timeout=120,
-            log=log.read_text,
-        )
-        assert up.poll() is None, f"txcache up exited:\n{log.read_text()}"
+    with txcache_up(machine, "16mb") as (log, settings):
         postmaster = Path(f"/proc/{postmaster_of(log.read_text())}")
         assert (postmaster / "exe").resolve().is_relative_to(cache), log.read_text()
         assert postmaster.stat().st_uid != 0  # txcache_pg's
         assert f"PostgreSQL runs from {cache}/pg-" in log.read_text()
-
-        settings = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
-        (machine.home / "app.py").write_text(APP)
-        app = subprocess.run(
-            [machine.venv / "bin" / "python", "app.py"],
-            cwd=machine.home,
-            env={**machine.env, **settings},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert app.returncode == 0, app.stderr
-        report = json.loads(app.stdout)
+        report = run_app(machine, settings)
         assert report["results"] == [[2, "two"], [2, "two"]]
         assert (report["hits"], report["misses"]) == (1, 1)
-    finally:
-        up.send_signal(signal.SIGTERM)
-        try:
-            status = up.wait(60)
-        except subprocess.TimeoutExpired:
-            up.kill()
-            status = up.wait()
-    assert status == 0, log.read_text()
-    assert "PostgreSQL stopped" in log.read_text()
     assert "Traceback" not in log.read_text()
 
 

@@ -20,8 +20,10 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,11 +159,28 @@ def test_the_installed_wheel_runs_a_stack_and_caches(machine: Machine) -> None:
     for name in ("txcache", *BINARIES):
         found = shutil.which(name, path=machine.env["PATH"])
         assert found == str(machine.venv / "bin" / name)
-    env_file = machine.home / "txcache.env"
-    log = machine.home / "up.log"
+    with txcache_up(machine, "32mb") as (log, settings):
+        for name in BINARIES:  # the node and the agent run the wheel's binaries
+            pid = re.search(rf"\({name}\) listening on \S+ \(pid (\d+)", log.read_text())
+            assert pid, log.read_text()
+            assert Path(f"/proc/{pid[1]}/exe").resolve() == (machine.venv / "bin" / name).resolve()
+        report = run_app(machine, settings)
+        assert Path(report["module"]).is_relative_to(machine.venv)
+        assert report["results"] == [[2, "two"], [2, "two"]]
+        assert report["runs"] == [2], "the second call should have been a hit"
+        assert (report["hits"], report["misses"]) == (1, 1)
+    assert not (machine.home / "txcache.env").exists()
+
+
+@contextmanager
+def txcache_up(machine: Machine, max_memory: str) -> Iterator[tuple[Path, dict[str, str]]]:
+    """``txcache up`` (one node) run by the user of ``machine``, once it printed its
+    settings: its log and the settings. Afterwards it was stopped with SIGTERM, exited 0
+    and stopped PostgreSQL."""
+    env_file, log = machine.home / "txcache.env", machine.home / "up.log"
     with open(log, "w") as stderr:
         up = subprocess.Popen(
-            ["txcache", "up", "--nodes", "1", "--max-memory", "32mb", "--env-file", env_file],
+            ["txcache", "up", "--nodes", "1", "--max-memory", max_memory, "--env-file", env_file],
             cwd=machine.home,
             env=machine.env,
             stdout=subprocess.DEVNULL,
@@ -175,29 +194,7 @@ def test_the_installed_wheel_runs_a_stack_and_caches(machine: Machine) -> None:
             log=log.read_text,
         )
         assert up.poll() is None, f"txcache up exited:\n{log.read_text()}"
-        settings = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
-        for name in BINARIES:  # the node and the agent run the wheel's binaries
-            pid = re.search(rf"\({name}\) listening on \S+ \(pid (\d+)", log.read_text())
-            assert pid, log.read_text()
-            assert Path(f"/proc/{pid[1]}/exe").resolve() == (machine.venv / "bin" / name).resolve()
-
-        (machine.home / "app.py").write_text(APP)
-        app = subprocess.run(
-            ["python", "app.py"],
-            cwd=machine.home,
-            env={**machine.env, **settings},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert app.returncode == 0, app.stderr
-        report = json.loads(app.stdout)
-        assert Path(report["module"]).is_relative_to(machine.venv)
-        assert report["results"] == [[2, "two"], [2, "two"]]
-        assert report["runs"] == [2], "the second call should have been a hit"
-        assert (report["hits"], report["misses"]) == (1, 1)
-
+        yield log, dict(line.split("=", 1) for line in env_file.read_text().splitlines())
     finally:
         up.send_signal(signal.SIGTERM)  # stops the agent, the node, then PostgreSQL
         try:
@@ -207,4 +204,20 @@ def test_the_installed_wheel_runs_a_stack_and_caches(machine: Machine) -> None:
             status = up.wait()
     assert status == 0, log.read_text()
     assert "PostgreSQL stopped" in log.read_text()
-    assert not env_file.exists()
+
+
+def run_app(machine: Machine, settings: dict[str, str]) -> dict[str, Any]:
+    """:data:`APP` run with the virtualenv's Python and the stack's ``settings``: its report."""
+    (machine.home / "app.py").write_text(APP)
+    app = subprocess.run(
+        [machine.venv / "bin" / "python", "app.py"],
+        cwd=machine.home,
+        env={**machine.env, **settings},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert app.returncode == 0, app.stderr
+    report: dict[str, Any] = json.loads(app.stdout)
+    return report
