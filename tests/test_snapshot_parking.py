@@ -181,6 +181,14 @@ def test_the_lot_keeps_young_transactions_and_gives_back_the_rest() -> None:
     assert len(lot) == 0
 
 
+def test_a_transaction_parked_late_but_begun_early_does_not_hide_a_young_one() -> None:
+    lot: ParkingLot[str] = ParkingLot(hold=1.0, limit=4)
+    young, early = parked("young", 8, began=0.5), parked("early", 8, began=0.0)
+    assert lot.park(young, now=0.6) is None
+    assert lot.park(early, now=0.7) is None, "finished last, began first"
+    assert lot.take(young.pin, CONTEXT, now=1.2) is young
+
+
 def test_the_lot_never_gives_a_transaction_past_its_hold_or_of_another_context() -> None:
     lot: ParkingLot[str] = ParkingLot(hold=1.0, limit=4)
     one = parked("one", 7, 0.0)

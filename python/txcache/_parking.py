@@ -92,7 +92,7 @@ class ParkingLot(Generic[C]):
             for parked in reversed(self._parked):
                 if same_commit_point(parked.pin, pin) and parked.context == context:
                     if not self.young(parked.began, now):
-                        break
+                        continue  # parked in finishing order, not beginning order
                     self._parked.remove(parked)
                     self.reused += 1
                     return parked
