@@ -17,6 +17,7 @@ from typing import Any
 __all__ = [
     "PLACEMENT_HELP",
     "ForeignCpu",
+    "children_of",
     "context_switches",
     "cpu_by_child",
     "cpu_seconds",
@@ -146,6 +147,11 @@ PLACEMENT_HELP = (
 )
 
 
+def children_of(parent: int) -> list[int]:
+    """The live children of process ``parent``."""
+    return [pid for pid, (ppid, _, _) in _processes().items() if ppid == parent]
+
+
 def postmaster_pid(server: Any) -> int:
     """The server's postmaster, from the first line of its ``postmaster.pid``."""
     return int((server.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
@@ -177,8 +183,7 @@ def place_database_apart(server: Any) -> None:
         raise SystemExit("--placement split needs at least 2 CPUs")
     database, rest = {0}, set(range(1, cpus))
     postmaster = postmaster_pid(server)
-    children = [pid for pid, (parent, _, _) in _processes().items() if parent == postmaster]
-    for pid in [postmaster, *children]:
+    for pid in [postmaster, *children_of(postmaster)]:
         with suppress(ProcessLookupError):  # an auxiliary process that exited meanwhile
             os.sched_setaffinity(pid, database)
     os.sched_setaffinity(0, rest)

@@ -29,115 +29,29 @@ The issue's goals: a miss's database CPU <= 1.0x plain (stretch 0.5x), a bare qu
 from __future__ import annotations
 
 import argparse
-import itertools
 import statistics
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from _common import STORAGE_HELP, bench_stack, create_database, database_note, execute, postgres
-from _cpu import ForeignCpu, postmaster_pid
-from _report import (
-    RESULTS_DIR,
-    log,
-    machine_note,
-    percentile,
-    ratio,
-    result_name,
-    save_plot,
-    table,
-    write_report,
+from _common import STORAGE_HELP
+from _cpu import ForeignCpu
+from _one_row import (
+    HOT,
+    Bench,
+    Series,
+    bare_transaction,
+    cached_transaction,
+    database_run_seconds,
+    get_row,
+    idle_background,
+    one_row_bench,
+    plain_transaction,
 )
+from _report import RESULTS_DIR, log, percentile, ratio, result_name, save_plot, table, write_report
 
-import txcache
-from txcache.stack import Stack
-
-QUERY = "SELECT id, name, price FROM rows WHERE id = %s"
-SCHEMA = (
-    "CREATE TABLE rows (id integer PRIMARY KEY, name text NOT NULL, price integer NOT NULL)",
-    "INSERT INTO rows SELECT i, 'row ' || i, i % 1000 FROM generate_series(1, {rows}) i",
-    "VACUUM ANALYZE rows",
-    "CREATE EXTENSION pg_stat_statements",
-)
-SERVER = {
-    "shared_preload_libraries": "pg_stat_statements",
-    "pg_stat_statements.track_planning": "on",
-}
 MODES = ("plain", "bare", "miss", "hit")
-HOT = 100
-"""The ids the *hit* mode cycles through (cached before the rounds)."""
-
-
-@txcache.cacheable
-def get_row(row_id: int) -> tuple[Any, ...] | None:
-    """One row of ``rows``, as a tuple."""
-    return txcache.query_one(QUERY, (row_id,))
-
-
-def database_run_seconds(server: Any) -> float:
-    """Run time so far of the postmaster and every process under it, from ``schedstat``
-    (nanoseconds, where ``stat``'s CPU times count 10 ms ticks)."""
-    postmaster = postmaster_pid(server)
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if postmaster in (int(entry.name), parent):
-                total += int((entry / "schedstat").read_text().split()[0])
-        except (OSError, IndexError, ValueError):  # exited meanwhile
-            continue
-    return total / 1e9
-
-
-@dataclass
-class Bench:
-    """The server, the stack on it, a connected cache and a plain connection."""
-
-    server: Any
-    stack: Stack
-    cache: txcache.Cache
-    plain: psycopg.Connection[Any]
-    note: dict[str, Any]
-    background: float = 0.0
-    """Database run time per second with the stack idle."""
-    fresh_ids: Iterator[int] = field(default_factory=lambda: itertools.count(HOT + 1))
-
-
-@dataclass
-class Series:
-    """One mode's samples over every round."""
-
-    latencies: list[float] = field(default_factory=list)
-    database_seconds: float = 0.0
-    transactions: int = 0
-
-    def cpu_per_transaction(self) -> float:
-        """Database seconds per transaction."""
-        return self.database_seconds / max(1, self.transactions)
-
-
-def plain_transaction(bench: Bench, row_id: int) -> None:
-    """The read the application would make without txcache."""
-    with bench.plain.transaction():
-        bench.plain.execute(QUERY, (row_id,)).fetchone()
-
-
-def bare_transaction(bench: Bench, row_id: int) -> None:
-    """The same query in a txcache read-only transaction, not cached."""
-    with bench.cache.read_only():
-        txcache.query_one(QUERY, (row_id,))
-
-
-def cached_transaction(bench: Bench, row_id: int) -> None:
-    """The same row through the cacheable function."""
-    with bench.cache.read_only():
-        get_row(row_id)
 
 
 def run_mode(bench: Bench, mode: str, count: int, series: Series) -> None:
@@ -161,13 +75,6 @@ def run_mode(bench: Bench, mode: str, count: int, series: Series) -> None:
     series.transactions += count
 
 
-def idle_background(bench: Bench, seconds: float) -> float:
-    """The database's run time per second while nothing but the stack itself runs."""
-    before, t0 = database_run_seconds(bench.server), time.perf_counter()
-    time.sleep(seconds)  # a measurement of idleness, not a wait for an event
-    return (database_run_seconds(bench.server) - before) / (time.perf_counter() - t0)
-
-
 def statement_split(bench: Bench, mode: str, count: int) -> list[dict[str, Any]]:
     """The statements the database ran for ``count`` transactions of ``mode``, by
     ``pg_stat_statements``: those run at least once per two transactions."""
@@ -185,23 +92,6 @@ def statement_split(bench: Bench, mode: str, count: int) -> list[dict[str, Any]]
         {"statement": " ".join(query.split()), "calls": calls / count, "us": ms * 1000 / count}
         for query, calls, ms in rows
     ]
-
-
-@contextmanager
-def miss_bench(args: argparse.Namespace) -> Iterator[Bench]:
-    """PostgreSQL with ``rows`` and pg_stat_statements, one node, the agent, a cache."""
-    with postgres(args.storage, SERVER) as server:
-        dsn = create_database(server, "bench")
-        execute(dsn, *(statement.format(rows=args.rows) for statement in SCHEMA))
-        with bench_stack(dsn, max_memory="256mb") as stack:
-            note = machine_note(database_note(dsn, args.storage))
-            stack.caught_up()
-            cache = stack.connect()
-            try:
-                with psycopg.connect(dsn) as plain:
-                    yield Bench(server, stack, cache, plain, note)
-            finally:
-                cache.close()
 
 
 def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
@@ -296,7 +186,7 @@ def plot(results: dict[str, Any], path: Path) -> bool:
 
 def run(args: argparse.Namespace) -> None:
     """Start the stack, measure, write the report and the plot."""
-    with miss_bench(args) as bench:
+    with one_row_bench(args) as bench:
         results = measure(bench, args)
         results["background"] = bench.background
     name = result_name("miss_cost", args.quick, args.storage)

@@ -15,6 +15,10 @@ all on the same machine), which says where the bottleneck is. The modes run in o
 database; the cache keeps its contents between the two cached modes, but ``no_consistency``
 values live in their own key space, so each cached mode starts cold.
 
+With ``--database-cpu CORES`` every PostgreSQL process runs in a cgroup limited to that
+many CPUs (after the load), so that the database is the bottleneck as in the paper's
+topology; the report then says how often the quota held it back in each mode.
+
 This is one client count, not a peak search (raising the clients until throughput stops
 rising is the experiments' job).
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import psycopg
@@ -36,6 +41,7 @@ from _common import (
     postgres,
 )
 from _cpu import ForeignCpu, cpu_by_child
+from _cpu_quota import DatabaseCpuQuota
 from _report import fmt, log, machine_note, result_name, write_report
 
 from rubis import emulator, generate
@@ -55,7 +61,13 @@ def component_cpu() -> dict[str, float]:
     return {component: by_role.get(component, 0.0) for component in COMPONENTS}
 
 
-def run_mode(mode: str, args: argparse.Namespace, env: dict[str, str], node: str) -> dict[str, Any]:
+def run_mode(
+    mode: str,
+    args: argparse.Namespace,
+    env: dict[str, str],
+    node: str,
+    quota: DatabaseCpuQuota | None,
+) -> dict[str, Any]:
     """Start the application in ``mode`` on the stack of ``env`` whose node is at ``node``
     (``host:port``), warm up, measure; the row of the report."""
     users = generate.PRESETS[args.preset].users
@@ -66,10 +78,13 @@ def run_mode(mode: str, args: argparse.Namespace, env: dict[str, str], node: str
         common = {"clients": args.clients, "users": users, "peak": True}
         emulator.run(server.url, duration=args.warmup, seed=args.seed + 1000, **common)
         counts, cpu, foreign = node_counts(node), component_cpu(), ForeignCpu()
+        throttled = quota.throttling() if quota else None
         log(f"{mode}: measuring {args.duration} s")
         report = emulator.run(server.url, duration=args.duration, seed=args.seed, **common)
         after, cpu_after = node_counts(node), component_cpu()
         other = foreign.seconds()
+        if quota and throttled:
+            throttled = quota.throttling() - throttled
     delta = {key: after[key] - counts[key] for key in after}
     lookups = sum(delta.values())
     row = report.as_dict()
@@ -79,6 +94,7 @@ def run_mode(mode: str, args: argparse.Namespace, env: dict[str, str], node: str
         "hit_rate": delta["hits"] / lookups if lookups else float("nan"),
         "cpu_s": {k: round(cpu_after[k] - cpu[k], 2) for k in COMPONENTS},
         "other_work_cpu_s": round(other, 2),
+        "database_throttled": throttled.as_dict() if throttled else None,
     }
     log(f"{mode}: {row['throughput']} req/s, hit rate {fmt(row['hit_rate'] * 100, 1)} %")
     return row
@@ -118,6 +134,7 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load_s: float
     for row in rows:
         cpu = " | ".join(fmt(row["cpu_s"][c], 1) for c in COMPONENTS)
         lines.append(f"| {row['mode']} | {cpu} | {fmt(row['other_work_cpu_s'], 1)} |")
+    lines += quota_lines(rows, args)
     if {"bypass", "consistent", "no_consistency"} <= set(by_mode):
         base = by_mode["bypass"]["throughput"]
         cached = by_mode["consistent"]["throughput"]
@@ -129,6 +146,35 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load_s: float
             f"- no_consistency vs consistent: {fmt((loose / cached - 1) * 100, 1)} % (the "
             "paper: only slightly faster; our goal: under 5 %)",
         ]
+    return lines
+
+
+def quota_for(args: argparse.Namespace) -> AbstractContextManager[DatabaseCpuQuota | None]:
+    """The database's CPU quota if ``--database-cpu`` asks for one."""
+    if args.database_cpu is None:
+        return nullcontext()
+    return DatabaseCpuQuota(args.database_cpu)
+
+
+def quota_lines(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
+    """What the database's CPU quota did in each mode (nothing without one)."""
+    if args.database_cpu is None:
+        return []
+    lines = [
+        "",
+        f"PostgreSQL was limited to {args.database_cpu} CPUs (cgroup cpu controller, every "
+        "postgres process); how often the quota held it back in the measured window:",
+        "",
+        "| mode | database CPU per request | periods throttled | time throttled |",
+        "|---|---:|---:|---:|",
+    ]
+    for row in rows:
+        throttled, requests = row["database_throttled"], max(1, row["requests"])
+        per_request = row["cpu_s"]["database"] / requests * 1e3
+        lines.append(
+            f"| {row['mode']} | {fmt(per_request, 2)} ms | {throttled['throttled']} of "
+            f"{throttled['periods']} | {fmt(throttled['s'], 1)} s |"
+        )
     return lines
 
 
@@ -149,6 +195,12 @@ def main() -> None:
         "--no-read-your-writes", action="store_true", help="RUBIS_READ_YOUR_WRITES=0"
     )
     parser.add_argument("--storage", choices=("disk", "tmpfs"), default="disk", help=STORAGE_HELP)
+    parser.add_argument(
+        "--database-cpu",
+        type=float,
+        metavar="CORES",
+        help="limit PostgreSQL to this many CPUs (a cgroup CPU quota; needs root)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny, 3 s warm-up, 8 s measured")
     args = parser.parse_args()
     if args.quick:
@@ -161,11 +213,18 @@ def main() -> None:
         load_s = time.monotonic() - started
         log(f"loaded {args.preset} in {load_s:.1f} s")
         note = machine_note(database_note(dsn, args.storage))
-        with bench_stack(dsn, max_memory=args.node_memory) as stack:
+        with bench_stack(dsn, max_memory=args.node_memory) as stack, quota_for(args) as quota:
+            if quota:
+                log(
+                    f"PostgreSQL limited to {args.database_cpu} CPUs: {quota.confine(server)} "
+                    "processes in its cgroup"
+                )
             env = stack.settings()
             node = stack.node_addresses[0]
-            rows = [run_mode(mode, args, env, node) for mode in args.modes.split(",")]
+            rows = [run_mode(mode, args, env, node, quota) for mode in args.modes.split(",")]
     extra = ["no-ryw"] if args.no_read_your_writes else []
+    if args.database_cpu is not None:
+        extra.append(f"db-cpu-{args.database_cpu:g}")
     name = result_name("rubis_throughput", args.quick, args.storage, *extra)
     title = "RUBiS throughput: no cache, txcache, no_consistency"
     raw = {"settings": vars(args), "load_s": load_s, "rows": rows}

@@ -1,0 +1,129 @@
+"""The one-row read both ``miss_cost.py`` and ``break_even.py`` measure: a table of rows
+read by primary key, the stack on a server with ``pg_stat_statements``, the transaction of
+each mode, and the database's run time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from _common import bench_stack, create_database, database_note, execute, postgres
+from _cpu import postmaster_pid
+from _report import machine_note
+
+import txcache
+from txcache.stack import Stack
+
+QUERY = "SELECT id, name, price FROM rows WHERE id = %s"
+SCHEMA = (
+    "CREATE TABLE rows (id integer PRIMARY KEY, name text NOT NULL, price integer NOT NULL)",
+    "INSERT INTO rows SELECT i, 'row ' || i, i % 1000 FROM generate_series(1, {rows}) i",
+    "VACUUM ANALYZE rows",
+    "CREATE EXTENSION pg_stat_statements",
+)
+SERVER = {
+    "shared_preload_libraries": "pg_stat_statements",
+    "pg_stat_statements.track_planning": "on",
+}
+HOT = 100
+"""The ids the *hit* mode cycles through (cached before the rounds)."""
+
+
+@txcache.cacheable
+def get_row(row_id: int) -> tuple[Any, ...] | None:
+    """One row of ``rows``, as a tuple."""
+    return txcache.query_one(QUERY, (row_id,))
+
+
+def database_run_seconds(server: Any) -> float:
+    """Run time so far of the postmaster and every process under it, from ``schedstat``
+    (nanoseconds, where ``stat``'s CPU times count 10 ms ticks)."""
+    postmaster = postmaster_pid(server)
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if postmaster in (int(entry.name), parent):
+                total += int((entry / "schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):  # exited meanwhile
+            continue
+    return total / 1e9
+
+
+@dataclass
+class Bench:
+    """The server, the stack on it, a connected cache and a plain connection."""
+
+    server: Any
+    stack: Stack
+    cache: txcache.Cache
+    plain: psycopg.Connection[Any]
+    note: dict[str, Any]
+    background: float = 0.0
+    """Database run time per second with the stack idle."""
+    fresh_ids: Iterator[int] = field(default_factory=lambda: itertools.count(HOT + 1))
+
+
+@dataclass
+class Series:
+    """One mode's samples over every round."""
+
+    latencies: list[float] = field(default_factory=list)
+    database_seconds: float = 0.0
+    transactions: int = 0
+
+    def cpu_per_transaction(self) -> float:
+        """Database seconds per transaction."""
+        return self.database_seconds / max(1, self.transactions)
+
+
+def plain_transaction(bench: Bench, row_id: int) -> None:
+    """The read the application would make without txcache."""
+    with bench.plain.transaction():
+        bench.plain.execute(QUERY, (row_id,)).fetchone()
+
+
+def bare_transaction(bench: Bench, row_id: int) -> None:
+    """The same query in a txcache read-only transaction, not cached."""
+    with bench.cache.read_only():
+        txcache.query_one(QUERY, (row_id,))
+
+
+def cached_transaction(bench: Bench, row_id: int) -> None:
+    """The same row through the cacheable function."""
+    with bench.cache.read_only():
+        get_row(row_id)
+
+
+def idle_background(bench: Bench, seconds: float) -> float:
+    """The database's run time per second while nothing but the stack itself runs."""
+    before, t0 = database_run_seconds(bench.server), time.perf_counter()
+    time.sleep(seconds)  # a measurement of idleness, not a wait for an event
+    return (database_run_seconds(bench.server) - before) / (time.perf_counter() - t0)
+
+
+@contextmanager
+def one_row_bench(args: argparse.Namespace) -> Iterator[Bench]:
+    """PostgreSQL with ``rows`` and pg_stat_statements, one node, the agent, a cache."""
+    with postgres(args.storage, SERVER) as server:
+        dsn = create_database(server, "bench")
+        execute(dsn, *(statement.format(rows=args.rows) for statement in SCHEMA))
+        with bench_stack(dsn, max_memory="256mb") as stack:
+            note = machine_note(database_note(dsn, args.storage))
+            stack.caught_up()
+            cache = stack.connect()
+            try:
+                with psycopg.connect(dsn) as plain:
+                    yield Bench(server, stack, cache, plain, note)
+            finally:
+                cache.close()
