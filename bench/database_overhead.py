@@ -1,15 +1,19 @@
 """Database overhead of txcache: pgbench TPS stock vs with the agent (the paper: < 7 %).
 
 One server, one pgbench database (scale 10), runs interleaved so that drift cancels:
-``stock, agent(1 s), stock, agent(30 s), stock, agent(180 s), stock`` and, in the next round,
-the agent runs in reverse order. Every run restarts the server first (same start for all).
+``stock, agent(defaults), stock, agent(1 s), stock, agent(30 s), stock`` and, in the next
+round, the agent runs in reverse order. Every run restarts the server first (same start for
+all).
 
 - *stock*: no replication slot, no agent; ``wal_level`` as ``--stock-wal-level`` (default
   ``replica``: PostgreSQL as it would run without txcache).
-- *agent(L)*: ``wal_level=logical``, ``txcache setup`` (slot), a node and ``txcache-agent
-  --max-staleness L --pin-lease 0s`` (pins live L seconds after they stop being current;
-  the agent takes one per second while pgbench commits). The agent consumes the slot and
-  holds its pins (and so the vacuum horizon) the whole run.
+- *agent(defaults)*: ``wal_level=logical``, ``txcache setup`` (slot), a node and
+  ``txcache-agent`` with its default settings: it takes a pin per second while pgbench
+  commits and, nobody reading through txcache, lets each go ``--pin-lease`` (2 s) after
+  it stopped being current.
+- *agent(L)*: the same with ``--max-staleness L --pin-lease L``: pins live L seconds after
+  they stop being current (as if a reader kept using every one), holding the vacuum horizon
+  that long.
 
 - with ``--consumer pg_recvlogical``, *decoding only*: ``wal_level=logical`` and ``txcache
   setup`` (slot, REPLICA IDENTITY FULL), the slot consumed by PostgreSQL's own
@@ -64,6 +68,8 @@ import txcache
 from txcache.stack import wait_until
 
 SMALL_TABLES = "'pgbench_branches'::regclass, 'pgbench_tellers'::regclass"
+DEFAULTS = -1
+"""The ``lifetime`` of a run with the agent at its default settings."""
 
 
 @dataclass
@@ -89,7 +95,7 @@ class Run:
         """'stock', 'agent 30 s' or 'decoding only' (``lifetime`` 0, no agent)."""
         if self.lifetime is None:
             return "stock"
-        return f"agent {self.lifetime} s" if self.lifetime else "decoding only"
+        return lifetime_name(self.lifetime)
 
     @property
     def tps(self) -> float:
@@ -101,6 +107,13 @@ class Run:
         """CPU microseconds the database server used per pgbench transaction."""
         transactions = self.pgbench.transactions if self.pgbench else 0
         return self.database_cpu / transactions * 1e6 if transactions else float("nan")
+
+
+def lifetime_name(lifetime: int) -> str:
+    """What the runs of ``lifetime`` had beside pgbench."""
+    if lifetime == DEFAULTS:
+        return "agent, default settings"
+    return f"agent, pins live {lifetime} s" if lifetime else "decoding only, no agent"
 
 
 def schedule(lifetimes: list[int], rounds: int) -> list[Run]:
@@ -137,7 +150,8 @@ def oldest_xmin_age(dsn: str) -> int:
 def start_agent(stack: ExitStack, dsn: str, run: Run, args: argparse.Namespace) -> dict[str, Any]:
     """Slot (``txcache setup``), node and agent for an agent run; returns what the run
     measures them by."""
-    flags = ("--max-staleness", f"{run.lifetime}s", "--pin-lease", args.pin_lease)
+    held = f"{run.lifetime}s"
+    flags = () if run.lifetime == DEFAULTS else ("--max-staleness", held, "--pin-lease", held)
     txcache_stack = stack.enter_context(bench_stack(dsn, agent_args=flags))
     walsender = int(scalar(dsn, "SELECT pid FROM pg_stat_replication"))
     pids = {"agent": agent_pid(txcache_stack), "node": node_pid(txcache_stack)}
@@ -250,7 +264,7 @@ def summary_rows(runs: list[Run], lifetimes: list[int]) -> list[str]:
     for lifetime in lifetimes:
         agent = [run for run in runs if run.lifetime == lifetime]
         tps = [run.tps for run in agent]
-        name = f"agent, pins live {lifetime} s" if lifetime else "decoding only, no agent"
+        name = lifetime_name(lifetime)
         rows.append(
             f"| {name} | {len(tps)} | {statistics.fmean(tps):.0f} "
             f"| {min(tps):.0f}-{max(tps):.0f} | {mean_and_each(loss[lifetime])} "
@@ -296,8 +310,8 @@ def consumer_note(args: argparse.Namespace) -> str:
             "the slot consumed by `pg_recvlogical` into /dev/null; no agent, node or pins"
         )
     return (
-        "Agent: wal_level=logical, slot, node + agent (`--max-staleness L --pin-lease "
-        f"{args.pin_lease}`, pin every 1 s)"
+        "Agent: wal_level=logical, slot, node + agent (default settings, or `--max-staleness "
+        "L --pin-lease L` for pins living L s; a pin every 1 s)"
     )
 
 
@@ -392,11 +406,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
         "--lifetimes",
-        type=lambda text: [int(n) for n in text.split(",")],
-        default=[1, 30, 180],
-        help="agent --max-staleness values, seconds",
+        type=lambda text: [DEFAULTS if n == "defaults" else int(n) for n in text.split(",")],
+        default=[DEFAULTS, 1, 30],
+        help="how long the agent's pins live, seconds ('defaults': its default settings)",
     )
-    parser.add_argument("--pin-lease", default="0s", help="agent --pin-lease")
     parser.add_argument("--clients", type=int, default=8, help="pgbench -c")
     parser.add_argument("--scale", type=int, default=10, help="pgbench -i -s")
     parser.add_argument("--stock-wal-level", choices=("replica", "logical"), default="replica")

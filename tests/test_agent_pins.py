@@ -23,8 +23,9 @@ from txcache.stack import AgentProcess
 
 LOG = "CREATE TABLE log (id bigserial PRIMARY KEY, writer integer, seq integer)"
 
-PINS = ("--pin-interval", "50ms")
-"""The agent's arguments here: a pin every 50 ms."""
+PINS = ("--pin-interval", "50ms", "--pin-lease", "60s")
+"""The agent's arguments here: a pin every 50 ms, each kept a minute (the tests import pins
+well after taking them; how long pins live is ``test_pin_leases.py``'s)."""
 
 
 def endpoint(agent: AgentProcess | None) -> redis.Redis:

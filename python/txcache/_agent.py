@@ -27,10 +27,10 @@ from typing import Any
 
 from txcache import _protocol as protocol
 from txcache._agent_state import (
-    REFRESH_COMMANDS,
     AgentState,
     answered,
     fresh_pin_result,
+    refresh_commands,
     refresh_result,
 )
 from txcache._pinset import Pin
@@ -123,9 +123,11 @@ class AgentClient(AgentState):
         self,
     ) -> tuple[list[Pin], list[CatalogVersion], Barrier, DatabaseIdentity] | None:
         replies: list[Any] = []
-        for command in REFRESH_COMMANDS:  # one after the other, stopping at a failure
+        used = self.take_used()
+        for command in refresh_commands(used):  # one after the other, stopping at a failure
             replies.append(self.endpoint.run(command))
             if not answered(replies[-1]):
+                self.give_back_used(used)
                 return None
         return refresh_result(replies)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,10 +28,10 @@ from txcache._resp import Command, ReplyError
 from txcache._schema import TagColumns, tag_columns_at
 
 __all__ = [
-    "REFRESH_COMMANDS",
     "AgentState",
     "answered",
     "fresh_pin_result",
+    "refresh_commands",
     "refresh_result",
 ]
 
@@ -59,6 +60,25 @@ class AgentState:
         self.database: DatabaseIdentity | None = None
         """The database the agent's stream decodes, as of the last refresh (``None``
         before the first): only its results are ever invalidated."""
+        self._used: set[int] = set()
+        self._used_lock = threading.Lock()
+
+    def note_used(self, ts: int) -> None:
+        """A transaction ran at the pin at commit point ``ts``: the next refresh renews its
+        lease (the agent lets go of a pin nobody uses, which frees the vacuum horizon)."""
+        with self._used_lock:
+            self._used.add(ts)
+
+    def take_used(self) -> set[int]:
+        """The pins used since the last call, for a refresh to report."""
+        with self._used_lock:
+            used, self._used = self._used, set()
+        return used
+
+    def give_back_used(self, used: set[int]) -> None:
+        """Pins :meth:`take_used` gave to a refresh that failed: the next one reports them."""
+        with self._used_lock:
+            self._used |= used
 
     def pin_set(self, *, staleness: float, not_before: int | None, now: float) -> PinSet:
         """The pin set a transaction begins with: :meth:`pins` and ★, built by slicing the
@@ -159,14 +179,10 @@ def answered(reply: Any) -> bool:
     return reply is not None and not isinstance(reply, ReplyError)
 
 
-REFRESH_COMMANDS: tuple[Command[Any], ...] = (
-    protocol.pins(),
-    protocol.tag_columns(),
-    protocol.barrier(),
-    protocol.database(),
-)
-"""What a refresh asks, in this order: ``TAGCOLUMNS`` after ``PINS``, so that the catalog
-covers every listed pin."""
+def refresh_commands(used: set[int]) -> tuple[Command[Any], ...]:
+    """What a refresh asks, in this order: ``PINS`` (renewing the pins ``used``), then
+    ``TAGCOLUMNS``, so that the catalog covers every listed pin."""
+    return (protocol.pins(used), protocol.tag_columns(), protocol.barrier(), protocol.database())
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ returns the reply as hiredis parses it. Nodes: :func:`txget`, :func:`txset`,
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -260,9 +260,23 @@ def _status_fields(reply: bytes) -> dict[str, int]:
 # -- the agent --------------------------------------------------------------------------------
 
 
-def pins() -> Command[list[Pin]]:
-    """``PINS``: the live pins as the agent lists them (oldest first)."""
-    return Command(("PINS",), _pin_list)
+USED_PINS_BYTES = 4000
+"""Most bytes of ``PINS``'s list of used pins (a request word may not exceed 4096)."""
+
+
+def pins(used: Collection[int] = ()) -> Command[list[Pin]]:
+    """``PINS``: the live pins as the agent lists them (oldest first), renewing the lease of
+    the pins at the commit points ``used`` (the newest first, as many as fit in
+    :data:`USED_PINS_BYTES`)."""
+    if not used:
+        return Command(("PINS",), _pin_list)
+    listed, size = [], 0
+    for ts in sorted(used, reverse=True):
+        size += len(str(ts)) + 1
+        if size > USED_PINS_BYTES:
+            break
+        listed.append(str(ts))
+    return Command(("PINS", ",".join(listed)), _pin_list)
 
 
 def pin() -> Command[Pin]:

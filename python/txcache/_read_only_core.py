@@ -478,6 +478,17 @@ class ReadOnlyCore(Generic[C]):
         self._verified = set(parked.verified)
         self._database_began = parked.began
 
+    def _report_pin_use(self) -> None:
+        """Tell the agent the pin this transaction ran at — its database transaction's, or
+        for one that read only the cache the newest its hits left — so that the agent keeps
+        it while it is of use (:meth:`~txcache._agent_state.AgentState.note_used`)."""
+        agent = self.cache.agent
+        if agent is None:
+            return
+        pin = self.snapshot or (self.pin_set.newest() if self.read_cache else None)
+        if pin is not None:
+            agent.note_used(pin.ts)
+
     def _parkable(self, connection: Any, now: float) -> ParkedSnapshot[Any] | None:
         """The database transaction on ``connection`` as it may be kept for the next
         transaction at its pin: only one that is on a pin, young, in its transaction

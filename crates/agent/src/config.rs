@@ -71,16 +71,17 @@ pub struct Config {
     #[arg(long, env = "TXCACHE_PIN_INTERVAL", default_value = "1s", value_name = "DURATION", value_parser = parse_interval)]
     pub pin_interval: Duration,
 
-    /// The largest staleness limit any library uses; pins live this long after they stop
-    /// being current (plus the lease), e.g. 120s; units ns, us, ms, s, m, h; decimals
-    /// allowed; a bare number is seconds.
+    /// The largest staleness limit any library uses; no pin lives longer than this (plus
+    /// the lease) after it stopped being current, e.g. 120s; units ns, us, ms, s, m, h;
+    /// decimals allowed; a bare number is seconds.
     #[arg(long, env = "TXCACHE_MAX_STALENESS", default_value = "120s", value_name = "DURATION", value_parser = parse_duration)]
     pub max_staleness: Duration,
 
-    /// Extra life of a pin past the staleness limit, for transactions that chose it just in
-    /// time to import it, e.g. 30s; units ns, us, ms, s, m, h; decimals allowed; a bare
-    /// number is seconds.
-    #[arg(long, env = "TXCACHE_PIN_LEASE", default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    /// How long a pin stays importable after it stopped being current, renewed each time a
+    /// library reports a transaction ran at it (each pin holds the primary's vacuum horizon:
+    /// one nobody uses is let go), e.g. 2s; units ns, us, ms, s, m, h; decimals allowed; a
+    /// bare number is seconds.
+    #[arg(long, env = "TXCACHE_PIN_LEASE", default_value = "2s", value_name = "DURATION", value_parser = parse_duration)]
     pub pin_lease: Duration,
 
     /// How often the agent compares roles, role memberships and per-database or per-role

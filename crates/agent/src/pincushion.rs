@@ -4,10 +4,15 @@
 //! statement also writes a fence message, and the pin is certified when the stream decodes
 //! that fence (see `certify.rs`); an unclean snapshot is discarded and another taken.
 //! A new pin is taken every `pin_interval` when something committed since the newest; while
-//! nothing commits, heartbeats move the newest pin's "current as of" time forward. A pin lives
-//! `max_staleness + lease` after it stopped being current. New pins go to a fresh session
-//! every `rotation`, and a session ends when its last pin expires, so no session holds the
-//! vacuum horizon longer than about `rotation + max_staleness + lease`.
+//! nothing commits, heartbeats move the newest pin's "current as of" time forward.
+//!
+//! Every pin holds the primary's vacuum horizon, so a pin lives only while it is of use: the
+//! newest always; an older one `lease` after it stopped being current, renewed for another
+//! `lease` each time a library reports a transaction ran at it (`PINS used`), but never
+//! longer than `max_staleness + lease` after it stopped being current (no library may choose
+//! it then). New pins go to a fresh session every `rotation` (at most `MAX_SESSIONS` live),
+//! and a session ends when its last pin expires: on a primary nobody reads through txcache,
+//! the horizon stays within a few `lease`s of now.
 
 use crate::assemble::unix_micros_now;
 use crate::certify::{Certification, Snapshot};
@@ -33,6 +38,10 @@ const MAX_PINS: usize = 10_000;
 /// Attempts at a clean snapshot before a fresh-pin request fails.
 const MAX_ATTEMPTS: usize = 50;
 
+/// Most pinner sessions (PostgreSQL connections) at once: while this many hold pins in use,
+/// new pins go to the newest session instead of a fresh one.
+const MAX_SESSIONS: usize = 8;
+
 /// A certified snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pin {
@@ -46,6 +55,8 @@ pub struct Pin {
     pub snapshot: String,
     /// The wall-clock time up to which it is known to be the current state.
     pub current_as_of: WallClock,
+    /// When a library last reported a transaction that ran at it.
+    pub last_used: Option<WallClock>,
     session: u64,
 }
 
@@ -56,8 +67,31 @@ pub struct PinSettings {
     pub pin_interval: Duration,
     /// The largest staleness any library uses.
     pub max_staleness: Duration,
-    /// Extra time a pin stays importable after it could last be chosen.
+    /// How long a pin stays importable after it stopped being current or was last used.
     pub lease: Duration,
+}
+
+impl PinSettings {
+    /// Whether `pin`, no longer the newest, is still kept at `now`: within `lease` of when
+    /// it stopped being current or was last used, and within `max_staleness + lease` of
+    /// the former.
+    pub fn keeps(&self, pin: &Pin, now: WallClock) -> bool {
+        let lease = micros(self.lease);
+        let since_current = now.0.saturating_sub(pin.current_as_of.0);
+        let since_used = pin.last_used.map(|used| now.0.saturating_sub(used.0));
+        since_current < micros(self.max_staleness) + lease
+            && (since_current < lease || since_used.is_some_and(|since| since < lease))
+    }
+
+    /// How often new pins move to a fresh session: a session's horizon is its first pin,
+    /// held until its last pin expires, so sessions turn over about twice per lease.
+    fn rotation(&self) -> Duration {
+        (self.lease / 2).max(Duration::from_secs(1))
+    }
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Counters of pin certification.
@@ -151,6 +185,18 @@ impl Pincushion {
         move |pin| pin.ts >= barrier
     }
 
+    /// Renews the lease of the pins at the commit points in `used` (a library's
+    /// transactions ran at them).
+    pub fn note_used(&self, used: &[Timestamp]) {
+        if used.is_empty() {
+            return;
+        }
+        let now = WallClock(unix_micros_now());
+        for pin in self.lock().iter_mut().filter(|pin| used.contains(&pin.ts)) {
+            pin.last_used = Some(now);
+        }
+    }
+
     /// A pin taken and certified now (the library's ★).
     pub async fn fresh(&self) -> anyhow::Result<Pin> {
         let (reply, answer) = oneshot::channel();
@@ -211,6 +257,9 @@ impl Pinner {
                 request = requests.recv() => match request {
                     Some(reply) => {
                         let result = self.take_certified().await;
+                        if let Ok(pin) = &result {
+                            self.cushion.note_used(&[pin.ts]); // asked for, so in use
+                        }
                         let _ = reply.send(result);
                     }
                     None => return,
@@ -264,14 +313,12 @@ impl Pinner {
             .retain(|pin| alive.contains(&pin.session));
     }
 
-    fn rotation(&self) -> Duration {
-        (self.settings.max_staleness / 4).max(Duration::from_secs(1))
-    }
-
     fn rotation_due(&self) -> bool {
-        self.sessions
-            .last()
-            .is_some_and(|session| session.opened.elapsed() > self.rotation())
+        self.sessions.len() < MAX_SESSIONS
+            && self
+                .sessions
+                .last()
+                .is_some_and(|session| session.opened.elapsed() > self.settings.rotation())
     }
 
     /// While nothing committed after the newest pin, it is current as of the last heartbeat.
@@ -285,16 +332,16 @@ impl Pinner {
         }
     }
 
-    /// Forgets pins that can no longer be chosen and ends sessions that hold none.
+    /// Forgets pins no longer kept ([`PinSettings::keeps`]) and ends sessions that hold
+    /// none.
     fn expire(&mut self) {
-        let keep_micros = (self.settings.max_staleness + self.settings.lease).as_micros() as u64;
-        let cutoff = WallClock(unix_micros_now().saturating_sub(keep_micros));
+        let now = WallClock(unix_micros_now());
         let mut pins = self.cushion.lock();
         let newest = pins.len().saturating_sub(1);
         let mut index = 0;
         pins.retain(|pin| {
             index += 1;
-            index - 1 == newest || pin.current_as_of >= cutoff
+            index - 1 == newest || self.settings.keeps(pin, now)
         });
         // A flood of fresh-pin requests must not grow the list without bound.
         let excess = pins.len().saturating_sub(MAX_PINS);
@@ -349,6 +396,7 @@ impl Pinner {
                 snapshot_id,
                 snapshot: snapshot_text,
                 current_as_of: taken_at,
+                last_used: None,
                 session: session_id,
             }),
             Certification::Unclean { missing, visible } => {
@@ -394,5 +442,54 @@ impl Pinner {
             sql,
             opened: Instant::now(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: u64 = 1_000_000;
+
+    fn settings(max_staleness: u64, lease: u64) -> PinSettings {
+        PinSettings {
+            pin_interval: Duration::from_secs(1),
+            max_staleness: Duration::from_secs(max_staleness),
+            lease: Duration::from_secs(lease),
+        }
+    }
+
+    fn pin(current_as_of: u64, last_used: Option<u64>) -> Pin {
+        Pin {
+            ts: Timestamp(1),
+            snapshot_id: String::new(),
+            snapshot: String::new(),
+            current_as_of: WallClock(current_as_of * SECOND),
+            last_used: last_used.map(|at| WallClock(at * SECOND)),
+            session: 1,
+        }
+    }
+
+    #[test]
+    fn a_pin_nobody_uses_lives_one_lease_after_it_stopped_being_current() {
+        let settings = settings(120, 2);
+        let unused = pin(100, None);
+        assert!(settings.keeps(&unused, WallClock(101 * SECOND)));
+        assert!(!settings.keeps(&unused, WallClock(102 * SECOND)));
+    }
+
+    #[test]
+    fn each_use_renews_the_lease_up_to_max_staleness_plus_lease() {
+        let settings = settings(120, 2);
+        assert!(settings.keeps(&pin(100, Some(150)), WallClock(151 * SECOND)));
+        assert!(!settings.keeps(&pin(100, Some(150)), WallClock(152 * SECOND)));
+        assert!(settings.keeps(&pin(100, Some(221)), WallClock(221 * SECOND)));
+        assert!(!settings.keeps(&pin(100, Some(222)), WallClock(222 * SECOND)));
+    }
+
+    #[test]
+    fn sessions_turn_over_twice_a_lease_but_not_more_than_once_a_second() {
+        assert_eq!(settings(120, 30).rotation(), Duration::from_secs(15));
+        assert_eq!(settings(120, 0).rotation(), Duration::from_secs(1));
     }
 }

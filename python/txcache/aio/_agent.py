@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from txcache import _protocol as protocol
-from txcache._agent_state import REFRESH_COMMANDS, AgentState, fresh_pin_result, refresh_result
+from txcache._agent_state import AgentState, fresh_pin_result, refresh_commands, refresh_result
 from txcache._pinset import Pin
 from txcache._resp import ReplyError, read_reply
 from txcache._schema import TagColumns
@@ -105,13 +105,16 @@ class AsyncAgentClient(AgentState):
             return False
         # One refresh at a time: an older reply published after a newer one would undo it.
         async with self._refreshing:
-            commands = [command.arguments for command in REFRESH_COMMANDS]
-            raw = await self.endpoint.pipeline(commands)
+            used = self.take_used()
+            commands = refresh_commands(used)
+            raw = await self.endpoint.pipeline([command.arguments for command in commands])
             if raw is None:
+                self.give_back_used(used)
                 return False
-            replies = [read_reply(c, r) for c, r in zip(REFRESH_COMMANDS, raw, strict=True)]
+            replies = [read_reply(c, r) for c, r in zip(commands, raw, strict=True)]
             answered = refresh_result(replies)
             if answered is None:
+                self.give_back_used(used)
                 return False
             self._publish(*answered)
         self._refreshed.set()

@@ -379,6 +379,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         # Nothing to commit: a failure while giving the connection back closes it (the
         # cache's release), never turning a finished read into an error.
         self._closed = True
+        self._report_pin_use()
         connection, self._connection = self._connection, None
         if connection is None:
             return

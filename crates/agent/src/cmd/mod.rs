@@ -146,7 +146,7 @@ const fn connection(name: &'static str, args: RangeInclusive<usize>, parse: Pars
 
 /// Every command, in docs/protocol.md's order.
 pub static COMMANDS: &[CommandSpec] = &[
-    spec("PINS", 0..=0, |a| Pins::parse(a).map(Command::Pins)),
+    spec("PINS", 0..=1, |a| Pins::parse(a).map(Command::Pins)),
     spec("PIN", 0..=0, |a| Pin::parse(a).map(Command::Pin)),
     spec("COMMITLSN", 1..=3, |a| {
         CommitLsn::parse(a).map(Command::CommitLsn)

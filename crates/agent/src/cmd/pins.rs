@@ -1,25 +1,67 @@
-//! `PINS`: the live pins, oldest first.
+//! `PINS [used]`: the live pins, oldest first; `used` renews the lease of the pins the
+//! library's transactions ran at since its last refresh.
 
 use super::{reply, Args, CommandError, Endpoint};
 use bytes::BytesMut;
+use txcache_model::Timestamp;
 use txcache_resp::encode;
 
-/// `PINS` takes no arguments.
+/// `PINS` with the commit points of the pins used since the last refresh (possibly none).
 #[derive(Debug)]
-pub struct Pins;
+pub struct Pins {
+    used: Vec<Timestamp>,
+}
 
 impl Pins {
-    /// Reads the arguments.
+    /// Reads the arguments: an optional comma-separated list of commit points.
     pub fn parse(args: &mut Args<'_>) -> Result<Self, CommandError> {
+        let used = match args.optional() {
+            None => Vec::new(),
+            Some(list) => parse_used(list)
+                .ok_or_else(|| args.invalid("used", "comma-separated commit points"))?,
+        };
         args.finish()?;
-        Ok(Self)
+        Ok(Self { used })
     }
 
-    /// `*n` of pins, each `*4` ([`reply::pin`]).
+    /// Renews the used pins' leases, then `*n` of pins, each `*4` ([`reply::pin`]).
     pub fn apply(self, endpoint: &Endpoint, out: &mut BytesMut) -> Result<(), CommandError> {
+        endpoint.pincushion.note_used(&self.used);
         let pins = endpoint.pincushion.pins();
         encode::array_header(out, pins.len());
         pins.iter().for_each(|pin| reply::pin(out, pin));
         Ok(())
+    }
+}
+
+/// `ts,ts,…` as commit points; `None` when an element is not a decimal `u64`.
+fn parse_used(list: &[u8]) -> Option<Vec<Timestamp>> {
+    let text = std::str::from_utf8(list).ok()?;
+    text.split(',')
+        .map(|item| item.parse().ok().map(Timestamp))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn used_pins_are_a_comma_separated_list_of_commit_points() {
+        let parsed = parse_used(b"5,17,18446744073709551615");
+        assert_eq!(
+            parsed,
+            Some(vec![Timestamp(5), Timestamp(17), Timestamp(u64::MAX)])
+        );
+        for bad in [
+            &b""[..],
+            b"5,",
+            b"-1",
+            b"5;6",
+            b"18446744073709551616",
+            b"\xff",
+        ] {
+            assert_eq!(parse_used(bad), None, "{bad:?}");
+        }
     }
 }

@@ -161,6 +161,10 @@ async fn commitlsn_answers_the_lsn_notdecoded_or_timeout() {
         reply(&endpoint, session, "COMMITLSN 8 ten").await,
         "-ERR COMMITLSN: timeout must be milliseconds\r\n"
     );
+    assert_eq!(
+        reply(&endpoint, session, "PINS 5,x").await,
+        "-ERR PINS: used must be comma-separated commit points\r\n"
+    );
 }
 
 #[tokio::test]
@@ -170,7 +174,7 @@ async fn unknown_commands_and_wrong_arguments_are_refused_alike() {
     for (request, name) in [
         ("nope", "NOPE"),
         ("PING hello", "PING"),
-        ("PINS 1", "PINS"),
+        ("PINS 1 2", "PINS"),
         ("COMMITLSN", "COMMITLSN"),
         ("commitlsn 1 2 3 4", "COMMITLSN"),
     ] {

@@ -1,0 +1,99 @@
+"""Pins live while they are of use: a pin nobody uses is let go a lease after it stopped
+being current (it holds the primary's vacuum horizon), one a library reports using
+(``PINS used``) is kept, and the library reports the pin each transaction ran at.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+import redis
+
+import txcache
+from agent_fixtures import Stack
+from txcache.stack import AgentProcess, wait_until
+
+LOG = "CREATE TABLE log (id bigserial PRIMARY KEY)"
+AGENT = ("--pin-interval", "50ms", "--pin-lease", "1s")
+"""A pin every 50 ms while something commits, kept a second unless used."""
+
+
+@pytest.fixture
+def stack(database: str) -> Iterator[Stack]:
+    """A stack whose agent takes pins while a writer commits a row every 10 ms."""
+    stop = threading.Event()
+
+    def write() -> None:
+        with psycopg.connect(database, autocommit=True) as db:
+            while not stop.wait(0.01):
+                db.execute("INSERT INTO log DEFAULT VALUES")
+
+    with Stack(database, schema_sql=LOG, agent_args=AGENT) as stack:
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            yield stack
+        finally:
+            stop.set()
+            writer.join()
+
+
+def endpoint(agent: AgentProcess | None) -> redis.Redis:
+    """A client of the agent's library endpoint."""
+    assert agent is not None
+    return redis.Redis(host=agent.host, port=agent.port, protocol=2, socket_timeout=30)
+
+
+def listed(client: redis.Redis, *used: int) -> set[int]:
+    """The commit points of the pins listed, reporting ``used`` first."""
+    arguments = [",".join(map(str, used))] if used else []
+    return {pin[0] for pin in client.execute_command("PINS", *arguments)}
+
+
+def first_pin(client: redis.Redis) -> int:
+    """The oldest pin listed, once there are two (so it is not the newest)."""
+    wait_until(lambda: len(listed(client)) >= 2, "two pins")
+    return min(listed(client))
+
+
+def test_a_pin_nobody_uses_is_let_go_and_a_used_one_is_kept(stack: Stack) -> None:
+    client = endpoint(stack.agent)
+    used, unused = first_pin(client), None
+    wait_until(lambda: len(listed(client, used) - {used}) >= 2, "newer pins")
+    unused = min(listed(client, used) - {used})
+    kept_until = time.monotonic() + 3  # three leases
+    while time.monotonic() < kept_until:
+        assert used in listed(client, used), "a pin in use is kept past its lease"
+        time.sleep(0.2)  # a library's refresh interval: the pace of its reports
+    assert unused not in listed(client), "a pin nobody used is let go after its lease"
+    wait_until(lambda: used not in listed(client), "the pin to go once no longer used")
+    client.close()
+
+
+def test_the_library_reports_the_pin_each_transaction_ran_at(stack: Stack) -> None:
+    # A refresh interval longer than the test: only the test takes what was reported.
+    cache = stack.connect(refresh_interval=3600)
+    try:
+        agent = cache.agent
+        assert agent is not None
+
+        def pins_known() -> bool:
+            agent.refresh()
+            return bool(agent.pins(staleness=60, not_before=None, now=time.time()))
+
+        wait_until(pins_known, "the library to know pins")
+        agent.take_used()
+        with cache.read_only() as transaction:
+            txcache.query_one("SELECT count(*) FROM log")
+            assert transaction.snapshot is not None
+            ran_at = transaction.snapshot.ts
+        assert agent.take_used() == {ran_at}
+        with cache.read_only():
+            pass  # read nothing: used no pin
+        assert agent.take_used() == set()
+    finally:
+        cache.close()
