@@ -133,6 +133,7 @@ class LibraryStack(Stack):
         assert agent is not None
 
         def known() -> bool:
+            agent.pin_now()  # an agent nobody asked for a pin for a lease holds none
             agent.refresh()
             return bool(agent.pins(staleness=60, not_before=after + 1, now=time.time()))
 

@@ -1,6 +1,7 @@
 """Pins live while they are of use: a pin nobody uses is let go a lease after it stopped
 being current (it holds the primary's vacuum horizon), one a library reports using
-(``PINS used``) is kept, and the library reports the pin each transaction ran at.
+(``PINS used``) is kept, every pin goes after a lease without any use until the next
+``PIN``, and the library reports the pin each transaction ran at.
 """
 
 from __future__ import annotations
@@ -55,9 +56,10 @@ def listed(client: redis.Redis, *used: int) -> set[int]:
 
 
 def first_pin(client: redis.Redis) -> int:
-    """The oldest pin listed, once there are two (so it is not the newest)."""
-    wait_until(lambda: len(listed(client)) >= 2, "two pins")
-    return min(listed(client))
+    """A fresh pin, once a newer one is listed (so it is not the newest)."""
+    fresh = client.execute_command("PIN")[0]
+    wait_until(lambda: max(listed(client, fresh)) > fresh, "a newer pin")
+    return int(fresh)
 
 
 def test_a_pin_nobody_uses_is_let_go_and_a_used_one_is_kept(stack: Stack) -> None:
@@ -71,6 +73,18 @@ def test_a_pin_nobody_uses_is_let_go_and_a_used_one_is_kept(stack: Stack) -> Non
         time.sleep(0.2)  # a library's refresh interval: the pace of its reports
     assert unused not in listed(client), "a pin nobody used is let go after its lease"
     wait_until(lambda: used not in listed(client), "the pin to go once no longer used")
+    client.close()
+
+
+def test_without_any_use_every_pin_goes_until_one_is_asked_for(stack: Stack, database: str) -> None:
+    client = endpoint(stack.agent)
+    wait_until(lambda: not listed(client), "every pin to go a lease after the last use")
+    sessions = "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE '%pinner%'"
+    with psycopg.connect(database, autocommit=True) as db:
+        wait_until(lambda: db.execute(sessions).fetchone() == (0,), "the pinner sessions to end")
+    fresh = client.execute_command("PIN")[0]
+    assert fresh in listed(client, fresh)
+    wait_until(lambda: max(listed(client, fresh)) > fresh, "periodic pins to resume")
     client.close()
 
 

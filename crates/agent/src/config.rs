@@ -79,9 +79,9 @@ pub struct Config {
 
     /// How long a pin stays importable after it stopped being current, renewed each time a
     /// library reports a transaction ran at it (each pin holds the primary's vacuum horizon:
-    /// one nobody uses is let go), e.g. 2s; units ns, us, ms, s, m, h; decimals allowed; a
-    /// bare number is seconds.
-    #[arg(long, env = "TXCACHE_PIN_LEASE", default_value = "2s", value_name = "DURATION", value_parser = parse_duration)]
+    /// one nobody uses is let go, and all of them after a lease without any use), above
+    /// zero, e.g. 2s; units ns, us, ms, s, m, h; decimals allowed; a bare number is seconds.
+    #[arg(long, env = "TXCACHE_PIN_LEASE", default_value = "2s", value_name = "DURATION", value_parser = parse_interval)]
     pub pin_lease: Duration,
 
     /// How often the agent compares roles, role memberships and per-database or per-role
@@ -139,6 +139,7 @@ mod tests {
         for (flag, value) in [
             ("--pin-interval", "0ms"),
             ("--heartbeat-interval", "0"),
+            ("--pin-lease", "0s"),
             ("--pin-lease", "1y"),
         ] {
             assert!(parse(&[flag, value]).is_err(), "{flag} {value}");

@@ -11,8 +11,9 @@
 //! `lease` each time a library reports a transaction ran at it (`PINS used`), but never
 //! longer than `max_staleness + lease` after it stopped being current (no library may choose
 //! it then). New pins go to a fresh session every `rotation` (at most `MAX_SESSIONS` live),
-//! and a session ends when its last pin expires: on a primary nobody reads through txcache,
-//! the horizon stays within a few `lease`s of now.
+//! and a session ends when its last pin expires. When no pin at all was used or asked for
+//! (`PIN`) for a `lease`, the pinner lets every pin go and takes none until the next `PIN`:
+//! a primary nobody reads through txcache has its vacuum horizon held by nothing.
 
 use crate::assemble::unix_micros_now;
 use crate::certify::{Certification, Snapshot};
@@ -140,6 +141,9 @@ pub struct Pincushion {
     pins: Mutex<Vec<Pin>>,
     tracker: Arc<StreamTracker>,
     requests: mpsc::Sender<FreshRequest>,
+    /// When a library last used a pin or asked for one (unix µs): without demand for a
+    /// lease, the pinner holds none.
+    demand: AtomicU64,
     /// Certification counters.
     pub stats: PinStats,
 }
@@ -152,6 +156,7 @@ impl Pincushion {
             pins: Mutex::new(Vec::new()),
             tracker: Arc::clone(&tracker),
             requests,
+            demand: AtomicU64::new(unix_micros_now()),
             stats: PinStats::default(),
         });
         let pinner = Pinner::new(dsn, settings, tracker, Arc::clone(&pincushion));
@@ -192,6 +197,7 @@ impl Pincushion {
             return;
         }
         let now = WallClock(unix_micros_now());
+        self.demand.store(now.0, Ordering::Relaxed);
         for pin in self.lock().iter_mut().filter(|pin| used.contains(&pin.ts)) {
             pin.last_used = Some(now);
         }
@@ -199,6 +205,7 @@ impl Pincushion {
 
     /// A pin taken and certified now (the library's ★).
     pub async fn fresh(&self) -> anyhow::Result<Pin> {
+        self.demand.store(unix_micros_now(), Ordering::Relaxed);
         let (reply, answer) = oneshot::channel();
         self.requests
             .send(reply)
@@ -281,6 +288,10 @@ impl Pinner {
 
     /// Periodic work: refresh the newest pin, pin again if something committed, expire.
     async fn tick(&mut self) -> anyhow::Result<()> {
+        if self.unwanted() {
+            self.let_go();
+            return Ok(());
+        }
         self.forget_dead_sessions();
         self.refresh_current();
         self.expire();
@@ -330,6 +341,25 @@ impl Pinner {
                 newest.current_as_of = newest.current_as_of.max(progress.heartbeat_time);
             }
         }
+    }
+
+    /// Whether no library used a pin or asked for one for a lease.
+    fn unwanted(&self) -> bool {
+        let demand = self.cushion.demand.load(Ordering::Relaxed);
+        unix_micros_now().saturating_sub(demand) >= micros(self.settings.lease)
+    }
+
+    /// Lets every pin and pinner session go (nobody uses them; the next `PIN` takes one).
+    fn let_go(&mut self) {
+        let mut pins = self.cushion.lock();
+        if !pins.is_empty() {
+            tracing::debug!(
+                pins = pins.len(),
+                "no pin used for a lease: letting every pin go"
+            );
+        }
+        pins.clear();
+        self.sessions.clear();
     }
 
     /// Forgets pins no longer kept ([`PinSettings::keeps`]) and ends sessions that hold
