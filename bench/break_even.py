@@ -6,8 +6,9 @@ calls the ``@cacheable`` function ``get_row`` — with an id cached beforehand (
 id never asked before (a compulsory miss: the query, its checks and the ``TXSET``). The
 same ids are also read the way the application would without txcache (psycopg,
 ``BEGIN READ ONLY; SELECT …; COMMIT``). The hit rate is swept over ``--hit-rates``; at each
-point both streams run ``--per-point`` requests, side by side, in ``--rounds`` rounds whose
-order rotates, and the database CPU per request of each is measured (the run time of every
+point both streams run ``--per-point`` requests, side by side (which goes first alternates by
+round), in ``--rounds`` rounds whose order rotates, over a table prewarmed into shared
+buffers, and the database CPU per request of each is measured (the run time of every
 process under the postmaster, less the idle background measured beforehand).
 
 The break-even hit rate is where txcache's database CPU per request meets the plain one's
@@ -83,10 +84,16 @@ def timed_stream(
     return max(0.0, used), latencies
 
 
-def measure_point(bench: Bench, point: Point, count: int, rng: random.Random) -> None:
-    """``count`` requests at ``point``'s hit rate through txcache, then the same ids plain."""
+STREAMS = (("txcache", cached_transaction), ("plain", plain_transaction))
+
+
+def measure_point(
+    bench: Bench, point: Point, count: int, rng: random.Random, *, plain_first: bool
+) -> None:
+    """``count`` requests at ``point``'s hit rate through txcache and the same ids plain,
+    in the order given (alternated by round, so that neither always runs second)."""
     ids = request_ids(bench, point.hit_rate, count, rng)
-    for stream, transaction in (("txcache", cached_transaction), ("plain", plain_transaction)):
+    for stream, transaction in STREAMS[::-1] if plain_first else STREAMS:
         used, latencies = timed_stream(bench, transaction, ids)
         point.database_s[stream] += used
         point.latencies[stream] += latencies
@@ -119,7 +126,7 @@ def measure(bench: Bench, args: argparse.Namespace) -> list[Point]:
     for r in range(args.rounds):
         shift = r % len(points)
         for point in points[shift:] + points[:shift]:
-            measure_point(bench, point, args.per_point, rng)
+            measure_point(bench, point, args.per_point, rng, plain_first=r % 2 == 1)
         log(f"round {r + 1}/{args.rounds} done")
     return points
 
@@ -219,7 +226,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--rows", type=int, default=200_000, help="rows in the table")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds over every hit rate")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds over every hit rate")
     parser.add_argument("--per-point", type=int, default=300, help="requests per hit rate")
     parser.add_argument(
         "--hit-rates",
