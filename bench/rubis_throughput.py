@@ -17,7 +17,9 @@ values live in their own key space, so each cached mode starts cold.
 
 With ``--database-cpu CORES`` every PostgreSQL process runs in a cgroup limited to that
 many CPUs (after the load), so that the database is the bottleneck as in the paper's
-topology; the report then says how often the quota held it back in each mode.
+topology; the report then says how often the quota held it back in each mode. With
+``--statements`` the server tracks ``pg_stat_statements`` and the report lists, per mode,
+the statements that took the most database time in the measured window, per request.
 
 This is one client count, not a peak search (raising the clients until throughput stops
 rising is the experiments' job).
@@ -37,6 +39,7 @@ from _common import (
     bench_stack,
     create_database,
     database_note,
+    execute,
     node_counts,
     postgres,
 )
@@ -77,6 +80,8 @@ def run_mode(
         log(f"{mode}: warming up {args.warmup} s")
         common = {"clients": args.clients, "users": users, "peak": True}
         emulator.run(server.url, duration=args.warmup, seed=args.seed + 1000, **common)
+        if args.statements:
+            execute(args.dsn, "SELECT pg_stat_statements_reset()")
         counts, cpu, foreign = node_counts(node), component_cpu(), ForeignCpu()
         throttled = quota.throttling() if quota else None
         log(f"{mode}: measuring {args.duration} s")
@@ -95,6 +100,7 @@ def run_mode(
         "cpu_s": {k: round(cpu_after[k] - cpu[k], 2) for k in COMPONENTS},
         "other_work_cpu_s": round(other, 2),
         "database_throttled": throttled.as_dict() if throttled else None,
+        "statements": top_statements(args.dsn, report.requests) if args.statements else None,
     }
     log(f"{mode}: {row['throughput']} req/s, hit rate {fmt(row['hit_rate'] * 100, 1)} %")
     return row
@@ -135,6 +141,7 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load_s: float
         cpu = " | ".join(fmt(row["cpu_s"][c], 1) for c in COMPONENTS)
         lines.append(f"| {row['mode']} | {cpu} | {fmt(row['other_work_cpu_s'], 1)} |")
     lines += quota_lines(rows, args)
+    lines += statement_lines(rows)
     if {"bypass", "consistent", "no_consistency"} <= set(by_mode):
         base = by_mode["bypass"]["throughput"]
         cached = by_mode["consistent"]["throughput"]
@@ -145,6 +152,49 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load_s: float
             "size, 928 req/s without cache on its hardware)",
             f"- no_consistency vs consistent: {fmt((loose / cached - 1) * 100, 1)} % (the "
             "paper: only slightly faster; our goal: under 5 %)",
+        ]
+    return lines
+
+
+STATEMENTS_SETTINGS = {
+    "shared_preload_libraries": "pg_stat_statements",
+    "pg_stat_statements.track_planning": "on",
+}
+TOP_STATEMENTS = """
+SELECT query, calls, total_exec_time + total_plan_time FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+ORDER BY 3 DESC LIMIT 12
+"""
+
+
+def top_statements(dsn: str, requests: int) -> list[dict[str, Any]]:
+    """The statements that took the most database time since the last reset, per request."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(TOP_STATEMENTS).fetchall()
+    per = max(1, requests)
+    return [
+        {"statement": " ".join(query.split()), "calls": calls / per, "us": ms * 1000 / per}
+        for query, calls, ms in rows
+    ]
+
+
+def statement_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per mode, its top statements (nothing without ``--statements``)."""
+    lines = []
+    for row in rows:
+        if not row.get("statements"):
+            continue
+        lines += [
+            "",
+            f"**{row['mode']}**: the statements that took the most database time "
+            "(pg_stat_statements, execution + planning), per request:",
+            "",
+            "| statement | calls | µs |",
+            "|---|---:|---:|",
+        ]
+        lines += [
+            f"| `{s['statement'][:100]}` | {s['calls']:.2f} | {s['us']:.1f} |"
+            for s in row["statements"]
         ]
     return lines
 
@@ -201,15 +251,22 @@ def main() -> None:
         metavar="CORES",
         help="limit PostgreSQL to this many CPUs (a cgroup CPU quota; needs root)",
     )
+    parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="track pg_stat_statements and report each mode's costliest statements",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny, 3 s warm-up, 8 s measured")
     args = parser.parse_args()
     if args.quick:
         args.preset, args.warmup, args.duration = "tiny", 3.0, 8.0
-    with postgres(args.storage) as server:
-        dsn = create_database(server, "rubis")
+    with postgres(args.storage, STATEMENTS_SETTINGS if args.statements else None) as server:
+        dsn = args.dsn = create_database(server, "rubis")
         started = time.monotonic()
         with psycopg.connect(dsn, autocommit=True) as conn:
             generate.load(conn, generate.PRESETS[args.preset], seed=args.seed)
+            if args.statements:
+                conn.execute("CREATE EXTENSION pg_stat_statements")
         load_s = time.monotonic() - started
         log(f"loaded {args.preset} in {load_s:.1f} s")
         note = machine_note(database_note(dsn, args.storage))
@@ -225,6 +282,7 @@ def main() -> None:
     extra = ["no-ryw"] if args.no_read_your_writes else []
     if args.database_cpu is not None:
         extra.append(f"db-cpu-{args.database_cpu:g}")
+    extra += ["statements"] if args.statements else []
     name = result_name("rubis_throughput", args.quick, args.storage, *extra)
     title = "RUBiS throughput: no cache, txcache, no_consistency"
     raw = {"settings": vars(args), "load_s": load_s, "rows": rows}
