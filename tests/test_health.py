@@ -14,9 +14,10 @@ def fed(address: str = "127.0.0.1:1", age: float = 0.2) -> NodeReport:
     return NodeReport(address, position=100, last_message_time=NOW - int(age * 1e6))
 
 
-def agent(pins: int = 1, nodes_connected: int = 1) -> AgentReport:
+def agent(pins: int = 1, nodes_connected: int = 1, pin_error: str | None = None) -> AgentReport:
     listed = [Pin(ts=90 + n, snapshot_id=f"s{n}", current_as_of=NOW / 1e6) for n in range(pins)]
-    return AgentReport("127.0.0.1:9", status={"nodes_connected": nodes_connected}, pins=listed)
+    status = {"nodes_connected": nodes_connected}
+    return AgentReport("127.0.0.1:9", status=status, pins=listed, pin_error=pin_error)
 
 
 def whats(problems: list[Problem]) -> list[tuple[str, str]]:
@@ -42,11 +43,13 @@ def test_a_node_the_stream_stopped_reaching_is_degraded() -> None:
     ]
 
 
-def test_an_agent_without_pins_or_without_every_node_is_degraded() -> None:
+def test_an_agent_that_cannot_take_a_pin_or_feeds_not_every_node_is_degraded() -> None:
     nodes = [fed("127.0.0.1:1"), fed("127.0.0.1:2")]
-    problems = diagnose(nodes, agent(pins=0, nodes_connected=1), NOW, agent_given=True)
+    stuck = agent(pins=0, nodes_connected=1, pin_error="ERR PIN: the stream is down")
+    problems = diagnose(nodes, stuck, NOW, agent_given=True)
     assert [what for _, what in whats(problems)] == [
-        "holds no pin: every read-only transaction runs without the cache",
+        "cannot take a pin (ERR PIN: the stream is down): every read-only transaction runs "
+        "without the cache",
         "is connected to 1 node(s), 2 given here",
     ]
 

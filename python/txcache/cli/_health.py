@@ -1,7 +1,7 @@
 """What ``txcache status`` calls degraded: parts that answer but do not do their job.
 
 A node that answers but receives no stream serves nothing a consistent reader can use; an
-agent without pins makes every transaction run uncached; a slot far behind or a database
+agent that cannot take a pin makes every transaction run uncached; a slot far behind or a database
 that lost a setting breaks invalidation. Each finding is a :class:`Problem` saying what is
 wrong and what to do. :func:`diagnose` is pure (reports in, problems out);
 :func:`probe_database` asks the database.
@@ -99,7 +99,8 @@ def _agent_problems(agent: AgentReport, nodes_given: int) -> list[Problem]:
         problems.append(
             Problem(
                 part,
-                "holds no pin: every read-only transaction runs without the cache",
+                f"cannot take a pin ({agent.pin_error or 'none given'}): every read-only "
+                "transaction runs without the cache",
                 "read the agent's log: its pinner sessions cannot take snapshots "
                 "(connections refused? the stream not started?)",
             )

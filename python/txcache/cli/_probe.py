@@ -85,6 +85,8 @@ class AgentReport(Report):
 
     status: dict[str, int] = field(default_factory=dict)
     pins: list[Pin] = field(default_factory=list)
+    pin_error: str | None = None
+    """Why the agent, listing no pin, could not take one either (``PIN``'s error)."""
 
     @property
     def newest_pin(self) -> Pin | None:
@@ -130,12 +132,19 @@ def probe_node(address: str, *, password: str | None = None, timeout: float = 2.
 
 
 def probe_agent(address: str, *, password: str | None = None, timeout: float = 2.0) -> AgentReport:
-    """Ask the agent at ``address`` for ``STATUS`` and ``PINS``; never raises."""
+    """Ask the agent at ``address`` for ``STATUS`` and ``PINS`` — and, when it lists none
+    (it holds none while nobody uses one), for a fresh ``PIN``, which proves it can take
+    one; never raises."""
     report = AgentReport(address)
     try:
         with protocol.connect(address, password=password, timeout=timeout) as agent:
             report.status = agent.run(protocol.agent_status())
             report.pins = agent.run(protocol.pins())
+            if not report.pins:
+                try:
+                    report.pins = [agent.run(protocol.pin())]
+                except ReplyError as error:
+                    report.pin_error = str(error).strip()
     except (ConnectionLost, ReplyError, ValueError) as error:  # ValueError: BadReply too
         report.status, report.pins = {}, []
         report.failed(error, "a txcache-agent")
