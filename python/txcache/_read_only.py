@@ -47,8 +47,8 @@ from txcache._read_only_core import (
     NO_SNAPSHOT,
     NODE_CATCH_UP,
     REWRITE_MOVES,
-    REWRITTEN,
     ReadOnlyCore,
+    RewriteCheck,
     StaleRead,
     Statement,
     lost_while_moving,
@@ -190,14 +190,15 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
             tags, analysed = (None, None) if self.uncached else self._tags(statement, params)
             cursor = ResultCursor(connection, row_factory=rows or tuple_row)
             started = time.perf_counter()
+            catalog_check = self._catalog_check(analysed)
             rewritten, catalog = self._run_with_checks(
                 connection,
                 cursor,
                 statement,
                 params,
                 single=single,
-                rewrite_check=not self._verified_already(tags),
-                catalog_check=self._catalog_check(analysed),
+                rewrite_check=self._rewrite_check(tags, analysed, catalog_check),
+                catalog_check=catalog_check,
             )
             self.cache.latency.record_query(time.perf_counter() - started)
             stale = self._stale_read(rewritten, analysed, catalog)
@@ -218,26 +219,27 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         params: Params,
         *,
         single: bool,
-        rewrite_check: bool,
+        rewrite_check: RewriteCheck | None,
         catalog_check: Statement | None,
     ) -> tuple[list[str], tuple[Any, ...] | None]:
-        """Run ``statement``, then ``REWRITTEN`` (with ``rewrite_check``) and the catalog
-        check (if any) — in one round trip (a pipeline) when it is a single statement
-        (several go by the simple protocol, which a pipeline refuses). Returns the
-        rewritten relations read (and otherwise records the verified ones) and the catalog
-        check's row."""
-        checks = rewrite_check or catalog_check is not None
+        """Run ``statement``, then the rewrite check and the catalog check (each if any) —
+        in one round trip (a pipeline) when it is a single statement (several go by the
+        simple protocol, which a pipeline refuses). Returns the rewritten relations read
+        (and otherwise records the verified ones) and the catalog check's row."""
+        checks = rewrite_check is not None or catalog_check is not None
         rewrite: psycopg.Cursor[Any] | None = None
         catalog: psycopg.Cursor[Any] | None = None
         pipeline = connection.pipeline() if single and checks else contextlib.nullcontext()
         with pipeline:
             cursor.run(statement, params)
-            if rewrite_check:
+            if rewrite_check is not None:
                 self.rewrite_checks += 1
-                rewrite = connection.execute(REWRITTEN)
+                rewrite = connection.execute(rewrite_check.statement, rewrite_check.params)
             if catalog_check is not None:
                 catalog = connection.execute(*catalog_check)
-        rewritten = self._rewritten(rewrite.fetchall()) if rewrite is not None else []
+        rewritten = []
+        if rewrite is not None and rewrite_check is not None:
+            rewritten = self._rewritten(rewrite_check, rewrite.fetchall())
         return rewritten, catalog.fetchone() if catalog is not None else None
 
     def _move_past(self, stale: StaleRead, *, last_chance: bool) -> None:

@@ -25,7 +25,7 @@ from txcache._parking import ParkedSnapshot, holds
 from txcache._pinset import Pin, PinSet
 from txcache._protocol import Interval
 from txcache._ring import NodeClient, NodeRing
-from txcache._schema import Catalog, table_name
+from txcache._schema import Catalog, Relation, table_name
 from txcache._session import SessionContext
 from txcache._statements import check_read_only
 from txcache.errors import SnapshotUnavailable, TransactionError
@@ -41,7 +41,9 @@ __all__ = [
     "NO_SNAPSHOT",
     "REWRITE_MOVES",
     "REWRITTEN",
+    "REWRITTEN_TABLES",
     "ReadOnlyCore",
+    "RewriteCheck",
     "StaleRead",
     "Statement",
     "import_statement",
@@ -78,13 +80,37 @@ SELECT n.nspname::text, coalesce(c.relname::text, l.relation::regclass::text),
             ELSE c.relkind IN ('r', 'm')
                  AND pg_relation_filenode(c.oid) IS DISTINCT FROM c.relfilenode
        END,
-       c.oid IS NOT NULL AND to_regclass(format('%I.%I', n.nspname, c.relname)) = c.oid
+       c.oid IS NOT NULL AND to_regclass(format('%%I.%%I', n.nspname, c.relname)) = c.oid
 FROM pg_catalog.pg_locks l
 LEFT JOIN pg_catalog.pg_class c ON c.oid = l.relation
 LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.relation >= 16384
   AND (c.oid IS NULL OR c.relkind IN ('r', 'm', 'v'))
 """
+# The same comparison for the tables of a statement the library analysed, by oid: no
+# pg_locks scan (it copies every backend's locks: about a millisecond under load), no name
+# lookups. Used only when the statement's tags name every relation it reads — plain tables
+# with no inheritance children and no row security — and a catalog check in the same round
+# trip proves it ran with the catalog those tags came from (so the tags' names name these
+# oids now, and the locks keep it so). An oid the snapshot does not know (the table was
+# created since) has no row: it counts as rewritten.
+REWRITTEN_TABLES = """
+SELECT c.oid::int, pg_relation_filenode(c.oid) IS DISTINCT FROM c.relfilenode
+FROM pg_catalog.pg_class c WHERE c.oid = ANY(%s::oid[])
+"""
+
+
+@dataclass(frozen=True)
+class RewriteCheck:
+    """The rewrite check a statement runs after it: :data:`REWRITTEN`, or with ``tables``
+    (oid → name as tags spell it) :data:`REWRITTEN_TABLES` for those tables."""
+
+    statement: str
+    params: tuple[Any, ...]
+    tables: dict[int, str] | None = None
+
+
+ALL_LOCKED = RewriteCheck(REWRITTEN, ())
 # PostgreSQL's refusal to run a prepared statement whose result type a schema change altered.
 _CHANGED_RESULT_TYPE = "cached plan must not change result type"
 
@@ -173,6 +199,13 @@ def lost_while_moving() -> SnapshotUnavailable:
 def _tables(tags: frozenset[str]) -> set[str]:
     """The tables and views (``schema.name``, escaped as in tags) that ``tags`` name."""
     return {tag.partition(":")[0] for tag in tags}
+
+
+def _plain_table(relation: Relation) -> bool:
+    """Whether reading ``relation`` reads only it: a table or materialized view with no
+    inheritance children or partitions, and no row security (whose policies may read
+    other tables)."""
+    return relation.kind in ("r", "m") and not relation.children and not relation.row_security
 
 
 class ReadOnlyCore(Generic[C]):
@@ -628,6 +661,28 @@ class ReadOnlyCore(Generic[C]):
         barrier = self.cache.agent.schema_barrier(stamp.position)
         return None if barrier is None else self.snapshot.ts >= barrier
 
+    def _rewrite_check(
+        self,
+        tags: frozenset[str] | None,
+        analysed: Catalog | None,
+        catalog_check: Statement | None,
+    ) -> RewriteCheck | None:
+        """The rewrite check a statement needs (``None``: its tables were verified in
+        this database transaction already): by oid when its tags name every relation it
+        reads and the catalog check proves them current (:data:`REWRITTEN_TABLES`), else
+        over every relation the transaction holds a lock on (:data:`REWRITTEN`)."""
+        if self._verified_already(tags):
+            return None
+        if tags is None or analysed is None or catalog_check is None:
+            return ALL_LOCKED
+        tables = {}
+        for table in _tables(tags):
+            relation = analysed.by_tag.get(table)
+            if relation is None or not _plain_table(relation):
+                return ALL_LOCKED
+            tables[relation.oid] = table
+        return RewriteCheck(REWRITTEN_TABLES, (sorted(tables),), tables)
+
     def _verified_already(self, tags: frozenset[str] | None) -> bool:
         """Whether the statement can skip the rewrite check: ``bypass`` mode (PostgreSQL's
         own semantics), or tags that name only tables verified in this database
@@ -641,9 +696,11 @@ class ReadOnlyCore(Generic[C]):
             return False
         return self._verified.issuperset(_tables(tags))
 
-    def _rewritten(self, rows: list[Any]) -> list[str]:
-        """The relations ``REWRITTEN`` names rewritten; when there are none, records the
-        ones it verified."""
+    def _rewritten(self, check: RewriteCheck, rows: list[Any]) -> list[str]:
+        """The relations ``check`` found rewritten (its rows); when there are none,
+        records the ones it verified."""
+        if check.tables is not None:
+            return self._rewritten_tables(check.tables, rows)
         rewritten: list[str] = []
         verified: list[str] = []
         for schema, name, is_rewritten, still_named in rows:
@@ -653,6 +710,15 @@ class ReadOnlyCore(Generic[C]):
                 verified.append(table_name(schema, name))
         if not rewritten:
             self._verified.update(verified)
+        return rewritten
+
+    def _rewritten_tables(self, tables: dict[int, str], rows: list[Any]) -> list[str]:
+        """What :data:`REWRITTEN_TABLES` found for ``tables``: the rewritten ones and the
+        ones the snapshot does not know; when there are none, records them verified."""
+        seen = {int(oid): is_rewritten for oid, is_rewritten in rows}
+        rewritten = [name for oid, name in tables.items() if seen.get(oid, True)]
+        if not rewritten:
+            self._verified.update(tables.values())
         return rewritten
 
     def _record_query(self, tags: frozenset[str] | None) -> None:

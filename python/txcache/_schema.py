@@ -16,6 +16,7 @@ that the analysis can refuse queries that read it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -274,6 +275,11 @@ class Catalog:
     session: SessionContext | None = None
     """The context of the session it was read in (:mod:`txcache._session`): names resolve
     with its ``search_path``."""
+
+    @functools.cached_property
+    def by_tag(self) -> dict[str, Relation]:
+        """Every relation by the table part of its tags (``schema.name``, escaped)."""
+        return {relation.tag: relation for relation in self.relations.values()}
 
     def relation(self, schema: str | None, name: str) -> Relation | None:
         """Resolve a relation name as PostgreSQL would with this search path."""

@@ -45,8 +45,8 @@ from txcache._read_only_core import (
     NO_SNAPSHOT,
     NODE_CATCH_UP,
     REWRITE_MOVES,
-    REWRITTEN,
     ReadOnlyCore,
+    RewriteCheck,
     StaleRead,
     Statement,
     lost_while_moving,
@@ -194,14 +194,15 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
             tags, analysed = (None, None) if self.uncached else await self._tags(statement, params)
             cursor = AsyncResultCursor(connection, row_factory=rows or tuple_row)
             started = time.perf_counter()
+            catalog_check = self._catalog_check(analysed)
             rewritten, catalog = await self._run_with_checks(
                 connection,
                 cursor,
                 statement,
                 params,
                 single=single,
-                rewrite_check=not self._verified_already(tags),
-                catalog_check=self._catalog_check(analysed),
+                rewrite_check=self._rewrite_check(tags, analysed, catalog_check),
+                catalog_check=catalog_check,
             )
             self.cache.latency.record_query(time.perf_counter() - started)
             stale = self._stale_read(rewritten, analysed, catalog)
@@ -222,26 +223,27 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         params: Params,
         *,
         single: bool,
-        rewrite_check: bool,
+        rewrite_check: RewriteCheck | None,
         catalog_check: Statement | None,
     ) -> tuple[list[str], tuple[Any, ...] | None]:
-        """Run ``statement``, then ``REWRITTEN`` (with ``rewrite_check``) and the catalog
-        check (if any) — in one round trip (a pipeline) when it is a single statement
-        (several go by the simple protocol, which a pipeline refuses). Returns the
-        rewritten relations read (and otherwise records the verified ones) and the catalog
-        check's row."""
-        checks = rewrite_check or catalog_check is not None
+        """Run ``statement``, then the rewrite check and the catalog check (each if any) —
+        in one round trip (a pipeline) when it is a single statement (several go by the
+        simple protocol, which a pipeline refuses). Returns the rewritten relations read
+        (and otherwise records the verified ones) and the catalog check's row."""
+        checks = rewrite_check is not None or catalog_check is not None
         rewrite: psycopg.AsyncCursor[Any] | None = None
         catalog: psycopg.AsyncCursor[Any] | None = None
         pipeline = connection.pipeline() if single and checks else contextlib.nullcontext()
         async with pipeline:
             await cursor.run(statement, params)
-            if rewrite_check:
+            if rewrite_check is not None:
                 self.rewrite_checks += 1
-                rewrite = await connection.execute(REWRITTEN)
+                rewrite = await connection.execute(rewrite_check.statement, rewrite_check.params)
             if catalog_check is not None:
                 catalog = await connection.execute(*catalog_check)
-        rewritten = self._rewritten(await rewrite.fetchall()) if rewrite is not None else []
+        rewritten = []
+        if rewrite is not None and rewrite_check is not None:
+            rewritten = self._rewritten(rewrite_check, await rewrite.fetchall())
         return rewritten, await catalog.fetchone() if catalog is not None else None
 
     async def _move_past(self, stale: StaleRead, *, last_chance: bool) -> None:
