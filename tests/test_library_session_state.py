@@ -281,3 +281,15 @@ def test_an_async_block_is_failed_and_its_connection_reset_too(database: str) ->
         return str(row[0])
 
     assert asyncio.run(main()) != "pg_catalog", "reset, not leaked"
+
+
+def test_the_reset_pins_back_exactly_the_settings_it_reset(database: str) -> None:
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("SET TimeZone = 'Asia/Tokyo'")
+        row = conn.execute(txcache._session.READ_CONTEXT).fetchone()
+        context = txcache._session.context_from_row(row)
+        conn.execute("RESET ALL")
+        changed = conn.execute(txcache._session.pin_statement(context)).fetchone()
+        assert changed == (1,), "only TimeZone differed from its reset value"
+        assert conn.execute("SHOW TimeZone").fetchone() == ("Asia/Tokyo",)
+        assert conn.execute(txcache._session.pin_statement(context)).fetchone() == (0,)

@@ -185,9 +185,12 @@ def pin_statement(context: SessionContext) -> sql.Composed:
     ``RESET ALL`` (a read/write transaction's connection is reset before it goes back to the
     pool) the session is back in the context it was read in."""
     pinned = [(n, v) for n, v in context.settings if v is not None and n != "server_version_num"]
+    # Only those that differ: after RESET ALL most are back at the context's values already,
+    # and setting one can cost much (TimeZone reads its zone file again).
     return sql.SQL(
         "SELECT count(pg_catalog.set_config(name, value, false)) "
-        "FROM unnest({}::text[], {}::text[]) AS pinned(name, value)"
+        "FROM unnest({}::text[], {}::text[]) AS pinned(name, value) "
+        "WHERE pg_catalog.current_setting(name) IS DISTINCT FROM value"
     ).format(sql.Literal([n for n, _ in pinned]), sql.Literal([v for _, v in pinned]))
 
 
