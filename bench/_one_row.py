@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from _common import bench_stack, create_database, database_note, execute, postgres
+from _common import (
+    STORAGE_HELP,
+    bench_stack,
+    create_database,
+    database_note,
+    execute,
+    postgres,
+)
 from _cpu import postmaster_pid
 from _report import machine_note
 
@@ -131,3 +138,14 @@ def one_row_bench(args: argparse.Namespace) -> Iterator[Bench]:
                     yield Bench(server, stack, cache, plain, note)
             finally:
                 cache.close()
+
+
+def one_row_parser(description: str) -> argparse.ArgumentParser:
+    """A parser with the options every one-row benchmark takes: ``--quick``, ``--rows``,
+    ``--idle`` and ``--storage``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
+    parser.add_argument("--rows", type=int, default=200_000, help="rows in the table")
+    parser.add_argument("--idle", type=float, default=3.0, help="seconds to measure idleness")
+    parser.add_argument("--storage", choices=("disk", "tmpfs"), default="tmpfs", help=STORAGE_HELP)
+    return parser

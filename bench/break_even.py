@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import STORAGE_HELP
 from _cpu import ForeignCpu
 from _one_row import (
     HOT,
@@ -37,6 +36,7 @@ from _one_row import (
     database_run_seconds,
     idle_background,
     one_row_bench,
+    one_row_parser,
     plain_transaction,
 )
 from _report import RESULTS_DIR, log, ratio, result_name, save_plot, table, write_report
@@ -223,9 +223,7 @@ def run(args: argparse.Namespace) -> None:
 
 def parse_args() -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--rows", type=int, default=200_000, help="rows in the table")
+    parser = one_row_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=6, help="rounds over every hit rate")
     parser.add_argument("--per-point", type=int, default=300, help="requests per hit rate")
     parser.add_argument(
@@ -234,9 +232,7 @@ def parse_args() -> argparse.Namespace:
         default=list(HIT_RATES),
         help="comma-separated shares of hits, ascending",
     )
-    parser.add_argument("--idle", type=float, default=3.0, help="seconds to measure idleness")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--storage", choices=("disk", "tmpfs"), default="tmpfs", help=STORAGE_HELP)
     args = parser.parse_args()
     if args.quick:
         args.rows, args.rounds, args.per_point, args.idle = 20_000, 1, 60, 1.0

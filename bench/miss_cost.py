@@ -35,7 +35,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import STORAGE_HELP
 from _cpu import ForeignCpu
 from _one_row import (
     HOT,
@@ -47,6 +46,7 @@ from _one_row import (
     get_row,
     idle_background,
     one_row_bench,
+    one_row_parser,
     plain_transaction,
 )
 from _report import RESULTS_DIR, log, percentile, ratio, result_name, save_plot, table, write_report
@@ -215,14 +215,10 @@ def run(args: argparse.Namespace) -> None:
 
 def parse_args() -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--rows", type=int, default=200_000, help="rows in the table")
+    parser = one_row_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds")
     parser.add_argument("--per-round", type=int, default=400, help="transactions per mode")
     parser.add_argument("--split", type=int, default=1000, help="transactions per statement split")
-    parser.add_argument("--idle", type=float, default=3.0, help="seconds to measure idleness")
-    parser.add_argument("--storage", choices=("disk", "tmpfs"), default="tmpfs", help=STORAGE_HELP)
     args = parser.parse_args()
     if args.quick:
         args.rows, args.rounds, args.per_round, args.split, args.idle = 20_000, 2, 100, 200, 1.0
