@@ -90,7 +90,7 @@ class DatabaseCpuQuota:
         postmaster = postmaster_pid(server)
         children = children_of(postmaster)
         for pid in [postmaster, *children]:
-            with suppress(ProcessLookupError, FileNotFoundError, OSError):  # exited meanwhile
+            with suppress(OSError):  # exited meanwhile
                 (self.group / "cgroup.procs").write_text(str(pid))
         return 1 + len(children)
 

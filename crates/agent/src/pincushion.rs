@@ -276,8 +276,12 @@ impl Pinner {
                         tracing::warn!(error = format!("{error:#}"), "pinner: could not take a pin; retrying");
                     }
                 }
-                // Pins older than a barrier are no longer listed: offer a newer one at once.
+                // Pins older than a barrier are no longer listed: offer a newer one at once
+                // (unless nobody wants pins: the next PIN takes one).
                 _ = self.tracker.barrier_raised() => {
+                    if self.unwanted() {
+                        continue;
+                    }
                     if let Err(error) = self.take_certified().await {
                         tracing::warn!(error = format!("{error:#}"), "pinner: could not take a pin after a barrier; retrying at the next tick");
                     }
