@@ -20,7 +20,7 @@ import pytest
 import redis
 
 import txcache
-from txcache.stack import Stack, StackOptions, wait_until
+from txcache.stack import Stack, StackOptions, TlsFiles, wait_until
 
 SCHEMA = """
 CREATE TABLE items (id integer PRIMARY KEY, name text NOT NULL, price integer NOT NULL,
@@ -51,13 +51,19 @@ class LibraryStack(Stack):
     """A :class:`txcache.stack.Stack` on the existing database ``dsn`` with ``items`` and
     ``users``: two nodes, the agent, ``cache`` (a :class:`txcache.Cache` with ``settings``
     as :func:`txcache.connect` takes them, refreshing every 50 ms unless they say otherwise)
-    and ``admin`` (an autocommit connection). A context manager."""
+    and ``admin`` (an autocommit connection). A context manager. With ``tls`` the nodes
+    and the agent serve TLS, and the library trusts its CA."""
 
-    def __init__(self, dsn: str, **settings: Any) -> None:
+    def __init__(self, dsn: str, *, tls: TlsFiles | None = None, **settings: Any) -> None:
         """Prepare the stack; :meth:`start` (or ``with``) starts it."""
         super().__init__(
             StackOptions(
-                dsn=dsn, nodes=2, max_memory="64mb", schema_sql=SCHEMA, agent_args=AGENT_ARGS
+                dsn=dsn,
+                nodes=2,
+                max_memory="64mb",
+                schema_sql=SCHEMA,
+                agent_args=AGENT_ARGS,
+                tls=tls,
             )
         )
         self.cache_settings = {"refresh_interval": 0.05, **settings}

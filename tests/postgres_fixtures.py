@@ -10,6 +10,8 @@
   nondeterministic collations, which the embedded build lacks: Debian's ``postgresql-15``
   (``make system-postgres`` installs it; ``$TXCACHE_ICU_PG_BIN`` names another ``bin``
   directory). Without it these tests fail, saying how to install it: they never skip.
+- ``system_postgres_bin``: that build's ``bin`` directory, for servers a test starts with
+  settings of its own (SSL, which the embedded build also lacks).
 
 Loaded by ``pytest_plugins`` in ``conftest.py``.
 """
@@ -57,12 +59,19 @@ def database(postgres: EmbeddedPostgres) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def icu_postgres() -> Iterator[EmbeddedPostgres]:
-    """One PostgreSQL server built with ICU (``ICU_PG_BIN``), shared by the session's tests
-    that need it. Fails, naming the install step, when there is none: never skips."""
+def system_postgres_bin() -> Path:
+    """The ``bin`` directory of the PostgreSQL built with ICU and SSL (``ICU_PG_BIN``).
+    Fails, naming the install step, when there is none: never skips."""
     if not (ICU_PG_BIN / "postgres").is_file():
         pytest.fail(_ICU_MISSING.format(problem=f"no {ICU_PG_BIN / 'postgres'}"), pytrace=False)
-    with EmbeddedPostgres(bin_dir=ICU_PG_BIN) as server:
+    return ICU_PG_BIN
+
+
+@pytest.fixture(scope="session")
+def icu_postgres(system_postgres_bin: Path) -> Iterator[EmbeddedPostgres]:
+    """One PostgreSQL server built with ICU (``ICU_PG_BIN``), shared by the session's tests
+    that need it. Fails, naming the install step, when there is none: never skips."""
+    with EmbeddedPostgres(bin_dir=system_postgres_bin) as server:
         try:
             with psycopg.connect(server.dsn) as conn:
                 conn.execute(

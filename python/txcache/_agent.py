@@ -51,6 +51,7 @@ class AgentClient(AgentState):
         address: str,
         *,
         password: str | None = None,
+        tls_ca: str | None = None,
         refresh_interval: float = 0.25,
         timeout: float = 5.0,
         housekeeping: Callable[[], None] | None = None,
@@ -64,7 +65,9 @@ class AgentClient(AgentState):
         self._wake_interval = refresh_interval
         if housekeeping is not None:
             self._wake_interval = min(refresh_interval, housekeeping_interval)
-        self.endpoint = Endpoint(address, role="agent", password=password, timeout=timeout)
+        self.endpoint = Endpoint(
+            address, role="agent", password=password, timeout=timeout, tls_ca=tls_ca
+        )
         self._lock = threading.Lock()
         self._refreshed = threading.Event()
         self._stop = threading.Event()

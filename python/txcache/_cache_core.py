@@ -173,7 +173,12 @@ class CacheCore:
 
     def _node_options(self) -> dict[str, Any]:
         """What both drivers' node clients are made with."""
-        return {"password": self.settings.password, "timeout": self.settings.node_timeout}
+        settings = self.settings
+        return {
+            "password": settings.password,
+            "timeout": settings.node_timeout,
+            "tls_ca": settings.tls_ca,
+        }
 
     def inherited(self) -> bool:
         """Whether this process is a fork of the one that made the cache: its connections are

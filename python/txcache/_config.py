@@ -38,11 +38,14 @@ class Settings:
     dsn: str
     """The PostgreSQL connection string."""
     nodes: tuple[str, ...] = ()
-    """The cache nodes, ``host:port`` each."""
+    """The cache nodes, ``host:port`` each (``rediss://host:port``: over TLS)."""
     agent: str | None = None
-    """The agent's library endpoint, ``host:port``."""
+    """The agent's library endpoint, ``host:port`` (``rediss://host:port``: over TLS)."""
     password: str | None = None
     """The nodes' and the agent's ``--password``."""
+    tls_ca: str | None = None
+    """The CA file (PEM) ``rediss://`` nodes' and agent's certificates must chain to
+    (``None``: the system's CAs)."""
     secret: str | None = None
     """Keys the integrity tag of cached values."""
     mode: Mode = "consistent"
@@ -77,6 +80,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "nodes": validate.addresses,
     "agent": validate.address,
     "password": validate.text,
+    "tls_ca": validate.readable_file,
     "secret": validate.text,
     "mode": _mode,
     "staleness": validate.seconds,

@@ -318,8 +318,10 @@ class EmbeddedPostgres:
     temporary directory removed on :meth:`stop`; with one, the cluster is kept there and
     reused by the next start. ``bin_dir`` is the PostgreSQL ``bin`` directory to run
     (``initdb``, ``postgres``, ``pg_isready``, …); by default :func:`find_postgres_bin`'s
-    (``$TXCACHE_PG_BIN``, else the wheel's). The server is stopped at interpreter exit if
-    nobody did.
+    (``$TXCACHE_PG_BIN``, else the wheel's). ``ssl`` is a certificate and its key (PEM
+    files) to serve TLS with: they are copied beside the cluster, readable by the server's
+    account only (the embedded build has no SSL: use a system build). The server is stopped
+    at interpreter exit if nobody did.
     """
 
     host = "127.0.0.1"
@@ -331,6 +333,7 @@ class EmbeddedPostgres:
         *,
         base_dir: Path | str | None = None,
         bin_dir: Path | str | None = None,
+        ssl: tuple[Path, Path] | None = None,
         start_timeout: float = 30.0,
     ) -> None:
         """Initialise the cluster if needed and start the server; wait until it accepts."""
@@ -346,6 +349,8 @@ class EmbeddedPostgres:
         self._account = _system_account()
         try:
             self._prepare()
+            if ssl is not None:
+                self._install_certificate(*ssl)
             self.start()
         except OSError as error:  # one line, never a traceback: what failed, on what path
             self.stop()
@@ -409,6 +414,21 @@ class EmbeddedPostgres:
         with _template_lock:
             template = _template(self.bin_dir)
         _run_as(self._account, ["cp", "-a", str(template), str(self.data_dir)], self.base_dir)
+
+    def _install_certificate(self, cert: Path, key: Path) -> None:
+        """Serve TLS with copies of ``cert`` and ``key`` the server's account owns (it must
+        read them; PostgreSQL refuses a key others can read)."""
+        for source, name in ((cert, "server.crt"), (key, "server.key")):
+            target = self.base_dir / name
+            shutil.copyfile(source, target)
+            target.chmod(0o600)
+            if self._account is not None:
+                os.chown(target, self._account.uid, self._account.gid)
+        self._settings |= {
+            "ssl": "on",
+            "ssl_cert_file": str(self.base_dir / "server.crt"),
+            "ssl_key_file": str(self.base_dir / "server.key"),
+        }
 
     def running(self) -> bool:
         """Whether the server process is alive."""

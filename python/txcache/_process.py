@@ -158,9 +158,14 @@ class ManagedProcess:
         )
         self._reader = threading.Thread(target=self._read_log, daemon=True)
         self._reader.start()
-        if not self._ready.wait(start_timeout):
+        # Set by a ready line, or by the end of stderr: a process that exits is not waited
+        # for until the timeout.
+        self._ready.wait(start_timeout)
+        if self.ready_match is None:
+            self._reader.join(timeout=1.0)  # the last lines, if it exited
+            why = "exited" if self.process.poll() is not None else "did not become ready"
             self.stop()
-            raise ProcessStartError(f"{command[0]} did not become ready:\n{self.log_text()}")
+            raise ProcessStartError(f"{command[0]} {why}:\n{self.log_text()}")
 
     def _read_log(self) -> None:
         assert self.process.stderr is not None
@@ -172,6 +177,7 @@ class ManagedProcess:
                 if match:
                     self.ready_match = match
                     self._ready.set()
+        self._ready.set()
 
     def log_text(self) -> str:
         """Everything the process has logged so far (the last 5000 lines)."""

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from txcache._pinset import Pin
-from txcache._resp import Command, RespConnection, parse_address
+from txcache._resp import Command, RespConnection, parse_address, tls_context, uses_tls
 
 __all__ = [
     "MISS_KINDS",
@@ -79,13 +79,25 @@ _MICROS = 1_000_000
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
-def connect(address: str, *, password: str | None = None, timeout: float = 5.0) -> RespConnection:
-    """One connection to a node or the agent at ``host:port``, authenticated with
+def connect(
+    address: str,
+    *,
+    password: str | None = None,
+    timeout: float = 5.0,
+    tls_ca: str | None = None,
+) -> RespConnection:
+    """One connection to a node or the agent at ``host:port`` (``rediss://host:port``:
+    over TLS, checked against ``tls_ca`` or the system's CAs), authenticated with
     ``password`` if given; ``timeout`` seconds for connecting and for each reply. Raises
     :class:`~txcache._resp.ConnectionLost` (:class:`~txcache._resp.PasswordRefused` when
     ``AUTH`` is refused), ``ValueError`` for a malformed address."""
+    tls = tls_context(tls_ca) if uses_tls(address) else None
     return RespConnection(
-        parse_address(address), password=password, connect_timeout=timeout, timeout=timeout
+        parse_address(address),
+        password=password,
+        connect_timeout=timeout,
+        timeout=timeout,
+        tls=tls,
     )
 
 

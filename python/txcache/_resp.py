@@ -16,8 +16,10 @@ and benches), :meth:`Endpoint.run` never raising for a server's failure (for the
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +40,8 @@ __all__ = [
     "RespConnection",
     "parse_address",
     "read_reply",
+    "tls_context",
+    "uses_tls",
 ]
 
 log = logging.getLogger("txcache")
@@ -109,13 +113,43 @@ def read_reply(command: Command[T], reply: Any) -> T | ReplyError | None:
         return ReplyError(str(error))
 
 
+_SCHEMES = {"redis": False, "rediss": True}
+"""The schemes an address may start with, and whether each means TLS (redis-py's URLs)."""
+
+
+def _split_scheme(address: str) -> tuple[bool, str]:
+    """Whether ``address`` asks for TLS, and its ``host:port``; ``ValueError`` for a scheme
+    other than ``redis://`` and ``rediss://``."""
+    text = address.strip()
+    scheme, separator, rest = text.partition("://")
+    if not separator:
+        return False, text
+    if scheme not in _SCHEMES:
+        raise ValueError(f"unknown scheme in {address!r} (host:port, or rediss://host:port)")
+    return _SCHEMES[scheme], rest.rstrip("/")
+
+
 def parse_address(address: str) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port`` for IPv6; surrounding spaces ignored) → ``(host,
-    port)``; ``ValueError`` naming the text if malformed or the port is not 1…65535."""
-    host, colon, port = address.strip().rpartition(":")
+    """``host:port`` (``[v6]:port`` for IPv6; ``redis://`` or ``rediss://`` before it;
+    surrounding spaces ignored) → ``(host, port)``; ``ValueError`` naming the text if
+    malformed or the port is not 1…65535."""
+    host, colon, port = _split_scheme(address)[1].rpartition(":")
     if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"not a host:port address: {address!r}")
     return host.strip("[]"), int(port)
+
+
+def uses_tls(address: str) -> bool:
+    """Whether ``address`` names a server spoken to over TLS (``rediss://host:port``)."""
+    return _split_scheme(address)[0]
+
+
+@functools.lru_cache(maxsize=8)
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """What a TLS connection to a node or the agent trusts: the CAs in ``ca_file`` (PEM),
+    or the system's when ``None``; the certificate must name the host connected to. One
+    context per file, shared by every connection (loading CAs is the costly part)."""
+    return ssl.create_default_context(cafile=ca_file)
 
 
 class RespConnection:
@@ -130,21 +164,29 @@ class RespConnection:
         password: str | None = None,
         connect_timeout: float = 1.0,
         timeout: float = 5.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        """Connect to ``address`` and authenticate; raises :class:`ConnectionLost`."""
+        """Connect to ``address`` (over TLS with ``tls``, checking the certificate names
+        the host) and authenticate; raises :class:`ConnectionLost`."""
         self.address = address
         self._reader = hiredis.Reader()
         try:
             self._socket = socket.create_connection(address, timeout=connect_timeout)
+            if tls is not None:
+                self._socket = tls.wrap_socket(self._socket, server_hostname=address[0])
         except OSError as error:
-            raise ConnectionLost(f"cannot connect to {_show(address)}: {error}") from error
+            raise ConnectionLost(
+                f"cannot connect to {show_address(address)}: {tls_hint(error)}"
+            ) from error
         self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._socket.settimeout(timeout)
         if password is not None:
             reply = self.call("AUTH", password)
             if isinstance(reply, ReplyError):
                 self.close()
-                raise PasswordRefused(f"{_show(address)} refused the password: {reply}", reply)
+                raise PasswordRefused(
+                    f"{show_address(address)} refused the password: {reply}", reply
+                )
 
     def __enter__(self) -> RespConnection:
         """The connection itself; leaving the block closes it."""
@@ -187,7 +229,7 @@ class RespConnection:
             self._socket.sendall(data)
         except OSError as error:
             self.close()
-            raise ConnectionLost(f"{_show(self.address)}: {error}") from error
+            raise ConnectionLost(f"{show_address(self.address)}: {error}") from error
 
     def _receive(self) -> Any:
         reply = self._reader.gets()
@@ -196,21 +238,34 @@ class RespConnection:
                 chunk = self._socket.recv(_READ_SIZE)
             except OSError as error:
                 self.close()
-                raise ConnectionLost(f"{_show(self.address)}: {error}") from error
+                raise ConnectionLost(f"{show_address(self.address)}: {error}") from error
             if not chunk:
                 self.close()
-                raise ConnectionLost(f"{_show(self.address)} closed the connection")
+                raise ConnectionLost(f"{show_address(self.address)} closed the connection")
             self._reader.feed(chunk)
             try:
                 reply = self._reader.gets()
             except hiredis.ProtocolError as error:
                 self.close()
-                raise ConnectionLost(f"{_show(self.address)} sent bad RESP: {error}") from error
+                raise ConnectionLost(
+                    f"{show_address(self.address)} sent bad RESP: {error}"
+                ) from error
         return reply
 
 
-def _show(address: tuple[str, int]) -> str:
+def show_address(address: tuple[str, int]) -> str:
+    """``(host, port)`` as ``host:port``, for messages."""
     return f"{address[0]}:{address[1]}"
+
+
+def tls_hint(error: OSError) -> str:
+    """``error`` for a message, with what to check when it is a refused certificate."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return (
+            f"{error} (is tls_ca the CA that signed the server's --tls-cert, and does the "
+            "certificate name this host?)"
+        )
+    return str(error)
 
 
 class Health:
@@ -269,8 +324,10 @@ class Endpoint(Health):
         password: str | None = None,
         connect_timeout: float = 0.25,
         timeout: float = 1.0,
+        tls_ca: str | None = None,
     ) -> None:
-        """``address`` is ``host:port``; ``role`` names the server in logs. Nothing is
+        """``address`` is ``host:port``, or ``rediss://host:port`` for TLS checked against
+        ``tls_ca`` (:func:`tls_context`); ``role`` names the server in logs. Nothing is
         connected until the first call."""
         super().__init__(address, role=role)
         self._target = parse_address(address)
@@ -278,6 +335,7 @@ class Endpoint(Health):
             "password": password,
             "connect_timeout": connect_timeout,
             "timeout": timeout,
+            "tls": tls_context(tls_ca) if uses_tls(address) else None,
         }
         self._idle: list[RespConnection] = []
 

@@ -48,6 +48,7 @@ __all__ = [
     "Stack",
     "StackOptions",
     "StartInterrupted",
+    "TlsFiles",
     "postgres_uri",
 ]
 
@@ -60,6 +61,17 @@ _PASSWORD_VARIABLES = ("TXCACHED_PASSWORD", "TXCACHE_AGENT_PASSWORD")
 
 _STREAM_PASSWORD_VARIABLES = ("TXCACHED_STREAM_PASSWORD", "TXCACHE_NODE_PASSWORD")
 """Where the children read the stream password: the nodes' and the agent's for the nodes."""
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """The PEM files of a stack served over TLS: every node's and the agent's certificate
+    and key, and the CA that signed them (which the agent and the library trust). The
+    certificate must name the host the parts listen on (``127.0.0.1``)."""
+
+    cert: Path
+    key: Path
+    ca: Path
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,8 @@ class StackOptions:
     metrics_port_base: int | None = None
     """Node ``i`` (from 0) serves Prometheus ``/metrics`` on ``metrics_port_base + i``, the
     agent on ``metrics_port_base + nodes``; ``None``: no metrics endpoints."""
+    tls: TlsFiles | None = None
+    """Serve the nodes and the agent over TLS with these files (``None``: plain TCP)."""
     node_args: tuple[str, ...] = ()
     """More command-line arguments for every node."""
     agent_args: tuple[str, ...] = ()
@@ -253,6 +267,7 @@ class Stack:
             args += ["--max-staleness", self.options.max_staleness]
         if self.options.metrics_port_base is not None:
             args += ["--metrics-port", str(self.options.metrics_port_base + index)]
+        args += self._serve_tls_args()
         try:
             with self._child_context():
                 node = NodeProcess(*args, *self.options.node_args)
@@ -272,8 +287,11 @@ class Stack:
 
     def start_agent(self) -> None:
         """Start the agent (again) on its port, feeding every node."""
-        addresses = [node.address for node in self.nodes]
+        addresses = self.node_addresses
         args = [f"--listen=127.0.0.1:{self._agent_port}", f"--slot={self.options.slot}"]
+        args += self._serve_tls_args()
+        if self.options.tls is not None:
+            args += ["--node-tls-ca", str(self.options.tls.ca)]
         if self.options.max_staleness is not None:
             args += ["--max-staleness", self.options.max_staleness]
         metrics = ""
@@ -343,15 +361,27 @@ class Stack:
 
     # -- running ---------------------------------------------------------------------------
 
+    def _serve_tls_args(self) -> list[str]:
+        tls = self.options.tls
+        return [] if tls is None else ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
+
+    @property
+    def _scheme(self) -> str:
+        return "rediss://" if self.options.tls is not None else ""
+
+    @property
+    def _tls_ca(self) -> str | None:
+        return None if self.options.tls is None else str(self.options.tls.ca)
+
     @property
     def node_addresses(self) -> list[str]:
-        """Every node's ``host:port``, in start order."""
-        return [node.address for node in self.nodes]
+        """Every node's ``host:port`` (``rediss://host:port`` over TLS), in start order."""
+        return [f"{self._scheme}{node.address}" for node in self.nodes]
 
     @property
     def agent_address(self) -> str:
-        """The agent's ``host:port`` (empty before it started)."""
-        return f"127.0.0.1:{self._agent_port}" if self._agent_port else ""
+        """The agent's ``host:port`` (``rediss://…`` over TLS; empty before it started)."""
+        return f"{self._scheme}127.0.0.1:{self._agent_port}" if self._agent_port else ""
 
     def settings(self) -> dict[str, str]:
         """The connection settings, as the library reads them from the environment."""
@@ -362,6 +392,8 @@ class Stack:
         }
         if self.options.password is not None:
             values["TXCACHE_PASSWORD"] = self.options.password
+        if self._tls_ca is not None:
+            values["TXCACHE_TLS_CA"] = self._tls_ca
         return values
 
     def connect(self, **settings: Any) -> Cache:
@@ -372,6 +404,7 @@ class Stack:
             "nodes": self.node_addresses,
             "agent": self.agent_address,
             "password": self.options.password,
+            "tls_ca": self._tls_ca,
         }
         return connect(**{**own, **settings})
 
@@ -392,10 +425,10 @@ class Stack:
         WAL position."""
         with psycopg.connect(self.dsn, autocommit=True) as admin:
             target = wal_position(admin)
-        for node in self.nodes:
+        for address in self.node_addresses:
             wait_until(
-                lambda: self._applied(node) >= target,  # noqa: B023 (called right away)
-                f"cache node {node.address} to apply the stream up to {target}",
+                lambda: self._applied(address) >= target,  # noqa: B023 (called right away)
+                f"cache node {address} to apply the stream up to {target}",
                 timeout=timeout,
                 log=self._agent_log,
             )
@@ -404,10 +437,11 @@ class Stack:
     def _agent_log(self) -> str:
         return self.agent.log_text()[-3000:] if self.agent else "(no agent running)"
 
-    def _applied(self, node: NodeProcess) -> int:
+    def _applied(self, address: str) -> int:
         """The node's stream position N (``TXSTATUS``); -1 while it cannot be asked."""
+        password, tls_ca = self.options.password, self._tls_ca
         try:
-            with protocol.connect(node.address, password=self.options.password) as connection:
+            with protocol.connect(address, password=password, tls_ca=tls_ca) as connection:
                 return connection.run(protocol.txstatus()).position
         except (ConnectionLost, BadReply):
             return -1

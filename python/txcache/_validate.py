@@ -265,17 +265,30 @@ def http_token(value: Any, allowed: str) -> str:
 
 
 def address(value: Any) -> str:
-    """``host:port`` (``[v6]:port``), port 1…65535; surrounding spaces dropped."""
-    allowed = "host:port (port 1 to 65535; [v6]:port for IPv6)"
+    """``host:port`` (``[v6]:port``), port 1…65535, optionally after ``redis://`` or
+    ``rediss://`` (TLS); surrounding spaces dropped."""
+    allowed = "host:port (port 1 to 65535; [v6]:port for IPv6; rediss://host:port for TLS)"
     found = text(value, allowed).strip()
     try:
         host, _port = parse_address(found)
     except ValueError:
         raise Refused(allowed) from None
-    bare = found.rpartition(":")[0]
+    bare = (found.partition("://")[2] or found).rpartition(":")[0]
     # "a:1,b:2" parses as host "a:1,b": a list where one address is meant.
     if any(c.isspace() or c == "," for c in host) or (":" in host and not bare.startswith("[")):
         raise Refused(allowed)
+    return found
+
+
+def readable_file(value: Any) -> str:
+    """The path of a file that exists and can be read (a CA bundle), as given."""
+    allowed = "the path of a readable file"
+    found = text(value, allowed)
+    try:
+        with open(found, "rb"):
+            pass
+    except OSError as error:
+        raise Refused(allowed, detail=error.strerror or str(error)) from None
     return found
 
 

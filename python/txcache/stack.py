@@ -51,6 +51,7 @@ from txcache._stack import (
     Stack,
     StackOptions,
     StartInterrupted,
+    TlsFiles,
     postgres_uri,
 )
 
@@ -67,6 +68,7 @@ __all__ = [
     "Stack",
     "StackOptions",
     "StartInterrupted",
+    "TlsFiles",
     "WaitTimeout",
     "answers_http",
     "find_binary",

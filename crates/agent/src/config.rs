@@ -21,7 +21,8 @@ pub struct Config {
     #[arg(long, env = "TXCACHE_PUBLICATION", default_value = "txcache")]
     pub publication: String,
 
-    /// A cache node, host:port; repeat the flag (or separate with commas) for several.
+    /// A cache node, host:port (rediss://host:port for a node serving TLS); repeat the flag
+    /// (or separate with commas) for several.
     #[arg(
         long = "node",
         env = "TXCACHE_NODES",
@@ -29,6 +30,11 @@ pub struct Config {
         required = true
     )]
     pub nodes: Vec<String>,
+
+    /// The CA file (PEM) `rediss://` nodes' certificates must chain to; each certificate must
+    /// name the host in its address. Default: the public CAs (Mozilla's roots).
+    #[arg(long, env = "TXCACHE_NODE_TLS_CA", value_name = "FILE")]
+    pub node_tls_ca: Option<std::path::PathBuf>,
 
     /// Password of the cache nodes (their --password). Default: none.
     #[arg(long, env = "TXCACHE_NODE_PASSWORD", hide_env_values = true)]
@@ -61,6 +67,25 @@ pub struct Config {
     /// off.
     #[arg(long, env = "TXCACHE_AGENT_METRICS_PORT")]
     pub metrics_port: Option<u16>,
+
+    /// Serve libraries over TLS with this certificate (chain) PEM file; needs --tls-key.
+    /// Libraries then name the agent `rediss://host:port`. Default: plain TCP.
+    #[arg(
+        long,
+        env = "TXCACHE_AGENT_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// The private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        env = "TXCACHE_AGENT_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<std::path::PathBuf>,
 
     /// Password libraries must send with AUTH. Default: none.
     #[arg(long, env = "TXCACHE_AGENT_PASSWORD", hide_env_values = true)]

@@ -1,11 +1,16 @@
-//! Connections to PostgreSQL: plain SQL sessions and the replication stream.
+//! Connections to PostgreSQL: plain SQL sessions and the replication stream, both over
+//! TLS as the `--dsn`'s `sslmode` says ([`crate::conninfo`]).
 
+use crate::conninfo::{self, Conninfo};
 use anyhow::{bail, Context as _};
-use pgwire_replication::{Lsn, ReplicationConfig};
+use pgwire_replication::{Lsn, ReplicationConfig, TlsConfig};
 use std::str::FromStr;
 use std::time::Duration;
 use tokio_postgres::config::Host;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{Client, Connection, NoTls, Socket};
+use tokio_postgres_rustls::MakeRustlsConnect;
+use txcache_tls::Verify;
 
 /// An SQL session, with the server's version.
 pub struct SqlSession {
@@ -17,17 +22,18 @@ pub struct SqlSession {
 
 /// Opens an SQL session named `application` (visible in `pg_stat_activity`).
 pub async fn connect_sql(dsn: &str, application: &str) -> anyhow::Result<SqlSession> {
-    let mut config = tokio_postgres::Config::from_str(dsn).context("invalid --dsn")?;
+    let conninfo = conninfo::parse(dsn)?;
+    let mut config = tokio_postgres::Config::from_str(&conninfo.rest).context("invalid --dsn")?;
     config.application_name(application);
-    let (client, connection) = config
-        .connect(NoTls)
-        .await
-        .context("cannot connect to PostgreSQL")?;
-    tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::debug!(%error, "SQL connection ended");
+    let client = match conninfo.tls.verify()? {
+        None => open(&config, NoTls).await?,
+        Some(verify) => {
+            let identity = conninfo.tls.identity.as_ref();
+            let identity = identity.map(|(cert, key)| (cert.as_path(), key.as_path()));
+            let tls = txcache_tls::client_config(&verify, identity).context("--dsn")?;
+            open(&config, MakeRustlsConnect::new((*tls).clone())).await?
         }
-    });
+    };
     let version: String = client
         .query_one("SHOW server_version_num", &[])
         .await?
@@ -38,6 +44,44 @@ pub async fn connect_sql(dsn: &str, application: &str) -> anyhow::Result<SqlSess
     })
 }
 
+/// Connects with `tls`, running the connection on a spawned task.
+async fn open<T>(config: &tokio_postgres::Config, tls: T) -> anyhow::Result<Client>
+where
+    T: MakeTlsConnect<Socket>,
+    T::Stream: Send + 'static,
+{
+    let (client, connection): (Client, Connection<Socket, T::Stream>) =
+        config.connect(tls).await.map_err(|error| {
+            let reason = describe(&error);
+            let hint = if reason.contains("invalid peer certificate") {
+                " (is --dsn's sslrootcert the CA that signed the server's certificate, and \
+                 does that certificate name the host --dsn connects to?)"
+            } else {
+                ""
+            };
+            anyhow::anyhow!("cannot connect to PostgreSQL: {reason}{hint}")
+        })?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "SQL connection ended");
+        }
+    });
+    Ok(client)
+}
+
+/// An error with its causes, so a refused certificate says why ("invalid peer certificate:
+/// UnknownIssuer") instead of just "error performing TLS handshake".
+fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// The replication settings for `dsn`, streaming `slot` over `publication` from `start`.
 pub fn replication_config(
     dsn: &str,
@@ -45,7 +89,8 @@ pub fn replication_config(
     publication: &str,
     start: Lsn,
 ) -> anyhow::Result<ReplicationConfig> {
-    let config = tokio_postgres::Config::from_str(dsn).context("invalid --dsn")?;
+    let conninfo = conninfo::parse(dsn)?;
+    let config = tokio_postgres::Config::from_str(&conninfo.rest).context("invalid --dsn")?;
     let user = config.get_user().context("--dsn names no user")?;
     let password = config
         .get_password()
@@ -53,16 +98,47 @@ pub fn replication_config(
         .unwrap_or_default();
     let database = config.get_dbname().unwrap_or(user);
     let port = config.get_ports().first().copied().unwrap_or(5432);
-    let host = match config.get_hosts().first() {
-        Some(Host::Tcp(host)) => host.clone(),
-        Some(Host::Unix(path)) => path.to_string_lossy().into_owned(),
+    let (host, tls) = match config.get_hosts().first() {
+        Some(Host::Tcp(host)) => (host.clone(), replication_tls(&conninfo, host)?),
+        // As libpq: no TLS over a Unix socket.
+        Some(Host::Unix(path)) => (path.to_string_lossy().into_owned(), TlsConfig::disabled()),
         None => bail!("--dsn names no host"),
     };
     Ok(
         ReplicationConfig::new(host, user, password, database, slot, publication)
             .with_port(port)
+            .with_tls(tls)
             .with_start_lsn(start)
             .with_status_interval(Duration::from_millis(100))
             .with_wakeup_interval(Duration::from_secs(1)),
     )
+}
+
+/// The replication stream's TLS, checking what the SQL connections check. The host is
+/// passed as the name to verify, so an IP address is checked against the certificate's IP
+/// names (as libpq does) instead of being refused.
+fn replication_tls(conninfo: &Conninfo, host: &str) -> anyhow::Result<TlsConfig> {
+    use pgwire_replication::SslMode as Mode;
+    let verify = conninfo.tls.verify()?;
+    let mode = match (&verify, conninfo.tls.mode) {
+        (None, _) => return Ok(TlsConfig::disabled()),
+        (Some(Verify::Nothing), mode) if !mode.requires_tls() => Mode::Prefer,
+        (Some(Verify::Nothing), _) => Mode::Require,
+        (Some(Verify::Full(_)), _) => Mode::VerifyFull,
+    };
+    let ca_pem_path = match &verify {
+        Some(Verify::Full(txcache_tls::Trust::File(path))) => Some(path.clone()),
+        _ => None,
+    };
+    let (client_cert_pem_path, client_key_pem_path) = match &conninfo.tls.identity {
+        Some((cert, key)) => (Some(cert.clone()), Some(key.clone())),
+        None => (None, None),
+    };
+    Ok(TlsConfig {
+        mode,
+        ca_pem_path,
+        sni_hostname: Some(host.to_owned()),
+        client_cert_pem_path,
+        client_key_pem_path,
+    })
 }

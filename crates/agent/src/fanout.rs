@@ -113,6 +113,8 @@ impl ReplayBuffer {
 pub struct LinkSettings {
     /// The nodes' password, if they require one.
     pub password: Option<String>,
+    /// How `rediss://` nodes are checked (`--node-tls-ca`).
+    pub tls: Option<Arc<txcache_tls::ClientConfig>>,
     /// Least time between two deliveries to one node.
     pub spacing: Duration,
     /// The database, read again before a node is rewound.
@@ -374,7 +376,12 @@ async fn serve_node(
     node: &NodeState,
     settings: &LinkSettings,
 ) -> anyhow::Result<()> {
-    let mut link = NodeLink::connect(&node.address, settings.password.as_deref()).await?;
+    let mut link = NodeLink::connect(
+        &node.address,
+        settings.password.as_deref(),
+        settings.tls.as_ref(),
+    )
+    .await?;
     let mut position = link.position().await?.applied;
     let mut origin = link.origin().await?;
     let mut newest = fanout.newest.subscribe();

@@ -7,6 +7,7 @@ pub mod certify;
 pub mod cmd;
 pub mod config;
 pub mod connect;
+pub mod conninfo;
 pub mod database;
 pub mod fanout;
 pub mod heartbeat;

@@ -10,6 +10,7 @@ use txcache_agent::cmd::Endpoint;
 use txcache_agent::config::Config;
 use txcache_agent::fanout::{Fanout, LinkSettings};
 use txcache_agent::metrics::{self, Sources};
+use txcache_agent::node_link::NodeAddress;
 use txcache_agent::pincushion::{PinSettings, Pincushion};
 use txcache_agent::stream::Stream;
 use txcache_agent::stream_stats::StreamStats;
@@ -18,6 +19,7 @@ use txcache_agent::{connect::connect_sql, database, heartbeat, server, shared_ca
 
 fn main() -> anyhow::Result<()> {
     let config = Config::parse();
+    txcache_tls::install_default_provider();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&config.log)?)
         .with_target(false)
@@ -32,6 +34,9 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(config: Config) -> anyhow::Result<()> {
     let started = Instant::now();
+    let node_tls = node_tls(&config).context("--node-tls-ca")?;
+    let endpoint_tls = txcache_tls::acceptor(config.tls_cert.as_deref(), config.tls_key.as_deref())
+        .context("cannot serve TLS")?;
     // Check the database once up front, so a wrong setting fails loudly at start.
     let sql = connect_sql(&config.dsn, "txcache-agent").await?;
     let slot = database::slot_state(&sql, &config.slot).await?;
@@ -47,6 +52,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     drop(sql);
     fanout.spawn_nodes(LinkSettings {
         password: config.node_password.clone(),
+        tls: node_tls,
         spacing: config.delivery_spacing,
         dsn: config.dsn.clone(),
     });
@@ -69,7 +75,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {} (try --listen)", config.listen))?;
-    tracing::info!(address = %listener.local_addr()?, nodes = config.nodes.len(), slot = %config.slot, "txcache-agent listening");
+    tracing::info!(address = %listener.local_addr()?, nodes = config.nodes.len(), slot = %config.slot, tls = endpoint_tls.is_some(), "txcache-agent listening");
     let clients = Arc::new(AtomicUsize::new(0));
     let sources = Arc::new(Sources {
         started,
@@ -97,7 +103,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         let render = move || metrics::REGISTRY.prometheus(&metrics::collect(&sources));
         tokio::spawn(txcache_metrics::http::serve(metrics_listener, render));
     }
-    tokio::spawn(server::run(listener, endpoint, clients));
+    tokio::spawn(server::run(listener, endpoint, clients, endpoint_tls));
     tokio::select! {
         () = Stream::new(config, fanout, tracker, stream_stats).run() => Ok(()),
         signal = shutdown_signal() => {
@@ -105,6 +111,24 @@ async fn run(config: Config) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// How the agent checks `rediss://` nodes; `None` when every node is plain (a bad address
+/// is refused here, before anything starts).
+fn node_tls(config: &Config) -> anyhow::Result<Option<Arc<txcache_tls::ClientConfig>>> {
+    let mut any_tls = false;
+    for address in &config.nodes {
+        any_tls |= NodeAddress::parse(address)?.tls;
+    }
+    if !any_tls {
+        return Ok(None);
+    }
+    let trust = match &config.node_tls_ca {
+        Some(path) => txcache_tls::Trust::File(path.clone()),
+        None => txcache_tls::Trust::PublicRoots,
+    };
+    let verify = txcache_tls::Verify::Full(trust);
+    Ok(Some(txcache_tls::client_config(&verify, None)?))
 }
 
 async fn shutdown_signal() -> &'static str {

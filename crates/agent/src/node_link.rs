@@ -3,20 +3,56 @@
 use crate::message::StreamMessage;
 use anyhow::{bail, Context as _};
 use bytes::BytesMut;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use txcache_model::{Timestamp, WallClock};
 use txcache_resp::{encode, Frame, Limits};
+use txcache_tls::{ClientConfig, Duplex};
 
 /// How long a node may take to answer before the link is considered dead.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One open connection to a node.
 pub struct NodeLink {
-    stream: TcpStream,
+    stream: Box<dyn Duplex>,
     input: BytesMut,
     output: BytesMut,
+}
+
+/// A `--node` address: `host:port`, `redis://host:port`, or `rediss://host:port` (TLS).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeAddress {
+    /// `host:port` to connect to.
+    pub host_port: String,
+    /// Whether the node is spoken to over TLS.
+    pub tls: bool,
+}
+
+impl NodeAddress {
+    /// Reads an address; an unknown scheme is refused.
+    pub fn parse(address: &str) -> anyhow::Result<Self> {
+        let (tls, host_port) = match address.split_once("://") {
+            None => (false, address),
+            Some(("redis", rest)) => (false, rest),
+            Some(("rediss", rest)) => (true, rest),
+            Some((scheme, _)) => {
+                bail!("--node {address}: unknown scheme {scheme:?} (host:port, or rediss://host:port for TLS)")
+            }
+        };
+        let host_port = host_port.trim_end_matches('/').to_owned();
+        if !host_port.contains(':') {
+            bail!("--node {address}: not host:port");
+        }
+        Ok(Self { host_port, tls })
+    }
+
+    /// The host, for checking the node's certificate (without an IPv6 address's brackets).
+    pub fn host(&self) -> &str {
+        let host = self.host_port.rsplit_once(':').map_or("", |(host, _)| host);
+        host.trim_start_matches('[').trim_end_matches(']')
+    }
 }
 
 /// Where a node stands in the invalidation stream (`TXSTATUS`).
@@ -27,12 +63,32 @@ pub struct NodePosition {
 }
 
 impl NodeLink {
-    /// Connects to `address` and authenticates when a password is given.
-    pub async fn connect(address: &str, password: Option<&str>) -> anyhow::Result<Self> {
-        let stream = tokio::time::timeout(REPLY_TIMEOUT, TcpStream::connect(address))
+    /// Connects to `address` (`host:port`, or `rediss://host:port` for TLS checked with
+    /// `tls`) and authenticates when a password is given.
+    pub async fn connect(
+        address: &str,
+        password: Option<&str>,
+        tls: Option<&Arc<ClientConfig>>,
+    ) -> anyhow::Result<Self> {
+        let target = NodeAddress::parse(address)?;
+        let tcp = tokio::time::timeout(REPLY_TIMEOUT, TcpStream::connect(&target.host_port))
             .await
             .context("timed out")??;
-        stream.set_nodelay(true)?;
+        tcp.set_nodelay(true)?;
+        let stream: Box<dyn Duplex> = match (target.tls, tls) {
+            (false, _) => Box::new(tcp),
+            (true, None) => bail!("{address}: TLS node, but no TLS settings (a bug)"),
+            (true, Some(config)) => {
+                let handshake = txcache_tls::connect(config, target.host(), tcp);
+                let stream = tokio::time::timeout(REPLY_TIMEOUT, handshake)
+                    .await
+                    .context("TLS handshake timed out")?
+                    .with_context(|| {
+                        format!("TLS handshake with {address} failed (is --node-tls-ca the CA that signed its --tls-cert, for this host name?)")
+                    })?;
+                Box::new(stream)
+            }
+        };
         let mut link = Self {
             stream,
             input: BytesMut::with_capacity(4096),
@@ -131,5 +187,24 @@ impl NodeLink {
                 bail!("node closed the connection");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NodeAddress;
+
+    #[test]
+    fn addresses_say_whether_they_are_tls() {
+        let parse = |text: &str| {
+            NodeAddress::parse(text)
+                .ok()
+                .map(|a| (a.host().to_owned(), a.tls))
+        };
+        assert_eq!(parse("127.0.0.1:6380"), Some(("127.0.0.1".into(), false)));
+        assert_eq!(parse("redis://cache:6380"), Some(("cache".into(), false)));
+        assert_eq!(parse("rediss://[::1]:6380/"), Some(("::1".into(), true)));
+        assert_eq!(parse("http://cache:6380"), None);
+        assert_eq!(parse("rediss://cache"), None);
     }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use txcache_resp::{Limits, RequestDecoder};
+use txcache_tls::{Duplex, TlsAcceptor};
 
 /// The most one library request may be: commands here take a few short arguments.
 const MAX_REQUEST: usize = 64 * 1024;
@@ -45,12 +46,19 @@ impl Drop for ConnectionSlot<'_> {
     }
 }
 
-/// Accepts library connections forever, counting the open ones in `clients`.
-pub async fn run(listener: TcpListener, endpoint: Arc<Endpoint>, clients: Arc<AtomicUsize>) {
+/// Accepts library connections forever, counting the open ones in `clients`; over TLS
+/// when `tls` is given.
+pub async fn run(
+    listener: TcpListener,
+    endpoint: Arc<Endpoint>,
+    clients: Arc<AtomicUsize>,
+    tls: Option<TlsAcceptor>,
+) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                tokio::spawn(serve(stream, Arc::clone(&endpoint), Arc::clone(&clients)));
+                let (endpoint, clients) = (Arc::clone(&endpoint), Arc::clone(&clients));
+                tokio::spawn(admit(stream, endpoint, clients, tls.clone()));
             }
             Err(error) => {
                 tracing::error!(%error, "accept failed");
@@ -60,7 +68,12 @@ pub async fn run(listener: TcpListener, endpoint: Arc<Endpoint>, clients: Arc<At
     }
 }
 
-async fn serve(mut stream: TcpStream, endpoint: Arc<Endpoint>, clients: Arc<AtomicUsize>) {
+async fn admit(
+    mut stream: TcpStream,
+    endpoint: Arc<Endpoint>,
+    clients: Arc<AtomicUsize>,
+    tls: Option<TlsAcceptor>,
+) {
     let _ = stream.set_nodelay(true);
     let Some(_slot) = ConnectionSlot::admit(&clients) else {
         let _ = stream
@@ -68,15 +81,27 @@ async fn serve(mut stream: TcpStream, endpoint: Arc<Endpoint>, clients: Arc<Atom
             .await;
         return;
     };
+    match tls {
+        None => serve(stream, &endpoint).await,
+        Some(acceptor) => match txcache_tls::handshake(&acceptor, stream).await {
+            Ok(stream) => serve(stream, &endpoint).await,
+            Err(error) => {
+                tracing::info!(%error, "TLS handshake failed (a library without TLS, or one that does not trust --tls-cert?)")
+            }
+        },
+    }
+}
+
+async fn serve(mut stream: impl Duplex, endpoint: &Arc<Endpoint>) {
     let (mut input, mut output) = (BytesMut::with_capacity(4096), BytesMut::with_capacity(4096));
     let mut decoder = RequestDecoder::new();
-    let mut session = Session::new(&endpoint);
+    let mut session = Session::new(endpoint);
     loop {
         loop {
             match decoder.decode(&mut input, &LIMITS) {
                 Ok(Some(request)) if request.is_empty() => {}
                 Ok(Some(request)) => {
-                    cmd::execute(&request, &endpoint, &mut session, &mut output).await;
+                    cmd::execute(&request, endpoint, &mut session, &mut output).await;
                     if session.closing {
                         let _ = stream.write_all(&output).await;
                         return;

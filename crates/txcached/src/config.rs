@@ -42,6 +42,26 @@ pub struct Config {
     #[arg(long, env = "TXCACHED_STREAM_PASSWORD", hide_env_values = true)]
     pub stream_password: Option<String>,
 
+    /// Serve clients over TLS with this certificate (chain) PEM file; needs --tls-key. Every
+    /// connection is then TLS: libraries name the node `rediss://host:port`, the agent too.
+    /// Default: plain TCP.
+    #[arg(
+        long,
+        env = "TXCACHED_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// The private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        env = "TXCACHED_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<std::path::PathBuf>,
+
     /// Worker threads. Default: one fewer than the CPU cores, at least one (a core is left to
     /// the kernel's network path and the processes beside the node).
     #[arg(long, env = "TXCACHED_THREADS")]

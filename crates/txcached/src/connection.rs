@@ -10,8 +10,8 @@ use crate::node::Node;
 use bytes::{Buf, BytesMut};
 use std::io;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use txcache_resp::{ProtocolError, RequestDecoder};
+use txcache_tls::Duplex;
 
 /// Bytes read per system call, and the buffer size kept between batches.
 const READ_CHUNK: usize = 16 * 1024;
@@ -35,7 +35,7 @@ enum Next {
 }
 
 /// Serves one client until it disconnects, sends `QUIT`, or breaks the protocol.
-pub async fn serve(mut stream: TcpStream, node: &Node, mut session: Session) -> io::Result<()> {
+pub async fn serve(mut stream: impl Duplex, node: &Node, mut session: Session) -> io::Result<()> {
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut output = BytesMut::with_capacity(READ_CHUNK);
     // Resumes a partial request where it stopped: a request trickling in costs linear work.

@@ -53,6 +53,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {address} (port in use? try --port)"))?;
     let local = listener.local_addr()?;
+    let tls = txcache_tls::acceptor(config.tls_cert.as_deref(), config.tls_key.as_deref())
+        .context("cannot serve TLS")?;
     let node = Arc::new(Node::new(config));
     tracing::info!(
         address = %local,
@@ -60,6 +62,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         shards = node.shards.len(),
         threads = node.config.worker_threads(),
         auth = node.config.password.is_some(),
+        tls = tls.is_some(),
         "txcached listening"
     );
     if let Some(port) = node.config.metrics_port {
@@ -74,7 +77,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     }
     tokio::spawn(sweep_expired(Arc::clone(&node)));
     tokio::select! {
-        () = server::run(listener, node) => Ok(()),
+        () = server::run(listener, node, tls) => Ok(()),
         signal = shutdown_signal() => {
             tracing::info!(signal, "shutting down");
             Ok(())

@@ -33,6 +33,7 @@ class AsyncAgentClient(AgentState):
         address: str,
         *,
         password: str | None = None,
+        tls_ca: str | None = None,
         refresh_interval: float = 0.25,
         timeout: float = 5.0,
         housekeeping: Callable[[], Awaitable[None]] | None = None,
@@ -49,7 +50,12 @@ class AsyncAgentClient(AgentState):
         # Not multiplexed: PIN and COMMITLSN wait on the agent, and would hold the replies
         # of a refresh pipelined behind them.
         self.endpoint = AsyncEndpoint(
-            address, role="agent", password=password, timeout=timeout, multiplex=False
+            address,
+            role="agent",
+            password=password,
+            timeout=timeout,
+            multiplex=False,
+            tls_ca=tls_ca,
         )
         self._refreshing = asyncio.Lock()
         self._refreshed = asyncio.Event()

@@ -112,6 +112,7 @@ class AsyncCache(AsyncCacheDriver):
         return AsyncAgentClient(
             settings.agent,
             password=settings.password,
+            tls_ca=settings.tls_ca,
             refresh_interval=settings.refresh_interval,
             housekeeping=self.end_parked if settings.snapshot_hold > 0 else None,
             housekeeping_interval=settings.snapshot_hold,

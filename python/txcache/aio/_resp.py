@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ssl
 from collections.abc import Sequence
 from typing import Any, TypeVar, cast
 
@@ -32,6 +33,10 @@ from txcache._resp import (
     ReplyError,
     parse_address,
     read_reply,
+    show_address,
+    tls_context,
+    tls_hint,
+    uses_tls,
 )
 
 __all__ = ["AsyncEndpoint", "AsyncRespConnection"]
@@ -39,10 +44,6 @@ __all__ = ["AsyncEndpoint", "AsyncRespConnection"]
 T = TypeVar("T")
 Argument = str | bytes | int | float
 _MAX_IDLE_CONNECTIONS = 16
-
-
-def _show(address: tuple[str, int]) -> str:
-    return f"{address[0]}:{address[1]}"
 
 
 class AsyncRespConnection(asyncio.Protocol):
@@ -68,23 +69,35 @@ class AsyncRespConnection(asyncio.Protocol):
         password: str | None = None,
         connect_timeout: float = 1.0,
         timeout: float = 5.0,
+        tls: ssl.SSLContext | None = None,
     ) -> AsyncRespConnection:
-        """Connect to ``address`` and authenticate; raises
-        :class:`~txcache._resp.ConnectionLost` (:class:`~txcache._resp.PasswordRefused`
-        when ``AUTH`` is refused). asyncio sets ``TCP_NODELAY`` on TCP transports."""
+        """Connect to ``address`` (over TLS with ``tls``, checking the certificate names
+        the host) and authenticate; raises :class:`~txcache._resp.ConnectionLost`
+        (:class:`~txcache._resp.PasswordRefused` when ``AUTH`` is refused). asyncio sets
+        ``TCP_NODELAY`` on TCP transports."""
         loop = asyncio.get_running_loop()
+        host = address[0] if tls is not None else None
         try:
             async with asyncio.timeout(connect_timeout):
                 _, connection = await loop.create_connection(
-                    lambda: cls(address, timeout), address[0], address[1]
+                    lambda: cls(address, timeout),
+                    address[0],
+                    address[1],
+                    ssl=tls,
+                    server_hostname=host,
                 )
-        except (OSError, TimeoutError) as error:
-            raise ConnectionLost(f"cannot connect to {_show(address)}: {error!r}") from error
+        except TimeoutError as error:
+            raise ConnectionLost(f"cannot connect to {show_address(address)}: {error!r}") from error
+        except OSError as error:
+            why = tls_hint(error)
+            raise ConnectionLost(f"cannot connect to {show_address(address)}: {why}") from error
         if password is not None:
             reply = await connection.call("AUTH", password)
             if isinstance(reply, ReplyError):
                 connection.close()
-                raise PasswordRefused(f"{_show(address)} refused the password: {reply}", reply)
+                raise PasswordRefused(
+                    f"{show_address(address)} refused the password: {reply}", reply
+                )
         return connection
 
     @property
@@ -112,7 +125,7 @@ class AsyncRespConnection(asyncio.Protocol):
         if self._lost is not None:
             raise self._lost
         if self._transport is None:
-            raise ConnectionLost(f"{_show(self.address)}: the connection is closed")
+            raise ConnectionLost(f"{show_address(self.address)}: the connection is closed")
         loop = asyncio.get_running_loop()
         data = b"".join(hiredis.pack_command(cast(Any, tuple(c))) for c in commands)
         self._transport.write(data)
@@ -125,7 +138,7 @@ class AsyncRespConnection(asyncio.Protocol):
 
     def close(self) -> None:
         """Close the connection; calls still waiting fail with ``ConnectionLost``."""
-        self._fail(ConnectionLost(f"{_show(self.address)}: the connection was closed"))
+        self._fail(ConnectionLost(f"{show_address(self.address)}: the connection was closed"))
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -140,12 +153,14 @@ class AsyncRespConnection(asyncio.Protocol):
             try:
                 reply = self._reader.gets()
             except hiredis.ProtocolError as error:
-                self._fail(ConnectionLost(f"{_show(self.address)} sent bad RESP: {error}"))
+                self._fail(ConnectionLost(f"{show_address(self.address)} sent bad RESP: {error}"))
                 return
             if reply is False:
                 return
             if not self._waiting:
-                self._fail(ConnectionLost(f"{_show(self.address)} sent a reply nobody asked"))
+                self._fail(
+                    ConnectionLost(f"{show_address(self.address)} sent a reply nobody asked")
+                )
                 return
             future, _ = self._waiting.popleft()
             if not future.done():  # a cancelled caller's reply is dropped
@@ -154,7 +169,7 @@ class AsyncRespConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         """asyncio's callback: the connection ended."""
         why = f": {exc}" if exc is not None else ""
-        self._fail(ConnectionLost(f"{_show(self.address)} closed the connection{why}"))
+        self._fail(ConnectionLost(f"{show_address(self.address)} closed the connection{why}"))
 
     # -- failure ----------------------------------------------------------------------------
 
@@ -183,7 +198,9 @@ class AsyncRespConnection(asyncio.Protocol):
         deadline = self._waiting[0][1]
         if loop.time() >= deadline:
             self._fail(
-                ConnectionLost(f"{_show(self.address)} did not answer within {self._timeout} s")
+                ConnectionLost(
+                    f"{show_address(self.address)} did not answer within {self._timeout} s"
+                )
             )
             return
         self._timer = loop.call_at(deadline, self._check_deadline)
@@ -205,10 +222,14 @@ class AsyncEndpoint(Health):
         connect_timeout: float = 0.25,
         timeout: float = 1.0,
         multiplex: bool = True,
+        tls_ca: str | None = None,
     ) -> None:
-        """``address`` is ``host:port``; ``role`` names the server in logs."""
+        """``address`` is ``host:port``, or ``rediss://host:port`` for TLS checked against
+        ``tls_ca`` (:func:`~txcache._resp.tls_context`); ``role`` names the server in
+        logs."""
         super().__init__(address, role=role)
         self._target = parse_address(address)
+        self._tls = tls_context(tls_ca) if uses_tls(address) else None
         self._password = password
         self._connect_timeout = connect_timeout
         self._timeout = timeout
@@ -287,6 +308,7 @@ class AsyncEndpoint(Health):
             password=self._password,
             connect_timeout=self._connect_timeout,
             timeout=self._timeout,
+            tls=self._tls,
         )
 
     def _give_back(self, connection: AsyncRespConnection) -> None:
