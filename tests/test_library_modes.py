@@ -112,7 +112,8 @@ def test_the_public_names_are_exactly_these() -> None:
 
 def test_the_launchers_are_in_txcache_stack_and_nowhere_else() -> None:
     assert set(txcache.stack.__all__) == {
-        *("Stack", "StackOptions", "PartFailed", "StartInterrupted", "EMBEDDED_SETTINGS"),
+        *("Stack", "StackOptions", "TlsFiles", "PartFailed", "StartInterrupted"),
+        "EMBEDDED_SETTINGS",
         *("EmbeddedPostgres", "PostgresStartError", "find_postgres_bin", "postgres_uri"),
         *("NodeProcess", "NodeStartError", "find_txcached", "AgentProcess"),
         *("ServerProcess", "answers_http", "ProcessStartError", "find_binary"),

@@ -53,7 +53,7 @@ class AgentClient(AgentState):
         password: str | None = None,
         tls_ca: str | None = None,
         refresh_interval: float = 0.25,
-        timeout: float = 5.0,
+        timeout: float = 2.0,
         housekeeping: Callable[[], None] | None = None,
         housekeeping_interval: float = 0.25,
     ) -> None:
@@ -87,11 +87,13 @@ class AgentClient(AgentState):
             self.refresh()
         return pin
 
-    def commit_lsn(self, xid: int, timeout: float = 5.0, upto: int | None = None) -> int | None:
+    def commit_lsn(self, xid: int, timeout: float = 1.0, upto: int | None = None) -> int | None:
         """The commit LSN of transaction ``xid``, once decoded; ``None`` if the agent cannot
         say within ``timeout`` seconds, or (``upto``: a WAL position at or after the commit)
         as soon as its stream passed ``upto`` without it."""
-        timeout_ms = max(1, int(timeout * 1000))
+        # The agent waits this long by design: within the reply timeout, or it would count
+        # as down.
+        timeout_ms = max(1, int(min(timeout, self.endpoint.timeout / 2) * 1000))
         lsn = self.endpoint.run(protocol.commit_lsn(xid, timeout_ms=timeout_ms, upto=upto))
         if lsn is None or isinstance(lsn, ReplyError):
             return None

@@ -60,6 +60,8 @@ class Settings:
     """Seconds a transaction waits for a free database connection."""
     node_timeout: float = 1.0
     """Seconds before a silent node counts as down."""
+    agent_timeout: float = 2.0
+    """Seconds before a silent agent counts as down."""
     refresh_interval: float = 0.25
     """Seconds between pin-list refreshes."""
     snapshot_hold: float = 0.25
@@ -88,6 +90,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "pool_size": validate.count,
     "pool_timeout": validate.wait,
     "node_timeout": validate.wait,
+    "agent_timeout": validate.wait,
     "refresh_interval": validate.wait,
     "snapshot_hold": validate.seconds,
     "code_version": validate.code_version,
@@ -105,6 +108,7 @@ _NUMBERS = frozenset(
         "pool_size",
         "pool_timeout",
         "node_timeout",
+        "agent_timeout",
         "refresh_interval",
         "snapshot_hold",
     }

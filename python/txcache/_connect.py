@@ -123,6 +123,7 @@ class Cache(CacheDriver):
             settings.agent,
             password=settings.password,
             tls_ca=settings.tls_ca,
+            timeout=settings.agent_timeout,
             refresh_interval=settings.refresh_interval,
             housekeeping=self.end_parked if settings.snapshot_hold > 0 else None,
             housekeeping_interval=settings.snapshot_hold,

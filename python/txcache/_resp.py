@@ -21,7 +21,6 @@ import logging
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -270,15 +269,18 @@ def tls_hint(error: OSError) -> str:
 
 class Health:
     """Whether a server the library calls is up, shared by the sync :class:`Endpoint` and
-    the async one (no I/O). A failure marks it *down*: calls return ``None`` at once until a
-    retry time that backs off from 0.5 s to 10 s; a success resets the backoff."""
+    the async one (no I/O). A failure marks it *down*: from then on calls return ``None`` at
+    once, and only a probe in the background (a thread, or a task) calls it again, after
+    0.5 s, then backing off to 10 s, until it answers. So a server that hangs (stopped,
+    or its host unreachable) costs the calls in flight one timeout, once: no request ever
+    waits on a server known to be down."""
 
     def __init__(self, address: str, *, role: str) -> None:
         """``address`` is ``host:port``; ``role`` names the server in logs."""
         self.address = address
         self.role = role
         self._lock = threading.Lock()
-        self._down_until = 0.0
+        self._down = False
         self._backoff = _FIRST_BACKOFF
 
     def __repr__(self) -> str:
@@ -286,35 +288,45 @@ class Health:
         return f"{type(self).__name__}({self.address!r}, {state})"
 
     def is_up(self) -> bool:
-        """Whether calls are being made (it is not in a backoff period)."""
-        return time.monotonic() >= self._down_until
+        """Whether calls are being made (it is not down, waiting for a probe to answer)."""
+        return not self._down
 
     def _note_down(self, error: BaseException) -> bool:
         """Mark the server down after ``error``; ``False`` if it was down already (another
-        caller noted the same failure), else the caller drops its connections."""
+        caller noted the same failure), else the caller drops its connections and starts
+        the probe."""
         with self._lock:
-            if not self.is_up():
+            if self._down:
                 return False
-            self._down_until = time.monotonic() + self._backoff
-            log.warning(
-                "%s %s is unreachable (%s); the library works without it (reads go to the "
-                "database) and retries in %.1f s",
-                self.role,
-                self.address,
-                error,
-                self._backoff,
-            )
-            self._backoff = min(self._backoff * 2, _MAX_BACKOFF)
+            self._down = True
+            self._backoff = _FIRST_BACKOFF
+        log.warning(
+            "%s %s is unreachable (%s); the library works without it (reads go to the "
+            "database) and checks it in the background, first in %.1f s",
+            self.role,
+            self.address,
+            error,
+            _FIRST_BACKOFF,
+        )
         return True
 
     def _note_up(self) -> None:
-        """A call succeeded: the next failure backs off from the start again."""
-        self._backoff = _FIRST_BACKOFF
+        """A call or the probe succeeded: calls are made again."""
+        if self._down:
+            with self._lock:
+                self._down = False
+            log.warning("%s %s answers again; the library uses it", self.role, self.address)
+
+    def _probe_delay(self) -> float:
+        """Seconds until the probe's next attempt: 0.5, then doubling to 10."""
+        with self._lock:
+            delay, self._backoff = self._backoff, min(self._backoff * 2, _MAX_BACKOFF)
+        return delay
 
 
 class Endpoint(Health):
     """A server the library calls (a cache node, the agent): idle connections for reuse and
-    whether it is up (:class:`Health`). The first call after a backoff period reconnects."""
+    whether it is up (:class:`Health`); while it is down a daemon thread probes it."""
 
     def __init__(
         self,
@@ -330,6 +342,7 @@ class Endpoint(Health):
         ``tls_ca`` (:func:`tls_context`); ``role`` names the server in logs. Nothing is
         connected until the first call."""
         super().__init__(address, role=role)
+        self.timeout = timeout
         self._target = parse_address(address)
         self._options: dict[str, Any] = {
             "password": password,
@@ -338,6 +351,7 @@ class Endpoint(Health):
             "tls": tls_context(tls_ca) if uses_tls(address) else None,
         }
         self._idle: list[RespConnection] = []
+        self._closed = threading.Event()
 
     def call(self, *command: str | bytes | int | float) -> Any:
         """One command; ``None`` when the server is down or the connection failed (it is
@@ -364,7 +378,11 @@ class Endpoint(Health):
         return read_reply(command, self.call(*command.arguments))
 
     def close(self) -> None:
-        """Close every idle connection."""
+        """Close every idle connection and stop probing."""
+        self._closed.set()
+        self._drop_idle()
+
+    def _drop_idle(self) -> None:
         while self._idle:
             try:
                 self._idle.pop().close()
@@ -379,4 +397,21 @@ class Endpoint(Health):
 
     def _mark_down(self, error: Exception) -> None:
         if self._note_down(error):
-            self.close()
+            self._drop_idle()
+            name = f"txcache-probe-{self.address}"
+            threading.Thread(target=self._probe, name=name, daemon=True).start()
+
+    def _probe(self) -> None:
+        """Until the server answers ``PING`` (or the endpoint is closed): wait, try."""
+        while not self._closed.wait(self._probe_delay()):
+            try:
+                connection = RespConnection(self._target, **self._options)
+                reply = connection.call("PING")
+            except ConnectionLost:
+                continue
+            if isinstance(reply, ReplyError):  # not what it was taken for: stay down
+                connection.close()
+                continue
+            self._idle.append(connection)
+            self._note_up()
+            return

@@ -35,7 +35,7 @@ class AsyncAgentClient(AgentState):
         password: str | None = None,
         tls_ca: str | None = None,
         refresh_interval: float = 0.25,
-        timeout: float = 5.0,
+        timeout: float = 2.0,
         housekeeping: Callable[[], Awaitable[None]] | None = None,
         housekeeping_interval: float = 0.25,
     ) -> None:
@@ -86,11 +86,13 @@ class AsyncAgentClient(AgentState):
         return pin
 
     async def commit_lsn(
-        self, xid: int, timeout: float = 5.0, upto: int | None = None
+        self, xid: int, timeout: float = 1.0, upto: int | None = None
     ) -> int | None:
         """The commit LSN of transaction ``xid``, once decoded
         (:meth:`txcache._agent.AgentClient.commit_lsn`)."""
-        timeout_ms = max(1, int(timeout * 1000))
+        # The agent waits this long by design: within the reply timeout, or it would count
+        # as down.
+        timeout_ms = max(1, int(min(timeout, self.endpoint.timeout / 2) * 1000))
         command = protocol.commit_lsn(xid, timeout_ms=timeout_ms, upto=upto)
         lsn = await self.endpoint.run(command)
         if lsn is None or isinstance(lsn, ReplyError):

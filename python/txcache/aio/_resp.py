@@ -210,8 +210,9 @@ class AsyncEndpoint(Health):
     """A server the async library calls: a cache node (``multiplex``: one connection shared
     by every task, calls pipelined on it) or the agent (a connection per call in flight,
     reused: ``PIN`` and ``COMMITLSN`` wait on the agent, and a shared connection would hold
-    every reply after theirs). Up/down with backoff as :class:`~txcache._resp.Health`
-    decides; nothing is connected until the first call."""
+    every reply after theirs). Up/down as :class:`~txcache._resp.Health` decides: while it
+    is down a task of the loop that marked it probes it. Nothing is connected until the
+    first call."""
 
     def __init__(
         self,
@@ -232,11 +233,12 @@ class AsyncEndpoint(Health):
         self._tls = tls_context(tls_ca) if uses_tls(address) else None
         self._password = password
         self._connect_timeout = connect_timeout
-        self._timeout = timeout
+        self.timeout = timeout
         self._multiplex = multiplex
         self._shared: AsyncRespConnection | None = None
         self._connecting: asyncio.Lock | None = None
         self._idle: list[AsyncRespConnection] = []
+        self._prober: asyncio.Task[None] | None = None
 
     async def call(self, *command: Argument) -> Any:
         """One command; ``None`` when the server is down or the connection failed (it is
@@ -277,7 +279,14 @@ class AsyncEndpoint(Health):
         return replies
 
     def close(self) -> None:
-        """Close every connection (calls waiting on them fail, and return ``None``)."""
+        """Close every connection (calls waiting on them fail, and return ``None``) and
+        stop probing."""
+        prober, self._prober = self._prober, None
+        if prober is not None:
+            prober.cancel()
+        self._drop_connections()
+
+    def _drop_connections(self) -> None:
         shared, self._shared = self._shared, None
         if shared is not None:
             shared.close()
@@ -307,7 +316,7 @@ class AsyncEndpoint(Health):
             self._target,
             password=self._password,
             connect_timeout=self._connect_timeout,
-            timeout=self._timeout,
+            timeout=self.timeout,
             tls=self._tls,
         )
 
@@ -323,4 +332,25 @@ class AsyncEndpoint(Health):
             if connection is self._shared:
                 self._shared = None
         if self._note_down(error):
-            self.close()
+            self._drop_connections()
+            self._prober = asyncio.get_running_loop().create_task(self._probe())
+
+    async def _probe(self) -> None:
+        """Until the server answers ``PING``: wait, try (cancelled by :meth:`close`)."""
+        while True:
+            await asyncio.sleep(self._probe_delay())
+            try:
+                connection = await self._open()
+                reply = await connection.call("PING")
+            except ConnectionLost:
+                continue
+            if isinstance(reply, ReplyError):  # not what it was taken for: stay down
+                connection.close()
+                continue
+            if self._multiplex and self._shared is None:
+                self._shared = connection
+            else:
+                self._give_back(connection)
+            self._prober = None
+            self._note_up()
+            return
