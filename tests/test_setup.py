@@ -513,6 +513,22 @@ def test_replication_role_sets_up_table_by_table(database: str, make_role: MakeR
         setup_database(dsn)
 
 
+def test_what_a_role_may_do_is_tried_and_the_tries_leave_nothing(
+    database: str, make_role: MakeRole
+) -> None:
+    role, dsn = make_role("REPLICATION")
+    execute(database, f"GRANT CREATE ON DATABASE {database.split('dbname=')[1]} TO {role}")
+
+    report = setup_database(dsn, check=True)
+
+    assert report.step("role").status is StepStatus.OK
+    trigger = report.step("ddl trigger")
+    assert f"role {role} may not create event triggers" in trigger.detail, trigger.detail
+    assert query(database, "SELECT count(*) FROM pg_replication_slots") == [(0,)]
+    assert query(database, "SELECT count(*) FROM pg_publication") == [(0,)]
+    assert query(database, "SELECT count(*) FROM pg_event_trigger") == [(0,)]
+
+
 def test_replication_role_accepts_what_a_superuser_installed(
     shop: str, make_role: MakeRole
 ) -> None:

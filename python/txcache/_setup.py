@@ -191,6 +191,66 @@ class _Table:
         return self.problem is not None and self.identity != "i" and not self.keyed
 
 
+@dataclass(frozen=True)
+class _Capabilities:
+    """What the role may do, found by trying it in a transaction rolled back, not read
+    from its attributes: managed services grant these through roles of their own (on RDS
+    ``rds_superuser`` may create event triggers and members of ``rds_replication`` may
+    replicate), which ``rolsuper`` and ``rolreplication`` do not show."""
+
+    replicate: bool
+    event_triggers: bool
+    schema_publications: bool
+
+    @classmethod
+    def of_superuser(cls) -> _Capabilities:
+        return cls(replicate=True, event_triggers=True, schema_publications=True)
+
+
+# Each probe's statements, run in a transaction that is rolled back whatever happens.
+_PROBE_REPLICATION = (
+    "SELECT pg_drop_replication_slot(slot_name::text) "
+    "FROM pg_create_physical_replication_slot('txcache_probe_' || pg_backend_pid(), false, true)"
+)
+_PROBE_EVENT_TRIGGER = (
+    "CREATE FUNCTION pg_temp.txcache_probe() RETURNS event_trigger LANGUAGE plpgsql "
+    "AS $$BEGIN END$$; "
+    "CREATE EVENT TRIGGER txcache_probe ON ddl_command_end "
+    "EXECUTE FUNCTION pg_temp.txcache_probe()"
+)
+_PROBE_SCHEMA_PUBLICATION = "CREATE PUBLICATION txcache_probe FOR TABLES IN SCHEMA {}"
+
+
+def _capabilities(conn: Connection, facts: dict[str, Any], schema: str) -> _Capabilities:
+    """Try what setup and the agent need; a superuser is not asked (it may do all, and a
+    probe's DDL would be one more notice to the caches)."""
+    if facts["rolsuper"]:
+        return _Capabilities.of_superuser()
+    schema_publication = sql.SQL(_PROBE_SCHEMA_PUBLICATION).format(sql.Identifier(schema))
+    return _Capabilities(
+        # Only a refusal says it cannot: a full slot table or a low wal_level is another
+        # problem, which the slot step reports.
+        replicate=_allowed(conn, sql.SQL(_PROBE_REPLICATION), refused_only=True),
+        event_triggers=_allowed(conn, sql.SQL(_PROBE_EVENT_TRIGGER)),
+        schema_publications=int(facts["server_version_num"]) >= 150000
+        and _allowed(conn, schema_publication),
+    )
+
+
+def _allowed(
+    conn: Connection, statement: sql.Composed | sql.SQL, refused_only: bool = False
+) -> bool:
+    """Whether ``statement`` runs, in a transaction rolled back either way."""
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute(statement)
+    except psycopg.errors.InsufficientPrivilege:
+        return False
+    except psycopg.Error:
+        return refused_only
+    return True
+
+
 @dataclass
 class _Context:
     """The connection, the request and the facts every step plans from."""
@@ -201,6 +261,7 @@ class _Context:
     publication: str
     facts: dict[str, Any]
     tables: list[_Table]
+    may: _Capabilities
     problems: list[str] = field(default_factory=list)
     found: list[SetupStep] = field(default_factory=list)
 
@@ -302,7 +363,8 @@ def _context(conn: Connection, schemas: tuple[str, ...], slot: str, publication:
         problem, keyed = problems.get(oid, (None, False))
         fields = (oid, display, schema, relname, is_partition, owned, owner, identity)
         tables.append(_Table(*fields, problem, keyed))
-    return _Context(conn, schemas, slot, publication, facts, tables)
+    may = _capabilities(conn, facts, schemas[0])
+    return _Context(conn, schemas, slot, publication, facts, tables, may=may)
 
 
 def _identity_problems(
@@ -400,6 +462,8 @@ def _check_role(ctx: _Context) -> None:
         ctx.ok("role", f"{ctx.role} is a superuser")
     elif ctx.facts["rolreplication"]:
         ctx.ok("role", f"{ctx.role} has REPLICATION (not a superuser)")
+    elif ctx.may.replicate:
+        ctx.ok("role", f"{ctx.role} may replicate (granted by a role, as managed services do)")
     else:
         ctx.problems.append(
             f"role {ctx.role} lacks the REPLICATION attribute the replication slot needs: run "
@@ -465,11 +529,12 @@ def _find_publication(ctx: _Context) -> _Publication | None:
 
 
 def _plan_publication(ctx: _Context) -> tuple[_Plan, bool]:
-    """Whole schemas (superuser, 15+) or, failing that, the tables one by one.
+    """Whole schemas (15+, where the role may: a superuser, or a managed service's
+    administrator) or, failing that, the tables one by one.
 
     Also says whether tables created later will be published without another run.
     """
-    by_schema = ctx.superuser and ctx.version >= 150000
+    by_schema = ctx.may.schema_publications
     existing = _find_publication(ctx)
     if existing is None:
         return _plan_new_publication(ctx, by_schema), by_schema
@@ -660,14 +725,15 @@ def _plan_coarse_tables(ctx: _Context) -> list[_Plan]:
 
 
 def _plan_ddl_trigger(ctx: _Context) -> _Plan:
-    """The event trigger; a warning instead if it is missing and the role is no superuser."""
+    """The event trigger; a warning instead if it is missing and the role may not create
+    one (tried, not read from ``rolsuper``)."""
     plan = _plan_trigger(ctx)
-    if ctx.superuser or not plan.statements:
+    if ctx.may.event_triggers or not plan.statements:
         return plan
     missing = "" if plan.todo.startswith("install txcache") else f": {plan.todo}"
     return _Plan(
         "ddl trigger",
-        f"not installed{missing} (event triggers need a superuser)",
+        f"not installed{missing} (role {ctx.role} may not create event triggers: a superuser may)",
         warning="DDL is not seen: after changing the indexes or columns of tracked "
         "tables, restart txcache-agent so that it re-reads their tag columns",
     )
