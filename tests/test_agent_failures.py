@@ -13,7 +13,8 @@ import redis
 from agent_fixtures import Stack
 from conftest import info
 from postgres_fixtures import PostgresFactory
-from txcache.stack import wait_until
+from txcache import setup_database
+from txcache.stack import AgentProcess, ProcessStartError, wait_until
 
 
 def test_a_stalled_node_never_holds_up_the_others_and_catches_up(database: str) -> None:
@@ -242,3 +243,19 @@ def test_the_agent_streams_with_the_stream_password(database: str) -> None:
         stack.assert_streams_an_insert(7)
         with pytest.raises(redis.exceptions.NoPermissionError):
             stack.cache.execute_command("TXHEARTBEAT", 2**40, 1)
+
+
+def test_the_agent_refuses_to_start_while_schema_changes_go_unseen(database: str) -> None:
+    """A disabled DDL trigger (or none: setup run by a role that may not create event
+    triggers) means a redefined view or a new column would never reach the caches: the agent
+    says so and does not start, and the library reads the database."""
+    setup_database(database)
+    with psycopg.connect(database, autocommit=True) as admin:
+        admin.execute("ALTER EVENT TRIGGER txcache_ddl_command_end DISABLE")
+        with pytest.raises(ProcessStartError) as refused:
+            AgentProcess(database, ["127.0.0.1:1"]).stop()
+        message = str(refused.value)
+        assert "txcache_ddl_command_end" in message, message
+        assert "ENABLE ALWAYS" in message, message
+        admin.execute("ALTER EVENT TRIGGER txcache_ddl_command_end ENABLE ALWAYS")
+    AgentProcess(database, ["127.0.0.1:1"]).stop()  # starts its stream

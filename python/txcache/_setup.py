@@ -734,8 +734,9 @@ def _plan_ddl_trigger(ctx: _Context) -> _Plan:
     return _Plan(
         "ddl trigger",
         f"not installed{missing} (role {ctx.role} may not create event triggers: a superuser may)",
-        warning="DDL is not seen: after changing the indexes or columns of tracked "
-        "tables, restart txcache-agent so that it re-reads their tag columns",
+        warning="schema changes would not reach the caches, so txcache-agent refuses to "
+        "start (the library then reads the database, uncached): run setup again as a role "
+        "that may create event triggers",
     )
 
 

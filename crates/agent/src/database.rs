@@ -1,6 +1,7 @@
 //! What the agent asks PostgreSQL about the database itself, in plain SQL sessions beside
 //! the replication session: which database it follows ([`identity`]), where its WAL is and
-//! which history it writes ([`position`], [`history`]), the slot ([`slot_state`],
+//! which history it writes ([`position`], [`history`]), whether schema changes reach it
+//! ([`require_ddl_tracking`]), the slot ([`slot_state`],
 //! [`recreate_slot`], [`newest_replayed_message_commit`]), transaction ids and snapshots
 //! ([`floor_xid`], [`wait_until_visible`]). The stream, the fan-out and start-up call these;
 //! what to do with the answers is theirs.
@@ -98,6 +99,46 @@ pub async fn slot_state(sql: &SqlSession, slot: &str) -> anyhow::Result<SlotStat
         confirmed: Timestamp(confirmed.as_u64()),
         lost: status == "lost",
     })
+}
+
+/// The event triggers `txcache setup` installs, which send every schema change into the
+/// stream (the names are setup's, `python/txcache/_setup.py`).
+const DDL_TRIGGERS: [&str; 3] = [
+    "txcache_ddl_command_start",
+    "txcache_ddl_command_end",
+    "txcache_sql_drop",
+];
+
+/// Refuses to start unless every DDL event trigger is installed, calls
+/// `txcache.ddl_notice()` and is enabled `ALWAYS`. Without them a schema change (a view
+/// redefined, a column added with a default) never reaches the caches, which would go on
+/// serving results the database no longer gives: no caching beats wrong answers.
+pub async fn require_ddl_tracking(sql: &SqlSession) -> anyhow::Result<()> {
+    let rows = sql
+        .client
+        .query(
+            "SELECT e.evtname::text FROM pg_event_trigger e
+             WHERE e.evtname = ANY($1) AND e.evtenabled = 'A'
+               AND e.evtfoid = to_regprocedure('txcache.ddl_notice()')",
+            &[&DDL_TRIGGERS.to_vec()],
+        )
+        .await?;
+    let working: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+    let missing: Vec<&str> = DDL_TRIGGERS
+        .into_iter()
+        .filter(|name| !working.iter().any(|found| found == name))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "the DDL event trigger(s) {} are not installed or not enabled ALWAYS: schema changes \
+         would not reach the caches, which would then serve results the database no longer \
+         gives, so the agent does not start. Run `txcache setup` as a role that may create \
+         event triggers (a superuser, or a managed service's administrator), or `ALTER EVENT \
+         TRIGGER … ENABLE ALWAYS` where one was disabled",
+        missing.join(", ")
+    )
 }
 
 /// The database's WAL insert position now.

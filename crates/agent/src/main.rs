@@ -40,6 +40,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     // Check the database once up front, so a wrong setting fails loudly at start.
     let sql = connect_sql(&config.dsn, "txcache-agent").await?;
     let slot = database::slot_state(&sql, &config.slot).await?;
+    database::require_ddl_tracking(&sql).await?;
     // Transactions running now may have committed below the resume point without being
     // visible yet: pins wait until they are seen finished (certify.rs, the floor).
     let pending_xid = database::floor_xid(&sql).await?;
