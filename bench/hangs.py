@@ -14,13 +14,8 @@ read in flight when it hung).
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 from _common import bench_stack, create_database, execute, postgres
 from _report import fmt, log, machine_note, num, result_name, summarize, table, write_report
@@ -39,16 +34,6 @@ def item_name(item_id: int) -> str:
     row = txcache.query_one("SELECT name FROM items WHERE id = %s", (item_id,))
     assert row is not None
     return str(row[0])
-
-
-@dataclass
-class Phase:
-    """One phase's reads: (start, seconds) per read, per thread."""
-
-    name: str
-    began: float
-    ended: float = 0.0
-    reads: list[tuple[float, float]] = field(default_factory=list)
 
 
 class Load:
@@ -92,15 +77,6 @@ class Load:
             return [s for s in self.samples if began <= s[1] < ended]
 
 
-@contextmanager
-def stopped(pid: int) -> Iterator[None]:
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
-
-
 def run(args: argparse.Namespace) -> None:
     with postgres(args.storage) as server:
         dsn = create_database(server, "hangs")
@@ -111,7 +87,7 @@ def run(args: argparse.Namespace) -> None:
             cache = stack.connect(node_timeout=args.node_timeout, agent_timeout=args.agent_timeout)
             timeouts = {"node": args.node_timeout, "agent": args.agent_timeout, "none": 0.0}
             assert stack.agent is not None
-            pids = {"node": stack.nodes[0].process.pid, "agent": stack.agent.process.pid}
+            parts = {"node": stack.nodes[0], "agent": stack.agent}
             phases: list[tuple[str, float, float]] = []
             with Load(cache, args.threads) as load:
                 time.sleep(2.0)  # warm: the hot set cached
@@ -122,7 +98,7 @@ def run(args: argparse.Namespace) -> None:
                         if part == "none":
                             time.sleep(args.phase)
                         else:
-                            with stopped(pids[part]):
+                            with parts[part].paused():
                                 time.sleep(args.phase)
                         phases.append((part, began, time.monotonic()))
                     time.sleep(args.recover)  # probes find the part back

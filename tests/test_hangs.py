@@ -7,12 +7,9 @@ used again once it answers (docs/library.md, "Failures").
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import txcache
 from library_fixtures import LibraryStack
@@ -27,18 +24,7 @@ QUICK = 0.1
 """Longest a call may take once the server is known down (it makes no call at all)."""
 
 
-@contextmanager
-def stopped(pid: int) -> Iterator[None]:
-    """The process ``pid`` stopped (SIGSTOP) inside the block, continued after it."""
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
-
-
-def timed(call: object) -> tuple[object, float]:
-    assert callable(call)
+def timed(call: Callable[[], object]) -> tuple[object, float]:
     started = time.monotonic()
     result = call()
     return result, time.monotonic() - started
@@ -48,7 +34,7 @@ def test_a_stopped_node_costs_one_timeout_then_nothing_until_it_answers() -> Non
     with NodeProcess() as node:
         endpoint = Endpoint(node.address, role="cache node", timeout=TIMEOUT)
         assert endpoint.call("PING") == b"PONG"
-        with stopped(node.process.pid):
+        with node.paused():
             reply, took = timed(lambda: endpoint.call("PING"))
             assert reply is None
             assert took >= TIMEOUT * 0.9
@@ -71,7 +57,7 @@ def test_the_async_endpoint_probes_in_a_task_the_same_way() -> None:
         async def scenario() -> None:
             endpoint = AsyncEndpoint(node.address, role="cache node", timeout=TIMEOUT)
             assert await endpoint.call("PING") == b"PONG"
-            with stopped(node.process.pid):
+            with node.paused():
                 started = time.monotonic()
                 assert await endpoint.call("PING") is None
                 assert time.monotonic() - started >= TIMEOUT * 0.9
@@ -150,12 +136,11 @@ def test_a_stopped_node_or_agent_stalls_no_request_twice(database: str) -> None:
         lib.caught_up()
         lib.fresh_pins()
         assert lib.agent is not None
-        parts = [("node", lib.nodes[0].process.pid, TIMEOUT)]
-        parts.append(("agent", lib.agent.process.pid, 2 * TIMEOUT))
+        parts = [("node", lib.nodes[0], TIMEOUT), ("agent", lib.agent, 2 * TIMEOUT)]
         with Load(lib) as load:
             wait_until(lambda: load.count_after(0) > 50, "the load to run", timeout=20)
-            for name, pid, timeout in parts:
-                with stopped(pid):
+            for name, part, timeout in parts:
+                with part.paused():
                     hung_at = time.monotonic()
                     time.sleep(3.0)  # several probe periods
                     served = load.count_after(hung_at + timeout)

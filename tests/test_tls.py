@@ -165,9 +165,12 @@ def test_a_verify_mode_without_a_ca_file_says_what_to_add(ssl_database: str) -> 
 def test_require_encrypts_without_a_ca(ssl_database: str) -> None:
     setup_database(ssl_database)
     dsn = tls_dsn(ssl_database, host="127.0.0.1", sslmode="require", root=None)
-    AgentProcess(dsn, ["127.0.0.1:1"]).stop()
-    with psycopg.connect(ssl_database) as admin:
-        admin.execute("SELECT 1")
+    with AgentProcess(dsn, ["127.0.0.1:1"]), psycopg.connect(ssl_database) as admin:
+        encrypted = admin.execute(
+            "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
+            "WHERE a.backend_type = 'walsender'"
+        ).fetchall()
+    assert encrypted == [(True,)], encrypted
 
 
 def test_a_tls_node_serves_only_clients_that_trust_it(certificates: Certificates) -> None:

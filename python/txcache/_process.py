@@ -12,6 +12,7 @@ from these.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -23,7 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self, TypeVar
@@ -205,6 +206,16 @@ class ManagedProcess:
         if self.process.stderr is not None:
             self.process.stderr.close()
         return self.process.returncode
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The process stopped (SIGSTOP) inside the block, continued after it: a hung part,
+        whose connections the kernel still accepts while nothing answers."""
+        self.process.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.process.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         """Stop at once with SIGKILL, as a crash would."""

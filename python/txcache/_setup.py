@@ -240,7 +240,9 @@ def _capabilities(conn: Connection, facts: dict[str, Any], schema: str) -> _Capa
 def _allowed(
     conn: Connection, statement: sql.Composed | sql.SQL, refused_only: bool = False
 ) -> bool:
-    """Whether ``statement`` runs, in a transaction rolled back either way."""
+    """Whether ``statement`` runs, in a transaction rolled back either way; with
+    ``refused_only`` only a privilege error counts as no (any other failure is a problem
+    another step reports)."""
     try:
         with conn.transaction(force_rollback=True):
             conn.execute(statement)

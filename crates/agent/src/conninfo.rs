@@ -8,9 +8,6 @@ use anyhow::{anyhow, bail};
 use std::path::PathBuf;
 use txcache_tls::{Trust, Verify};
 
-/// The TLS keywords this module handles instead of tokio-postgres.
-const TLS_KEYWORDS: [&str; 4] = ["sslmode", "sslrootcert", "sslcert", "sslkey"];
-
 /// libpq's `sslmode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SslMode {
@@ -163,9 +160,6 @@ pub fn parse(dsn: &str) -> anyhow::Result<Conninfo> {
         _ => "require",
     };
     kept.push(("sslmode".to_owned(), tokio_mode.to_owned()));
-    debug_assert!(kept
-        .iter()
-        .all(|(k, _)| k == "sslmode" || !TLS_KEYWORDS.contains(&k.as_str())));
     let rest = match url_base {
         Some(base) => url_with(base, &kept),
         None => keywords_with(&kept),
