@@ -56,6 +56,12 @@ def test_the_async_endpoint_probes_in_a_task_the_same_way() -> None:
 
         async def scenario() -> None:
             endpoint = AsyncEndpoint(node.address, role="cache node", timeout=TIMEOUT)
+            try:
+                await paused_node_scenario(endpoint)
+            finally:
+                endpoint.close()
+
+        async def paused_node_scenario(endpoint: AsyncEndpoint) -> None:
             assert await endpoint.call("PING") == b"PONG"
             with node.paused():
                 started = time.monotonic()
@@ -73,7 +79,6 @@ def test_the_async_endpoint_probes_in_a_task_the_same_way() -> None:
                 await asyncio.sleep(0.02)
             assert endpoint.is_up(), "the probe task did not find the node back"
             assert await endpoint.call("PING") == b"PONG"
-            endpoint.close()
 
         asyncio.run(scenario())
 

@@ -210,8 +210,19 @@ class ManagedProcess:
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """The process stopped (SIGSTOP) inside the block, continued after it: a hung part,
-        whose connections the kernel still accepts while nothing answers."""
+        whose connections the kernel still accepts while nothing answers. The block begins
+        once every thread is stopped: the signal alone leaves a running thread a moment."""
         self.process.send_signal(signal.SIGSTOP)
+        tasks = Path(f"/proc/{self.process.pid}/task")
+
+        def all_stopped() -> bool:
+            states = [
+                (task / "stat").read_text().rpartition(")")[2].split()[0]
+                for task in tasks.iterdir()
+            ]
+            return all(state in ("T", "t") for state in states)
+
+        wait_until(all_stopped, f"{self.command[0]} to stop", timeout=10, interval=0.005)
         try:
             yield
         finally:
