@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -157,6 +158,25 @@ def test_a_redefined_function_invalidates_every_cached_result(lib: LibraryStack)
     )
     assert assert_invalidated(lib, query, token, 2) == [(60,)]
     assert_invalidated(lib, unrelated, token, 1)
+
+
+def test_a_catalog_reading_reads_built_in_objects_again_only_when_one_changed(
+    lib: LibraryStack,
+) -> None:
+    """A reading after a schema change reuses the previous reading's built-in functions,
+    operators and types (the bulk of the catalog) unless one of their rows changed."""
+    schema = Schema.load(lib.dsn)
+    built_ins = schema.catalog.built_ins
+    lib.write("CREATE FUNCTION shout(text) RETURNS text LANGUAGE sql IMMUTABLE AS 'SELECT $1'")
+    schema.refresh()
+    assert schema.catalog.built_ins is built_ins
+    assert [f.volatility for f in schema.catalog.functions["shout"]] == ["i"]
+
+    lib.write("ALTER FUNCTION pg_catalog.lower(text) VOLATILE")
+    schema.refresh()
+    assert schema.catalog.built_ins is not built_ins
+    lower = [f for f in schema.catalog.functions["lower"] if f.inputs == (25,)]
+    assert [f.volatility for f in lower] == ["v"]
 
 
 def test_a_renamed_enum_value_invalidates_reads_of_its_columns(lib: LibraryStack) -> None:
@@ -504,8 +524,8 @@ def test_a_catalog_reading_during_which_a_schema_change_committed_is_read_again(
     readings: list[Catalog] = []
     read_in_one_snapshot = txcache._schema._read_in_one_snapshot
 
-    def reading_then_a_change(conn: psycopg.Connection, publication: str) -> Catalog:
-        catalog = read_in_one_snapshot(conn, publication)
+    def reading_then_a_change(conn: psycopg.Connection, publication: str, *rest: Any) -> Catalog:
+        catalog = read_in_one_snapshot(conn, publication, *rest)
         if not readings:
             lib.write("CREATE VIEW meanwhile AS SELECT id FROM items")
         readings.append(catalog)

@@ -275,6 +275,8 @@ class Catalog:
     session: SessionContext | None = None
     """The context of the session it was read in (:mod:`txcache._session`): names resolve
     with its ``search_path``."""
+    built_ins: _BuiltIns | None = field(default=None, repr=False, compare=False)
+    """The built-in part of the reading, reused by the next one while unchanged."""
 
     @functools.cached_property
     def by_tag(self) -> dict[str, Relation]:
@@ -500,7 +502,7 @@ class Schema:
         source: Connection | str | None = conn or self._shared.dsn
         if source is None:
             raise ValueError("Schema.refresh() needs a connection: load() was given one")
-        catalog = _read(source, self._shared.publication)
+        catalog = _read(source, self._shared.publication, self._shared.catalog.built_ins)
         with self._shared.lock:
             self._shared.catalog = catalog
             self._shared.memo = {}
@@ -519,28 +521,32 @@ class Schema:
         return value
 
 
-def _read(source: Connection | str, publication: str) -> Catalog:
+def _read(
+    source: Connection | str, publication: str, built_ins: _BuiltIns | None = None
+) -> Catalog:
     """The catalog as one snapshot shows it: its several statements must agree (a DDL
     between the one reading relations and the one reading the publication would make a
-    table attached meanwhile look unpublished). Through a DSN it is also stamped."""
+    table attached meanwhile look unpublished). Through a DSN it is also stamped.
+    ``built_ins``: the previous reading's, reused if the built-in objects are unchanged."""
     if isinstance(source, str):
         with psycopg.connect(source, autocommit=True, application_name="txcache schema") as conn:
-            return _read_stamped(conn, publication)
-    return _read_in_one_snapshot(source, publication)
+            return _read_stamped(conn, publication, built_ins)
+    return _read_in_one_snapshot(source, publication, built_ins)
 
 
 # Readings tried while schema changes keep committing, before one is kept unstamped.
 _STAMP_TRIES = 5
 
 
-def _read_stamped(conn: Connection, publication: str) -> Catalog:
+def _read_stamped(conn: Connection, publication: str, built_ins: _BuiltIns | None) -> Catalog:
     """A reading during which no schema change committed, stamped. Some catalog functions
     (``pg_get_publication_tables``) read the current catalog, not the snapshot: only such a
     reading is consistent with itself. After :data:`_STAMP_TRIES` readings that each saw a
     schema change commit, the last is kept without a stamp."""
     for _ in range(_STAMP_TRIES):
         before = read_stamp(conn)
-        catalog = _read_in_one_snapshot(conn, publication)
+        catalog = _read_in_one_snapshot(conn, publication, built_ins)
+        built_ins = catalog.built_ins
         if not before.tracked:
             log.warning(
                 "the database has no DDL counter (%s; txcache setup installs it with the DDL "
@@ -554,13 +560,15 @@ def _read_stamped(conn: Connection, publication: str) -> Catalog:
     return catalog
 
 
-def _read_in_one_snapshot(conn: Connection, publication: str) -> Catalog:
+def _read_in_one_snapshot(
+    conn: Connection, publication: str, built_ins: _BuiltIns | None = None
+) -> Catalog:
     if not conn.autocommit:  # already in the caller's transaction: read in its snapshot
         with conn.transaction():
-            return _read_catalog(conn, publication)
+            return _read_catalog(conn, publication, built_ins)
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        return _read_catalog(conn, publication)
+        return _read_catalog(conn, publication, built_ins)
 
 
 _RELATIONS = """
@@ -592,11 +600,13 @@ SELECT p.oid::int, n.nspname::text, p.proname::text, p.provolatile::text, l.lann
        p.proargtypes::oid[]::int[]
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 JOIN pg_language l ON l.oid = p.prolang
+WHERE p.oid {{part}}
 """
 _OPERATORS = """
 SELECT n.nspname::text, o.oprname::text, o.oprcode::oid::int, o.oid::int, o.oprleft::int,
        o.oprright::int, o.oprresult::int
 FROM pg_operator o JOIN pg_namespace n ON n.oid = o.oprnamespace
+WHERE o.oid {part}
 """
 _TYPES = f"""
 SELECT t.oid::int, n.nspname::text, t.typname::text, t.typtype::text, t.typbasetype::int,
@@ -605,31 +615,88 @@ SELECT t.oid::int, n.nspname::text, t.typname::text, t.typtype::text, t.typbaset
        t.typcategory::text, t.typelem::int, t.typrelid::int, i.provolatile <> 'i'
 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
 LEFT JOIN pg_proc i ON i.oid = t.typinput
+WHERE t.oid {{part}}
 """
 # The components of types beyond domains and arrays: ranges' subtypes, multiranges' ranges,
 # and the attributes of every row and composite type.
 _TYPE_PARTS = """
-SELECT rngtypid::int, rngsubtype::int FROM pg_range
-UNION ALL SELECT rngmultitypid::int, rngtypid::int FROM pg_range
+SELECT rngtypid::int, rngsubtype::int FROM pg_range WHERE rngtypid {part}
+UNION ALL SELECT rngmultitypid::int, rngtypid::int FROM pg_range WHERE rngmultitypid {part}
 UNION ALL
 SELECT c.reltype::int, a.atttypid::int
 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
-WHERE a.attnum > 0 AND NOT a.attisdropped AND c.reltype <> 0
+WHERE a.attnum > 0 AND NOT a.attisdropped AND c.reltype <> 0 AND c.reltype {part}
 """
 # Types cast to a string type implicitly: a function taking text takes them ("char", …).
 _TO_TEXT = """
 SELECT c.castsource::int FROM pg_cast c JOIN pg_type t ON t.oid = c.casttarget
-WHERE t.typcategory = 'S' AND c.castcontext = 'i'
+WHERE t.typcategory = 'S' AND c.castcontext = 'i' AND c.oid {part}
 """
 _IO_FUNCTIONS = """
 SELECT DISTINCT f::int FROM pg_type, unnest(ARRAY[typinput, typoutput, typreceive, typsend]) f
-WHERE f <> 0
+WHERE f <> 0 AND pg_type.oid {part}
+"""
+# The parts of a reading that hold objects initdb made (a built-in type's components are
+# built in too), and those that hold the others.
+_BUILT_IN, _USER = f"< {FIRST_NORMAL_OID}", f">= {FIRST_NORMAL_OID}"
+# A digest of where each built-in row the reading uses lies and which transaction wrote it:
+# any change to one (ALTER FUNCTION on a built-in, a replaced information_schema view, …)
+# writes a new row version, so changes the digest. Freezing or moving rows changes it too:
+# then the built-in part is read again, needlessly but soundly.
+_BUILT_IN_VERSION = f"""
+SELECT md5(string_agg(v, ',')) FROM (
+  SELECT xmin::text || ctid::text AS v FROM pg_proc WHERE oid {_BUILT_IN}
+  UNION ALL SELECT xmin::text || ctid::text FROM pg_type WHERE oid {_BUILT_IN}
+  UNION ALL SELECT xmin::text || ctid::text FROM pg_operator WHERE oid {_BUILT_IN}
+  UNION ALL SELECT xmin::text || ctid::text FROM pg_cast WHERE oid {_BUILT_IN}
+  UNION ALL SELECT xmin::text || ctid::text FROM pg_range WHERE rngtypid {_BUILT_IN}
+  UNION ALL SELECT xmin::text || ctid::text FROM pg_attribute WHERE attrelid {_BUILT_IN}
+  UNION ALL SELECT xmin::text || ctid::text FROM pg_constraint WHERE contypid {_BUILT_IN}
+    AND contypid <> 0
+  UNION ALL SELECT xmin::text || ctid::text FROM pg_language WHERE oid {_BUILT_IN}
+  UNION ALL SELECT xmin::text || ctid::text FROM pg_namespace WHERE oid {_BUILT_IN}
+) rows
 """
 
 
-def _read_catalog(conn: Connection, publication: str) -> Catalog:
+@dataclass(frozen=True)
+class _BuiltIns:
+    """The built-in part of a catalog reading: the same in every reading until a built-in
+    row changes (:data:`_BUILT_IN_VERSION`), so read once, not after every schema change."""
+
+    version: str
+    types: tuple[TypeInfo, ...]
+    functions: tuple[Function, ...]
+    operators: tuple[TupleRow, ...]
+    to_text: frozenset[int]
+    io_functions: frozenset[int]
+    facts: Mapping[int, _Facts]
+    """The built-in types' facts, folded: their components are all built in."""
+
+
+def _read_built_ins(rows: Callable[[str], list[TupleRow]], version: str) -> _BuiltIns:
+    types = {row[0]: TypeInfo(*row) for row in rows(_TYPES.format(part=_BUILT_IN))}
+    parts = rows(_TYPE_PARTS.format(part=_BUILT_IN))
+    return _BuiltIns(
+        version,
+        tuple(types.values()),
+        tuple(_function(row) for row in rows(_FUNCTIONS.format(part=_BUILT_IN))),
+        tuple(rows(_OPERATORS.format(part=_BUILT_IN))),
+        frozenset(oid for (oid,) in rows(_TO_TEXT.format(part=_BUILT_IN))),
+        frozenset(oid for (oid,) in rows(_IO_FUNCTIONS.format(part=_BUILT_IN))),
+        _folded_facts(types, parts, {}),
+    )
+
+
+def _read_catalog(
+    conn: Connection, publication: str, built_ins: _BuiltIns | None = None
+) -> Catalog:
     def rows(query: str, *params: object) -> list[TupleRow]:
         return conn.execute(query, params).fetchall()
+
+    (version,) = rows(_BUILT_IN_VERSION)[0]
+    if built_ins is None or built_ins.version != version:
+        built_ins = _read_built_ins(rows, version)
 
     settings = rows(
         "SELECT current_schemas(true)::text[], current_setting('server_encoding'), "
@@ -637,12 +704,13 @@ def _read_catalog(conn: Connection, publication: str) -> Catalog:
         "current_setting('server_version_num')::int"
     )[0]
     search_path, encoding, standard, version = settings
-    types = [TypeInfo(*row) for row in rows(_TYPES)]
+    types = [*built_ins.types, *(TypeInfo(*row) for row in rows(_TYPES.format(part=_USER)))]
     types_by_oid = {t.oid: t for t in types}
-    functions = [_function(row) for row in rows(_FUNCTIONS)]
-    operators = rows(_OPERATORS)
-    to_text = frozenset(oid for (oid,) in rows(_TO_TEXT))
-    facts = _type_facts(types_by_oid, rows(_TYPE_PARTS), to_text)
+    functions = [*built_ins.functions, *map(_function, rows(_FUNCTIONS.format(part=_USER)))]
+    operators = [*built_ins.operators, *rows(_OPERATORS.format(part=_USER))]
+    to_text = built_ins.to_text | {oid for (oid,) in rows(_TO_TEXT.format(part=_USER))}
+    parts = rows(_TYPE_PARTS.format(part=_USER))
+    facts = _type_facts(types_by_oid, _folded_facts(types_by_oid, parts, built_ins.facts), to_text)
     unsafe = _unsafe_families(operators, types_by_oid)
     text_ok = encoding == "UTF8"
     columns: dict[int, list[Column]] = {}
@@ -688,10 +756,12 @@ def _read_catalog(conn: Connection, publication: str) -> Catalog:
         publication=_read_publication(conn, publication, version),
         standard_strings=standard == "on",
         facts=facts,
-        io_functions=frozenset(oid for (oid,) in rows(_IO_FUNCTIONS)),
+        io_functions=built_ins.io_functions
+        | {oid for (oid,) in rows(_IO_FUNCTIONS.format(part=_USER))},
         text_operators=frozenset(row[1] for row in operators if row[6] in facts.textual),
         polymorphic_operators=frozenset(row[1] for row in operators if row[6] in facts.polymorphic),
         sinks=_sinks(operators, facts.varying_input),
+        built_ins=built_ins,
     )
 
 
@@ -716,17 +786,18 @@ def _family(type_oid: int, types: Mapping[int, TypeInfo]) -> Family | None:
     return FAMILY_OF_TYPE.get(type_oid)
 
 
-def _type_facts(
-    types: Mapping[int, TypeInfo], parts: Iterable[TupleRow], to_text: frozenset[int]
-) -> TypeFacts:
-    """Fold every type's components (:class:`TypeFacts`) into what its values may hold;
-    ``to_text``: the types cast to a string type implicitly."""
+def _folded_facts(
+    types: Mapping[int, TypeInfo], parts: Iterable[TupleRow], known: Mapping[int, _Facts]
+) -> dict[int, _Facts]:
+    """Every type's facts with its components' folded in (``parts``: the components beyond
+    a domain's base and an array's element); ``known``: types already folded."""
     components: dict[int, set[int]] = {}
     for found in types.values():
-        components.setdefault(found.oid, set()).update(p for p in (found.base, found.element) if p)
+        if found.oid not in known:
+            components[found.oid] = {p for p in (found.base, found.element) if p}
     for whole, part in parts:
         components.setdefault(whole, set()).add(part)
-    facts: dict[int, _Facts] = {}
+    facts: dict[int, _Facts] = dict(known)
 
     def fold(oid: int) -> _Facts:
         if oid not in facts:
@@ -737,6 +808,14 @@ def _type_facts(
 
     for oid in types:
         fold(oid)
+    return facts
+
+
+def _type_facts(
+    types: Mapping[int, TypeInfo], facts: Mapping[int, _Facts], to_text: frozenset[int]
+) -> TypeFacts:
+    """What each type's values may hold (``facts``: folded by :func:`_folded_facts`);
+    ``to_text``: the types cast to a string type implicitly."""
     textual = {oid for oid in types if _textual(oid, types, to_text)}
     polymorphic = {oid for oid, t in types.items() if t.kind == "p" and t.name.startswith("any")}
     return TypeFacts(
