@@ -95,6 +95,67 @@ def test_a_lost_slot_resets_every_node_loudly(postgres_factory: PostgresFactory)
         assert pin_ts >= before_insert
 
 
+def drop_slot(db: psycopg.Connection) -> bool:
+    """Stop the slot's walsender and drop the slot; ``False`` if the agent took it again
+    first."""
+    db.execute(
+        "SELECT pg_terminate_backend(active_pid, 10000) FROM pg_replication_slots "
+        "WHERE slot_name = 'txcache' AND active_pid IS NOT NULL"
+    )
+    try:
+        db.execute("SELECT pg_drop_replication_slot('txcache')")
+    except psycopg.errors.ObjectInUse:
+        return False
+    return True
+
+
+def test_a_slot_dropped_while_the_agent_runs_is_created_again_and_every_node_reset(
+    database: str,
+) -> None:
+    """A slot an operator or a managed service drops is a gap in the stream: the agent
+    says so, creates the slot again and resets every node, never resumes silently."""
+    with Stack(database) as stack:
+        agent = stack.agent
+        assert agent is not None
+        probes = stack.probe("public.items:id=1")
+        resets = info(stack.cache, "txcache")["resets"]
+        wait_until(lambda: drop_slot(stack.db), "the slot dropped", timeout=20)
+        wait_until(
+            lambda: info(stack.cache, "txcache")["resets"] != resets,
+            "the node's reset",
+            timeout=20,
+            log=agent.log_text,
+        )
+        assert "REPLICATION SLOT DROPPED" in agent.log_text()
+        assert stack.truncated(probes)["public.items:id=1"] is not None
+        slot = "SELECT failover FROM pg_replication_slots WHERE slot_name = 'txcache'"
+        assert stack.db.execute(slot).fetchall() == [(True,)]
+        stack.assert_streams_an_insert(5)
+
+
+def test_a_slot_created_again_behind_the_agent_s_back_resets_every_node(database: str) -> None:
+    """A slot dropped and created again (by setup, say) while the agent was away starts
+    past changes the agent never read: it must not resume there silently."""
+    with Stack(database) as stack:
+        agent = stack.agent
+        assert agent is not None
+        probes = stack.probe("public.items:id=1")
+        resets = info(stack.cache, "txcache")["resets"]
+        with agent.paused():
+            assert drop_slot(stack.db)
+            stack.write("UPDATE items SET id = id")  # a change no slot will ever send
+            setup_database(database)  # creates the slot again, past that change
+        wait_until(
+            lambda: info(stack.cache, "txcache")["resets"] != resets,
+            "the node's reset",
+            timeout=20,
+            log=agent.log_text,
+        )
+        assert "THE REPLICATION SLOT IS AHEAD OF THE STREAM" in agent.log_text()
+        assert stack.truncated(probes)["public.items:id=1"] is not None
+        stack.assert_streams_an_insert(6)
+
+
 def test_a_fast_shutdown_is_not_held_up_by_the_agent(postgres_factory: PostgresFactory) -> None:
     """A shutting-down server waits for its walsenders' clients to confirm the end of the
     WAL; an agent that confirmed only what it had delivered held it until

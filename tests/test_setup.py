@@ -17,6 +17,7 @@ import pytest
 from postgres_fixtures import PostgresFactory
 from txcache import SetupError, SetupReport, StepStatus, _ddl_notice, setup_database
 from txcache._ddl_notice import functions, read_sql
+from txcache._postgres import EmbeddedPostgres
 
 _role_numbers = itertools.count(1)
 
@@ -249,7 +250,9 @@ def test_check_reports_missing_steps_and_changes_nothing(shop: str) -> None:
         "ddl trigger",
         "slot",
     ]
-    assert report.step("slot").detail == "would create logical replication slot txcache (pgoutput)"
+    assert report.step("slot").detail == (
+        "would create logical replication slot txcache (pgoutput, failover)"
+    )
     assert not report.changed
     assert query(shop, "SELECT count(*) FROM pg_publication") == [(0,)]
     assert query(shop, "SELECT count(*) FROM pg_replication_slots") == [(0,)]
@@ -614,3 +617,67 @@ def test_bounded_wal_keep_size_is_not_a_warning(postgres_factory: PostgresFactor
     assert report.step("max_slot_wal_keep_size").status is StepStatus.OK
     assert report.step("max_slot_wal_keep_size").detail == "1GB"
     assert not report.warnings
+
+
+def test_the_slot_is_created_for_failover(shop: str) -> None:
+    """From PostgreSQL 17 a slot marked failover can be synchronized to a standby."""
+    setup_database(shop)
+    assert query(shop, "SELECT failover FROM pg_replication_slots") == [(True,)]
+    assert "(pgoutput, failover)" in setup_database(shop, check=True).step("slot").detail
+
+
+def test_print_sql_is_the_sql_an_administrator_runs(
+    shop: str, make_role: MakeRole, postgres: EmbeddedPostgres
+) -> None:
+    """A role with no rights prints the plan; a superuser runs it with psql; the role then
+    finds everything in place (and may replicate, as the agent's role must)."""
+    role, dsn = make_role()
+    printed = run_cli("--dsn", dsn, "--print-sql")
+    assert printed.returncode == 3, printed.stderr
+    script = printed.stdout
+    assert f'ALTER ROLE "{role}" REPLICATION;' in script
+    assert "CREATE PUBLICATION" in script
+    assert "CREATE EVENT TRIGGER" in script
+    slot = "pg_create_logical_replication_slot('txcache', 'pgoutput', failover => true);"
+    assert slot in script
+    assert "would create logical replication slot" in printed.stderr
+    assert query(shop, "SELECT count(*) FROM pg_publication") == [(0,)]
+
+    psql = [str(postgres.binary("psql")), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", shop]
+    ran = subprocess.run(psql, input=script, capture_output=True, text=True, check=False)
+    assert ran.returncode == 0, ran.stderr
+
+    report = setup_database(dsn, check=True)
+    assert not report.missing, report.format()
+    assert report.step("ddl trigger").status is StepStatus.OK
+    assert run_cli("--dsn", dsn, "--print-sql").stdout == ""
+
+
+def test_a_managed_service_is_recognised_and_its_way_is_advised(
+    postgres_factory: PostgresFactory,
+) -> None:
+    """On a server with RDS's roles, the report names the service and the fixes are RDS's
+    (a parameter group, rds_replication), not ALTER SYSTEM or ALTER ROLE."""
+    server = postgres_factory({"wal_level": "replica"})
+    execute(server.dsn, "CREATE ROLE rds_superuser", "CREATE ROLE rds_replication",
+            "CREATE ROLE app LOGIN")  # fmt: skip
+    with pytest.raises(SetupError) as caught:
+        setup_database(server.dsn.replace("user=postgres", "user=app"))
+    message = str(caught.value)
+    assert "on Amazon RDS / Aurora, set rds.logical_replication = 1" in message
+    assert "on Amazon RDS / Aurora, GRANT rds_replication TO app" in message
+    assert "ALTER SYSTEM" not in message
+
+
+def test_a_service_s_caveats_are_warnings(database: str, postgres_factory: PostgresFactory) -> None:
+    server = postgres_factory()
+    execute(server.dsn, "CREATE ROLE neon_superuser")
+    report = setup_database(server.dsn, check=True)
+    service = [step for step in report.steps if step.name == "service"]
+    assert service[0].detail == "Neon (it has role neon_superuser)"
+    assert [step.status for step in service] == [
+        StepStatus.OK,
+        StepStatus.WARNING,
+        StepStatus.WARNING,
+    ]
+    assert "about 40 hours" in service[2].detail

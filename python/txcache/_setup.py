@@ -4,6 +4,9 @@
 :class:`SetupError` naming every unmet prerequisite, and only then applies the plan, step by
 step, unless ``check`` is set. Each step of the :class:`SetupReport` says what it found or
 did. The objects it creates and the DDL message format are described in ``docs/setup.md``.
+With ``administrator`` it plans for a role that may do everything (the DBA who runs
+:meth:`SetupReport.script`, the plan as SQL), not for the connecting one. On a managed
+service (:mod:`txcache._managed`) its advice is the service's.
 
 Exceptions::
 
@@ -13,6 +16,7 @@ Exceptions::
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 from collections.abc import Iterable, Sequence
@@ -30,6 +34,7 @@ from txcache._ddl_notice import (
     functions,
     read_sql,
 )
+from txcache._managed import Service, find_service
 from txcache.errors import TxcacheError
 
 __all__ = [
@@ -90,6 +95,8 @@ class SetupReport:
     target: str
     check: bool
     steps: list[SetupStep] = field(default_factory=list)
+    statements: list[tuple[str, str]] = field(default_factory=list)
+    """Every statement the run executed (``check``: would execute), with its step's name."""
 
     @property
     def changed(self) -> bool:
@@ -122,6 +129,24 @@ class SetupReport:
             lines.append(f"  {step.status.value:<8} {step.name:<{width}}  {step.detail}")
         lines.append(self._summary())
         return "\n".join(lines)
+
+    def script(self) -> str:
+        """:attr:`statements` as a SQL script for an administrator to run (``psql -f``):
+        each step's statements under a comment naming it; empty when nothing is to do."""
+        if not self.statements:
+            return ""
+        lines = [
+            f"-- txcache setup for {self.target}",
+            "-- Run as a superuser (or the managed service's administrator), outside a",
+            "-- transaction block: psql -v ON_ERROR_STOP=1 -f <this file>",
+        ]
+        step = None
+        for name, statement in self.statements:
+            if name != step:
+                lines += ["", f"-- {name}"]
+                step = name
+            lines.append(f"{statement};")
+        return "\n".join(lines) + "\n"
 
     def _summary(self) -> str:
         warned = f" ({len(self.warnings)} warning(s))" if self.warnings else ""
@@ -264,6 +289,8 @@ class _Context:
     facts: dict[str, Any]
     tables: list[_Table]
     may: _Capabilities
+    service: Service | None = None
+    administrator: bool = False  # planning for a role that may do everything
     problems: list[str] = field(default_factory=list)
     found: list[SetupStep] = field(default_factory=list)
 
@@ -293,8 +320,12 @@ def setup_database(
     publication: str = "txcache",
     *,
     check: bool = False,
+    administrator: bool = False,
 ) -> SetupReport:
     """Make the database at ``dsn`` ready for txcache; with ``check``, only report.
+    With ``administrator``, plan for a role that may do everything, not the connecting one
+    (whose missing privileges are then steps, not errors): with ``check``, the report's
+    :meth:`~SetupReport.script` is the SQL a DBA must run.
 
     Tracks every table of ``schemas``: a publication ``publication`` of them (with
     ``publish_via_partition_root``), ``REPLICA IDENTITY FULL`` on each, a DDL event trigger
@@ -310,7 +341,7 @@ def setup_database(
         raise SetupError([f"cannot connect to PostgreSQL: {error}".strip()]) from error
     with conn:
         try:
-            ctx = _context(conn, wanted, slot, publication)
+            ctx = _context(conn, wanted, slot, publication, administrator)
             _check_prerequisites(ctx)
             plans = _plan_all(ctx)
         except psycopg.Error as error:
@@ -322,6 +353,7 @@ def setup_database(
             if not check:
                 _apply(conn, plan)
             report.steps.append(plan.step(check=check))
+            report.statements += [(plan.name, s.as_string(conn)) for s in plan.statements]
     return report
 
 
@@ -330,8 +362,9 @@ def _plan_all(ctx: _Context) -> list[_Plan]:
     publish, published = _plan_publication(ctx)
     trigger = _plan_ddl_trigger(ctx)
     identity = not trigger.warning  # the trigger is (or will be) there
-    plans = [publish, _plan_replica_identity(ctx), *_plan_coarse_tables(ctx), trigger]
-    return [*plans, *_plan_new_tables(published, identity), _plan_slot(ctx)]
+    plans = [*_plan_replication(ctx), publish, _plan_replica_identity(ctx)]
+    plans += [*_plan_coarse_tables(ctx), trigger, *_plan_new_tables(published, identity)]
+    return [*plans, _plan_slot(ctx)]
 
 
 def _validate(schemas: tuple[str, ...], slot: str, publication: str) -> tuple[str, ...]:
@@ -351,7 +384,9 @@ def _validate(schemas: tuple[str, ...], slot: str, publication: str) -> tuple[st
     return schemas
 
 
-def _context(conn: Connection, schemas: tuple[str, ...], slot: str, publication: str) -> _Context:
+def _context(
+    conn: Connection, schemas: tuple[str, ...], slot: str, publication: str, administrator: bool
+) -> _Context:
     # The server's settings and the role (sql/setup_facts.sql), then the tracked tables.
     cursor = conn.execute(read_sql("setup_facts"))
     names = [column.name for column in cursor.description or ()]
@@ -365,8 +400,18 @@ def _context(conn: Connection, schemas: tuple[str, ...], slot: str, publication:
         problem, keyed = problems.get(oid, (None, False))
         fields = (oid, display, schema, relname, is_partition, owned, owner, identity)
         tables.append(_Table(*fields, problem, keyed))
-    may = _capabilities(conn, facts, schemas[0])
-    return _Context(conn, schemas, slot, publication, facts, tables, may=may)
+    if administrator:  # who runs the plan may do everything
+        tables = [dataclasses.replace(table, owned=True) for table in tables]
+        may = _Capabilities.of_superuser()
+    else:
+        may = _capabilities(conn, facts, schemas[0])
+    service = find_service(conn)
+    ctx = _Context(conn, schemas, slot, publication, facts, tables, may, service, administrator)
+    if service is not None:
+        ctx.ok("service", f"{service.name} (it has role {service.marker})")
+        for caveat in service.caveats:
+            ctx.found.append(SetupStep("service", StepStatus.WARNING, caveat))
+    return ctx
 
 
 def _identity_problems(
@@ -401,10 +446,10 @@ def _check_prerequisites(ctx: _Context) -> None:
     if ctx.version < 140000:
         ctx.problems.append(f"PostgreSQL {facts['server_version']} is too old: txcache needs 14+")
     if facts["wal_level"] != "logical":
-        ctx.problems.append(
-            f"wal_level is {facts['wal_level']}, txcache needs logical: run "
-            "ALTER SYSTEM SET wal_level = logical and restart PostgreSQL"
-        )
+        fix = "run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL"
+        if ctx.service is not None:
+            fix = f"on {ctx.service.name}, {ctx.service.logical_decoding}"
+        ctx.problems.append(f"wal_level is {facts['wal_level']}, txcache needs logical: {fix}")
     else:
         ctx.ok("wal_level", "logical")
     _check_capacity(ctx)
@@ -464,14 +509,37 @@ def _check_role(ctx: _Context) -> None:
         ctx.ok("role", f"{ctx.role} is a superuser")
     elif ctx.facts["rolreplication"]:
         ctx.ok("role", f"{ctx.role} has REPLICATION (not a superuser)")
+    elif ctx.administrator:
+        ctx.ok("role", f"{ctx.role} (the plan is for an administrator to run)")
     elif ctx.may.replicate:
         ctx.ok("role", f"{ctx.role} may replicate (granted by a role, as managed services do)")
     else:
         ctx.problems.append(
-            f"role {ctx.role} lacks the REPLICATION attribute the replication slot needs: run "
-            f"ALTER ROLE {ctx.role} REPLICATION as a superuser, or run txcache setup as a "
-            "superuser"
+            f"role {ctx.role} lacks the REPLICATION attribute the replication slot needs: "
+            f"{_replication_fix(ctx)}, or run txcache setup as a superuser"
         )
+
+
+def _replication_fix(ctx: _Context) -> str:
+    if ctx.service is not None:
+        return f"on {ctx.service.name}, {ctx.service.replication.format(role=ctx.role)}"
+    return f"run ALTER ROLE {ctx.role} REPLICATION as a superuser"
+
+
+def _plan_replication(ctx: _Context) -> list[_Plan]:
+    """For an administrator: the right to replicate for the connecting role (the agent's),
+    if it has none. A managed service grants it its own way, which is advice, not SQL."""
+    if not ctx.administrator or ctx.superuser or ctx.facts["rolreplication"]:
+        return []
+    if _capabilities(ctx.conn, ctx.facts, ctx.schemas[0]).replicate:
+        return []
+    if ctx.service is not None:
+        fix = ctx.service.replication.format(role=ctx.role)
+        lacks = f"role {ctx.role} may not replicate"
+        return [_Plan("replication", lacks, warning=f"on {ctx.service.name}, {fix}")]
+    plan = _Plan("replication", "", todo=f"set REPLICATION on role {ctx.role}")
+    plan.statements.append(sql.SQL("ALTER ROLE {} REPLICATION").format(sql.Identifier(ctx.role)))
+    return [plan]
 
 
 # -- publication -----------------------------------------------------------------------------
@@ -500,6 +568,7 @@ def _find_publication(ctx: _Context) -> _Publication | None:
     if not rows:
         return None
     oid, all_tables, via_root, all_actions, owned, owner = rows[0]
+    owned = owned or ctx.administrator
     query = "SELECT prrelid FROM pg_publication_rel WHERE prpubid = %s"
     tables = {row[0] for row in ctx.rows(query, oid)}
     schemas: set[str] = set()
@@ -588,7 +657,7 @@ def _plan_new_publication(ctx: _Context, by_schema: bool) -> _Plan:
     target = sql.SQL("FOR TABLE {} ").format(listed) if roots else sql.SQL("")
     plan.todo = f"create publication {ctx.publication} of {len(roots)} table(s)"
     plan.statements.append(sql.SQL("CREATE PUBLICATION {} {}{}").format(name, target, options))
-    if not ctx.superuser and not ctx.facts["can_create"]:
+    if not (ctx.superuser or ctx.administrator or ctx.facts["can_create"]):
         ctx.problems.append(
             f"role {ctx.role} may not create the publication: run GRANT CREATE ON DATABASE "
             f"{ctx.facts['database']} TO {ctx.role}, or run txcache setup as a superuser"
@@ -733,9 +802,10 @@ def _plan_ddl_trigger(ctx: _Context) -> _Plan:
     if ctx.may.event_triggers or not plan.statements:
         return plan
     missing = "" if plan.todo.startswith("install txcache") else f": {plan.todo}"
+    who = ctx.service.event_triggers if ctx.service is not None else "a superuser"
     return _Plan(
         "ddl trigger",
-        f"not installed{missing} (role {ctx.role} may not create event triggers: a superuser may)",
+        f"not installed{missing} (role {ctx.role} may not create event triggers: {who} may)",
         warning="schema changes would not reach the caches, so txcache-agent refuses to "
         "start (the library then reads the database, uncached): run setup again as a role "
         "that may create event triggers",
@@ -860,9 +930,11 @@ def _plan_event_trigger(
 
 
 def _plan_slot(ctx: _Context) -> _Plan:
+    failover_column = "failover" if ctx.version >= 170000 else "NULL::bool"
     rows = ctx.rows(
         "SELECT plugin::text, slot_type, database::text, wal_status, "
-        "confirmed_flush_lsn::text, active FROM pg_replication_slots WHERE slot_name = %s",
+        f"confirmed_flush_lsn::text, active, {failover_column} "
+        "FROM pg_replication_slots WHERE slot_name = %s",
         ctx.slot,
     )
     plan = _Plan("slot", "")
@@ -872,14 +944,15 @@ def _plan_slot(ctx: _Context) -> _Plan:
                 f"all {ctx.facts['max_replication_slots']} replication slots are in use: drop an "
                 "unused one (pg_drop_replication_slot) or raise max_replication_slots"
             )
-        plan.todo = f"create logical replication slot {ctx.slot} (pgoutput)"
-        plan.statements.append(
-            sql.SQL("SELECT pg_create_logical_replication_slot({}, 'pgoutput')").format(
-                sql.Literal(ctx.slot)
-            )
-        )
+        # From 17 a slot marked failover can be synchronized to standbys, so that it
+        # survives a promotion (docs/managed-postgres.md, "Failover").
+        failover = ctx.version >= 170000
+        plan.todo = f"create logical replication slot {ctx.slot} (pgoutput{_FAILOVER[failover]})"
+        create = "SELECT pg_create_logical_replication_slot({}, 'pgoutput'{})"
+        option = sql.SQL(", failover => true" if failover else "")
+        plan.statements.append(sql.SQL(create).format(sql.Literal(ctx.slot), option))
         return plan
-    plugin, kind, database, wal_status, confirmed, active = rows[0]
+    plugin, kind, database, wal_status, confirmed, active, failover_slot = rows[0]
     drop = f"drop it (SELECT pg_drop_replication_slot('{ctx.slot}')) or choose another --slot"
     if kind != "logical" or plugin != "pgoutput":
         ctx.problems.append(
@@ -894,8 +967,18 @@ def _plan_slot(ctx: _Context) -> _Plan:
             "setup again; the cache nodes must drop their entries"
         )
     state = "in use" if active else "not in use"
-    plan.found = f"{ctx.slot} (pgoutput), confirmed up to {confirmed}, {state}"
+    plan.found = f"{ctx.slot} (pgoutput{_FAILOVER[bool(failover_slot)]}), confirmed up to "
+    plan.found += f"{confirmed}, {state}"
+    if failover_slot is False:
+        plan.warning = (
+            "not marked failover, so a promoted standby will not have it: with the agent "
+            f"stopped, run ALTER_REPLICATION_SLOT {ctx.slot} (FAILOVER true) in a replication "
+            'connection (psql "dbname=... replication=database")'
+        )
     return plan
+
+
+_FAILOVER = {True: ", failover", False: ""}
 
 
 def _apply(conn: Connection, plan: _Plan) -> None:

@@ -1,7 +1,7 @@
 //! What the agent asks PostgreSQL about the database itself, in plain SQL sessions beside
 //! the replication session: which database it follows ([`identity`]), where its WAL is and
 //! which history it writes ([`position`], [`history`]), whether schema changes reach it
-//! ([`require_ddl_tracking`]), the slot ([`slot_state`],
+//! ([`require_ddl_tracking`]), the slot ([`slot_state`], [`find_slot`],
 //! [`recreate_slot`], [`newest_replayed_message_commit`]), transaction ids and snapshots
 //! ([`floor_xid`], [`wait_until_visible`]). The stream, the fan-out and start-up call these;
 //! what to do with the answers is theirs.
@@ -77,6 +77,16 @@ pub struct SlotState {
 
 /// Reads the slot's state, with a clear error when it does not exist.
 pub async fn slot_state(sql: &SqlSession, slot: &str) -> anyhow::Result<SlotState> {
+    match find_slot(sql, slot).await? {
+        Some(state) => Ok(state),
+        None => {
+            bail!("replication slot {slot:?} does not exist: run `txcache setup --dsn …` first")
+        }
+    }
+}
+
+/// Reads the slot's state; `None` when it does not exist.
+pub async fn find_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<Option<SlotState>> {
     let row = sql
         .client
         .query_opt(
@@ -86,7 +96,7 @@ pub async fn slot_state(sql: &SqlSession, slot: &str) -> anyhow::Result<SlotStat
         )
         .await?;
     let Some(row) = row else {
-        bail!("replication slot {slot:?} does not exist: run `txcache setup --dsn …` first");
+        return Ok(None);
     };
     let plugin: Option<String> = row.get(2);
     if plugin.as_deref() != Some("pgoutput") {
@@ -95,10 +105,10 @@ pub async fn slot_state(sql: &SqlSession, slot: &str) -> anyhow::Result<SlotStat
     let confirmed: Option<String> = row.get(0);
     let confirmed = confirmed.map_or(Ok(Lsn::from_u64(0)), |text| Lsn::parse(&text))?;
     let status: String = row.get(1);
-    Ok(SlotState {
+    Ok(Some(SlotState {
         confirmed: Timestamp(confirmed.as_u64()),
         lost: status == "lost",
-    })
+    }))
 }
 
 /// The event triggers `txcache setup` installs, which send every schema change into the
@@ -217,19 +227,22 @@ pub async fn wait_until_visible(sql: &SqlSession, xid: u32) -> anyhow::Result<()
     }
 }
 
-/// Drops slot `slot`, which lost WAL it needed, and creates it anew: the position the new
-/// slot starts at.
+/// Drops slot `slot` if it exists (it lost WAL it needed) and creates it anew, as `txcache
+/// setup` does (marked failover from PostgreSQL 17): the position the new slot starts at.
 pub async fn recreate_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<Timestamp> {
     sql.client
-        .execute("SELECT pg_drop_replication_slot($1)", &[&slot])
-        .await?;
-    let row = sql
-        .client
-        .query_one(
-            "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+        .execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+             WHERE slot_name = $1",
             &[&slot],
         )
         .await?;
+    let create = if sql.server_version_num >= 170_000 {
+        "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', failover => true)"
+    } else {
+        "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')"
+    };
+    let row = sql.client.query_one(create, &[&slot]).await?;
     Ok(Timestamp(Lsn::parse(row.get::<_, &str>(0))?.as_u64()))
 }
 

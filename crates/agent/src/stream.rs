@@ -91,10 +91,20 @@ impl Stream {
 
     async fn run_session(&mut self) -> anyhow::Result<()> {
         let sql = connect_sql(&self.config.dsn, "txcache-agent catalog").await?;
-        let slot = database::slot_state(&sql, &self.config.slot).await?;
-        if slot.lost {
-            self.recreate_lost_slot(&sql).await?;
+        let Some(slot) = database::find_slot(&sql, &self.config.slot).await? else {
+            self.recreate_slot(&sql, SlotLoss::Dropped).await?;
             return Ok(());
+        };
+        if slot.lost {
+            self.recreate_slot(&sql, SlotLoss::WalRemoved).await?;
+            return Ok(());
+        }
+        if slot.confirmed > self.fanout.newest() {
+            // Only this agent moves the slot, never past what it streamed: a slot ahead was
+            // dropped and created again, and the commits in between were never read.
+            tracing::error!(slot = %self.config.slot, slot_position = %slot.confirmed, stream_position = %self.fanout.newest(),
+                "THE REPLICATION SLOT IS AHEAD OF THE STREAM (dropped and created again while the agent ran?): the changes in between were never read; every cache node is reset");
+            self.restart_after_gap(&sql, slot.confirmed).await?;
         }
         let database = database::position(&sql).await?;
         self.fanout.set_database_position(database);
@@ -344,12 +354,26 @@ impl Stream {
         }
     }
 
-    /// The slot lost WAL it needed: commits in the gap are gone for good. Recreate the slot
-    /// and reset every node, so none keeps an entry the gap may have made stale.
-    async fn recreate_lost_slot(&mut self, sql: &SqlSession) -> anyhow::Result<()> {
-        tracing::error!(slot = %self.config.slot,
-            "REPLICATION SLOT LOST: PostgreSQL removed WAL the agent had not read (raise max_slot_wal_keep_size, or keep the agent running). Recreating the slot and resetting every cache node.");
+    /// The slot lost WAL it needed, or is gone: commits in the gap are gone for good.
+    /// Recreate the slot and reset every node, so none keeps an entry the gap may have made
+    /// stale.
+    async fn recreate_slot(&mut self, sql: &SqlSession, loss: SlotLoss) -> anyhow::Result<()> {
+        match loss {
+            SlotLoss::WalRemoved => tracing::error!(slot = %self.config.slot,
+                "REPLICATION SLOT LOST: PostgreSQL removed WAL the agent had not read (raise max_slot_wal_keep_size, or keep the agent running). Recreating the slot and resetting every cache node."),
+            SlotLoss::Dropped => tracing::error!(slot = %self.config.slot,
+                "REPLICATION SLOT DROPPED while the agent ran (by an operator, a managed service's clean-up, or a failover that did not keep it): the changes since were never read. Recreating the slot and resetting every cache node."),
+        }
         let position = database::recreate_slot(sql, &self.config.slot).await?;
+        self.restart_after_gap(sql, position).await
+    }
+
+    /// Restarts the stream at `position`, past changes it never read: every node is reset.
+    async fn restart_after_gap(
+        &mut self,
+        sql: &SqlSession,
+        position: Timestamp,
+    ) -> anyhow::Result<()> {
         self.tracker
             .restart(position, database::floor_xid(sql).await?);
         self.fanout.declare_gap(position);
@@ -364,4 +388,13 @@ fn parse_number(content: &[u8]) -> u64 {
         .ok()
         .and_then(|text| text.parse().ok())
         .unwrap_or(0)
+}
+
+/// Why the slot must be created again.
+#[derive(Clone, Copy, Debug)]
+enum SlotLoss {
+    /// PostgreSQL removed WAL it needed (`wal_status` lost).
+    WalRemoved,
+    /// It no longer exists.
+    Dropped,
 }

@@ -51,6 +51,13 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help=f"only verify and report, change nothing; exit {EXIT_MISSING} if something is missing",
     )
+    parser.add_argument(
+        "--print-sql",
+        action="store_true",
+        help="change nothing; print the SQL an administrator must run (planned for a role "
+        "that may do everything) to stdout and the report to stderr; exit "
+        f"{EXIT_MISSING} if there is SQL to run",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -62,10 +69,15 @@ def run(args: argparse.Namespace) -> int:
             schemas=args.schemas or ["public"],
             slot=args.slot,
             publication=args.publication,
-            check=args.check,
+            check=args.check or args.print_sql,
+            administrator=args.print_sql,
         )
     except SetupError as error:
         print(f"txcache setup: error: {error}", file=sys.stderr)
         return 1
-    print(report.format())
+    if args.print_sql:
+        print(report.format(), file=sys.stderr)
+        print(report.script(), end="")
+    else:
+        print(report.format())
     return EXIT_MISSING if report.missing else 0
