@@ -51,6 +51,7 @@ class Stack(BaseStack):
         max_memory: str = "64mb",
         password: str | None = None,
         agent_args: tuple[str, ...] = HEARTBEATS,
+        agent_dsn: str | None = None,
     ) -> None:
         """Prepare the stack; :meth:`start` (or ``with``) starts it."""
         super().__init__(
@@ -61,6 +62,7 @@ class Stack(BaseStack):
                 schema_sql=schema_sql,
                 password=password,
                 agent_args=agent_args,
+                agent_dsn=agent_dsn,
             )
         )
         self.cache: redis.Redis  # opened by start()

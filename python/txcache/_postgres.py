@@ -320,8 +320,10 @@ class EmbeddedPostgres:
     (``initdb``, ``postgres``, ``pg_isready``, …); by default :func:`find_postgres_bin`'s
     (``$TXCACHE_PG_BIN``, else the wheel's). ``ssl`` is a certificate and its key (PEM
     files) to serve TLS with: they are copied beside the cluster, readable by the server's
-    account only (the embedded build has no SSL: use a system build). The server is stopped
-    at interpreter exit if nobody did.
+    account only (the embedded build has no SSL: use a system build). ``replica_of`` is a
+    server and one of its physical replication slots: the cluster is then a base backup of
+    that server (``pg_basebackup -R``), started as its streaming standby through the slot.
+    The server is stopped at interpreter exit if nobody did.
     """
 
     host = "127.0.0.1"
@@ -334,6 +336,7 @@ class EmbeddedPostgres:
         base_dir: Path | str | None = None,
         bin_dir: Path | str | None = None,
         ssl: tuple[Path, Path] | None = None,
+        replica_of: tuple[EmbeddedPostgres, str] | None = None,
         start_timeout: float = 30.0,
     ) -> None:
         """Initialise the cluster if needed and start the server; wait until it accepts."""
@@ -347,6 +350,7 @@ class EmbeddedPostgres:
         self._finalizer = weakref.finalize(self, _cleanup, self._handle)
         self.port = 0
         self._account = _system_account()
+        self._replica_of = replica_of
         try:
             self._prepare()
             if ssl is not None:
@@ -411,9 +415,20 @@ class EmbeddedPostgres:
             os.chown(self.base_dir, self._account.uid, self._account.gid)
         if (self.data_dir / "PG_VERSION").is_file():
             return
+        if self._replica_of is not None:
+            self._base_backup(*self._replica_of)
+            return
         with _template_lock:
             template = _template(self.bin_dir)
         _run_as(self._account, ["cp", "-a", str(template), str(self.data_dir)], self.base_dir)
+
+    def _base_backup(self, primary: EmbeddedPostgres, slot: str) -> None:
+        """The cluster as a base backup of ``primary``, set up to stream from it through
+        physical slot ``slot`` (the connection names a database: from PostgreSQL 17 a standby
+        synchronizes failover slots only then)."""
+        source = f"{primary.dsn} application_name=standby_{slot}"
+        command = [str(self.binary("pg_basebackup")), "-D", str(self.data_dir), "-R", "-S", slot]
+        _run_as(self._account, [*command, "-X", "stream", "-d", source], self.base_dir)
 
     def _install_certificate(self, cert: Path, key: Path) -> None:
         """Serve TLS with copies of ``cert`` and ``key`` the server's account owns (it must

@@ -89,6 +89,9 @@ class StackOptions:
     free ports."""
     dsn: str | None = None
     """An existing database to use instead of starting PostgreSQL."""
+    agent_dsn: str | None = None
+    """The agent's ``--dsn``, if not the stack's: say, several hosts (a primary and its
+    standbys) with ``target_session_attrs=read-write``, to follow a failover."""
     data_dir: Path | None = None
     """Where the embedded PostgreSQL keeps its cluster (kept); ``None``: a temporary one."""
     postgres_settings: Mapping[str, str] = field(default_factory=dict)
@@ -302,7 +305,7 @@ class Stack:
         try:
             with self._child_context():
                 self.agent = AgentProcess(
-                    self.dsn,
+                    self.options.agent_dsn or self.dsn,
                     addresses,
                     *args,
                     *self.options.agent_args,

@@ -4,9 +4,10 @@
 use crate::conninfo::{self, Conninfo};
 use anyhow::{bail, Context as _};
 use pgwire_replication::{Lsn, ReplicationConfig, TlsConfig};
+use std::net::IpAddr;
 use std::str::FromStr;
 use std::time::Duration;
-use tokio_postgres::config::Host;
+use tokio_postgres::config::{Host, TargetSessionAttrs};
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{Client, Connection, NoTls, Socket};
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -82,9 +83,77 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// The replication settings for `dsn`, streaming `slot` over `publication` from `start`.
+/// Which of `dsn`'s hosts the SQL session `sql` reached: the replication stream opens on
+/// the same one. A DSN naming several hosts (a primary and its standbys, for failover) must
+/// ask for `target_session_attrs=read-write`, so that every session reaches the primary;
+/// the host is then found by the server's address and port.
+pub async fn reached_host(dsn: &str, sql: &SqlSession) -> anyhow::Result<usize> {
+    let config = tokio_postgres::Config::from_str(&conninfo::parse(dsn)?.rest)?;
+    let hosts = config.get_hosts();
+    if hosts.len() <= 1 {
+        return Ok(0);
+    }
+    if config.get_target_session_attrs() != TargetSessionAttrs::ReadWrite {
+        bail!(
+            "--dsn names {} hosts but not target_session_attrs=read-write: add it, so that \
+             the agent streams from and pins on the primary, whichever host it is",
+            hosts.len()
+        );
+    }
+    let row = sql
+        .client
+        .query_one(
+            "SELECT host(inet_server_addr()), current_setting('port')::int",
+            &[],
+        )
+        .await?;
+    let (address, port): (Option<String>, i32) = (row.get(0), row.get(1));
+    let address = address.and_then(|text| text.parse::<IpAddr>().ok());
+    for (index, host) in hosts.iter().enumerate() {
+        if host_port(&config, index) != u16::try_from(port).unwrap_or(0) {
+            continue;
+        }
+        let reached = match (host, address) {
+            (Host::Unix(_), None) => true,
+            (Host::Tcp(name), Some(address)) => resolves_to(name, address).await,
+            _ => false,
+        };
+        if reached {
+            return Ok(index);
+        }
+    }
+    bail!(
+        "cannot tell which of --dsn's hosts the primary is (it answers on {address:?} port \
+         {port}): name the hosts by the addresses the servers listen on"
+    )
+}
+
+/// The port of the `index`-th host: libpq's rule, one port for all or one per host.
+fn host_port(config: &tokio_postgres::Config, index: usize) -> u16 {
+    let ports = config.get_ports();
+    let one = ports.first().copied().unwrap_or(5432);
+    if ports.len() > 1 {
+        ports.get(index).copied().unwrap_or(one)
+    } else {
+        one
+    }
+}
+
+/// Whether host `name` is, or resolves to, `address`.
+async fn resolves_to(name: &str, address: IpAddr) -> bool {
+    if let Ok(ip) = name.parse::<IpAddr>() {
+        return ip == address;
+    }
+    tokio::net::lookup_host((name, 0))
+        .await
+        .is_ok_and(|mut found| found.any(|each| each.ip() == address))
+}
+
+/// The replication settings for `dsn`'s `host`-th host ([`reached_host`]), streaming `slot`
+/// over `publication` from `start`.
 pub fn replication_config(
     dsn: &str,
+    host: usize,
     slot: &str,
     publication: &str,
     start: Lsn,
@@ -97,8 +166,8 @@ pub fn replication_config(
         .map(|p| String::from_utf8_lossy(p).into_owned())
         .unwrap_or_default();
     let database = config.get_dbname().unwrap_or(user);
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    let (host, tls) = match config.get_hosts().first() {
+    let port = host_port(&config, host);
+    let (host, tls) = match config.get_hosts().get(host) {
         Some(Host::Tcp(host)) => (host.clone(), replication_tls(&conninfo, host)?),
         // As libpq: no TLS over a Unix socket.
         Some(Host::Unix(path)) => (path.to_string_lossy().into_owned(), TlsConfig::disabled()),

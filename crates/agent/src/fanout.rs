@@ -10,7 +10,9 @@
 //! below the buffer's start and then replayed from there — never stale, only colder. A node
 //! whose position is past the database itself (restored from a backup, or failed over to a
 //! standby that was behind), or that followed another database history (`TXORIGIN`: another
-//! cluster or timeline), is rewound (`TXREWIND`): its versioned entries are dropped.
+//! cluster or timeline), is rewound (`TXREWIND`): its versioned entries are dropped — unless
+//! the stream's history continues the node's past the node's position (a promoted standby
+//! whose timeline branched off after everything the node saw): the node then keeps them.
 
 use crate::connect::connect_sql;
 use crate::database;
@@ -39,6 +41,10 @@ pub struct ReplayBuffer {
     capacity: usize,
     /// The database history the messages belong to (`TXORIGIN`); `None` until named.
     history: Option<Arc<str>>,
+    /// Earlier histories the current one continues, each up to its switch point (the
+    /// timeline history's): a node of one at or below that point saw nothing the current
+    /// history lacks.
+    ancestors: Vec<(Arc<str>, Timestamp)>,
 }
 
 impl ReplayBuffer {
@@ -51,6 +57,7 @@ impl ReplayBuffer {
             newest_time: WallClock(0),
             capacity: capacity.max(1),
             history: None,
+            ancestors: Vec::new(),
         }
     }
 
@@ -105,6 +112,14 @@ impl ReplayBuffer {
     /// Names the database history the messages from now on belong to.
     pub fn set_history(&mut self, history: &str) {
         self.history = Some(Arc::from(history));
+    }
+
+    /// Whether a node that followed `origin` up to `position` saw only what the current
+    /// history holds too.
+    pub fn continues(&self, origin: &str, position: Timestamp) -> bool {
+        self.ancestors
+            .iter()
+            .any(|(ancestor, switch)| **ancestor == *origin && position <= *switch)
     }
 }
 
@@ -280,6 +295,22 @@ impl Fanout {
         buffer.set_history(history);
     }
 
+    /// The stream follows `history`, which continues the current one up to `switch` (a
+    /// promoted standby's timeline): when nothing past `switch` was pushed, the buffer and
+    /// the nodes keep what they hold; otherwise as [`Self::follow_history`]. Returns
+    /// whether they keep it.
+    pub fn continue_history(&self, history: &str, switch: Timestamp, restart: Timestamp) -> bool {
+        let mut buffer = self.lock();
+        let Some(current) = buffer.history().filter(|_| buffer.newest() <= switch) else {
+            drop(buffer);
+            self.follow_history(history, restart);
+            return false;
+        };
+        buffer.ancestors.push((current, switch));
+        buffer.set_history(history);
+        true
+    }
+
     /// The position every connected node has received (the newest pushed when none is
     /// connected: a node that comes back later replays from the buffer or is reset).
     pub fn delivered_everywhere(&self) -> Timestamp {
@@ -405,8 +436,13 @@ async fn serve_node(
         };
         if let Some(history) = history.filter(|h| origin.as_deref() != Some(&**h)) {
             if let Some(other) = &origin {
-                position =
-                    leave_history(fanout, node, &mut link, position, other, &history).await?;
+                if fanout.lock().continues(other, position) {
+                    tracing::info!(node = %node.address, node_origin = %other, database = %history, node_position = %position,
+                        "cache node followed a history the database's continues past the node's position (a promoted standby): it keeps its entries");
+                } else {
+                    position =
+                        leave_history(fanout, node, &mut link, position, other, &history).await?;
+                }
             }
             link.set_origin(&history).await?;
             origin = Some(history.to_string());

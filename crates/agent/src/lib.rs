@@ -21,4 +21,5 @@ pub mod shared_catalog;
 pub mod stream;
 pub mod stream_stats;
 pub mod tags;
+pub mod timeline;
 pub mod tracker;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use txcache_agent::cmd::Endpoint;
 use txcache_agent::config::Config;
+use txcache_agent::connect::{connect_sql, reached_host};
 use txcache_agent::fanout::{Fanout, LinkSettings};
 use txcache_agent::metrics::{self, Sources};
 use txcache_agent::node_link::NodeAddress;
@@ -15,7 +16,7 @@ use txcache_agent::pincushion::{PinSettings, Pincushion};
 use txcache_agent::stream::Stream;
 use txcache_agent::stream_stats::StreamStats;
 use txcache_agent::tracker::StreamTracker;
-use txcache_agent::{connect::connect_sql, database, heartbeat, server, shared_catalog};
+use txcache_agent::{database, heartbeat, server, shared_catalog};
 
 fn main() -> anyhow::Result<()> {
     let config = Config::parse();
@@ -39,6 +40,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .context("cannot serve TLS")?;
     // Check the database once up front, so a wrong setting fails loudly at start.
     let sql = connect_sql(&config.dsn, "txcache-agent").await?;
+    reached_host(&config.dsn, &sql).await?;
     let slot = database::slot_state(&sql, &config.slot).await?;
     database::require_ddl_tracking(&sql).await?;
     // Transactions running now may have committed below the resume point without being

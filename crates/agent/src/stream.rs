@@ -11,13 +11,14 @@
 use crate::assemble::{unix_micros_from_postgres, Assembler};
 use crate::catalog::Catalog;
 use crate::config::Config;
-use crate::connect::{connect_sql, replication_config, SqlSession};
-use crate::database;
+use crate::connect::{connect_sql, reached_host, replication_config, SqlSession};
+use crate::database::{self, SlotState};
 use crate::fanout::Fanout;
 use crate::heartbeat::HEARTBEAT_PREFIX;
 use crate::message::StreamMessage;
 use crate::pincushion::FENCE_PREFIX;
 use crate::stream_stats::StreamStats;
+use crate::timeline;
 use crate::tracker::StreamTracker;
 use anyhow::{bail, Context as _};
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
@@ -116,9 +117,10 @@ impl Stream {
                 "THE DATABASE'S POSITIONS WENT BACK (restored from a backup, or failed over to a standby that was behind): restarting the stream at the slot; every cache node is rewound and loses its versioned entries");
             self.fanout.declare_gap(slot.confirmed);
         }
+        let host = reached_host(&self.config.dsn, &sql).await?;
         if let Some(old) = &changed {
-            tracing::error!(old_history = %old, new_history = %history,
-                "THE DATABASE'S HISTORY CHANGED (a failover, a restore to a new timeline, or another database): restarting the stream at the slot; every cache node is rewound and loses its versioned entries");
+            self.change_history(old, &history, host, &slot, went_back)
+                .await?;
         }
         if went_back || changed.is_some() {
             self.stats.count_database_change();
@@ -132,6 +134,7 @@ impl Stream {
         self.stats.resume_at(slot.confirmed);
         let replication = replication_config(
             &self.config.dsn,
+            host,
             &self.config.slot,
             &self.config.publication,
             start,
@@ -366,6 +369,42 @@ impl Stream {
         }
         let position = database::recreate_slot(sql, &self.config.slot).await?;
         self.restart_after_gap(sql, position).await
+    }
+
+    /// The database's history changed from `old` to `new`: a promoted standby whose timeline
+    /// continues the old one past everything streamed keeps the nodes' entries; anything
+    /// else (another cluster, a standby that was behind) rewinds every node.
+    async fn change_history(
+        &mut self,
+        old: &str,
+        new: &str,
+        host: usize,
+        slot: &SlotState,
+        went_back: bool,
+    ) -> anyhow::Result<()> {
+        let switch = if went_back {
+            None
+        } else {
+            let config = &self.config;
+            timeline::switch_point(
+                &config.dsn,
+                host,
+                &config.slot,
+                &config.publication,
+                old,
+                new,
+            )
+            .await?
+        };
+        match switch {
+            Some(switch) if self.fanout.continue_history(new, switch, slot.confirmed) => {
+                tracing::warn!(old_history = %old, new_history = %new, switch_point = %switch, stream_position = %self.fanout.newest(),
+                    "the database failed over to a standby whose timeline continues the old one past everything streamed: the cache nodes keep their entries");
+            }
+            _ => tracing::error!(old_history = %old, new_history = %new,
+                "THE DATABASE'S HISTORY CHANGED (a failover to a standby that was behind, a restore to a new timeline, or another database): restarting the stream at the slot; every cache node is rewound and loses its versioned entries"),
+        }
+        Ok(())
     }
 
     /// Restarts the stream at `position`, past changes it never read: every node is reset.

@@ -1,0 +1,119 @@
+"""A failover to a streaming standby: the agent follows the promoted standby through a
+multi-host DSN, loses no invalidation, and the cache nodes keep their entries when the
+standby's timeline continues past everything they saw."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+import redis
+
+from agent_fixtures import Stack
+from conftest import info, running_agent
+from postgres_fixtures import PostgresFactory
+from txcache.stack import EmbeddedPostgres, wait_until, wal_position
+
+STANDBY_SLOT = "standby1"
+
+
+@pytest.fixture
+def primary_and_standby(
+    postgres_factory: PostgresFactory,
+) -> Iterator[tuple[EmbeddedPostgres, EmbeddedPostgres]]:
+    """A primary and its streaming standby, which synchronizes the primary's failover slots;
+    the primary sends no change to a logical client before the standby has it."""
+    primary = postgres_factory()
+    with psycopg.connect(primary.dsn, autocommit=True) as db:
+        db.execute("SELECT pg_create_physical_replication_slot(%s)", (STANDBY_SLOT,))
+    standby = EmbeddedPostgres(
+        {"hot_standby_feedback": "on", "sync_replication_slots": "on"},
+        replica_of=(primary, STANDBY_SLOT),
+    )
+    try:
+        with psycopg.connect(primary.dsn, autocommit=True) as db:
+            db.execute(f"ALTER SYSTEM SET synchronized_standby_slots = '{STANDBY_SLOT}'")
+            db.execute("SELECT pg_reload_conf()")
+        yield primary, standby
+    finally:
+        standby.stop()
+
+
+def both_hosts(primary: EmbeddedPostgres, standby: EmbeddedPostgres) -> str:
+    """The agent's DSN: the primary, then the standby; whichever is writable."""
+    return (
+        f"host={primary.host},{standby.host} port={primary.port},{standby.port} user=postgres "
+        "dbname=postgres target_session_attrs=read-write"
+    )
+
+
+def slot_synced(standby: EmbeddedPostgres, position: int) -> bool:
+    """Whether the standby holds a persistent copy of the agent's slot, confirmed up to
+    ``position`` at least."""
+    with psycopg.connect(standby.dsn) as db:
+        row = db.execute(
+            "SELECT synced AND NOT temporary, (confirmed_flush_lsn - '0/0'::pg_lsn)::bigint "
+            "FROM pg_replication_slots WHERE slot_name = 'txcache'"
+        ).fetchone()
+    return row is not None and bool(row[0]) and int(row[1]) >= position
+
+
+def open_probe(cache: redis.Redis, key: str) -> bool:
+    """Whether the probe ``key`` is still open (no commit has matched its tag)."""
+    _value, _lo, _hi, is_open = cache.execute_command("TXGET", key, 0, 2**62)
+    return bool(is_open)
+
+
+def test_a_promoted_standby_keeps_the_cache_and_every_invalidation(
+    primary_and_standby: tuple[EmbeddedPostgres, EmbeddedPostgres],
+) -> None:
+    primary, standby = primary_and_standby
+    with Stack(primary.dsn, agent_dsn=both_hosts(primary, standby)) as stack:
+        agent = running_agent(stack)
+        probes = stack.probe("public.items:id=1", "public.items:id=2", "public.items:id=3")
+        stack.write("INSERT INTO items (id) VALUES (1)")
+        position = stack.caught_up()
+        wait_until(
+            lambda: slot_synced(standby, position),
+            "the standby's copy of the slot to catch up",
+            timeout=60,
+            log=agent.log_text,
+        )
+        stack.write("INSERT INTO items (id) VALUES (2)")  # the synced slot is behind this
+        stack.caught_up()
+        rewinds = info(stack.cache, "txcache")["rewinds"]
+        stack.db.close()
+
+        primary.stop()  # a clean stop: the standby receives all WAL first
+        with psycopg.connect(standby.dsn, autocommit=True) as new_primary:
+            new_primary.execute("SELECT pg_promote()")
+            wait_until(
+                lambda: "timeline continues the old one" in agent.log_text(),
+                "the agent to follow the promoted standby",
+                timeout=60,
+                log=agent.log_text,
+            )
+            new_primary.execute("INSERT INTO items (id) VALUES (3)")
+            target = wal_position(new_primary)
+
+        def applied() -> bool:
+            return int(stack.cache.execute_command("TXSTATUS")[0]) >= target
+
+        wait_until(applied, "the node to apply the new primary's insert", timeout=30,
+                   log=agent.log_text)  # fmt: skip
+        assert info(stack.cache, "txcache")["rewinds"] == rewinds, agent.log_text()[-3000:]
+        assert "HISTORY CHANGED" not in agent.log_text()
+        # Every invalidation arrived, before and after the failover.
+        assert [open_probe(stack.cache, key) for key in probes.values()] == [False] * 3
+
+
+def test_a_multi_host_dsn_must_ask_for_the_primary(
+    primary_and_standby: tuple[EmbeddedPostgres, EmbeddedPostgres],
+) -> None:
+    primary, standby = primary_and_standby
+    dsn = both_hosts(primary, standby).replace(" target_session_attrs=read-write", "")
+    stack = Stack(primary.dsn, agent_dsn=dsn)
+    with pytest.raises(Exception, match="target_session_attrs=read-write"):
+        stack.start()
+    stack.stop()
