@@ -16,7 +16,7 @@ import pytest
 import txcache
 from library_fixtures import LibraryStack
 from txcache import metrics
-from txcache._stats import FunctionStats, OperationLatency, ViewStats, view_stats
+from txcache._stats import AuditStats, FunctionStats, OperationLatency, ViewStats, view_stats
 
 
 @txcache.cacheable
@@ -47,6 +47,8 @@ def test_every_counter_of_the_statistics_is_exported() -> None:
     exported = {metric.name.removeprefix("txcache_function_") for metric in metrics.METRICS}
     counters = {field.name for field in dataclasses.fields(FunctionStats)} - {"name", "_lock"}
     assert counters <= exported
+    audits = {field.name for field in dataclasses.fields(AuditStats)} - {"name", "_lock"}
+    assert {f"txcache_audit_{name}" for name in audits} <= {m.name for m in metrics.METRICS}
     views = {field.name for field in dataclasses.fields(ViewStats)} - {"name", "_lock"}
     assert {f"txcache_view_{name}" for name in views} <= {m.name for m in metrics.METRICS}
     latency = {field.name for field in dataclasses.fields(OperationLatency)} - {"_lock"}

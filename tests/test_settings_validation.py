@@ -50,6 +50,8 @@ ALLOWED = {
     "snapshot_hold": "a number of seconds, finite and >= 0",
     "code_version": "a string without control characters",
     "code_packages": "module names",
+    "audit_rate": "a number from 0 to 1",
+    "audit_invalidate": "True or False",
 }
 """What each setting's message says is allowed (the start of it)."""
 
@@ -125,6 +127,8 @@ GOOD: dict[str, list[tuple[Any, Any]]] = {
     "snapshot_hold": [(0, 0.0), (0.25, 0.25)],
     "code_version": [(" 4f2a9c1\n", "4f2a9c1"), ("", "")],
     "code_packages": [("shop, shared.util", ("shared.util", "shop")), (["b", "a"], ("a", "b"))],
+    "audit_rate": [(0, 0.0), (0.001, 0.001), (1, 1.0), (Fraction(1, 100), 0.01)],
+    "audit_invalidate": [(True, True), (False, False)],
 }
 
 BAD: dict[str, list[Any]] = {
@@ -145,6 +149,8 @@ BAD: dict[str, list[Any]] = {
     "snapshot_hold": [NAN, INF, -1, True, "0.25"],
     "code_version": [3, ["a"], "a\x00b", True],
     "code_packages": [5, "shop-app", ["shop", 3], "a..b"],
+    "audit_rate": [NAN, INF, -0.1, 1.5, True, "0.01", Decimal("0.01")],
+    "audit_invalidate": [1, 0, "yes", "False"],
 }
 
 
@@ -185,6 +191,8 @@ GOOD_TEXT: dict[str, list[Any]] = {
     "node_timeout": [("3.5", 3.5)],
     "mode": [(" bypass ", "bypass")],
     "nodes": [("n1:7000,n2:7001", ("n1:7000", "n2:7001"))],
+    "audit_rate": [(" 0.01 ", 0.01), ("1", 1.0), ("0", 0.0)],
+    "audit_invalidate": [("true", True), (" Off ", False), ("1", True), ("NO", False)],
 }
 
 BAD_TEXT: dict[str, list[Any]] = {
@@ -201,6 +209,8 @@ BAD_TEXT: dict[str, list[Any]] = {
     "snapshot_hold": ["-0.5", "inf"],
     "code_version": ["a\x01b"],
     "code_packages": ["shop-app"],
+    "audit_rate": ["2", "1%", "nan"],
+    "audit_invalidate": ["maybe", "2"],
 }
 
 

@@ -44,6 +44,7 @@ GENERATED: tuple[tuple[str, str], ...] = (
     ("aio/_transaction.py", "_transaction.py"),
     ("aio/_nodes.py", "_nodes.py"),
     ("aio/_cacheable.py", "_cacheable.py"),
+    ("aio/_audit.py", "_audit.py"),
 )
 """(async source, sync twin), relative to ``python/txcache``."""
 
@@ -58,6 +59,7 @@ RENAMES: dict[str, str] = {
     "AsyncTransaction": "Transaction",
     "AsyncResultCursor": "ResultCursor",
     "AsyncAgentClient": "AgentClient",
+    "AsyncAuditTransaction": "AuditTransaction",
     "AsyncEndpoint": "Endpoint",
     "AsyncRespConnection": "RespConnection",
     "floor_async": "floor",
@@ -82,6 +84,7 @@ RENAMES: dict[str, str] = {
     "txcache.aio._transaction": "txcache._transaction",
     "txcache.aio._nodes": "txcache._nodes",
     "txcache.aio._cacheable": "txcache._cacheable",
+    "txcache.aio._audit": "txcache._audit",
     "txcache.aio._connect": "txcache._connect",
     "txcache.aio._agent": "txcache._agent",
     "txcache.aio._resp": "txcache._resp",

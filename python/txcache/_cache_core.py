@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from txcache import _tokens as tokens
 from txcache import _validate as validate
 from txcache._agent_state import AgentState
+from txcache._audit_core import Auditor
 from txcache._config import Mode, Settings, load_settings
 from txcache._current import Params
 from txcache._parking import ParkingLot
@@ -122,6 +123,9 @@ class CacheCore:
         it does."""
         if settings.mode != "bypass" and self.uncached_reason is not None:
             log.warning("%s: every call runs against the database, uncached", self.uncached_reason)
+        self.auditor: Auditor | None = None
+        """Where read-only transactions hand the hits they sampled for the audit (each
+        driver's cache sets it when :attr:`audits`)."""
         self.nodes_max_staleness: float | None = None
         """The smallest ``--max-staleness`` of the nodes, once known (asked in the
         background at start): no value older than that is kept, so no larger staleness
@@ -143,6 +147,14 @@ class CacheCore:
         self._sessions_changed = False  # a reading found another context: drain the pool
         self._refused: set[tuple[tuple[str, int], DatabaseIdentity]] = set()  # logged once
         self._future_tokens: set[int] = set()  # tokens ahead of the database, warned of
+
+    @property
+    def audits(self) -> bool:
+        """Whether this cache audits hits: ``audit_rate`` above 0, and a cache that caches
+        in ``consistent`` mode (without consistency a hit need not be valid at the pin, so
+        a rerun there proves nothing)."""
+        caching = self.uncached_reason is None and self.mode == "consistent"
+        return caching and self.settings.audit_rate > 0
 
     @contextlib.contextmanager
     def request_scope(self, not_before: int | None = None) -> Iterator[None]:

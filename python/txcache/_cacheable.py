@@ -91,6 +91,9 @@ class CacheableFunction(CacheableBase[P, R]):
             transaction.check_owner()
             self.stats.record_uncached()
             return self.function(*args, **kwargs)
+        if transaction.reruns:  # an audit's rerun (txcache._audit_core): not the application's
+            transaction.check_owner()
+            return self.function(*args, **kwargs)
         return self._call_in(transaction, args, kwargs)
 
     def _call_implicitly(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
@@ -111,6 +114,9 @@ class CacheableFunction(CacheableBase[P, R]):
         if isinstance(found, Hit):
             value = self._hit_value(transaction, found, started)
             if not isinstance(value, Miss):
+                self._sample_for_audit(
+                    transaction, self.function, args, kwargs, key, node, found.value
+                )
                 return value
             found = value
         return self._run(transaction, node, key, found.kind, args, kwargs, manual_tag)

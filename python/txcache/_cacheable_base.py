@@ -1,10 +1,12 @@
 """What a sync and an async cacheable function share, with no I/O: the keys and their
 statistics, manual-invalidation tags, and each decision of a call — its key and node, what a
-hit gives, the frames, what a miss stores (:class:`CacheableBase`); the registry of
-cacheable functions and the conditions under which a call runs directly.
+hit gives, which hits the audit samples, the frames, what a miss stores
+(:class:`CacheableBase`); the registry of cacheable functions and the conditions under which
+a call runs directly.
 
 Inside a read-only transaction a call looks its key up (one round trip to the node that
-owns it); a hit returns the stored value and narrows the transaction's pin set. A miss runs
+owns it); a hit returns the stored value and narrows the transaction's pin set (and with
+``audit_rate`` is sometimes kept for the audit: :mod:`txcache._audit_core`). A miss runs
 the function in a new :class:`~txcache._frame.Frame` and stores the result with the
 interval, snapshot and tags the frame gathered; an exception stores nothing. Elsewhere
 (docs/library.md):
@@ -21,15 +23,18 @@ generated from it; :func:`txcache.cacheable` (:mod:`txcache._decorator`) picks o
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import logging
+import random
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
 
 from txcache import _validate
+from txcache._audit_core import SampledCall
 from txcache._config import Settings
 from txcache._current import current_transaction
 from txcache._frame import Frame
@@ -38,7 +43,7 @@ from txcache._protocol import Hit, Miss
 from txcache._read_only_core import ReadOnlyCore
 from txcache._ring import NodeClient, NodeRing
 from txcache._sql import UncacheableQuery
-from txcache._stats import FunctionStats
+from txcache._stats import AuditStats, FunctionStats
 from txcache.errors import TransactionError
 
 if TYPE_CHECKING:
@@ -49,6 +54,7 @@ __all__ = [
     "INVALIDATE_MESSAGE_PREFIX",
     "MANUAL_TAG_TABLE",
     "CacheableBase",
+    "audit_stats",
     "function_stats",
     "mixed_error",
     "read_only_invalidation",
@@ -103,6 +109,12 @@ def function_stats() -> list[FunctionStats]:
     return sorted((function.stats for function in _registry), key=lambda s: s.name)
 
 
+def audit_stats() -> list[AuditStats]:
+    """What the audit found for every cacheable function defined in this process, by
+    name."""
+    return sorted((function.audit for function in _registry), key=lambda s: s.name)
+
+
 class CacheableBase(Generic[P, R]):
     """What a sync and an async cacheable function share, no I/O: the keys, the
     statistics, manual-invalidation tags, and each decision of a call — its key and node,
@@ -123,6 +135,8 @@ class CacheableBase(Generic[P, R]):
         self.keys = CallKeys(function, version=version, independent_of=independent)
         self.stats = FunctionStats(self.keys.name)
         """This function's counters in this process."""
+        self.audit = AuditStats(self.keys.name)
+        """What the audit found for it in this process (docs/library.md, "Audit")."""
         self.manual_invalidation = manual_invalidation
         """Whether its results carry the tags :meth:`invalidate` and :meth:`invalidate_all`
         name (one more tag per stored result)."""
@@ -225,6 +239,35 @@ class CacheableBase(Generic[P, R]):
         self.stats.record_hit(time.perf_counter() - started)
         transaction.hits += 1
         return value
+
+    def _sample_for_audit(
+        self,
+        transaction: ReadOnlyCore[Any],
+        function: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        key: bytes,
+        node: NodeClient,
+        cached: bytes,
+    ) -> None:
+        """Keep an accepted hit (``cached``, read under ``key`` from ``node``) on the
+        transaction for the audit, with the probability ``audit_rate``, the undecorated
+        ``function`` bound to a copy of its arguments. Costs one test when the cache does
+        not audit."""
+        cache = transaction.cache
+        if cache.auditor is None or random.random() >= cache.settings.audit_rate:
+            return
+        try:
+            # The application may change its arguments after the call: the rerun must see
+            # them as the key named them.
+            args, kwargs = copy.deepcopy((args, kwargs))
+        except Exception:  # an argument that cannot be copied: nothing to rerun with
+            self.audit.record_skipped()
+            return
+        rerun = functools.partial(function, *args, **kwargs)
+        assert transaction.context is not None, "a hit in an uncached transaction"
+        sampled = SampledCall(self, rerun, key, node, transaction.context, cached)
+        transaction.sampled.append(sampled)
 
     def _record_miss(self, transaction: ReadOnlyCore[Any], miss_kind: str, started: float) -> None:
         """A miss (``miss_kind``) ran, since ``started``."""

@@ -4,7 +4,8 @@ defaults.
 Each setting ``name`` is read from the argument, else ``TXCACHE_<NAME>``, else the file
 (``txcache.toml`` in the working directory, or the path in ``TXCACHE_CONFIG``). Lists
 (``nodes``, ``code_packages``) are comma-separated strings in the environment and may be
-either a string or a list elsewhere; numbers are parsed only from the environment's text.
+either a string or a list elsewhere; numbers and truth values are parsed only from the
+environment's text.
 Every value is checked here, once, by its check in :mod:`txcache._validate`: a refusal is
 a :class:`ConfigurationError` naming the setting, where it came from, the value and what is
 allowed. docs/settings.md describes every setting and what it accepts.
@@ -71,6 +72,11 @@ class Settings:
     """Mixed into every cache key: the release's commit."""
     code_packages: tuple[str, ...] | None = None
     """The packages keys hash the code of (``None``: by location)."""
+    audit_rate: float = 0.0
+    """The share of cache hits re-run against the database at their pin and compared
+    (0: no audit; docs/library.md, "Audit")."""
+    audit_invalidate: bool = False
+    """Whether an audit that finds a mismatch deletes the key's cached versions."""
 
 
 def _mode(value: Any) -> str:
@@ -95,6 +101,8 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "snapshot_hold": validate.seconds,
     "code_version": validate.code_version,
     "code_packages": validate.module_names,
+    "audit_rate": validate.fraction,
+    "audit_invalidate": validate.flag,
 }
 """Every setting's check (:mod:`txcache._validate`): what it accepts, converted."""
 
@@ -111,9 +119,14 @@ _NUMBERS = frozenset(
         "agent_timeout",
         "refresh_interval",
         "snapshot_hold",
+        "audit_rate",
     }
 )
-"""Settings an environment variable spells as a number; the others are read as text."""
+"""Settings an environment variable spells as a number."""
+
+_FLAGS = frozenset({"audit_invalidate"})
+"""Settings an environment variable spells as a truth value; the others are read as
+text."""
 
 
 @dataclass(frozen=True)
@@ -193,10 +206,13 @@ def _checked(name: str, given: _Given) -> Any:
 
 
 def _from_text(name: str, text: str) -> Any:
-    """What an environment variable's text stands for: a number for the settings that are
-    numbers (TOML and arguments have numbers of their own, so only here is text parsed)."""
+    """What an environment variable's text stands for: a number or a truth value for the
+    settings that are one (TOML and arguments have numbers and booleans of their own, so
+    only here is text parsed)."""
     if name in _NUMBERS:
         return validate.number_text(text)
+    if name in _FLAGS:
+        return validate.flag_text(text)
     return text.strip() if name == "mode" else text
 
 

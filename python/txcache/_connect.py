@@ -1,5 +1,6 @@
 """Making a :class:`Cache`: one application's handle on the database (its pool), the cache
-nodes and the agent (refreshed by a thread) — and closing it. Hand-written: this is where
+nodes and the agent (refreshed by a thread), and with ``audit_rate`` the auditor (a thread)
+— and closing it. Hand-written: this is where
 the drivers truly differ (the async cache opens on its event loop). What a cache does once
 made — its transactions, tokens, catalog reading and connections — is
 :class:`~txcache._cache.CacheDriver`'s, generated from the async driver's.
@@ -18,6 +19,7 @@ import psycopg_pool
 
 from txcache import _protocol as protocol
 from txcache._agent import AgentClient
+from txcache._auditor import ThreadAuditor
 from txcache._cache import CacheDriver
 from txcache._cache_core import gather_settings
 from txcache._config import Mode, Settings
@@ -108,6 +110,8 @@ class Cache(CacheDriver):
         else:
             self._staleness_probe = None
         self.pool = psycopg_pool.ConnectionPool(**self._pool_options(), name="txcache", open=True)
+        self._auditor = ThreadAuditor(self) if self.audits else None
+        self.auditor = self._auditor
         global _default
         with _default_lock:
             _default = self
@@ -137,14 +141,17 @@ class Cache(CacheDriver):
         return client
 
     def close(self) -> None:
-        """Stop the agent refresher, close node connections and the database pool. In a
-        forked child, only forget the cache: its connections are the parent's."""
+        """Stop the auditor (dropping the checks not made yet) and the agent refresher,
+        close node connections and the database pool. In a forked child, only forget the
+        cache: its connections are the parent's."""
         global _default
         with _default_lock:
             if _default is self:
                 _default = None
         if self.inherited():
             return
+        if self._auditor is not None:
+            self._auditor.close()  # first: its checks use the pool, the nodes and the agent
         if self.agent is not None:
             self.agent.close()
         self.end_parked(every=True)

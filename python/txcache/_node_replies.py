@@ -14,7 +14,7 @@ from txcache import _protocol as protocol
 from txcache._protocol import Hit, Interval, Miss
 from txcache._resp import ReplyError
 
-__all__ = ["insert_result", "interval_result", "lookup_result"]
+__all__ = ["delete_result", "insert_result", "interval_result", "lookup_result"]
 
 log = logging.getLogger("txcache")
 
@@ -38,6 +38,15 @@ def insert_result(address: str, reply: protocol.Stored | ReplyError | None) -> s
         log.warning("cache node %s refused TXSET: %s", address, reply)
         return None
     return reply.outcome
+
+
+def delete_result(address: str, reply: int | ReplyError | None) -> int | None:
+    """The number of keys a ``DEL`` reply says were removed; ``None`` when the node is down
+    or refused it."""
+    if isinstance(reply, ReplyError):
+        log.warning("cache node %s refused DEL: %s", address, reply)
+        return None
+    return reply
 
 
 def interval_result(reply: Interval | ReplyError | None) -> Interval | None:

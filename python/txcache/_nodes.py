@@ -1,8 +1,8 @@
 # Generated from python/txcache/aio/_nodes.py by tools/async_to_sync.py. Do not edit:
 # change the source and run `make generate` (`make lint` fails if this file differs).
 """The cache nodes as a client: the versioned commands (``TXGET``, ``TXSET``,
-``TXINTERVAL``; docs/protocol.md) over the node's transport (one connection multiplexed
-across tasks in the async driver). It is generated from its async twin
+``TXINTERVAL``; docs/protocol.md), and ``DEL`` for the audit, over the node's transport (one
+connection multiplexed across tasks in the async driver). It is generated from its async twin
 (``tools/async_to_sync.py``). What each reply means is :mod:`txcache._node_replies`'s, and
 the ring that places keys is :class:`~txcache._ring.NodeRing`.
 
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from txcache import _protocol as protocol
-from txcache._node_replies import insert_result, interval_result, lookup_result
+from txcache._node_replies import delete_result, insert_result, interval_result, lookup_result
 from txcache._protocol import Hit, Interval, Miss
 from txcache._resp import Endpoint
 
@@ -54,3 +54,9 @@ class CacheNode(Endpoint):
         known valid; ``None`` when the node cannot say."""
         reply = self.run(protocol.txinterval(snapshot, tags))
         return interval_result(reply)
+
+    def delete(self, key: bytes) -> int | None:
+        """``DEL key``: every cached version of ``key`` removed (an audit's invalidation);
+        how many keys were (0 or 1), or ``None`` when the node is down or refused it."""
+        reply = self.run(protocol.delete(key))
+        return delete_result(self.address, reply)

@@ -29,9 +29,9 @@ For a bench or a tool, :func:`connect` and the command functions are the whole i
 
 ``connection.call(*arguments)`` sends anything else (``TXHEARTBEAT``, ``FLUSHALL``…) and
 returns the reply as hiredis parses it. Nodes: :func:`txget`, :func:`txset`,
-:func:`txinterval`, :func:`txstatus`, :func:`info`; the agent: :func:`pins`, :func:`pin`,
-:func:`commit_lsn`, :func:`tag_columns`, :func:`barrier`, :func:`database`,
-:func:`agent_status`.
+:func:`txinterval`, :func:`txstatus`, :func:`delete`, :func:`info`; the agent:
+:func:`pins`, :func:`pin`, :func:`commit_lsn`, :func:`tag_columns`, :func:`barrier`,
+:func:`database`, :func:`agent_status`.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ __all__ = [
     "commit_lsn",
     "connect",
     "database",
+    "delete",
     "info",
     "integer_fields",
     "max_staleness",
@@ -217,6 +218,11 @@ def txstatus() -> Command[NodeStatus]:
 def _node_status(reply: Sequence[Any]) -> NodeStatus:
     position, horizon, last_time = reply
     return NodeStatus(int(position), _optional_int(horizon), int(last_time))
+
+
+def delete(key: bytes | str) -> Command[int]:
+    """``DEL key``: every version of ``key`` removed; how many keys were (0 or 1)."""
+    return Command(("DEL", key), int)
 
 
 # -- field:value replies (a node's INFO, the agent's STATUS) ----------------------------------

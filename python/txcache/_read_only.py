@@ -376,6 +376,7 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         # cache's release), never turning a finished read into an error.
         self._closed = True
         self._report_pin_use()
+        self._hand_over_sampled(committing=committing)
         connection, self._connection = self._connection, None
         if connection is None:
             return

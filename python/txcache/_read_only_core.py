@@ -19,6 +19,7 @@ import psycopg
 from psycopg import sql
 
 from txcache import _tokens as tokens
+from txcache._audit_core import AuditBatch, AuditSkipped, SampledCall, skip
 from txcache._catalog_stamp import stamp_check, still_current
 from txcache._frame import Frame
 from txcache._parking import ParkedSnapshot, holds
@@ -237,6 +238,12 @@ class ReadOnlyCore(Generic[C]):
         """Cacheable calls that missed and ran (nested ones included)."""
         self.read_cache = False
         """Whether a cached value was used (the transaction is then bound to the pins)."""
+        self.sampled: list[SampledCall[Any]] = []
+        """Hits kept for the audit, handed to the cache's auditor as the block ends."""
+        self.reruns = False
+        """Whether this is an audit's transaction (:meth:`_bind_to`): its cacheable calls run
+        their functions against the database, and are not counted as the application's."""
+        self._rerun_context: SessionContext | None = None  # an audit's: the call's context
         self._closed = False
         self.database_snapshot: str | None = None
         """After a fallback to the database: its snapshot (``pg_current_snapshot()``, as
@@ -511,16 +518,61 @@ class ReadOnlyCore(Generic[C]):
         self._verified = set(parked.verified)
         self._database_began = parked.began
 
+    def _pin_used(self) -> Pin | None:
+        """The pin this transaction ran at: its database transaction's, or for one that read
+        only the cache the newest its hits left (every value it read is valid there);
+        ``None`` when it ran at none."""
+        return self.snapshot or (self.pin_set.newest() if self.read_cache else None)
+
     def _report_pin_use(self) -> None:
-        """Tell the agent the pin this transaction ran at — its database transaction's, or
-        for one that read only the cache the newest its hits left — so that the agent keeps
-        it while it is of use (:meth:`~txcache._agent_state.AgentState.note_used`)."""
+        """Tell the agent the pin this transaction ran at (:meth:`_pin_used`), so that the
+        agent keeps it while it is of use
+        (:meth:`~txcache._agent_state.AgentState.note_used`)."""
         agent = self.cache.agent
         if agent is None:
             return
-        pin = self.snapshot or (self.pin_set.newest() if self.read_cache else None)
+        pin = self._pin_used()
         if pin is not None:
             agent.note_used(pin.ts)
+
+    # -- the audit (txcache._audit_core) ----------------------------------------------------
+
+    def _hand_over_sampled(self, *, committing: bool) -> None:
+        """As the block ends: the hits sampled for the audit go to the cache's auditor with
+        the pin the transaction ran at. A block that failed drops them (counted skipped):
+        its pin may be one it could not stay at (a snapshot lost, a move that failed)."""
+        if not self.sampled:
+            return
+        sampled, self.sampled = self.sampled, []
+        pin, auditor = self._pin_used(), self.cache.auditor
+        if not committing or self._failure is not None or pin is None or auditor is None:
+            skip(sampled)
+            return
+        auditor.submit(AuditBatch(pin, tuple(sampled)))
+
+    def _bind_to(self, pin: Pin, context: SessionContext) -> None:
+        """Make this an audit's transaction at ``pin``, for a call read in ``context``
+        (:mod:`txcache.aio._audit`): its pin set is that pin alone, and it is bound to it as
+        cached reads bind a transaction to its pins — it never takes a fresh pin, moves, or
+        falls back to a snapshot of its own; whatever would make it (the pin gone, a rewrite
+        or schema change after it, another session) raises :class:`SnapshotUnavailable`.
+        Its cacheable calls run their functions (:attr:`reruns`)."""
+        self.pin_set = PinSet([pin], star=False)
+        self.read_cache = True
+        self.reruns = True
+        self._rerun_context = context
+
+    def _check_rerun_context(self) -> None:
+        """As an audit's transaction begins (:meth:`_adopt_context` done): raise
+        :class:`~txcache._audit_core.AuditSkipped` unless it reads in the session context
+        the call was read in."""
+        if self.uncached:
+            raise AuditSkipped(
+                "the cache does not cache this database now (its catalog could not be read, "
+                "or the agent follows another database)"
+            )
+        if self.context != self._rerun_context:
+            raise AuditSkipped("the database's session context changed since the call")
 
     def _parkable(self, connection: Any, now: float) -> ParkedSnapshot[Any] | None:
         """The database transaction on ``connection`` as it may be kept for the next

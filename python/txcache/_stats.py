@@ -1,5 +1,5 @@
-"""Statistics: what the cache did for each cacheable function, and for each view (a web
-request handler) of a framework integration."""
+"""Statistics: what the cache did for each cacheable function, what the audit found for
+it, and for each view (a web request handler) of a framework integration."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
-__all__ = ["FunctionStats", "OperationLatency", "ViewStats", "all_view_stats", "view_stats"]
+__all__ = [
+    "AuditStats",
+    "FunctionStats",
+    "OperationLatency",
+    "ViewStats",
+    "all_view_stats",
+    "view_stats",
+]
 
 
 @dataclass
@@ -93,6 +100,45 @@ class FunctionStats:
             "inserts": dict(self.inserts),
             "hit_rate": self.hit_rate,
             "time_saved": self.time_saved,
+        }
+
+
+@dataclass
+class AuditStats:
+    """What the audit (docs/library.md, "Audit") found for one cacheable function in this
+    process: hits it re-ran at their pin and compared, the mismatches among them, and the
+    sampled hits it could not check."""
+
+    name: str
+    checks: int = 0
+    """Sampled hits re-run at their pin and compared with the cached value."""
+    mismatches: int = 0
+    """Checks whose result differed from the cached value (counted among ``checks``)."""
+    skipped: int = 0
+    """Sampled hits not checked: the block failed, the queue was full, the rerun could not
+    stay at the pin (gone, or a change committed after it), the function raised, or the
+    results could not be compared (docs/library.md, "Audit")."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def record_check(self, *, matched: bool) -> None:
+        """A sampled hit re-run and compared: equal (``matched``) or not."""
+        with self._lock:
+            self.checks += 1
+            if not matched:
+                self.mismatches += 1
+
+    def record_skipped(self) -> None:
+        """A sampled hit that could not be checked."""
+        with self._lock:
+            self.skipped += 1
+
+    def as_dict(self) -> dict[str, object]:
+        """A plain snapshot of the counters."""
+        return {
+            "name": self.name,
+            "checks": self.checks,
+            "mismatches": self.mismatches,
+            "skipped": self.skipped,
         }
 
 

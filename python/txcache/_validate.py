@@ -46,6 +46,9 @@ __all__ = [
     "code_version",
     "count",
     "dsn",
+    "flag",
+    "flag_text",
+    "fraction",
     "function_names",
     "http_token",
     "isolation",
@@ -172,6 +175,17 @@ def count(value: Any) -> int:
     return int(value)
 
 
+def fraction(value: Any) -> float:
+    """A share of events: a number from 0 to 1 (``audit_rate``)."""
+    allowed = "a number from 0 to 1 (0.01: one in a hundred)"
+    if not _is_number(value):
+        raise Refused(allowed, wrong_type=True)
+    found = float(value)
+    if not 0 <= found <= 1:  # False for NaN too
+        raise Refused(allowed)
+    return found
+
+
 def token(value: Any) -> int:
     """A ``not_before`` token: an integer WAL position."""
     allowed = (
@@ -194,6 +208,17 @@ def number_text(text: str) -> Any:
         except ValueError:
             pass
     return text
+
+
+_FLAG_WORDS = {"true": True, "1": True, "yes": True, "on": True}
+_FLAG_WORDS |= {"false": False, "0": False, "no": False, "off": False}
+
+
+def flag_text(text: str) -> Any:
+    """The truth value an environment variable spells (``true``/``false``, ``1``/``0``,
+    ``yes``/``no``, ``on``/``off``, any case), else the text itself, for the setting's
+    check to refuse by name."""
+    return _FLAG_WORDS.get(text.strip().lower(), text)
 
 
 # -- text -----------------------------------------------------------------------------------
@@ -378,7 +403,8 @@ def isolation_argument(value: Any) -> str | None:
     return checked_argument("read_write(): isolation", value, isolation)
 
 
-def _flag(value: Any) -> bool:
+def flag(value: Any) -> bool:
+    """``True`` or ``False`` (``1`` or ``"no"`` is refused: it is not a truth value)."""
     if not isinstance(value, bool):
         raise Refused("True or False", wrong_type=True)
     return value
@@ -425,7 +451,7 @@ def cacheable_options(
     true), ``independent_of`` a name or names (``"language"`` is one name, not eight)."""
     return (
         checked_argument("@cacheable: version", version, _version),
-        checked_argument("@cacheable: manual_invalidation", manual_invalidation, _flag),
+        checked_argument("@cacheable: manual_invalidation", manual_invalidation, flag),
         checked_argument("@cacheable: independent_of", independent_of, _context_names),
     )
 

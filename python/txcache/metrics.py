@@ -1,6 +1,6 @@
-"""This process's cache statistics for Prometheus: every cacheable function's counters, every
-view's (requests a framework integration served, with their hits and misses), and the
-default cache's lookup and query latency.
+"""This process's cache statistics for Prometheus: every cacheable function's counters and
+what the audit found for it, every view's (requests a framework integration served, with
+their hits and misses), and the default cache's lookup and query latency.
 
 Three ways out, all rendered from one table of metrics (:data:`METRICS`):
 
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from txcache._cacheable_base import function_stats
+from txcache._cacheable_base import audit_stats, function_stats
 from txcache._protocol import MISS_KINDS
-from txcache._stats import FunctionStats, OperationLatency, ViewStats, all_view_stats
+from txcache._stats import AuditStats, FunctionStats, OperationLatency, ViewStats, all_view_stats
 
 __all__ = ["METRICS", "Collector", "Metric", "MetricsServer", "Sources", "render", "serve"]
 
@@ -34,6 +34,7 @@ class Sources:
     """The statistics the metrics are read from, taken once per scrape."""
 
     functions: list[FunctionStats]
+    audits: list[AuditStats]
     views: list[ViewStats]
     latency: OperationLatency | None
     """The default cache's (``None`` without one)."""
@@ -77,6 +78,13 @@ def _per_function_by(
             for key in sorted({*known, *seen}):
                 found.append(({"function": s.name, label: key}, float(seen.get(key, 0))))
         return found
+
+    return samples
+
+
+def _per_audit(value: Callable[[AuditStats], float]) -> Callable[[Sources], list[Sample]]:
+    def samples(sources: Sources) -> list[Sample]:
+        return [({"function": s.name}, float(value(s))) for s in sources.audits]
 
     return samples
 
@@ -140,6 +148,24 @@ METRICS: tuple[Metric, ...] = (
         _per_function(lambda s: s.miss_seconds),
     ),
     Metric(
+        "txcache_audit_checks",
+        "counter",
+        "Sampled hits re-run at their pin and compared with the cached value (audit_rate).",
+        _per_audit(lambda s: s.checks),
+    ),
+    Metric(
+        "txcache_audit_mismatches",
+        "counter",
+        "Audit checks whose result differed from the cached value at the same pin.",
+        _per_audit(lambda s: s.mismatches),
+    ),
+    Metric(
+        "txcache_audit_skipped",
+        "counter",
+        "Sampled hits the audit could not check (failed block, full queue, pin gone, ...).",
+        _per_audit(lambda s: s.skipped),
+    ),
+    Metric(
         "txcache_view_requests",
         "counter",
         "Requests a view served in a read-only transaction (txcache.django's middleware).",
@@ -190,7 +216,7 @@ def _sources() -> Sources:
 
     cache = default_cache()
     latency = None if cache is None else cache.latency
-    return Sources(function_stats(), all_view_stats(), latency)
+    return Sources(function_stats(), audit_stats(), all_view_stats(), latency)
 
 
 def _exposed_name(metric: Metric) -> str:

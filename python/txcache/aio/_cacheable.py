@@ -90,6 +90,9 @@ class AsyncCacheableFunction(CacheableBase[P, R]):
             transaction.check_owner()
             self.stats.record_uncached()
             return await self.function(*args, **kwargs)
+        if transaction.reruns:  # an audit's rerun (txcache._audit_core): not the application's
+            transaction.check_owner()
+            return await self.function(*args, **kwargs)
         return await self._call_in(transaction, args, kwargs)
 
     async def _call_implicitly(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
@@ -110,6 +113,9 @@ class AsyncCacheableFunction(CacheableBase[P, R]):
         if isinstance(found, Hit):
             value = self._hit_value(transaction, found, started)
             if not isinstance(value, Miss):
+                self._sample_for_audit(
+                    transaction, self.function, args, kwargs, key, node, found.value
+                )
                 return value
             found = value
         return await self._run(transaction, node, key, found.kind, args, kwargs, manual_tag)

@@ -1,9 +1,10 @@
 """Making an :class:`AsyncCache`: the async library's handle on the database
 (:class:`psycopg_pool.AsyncConnectionPool`, opened by :meth:`AsyncCache.open`), the cache
-nodes (one multiplexed connection each) and the agent (refreshed by a task), all on one
-event loop — and closing it. Hand-written: this is where the drivers truly differ (the sync
-cache starts threads at once). What a cache does once made is
-:class:`~txcache.aio._cache.AsyncCacheDriver`'s, whose sync twin is generated.
+nodes (one multiplexed connection each), the agent (refreshed by a task) and with
+``audit_rate`` the auditor (a task), all on one event loop — and closing it. Hand-written:
+this is where the drivers truly differ (the sync cache starts threads at once). What a
+cache does once made is :class:`~txcache.aio._cache.AsyncCacheDriver`'s, whose sync twin
+is generated.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from txcache._pinset import PinPolicy
 from txcache._ring import NodeRing
 from txcache._serialize import Serializer
 from txcache.aio._agent import AsyncAgentClient
+from txcache.aio._auditor import TaskAuditor
 from txcache.aio._cache import AsyncCacheDriver
 from txcache.aio._nodes import AsyncCacheNode
 from txcache.aio._parking_watchdog import ParkingWatchdog
@@ -106,6 +108,8 @@ class AsyncCache(AsyncCacheDriver):
         parking = self.agent is not None and settings.snapshot_hold > 0
         self._watchdog = ParkingWatchdog(self.parking, settings.dsn) if parking else None
         self._reading = asyncio.Lock()
+        self._auditor = TaskAuditor(self) if self.audits else None
+        self.auditor = self._auditor
 
     def _agent(self, settings: Settings) -> AsyncAgentClient:
         assert settings.agent is not None
@@ -121,7 +125,8 @@ class AsyncCache(AsyncCacheDriver):
 
     async def open(self) -> None:
         """Open the pool, start the agent's refresher task and wait (2 s at most) for its
-        first answer; ask the nodes' ``--max-staleness`` in the background."""
+        first answer; ask the nodes' ``--max-staleness`` in the background; start the
+        auditor's task (with ``audit_rate``)."""
         await self.pool.open()
         if self._watchdog is not None:
             self._watchdog.start()
@@ -135,6 +140,8 @@ class AsyncCache(AsyncCacheDriver):
                 )
         if self.ring is not None:
             self._spawn(self._ask_max_staleness())
+        if self._auditor is not None:
+            self._auditor.start()
         global _default
         _default = self
 
@@ -149,12 +156,15 @@ class AsyncCache(AsyncCacheDriver):
         self._note_max_staleness([await node.run(command) for node in self.ring.nodes])
 
     async def close(self) -> None:
-        """Stop the agent's refresher, close node connections and the pool."""
+        """Stop the auditor (dropping the checks not made yet) and the agent's refresher,
+        close node connections and the pool."""
         global _default
         if _default is self:
             _default = None
         if self.inherited():
             return  # its connections are the parent's
+        if self._auditor is not None:
+            await self._auditor.close()  # first: its checks use the pool, nodes and agent
         background = set(self._background)
         for task in background:
             task.cancel()

@@ -1,6 +1,6 @@
 """The cache nodes as a client: the versioned commands (``TXGET``, ``TXSET``,
-``TXINTERVAL``; docs/protocol.md) over the node's transport (one connection multiplexed
-across tasks in the async driver). Its sync twin is generated from it
+``TXINTERVAL``; docs/protocol.md), and ``DEL`` for the audit, over the node's transport (one
+connection multiplexed across tasks in the async driver). Its sync twin is generated from it
 (``tools/async_to_sync.py``). What each reply means is :mod:`txcache._node_replies`'s, and
 the ring that places keys is :class:`~txcache._ring.NodeRing`.
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from txcache import _protocol as protocol
 from txcache._drivers import ASYNC
-from txcache._node_replies import insert_result, interval_result, lookup_result
+from txcache._node_replies import delete_result, insert_result, interval_result, lookup_result
 from txcache._protocol import Hit, Interval, Miss
 from txcache.aio._resp import AsyncEndpoint
 
@@ -56,3 +56,9 @@ class AsyncCacheNode(AsyncEndpoint):
         known valid; ``None`` when the node cannot say."""
         reply = await self.run(protocol.txinterval(snapshot, tags))
         return interval_result(reply)
+
+    async def delete(self, key: bytes) -> int | None:
+        """``DEL key``: every cached version of ``key`` removed (an audit's invalidation);
+        how many keys were (0 or 1), or ``None`` when the node is down or refused it."""
+        reply = await self.run(protocol.delete(key))
+        return delete_result(self.address, reply)
