@@ -34,6 +34,9 @@ pub struct Committed {
     pub changed_schema: bool,
     /// Whether it changed the schema or truncated a table (a barrier for older snapshots).
     pub barrier: bool,
+    /// Whether it changed a table's definition without a DDL notice
+    /// ([`Assembler::change`]): the event triggers did not fire.
+    pub untracked_schema_change: bool,
 }
 
 /// Why a change could not be turned into tags.
@@ -61,6 +64,7 @@ struct OpenTransaction {
     tags: BTreeSet<InvalidationTag>,
     changed_schema: bool,
     barrier: bool,
+    untracked_schema_change: bool,
 }
 
 /// What the assembler knows of one relation's rows.
@@ -80,6 +84,12 @@ pub struct Assembler {
     described: HashSet<RelationName>,
     /// The relations last described with a replica identity other than FULL, by OID.
     partial: HashMap<u32, RelationName>,
+    /// Schema-changing DDL notices fed so far.
+    notices: u64,
+    /// Per relation, [`Self::notices`] when it was last described: a description that
+    /// differs from the last one with no notice since is a schema change the event
+    /// triggers did not report.
+    described_at: HashMap<u32, u64>,
     open: Option<OpenTransaction>,
     scratch: Vec<InvalidationTag>,
     /// Commits below this were made before the agent first read its catalog, which may
@@ -102,6 +112,7 @@ impl Assembler {
             tags: BTreeSet::new(),
             changed_schema: false,
             barrier: false,
+            untracked_schema_change: false,
         });
     }
 
@@ -116,7 +127,7 @@ impl Assembler {
     /// Feeds one pgoutput change message (relation descriptions, rows, truncates).
     pub fn change(&mut self, data: &bytes::Bytes, catalog: &Catalog) -> Result<(), AssembleError> {
         match pgoutput::parse(data)? {
-            PgOutputMessage::Relation(relation) => self.describe(relation),
+            PgOutputMessage::Relation(relation) => self.describe(relation)?,
             PgOutputMessage::Truncate { relation_ids, .. } => {
                 for id in relation_ids {
                     let tag = truncate_tags(self.relation(id)?)?;
@@ -171,7 +182,8 @@ impl Assembler {
     /// another replica identity changes what its relatives' old rows say, so every relation
     /// is resolved again; one that is not FULL is logged, since its changes are invalidated
     /// more coarsely (docs/setup.md, "Replica identity").
-    fn describe(&mut self, relation: Relation) {
+    fn describe(&mut self, relation: Relation) -> Result<(), AssembleError> {
+        self.check_tracked(&relation)?;
         let identity = relation.replica_identity;
         let name = (relation.schema.clone(), relation.name.clone());
         if self.relations.get(relation.id).map(|r| r.replica_identity) == Some(identity) {
@@ -195,6 +207,38 @@ impl Assembler {
         }
         self.described.insert(name);
         self.relations.apply(relation);
+        Ok(())
+    }
+
+    /// pgoutput describes a relation again before its first change after its definition
+    /// changed. A description unlike the last one, with no DDL notice since, is a schema
+    /// change the event triggers missed (disabled, or DDL by a role a managed service
+    /// exempts): said loudly, and handled as a DDL of the table would be — the table
+    /// invalidated, the catalog read again — from this transaction on. Reads between the
+    /// change and this transaction may have been served from the old definition.
+    fn check_tracked(&mut self, relation: &Relation) -> Result<(), AssembleError> {
+        let noticed = self.described_at.insert(relation.id, self.notices);
+        let Some(before) = self.relations.get(relation.id) else {
+            return Ok(());
+        };
+        if noticed.is_some_and(|at| at < self.notices) || before == relation {
+            return Ok(());
+        }
+        tracing::error!(table = %format!("{}.{}", relation.schema, relation.name),
+            was = %format!("{}.{}", before.schema, before.name),
+            "A SCHEMA CHANGE NO DDL TRIGGER REPORTED: the table's definition changed (its columns, name or replica identity) without a DDL notice, so the event triggers did not fire (disabled, or DDL run by a role that event triggers skip, as on some managed services). Invalidating the table and reading the catalog again from here on; reads between that change and now may have been served from the old definition: make every schema change fire the triggers (docs/managed-postgres.md)");
+        let tags = [
+            InvalidationTag::for_table(&before.schema, &before.name)?,
+            InvalidationTag::for_table(&relation.schema, &relation.name)?,
+        ];
+        // pgoutput describes a relation inside the transaction whose change follows.
+        if let Some(open) = self.open.as_mut() {
+            open.tags.extend(tags);
+            open.changed_schema = true;
+            open.barrier = true;
+            open.untracked_schema_change = true;
+        }
+        Ok(())
     }
 
     /// What the old rows of `relation` say exactly. pgoutput marks an old row whole or
@@ -252,6 +296,7 @@ impl Assembler {
             let notice = DdlLine::parse(line);
             changed_schema |= notice.kind != DdlKind::Truncate;
             barrier |= notice.kind != DdlKind::Unrelated;
+            self.notices += u64::from(notice.kind != DdlKind::Unrelated);
             notice.remember(catalog);
             notice.invalidate(catalog, &mut tags)?;
         }
@@ -300,6 +345,7 @@ impl Assembler {
             xid: open.xid,
             changed_schema: open.changed_schema,
             barrier: open.barrier,
+            untracked_schema_change: open.untracked_schema_change,
         })
     }
 
@@ -664,7 +710,7 @@ mod tests {
         ] {
             catalog.add_relation(id, ("public".into(), name.into()));
             let relation = described(id, name, identity);
-            assembler.describe(relation.clone());
+            assembler.describe(relation.clone()).unwrap();
             assert_eq!(assembler.old_rows(&relation, &catalog), expected, "{name}");
         }
         let unknown = described(14, "created_since", b'f');
@@ -678,14 +724,14 @@ mod tests {
         catalog.add_parent(4, 1);
         let root = described(1, "m", b'f');
         let mut assembler = Assembler::default();
-        assembler.describe(root.clone());
+        assembler.describe(root.clone()).unwrap();
         // No partition described yet: nothing says how its rows were logged.
         assert_eq!(assembler.old_rows(&root, &catalog), OldRows::Sent);
-        assembler.describe(described(2, "m1", b'f'));
+        assembler.describe(described(2, "m1", b'f')).unwrap();
         assert_eq!(assembler.old_rows(&root, &catalog), OldRows::Whole);
-        assembler.describe(described(4, "m2", b'd'));
+        assembler.describe(described(4, "m2", b'd')).unwrap();
         assert_eq!(assembler.old_rows(&root, &catalog), OldRows::Sent);
-        assembler.describe(described(4, "m2", b'f'));
+        assembler.describe(described(4, "m2", b'f')).unwrap();
         assert_eq!(assembler.old_rows(&root, &catalog), OldRows::Whole);
         // A root keyed by DEFAULT: its partitions may use other keys.
         let keyed = described(1, "m", b'd');
@@ -696,8 +742,8 @@ mod tests {
     fn a_partition_described_with_another_identity_resolves_its_root_again() {
         let catalog = partitioned_catalog();
         let mut assembler = Assembler::default();
-        assembler.describe(described(1, "m", b'f'));
-        assembler.describe(described(2, "m1", b'f'));
+        assembler.describe(described(1, "m", b'f')).unwrap();
+        assembler.describe(described(2, "m1", b'f')).unwrap();
         assembler.begin(7, 500);
         let old = crate::pgoutput::OldTuple {
             kind: crate::pgoutput::OldTupleKind::Full,
@@ -709,11 +755,33 @@ mod tests {
         };
         assembler.row_change(&delete, &catalog).unwrap();
         assert_eq!(assembler.resolved[&1].old_rows, OldRows::Whole);
-        assembler.describe(described(2, "m1", b'd'));
+        assembler.notices += 1; // the notice of ALTER TABLE m1 REPLICA IDENTITY DEFAULT
+        assembler.describe(described(2, "m1", b'd')).unwrap();
         assembler.row_change(&delete, &catalog).unwrap();
         assert_eq!(assembler.resolved[&1].old_rows, OldRows::Sent);
         let committed = assembler.commit(500, 0).unwrap();
         assert_eq!(committed.invalidation.tags, tags(&["public.m"]));
+    }
+
+    #[test]
+    fn a_table_described_anew_without_a_ddl_notice_is_an_untracked_schema_change() {
+        let mut assembler = Assembler::default();
+        assembler.describe(described(1, "m", b'f')).unwrap();
+        assembler.begin(7, 500);
+        assembler.describe(described(1, "renamed", b'f')).unwrap();
+        let committed = assembler.commit(500, 0).unwrap();
+        assert!(committed.untracked_schema_change && committed.changed_schema);
+        assert_eq!(
+            committed.invalidation.tags,
+            tags(&["public.m", "public.renamed"])
+        );
+
+        assembler.notices += 1; // ALTER TABLE renamed RENAME TO m, noticed
+        assembler.begin(8, 600);
+        assembler.describe(described(1, "m", b'f')).unwrap();
+        let committed = assembler.commit(600, 0).unwrap();
+        assert!(!committed.untracked_schema_change);
+        assert!(committed.invalidation.tags.is_empty());
     }
 
     #[test]

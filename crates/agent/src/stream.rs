@@ -292,6 +292,9 @@ impl Stream {
             return Ok(());
         };
         tracing::trace!(ts = lsn, tags = committed.invalidation.tags.len(), "commit");
+        if committed.untracked_schema_change {
+            self.stats.count_untracked_schema_change();
+        }
         let invalidation = &committed.invalidation;
         self.tracker
             .commit(invalidation.ts, committed.xid, invalidation.commit_time);

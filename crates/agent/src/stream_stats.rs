@@ -15,6 +15,7 @@ pub struct StreamStats {
     reconnects: AtomicU64,
     slot_recreations: AtomicU64,
     database_changes: AtomicU64,
+    untracked_schema_changes: AtomicU64,
 }
 
 impl StreamStats {
@@ -39,7 +40,7 @@ impl StreamStats {
         self.reconnects.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The slot was lost and recreated.
+    /// The slot was lost (or dropped) and recreated, or found ahead of the stream.
     pub fn count_slot_recreation(&self) {
         self.slot_recreations.fetch_add(1, Ordering::Relaxed);
     }
@@ -47,6 +48,12 @@ impl StreamStats {
     /// The database's positions went back or its history changed.
     pub fn count_database_change(&self) {
         self.database_changes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A table's definition changed without a DDL notice.
+    pub fn count_untracked_schema_change(&self) {
+        self.untracked_schema_changes
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// The counters now.
@@ -58,6 +65,7 @@ impl StreamStats {
             reconnects,
             slot_recreations,
             database_changes,
+            untracked_schema_changes,
         } = self;
         let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
         StreamCounts {
@@ -66,6 +74,7 @@ impl StreamStats {
             reconnects: load(reconnects),
             slot_recreations: load(slot_recreations),
             database_changes: load(database_changes),
+            untracked_schema_changes: load(untracked_schema_changes),
         }
     }
 }
@@ -83,4 +92,6 @@ pub struct StreamCounts {
     pub slot_recreations: u64,
     /// Sessions that found the database's positions gone back or its history changed.
     pub database_changes: u64,
+    /// Transactions that changed a table's definition without a DDL notice.
+    pub untracked_schema_changes: u64,
 }
