@@ -96,8 +96,15 @@ test: lint test-rust test-python
 test-rust:
 	$(CARGO) test $(CARGO_FLAGS) --workspace
 
+## The suites that depend most on the server's version — the agent, the library's
+## transactions, schema changes, the consistency checker — run once more on Debian's
+## PostgreSQL 15 (docs/setup.md, "PostgreSQL versions"); everything runs on the embedded 18.
+PG15_SUITES := tests/test_agent_failures.py tests/test_agent_stream.py tests/test_agent_pins.py \
+	tests/test_library_transactions.py tests/test_schema_changes.py tests/test_check.py
+
 test-python: build venv system-postgres
 	$(PYTHON) -m pytest
+	TXCACHE_PG_BIN=$(SYSTEM_PG_BIN) $(PYTHON) -m pytest -p no:randomly $(PG15_SUITES)
 
 ## demo: the library at work on a small example, then RUBiS with and without txcache.
 demo: build venv

@@ -25,9 +25,12 @@ __all__ = ["CommitReader"]
 log = logging.getLogger("txcache.check")
 
 _COMMIT = re.compile(r"COMMIT (\d+) \(at (.+)\)")
+# Before 17, test_decoding's skip-empty-xacts also drops the BEGIN and COMMIT of a
+# transaction whose only change is a transactional message (measured on 15): its commit
+# would be missing from the history. There every transaction is listed, empty or not.
 _PEEK = (
     "SELECT lsn::text, data FROM pg_logical_slot_peek_changes(%s, %s::pg_lsn, %s, "
-    "'include-timestamp', '1', 'skip-empty-xacts', '1')"
+    "'include-timestamp', '1', 'skip-empty-xacts', %s)"
 )
 _BATCH = 20000
 _SNAPSHOT_EVERY = 3
@@ -35,7 +38,18 @@ _SNAPSHOT_EVERY = 3
 _CATCH_UP_PATIENCE = 30.0
 """Seconds :meth:`CommitReader.catch_up` waits for transactions older than the WAL it
 must release."""
+# A record that flushes the WAL before it (17+: a message that asks to; before: one in a
+# transaction of its own, whose commit flushes).
 _FLUSH = "SELECT pg_logical_emit_message(false, 'txcache-check', 'flush', true)"
+_FLUSH_BEFORE_17 = "SELECT pg_logical_emit_message(true, 'txcache-check', 'flush')"
+_FLUSH_BEFORE_17_DECODED = "message: transactional: 1 prefix: txcache-check, sz: 5 content:flush"
+# A running-transactions record (16+: asked for; before: a logical slot logs one as it is
+# created, and a temporary one goes at once).
+_LOG_RUNNING = "SELECT pg_log_standby_snapshot()"
+_LOG_RUNNING_BEFORE_16 = (
+    "SELECT pg_drop_replication_slot(slot_name) FROM "
+    "pg_create_logical_replication_slot('txcache_check_running', 'test_decoding', true)"
+)
 _HELD = (
     "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint::text "
     "FROM pg_replication_slots WHERE slot_name = %s"
@@ -58,6 +72,7 @@ class CommitReader:
         """Each commit's position in the WAL, as the slot reports it (for anomaly reports:
         where a pin lies among the commits)."""
         self._seen: set[int] = set()
+        self._empty = False  # no change or message yet in the transaction being read
         # One reader at a time: the background thread and catch_up (a fault's) both read.
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -95,7 +110,8 @@ class CommitReader:
 
     def _read(self, conn: psycopg.Connection[Any], upto: str | None) -> bool:
         limit = None if upto is not None else _BATCH
-        rows = conn.execute(_PEEK, (CHECK_SLOT, upto, limit)).fetchall()
+        skip_empty = "1" if conn.info.server_version >= 170000 else "0"
+        rows = conn.execute(_PEEK, (CHECK_SLOT, upto, limit, skip_empty)).fetchall()
         for lsn, data in rows:
             self._take(str(lsn), str(data))
         # Up to `upto` itself: the slot's restart point can then pass the records after the
@@ -117,8 +133,9 @@ class CommitReader:
         deadline = time.monotonic() + _CATCH_UP_PATIENCE
         with self._lock, psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
             while True:
-                conn.execute("SELECT pg_log_standby_snapshot()")
-                conn.execute(_FLUSH)
+                version = conn.info.server_version
+                conn.execute(_LOG_RUNNING if version >= 160000 else _LOG_RUNNING_BEFORE_16)
+                conn.execute(_FLUSH if version >= 170000 else _FLUSH_BEFORE_17)
                 for _ in range(2):
                     self._read(conn, _scalar(conn, "SELECT pg_current_wal_flush_lsn()::text"))
                 held = int(_scalar(conn, _HELD, (CHECK_SLOT,)))
@@ -148,8 +165,14 @@ class CommitReader:
         return status == "lost"
 
     def _take(self, lsn: str, data: str) -> None:
+        if data.startswith("BEGIN "):
+            self._empty = True
+            return
         match = _COMMIT.match(data)
         if match is None:
+            self._empty = self._empty and data == _FLUSH_BEFORE_17_DECODED
+            return
+        if self._empty:  # listed before 17 only: it wrote nothing, or is our own flush
             return
         xid = int(match[1])
         if xid in self._seen:
