@@ -4,6 +4,8 @@ standby's timeline continues past everything they saw."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import psycopg
@@ -106,6 +108,64 @@ def test_a_promoted_standby_keeps_the_cache_and_every_invalidation(
         assert "HISTORY CHANGED" not in agent.log_text()
         # Every invalidation arrived, before and after the failover.
         assert [open_probe(stack.cache, key) for key in probes.values()] == [False] * 3
+
+
+def test_no_invalidation_is_lost_when_the_primary_stops_under_writes(
+    primary_and_standby: tuple[EmbeddedPostgres, EmbeddedPostgres],
+) -> None:
+    """A writer inserts rows one by one while the primary stops and the standby is promoted:
+    every insert that committed, on either server, reaches the node."""
+    primary, standby = primary_and_standby
+    with Stack(primary.dsn, agent_dsn=both_hosts(primary, standby)) as stack:
+        agent = running_agent(stack)
+        rows = range(1000, 1400)
+        probes = stack.probe(*(f"public.items:id={row}" for row in rows))
+        wait_until(lambda: slot_synced(standby, 0), "the standby's copy of the slot",
+                   timeout=60, log=agent.log_text)  # fmt: skip
+        committed: list[int] = []
+        stop = threading.Event()
+
+        def write() -> None:
+            """Insert the next row on whichever server is writable, until told to stop."""
+            dsn = both_hosts(primary, standby)
+            for row in rows:
+                while not stop.is_set():
+                    try:
+                        with psycopg.connect(dsn, autocommit=True, connect_timeout=2) as db:
+                            db.execute("INSERT INTO items (id) VALUES (%s)", (row,))
+                        committed.append(row)
+                        break
+                    except psycopg.Error:
+                        time.sleep(0.05)  # the primary stopping or the standby promoting
+                if stop.is_set():
+                    return
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            wait_until(lambda: len(committed) >= 50, "writes on the primary", timeout=30)
+            stack.db.close()
+            primary.stop()
+            with psycopg.connect(standby.dsn, autocommit=True) as new_primary:
+                new_primary.execute("SELECT pg_promote()")
+            wait_until(lambda: len(committed) >= 150, "writes on the promoted standby",
+                       timeout=60, log=agent.log_text)  # fmt: skip
+        finally:
+            stop.set()
+            writer.join()
+        with psycopg.connect(standby.dsn) as new_primary:
+            target = wal_position(new_primary)
+        wait_until(
+            lambda: int(stack.cache.execute_command("TXSTATUS")[0]) >= target,
+            "the node to apply every write",
+            timeout=30,
+            log=agent.log_text,
+        )
+        lost = [
+            row for row in committed if open_probe(stack.cache, probes[f"public.items:id={row}"])
+        ]
+        assert lost == [], f"{len(lost)} committed inserts never invalidated: {lost[:10]}"
+        assert "timeline continues the old one" in agent.log_text()
 
 
 def test_a_multi_host_dsn_must_ask_for_the_primary(
