@@ -650,6 +650,9 @@ def test_print_sql_is_the_sql_an_administrator_runs(
     report = setup_database(dsn, check=True)
     assert not report.missing, report.format()
     assert report.step("ddl trigger").status is StepStatus.OK
+    # The agent's role records the shared catalog's digest in the administrator's table.
+    writes = "SELECT has_table_privilege('txcache.shared_catalog', 'SELECT, INSERT, UPDATE')"
+    assert query(dsn, writes) == [(True,)]
     assert run_cli("--dsn", dsn, "--print-sql").stdout == ""
 
 

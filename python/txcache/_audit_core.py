@@ -112,9 +112,10 @@ def same_result(serializer: Serializer, call: SampledCall[Any], result: Any) -> 
     ``loads(dumps(…))`` makes of it (a JSON serializer turns tuples into lists). Raises
     :class:`AuditSkipped` when either cannot be decoded or compared."""
     try:
-        cached = serializer.loads(call.cached)
-        fresh = serializer.loads(serializer.dumps(result))
-        return bool(cached == fresh)
+        encoded = serializer.dumps(result)
+        if encoded == call.cached:  # the same bytes: equal, even where == says not (NaN)
+            return True
+        return bool(serializer.loads(call.cached) == serializer.loads(encoded))
     except Exception as error:  # a pluggable serializer, or a value's __eq__, may raise anything
         raise AuditSkipped(f"the results cannot be compared ({error!r})") from error
 

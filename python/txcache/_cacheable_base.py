@@ -257,6 +257,9 @@ class CacheableBase(Generic[P, R]):
         cache = transaction.cache
         if cache.auditor is None or random.random() >= cache.settings.audit_rate:
             return
+        if self.manual_invalidation:  # it reads outside the database: a rerun reads it now
+            self.audit.record_skipped()
+            return
         try:
             # The application may change its arguments after the call: the rerun must see
             # them as the key named them.

@@ -860,11 +860,17 @@ def _plan_trigger_objects(ctx: _Context, plan: _Plan, parts: list[str]) -> list[
             # only ever makes libraries cache less.
             sql.SQL("GRANT USAGE, SELECT ON SEQUENCE {} TO PUBLIC").format(counter),
         ]
-    if not ctx.rows("SELECT to_regclass('txcache.shared_catalog') IS NOT NULL")[0][0]:
+    shared = ctx.rows("SELECT to_regclass('txcache.shared_catalog') IS NOT NULL")[0][0]
+    if not shared:
         # Where the agent records what it last read of roles and database/role settings
         # (docs/agent.md, "Changes no trigger sees"); written by the agent's role.
         parts.append("table txcache.shared_catalog")
         plan.statements.append(sql.SQL("CREATE TABLE txcache.shared_catalog (digest text)"))
+    if ctx.administrator and not ctx.superuser and not _writes_shared_catalog(ctx, shared):
+        # The administrator creates it; the agent's role records in it.
+        parts.append(f"{ctx.role}'s rights on txcache.shared_catalog")
+        grant = "GRANT SELECT, INSERT, UPDATE ON txcache.shared_catalog TO {}"
+        plan.statements.append(sql.SQL(grant).format(sql.Identifier(ctx.role)))
     new = [schema for schema in ctx.schemas if schema not in tracked]
     if new:
         parts.append(f"tracking of schema(s) {', '.join(new)}")
@@ -884,6 +890,18 @@ def _plan_trigger_objects(ctx: _Context, plan: _Plan, parts: list[str]) -> list[
             parts.append(f"function txcache.{function}()")
             plan.statements.append(create)
     return sorted({*tracked, *new})
+
+
+def _writes_shared_catalog(ctx: _Context, exists: bool) -> bool:
+    """Whether the connecting role may read and write ``txcache.shared_catalog``."""
+    if not exists:
+        return False
+    query = (
+        "SELECT has_table_privilege('txcache.shared_catalog', 'SELECT') "
+        "AND has_table_privilege('txcache.shared_catalog', 'INSERT') "
+        "AND has_table_privilege('txcache.shared_catalog', 'UPDATE')"
+    )
+    return bool(ctx.rows(query)[0][0])
 
 
 def _plan_truncate_triggers(ctx: _Context, plan: _Plan, parts: list[str]) -> None:

@@ -217,11 +217,14 @@ impl Assembler {
     /// invalidated, the catalog read again — from this transaction on. Reads between the
     /// change and this transaction may have been served from the old definition.
     fn check_tracked(&mut self, relation: &Relation) -> Result<(), AssembleError> {
-        let noticed = self.described_at.insert(relation.id, self.notices);
+        // Not described yet in this session (a replay re-describes a table as it was then).
+        let Some(noticed) = self.described_at.insert(relation.id, self.notices) else {
+            return Ok(());
+        };
         let Some(before) = self.relations.get(relation.id) else {
             return Ok(());
         };
-        if noticed.is_some_and(|at| at < self.notices) || before == relation {
+        if noticed < self.notices || before == relation {
             return Ok(());
         }
         tracing::error!(table = %format!("{}.{}", relation.schema, relation.name),
@@ -354,9 +357,11 @@ impl Assembler {
         self.resolved.clear();
     }
 
-    /// Drops a half-received transaction (the stream broke inside it).
+    /// Drops a half-received transaction (the stream broke inside it). The next session
+    /// replays from the slot, describing tables as they were then: nothing to compare.
     pub fn abandon(&mut self) {
         self.open = None;
+        self.described_at.clear();
     }
 
     fn relation(&self, id: u32) -> Result<&Relation, AssembleError> {

@@ -42,8 +42,9 @@ pub struct ReplayBuffer {
     /// The database history the messages belong to (`TXORIGIN`); `None` until named.
     history: Option<Arc<str>>,
     /// Earlier histories the current one continues, each up to its switch point (the
-    /// timeline history's): a node of one at or below that point saw nothing the current
-    /// history lacks.
+    /// timeline history's, where the new timeline begins): a node of one below that point
+    /// saw nothing the current history lacks. A commit *at* the switch point starts where
+    /// the new timeline does, so it is not the new timeline's.
     ancestors: Vec<(Arc<str>, Timestamp)>,
 }
 
@@ -119,7 +120,7 @@ impl ReplayBuffer {
     pub fn continues(&self, origin: &str, position: Timestamp) -> bool {
         self.ancestors
             .iter()
-            .any(|(ancestor, switch)| **ancestor == *origin && position <= *switch)
+            .any(|(ancestor, switch)| **ancestor == *origin && position < *switch)
     }
 }
 
@@ -288,6 +289,7 @@ impl Fanout {
             Some(current) if *current == *history => return,
             Some(_) => {
                 buffer.restart_at(restart);
+                buffer.ancestors.clear(); // a history that does not continue them
                 self.newest.send_replace(restart);
             }
             None => {}
@@ -296,16 +298,20 @@ impl Fanout {
     }
 
     /// The stream follows `history`, which continues the current one up to `switch` (a
-    /// promoted standby's timeline): when nothing past `switch` was pushed, the buffer and
-    /// the nodes keep what they hold; otherwise as [`Self::follow_history`]. Returns
+    /// promoted standby's timeline): when everything pushed lies below `switch`, the buffer
+    /// and the nodes keep what they hold; otherwise as [`Self::follow_history`]. Returns
     /// whether they keep it.
     pub fn continue_history(&self, history: &str, switch: Timestamp, restart: Timestamp) -> bool {
         let mut buffer = self.lock();
-        let Some(current) = buffer.history().filter(|_| buffer.newest() <= switch) else {
+        let Some(current) = buffer.history().filter(|_| buffer.newest() < switch) else {
             drop(buffer);
             self.follow_history(history, restart);
             return false;
         };
+        // The new history holds an older one only as far as it holds the current one.
+        for (_, older) in &mut buffer.ancestors {
+            *older = (*older).min(switch);
+        }
         buffer.ancestors.push((current, switch));
         buffer.set_history(history);
         true

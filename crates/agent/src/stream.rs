@@ -100,9 +100,11 @@ impl Stream {
             self.recreate_slot(&sql, SlotLoss::WalRemoved).await?;
             return Ok(());
         }
-        if slot.confirmed > self.fanout.newest() {
-            // Only this agent moves the slot, never past what it streamed: a slot ahead was
-            // dropped and created again, and the commits in between were never read.
+        let streamed = Timestamp(self.fanout.newest().0.saturating_add(1)).max(self.acknowledged);
+        if slot.confirmed > streamed {
+            // Only this agent moves the slot, never past what it streamed and acknowledged
+            // (the end of WAL while idle: one past the newest): a slot ahead was dropped and
+            // created again, and the commits in between were never read.
             tracing::error!(slot = %self.config.slot, slot_position = %slot.confirmed, stream_position = %self.fanout.newest(),
                 "THE REPLICATION SLOT IS AHEAD OF THE STREAM (dropped and created again while the agent ran?): the changes in between were never read; every cache node is reset");
             self.restart_after_gap(&sql, slot.confirmed).await?;
@@ -397,7 +399,11 @@ impl Stream {
                 old,
                 new,
             )
-            .await?
+            .await
+            .unwrap_or_else(|error| {
+                tracing::warn!(%error, "cannot read the new timeline's history: the nodes are rewound");
+                None
+            })
         };
         match switch {
             Some(switch) if self.fanout.continue_history(new, switch, slot.confirmed) => {

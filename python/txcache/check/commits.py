@@ -198,7 +198,8 @@ class CommitReader:
         moves only at one, and PostgreSQL writes one every 15 s at most; a table rewrite
         can write more than ``max_slot_wal_keep_size`` in that time."""
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
-            conn.execute("SELECT pg_log_standby_snapshot()")
+            version = conn.info.server_version
+            conn.execute(_LOG_RUNNING if version >= 160000 else _LOG_RUNNING_BEFORE_16)
 
 
 def _scalar(conn: psycopg.Connection[Any], query: str, params: tuple[object, ...] = ()) -> str:
