@@ -21,24 +21,13 @@ from dataclasses import dataclass, field
 
 from _common import STORAGE_HELP, bench_stack, create_database, database_note, execute, postgres
 from _cpu import ForeignCpu, database_cpu_seconds
+from _hot_reads import hot_items, item_name, items_schema
 from _report import fmt, log, machine_note, num, ratio, result_name, summarize, table, write_report
 
 import txcache
 from txcache.stack import EmbeddedPostgres
 
 RATES = (0.0, 0.001, 0.01)
-SCHEMA = (
-    "CREATE TABLE items (id integer PRIMARY KEY, name text NOT NULL)",
-    "INSERT INTO items SELECT i, 'item ' || i FROM generate_series(1, 10000) i",
-)
-
-
-@txcache.cacheable
-def item_name(item_id: int) -> str:
-    """The read every request makes (a hit once warm)."""
-    row = txcache.query_one("SELECT name FROM items WHERE id = %s", (item_id,))
-    assert row is not None
-    return str(row[0])
 
 
 @dataclass
@@ -70,9 +59,9 @@ class RateTotals:
 def read_for(cache: txcache.Cache, index: int, hot: int, deadline: float) -> list[float]:
     """Read-only transactions of one thread until ``deadline``; each one's seconds."""
     latencies = []
-    item = index
+    items = hot_items(index, hot)
     while time.monotonic() < deadline:
-        item = item * 7 % hot + 1
+        item = next(items)
         started = time.perf_counter()
         with cache.read_only(staleness=30):
             item_name(item)
@@ -131,7 +120,7 @@ def warm(cache: txcache.Cache, hot: int) -> None:
 def run(args: argparse.Namespace) -> None:
     with postgres(args.storage) as server:
         dsn = create_database(server, "audit")
-        execute(dsn, *SCHEMA)
+        execute(dsn, *items_schema(10_000))
         with bench_stack(dsn, nodes=1, max_memory="64mb") as stack:
             note = machine_note(database_note(dsn, args.storage))
             stack.caught_up()

@@ -26,6 +26,7 @@ from typing import Any
 
 import psycopg
 from _common import bench_stack, create_database, execute, postgres, server_info, server_settings
+from _hot_reads import HOT, Readers, items_schema
 from _report import (
     RESULTS_DIR,
     fmt,
@@ -41,62 +42,21 @@ from _report import (
 import txcache
 from txcache.stack import EmbeddedPostgres, wait_until
 
-SCHEMA = (
-    "CREATE TABLE items (id integer PRIMARY KEY, name text NOT NULL)",
-    "INSERT INTO items SELECT i, 'item ' || i FROM generate_series(1, 1000) i",
-)
-HOT = 200
 STANDBY_SLOT = "standby1"
 
 
-@txcache.cacheable
-def item_name(item_id: int) -> str:
-    row = txcache.query_one("SELECT name FROM items WHERE id = %s", (item_id,))
-    assert row is not None
-    return str(row[0])
-
-
-class Load:
-    """Reader threads and one writer through ``cache`` until stopped; each read is
-    recorded as (start, hit or not) or as a failure."""
+class Load(Readers):
+    """The hot-set readers and one writer renaming a random hot item every ``write_every``
+    seconds through ``cache`` (invalidations keep flowing); a read or write that fails while
+    the database is away is tried again."""
 
     def __init__(
         self, cache: txcache.Cache, threads: int, write_every: float, staleness: float
     ) -> None:
-        self.cache = cache
+        """The readers and the writer, not started yet."""
+        super().__init__(cache, threads, staleness, retry_on=(psycopg.Error, txcache.TxcacheError))
         self.write_every = write_every
-        self.staleness = staleness
-        self.reads: list[tuple[float, bool]] = []
-        self.failures: list[float] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        readers = [threading.Thread(target=self._read, args=(i,)) for i in range(threads)]
-        self._threads = [*readers, threading.Thread(target=self._write)]
-
-    def __enter__(self) -> Load:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
-
-    def _read(self, index: int) -> None:
-        item = index
-        while not self._stop.is_set():
-            item = item * 7 % HOT + 1
-            started = time.monotonic()
-            try:
-                with self.cache.read_only(staleness=self.staleness) as transaction:
-                    item_name(item)
-                with self._lock:
-                    self.reads.append((started, transaction.hits > 0))
-            except (psycopg.Error, txcache.TxcacheError):
-                with self._lock:
-                    self.failures.append(started)
-                self._stop.wait(0.05)  # the database is away: try again shortly
+        self._threads.append(threading.Thread(target=self._write))
 
     def _write(self) -> None:
         rng = random.Random(1)
@@ -110,15 +70,13 @@ class Load:
             except (psycopg.Error, txcache.TxcacheError):
                 pass  # the database is away: the next write tries again
 
-    def between(self, began: float, ended: float) -> list[tuple[float, bool]]:
-        with self._lock:
-            return [read for read in self.reads if began <= read[0] < ended]
-
 
 def run(args: argparse.Namespace) -> None:
     with postgres(args.storage) as primary:
         dsn = create_database(primary, "failover")
-        execute(dsn, *SCHEMA, f"SELECT pg_create_physical_replication_slot('{STANDBY_SLOT}')")
+        execute(
+            dsn, *items_schema(), f"SELECT pg_create_physical_replication_slot('{STANDBY_SLOT}')"
+        )
         standby = EmbeddedPostgres(
             server_settings(
                 args.storage, {"hot_standby_feedback": "on", "sync_replication_slots": "on"}
@@ -185,15 +143,15 @@ def report(
 ) -> None:
     began, stopped, promoted, ended = times
     after_stop = load.between(stopped, ended)
-    first_read = min((start for start, _ in after_stop), default=ended)
-    first_hit = min((start for start, hit in after_stop if hit), default=ended)
+    first_read = min((read.start for read in after_stop), default=ended)
+    first_hit = min((read.start for read in after_stop if read.hit), default=ended)
     settled = first_read + args.settle
     phases = {"before": (began + 2.0, stopped), "after": (settled, ended)}
     rows: list[list[str]] = []
     raw: dict[str, Any] = {}
     for name, (start, end) in phases.items():
         reads = load.between(start, end)
-        hits = sum(hit for _, hit in reads)
+        hits = sum(read.hit for read in reads)
         rate = hits / len(reads) if reads else 0.0
         rows.append([name, num(len(reads) / (end - start)), f"{rate * 100:.1f} %"])
         raw[name] = {"reads": len(reads), "hits": hits, "seconds": end - start}
@@ -234,7 +192,7 @@ def draw(load: Load, began: float, stopped: float, ended: float, path: Path) -> 
 
     def plot(axes: list[Any]) -> None:
         axes[0].plot(list(seconds), [len(b) for b in buckets], "-")
-        rates = [100 * sum(hit for _, hit in b) / len(b) if b else 0 for b in buckets]
+        rates = [100 * sum(read.hit for read in b) / len(b) if b else 0 for b in buckets]
         axes[1].plot(list(seconds), rates, "-")
         axes[0].set(title="reads served", ylabel="reads/s")
         axes[1].set(title="cache hit rate", ylabel="%", ylim=(0, 100))

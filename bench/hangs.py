@@ -14,73 +14,17 @@ read in flight when it hung).
 from __future__ import annotations
 
 import argparse
-import threading
 import time
 
 from _common import bench_stack, create_database, execute, postgres
+from _hot_reads import HOT, Readers, items_schema
 from _report import fmt, log, machine_note, num, result_name, summarize, table, write_report
-
-import txcache
-
-SCHEMA = (
-    "CREATE TABLE items (id integer PRIMARY KEY, name text NOT NULL)",
-    "INSERT INTO items SELECT i, 'item ' || i FROM generate_series(1, 1000) i",
-)
-HOT = 200
-
-
-@txcache.cacheable
-def item_name(item_id: int) -> str:
-    row = txcache.query_one("SELECT name FROM items WHERE id = %s", (item_id,))
-    assert row is not None
-    return str(row[0])
-
-
-class Load:
-    """``threads`` threads reading through ``cache`` until stopped; each read is timed."""
-
-    def __init__(self, cache: txcache.Cache, threads: int) -> None:
-        self.cache = cache
-        self.samples: list[tuple[int, float, float]] = []  # (thread, start, seconds)
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(i,)) for i in range(threads)]
-        self.errors: list[BaseException] = []
-
-    def __enter__(self) -> Load:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
-
-    def _run(self, index: int) -> None:
-        item = index
-        while not self._stop.is_set():
-            item = item * 7 % HOT + 1
-            started = time.monotonic()
-            try:
-                with self.cache.read_only(staleness=30):
-                    item_name(item)
-            except BaseException as error:
-                self.errors.append(error)
-                return
-            took = time.monotonic() - started
-            with self._lock:
-                self.samples.append((index, started, took))
-
-    def between(self, began: float, ended: float) -> list[tuple[int, float, float]]:
-        with self._lock:
-            return [s for s in self.samples if began <= s[1] < ended]
 
 
 def run(args: argparse.Namespace) -> None:
     with postgres(args.storage) as server:
         dsn = create_database(server, "hangs")
-        execute(dsn, *SCHEMA)
+        execute(dsn, *items_schema())
         with bench_stack(dsn, nodes=2, max_memory="64mb") as stack:
             note = machine_note()
             stack.caught_up()
@@ -89,7 +33,7 @@ def run(args: argparse.Namespace) -> None:
             assert stack.agent is not None
             parts = {"node": stack.nodes[0], "agent": stack.agent}
             phases: list[tuple[str, float, float]] = []
-            with Load(cache, args.threads) as load:
+            with Readers(cache, args.threads, staleness=30) as load:
                 time.sleep(2.0)  # warm: the hot set cached
                 for round_ in range(args.rounds):
                     for part in ("none", "node", "none", "agent"):
@@ -112,7 +56,7 @@ def report(
     args: argparse.Namespace,
     note: dict[str, object],
     phases: list[tuple[str, float, float]],
-    load: Load,
+    load: Readers,
     timeouts: dict[str, float],
 ) -> None:
     rows, raw = [], {}
@@ -120,12 +64,12 @@ def report(
         samples = [s for name, b, e in phases if name == part for s in load.between(b, e)]
         seconds = sum(e - b for name, b, e in phases if name == part)
         stops = sum(1 for name, _, _ in phases if name == part)
-        latency = summarize([took for _, _, took in samples])
+        latency = summarize([read.seconds for read in samples])
         slow_limit = timeouts[part] / 2 if part != "none" else 0.5
         slow: dict[int, int] = {}
-        for thread, _, took in samples:
-            if took > slow_limit:
-                slow[thread] = slow.get(thread, 0) + 1
+        for read in samples:
+            if read.seconds > slow_limit:
+                slow[read.thread] = slow.get(read.thread, 0) + 1
         per_stop = max(slow.values(), default=0) / max(1, stops)
         label = {"none": "every part running", "node": "one node stopped", "agent": "agent stopped"}
         rows.append(
