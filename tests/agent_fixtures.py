@@ -98,13 +98,18 @@ class Stack(BaseStack):
     def client(self, index: int = 0, *, stream: bool = False, **options: Any) -> redis.Redis:
         """A redis-py client of node ``index`` (``options`` as ``redis.Redis`` takes them),
         closed when the stack stops. With ``stream`` it authenticates with the stream
-        password, so it may send stream commands, as the agent does."""
+        password and speaks for the node's current epoch (``TXEPOCH``) on its one
+        connection, so it may send stream commands, as the agent does."""
         node = self.nodes[index]
         password = self.stream_password if stream else self.options.password
+        if stream:
+            options["single_connection_client"] = True
         client = redis.Redis(
             host=node.host, port=node.port, password=password, protocol=2, **options
         )
         self._clients.append(client)
+        if stream:
+            client.execute_command("TXEPOCH", client.execute_command("TXEPOCH"))
         return client
 
     def wal_position(self) -> int:

@@ -228,7 +228,8 @@ def test_a_ddl_is_read_only_once_it_is_visible(stack: Stack) -> None:
 def agent_status(endpoint: redis.Redis) -> dict[str, int]:
     """The agent's ``STATUS`` fields."""
     lines = endpoint.execute_command("STATUS").decode().splitlines()
-    return {name: int(value) for name, value in (line.split(":", 1) for line in lines)}
+    fields = (line.split(":", 1) for line in lines)
+    return {name: int(value) for name, value in fields if value.isdigit()}
 
 
 class HeldCommits:

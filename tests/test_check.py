@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from txcache.check import CheckOptions, CheckReport, run_check
-from txcache.check.faults import FAULT_KINDS
+from txcache.check.faults import FAILOVER_KINDS, FAULT_KINDS, fault_kinds_problem
 from txcache.check.report import as_markdown
 
 SCHEMA_KINDS = {"view", "truncate-reload", "detach", "attach", "index", "retype"}
@@ -75,3 +75,41 @@ def test_the_control_with_keys_blind_to_the_session_context_shows_cross_tenant_r
     assert control is not None
     assert control.cross_tenant, "a checker that cannot see a cross-tenant read is broken"
     assert {verdict.read.tenant for verdict in control.cross_tenant} == TENANTS
+
+
+def test_a_short_check_with_a_standby_agent_times_every_takeover() -> None:
+    """Two agents, the active one killed, stopped and cut off in turn: no anomaly, and each
+    takeover timed."""
+    options = CheckOptions(
+        duration=24,
+        control_duration=0,
+        faults=FAILOVER_KINDS,
+        fault_every=6,
+        readers=2,
+        writers=1,
+        tenant_readers=0,
+        standby_agents=1,
+    )
+    report = run_check(options, progress=lambda line: None)
+    print(as_markdown(report, "tests/test_check.py"))
+    checked = report.checked
+    assert {fault.kind for fault in checked.faults} == set(FAILOVER_KINDS)
+    assert [fault for fault in checked.faults if fault.error] == []
+    assert all(fault.took is not None and fault.took > 0 for fault in checked.faults)
+    assert checked.anomalies == [], checked.anomalies[0].explanation
+    assert checked.errors_unexpected == []
+    assert checked.cache_hits > 0
+    assert report.foreign_commits == 0
+    assert report.passed
+
+
+def test_fault_kinds_are_checked_before_the_stack_starts() -> None:
+    assert fault_kinds_problem(FAULT_KINDS, several_agents=False) is None
+    assert fault_kinds_problem(FAILOVER_KINDS, several_agents=True) is None
+    assert fault_kinds_problem(("node-kill", "agent-failover-kill"), several_agents=False) == (
+        "the agent-failover-* faults need --standby-agents"
+    )
+    problem = fault_kinds_problem(("agent-kill",), several_agents=True)
+    assert problem is not None
+    assert "agent-failover-kill" in problem
+    assert fault_kinds_problem(("nap",), several_agents=False) == "unknown fault kind(s): nap"

@@ -110,11 +110,15 @@ def test_a_promoted_standby_keeps_the_cache_and_every_invalidation(
         assert [open_probe(stack.cache, key) for key in probes.values()] == [False] * 3
 
 
-def test_no_invalidation_is_lost_when_the_primary_stops_under_writes(
-    primary_and_standby: tuple[EmbeddedPostgres, EmbeddedPostgres],
+@pytest.mark.parametrize("how", ["stop", "crash"])
+def test_no_invalidation_is_lost_when_the_primary_fails_under_writes(
+    primary_and_standby: tuple[EmbeddedPostgres, EmbeddedPostgres], how: str
 ) -> None:
-    """A writer inserts rows one by one while the primary stops and the standby is promoted:
-    every insert that committed, on either server, reaches the node."""
+    """A writer inserts rows one by one while the primary stops (cleanly, or as a crash: an
+    immediate shutdown) and the standby is promoted: every insert the new primary has
+    reaches the node, and none it lacks does (a commit acknowledged by a crashed primary
+    may never have reached the standby: the failover slots keep the agent behind the
+    standby, so the nodes never saw it and keep their entries)."""
     primary, standby = primary_and_standby
     with Stack(primary.dsn, agent_dsn=both_hosts(primary, standby)) as stack:
         agent = running_agent(stack)
@@ -145,7 +149,10 @@ def test_no_invalidation_is_lost_when_the_primary_stops_under_writes(
         try:
             wait_until(lambda: len(committed) >= 50, "writes on the primary", timeout=30)
             stack.db.close()
-            primary.stop()
+            if how == "crash":
+                primary.crash()
+            else:
+                primary.stop()
             with psycopg.connect(standby.dsn, autocommit=True) as new_primary:
                 new_primary.execute("SELECT pg_promote()")
             wait_until(lambda: len(committed) >= 150, "writes on the promoted standby",
@@ -155,17 +162,62 @@ def test_no_invalidation_is_lost_when_the_primary_stops_under_writes(
             writer.join()
         with psycopg.connect(standby.dsn) as new_primary:
             target = wal_position(new_primary)
+            present = {row for (row,) in new_primary.execute("SELECT id FROM items")}
         wait_until(
             lambda: int(stack.cache.execute_command("TXSTATUS")[0]) >= target,
             "the node to apply every write",
             timeout=30,
             log=agent.log_text,
         )
-        lost = [
-            row for row in committed if open_probe(stack.cache, probes[f"public.items:id={row}"])
-        ]
+        invalidated = {
+            row for row in rows if not open_probe(stack.cache, probes[f"public.items:id={row}"])
+        }
+        lost = sorted(set(committed) & present - invalidated)
         assert lost == [], f"{len(lost)} committed inserts never invalidated: {lost[:10]}"
+        never_committed = sorted(invalidated - present)
+        assert never_committed == [], f"invalidated, but not in the new history: {never_committed}"
         assert "timeline continues the old one" in agent.log_text()
+        assert info(stack.cache, "txcache")["rewinds"] == 0
+
+
+def test_an_agent_restarted_during_a_failover_rewinds_the_nodes(
+    primary_and_standby: tuple[EmbeddedPostgres, EmbeddedPostgres],
+) -> None:
+    """An agent that was down while the standby was promoted never saw the old timeline
+    end: it cannot tell that the new one continues it, so it rewinds the nodes (their
+    versioned entries dropped) rather than trust them, and streams on."""
+    primary, standby = primary_and_standby
+    with Stack(primary.dsn, agent_dsn=both_hosts(primary, standby)) as stack:
+        agent = running_agent(stack)
+        probes = stack.probe("public.items:id=1")
+        position = stack.caught_up()
+        wait_until(lambda: slot_synced(standby, position), "the standby's copy of the slot",
+                   timeout=60, log=agent.log_text)  # fmt: skip
+        rewinds = info(stack.cache, "txcache")["rewinds"]
+        agent.stop()
+        stack.db.close()
+        primary.stop()
+        with psycopg.connect(standby.dsn, autocommit=True) as new_primary:
+            new_primary.execute("SELECT pg_promote()")
+        stack.restart_agent()
+        restarted = running_agent(stack)
+        wait_until(
+            lambda: info(stack.cache, "txcache")["rewinds"] == rewinds + 1,
+            "the node to be rewound",
+            timeout=60,
+            log=restarted.log_text,
+        )
+        assert "CACHE NODE FOLLOWED ANOTHER DATABASE HISTORY" in restarted.log_text()
+        assert stack.cache.exists(probes["public.items:id=1"]) == 0
+        with psycopg.connect(standby.dsn, autocommit=True) as new_primary:
+            new_primary.execute("INSERT INTO items (id) VALUES (1)")
+            target = wal_position(new_primary)
+        wait_until(
+            lambda: int(stack.cache.execute_command("TXSTATUS")[0]) >= target,
+            "the node to follow the new primary",
+            timeout=30,
+            log=restarted.log_text,
+        )
 
 
 def test_a_multi_host_dsn_must_ask_for_the_primary(

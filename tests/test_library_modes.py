@@ -115,7 +115,7 @@ def test_the_launchers_are_in_txcache_stack_and_nowhere_else() -> None:
         *("Stack", "StackOptions", "TlsFiles", "PartFailed", "StartInterrupted"),
         "EMBEDDED_SETTINGS",
         *("EmbeddedPostgres", "PostgresStartError", "find_postgres_bin", "postgres_uri"),
-        *("NodeProcess", "NodeStartError", "find_txcached", "AgentProcess"),
+        *("NodeProcess", "NodeStartError", "find_txcached", "AgentProcess", "TcpProxy"),
         *("ServerProcess", "answers_http", "ProcessStartError", "find_binary"),
         *("free_port", "free_ports", "wait_until", "WaitTimeout", "tail"),
         *("wal_position", "parse_lsn"),
@@ -131,7 +131,7 @@ def test_the_protocol_client_names_are_exactly_these() -> None:
         *("ConnectionLost", "PasswordRefused", "ReplyError", "BadReply", "MISS_KINDS"),
         *("txget", "txset", "txinterval", "txstatus", "max_staleness", "info"),
         *("parse_fields", "integer_fields", "Hit", "Miss", "Interval", "Stored"),
-        *("NodeStatus", "agent_status", "pins", "pin", "commit_lsn", "tag_columns"),
+        *("NodeStatus", "agent_status", "agent_role", "pins", "pin", "commit_lsn", "tag_columns"),
         *("CatalogVersion", "barrier", "Barrier", "database", "DatabaseIdentity"),
     }
     for name in txcache.protocol.__all__:

@@ -112,6 +112,10 @@ GOOD: dict[str, list[tuple[Any, Any]]] = {
         ("127.0.0.1:7100", "127.0.0.1:7100"),
         (" [::1]:7100 ", "[::1]:7100"),
         ("rediss://[::1]:7100", "rediss://[::1]:7100"),
+        ("a:1,b:2", "a:1,b:2"),
+        (" a:1 , rediss://b:2,", "a:1,rediss://b:2"),
+        (["a:1"], "a:1"),
+        (("a:1", "[::1]:2"), "a:1,[::1]:2"),
     ],
     "password": [("pw", "pw")],
     "tls_ca": [(__file__, __file__)],
@@ -134,7 +138,7 @@ GOOD: dict[str, list[tuple[Any, Any]]] = {
 BAD: dict[str, list[Any]] = {
     "dsn": [5, "", "   ", "from-env", "x=1", "postgresql://u:pw@[::1", b"dbname=app"],
     "nodes": [5, "a", "a:0", "a:65536", "a:1,a:1", ["a:1,b:2"], [1], "::1:80", b"a:1"],
-    "agent": [5, "", "agent", "a:port", ["a:1"], "a:1,b:2", "http://a:1", "rediss://a"],
+    "agent": [5, "", "agent", "a:port", "http://a:1", "rediss://a", "a:1,a:1", "a:1,b", [], ","],
     "password": [1234, "", True],
     "tls_ca": ["", "/no/such/ca.pem", 5],
     "secret": [b"s3cret", "", 5],
@@ -191,6 +195,7 @@ GOOD_TEXT: dict[str, list[Any]] = {
     "node_timeout": [("3.5", 3.5)],
     "mode": [(" bypass ", "bypass")],
     "nodes": [("n1:7000,n2:7001", ("n1:7000", "n2:7001"))],
+    "agent": [("a1:6390, a2:6390", "a1:6390,a2:6390")],
     "audit_rate": [(" 0.01 ", 0.01), ("1", 1.0), ("0", 0.0)],
     "audit_invalidate": [("true", True), (" Off ", False), ("1", True), ("NO", False)],
 }
@@ -198,7 +203,7 @@ GOOD_TEXT: dict[str, list[Any]] = {
 BAD_TEXT: dict[str, list[Any]] = {
     "dsn": ["from-env"],
     "nodes": ["a:1,b", "a:1;b:2"],
-    "agent": ["agent"],
+    "agent": ["agent", "a:1,b"],
     "mode": ["fast", "CONSISTENT"],
     "staleness": ["nan", "inf", "-1", "5s", "true", "1,5"],
     "fresh_pin_age": ["-inf"],

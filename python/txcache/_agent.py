@@ -9,7 +9,10 @@ before a pin's timestamp was decoded before that pin was certified. A snapshot n
 what the catalog covers (a fresh ★ pin) refreshes it synchronously first.
 
 When the agent is unreachable the list stops moving: pins age out of every staleness limit,
-transactions fall back to the database, and nothing raises.
+transactions fall back to the database, and nothing raises. With several agents (one
+active, the others standbys) requests go to the active one, and a refresh that finds it
+unreachable or a standby asks the others and follows the first that answers
+(:class:`~txcache._agent_follow.Follower`).
 
 What the replies mean and every answer drawn from them live in
 :class:`~txcache._agent_state.AgentState` (no I/O), which the async client shares;
@@ -22,19 +25,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from txcache import _protocol as protocol
+from txcache._agent_follow import Follower, agent_addresses, verdict
 from txcache._agent_state import (
     AgentState,
+    Refreshed,
     answered,
     fresh_pin_result,
     refresh_commands,
     refresh_result,
 )
 from txcache._pinset import Pin
-from txcache._protocol import Barrier, CatalogVersion, DatabaseIdentity
 from txcache._resp import Endpoint, ReplyError
 from txcache._schema import TagColumns
 
@@ -44,11 +48,12 @@ log = logging.getLogger("txcache")
 
 
 class AgentClient(AgentState):
-    """Pins and catalog versions from one agent, refreshed by a background thread."""
+    """Pins and catalog versions from the active one of the agents named, refreshed by a
+    background thread."""
 
     def __init__(
         self,
-        address: str,
+        address: str | Sequence[str],
         *,
         password: str | None = None,
         tls_ca: str | None = None,
@@ -59,20 +64,30 @@ class AgentClient(AgentState):
     ) -> None:
         """Starts the refresher thread at once; :meth:`close` stops it. After each refresh
         it also runs ``housekeeping`` (the cache's: it ends parked database transactions
-        too old to keep), and between refreshes every ``housekeeping_interval`` seconds."""
+        too old to keep), and between refreshes every ``housekeeping_interval`` seconds.
+        ``address`` names one agent, or several (comma-separated, or one string each): the
+        first is followed until a refresh finds another active."""
         super().__init__(refresh_interval)
         self._housekeeping = housekeeping
         self._wake_interval = refresh_interval
         if housekeeping is not None:
             self._wake_interval = min(refresh_interval, housekeeping_interval)
-        self.endpoint = Endpoint(
-            address, role="agent", password=password, timeout=timeout, tls_ca=tls_ca
+        self._follower = Follower(agent_addresses(address))
+        self.endpoints = tuple(
+            Endpoint(each, role="agent", password=password, timeout=timeout, tls_ca=tls_ca)
+            for each in self._follower.addresses
         )
+        """One endpoint per agent, in the order named."""
         self._lock = threading.Lock()
         self._refreshed = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="txcache-agent-refresh", daemon=True)
         self._thread.start()
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """The active agent's endpoint, which requests go to."""
+        return self.endpoints[self._follower.active]
 
     def wait_ready(self, timeout: float) -> bool:
         """Wait until the first refresh answered; ``False`` if it did not within
@@ -107,14 +122,19 @@ class AgentClient(AgentState):
         return self.columns_at(ts)
 
     def refresh(self) -> bool:
-        """Fetch pins and catalog now; ``False`` if the agent did not answer."""
-        if not self.endpoint.is_up():
+        """Fetch pins and catalog now from the active agent; ``False`` if no agent
+        answered."""
+        if not any(endpoint.is_up() for endpoint in self.endpoints):
             return False
         with self._lock:
-            replies = self._fetch()
-            if replies is None:
+            used = self.take_used()
+            found = self._first_answer(used)
+            if found is None:
+                self.give_back_used(used)
                 return False
-            self._publish(*replies)
+            index, result = found
+            self._follower.adopt(index)
+            self._publish(*result, source=self._follower.address)
         self._refreshed.set()
         return True
 
@@ -122,19 +142,32 @@ class AgentClient(AgentState):
         """Stop the refresher and close the connections."""
         self._stop.set()
         self._thread.join(timeout=5)
-        self.endpoint.close()
+        for endpoint in self.endpoints:
+            endpoint.close()
 
-    def _fetch(
-        self,
-    ) -> tuple[list[Pin], list[CatalogVersion], Barrier, DatabaseIdentity] | None:
-        replies: list[Any] = []
-        used = self.take_used()
-        for command in refresh_commands(used):  # one after the other, stopping at a failure
-            replies.append(self.endpoint.run(command))
-            if not answered(replies[-1]):
-                self.give_back_used(used)
+    def _first_answer(self, used: set[int]) -> tuple[int, Refreshed] | None:
+        """The first agent, in the :class:`~txcache._agent_follow.Follower`'s order, to
+        answer every command of a refresh renewing ``used``, and its answers; ``None`` when
+        none did (the follower says how far to go)."""
+        for index in self._follower.order():
+            replies = self._ask(self.endpoints[index], used)
+            result = refresh_result(replies)
+            if result is not None:
+                return index, result
+            if not self._follower.goes_on(index, verdict(replies)):
                 return None
-        return refresh_result(replies)
+        return None
+
+    @staticmethod
+    def _ask(endpoint: Endpoint, used: set[int]) -> list[Any]:
+        """One agent's replies to a refresh, asked one after the other, stopping at the
+        first that is not an answer (then the last)."""
+        replies: list[Any] = []
+        for command in refresh_commands(used):
+            replies.append(endpoint.run(command))
+            if not answered(replies[-1]):
+                break
+        return replies
 
     def _run(self) -> None:
         due = 0.0

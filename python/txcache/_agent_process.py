@@ -11,11 +11,13 @@ from txcache._process import ManagedProcess, ProcessStartError, find_binary
 __all__ = ["AgentProcess"]
 
 _STARTED = re.compile(r"invalidation stream started")
+_STARTED_OR_STANDING_BY = re.compile(r"invalidation stream started|standing by")
 _LISTENING = re.compile(r"txcache-agent listening address=(?P<host>[\d.]+):(?P<port>\d+)")
 
 
 class AgentProcess(ManagedProcess):
-    """One running ``txcache-agent``, ready once its invalidation stream has started.
+    """One running ``txcache-agent``, ready once its invalidation stream has started (or,
+    for a ``standby``, once it streams or stands by while another agent holds the lease).
 
     Its library endpoint listens on a free port unless ``--listen`` is among ``args``.
     """
@@ -27,6 +29,7 @@ class AgentProcess(ManagedProcess):
         *args: str,
         binary: Path | None = None,
         start_timeout: float = 20.0,
+        standby: bool = False,
     ) -> None:
         """Start the agent for database ``dsn`` feeding ``nodes`` (``host:port`` each)."""
         self.binary = binary or find_binary("txcache-agent")
@@ -39,7 +42,8 @@ class AgentProcess(ManagedProcess):
             *listen,
             *args,
         ]
-        super().__init__(command, _STARTED, start_timeout)
+        ready = _STARTED_OR_STANDING_BY if standby else _STARTED
+        super().__init__(command, ready, start_timeout)
         match = next(filter(None, map(_LISTENING.search, self.log)), None)
         if match is None:
             self.stop()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from txcache import _protocol as protocol
+from txcache._agent_follow import is_standby
 from txcache._pinset import Pin, PinSet
 from txcache._protocol import Barrier, CatalogVersion, DatabaseIdentity
 from txcache._resp import Command, ReplyError
@@ -29,6 +30,7 @@ from txcache._schema import TagColumns, tag_columns_at
 
 __all__ = [
     "AgentState",
+    "Refreshed",
     "answered",
     "fresh_pin_result",
     "refresh_commands",
@@ -36,6 +38,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("txcache")
+
+Refreshed = tuple[list[Pin], list[CatalogVersion], Barrier, DatabaseIdentity]
+"""One refresh's answers: ``PINS``, ``TAGCOLUMNS``, ``BARRIER`` and ``DATABASE``."""
 
 _NO_FENCE = Barrier(2**63 - 1, -1)  # before the first refresh: no snapshot is after every change
 
@@ -60,6 +65,9 @@ class AgentState:
         self.database: DatabaseIdentity | None = None
         """The database the agent's stream decodes, as of the last refresh (``None``
         before the first): only its results are ever invalidated."""
+        self.followed: str | None = None
+        """The address of the agent the last refresh's replies came from (``None`` before
+        the first): with several agents, the active one."""
         self._used: set[int] = set()
         self._used_lock = threading.Lock()
 
@@ -130,9 +138,16 @@ class AgentState:
         catalog: list[CatalogVersion],
         fence: Barrier,
         database: DatabaseIdentity,
+        *,
+        source: str,
     ) -> None:
-        """Make one refresh's replies (``PINS``, ``TAGCOLUMNS``, ``BARRIER``, ``DATABASE``)
-        current; the caller serializes refreshes."""
+        """Make one refresh's replies (``PINS``, ``TAGCOLUMNS``, ``BARRIER``, ``DATABASE``),
+        from the agent at ``source``, current; the caller serializes refreshes."""
+        if source != self.followed:
+            # Another agent (a standby that took over): what the previous one's catalog
+            # covered says nothing of this one's, which may not have decoded as far yet.
+            self._catalog_through = -1
+            self.followed = source
         # Before the pins: a transaction that finds a pin also finds whose database it is.
         self.database = database
         by_ts = {pin.ts: pin for pin in listed}
@@ -154,17 +169,16 @@ class AgentState:
 
 
 def fresh_pin_result(reply: Pin | ReplyError | None) -> Pin | None:
-    """What a ``PIN`` reply gives: the pin, or ``None`` (an error reply is logged)."""
+    """What a ``PIN`` reply gives: the pin, or ``None`` (an error reply is logged, but a
+    standby's: the next refresh finds the active agent, and says so)."""
     if reply is None or isinstance(reply, ReplyError):
-        if reply is not None:
+        if reply is not None and not is_standby(reply):
             log.warning("the agent could not take a fresh pin: %s", reply)
         return None
     return reply
 
 
-def refresh_result(
-    replies: Sequence[Any],
-) -> tuple[list[Pin], list[CatalogVersion], Barrier, DatabaseIdentity] | None:
+def refresh_result(replies: Sequence[Any]) -> Refreshed | None:
     """The replies to ``PINS``, ``TAGCOLUMNS``, ``BARRIER`` and ``DATABASE`` (each as the
     endpoints return it), or ``None`` when one of them is missing or an error."""
     if not all(map(answered, replies)):

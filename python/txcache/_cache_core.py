@@ -356,13 +356,15 @@ class CacheCore:
         self._refused.add(pair)
         same_cluster = context.system_identifier == followed.system_identifier
         where = "on the same server" if same_cluster else "of another cluster"
+        # With several agents, the one whose refresh said so (the active one).
+        source = self.agent.followed if self.agent is not None else None
         log.error(
             "txcache: this cache's DSN names database %r, but the agent at %s follows "
             "database %r %s: nothing would invalidate what this cache stored, so its "
             "transactions run against the database, uncached; point an agent (with its own "
             "slot and nodes) at this database to cache it",
             context.database,
-            self.settings.agent,
+            source or self.settings.agent,
             followed.name,
             where,
         )

@@ -3,9 +3,9 @@ defaults.
 
 Each setting ``name`` is read from the argument, else ``TXCACHE_<NAME>``, else the file
 (``txcache.toml`` in the working directory, or the path in ``TXCACHE_CONFIG``). Lists
-(``nodes``, ``code_packages``) are comma-separated strings in the environment and may be
-either a string or a list elsewhere; numbers and truth values are parsed only from the
-environment's text.
+(``nodes``, ``agent``, ``code_packages``) are comma-separated strings in the environment
+and may be either a string or a list elsewhere; numbers and truth values are parsed only
+from the environment's text.
 Every value is checked here, once, by its check in :mod:`txcache._validate`: a refusal is
 a :class:`ConfigurationError` naming the setting, where it came from, the value and what is
 allowed. docs/settings.md describes every setting and what it accepts.
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from txcache import _validate as validate
+from txcache._agent_follow import agent_addresses
 from txcache.errors import ConfigurationError
 
 __all__ = ["Mode", "Settings", "load_settings"]
@@ -41,7 +42,9 @@ class Settings:
     nodes: tuple[str, ...] = ()
     """The cache nodes, ``host:port`` each (``rediss://host:port``: over TLS)."""
     agent: str | None = None
-    """The agent's library endpoint, ``host:port`` (``rediss://host:port``: over TLS)."""
+    """The agent's library endpoint, ``host:port`` (``rediss://host:port``: over TLS); with
+    several agents (one active, the others standbys), their endpoints joined by commas
+    (:attr:`agents`)."""
     password: str | None = None
     """The nodes' and the agent's ``--password``."""
     tls_ca: str | None = None
@@ -78,6 +81,11 @@ class Settings:
     audit_invalidate: bool = False
     """Whether an audit that finds a mismatch deletes the key's cached versions."""
 
+    @property
+    def agents(self) -> tuple[str, ...]:
+        """The agents' endpoints, in the order named (none without :attr:`agent`)."""
+        return agent_addresses(self.agent) if self.agent is not None else ()
+
 
 def _mode(value: Any) -> str:
     return validate.choice(value, get_args(Mode))
@@ -86,7 +94,7 @@ def _mode(value: Any) -> str:
 _CHECKS: dict[str, Callable[[Any], Any]] = {
     "dsn": validate.dsn,
     "nodes": validate.addresses,
-    "agent": validate.address,
+    "agent": validate.agents,
     "password": validate.text,
     "tls_ca": validate.readable_file,
     "secret": validate.text,

@@ -19,6 +19,7 @@ import psycopg_pool
 
 from txcache import _protocol as protocol
 from txcache._agent import AgentClient
+from txcache._agent_follow import no_answer_yet
 from txcache._auditor import ThreadAuditor
 from txcache._cache import CacheDriver
 from txcache._cache_core import gather_settings
@@ -54,7 +55,7 @@ def connect(
     dsn: str | None = None,
     *,
     nodes: str | Iterable[str] | None = None,
-    agent: str | None = None,
+    agent: str | Iterable[str] | None = None,
     password: str | None = None,
     secret: str | None = None,
     mode: Mode | None = None,
@@ -68,8 +69,9 @@ def connect(
     variables, then ``txcache.toml`` (see :mod:`txcache._config` for every setting).
 
     Without nodes or an agent the cache runs every transaction against the database alone.
-    ``safe_functions`` names SQL functions cacheable queries may call (deterministic and
-    reading no table). Raises :class:`~txcache.ConfigurationError`.
+    ``agent`` may name several agents (one active, the others standbys): the cache follows
+    the active one. ``safe_functions`` names SQL functions cacheable queries may call
+    (deterministic and reading no table). Raises :class:`~txcache.ConfigurationError`.
     """
     given: dict[str, Any] = {"dsn": dsn, "nodes": nodes, "agent": agent, "password": password}
     given |= {"secret": secret, "mode": mode, "staleness": staleness}
@@ -124,7 +126,7 @@ class Cache(CacheDriver):
     def _agent(self, settings: Settings) -> AgentClient:
         assert settings.agent is not None
         client = AgentClient(
-            settings.agent,
+            settings.agents,
             password=settings.password,
             tls_ca=settings.tls_ca,
             timeout=settings.agent_timeout,
@@ -133,11 +135,7 @@ class Cache(CacheDriver):
             housekeeping_interval=settings.snapshot_hold,
         )
         if not client.wait_ready(timeout=2.0):
-            log.warning(
-                "the agent at %s has not answered yet; transactions read the database "
-                "until it does",
-                settings.agent,
-            )
+            log.warning("%s", no_answer_yet(settings.agents))
         return client
 
     def close(self) -> None:

@@ -546,6 +546,16 @@ class EmbeddedPostgres:
             self._settings = dict(settings)
         self.start()
 
+    def crash(self) -> None:
+        """Stop the server as a crash would: an immediate shutdown (``SIGQUIT``: no
+        checkpoint, and nothing more sent to standbys or logical clients). The data stays;
+        :meth:`stop` still removes a temporary base directory."""
+        process, self._handle.process = self._handle.process, None
+        if process is None:
+            return
+        process.send_signal(signal.SIGQUIT)
+        process.wait(10.0)
+
     def stop(self) -> None:
         """Stop the server (fast shutdown) and remove a temporary base directory. Idempotent."""
         self._finalizer()

@@ -31,7 +31,7 @@ For a bench or a tool, :func:`connect` and the command functions are the whole i
 returns the reply as hiredis parses it. Nodes: :func:`txget`, :func:`txset`,
 :func:`txinterval`, :func:`txstatus`, :func:`delete`, :func:`info`; the agent:
 :func:`pins`, :func:`pin`, :func:`commit_lsn`, :func:`tag_columns`, :func:`barrier`,
-:func:`database`, :func:`agent_status`.
+:func:`database`, :func:`agent_status`, :func:`agent_role`.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ __all__ = [
     "Miss",
     "NodeStatus",
     "Stored",
+    "agent_role",
     "agent_status",
     "barrier",
     "commit_lsn",
@@ -273,6 +274,16 @@ def agent_status() -> Command[dict[str, int]]:
 
 def _status_fields(reply: bytes) -> dict[str, int]:
     return integer_fields(parse_fields(reply))
+
+
+def agent_role() -> Command[str]:
+    """The agent's ``STATUS`` ``role``: ``active``, or ``standby`` (another agent holds the
+    lease, or this one's was not renewed in time; docs/agent.md, "High availability")."""
+    return Command(("STATUS",), _role)
+
+
+def _role(reply: bytes) -> str:
+    return parse_fields(reply).get("role", "active")
 
 
 # -- the agent --------------------------------------------------------------------------------

@@ -866,11 +866,12 @@ def _plan_trigger_objects(ctx: _Context, plan: _Plan, parts: list[str]) -> list[
         # (docs/agent.md, "Changes no trigger sees"); written by the agent's role.
         parts.append("table txcache.shared_catalog")
         plan.statements.append(sql.SQL("CREATE TABLE txcache.shared_catalog (digest text)"))
-    if ctx.administrator and not ctx.superuser and not _writes_shared_catalog(ctx, shared):
+    if ctx.administrator and not ctx.superuser and not _writes_table(ctx, "shared_catalog", shared):
         # The administrator creates it; the agent's role records in it.
         parts.append(f"{ctx.role}'s rights on txcache.shared_catalog")
         grant = "GRANT SELECT, INSERT, UPDATE ON txcache.shared_catalog TO {}"
         plan.statements.append(sql.SQL(grant).format(sql.Identifier(ctx.role)))
+    _plan_agent_lease(ctx, plan, parts)
     new = [schema for schema in ctx.schemas if schema not in tracked]
     if new:
         parts.append(f"tracking of schema(s) {', '.join(new)}")
@@ -892,16 +893,41 @@ def _plan_trigger_objects(ctx: _Context, plan: _Plan, parts: list[str]) -> list[
     return sorted({*tracked, *new})
 
 
-def _writes_shared_catalog(ctx: _Context, exists: bool) -> bool:
-    """Whether the connecting role may read and write ``txcache.shared_catalog``."""
+def _plan_agent_lease(ctx: _Context, plan: _Plan, parts: list[str]) -> None:
+    """``txcache.agent_lease``: the lease by which agents of one slot take turns (one is
+    active, the others stand by; docs/agent.md, "High availability"), written by the
+    agent's role."""
+    exists = ctx.rows("SELECT to_regclass('txcache.agent_lease') IS NOT NULL")[0][0]
+    if not exists:
+        parts.append("table txcache.agent_lease")
+        plan.statements.append(sql.SQL(_AGENT_LEASE_TABLE))
+    if ctx.administrator and not ctx.superuser and not _writes_table(ctx, "agent_lease", exists):
+        parts.append(f"{ctx.role}'s rights on txcache.agent_lease")
+        grant = "GRANT SELECT, INSERT, UPDATE ON txcache.agent_lease TO {}"
+        plan.statements.append(sql.SQL(grant).format(sql.Identifier(ctx.role)))
+
+
+_AGENT_LEASE_TABLE = """CREATE TABLE txcache.agent_lease (
+    slot text PRIMARY KEY,
+    holder text NOT NULL,
+    epoch bigint NOT NULL,
+    pid integer,
+    backend_start timestamptz,
+    renewed_at timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL)"""
+
+
+def _writes_table(ctx: _Context, table: str, exists: bool) -> bool:
+    """Whether the connecting role may read and write ``txcache.<table>``."""
     if not exists:
         return False
+    name = f"txcache.{table}"
     query = (
-        "SELECT has_table_privilege('txcache.shared_catalog', 'SELECT') "
-        "AND has_table_privilege('txcache.shared_catalog', 'INSERT') "
-        "AND has_table_privilege('txcache.shared_catalog', 'UPDATE')"
+        "SELECT has_table_privilege(%s, 'SELECT') "
+        "AND has_table_privilege(%s, 'INSERT') "
+        "AND has_table_privilege(%s, 'UPDATE')"
     )
-    return bool(ctx.rows(query)[0][0])
+    return bool(ctx.rows(query, name, name, name)[0][0])
 
 
 def _plan_truncate_triggers(ctx: _Context, plan: _Plan, parts: list[str]) -> None:

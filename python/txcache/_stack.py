@@ -209,6 +209,8 @@ class Stack:
         self.dsn = self.options.dsn or ""
         self.nodes: list[NodeProcess] = []
         self.agent: AgentProcess | None = None
+        self.standby_agents: list[AgentProcess] = []
+        """Agents started by :meth:`start_standby_agent`."""
         self._agent_port = self.options.agent_port()
         # Only the agent may move the nodes' position; applications never see this.
         self.stream_password = secrets.token_urlsafe(24)
@@ -290,34 +292,55 @@ class Stack:
 
     def start_agent(self) -> None:
         """Start the agent (again) on its port, feeding every node."""
-        addresses = self.node_addresses
-        args = [f"--listen=127.0.0.1:{self._agent_port}", f"--slot={self.options.slot}"]
+        metrics = ""
+        if self.options.metrics_port_base is not None:
+            port = self.options.metrics_port_base + self.options.nodes
+            metrics = f", metrics at http://127.0.0.1:{port}/metrics"
+        self.agent = self._agent_process(self._agent_port, metrics_port=bool(metrics))
+        self._agent_port = self.agent.port
+        self.log(
+            f"agent (txcache-agent) listening on {self.agent_address} "
+            f"(pid {self.agent.process.pid}{metrics}), feeding {len(self.node_addresses)} node(s)"
+        )
+
+    def start_standby_agent(self, dsn: str | None = None, port: int = 0) -> AgentProcess:
+        """Start one more agent, on ``port`` (0: a free one), with the same settings (or
+        the database ``dsn``): it stands by while another holds the lease and takes over
+        when that one stops renewing it (docs/agent.md, "High availability"). Stopped with
+        the stack."""
+        agent = self._agent_process(port, standby=True, dsn=dsn)
+        self.standby_agents.append(agent)
+        self.log(f"standby agent listening on 127.0.0.1:{agent.port} (pid {agent.process.pid})")
+        return agent
+
+    def _agent_process(
+        self,
+        port: int,
+        *,
+        standby: bool = False,
+        metrics_port: bool = False,
+        dsn: str | None = None,
+    ) -> AgentProcess:
+        args = [f"--listen=127.0.0.1:{port}", f"--slot={self.options.slot}"]
         args += self._serve_tls_args()
         if self.options.tls is not None:
             args += ["--node-tls-ca", str(self.options.tls.ca)]
         if self.options.max_staleness is not None:
             args += ["--max-staleness", self.options.max_staleness]
-        metrics = ""
-        if self.options.metrics_port_base is not None:
-            port = self.options.metrics_port_base + self.options.nodes
-            args += ["--metrics-port", str(port)]
-            metrics = f", metrics at http://127.0.0.1:{port}/metrics"
+        if metrics_port and self.options.metrics_port_base is not None:
+            args += ["--metrics-port", str(self.options.metrics_port_base + self.options.nodes)]
         try:
             with self._child_context():
-                self.agent = AgentProcess(
-                    self.options.agent_dsn or self.dsn,
-                    addresses,
+                return AgentProcess(
+                    dsn or self.options.agent_dsn or self.dsn,
+                    self.node_addresses,
                     *args,
                     *self.options.agent_args,
                     start_timeout=self.options.agent_start_timeout,
+                    standby=standby,
                 )
         except (ProcessStartError, OSError) as error:
             raise PartFailed("the agent (txcache-agent) did not start", tail(str(error))) from None
-        self._agent_port = self.agent.port
-        self.log(
-            f"agent (txcache-agent) listening on {self.agent_address} "
-            f"(pid {self.agent.process.pid}{metrics}), feeding {len(addresses)} node(s)"
-        )
 
     @contextlib.contextmanager
     def _child_context(self) -> Iterator[None]:
@@ -452,7 +475,9 @@ class Stack:
     # -- stop ------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop whatever started: the agent, then the nodes, then PostgreSQL."""
+        """Stop whatever started: the agents, then the nodes, then PostgreSQL."""
+        while self.standby_agents:
+            self.standby_agents.pop().stop()
         if self.agent is not None:
             status = self.agent.stop()
             self.log(f"agent stopped (exit status {status})")

@@ -40,6 +40,7 @@ __all__ = [
     "Refused",
     "address",
     "addresses",
+    "agents",
     "cacheable_options",
     "checked_argument",
     "choice",
@@ -289,10 +290,13 @@ def http_token(value: Any, allowed: str) -> str:
 # -- addresses and lists of names -----------------------------------------------------------
 
 
+_ADDRESS = "host:port (port 1 to 65535; [v6]:port for IPv6; rediss://host:port for TLS)"
+
+
 def address(value: Any) -> str:
     """``host:port`` (``[v6]:port``), port 1…65535, optionally after ``redis://`` or
     ``rediss://`` (TLS); surrounding spaces dropped."""
-    allowed = "host:port (port 1 to 65535; [v6]:port for IPv6; rediss://host:port for TLS)"
+    allowed = _ADDRESS
     found = text(value, allowed).strip()
     try:
         host, _port = parse_address(found)
@@ -344,6 +348,20 @@ def addresses(value: Any) -> tuple[str, ...]:
         if found[-1] in found[:-1]:
             raise Refused(allowed, detail=f"{item!r} is listed twice")
     return tuple(found)
+
+
+def agents(value: Any) -> str:
+    """The ``agent`` setting: one agent's ``host:port``, or several (one active, the others
+    standbys) as a comma-separated string or a list of strings, none twice; the addresses
+    joined by commas (one address: as given, stripped)."""
+    allowed = f"{_ADDRESS}, or several: a comma-separated string or a list of strings"
+    try:
+        found = addresses(value)
+    except Refused as refused:
+        raise Refused(allowed, wrong_type=refused.wrong_type, detail=refused.detail) from None
+    if not found:
+        raise Refused(allowed)
+    return ",".join(found)
 
 
 def module_names(value: Any) -> tuple[str, ...]:

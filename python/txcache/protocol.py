@@ -21,7 +21,7 @@ a connection to run it on::
 Nodes: :func:`txget`, :func:`txset`, :func:`txinterval`, :func:`txstatus`,
 :func:`max_staleness`, :func:`info` (:func:`parse_fields`, :func:`integer_fields`); the
 agent: :func:`pins`, :func:`pin`, :func:`commit_lsn`, :func:`tag_columns`, :func:`barrier`,
-:func:`database`, :func:`agent_status`. A node's misses are of the kinds
+:func:`database`, :func:`agent_status`, :func:`agent_role`. A node's misses are of the kinds
 :data:`MISS_KINDS`.
 
 :class:`RespConnection` (what :func:`connect` returns; hiredis, one socket, no pool) raises
@@ -43,6 +43,7 @@ from txcache._protocol import (
     Miss,
     NodeStatus,
     Stored,
+    agent_role,
     agent_status,
     barrier,
     commit_lsn,
@@ -88,6 +89,7 @@ __all__ = [
     "ReplyError",
     "RespConnection",
     "Stored",
+    "agent_role",
     "agent_status",
     "barrier",
     "commit_lsn",

@@ -17,7 +17,9 @@ the demos, the tests and the benchmarks start their processes with::
   wheel, the ``[embedded]`` extra; :class:`PostgresStartError`, :func:`find_postgres_bin`),
   :class:`NodeProcess` (one ``txcached``; :class:`NodeStartError`, :func:`find_txcached`),
   :class:`AgentProcess` (one ``txcache-agent``), :class:`ServerProcess` (an application
-  server that logs to a file, ready once it answers: :func:`answers_http`).
+  server that logs to a file, ready once it answers: :func:`answers_http`),
+  :class:`TcpProxy` (a proxy process to freeze: a network partition of whatever it
+  carries).
   :func:`find_binary` says which ``txcached`` or ``txcache-agent`` they run
   (``$TXCACHED_BIN``, ``$TXCACHE_AGENT_BIN``; a checkout's build; the wheel's, beside the
   installed package; ``PATH``).
@@ -45,6 +47,7 @@ from txcache._process import (
     tail,
     wait_until,
 )
+from txcache._proxy import TcpProxy
 from txcache._stack import (
     EMBEDDED_SETTINGS,
     PartFailed,
@@ -68,6 +71,7 @@ __all__ = [
     "Stack",
     "StackOptions",
     "StartInterrupted",
+    "TcpProxy",
     "TlsFiles",
     "WaitTimeout",
     "answers_http",

@@ -116,6 +116,15 @@ pub struct Config {
     #[arg(long, env = "TXCACHE_SHARED_CATALOG_INTERVAL", default_value = "1s", value_name = "DURATION", value_parser = parse_interval)]
     pub shared_catalog_interval: Duration,
 
+    /// How long the lease that makes this agent the active one lasts unless renewed, above
+    /// zero, e.g. 4s; units ns, us, ms, s, m, h; decimals allowed; a bare number is seconds.
+    /// Agents given the same --slot take turns: one streams, pins and delivers, the others
+    /// stand by and take over when it stops renewing (a hung or cut-off agent after about
+    /// this long; a dead one within about a second). A shorter lease takes over sooner but
+    /// counts a database that answers slowly for that long as a lost agent.
+    #[arg(long, env = "TXCACHE_AGENT_LEASE", default_value = "4s", value_name = "DURATION", value_parser = parse_interval)]
+    pub lease: Duration,
+
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
     #[arg(long, env = "TXCACHE_LOG", default_value = "info")]
     pub log: String,
@@ -221,6 +230,7 @@ mod tests {
             "max_staleness",
             "pin_lease",
             "shared_catalog_interval",
+            "lease",
         ];
         assert_eq!(durations, expected);
     }

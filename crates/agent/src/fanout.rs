@@ -18,6 +18,7 @@ use crate::connect::connect_sql;
 use crate::database;
 use crate::message::StreamMessage;
 use crate::node_link::NodeLink;
+use crate::term::Term;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -125,7 +126,7 @@ impl ReplayBuffer {
 }
 
 /// How the agent talks to every node.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct LinkSettings {
     /// The nodes' password, if they require one.
     pub password: Option<String>,
@@ -135,6 +136,9 @@ pub struct LinkSettings {
     pub spacing: Duration,
     /// The database, read again before a node is rewound.
     pub dsn: String,
+    /// This agent's term: its epoch is sent to every node (`TXEPOCH`), and nothing is
+    /// sent once it is not valid.
+    pub term: Arc<Term>,
 }
 
 /// One node's delivery, read at one moment.
@@ -417,6 +421,7 @@ async fn serve_node(
         &node.address,
         settings.password.as_deref(),
         settings.tls.as_ref(),
+        Arc::clone(&settings.term),
     )
     .await?;
     let mut position = link.position().await?.applied;

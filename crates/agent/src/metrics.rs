@@ -11,6 +11,7 @@
 use crate::fanout::{Fanout, NodeCounts};
 use crate::pincushion::{PinCounts, Pincushion};
 use crate::stream_stats::{StreamCounts, StreamStats};
+use crate::term::Term;
 use crate::tracker::StreamTracker;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,6 +32,7 @@ pub struct Reading {
     nodes: Vec<NodeCounts>,
     pins: u64,
     pin_counts: PinCounts,
+    lease_epoch: u64,
 }
 
 /// The parts the agent's metrics are read from, each counting its own: the server its
@@ -49,6 +51,17 @@ pub struct Sources {
     pub fanout: Arc<Fanout>,
     /// The pins and their certification counters.
     pub pincushion: Arc<Pincushion>,
+    /// This agent's term: the lease's epoch.
+    pub term: Arc<Term>,
+}
+
+/// What a standby serves at `GET /metrics`: that it stands by (its other metrics are an
+/// active agent's).
+pub fn standby_text() -> String {
+    "# HELP txcache_agent_standby 1 while this agent stands by: another agent holds the lease\n\
+     # TYPE txcache_agent_standby gauge\n\
+     txcache_agent_standby 1\n"
+        .to_owned()
 }
 
 /// Reads everything the agent measures now.
@@ -65,6 +78,7 @@ pub fn collect(sources: &Sources) -> Reading {
         nodes: sources.fanout.node_counts(),
         pins: sources.pincushion.pin_count() as u64,
         pin_counts: sources.pincushion.stats.read(),
+        lease_epoch: sources.term.epoch(),
     }
 }
 
@@ -88,6 +102,13 @@ pub static REGISTRY: Registry<Reading> = Registry {
         Metric::one("server", "connected_clients", Gauge, "Open library connections", |r| {
             r.clients
         }),
+        Metric::one(
+            "server",
+            "lease_epoch",
+            Gauge,
+            "Epoch of the lease this agent holds: raised by every takeover",
+            |r| r.lease_epoch,
+        ),
         Metric::one(
             "stream",
             "stream_position",
@@ -249,6 +270,7 @@ mod tests {
         Reading {
             uptime_seconds: 1_001,
             clients: 1_002,
+            lease_epoch: 1_003,
             stream: StreamCounts {
                 position: 2_001,
                 database_position: 2_500,

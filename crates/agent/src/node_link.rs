@@ -1,6 +1,7 @@
 //! A RESP connection from the agent to one cache node.
 
 use crate::message::StreamMessage;
+use crate::term::Term;
 use anyhow::{bail, Context as _};
 use bytes::BytesMut;
 use std::sync::Arc;
@@ -14,11 +15,12 @@ use txcache_tls::{ClientConfig, Duplex};
 /// How long a node may take to answer before the link is considered dead.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// One open connection to a node.
+/// One open connection to a node, speaking for one term of this agent.
 pub struct NodeLink {
     stream: Box<dyn Duplex>,
     input: BytesMut,
     output: BytesMut,
+    term: Arc<Term>,
 }
 
 /// A `--node` address: `host:port`, `redis://host:port`, or `rediss://host:port` (TLS).
@@ -64,11 +66,14 @@ pub struct NodePosition {
 
 impl NodeLink {
     /// Connects to `address` (`host:port`, or `rediss://host:port` for TLS checked with
-    /// `tls`) and authenticates when a password is given.
+    /// `tls`), authenticates when a password is given and names the term's epoch
+    /// (`TXEPOCH`: the node refuses every older one from then on). Every later write first
+    /// checks that the term is still valid.
     pub async fn connect(
         address: &str,
         password: Option<&str>,
         tls: Option<&Arc<ClientConfig>>,
+        term: Arc<Term>,
     ) -> anyhow::Result<Self> {
         let target = NodeAddress::parse(address)?;
         let tcp = tokio::time::timeout(REPLY_TIMEOUT, TcpStream::connect(&target.host_port))
@@ -93,10 +98,15 @@ impl NodeLink {
             stream,
             input: BytesMut::with_capacity(4096),
             output: BytesMut::with_capacity(4096),
+            term,
         };
         if let Some(password) = password {
             link.call(&[b"AUTH", password.as_bytes()]).await?;
         }
+        let epoch = link.term.epoch().to_string();
+        link.call(&[b"TXEPOCH", epoch.as_bytes()])
+            .await
+            .context("the node refused this agent's epoch")?;
         Ok(link)
     }
 
@@ -147,6 +157,7 @@ impl NodeLink {
 
     /// Sends a batch of stream messages pipelined, then reads every reply.
     pub async fn deliver(&mut self, batch: &[StreamMessage]) -> anyhow::Result<()> {
+        self.term.check()?;
         for message in batch {
             message.encode(&mut self.output);
         }
@@ -164,6 +175,7 @@ impl NodeLink {
     }
 
     async fn call(&mut self, parts: &[&[u8]]) -> anyhow::Result<Frame> {
+        self.term.check()?;
         encode::request(&mut self.output, parts);
         tokio::time::timeout(REPLY_TIMEOUT, self.stream.write_all(&self.output))
             .await

@@ -18,6 +18,7 @@ use crate::heartbeat::HEARTBEAT_PREFIX;
 use crate::message::StreamMessage;
 use crate::pincushion::FENCE_PREFIX;
 use crate::stream_stats::StreamStats;
+use crate::term::Term;
 use crate::timeline;
 use crate::tracker::StreamTracker;
 use anyhow::{bail, Context as _};
@@ -42,6 +43,7 @@ pub struct Stream {
     fanout: Arc<Fanout>,
     tracker: Arc<StreamTracker>,
     stats: Arc<StreamStats>,
+    term: Arc<Term>,
     assembler: Assembler,
     catalog: Catalog,
     acknowledged: Timestamp,
@@ -50,18 +52,21 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// A stream feeding `fanout`, recording into `tracker` and counting into `stats`.
+    /// A stream feeding `fanout`, recording into `tracker` and counting into `stats`, for
+    /// as long as `term` is valid.
     pub fn new(
         config: Config,
         fanout: Arc<Fanout>,
         tracker: Arc<StreamTracker>,
         stats: Arc<StreamStats>,
+        term: Arc<Term>,
     ) -> Self {
         Self {
             config,
             fanout,
             tracker,
             stats,
+            term,
             assembler: Assembler::default(),
             catalog: Catalog::default(),
             acknowledged: Timestamp::ZERO,
@@ -91,6 +96,9 @@ impl Stream {
     }
 
     async fn run_session(&mut self) -> anyhow::Result<()> {
+        // An agent whose lease ran out must not take the slot (or recreate it) from the one
+        // that took over.
+        self.term.check()?;
         let sql = connect_sql(&self.config.dsn, "txcache-agent catalog").await?;
         let Some(slot) = database::find_slot(&sql, &self.config.slot).await? else {
             self.recreate_slot(&sql, SlotLoss::Dropped).await?;

@@ -23,6 +23,7 @@ pub struct ServerMetrics {
     protocol_errors: AtomicU64,
     transactions: AtomicU64,
     transactions_aborted: AtomicU64,
+    stream_fenced: AtomicU64,
 }
 
 /// A connection's place under `--max-clients`; the count drops when this does.
@@ -66,6 +67,12 @@ impl ServerMetrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a stream command (or a `TXEPOCH`) refused with `-FENCED`: a stale agent still
+    /// trying to move the node after another took over.
+    pub fn count_fenced(&self) {
+        self.stream_fenced.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts a connection closed for malformed framing.
     pub fn count_protocol_error(&self) {
         self.protocol_errors.fetch_add(1, Ordering::Relaxed);
@@ -83,6 +90,7 @@ impl ServerMetrics {
             protocol_errors,
             transactions,
             transactions_aborted,
+            stream_fenced,
         } = self;
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         ServerCounts {
@@ -94,6 +102,7 @@ impl ServerMetrics {
             protocol_errors: load(protocol_errors),
             transactions: load(transactions),
             transactions_aborted: load(transactions_aborted),
+            stream_fenced: load(stream_fenced),
         }
     }
 }
@@ -109,6 +118,7 @@ pub struct ServerCounts {
     protocol_errors: u64,
     transactions: u64,
     transactions_aborted: u64,
+    stream_fenced: u64,
 }
 
 /// Everything the node measures, read at one moment: what [`REGISTRY`]'s rows read from.
@@ -118,6 +128,7 @@ pub struct Reading {
     shards: u64,
     max_memory: u64,
     resident_bytes: u64,
+    stream_epoch: u64,
     server: ServerCounts,
     memory: MemoryUsage,
     stats: StoreStats,
@@ -158,6 +169,7 @@ pub fn collect_from(
         shards: node.shards.len() as u64,
         max_memory: node.max_memory() as u64,
         resident_bytes: resident_bytes(),
+        stream_epoch: node.epoch(),
         server: node.metrics.read(),
         memory,
         stats,
@@ -408,6 +420,20 @@ pub static REGISTRY: Registry<Reading> = Registry {
         ),
         Metric::one(
             "txcache",
+            "stream_epoch",
+            Gauge,
+            "Fencing epoch: the highest TXEPOCH an agent sent (0 before any)",
+            |r| r.stream_epoch,
+        ),
+        Metric::one(
+            "txcache",
+            "stream_fenced",
+            Counter,
+            "Stream commands and TXEPOCHs refused with FENCED (an agent taken over from)",
+            |r| r.server.stream_fenced,
+        ),
+        Metric::one(
+            "txcache",
             "plain_gets",
             Counter,
             "GETs answered (hits and misses)",
@@ -569,6 +595,7 @@ mod tests {
             shards: 1_002,
             max_memory: 1_003,
             resident_bytes: 1_004,
+            stream_epoch: 1_005,
             server: ServerCounts {
                 connections_received: 2_001,
                 connections_rejected: 2_002,
@@ -578,6 +605,7 @@ mod tests {
                 protocol_errors: 2_006,
                 transactions: 2_007,
                 transactions_aborted: 2_008,
+                stream_fenced: 2_009,
             },
             memory: MemoryUsage {
                 values: 3_001,

@@ -1,11 +1,12 @@
-//! Everything a connection reaches: the shards, the server metrics, the settings.
+//! Everything a connection reaches: the shards, the server metrics, the settings, and what
+//! the agent told the node about its stream (its origin, its epoch).
 
 use crate::config::Config;
 use crate::metrics::ServerMetrics;
 use crate::shards::Shards;
 use bytes::Bytes;
-use parking_lot::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 use txcache_resp::Limits;
 use txcache_store::StoreConfig;
@@ -26,6 +27,14 @@ pub struct Node {
     pub started: Instant,
     /// The database history the stream follows, as the agent named it (`TXORIGIN`).
     origin: Mutex<Option<Bytes>>,
+    /// The fencing epoch: the highest `TXEPOCH` a connection sent (0 before any). Read
+    /// without a lock (`INFO`, `TXEPOCH` alone); raised only under `fence`'s write side.
+    epoch: AtomicU64,
+    /// Held shared by each fenced stream command from its epoch check to its reply, and
+    /// exclusively by `TXEPOCH` while it raises the epoch: once `TXEPOCH` replies, no stream
+    /// command checked against the older epoch is still running, so an agent that took over
+    /// never sees a stale agent's message land after its own `TXEPOCH`.
+    fence: RwLock<()>,
     /// The expiry clock's time when a test stopped it (0: running).
     #[cfg(test)]
     frozen_clock: std::sync::atomic::AtomicU64,
@@ -51,6 +60,8 @@ impl Node {
             config,
             started: Instant::now(),
             origin: Mutex::new(None),
+            epoch: AtomicU64::new(0),
+            fence: RwLock::new(()),
             #[cfg(test)]
             frozen_clock: std::sync::atomic::AtomicU64::new(0),
         };
@@ -66,6 +77,36 @@ impl Node {
     /// Records the database history the stream follows from now on.
     pub fn set_origin(&self, origin: Bytes) {
         *self.origin.lock() = Some(origin);
+    }
+
+    /// The fencing epoch: the highest epoch an agent announced with `TXEPOCH`; 0 before any.
+    /// Like the origin, it lives as long as the node process.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Raises the epoch to `epoch` (it never goes down), once every stream command admitted
+    /// at the older epoch has finished. `Err` with the node's epoch when `epoch` is older:
+    /// its sender is an agent another one took over from, and nothing changes.
+    pub fn raise_epoch(&self, epoch: u64) -> Result<(), u64> {
+        let _fence = self.fence.write();
+        let current = self.epoch.fetch_max(epoch, Ordering::AcqRel);
+        if epoch < current {
+            return Err(current);
+        }
+        Ok(())
+    }
+
+    /// Admits a stream command from a connection at `epoch`: the returned guard, held while
+    /// the command runs, keeps `TXEPOCH` from raising the epoch meanwhile. `Err` with the
+    /// node's epoch when `epoch` is older (the connection is fenced).
+    pub fn admit_stream(&self, epoch: u64) -> Result<RwLockReadGuard<'_, ()>, u64> {
+        let fence = self.fence.read();
+        let current = self.epoch();
+        if epoch < current {
+            return Err(current);
+        }
+        Ok(fence)
     }
 
     /// Limits for decoding the next request.

@@ -2,7 +2,8 @@
 client (:class:`~txcache._agent.AgentState`, every decision shared), refreshed by a task
 instead of a thread. A refresh is one round trip: ``PINS``, ``TAGCOLUMNS``, ``BARRIER`` and
 ``DATABASE`` pipelined in that order (the agent answers them in order, so the catalog still
-covers every listed pin).
+covers every listed pin). With several agents it goes to the active one, and to the others
+only when that one is unreachable or a standby (:class:`~txcache._agent_follow.Follower`).
 """
 
 from __future__ import annotations
@@ -10,10 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from txcache import _protocol as protocol
-from txcache._agent_state import AgentState, fresh_pin_result, refresh_commands, refresh_result
+from txcache._agent_follow import Follower, agent_addresses, verdict
+from txcache._agent_state import (
+    AgentState,
+    Refreshed,
+    fresh_pin_result,
+    refresh_commands,
+    refresh_result,
+)
 from txcache._pinset import Pin
 from txcache._resp import ReplyError, read_reply
 from txcache._schema import TagColumns
@@ -25,12 +34,12 @@ log = logging.getLogger("txcache")
 
 
 class AsyncAgentClient(AgentState):
-    """Pins and catalog versions from one agent, refreshed by a task of the running loop
-    (:meth:`start`; :meth:`close` stops it)."""
+    """Pins and catalog versions from the active one of the agents named, refreshed by a
+    task of the running loop (:meth:`start`; :meth:`close` stops it)."""
 
     def __init__(
         self,
-        address: str,
+        address: str | Sequence[str],
         *,
         password: str | None = None,
         tls_ca: str | None = None,
@@ -41,25 +50,37 @@ class AsyncAgentClient(AgentState):
     ) -> None:
         """Nothing runs until :meth:`start`. After each refresh the task also awaits
         ``housekeeping`` (the cache's: it ends parked database transactions too old to
-        keep), and between refreshes every ``housekeeping_interval`` seconds."""
+        keep), and between refreshes every ``housekeeping_interval`` seconds. ``address``
+        names one agent, or several (comma-separated, or one string each): the first is
+        followed until a refresh finds another active."""
         super().__init__(refresh_interval)
         self._housekeeping = housekeeping
         self._wake_interval = refresh_interval
         if housekeeping is not None:
             self._wake_interval = min(refresh_interval, housekeeping_interval)
+        self._follower = Follower(agent_addresses(address))
         # Not multiplexed: PIN and COMMITLSN wait on the agent, and would hold the replies
         # of a refresh pipelined behind them.
-        self.endpoint = AsyncEndpoint(
-            address,
-            role="agent",
-            password=password,
-            timeout=timeout,
-            multiplex=False,
-            tls_ca=tls_ca,
+        self.endpoints = tuple(
+            AsyncEndpoint(
+                each,
+                role="agent",
+                password=password,
+                timeout=timeout,
+                multiplex=False,
+                tls_ca=tls_ca,
+            )
+            for each in self._follower.addresses
         )
+        """One endpoint per agent, in the order named."""
         self._refreshing = asyncio.Lock()
         self._refreshed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def endpoint(self) -> AsyncEndpoint:
+        """The active agent's endpoint, which requests go to."""
+        return self.endpoints[self._follower.active]
 
     def start(self) -> None:
         """Start the refresher task on the running loop."""
@@ -107,26 +128,45 @@ class AsyncAgentClient(AgentState):
         return self.columns_at(ts)
 
     async def refresh(self) -> bool:
-        """Fetch pins, catalog and barrier now (one round trip); ``False`` if the agent did
-        not answer."""
-        if not self.endpoint.is_up():
+        """Fetch pins, catalog and barrier now (one round trip to the active agent); ``False``
+        if no agent answered."""
+        if not any(endpoint.is_up() for endpoint in self.endpoints):
             return False
         # One refresh at a time: an older reply published after a newer one would undo it.
         async with self._refreshing:
             used = self.take_used()
-            commands = refresh_commands(used)
-            raw = await self.endpoint.pipeline([command.arguments for command in commands])
-            if raw is None:
+            found = await self._first_answer(used)
+            if found is None:
                 self.give_back_used(used)
                 return False
-            replies = [read_reply(c, r) for c, r in zip(commands, raw, strict=True)]
-            answered = refresh_result(replies)
-            if answered is None:
-                self.give_back_used(used)
-                return False
-            self._publish(*answered)
+            index, result = found
+            self._follower.adopt(index)
+            self._publish(*result, source=self._follower.address)
         self._refreshed.set()
         return True
+
+    async def _first_answer(self, used: set[int]) -> tuple[int, Refreshed] | None:
+        """The first agent, in the :class:`~txcache._agent_follow.Follower`'s order, to
+        answer every command of a refresh renewing ``used``, and its answers; ``None`` when
+        none did (the follower says how far to go)."""
+        for index in self._follower.order():
+            replies = await self._ask(self.endpoints[index], used)
+            result = None if replies is None else refresh_result(replies)
+            if result is not None:
+                return index, result
+            if not self._follower.goes_on(index, verdict(replies)):
+                return None
+        return None
+
+    @staticmethod
+    async def _ask(endpoint: AsyncEndpoint, used: set[int]) -> list[Any] | None:
+        """One agent's decoded replies to a refresh, in one round trip; ``None`` if it did
+        not answer."""
+        commands = refresh_commands(used)
+        raw = await endpoint.pipeline([command.arguments for command in commands])
+        if raw is None:
+            return None
+        return [read_reply(c, r) for c, r in zip(commands, raw, strict=True)]
 
     async def close(self) -> None:
         """Stop the refresher and close the connections."""
@@ -134,7 +174,8 @@ class AsyncAgentClient(AgentState):
         if task is not None:
             task.cancel()
             await asyncio.wait({task})  # not `await task`: its cancellation is not ours
-        self.endpoint.close()
+        for endpoint in self.endpoints:
+            endpoint.close()
 
     async def _run(self) -> None:
         due = 0.0

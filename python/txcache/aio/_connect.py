@@ -19,6 +19,7 @@ from typing import Any, Self
 import psycopg_pool
 
 from txcache import _protocol as protocol
+from txcache._agent_follow import no_answer_yet
 from txcache._cache_core import gather_settings
 from txcache._config import Mode, Settings
 from txcache._pinset import PinPolicy
@@ -56,7 +57,7 @@ async def connect(
     dsn: str | None = None,
     *,
     nodes: str | Iterable[str] | None = None,
-    agent: str | None = None,
+    agent: str | Iterable[str] | None = None,
     password: str | None = None,
     secret: str | None = None,
     mode: Mode | None = None,
@@ -114,7 +115,7 @@ class AsyncCache(AsyncCacheDriver):
     def _agent(self, settings: Settings) -> AsyncAgentClient:
         assert settings.agent is not None
         return AsyncAgentClient(
-            settings.agent,
+            settings.agents,
             password=settings.password,
             tls_ca=settings.tls_ca,
             timeout=settings.agent_timeout,
@@ -133,11 +134,7 @@ class AsyncCache(AsyncCacheDriver):
         if self.agent is not None:
             self.agent.start()
             if not await self.agent.wait_ready(timeout=2.0):
-                log.warning(
-                    "the agent at %s has not answered yet; transactions read the database "
-                    "until it does",
-                    self.settings.agent,
-                )
+                log.warning("%s", no_answer_yet(self.settings.agents))
         if self.ring is not None:
             self._spawn(self._ask_max_staleness())
         if self._auditor is not None:

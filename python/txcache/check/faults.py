@@ -10,6 +10,12 @@
 | ``pinner-kill`` | the agent's pinner sessions are terminated in PostgreSQL |
 | ``postgres-restart`` | PostgreSQL stops (fast) and starts again on its port |
 | ``node-stall`` | a cache node stops reading its sockets (``SIGSTOP``) for two seconds |
+| ``agent-failover-kill`` | with ``--standby-agents``: ``kill -9`` of the active agent; a standby
+  takes over (timed), the killed one starts again on its port as a standby |
+| ``agent-failover-stop`` | the active agent stopped (``SIGSTOP``) until a standby took over,
+  then resumed: it must learn it lost the lease and deliver nothing more |
+| ``agent-failover-cut`` | the active agent's proxy to PostgreSQL frozen (a partition) until a
+  standby took over, then healed |
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ from typing import Any
 
 import psycopg
 
+from txcache.check.agents import AgentGroup
 from txcache.check.stack import AGENT_SLOT, SLOT_WAL_KEEP
 from txcache.stack import Stack
 
-__all__ = ["FAULT_KINDS", "Fault", "FaultInjector"]
+__all__ = ["FAILOVER_KINDS", "FAULT_KINDS", "Fault", "FaultInjector", "fault_kinds_problem"]
 
 log = logging.getLogger("txcache.check")
 
@@ -41,7 +48,23 @@ FAULT_KINDS = (
     "postgres-restart",
     "node-stall",
 )
+FAILOVER_KINDS = ("agent-failover-kill", "agent-failover-stop", "agent-failover-cut")
+"""The faults of several agents (``--standby-agents``), each timing the takeover."""
+_ONE_AGENT_KINDS = ("agent-kill", "slot-lost")  # they restart "the" agent
 _SEGMENT = 16 << 20  # PostgreSQL's default WAL segment size
+
+
+def fault_kinds_problem(kinds: Sequence[str], *, several_agents: bool) -> str | None:
+    """Why ``kinds`` cannot be injected (``None``: they can): unknown ones, failovers
+    without standby agents, or with them the kinds that restart "the" agent."""
+    unknown = set(kinds) - set(FAULT_KINDS) - set(FAILOVER_KINDS)
+    if unknown:
+        return f"unknown fault kind(s): {', '.join(sorted(unknown))}"
+    if not several_agents and set(kinds) & set(FAILOVER_KINDS):
+        return "the agent-failover-* faults need --standby-agents"
+    if several_agents and set(kinds) & set(_ONE_AGENT_KINDS):
+        return "with --standby-agents, use agent-failover-kill rather than agent-kill or slot-lost"
+    return None
 
 
 @dataclass(frozen=True)
@@ -53,6 +76,8 @@ class Fault:
     ended: float
     error: str = ""
     """Why injecting it failed (empty: it was injected)."""
+    took: float | None = None
+    """For a failover: seconds from the fault until another agent was active."""
 
 
 class FaultInjector:
@@ -65,13 +90,16 @@ class FaultInjector:
         every: float,
         report: Callable[[str], None],
         keep_up: Callable[[], bool] | None = None,
+        agents: AgentGroup | None = None,
     ) -> None:
         """``keep_up`` is called right before the lost-slot fault's checkpoint: whatever
         other slot must survive it (the checker's own) reads everything first, and there
-        is no checkpoint unless it says it did."""
-        unknown = set(kinds) - set(FAULT_KINDS)
-        if unknown:
-            raise ValueError(f"unknown fault kind(s): {', '.join(sorted(unknown))}")
+        is no checkpoint unless it says it did. ``agents``: several agents, for the
+        failover kinds (and without the one-agent kinds, which restart "the" agent)."""
+        problem = fault_kinds_problem(kinds, several_agents=agents is not None)
+        if problem is not None:
+            raise ValueError(problem)
+        self.agents = agents
         self.stack = stack
         self.kinds = list(kinds)
         self.every = every
@@ -99,13 +127,13 @@ class FaultInjector:
                 return
             started = time.time()
             self.report(f"fault: {kind}")
-            error = ""
+            error, took = "", None
             try:
-                getattr(self, "_" + kind.replace("-", "_"))()
+                took = getattr(self, "_" + kind.replace("-", "_"))()
             except Exception as failure:  # a fault that failed is reported, the run goes on
                 log.exception("injecting %s failed", kind)
                 error = repr(failure)
-            self.faults.append(Fault(kind, started, time.time(), error))
+            self.faults.append(Fault(kind, started, time.time(), error, took))
 
     def _node_index(self) -> int:
         return next(self._victim) % len(self.stack.nodes)
@@ -166,6 +194,38 @@ class FaultInjector:
         assert self.stack.postgres is not None
         self.stack.postgres.restart()
 
+    def _agent_failover_kill(self) -> float:
+        group = self._group()
+
+        def kill(index: int) -> Callable[[], None]:
+            group.agents[index].kill()
+            return lambda: group.restart(index)
+
+        return _failover(group, kill)
+
+    def _agent_failover_stop(self) -> float:
+        group = self._group()
+
+        def stop(index: int) -> Callable[[], None]:
+            pid = group.agents[index].process.pid
+            os.kill(pid, signal.SIGSTOP)
+            return lambda: os.kill(pid, signal.SIGCONT)
+
+        return _failover(group, stop)
+
+    def _agent_failover_cut(self) -> float:
+        group = self._group()
+
+        def cut(index: int) -> Callable[[], None]:
+            group.proxies[index].cut()
+            return group.proxies[index].heal
+
+        return _failover(group, cut)
+
+    def _group(self) -> AgentGroup:
+        assert self.agents is not None, "checked in __init__"
+        return self.agents
+
     def _node_stall(self) -> None:
         process = self.stack.nodes[self._node_index()].process
         os.kill(process.pid, signal.SIGSTOP)
@@ -173,6 +233,18 @@ class FaultInjector:
             self._stop.wait(2.0)
         finally:
             os.kill(process.pid, signal.SIGCONT)
+
+
+def _failover(group: AgentGroup, fault: Callable[[int], Callable[[], None]]) -> float:
+    """Inject ``fault`` on the active agent (it returns how to undo it), time the takeover,
+    undo it."""
+    old = group.active()
+    since = time.monotonic()
+    undo = fault(old)
+    try:
+        return group.takeover(old, since)
+    finally:
+        undo()
 
 
 def _slot_status(admin: psycopg.Connection[Any], slot: str) -> str | None:

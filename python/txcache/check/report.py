@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -83,6 +84,7 @@ def _rows() -> list[tuple[str, Any]]:
         ("… inconsistent (by tenant)", _by_tenant(lambda t: t.inconsistent)),
         ("… **cross-tenant reads** (by tenant)", _by_tenant(lambda t: f"**{t.cross_tenant}**")),
         ("faults injected", _faults),
+        ("agent takeovers", _takeovers),
         ("reads served from the cache", lambda p: f"{p.cache_share:.1%} of {p.cache_lookups}"),
         ("… by tenant", _by_tenant(lambda t: f"{t.cache_share:.1%} of {t.cache_lookups}")),
         ("errors during a PostgreSQL restart (allowed)", lambda p: f"{len(p.errors_allowed)}"),
@@ -100,6 +102,19 @@ def _faults(phase: PhaseReport) -> str:
     text = ", ".join(f"{kind} {count}" for kind, count in sorted(counts.items())) or "0"
     failed = sum(1 for fault in phase.faults if fault.error)
     return f"{text} (**{failed} failed to inject**)" if failed else text
+
+
+def _takeovers(phase: PhaseReport) -> str:
+    """Per failover kind, the takeover times: p50 and max over how many."""
+    times: dict[str, list[float]] = {}
+    for fault in phase.faults:
+        if fault.took is not None:
+            times.setdefault(fault.kind, []).append(fault.took)
+    parts = [
+        f"{kind}: p50 {statistics.median(took):.2f} s, max {max(took):.2f} s ({len(took)})"
+        for kind, took in sorted(times.items())
+    ]
+    return "; ".join(parts) or "-"
 
 
 def _schema_ops(phase: PhaseReport) -> str:

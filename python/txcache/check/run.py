@@ -11,6 +11,7 @@ in both phases, and its own history over the shared commit order.
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
@@ -20,8 +21,9 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import txcache
+from txcache.check.agents import AgentGroup
 from txcache.check.commits import CommitReader
-from txcache.check.faults import FAULT_KINDS, Fault, FaultInjector
+from txcache.check.faults import FAILOVER_KINDS, FAULT_KINDS, Fault, FaultInjector
 from txcache.check.history import (
     PUBLIC_TENANT,
     Commit,
@@ -48,7 +50,8 @@ from txcache.stack import Stack
 __all__ = ["CheckOptions", "CheckReport", "PhaseReport", "TenantReport", "run_check"]
 
 _RESTART_GRACE = 5.0  # seconds after a PostgreSQL restart during which errors are allowed
-_AGENT_DOWN = ("agent-kill", "slot-lost")  # faults during which the agent is not running
+# Faults during which no agent runs (or none is active yet).
+_AGENT_DOWN = ("agent-kill", "slot-lost", *FAILOVER_KINDS)
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class CheckOptions:
     """Share of write transactions that are schema operations (0: none)."""
     slack: float = 1.0
     """Seconds of clock and decoding uncertainty around staleness and end bounds."""
+    standby_agents: int = 0
+    """Agents standing by beside the active one (each behind a proxy of its own; the
+    library is given them all): for the ``agent-failover-*`` faults."""
 
 
 @dataclass
@@ -174,17 +180,20 @@ def run_check(options: CheckOptions, progress: Callable[[str], None] = print) ->
     """Start a stack, run both phases, judge every read; the stack is stopped after."""
     tenants = make_tenants(enabled=options.tenant_readers > 0)
     with running_stack(tenants) as stack:
-        commits = CommitReader(stack.dsn)
-        commits.start()
-        checked = _phase(stack, tenants, commits, options, "consistent", options.duration, progress)
-        phases = [checked]
-        if options.control_duration > 0:
-            seconds = options.control_duration
-            phases.append(
-                _phase(stack, tenants, commits, options, "no_consistency", seconds, progress)
-            )
-        progress("reading the commit order from the checker's slot…")
-        commits.finish()
+        agents = AgentGroup(stack, options.standby_agents) if options.standby_agents else None
+        try:
+            commits = CommitReader(stack.dsn)
+            commits.start()
+            phase = functools.partial(_phase, stack, tenants, commits, options, agents=agents)
+            checked = phase("consistent", options.duration, progress)
+            phases = [checked]
+            if options.control_duration > 0:
+                phases.append(phase("no_consistency", options.control_duration, progress))
+            progress("reading the commit order from the checker's slot…")
+            commits.finish()
+        finally:
+            if agents is not None:
+                agents.close()
         writes = {log.xid: log for _, outcomes in phases for o in outcomes for log in o.writes}
         order = CommitOrder(
             [
@@ -215,6 +224,7 @@ def _phase(
     mode: str,
     seconds: float,
     progress: Callable[[str], None],
+    agents: AgentGroup | None = None,
 ) -> tuple[PhaseReport, list[Outcome]]:
     """Run every tenant's readers and writers in ``mode`` for ``seconds`` (with faults when
     consistent; with keys blind to the session context when not); what each did."""
@@ -230,6 +240,7 @@ def _phase(
             mode=mode,
             refresh_interval=0.1,
             pool_size=sum(_threads(options, tenant)) + 4,
+            **({"agent": ",".join(agents.addresses)} if agents is not None else {}),
         )
         for tenant in tenants
     ]
@@ -245,7 +256,12 @@ def _phase(
         ]
         if mode == "consistent" and options.faults:
             injector = FaultInjector(
-                stack, options.faults, options.fault_every, progress, keep_up=commits.catch_up
+                stack,
+                options.faults,
+                options.fault_every,
+                progress,
+                keep_up=commits.catch_up,
+                agents=agents,
             )
             injector.start()
         try:

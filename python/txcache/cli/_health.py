@@ -9,6 +9,7 @@ wrong and what to do. :func:`diagnose` is pure (reports in, problems out);
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -16,7 +17,14 @@ import psycopg
 from txcache._setup import SetupError, StepStatus, setup_database
 from txcache.cli._probe import AgentReport, NodeReport
 
-__all__ = ["SILENT_STREAM_SECONDS", "SLOT_BEHIND_BYTES", "Problem", "diagnose", "probe_database"]
+__all__ = [
+    "SILENT_STREAM_SECONDS",
+    "SLOT_BEHIND_BYTES",
+    "Problem",
+    "diagnose",
+    "diagnose_agents",
+    "probe_database",
+]
 
 SILENT_STREAM_SECONDS = 10.0
 """A node whose newest stream message (commit or heartbeat, every 200 ms by default) is
@@ -64,6 +72,36 @@ def diagnose(
             )
         )
     return problems
+
+
+def diagnose_agents(agents: Sequence[AgentReport]) -> list[Problem]:
+    """The problems of the agents named together (one active, the others standbys): none of
+    those answering is active, or several are. Each active one's own problems are
+    :func:`diagnose`'s."""
+    answering = [agent for agent in agents if agent.reachable]
+    active = [agent.address for agent in answering if agent.active]
+    if answering and not active:
+        standbys = "; ".join(f"{agent.address}: {agent.standby}" for agent in answering)
+        return [
+            Problem(
+                "agents",
+                f"no agent given is active ({standbys}): a library with these settings "
+                "runs uncached until one is",
+                "name the active agent too (TXCACHE_AGENT, comma-separated), or read the "
+                "standbys' logs: one takes over within seconds of the active one's end",
+            )
+        ]
+    if len(active) > 1:
+        return [
+            Problem(
+                "agents",
+                f"several agents answer as the active one ({', '.join(active)}): the "
+                "library follows only the first it finds",
+                "name only the agents that run against one database (of which one is active, "
+                "the others standbys); if they do, read their logs",
+            )
+        ]
+    return []
 
 
 def _node_problems(node: NodeReport, now_micros: int) -> list[Problem]:

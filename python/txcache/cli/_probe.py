@@ -3,8 +3,9 @@
 One short connection per endpoint (:func:`txcache._protocol.connect`), no retries: a node
 that does not answer within the timeout is reported as unreachable, with the reason, never
 raised. What a node answers: ``TXSTATUS`` (its stream position N) and ``INFO`` (memory,
-keys, hits and misses, invalidations: ``docs/protocol.md``); the agent: ``STATUS`` and
-``PINS``. The commands and their replies are :mod:`txcache._protocol`'s.
+keys, hits and misses, invalidations: ``docs/protocol.md``); an agent: ``STATUS`` and
+``PINS`` (which a standby agent refuses: it is reported as one, not as failing). The commands
+and their replies are :mod:`txcache._protocol`'s.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from txcache import _protocol as protocol
+from txcache._agent_follow import is_standby
 from txcache._pinset import Pin
 from txcache._protocol import MISS_KINDS
 from txcache._resp import BadReply, ConnectionLost, PasswordRefused, ReplyError
@@ -87,6 +89,14 @@ class AgentReport(Report):
     pins: list[Pin] = field(default_factory=list)
     pin_error: str | None = None
     """Why the agent, listing no pin, could not take one either (``PIN``'s error)."""
+    standby: str | None = None
+    """What a standby agent answered ``PINS`` (``None`` from the active one): it serves
+    nothing but ``STATUS`` until it takes over."""
+
+    @property
+    def active(self) -> bool:
+        """Whether the agent answered as the active one (reachable, not a standby)."""
+        return self.reachable and self.standby is None
 
     @property
     def newest_pin(self) -> Pin | None:
@@ -134,12 +144,19 @@ def probe_node(address: str, *, password: str | None = None, timeout: float = 2.
 def probe_agent(address: str, *, password: str | None = None, timeout: float = 2.0) -> AgentReport:
     """Ask the agent at ``address`` for ``STATUS`` and ``PINS`` — and, when it lists none
     (it holds none while nobody uses one), for a fresh ``PIN``, which proves it can take
-    one; never raises."""
+    one; a standby's refusal of ``PINS`` ends the questions (:attr:`AgentReport.standby`).
+    Never raises."""
     report = AgentReport(address)
     try:
         with protocol.connect(address, password=password, timeout=timeout) as agent:
             report.status = agent.run(protocol.agent_status())
-            report.pins = agent.run(protocol.pins())
+            try:
+                report.pins = agent.run(protocol.pins())
+            except ReplyError as error:
+                if not is_standby(error):
+                    raise
+                report.standby = _describe_refusal(error, auth=False)
+                return report
             if not report.pins:
                 try:
                     report.pins = [agent.run(protocol.pin())]

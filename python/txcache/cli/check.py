@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from txcache.check import CheckOptions, run_check
-from txcache.check.faults import FAULT_KINDS
+from txcache.check.faults import FAILOVER_KINDS, FAULT_KINDS, fault_kinds_problem
 from txcache.check.report import as_json, as_markdown
 
 __all__ = ["add_parser", "run"]
@@ -44,7 +44,15 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--faults",
         default=",".join(defaults.faults),
-        help=f"comma-separated fault kinds, '' for none (default: all: {','.join(FAULT_KINDS)})",
+        help=f"comma-separated fault kinds, '' for none (default: all: {','.join(FAULT_KINDS)}; "
+        f"with --standby-agents also {','.join(FAILOVER_KINDS)})",
+    )
+    parser.add_argument(
+        "--standby-agents",
+        type=int,
+        default=defaults.standby_agents,
+        help="agents standing by beside the active one, each reaching PostgreSQL through a "
+        "proxy of its own, for the agent-failover-* faults (default: %(default)s)",
     )
     parser.add_argument(
         "--fault-every",
@@ -95,11 +103,9 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the check; print the report; 0 if it passed."""
     kinds = tuple(kind for kind in args.faults.split(",") if kind)
-    unknown = set(kinds) - set(FAULT_KINDS)
-    if unknown:
-        print(
-            f"txcache check: unknown fault kind(s): {', '.join(sorted(unknown))}", file=sys.stderr
-        )
+    problem = fault_kinds_problem(kinds, several_agents=args.standby_agents > 0)
+    if problem is not None:
+        print(f"txcache check: {problem}", file=sys.stderr)
         return 2
     options = CheckOptions(
         duration=args.duration,
@@ -112,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         tenant_writers=args.tenant_writers,
         seed=args.seed,
         schema_share=args.schema_share,
+        standby_agents=args.standby_agents,
     )
     logging.basicConfig(format="  %(name)s: %(message)s", level=logging.WARNING)
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)  # restarts are on purpose

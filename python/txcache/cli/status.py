@@ -3,12 +3,14 @@
 For each node: reachable or not, its stream position N and how old its newest stream message
 is, memory used of the limit, keys, versioned hits and misses by kind with the hit rate, plain
 ``GET`` hits and misses, invalidations; its lag is the agent's ``commit_position`` minus N
-(bytes of WAL not yet applied; 0 when caught up). For the agent: its ``STATUS`` fields and
-its pins, with the age of the newest pin's ``current_as_of``. With a database (``--dsn``,
-default ``$TXCACHE_DSN``), what ``txcache setup --check`` finds missing and the slot's state.
-Then every problem of a part that answers but does not do its job, with what to do
-(:mod:`txcache.cli._health`). ``--json`` prints the same as one JSON object. Exit status 1 if
-any endpoint is unreachable or any problem was found, 0 otherwise, 2 for a bad command line.
+(bytes of WAL not yet applied; 0 when caught up). For each agent (``--agent`` may name
+several: one active, the others standbys): its ``STATUS`` fields and its pins, with the age
+of the newest pin's ``current_as_of``, or that it is a standby; the lag is the active
+one's. With a database (``--dsn``, default ``$TXCACHE_DSN``), what ``txcache setup --check``
+finds missing and the slot's state. Then every problem of a part that answers but does not
+do its job, with what to do (:mod:`txcache.cli._health`). ``--json`` prints the same as one
+JSON object. Exit status 1 if any endpoint is unreachable or any problem was found, 0
+otherwise, 2 for a bad command line.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from txcache._pinset import Pin
 from txcache._resp import parse_address
-from txcache.cli._health import Problem, diagnose, probe_database
+from txcache.cli._health import Problem, diagnose, diagnose_agents, probe_database
 from txcache.cli._probe import (
     AgentReport,
     NodeReport,
@@ -57,10 +59,6 @@ def _url_list(text: str) -> list[str]:
     return urls
 
 
-def _optional_address(text: str) -> str | None:
-    return _address(text) if text.strip() else None
-
-
 def add_parser(subparsers: Any) -> None:
     """Register ``status`` and its options."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
@@ -82,10 +80,11 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--agent",
-        type=_optional_address,
+        type=_address_list,
         default=os.environ.get("TXCACHE_AGENT", ""),
-        metavar="HOST:PORT",
-        help="the agent's endpoint (default: $TXCACHE_AGENT)",
+        metavar="HOST:PORT,...",
+        help="the agent's endpoint, or several agents' (one active, the others standbys) "
+        "(default: $TXCACHE_AGENT)",
     )
     parser.add_argument(
         "--metrics",
@@ -117,7 +116,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Ask every endpoint, print the report; 1 if any is unreachable."""
-    if not args.nodes and args.agent is None and not args.metrics:
+    if not args.nodes and not args.agent and not args.metrics:
         print(
             "txcache status: error: nothing to ask: give --nodes, --agent or --metrics, or set "
             "TXCACHE_NODES / TXCACHE_AGENT (`txcache up` prints them)",
@@ -125,18 +124,19 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     options = {"password": args.password, "timeout": args.timeout}
-    # The agent first: a node's N is then read after the commit_position it is compared
+    # The agents first: a node's N is then read after the commit_position it is compared
     # with, so a lag shows only what the node really had not applied.
-    agent = probe_agent(args.agent, **options) if args.agent is not None else None
+    agents = [probe_agent(address, **options) for address in args.agent]
     nodes = [probe_node(address, **options) for address in args.nodes]
     processes = [probe_metrics(url, timeout=args.timeout) for url in args.metrics]
     now = time.time_ns() // 1000
-    problems: list[Problem] = []
-    if args.nodes or args.agent is not None:  # not when asked about processes alone
-        problems = diagnose(nodes, agent, now, agent_given=args.agent is not None)
+    report = Everything(nodes, agents, processes, [])
+    if args.nodes or args.agent:  # not when asked about processes alone
+        active = report.active_agent
+        report.problems = diagnose(nodes, active, now, agent_given=bool(args.agent))
+        report.problems += diagnose_agents(agents)
     if args.dsn:
-        problems += probe_database(args.dsn, slot=args.slot, timeout=args.timeout)
-    report = Everything(nodes, agent, processes, problems)
+        report.problems += probe_database(args.dsn, slot=args.slot, timeout=args.timeout)
     print(
         json.dumps(_report_json(report, now), indent=2) if args.json else _report_text(report, now)
     )
@@ -200,7 +200,8 @@ def node_json(node: NodeReport, agent: AgentReport | None, now: int) -> dict[str
 
 
 def agent_json(agent: AgentReport, now: int) -> dict[str, Any]:
-    """The agent as a JSON object (``status`` holds every STATUS field)."""
+    """An agent as a JSON object (``status`` holds every STATUS field; ``standby`` what a
+    standby answered, ``null`` for the active agent)."""
     if not agent.reachable:
         return {
             "address": agent.address,
@@ -208,11 +209,20 @@ def agent_json(agent: AgentReport, now: int) -> dict[str, Any]:
             "state": agent.state,
             "error": agent.error,
         }
+    if agent.standby is not None:
+        return {
+            "address": agent.address,
+            "reachable": True,
+            "state": agent.state,
+            "standby": agent.standby,
+            "status": agent.status,
+        }
     newest = agent.newest_pin
     return {
         "address": agent.address,
         "reachable": True,
         "state": agent.state,
+        "standby": None,
         "status": agent.status,
         "pins": len(agent.pins),
         "newest_pin": None
@@ -230,14 +240,24 @@ class Everything:
     """Every report of one run."""
 
     nodes: list[NodeReport]
-    agent: AgentReport | None
+    agents: list[AgentReport]
     processes: list[ProcessReport]
     problems: list[Problem]
 
     @property
+    def active_agent(self) -> AgentReport | None:
+        """The first agent that answered as the active one: the one a library follows."""
+        return next((agent for agent in self.agents if agent.active), None)
+
+    @property
+    def agent(self) -> AgentReport | None:
+        """The agent the report's ``agent`` names: the active one, else the first given."""
+        return self.active_agent or next(iter(self.agents), None)
+
+    @property
     def endpoints(self) -> list[Report]:
         """Every part asked, in the order printed."""
-        return [*self.nodes, *([self.agent] if self.agent else []), *self.processes]
+        return [*self.nodes, *self.agents, *self.processes]
 
     @property
     def ok(self) -> bool:
@@ -269,8 +289,9 @@ def _report_json(report: Everything, now: int) -> dict[str, Any]:
     return {
         "ok": report.ok,
         "time": now,
-        "nodes": [node_json(node, report.agent, now) for node in report.nodes],
+        "nodes": [node_json(node, report.active_agent, now) for node in report.nodes],
         "agent": agent_json(report.agent, now) if report.agent is not None else None,
+        "agents": [agent_json(agent, now) for agent in report.agents],
         "processes": [process_json(process) for process in report.processes],
         "problems": [
             {"part": problem.part, "what": problem.what, "fix": problem.fix}
@@ -329,6 +350,8 @@ def _node_text(node: NodeReport, agent: AgentReport | None, now: int) -> list[st
 def _agent_text(agent: AgentReport, now: int) -> list[str]:
     if not agent.reachable:
         return [f"agent {agent.address}: {agent.state.upper()}: {agent.error}"]
+    if agent.standby is not None:
+        return [f"agent {agent.address}: up, standby: {agent.standby}"]
     status, newest = agent.status, agent.newest_pin
     pins = f"{len(agent.pins)} live"
     if newest is not None:
@@ -372,9 +395,9 @@ def _process_text(process: ProcessReport) -> list[str]:
 def _report_text(report: Everything, now: int) -> str:
     lines: list[str] = []
     for node in report.nodes:
-        lines += _node_text(node, report.agent, now)
-    if report.agent is not None:
-        lines += _agent_text(report.agent, now)
+        lines += _node_text(node, report.active_agent, now)
+    for agent in report.agents:
+        lines += _agent_text(agent, now)
     for process in report.processes:
         lines += _process_text(process)
     for problem in report.problems:

@@ -1,7 +1,7 @@
 //! `BARRIER`: the newest schema change or `TRUNCATE` decoded, and how far the stream has
 //! decoded, read together.
 
-use super::{reply, Args, CommandError, Endpoint};
+use super::{reply, Active, Args, CommandError};
 use bytes::BytesMut;
 use txcache_resp::encode;
 
@@ -17,8 +17,8 @@ impl Barrier {
     }
 
     /// `*2 :barrier :decoded`.
-    pub fn apply(self, endpoint: &Endpoint, out: &mut BytesMut) -> Result<(), CommandError> {
-        let (barrier, decoded) = endpoint.tracker.schema_fence();
+    pub fn apply(self, active: &Active, out: &mut BytesMut) -> Result<(), CommandError> {
+        let (barrier, decoded) = active.tracker.schema_fence();
         encode::array_header(out, 2);
         reply::position(out, barrier.0);
         reply::position(out, decoded.0);

@@ -1,7 +1,7 @@
 //! `COMMITLSN xid [timeout_ms [upto]]`: the commit LSN of a transaction, once decoded
 //! (read-your-writes).
 
-use super::{reply, Args, CommandError, Endpoint};
+use super::{reply, Active, Args, CommandError};
 use crate::tracker::CommitWait;
 use bytes::BytesMut;
 use std::time::Duration;
@@ -53,10 +53,10 @@ impl CommitLsn {
     }
 
     /// `:lsn`, or `-NOTDECODED …`, or `-TIMEOUT …`.
-    pub async fn apply(self, endpoint: &Endpoint, out: &mut BytesMut) -> Result<(), CommandError> {
+    pub async fn apply(self, active: &Active, out: &mut BytesMut) -> Result<(), CommandError> {
         // Logical decoding reports 32-bit xids: compare the low half of the caller's xid8.
         let xid = self.xid as u32;
-        match endpoint.tracker.commit_lsn(xid, self.wait, self.upto).await {
+        match active.tracker.commit_lsn(xid, self.wait, self.upto).await {
             CommitWait::Decoded(lsn) => reply::position(out, lsn.0),
             CommitWait::Passed => return Err(CommandError::NotDecoded),
             CommitWait::TimedOut => return Err(CommandError::TimedOut),

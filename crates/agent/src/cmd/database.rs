@@ -1,6 +1,6 @@
 //! `DATABASE`: the database the stream decodes, as read when the agent started.
 
-use super::{Args, CommandError, Endpoint};
+use super::{Active, Args, CommandError};
 use bytes::BytesMut;
 use txcache_resp::encode;
 
@@ -16,8 +16,8 @@ impl Database {
     }
 
     /// `*3 $system_identifier :oid $name`.
-    pub fn apply(self, endpoint: &Endpoint, out: &mut BytesMut) -> Result<(), CommandError> {
-        let database = &endpoint.database;
+    pub fn apply(self, active: &Active, out: &mut BytesMut) -> Result<(), CommandError> {
+        let database = &active.database;
         encode::array_header(out, 3);
         encode::bulk(out, database.system_identifier.as_bytes());
         encode::integer(out, i64::from(database.oid));

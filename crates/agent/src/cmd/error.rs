@@ -1,6 +1,6 @@
 //! Errors a command reports to its library; each renders as one RESP error reply, worded
 //! byte for byte as the agent always has (`python/txcache/_protocol.py` and the tests match
-//! on the codes: `NOAUTH`, `WRONGPASS`, `NOTDECODED`, `TIMEOUT`).
+//! on the codes: `NOAUTH`, `WRONGPASS`, `NOTDECODED`, `TIMEOUT`, `STANDBY`).
 
 use bytes::BytesMut;
 use txcache_resp::encode;
@@ -43,6 +43,9 @@ pub enum CommandError {
     /// `COMMITLSN`: the commit was not decoded within the timeout.
     #[error("TIMEOUT the commit was not decoded in time (did the transaction write to a tracked table?)")]
     TimedOut,
+    /// Another agent holds the lease, or this one's ran out: the library asks another.
+    #[error("STANDBY this agent is a standby ({0})")]
+    Standby(String),
 }
 
 impl CommandError {

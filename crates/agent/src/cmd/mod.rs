@@ -39,6 +39,7 @@ use tagcolumns::TagColumns;
 use crate::database::DatabaseIdentity;
 use crate::metrics::Sources;
 use crate::pincushion::Pincushion;
+use crate::term::{Holder, Term};
 use crate::tracker::StreamTracker;
 use bytes::{Bytes, BytesMut};
 use std::ops::RangeInclusive;
@@ -46,16 +47,51 @@ use std::sync::Arc;
 
 /// What the commands serve from, shared by every connection.
 pub struct Endpoint {
+    /// The password clients must send (`AUTH`), if any.
+    pub password: Option<String>,
+    /// Whether this agent answers from its parts or sends libraries to another agent.
+    pub role: Role,
+}
+
+/// Whether this agent holds the lease (docs/agent.md, "High availability").
+pub enum Role {
+    /// It does: commands are answered from its parts while its term is valid.
+    Active(Active),
+    /// Another agent does (as last read): only `PING`, `AUTH`, `QUIT` and `STATUS` are
+    /// answered; every other command gets `STANDBY`, which sends libraries to another agent.
+    Standby(Arc<Holder>),
+}
+
+/// The parts an active agent answers from.
+pub struct Active {
     /// The pins (`PINS`, `PIN`).
     pub pincushion: Arc<Pincushion>,
     /// The stream's record (`COMMITLSN`, `TAGCOLUMNS`, `BARRIER`).
     pub tracker: Arc<StreamTracker>,
     /// The database the stream decodes (`DATABASE`).
     pub database: DatabaseIdentity,
-    /// The password clients must send (`AUTH`), if any.
-    pub password: Option<String>,
     /// What `STATUS` reads.
     pub metrics: Arc<Sources>,
+    /// This agent's term: once it is not valid, the agent answers as a standby.
+    pub term: Arc<Term>,
+}
+
+impl Endpoint {
+    /// The active parts, or `STANDBY` when another agent holds the lease or this one's term
+    /// ran out (its pins and catalog may then be another agent's to vouch for).
+    fn active(&self) -> Result<&Active, CommandError> {
+        match &self.role {
+            Role::Active(active) if active.term.valid() => Ok(active),
+            Role::Active(active) => Err(CommandError::Standby(format!(
+                "its lease of epoch {} was not renewed in time",
+                active.term.epoch()
+            ))),
+            Role::Standby(holder) => Err(CommandError::Standby(format!(
+                "the active agent: {}",
+                holder.describe()
+            ))),
+        }
+    }
 }
 
 /// One connection's state between commands.
@@ -101,12 +137,12 @@ impl Command {
         out: &mut BytesMut,
     ) -> Result<(), CommandError> {
         match self {
-            Command::Pins(pins) => pins.apply(endpoint, out),
-            Command::Pin(pin) => pin.apply(endpoint, out).await,
-            Command::CommitLsn(wait) => wait.apply(endpoint, out).await,
-            Command::TagColumns(columns) => columns.apply(endpoint, out),
-            Command::Barrier(barrier) => barrier.apply(endpoint, out),
-            Command::Database(database) => database.apply(endpoint, out),
+            Command::Pins(pins) => pins.apply(endpoint.active()?, out),
+            Command::Pin(pin) => pin.apply(endpoint.active()?, out).await,
+            Command::CommitLsn(wait) => wait.apply(endpoint.active()?, out).await,
+            Command::TagColumns(columns) => columns.apply(endpoint.active()?, out),
+            Command::Barrier(barrier) => barrier.apply(endpoint.active()?, out),
+            Command::Database(database) => database.apply(endpoint.active()?, out),
             Command::Status(status) => status.apply(endpoint, out),
             Command::Ping(ping) => ping.apply(out),
             Command::Auth(auth) => auth.apply(endpoint, session, out),

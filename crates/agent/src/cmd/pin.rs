@@ -1,6 +1,6 @@
 //! `PIN`: a snapshot taken and certified now (the library's ★, "a fresh snapshot").
 
-use super::{reply, Args, CommandError, Endpoint};
+use super::{reply, Active, Args, CommandError};
 use bytes::BytesMut;
 
 /// `PIN` takes no arguments.
@@ -15,8 +15,8 @@ impl Pin {
     }
 
     /// `*4`, as one element of `PINS`; an error when no clean snapshot could be certified.
-    pub async fn apply(self, endpoint: &Endpoint, out: &mut BytesMut) -> Result<(), CommandError> {
-        let pin = endpoint
+    pub async fn apply(self, active: &Active, out: &mut BytesMut) -> Result<(), CommandError> {
+        let pin = active
             .pincushion
             .fresh()
             .await

@@ -1,7 +1,7 @@
 //! `PINS [used]`: the live pins, oldest first; `used` renews the lease of the pins the
 //! library's transactions ran at since its last refresh.
 
-use super::{reply, Args, CommandError, Endpoint};
+use super::{reply, Active, Args, CommandError};
 use bytes::BytesMut;
 use txcache_model::Timestamp;
 use txcache_resp::encode;
@@ -25,9 +25,9 @@ impl Pins {
     }
 
     /// Renews the used pins' leases, then `*n` of pins, each `*4` ([`reply::pin`]).
-    pub fn apply(self, endpoint: &Endpoint, out: &mut BytesMut) -> Result<(), CommandError> {
-        endpoint.pincushion.note_used(&self.used);
-        let pins = endpoint.pincushion.pins();
+    pub fn apply(self, active: &Active, out: &mut BytesMut) -> Result<(), CommandError> {
+        active.pincushion.note_used(&self.used);
+        let pins = active.pincushion.pins();
         encode::array_header(out, pins.len());
         pins.iter().for_each(|pin| reply::pin(out, pin));
         Ok(())

@@ -1,6 +1,6 @@
 //! `STATUS`: every metric without a label, one `field:value` line each.
 
-use super::{Args, CommandError, Endpoint};
+use super::{Args, CommandError, Endpoint, Role};
 use crate::metrics;
 use bytes::BytesMut;
 use txcache_resp::encode;
@@ -16,10 +16,25 @@ impl Status {
         Ok(Self)
     }
 
-    /// A bulk string of `field:value\r\n` lines, in the metrics table's order.
+    /// A bulk string of `field:value\r\n` lines: `role:active` and the metrics in their
+    /// table's order, or on a standby `role:standby` and the lease's holder. An agent whose
+    /// lease ran out says `role:standby`: it answers libraries as one.
     pub fn apply(self, endpoint: &Endpoint, out: &mut BytesMut) -> Result<(), CommandError> {
-        let reading = metrics::collect(&endpoint.metrics);
-        encode::bulk(out, metrics::status(&reading).as_bytes());
+        let text = match &endpoint.role {
+            Role::Active(active) => {
+                let reading = metrics::collect(&active.metrics);
+                let role = if active.term.valid() {
+                    "active"
+                } else {
+                    "standby"
+                };
+                format!("role:{role}\r\n{}", metrics::status(&reading))
+            }
+            Role::Standby(holder) => {
+                format!("role:standby\r\nactive_agent:{}\r\n", holder.describe())
+            }
+        };
+        encode::bulk(out, text.as_bytes());
         Ok(())
     }
 }

@@ -1,6 +1,6 @@
 //! `TAGCOLUMNS`: the versions of the tag-column catalog, oldest first.
 
-use super::{reply, Args, CommandError, Endpoint};
+use super::{reply, Active, Args, CommandError};
 use crate::tracker::CatalogVersion;
 use bytes::BytesMut;
 use txcache_resp::encode;
@@ -17,8 +17,8 @@ impl TagColumns {
     }
 
     /// `*n` versions, each `*2 :since *tables`, each table `*2 $schema.table *columns`.
-    pub fn apply(self, endpoint: &Endpoint, out: &mut BytesMut) -> Result<(), CommandError> {
-        let versions = endpoint.tracker.catalogs();
+    pub fn apply(self, active: &Active, out: &mut BytesMut) -> Result<(), CommandError> {
+        let versions = active.tracker.catalogs();
         encode::array_header(out, versions.len());
         versions
             .iter()

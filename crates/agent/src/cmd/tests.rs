@@ -1,12 +1,13 @@
 //! The dispatcher against docs/protocol.md, and each command's reply byte for byte (the
 //! library decodes them in `python/txcache/_protocol.py`).
 
-use super::{execute, find, Endpoint, Session, COMMANDS};
+use super::{execute, find, Active, Endpoint, Role, Session, COMMANDS};
 use crate::database::DatabaseIdentity;
 use crate::fanout::Fanout;
 use crate::metrics::Sources;
 use crate::pincushion::{PinSettings, Pincushion};
 use crate::stream_stats::StreamStats;
+use crate::term::{Holder, Term};
 use crate::tracker::StreamTracker;
 use bytes::{Bytes, BytesMut};
 use std::sync::atomic::AtomicUsize;
@@ -63,6 +64,7 @@ fn endpoint(password: Option<&str>) -> Endpoint {
     };
     let dsn = "host=127.0.0.1 port=1 dbname=unreachable connect_timeout=1".to_owned();
     let pincushion = Pincushion::start(dsn, settings, Arc::clone(&tracker));
+    let term = Arc::new(Term::unbounded());
     let metrics = Sources {
         started: Instant::now(),
         clients: Arc::new(AtomicUsize::new(3)),
@@ -70,17 +72,29 @@ fn endpoint(password: Option<&str>) -> Endpoint {
         tracker: Arc::clone(&tracker),
         fanout: Fanout::new(&[], Timestamp(100), 10),
         pincushion: Arc::clone(&pincushion),
+        term: Arc::clone(&term),
     };
     Endpoint {
-        pincushion,
-        tracker,
-        database: DatabaseIdentity {
-            system_identifier: "7301234567890123456".to_owned(),
-            oid: 16384,
-            name: "app".to_owned(),
-        },
         password: password.map(str::to_owned),
-        metrics: Arc::new(metrics),
+        role: Role::Active(Active {
+            pincushion,
+            tracker,
+            database: DatabaseIdentity {
+                system_identifier: "7301234567890123456".to_owned(),
+                oid: 16384,
+                name: "app".to_owned(),
+            },
+            metrics: Arc::new(metrics),
+            term,
+        }),
+    }
+}
+
+/// The active parts of an endpoint [`endpoint`] made.
+fn parts(endpoint: &Endpoint) -> &Active {
+    match &endpoint.role {
+        Role::Active(active) => active,
+        Role::Standby(_) => unreachable!("endpoint() makes an active endpoint"),
     }
 }
 
@@ -98,15 +112,17 @@ async fn reply(endpoint: &Endpoint, session: &mut Session, request: &str) -> Str
 #[tokio::test]
 async fn replies_to_the_commands_without_arguments() {
     let endpoint = endpoint(None);
-    endpoint.tracker.catalog(
+    parts(&endpoint).tracker.catalog(
         Timestamp::ZERO,
         vec![(
             "public.items".to_owned(),
             vec!["id".to_owned(), "owner".to_owned()],
         )],
     );
-    endpoint.tracker.commit(Timestamp(500), 7, WallClock(1));
-    endpoint.tracker.barrier(Timestamp(500));
+    parts(&endpoint)
+        .tracker
+        .commit(Timestamp(500), 7, WallClock(1));
+    parts(&endpoint).tracker.barrier(Timestamp(500));
     let session = &mut Session::new(&endpoint);
     assert_eq!(reply(&endpoint, session, "PING").await, "+PONG\r\n");
     assert_eq!(reply(&endpoint, session, "pins").await, "*0\r\n");
@@ -114,7 +130,7 @@ async fn replies_to_the_commands_without_arguments() {
         reply(&endpoint, session, "TAGCOLUMNS").await,
         "*1\r\n*2\r\n:0\r\n*1\r\n*2\r\n$12\r\npublic.items\r\n*2\r\n$2\r\nid\r\n$5\r\nowner\r\n"
     );
-    let (barrier, decoded) = endpoint.tracker.schema_fence();
+    let (barrier, decoded) = parts(&endpoint).tracker.schema_fence();
     assert_eq!(barrier, Timestamp(500));
     assert_eq!(
         reply(&endpoint, session, "BARRIER").await,
@@ -134,7 +150,7 @@ async fn status_is_one_bulk_string_of_field_lines() {
     let (header, body) = status.split_once("\r\n").unwrap();
     assert_eq!(header, format!("${}", body.len() - 2));
     assert!(
-        body.starts_with("uptime_in_seconds:0\r\nconnected_clients:3\r\n"),
+        body.starts_with("role:active\r\nuptime_in_seconds:0\r\nconnected_clients:3\r\n"),
         "{body}"
     );
 }
@@ -142,7 +158,9 @@ async fn status_is_one_bulk_string_of_field_lines() {
 #[tokio::test]
 async fn commitlsn_answers_the_lsn_notdecoded_or_timeout() {
     let endpoint = endpoint(None);
-    endpoint.tracker.commit(Timestamp(500), 7, WallClock(1));
+    parts(&endpoint)
+        .tracker
+        .commit(Timestamp(500), 7, WallClock(1));
     let session = &mut Session::new(&endpoint);
     assert_eq!(reply(&endpoint, session, "COMMITLSN 7").await, ":500\r\n");
     // The low 32 bits of an xid8 name the transaction.
@@ -225,4 +243,52 @@ async fn auth_without_a_configured_password_says_so() {
         reply(&endpoint, session, "AUTH x").await,
         "-ERR AUTH: no password is configured (txcache-agent --password)\r\n"
     );
+}
+
+#[tokio::test]
+async fn a_standby_answers_only_ping_auth_quit_and_status() {
+    let holder = Arc::new(Holder::default());
+    holder.set(Some(("127.0.0.1:6390 (pid 7)".to_owned(), 3)));
+    let endpoint = Endpoint {
+        password: None,
+        role: Role::Standby(holder),
+    };
+    let session = &mut Session::new(&endpoint);
+    assert_eq!(reply(&endpoint, session, "PING").await, "+PONG\r\n");
+    let standby =
+        "-STANDBY this agent is a standby (the active agent: 127.0.0.1:6390 (pid 7), epoch 3)\r\n";
+    for request in [
+        "PINS",
+        "PIN",
+        "TAGCOLUMNS",
+        "BARRIER",
+        "DATABASE",
+        "COMMITLSN 7",
+    ] {
+        assert_eq!(
+            reply(&endpoint, session, request).await,
+            standby,
+            "{request}"
+        );
+    }
+    let status = reply(&endpoint, session, "STATUS").await;
+    assert!(
+        status
+            .ends_with("\r\nrole:standby\r\nactive_agent:127.0.0.1:6390 (pid 7), epoch 3\r\n\r\n"),
+        "{status}"
+    );
+}
+
+#[tokio::test]
+async fn an_agent_whose_term_ran_out_answers_as_a_standby() {
+    let endpoint = endpoint(None);
+    parts(&endpoint).term.end();
+    let session = &mut Session::new(&endpoint);
+    assert_eq!(
+        reply(&endpoint, session, "PINS").await,
+        "-STANDBY this agent is a standby (its lease of epoch 0 was not renewed in time)\r\n"
+    );
+    assert!(reply(&endpoint, session, "STATUS")
+        .await
+        .contains("\r\nrole:standby\r\n"));
 }

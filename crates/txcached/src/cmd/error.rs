@@ -85,6 +85,23 @@ pub enum CommandError {
     /// A stream command on a connection not authenticated with the stream password.
     #[error("NOPERM {0} is a stream command: only txcache-agent may send it (AUTH with the node's --stream-password)")]
     NoStreamPermission(&'static str),
+    /// A stream command on a connection whose epoch (`TXEPOCH`) is older than the node's:
+    /// its agent was taken over from, and must never move the node again.
+    #[error("FENCED this connection's epoch {connection} is older than this node's {node}: another agent took over")]
+    Fenced {
+        /// The connection's epoch (0 when it never sent `TXEPOCH`).
+        connection: u64,
+        /// The node's epoch.
+        node: u64,
+    },
+    /// `TXEPOCH` with an epoch older than the node's: sent by an agent that lost its lease.
+    #[error("FENCED epoch {given} is older than this node's {node}: another agent took over")]
+    OlderEpoch {
+        /// The epoch the connection announced.
+        given: u64,
+        /// The node's epoch.
+        node: u64,
+    },
     /// AUTH with the wrong password.
     #[error("WRONGPASS invalid username-password pair or user is disabled.")]
     WrongPassword,

@@ -32,6 +32,7 @@ mod persist;
 mod ping;
 mod set;
 mod ttl;
+mod txepoch;
 mod txget;
 mod txheartbeat;
 mod txinterval;
@@ -49,6 +50,7 @@ pub use transaction::Transaction;
 use crate::node::Node;
 use crate::shards::LockedShards;
 use bytes::{Bytes, BytesMut};
+use parking_lot::RwLockReadGuard;
 use txcache_resp::{encode, RequestArgs};
 use txcache_store::Store;
 
@@ -70,6 +72,9 @@ pub struct Session {
     pub protocol: Protocol,
     /// The commands queued since `MULTI`, until `EXEC` or `DISCARD`.
     pub transaction: Option<Transaction>,
+    /// The fencing epoch this connection announced with `TXEPOCH` (0: none). Its stream
+    /// commands are refused once the node's epoch is higher: another agent took over.
+    pub epoch: u64,
 }
 
 /// What a command may touch.
@@ -237,6 +242,10 @@ pub struct CommandSpec {
     pub before_auth: bool,
     /// Whether the command is part of the invalidation stream (see [`Session::streams`]).
     pub stream: bool,
+    /// Whether the command is refused on a connection whose epoch is older than the node's
+    /// (see [`Session::epoch`]): every stream command but `TXEPOCH`, which is how a
+    /// connection announces a newer one.
+    pub fenced: bool,
     /// What it does inside a transaction.
     pub in_multi: InMulti,
     run: Run,
@@ -249,6 +258,7 @@ const fn spec(name: &'static str, arity: i32, keys: Keys, run: Run) -> CommandSp
         keys,
         before_auth: false,
         stream: false,
+        fenced: false,
         in_multi: InMulti::Queue,
         run,
     }
@@ -257,8 +267,18 @@ const fn spec(name: &'static str, arity: i32, keys: Keys, run: Run) -> CommandSp
 const fn stream(name: &'static str, arity: i32, run: Run) -> CommandSpec {
     CommandSpec {
         stream: true,
+        fenced: true,
         in_multi: InMulti::Refuse,
         ..spec(name, arity, Keys::Node, run)
+    }
+}
+
+/// `command`, run whatever the connection's epoch: `TXEPOCH`, which a fenced connection must
+/// still be able to send (a newer lease lets its agent back in).
+const fn unfenced(command: CommandSpec) -> CommandSpec {
+    CommandSpec {
+        fenced: false,
+        ..command
     }
 }
 
@@ -308,6 +328,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     stream("TXRESET", 3, txreset::run_reset),
     stream("TXREWIND", 3, txreset::run_rewind),
     stream("TXORIGIN", -1, txorigin::run),
+    unfenced(stream("TXEPOCH", -1, txepoch::run)),
     spec("TXSTATUS", 1, Keys::Node, txstatus::run),
     spec("TXINTERVAL", -2, Keys::Node, txinterval::run),
     spec("DBSIZE", 1, Keys::Node, dbsize::run),
@@ -339,15 +360,50 @@ pub fn execute(mut request: RequestArgs<'_>, context: &mut Context<'_>, out: &mu
         Some(spec) if !spec.before_auth && !context.session.authenticated => {
             Err(CommandError::NoAuth)
         }
-        Some(spec) if spec.stream && !context.session.streams => {
-            Err(CommandError::NoStreamPermission(spec.name))
-        }
+        // Stream commands' checks are out of line: a data command still tests one flag here.
+        Some(spec) if spec.stream => execute_stream(spec, request, context, out),
         Some(spec) => (spec.run)(&mut Args::new(spec.name, request), context, out),
     };
     context.node.metrics.count_command(result.is_ok());
     if let Err(error) = result {
         error.encode(out);
     }
+}
+
+/// [`execute`] for a stream command: the connection's stream rights, then the fence, held
+/// until the command has run so that no `TXEPOCH` raises the epoch in between.
+#[inline(never)]
+fn execute_stream(
+    spec: &'static CommandSpec,
+    request: RequestArgs<'_>,
+    context: &mut Context<'_>,
+    out: &mut BytesMut,
+) -> Result<(), CommandError> {
+    if !context.session.streams {
+        return Err(CommandError::NoStreamPermission(spec.name));
+    }
+    let node = context.node;
+    let _admitted = if spec.fenced {
+        Some(pass_fence(node, context.session)?)
+    } else {
+        None
+    };
+    (spec.run)(&mut Args::new(spec.name, request), context, out)
+}
+
+/// Admits a fenced command from `session`, holding the node's epoch until the guard drops;
+/// a connection whose epoch is older than the node's gets `-FENCED` (and is counted).
+fn pass_fence<'n>(
+    node: &'n Node,
+    session: &Session,
+) -> Result<RwLockReadGuard<'n, ()>, CommandError> {
+    node.admit_stream(session.epoch).map_err(|current| {
+        node.metrics.count_fenced();
+        CommandError::Fenced {
+            connection: session.epoch,
+            node: current,
+        }
+    })
 }
 
 /// [`execute`] between `MULTI` and `EXEC`: queues the command, or runs it when it is one of
@@ -363,7 +419,7 @@ fn execute_in_transaction(
 ) {
     let result: Result<(), CommandError> = match spec {
         None => Err(CommandError::Unknown(printable(name))),
-        Some(spec) => match admit(spec, &request, context.session) {
+        Some(spec) => match admit(spec, &request, context.node, context.session) {
             Err(error) => Err(error),
             Ok(()) if spec.in_multi == InMulti::Run => {
                 // Its own errors (MULTI nested, WATCH inside MULTI) leave the queue alone.
@@ -392,10 +448,13 @@ fn execute_in_transaction(
 }
 
 /// The checks before a command is queued: arity (so that `EXEC` aborts on it, as in Redis;
-/// outside a transaction each command checks its own), authentication, stream rights.
+/// outside a transaction each command checks its own), authentication, stream rights, the
+/// fence (a fenced connection hears `-FENCED` rather than that stream commands cannot be
+/// queued: its agent must learn that it was taken over from).
 fn admit(
     spec: &CommandSpec,
     request: &RequestArgs<'_>,
+    node: &Node,
     session: &Session,
 ) -> Result<(), CommandError> {
     let given = request.len() + 1;
@@ -408,6 +467,10 @@ fn admit(
     }
     if spec.stream && !session.streams {
         return Err(CommandError::NoStreamPermission(spec.name));
+    }
+    if spec.fenced {
+        // Released at once: the command is refused in a transaction anyway (`InMulti::Refuse`).
+        drop(pass_fence(node, session)?);
     }
     Ok(())
 }

@@ -45,7 +45,7 @@ class Command(BaseCommand):  # type: ignore[misc]
         library = conf.library_settings(conf.txcache_settings())
         namespace = argparse.Namespace(
             nodes=list(library.nodes),
-            agent=library.agent,
+            agent=list(library.agents),
             metrics=[url.strip() for url in options["metrics"].split(",") if url.strip()],
             dsn=library.dsn,
             slot=options["slot"],
