@@ -223,6 +223,11 @@ def test_another_agent_s_refresh_covers_only_its_own_pins() -> None:
     assert not state.covers(200), "the new agent may not have decoded that far"
     assert state.covers(150)
     assert state.followed == "b:2"
+    # Its newer pins do not make it speak for the old agent's snapshots either.
+    state._publish(*_refreshed(300), source="b:2")
+    assert state.covers(300)
+    assert not state.covers(100), "older than the first pin the new agent listed"
+    assert state.columns_at(100) == (False, None)
 
 
 # -- the async client's refresh over stand-in endpoints ---------------------------------------

@@ -61,6 +61,17 @@ def wait_for_lease_lost(agent: AgentProcess) -> None:
     )
 
 
+def sessions_of(stack: Stack, epoch: int) -> int:
+    """How many sessions the agent of term ``epoch`` has open in PostgreSQL."""
+    row = stack.db.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'txcache-agent%%' "
+        "AND application_name LIKE %s",
+        (f"% e{epoch}",),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def node_epoch(stack: Stack) -> int:
     """The first node's epoch (``TXEPOCH``): the newest lease that spoke to it."""
     return int(stack.client(0, stream=True).execute_command("TXEPOCH"))
@@ -115,6 +126,9 @@ def test_a_stopped_agent_is_taken_over_and_stands_by_when_it_resumes(
     try:
         wait_for_role(standby, "active")
         stack.assert_streams_an_insert(1)
+        # Its sessions were ended at the takeover: its pinners hold no snapshot.
+        assert sessions_of(stack, epoch) == 0
+        assert sessions_of(stack, epoch + 1) > 0
     finally:
         os.kill(active.process.pid, signal.SIGCONT)
     # Resumed, it finds its lease gone: it delivers nothing more and stands by.
@@ -140,6 +154,7 @@ def test_an_agent_cut_off_from_the_database_is_taken_over_and_fenced(database: s
             proxy.cut()
             wait_for_role(standby, "active")
             stack.assert_streams_an_insert(1)
+            assert sessions_of(stack, epoch) == 0, "ended though PostgreSQL never heard it go"
             # Cut off, the old agent stopped acting by its own clock.
             assert role(active) == "standby"
             proxy.heal()
@@ -179,3 +194,34 @@ def test_an_agent_without_the_lease_table_names_the_fix(database: str) -> None:
         stack.db.execute("DROP TABLE txcache.agent_lease")
         with pytest.raises(Exception, match=r"txcache\.agent_lease does not exist"):
             stack.start_standby_agent()
+
+
+def test_an_agent_whose_lease_session_dropped_keeps_the_lease(database: str) -> None:
+    """The active agent's lease session ended under it (a connection reset, an
+    administrator's pg_terminate_backend): it renews from a new session long before a
+    standby may count it gone, so nothing changes hands (the default lease)."""
+    with Stack(database) as stack:
+        active = running_agent(stack)
+        standby = stack.start_standby_agent()
+        epoch = int(status(active)["lease_epoch"])
+        (old_pid,) = lease_row(stack)
+        stack.db.execute("SELECT pg_terminate_backend(%s)", (old_pid,))
+        wait_until(
+            lambda: lease_row(stack)[0] != old_pid,
+            "the active agent to renew from a new session",
+            timeout=10,
+            log=active.log_text,
+        )
+        assert role(standby) == "standby"
+        assert role(active) == "active"
+        assert int(status(active)["lease_epoch"]) == epoch
+        stack.assert_streams_an_insert(1)
+
+
+def lease_row(stack: Stack) -> tuple[int]:
+    """The lease session's pid, as the lease row names it."""
+    row = stack.db.execute(
+        "SELECT pid FROM txcache.agent_lease WHERE slot = %s", (stack.options.slot,)
+    ).fetchone()
+    assert row is not None
+    return (int(row[0]),)

@@ -106,14 +106,13 @@ def test_certified_pins_are_exact_under_concurrent_writers(
 
     def writer(number: int) -> None:
         own = redis.Redis(host=process.host, port=process.port, protocol=2, socket_timeout=30)
-        with psycopg.connect(database, autocommit=True) as db:
+        with own, psycopg.connect(database, autocommit=True) as db:
             seq = 0
             while not stop.is_set():
                 row_id, lsn = commit_row(db, own, number, seq)
                 with lock:
                     commits[row_id] = lsn
                 seq += 1
-        own.close()
 
     writers = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
     for thread in writers:

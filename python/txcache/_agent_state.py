@@ -59,6 +59,8 @@ class AgentState:
         self.pin_list_ttl = max(1.0, 4 * refresh_interval)
         self._catalog: list[CatalogVersion] = []
         self._catalog_through = -1
+        self._catalog_from: int | None = None
+        """The oldest snapshot the followed agent's catalog covers: its first listed pin."""
         self.catalog_generation = 0
         """How many times the agent's tag-column catalog changed since the first refresh;
         a change means DDL happened (or the agent restarted)."""
@@ -114,14 +116,15 @@ class AgentState:
         return listed.pins[self._window(listed, staleness, not_before, now) :]
 
     def covers(self, ts: int) -> bool:
-        """Whether the catalog of the last refresh covers snapshot ``ts`` (a newer fresh
-        pin has the caller refresh first)."""
-        return ts <= self._catalog_through
+        """Whether the catalog of the last refresh covers snapshot ``ts``: at or after the
+        first pin the followed agent listed, and not after its newest (a newer fresh pin
+        has the caller refresh first)."""
+        return self._catalog_from is not None and self._catalog_from <= ts <= self._catalog_through
 
     def columns_at(self, ts: int) -> tuple[bool, TagColumns | None]:
         """``(True, columns)`` in force at ``ts`` if :meth:`covers` it, else ``(False,
         None)`` (the caller uses wildcards)."""
-        if ts > self._catalog_through:
+        if not self.covers(ts):
             return False, None
         return True, tag_columns_at(self._catalog, ts)
 
@@ -147,6 +150,7 @@ class AgentState:
             # Another agent (a standby that took over): what the previous one's catalog
             # covered says nothing of this one's, which may not have decoded as far yet.
             self._catalog_through = -1
+            self._catalog_from = None
             self.followed = source
         # Before the pins: a transaction that finds a pin also finds whose database it is.
         self.database = database
@@ -158,6 +162,10 @@ class AgentState:
             self._catalog = catalog
             self.catalog_generation += 1
         if pins:
+            if self._catalog_from is None:
+                # Its catalog speaks for its own pins: a snapshot older than the first it
+                # listed may come from the agent before it (wildcard tags).
+                self._catalog_from = pins[0].ts
             self._catalog_through = max(self._catalog_through, pins[-1].ts)
         # A pin stops being current when the next is taken, so current_as_of grows along
         # the list; the minimum of each suffix keeps the search sound even if it did not

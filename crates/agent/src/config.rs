@@ -120,7 +120,7 @@ pub struct Config {
     /// zero, e.g. 4s; units ns, us, ms, s, m, h; decimals allowed; a bare number is seconds.
     /// Agents given the same --slot take turns: one streams, pins and delivers, the others
     /// stand by and take over when it stops renewing (a hung or cut-off agent after about
-    /// this long; a dead one within about a second). A shorter lease takes over sooner but
+    /// this long; a dead one after three quarters of it). A shorter lease takes over sooner but
     /// counts a database that answers slowly for that long as a lost agent.
     #[arg(long, env = "TXCACHE_AGENT_LEASE", default_value = "4s", value_name = "DURATION", value_parser = parse_interval)]
     pub lease: Duration,

@@ -6,6 +6,7 @@ use anyhow::{bail, Context as _};
 use pgwire_replication::{Lsn, ReplicationConfig, TlsConfig};
 use std::net::IpAddr;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio_postgres::config::{Host, TargetSessionAttrs};
 use tokio_postgres::tls::MakeTlsConnect;
@@ -21,11 +22,30 @@ pub struct SqlSession {
     pub server_version_num: u32,
 }
 
-/// Opens an SQL session named `application` (visible in `pg_stat_activity`).
+/// The lease epoch this process acts in (0 while it stands by), named in every session it
+/// opens: the agent taking over ends a stopped or cut-off predecessor's sessions by it.
+static SESSIONS_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// Names every session opened from now on for the term of `epoch` (0: standing by).
+pub fn name_sessions_for(epoch: u64) {
+    SESSIONS_EPOCH.store(epoch, Ordering::Relaxed);
+}
+
+/// `base`, and the term's epoch when this process is active (`txcache-agent pinner 3 e7`):
+/// what `pg_stat_activity.application_name` shows for the agent's sessions.
+pub fn application_name(base: &str) -> String {
+    match SESSIONS_EPOCH.load(Ordering::Relaxed) {
+        0 => base.to_owned(),
+        epoch => format!("{base} e{epoch}"),
+    }
+}
+
+/// Opens an SQL session named `application` (visible in `pg_stat_activity`, with the
+/// term's epoch: [`application_name`]).
 pub async fn connect_sql(dsn: &str, application: &str) -> anyhow::Result<SqlSession> {
     let conninfo = conninfo::parse(dsn)?;
     let mut config = tokio_postgres::Config::from_str(&conninfo.rest).context("invalid --dsn")?;
-    config.application_name(application);
+    config.application_name(application_name(application));
     let client = match conninfo.tls.verify()? {
         None => open(&config, NoTls).await?,
         Some(verify) => {

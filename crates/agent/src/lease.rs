@@ -3,8 +3,9 @@
 //! holder's lease session and when the lease expires (the database's clock).
 //!
 //! - A standby takes the lease when it expired, or when the holder's lease session is gone
-//!   and has not renewed for [`HANDOVER_GRACE`] (a killed agent's sessions end with it, so
-//!   a crash is taken over in about a second, a hung agent after the lease's duration).
+//!   and it has not renewed for [`LeaseSettings::valid_for`] (a killed agent's sessions end
+//!   with it: a crash is taken over then, a hung agent once the lease expires). Either way
+//!   the old holder's own clock has run out first (below).
 //! - The active agent renews it every [`LeaseSettings::interval`] and counts itself valid
 //!   only until three quarters of the duration after it *sent* the last renewal that
 //!   succeeded ([`Term`]): by the time a standby can take the lease, the old holder has
@@ -16,10 +17,6 @@ use crate::connect::{connect_sql, SqlSession};
 use crate::term::{Holder, Term};
 use anyhow::Context as _;
 use std::time::{Duration, Instant};
-
-/// How long a holder whose lease session is gone keeps the lease: the moment between a
-/// standby winning it and the new term's own session renewing it.
-pub const HANDOVER_GRACE: Duration = Duration::from_secs(1);
 
 /// Takes the lease if it is free, expired or its holder's session is gone; returns the new
 /// epoch (no row: another agent holds it).
@@ -58,15 +55,24 @@ const RELEASE: &str = "
     UPDATE txcache.agent_lease SET expires_at = '-infinity', pid = NULL
     WHERE slot = $1 AND holder = $2 AND epoch = $3";
 
-/// Ends the sessions of the agent taken over from: the slot's walsender and its lease
-/// session (only a holder's own role, or one with pg_signal_backend, may).
-const EVICT: &str = "
-    SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(pid))::int8 FROM (
-        SELECT active_pid AS pid FROM pg_catalog.pg_replication_slots
-        WHERE slot_name = $1 AND active_pid IS NOT NULL
-        UNION
-        SELECT $2::int4 WHERE $2::int4 IS NOT NULL) sessions
-    WHERE pid <> pg_catalog.pg_backend_pid()";
+/// Ends the walsender holding slot `$1` (the agent taken over from). A statement of its
+/// own: a refusal here must not keep the other sessions alive.
+const END_WALSENDER: &str = "
+    SELECT pg_catalog.pg_terminate_backend(active_pid) FROM pg_catalog.pg_replication_slots
+    WHERE slot_name = $1 AND active_pid IS NOT NULL AND active_pid <> pg_catalog.pg_backend_pid()";
+
+/// Ends the other sessions of the agent taken over from: its lease session `$1` (if it is
+/// still that agent's: a pid is reused) and every session named for its epoch `$2`
+/// (pinners hold snapshots, and with them the vacuum horizon; `connect::application_name`)
+/// — those this role may signal (its own role's, or any with pg_signal_backend).
+const END_SESSIONS: &str = "
+    SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(pid))::int8
+    FROM pg_catalog.pg_stat_activity
+    WHERE pid <> pg_catalog.pg_backend_pid() AND application_name LIKE 'txcache-agent%'
+      AND ((pid = $1::int4 AND application_name LIKE 'txcache-agent lease%')
+           OR ($2::int8 > 0 AND application_name LIKE '% e' || $2::int8::text))
+      AND (pg_catalog.pg_has_role(usesysid, 'MEMBER')
+           OR pg_catalog.pg_has_role('pg_signal_backend', 'MEMBER'))";
 
 /// How long a takeover waits for the old walsender to let the slot go.
 const SLOT_RELEASE_WAIT: Duration = Duration::from_secs(10);
@@ -109,6 +115,8 @@ pub struct Acquired {
     pub epoch: u64,
     /// The previous holder's lease session, ended by [`evict`].
     pub previous_pid: Option<i32>,
+    /// The previous holder's epoch (0: none), whose sessions [`evict`] ends.
+    pub previous_epoch: u64,
     /// When the request that took it was sent.
     pub sent_at: Instant,
 }
@@ -192,7 +200,7 @@ async fn try_acquire(
         )
         .await?;
     let sent_at = Instant::now();
-    let grace_ms = HANDOVER_GRACE.as_secs_f64() * 1000.0;
+    let silent_ms = settings.valid_for().as_secs_f64() * 1000.0;
     let taken = sql
         .client
         .query_opt(
@@ -201,7 +209,7 @@ async fn try_acquire(
                 &settings.slot,
                 &settings.holder,
                 &settings.duration_ms(),
-                &grace_ms,
+                &silent_ms,
             ],
         )
         .await
@@ -211,6 +219,9 @@ async fn try_acquire(
         return Ok(Ok(Acquired {
             epoch: epoch.unsigned_abs(),
             previous_pid: previous.as_ref().and_then(|row| row.get(2)),
+            previous_epoch: previous
+                .as_ref()
+                .map_or(0, |row| row.get::<_, i64>(1).unsigned_abs()),
             sent_at,
         }));
     }
@@ -220,12 +231,18 @@ async fn try_acquire(
     })))
 }
 
-/// Ends the previous holder's walsender and lease session and waits (bounded) until the
-/// slot is free; a refusal is logged with its fix, and the stream then waits for the
+/// Ends the previous holder's sessions (its walsender, lease session and every session
+/// named for its epoch) and waits (bounded) until the slot is free; a refusal is logged with its fix, and the stream then waits for the
 /// walsender to time out instead.
-pub async fn evict(sql: &SqlSession, slot: &str, previous_pid: Option<i32>) {
-    if let Err(error) = sql.client.query_one(EVICT, &[&slot, &previous_pid]).await {
-        tracing::warn!(error = %error, "cannot end the previous agent's sessions (give every agent the same role, or grant pg_signal_backend); the slot is free only once its walsender times out (wal_sender_timeout)");
+pub async fn evict(sql: &SqlSession, slot: &str, acquired: &Acquired) {
+    let epoch = i64::try_from(acquired.previous_epoch).unwrap_or(0);
+    let parameters: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
+        [&acquired.previous_pid, &epoch];
+    if let Err(error) = sql.client.query_one(END_SESSIONS, &parameters).await {
+        tracing::warn!(error = %error, "cannot end the previous agent's sessions; its pinners hold their snapshots until PostgreSQL sees them gone");
+    }
+    if let Err(error) = sql.client.query(END_WALSENDER, &[&slot]).await {
+        tracing::warn!(error = %error, "cannot end the previous agent's walsender (give every agent the same role, or grant pg_signal_backend); the slot is free only once it times out (wal_sender_timeout)");
         return;
     }
     let deadline = Instant::now() + SLOT_RELEASE_WAIT;

@@ -5,10 +5,11 @@ use clap::Parser;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use txcache_agent::cmd::{Active, Endpoint, Role};
 use txcache_agent::config::Config;
-use txcache_agent::connect::{connect_sql, reached_host};
+use txcache_agent::connect::{self, connect_sql, reached_host};
 use txcache_agent::fanout::{Fanout, LinkSettings};
 use txcache_agent::lease::{self, Acquired, LeaseSettings};
 use txcache_agent::metrics::{self, Sources};
@@ -32,32 +33,63 @@ fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let listeners = Listeners::bind(&config)?;
     tracing::info!(address = %listeners.address, nodes = config.nodes.len(), slot = %config.slot, tls = config.tls_cert.is_some(), "txcache-agent listening");
+    // Checked once, before anything: a wrong file fails the start, not every term.
+    let tls = Tls {
+        nodes: node_tls(&config).context("--node-tls-ca")?,
+        libraries: endpoint_tls(&config)?,
+    };
     let lease = LeaseSettings {
         dsn: config.dsn.clone(),
         slot: config.slot.clone(),
-        holder: format!("{} (pid {})", listeners.address, std::process::id()),
+        holder: format!(
+            "{} on {} (pid {})",
+            listeners.address,
+            hostname(),
+            std::process::id()
+        ),
         duration: config.lease,
     };
     // Each standby wait and each term runs on a runtime of its own: dropping it ends every
     // task and session of the term at once, so nothing of a lost term acts on.
+    let mut started_once = false;
     loop {
-        let Some(acquired) = runtime()?.block_on(stand_by(&config, &listeners, &lease))? else {
-            return Ok(());
+        let acquired = match runtime()?.block_on(stand_by(&config, &listeners, &lease, &tls)) {
+            Ok(Some(acquired)) => acquired,
+            Ok(None) => return Ok(()),
+            // At start a failed check is a wrong setting; later, the database restarting.
+            Err(error) if !started_once => return Err(error),
+            Err(error) => {
+                tracing::error!(
+                    error = format!("{error:#}"),
+                    "cannot stand by; trying again"
+                );
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
         };
-        match runtime()?.block_on(run(&config, &listeners, &lease, acquired, started)) {
+        started_once = true;
+        match runtime()?.block_on(run(&config, &listeners, &lease, &tls, acquired, started)) {
             Ok(TermEnd::Shutdown) => return Ok(()),
             Ok(TermEnd::TakenOver) => {}
             // The lease goes with the term's sessions: another agent may take it, or this
-            // one again after a pause; a wrong setting fails the standby's checks instead.
+            // one again after a pause.
             Err(error) => {
                 tracing::error!(
                     error = format!("{error:#}"),
                     "the term as the active agent failed to start; standing by again"
                 );
-                std::thread::sleep(std::time::Duration::from_secs(1));
+                std::thread::sleep(Duration::from_secs(1));
             }
         }
     }
+}
+
+/// How the agent speaks TLS, read once at start.
+struct Tls {
+    /// To `rediss://` nodes (`--node-tls-ca`); `None` when every node is plain.
+    nodes: Option<Arc<txcache_tls::ClientConfig>>,
+    /// To libraries (`--tls-cert`); `None` for plain TCP.
+    libraries: Option<txcache_tls::TlsAcceptor>,
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
@@ -134,7 +166,10 @@ async fn stand_by(
     config: &Config,
     listeners: &Listeners,
     lease: &LeaseSettings,
+    tls: &Tls,
 ) -> anyhow::Result<Option<Acquired>> {
+    let mut shutdown = Shutdown::listen();
+    connect::name_sessions_for(0);
     let sql = connect_sql(&config.dsn, "txcache-agent").await?;
     reached_host(&config.dsn, &sql).await?;
     database::slot_state(&sql, &config.slot).await?;
@@ -146,13 +181,18 @@ async fn stand_by(
         password: config.password.clone(),
         role: Role::Standby(Arc::clone(&holder)),
     });
-    let tls = endpoint_tls(config)?;
     let clients = Arc::new(AtomicUsize::new(0));
-    tokio::spawn(server::run(listeners.library()?, endpoint, clients, tls));
+    let libraries_tls = tls.libraries.clone();
+    tokio::spawn(server::run(
+        listeners.library()?,
+        endpoint,
+        clients,
+        libraries_tls,
+    ));
     listeners.serve_metrics(metrics::standby_text)?;
     tokio::select! {
         acquired = lease::acquire(lease, &holder) => Ok(Some(acquired)),
-        signal = shutdown_signal() => {
+        signal = shutdown.recv() => {
             tracing::info!(signal, "shutting down");
             Ok(None)
         }
@@ -165,9 +205,12 @@ async fn run(
     config: &Config,
     listeners: &Listeners,
     lease: &LeaseSettings,
+    tls: &Tls,
     acquired: Acquired,
     started: Instant,
 ) -> anyhow::Result<TermEnd> {
+    let mut shutdown = Shutdown::listen();
+    connect::name_sessions_for(acquired.epoch);
     let term = Arc::new(Term::new(
         acquired.epoch,
         lease.holder.clone(),
@@ -179,9 +222,8 @@ async fn run(
         async move { lease::keep(&lease, &term).await }
     });
     tracing::info!(epoch = acquired.epoch, holder = %lease.holder, "this agent holds the lease: it is the active agent");
-    let node_tls = node_tls(config).context("--node-tls-ca")?;
     let sql = connect_sql(&config.dsn, "txcache-agent").await?;
-    lease::evict(&sql, &config.slot, acquired.previous_pid).await;
+    lease::evict(&sql, &config.slot, &acquired).await;
     let slot = database::slot_state(&sql, &config.slot).await?;
     // Transactions running now may have committed below the resume point without being
     // visible yet: pins wait until they are seen finished (certify.rs, the floor).
@@ -195,7 +237,7 @@ async fn run(
     drop(sql);
     fanout.spawn_nodes(LinkSettings {
         password: config.node_password.clone(),
-        tls: node_tls,
+        tls: tls.nodes.clone(),
         spacing: config.delivery_spacing,
         dsn: config.dsn.clone(),
         term: Arc::clone(&term),
@@ -241,7 +283,7 @@ async fn run(
         listeners.library()?,
         endpoint,
         clients,
-        endpoint_tls(config)?,
+        tls.libraries.clone(),
     ));
     let stream = Stream::new(
         config.clone(),
@@ -256,7 +298,7 @@ async fn run(
             tracing::error!(epoch = term.epoch(), "LEASE TAKEN OVER: another agent is active now; this one stops streaming and delivering and stands by (nodes refuse its epoch)");
             Ok(TermEnd::TakenOver)
         }
-        signal = shutdown_signal() => {
+        signal = shutdown.recv() => {
             tracing::info!(signal, "shutting down");
             term.end();
             lease::release(lease, term.epoch()).await;
@@ -289,16 +331,38 @@ fn node_tls(config: &Config) -> anyhow::Result<Option<Arc<txcache_tls::ClientCon
     Ok(Some(txcache_tls::client_config(&verify, None)?))
 }
 
-async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut interrupt), Ok(mut terminate)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = interrupt.recv() => "SIGINT",
-        _ = terminate.recv() => "SIGTERM",
+/// SIGINT and SIGTERM, listened for from the start of a runtime's work: tokio drops a
+/// signal that arrives while nothing of the running runtime listens.
+struct Shutdown(Option<(Signal, Signal)>);
+
+impl Shutdown {
+    /// Starts listening (on the running runtime).
+    fn listen() -> Self {
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            (Ok(interrupt), Ok(terminate)) => Self(Some((interrupt, terminate))),
+            _ => Self(None),
+        }
     }
+
+    /// The next signal's name.
+    async fn recv(&mut self) -> &'static str {
+        let Some((interrupt, terminate)) = &mut self.0 else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = interrupt.recv() => "SIGINT",
+            _ = terminate.recv() => "SIGTERM",
+        }
+    }
+}
+
+/// The machine's name, for the lease's holder (agents in containers share pids and
+/// addresses; which agent acts rests on the epoch, not on this name).
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_else(|_| "unknown host".to_owned())
 }

@@ -11,7 +11,7 @@
 use crate::assemble::{unix_micros_from_postgres, Assembler};
 use crate::catalog::Catalog;
 use crate::config::Config;
-use crate::connect::{connect_sql, reached_host, replication_config, SqlSession};
+use crate::connect::{application_name, connect_sql, reached_host, replication_config, SqlSession};
 use crate::database::{self, SlotState};
 use crate::fanout::Fanout;
 use crate::heartbeat::HEARTBEAT_PREFIX;
@@ -149,12 +149,23 @@ impl Stream {
             &self.config.publication,
             start,
         )?
-        .with_application_name("txcache-agent stream");
+        .with_application_name(application_name("txcache-agent stream"));
         let mut client = ReplicationClient::connect(replication).await?;
         client
             .wait_started()
             .await
             .context("starting replication")?;
+        // The slot is this session's now: if an agent whose lease lapsed acknowledged it
+        // further between the reading above and the start, PostgreSQL resumes there, past
+        // commits the nodes never received. A gap: every node is reset.
+        if let Some(now) = database::find_slot(&sql, &self.config.slot).await? {
+            if now.confirmed > slot.confirmed {
+                tracing::error!(slot = %self.config.slot, read = %slot.confirmed, started = %now.confirmed,
+                    "THE REPLICATION SLOT MOVED BEFORE THE STREAM STARTED (another agent acknowledged it): the changes in between were never read; every cache node is reset");
+                self.restart_after_gap(&sql, now.confirmed).await?;
+                bail!("restarting the stream after the gap");
+            }
+        }
         tracing::info!(slot = %self.config.slot, resume = %start, "invalidation stream started");
         let mut ack_timer = tokio::time::interval(ACK_INTERVAL);
         loop {
@@ -355,6 +366,12 @@ impl Stream {
 
     /// Acknowledges what every connected node has received (never more).
     fn acknowledge(&mut self, client: &ReplicationClient) {
+        // An agent whose lease lapsed delivers nothing, so every node counts as gone and
+        // "delivered everywhere" would be everything decoded: it must not move the slot
+        // past what the nodes have, under the agent that takes over.
+        if !self.term.valid() {
+            return;
+        }
         let delivered = self.fanout.delivered_everywhere();
         let mut position = delivered;
         // Everything below an idle end is delivered once its heartbeat is: confirm the end.

@@ -5,7 +5,7 @@
 //! Everything the old timeline wrote below the switch point is the new one's too, so cache
 //! nodes that saw nothing past it keep their entries across the failover.
 
-use crate::connect::replication_config;
+use crate::connect::{application_name, replication_config};
 use pgwire_replication::{Lsn, ReplicationClient};
 use txcache_model::Timestamp;
 
@@ -29,7 +29,7 @@ pub async fn switch_point(
         return Ok(None);
     }
     let config = replication_config(dsn, host, slot, publication, Lsn::from_u64(0))?
-        .with_application_name("txcache-agent timeline");
+        .with_application_name(application_name("txcache-agent timeline"));
     let mut client = ReplicationClient::connect_gated(config).await?;
     let history = client.timeline_history(new_timeline).await?;
     // Dropping a gated client ends its session.

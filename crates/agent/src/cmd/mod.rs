@@ -138,8 +138,16 @@ impl Command {
     ) -> Result<(), CommandError> {
         match self {
             Command::Pins(pins) => pins.apply(endpoint.active()?, out),
-            Command::Pin(pin) => pin.apply(endpoint.active()?, out).await,
-            Command::CommitLsn(wait) => wait.apply(endpoint.active()?, out).await,
+            Command::Pin(pin) => {
+                let start = out.len();
+                pin.apply(endpoint.active()?, out).await?;
+                still_active(endpoint, out, start)
+            }
+            Command::CommitLsn(wait) => {
+                let start = out.len();
+                wait.apply(endpoint.active()?, out).await?;
+                still_active(endpoint, out, start)
+            }
             Command::TagColumns(columns) => columns.apply(endpoint.active()?, out),
             Command::Barrier(barrier) => barrier.apply(endpoint.active()?, out),
             Command::Database(database) => database.apply(endpoint.active()?, out),
@@ -149,6 +157,16 @@ impl Command {
             Command::Quit(quit) => quit.apply(session, out),
         }
     }
+}
+
+/// After a command that waited: its reply (from `start` in `out`) stands only if the term
+/// did not end meanwhile (another agent may vouch for the database by now).
+fn still_active(endpoint: &Endpoint, out: &mut BytesMut, start: usize) -> Result<(), CommandError> {
+    if let Err(error) = endpoint.active() {
+        out.truncate(start);
+        return Err(error);
+    }
+    Ok(())
 }
 
 type Parse = fn(&mut Args<'_>) -> Result<Command, CommandError>;
