@@ -188,10 +188,7 @@ async fn try_acquire(
     settings: &LeaseSettings,
     session: &mut Option<SqlSession>,
 ) -> anyhow::Result<Result<Acquired, Option<(String, u64)>>> {
-    if session.is_none() {
-        *session = Some(connect_sql(&settings.dsn, "txcache-agent lease").await?);
-    }
-    let sql = session.as_ref().expect("connected above");
+    let sql = lease_session(settings, session).await?;
     let previous = sql
         .client
         .query_opt(
@@ -299,21 +296,29 @@ pub async fn keep(settings: &LeaseSettings, term: &Term) {
     }
 }
 
+/// The lease session, connected first if it is not (within the validity span: a renewal
+/// that cannot connect in time is one that failed).
+async fn lease_session<'a>(
+    settings: &LeaseSettings,
+    session: &'a mut Option<SqlSession>,
+) -> anyhow::Result<&'a SqlSession> {
+    if session.is_none() {
+        let connect = connect_sql(&settings.dsn, "txcache-agent lease");
+        let sql = tokio::time::timeout(settings.valid_for(), connect)
+            .await
+            .context("connecting timed out")??;
+        *session = Some(sql);
+    }
+    Ok(session.as_ref().expect("connected above"))
+}
+
 /// One renewal: `Ok(false)` when another agent holds the lease now.
 async fn renew(
     settings: &LeaseSettings,
     epoch: u64,
     session: &mut Option<SqlSession>,
 ) -> anyhow::Result<bool> {
-    if session.is_none() {
-        let connect = connect_sql(&settings.dsn, "txcache-agent lease");
-        *session = Some(
-            tokio::time::timeout(settings.valid_for(), connect)
-                .await
-                .context("connecting timed out")??,
-        );
-    }
-    let sql = session.as_ref().expect("connected above");
+    let sql = lease_session(settings, session).await?;
     let (epoch, duration_ms) = (
         i64::try_from(epoch).unwrap_or(i64::MAX),
         settings.duration_ms(),

@@ -10,14 +10,15 @@ use bytes::BytesMut;
 use clap::Parser;
 use std::sync::Arc;
 
-/// A connection to `node`, sending one command at a time and returning the reply's bytes.
-struct Client<'a> {
+/// A connection to `node` with the stream rights (the agent's), sending one command at a
+/// time and returning the reply's bytes; the other command modules' tests use it too.
+pub(super) struct Client<'a> {
     node: &'a Node,
-    session: Session,
+    pub(super) session: Session,
 }
 
 impl<'a> Client<'a> {
-    fn new(node: &'a Node) -> Self {
+    pub(super) fn new(node: &'a Node) -> Self {
         let session = Session {
             authenticated: true,
             streams: true,
@@ -26,7 +27,7 @@ impl<'a> Client<'a> {
         Client { node, session }
     }
 
-    fn send(&mut self, parts: &[&str]) -> String {
+    pub(super) fn send(&mut self, parts: &[&str]) -> String {
         let mut out = BytesMut::new();
         let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
         execute_parts(
@@ -38,7 +39,7 @@ impl<'a> Client<'a> {
     }
 }
 
-fn node() -> Node {
+pub(super) fn node() -> Node {
     Node::new(Config::parse_from(["txcached", "--shards", "4"]))
 }
 

@@ -43,44 +43,9 @@ pub fn run(
 
 #[cfg(test)]
 mod tests {
-    use crate::cmd::{execute_parts, Context, Session};
-    use crate::config::Config;
+    use crate::cmd::compat_tests::{node, Client as Agent};
     use crate::metrics;
     use crate::node::Node;
-    use bytes::BytesMut;
-    use clap::Parser;
-
-    /// A connection with the stream rights (the agent's), sending one command at a time.
-    struct Agent<'a> {
-        node: &'a Node,
-        session: Session,
-    }
-
-    impl<'a> Agent<'a> {
-        fn new(node: &'a Node) -> Self {
-            let session = Session {
-                authenticated: true,
-                streams: true,
-                ..Session::default()
-            };
-            Agent { node, session }
-        }
-
-        fn send(&mut self, parts: &[&str]) -> String {
-            let mut out = BytesMut::new();
-            let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
-            execute_parts(
-                &parts,
-                &mut Context::new(self.node, &mut self.session),
-                &mut out,
-            );
-            String::from_utf8_lossy(&out).into_owned()
-        }
-    }
-
-    fn node() -> Node {
-        Node::new(Config::parse_from(["txcached", "--shards", "3"]))
-    }
 
     /// The fence's refusal of a connection at `connection` on a node at `node`.
     fn fenced(connection: u64, node: u64) -> String {
