@@ -60,7 +60,9 @@ def shop(postgres: EmbeddedPostgres, tmp_path_factory: pytest.TempPathFactory) -
     try:
         with Stack(options) as stack:
             log = tmp_path_factory.mktemp("django_shop") / "granian.log"
-            with Shop(stack, log, environment=environment) as server:
+            # A short staleness bound: a page shows a raw update (which carries no token)
+            # once the pins it may still read at are this old.
+            with Shop(stack, log, staleness=3, environment=environment) as server:
                 for app in ("contenttypes", "auth", "admin", "sessions"):
                     server.manage("migrate", app)
                 server.manage("migrate", "shop", "0001")
@@ -184,7 +186,7 @@ def test_a_raw_update_from_another_connection_shows(shop: Shop) -> None:
         def shown() -> bool:  # no token: within the staleness bound, as the newest pin moves
             return bool(client.get("/items/4/").json()["stock"] == 0)
 
-        wait_until(shown, "the page to show the raw update", timeout=30)
+        wait_until(shown, "the page to show the raw update", timeout=20)
 
 
 def test_a_migration_while_the_site_runs_leaves_nothing_stale(shop: Shop) -> None:

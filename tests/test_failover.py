@@ -50,9 +50,13 @@ def both_hosts(primary: EmbeddedPostgres, standby: EmbeddedPostgres) -> str:
     )
 
 
-def slot_synced(standby: EmbeddedPostgres, position: int) -> bool:
+def slot_synced(primary: EmbeddedPostgres, standby: EmbeddedPostgres, position: int) -> bool:
     """Whether the standby holds a persistent copy of the agent's slot, confirmed up to
-    ``position`` at least."""
+    ``position`` at least. The standby copies a slot only once its catalog horizon is past
+    the standby's own, which moves at a running-transactions record: log one (PostgreSQL
+    writes one every 15 s; the standby backs off to 30 s between failed copies)."""
+    with psycopg.connect(primary.dsn, autocommit=True) as db:
+        db.execute("SELECT pg_log_standby_snapshot()")
     with psycopg.connect(standby.dsn) as db:
         row = db.execute(
             "SELECT synced AND NOT temporary, (confirmed_flush_lsn - '0/0'::pg_lsn)::bigint "
@@ -77,7 +81,7 @@ def test_a_promoted_standby_keeps_the_cache_and_every_invalidation(
         stack.write("INSERT INTO items (id) VALUES (1)")
         position = stack.caught_up()
         wait_until(
-            lambda: slot_synced(standby, position),
+            lambda: slot_synced(primary, standby, position),
             "the standby's copy of the slot to catch up",
             timeout=60,
             log=agent.log_text,
@@ -124,7 +128,7 @@ def test_no_invalidation_is_lost_when_the_primary_fails_under_writes(
         agent = running_agent(stack)
         rows = range(1000, 1400)
         probes = stack.probe(*(f"public.items:id={row}" for row in rows))
-        wait_until(lambda: slot_synced(standby, 0), "the standby's copy of the slot",
+        wait_until(lambda: slot_synced(primary, standby, 0), "the standby's copy of the slot",
                    timeout=60, log=agent.log_text)  # fmt: skip
         committed: list[int] = []
         stop = threading.Event()
@@ -191,7 +195,7 @@ def test_an_agent_restarted_during_a_failover_rewinds_the_nodes(
         agent = running_agent(stack)
         probes = stack.probe("public.items:id=1")
         position = stack.caught_up()
-        wait_until(lambda: slot_synced(standby, position), "the standby's copy of the slot",
+        wait_until(lambda: slot_synced(primary, standby, position), "the standby's copy of the slot",
                    timeout=60, log=agent.log_text)  # fmt: skip
         rewinds = info(stack.cache, "txcache")["rewinds"]
         agent.stop()

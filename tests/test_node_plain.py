@@ -8,10 +8,16 @@ import urllib.request
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
 from redis.exceptions import NoPermissionError, ResponseError
+from redis.retry import Retry
 
 from conftest import StartNode, info
 from txcache.stack import NodeProcess, find_binary, free_port
+
+ONCE = Retry(NoBackoff(), retries=0)
+"""For a client whose refusal is the question: redis-py retries a refused connection or
+authentication (connection errors) three times with backoff, seconds in all."""
 
 
 def test_get_set_del_exists(client: redis.Redis) -> None:
@@ -123,13 +129,13 @@ def test_config_set_maxmemory_evicts_and_refuses_what_never_fits(start_node: Sta
 
 def test_auth_is_required_when_a_password_is_set(start_node: StartNode) -> None:
     node = start_node("--password", "s3cret")
-    anonymous = redis.Redis(host=node.host, port=node.port, protocol=2)
+    anonymous = redis.Redis(host=node.host, port=node.port, protocol=2, retry=ONCE)
     with pytest.raises(redis.AuthenticationError):
         anonymous.get("k")
     with pytest.raises(redis.AuthenticationError):
         anonymous.execute_command("TXGET", "k", 1, 2)
     with pytest.raises(redis.AuthenticationError):
-        redis.Redis(host=node.host, port=node.port, password="wrong", protocol=2).ping()
+        redis.Redis(host=node.host, port=node.port, password="wrong", protocol=2, retry=ONCE).ping()
     good = redis.Redis(host=node.host, port=node.port, password="s3cret", protocol=2)
     assert good.set("k", b"v")
     assert good.get("k") == b"v"
@@ -188,7 +194,7 @@ def test_passwords_that_open_more_than_they_say_are_refused(flags: list[str], me
 
 def test_a_stream_password_alone_leaves_data_commands_open(start_node: StartNode) -> None:
     node = start_node("--stream-password", "agent")
-    anonymous = redis.Redis(host=node.host, port=node.port, protocol=2)
+    anonymous = redis.Redis(host=node.host, port=node.port, protocol=2, retry=ONCE)
     assert anonymous.set("k", b"v")
     with pytest.raises(NoPermissionError, match="TXHEARTBEAT is a stream command"):
         anonymous.execute_command("TXHEARTBEAT", 100, 1)
@@ -210,7 +216,7 @@ def test_max_clients_refuses_with_an_error(start_node: StartNode) -> None:
     assert first.ping()
     assert second.ping()
     with pytest.raises(redis.ConnectionError, match="max number of clients"):
-        redis.Redis(host=node.host, port=node.port, protocol=2).ping()
+        redis.Redis(host=node.host, port=node.port, protocol=2, retry=ONCE).ping()
     assert first.ping()
 
 
