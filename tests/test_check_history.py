@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -77,6 +78,17 @@ def test_staleness_bounds_how_old_the_point_may_be() -> None:
     stale = read((("list", 0), ()), staleness=60.0)
     assert judge(history(), stale).points is None
     assert judge(history(), read((("list", 0), ()), staleness=75.0)).points == (2, 2)
+
+
+def test_a_commit_is_owed_only_once_its_writer_was_answered() -> None:
+    # Commit 3's record is at t = 30 but it waited for a synchronous standby until t = 95:
+    # a fresh read at t = 90 need not see it, one at t = 100 must.
+    waited = [*COMMITS[:2], dataclasses.replace(COMMITS[2], answered=95.0)]
+    without_the_append = read((("list", 0), ()), began=90.0, ended=90.0, staleness=0.0)
+    assert judge(History(INITIAL, waited, slack=0.5), without_the_append).points == (2, 2)
+    assert judge(history(), without_the_append).points is None
+    late = read((("list", 0), ()), began=100.0, ended=100.0, staleness=0.0)
+    assert judge(History(INITIAL, waited, slack=0.5), late).points is None
 
 
 def test_not_before_excludes_points_before_the_token() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Literal
 
 import psycopg
 import pytest
@@ -14,55 +15,18 @@ import redis
 
 from agent_fixtures import Stack
 from conftest import info, running_agent
-from postgres_fixtures import PostgresFactory
-from txcache.stack import EmbeddedPostgres, wait_until, wal_position
+from txcache.stack import ReplicatedPostgres, wait_until, wal_position
 
-STANDBY_SLOT = "standby1"
+AGENT_SLOT = "txcache"
 
 
 @pytest.fixture
-def primary_and_standby(
-    postgres_factory: PostgresFactory,
-) -> Iterator[tuple[EmbeddedPostgres, EmbeddedPostgres]]:
-    """A primary and its streaming standby, which synchronizes the primary's failover slots;
-    the primary sends no change to a logical client before the standby has it."""
-    primary = postgres_factory()
-    with psycopg.connect(primary.dsn, autocommit=True) as db:
-        db.execute("SELECT pg_create_physical_replication_slot(%s)", (STANDBY_SLOT,))
-    standby = EmbeddedPostgres(
-        {"hot_standby_feedback": "on", "sync_replication_slots": "on"},
-        replica_of=(primary, STANDBY_SLOT),
-    )
-    try:
-        with psycopg.connect(primary.dsn, autocommit=True) as db:
-            db.execute(f"ALTER SYSTEM SET synchronized_standby_slots = '{STANDBY_SLOT}'")
-            db.execute("SELECT pg_reload_conf()")
-        yield primary, standby
-    finally:
-        standby.stop()
-
-
-def both_hosts(primary: EmbeddedPostgres, standby: EmbeddedPostgres) -> str:
-    """The agent's DSN: the primary, then the standby; whichever is writable."""
-    return (
-        f"host={primary.host},{standby.host} port={primary.port},{standby.port} user=postgres "
-        "dbname=postgres target_session_attrs=read-write"
-    )
-
-
-def slot_synced(primary: EmbeddedPostgres, standby: EmbeddedPostgres, position: int) -> bool:
-    """Whether the standby holds a persistent copy of the agent's slot, confirmed up to
-    ``position`` at least. The standby copies a slot only once its catalog horizon is past
-    the standby's own, which moves at a running-transactions record: log one (PostgreSQL
-    writes one every 15 s; the standby backs off to 30 s between failed copies)."""
-    with psycopg.connect(primary.dsn, autocommit=True) as db:
-        db.execute("SELECT pg_log_standby_snapshot()")
-    with psycopg.connect(standby.dsn) as db:
-        row = db.execute(
-            "SELECT synced AND NOT temporary, (confirmed_flush_lsn - '0/0'::pg_lsn)::bigint "
-            "FROM pg_replication_slots WHERE slot_name = 'txcache'"
-        ).fetchone()
-    return row is not None and bool(row[0]) and int(row[1]) >= position
+def pair() -> Iterator[ReplicatedPostgres]:
+    """A primary and its streaming (asynchronous) standby, which synchronizes the primary's
+    failover slots; the primary sends no change to a logical client before the standby has
+    it."""
+    with ReplicatedPostgres() as servers:
+        yield servers
 
 
 def open_probe(cache: redis.Redis, key: str) -> bool:
@@ -72,16 +36,17 @@ def open_probe(cache: redis.Redis, key: str) -> bool:
 
 
 def test_a_promoted_standby_keeps_the_cache_and_every_invalidation(
-    primary_and_standby: tuple[EmbeddedPostgres, EmbeddedPostgres],
+    pair: ReplicatedPostgres,
 ) -> None:
-    primary, standby = primary_and_standby
-    with Stack(primary.dsn, agent_dsn=both_hosts(primary, standby)) as stack:
+    primary, standby = pair.primary, pair.standby
+    assert standby is not None
+    with Stack(primary.dsn, agent_dsn=pair.dsn) as stack:
         agent = running_agent(stack)
         probes = stack.probe("public.items:id=1", "public.items:id=2", "public.items:id=3")
         stack.write("INSERT INTO items (id) VALUES (1)")
         position = stack.caught_up()
         wait_until(
-            lambda: slot_synced(primary, standby, position),
+            lambda: pair.slots_synced([AGENT_SLOT], position),
             "the standby's copy of the slot to catch up",
             timeout=60,
             log=agent.log_text,
@@ -91,9 +56,8 @@ def test_a_promoted_standby_keeps_the_cache_and_every_invalidation(
         rewinds = info(stack.cache, "txcache")["rewinds"]
         stack.db.close()
 
-        primary.stop()  # a clean stop: the standby receives all WAL first
+        pair.fail_over("stop")  # a clean stop: the standby receives all WAL first
         with psycopg.connect(standby.dsn, autocommit=True) as new_primary:
-            new_primary.execute("SELECT pg_promote()")
             wait_until(
                 lambda: "timeline continues the old one" in agent.log_text(),
                 "the agent to follow the promoted standby",
@@ -116,26 +80,27 @@ def test_a_promoted_standby_keeps_the_cache_and_every_invalidation(
 
 @pytest.mark.parametrize("how", ["stop", "crash"])
 def test_no_invalidation_is_lost_when_the_primary_fails_under_writes(
-    primary_and_standby: tuple[EmbeddedPostgres, EmbeddedPostgres], how: str
+    pair: ReplicatedPostgres, how: Literal["stop", "crash"]
 ) -> None:
     """A writer inserts rows one by one while the primary stops (cleanly, or as a crash: an
     immediate shutdown) and the standby is promoted: every insert the new primary has
     reaches the node, and none it lacks does (a commit acknowledged by a crashed primary
     may never have reached the standby: the failover slots keep the agent behind the
     standby, so the nodes never saw it and keep their entries)."""
-    primary, standby = primary_and_standby
-    with Stack(primary.dsn, agent_dsn=both_hosts(primary, standby)) as stack:
+    primary, standby = pair.primary, pair.standby
+    assert standby is not None
+    with Stack(primary.dsn, agent_dsn=pair.dsn) as stack:
         agent = running_agent(stack)
         rows = range(1000, 1400)
         probes = stack.probe(*(f"public.items:id={row}" for row in rows))
-        wait_until(lambda: slot_synced(primary, standby, 0), "the standby's copy of the slot",
+        wait_until(lambda: pair.slots_synced([AGENT_SLOT]), "the standby's copy of the slot",
                    timeout=60, log=agent.log_text)  # fmt: skip
         committed: list[int] = []
         stop = threading.Event()
 
         def write() -> None:
             """Insert the next row on whichever server is writable, until told to stop."""
-            dsn = both_hosts(primary, standby)
+            dsn = pair.dsn
             for row in rows:
                 while not stop.is_set():
                     try:
@@ -153,12 +118,7 @@ def test_no_invalidation_is_lost_when_the_primary_fails_under_writes(
         try:
             wait_until(lambda: len(committed) >= 50, "writes on the primary", timeout=30)
             stack.db.close()
-            if how == "crash":
-                primary.crash()
-            else:
-                primary.stop()
-            with psycopg.connect(standby.dsn, autocommit=True) as new_primary:
-                new_primary.execute("SELECT pg_promote()")
+            pair.fail_over(how)
             wait_until(lambda: len(committed) >= 150, "writes on the promoted standby",
                        timeout=60, log=agent.log_text)  # fmt: skip
         finally:
@@ -184,25 +144,26 @@ def test_no_invalidation_is_lost_when_the_primary_fails_under_writes(
         assert info(stack.cache, "txcache")["rewinds"] == 0
 
 
-def test_an_agent_restarted_during_a_failover_rewinds_the_nodes(
-    primary_and_standby: tuple[EmbeddedPostgres, EmbeddedPostgres],
-) -> None:
+def test_an_agent_restarted_during_a_failover_rewinds_the_nodes(pair: ReplicatedPostgres) -> None:
     """An agent that was down while the standby was promoted never saw the old timeline
     end: it cannot tell that the new one continues it, so it rewinds the nodes (their
     versioned entries dropped) rather than trust them, and streams on."""
-    primary, standby = primary_and_standby
-    with Stack(primary.dsn, agent_dsn=both_hosts(primary, standby)) as stack:
+    primary, standby = pair.primary, pair.standby
+    assert standby is not None
+    with Stack(primary.dsn, agent_dsn=pair.dsn) as stack:
         agent = running_agent(stack)
         probes = stack.probe("public.items:id=1")
         position = stack.caught_up()
-        wait_until(lambda: slot_synced(primary, standby, position), "the standby's copy of the slot",
-                   timeout=60, log=agent.log_text)  # fmt: skip
+        wait_until(
+            lambda: pair.slots_synced([AGENT_SLOT], position),
+            "the standby's copy of the slot",
+            timeout=60,
+            log=agent.log_text,
+        )
         rewinds = info(stack.cache, "txcache")["rewinds"]
         agent.stop()
         stack.db.close()
-        primary.stop()
-        with psycopg.connect(standby.dsn, autocommit=True) as new_primary:
-            new_primary.execute("SELECT pg_promote()")
+        pair.fail_over("stop")
         stack.restart_agent()
         restarted = running_agent(stack)
         wait_until(
@@ -224,12 +185,9 @@ def test_an_agent_restarted_during_a_failover_rewinds_the_nodes(
         )
 
 
-def test_a_multi_host_dsn_must_ask_for_the_primary(
-    primary_and_standby: tuple[EmbeddedPostgres, EmbeddedPostgres],
-) -> None:
-    primary, standby = primary_and_standby
-    dsn = both_hosts(primary, standby).replace(" target_session_attrs=read-write", "")
-    stack = Stack(primary.dsn, agent_dsn=dsn)
+def test_a_multi_host_dsn_must_ask_for_the_primary(pair: ReplicatedPostgres) -> None:
+    dsn = pair.dsn.replace(" target_session_attrs=read-write", "")
+    stack = Stack(pair.primary.dsn, agent_dsn=dsn)
     with pytest.raises(Exception, match="target_session_attrs=read-write"):
         stack.start()
     stack.stop()

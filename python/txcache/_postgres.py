@@ -323,7 +323,8 @@ class EmbeddedPostgres:
     account only (the embedded build has no SSL: use a system build). ``replica_of`` is a
     server and one of its physical replication slots: the cluster is then a base backup of
     that server (``pg_basebackup -R``), started as its streaming standby through the slot.
-    The server is stopped at interpreter exit if nobody did.
+    ``port`` 0 is a free one (another after a clash); any other is that one, or
+    :class:`PostgresStartError`. The server is stopped at interpreter exit if nobody did.
     """
 
     host = "127.0.0.1"
@@ -337,6 +338,7 @@ class EmbeddedPostgres:
         bin_dir: Path | str | None = None,
         ssl: tuple[Path, Path] | None = None,
         replica_of: tuple[EmbeddedPostgres, str] | None = None,
+        port: int = 0,
         start_timeout: float = 30.0,
     ) -> None:
         """Initialise the cluster if needed and start the server; wait until it accepts."""
@@ -348,7 +350,8 @@ class EmbeddedPostgres:
         self.base_dir = base.resolve()
         self._handle = _Handle(self.base_dir, remove=temporary)
         self._finalizer = weakref.finalize(self, _cleanup, self._handle)
-        self.port = 0
+        self.port = port
+        self._fixed_port = port != 0
         self._account = _system_account()
         self._replica_of = replica_of
         try:
@@ -428,7 +431,9 @@ class EmbeddedPostgres:
         synchronizes failover slots only then)."""
         source = f"{primary.dsn} application_name=standby_{slot}"
         command = [str(self.binary("pg_basebackup")), "-D", str(self.data_dir), "-R", "-S", slot]
-        _run_as(self._account, [*command, "-X", "stream", "-d", source], self.base_dir)
+        # A fast checkpoint: the default spreads it over minutes on a busy primary.
+        command += ["--checkpoint", "fast", "-X", "stream", "-d", source]
+        _run_as(self._account, command, self.base_dir)
 
     def _install_certificate(self, cert: Path, key: Path) -> None:
         """Serve TLS with copies of ``cert`` and ``key`` the server's account owns (it must
@@ -460,6 +465,8 @@ class EmbeddedPostgres:
                 self._launch(port)
                 return
             except _PortInUse:
+                if self._fixed_port:
+                    raise PostgresStartError(f"port {port} is in use:\n{self.log_tail()}") from None
                 if attempt == 2:
                     raise PostgresStartError(
                         f"no free port after 3 attempts:\n{self.log_tail()}"

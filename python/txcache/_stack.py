@@ -463,6 +463,13 @@ class Stack:
     def _agent_log(self) -> str:
         return self.agent.log_text()[-3000:] if self.agent else "(no agent running)"
 
+    def node_info(self, address: str, section: str | None = None) -> dict[str, str]:
+        """A node's ``INFO`` (of ``section``), field by field; raises
+        :class:`~txcache.protocol.ConnectionLost` while it cannot be asked."""
+        password, tls_ca = self.options.password, self._tls_ca
+        with protocol.connect(address, password=password, tls_ca=tls_ca) as connection:
+            return connection.run(protocol.info(section))
+
     def _applied(self, address: str) -> int:
         """The node's stream position N (``TXSTATUS``); -1 while it cannot be asked."""
         password, tls_ca = self.options.password, self._tls_ca

@@ -19,7 +19,8 @@ the demos, the tests and the benchmarks start their processes with::
   :class:`AgentProcess` (one ``txcache-agent``), :class:`ServerProcess` (an application
   server that logs to a file, ready once it answers: :func:`answers_http`),
   :class:`TcpProxy` (a proxy process to freeze: a network partition of whatever it
-  carries).
+  carries), :class:`ReplicatedPostgres` (a primary and its streaming standby, on two
+  ports a multi-host DSN names, that fail over and are made whole again).
   :func:`find_binary` says which ``txcached`` or ``txcache-agent`` they run
   (``$TXCACHED_BIN``, ``$TXCACHE_AGENT_BIN``; a checkout's build; the wheel's, beside the
   installed package; ``PATH``).
@@ -48,6 +49,7 @@ from txcache._process import (
     wait_until,
 )
 from txcache._proxy import TcpProxy
+from txcache._replicated import STANDBY_SLOT, ReplicatedPostgres
 from txcache._stack import (
     EMBEDDED_SETTINGS,
     PartFailed,
@@ -60,6 +62,7 @@ from txcache._stack import (
 
 __all__ = [
     "EMBEDDED_SETTINGS",
+    "STANDBY_SLOT",
     "AgentProcess",
     "EmbeddedPostgres",
     "NodeProcess",
@@ -67,6 +70,7 @@ __all__ = [
     "PartFailed",
     "PostgresStartError",
     "ProcessStartError",
+    "ReplicatedPostgres",
     "ServerProcess",
     "Stack",
     "StackOptions",

@@ -16,6 +16,13 @@
   then resumed: it must learn it lost the lease and deliver nothing more |
 | ``agent-failover-cut`` | the active agent's proxy to PostgreSQL frozen (a partition) until a
   standby took over, then healed |
+| ``promote-stop`` | with ``--standby-postgres``: the primary stopped (fast), the standby
+  promoted (timed until every node applied the new primary's writes), a new standby made
+  on the freed port |
+| ``promote-crash`` | the same after an immediate shutdown of the primary |
+
+With a standby, ``postgres-restart`` restarts whichever server is primary; ``slot-lost`` is
+refused (its checkpoint on one server would not invalidate the standby's copy).
 """
 
 from __future__ import annotations
@@ -28,15 +35,22 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 
 from txcache.check.agents import AgentGroup
-from txcache.check.stack import AGENT_SLOT, SLOT_WAL_KEEP
-from txcache.stack import Stack
+from txcache.check.stack import AGENT_SLOT, CHECK_SLOT, SLOT_WAL_KEEP, CheckStack
+from txcache.stack import ReplicatedPostgres, wait_until
 
-__all__ = ["FAILOVER_KINDS", "FAULT_KINDS", "Fault", "FaultInjector", "fault_kinds_problem"]
+__all__ = [
+    "FAILOVER_KINDS",
+    "FAULT_KINDS",
+    "PROMOTE_KINDS",
+    "Fault",
+    "FaultInjector",
+    "fault_kinds_problem",
+]
 
 log = logging.getLogger("txcache.check")
 
@@ -50,20 +64,33 @@ FAULT_KINDS = (
 )
 FAILOVER_KINDS = ("agent-failover-kill", "agent-failover-stop", "agent-failover-cut")
 """The faults of several agents (``--standby-agents``), each timing the takeover."""
+PROMOTE_KINDS = ("promote-stop", "promote-crash")
+"""The faults of a primary and its standby (``--standby-postgres``), each timing the
+failover."""
 _ONE_AGENT_KINDS = ("agent-kill", "slot-lost")  # they restart "the" agent
+_PROMOTE_TIMEOUT = 60.0  # seconds for the standby's slots to sync, or the nodes to follow
 _SEGMENT = 16 << 20  # PostgreSQL's default WAL segment size
 
 
-def fault_kinds_problem(kinds: Sequence[str], *, several_agents: bool) -> str | None:
+def fault_kinds_problem(
+    kinds: Sequence[str], *, several_agents: bool, standby_postgres: bool = False
+) -> str | None:
     """Why ``kinds`` cannot be injected (``None``: they can): unknown ones, failovers
-    without standby agents, or with them the kinds that restart "the" agent."""
-    unknown = set(kinds) - set(FAULT_KINDS) - set(FAILOVER_KINDS)
+    without standby agents or standby PostgreSQL, with standby agents the kinds that
+    restart "the" agent, with standby PostgreSQL the lost slot."""
+    unknown = set(kinds) - {*FAULT_KINDS, *FAILOVER_KINDS, *PROMOTE_KINDS}
     if unknown:
         return f"unknown fault kind(s): {', '.join(sorted(unknown))}"
     if not several_agents and set(kinds) & set(FAILOVER_KINDS):
         return "the agent-failover-* faults need --standby-agents"
     if several_agents and set(kinds) & set(_ONE_AGENT_KINDS):
         return "with --standby-agents, use agent-failover-kill rather than agent-kill or slot-lost"
+    if not standby_postgres and set(kinds) & set(PROMOTE_KINDS):
+        return "the promote-* faults need --standby-postgres"
+    if standby_postgres and several_agents:
+        return "--standby-postgres and --standby-agents cannot be combined yet"
+    if standby_postgres and "slot-lost" in kinds:
+        return "with --standby-postgres, slot-lost cannot be injected (the standby keeps a copy)"
     return None
 
 
@@ -77,7 +104,11 @@ class Fault:
     error: str = ""
     """Why injecting it failed (empty: it was injected)."""
     took: float | None = None
-    """For a failover: seconds from the fault until another agent was active."""
+    """For a failover: seconds from the fault until another agent was active; for a
+    promotion, until every node applied the new primary's writes."""
+    rewound: bool | None = None
+    """For a promotion: whether the agent rewound a node (its versioned entries dropped)
+    rather than keep the cache."""
 
 
 class FaultInjector:
@@ -85,7 +116,7 @@ class FaultInjector:
 
     def __init__(
         self,
-        stack: Stack,
+        target: CheckStack,
         kinds: Sequence[str],
         every: float,
         report: Callable[[str], None],
@@ -96,11 +127,14 @@ class FaultInjector:
         other slot must survive it (the checker's own) reads everything first, and there
         is no checkpoint unless it says it did. ``agents``: several agents, for the
         failover kinds (and without the one-agent kinds, which restart "the" agent)."""
-        problem = fault_kinds_problem(kinds, several_agents=agents is not None)
+        problem = fault_kinds_problem(
+            kinds, several_agents=agents is not None, standby_postgres=target.servers is not None
+        )
         if problem is not None:
             raise ValueError(problem)
         self.agents = agents
-        self.stack = stack
+        self.stack = target.stack
+        self.servers = target.servers
         self.kinds = list(kinds)
         self.every = every
         self.report = report
@@ -127,13 +161,16 @@ class FaultInjector:
                 return
             started = time.time()
             self.report(f"fault: {kind}")
-            error, took = "", None
+            error, took, rewound = "", None, None
             try:
-                took = getattr(self, "_" + kind.replace("-", "_"))()
+                if kind in PROMOTE_KINDS:
+                    took, rewound = self._promote("crash" if kind == "promote-crash" else "stop")
+                else:
+                    took = getattr(self, "_" + kind.replace("-", "_"))()
             except Exception as failure:  # a fault that failed is reported, the run goes on
                 log.exception("injecting %s failed", kind)
                 error = repr(failure)
-            self.faults.append(Fault(kind, started, time.time(), error, took))
+            self.faults.append(Fault(kind, started, time.time(), error, took, rewound))
 
     def _node_index(self) -> int:
         return next(self._victim) % len(self.stack.nodes)
@@ -191,8 +228,36 @@ class FaultInjector:
             )
 
     def _postgres_restart(self) -> None:
-        assert self.stack.postgres is not None
-        self.stack.postgres.restart()
+        primary = self.servers.primary if self.servers is not None else self.stack.postgres
+        assert primary is not None
+        primary.restart()
+
+    def _promote(self, how: Literal["stop", "crash"]) -> tuple[float, bool]:
+        """Fail over once the standby holds both slots (else the promotion would lose them),
+        time it until every node applied the new primary's writes, then make a new standby.
+        Also whether a node was rewound meanwhile."""
+        servers = self._servers()
+        wait_until(
+            lambda: servers.slots_synced((AGENT_SLOT, CHECK_SLOT)),
+            "the standby's copies of the agent's and the checker's slots",
+            timeout=_PROMOTE_TIMEOUT,
+        )
+        rewinds = self._rewinds()
+        since = time.monotonic()
+        servers.fail_over(how)
+        self.stack.caught_up(timeout=_PROMOTE_TIMEOUT)
+        took = time.monotonic() - since
+        rewound = self._rewinds() != rewinds
+        servers.rebuild_standby()
+        return took, rewound
+
+    def _rewinds(self) -> list[str]:
+        """Each node's count of rewinds (a node restarted meanwhile starts again at 0)."""
+        return [self.stack.node_info(a, "txcache")["rewinds"] for a in self.stack.node_addresses]
+
+    def _servers(self) -> ReplicatedPostgres:
+        assert self.servers is not None, "checked in __init__"
+        return self.servers
 
     def _agent_failover_kill(self) -> float:
         group = self._group()

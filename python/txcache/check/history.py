@@ -106,6 +106,9 @@ class Commit:
     """Its position in the WAL as the checker's slot reports it (0: unknown)."""
     tenant: str = PUBLIC_TENANT
     """Whose tables it wrote (each writer writes one tenant's)."""
+    answered: float = 0.0
+    """When its writer's COMMIT returned (or failed): it was visible by then (0: unknown,
+    take :attr:`time`)."""
 
 
 @dataclass
@@ -228,6 +231,12 @@ class CommitOrder:
         # Commit timestamps are taken just before the commit record is written, so they are
         # almost but not exactly in commit order: search their running maximum.
         self.times = list(itertools.accumulate((c.time for c in self.commits), max))
+        # When each commit was visible at the latest: its writer's answer (a commit waits
+        # for a synchronous standby between its record and becoming visible). A read that
+        # began after it must see it, so a read must see every commit up to the last one
+        # visible before it began: search the minimum from each commit on.
+        visible = (max(c.time, c.answered) for c in self.commits)
+        self.visible_by = list(itertools.accumulate(reversed(list(visible)), min))[::-1]
         self.lsns = [commit.lsn for commit in self.commits]
         # Every tenant's, in every tenant's reports: a DDL's barrier and catalog readings
         # concern them all.
@@ -402,7 +411,7 @@ class History:
         # State k was current from commit k until commit k + 1.
         oldest = read.began - read.staleness - self.slack
         times = self.order.times
-        low = bisect.bisect_left(times, oldest)  # first commit after `oldest`
+        low = bisect.bisect_left(self.order.visible_by, oldest)  # first visible after `oldest`
         if read.not_before is not None:
             low = max(low, self.order.position.get(read.not_before, len(self.commits) + 1))
         high = bisect.bisect_right(times, read.ended + self.slack)

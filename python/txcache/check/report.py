@@ -84,7 +84,8 @@ def _rows() -> list[tuple[str, Any]]:
         ("… inconsistent (by tenant)", _by_tenant(lambda t: t.inconsistent)),
         ("… **cross-tenant reads** (by tenant)", _by_tenant(lambda t: f"**{t.cross_tenant}**")),
         ("faults injected", _faults),
-        ("agent takeovers", _takeovers),
+        ("takeovers (agents; promotions: until the nodes follow)", _takeovers),
+        ("promotions that kept the cache (no node rewound)", _kept),
         ("reads served from the cache", lambda p: f"{p.cache_share:.1%} of {p.cache_lookups}"),
         ("… by tenant", _by_tenant(lambda t: f"{t.cache_share:.1%} of {t.cache_lookups}")),
         ("errors during a PostgreSQL restart (allowed)", lambda p: f"{len(p.errors_allowed)}"),
@@ -105,7 +106,8 @@ def _faults(phase: PhaseReport) -> str:
 
 
 def _takeovers(phase: PhaseReport) -> str:
-    """Per failover kind, the takeover times: p50 and max over how many."""
+    """Per failover kind (agents and promotions), the takeover times: p50 and max over
+    how many."""
     times: dict[str, list[float]] = {}
     for fault in phase.faults:
         if fault.took is not None:
@@ -115,6 +117,13 @@ def _takeovers(phase: PhaseReport) -> str:
         for kind, took in sorted(times.items())
     ]
     return "; ".join(parts) or "-"
+
+
+def _kept(phase: PhaseReport) -> str:
+    promotions = [fault for fault in phase.faults if fault.rewound is not None]
+    if not promotions:
+        return "-"
+    return f"{sum(1 for fault in promotions if not fault.rewound)} of {len(promotions)}"
 
 
 def _schema_ops(phase: PhaseReport) -> str:

@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 import txcache
 from txcache.check.agents import AgentGroup
 from txcache.check.commits import CommitReader
-from txcache.check.faults import FAILOVER_KINDS, FAULT_KINDS, Fault, FaultInjector
+from txcache.check.faults import (
+    FAILOVER_KINDS,
+    FAULT_KINDS,
+    PROMOTE_KINDS,
+    Fault,
+    FaultInjector,
+)
 from txcache.check.history import (
     PUBLIC_TENANT,
     Commit,
@@ -33,7 +39,7 @@ from txcache.check.history import (
     Verdict,
     judge,
 )
-from txcache.check.stack import running_stack
+from txcache.check.stack import CheckStack, running_stack
 from txcache.check.tenants import Tenant, context_blind_keys, make_tenants
 from txcache.check.workload import (
     READER_FUNCTIONS,
@@ -45,11 +51,11 @@ from txcache.check.workload import (
     schema_kind,
     write_once,
 )
-from txcache.stack import Stack
 
 __all__ = ["CheckOptions", "CheckReport", "PhaseReport", "TenantReport", "run_check"]
 
 _RESTART_GRACE = 5.0  # seconds after a PostgreSQL restart during which errors are allowed
+_POSTGRES_DOWN = ("postgres-restart", *PROMOTE_KINDS)  # the application sees errors then
 # Faults during which no agent runs (or none is active yet).
 _AGENT_DOWN = ("agent-kill", "slot-lost", *FAILOVER_KINDS)
 
@@ -78,6 +84,9 @@ class CheckOptions:
     standby_agents: int = 0
     """Agents standing by beside the active one (each behind a proxy of its own; the
     library is given them all): for the ``agent-failover-*`` faults."""
+    standby_postgres: bool = False
+    """PostgreSQL as a primary and its synchronous streaming standby (17 and later), every
+    DSN naming both: for the ``promote-*`` faults."""
 
 
 @dataclass
@@ -179,12 +188,13 @@ class CheckReport:
 def run_check(options: CheckOptions, progress: Callable[[str], None] = print) -> CheckReport:
     """Start a stack, run both phases, judge every read; the stack is stopped after."""
     tenants = make_tenants(enabled=options.tenant_readers > 0)
-    with running_stack(tenants) as stack:
+    with running_stack(tenants, standby_postgres=options.standby_postgres) as target:
+        stack = target.stack
         agents = AgentGroup(stack, options.standby_agents) if options.standby_agents else None
         try:
             commits = CommitReader(stack.dsn)
             commits.start()
-            phase = functools.partial(_phase, stack, tenants, commits, options, agents=agents)
+            phase = functools.partial(_phase, target, tenants, commits, options, agents=agents)
             checked = phase("consistent", options.duration, progress)
             phases = [checked]
             if options.control_duration > 0:
@@ -197,7 +207,14 @@ def run_check(options: CheckOptions, progress: Callable[[str], None] = print) ->
         writes = {log.xid: log for _, outcomes in phases for o in outcomes for log in o.writes}
         order = CommitOrder(
             [
-                Commit(xid, when, writes[xid].writes, commits.lsns.get(xid, 0), writes[xid].tenant)
+                Commit(
+                    xid,
+                    when,
+                    writes[xid].writes,
+                    commits.lsns.get(xid, 0),
+                    writes[xid].tenant,
+                    writes[xid].answered,
+                )
                 for xid, when in commits.commits
                 if xid in writes
             ]
@@ -217,7 +234,7 @@ def run_check(options: CheckOptions, progress: Callable[[str], None] = print) ->
 
 
 def _phase(
-    stack: Stack,
+    target: CheckStack,
     tenants: tuple[Tenant, ...],
     commits: CommitReader,
     options: CheckOptions,
@@ -228,6 +245,7 @@ def _phase(
 ) -> tuple[PhaseReport, list[Outcome]]:
     """Run every tenant's readers and writers in ``mode`` for ``seconds`` (with faults when
     consistent; with keys blind to the session context when not); what each did."""
+    stack = target.stack
     progress(
         f"phase {mode}: {seconds:.0f} s, tenants {', '.join(t.name for t in tenants)}; "
         f"{options.readers} readers, {options.writers} writers (each other tenant: "
@@ -256,7 +274,7 @@ def _phase(
         ]
         if mode == "consistent" and options.faults:
             injector = FaultInjector(
-                stack,
+                target,
                 options.faults,
                 options.fault_every,
                 progress,
@@ -387,7 +405,7 @@ def _sort_errors(outcome: Outcome, report: PhaseReport) -> None:
     windows = [
         (f.started - 0.5, f.ended + _RESTART_GRACE)
         for f in report.faults
-        if f.kind == "postgres-restart"
+        if f.kind in _POSTGRES_DOWN
     ]
     for error in outcome.errors:
         allowed = any(start <= error[0] <= end for start, end in windows)

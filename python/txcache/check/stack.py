@@ -1,6 +1,9 @@
 """The stack a check runs against: :class:`txcache.stack.Stack` with the checker's settings
 (its own embedded PostgreSQL, so that a fault can restart it; two nodes; the agent pinning
-and beating often), the tenants' schemas and roles, and the checker's own slot."""
+and beating often), the tenants' schemas and roles, and the checker's own slot. With a
+standby (``--standby-postgres``), PostgreSQL is a :class:`~txcache.stack.ReplicatedPostgres`
+with synchronous commits, every DSN names both servers, and both slots are failover slots:
+a promotion keeps the history and every invalidation."""
 
 from __future__ import annotations
 
@@ -12,9 +15,16 @@ import psycopg
 
 from txcache.check.tenants import Tenant, drop_roles
 from txcache.check.workload import SCHEMA
-from txcache.stack import Stack, StackOptions
+from txcache.stack import EMBEDDED_SETTINGS, ReplicatedPostgres, Stack, StackOptions
 
-__all__ = ["AGENT_SLOT", "CHECK_SLOT", "SLOT_WAL_KEEP", "running_stack"]
+__all__ = [
+    "AGENT_SLOT",
+    "CHECK_SLOT",
+    "SLOT_WAL_KEEP",
+    "CheckRefused",
+    "CheckStack",
+    "running_stack",
+]
 
 CHECK_SLOT = "txcache_check"
 """The checker's own logical slot (test_decoding): commit order and times, independent of
@@ -43,23 +53,61 @@ OPTIONS = StackOptions(
 """What a check starts."""
 
 
+@dataclasses.dataclass(frozen=True)
+class CheckStack:
+    """What a check runs against."""
+
+    stack: Stack
+    servers: ReplicatedPostgres | None = None
+    """The primary and its standby (``--standby-postgres``), which the stack's DSN names."""
+
+
+_FAILOVER_SINCE = 170000
+
+
+class CheckRefused(Exception):
+    """The check cannot run as asked (the message says why); nothing was checked."""
+
+
 @contextlib.contextmanager
-def running_stack(tenants: Sequence[Tenant] = ()) -> Iterator[Stack]:
-    """A fresh PostgreSQL with the workload's schema and the ``tenants``' (their roles
-    too), set up to track them all, with the checker's slot, two nodes and the agent; the
-    roles dropped and everything stopped on exit."""
+def running_stack(
+    tenants: Sequence[Tenant] = (), *, standby_postgres: bool = False
+) -> Iterator[CheckStack]:
+    """A fresh PostgreSQL (with ``standby_postgres``, a primary and its standby) with the
+    workload's schema and the ``tenants``' (their roles too), set up to track them all, with
+    the checker's slot, two nodes and the agent; the roles dropped and everything stopped on
+    exit."""
     options = dataclasses.replace(
         OPTIONS,
         schema_sql=SCHEMA + "".join(tenant.sql() for tenant in tenants),
         schemas=tuple(dict.fromkeys(("public", *(tenant.schema for tenant in tenants)))),
     )
-    with Stack(options) as stack:
+    with contextlib.ExitStack() as exits:
+        servers = None
+        if standby_postgres:
+            settings = {**EMBEDDED_SETTINGS, **OPTIONS.postgres_settings}
+            servers = exits.enter_context(ReplicatedPostgres(settings, synchronous=True))
+            _check_failover_slots(servers.dsn)
+            options = dataclasses.replace(options, dsn=servers.dsn)
+        stack = exits.enter_context(Stack(options))
         try:
             with psycopg.connect(stack.dsn, autocommit=True) as admin:
+                failover = ", failover => true" if servers is not None else ""
                 admin.execute(
-                    "SELECT pg_create_logical_replication_slot(%s, 'test_decoding')",
+                    f"SELECT pg_create_logical_replication_slot(%s, 'test_decoding'{failover})",
                     (CHECK_SLOT,),
                 )
-            yield stack
+            yield CheckStack(stack, servers)
         finally:
             drop_roles(stack.dsn, tenants)
+
+
+def _check_failover_slots(dsn: str) -> None:
+    """Refuse a server whose slots cannot survive a promotion (before 17)."""
+    with psycopg.connect(dsn) as db:
+        version = db.info.server_version
+    if version < _FAILOVER_SINCE:
+        raise CheckRefused(
+            f"--standby-postgres needs PostgreSQL 17 or later (failover slots); "
+            f"this is {version // 10000}"
+        )

@@ -399,6 +399,10 @@ class WriterLog:
     writes: tuple[Write, ...]
     committed: bool | None
     tenant: str = PUBLIC_TENANT
+    answered: float = 0.0
+    """When COMMIT returned or failed (Unix seconds, this machine's clock): the commit, if it
+    happened, was visible by then. Its commit record's time can be much earlier: a commit
+    waits for a synchronous standby before it becomes visible."""
 
 
 # -- one transaction of each side -----------------------------------------------------------
@@ -436,14 +440,17 @@ def write_once(
             outcome.gave_up += 1
         return
     except psycopg.Error as error:
+        failed = time.time()
         with outcome.lock:
-            outcome.errors.append((time.time(), "write", repr(error)))
+            outcome.errors.append((failed, "write", repr(error)))
             if body_done and xid is not None:
-                outcome.writes.append(WriterLog(xid, tuple(writes), None, outcome.tenant))
+                log = WriterLog(xid, tuple(writes), None, outcome.tenant, answered=failed)
+                outcome.writes.append(log)
         return
+    answered = time.time()
     token = tx.commit_timestamp if rng.random() < 0.3 else None
     with outcome.lock:
-        outcome.writes.append(WriterLog(xid, tuple(writes), True, outcome.tenant))
+        outcome.writes.append(WriterLog(xid, tuple(writes), True, outcome.tenant, answered))
         if token is not None and xid is not None:
             outcome.tokens.append(xid)
             outcome.token_values[xid] = token

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from txcache.check import CheckOptions, run_check
-from txcache.check.faults import FAILOVER_KINDS, FAULT_KINDS, fault_kinds_problem
+from txcache.check.faults import FAILOVER_KINDS, FAULT_KINDS, PROMOTE_KINDS, fault_kinds_problem
 from txcache.check.report import as_json, as_markdown
+from txcache.check.stack import CheckRefused
 
 __all__ = ["add_parser", "run"]
 
@@ -45,7 +46,8 @@ def add_parser(subparsers: Any) -> None:
         "--faults",
         default=",".join(defaults.faults),
         help=f"comma-separated fault kinds, '' for none (default: all: {','.join(FAULT_KINDS)}; "
-        f"with --standby-agents also {','.join(FAILOVER_KINDS)})",
+        f"with --standby-agents also {','.join(FAILOVER_KINDS)}; with --standby-postgres "
+        f"also {','.join(PROMOTE_KINDS)})",
     )
     parser.add_argument(
         "--standby-agents",
@@ -53,6 +55,12 @@ def add_parser(subparsers: Any) -> None:
         default=defaults.standby_agents,
         help="agents standing by beside the active one, each reaching PostgreSQL through a "
         "proxy of its own, for the agent-failover-* faults (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--standby-postgres",
+        action="store_true",
+        help="run PostgreSQL (17 or later) as a primary and its synchronous streaming standby, "
+        "every DSN naming both and the slots failover slots, for the promote-* faults",
     )
     parser.add_argument(
         "--fault-every",
@@ -103,7 +111,9 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the check; print the report; 0 if it passed."""
     kinds = tuple(kind for kind in args.faults.split(",") if kind)
-    problem = fault_kinds_problem(kinds, several_agents=args.standby_agents > 0)
+    problem = fault_kinds_problem(
+        kinds, several_agents=args.standby_agents > 0, standby_postgres=args.standby_postgres
+    )
     if problem is not None:
         print(f"txcache check: {problem}", file=sys.stderr)
         return 2
@@ -119,10 +129,15 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         schema_share=args.schema_share,
         standby_agents=args.standby_agents,
+        standby_postgres=args.standby_postgres,
     )
     logging.basicConfig(format="  %(name)s: %(message)s", level=logging.WARNING)
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)  # restarts are on purpose
-    report = run_check(options, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        report = run_check(options, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except CheckRefused as refused:
+        print(f"txcache check: {refused}", file=sys.stderr)
+        return 2
     command = "txcache check " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else [])
     markdown = as_markdown(report, command.strip())
     print(markdown)
