@@ -31,7 +31,15 @@ from psycopg import sql
 
 from txcache import protocol
 from txcache.protocol import MISS_KINDS, ReplyError, RespConnection
-from txcache.stack import EmbeddedPostgres, Stack, StackOptions, parse_lsn, wait_until, wal_position
+from txcache.stack import (
+    EmbeddedPostgres,
+    ReplicatedPostgres,
+    Stack,
+    StackOptions,
+    parse_lsn,
+    wait_until,
+    wal_position,
+)
 
 DISK_ROOT = Path("/var/tmp")
 
@@ -55,8 +63,12 @@ def server_settings(storage: str, extra: Mapping[str, Setting] | None = None) ->
 
 
 @contextmanager
-def postgres(storage: str, extra: Mapping[str, Setting] | None = None) -> Iterator[Any]:
-    """A fresh PostgreSQL server on ``storage`` ('disk' or 'tmpfs'), stopped on exit.
+def postgres(
+    storage: str, extra: Mapping[str, Setting] | None = None, *, standby: bool = False
+) -> Iterator[Any]:
+    """A fresh PostgreSQL server on ``storage`` ('disk' or 'tmpfs'), stopped on exit; with
+    ``standby``, a :class:`~txcache.stack.ReplicatedPostgres` (a primary and its streaming
+    standby, whose ``dsn`` names both).
 
     Started here rather than by :class:`~txcache.stack.Stack` itself: a Stack's own server
     keeps a ``data_dir`` it is given, while a benchmark wants a temporary cluster under
@@ -66,8 +78,9 @@ def postgres(storage: str, extra: Mapping[str, Setting] | None = None) -> Iterat
     previous = os.environ.get("TXCACHE_PG_TMPDIR")
     if storage == "disk":
         os.environ["TXCACHE_PG_TMPDIR"] = str(DISK_ROOT)
+    kind = ReplicatedPostgres if standby else EmbeddedPostgres
     try:
-        with EmbeddedPostgres(server_settings(storage, extra)) as server:
+        with kind(server_settings(storage, extra)) as server:
             yield server
     finally:
         if previous is None:

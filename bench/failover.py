@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from _common import bench_stack, create_database, execute, postgres, server_info, server_settings
+from _common import bench_stack, create_database, execute, postgres, server_info
 from _hot_reads import HOT, Readers, items_schema
 from _report import (
     RESULTS_DIR,
@@ -40,9 +40,7 @@ from _report import (
 )
 
 import txcache
-from txcache.stack import EmbeddedPostgres, wait_until
-
-STANDBY_SLOT = "standby1"
+from txcache.stack import ReplicatedPostgres, wait_until
 
 
 class Load(Readers):
@@ -72,66 +70,34 @@ class Load(Readers):
 
 
 def run(args: argparse.Namespace) -> None:
-    with postgres(args.storage) as primary:
-        dsn = create_database(primary, "failover")
-        execute(
-            dsn, *items_schema(), f"SELECT pg_create_physical_replication_slot('{STANDBY_SLOT}')"
-        )
-        standby = EmbeddedPostgres(
-            server_settings(
-                args.storage, {"hot_standby_feedback": "on", "sync_replication_slots": "on"}
-            ),
-            replica_of=(primary, STANDBY_SLOT),
-        )
-        try:
-            execute(
-                primary.dsn,
-                f"ALTER SYSTEM SET synchronized_standby_slots = '{STANDBY_SLOT}'",
-                "SELECT pg_reload_conf()",
-            )
-            both = (
-                f"host={primary.host},{standby.host} port={primary.port},{standby.port} "
-                "user=postgres dbname=failover target_session_attrs=read-write"
-            )
-            measure(args, primary, standby, dsn, both)
-        finally:
-            standby.stop()
+    with postgres(args.storage, standby=True) as servers:
+        both = create_database(servers, "failover")  # names the primary and the standby
+        execute(both, *items_schema())
+        measure(args, servers, both)
 
 
-def measure(
-    args: argparse.Namespace,
-    primary: EmbeddedPostgres,
-    standby: EmbeddedPostgres,
-    dsn: str,
-    both: str,
-) -> None:
-    with bench_stack(dsn, agent_dsn=both, max_memory="64mb") as stack:
+def measure(args: argparse.Namespace, servers: ReplicatedPostgres, both: str) -> None:
+    with bench_stack(both, max_memory="64mb") as stack:
         note = machine_note()
         stack.caught_up()
-        wait_until(lambda: slot_synced(standby), "the standby's copy of the slot", timeout=60)
-        cache = stack.connect(dsn=both)
+        wait_until(
+            lambda: servers.slots_synced([stack.options.slot]),
+            "the standby's copy of the slot",
+            timeout=60,
+        )
+        cache = stack.connect()
         with Load(cache, args.threads, args.write_every, args.staleness) as load:
             began = time.monotonic()
             time.sleep(args.before)
             log("stopping the primary, promoting the standby")
             stopped = time.monotonic()
-            primary.stop()
-            execute(standby.dsn, "SELECT pg_promote()")
+            servers.fail_over("stop")
             promoted = time.monotonic()
             time.sleep(args.after)
             ended = time.monotonic()
         cache.close()
         rewinds = server_info(stack.node_addresses[0], "txcache")["rewinds"]
     report(args, note, load, (began, stopped, promoted, ended), rewinds)
-
-
-def slot_synced(standby: EmbeddedPostgres) -> bool:
-    """Whether the standby holds a persistent copy of the agent's slot."""
-    with psycopg.connect(standby.dsn) as db:
-        row = db.execute(
-            "SELECT synced AND NOT temporary FROM pg_replication_slots WHERE slot_name = 'txcache'"
-        ).fetchone()
-    return row is not None and bool(row[0])
 
 
 def report(

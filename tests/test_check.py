@@ -5,11 +5,23 @@ both kinds."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from txcache.check import CheckOptions, CheckReport, run_check
-from txcache.check.faults import FAILOVER_KINDS, FAULT_KINDS, PROMOTE_KINDS, fault_kinds_problem
+from txcache.check.faults import (
+    FAILOVER_KINDS,
+    FAULT_KINDS,
+    PROMOTE_KINDS,
+    default_fault_kinds,
+    fault_kinds_problem,
+)
 from txcache.check.report import as_markdown
+from txcache.stack import PostgresStartError, ReplicatedPostgres
 
 SCHEMA_KINDS = {"view", "truncate-reload", "detach", "attach", "index", "retype"}
 TENANTS = {"public", "path", "role"}
@@ -148,6 +160,32 @@ def test_fault_kinds_are_checked_before_the_stack_starts() -> None:
     assert fault_kinds_problem(PROMOTE_KINDS, several_agents=False) == (
         "the promote-* faults need --standby-postgres"
     )
+    for several_agents, standby_postgres in ((True, False), (False, True)):
+        kinds = default_fault_kinds(
+            several_agents=several_agents, standby_postgres=standby_postgres
+        )
+        assert (
+            fault_kinds_problem(
+                kinds, several_agents=several_agents, standby_postgres=standby_postgres
+            )
+            is None
+        )
     problem = fault_kinds_problem(("slot-lost",), several_agents=False, standby_postgres=True)
     assert problem is not None
     assert "slot-lost" in problem
+
+
+def test_a_promotion_check_before_postgresql_17_is_refused_before_anything_starts(
+    system_postgres_bin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without failover slots (before 17) a promotion would lose the slots: refused, in one
+    line, before any server starts."""
+    monkeypatch.setenv("TXCACHE_PG_BIN", str(system_postgres_bin))
+    with pytest.raises(PostgresStartError, match="PostgreSQL 17 or later"):
+        ReplicatedPostgres()
+    command = [sys.executable, "-m", "txcache", "check", "--standby-postgres", "--duration", "1"]
+    done = subprocess.run(command, capture_output=True, text=True, env=os.environ, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "--standby-postgres needs PostgreSQL 17 or later (failover slots); this is 15" in (
+        done.stderr
+    )

@@ -141,6 +141,28 @@ def _cannot_run(program: Path | str, error: OSError) -> PostgresStartError:
     )
 
 
+def major_version(bin_dir: Path | None = None) -> int:
+    """The major version of the PostgreSQL in ``bin_dir`` (default: :func:`find_postgres_bin`'s),
+    from ``postgres --version``."""
+    program = (find_postgres_bin() if bin_dir is None else Path(bin_dir)) / "postgres"
+    try:
+        output = subprocess.run(
+            [str(program), "--version"], capture_output=True, text=True, check=True
+        ).stdout
+    except OSError as error:
+        raise _cannot_run(program, error) from None
+    found = re.search(r"\) (\d+)", output)
+    if found is None:
+        raise PostgresStartError(f"cannot tell the version of {program} from {output!r}")
+    return int(found[1])
+
+
+def standby_name(slot: str) -> str:
+    """The ``application_name`` of a standby streaming through physical slot ``slot`` (as
+    ``EmbeddedPostgres(replica_of=…)`` makes it): what ``synchronous_standby_names`` lists."""
+    return f"standby_{slot}"
+
+
 def _check_runs(bin_dir: Path, account: _Account) -> None:
     """Fail in one line if ``account`` cannot run ``bin_dir/postgres``."""
     program = bin_dir / "postgres"
@@ -429,7 +451,7 @@ class EmbeddedPostgres:
         """The cluster as a base backup of ``primary``, set up to stream from it through
         physical slot ``slot`` (the connection names a database: from PostgreSQL 17 a standby
         synchronizes failover slots only then)."""
-        source = f"{primary.dsn} application_name=standby_{slot}"
+        source = f"{primary.dsn} application_name={standby_name(slot)}"
         command = [str(self.binary("pg_basebackup")), "-D", str(self.data_dir), "-R", "-S", slot]
         # A fast checkpoint: the default spreads it over minutes on a busy primary.
         command += ["--checkpoint", "fast", "-X", "stream", "-d", source]
@@ -544,7 +566,8 @@ class EmbeddedPostgres:
         return "\n".join(text.splitlines()[-lines:])
 
     def restart(self, settings: Mapping[str, Setting] | None = None) -> None:
-        """Stop and start again, keeping the data (and the port when it is still free).
+        """Stop and start again, keeping the data and the port (a port not fixed at
+        creation moves if another process took it meanwhile).
 
         With ``settings``, they replace the caller's settings given so far.
         """

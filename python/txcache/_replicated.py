@@ -1,5 +1,5 @@
 """A primary and its streaming standby that fail over and are made whole again: the
-failover tests and the checker's ``promote`` fault run on it.
+failover tests, the failover benchmark and the checker's ``promote-*`` faults run on it.
 
 Both servers are :class:`~txcache._postgres.EmbeddedPostgres` on two ports that never
 change: whichever is primary, :attr:`ReplicatedPostgres.dsn` names both with
@@ -17,21 +17,30 @@ from typing import Literal
 
 import psycopg
 
-from txcache._postgres import EmbeddedPostgres, Setting
+from txcache._postgres import (
+    EmbeddedPostgres,
+    PostgresStartError,
+    Setting,
+    major_version,
+    standby_name,
+)
+from txcache._process import free_ports, wait_until
 
-__all__ = ["STANDBY_SLOT", "ReplicatedPostgres"]
+__all__ = ["FAILOVER_SLOTS_SINCE", "STANDBY_SLOT", "ReplicatedPostgres"]
+
+FAILOVER_SLOTS_SINCE = 17
+"""The first major version whose standbys keep copies of logical slots (failover slots)."""
 
 STANDBY_SLOT = "txcache_standby"
 """The physical slot the standby streams through (on whichever server is primary)."""
-
-_STANDBY_NAME = f"standby_{STANDBY_SLOT}"
-"""The standby's ``application_name`` (:class:`~txcache._postgres.EmbeddedPostgres` names a
-standby after its slot)."""
 
 _STANDBY_SETTINGS: dict[str, Setting] = {
     "hot_standby_feedback": "on",
     "sync_replication_slots": "on",  # a primary ignores it: both servers start with it
 }
+# Set here with ALTER SYSTEM, on each primary in turn: a caller's `-c` would override them.
+_MANAGED = ("synchronous_standby_names", "synchronized_standby_slots")
+_SYNC_TIMEOUT = 30.0  # seconds for a new standby to become the synchronous one
 
 
 class ReplicatedPostgres:
@@ -49,19 +58,30 @@ class ReplicatedPostgres:
     def __init__(
         self, settings: Mapping[str, Setting] | None = None, *, synchronous: bool = False
     ) -> None:
-        """Start the primary, then its standby (a base backup of it)."""
+        """Start the primary, then its standby (a base backup of it), on two free ports;
+        :class:`~txcache._postgres.PostgresStartError` before PostgreSQL 17."""
+        fixed = sorted(set(settings or {}) & set(_MANAGED))
+        if fixed:
+            raise ValueError(f"ReplicatedPostgres sets {', '.join(fixed)} itself")
+        version = major_version()
+        if version < FAILOVER_SLOTS_SINCE:
+            raise PostgresStartError(
+                f"a standby that keeps the logical slots needs PostgreSQL "
+                f"{FAILOVER_SLOTS_SINCE} or later (failover slots); this is {version}"
+            )
         self._settings = {**(settings or {}), **_STANDBY_SETTINGS}
         self.synchronous = synchronous
-        self.primary = EmbeddedPostgres(self._settings)
+        first = free_ports(2)
+        self.ports = (first, first + 1)
+        """The two ports, the primary's first at the start; the DSN names both."""
+        self.primary = EmbeddedPostgres(self._settings, port=self.ports[0])
         self.standby: EmbeddedPostgres | None = None
-        self._free_port = 0
+        self._free_port = self.ports[1]
         try:
-            self._add_standby(port=0)
+            self.rebuild_standby()
         except BaseException:
-            self.primary.stop()
+            self.stop()
             raise
-        assert self.standby is not None
-        self.ports: tuple[int, int] = (self.primary.port, self.standby.port)
 
     @property
     def dsn(self) -> str:
@@ -83,39 +103,53 @@ class ReplicatedPostgres:
         if self.standby is None:
             raise RuntimeError("no standby to promote: rebuild_standby() first")
         old, new = self.primary, self.standby
+        # The new roles first: whatever fails below, the old primary is gone.
+        self.primary, self.standby, self._free_port = new, None, old.port
         if how == "crash":
             old.crash()
         old.stop()
         with psycopg.connect(new.dsn, autocommit=True) as db:
             promoted = db.execute("SELECT pg_promote(wait => true, wait_seconds => 60)")
-            if not bool(promoted.fetchone() == (True,)):
+            if promoted.fetchone() != (True,):
                 raise RuntimeError(f"the standby was not promoted:\n{new.log_tail()}")
-        self.primary, self.standby = new, None
-        self._free_port = old.port
 
     def rebuild_standby(self) -> None:
-        """A new standby of the primary, on the port the old primary had."""
+        """A new standby of the primary, on the port the old primary had; with
+        ``synchronous``, it returns once that is the synchronous standby."""
         if self.standby is not None:
             raise RuntimeError("there is a standby already")
-        self._add_standby(port=self._free_port)
-
-    def _add_standby(self, port: int) -> None:
-        # The standby's settings file is copied from the primary's before the primary is
-        # told to wait for it: promoted, it waits for no standby until it has one.
         with psycopg.connect(self.primary.dsn, autocommit=True) as db:
             db.execute(
                 "SELECT pg_create_physical_replication_slot(%s) WHERE NOT EXISTS ("
                 "SELECT FROM pg_replication_slots WHERE slot_name = %s)",
                 (STANDBY_SLOT, STANDBY_SLOT),
             )
+        # The base backup copies the primary's settings file before the primary is told
+        # to wait for this standby: promoted, the standby waits for none until rebuilt.
         self.standby = EmbeddedPostgres(
-            self._settings, replica_of=(self.primary, STANDBY_SLOT), port=port
+            self._settings, replica_of=(self.primary, STANDBY_SLOT), port=self._free_port
         )
         with psycopg.connect(self.primary.dsn, autocommit=True) as db:
             db.execute(f"ALTER SYSTEM SET synchronized_standby_slots = '{STANDBY_SLOT}'")
             if self.synchronous:  # by name: '*' would take a logical client too
-                db.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{_STANDBY_NAME}'")
+                name = standby_name(STANDBY_SLOT)
+                db.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{name}'")
             db.execute("SELECT pg_reload_conf()")
+        if self.synchronous:
+            wait_until(
+                self._standby_is_synchronous,
+                "the new standby to be the synchronous one",
+                timeout=_SYNC_TIMEOUT,
+                log=self.primary.log_tail,
+            )
+
+    def _standby_is_synchronous(self) -> bool:
+        with psycopg.connect(self.primary.dsn, autocommit=True) as db:
+            row = db.execute(
+                "SELECT sync_state FROM pg_stat_replication WHERE application_name = %s",
+                (standby_name(STANDBY_SLOT),),
+            ).fetchone()
+        return row == ("sync",)
 
     def slots_synced(self, slots: Iterable[str], position: int = 0) -> bool:
         """Whether the standby holds a persistent copy of each of ``slots``, confirmed up to

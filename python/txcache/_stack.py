@@ -39,7 +39,7 @@ from txcache._lsn import wal_position
 from txcache._node_process import NodeProcess
 from txcache._postgres import EmbeddedPostgres, PostgresStartError
 from txcache._process import ProcessStartError, find_binary, tail, wait_until
-from txcache._resp import BadReply, ConnectionLost
+from txcache._resp import BadReply, ConnectionLost, RespConnection
 from txcache._setup import SetupError, setup_database
 
 __all__ = [
@@ -117,6 +117,11 @@ class StackOptions:
     """Seconds the agent may take to start its stream (more after a PostgreSQL restart)."""
     isolate_signals: bool = False
     """Start the nodes and the agent with SIGINT blocked (see the module docstring)."""
+
+    def server_settings(self) -> dict[str, str]:
+        """The embedded PostgreSQL's settings: :data:`EMBEDDED_SETTINGS` and
+        :attr:`postgres_settings` over them."""
+        return {**EMBEDDED_SETTINGS, **self.postgres_settings}
 
     def node_port(self, index: int) -> int:
         """The port of node ``index`` (from 0): ``port_base + index``, or 0 (a free one)."""
@@ -237,7 +242,7 @@ class Stack:
         if self.options.dsn is not None:
             self.log("using the database of --dsn: nothing is started or stopped there")
             return
-        settings = {**EMBEDDED_SETTINGS, **self.options.postgres_settings}
+        settings = self.options.server_settings()
         try:
             self.postgres = EmbeddedPostgres(settings, base_dir=self.options.data_dir)
         except PostgresStartError as error:
@@ -466,18 +471,19 @@ class Stack:
     def node_info(self, address: str, section: str | None = None) -> dict[str, str]:
         """A node's ``INFO`` (of ``section``), field by field; raises
         :class:`~txcache.protocol.ConnectionLost` while it cannot be asked."""
-        password, tls_ca = self.options.password, self._tls_ca
-        with protocol.connect(address, password=password, tls_ca=tls_ca) as connection:
+        with self._node_connection(address) as connection:
             return connection.run(protocol.info(section))
 
     def _applied(self, address: str) -> int:
         """The node's stream position N (``TXSTATUS``); -1 while it cannot be asked."""
-        password, tls_ca = self.options.password, self._tls_ca
         try:
-            with protocol.connect(address, password=password, tls_ca=tls_ca) as connection:
+            with self._node_connection(address) as connection:
                 return connection.run(protocol.txstatus()).position
         except (ConnectionLost, BadReply):
             return -1
+
+    def _node_connection(self, address: str) -> RespConnection:
+        return protocol.connect(address, password=self.options.password, tls_ca=self._tls_ca)
 
     # -- stop ------------------------------------------------------------------------------
 

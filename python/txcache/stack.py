@@ -49,7 +49,7 @@ from txcache._process import (
     wait_until,
 )
 from txcache._proxy import TcpProxy
-from txcache._replicated import STANDBY_SLOT, ReplicatedPostgres
+from txcache._replicated import ReplicatedPostgres
 from txcache._stack import (
     EMBEDDED_SETTINGS,
     PartFailed,
@@ -62,7 +62,6 @@ from txcache._stack import (
 
 __all__ = [
     "EMBEDDED_SETTINGS",
-    "STANDBY_SLOT",
     "AgentProcess",
     "EmbeddedPostgres",
     "NodeProcess",

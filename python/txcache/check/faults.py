@@ -49,6 +49,7 @@ __all__ = [
     "PROMOTE_KINDS",
     "Fault",
     "FaultInjector",
+    "default_fault_kinds",
     "fault_kinds_problem",
 ]
 
@@ -70,6 +71,18 @@ failover."""
 _ONE_AGENT_KINDS = ("agent-kill", "slot-lost")  # they restart "the" agent
 _PROMOTE_TIMEOUT = 60.0  # seconds for the standby's slots to sync, or the nodes to follow
 _SEGMENT = 16 << 20  # PostgreSQL's default WAL segment size
+
+
+def default_fault_kinds(*, several_agents: bool, standby_postgres: bool = False) -> tuple[str, ...]:
+    """Every kind that can be injected into such a stack: with several agents the failover
+    kinds instead of those that restart "the" agent; with a standby PostgreSQL the
+    promotions instead of the lost slot."""
+    kinds = list(FAULT_KINDS)
+    if several_agents:
+        kinds = [kind for kind in kinds if kind not in _ONE_AGENT_KINDS] + list(FAILOVER_KINDS)
+    if standby_postgres:
+        kinds = [kind for kind in kinds if kind != "slot-lost"] + list(PROMOTE_KINDS)
+    return tuple(kinds)
 
 
 def fault_kinds_problem(
@@ -109,6 +122,9 @@ class Fault:
     rewound: bool | None = None
     """For a promotion: whether the agent rewound a node (its versioned entries dropped)
     rather than keep the cache."""
+    outage: tuple[float, float] | None = None
+    """When PostgreSQL was away for the application (Unix seconds): a promotion's stop or
+    crash until every node followed the new primary; ``None``: the whole fault, if any."""
 
 
 class FaultInjector:
@@ -143,6 +159,7 @@ class FaultInjector:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="check-faults", daemon=True)
         self._victim = itertools.count()
+        self._promotion = _Promotion()
 
     def start(self) -> None:
         self._thread.start()
@@ -161,16 +178,17 @@ class FaultInjector:
                 return
             started = time.time()
             self.report(f"fault: {kind}")
-            error, took, rewound = "", None, None
+            error, took = "", None
+            self._promotion = _Promotion()
             try:
-                if kind in PROMOTE_KINDS:
-                    took, rewound = self._promote("crash" if kind == "promote-crash" else "stop")
-                else:
-                    took = getattr(self, "_" + kind.replace("-", "_"))()
+                took = getattr(self, "_" + kind.replace("-", "_"))()
             except Exception as failure:  # a fault that failed is reported, the run goes on
                 log.exception("injecting %s failed", kind)
                 error = repr(failure)
-            self.faults.append(Fault(kind, started, time.time(), error, took, rewound))
+            promotion = self._promotion
+            self.faults.append(
+                Fault(kind, started, time.time(), error, took, promotion.rewound, promotion.outage)
+            )
 
     def _node_index(self) -> int:
         return next(self._victim) % len(self.stack.nodes)
@@ -232,10 +250,17 @@ class FaultInjector:
         assert primary is not None
         primary.restart()
 
-    def _promote(self, how: Literal["stop", "crash"]) -> tuple[float, bool]:
+    def _promote_stop(self) -> float:
+        return self._promote("stop")
+
+    def _promote_crash(self) -> float:
+        return self._promote("crash")
+
+    def _promote(self, how: Literal["stop", "crash"]) -> float:
         """Fail over once the standby holds both slots (else the promotion would lose them),
-        time it until every node applied the new primary's writes, then make a new standby.
-        Also whether a node was rewound meanwhile."""
+        time it until every node applied the new primary's writes, then make a new standby
+        (even when the nodes did not follow: the next promotion needs one). Records the
+        outage and whether a node was rewound in :attr:`_promotion`."""
         servers = self._servers()
         wait_until(
             lambda: servers.slots_synced((AGENT_SLOT, CHECK_SLOT)),
@@ -243,13 +268,16 @@ class FaultInjector:
             timeout=_PROMOTE_TIMEOUT,
         )
         rewinds = self._rewinds()
-        since = time.monotonic()
-        servers.fail_over(how)
-        self.stack.caught_up(timeout=_PROMOTE_TIMEOUT)
-        took = time.monotonic() - since
-        rewound = self._rewinds() != rewinds
-        servers.rebuild_standby()
-        return took, rewound
+        since, down = time.monotonic(), time.time()
+        try:
+            servers.fail_over(how)
+            self.stack.caught_up(timeout=_PROMOTE_TIMEOUT)
+            took = time.monotonic() - since
+            self._promotion.outage = (down, time.time())
+        finally:
+            servers.rebuild_standby()
+        self._promotion.rewound = self._rewinds() != rewinds
+        return took
 
     def _rewinds(self) -> list[str]:
         """Each node's count of rewinds (a node restarted meanwhile starts again at 0)."""
@@ -298,6 +326,14 @@ class FaultInjector:
             self._stop.wait(2.0)
         finally:
             os.kill(process.pid, signal.SIGCONT)
+
+
+@dataclass
+class _Promotion:
+    """What a promotion fault found, beside its time."""
+
+    rewound: bool | None = None
+    outage: tuple[float, float] | None = None
 
 
 def _failover(group: AgentGroup, fault: Callable[[int], Callable[[], None]]) -> float:

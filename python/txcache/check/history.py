@@ -107,8 +107,8 @@ class Commit:
     tenant: str = PUBLIC_TENANT
     """Whose tables it wrote (each writer writes one tenant's)."""
     answered: float = 0.0
-    """When its writer's COMMIT returned (or failed): it was visible by then (0: unknown,
-    take :attr:`time`)."""
+    """When its writer's COMMIT returned: it was visible by then (0: take :attr:`time`;
+    ``inf``: the answer was lost, so no read is owed it)."""
 
 
 @dataclass

@@ -120,6 +120,7 @@ def _takeovers(phase: PhaseReport) -> str:
 
 
 def _kept(phase: PhaseReport) -> str:
+    """How many promotions left every node's entries in place."""
     promotions = [fault for fault in phase.faults if fault.rewound is not None]
     if not promotions:
         return "-"

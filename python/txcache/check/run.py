@@ -403,9 +403,10 @@ def _judge_tenant(
 
 def _sort_errors(outcome: Outcome, report: PhaseReport) -> None:
     windows = [
-        (f.started - 0.5, f.ended + _RESTART_GRACE)
+        (start - 0.5, end + _RESTART_GRACE)
         for f in report.faults
         if f.kind in _POSTGRES_DOWN
+        for start, end in [f.outage or (f.started, f.ended)]
     ]
     for error in outcome.errors:
         allowed = any(start <= error[0] <= end for start, end in windows)

@@ -13,9 +13,11 @@ from collections.abc import Iterator, Sequence
 
 import psycopg
 
+from txcache._postgres import major_version
+from txcache._replicated import FAILOVER_SLOTS_SINCE
 from txcache.check.tenants import Tenant, drop_roles
 from txcache.check.workload import SCHEMA
-from txcache.stack import EMBEDDED_SETTINGS, ReplicatedPostgres, Stack, StackOptions
+from txcache.stack import ReplicatedPostgres, Stack, StackOptions
 
 __all__ = [
     "AGENT_SLOT",
@@ -62,9 +64,6 @@ class CheckStack:
     """The primary and its standby (``--standby-postgres``), which the stack's DSN names."""
 
 
-_FAILOVER_SINCE = 170000
-
-
 class CheckRefused(Exception):
     """The check cannot run as asked (the message says why); nothing was checked."""
 
@@ -85,9 +84,9 @@ def running_stack(
     with contextlib.ExitStack() as exits:
         servers = None
         if standby_postgres:
-            settings = {**EMBEDDED_SETTINGS, **OPTIONS.postgres_settings}
+            _check_failover_slots()
+            settings = options.server_settings()
             servers = exits.enter_context(ReplicatedPostgres(settings, synchronous=True))
-            _check_failover_slots(servers.dsn)
             options = dataclasses.replace(options, dsn=servers.dsn)
         stack = exits.enter_context(Stack(options))
         try:
@@ -102,12 +101,11 @@ def running_stack(
             drop_roles(stack.dsn, tenants)
 
 
-def _check_failover_slots(dsn: str) -> None:
-    """Refuse a server whose slots cannot survive a promotion (before 17)."""
-    with psycopg.connect(dsn) as db:
-        version = db.info.server_version
-    if version < _FAILOVER_SINCE:
+def _check_failover_slots() -> None:
+    """Refuse a PostgreSQL whose slots cannot survive a promotion, before starting it."""
+    version = major_version()
+    if version < FAILOVER_SLOTS_SINCE:
         raise CheckRefused(
-            f"--standby-postgres needs PostgreSQL 17 or later (failover slots); "
-            f"this is {version // 10000}"
+            f"--standby-postgres needs PostgreSQL {FAILOVER_SLOTS_SINCE} or later (failover "
+            f"slots); this is {version}"
         )

@@ -20,6 +20,7 @@ the schema operations.
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -400,9 +401,10 @@ class WriterLog:
     committed: bool | None
     tenant: str = PUBLIC_TENANT
     answered: float = 0.0
-    """When COMMIT returned or failed (Unix seconds, this machine's clock): the commit, if it
-    happened, was visible by then. Its commit record's time can be much earlier: a commit
-    waits for a synchronous standby before it becomes visible."""
+    """When COMMIT returned (Unix seconds, this machine's clock): the commit was visible by
+    then, while its commit record's time can be much earlier (a commit waits for a
+    synchronous standby before it becomes visible). ``inf`` when COMMIT failed: a commit
+    whose answer was lost may become visible only later (at a promotion)."""
 
 
 # -- one transaction of each side -----------------------------------------------------------
@@ -440,11 +442,10 @@ def write_once(
             outcome.gave_up += 1
         return
     except psycopg.Error as error:
-        failed = time.time()
         with outcome.lock:
-            outcome.errors.append((failed, "write", repr(error)))
+            outcome.errors.append((time.time(), "write", repr(error)))
             if body_done and xid is not None:
-                log = WriterLog(xid, tuple(writes), None, outcome.tenant, answered=failed)
+                log = WriterLog(xid, tuple(writes), None, outcome.tenant, answered=math.inf)
                 outcome.writes.append(log)
         return
     answered = time.time()

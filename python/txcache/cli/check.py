@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from txcache.check import CheckOptions, run_check
-from txcache.check.faults import FAILOVER_KINDS, FAULT_KINDS, PROMOTE_KINDS, fault_kinds_problem
+from txcache.check.faults import (
+    FAILOVER_KINDS,
+    FAULT_KINDS,
+    PROMOTE_KINDS,
+    default_fault_kinds,
+    fault_kinds_problem,
+)
 from txcache.check.report import as_json, as_markdown
 from txcache.check.stack import CheckRefused
 
@@ -44,10 +50,11 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--faults",
-        default=",".join(defaults.faults),
-        help=f"comma-separated fault kinds, '' for none (default: all: {','.join(FAULT_KINDS)}; "
-        f"with --standby-agents also {','.join(FAILOVER_KINDS)}; with --standby-postgres "
-        f"also {','.join(PROMOTE_KINDS)})",
+        default=None,
+        help=f"comma-separated fault kinds, '' for none (default: every kind the stack allows: "
+        f"{','.join(FAULT_KINDS)}; with --standby-agents {','.join(FAILOVER_KINDS)} instead of "
+        f"agent-kill,slot-lost; with --standby-postgres {','.join(PROMOTE_KINDS)} instead of "
+        "slot-lost)",
     )
     parser.add_argument(
         "--standby-agents",
@@ -110,9 +117,15 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the check; print the report; 0 if it passed."""
-    kinds = tuple(kind for kind in args.faults.split(",") if kind)
+    several_agents, standby_postgres = args.standby_agents > 0, args.standby_postgres
+    if args.faults is None:
+        kinds = default_fault_kinds(
+            several_agents=several_agents, standby_postgres=standby_postgres
+        )
+    else:
+        kinds = tuple(kind for kind in args.faults.split(",") if kind)
     problem = fault_kinds_problem(
-        kinds, several_agents=args.standby_agents > 0, standby_postgres=args.standby_postgres
+        kinds, several_agents=several_agents, standby_postgres=standby_postgres
     )
     if problem is not None:
         print(f"txcache check: {problem}", file=sys.stderr)
