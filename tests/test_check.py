@@ -117,23 +117,25 @@ def test_a_short_check_with_a_standby_agent_times_every_takeover() -> None:
 
 def test_a_short_check_with_a_standby_postgres_keeps_everything_through_promotions() -> None:
     """A primary and its synchronous standby, promoted after a clean stop and after a crash
-    (and the primary restarted): no anomaly, no committed write missing from the history,
-    each promotion timed, and the nodes keep their entries (the new primary's history
-    continues everything they saw)."""
+    (and the primary restarted), with a standby agent taking over from one cut off from
+    both servers: no anomaly, no committed write missing from the history, each promotion
+    timed, and the nodes keep their entries (the new primary's history continues
+    everything they saw)."""
     options = CheckOptions(
-        duration=24,
+        duration=26,
         control_duration=0,
-        faults=(*PROMOTE_KINDS, "postgres-restart"),
+        faults=(*PROMOTE_KINDS, "postgres-restart", "agent-failover-cut"),
         fault_every=6,
         readers=2,
         writers=1,
         tenant_readers=0,
+        standby_agents=1,
         standby_postgres=True,
     )
     report = run_check(options, progress=lambda line: None)
     print(as_markdown(report, "tests/test_check.py"))
     checked = report.checked
-    assert {fault.kind for fault in checked.faults} == {*PROMOTE_KINDS, "postgres-restart"}
+    assert {fault.kind for fault in checked.faults} == set(options.faults)
     assert [fault for fault in checked.faults if fault.error] == []
     promotions = [fault for fault in checked.faults if fault.kind in PROMOTE_KINDS]
     assert all(fault.took is not None and fault.took > 0 for fault in promotions)

@@ -44,7 +44,16 @@ pub fn application_name(base: &str) -> String {
 /// term's epoch: [`application_name`]).
 pub async fn connect_sql(dsn: &str, application: &str) -> anyhow::Result<SqlSession> {
     let conninfo = conninfo::parse(dsn)?;
-    let mut config = tokio_postgres::Config::from_str(&conninfo.rest).context("invalid --dsn")?;
+    let config = tokio_postgres::Config::from_str(&conninfo.rest).context("invalid --dsn")?;
+    connect_config(config, &conninfo, application).await
+}
+
+/// Opens an SQL session with `config` and `conninfo`'s TLS settings.
+async fn connect_config(
+    mut config: tokio_postgres::Config,
+    conninfo: &Conninfo,
+    application: &str,
+) -> anyhow::Result<SqlSession> {
     config.application_name(application_name(application));
     let client = match conninfo.tls.verify()? {
         None => open(&config, NoTls).await?,
@@ -106,9 +115,12 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
 /// Which of `dsn`'s hosts the SQL session `sql` reached: the replication stream opens on
 /// the same one. A DSN naming several hosts (a primary and its standbys, for failover) must
 /// ask for `target_session_attrs=read-write`, so that every session reaches the primary;
-/// the host is then found by the server's address and port.
+/// the host is then found by the server's address and port, or, where a proxy or a port
+/// mapping stands between (the addresses differ), by asking each host whether it is the
+/// very server the session reached.
 pub async fn reached_host(dsn: &str, sql: &SqlSession) -> anyhow::Result<usize> {
-    let config = tokio_postgres::Config::from_str(&conninfo::parse(dsn)?.rest)?;
+    let conninfo = conninfo::parse(dsn)?;
+    let config = tokio_postgres::Config::from_str(&conninfo.rest)?;
     let hosts = config.get_hosts();
     if hosts.len() <= 1 {
         return Ok(0);
@@ -142,10 +154,57 @@ pub async fn reached_host(dsn: &str, sql: &SqlSession) -> anyhow::Result<usize> 
             return Ok(index);
         }
     }
-    bail!(
-        "cannot tell which of --dsn's hosts the primary is (it answers on {address:?} port \
-         {port}): name the hosts by the addresses the servers listen on"
-    )
+    let reached: String = sql.client.query_one(SERVER_IDENTITY, &[]).await?.get(0);
+    let mut same = Vec::new();
+    for index in 0..hosts.len() {
+        if identity_of(&config, &conninfo, index).await.as_deref() == Some(reached.as_str()) {
+            same.push(index);
+        }
+    }
+    match same[..] {
+        [index] => Ok(index),
+        _ => bail!(
+            "cannot tell which of --dsn's hosts the primary is (it answers on {address:?} port \
+             {port}, and {} of the hosts say they are that server): name each server once",
+            same.len()
+        ),
+    }
+}
+
+/// What tells one running server from every other: its port, when its postmaster started
+/// (to the microsecond) and whether it is a primary.
+const SERVER_IDENTITY: &str =
+    "SELECT format('%s %s %s', current_setting('port'), pg_postmaster_start_time(), \
+                   pg_is_in_recovery())";
+
+/// [`SERVER_IDENTITY`] of `config`'s `index`-th host alone; `None` if it cannot be asked.
+async fn identity_of(
+    config: &tokio_postgres::Config,
+    conninfo: &Conninfo,
+    index: usize,
+) -> Option<String> {
+    let mut one = tokio_postgres::Config::new();
+    if let Some(user) = config.get_user() {
+        one.user(user);
+    }
+    if let Some(dbname) = config.get_dbname() {
+        one.dbname(dbname);
+    }
+    if let Some(password) = config.get_password() {
+        one.password(password);
+    }
+    match config.get_hosts().get(index)? {
+        Host::Tcp(name) => one.host(name),
+        Host::Unix(path) => one.host_path(path),
+    };
+    one.port(host_port(config, index))
+        .ssl_mode(config.get_ssl_mode())
+        .connect_timeout(Duration::from_secs(5));
+    let session = connect_config(one, conninfo, "txcache-agent host probe")
+        .await
+        .ok()?;
+    let row = session.client.query_one(SERVER_IDENTITY, &[]).await.ok()?;
+    Some(row.get(0))
 }
 
 /// The port of the `index`-th host: libpq's rule, one port for all or one per host.

@@ -1,5 +1,6 @@
-"""Several agents for one check (``--standby-agents``): each reaches PostgreSQL through a
-proxy of its own, so that a fault can kill, stop or cut off the active one, and the
+"""Several agents for one check (``--standby-agents``): each reaches PostgreSQL through
+proxies of its own (one per server its DSN names: a primary and its standby with
+``--standby-postgres``), so that a fault can kill, stop or cut off the active one, and the
 library is given every agent's address. Which one is active is read from their
 ``STATUS``; a takeover is timed from the fault to another agent saying ``role:active``."""
 
@@ -13,26 +14,28 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from txcache import protocol
 from txcache.stack import AgentProcess, Stack, TcpProxy, wait_until
 
-__all__ = ["AgentGroup"]
+__all__ = ["AgentGroup", "AgentProxies"]
 
 
 class AgentGroup:
-    """The stack's agent and ``standbys`` more, each behind a :class:`TcpProxy`."""
+    """The stack's agent and ``standbys`` more, each behind :class:`AgentProxies`."""
 
     def __init__(self, stack: Stack, standbys: int) -> None:
-        """Move the stack's agent behind a proxy and start the standbys."""
+        """Move the stack's agent behind proxies and start the standbys."""
         self.stack = stack
-        database = conninfo_to_dict(stack.dsn)
-        host, port = str(database["host"]), int(str(database["port"]))
-        self.proxies = [TcpProxy(host, port) for _ in range(standbys + 1)]
-        self.dsns = [
-            make_conninfo(stack.dsn, host="127.0.0.1", port=proxy.port) for proxy in self.proxies
-        ]
-        stack.options = dataclasses.replace(stack.options, agent_dsn=self.dsns[0])
-        stack.restart_agent()
-        assert stack.agent is not None
-        self.agents: list[AgentProcess] = [stack.agent]
-        self.agents += [stack.start_standby_agent(dsn=dsn) for dsn in self.dsns[1:]]
+        self.proxies: list[AgentProxies] = []
+        try:
+            for _ in range(standbys + 1):
+                self.proxies.append(AgentProxies(stack.dsn))
+            self.dsns = [proxies.dsn for proxies in self.proxies]
+            stack.options = dataclasses.replace(stack.options, agent_dsn=self.dsns[0])
+            stack.restart_agent()
+            assert stack.agent is not None
+            self.agents: list[AgentProcess] = [stack.agent]
+            self.agents += [stack.start_standby_agent(dsn=dsn) for dsn in self.dsns[1:]]
+        except BaseException:
+            self.close()  # the agents stop with the stack
+            raise
 
     @property
     def addresses(self) -> list[str]:
@@ -78,5 +81,39 @@ class AgentGroup:
 
     def close(self) -> None:
         """Stop the proxies (the agents stop with the stack)."""
+        for proxies in self.proxies:
+            proxies.stop()
+
+
+class AgentProxies:
+    """One agent's way to PostgreSQL: a :class:`TcpProxy` to each server ``dsn`` names (a
+    multi-host DSN names several), and :attr:`dsn` through them."""
+
+    def __init__(self, dsn: str) -> None:
+        """Start a proxy to every host and port of ``dsn``."""
+        database = conninfo_to_dict(dsn)
+        hosts = str(database["host"]).split(",")
+        ports = str(database["port"]).split(",")
+        if len(ports) == 1:
+            ports *= len(hosts)
+        self.proxies = [TcpProxy(h, int(p)) for h, p in zip(hosts, ports, strict=True)]
+        self.dsn = make_conninfo(
+            dsn,
+            host=",".join("127.0.0.1" for _ in self.proxies),
+            port=",".join(str(proxy.port) for proxy in self.proxies),
+        )
+
+    def cut(self) -> None:
+        """Freeze every proxy: the agent is partitioned from every server."""
+        for proxy in self.proxies:
+            proxy.cut()
+
+    def heal(self) -> None:
+        """Let every proxy relay again."""
+        for proxy in self.proxies:
+            proxy.heal()
+
+    def stop(self) -> None:
+        """Stop every proxy."""
         for proxy in self.proxies:
             proxy.stop()

@@ -100,8 +100,6 @@ def fault_kinds_problem(
         return "with --standby-agents, use agent-failover-kill rather than agent-kill or slot-lost"
     if not standby_postgres and set(kinds) & set(PROMOTE_KINDS):
         return "the promote-* faults need --standby-postgres"
-    if standby_postgres and several_agents:
-        return "--standby-postgres and --standby-agents cannot be combined yet"
     if standby_postgres and "slot-lost" in kinds:
         return "with --standby-postgres, slot-lost cannot be injected (the standby keeps a copy)"
     return None
