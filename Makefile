@@ -82,7 +82,7 @@ lint: lint-rust lint-python
 
 lint-rust:
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 
 lint-python: venv
 	$(VENV)/bin/ruff check python rubis tests bench examples tools
@@ -93,8 +93,11 @@ lint-python: venv
 ## test: every test — lint, Rust unit and property tests, Python tests against real processes.
 test: lint test-rust test-python
 
+## The Rust tests and clippy build in the dev profile: debug assertions and overflow checks
+## on, and about two minutes less than building every test binary with the release
+## profile's LTO (the binaries the Python tests run are release builds).
 test-rust:
-	$(CARGO) test $(CARGO_FLAGS) --workspace
+	$(CARGO) test --locked --workspace
 
 ## The suites that depend most on the server's version — the agent, the library's
 ## transactions, schema changes, the consistency checker — run once more on Debian's
