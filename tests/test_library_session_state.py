@@ -21,6 +21,7 @@ import txcache
 import txcache._cache
 import txcache._session
 from library_fixtures import LibraryStack
+from txcache._session import SessionReset
 
 SCHEMA = """
 CREATE TABLE items (id integer PRIMARY KEY, name text NOT NULL);
@@ -99,7 +100,7 @@ def write(cache: txcache.Cache, statement: str) -> int:
     return int(row[0])
 
 
-def no_reset(connection: psycopg.Connection[object], context: object) -> None:
+def no_reset(connection: psycopg.Connection[object], context: object, reset: object) -> None:
     """What the pool did before: nothing."""
 
 
@@ -194,20 +195,93 @@ def test_statements_prepared_under_the_blocks_settings_are_analysed_again(
 def test_read_only_transactions_are_not_reset(
     cache: txcache.Cache, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    resets: list[object] = []
-    reset = txcache._cache._reset_session
-
-    def recorded_reset(
-        c: psycopg.Connection[object], context: txcache._session.SessionContext | None
-    ) -> None:
-        resets.append(c)
-        reset(c, context)
-
-    monkeypatch.setattr(txcache._cache, "_reset_session", recorded_reset)
+    resets = record_resets(monkeypatch)
     look(cache, "1")
     assert resets == []
     write(cache, "SELECT 1")
-    assert len(resets) == 1
+    assert resets == [SessionReset.SEQUENCES]
+
+
+def record_resets(monkeypatch: pytest.MonkeyPatch) -> list[SessionReset]:
+    """Record the kind of every session reset from now on (it still happens)."""
+    resets: list[SessionReset] = []
+    reset = txcache._cache._reset_session
+
+    def recorded_reset(
+        c: psycopg.Connection[object],
+        context: txcache._session.SessionContext | None,
+        kind: SessionReset,
+    ) -> None:
+        resets.append(kind)
+        reset(c, context, kind)
+
+    monkeypatch.setattr(txcache._cache, "_reset_session", recorded_reset)
+    return resets
+
+
+# Blocks whose statements leave the session alone: only the sequences' state is forgotten
+# (the full reset would also have every prepared statement planned again).
+SESSION_LEFT_ALONE: dict[str, tuple[str, tuple[object, ...] | None]] = {
+    "insert": ("INSERT INTO items VALUES (2, 'item 2') ON CONFLICT DO NOTHING", None),
+    "update with a parameter": ("UPDATE items SET name = %s WHERE id = %s", ("item 1", 1)),
+    "delete and savepoints": (
+        "SAVEPOINT a; DELETE FROM items WHERE id = 99; RELEASE SAVEPOINT a",
+        None,
+    ),
+    "a query locking rows": ("SELECT name FROM items WHERE id = 1 FOR UPDATE", None),
+    "a transaction-level advisory lock": ("SELECT pg_advisory_xact_lock(7)", None),
+    "a sequence": ("SELECT nextval('tickets')", None),
+}
+
+
+@pytest.mark.parametrize("kind", SESSION_LEFT_ALONE)
+def test_a_block_that_leaves_the_session_alone_only_forgets_sequences(
+    cache: txcache.Cache, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    resets = record_resets(monkeypatch)
+    statement, params = SESSION_LEFT_ALONE[kind]
+    with cache.read_write() as tx:
+        tx.execute(statement, params)
+    assert resets == [SessionReset.SEQUENCES]
+    assert look(cache, LEAKS["sequence state"][1])[1] is False
+
+
+def test_every_statement_a_leak_test_runs_resets_the_session_in_full(
+    cache: txcache.Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resets = record_resets(monkeypatch)
+    for kind, (statement, _) in LEAKS.items():
+        if kind != "sequence state":
+            write(cache, statement)
+    assert resets == [SessionReset.FULL] * (len(LEAKS) - 1)
+
+
+def test_what_the_blocks_cursors_and_executemany_run_is_watched(
+    cache: txcache.Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resets = record_resets(monkeypatch)
+    rows = [(10, "item 10"), (11, "item 11")]
+    with cache.read_write() as tx:
+        tx.executemany("INSERT INTO items VALUES (%s, %s)", rows)
+    assert resets == [SessionReset.SEQUENCES]
+    with cache.read_write() as tx:
+        cursor = tx.execute("SELECT 1")
+        cursor.execute("SET search_path = pg_catalog")  # on the cursor the block returned
+    assert resets[-1] is SessionReset.FULL
+    assert look(cache, "current_setting('search_path')")[1] == '"$user", public'
+
+
+def test_a_function_that_changes_a_reported_setting_resets_the_write_block_in_full(
+    cache: txcache.Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The statement is a plain query; the search_path PostgreSQL reports (from version
+    18) says the function changed the session."""
+    write(cache, SNEAKY)
+    resets = record_resets(monkeypatch)
+    _, before = look(cache, "current_setting('search_path')")
+    write(cache, "SELECT sneaky()")
+    assert resets == [SessionReset.FULL]
+    assert look(cache, "current_setting('search_path')")[1] == before
 
 
 @txcache.cacheable
@@ -281,6 +355,32 @@ def test_an_async_block_is_failed_and_its_connection_reset_too(database: str) ->
         return str(row[0])
 
     assert asyncio.run(main()) != "pg_catalog", "reset, not leaked"
+
+
+def test_an_async_write_block_is_watched_too(database: str) -> None:
+    with psycopg.connect(database, autocommit=True) as admin:
+        admin.execute(SCHEMA)
+        admin.execute(SNEAKY)
+
+    async def main() -> tuple[str, str]:
+        cache = await txcache.connect_async(database, nodes=(), mode="bypass", pool_size=1)
+        try:
+            async with cache.read_write() as tx:
+                await tx.execute("UPDATE items SET name = %s WHERE id = %s", ("item 1", 1))
+                await tx.execute("SELECT sneaky()")
+            async with cache.read_only() as ro:
+                changed = await ro.query_one("SELECT current_setting('search_path')")
+            async with cache.read_write() as tx:
+                await tx.execute("SELECT nextval('tickets')")
+            async with cache.read_only() as ro:
+                sequences = await ro.query_one("SELECT seen_in_session('tickets')::text")
+        finally:
+            await cache.close()
+        assert changed is not None
+        assert sequences is not None
+        return str(changed[0]), str(sequences[0])
+
+    assert asyncio.run(main()) == ('"$user", public', "false")
 
 
 def test_the_reset_pins_back_exactly_the_settings_it_reset(database: str) -> None:

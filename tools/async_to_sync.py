@@ -58,6 +58,7 @@ RENAMES: dict[str, str] = {
     "AsyncReadWriteTransaction": "ReadWriteTransaction",
     "AsyncTransaction": "Transaction",
     "AsyncResultCursor": "ResultCursor",
+    "AsyncWriteCursor": "WriteCursor",
     "AsyncAgentClient": "AgentClient",
     "AsyncAuditTransaction": "AuditTransaction",
     "AsyncEndpoint": "Endpoint",
@@ -66,8 +67,12 @@ RENAMES: dict[str, str] = {
     # psycopg's
     "AsyncConnection": "Connection",
     "AsyncCursor": "Cursor",
+    "AsyncCopy": "Copy",
     "AsyncRowFactory": "RowFactory",
     "AsyncConnectionPool": "ConnectionPool",
+    # the standard library's
+    "AsyncIterator": "Iterator",
+    "asynccontextmanager": "contextmanager",
     # the protocol
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",

@@ -54,6 +54,7 @@ from txcache._read_only_core import (
     lost_while_moving,
 )
 from txcache._schema import Catalog
+from txcache._session import SessionReset
 from txcache._sql import UncacheableQuery
 from txcache._transaction import Transaction
 from txcache.errors import SnapshotUnavailable
@@ -384,7 +385,9 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         if parked is not None:
             self.cache.park(parked)
         else:
-            self.cache.release(connection, reset=self.session_changed)
+            self.cache.release(
+                connection, reset=SessionReset.FULL if self.session_changed else SessionReset.NONE
+            )
 
 
 def _begin_unpinned(connection: Connection) -> str:

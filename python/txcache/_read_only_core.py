@@ -28,6 +28,7 @@ from txcache._protocol import Interval
 from txcache._ring import NodeClient, NodeRing
 from txcache._schema import Catalog, Relation, table_name
 from txcache._session import SessionContext
+from txcache._session_watch import REPORTED_SETTINGS, reported_settings
 from txcache._statements import check_read_only
 from txcache.errors import SnapshotUnavailable, TransactionError
 
@@ -114,27 +115,6 @@ class RewriteCheck:
 ALL_LOCKED = RewriteCheck(REWRITTEN, ())
 # PostgreSQL's refusal to run a prepared statement whose result type a schema change altered.
 _CHANGED_RESULT_TYPE = "cached plan must not change result type"
-
-# Settings PostgreSQL reports to the client whenever they change (search_path from version
-# 18): read from the connection after each statement (no round trip), they catch a
-# function that changes the session (a SET or set_config in its body, which the statement
-# check cannot see) in a block that neither may change it nor be reset afterwards.
-REPORTED_SETTINGS = (
-    "search_path",
-    "TimeZone",
-    "DateStyle",
-    "IntervalStyle",
-    "standard_conforming_strings",
-    "client_encoding",
-)
-
-
-def reported_settings(connection: Any) -> tuple[bytes | None, ...]:
-    """The values of :data:`REPORTED_SETTINGS` the server last reported on ``connection``
-    (a psycopg connection, sync or async)."""
-    pgconn = connection.pgconn
-    return tuple(pgconn.parameter_status(name.encode()) for name in REPORTED_SETTINGS)
-
 
 # How often one statement may move the database transaction past a rewrite: a pin is
 # chosen after the rewrite it met, so only rewrites committing meanwhile can need more.

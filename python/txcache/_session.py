@@ -16,6 +16,7 @@ has, at session level, so that a configuration reload cannot change them under t
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,10 +25,12 @@ from psycopg import sql
 
 __all__ = [
     "CONTEXT_DIGEST_BYTES",
+    "FORGET_SEQUENCES",
     "PIN_AND_READ_CONTEXT",
     "READ_CONTEXT",
     "RESULT_SETTINGS",
     "SessionContext",
+    "SessionReset",
     "context_from_row",
     "deallocation",
     "pin_statement",
@@ -215,6 +218,23 @@ _RESET_SESSION = "; ".join(
     )
 )
 _PREPARED_IN_SQL = "SELECT name FROM pg_catalog.pg_prepared_statements WHERE from_sql"
+
+
+# What a read/write block that left the rest of its session alone still changed: nextval
+# (a serial column's default, unseen in the statement) sets what currval and lastval return.
+FORGET_SEQUENCES = "DISCARD SEQUENCES"
+
+
+class SessionReset(enum.Enum):
+    """What a connection's session needs before it goes back to the pool."""
+
+    NONE = "none"
+    """Nothing: a read-only transaction, which refuses what would change it."""
+    SEQUENCES = "sequences"
+    """:data:`FORGET_SEQUENCES`: a read/write block whose statements left the rest alone
+    (:class:`~txcache._session_watch.SessionWatch`)."""
+    FULL = "full"
+    """:func:`reset_statement`: anything else."""
 
 
 def reset_statement(context: SessionContext | None) -> sql.Composed:

@@ -38,7 +38,7 @@ from psycopg import sql
 from txcache._sql import UncacheableQuery, _convert
 from txcache.errors import StatementNotAllowed
 
-__all__ = ["check_read_only", "cursor_refusal"]
+__all__ = ["check_read_only", "cursor_refusal", "leaves_session_alone"]
 
 _MAX_VERDICTS = 4096
 _verdicts: dict[tuple[str, type], int | str] = {}
@@ -99,6 +99,26 @@ _SESSION_FUNCTIONS = {
 }
 
 
+# What a read/write block may run and still leave its session as it found it — only its
+# sequences' state (currval, lastval) changes: nextval runs in column defaults unseen.
+_TRANSACTION_SCOPED = (
+    ast.InsertStmt,
+    ast.UpdateStmt,
+    ast.DeleteStmt,
+    ast.MergeStmt,
+    ast.LockStmt,
+    ast.ConstraintsSetStmt,
+    ast.VariableShowStmt,
+)
+_SAVEPOINT_KINDS = (
+    enums.TransactionStmtKind.TRANS_STMT_SAVEPOINT,
+    enums.TransactionStmtKind.TRANS_STMT_RELEASE,
+    enums.TransactionStmtKind.TRANS_STMT_ROLLBACK_TO,
+)
+_session_verdicts: dict[tuple[str, type], bool] = {}
+"""(statement text, type of its parameters) → whether it leaves the session alone."""
+
+
 def _is(node: Any, kind: Any) -> bool:
     """``isinstance`` without narrowing: pglast's stubs declare every node field optional, so
     nodes are handled as ``Any`` once their kind is known (as in ``_sql``)."""
@@ -121,6 +141,67 @@ def check_read_only(
     if isinstance(verdict, str):
         raise StatementNotAllowed(verdict)
     return verdict
+
+
+def leaves_session_alone(
+    statement: object, params: Sequence[Any] | Mapping[str, Any] | None = None
+) -> bool:
+    """Whether every statement of ``statement`` is one a read/write block may run without
+    changing its session beyond its sequences' state: a query without ``INTO`` or a call of
+    ``set_config`` or a session-level advisory lock function, an ``INSERT``, ``UPDATE``,
+    ``DELETE`` or ``MERGE`` without such a call, a ``LOCK``, ``SET CONSTRAINTS``, ``SHOW``,
+    ``EXPLAIN`` of those, or a savepoint. Anything else — and a string that cannot be
+    parsed — may change it. What functions do inside is not seen, as in a read-only
+    transaction; the settings PostgreSQL reports are watched instead (:class:`SessionWatch
+    <txcache._session.SessionWatch>`)."""
+    text = statement if type(statement) is str else _text(statement)
+    key = (text, type(params))
+    verdict = _session_verdicts.get(key)
+    if verdict is None:
+        verdict = _leaves_session_alone(text, params)
+        if len(_session_verdicts) >= _MAX_VERDICTS:
+            _session_verdicts.clear()
+        _session_verdicts[key] = verdict
+    return verdict
+
+
+def _leaves_session_alone(text: str, params: Sequence[Any] | Mapping[str, Any] | None) -> bool:
+    try:
+        converted, _ = _convert(text, params)
+        statements = pglast.parse_sql(converted)
+    except (UncacheableQuery, pglast.parser.ParseError):
+        return False
+    return all(_session_neutral(raw.stmt) for raw in statements)
+
+
+def _session_neutral(node: Any) -> bool:
+    """Whether one parsed statement leaves the session alone (:func:`leaves_session_alone`)."""
+    if _is(node, ast.ExplainStmt):
+        return _session_neutral(node.query)
+    if _is(node, ast.TransactionStmt):
+        return node.kind in _SAVEPOINT_KINDS
+    if _is(node, ast.SelectStmt) or _is(node, _TRANSACTION_SCOPED):
+        return _no_session_calls(node)
+    return False
+
+
+def _no_session_calls(node: Any) -> bool:
+    """Whether ``node`` holds, anywhere, neither ``SELECT … INTO`` (a new table, perhaps a
+    temporary one) nor a call of a function that changes the session."""
+    pending: list[Any] = [node]
+    while pending:
+        current = pending.pop()
+        if _is(current, list | tuple):
+            pending.extend(current)
+            continue
+        if not _is(current, ast.Node):
+            continue
+        if _is(current, ast.SelectStmt) and current.intoClause is not None:
+            return False
+        if _is(current, ast.FuncCall) and current.funcname[-1].sval in _SESSION_FUNCTIONS:
+            return False
+        pending.extend(getattr(current, name) for name in type(current).__slots__)
+    return True
 
 
 def _text(statement: object) -> str:

@@ -27,6 +27,9 @@ from psycopg.rows import RowFactory, tuple_row
 
 from txcache._commit import COMMIT, CommitRecord, end_action, rolled_back_error
 from txcache._current import Params, Row, Running, current
+from txcache._cursor import WriteCursor
+from txcache._session import SessionReset
+from txcache._session_watch import SessionWatch
 from txcache.errors import NoTransaction, TransactionError
 
 if TYPE_CHECKING:
@@ -240,6 +243,7 @@ class ReadWriteTransaction(CommitRecord, Transaction):
         Transaction.__init__(self, cache)
         CommitRecord.__init__(self)
         self._isolation = isolation
+        self._session: SessionWatch | None = None
 
     def _begin(self) -> None:
         connection: Connection = self.cache.checkout()
@@ -250,14 +254,23 @@ class ReadWriteTransaction(CommitRecord, Transaction):
             self.cache.release(connection)
             raise
         self._connection = connection
+        self._session = SessionWatch(connection)
+
+    def _cursor(self, row_factory: RowFactory[Any] | None) -> WriteCursor[Any]:
+        """A cursor of the block's connection, watched by its session watch."""
+        if self._connection is None:
+            raise TransactionError("this read/write transaction has ended")
+        assert self._session is not None
+        cursor: WriteCursor[Any] = WriteCursor(
+            self._connection, row_factory=row_factory or tuple_row
+        )
+        cursor.session = self._session
+        return cursor
 
     def _execute(
         self, statement: str, params: Params, row_factory: RowFactory[Any] | None
     ) -> psycopg.Cursor[Any]:
-        if self._connection is None:
-            raise TransactionError("this read/write transaction has ended")
-        cursor = self._connection.cursor(row_factory=row_factory or tuple_row)
-        return cursor.execute(statement, params)
+        return self._cursor(row_factory).execute(statement, params)
 
     def executemany(
         self, statement: str, params_seq: Iterable[Sequence[Any] | Mapping[str, Any]]
@@ -272,9 +285,7 @@ class ReadWriteTransaction(CommitRecord, Transaction):
     def _executemany(
         self, statement: str, params_seq: Iterable[Sequence[Any] | Mapping[str, Any]]
     ) -> psycopg.Cursor[Row]:
-        if self._connection is None:
-            raise TransactionError("this read/write transaction has ended")
-        cursor = self._connection.cursor()
+        cursor: WriteCursor[Row] = self._cursor(None)
         cursor.executemany(statement, params_seq)
         return cursor
 
@@ -282,12 +293,17 @@ class ReadWriteTransaction(CommitRecord, Transaction):
         connection, self._connection = self._connection, None
         if connection is None:
             return
+        session, self._session = self._session, None
         try:
             self._end(connection, committing=committing)
         finally:
             # The block ran the application's SQL: a SET, a temporary table, a lock it left
             # must not change what the connection's next transactions compute.
-            self.cache.release(connection, reset=True)
+            reset = SessionReset.FULL
+            if session is not None:
+                session.ran(connection)  # a deferred trigger may have run SET
+                reset = session.reset
+            self.cache.release(connection, reset=reset)
 
     def _end(self, connection: Connection, *, committing: bool) -> None:
         """Commit (or roll back) the database transaction."""

@@ -36,8 +36,10 @@ from txcache._pinset import Pin
 from txcache._ring import NodeRing
 from txcache._schema import Catalog, Schema
 from txcache._session import (
+    FORGET_SEQUENCES,
     PIN_AND_READ_CONTEXT,
     SessionContext,
+    SessionReset,
     context_from_row,
     deallocation,
     reset_statement,
@@ -251,21 +253,23 @@ class AsyncCacheDriver(CacheCore):
         self._connection_outdated(context)
         return context
 
-    async def release(self, connection: AsyncConnection, *, reset: bool = False) -> None:
-        """Give ``connection`` back to the pool: its transaction rolled back — with
-        ``reset`` (it ran the application's SQL outside a read-only transaction), its session
-        also brought back to a new session's state and its settings pinned back — or
-        closed, which makes the pool replace it, when that fails or its state is unknown: it
-        never goes back dirty."""
+    async def release(
+        self, connection: AsyncConnection, *, reset: SessionReset = SessionReset.NONE
+    ) -> None:
+        """Give ``connection`` back to the pool: its transaction rolled back, its session
+        ``reset`` as much as what ran on it needs (:class:`~txcache._session.SessionReset`;
+        in full, back to a new session's state with its settings pinned back) — or closed,
+        which makes the pool replace it, when that fails or its state is unknown: it never
+        goes back dirty."""
         if ASYNC:
             await asyncio.shield(self._give_back(connection, reset=reset))
         else:
             self._give_back(connection, reset=reset)
 
-    async def _give_back(self, connection: AsyncConnection, *, reset: bool) -> None:
+    async def _give_back(self, connection: AsyncConnection, *, reset: SessionReset) -> None:
         clean = False
         try:
-            context = self._known_context(connection) if reset else None
+            context = self._known_context(connection) if reset is SessionReset.FULL else None
             clean = await _cleaned(connection, reset=reset, context=context)
         finally:
             if not clean:
@@ -291,17 +295,20 @@ async def _pin_context(connection: AsyncConnection) -> SessionContext:
 
 
 async def _cleaned(
-    connection: AsyncConnection, *, reset: bool, context: SessionContext | None = None
+    connection: AsyncConnection,
+    *,
+    reset: SessionReset,
+    context: SessionContext | None = None,
 ) -> bool:
-    """Bring ``connection`` back to an idle, clean state (with ``reset``, its session
-    reset and pinned back to ``context``): ``True`` if it is; ``False`` (logged) when it
-    cannot be known to be, and must be closed."""
+    """Bring ``connection`` back to an idle, clean state (its session ``reset``, in full
+    pinned back to ``context``): ``True`` if it is; ``False`` (logged) when it cannot be
+    known to be, and must be closed."""
     status = connection.info.transaction_status
     if status in _UNKNOWN_STATES:
         return False
     try:
-        if reset:
-            await _reset_session(connection, context)
+        if reset is not SessionReset.NONE:
+            await _reset_session(connection, context, reset)
         elif status == psycopg.pq.TransactionStatus.INERROR:
             await connection.rollback()  # psycopg's own: it also forgets its prepared statements
         elif status != psycopg.pq.TransactionStatus.IDLE:
@@ -312,15 +319,22 @@ async def _cleaned(
     return True
 
 
-async def _reset_session(connection: AsyncConnection, context: SessionContext | None) -> None:
-    """End any transaction on ``connection`` and discard its session state: settings
-    (pinned back to ``context``'s), role, temporary tables, held cursors, session advisory
-    locks, LISTENs, cached plans, sequence state, and statements the application PREPAREd;
-    psycopg's own prepared statements stay (:func:`~txcache._session.reset_statement`). One
-    round trip, plus one if the application PREPAREd statements (and one more if a
-    transaction was open); raises psycopg's errors."""
+async def _reset_session(
+    connection: AsyncConnection, context: SessionContext | None, reset: SessionReset
+) -> None:
+    """End any transaction on ``connection`` and reset its session: with
+    :attr:`~txcache._session.SessionReset.SEQUENCES`, only its sequences' state; in full,
+    its settings (pinned back to ``context``'s), role, temporary tables, held cursors,
+    session advisory locks, LISTENs, cached plans, sequence state, and statements the
+    application PREPAREd — psycopg's own prepared statements stay
+    (:func:`~txcache._session.reset_statement`). One round trip, plus one if the application
+    PREPAREd statements (and one more if a transaction was open); raises psycopg's
+    errors."""
     if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         await connection.execute("ROLLBACK")
+    if reset is SessionReset.SEQUENCES:
+        await connection.execute(FORGET_SEQUENCES, prepare=False)
+        return
     cursor = await connection.execute(reset_statement(context), prepare=False)
     while cursor.nextset():
         pass  # to the last result: the statements the application prepared

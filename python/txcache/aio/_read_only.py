@@ -52,6 +52,7 @@ from txcache._read_only_core import (
     lost_while_moving,
 )
 from txcache._schema import Catalog
+from txcache._session import SessionReset
 from txcache._sql import UncacheableQuery
 from txcache.aio._cursor import AsyncResultCursor
 from txcache.aio._nodes import AsyncCacheNode
@@ -390,7 +391,9 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         if parked is not None:
             await self.cache.park(parked)
         else:
-            await self.cache.release(connection, reset=self.session_changed)
+            await self.cache.release(
+                connection, reset=SessionReset.FULL if self.session_changed else SessionReset.NONE
+            )
 
 
 async def _begin_unpinned(connection: AsyncConnection) -> str:

@@ -26,6 +26,9 @@ from psycopg.rows import AsyncRowFactory, tuple_row
 from txcache._commit import COMMIT, CommitRecord, end_action, rolled_back_error
 from txcache._current import Params, Row, Running, current
 from txcache._drivers import ASYNC
+from txcache._session import SessionReset
+from txcache._session_watch import SessionWatch
+from txcache.aio._cursor import AsyncWriteCursor
 from txcache.errors import NoTransaction, TransactionError
 
 if TYPE_CHECKING:
@@ -278,6 +281,7 @@ class AsyncReadWriteTransaction(CommitRecord, AsyncTransaction):
         AsyncTransaction.__init__(self, cache)
         CommitRecord.__init__(self)
         self._isolation = isolation
+        self._session: SessionWatch | None = None
 
     async def _begin(self) -> None:
         connection: AsyncConnection = await self.cache.checkout()
@@ -288,14 +292,23 @@ class AsyncReadWriteTransaction(CommitRecord, AsyncTransaction):
             await self.cache.release(connection)
             raise
         self._connection = connection
+        self._session = SessionWatch(connection)
+
+    def _cursor(self, row_factory: AsyncRowFactory[Any] | None) -> AsyncWriteCursor[Any]:
+        """A cursor of the block's connection, watched by its session watch."""
+        if self._connection is None:
+            raise TransactionError("this read/write transaction has ended")
+        assert self._session is not None
+        cursor: AsyncWriteCursor[Any] = AsyncWriteCursor(
+            self._connection, row_factory=row_factory or tuple_row
+        )
+        cursor.session = self._session
+        return cursor
 
     async def _execute(
         self, statement: str, params: Params, row_factory: AsyncRowFactory[Any] | None
     ) -> psycopg.AsyncCursor[Any]:
-        if self._connection is None:
-            raise TransactionError("this read/write transaction has ended")
-        cursor = self._connection.cursor(row_factory=row_factory or tuple_row)
-        return await cursor.execute(statement, params)
+        return await self._cursor(row_factory).execute(statement, params)
 
     def executemany(
         self, statement: str, params_seq: Iterable[Sequence[Any] | Mapping[str, Any]]
@@ -310,9 +323,7 @@ class AsyncReadWriteTransaction(CommitRecord, AsyncTransaction):
     async def _executemany(
         self, statement: str, params_seq: Iterable[Sequence[Any] | Mapping[str, Any]]
     ) -> psycopg.AsyncCursor[Row]:
-        if self._connection is None:
-            raise TransactionError("this read/write transaction has ended")
-        cursor = self._connection.cursor()
+        cursor: AsyncWriteCursor[Row] = self._cursor(None)
         await cursor.executemany(statement, params_seq)
         return cursor
 
@@ -320,12 +331,17 @@ class AsyncReadWriteTransaction(CommitRecord, AsyncTransaction):
         connection, self._connection = self._connection, None
         if connection is None:
             return
+        session, self._session = self._session, None
         try:
             await self._end(connection, committing=committing)
         finally:
             # The block ran the application's SQL: a SET, a temporary table, a lock it left
             # must not change what the connection's next transactions compute.
-            await self.cache.release(connection, reset=True)
+            reset = SessionReset.FULL
+            if session is not None:
+                session.ran(connection)  # a deferred trigger may have run SET
+                reset = session.reset
+            await self.cache.release(connection, reset=reset)
 
     async def _end(self, connection: AsyncConnection, *, committing: bool) -> None:
         """Commit (or roll back) the database transaction."""
