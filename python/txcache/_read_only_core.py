@@ -9,6 +9,7 @@ and guards against is described in :mod:`txcache.aio._read_only` and docs/librar
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -43,12 +44,12 @@ __all__ = [
     "NO_SNAPSHOT",
     "REWRITE_MOVES",
     "REWRITTEN",
-    "REWRITTEN_TABLES",
     "ReadOnlyCore",
     "RewriteCheck",
     "StaleRead",
     "Statement",
     "import_statement",
+    "rewritten_tables_statement",
 ]
 
 log = logging.getLogger("txcache")
@@ -95,17 +96,26 @@ WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.relation >= 163
 # with no inheritance children and no row security — and a catalog check in the same round
 # trip proves it ran with the catalog those tags came from (so the tags' names name these
 # oids now, and the locks keep it so). An oid the snapshot does not know (the table was
-# created since) has no row: it counts as rewritten.
-REWRITTEN_TABLES = """
+# created since) has no row: it counts as rewritten. One placeholder per oid, not an array:
+# PostgreSQL estimates ten elements for an array parameter, so the prepared statement's
+# generic plan looked dearer than a custom one and it was planned again at every run (a
+# check took twice a primary-key lookup's database time).
+_REWRITTEN_TABLES = """
 SELECT c.oid::int, pg_relation_filenode(c.oid) IS DISTINCT FROM c.relfilenode
-FROM pg_catalog.pg_class c WHERE c.oid = ANY(%s::oid[])
+FROM pg_catalog.pg_class c WHERE c.oid IN ({})
 """
+
+
+@functools.lru_cache(maxsize=32)
+def rewritten_tables_statement(count: int) -> str:
+    """The by-oid rewrite check of ``count`` tables (their oids its parameters)."""
+    return _REWRITTEN_TABLES.format(", ".join(["%s::oid"] * count))
 
 
 @dataclass(frozen=True)
 class RewriteCheck:
     """The rewrite check a statement runs after it: :data:`REWRITTEN`, or with ``tables``
-    (oid → name as tags spell it) :data:`REWRITTEN_TABLES` for those tables."""
+    (oid → name as tags spell it) :func:`rewritten_tables_statement` for those tables."""
 
     statement: str
     params: tuple[Any, ...]
@@ -701,7 +711,7 @@ class ReadOnlyCore(Generic[C]):
     ) -> RewriteCheck | None:
         """The rewrite check a statement needs (``None``: its tables were verified in
         this database transaction already): by oid when its tags name every relation it
-        reads and the catalog check proves them current (:data:`REWRITTEN_TABLES`), else
+        reads and the catalog check proves them current (:func:`rewritten_tables_statement`), else
         over every relation the transaction holds a lock on (:data:`REWRITTEN`)."""
         if self._verified_already(tags):
             return None
@@ -713,7 +723,8 @@ class ReadOnlyCore(Generic[C]):
             if relation is None or not _plain_table(relation):
                 return ALL_LOCKED
             tables[relation.oid] = table
-        return RewriteCheck(REWRITTEN_TABLES, (sorted(tables),), tables)
+        oids = tuple(sorted(tables))
+        return RewriteCheck(rewritten_tables_statement(len(oids)), oids, tables)
 
     def _verified_already(self, tags: frozenset[str] | None) -> bool:
         """Whether the statement can skip the rewrite check: ``bypass`` mode (PostgreSQL's
@@ -745,7 +756,7 @@ class ReadOnlyCore(Generic[C]):
         return rewritten
 
     def _rewritten_tables(self, tables: dict[int, str], rows: list[Any]) -> list[str]:
-        """What :data:`REWRITTEN_TABLES` found for ``tables``: the rewritten ones and the
+        """What :func:`rewritten_tables_statement` found for ``tables``: the rewritten ones and the
         ones the snapshot does not know; when there are none, records them verified."""
         seen = {int(oid): is_rewritten for oid, is_rewritten in rows}
         rewritten = [name for oid, name in tables.items() if seen.get(oid, True)]
