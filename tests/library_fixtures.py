@@ -54,15 +54,23 @@ class LibraryStack(Stack):
     and ``admin`` (an autocommit connection). A context manager. With ``tls`` the nodes
     and the agent serve TLS, and the library trusts its CA."""
 
-    def __init__(self, dsn: str, *, tls: TlsFiles | None = None, **settings: Any) -> None:
-        """Prepare the stack; :meth:`start` (or ``with``) starts it."""
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        tls: TlsFiles | None = None,
+        agent_args: tuple[str, ...] = AGENT_ARGS,
+        **settings: Any,
+    ) -> None:
+        """Prepare the stack (the agent run with ``agent_args``); :meth:`start` (or
+        ``with``) starts it."""
         super().__init__(
             StackOptions(
                 dsn=dsn,
                 nodes=2,
                 max_memory="64mb",
                 schema_sql=SCHEMA,
-                agent_args=AGENT_ARGS,
+                agent_args=agent_args,
                 tls=tls,
             )
         )

@@ -33,6 +33,7 @@ __all__ = [
     "DDL_MESSAGE_PREFIX",
     "IDENTITIES_BEFORE",
     "INHERITS_BEFORE",
+    "SCHEMA_MESSAGE_PREFIX",
     "TRUNCATE_TRIGGER",
     "functions",
     "read_sql",
@@ -40,6 +41,11 @@ __all__ = [
 
 DDL_MESSAGE_PREFIX = "txcache-ddl"
 """The prefix of the logical messages both triggers emit (``docs/setup.md``)."""
+
+SCHEMA_MESSAGE_PREFIX = "txcache-schema"
+"""The prefix of the message ``txcache.ddl_notice()`` writes at the end of every DDL command:
+``txcache.schema_digest()`` as the command left the catalog. The agent tells a schema change
+no trigger saw by a digest that no such message explains (docs/agent.md)."""
 
 TRUNCATE_TRIGGER = "txcache_truncate_notice"
 """The name of the ``AFTER TRUNCATE`` trigger on partitions."""
@@ -74,6 +80,7 @@ _PLACEHOLDERS = {
     "inherits_before": INHERITS_BEFORE,
     "lock": f"{DDL_LOCK[0]}, {DDL_LOCK[1]}",
     "prefix": DDL_MESSAGE_PREFIX,
+    "schema_prefix": SCHEMA_MESSAGE_PREFIX,
     "truncate_trigger": TRUNCATE_TRIGGER,
 }
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -120,6 +127,7 @@ _DECLARATIONS = (
         "STABLE",
     ),
     ("ddl_identity", "ddl_identity(oid, boolean, text)", "void", "plpgsql", ""),
+    ("schema_digest", "schema_digest()", "text", "sql", "STABLE PARALLEL SAFE"),
     ("truncate_notice", "truncate_notice()", "trigger", "plpgsql", ""),
     ("prepare_partitions", "prepare_partitions(oid)", "void", "plpgsql", ""),
     ("ddl_notice", "ddl_notice()", "event_trigger", "plpgsql", ""),

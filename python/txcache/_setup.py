@@ -860,17 +860,11 @@ def _plan_trigger_objects(ctx: _Context, plan: _Plan, parts: list[str]) -> list[
             # only ever makes libraries cache less.
             sql.SQL("GRANT USAGE, SELECT ON SEQUENCE {} TO PUBLIC").format(counter),
         ]
-    shared = ctx.rows("SELECT to_regclass('txcache.shared_catalog') IS NOT NULL")[0][0]
-    if not shared:
-        # Where the agent records what it last read of roles and database/role settings
-        # (docs/agent.md, "Changes no trigger sees"); written by the agent's role.
-        parts.append("table txcache.shared_catalog")
-        plan.statements.append(sql.SQL("CREATE TABLE txcache.shared_catalog (digest text)"))
-    if ctx.administrator and not ctx.superuser and not _writes_table(ctx, "shared_catalog", shared):
-        # The administrator creates it; the agent's role records in it.
-        parts.append(f"{ctx.role}'s rights on txcache.shared_catalog")
-        grant = "GRANT SELECT, INSERT, UPDATE ON txcache.shared_catalog TO {}"
-        plan.statements.append(sql.SQL(grant).format(sql.Identifier(ctx.role)))
+    # Where the agent records what it last read of roles and database/role settings
+    # (docs/agent.md, "Changes no trigger sees"), and the digest of the schema it last
+    # checked ("Schema changes the triggers miss").
+    _plan_digest_table(ctx, plan, parts, "shared_catalog")
+    _plan_digest_table(ctx, plan, parts, "schema_check")
     _plan_agent_lease(ctx, plan, parts)
     new = [schema for schema in ctx.schemas if schema not in tracked]
     if new:
@@ -891,6 +885,19 @@ def _plan_trigger_objects(ctx: _Context, plan: _Plan, parts: list[str]) -> list[
             parts.append(f"function txcache.{function}()")
             plan.statements.append(create)
     return sorted({*tracked, *new})
+
+
+def _plan_digest_table(ctx: _Context, plan: _Plan, parts: list[str], name: str) -> None:
+    """``txcache.<name> (digest text)``, where the agent records a digest it read; written
+    by the agent's role (the administrator creates it)."""
+    exists = ctx.rows(f"SELECT to_regclass('txcache.{name}') IS NOT NULL")[0][0]
+    if not exists:
+        parts.append(f"table txcache.{name}")
+        plan.statements.append(sql.SQL(f"CREATE TABLE txcache.{name} (digest text)"))
+    if ctx.administrator and not ctx.superuser and not _writes_table(ctx, name, exists):
+        parts.append(f"{ctx.role}'s rights on txcache.{name}")
+        grant = f"GRANT SELECT, INSERT, UPDATE ON txcache.{name} TO {{}}"
+        plan.statements.append(sql.SQL(grant).format(sql.Identifier(ctx.role)))
 
 
 def _plan_agent_lease(ctx: _Context, plan: _Plan, parts: list[str]) -> None:

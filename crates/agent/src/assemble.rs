@@ -37,6 +37,8 @@ pub struct Committed {
     /// Whether it changed a table's definition without a DDL notice
     /// ([`Assembler::change`]): the event triggers did not fire.
     pub untracked_schema_change: bool,
+    /// The schema digest its last DDL command left ([`Assembler::schema_digest`]).
+    pub schema_digest: Option<String>,
 }
 
 /// Why a change could not be turned into tags.
@@ -65,6 +67,7 @@ struct OpenTransaction {
     changed_schema: bool,
     barrier: bool,
     untracked_schema_change: bool,
+    schema_digest: Option<String>,
 }
 
 /// What the assembler knows of one relation's rows.
@@ -113,6 +116,7 @@ impl Assembler {
             changed_schema: false,
             barrier: false,
             untracked_schema_change: false,
+            schema_digest: None,
         });
     }
 
@@ -331,6 +335,14 @@ impl Assembler {
         Ok(())
     }
 
+    /// Feeds the content of a `txcache-schema` message: the schema digest a DDL command
+    /// left (`txcache.schema_digest()`); the transaction's last one is what it committed.
+    pub fn schema_digest(&mut self, content: &[u8]) -> Result<(), AssembleError> {
+        let digest = String::from_utf8_lossy(content).into_owned();
+        self.transaction()?.schema_digest = Some(digest);
+        Ok(())
+    }
+
     /// Ends the transaction; `None` when no BEGIN was seen (a stream resumed mid-way).
     pub fn commit(&mut self, lsn: u64, commit_time_micros: i64) -> Option<Committed> {
         let mut open = self.open.take()?;
@@ -349,6 +361,7 @@ impl Assembler {
             changed_schema: open.changed_schema,
             barrier: open.barrier,
             untracked_schema_change: open.untracked_schema_change,
+            schema_digest: open.schema_digest,
         })
     }
 
@@ -787,6 +800,18 @@ mod tests {
         let committed = assembler.commit(600, 0).unwrap();
         assert!(!committed.untracked_schema_change);
         assert!(committed.invalidation.tags.is_empty());
+    }
+
+    #[test]
+    fn a_transaction_commits_the_last_schema_digest_its_ddl_left() {
+        let mut assembler = Assembler::default();
+        assembler.begin(7, 500);
+        assembler.schema_digest(b"1a").unwrap();
+        assembler.schema_digest(b"2b").unwrap();
+        let committed = assembler.commit(500, 0).unwrap();
+        assert_eq!(committed.schema_digest.as_deref(), Some("2b"));
+        assembler.begin(8, 600);
+        assert_eq!(assembler.commit(600, 0).unwrap().schema_digest, None);
     }
 
     #[test]

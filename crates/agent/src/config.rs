@@ -116,6 +116,15 @@ pub struct Config {
     #[arg(long, env = "TXCACHE_SHARED_CATALOG_INTERVAL", default_value = "1s", value_name = "DURATION", value_parser = parse_interval)]
     pub shared_catalog_interval: Duration,
 
+    /// How often the agent checks the database's schema against the digests the DDL
+    /// triggers wrote (a change no trigger saw — DDL by a role a managed service exempts
+    /// from event triggers, or with the triggers disabled — invalidates every cached result
+    /// within about this long), above zero, e.g. 5s; units ns, us, ms, s, m, h; decimals
+    /// allowed; a bare number is seconds. Each check computes the digest once (about a
+    /// millisecond per hundred tables).
+    #[arg(long, env = "TXCACHE_SCHEMA_CHECK_INTERVAL", default_value = "5s", value_name = "DURATION", value_parser = parse_interval)]
+    pub schema_check_interval: Duration,
+
     /// How long the lease that makes this agent the active one lasts unless renewed, above
     /// zero, e.g. 4s; units ns, us, ms, s, m, h; decimals allowed; a bare number is seconds.
     /// Agents given the same --slot take turns: one streams, pins and delivers, the others
@@ -230,6 +239,7 @@ mod tests {
             "max_staleness",
             "pin_lease",
             "shared_catalog_interval",
+            "schema_check_interval",
             "lease",
         ];
         assert_eq!(durations, expected);

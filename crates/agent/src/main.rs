@@ -15,6 +15,8 @@ use txcache_agent::lease::{self, Acquired, LeaseSettings};
 use txcache_agent::metrics::{self, Sources};
 use txcache_agent::node_link::NodeAddress;
 use txcache_agent::pincushion::{PinSettings, Pincushion};
+use txcache_agent::schema_digests::SchemaDigests;
+use txcache_agent::schema_watch;
 use txcache_agent::stream::Stream;
 use txcache_agent::stream_stats::StreamStats;
 use txcache_agent::term::{Holder, Term};
@@ -258,6 +260,14 @@ async fn run(
         lease: config.pin_lease,
     };
     let pincushion = Pincushion::start(config.dsn.clone(), settings, Arc::clone(&tracker));
+    let schema_digests = Arc::new(SchemaDigests::default());
+    tokio::spawn(schema_watch::run(
+        config.dsn.clone(),
+        config.schema_check_interval,
+        Arc::clone(&pincushion),
+        Arc::clone(&schema_digests),
+        Arc::clone(&stream_stats),
+    ));
     let clients = Arc::new(AtomicUsize::new(0));
     let sources = Arc::new(Sources {
         started,
@@ -291,6 +301,7 @@ async fn run(
         tracker,
         stream_stats,
         Arc::clone(&term),
+        schema_digests,
     );
     tokio::select! {
         () = stream.run() => unreachable!("the stream reconnects forever"),

@@ -206,6 +206,13 @@ impl Pincushion {
     /// A pin taken and certified now (the library's ★).
     pub async fn fresh(&self) -> anyhow::Result<Pin> {
         self.demand.store(unix_micros_now(), Ordering::Relaxed);
+        self.take_now().await
+    }
+
+    /// A pin taken and certified now for the agent's own use (the schema check): unlike
+    /// [`Pincushion::fresh`] it is no library's demand, so pins still go once libraries
+    /// stop reading.
+    pub async fn take_now(&self) -> anyhow::Result<Pin> {
         let (reply, answer) = oneshot::channel();
         self.requests
             .send(reply)

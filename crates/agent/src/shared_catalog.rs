@@ -8,17 +8,14 @@
 //! configuration file that changed a setting results depend on reach any trigger.
 //!
 //! So the agent reads a digest of all of it every `--shared-catalog-interval`. When it
-//! differs from the last one recorded (in `txcache.shared_catalog`, so a change made while
-//! the agent was down is seen when it starts), it writes an `all` line as a transactional
-//! `txcache-ddl` message, in the transaction that records the new digest: the stream then
-//! invalidates every cached result at that commit, records it as the barrier and publishes a
-//! new catalog version, which makes every library read its catalog and session context again
-//! (and drop pooled sessions whose settings differ). A change is seen within the interval.
+//! differs from the last one recorded (in `txcache.shared_catalog`), it writes an `all`
+//! notice ([`DigestTable::announce`]): the new catalog version makes every library read its
+//! catalog and session context again (and drop pooled sessions whose settings differ). A
+//! change is seen within the interval.
 
 use crate::connect::{connect_sql, SqlSession};
-use crate::stream::DDL_PREFIX;
+use crate::digest_table::DigestTable;
 use std::time::Duration;
-use tokio_postgres::error::SqlState;
 
 /// The settings a read query's result can depend on: the library's `RESULT_SETTINGS`
 /// (`python/txcache/_session.py`), which a test keeps equal to this list.
@@ -64,12 +61,11 @@ const DIGEST: &str = "SELECT md5(concat_ws('|',
                        ',' ORDER BY name)
      FROM unnest($1::text[]) name)))";
 
-/// Where the last digest is recorded (`txcache setup` creates the table), and whether the
-/// agent's role may record one.
-const RECORDED: &str = "SELECT (SELECT digest FROM txcache.shared_catalog LIMIT 1),
-    pg_catalog.has_table_privilege('txcache.shared_catalog', 'INSERT, UPDATE')";
-const RECORD: &str = "WITH updated AS (UPDATE txcache.shared_catalog SET digest = $1 RETURNING 1)
-    INSERT INTO txcache.shared_catalog (digest) SELECT $1 WHERE NOT EXISTS (SELECT FROM updated)";
+/// Where the last digest is recorded.
+const TABLE: DigestTable = DigestTable {
+    name: "shared_catalog",
+    unseen: "a change of roles or settings made while the agent is down is not seen",
+};
 
 /// The notice: every cached result, as DDL whose dependents cannot be told.
 const NOTICE: &str = "all\t\troles and settings\t0";
@@ -99,7 +95,7 @@ async fn watch(
     interval: Duration,
     last: &mut Option<String>,
 ) -> anyhow::Result<()> {
-    let recorded = recorded_digest(sql).await?;
+    let recorded = TABLE.recorded(sql).await?;
     let persistent = recorded.is_some();
     if last.is_none() {
         *last = recorded.flatten();
@@ -116,10 +112,10 @@ async fn watch(
         match last.as_deref() {
             Some(known) if known == now => continue,
             // The first reading ever: nothing to compare with, nothing cached under it.
-            None if persistent => record(sql, &now).await?,
+            None if persistent => TABLE.record(sql, &now).await?,
             None => {}
             Some(_) => {
-                announce(sql, &now, persistent).await?;
+                TABLE.announce(sql, NOTICE, &now, persistent).await?;
                 tracing::info!(
                     "roles, memberships or database/role settings changed: every cached \
                      result is invalidated and libraries read their session context again"
@@ -128,50 +124,4 @@ async fn watch(
         }
         *last = Some(now);
     }
-}
-
-/// The recorded digest: `Some(None)` before the first is recorded, `None` when none can be
-/// (no table: a database set up by an older `txcache setup`; or no privilege to write it).
-async fn recorded_digest(sql: &SqlSession) -> anyhow::Result<Option<Option<String>>> {
-    let problem = match sql.client.query_one(RECORDED, &[]).await {
-        Ok(row) if row.get::<_, bool>(1) => return Ok(Some(row.get(0))),
-        Ok(_) => "the agent's role may not write txcache.shared_catalog (grant it INSERT, UPDATE)",
-        Err(error) if error.code() == Some(&SqlState::UNDEFINED_TABLE) => {
-            "txcache.shared_catalog does not exist (run `txcache setup` again to create it)"
-        }
-        Err(error) => return Err(error.into()),
-    };
-    tracing::warn!(
-        "{problem}: a change of roles or settings made while the agent is down is not seen"
-    );
-    Ok(None)
-}
-
-/// Records `digest` as the first reading.
-async fn record(sql: &SqlSession, digest: &str) -> anyhow::Result<()> {
-    sql.client.execute(RECORD, &[&digest]).await?;
-    Ok(())
-}
-
-/// Writes the notice, recording `digest` in the same transaction.
-async fn announce(sql: &SqlSession, digest: &str, persistent: bool) -> anyhow::Result<()> {
-    let client = &sql.client;
-    client.batch_execute("BEGIN").await?;
-    let written = async {
-        if persistent {
-            client.execute(RECORD, &[&digest]).await?;
-        }
-        client
-            .execute(
-                "SELECT pg_catalog.pg_logical_emit_message(true, $1, $2)",
-                &[&DDL_PREFIX, &NOTICE],
-            )
-            .await?;
-        client.batch_execute("COMMIT").await
-    }
-    .await;
-    if written.is_err() {
-        let _ = client.batch_execute("ROLLBACK").await;
-    }
-    Ok(written?)
 }

@@ -17,6 +17,7 @@ use crate::fanout::Fanout;
 use crate::heartbeat::HEARTBEAT_PREFIX;
 use crate::message::StreamMessage;
 use crate::pincushion::FENCE_PREFIX;
+use crate::schema_digests::{SchemaDigests, SCHEMA_PREFIX};
 use crate::stream_stats::StreamStats;
 use crate::term::Term;
 use crate::timeline;
@@ -44,6 +45,7 @@ pub struct Stream {
     tracker: Arc<StreamTracker>,
     stats: Arc<StreamStats>,
     term: Arc<Term>,
+    schema_digests: Arc<SchemaDigests>,
     assembler: Assembler,
     catalog: Catalog,
     acknowledged: Timestamp,
@@ -52,14 +54,15 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// A stream feeding `fanout`, recording into `tracker` and counting into `stats`, for
-    /// as long as `term` is valid.
+    /// A stream feeding `fanout`, recording into `tracker` (and each commit's schema digest
+    /// into `schema_digests`) and counting into `stats`, for as long as `term` is valid.
     pub fn new(
         config: Config,
         fanout: Arc<Fanout>,
         tracker: Arc<StreamTracker>,
         stats: Arc<StreamStats>,
         term: Arc<Term>,
+        schema_digests: Arc<SchemaDigests>,
     ) -> Self {
         Self {
             config,
@@ -67,6 +70,7 @@ impl Stream {
             tracker,
             stats,
             term,
+            schema_digests,
             assembler: Assembler::default(),
             catalog: Catalog::default(),
             acknowledged: Timestamp::ZERO,
@@ -268,6 +272,14 @@ impl Stream {
                 self.assembler.manual_invalidation(&content)?;
             }
             ReplicationEvent::Message {
+                transactional: true,
+                prefix,
+                content,
+                ..
+            } if prefix == SCHEMA_PREFIX => {
+                self.assembler.schema_digest(&content)?;
+            }
+            ReplicationEvent::Message {
                 transactional: false,
                 prefix,
                 content,
@@ -315,6 +327,9 @@ impl Stream {
         tracing::trace!(ts = lsn, tags = committed.invalidation.tags.len(), "commit");
         if committed.untracked_schema_change {
             self.stats.count_untracked_schema_change();
+        }
+        if let Some(digest) = committed.schema_digest.clone() {
+            self.schema_digests.record(Timestamp(lsn), digest);
         }
         let invalidation = &committed.invalidation;
         self.tracker

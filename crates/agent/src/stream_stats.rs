@@ -50,7 +50,8 @@ impl StreamStats {
         self.database_changes.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A table's definition changed without a DDL notice.
+    /// The schema changed without a DDL notice: a table described anew, or a catalog whose
+    /// digest no DDL notice explains.
     pub fn count_untracked_schema_change(&self) {
         self.untracked_schema_changes
             .fetch_add(1, Ordering::Relaxed);

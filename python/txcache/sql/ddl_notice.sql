@@ -5,7 +5,8 @@
 -- tables the command touched (txcache.ddl_identity: FULL for new ones where PostgreSQL
 -- allows it, a WARNING where a table is left without) and gives partitions the TRUNCATE
 -- trigger; at ddl_command_end and sql_drop it sends one notice naming what the command
--- touched (docs/setup.md, "DDL messages").
+-- touched (docs/setup.md, "DDL messages"); at ddl_command_end, then, the catalog's digest
+-- (txcache.schema_digest).
 
 DECLARE
     target oid;
@@ -125,5 +126,10 @@ BEGIN
         PERFORM pg_advisory_xact_lock_shared({lock});
         PERFORM nextval('{counter}');
         PERFORM pg_logical_emit_message(true, '{prefix}', array_to_string(lines, E'\n'));
+    END IF;
+    IF TG_EVENT = 'ddl_command_end' THEN
+        -- The catalog as this command left it: the agent tells a change no trigger saw by a
+        -- catalog that no such digest explains.
+        PERFORM pg_logical_emit_message(true, '{schema_prefix}', txcache.schema_digest());
     END IF;
 END
