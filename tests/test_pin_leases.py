@@ -19,8 +19,9 @@ from agent_fixtures import Stack
 from txcache.stack import AgentProcess, wait_until
 
 LOG = "CREATE TABLE log (id bigserial PRIMARY KEY)"
-AGENT = ("--pin-interval", "50ms", "--pin-lease", "1s")
-"""A pin every 50 ms while something commits, kept a second unless used."""
+AGENT = ("--pin-interval", "50ms", "--pin-lease", "1s", "--schema-check-interval", "100ms")
+"""A pin every 50 ms while something commits, kept a second unless used; the schema
+checked every 100 ms while there are pins (a pin it takes is no library's use)."""
 
 
 @pytest.fixture

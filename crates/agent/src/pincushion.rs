@@ -134,7 +134,12 @@ pub struct PinCounts {
     pub below_floor: u64,
 }
 
-type FreshRequest = oneshot::Sender<anyhow::Result<Pin>>;
+/// A request for a pin taken now: where to answer, and whether a library asked (its pin is
+/// then in use, and counts as demand).
+struct FreshRequest {
+    reply: oneshot::Sender<anyhow::Result<Pin>>,
+    library: bool,
+}
 
 /// The handle libraries' requests go through.
 pub struct Pincushion {
@@ -206,16 +211,20 @@ impl Pincushion {
     /// A pin taken and certified now (the library's ★).
     pub async fn fresh(&self) -> anyhow::Result<Pin> {
         self.demand.store(unix_micros_now(), Ordering::Relaxed);
-        self.take_now().await
+        self.request(true).await
     }
 
     /// A pin taken and certified now for the agent's own use (the schema check): unlike
-    /// [`Pincushion::fresh`] it is no library's demand, so pins still go once libraries
-    /// stop reading.
+    /// [`Pincushion::fresh`] it is no library's demand and is not marked used, so pins
+    /// still go once libraries stop reading.
     pub async fn take_now(&self) -> anyhow::Result<Pin> {
+        self.request(false).await
+    }
+
+    async fn request(&self, library: bool) -> anyhow::Result<Pin> {
         let (reply, answer) = oneshot::channel();
         self.requests
-            .send(reply)
+            .send(FreshRequest { reply, library })
             .await
             .context("the pinner has stopped")?;
         answer.await.context("the pinner dropped the request")?
@@ -269,9 +278,9 @@ impl Pinner {
         loop {
             tokio::select! {
                 request = requests.recv() => match request {
-                    Some(reply) => {
+                    Some(FreshRequest { reply, library }) => {
                         let result = self.take_certified().await;
-                        if let Ok(pin) = &result {
+                        if let (Ok(pin), true) = (&result, library) {
                             self.cushion.note_used(&[pin.ts]); // asked for, so in use
                         }
                         let _ = reply.send(result);
