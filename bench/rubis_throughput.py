@@ -18,8 +18,9 @@ values live in their own key space, so each cached mode starts cold.
 With ``--database-cpu CORES`` every PostgreSQL process runs in a cgroup limited to that
 many CPUs (after the load), so that the database is the bottleneck as in the paper's
 topology; the report then says how often the quota held it back in each mode. With
-``--statements`` the server tracks ``pg_stat_statements`` and the report lists, per mode,
-the statements that took the most database time in the measured window, per request.
+``--statements [COUNT]`` the server tracks ``pg_stat_statements`` and the report lists, per
+mode, the COUNT (12) statements that took the most database time in the measured window,
+per request.
 
 This is one client count, not a peak search (raising the clients until throughput stops
 rising is the experiments' job).
@@ -100,7 +101,9 @@ def run_mode(
         "cpu_s": {k: round(cpu_after[k] - cpu[k], 2) for k in COMPONENTS},
         "other_work_cpu_s": round(other, 2),
         "database_throttled": throttled.as_dict() if throttled else None,
-        "statements": top_statements(args.dsn, report.requests) if args.statements else None,
+        "statements": (
+            top_statements(args.dsn, report.requests, args.statements) if args.statements else None
+        ),
     }
     log(f"{mode}: {row['throughput']} req/s, hit rate {fmt(row['hit_rate'] * 100, 1)} %")
     return row
@@ -163,14 +166,15 @@ STATEMENTS_SETTINGS = {
 TOP_STATEMENTS = """
 SELECT query, calls, total_exec_time + total_plan_time FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-ORDER BY 3 DESC LIMIT 12
+ORDER BY 3 DESC LIMIT %s
 """
 
 
-def top_statements(dsn: str, requests: int) -> list[dict[str, Any]]:
-    """The statements that took the most database time since the last reset, per request."""
+def top_statements(dsn: str, requests: int, count: int) -> list[dict[str, Any]]:
+    """The ``count`` statements that took the most database time since the last reset, per
+    request."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute(TOP_STATEMENTS).fetchall()
+        rows = conn.execute(TOP_STATEMENTS, (count,)).fetchall()
     per = max(1, requests)
     return [
         {"statement": " ".join(query.split()), "calls": calls / per, "us": ms * 1000 / per}
@@ -253,8 +257,13 @@ def main() -> None:
     )
     parser.add_argument(
         "--statements",
-        action="store_true",
-        help="track pg_stat_statements and report each mode's costliest statements",
+        nargs="?",
+        type=int,
+        const=12,
+        default=0,
+        metavar="COUNT",
+        help="track pg_stat_statements and report each mode's COUNT (default 12) costliest "
+        "statements",
     )
     parser.add_argument("--quick", action="store_true", help="tiny, 3 s warm-up, 8 s measured")
     args = parser.parse_args()
