@@ -12,9 +12,9 @@ reporting it is not seen here, as in a read-only transaction (docs/library.md,
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
+from txcache._current import Params
 from txcache._session import SessionReset
 from txcache._statements import leaves_session_alone
 
@@ -51,9 +51,7 @@ class SessionWatch:
         self.changed = False
         """Whether the block may have changed more than its sequences' state."""
 
-    def statement(
-        self, statement: object, params: Sequence[Any] | Mapping[str, Any] | None
-    ) -> None:
+    def statement(self, statement: object, params: Params) -> None:
         """``statement`` is about to run."""
         if not self.changed and not leaves_session_alone(statement, params):
             self.changed = True

@@ -28,17 +28,20 @@ Exceptions::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import pglast
 from pglast import ast, enums
 from psycopg import sql
 
+from txcache._current import Params
 from txcache._sql import UncacheableQuery, _convert
 from txcache.errors import StatementNotAllowed
 
 __all__ = ["check_read_only", "cursor_refusal", "leaves_session_alone"]
+
+V = TypeVar("V")
 
 _MAX_VERDICTS = 4096
 _verdicts: dict[tuple[str, type], int | str] = {}
@@ -125,27 +128,16 @@ def _is(node: Any, kind: Any) -> bool:
     return isinstance(node, kind)
 
 
-def check_read_only(
-    statement: object, params: Sequence[Any] | Mapping[str, Any] | None = None
-) -> int:
+def check_read_only(statement: object, params: Params = None) -> int:
     """How many statements ``statement`` holds, if every one may run in a read-only
     transaction; else raise :class:`~txcache.errors.StatementNotAllowed`."""
-    text = statement if type(statement) is str else _text(statement)
-    key = (text, type(params))
-    verdict = _verdicts.get(key)
-    if verdict is None:
-        verdict = _classify(text, params)
-        if len(_verdicts) >= _MAX_VERDICTS:
-            _verdicts.clear()
-        _verdicts[key] = verdict
+    verdict = _memoized(_verdicts, _classify, statement, params)
     if isinstance(verdict, str):
         raise StatementNotAllowed(verdict)
     return verdict
 
 
-def leaves_session_alone(
-    statement: object, params: Sequence[Any] | Mapping[str, Any] | None = None
-) -> bool:
+def leaves_session_alone(statement: object, params: Params = None) -> bool:
     """Whether every statement of ``statement`` is one a read/write block may run without
     changing its session beyond its sequences' state: a query without ``INTO`` or a call of
     ``set_config`` or a session-level advisory lock function, an ``INSERT``, ``UPDATE``,
@@ -153,19 +145,30 @@ def leaves_session_alone(
     ``EXPLAIN`` of those, or a savepoint. Anything else — and a string that cannot be
     parsed — may change it. What functions do inside is not seen, as in a read-only
     transaction; the settings PostgreSQL reports are watched instead (:class:`SessionWatch
-    <txcache._session.SessionWatch>`)."""
+    <txcache._session_watch.SessionWatch>`)."""
+    return _memoized(_session_verdicts, _leaves_session_alone, statement, params)
+
+
+def _memoized(
+    verdicts: dict[tuple[str, type], V],
+    classify: Callable[[str, Params], V],
+    statement: object,
+    params: Params,
+) -> V:
+    """``classify(text, params)`` of ``statement``, memoized in ``verdicts`` by its text and
+    the type of its parameters (bounded: cleared when full)."""
     text = statement if type(statement) is str else _text(statement)
     key = (text, type(params))
-    verdict = _session_verdicts.get(key)
+    verdict = verdicts.get(key)
     if verdict is None:
-        verdict = _leaves_session_alone(text, params)
-        if len(_session_verdicts) >= _MAX_VERDICTS:
-            _session_verdicts.clear()
-        _session_verdicts[key] = verdict
+        verdict = classify(text, params)
+        if len(verdicts) >= _MAX_VERDICTS:
+            verdicts.clear()
+        verdicts[key] = verdict
     return verdict
 
 
-def _leaves_session_alone(text: str, params: Sequence[Any] | Mapping[str, Any] | None) -> bool:
+def _leaves_session_alone(text: str, params: Params) -> bool:
     try:
         converted, _ = _convert(text, params)
         statements = pglast.parse_sql(converted)
@@ -188,20 +191,24 @@ def _session_neutral(node: Any) -> bool:
 def _no_session_calls(node: Any) -> bool:
     """Whether ``node`` holds, anywhere, neither ``SELECT … INTO`` (a new table, perhaps a
     temporary one) nor a call of a function that changes the session."""
+    for current in _nodes(node):
+        if _is(current, ast.SelectStmt) and current.intoClause is not None:
+            return False
+        if _is(current, ast.FuncCall) and current.funcname[-1].sval in _SESSION_FUNCTIONS:
+            return False
+    return True
+
+
+def _nodes(node: Any) -> Iterator[Any]:
+    """``node`` and every node under it, subqueries included."""
     pending: list[Any] = [node]
     while pending:
         current = pending.pop()
         if _is(current, list | tuple):
             pending.extend(current)
-            continue
-        if not _is(current, ast.Node):
-            continue
-        if _is(current, ast.SelectStmt) and current.intoClause is not None:
-            return False
-        if _is(current, ast.FuncCall) and current.funcname[-1].sval in _SESSION_FUNCTIONS:
-            return False
-        pending.extend(getattr(current, name) for name in type(current).__slots__)
-    return True
+        elif _is(current, ast.Node):
+            yield current
+            pending.extend(getattr(current, name) for name in type(current).__slots__)
 
 
 def _text(statement: object) -> str:
@@ -214,7 +221,7 @@ def _text(statement: object) -> str:
     return str(statement)
 
 
-def _classify(text: str, params: Sequence[Any] | Mapping[str, Any] | None) -> int | str:
+def _classify(text: str, params: Params) -> int | str:
     """The number of statements in ``text``, or why it is refused."""
     try:
         converted, _ = _convert(text, params)
@@ -247,18 +254,10 @@ def _refusal(node: Any) -> str | None:
 def _select_refusal(node: Any) -> str | None:
     """Why a query may not run: a data-modifying ``WITH``, ``SELECT INTO``, a call that
     changes the session — anywhere in it, subqueries included."""
-    pending: list[Any] = [node]
-    while pending:
-        current = pending.pop()
-        if _is(current, list | tuple):
-            pending.extend(current)
-            continue
-        if not _is(current, ast.Node):
-            continue
+    for current in _nodes(node):
         refusal = _node_refusal(current)
         if refusal is not None:
             return refusal
-        pending.extend(getattr(current, name) for name in type(current).__slots__)
     return None
 
 

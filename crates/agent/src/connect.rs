@@ -48,6 +48,20 @@ pub async fn connect_sql(dsn: &str, application: &str) -> anyhow::Result<SqlSess
     connect_config(config, &conninfo, application).await
 }
 
+/// Opens an SQL session named `application`, trying again every second (each failure
+/// logged) until it opens: for the background tasks that outlive the database's absences.
+pub async fn connect_sql_until_open(dsn: &str, application: &str) -> SqlSession {
+    loop {
+        match connect_sql(dsn, application).await {
+            Ok(sql) => return sql,
+            Err(error) => {
+                tracing::warn!(%error, "{application}: cannot connect; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
 /// Opens an SQL session with `config` and `conninfo`'s TLS settings.
 async fn connect_config(
     mut config: tokio_postgres::Config,

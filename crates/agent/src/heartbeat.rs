@@ -7,7 +7,7 @@
 //! acknowledged on an idle database, so it retains no WAL.
 
 use crate::assemble::unix_micros_now;
-use crate::connect::connect_sql;
+use crate::connect::connect_sql_until_open;
 use crate::stream_stats::StreamStats;
 use pgwire_replication::Lsn;
 use std::sync::Arc;
@@ -24,14 +24,7 @@ pub async fn run(dsn: String, interval: Duration, stats: Arc<StreamStats>) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let client = match connect_sql(&dsn, "txcache-agent heartbeat").await {
-            Ok(client) => client,
-            Err(error) => {
-                tracing::warn!(%error, "heartbeat connection failed; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
+        let client = connect_sql_until_open(&dsn, "txcache-agent heartbeat").await;
         // The four-argument form (flush now) exists from PostgreSQL 17 on.
         let statement = if client.server_version_num >= 170_000 {
             "SELECT pg_logical_emit_message(false, $1, $2, true)::text"

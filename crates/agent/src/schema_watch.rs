@@ -19,11 +19,12 @@
 //! once each write a digest without the other's change: the catalog then matches neither,
 //! and everything is invalidated once — sound, and rare.
 
-use crate::connect::{connect_sql, SqlSession};
+use crate::connect::{connect_sql_until_open, SqlSession};
 use crate::digest_table::DigestTable;
 use crate::pincushion::{Pin, Pincushion};
 use crate::schema_digests::SchemaDigests;
 use crate::stream_stats::StreamStats;
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_postgres::error::SqlState;
@@ -70,34 +71,23 @@ pub async fn run(
 ) {
     let mut checked = Checked::default();
     loop {
-        let sql = match connect_sql(&dsn, "txcache-agent schema check").await {
-            Ok(sql) => sql,
-            Err(error) => {
-                tracing::warn!(%error, "schema check: cannot connect; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
+        let sql = connect_sql_until_open(&dsn, "txcache-agent schema check").await;
         let watch = Watch {
             sql: &sql,
             pincushion: &pincushion,
             digests: &digests,
             stats: &stats,
         };
-        match watch.run(interval, &mut checked).await {
-            Err(error) if undefined_function(&error) => {
-                tracing::warn!(
-                    "txcache.schema_digest() does not exist (run `txcache setup` again to \
-                     install it): schema changes the DDL triggers miss are not looked for"
-                );
-                return;
-            }
-            Err(error) => {
-                tracing::warn!(error = %format!("{error:#}"), "schema check failed; reconnecting");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            Ok(()) => {}
+        let Err(error) = watch.run(interval, &mut checked).await;
+        if undefined_function(&error) {
+            tracing::warn!(
+                "txcache.schema_digest() does not exist (run `txcache setup` again to \
+                 install it): schema changes the DDL triggers miss are not looked for"
+            );
+            return;
         }
+        tracing::warn!(error = %format!("{error:#}"), "schema check failed; reconnecting");
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
@@ -118,7 +108,7 @@ struct Watch<'a> {
 
 impl Watch<'_> {
     /// Checks at a pin taken every `interval` until an error.
-    async fn run(&self, interval: Duration, checked: &mut Checked) -> anyhow::Result<()> {
+    async fn run(&self, interval: Duration, checked: &mut Checked) -> anyhow::Result<Infallible> {
         let recorded = TABLE.recorded(self.sql).await?;
         let persistent = recorded.is_some();
         if checked.last.is_none() {

@@ -13,7 +13,7 @@
 //! catalog and session context again (and drop pooled sessions whose settings differ). A
 //! change is seen within the interval.
 
-use crate::connect::{connect_sql, SqlSession};
+use crate::connect::{connect_sql_until_open, SqlSession};
 use crate::digest_table::DigestTable;
 use std::time::Duration;
 
@@ -74,14 +74,7 @@ const NOTICE: &str = "all\t\troles and settings\t0";
 pub async fn run(dsn: String, interval: Duration) {
     let mut last: Option<String> = None;
     loop {
-        let sql = match connect_sql(&dsn, "txcache-agent shared catalogs").await {
-            Ok(sql) => sql,
-            Err(error) => {
-                tracing::warn!(%error, "shared-catalog watch: cannot connect; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
+        let sql = connect_sql_until_open(&dsn, "txcache-agent shared catalogs").await;
         if let Err(error) = watch(&sql, interval, &mut last).await {
             tracing::warn!(error = %format!("{error:#}"), "shared-catalog watch failed; reconnecting");
             tokio::time::sleep(Duration::from_secs(1)).await;
