@@ -33,6 +33,16 @@ INSERT INTO users SELECT i, 'user ' || i FROM generate_series(1, 5) i;
 
 
 AGENT_ARGS = ("--pin-interval", "50ms", "--heartbeat-interval", "50ms")
+FINGERPRINTS = (*AGENT_ARGS, "--ddl-tracking", "fingerprint")
+"""An agent without DDL event triggers: it checks every pin's catalog fingerprint."""
+EVENT_TRIGGERS = ("txcache_ddl_command_start", "txcache_ddl_command_end", "txcache_sql_drop")
+
+
+def drop_event_triggers(stack: LibraryStack) -> None:
+    """What a service that allows no event trigger leaves: setup's objects without them."""
+    for trigger in EVENT_TRIGGERS:
+        stack.admin.execute(f"DROP EVENT TRIGGER {trigger}")
+
 
 T = TypeVar("T")
 

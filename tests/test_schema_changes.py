@@ -12,7 +12,7 @@ what the database returns now.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -22,17 +22,30 @@ import txcache
 import txcache._schema
 from cached_reads import assert_invalidated, cached, read, rows_of, truth
 from conftest import running_agent
-from library_fixtures import AGENT_ARGS, LibraryStack
-from txcache import protocol, setup_database
+from library_fixtures import AGENT_ARGS, FINGERPRINTS, LibraryStack, drop_event_triggers
 from txcache._catalog_stamp import stamp_check, still_current
 from txcache._schema import Catalog, Schema
 from txcache.stack import parse_lsn, wait_until, wal_position
 
 
+@pytest.fixture(params=["triggers", "fingerprint"])
+def lib(database: str, request: pytest.FixtureRequest) -> Iterator[LibraryStack]:
+    """The library stack, with ``twice`` declared safe for cacheable queries: with the DDL
+    event triggers, and without them, its agent checking every pin's catalog fingerprint
+    (``--ddl-tracking fingerprint``)."""
+    fingerprints = request.param == "fingerprint"
+    agent_args = FINGERPRINTS if fingerprints else AGENT_ARGS
+    with LibraryStack(database, safe_functions=["twice"], agent_args=agent_args) as stack:
+        if fingerprints:
+            drop_event_triggers(stack)
+            stack.fresh_pins()  # the library then knows the agent checks fingerprints
+        yield stack
+
+
 @pytest.fixture
-def lib(database: str) -> Iterator[LibraryStack]:
-    """The library stack, with ``twice`` declared safe for cacheable queries."""
-    with LibraryStack(database, safe_functions=["twice"]) as stack:
+def triggered(database: str) -> Iterator[LibraryStack]:
+    """The library stack with the DDL event triggers, for what only they do."""
+    with LibraryStack(database) as stack:
         yield stack
 
 
@@ -109,8 +122,9 @@ def test_a_partition_dropped_detached_or_attached_invalidates_reads_of_its_root(
 
 
 def test_a_table_attached_from_an_untracked_schema_is_prepared_as_a_partition(
-    lib: LibraryStack,
+    triggered: LibraryStack,
 ) -> None:
+    lib = triggered
     make_partitions(lib)
     lib.write(
         "CREATE SCHEMA elsewhere;"
@@ -242,7 +256,8 @@ def test_a_table_left_out_of_the_publication_is_no_longer_served(lib: LibrarySta
         read(lib, query, 5, not_before=token)
 
 
-def test_setup_puts_the_truncate_trigger_on_existing_partitions(lib: LibraryStack) -> None:
+def test_setup_puts_the_truncate_trigger_on_existing_partitions(triggered: LibraryStack) -> None:
+    lib = triggered
     lib.write(
         "ALTER EVENT TRIGGER txcache_ddl_command_end DISABLE;"
         "CREATE TABLE older (k integer NOT NULL) PARTITION BY LIST (k);"
@@ -497,7 +512,10 @@ def test_a_result_type_change_the_library_knows_of_needs_no_retry(slow_lib: Libr
         assert txcache.query(query, (4,)) == [(40,)]
 
 
-def test_a_catalog_reading_stamps_the_schema_changes_not_yet_committed(lib: LibraryStack) -> None:
+def test_a_catalog_reading_stamps_the_schema_changes_not_yet_committed(
+    triggered: LibraryStack,
+) -> None:
+    lib = triggered
     with psycopg.connect(lib.dsn) as ddl:  # its transaction stays open
         ddl.execute("CREATE VIEW pending AS SELECT id FROM items")
         catalog = Schema.load(lib.dsn).catalog
@@ -533,158 +551,9 @@ def test_a_catalog_reading_during_which_a_schema_change_committed_is_read_again(
         return catalog
 
     monkeypatch.setattr(txcache._schema, "_read_in_one_snapshot", reading_then_a_change)
-    catalog = Schema.load(lib.dsn).catalog
+    agent = lib.cache.agent
+    assert agent is not None
+    catalog = Schema.load(lib.dsn, fingerprint=agent.fingerprints).catalog
     assert len(readings) == 2
     assert ("public", "meanwhile") in catalog.relations
     assert catalog.stamp is not None
-
-
-# -- schema changes the DDL triggers miss -----------------------------------------------------
-
-EVENT_TRIGGERS = ("txcache_ddl_command_start", "txcache_ddl_command_end", "txcache_sql_drop")
-# Every check logged, for the failure messages.
-SCHEMA_CHECKS = (
-    *AGENT_ARGS,
-    *("--schema-check-interval", "100ms"),
-    *("--log", "info,txcache_agent::schema_watch=debug"),
-)
-
-
-@pytest.fixture
-def checked(database: str) -> Iterator[LibraryStack]:
-    """The library stack, its agent checking the schema every 100 ms."""
-    with LibraryStack(database, agent_args=SCHEMA_CHECKS) as stack:
-        yield stack
-
-
-def untracked(lib: LibraryStack, *statements: str) -> None:
-    """Run ``statements`` with the DDL triggers disabled, as a role a managed service
-    exempts from them would."""
-    for trigger in EVENT_TRIGGERS:
-        lib.admin.execute(f"ALTER EVENT TRIGGER {trigger} DISABLE")
-    try:
-        for statement in statements:
-            lib.admin.execute(statement)
-    finally:
-        for trigger in EVENT_TRIGGERS:
-            lib.admin.execute(f"ALTER EVENT TRIGGER {trigger} ENABLE ALWAYS")
-
-
-def untracked_changes(lib: LibraryStack) -> int:
-    """The agent's ``untracked_schema_changes``."""
-    with protocol.connect(lib.agent_address) as agent:
-        return agent.run(protocol.agent_status())["untracked_schema_changes"]
-
-
-def checked_digest(lib: LibraryStack) -> bool:
-    """Whether the agent has checked the schema as it is now."""
-    row = lib.admin.execute(
-        "SELECT digest = txcache.schema_digest() FROM txcache.schema_check"
-    ).fetchone()
-    return bool(row and row[0])
-
-
-def wait_while_reading(lib: LibraryStack, condition: Callable[[], bool], what: str) -> None:
-    """Wait until ``condition`` while the library keeps asking for pins: the agent checks
-    the schema only while libraries read."""
-    agent = lib.cache.agent
-    assert agent is not None
-
-    def reading() -> bool:
-        agent.pin_now()
-        return condition()
-
-    wait_until(reading, what, timeout=30, log=running_agent(lib).log_text)
-
-
-def test_a_view_redefined_where_no_trigger_fires_is_found_and_invalidated(
-    checked: LibraryStack,
-) -> None:
-    """No DDL notice and no write follows: only the schema check can see it."""
-    lib = checked
-    lib.write("CREATE VIEW cheap AS SELECT id, name FROM items WHERE price < 50")
-    query = "SELECT id FROM cheap ORDER BY id"
-    before = cached(lib, query)
-    untracked(lib, "CREATE OR REPLACE VIEW cheap AS SELECT id, name FROM items WHERE price < 100")
-    wait_until(
-        lambda: read(lib, query) != before,
-        "a read through the view to see its new definition",
-        timeout=30,
-        log=running_agent(lib).log_text,
-    )
-    assert untracked_changes(lib) == 1
-    assert "the schema changed without a DDL notice" in running_agent(lib).log_text()
-    lib.caught_up()
-    lib.fresh_pins()
-    assert read(lib, query) == truth(lib, query)
-
-
-def test_a_policy_dropped_where_no_trigger_fires_is_found(checked: LibraryStack) -> None:
-    """A dropped row security policy leaves no new catalog row: the digest still differs."""
-    lib = checked
-    lib.write(
-        "ALTER TABLE items ENABLE ROW LEVEL SECURITY; ALTER TABLE items FORCE ROW LEVEL SECURITY;"
-        "CREATE POLICY everything ON items USING (true)"
-    )
-    wait_while_reading(lib, lambda: checked_digest(lib), "the agent to check the schema")
-    untracked(lib, "DROP POLICY everything ON items")
-    wait_while_reading(
-        lib, lambda: untracked_changes(lib) == 1, "the schema check to find the dropped policy"
-    )
-
-
-def test_schema_changes_the_triggers_report_are_not_counted_as_missed(
-    checked: LibraryStack,
-) -> None:
-    lib = checked
-    lib.commit(
-        "CREATE VIEW cheap AS SELECT id FROM items WHERE price < 50",
-        "CREATE FUNCTION thrice(integer) RETURNS integer LANGUAGE sql AS 'SELECT $1 * 3'",
-    )
-    lib.commit("ALTER TABLE items ADD COLUMN extra integer DEFAULT 5")
-    wait_while_reading(
-        lib, lambda: checked_digest(lib), "the agent to check the schema after the changes"
-    )
-    assert untracked_changes(lib) == 0
-
-
-def test_the_schema_digest_follows_definitions_not_maintenance(database: str) -> None:
-    setup_database(database)
-    with psycopg.connect(database, autocommit=True) as db:
-        db.execute("CREATE TABLE t (id integer PRIMARY KEY, v integer DEFAULT 1)")
-
-        def digest() -> str:
-            row = db.execute("SELECT txcache.schema_digest()").fetchone()
-            assert row is not None
-            return str(row[0])
-
-        changes = [
-            "CREATE VIEW v AS SELECT id FROM t WHERE v > 0",
-            "CREATE OR REPLACE VIEW v AS SELECT id FROM t WHERE v > 1",
-            "ALTER TABLE t ALTER COLUMN v SET DEFAULT 2",
-            "CREATE FUNCTION f() RETURNS integer LANGUAGE sql AS 'SELECT 1'",
-            "CREATE OR REPLACE FUNCTION f() RETURNS integer LANGUAGE sql AS 'SELECT 2'",
-            "CREATE TYPE mood AS ENUM ('sad')",
-            "ALTER TYPE mood ADD VALUE 'happy'",
-            "ALTER TABLE t ENABLE ROW LEVEL SECURITY",
-            "CREATE POLICY p ON t USING (v > 0)",
-            "DROP POLICY p ON t",
-            "GRANT SELECT ON t TO PUBLIC",
-            "ALTER TABLE t RENAME COLUMN v TO w",
-            "CREATE SCHEMA other",
-            "CREATE TABLE other.t (id integer)",
-        ]
-        now = digest()
-        for change in changes:
-            db.execute(change)
-            before, now = now, digest()
-            assert now != before, f"the digest did not change with {change!r}"
-        for maintenance in (
-            "INSERT INTO t SELECT i, i FROM generate_series(1, 1000) i",
-            "VACUUM (ANALYZE, FREEZE) t",
-            "CREATE INDEX ON t (w)",
-            "TRUNCATE t",
-            "CLUSTER t USING t_pkey",
-        ):
-            db.execute(maintenance)
-        assert digest() == now, "maintenance changed the digest"

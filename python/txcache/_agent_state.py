@@ -70,6 +70,10 @@ class AgentState:
         self.followed: str | None = None
         """The address of the agent the last refresh's replies came from (``None`` before
         the first): with several agents, the active one."""
+        self.fingerprints = False
+        """Whether the followed agent runs without DDL triggers (``--ddl-tracking
+        fingerprint``): its pins carry catalog fingerprints, and values wait for one to
+        verify them before they are stored (:mod:`txcache._pending_stores`)."""
         self._used: set[int] = set()
         self._used_lock = threading.Lock()
 
@@ -114,6 +118,10 @@ class AgentState:
         the agent within :attr:`pin_list_ttl` seconds."""
         listed = self._list
         return listed.pins[self._window(listed, staleness, not_before, now) :]
+
+    def listed_pins(self) -> list[Pin]:
+        """Every pin of the last refresh, oldest first (whatever its age)."""
+        return self._list.pins
 
     def covers(self, ts: int) -> bool:
         """Whether the catalog of the last refresh covers snapshot ``ts``: at or after the
@@ -162,6 +170,7 @@ class AgentState:
             self._catalog = catalog
             self.catalog_generation += 1
         if pins:
+            self.fingerprints = pins[-1].fingerprint is not None
             if self._catalog_from is None:
                 # Its catalog speaks for its own pins: a snapshot older than the first it
                 # listed may come from the agent before it (wildcard tags).

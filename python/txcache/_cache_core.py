@@ -27,6 +27,7 @@ from txcache._audit_core import Auditor
 from txcache._config import Mode, Settings, load_settings
 from txcache._current import Params
 from txcache._parking import ParkingLot
+from txcache._pending_stores import PendingStore, PendingStores
 from txcache._pinset import PinPolicy, newest_or_fresh
 from txcache._protocol import DatabaseIdentity
 from txcache._ring import NodeClient, NodeRing
@@ -109,6 +110,9 @@ class CacheCore:
         self.parking: ParkingLot[Any] = ParkingLot(settings.snapshot_hold, settings.pool_size)
         """Read-only database transactions kept open for the next transaction at their pin
         (:mod:`txcache._parking`)."""
+        self.pending_stores: PendingStores[Any] = PendingStores()
+        """Values computed without DDL triggers, waiting for a pin to verify their catalog
+        before they are stored (:mod:`txcache._pending_stores`)."""
         self.pid = os.getpid()
         """The process that made it: its sockets are that process's, not a forked child's."""
         self.mode: Mode = settings.mode
@@ -241,6 +245,18 @@ class CacheCore:
 
     # -- the catalog ------------------------------------------------------------------------
 
+    def _fingerprints(self) -> bool:
+        """Whether catalog readings must carry the catalog's fingerprint: the agent runs
+        without DDL triggers (:mod:`txcache._catalog_stamp`)."""
+        return self.agent is not None and self.agent.fingerprints
+
+    def settle_stores(self) -> list[PendingStore[Any]]:
+        """The waiting values the agent's pins now verify, to store; the ones they refute
+        or that waited too long are dropped (:mod:`txcache._pending_stores`)."""
+        if self.agent is None or not self.pending_stores:
+            return []
+        return self.pending_stores.settle(self.agent.listed_pins())
+
     def schema_moved(self) -> None:
         """A query ran with a newer catalog than the library's reading (or one not known to
         be current): read it again before the next analysis, at most once per
@@ -272,7 +288,7 @@ class CacheCore:
             read = True
             before = self._schema.catalog.session if self._schema is not None else None
             if self._schema is None:
-                self._schema = Schema.load(self.settings.dsn)
+                self._schema = Schema.load(self.settings.dsn, fingerprint=self._fingerprints())
                 self._schema_read_at = time.monotonic()
                 if cover is not None:
                     cover()
@@ -288,7 +304,7 @@ class CacheCore:
         """Read the catalog again; call with ``_schema_lock`` held."""
         if self._schema is not None:
             self._schema_moved = False  # before: a query finding it moved again reads again
-            self._schema.refresh()  # through its own connection to the DSN
+            self._schema.refresh(fingerprint=self._fingerprints())  # its own connection
             self._schema_read_at = time.monotonic()
             self._schema_readings += 1
             if cover is not None:

@@ -39,6 +39,7 @@ from txcache._config import Settings
 from txcache._current import current_transaction
 from txcache._frame import Frame
 from txcache._keys import CallKeys, undeclared_dependency
+from txcache._pending_stores import PendingStore, Request
 from txcache._protocol import Hit, Miss
 from txcache._read_only_core import ReadOnlyCore
 from txcache._ring import NodeClient, NodeRing
@@ -292,7 +293,7 @@ class CacheableBase(Generic[P, R]):
 
     def _store_request(
         self, transaction: ReadOnlyCore[Any], value: R, frame: Frame
-    ) -> tuple[bytes, int, int | None, int, list[str]] | None:
+    ) -> Request | None:
         """What ``TXSET`` stores for a miss's ``value`` (data, interval, snapshot, tags), or
         ``None`` when nothing may be stored."""
         if transaction.uncached:
@@ -313,10 +314,34 @@ class CacheableBase(Generic[P, R]):
             return data, snapshot, None, snapshot, sorted(frame.tags)
         return data, frame.lo, frame.hi, snapshot, sorted(frame.tags)
 
+    def _deferred(
+        self,
+        transaction: ReadOnlyCore[Any],
+        node: NodeClient,
+        key: bytes,
+        request: Request,
+        frame: Frame,
+    ) -> bool:
+        """Whether the store of ``frame``'s value must wait for a pin to verify the catalog
+        its queries ran with (an agent without DDL triggers): it is then queued, and stored
+        as some transaction of the cache ends (:mod:`txcache._pending_stores`)."""
+        verification = transaction.store_verification(frame)
+        if verification is None:
+            return False
+        position, fingerprint = verification
+        record = functools.partial(self._count_store, transaction.cache.mode)
+        pending = PendingStore(node, key, request, position, fingerprint, record, time.monotonic())
+        transaction.cache.pending_stores.add(pending)
+        return True
+
     def _stored(self, transaction: ReadOnlyCore[Any], outcome: str | None) -> None:
         """Count a store's outcome (``None``: the node is down or refused it)."""
+        self._count_store(transaction.cache.mode, outcome)
+
+    def _count_store(self, mode: str, outcome: str | None) -> None:
+        """Count a store's outcome under the cache's ``mode``."""
         self.stats.record_insert(outcome or "failed")
-        if outcome == "nondeterministic" and transaction.cache.mode != "no_consistency":
+        if outcome == "nondeterministic" and mode != "no_consistency":
             log.warning(
                 "%s returned a different value for the same arguments at the same database "
                 "state: is it deterministic?",

@@ -12,10 +12,17 @@ that lock (schema changes not committed, so not in the reading). After a query â
 holds its relations' locks, so that a schema change on them has either committed before it
 or waits for the transaction to end â€” the catalog it ran with is the stamped one if the
 count did not move and every transaction of the stamp still holds the lock.
+
+Without the triggers (the agent's ``--ddl-tracking fingerprint``) nothing counts schema
+changes: a reading is stamped with the catalog's fingerprint
+(``txcache.schema_fingerprint(true)``, which every committed change alters for good), and
+the check after a query reads the WAL insert position instead, for the value's store to
+wait until a later pin shows the same fingerprint (:mod:`txcache._pending_stores`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +30,14 @@ import psycopg
 
 from txcache._ddl_notice import DDL_COUNTER, DDL_LOCK
 
-__all__ = ["UNTRACKED", "CatalogStamp", "read_stamp", "stamp_check", "still_current"]
+__all__ = [
+    "UNTRACKED",
+    "WAL_POSITION",
+    "CatalogStamp",
+    "read_stamp",
+    "stamp_check",
+    "still_current",
+]
 
 _HOLDERS = f"""
 SELECT coalesce(array_agg(DISTINCT virtualtransaction ORDER BY virtualtransaction), '{{}}')
@@ -46,6 +60,13 @@ SELECT {_ADVANCED}, (SELECT count(DISTINCT virtualtransaction) FROM pg_catalog.p
 FROM {DDL_COUNTER} s
 """
 
+_FINGERPRINT = "SELECT txcache.schema_fingerprint(true)"
+WAL_POSITION: tuple[str, tuple[Any, ...]] = (
+    "SELECT (pg_catalog.pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint",
+    (),
+)
+"""The check after a query without DDL triggers: the WAL insert position once it ended."""
+
 
 @dataclass(frozen=True)
 class CatalogStamp:
@@ -58,6 +79,9 @@ class CatalogStamp:
     position: int = field(default=0, compare=False)
     """The WAL insert position when the reading began: every schema change in it committed
     below (the others were running, or changed the count)."""
+    fingerprint: str | None = None
+    """The catalog's fingerprint (``txcache.schema_fingerprint(true)``) when it was read
+    for an agent without DDL triggers; ``None`` otherwise (or without the function)."""
 
     @property
     def tracked(self) -> bool:
@@ -71,15 +95,28 @@ UNTRACKED = CatalogStamp(_UNTRACKED, ())
 """The stamp of every reading of a database without the DDL counter."""
 
 
-def read_stamp(conn: psycopg.Connection[Any]) -> CatalogStamp:
+def read_stamp(conn: psycopg.Connection[Any], *, fingerprint: bool = False) -> CatalogStamp:
     """The stamp as of now, outside any transaction (:data:`UNTRACKED` when the database
-    has no DDL counter)."""
+    has no DDL counter), with the catalog's fingerprint if ``fingerprint``."""
     try:
         row = conn.execute(_STAMP).fetchone()
     except psycopg.errors.UndefinedTable:
-        return UNTRACKED
-    assert row is not None
-    return CatalogStamp(int(row[0]), tuple(row[1]), int(row[2]))
+        stamp = UNTRACKED
+    else:
+        assert row is not None
+        stamp = CatalogStamp(int(row[0]), tuple(row[1]), int(row[2]))
+    if not fingerprint:
+        return stamp
+    return dataclasses.replace(stamp, fingerprint=_read_fingerprint(conn))
+
+
+def _read_fingerprint(conn: psycopg.Connection[Any]) -> str | None:
+    """``txcache.schema_fingerprint(true)`` now; ``None`` where setup did not install it."""
+    try:
+        row = conn.execute(_FINGERPRINT).fetchone()
+    except psycopg.errors.UndefinedFunction:
+        return None
+    return None if row is None else str(row[0])
 
 
 def stamp_check(stamp: CatalogStamp) -> tuple[str, tuple[Any, ...]] | None:

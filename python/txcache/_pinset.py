@@ -32,6 +32,15 @@ class Pin:
     the statement that exported it; ``None`` when unknown. After a PostgreSQL restart
     another snapshot can carry the same :attr:`snapshot_id`: an import is checked against
     this (equal contents, equal visibility)."""
+    fingerprint: str | None = None
+    """The catalog fingerprint the snapshot shows (``txcache.schema_fingerprint(true)``),
+    when the agent runs without DDL triggers (``--ddl-tracking fingerprint``); ``None``
+    otherwise."""
+    after: int = 0
+    """With :attr:`fingerprint`: the end of the WAL record the agent wrote just before it
+    took this snapshot (0: unknown). A WAL insert position read before that record was
+    written is below it, so a query that ended before such a reading ended before this
+    snapshot was taken (:mod:`txcache._pending_stores`)."""
 
 
 class PinSet:

@@ -36,6 +36,7 @@ returns the reply as hiredis parses it. Nodes: :func:`txget`, :func:`txset`,
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -319,11 +320,15 @@ def _pin_list(reply: Sequence[Sequence[Any]]) -> list[Pin]:
 
 def _pin(reply: Sequence[Any]) -> Pin:
     """One element of ``PINS`` (or the ``PIN`` reply): ``[ts, snapshot_id, current_as_of
-    (µs), snapshot]``; an agent that does not send the snapshot's contents leaves them
-    unknown (``None``)."""
+    (µs), snapshot]``, and ``fingerprint, after`` from an agent without DDL triggers
+    (``--ddl-tracking fingerprint``); an agent that does not send the snapshot's contents
+    leaves them unknown (``None``)."""
     ts, snapshot_id, current_as_of, *rest = reply
     snapshot_text = rest[0].decode() if rest else None
-    return Pin(int(ts), snapshot_id.decode(), int(current_as_of) / _MICROS, snapshot_text)
+    pin = Pin(int(ts), snapshot_id.decode(), int(current_as_of) / _MICROS, snapshot_text)
+    if len(rest) < 3:
+        return pin
+    return dataclasses.replace(pin, fingerprint=rest[1].decode(), after=int(rest[2]))
 
 
 def commit_lsn(xid: int, *, timeout_ms: int = 5000, upto: int | None = None) -> Command[int]:

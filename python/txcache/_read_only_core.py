@@ -21,7 +21,7 @@ from psycopg import sql
 
 from txcache import _tokens as tokens
 from txcache._audit_core import AuditBatch, AuditSkipped, SampledCall, skip
-from txcache._catalog_stamp import stamp_check, still_current
+from txcache._catalog_stamp import WAL_POSITION, stamp_check, still_current
 from txcache._frame import Frame
 from txcache._parking import ParkedSnapshot, holds
 from txcache._pinset import Pin, PinSet
@@ -240,6 +240,10 @@ class ReadOnlyCore(Generic[C]):
         ``xmin:xmax:xip,…``). Such a transaction has PostgreSQL's guarantee — one snapshot —
         but under concurrent commits a snapshot need not be a prefix of commit order
         (docs/library.md)."""
+        self.wal_position = 0
+        """Without DDL triggers: the WAL insert position read after its last analysed
+        query; a value it stores waits for a pin taken after it
+        (:mod:`txcache._pending_stores`)."""
         self.rewrite_checks = 0
         """How many statements ran with the check for relations rewritten after the
         snapshot (the others read only relations verified earlier in the same database
@@ -659,8 +663,25 @@ class ReadOnlyCore(Generic[C]):
         """The catalog check to run after a statement analysed with ``analysed`` (none
         without an analysis, or without the DDL counter): it tells whether the statement
         ran with the catalog of that reading (:meth:`_stale_read`)."""
-        stamp = analysed.stamp if analysed is not None else None
-        return stamp_check(stamp) if stamp is not None else None
+        if analysed is None:
+            return None
+        if self._fingerprinted():
+            return WAL_POSITION
+        return stamp_check(analysed.stamp) if analysed.stamp is not None else None
+
+    def _fingerprinted(self) -> bool:
+        """Whether the snapshot is a pin of an agent without DDL triggers: the catalog is
+        checked by fingerprints (:mod:`txcache._pending_stores`), not by the DDL counter."""
+        return self.snapshot is not None and self.snapshot.fingerprint is not None
+
+    def store_verification(self, frame: Frame) -> tuple[int, str] | None:
+        """``(WAL position, fingerprint)`` a pin must be taken after and show before the
+        value of ``frame`` is stored, when it read the database at a pin of an agent
+        without DDL triggers; ``None``: store it now."""
+        if frame.snapshot is None or self.snapshot is None:
+            return None
+        fingerprint = self.snapshot.fingerprint
+        return None if fingerprint is None else (self.wal_position, fingerprint)
 
     def _stale_read(
         self,
@@ -694,6 +715,8 @@ class ReadOnlyCore(Generic[C]):
         refresh has not decoded that far."""
         assert self.snapshot is not None
         assert self.cache.agent is not None
+        if self._fingerprinted():
+            return self._ran_with_fingerprint(analysed, check)
         stamp = analysed.stamp
         if stamp is None or not still_current(stamp, check):
             self.cache.schema_moved()
@@ -702,6 +725,22 @@ class ReadOnlyCore(Generic[C]):
             return True  # it sees every schema change in the reading
         barrier = self.cache.agent.schema_barrier(stamp.position)
         return None if barrier is None else self.snapshot.ts >= barrier
+
+    def _ran_with_fingerprint(self, analysed: Catalog, check: tuple[Any, ...] | None) -> bool:
+        """Without DDL triggers: records where the WAL was once the query ended (its
+        values wait for a pin taken after it to verify the catalog). A reading whose
+        fingerprint is not the snapshot's has the library read the catalog again, and
+        nothing this transaction computes is stored; the result stands — it is what
+        PostgreSQL's own REPEATABLE READ gives a transaction begun before a schema change
+        (docs/library.md, "Without event triggers")."""
+        assert self.snapshot is not None
+        if check is not None:
+            self.wal_position = max(self.wal_position, int(check[0]))
+        stamp = analysed.stamp
+        if stamp is None or stamp.fingerprint != self.snapshot.fingerprint:
+            self.cache.schema_moved()
+            self._catalog_moved = True
+        return True
 
     def _rewrite_check(
         self,
@@ -715,8 +754,8 @@ class ReadOnlyCore(Generic[C]):
         over every relation the transaction holds a lock on (:data:`REWRITTEN`)."""
         if self._verified_already(tags):
             return None
-        if tags is None or analysed is None or catalog_check is None:
-            return ALL_LOCKED
+        if tags is None or analysed is None or catalog_check is None or self._fingerprinted():
+            return ALL_LOCKED  # without DDL triggers no check proves the analysis current
         tables = {}
         for table in _tables(tags):
             relation = analysed.by_tag.get(table)

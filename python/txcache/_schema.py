@@ -476,11 +476,14 @@ class Schema:
         *,
         publication: str = "txcache",
         tag_columns: TagColumns | None = None,
+        fingerprint: bool = False,
     ) -> Schema:
         """Read the catalogs through ``source`` (a connection, or a DSN to connect to and
-        remember for :meth:`refresh`). ``publication`` is the one ``txcache setup`` made."""
+        remember for :meth:`refresh`). ``publication`` is the one ``txcache setup`` made.
+        ``fingerprint``: stamp the reading with the catalog's fingerprint (for an agent
+        without DDL triggers; :mod:`txcache._catalog_stamp`)."""
         dsn = source if isinstance(source, str) else None
-        shared = _Shared(_read(source, publication), publication, dsn)
+        shared = _Shared(_read(source, publication, fingerprint=fingerprint), publication, dsn)
         return cls(shared, tag_columns)
 
     @property
@@ -497,12 +500,14 @@ class Schema:
             return frozenset()
         return self.tag_columns.get(relation.tag, frozenset())
 
-    def refresh(self, conn: Connection | None = None) -> None:
-        """Re-read the catalogs (through ``conn``, else the DSN given to :meth:`load`)."""
+    def refresh(self, conn: Connection | None = None, *, fingerprint: bool = False) -> None:
+        """Re-read the catalogs (through ``conn``, else the DSN given to :meth:`load`),
+        stamped with their fingerprint if ``fingerprint``."""
         source: Connection | str | None = conn or self._shared.dsn
         if source is None:
             raise ValueError("Schema.refresh() needs a connection: load() was given one")
-        catalog = _read(source, self._shared.publication, self._shared.catalog.built_ins)
+        built_ins = self._shared.catalog.built_ins
+        catalog = _read(source, self._shared.publication, built_ins, fingerprint=fingerprint)
         with self._shared.lock:
             self._shared.catalog = catalog
             self._shared.memo = {}
@@ -522,15 +527,20 @@ class Schema:
 
 
 def _read(
-    source: Connection | str, publication: str, built_ins: _BuiltIns | None = None
+    source: Connection | str,
+    publication: str,
+    built_ins: _BuiltIns | None = None,
+    *,
+    fingerprint: bool = False,
 ) -> Catalog:
     """The catalog as one snapshot shows it: its several statements must agree (a DDL
     between the one reading relations and the one reading the publication would make a
-    table attached meanwhile look unpublished). Through a DSN it is also stamped.
-    ``built_ins``: the previous reading's, reused if the built-in objects are unchanged."""
+    table attached meanwhile look unpublished). Through a DSN it is also stamped (with the
+    catalog's fingerprint too if ``fingerprint``). ``built_ins``: the previous reading's,
+    reused if the built-in objects are unchanged."""
     if isinstance(source, str):
         with psycopg.connect(source, autocommit=True, application_name="txcache schema") as conn:
-            return _read_stamped(conn, publication, built_ins)
+            return _read_stamped(conn, publication, built_ins, fingerprint)
     return _read_in_one_snapshot(source, publication, built_ins)
 
 
@@ -538,16 +548,19 @@ def _read(
 _STAMP_TRIES = 5
 
 
-def _read_stamped(conn: Connection, publication: str, built_ins: _BuiltIns | None) -> Catalog:
+def _read_stamped(
+    conn: Connection, publication: str, built_ins: _BuiltIns | None, fingerprint: bool
+) -> Catalog:
     """A reading during which no schema change committed, stamped. Some catalog functions
     (``pg_get_publication_tables``) read the current catalog, not the snapshot: only such a
     reading is consistent with itself. After :data:`_STAMP_TRIES` readings that each saw a
-    schema change commit, the last is kept without a stamp."""
+    schema change commit, the last is kept without a stamp. A fingerprint read before and
+    after the reading tells a change without the DDL counter: every change alters it."""
     for _ in range(_STAMP_TRIES):
-        before = read_stamp(conn)
+        before = read_stamp(conn, fingerprint=fingerprint)
         catalog = _read_in_one_snapshot(conn, publication, built_ins)
         built_ins = catalog.built_ins
-        if not before.tracked:
+        if not before.tracked and before.fingerprint is None:
             log.warning(
                 "the database has no DDL counter (%s; txcache setup installs it with the DDL "
                 "trigger, as a superuser): a schema change committed while a query runs is "
@@ -555,7 +568,7 @@ def _read_stamped(conn: Connection, publication: str, built_ins: _BuiltIns | Non
                 DDL_COUNTER,
             )
             return dataclasses.replace(catalog, stamp=before)
-        if read_stamp(conn) == before:
+        if read_stamp(conn, fingerprint=fingerprint) == before:
             return dataclasses.replace(catalog, stamp=before)
     return catalog
 

@@ -174,6 +174,8 @@ class _Plan:
     def step(self, *, check: bool) -> SetupStep:
         if self.statements and check:
             return SetupStep(self.name, StepStatus.MISSING, f"would {self.todo}")
+        if self.statements and self.warning:
+            return SetupStep(self.name, StepStatus.WARNING, f"{_past(self.todo)}; {self.warning}")
         if self.statements:
             return SetupStep(self.name, StepStatus.CHANGED, _past(self.todo))
         if self.warning:
@@ -803,13 +805,36 @@ def _plan_ddl_trigger(ctx: _Context) -> _Plan:
         return plan
     missing = "" if plan.todo.startswith("install txcache") else f": {plan.todo}"
     who = ctx.service.event_triggers if ctx.service is not None else "a superuser"
+    not_installed = (
+        f"not installed{missing} (role {ctx.role} may not create event triggers: {who} may)"
+    )
+    # What an agent without the triggers needs (the fingerprint functions, the table of the
+    # last one checked) goes in all the same where the role may: no event trigger is needed.
+    objects = _Plan("ddl trigger", "")
+    parts: list[str] = []
+    if _may_create_objects(ctx):
+        _plan_trigger_objects(ctx, objects, parts)
     return _Plan(
         "ddl trigger",
-        f"not installed{missing} (role {ctx.role} may not create event triggers: {who} may)",
+        not_installed,
+        todo=f"install {', '.join(parts)}; the event triggers are {not_installed}",
+        statements=objects.statements,
         warning="schema changes would not reach the caches, so txcache-agent refuses to "
-        "start (the library then reads the database, uncached): run setup again as a role "
-        "that may create event triggers",
+        "start (the library then reads the database, uncached) unless it runs with "
+        "--ddl-tracking fingerprint, which checks the catalog at every pin instead and "
+        'invalidates everything at a schema change (docs/agent.md, "Without event '
+        'triggers"); or run setup again as a role that may create event triggers',
     )
+
+
+def _may_create_objects(ctx: _Context) -> bool:
+    """Whether the role may create schema ``txcache`` and what goes in it."""
+    query = (
+        "SELECT CASE WHEN to_regnamespace('txcache') IS NULL "
+        "THEN has_database_privilege(current_database(), 'CREATE') "
+        "ELSE has_schema_privilege('txcache', 'CREATE') END"
+    )
+    return bool(ctx.rows(query)[0][0])
 
 
 def _plan_trigger(ctx: _Context) -> _Plan:

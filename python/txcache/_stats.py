@@ -34,7 +34,7 @@ class FunctionStats:
     transaction that fell back to the database)."""
     inserts: Counter[str] = field(default_factory=Counter)
     """``TXSET`` outcomes: ``inserted``, ``extended``, ``nondeterministic``, ``empty``,
-    ``failed``."""
+    ``failed``, and ``unverified`` (not stored: its catalog could not be verified)."""
     errors: int = 0
     """Calls that raised (whatever the source: the function itself, the database, a
     refused query). A call that missed and then raised counts here, not among ``misses``."""

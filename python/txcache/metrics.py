@@ -61,8 +61,17 @@ def _per_function(value: Callable[[FunctionStats], float]) -> Callable[[Sources]
 MISS_KINDS_EXPORTED = (*MISS_KINDS, "unavailable", "foreign", "error")
 """Every kind of miss a call records: the node's, and the library's own (no node up, a value
 another secret signed, a node that refused the lookup)."""
-INSERT_OUTCOMES_EXPORTED = ("inserted", "extended", "nondeterministic", "empty", "failed")
-"""Every outcome of storing a result: ``TXSET``'s, and ``failed`` (no node took it)."""
+INSERT_OUTCOMES_EXPORTED = (
+    "inserted",
+    "extended",
+    "nondeterministic",
+    "empty",
+    "failed",
+    "unverified",
+)
+"""Every outcome of storing a result: ``TXSET``'s, ``failed`` (no node took it) and
+``unverified`` (without DDL triggers: its catalog could not be verified, so it was not
+stored; :mod:`txcache._pending_stores`)."""
 
 
 def _per_function_by(

@@ -121,9 +121,23 @@ pub struct Config {
     /// from event triggers, or with the triggers disabled — invalidates every cached result
     /// within about this long), above zero, e.g. 5s; units ns, us, ms, s, m, h; decimals
     /// allowed; a bare number is seconds. Each check computes the digest once (about a
-    /// millisecond per hundred tables).
+    /// millisecond per hundred tables). Unused with `--ddl-tracking fingerprint`, which
+    /// checks every pin.
     #[arg(long, env = "TXCACHE_SCHEMA_CHECK_INTERVAL", default_value = "5s", value_name = "DURATION", value_parser = parse_interval)]
     pub schema_check_interval: Duration,
+
+    /// How schema changes reach the caches: `triggers`, the DDL event triggers `txcache
+    /// setup` installs (the agent refuses to start without them); or `fingerprint`, for
+    /// services that do not allow event triggers: every pin's catalog fingerprint is
+    /// checked, and any schema change invalidates every cached result (docs/agent.md,
+    /// "Without event triggers").
+    #[arg(
+        long,
+        env = "TXCACHE_DDL_TRACKING",
+        value_enum,
+        default_value = "triggers"
+    )]
+    pub ddl_tracking: DdlTracking,
 
     /// How long the lease that makes this agent the active one lasts unless renewed, above
     /// zero, e.g. 4s; units ns, us, ms, s, m, h; decimals allowed; a bare number is seconds.
@@ -137,6 +151,17 @@ pub struct Config {
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
     #[arg(long, env = "TXCACHE_LOG", default_value = "info")]
     pub log: String,
+}
+
+/// How schema changes reach the caches (`--ddl-tracking`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DdlTracking {
+    /// The DDL event triggers send every schema change into the stream, which invalidates
+    /// what it changed.
+    Triggers,
+    /// No event triggers: every pin's catalog fingerprint is checked before it is listed,
+    /// and any schema change invalidates every cached result.
+    Fingerprint,
 }
 
 /// A period of one of the agent's timers: a duration ([`parse_duration`]) above zero (a
@@ -195,6 +220,21 @@ mod tests {
         let config = parse(&["--metrics-port", "9187"]).ok();
         assert_eq!(config.map(|c| c.metrics_port), Some(Some(9187)));
         assert!(parse(&["--metrics-port", "70000"]).is_err());
+    }
+
+    #[test]
+    fn ddl_tracking_is_triggers_unless_fingerprint_is_asked_for() {
+        let tracking = |flags: &[&str]| parse(flags).ok().map(|c| c.ddl_tracking);
+        assert_eq!(tracking(&[]), Some(DdlTracking::Triggers));
+        let fingerprint = ["--ddl-tracking", "fingerprint"];
+        assert_eq!(tracking(&fingerprint), Some(DdlTracking::Fingerprint));
+        assert_eq!(
+            tracking(&["--ddl-tracking", "triggers"]),
+            Some(DdlTracking::Triggers)
+        );
+        for bad in ["none", "Fingerprints", ""] {
+            assert!(parse(&["--ddl-tracking", bad]).is_err(), "{bad}");
+        }
     }
 
     /// docs/agent.md's options table names every flag with its environment variable.

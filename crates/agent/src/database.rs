@@ -1,10 +1,10 @@
 //! What the agent asks PostgreSQL about the database itself, in plain SQL sessions beside
 //! the replication session: which database it follows ([`identity`]), where its WAL is and
 //! which history it writes ([`position`], [`history`]), whether schema changes reach it
-//! ([`require_ddl_tracking`]), the slot ([`slot_state`], [`find_slot`],
-//! [`recreate_slot`], [`newest_replayed_message_commit`]), transaction ids and snapshots
-//! ([`floor_xid`], [`wait_until_visible`]). The stream, the fan-out and start-up call these;
-//! what to do with the answers is theirs.
+//! (the DDL triggers, or the catalog fingerprint: [`require_ddl_tracking`]), the slot
+//! ([`slot_state`], [`find_slot`], [`recreate_slot`], [`newest_replayed_message_commit`]),
+//! transaction ids and snapshots ([`floor_xid`], [`wait_until_visible`]). The stream, the
+//! fan-out and start-up call these; what to do with the answers is theirs.
 //!
 //! Which database: the one `--dsn` names, in the cluster it runs on. A replication slot
 //! decodes one database, so only that database's cached results are ever invalidated.
@@ -13,6 +13,7 @@
 //! would otherwise read values nothing invalidates.
 
 use crate::certify::Snapshot;
+use crate::config::DdlTracking;
 use crate::connect::SqlSession;
 use anyhow::{bail, Context as _};
 use pgwire_replication::Lsn;
@@ -119,11 +120,21 @@ const DDL_TRIGGERS: [&str; 3] = [
     "txcache_sql_drop",
 ];
 
+/// Refuses to start unless schema changes reach the caches as `tracking` says: through the
+/// DDL event triggers, or through the catalog fingerprint every pin is checked with (it then
+/// warns that the agent runs without the triggers). Otherwise a schema change (a view
+/// redefined, a column added with a default) would never reach the caches, which would go
+/// on serving results the database no longer gives: no caching beats wrong answers.
+pub async fn require_ddl_tracking(sql: &SqlSession, tracking: DdlTracking) -> anyhow::Result<()> {
+    match tracking {
+        DdlTracking::Triggers => require_ddl_triggers(sql).await,
+        DdlTracking::Fingerprint => require_schema_fingerprint(sql).await,
+    }
+}
+
 /// Refuses to start unless every DDL event trigger is installed, calls
-/// `txcache.ddl_notice()` and is enabled `ALWAYS`. Without them a schema change (a view
-/// redefined, a column added with a default) never reaches the caches, which would go on
-/// serving results the database no longer gives: no caching beats wrong answers.
-pub async fn require_ddl_tracking(sql: &SqlSession) -> anyhow::Result<()> {
+/// `txcache.ddl_notice()` and is enabled `ALWAYS`.
+async fn require_ddl_triggers(sql: &SqlSession) -> anyhow::Result<()> {
     let rows = sql
         .client
         .query(
@@ -149,6 +160,33 @@ pub async fn require_ddl_tracking(sql: &SqlSession) -> anyhow::Result<()> {
          TRIGGER … ENABLE ALWAYS` where one was disabled",
         missing.join(", ")
     )
+}
+
+/// Refuses to start without `txcache.schema_fingerprint(boolean)`, which every pin is
+/// checked with when no DDL event trigger runs; warns that the agent runs so, since any
+/// schema change then invalidates every cached result.
+async fn require_schema_fingerprint(sql: &SqlSession) -> anyhow::Result<()> {
+    let installed: bool = sql
+        .client
+        .query_one(
+            "SELECT to_regprocedure('txcache.schema_fingerprint(boolean)') IS NOT NULL",
+            &[],
+        )
+        .await?
+        .get(0);
+    if !installed {
+        bail!(
+            "txcache.schema_fingerprint(boolean) does not exist: without DDL event triggers \
+             (--ddl-tracking fingerprint) every pin's catalog fingerprint must be checked, so \
+             the agent does not start. Run `txcache setup` again to install it"
+        );
+    }
+    tracing::warn!(
+        "the agent runs without DDL event triggers (--ddl-tracking fingerprint): every pin's \
+         catalog fingerprint is checked, and any schema change invalidates every cached \
+         result; see docs/agent.md, \"Without event triggers\""
+    );
+    Ok(())
 }
 
 /// The database's WAL insert position now.

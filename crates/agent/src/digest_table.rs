@@ -1,16 +1,32 @@
 //! A digest the agent records in the database, and the `all` notice written with it.
 //!
-//! Two watches compare something no event trigger reports with its last reading: roles and
-//! settings (`shared_catalog`), and the schema against the DDL triggers' digests
-//! (`schema_watch`). Each records its last reading in a table of one row that `txcache
-//! setup` creates (so that a change made while the agent was down is seen when it starts),
-//! and on a change writes an `all` line as a transactional `txcache-ddl` message, in the
-//! transaction that records the new digest: the stream then invalidates every cached result
-//! at that commit, records it as the barrier and publishes a new catalog version.
+//! Three checks compare something no event trigger reports with its last reading: roles and
+//! settings (`shared_catalog`), the schema against the DDL triggers' digests
+//! (`schema_watch`), and, without the triggers, every pin's catalog fingerprint
+//! (`fingerprint_check`; the last two share [`SCHEMA_CHECK`]). Each records its last reading
+//! in a table of one row that `txcache setup` creates (so that a change made while the agent
+//! was down is seen when it starts), and on a change writes an `all` line as a transactional
+//! `txcache-ddl` message, in the transaction that records the new digest: the stream then
+//! invalidates every cached result at that commit, records it as the barrier and publishes a
+//! new catalog version.
 
 use crate::connect::SqlSession;
-use crate::stream::DDL_PREFIX;
 use tokio_postgres::error::SqlState;
+
+/// The prefix of DDL notices: written by `txcache setup`'s event trigger, and by the agent
+/// for a change no trigger reported ([`DigestTable::announce`]); the stream decodes them.
+pub const DDL_PREFIX: &str = "txcache-ddl";
+
+/// Where the schema digest (or, without DDL triggers, the catalog fingerprint) last checked
+/// is recorded.
+pub const SCHEMA_CHECK: DigestTable = DigestTable {
+    name: "schema_check",
+    unseen: "a schema change no trigger saw, made while the agent is down, is not seen",
+};
+
+/// The notice of a schema change no DDL notice reported: every cached result, as DDL whose
+/// dependents cannot be told.
+pub const SCHEMA_CHANGED: &str = "all\t\tschema changed without a DDL notice\t0";
 
 /// One of the agent's digest tables: `txcache.<name> (digest text)`.
 #[derive(Clone, Copy, Debug)]

@@ -11,6 +11,7 @@ pub mod conninfo;
 pub mod database;
 pub mod digest_table;
 pub mod fanout;
+pub mod fingerprint_check;
 pub mod heartbeat;
 pub mod lease;
 pub mod message;

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use txcache_agent::cmd::{Active, Endpoint, Role};
-use txcache_agent::config::Config;
+use txcache_agent::config::{Config, DdlTracking};
 use txcache_agent::connect::{self, connect_sql, reached_host};
 use txcache_agent::fanout::{Fanout, LinkSettings};
+use txcache_agent::fingerprint_check::FingerprintCheck;
 use txcache_agent::lease::{self, Acquired, LeaseSettings};
 use txcache_agent::metrics::{self, Sources};
 use txcache_agent::node_link::NodeAddress;
@@ -175,7 +176,7 @@ async fn stand_by(
     let sql = connect_sql(&config.dsn, "txcache-agent").await?;
     reached_host(&config.dsn, &sql).await?;
     database::slot_state(&sql, &config.slot).await?;
-    database::require_ddl_tracking(&sql).await?;
+    database::require_ddl_tracking(&sql, config.ddl_tracking).await?;
     lease::require_table(&sql).await?;
     drop(sql);
     let holder = Arc::new(Holder::default());
@@ -259,15 +260,26 @@ async fn run(
         max_staleness: config.max_staleness,
         lease: config.pin_lease,
     };
-    let pincushion = Pincushion::start(config.dsn.clone(), settings, Arc::clone(&tracker));
-    let schema_digests = Arc::new(SchemaDigests::default());
-    tokio::spawn(schema_watch::run(
+    // Without the DDL triggers every pin's fingerprint is checked; with them, the schema
+    // at a pin taken every --schema-check-interval.
+    let fingerprints = (config.ddl_tracking == DdlTracking::Fingerprint)
+        .then(|| FingerprintCheck::new(config.dsn.clone(), Arc::clone(&stream_stats)));
+    let pincushion = Pincushion::start(
         config.dsn.clone(),
-        config.schema_check_interval,
-        Arc::clone(&pincushion),
-        Arc::clone(&schema_digests),
-        Arc::clone(&stream_stats),
-    ));
+        settings,
+        Arc::clone(&tracker),
+        fingerprints,
+    );
+    let schema_digests = Arc::new(SchemaDigests::default());
+    if config.ddl_tracking == DdlTracking::Triggers {
+        tokio::spawn(schema_watch::run(
+            config.dsn.clone(),
+            config.schema_check_interval,
+            Arc::clone(&pincushion),
+            Arc::clone(&schema_digests),
+            Arc::clone(&stream_stats),
+        ));
+    }
     let clients = Arc::new(AtomicUsize::new(0));
     let sources = Arc::new(Sources {
         started,

@@ -14,10 +14,17 @@
 //! and a session ends when its last pin expires. When no pin at all was used or asked for
 //! (`PIN`) for a `lease`, the pinner lets every pin go and takes none until the next `PIN`:
 //! a primary nobody reads through txcache has its vacuum horizon held by nothing.
+//!
+//! Without DDL event triggers (`--ddl-tracking fingerprint`) nothing reports a schema change,
+//! so each export statement also computes the catalog fingerprint in its snapshot, and a
+//! clean pin is listed only once the check admits it (`fingerprint_check.rs`). Each pin also
+//! carries the fence the pinner's previous statement wrote ([`Pin::after`]): with it a library
+//! tells that a pin was taken after one of its queries ended.
 
 use crate::assemble::unix_micros_now;
 use crate::certify::{Certification, Snapshot};
 use crate::connect::{connect_sql, SqlSession};
+use crate::fingerprint_check::FingerprintCheck;
 use crate::tracker::StreamTracker;
 use anyhow::{bail, Context as _};
 use pgwire_replication::Lsn;
@@ -58,6 +65,18 @@ pub struct Pin {
     pub current_as_of: WallClock,
     /// When a library last reported a transaction that ran at it.
     pub last_used: Option<WallClock>,
+    /// With `--ddl-tracking fingerprint`, the catalog fingerprint its snapshot shows
+    /// (`txcache.schema_fingerprint(true)`, computed by the exporting statement); `None`
+    /// otherwise.
+    pub fingerprint: Option<String>,
+    /// The LSN the fence of the pinner's previous export statement returned, whatever
+    /// became of that one (unclean, withheld or listed); `None` for the first statement
+    /// since the pinner started. The pinner runs its statements one after another, so this
+    /// pin's snapshot was taken after that fence was written: a library that read
+    /// `pg_current_wal_insert_lsn()` = L after a query and sees `L < after` knows the pin's
+    /// snapshot was taken after its query ended. Sent with `--ddl-tracking fingerprint`
+    /// only.
+    pub after: Option<Timestamp>,
     session: u64,
 }
 
@@ -154,8 +173,14 @@ pub struct Pincushion {
 }
 
 impl Pincushion {
-    /// Starts the pinner task.
-    pub fn start(dsn: String, settings: PinSettings, tracker: Arc<StreamTracker>) -> Arc<Self> {
+    /// Starts the pinner task; with `fingerprints` (`--ddl-tracking fingerprint`), every
+    /// clean pin's catalog fingerprint is checked before it is listed.
+    pub fn start(
+        dsn: String,
+        settings: PinSettings,
+        tracker: Arc<StreamTracker>,
+        fingerprints: Option<FingerprintCheck>,
+    ) -> Arc<Self> {
         let (requests, receiver) = mpsc::channel(64);
         let pincushion = Arc::new(Self {
             pins: Mutex::new(Vec::new()),
@@ -164,7 +189,17 @@ impl Pincushion {
             demand: AtomicU64::new(unix_micros_now()),
             stats: PinStats::default(),
         });
-        let pinner = Pinner::new(dsn, settings, tracker, Arc::clone(&pincushion));
+        let pinner = Pinner {
+            dsn,
+            settings,
+            tracker,
+            cushion: Arc::clone(&pincushion),
+            fingerprints,
+            sessions: Vec::new(),
+            next_pin: 1,
+            next_session: 1,
+            last_fence: None,
+        };
         tokio::spawn(pinner.run(receiver));
         pincushion
     }
@@ -249,29 +284,65 @@ struct Pinner {
     settings: PinSettings,
     tracker: Arc<StreamTracker>,
     cushion: Arc<Pincushion>,
+    /// With `--ddl-tracking fingerprint`, the check every clean pin passes to be listed.
+    fingerprints: Option<FingerprintCheck>,
     sessions: Vec<PinnerSession>,
     next_pin: u64,
     next_session: u64,
+    /// The fence the last export statement returned (each pin's [`Pin::after`]).
+    last_fence: Option<Timestamp>,
+}
+
+/// What one export statement returned.
+struct Export {
+    /// The pin's number, named in its fence.
+    id: u64,
+    session: u64,
+    /// The wall-clock time before the statement: the pin is current as of then.
+    taken_at: WallClock,
+    snapshot: Snapshot,
+    snapshot_text: String,
+    snapshot_id: String,
+    fence: Timestamp,
+    fingerprint: Option<String>,
+    after: Option<Timestamp>,
+}
+
+impl Export {
+    /// The pin it makes once certified clean at `ts`.
+    fn into_pin(self, ts: Timestamp) -> Pin {
+        Pin {
+            ts,
+            snapshot_id: self.snapshot_id,
+            snapshot: self.snapshot_text,
+            current_as_of: self.taken_at,
+            last_used: None,
+            fingerprint: self.fingerprint,
+            after: self.after,
+            session: self.session,
+        }
+    }
+}
+
+/// The statement that exports a snapshot: its contents, its id, the LSN of its fence
+/// (flushed, from PostgreSQL 17 on) and, when `fingerprint`, the catalog fingerprint.
+/// `txcache.schema_fingerprint` is STABLE, so it is computed in the statement's snapshot:
+/// the exported one.
+fn export_statement(server_version_num: u32, fingerprint: bool) -> String {
+    let fence = if server_version_num >= 170_000 {
+        "pg_logical_emit_message(false, $1, $2, true)"
+    } else {
+        "pg_logical_emit_message(false, $1, $2)"
+    };
+    let fingerprint = if fingerprint {
+        ", txcache.schema_fingerprint(true)"
+    } else {
+        ""
+    };
+    format!("SELECT pg_current_snapshot()::text, pg_export_snapshot(), {fence}::text{fingerprint}")
 }
 
 impl Pinner {
-    fn new(
-        dsn: String,
-        settings: PinSettings,
-        tracker: Arc<StreamTracker>,
-        cushion: Arc<Pincushion>,
-    ) -> Self {
-        Self {
-            dsn,
-            settings,
-            tracker,
-            cushion,
-            sessions: Vec::new(),
-            next_pin: 1,
-            next_session: 1,
-        }
-    }
-
     async fn run(mut self, mut requests: mpsc::Receiver<FreshRequest>) {
         let mut ticker = tokio::time::interval(self.settings.pin_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -318,8 +389,11 @@ impl Pinner {
         let progress = self.tracker.progress();
         let newest = self.cushion.lock().last().map(|pin| pin.ts);
         // Re-pin when something committed, and when the active session is due to rotate
-        // (else an idle database would keep one session, and its horizon, forever).
-        if newest.is_none_or(|ts| progress.commit > ts) || self.rotation_due() {
+        // (else an idle database would keep one session, and its horizon, forever). Without
+        // DDL triggers, at every tick: a schema change alone commits nothing the stream
+        // decodes, and only a new pin finds it (and verifies the values libraries hold back).
+        let checking = self.fingerprints.is_some();
+        if newest.is_none_or(|ts| progress.commit > ts) || self.rotation_due() || checking {
             self.take_certified().await?;
         }
         Ok(())
@@ -415,40 +489,61 @@ impl Pinner {
         bail!("no clean snapshot in {MAX_ATTEMPTS} attempts")
     }
 
+    /// One snapshot taken: the pin, if it certifies clean and shows the schema the caches
+    /// know.
     async fn take_one(&mut self) -> anyhow::Result<Option<Pin>> {
+        let export = self.export().await?;
+        let Some(pin) = self.certify(export).await? else {
+            return Ok(None);
+        };
+        Ok(self.schema_known(&pin).await?.then_some(pin))
+    }
+
+    /// Runs an export statement in the session new pins go to.
+    async fn export(&mut self) -> anyhow::Result<Export> {
         let id = self.next_pin;
         self.next_pin += 1;
         let index = self.session_index().await?;
         let session = &self.sessions[index];
-        let session_id = session.id;
-        let statement = if session.sql.server_version_num >= 170_000 {
-            "SELECT pg_current_snapshot()::text, pg_export_snapshot(), pg_logical_emit_message(false, $1, $2, true)::text"
-        } else {
-            "SELECT pg_current_snapshot()::text, pg_export_snapshot(), pg_logical_emit_message(false, $1, $2)::text"
-        };
+        let checked = self.fingerprints.is_some();
+        let statement = export_statement(session.sql.server_version_num, checked);
         let taken_at = WallClock(unix_micros_now());
         let row = session
             .sql
             .client
-            .query_one(statement, &[&FENCE_PREFIX, &id.to_string()])
+            .query_one(&statement, &[&FENCE_PREFIX, &id.to_string()])
             .await?;
-        let snapshot_text: String = row.get(0);
-        let snapshot = Snapshot::parse(&snapshot_text)?;
-        let snapshot_id: String = row.get(1);
         let fence = Timestamp(Lsn::parse(row.get::<_, &str>(2))?.as_u64());
-        let Some(verdict) = self.tracker.certify(fence, &snapshot, FENCE_TIMEOUT).await else {
+        let after = self.last_fence.replace(fence);
+        let snapshot_text: String = row.get(0);
+        let fingerprint = checked.then(|| row.try_get(3)).transpose();
+        let fingerprint = fingerprint.context("the export statement gave no fingerprint")?;
+        Ok(Export {
+            id,
+            session: session.id,
+            taken_at,
+            snapshot: Snapshot::parse(&snapshot_text)?,
+            snapshot_text,
+            snapshot_id: row.get(1),
+            fence,
+            fingerprint,
+            after,
+        })
+    }
+
+    /// The pin `export` makes, once its fence is decoded, if its snapshot is clean.
+    async fn certify(&self, export: Export) -> anyhow::Result<Option<Pin>> {
+        let (id, fence) = (export.id, export.fence);
+        let verdict = self
+            .tracker
+            .certify(fence, &export.snapshot, FENCE_TIMEOUT)
+            .await;
+        let Some(verdict) = verdict else {
             bail!("the fence of pin {id} (at {fence}) was not decoded within {FENCE_TIMEOUT:?}: is the stream running?");
         };
         let stats = &self.cushion.stats;
         Ok(match verdict {
-            Certification::Clean(ts) => Some(Pin {
-                ts,
-                snapshot_id,
-                snapshot: snapshot_text,
-                current_as_of: taken_at,
-                last_used: None,
-                session: session_id,
-            }),
+            Certification::Clean(ts) => Some(export.into_pin(ts)),
             Certification::Unclean { missing, visible } => {
                 stats.unclean.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(%missing, %visible, "pin discarded: its snapshot is not a prefix of commit order");
@@ -460,6 +555,18 @@ impl Pinner {
                 None
             }
         })
+    }
+
+    /// Whether the clean `pin` shows the schema the caches know: always with the DDL
+    /// triggers, which report every change; without them, as the fingerprint check finds
+    /// ([`FingerprintCheck::admits`], which announces a change it finds).
+    async fn schema_known(&mut self, pin: &Pin) -> anyhow::Result<bool> {
+        let Some(check) = &mut self.fingerprints else {
+            return Ok(true);
+        };
+        let fingerprint = pin.fingerprint.as_deref();
+        let fingerprint = fingerprint.context("a pin without its catalog fingerprint")?;
+        check.admits(pin.ts, fingerprint).await
     }
 
     /// The index of the session new pins go to, opening a new one every rotation period.
@@ -516,8 +623,41 @@ mod tests {
             snapshot: String::new(),
             current_as_of: WallClock(current_as_of * SECOND),
             last_used: last_used.map(|at| WallClock(at * SECOND)),
+            fingerprint: None,
+            after: None,
             session: 1,
         }
+    }
+
+    impl Pin {
+        /// A pin at `ts` for tests elsewhere (the replies), with `fingerprint` and `after`.
+        pub(crate) fn sample(ts: u64, fingerprint: Option<&str>, after: Option<u64>) -> Self {
+            Pin {
+                ts: Timestamp(ts),
+                snapshot_id: "00000003-00000002-1".to_owned(),
+                snapshot: "10:12:10".to_owned(),
+                current_as_of: WallClock(1_700_000_000_000_000),
+                last_used: None,
+                fingerprint: fingerprint.map(str::to_owned),
+                after: after.map(Timestamp),
+                session: 1,
+            }
+        }
+    }
+
+    #[test]
+    fn the_export_statement_computes_the_fingerprint_only_when_it_is_checked() {
+        assert_eq!(
+            export_statement(160_004, false),
+            "SELECT pg_current_snapshot()::text, pg_export_snapshot(), \
+             pg_logical_emit_message(false, $1, $2)::text"
+        );
+        assert_eq!(
+            export_statement(180_000, true),
+            "SELECT pg_current_snapshot()::text, pg_export_snapshot(), \
+             pg_logical_emit_message(false, $1, $2, true)::text, \
+             txcache.schema_fingerprint(true)"
+        );
     }
 
     #[test]

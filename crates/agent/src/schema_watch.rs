@@ -7,20 +7,24 @@
 //! (`txcache.schema_digest()`) as a transactional `txcache-schema` message; the stream hands
 //! each commit's last one to [`SchemaDigests`]. Every `--schema-check-interval`, while
 //! libraries read (the agent holds pins), this watch takes a pin and computes the digest in
-//! its snapshot. A pin shows exactly the
-//! commits at or below its position (certification), so the catalog it shows must be the
-//! one the last digest at or below that position names — or, with none since the last
-//! check, the one that check found. Any other digest is a change no trigger reported: the
-//! watch writes an `all` notice ([`DigestTable::announce`]), counts it
+//! its snapshot. A pin shows exactly the commits at or below its position (certification),
+//! so the catalog it shows must be the one the last digest at or below that position names
+//! — or, with none since the last check, the one that check found. Any other digest is a
+//! change no trigger reported: the watch writes an `all` notice
+//! ([`DigestTable::announce`](crate::digest_table::DigestTable::announce)), counts it
 //! (`untracked_schema_changes`) and logs it.
 //!
 //! The last digest checked is recorded in `txcache.schema_check`, so that a change made
 //! while no agent ran is seen by the first check. Two transactions changing the schema at
 //! once each write a digest without the other's change: the catalog then matches neither,
 //! and everything is invalidated once — sound, and rare.
+//!
+//! Not started with `--ddl-tracking fingerprint`: without triggers there are no digests to
+//! compare with, and every pin's catalog fingerprint is checked instead, before it is listed
+//! (`fingerprint_check.rs`), which leaves nothing for a periodic check to find.
 
 use crate::connect::{connect_sql_until_open, SqlSession};
-use crate::digest_table::DigestTable;
+use crate::digest_table::{SCHEMA_CHANGED, SCHEMA_CHECK};
 use crate::pincushion::{Pin, Pincushion};
 use crate::schema_digests::SchemaDigests;
 use crate::stream_stats::StreamStats;
@@ -29,15 +33,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_postgres::error::SqlState;
 use txcache_model::Timestamp;
-
-/// Where the digest last checked is recorded.
-const TABLE: DigestTable = DigestTable {
-    name: "schema_check",
-    unseen: "a schema change no trigger saw, made while the agent is down, is not seen",
-};
-
-/// The notice: every cached result, as DDL whose dependents cannot be told.
-const NOTICE: &str = "all\t\tschema changed without a DDL notice\t0";
 
 /// The digest of the catalog as a snapshot shows it, and the snapshot's contents (an
 /// importer compares them with the pin's: after a restart another snapshot can carry its
@@ -61,7 +56,8 @@ struct Checked {
 }
 
 /// Checks the schema forever, reconnecting when the database goes away; returns when the
-/// database has no `txcache.schema_digest()` (set up by an older `txcache setup`).
+/// database has no `txcache.schema_digest()` (set up by an older `txcache setup`). Not
+/// started with `--ddl-tracking fingerprint`, where every pin is checked instead.
 pub async fn run(
     dsn: String,
     interval: Duration,
@@ -109,7 +105,7 @@ struct Watch<'a> {
 impl Watch<'_> {
     /// Checks at a pin taken every `interval` until an error.
     async fn run(&self, interval: Duration, checked: &mut Checked) -> anyhow::Result<Infallible> {
-        let recorded = TABLE.recorded(self.sql).await?;
+        let recorded = SCHEMA_CHECK.recorded(self.sql).await?;
         let persistent = recorded.is_some();
         if checked.last.is_none() {
             checked.recorded = recorded.flatten();
@@ -141,7 +137,9 @@ impl Watch<'_> {
             tracing::debug!(at = pin.ts.0, digest = %now, expected = ?expected, "schema check");
             match expected {
                 Some(expected) if expected != now => {
-                    TABLE.announce(self.sql, NOTICE, &now, persistent).await?;
+                    SCHEMA_CHECK
+                        .announce(self.sql, SCHEMA_CHANGED, &now, persistent)
+                        .await?;
                     checked.recorded = Some(now.clone()).filter(|_| persistent);
                     self.stats.count_untracked_schema_change();
                     tracing::warn!(
@@ -152,7 +150,7 @@ impl Watch<'_> {
                     );
                 }
                 _ if persistent && checked.recorded.as_deref() != Some(now.as_str()) => {
-                    TABLE.record(self.sql, &now).await?;
+                    SCHEMA_CHECK.record(self.sql, &now).await?;
                     checked.recorded = Some(now.clone());
                 }
                 _ => {}

@@ -13,6 +13,7 @@ use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::connect::{application_name, connect_sql, reached_host, replication_config, SqlSession};
 use crate::database::{self, SlotState};
+use crate::digest_table::DDL_PREFIX;
 use crate::fanout::Fanout;
 use crate::heartbeat::HEARTBEAT_PREFIX;
 use crate::message::StreamMessage;
@@ -27,9 +28,6 @@ use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use txcache_model::{Timestamp, WallClock};
-
-/// The prefix of the DDL notices written by `txcache setup`'s event trigger.
-pub const DDL_PREFIX: &str = "txcache-ddl";
 
 /// The prefix of manual invalidations (`fn.invalidate(...)` in the library): tags, one per
 /// line, invalidated at the commit of the transaction that wrote them.

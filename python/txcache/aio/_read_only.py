@@ -384,6 +384,12 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         self._closed = True
         self._report_pin_use()
         self._hand_over_sampled(committing=committing)
+        await self._give_back_connection()
+        await self._store_verified()
+
+    async def _give_back_connection(self) -> None:
+        """Park the database transaction for the next block at its pin, or release the
+        connection to the pool."""
         connection, self._connection = self._connection, None
         if connection is None:
             return
@@ -394,6 +400,12 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
             await self.cache.release(
                 connection, reset=SessionReset.FULL if self.session_changed else SessionReset.NONE
             )
+
+    async def _store_verified(self) -> None:
+        """Store the values of the cache's transactions that waited for a pin to verify
+        their catalog and now have one (an agent without DDL triggers)."""
+        for store in self.cache.settle_stores():
+            store.record(await store.node.insert(store.key, *store.request))
 
 
 async def _begin_unpinned(connection: AsyncConnection) -> str:

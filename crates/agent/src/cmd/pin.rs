@@ -14,7 +14,8 @@ impl Pin {
         Ok(Self)
     }
 
-    /// `*4`, as one element of `PINS`; an error when no clean snapshot could be certified.
+    /// One element of `PINS` (`*4`, or `*6` with `--ddl-tracking fingerprint`); an error
+    /// when no clean snapshot could be certified.
     pub async fn apply(self, active: &Active, out: &mut BytesMut) -> Result<(), CommandError> {
         let pin = active
             .pincushion

@@ -24,7 +24,8 @@ impl Pins {
         Ok(Self { used })
     }
 
-    /// Renews the used pins' leases, then `*n` of pins, each `*4` ([`reply::pin`]).
+    /// Renews the used pins' leases, then `*n` of pins, each `*4`, or `*6` with
+    /// `--ddl-tracking fingerprint` ([`reply::pin`]).
     pub fn apply(self, active: &Active, out: &mut BytesMut) -> Result<(), CommandError> {
         active.pincushion.note_used(&self.used);
         let pins = active.pincushion.pins();

@@ -63,7 +63,7 @@ fn endpoint(password: Option<&str>) -> Endpoint {
         lease: Duration::from_secs(1),
     };
     let dsn = "host=127.0.0.1 port=1 dbname=unreachable connect_timeout=1".to_owned();
-    let pincushion = Pincushion::start(dsn, settings, Arc::clone(&tracker));
+    let pincushion = Pincushion::start(dsn, settings, Arc::clone(&tracker), None);
     let term = Arc::new(Term::unbounded());
     let metrics = Sources {
         started: Instant::now(),
