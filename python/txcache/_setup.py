@@ -54,6 +54,8 @@ _EVENT_TRIGGERS = (
     ("txcache_ddl_command_end", "ddl_command_end"),
     ("txcache_sql_drop", "sql_drop"),
 )
+EVENT_TRIGGER_NAMES = tuple(name for name, _ in _EVENT_TRIGGERS)
+"""The DDL event triggers setup installs."""
 Connection = psycopg.Connection[TupleRow]
 
 

@@ -44,8 +44,10 @@ _FLUSH = "SELECT pg_logical_emit_message(false, 'txcache-check', 'flush', true)"
 _FLUSH_BEFORE_17 = "SELECT pg_logical_emit_message(true, 'txcache-check', 'flush')"
 _FLUSH_BEFORE_17_DECODED = "message: transactional: 1 prefix: txcache-check, sz: 5 content:flush"
 # Rows txcache itself writes (the agents' lease, renewed twice a second; the agent's record
-# of the shared catalogs): not the workload's commits.
-_TXCACHE_OWN_TABLES = "table txcache."
+# of the shared catalogs) and its notices (the agent's, of a schema change it found: every
+# workload transaction that changes the schema also writes a message of its own): not the
+# workload's commits.
+_TXCACHE_OWN = ("table txcache.", "message: transactional: 1 prefix: txcache-ddl,")
 # A running-transactions record (16+: asked for; before: a logical slot logs one as it is
 # created, and a temporary one goes at once).
 _LOG_RUNNING = "SELECT pg_log_standby_snapshot()"
@@ -174,10 +176,10 @@ class CommitReader:
         match = _COMMIT.match(data)
         if match is None:
             self._empty = self._empty and (
-                data == _FLUSH_BEFORE_17_DECODED or data.startswith(_TXCACHE_OWN_TABLES)
+                data == _FLUSH_BEFORE_17_DECODED or data.startswith(_TXCACHE_OWN)
             )
             return
-        if self._empty:  # it wrote nothing, or only our flush or txcache's own tables
+        if self._empty:  # it wrote nothing, or only our flush or txcache's own rows and notices
             return
         xid = int(match[1])
         if xid in self._seen:

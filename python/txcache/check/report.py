@@ -16,6 +16,12 @@ __all__ = ["as_json", "as_markdown"]
 _EXAMPLES = 3
 
 
+def _ddl_tracking(mode: str) -> str:
+    if mode == "triggers":
+        return "the DDL event triggers"
+    return "no event triggers (dropped after setup): the agent checks every pin's fingerprint"
+
+
 def as_markdown(report: CheckReport, command: str = "") -> str:
     """The report for people: one table per phase, anomalies with examples."""
     lines = ["# Consistency check", ""]
@@ -26,6 +32,7 @@ def as_markdown(report: CheckReport, command: str = "") -> str:
         f"- checked phase: {options.duration:g} s, {options.readers} readers, "
         f"{options.writers} writers, faults {', '.join(options.faults) or 'none'} "
         f"(one every {options.fault_every:g} s); control phase: {options.control_duration:g} s",
+        f"- schema changes reach the caches by: {_ddl_tracking(options.ddl_tracking)}",
         f"- tenants: {_tenants(report.checked)}",
         f"- history: {report.commits} commits in order from the checker's own slot; "
         f"commits no writer logged: {report.foreign_commits}; committed writes it lacks: "

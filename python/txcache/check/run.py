@@ -87,6 +87,9 @@ class CheckOptions:
     standby_postgres: bool = False
     """PostgreSQL as a primary and its synchronous streaming standby (17 and later), every
     DSN naming both: for the ``promote-*`` faults."""
+    ddl_tracking: str = "triggers"
+    """How schema changes reach the caches: ``triggers``, or ``fingerprint`` (the event
+    triggers dropped after setup, the agent run with ``--ddl-tracking fingerprint``)."""
 
 
 @dataclass
@@ -188,7 +191,9 @@ class CheckReport:
 def run_check(options: CheckOptions, progress: Callable[[str], None] = print) -> CheckReport:
     """Start a stack, run both phases, judge every read; the stack is stopped after."""
     tenants = make_tenants(enabled=options.tenant_readers > 0)
-    with running_stack(tenants, standby_postgres=options.standby_postgres) as target:
+    with running_stack(
+        tenants, standby_postgres=options.standby_postgres, ddl_tracking=options.ddl_tracking
+    ) as target:
         stack = target.stack
         agents = AgentGroup(stack, options.standby_agents) if options.standby_agents else None
         try:

@@ -12,9 +12,11 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 
 import psycopg
+from psycopg import sql
 
 from txcache._postgres import major_version
 from txcache._replicated import FAILOVER_SLOTS_SINCE
+from txcache._setup import EVENT_TRIGGER_NAMES
 from txcache.check.tenants import Tenant, drop_roles
 from txcache.check.workload import SCHEMA
 from txcache.stack import ReplicatedPostgres, Stack, StackOptions
@@ -70,16 +72,24 @@ class CheckRefused(Exception):
 
 @contextlib.contextmanager
 def running_stack(
-    tenants: Sequence[Tenant] = (), *, standby_postgres: bool = False
+    tenants: Sequence[Tenant] = (),
+    *,
+    standby_postgres: bool = False,
+    ddl_tracking: str = "triggers",
 ) -> Iterator[CheckStack]:
     """A fresh PostgreSQL (with ``standby_postgres``, a primary and its standby) with the
     workload's schema and the ``tenants``' (their roles too), set up to track them all, with
     the checker's slot, two nodes and the agent; the roles dropped and everything stopped on
-    exit."""
+    exit. With ``ddl_tracking`` ``fingerprint`` the DDL event triggers are dropped once
+    set up, as where a service allows none, and the agent checks fingerprints."""
+    agent_args = OPTIONS.agent_args
+    if ddl_tracking != "triggers":
+        agent_args = (*agent_args, "--ddl-tracking", ddl_tracking)
     options = dataclasses.replace(
         OPTIONS,
         schema_sql=SCHEMA + "".join(tenant.sql() for tenant in tenants),
         schemas=tuple(dict.fromkeys(("public", *(tenant.schema for tenant in tenants)))),
+        agent_args=agent_args,
     )
     with contextlib.ExitStack() as exits:
         servers = None
@@ -91,6 +101,11 @@ def running_stack(
         stack = exits.enter_context(Stack(options))
         try:
             with psycopg.connect(stack.dsn, autocommit=True) as admin:
+                if ddl_tracking != "triggers":
+                    for trigger in EVENT_TRIGGER_NAMES:
+                        admin.execute(
+                            sql.SQL("DROP EVENT TRIGGER {}").format(sql.Identifier(trigger))
+                        )
                 failover = ", failover => true" if servers is not None else ""
                 admin.execute(
                     f"SELECT pg_create_logical_replication_slot(%s, 'test_decoding'{failover})",

@@ -527,10 +527,14 @@ def _update_ledger(
             return
     # Still nothing: a transaction without a change is not decoded, and every committed
     # write must be in the checker's commit order (a reader may wait for it: not_before).
-    tx.execute("SELECT pg_logical_emit_message(true, 'txcache-check', 'no change')")
+    tx.execute(_DECODED)
 
 
 # -- schema operations ------------------------------------------------------------------------
+
+
+_DECODED = "SELECT pg_logical_emit_message(true, 'txcache-check', 'no change')"
+"""Makes a transaction decoded whatever it changed (a message is a change)."""
 
 
 def _schema_operation(
@@ -540,6 +544,8 @@ def _schema_operation(
     first), so that what it reads of the catalog is the state it changes."""
     tx.execute(f"SET LOCAL lock_timeout = '{SCHEMA_LOCK_TIMEOUT}'")
     rng.choice(SCHEMA_OPERATIONS)(tx, rng, writes)
+    # Without DDL triggers (no notice in it) a schema change alone is not decoded either.
+    tx.execute(_DECODED)
 
 
 def _redefine_view(

@@ -108,6 +108,13 @@ def add_parser(subparsers: Any) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument(
+        "--ddl-tracking",
+        choices=("triggers", "fingerprint"),
+        default=defaults.ddl_tracking,
+        help="how schema changes reach the caches: the DDL event triggers, or none (dropped "
+        "after setup) and the agent's --ddl-tracking fingerprint (default: %(default)s)",
+    )
+    parser.add_argument(
         "--seed", type=int, default=defaults.seed, help="workload seed (default: %(default)s)"
     )
     parser.add_argument("--report", type=Path, help="also write the Markdown report here")
@@ -143,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         schema_share=args.schema_share,
         standby_agents=args.standby_agents,
         standby_postgres=args.standby_postgres,
+        ddl_tracking=args.ddl_tracking,
     )
     logging.basicConfig(format="  %(name)s: %(message)s", level=logging.WARNING)
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)  # restarts are on purpose
