@@ -75,6 +75,26 @@ def test_beyond_the_limit_the_oldest_is_dropped() -> None:
     assert first not in stores.settle([pin(9, "a", 10)], now=0.0)
 
 
+def test_one_block_stores_a_bounded_batch_and_the_rest_waits() -> None:
+    outcomes: list[str | None] = []
+    stores: PendingStores[str] = PendingStores()
+    for _ in range(5):
+        stores.add(waiting(1, "a", outcomes))
+    assert len(stores.settle([pin(9, "a", 10)], now=0.0, most=2)) == 2
+    assert len(stores) == 3
+    assert len(stores.settle([pin(9, "a", 10)], now=0.0, most=5)) == 3
+    assert outcomes == []
+
+
+def test_what_waits_when_the_cache_closes_is_dropped_and_counted() -> None:
+    outcomes: list[str | None] = []
+    stores: PendingStores[str] = PendingStores()
+    stores.add(waiting(1, "a", outcomes))
+    stores.drop_all()
+    assert outcomes == [UNVERIFIED]
+    assert len(stores) == 0
+
+
 def test_a_pin_of_an_agent_without_ddl_triggers_carries_its_fingerprint() -> None:
     command = protocol.pin()
     with_fingerprint = command.read([7, b"s-1", 2_000_000, b"1:2:", b"9f", 42])

@@ -176,6 +176,14 @@ def test_the_schema_digest_follows_definitions_not_maintenance(table_t: psycopg.
         "DROP INDEX t_w",
         "CREATE PUBLICATION elsewhere FOR TABLE other.t",
         "ALTER PUBLICATION elsewhere ADD TABLES IN SCHEMA public",
+        "CREATE TEXT SEARCH CONFIGURATION words (COPY = english)",
+        "ALTER TEXT SEARCH CONFIGURATION words ALTER MAPPING FOR word WITH simple",
+        "CREATE COLLATION plain (provider = libc, locale = 'C')",
+        "CREATE AGGREGATE total(integer) (SFUNC = int4pl, STYPE = integer)",
+        "CREATE TYPE span AS RANGE (SUBTYPE = integer)",
+        "CREATE FOREIGN DATA WRAPPER nowhere",
+        "CREATE SERVER far FOREIGN DATA WRAPPER nowhere",
+        "CREATE OPERATOR FAMILY ints USING btree",
     ]
     now = digest()
     for change in changes:
@@ -188,6 +196,8 @@ def test_the_schema_digest_follows_definitions_not_maintenance(table_t: psycopg.
         "TRUNCATE t",
         "CLUSTER t USING t_pkey",
         "REINDEX TABLE t",
+        "CREATE SEQUENCE counter",
+        "ALTER SEQUENCE counter RESTART",
     ):
         db.execute(maintenance)
     assert digest() == now, "maintenance changed the digest"

@@ -314,7 +314,7 @@ class CacheableBase(Generic[P, R]):
             return data, snapshot, None, snapshot, sorted(frame.tags)
         return data, frame.lo, frame.hi, snapshot, sorted(frame.tags)
 
-    def _deferred(
+    def _defer_store(
         self,
         transaction: ReadOnlyCore[Any],
         node: NodeClient,

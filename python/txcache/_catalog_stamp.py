@@ -28,6 +28,7 @@ from typing import Any
 
 import psycopg
 
+from txcache import _lsn
 from txcache._ddl_notice import DDL_COUNTER, DDL_LOCK
 
 __all__ = [
@@ -61,10 +62,7 @@ FROM {DDL_COUNTER} s
 """
 
 _FINGERPRINT = "SELECT txcache.schema_fingerprint(true)"
-WAL_POSITION: tuple[str, tuple[Any, ...]] = (
-    "SELECT (pg_catalog.pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint",
-    (),
-)
+WAL_POSITION: tuple[str, tuple[Any, ...]] = (_lsn.WAL_POSITION, ())
 """The check after a query without DDL triggers: the WAL insert position once it ended."""
 
 

@@ -153,6 +153,7 @@ class Cache(CacheDriver):
         if self.agent is not None:
             self.agent.close()
         self.end_parked(every=True)
+        self.pending_stores.drop_all()
         if self._staleness_probe is not None:
             # Its connections are the ring's: closing them under it would leak a socket.
             # Bounded: each node answers or times out within node_timeout.

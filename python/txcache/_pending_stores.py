@@ -16,6 +16,7 @@ values; what cannot be verified in time is dropped (counted ``unverified``), nev
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import deque
@@ -26,9 +27,11 @@ from typing import Generic, TypeVar
 from txcache._pinset import Pin
 
 __all__ = [
+    "BATCH",
     "LIMIT",
     "UNVERIFIED",
     "WAIT",
+    "LaterPins",
     "PendingStore",
     "PendingStores",
     "Request",
@@ -42,6 +45,8 @@ WAIT = 30.0
 ``--pin-interval``) before it is dropped."""
 LIMIT = 10_000
 """Most values waiting at once; the oldest are dropped beyond it."""
+BATCH = 64
+"""Most values one block's end stores: the rest wait for the next."""
 UNVERIFIED = "unverified"
 """The store outcome of a value dropped because its catalog could not be verified: a
 schema change may have committed while its queries ran, or no pin came in time."""
@@ -74,12 +79,35 @@ def verdict(pins: Sequence[Pin], position: int, fingerprint: str) -> bool | None
     with ``fingerprint`` and WAL insert position ``position``: ``True`` when a pin taken
     after it (``after > position``) has the same fingerprint, ``False`` when every such pin
     has another (a change committed before that pin — maybe while the queries ran), ``None``
-    while no pin was taken after it. Fingerprints hash every catalog row's version, so one
-    change alters them for good: equal fingerprints mean no change in between."""
-    later = [pin.fingerprint for pin in pins if pin.after > position]
-    if not later:
-        return None
-    return fingerprint in later
+    while no pin was taken after it. A change that persists alters the fingerprint (it hashes
+    every catalog row's version); see :data:`LaterPins` for what it cannot see."""
+    return LaterPins(pins).verdict(position, fingerprint)
+
+
+class LaterPins:
+    """The fingerprints of the pins taken after each WAL position, for many verdicts at
+    once: the pins sorted by ``after``, and the fingerprints of each suffix.
+
+    What no fingerprint shows: a catalog object created and dropped again between two pins
+    (the rows it inserted are gone, and nothing else changed) — a query that ran meanwhile
+    and used it is verified all the same (docs/library.md, "Without event triggers")."""
+
+    __slots__ = ("_afters", "_suffixes")
+
+    def __init__(self, pins: Sequence[Pin]) -> None:
+        ordered = sorted(pins, key=lambda pin: pin.after)
+        self._afters = [pin.after for pin in ordered]
+        suffixes: list[frozenset[str | None]] = [frozenset()] * (len(ordered) + 1)
+        for index in range(len(ordered) - 1, -1, -1):
+            suffixes[index] = suffixes[index + 1] | {ordered[index].fingerprint}
+        self._suffixes = suffixes
+
+    def verdict(self, position: int, fingerprint: str) -> bool | None:
+        """:func:`verdict` for these pins."""
+        later = self._suffixes[bisect.bisect_right(self._afters, position)]
+        if not later:
+            return None
+        return fingerprint in later
 
 
 class PendingStores(Generic[N]):
@@ -103,19 +131,23 @@ class PendingStores(Generic[N]):
         if dropped is not None:
             dropped.record(UNVERIFIED)
 
-    def settle(self, pins: Sequence[Pin], now: float | None = None) -> list[PendingStore[N]]:
-        """The values ``pins`` verify, to store now; the ones they refute or that waited
+    def settle(
+        self, pins: Sequence[Pin], now: float | None = None, most: int = BATCH
+    ) -> list[PendingStore[N]]:
+        """At most ``most`` of the values ``pins`` verify, to store now (the others stay
+        queued: a block's end stores a bounded batch); the ones they refute or that waited
         too long are dropped (``unverified``), the others keep waiting."""
         if not self._waiting:
             return []
         now = time.monotonic() if now is None else now
+        later = LaterPins(pins)
         ready: list[PendingStore[N]] = []
         dropped: list[PendingStore[N]] = []
         with self._lock:
             kept: deque[PendingStore[N]] = deque()
             for store in self._waiting:
-                verified = verdict(pins, store.position, store.fingerprint)
-                if verified:
+                verified = later.verdict(store.position, store.fingerprint)
+                if verified and len(ready) < most:
                     ready.append(store)
                 elif verified is False or now - store.since > self.wait:
                     dropped.append(store)
@@ -125,3 +157,10 @@ class PendingStores(Generic[N]):
         for store in dropped:
             store.record(UNVERIFIED)
         return ready
+
+    def drop_all(self) -> None:
+        """Drop every waiting value (``unverified``): the cache closes."""
+        with self._lock:
+            dropped, self._waiting = self._waiting, deque()
+        for store in dropped:
+            store.record(UNVERIFIED)

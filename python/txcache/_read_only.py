@@ -398,8 +398,14 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
     def _store_verified(self) -> None:
         """Store the values of the cache's transactions that waited for a pin to verify
         their catalog and now have one (an agent without DDL triggers)."""
-        for store in self.cache.settle_stores():
-            store.record(store.node.insert(store.key, *store.request))
+        ready = self.cache.settle_stores()
+        for done, store in enumerate(ready):
+            try:
+                store.record(store.node.insert(store.key, *store.request))
+            except BaseException:
+                for left in ready[done:]:
+                    left.record("failed")  # an interruption: not stored
+                raise
 
 
 def _begin_unpinned(connection: Connection) -> str:

@@ -403,6 +403,11 @@ class ReadOnlyCore(Generic[C]):
         return lo, hi, candidates[::-1]
 
     def _moved_to(self, pin: Pin) -> None:
+        active = self.snapshot
+        if self._read_database and active is not None and pin.fingerprint != active.fingerprint:
+            # Without DDL triggers: what was read ran with another catalog than the new
+            # pin's, and a value is verified against its pin's fingerprint.
+            self._catalog_moved = True
         self.snapshot = pin
         self.moves += 1
         for frame in self.frames:
@@ -662,7 +667,8 @@ class ReadOnlyCore(Generic[C]):
     def _catalog_check(self, analysed: Catalog | None) -> Statement | None:
         """The catalog check to run after a statement analysed with ``analysed`` (none
         without an analysis, or without the DDL counter): it tells whether the statement
-        ran with the catalog of that reading (:meth:`_stale_read`)."""
+        ran with the catalog of that reading (:meth:`_stale_read`); without DDL triggers,
+        where the WAL was once it ran (:meth:`_ran_with_fingerprint`)."""
         if analysed is None:
             return None
         if self._fingerprinted():
@@ -678,10 +684,10 @@ class ReadOnlyCore(Generic[C]):
         """``(WAL position, fingerprint)`` a pin must be taken after and show before the
         value of ``frame`` is stored, when it read the database at a pin of an agent
         without DDL triggers; ``None``: store it now."""
-        if frame.snapshot is None or self.snapshot is None:
+        fingerprint = self.snapshot.fingerprint if self.snapshot is not None else None
+        if frame.snapshot is None or fingerprint is None:
             return None
-        fingerprint = self.snapshot.fingerprint
-        return None if fingerprint is None else (self.wal_position, fingerprint)
+        return self.wal_position, fingerprint
 
     def _stale_read(
         self,
@@ -738,8 +744,12 @@ class ReadOnlyCore(Generic[C]):
             self.wal_position = max(self.wal_position, int(check[0]))
         stamp = analysed.stamp
         if stamp is None or stamp.fingerprint != self.snapshot.fingerprint:
+            agent = self.cache.agent
+            if agent is not None:
+                agent.fingerprints = True  # the pin says so, maybe before a refresh did
             self.cache.schema_moved()
             self._catalog_moved = True
+            self._tags_known = False  # its tags are another catalog's: no move may use them
         return True
 
     def _rewrite_check(

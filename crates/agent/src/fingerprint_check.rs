@@ -2,7 +2,8 @@
 //! fingerprint: how a schema change reaches the caches when nothing reports it.
 //!
 //! The pinner's export statement also computes `txcache.schema_fingerprint(true)`, in the
-//! very snapshot it exports; any committed catalog change alters it for good. A clean pin is
+//! very snapshot it exports; a committed catalog change that persists alters it for good
+//! (an object created and dropped again between two pins leaves no trace). A clean pin is
 //! listed only if it shows the fingerprint the last listed pin showed
 //! ([`FingerprintCheck::admits`]). One that shows another is withheld: the check writes an
 //! `all` notice ([`DigestTable::announce`]: every cached result invalidated at its commit,

@@ -138,7 +138,7 @@ class AsyncCacheableFunction(CacheableBase[P, R]):
             self._close_frame(transaction, frame)
         self._record_miss(transaction, miss_kind, started)
         request = self._store_request(transaction, value, frame)
-        if request is not None and not self._deferred(transaction, node, key, request, frame):
+        if request is not None and not self._defer_store(transaction, node, key, request, frame):
             self._stored(transaction, await node.insert(key, *request))
         return value
 

@@ -172,6 +172,7 @@ class AsyncCache(AsyncCacheDriver):
         if self._watchdog is not None:
             self._watchdog.stop()
         await self.end_parked(every=True)
+        self.pending_stores.drop_all()
         if self.ring is not None:
             self.ring.close()
         await self.pool.close()

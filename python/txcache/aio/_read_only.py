@@ -404,8 +404,14 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
     async def _store_verified(self) -> None:
         """Store the values of the cache's transactions that waited for a pin to verify
         their catalog and now have one (an agent without DDL triggers)."""
-        for store in self.cache.settle_stores():
-            store.record(await store.node.insert(store.key, *store.request))
+        ready = self.cache.settle_stores()
+        for done, store in enumerate(ready):
+            try:
+                store.record(await store.node.insert(store.key, *store.request))
+            except BaseException:
+                for left in ready[done:]:
+                    left.record("failed")  # an interruption: not stored
+                raise
 
 
 async def _begin_unpinned(connection: AsyncConnection) -> str:

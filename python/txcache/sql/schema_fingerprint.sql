@@ -2,18 +2,23 @@
 -- database's own schemas a cached result can depend on — schemas, relations (not indexes)
 -- and their columns, defaults, rules (view definitions), inheritance, row security
 -- policies, functions, types, enum labels, constraints, operators, casts, extensions,
--- foreign tables — and what decides the invalidations of its tables: the columns their
--- indexes lead with (the tag columns) and the publications. Each row is hashed on its own
--- and the hashes combined by XOR: no sort.
+-- foreign tables, text search configurations and dictionaries, collations, operator classes
+-- and families, aggregates, ranges, foreign data wrappers and servers, languages,
+-- transforms, security labels (not user mappings: no role but a superuser may read them, and
+-- a query of a foreign table is not cached) — and what decides the invalidations of its
+-- tables: the columns their indexes lead with (the tag columns) and the publications. Not
+-- sequences: reading one is not cached, and RESTART gives it a new file node. Each row is
+-- hashed on its own and the hashes combined by XOR: no sort.
 --
 -- Without versions it is the catalog's content, which VACUUM, ANALYZE and rewrites leave
 -- alone (no statistics, file nodes or frozen ids): txcache.schema_digest(), which the DDL
 -- trigger writes as a '{schema_prefix}' message at the end of every DDL command.
 --
--- With versions each row's xmin is hashed too: every committed change to these rows
--- (an UPDATE writes a new row version) alters it for good, even one a later change undoes,
--- and so does anything that rewrites a relation (a new file node is a new pg_class row).
--- VACUUM's and ANALYZE's in-place updates keep xmin. Without event triggers the agent
+-- With versions each row's xmin is hashed too: a committed change to these rows that
+-- persists (an UPDATE writes a new row version) alters it for good, even one a later change
+-- undoes, and so does anything that rewrites a relation (a new file node is a new pg_class
+-- row). VACUUM's and ANALYZE's in-place updates keep xmin. What it cannot show: rows
+-- inserted and deleted again between two readings (an object created and dropped). Without event triggers the agent
 -- computes it at every pin (docs/agent.md, "Without event triggers"): two pins with equal
 -- fingerprints saw no schema change between them.
 
@@ -24,7 +29,7 @@ WITH spaces AS (
 ), relations AS (
     SELECT c.*, c.xmin AS row_version FROM pg_class c
     WHERE c.relnamespace IN (SELECT oid FROM spaces) AND c.relpersistence <> 't'
-      AND c.relkind NOT IN ('i', 'I')
+      AND c.relkind NOT IN ('i', 'I', 'S')
 )
 SELECT to_hex(
     coalesce((SELECT bit_xor(hashtextextended(n::text || txcache.row_version(versions, n.xmin), 0)) FROM pg_namespace n
@@ -77,4 +82,35 @@ SELECT to_hex(
     # coalesce((SELECT bit_xor(hashtextextended(r::text || txcache.row_version(versions, r.xmin), 17))
               FROM pg_publication_rel r), 0)
     # coalesce((SELECT bit_xor(hashtextextended(pn::text || txcache.row_version(versions, pn.xmin), 18))
-              FROM pg_publication_namespace pn), 0))
+              FROM pg_publication_namespace pn), 0)
+    # coalesce((SELECT bit_xor(hashtextextended(format('%s:%s', x.oid, x::text) || txcache.row_version(versions, x.xmin), 19))
+              FROM pg_ts_config x WHERE x.cfgnamespace IN (SELECT oid FROM spaces)), 0)
+    # coalesce((SELECT bit_xor(hashtextextended(m::text || txcache.row_version(versions, m.xmin), 20))
+              FROM pg_ts_config_map m WHERE m.mapcfg IN (SELECT oid FROM pg_ts_config
+                                                         WHERE cfgnamespace IN (SELECT oid FROM spaces))), 0)
+    # coalesce((SELECT bit_xor(hashtextextended(format('%s:%s', x.oid, x::text) || txcache.row_version(versions, x.xmin), 21))
+              FROM pg_ts_dict x WHERE x.dictnamespace IN (SELECT oid FROM spaces)), 0)
+    # coalesce((SELECT bit_xor(hashtextextended(format('%s:%s', x.oid, x::text) || txcache.row_version(versions, x.xmin), 22))
+              FROM pg_collation x WHERE x.collnamespace IN (SELECT oid FROM spaces)), 0)
+    # coalesce((SELECT bit_xor(hashtextextended(format('%s:%s', x.oid, x::text) || txcache.row_version(versions, x.xmin), 23))
+              FROM pg_opfamily x WHERE x.opfnamespace IN (SELECT oid FROM spaces)), 0)
+    # coalesce((SELECT bit_xor(hashtextextended(format('%s:%s', x.oid, x::text) || txcache.row_version(versions, x.xmin), 24))
+              FROM pg_opclass x WHERE x.opcnamespace IN (SELECT oid FROM spaces)), 0)
+    # coalesce((SELECT bit_xor(hashtextextended(format('%s:%s', x.oid, x::text) || txcache.row_version(versions, x.xmin), 25))
+              FROM pg_amop x WHERE x.oid >= 16384), 0)
+    # coalesce((SELECT bit_xor(hashtextextended(format('%s:%s', x.oid, x::text) || txcache.row_version(versions, x.xmin), 26))
+              FROM pg_amproc x WHERE x.oid >= 16384), 0)
+    # coalesce((SELECT bit_xor(hashtextextended(a::text || txcache.row_version(versions, a.xmin), 27))
+              FROM pg_aggregate a WHERE a.aggfnoid >= 16384), 0)
+    # coalesce((SELECT bit_xor(hashtextextended(r::text || txcache.row_version(versions, r.xmin), 28))
+              FROM pg_range r WHERE r.rngtypid >= 16384), 0)
+    # coalesce((SELECT bit_xor(hashtextextended(format('%s:%s', x.oid, x::text) || txcache.row_version(versions, x.xmin), 29))
+              FROM pg_foreign_data_wrapper x), 0)
+    # coalesce((SELECT bit_xor(hashtextextended(format('%s:%s', x.oid, x::text) || txcache.row_version(versions, x.xmin), 30))
+              FROM pg_foreign_server x), 0)
+    # coalesce((SELECT bit_xor(hashtextextended(format('%s:%s', x.oid, x::text) || txcache.row_version(versions, x.xmin), 32))
+              FROM pg_language x WHERE x.oid >= 16384), 0)
+    # coalesce((SELECT bit_xor(hashtextextended(format('%s:%s', x.oid, x::text) || txcache.row_version(versions, x.xmin), 33))
+              FROM pg_transform x), 0)
+    # coalesce((SELECT bit_xor(hashtextextended(s::text || txcache.row_version(versions, s.xmin), 34))
+              FROM pg_seclabel s), 0))
