@@ -109,12 +109,16 @@ TABLES: dict[str, str] = {
 """,
 }
 
-#: Index name → (table, columns): RUBiS 1.4.3's secondary indexes and the port's.
+#: Index name → (table, columns): RUBiS 1.4.3's secondary indexes and the port's. The
+#: category and region searches order their page (``ORDER BY end_date, id``: RUBiS's
+#: unordered ``LIMIT`` made its pages nondeterministic), so their indexes carry the order
+#: too: a page is read from the index and the scan stops, as RUBiS's ``LIMIT`` did, instead
+#: of sorting every running auction of the category.
 INDEXES: dict[str, tuple[str, str]] = {
     "users_auth": ("users", "nickname, password"),
     "users_region": ("users", "region"),
     "items_seller": ("items", "seller"),
-    "items_category": ("items", "category"),
+    "items_category": ("items", "category, end_date, id"),
     "old_items_seller": ("old_items", "seller"),
     "old_items_category": ("old_items", "category"),
     "bids_item": ("bids", "item_id"),
@@ -124,7 +128,7 @@ INDEXES: dict[str, tuple[str, str]] = {
     "comments_item": ("comments", "item_id"),
     "buy_now_buyer": ("buy_now", "buyer_id"),
     "buy_now_item": ("buy_now", "item_id"),
-    "items_by_rc_region_category": ("items_by_rc", "region, category"),
+    "items_by_rc_region_category": ("items_by_rc", "region, category, end_date, item_id"),
 }
 
 

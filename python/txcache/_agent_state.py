@@ -143,6 +143,12 @@ class AgentState:
         barrier, decoded = self._list.fence
         return barrier if decoded >= position else None
 
+    def newest_barrier(self) -> int | None:
+        """The newest schema change (or ``TRUNCATE``) the agent had decoded at the last
+        refresh; ``None`` before the first."""
+        barrier, decoded = self._list.fence
+        return None if decoded < 0 else barrier
+
     def _publish(
         self,
         listed: list[Pin],

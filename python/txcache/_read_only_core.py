@@ -734,18 +734,24 @@ class ReadOnlyCore(Generic[C]):
 
     def _ran_with_fingerprint(self, analysed: Catalog, check: tuple[Any, ...] | None) -> bool:
         """Without DDL triggers: records where the WAL was once the query ended (its
-        values wait for a pin taken after it to verify the catalog). A reading whose
-        fingerprint is not the snapshot's has the library read the catalog again, and
-        nothing this transaction computes is stored; the result stands — it is what
-        PostgreSQL's own REPEATABLE READ gives a transaction begun before a schema change
-        (docs/library.md, "Without event triggers")."""
+        values wait for a pin taken after it to verify the catalog). A snapshot older than
+        a schema change the agent has announced did not (``False``: the transaction moves
+        past it, as with the triggers). A reading whose fingerprint is not the snapshot's
+        has the library read the catalog again, and nothing this transaction computes is
+        stored; the result stands — it is what PostgreSQL's own REPEATABLE READ gives a
+        transaction begun before a schema change no one has seen yet (docs/library.md,
+        "Without event triggers")."""
         assert self.snapshot is not None
         if check is not None:
             self.wal_position = max(self.wal_position, int(check[0]))
+        agent = self.cache.agent
+        assert agent is not None
+        barrier = agent.newest_barrier()
+        if barrier is not None and self.snapshot.ts < barrier:
+            return False
         stamp = analysed.stamp
         if stamp is None or stamp.fingerprint != self.snapshot.fingerprint:
-            agent = self.cache.agent
-            if agent is not None:
+            if not agent.fingerprints:
                 agent.fingerprints = True  # the pin says so, maybe before a refresh did
             self.cache.schema_moved()
             self._catalog_moved = True
