@@ -109,8 +109,9 @@ test-rust:
 PG15_SUITES := tests/test_agent_failures.py tests/test_agent_stream.py tests/test_agent_pins.py \
 	tests/test_library_transactions.py tests/test_schema_changes.py tests/test_check.py
 
+## --durations: the slowest tests are in every run's log, to keep the whole under budget.
 test-python: build venv system-postgres
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest --durations=30
 	TXCACHE_PG_BIN=$(SYSTEM_PG_BIN) $(PYTHON) -m pytest -p no:randomly $(PG15_SUITES) \
 		-k "not standby_agent and not standby_postgres and not fingerprint"
 
