@@ -110,9 +110,13 @@ PG15_SUITES := tests/test_agent_failures.py tests/test_agent_stream.py tests/tes
 	tests/test_library_transactions.py tests/test_schema_changes.py tests/test_check.py
 
 ## --durations: the slowest tests are in every run's log, to keep the whole under budget.
+## TEST_WORKERS: pytest-xdist processes per pass. Most tests wait on the processes they
+## drive, so two workers on a 2-core machine take about 0.6 of one worker's time; every
+## worker starts servers of its own, on free ports, in directories of its own.
+TEST_WORKERS ?= 2
 test-python: build venv system-postgres
-	$(PYTHON) -m pytest --durations=30
-	TXCACHE_PG_BIN=$(SYSTEM_PG_BIN) $(PYTHON) -m pytest -p no:randomly $(PG15_SUITES) \
+	$(PYTHON) -m pytest -n $(TEST_WORKERS) --durations=30
+	TXCACHE_PG_BIN=$(SYSTEM_PG_BIN) $(PYTHON) -m pytest -n $(TEST_WORKERS) $(PG15_SUITES) \
 		-k "not standby_agent and not standby_postgres and not fingerprint"
 
 ## demo: the library at work on a small example, then RUBiS with and without txcache.
