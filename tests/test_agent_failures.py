@@ -80,7 +80,7 @@ def test_a_lost_slot_resets_every_node_loudly(postgres_factory: PostgresFactory)
             log=agent.log_text,
         )
         assert info(cache, "txcache")["resets"] == resets + 1
-        assert "REPLICATION SLOT LOST" in agent.log_text()
+        agent.wait_for_log("REPLICATION SLOT LOST")
         # The open probe was bounded by the reset: nothing stale survives the gap.
         assert stack.truncated(probes)["public.items:id=1"] is not None
         # And the recreated slot streams again.
@@ -120,11 +120,8 @@ def test_a_slot_dropped_while_the_agent_runs_is_created_again_and_every_node_res
         probes = stack.probe("public.items:id=1")
         resets = info(stack.cache, "txcache")["resets"]
         wait_until(lambda: drop_slot(stack.db), "the slot dropped", timeout=20)
-        wait_until(
-            lambda: "REPLICATION SLOT DROPPED" in agent.log_text(),
-            "the agent to find the slot gone",
-            timeout=20,
-            log=agent.log_text,
+        agent.wait_for_log(
+            "REPLICATION SLOT DROPPED", "the agent to find the slot gone", timeout=20
         )
         wait_until(
             lambda: info(stack.cache, "txcache")["resets"] != resets,
@@ -157,7 +154,7 @@ def test_a_slot_created_again_behind_the_agent_s_back_resets_every_node(database
             timeout=20,
             log=agent.log_text,
         )
-        assert "THE REPLICATION SLOT IS AHEAD OF THE STREAM" in agent.log_text()
+        agent.wait_for_log("THE REPLICATION SLOT IS AHEAD OF THE STREAM")
         assert stack.truncated(probes)["public.items:id=1"] is not None
         stack.assert_streams_an_insert(6)
 
@@ -183,7 +180,7 @@ def test_a_schema_change_the_triggers_missed_is_said_and_invalidates_the_table(
         assert all(value is None for value in stack.truncated(probes).values())
         stack.write("INSERT INTO items (id) VALUES (2)")  # matches no probe by its row
         assert all(stack.truncated(probes).values()), "the table was not invalidated"
-        assert "A SCHEMA CHANGE NO DDL TRIGGER REPORTED" in agent.log_text()
+        agent.wait_for_log("A SCHEMA CHANGE NO DDL TRIGGER REPORTED")
 
 
 def test_a_fast_shutdown_is_not_held_up_by_the_agent(postgres_factory: PostgresFactory) -> None:
@@ -230,7 +227,7 @@ def test_a_node_past_the_database_is_rewound(database: str) -> None:
         assert stack.caught_up() < ahead
         assert node.exists("stale") == 0
         assert node.get("plain") == b"p"
-        assert "CACHE NODE IS PAST THE DATABASE" in agent.log_text()
+        agent.wait_for_log("CACHE NODE IS PAST THE DATABASE")
         stack.assert_streams_an_insert(1)
 
 
@@ -280,7 +277,7 @@ def test_a_node_that_followed_another_database_history_is_rewound(database: str)
         assert info(node, "txcache")["rewinds"] == 1
         assert node.exists("foreign") == 0
         assert node.get("plain") == b"p"
-        assert "CACHE NODE FOLLOWED ANOTHER DATABASE HISTORY" in agent.log_text()
+        agent.wait_for_log("CACHE NODE FOLLOWED ANOTHER DATABASE HISTORY")
         stack.assert_streams_an_insert(1)
         stack.restart_agent()
         stack.assert_streams_an_insert(2)
@@ -327,12 +324,7 @@ def test_a_node_another_agent_moved_on_is_not_rewound(database: str) -> None:
             node = stack.client(0, stream=True)
             # What a second agent streaming this database would have done meanwhile.
             assert node.execute_command("TXHEARTBEAT", position, 1) == 1
-            wait_until(
-                lambda: "cache node connected" in agent.log_text(),
-                "the agent's node connection",
-                timeout=20,
-                log=agent.log_text,
-            )
+            agent.wait_for_log("cache node connected", "the agent's node connection", timeout=20)
         finally:
             os.kill(walsender, signal.SIGCONT)
         stack.assert_streams_an_insert(7, cache=node)

@@ -53,11 +53,8 @@ def wait_for_role(agent: AgentProcess, wanted: str, timeout: float = 30.0) -> fl
 
 def wait_for_lease_lost(agent: AgentProcess) -> None:
     """Wait until ``agent`` has learned that another agent took its lease."""
-    wait_until(
-        lambda: "LEASE TAKEN OVER" in agent.log_text(),
-        f"the agent on port {agent.port} to learn it lost the lease",
-        timeout=30,
-        log=agent.log_text,
+    agent.wait_for_log(
+        "LEASE TAKEN OVER", f"the agent on port {agent.port} to learn it lost the lease", timeout=30
     )
 
 
@@ -170,7 +167,7 @@ def test_a_stopping_agent_hands_over_at_once(
 ) -> None:
     stack, active, standby = pair
     active.stop()
-    assert "lease released" in active.log_text()
+    active.wait_for_log("lease released")
     wait_for_role(standby, "active", timeout=5)
     stack.assert_streams_an_insert(1)
 

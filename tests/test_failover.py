@@ -58,11 +58,10 @@ def test_a_promoted_standby_keeps_the_cache_and_every_invalidation(
 
         pair.fail_over("stop")  # a clean stop: the standby receives all WAL first
         with psycopg.connect(standby.dsn, autocommit=True) as new_primary:
-            wait_until(
-                lambda: "timeline continues the old one" in agent.log_text(),
+            agent.wait_for_log(
+                "timeline continues the old one",
                 "the agent to follow the promoted standby",
                 timeout=60,
-                log=agent.log_text,
             )
             new_primary.execute("INSERT INTO items (id) VALUES (3)")
             target = wal_position(new_primary)
@@ -145,7 +144,7 @@ def test_no_invalidation_is_lost_when_the_primary_fails_under_writes(
         assert lost == [], f"{len(lost)} committed inserts never invalidated: {lost[:10]}"
         never_committed = sorted(invalidated - present)
         assert never_committed == [], f"invalidated, but not in the new history: {never_committed}"
-        assert "timeline continues the old one" in agent.log_text()
+        agent.wait_for_log("timeline continues the old one")
         assert info(stack.cache, "txcache")["rewinds"] == 0
 
 
@@ -177,7 +176,7 @@ def test_an_agent_restarted_during_a_failover_rewinds_the_nodes(pair: Replicated
             timeout=60,
             log=restarted.log_text,
         )
-        assert "CACHE NODE FOLLOWED ANOTHER DATABASE HISTORY" in restarted.log_text()
+        restarted.wait_for_log("CACHE NODE FOLLOWED ANOTHER DATABASE HISTORY")
         assert stack.cache.exists(probes["public.items:id=1"]) == 0
         with psycopg.connect(standby.dsn, autocommit=True) as new_primary:
             new_primary.execute("INSERT INTO items (id) VALUES (1)")

@@ -139,7 +139,7 @@ def test_auth_is_required_when_a_password_is_set(start_node: StartNode) -> None:
     good = redis.Redis(host=node.host, port=node.port, password="s3cret", protocol=2)
     assert good.set("k", b"v")
     assert good.get("k") == b"v"
-    assert "AUTH failed" in node.log_text()
+    node.wait_for_log("AUTH failed")
 
 
 def test_only_the_stream_password_allows_stream_commands(start_node: StartNode) -> None:

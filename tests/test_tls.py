@@ -29,7 +29,6 @@ from txcache.stack import (
     NodeProcess,
     ProcessStartError,
     TlsFiles,
-    wait_until,
 )
 
 
@@ -194,7 +193,7 @@ def test_a_tls_node_serves_only_clients_that_trust_it(certificates: Certificates
                 connection.close()
 
         assert asyncio.run(ping_async()) == b"PONG"
-        assert "TLS handshake failed" in node.log_text()
+        node.wait_for_log("TLS handshake failed")
 
 
 def test_an_agent_refuses_a_node_it_cannot_verify(
@@ -210,12 +209,9 @@ def test_an_agent_refuses_a_node_it_cannot_verify(
             str(certificates.other_ca),
         )
         try:
-            wait_until(
-                lambda: "TLS handshake with" in agent.log_text(),
-                "the agent to report the node's certificate",
-                timeout=20,
-                log=agent.log_text,
+            agent.wait_for_log(
+                "TLS handshake with", "the agent to report the node's certificate", timeout=20
             )
         finally:
             agent.stop()
-    assert "--node-tls-ca" in agent.log_text()
+    agent.wait_for_log("--node-tls-ca")

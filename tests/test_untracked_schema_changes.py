@@ -100,7 +100,7 @@ def test_a_view_redefined_where_no_trigger_fires_is_found_and_invalidated(
         log=running_agent(lib).log_text,
     )
     assert untracked_changes(lib) == 1
-    assert "the schema changed without a DDL notice" in running_agent(lib).log_text()
+    running_agent(lib).wait_for_log("the schema changed without a DDL notice")
     lib.caught_up()
     lib.fresh_pins()
     assert read(lib, query) == truth(lib, query)

@@ -184,6 +184,17 @@ class ManagedProcess:
         """Everything the process has logged so far (the last 5000 lines)."""
         return "\n".join(self.log)
 
+    def wait_for_log(self, text: str, what: str | None = None, timeout: float = 10.0) -> None:
+        """Wait until the process has logged ``text``: its stderr is read by a thread, so a
+        line it wrote a moment ago may not be in :meth:`log_text` yet. Raises
+        :class:`WaitTimeout` with the log after ``timeout`` seconds."""
+        wait_until(
+            lambda: text in self.log_text(),
+            what or f"{self.command[0]} to log {text!r}",
+            timeout=timeout,
+            log=self.log_text,
+        )
+
     def rss_bytes(self) -> int:
         """The process's resident set size, read from /proc."""
         fields = Path(f"/proc/{self.process.pid}/statm").read_text().split()
