@@ -46,6 +46,7 @@ from _common import (
 )
 from _cpu import ForeignCpu, cpu_by_child
 from _cpu_quota import DatabaseCpuQuota
+from _database_cpu import KINDS, DatabaseCpuSplit
 from _report import fmt, log, machine_note, result_name, write_report
 
 from rubis import emulator, generate
@@ -84,10 +85,12 @@ def run_mode(
         if args.statements:
             execute(args.dsn, "SELECT pg_stat_statements_reset()")
         counts, cpu, foreign = node_counts(node), component_cpu(), ForeignCpu()
+        database_split = DatabaseCpuSplit(args.dsn)
         throttled = quota.throttling() if quota else None
         log(f"{mode}: measuring {args.duration} s")
         report = emulator.run(server.url, duration=args.duration, seed=args.seed, **common)
         after, cpu_after = node_counts(node), component_cpu()
+        database_cpu = database_split.seconds()
         other = foreign.seconds()
         if quota and throttled:
             throttled = quota.throttling() - throttled
@@ -99,6 +102,7 @@ def run_mode(
         "node": delta,
         "hit_rate": delta["hits"] / lookups if lookups else float("nan"),
         "cpu_s": {k: round(cpu_after[k] - cpu[k], 2) for k in COMPONENTS},
+        "database_cpu_s": database_cpu,
         "other_work_cpu_s": round(other, 2),
         "database_throttled": throttled.as_dict() if throttled else None,
         "statements": (
@@ -144,6 +148,7 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load_s: float
         cpu = " | ".join(fmt(row["cpu_s"][c], 1) for c in COMPONENTS)
         lines.append(f"| {row['mode']} | {cpu} | {fmt(row['other_work_cpu_s'], 1)} |")
     lines += quota_lines(rows, args)
+    lines += database_split_lines(rows)
     lines += statement_lines(rows)
     if {"bypass", "consistent", "no_consistency"} <= set(by_mode):
         base = by_mode["bypass"]["throughput"]
@@ -208,6 +213,24 @@ def quota_for(args: argparse.Namespace) -> AbstractContextManager[DatabaseCpuQuo
     if args.database_cpu is None:
         return nullcontext()
     return DatabaseCpuQuota(args.database_cpu)
+
+
+def database_split_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The database's CPU per request by who used it: how much of it the application's
+    queries take, and how much txcache's own sessions and the stream's decoding add."""
+    lines = [
+        "",
+        "Database CPU per request (µs) by who used it (sessions named by `pg_stat_activity`):",
+        "",
+        "| mode | " + " | ".join(KINDS) + " |",
+        "|---|" + "---:|" * len(KINDS),
+    ]
+    for row in rows:
+        requests = max(1, row["requests"])
+        split = row["database_cpu_s"]
+        cells = " | ".join(fmt(split[kind] / requests * 1e6, 1) for kind in KINDS)
+        lines.append(f"| {row['mode']} | {cells} |")
+    return lines
 
 
 def quota_lines(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
