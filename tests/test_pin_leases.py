@@ -112,3 +112,30 @@ def test_the_library_reports_the_pin_each_transaction_ran_at(stack: Stack) -> No
         assert agent.take_used() == set()
     finally:
         cache.close()
+
+
+def test_pinner_connections_are_kept_across_rotations(stack: Stack, database: str) -> None:
+    """A session whose pins all expired ends its transaction (releasing the vacuum horizon)
+    and a later rotation begins its transaction on the same connection: new pins move to a
+    fresh *transaction* every rotation, not to a new backend."""
+    client = endpoint(stack.agent)
+    pinners = (
+        "SELECT pid, xact_start FROM pg_stat_activity "
+        "WHERE application_name LIKE 'txcache-agent pinner%' AND xact_start IS NOT NULL"
+    )
+    transactions: dict[int, set[object]] = {}
+
+    def a_connection_began_again() -> bool:
+        client.execute_command("PIN")  # demand: the pinner keeps rotating
+        for pid, began in db.execute(pinners).fetchall():
+            transactions.setdefault(pid, set()).add(began)
+        return any(len(began) >= 2 for began in transactions.values())
+
+    with psycopg.connect(database, autocommit=True) as db:
+        wait_until(
+            a_connection_began_again, "a pinner connection to begin a new transaction", timeout=30
+        )
+    # Sessions outlive their rotation by about a lease: a handful live at once, and no
+    # more connections than that were ever opened.
+    assert len(transactions) <= 8, transactions
+    client.close()

@@ -11,7 +11,8 @@
 //! `lease` each time a library reports a transaction ran at it (`PINS used`), but never
 //! longer than `max_staleness + lease` after it stopped being current (no library may choose
 //! it then). New pins go to a fresh session every `rotation` (at most `MAX_SESSIONS` live),
-//! and a session ends when its last pin expires. When no pin at all was used or asked for
+//! and a session's transaction ends when its last pin expires; its connection waits for a
+//! later rotation, which begins a new transaction on it rather than connecting again. When no pin at all was used or asked for
 //! (`PIN`) for a `lease`, the pinner lets every pin go and takes none until the next `PIN`:
 //! a primary nobody reads through txcache has its vacuum horizon held by nothing.
 //!
@@ -196,6 +197,7 @@ impl Pincushion {
             cushion: Arc::clone(&pincushion),
             fingerprints,
             sessions: Vec::new(),
+            idle: Vec::new(),
             next_pin: 1,
             next_session: 1,
             last_fence: None,
@@ -287,6 +289,9 @@ struct Pinner {
     /// With `--ddl-tracking fingerprint`, the check every clean pin passes to be listed.
     fingerprints: Option<FingerprintCheck>,
     sessions: Vec<PinnerSession>,
+    /// Connections of sessions whose pins all expired, their transaction ended: the next
+    /// rotation begins its transaction on one of them instead of connecting again.
+    idle: Vec<SqlSession>,
     next_pin: u64,
     next_session: u64,
     /// The fence the last export statement returned (each pin's [`Pin::after`]).
@@ -385,7 +390,8 @@ impl Pinner {
         }
         self.forget_dead_sessions();
         self.refresh_current();
-        self.expire();
+        let retired = self.expire();
+        self.recycle(retired).await;
         let progress = self.tracker.progress();
         let newest = self.cushion.lock().last().map(|pin| pin.ts);
         // Re-pin when something committed, and when the active session is due to rotate
@@ -454,11 +460,12 @@ impl Pinner {
         }
         pins.clear();
         self.sessions.clear();
+        self.idle.clear();
     }
 
-    /// Forgets pins no longer kept ([`PinSettings::keeps`]) and ends sessions that hold
-    /// none.
-    fn expire(&mut self) {
+    /// Forgets pins no longer kept ([`PinSettings::keeps`]) and returns the sessions that
+    /// hold none (but the active one).
+    fn expire(&mut self) -> Vec<PinnerSession> {
         let now = WallClock(unix_micros_now());
         let mut pins = self.cushion.lock();
         let newest = pins.len().saturating_sub(1);
@@ -471,9 +478,33 @@ impl Pinner {
         let excess = pins.len().saturating_sub(MAX_PINS);
         pins.drain(..excess);
         let active = self.sessions.last().map(|session| session.id);
-        self.sessions.retain(|session| {
-            Some(session.id) == active || pins.iter().any(|pin| pin.session == session.id)
-        });
+        let (kept, retired) = std::mem::take(&mut self.sessions)
+            .into_iter()
+            .partition(|session| {
+                Some(session.id) == active || pins.iter().any(|pin| pin.session == session.id)
+            });
+        self.sessions = kept;
+        retired
+    }
+
+    /// Ends the transaction of each `retired` session, which releases its snapshots and
+    /// with them the vacuum horizon they held, and keeps its connection for a later
+    /// rotation (up to `MAX_SESSIONS` of them): a new backend costs the server a few
+    /// milliseconds of CPU, once per rotation. A connection that cannot end its
+    /// transaction is closed.
+    async fn recycle(&mut self, retired: Vec<PinnerSession>) {
+        for session in retired {
+            if self.idle.len() >= MAX_SESSIONS {
+                break;
+            }
+            match session.sql.client.batch_execute("COMMIT").await {
+                Ok(()) => self.idle.push(session.sql),
+                Err(error) => tracing::debug!(
+                    error = format!("{error:#}"),
+                    "pinner session could not end its transaction; closing it"
+                ),
+            }
+        }
     }
 
     /// Takes snapshots until one certifies clean.
@@ -581,6 +612,25 @@ impl Pinner {
     async fn open_session(&mut self) -> anyhow::Result<PinnerSession> {
         let id = self.next_session;
         self.next_session += 1;
+        while let Some(sql) = self.idle.pop() {
+            let begun = sql
+                .client
+                .batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+                .await;
+            match begun {
+                Ok(()) => {
+                    return Ok(PinnerSession {
+                        id,
+                        sql,
+                        opened: Instant::now(),
+                    })
+                }
+                Err(error) => tracing::debug!(
+                    error = format!("{error:#}"),
+                    "idle pinner connection is gone; trying another"
+                ),
+            }
+        }
         let sql = connect_sql(&self.dsn, &format!("txcache-agent pinner {id}")).await?;
         // The session idles in its transaction by design: no timeout may end it.
         sql.client
