@@ -4,7 +4,7 @@ logic: the verdict, the queue's settling, its limits; and the pins' wire form)."
 from __future__ import annotations
 
 from txcache import protocol
-from txcache._pending_stores import UNVERIFIED, PendingStore, PendingStores, verdict
+from txcache._pending_stores import UNVERIFIED, LaterPins, PendingStore, PendingStores
 from txcache._pinset import Pin
 
 
@@ -20,21 +20,21 @@ def waiting(
 
 
 def test_no_pin_taken_after_the_queries_leaves_the_verdict_open() -> None:
-    assert verdict([pin(10, "a", 100), pin(20, "a", 200)], 200, "a") is None
+    assert LaterPins([pin(10, "a", 100), pin(20, "a", 200)]).verdict(200, "a") is None
 
 
 def test_a_later_pin_with_the_same_fingerprint_verifies() -> None:
-    assert verdict([pin(10, "a", 100), pin(20, "a", 201)], 200, "a") is True
+    assert LaterPins([pin(10, "a", 100), pin(20, "a", 201)]).verdict(200, "a") is True
 
 
 def test_later_pins_all_with_another_fingerprint_refute() -> None:
-    assert verdict([pin(10, "a", 100), pin(20, "b", 201)], 200, "a") is False
+    assert LaterPins([pin(10, "a", 100), pin(20, "b", 201)]).verdict(200, "a") is False
 
 
 def test_one_later_pin_with_the_same_fingerprint_is_enough() -> None:
     """No schema change committed between the snapshot and that pin, which was taken after
     the queries: a change after it does not concern them."""
-    assert verdict([pin(20, "a", 201), pin(30, "b", 300)], 200, "a") is True
+    assert LaterPins([pin(20, "a", 201), pin(30, "b", 300)]).verdict(200, "a") is True
 
 
 def test_settling_stores_the_verified_drops_the_refuted_and_keeps_the_open() -> None:

@@ -35,7 +35,6 @@ __all__ = [
     "PendingStore",
     "PendingStores",
     "Request",
-    "verdict",
 ]
 
 N = TypeVar("N")
@@ -74,16 +73,6 @@ class PendingStore(Generic[N]):
     """``time.monotonic()`` when it began to wait."""
 
 
-def verdict(pins: Sequence[Pin], position: int, fingerprint: str) -> bool | None:
-    """Whether the listed ``pins`` show that no schema change committed between a snapshot
-    with ``fingerprint`` and WAL insert position ``position``: ``True`` when a pin taken
-    after it (``after > position``) has the same fingerprint, ``False`` when every such pin
-    has another (a change committed before that pin — maybe while the queries ran), ``None``
-    while no pin was taken after it. A change that persists alters the fingerprint (it hashes
-    every catalog row's version); see :data:`LaterPins` for what it cannot see."""
-    return LaterPins(pins).verdict(position, fingerprint)
-
-
 class LaterPins:
     """The fingerprints of the pins taken after each WAL position, for many verdicts at
     once: the pins sorted by ``after``, and the fingerprints of each suffix.
@@ -103,7 +92,12 @@ class LaterPins:
         self._suffixes = suffixes
 
     def verdict(self, position: int, fingerprint: str) -> bool | None:
-        """:func:`verdict` for these pins."""
+        """Whether these pins show that no schema change committed between a snapshot with
+        ``fingerprint`` and WAL insert position ``position``: ``True`` when a pin taken after
+        it (``after > position``) has the same fingerprint, ``False`` when every such pin has
+        another (a change committed before that pin — maybe while the queries ran), ``None``
+        while no pin was taken after it. A change that persists alters the fingerprint (it
+        hashes every catalog row's version)."""
         later = self._suffixes[bisect.bisect_right(self._afters, position)]
         if not later:
             return None
