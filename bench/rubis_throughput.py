@@ -22,6 +22,12 @@ topology; the report then says how often the quota held it back in each mode. Wi
 mode, the COUNT (12) statements that took the most database time in the measured window,
 per request.
 
+With ``--rounds N`` every mode's application starts at once and is warmed up, then each of
+N rounds measures every mode in turn, the order rotating from round to round: the
+database's growth and the cache's warming fall on every mode alike, and the report gives
+each mode's throughput, the speedup and the ``no_consistency`` gap round by round, with
+their spread (one-after-the-other runs differ by more than the gap).
+
 This is one client count, not a peak search (raising the clients until throughput stops
 rising is the experiments' job).
 """
@@ -29,7 +35,9 @@ rising is the experiments' job).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import statistics
 import time
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -66,6 +74,29 @@ def component_cpu() -> dict[str, float]:
     return {component: by_role.get(component, 0.0) for component in COMPONENTS}
 
 
+def app_server(mode: str, args: argparse.Namespace, env: dict[str, str]) -> AppServer:
+    """The application in ``mode`` on the stack of ``env``."""
+    env = {**env, "TXCACHE_MODE": mode, "RUBIS_STALENESS": str(args.staleness)}
+    env["RUBIS_READ_YOUR_WRITES"] = "0" if args.no_read_your_writes else "1"
+    return AppServer(env, workers=args.workers, threads=args.threads)
+
+
+def emulate(
+    server: AppServer, args: argparse.Namespace, duration: float, seed: int
+) -> emulator.Report:
+    """The emulator at peak load on ``server`` for ``duration`` seconds; its report."""
+    users = generate.PRESETS[args.preset].users
+    return emulator.run(
+        server.url, duration=duration, seed=seed, clients=args.clients, users=users, peak=True
+    )
+
+
+def warm_up(mode: str, server: AppServer, args: argparse.Namespace) -> None:
+    """``--warmup`` seconds of load, unmeasured."""
+    log(f"{mode}: warming up {args.warmup} s")
+    emulate(server, args, args.warmup, args.seed + 1000)
+
+
 def run_mode(
     mode: str,
     args: argparse.Namespace,
@@ -75,25 +106,52 @@ def run_mode(
 ) -> dict[str, Any]:
     """Start the application in ``mode`` on the stack of ``env`` whose node is at ``node``
     (``host:port``), warm up, measure; the row of the report."""
-    users = generate.PRESETS[args.preset].users
-    env = {**env, "TXCACHE_MODE": mode, "RUBIS_STALENESS": str(args.staleness)}
-    env["RUBIS_READ_YOUR_WRITES"] = "0" if args.no_read_your_writes else "1"
-    with AppServer(env, workers=args.workers, threads=args.threads) as server:
-        log(f"{mode}: warming up {args.warmup} s")
-        common = {"clients": args.clients, "users": users, "peak": True}
-        emulator.run(server.url, duration=args.warmup, seed=args.seed + 1000, **common)
-        if args.statements:
-            execute(args.dsn, "SELECT pg_stat_statements_reset()")
-        counts, cpu, foreign = node_counts(node), component_cpu(), ForeignCpu()
-        database_split = DatabaseCpuSplit(args.dsn)
-        throttled = quota.throttling() if quota else None
-        log(f"{mode}: measuring {args.duration} s")
-        report = emulator.run(server.url, duration=args.duration, seed=args.seed, **common)
-        after, cpu_after = node_counts(node), component_cpu()
-        database_cpu = database_split.seconds()
-        other = foreign.seconds()
-        if quota and throttled:
-            throttled = quota.throttling() - throttled
+    with app_server(mode, args, env) as server:
+        warm_up(mode, server, args)
+        return measure(mode, server, args, node, quota, args.seed)
+
+
+def run_rounds(
+    args: argparse.Namespace, env: dict[str, str], node: str, quota: DatabaseCpuQuota | None
+) -> list[dict[str, Any]]:
+    """``--rounds``: every mode's application started at once and warmed up, then each
+    round measures every mode in turn, the order rotating from round to round, so that the
+    database's growth and the cache's warming fall on every mode alike."""
+    modes = args.modes.split(",")
+    with contextlib.ExitStack() as started:
+        servers = {mode: started.enter_context(app_server(mode, args, env)) for mode in modes}
+        for mode, server in servers.items():
+            warm_up(mode, server, args)
+        rows = []
+        for index in range(args.rounds):
+            shift = index % len(modes)
+            for mode in modes[shift:] + modes[:shift]:
+                row = measure(mode, servers[mode], args, node, quota, args.seed + index)
+                rows.append(row | {"round": index + 1})
+    return rows
+
+
+def measure(
+    mode: str,
+    server: AppServer,
+    args: argparse.Namespace,
+    node: str,
+    quota: DatabaseCpuQuota | None,
+    seed: int,
+) -> dict[str, Any]:
+    """``--duration`` seconds of load on ``server``, measured; the row of the report."""
+    if args.statements:
+        execute(args.dsn, "SELECT pg_stat_statements_reset()")
+    counts, cpu, foreign = node_counts(node), component_cpu(), ForeignCpu()
+    database_split = DatabaseCpuSplit(args.dsn)
+    throttled = quota.throttling() if quota else None
+    log(f"{mode}: measuring {args.duration} s")
+    report = emulate(server, args, args.duration, seed)
+    after, cpu_after = node_counts(node), component_cpu()
+    database_cpu = database_split.seconds()
+    other = foreign.seconds()
+    if quota and throttled:
+        throttled = quota.throttling() - throttled
     delta = {key: after[key] - counts[key] for key in after}
     lookups = sum(delta.values())
     row = report.as_dict()
@@ -132,7 +190,7 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load_s: float
         hit = "-" if row["mode"] == "bypass" else f"{fmt(row['hit_rate'] * 100, 1)} %"
         misses = " | ".join(str(node[m]) for m in MISS_KINDS)
         lines.append(
-            f"| {row['mode']} | {fmt(row['throughput'], 1)} | {latency['p50']} | "
+            f"| {label(row)} | {fmt(row['throughput'], 1)} | {latency['p50']} | "
             f"{latency['p90']} | {latency['p99']} | {hit} | {misses} | {row['error_pages']} | "
             f"{row['errors']} |"
         )
@@ -146,11 +204,13 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load_s: float
     ]
     for row in rows:
         cpu = " | ".join(fmt(row["cpu_s"][c], 1) for c in COMPONENTS)
-        lines.append(f"| {row['mode']} | {cpu} | {fmt(row['other_work_cpu_s'], 1)} |")
+        lines.append(f"| {label(row)} | {cpu} | {fmt(row['other_work_cpu_s'], 1)} |")
     lines += quota_lines(rows, args)
     lines += database_split_lines(rows)
     lines += statement_lines(rows)
-    if {"bypass", "consistent", "no_consistency"} <= set(by_mode):
+    if args.rounds:
+        lines += round_lines(rows)
+    elif {"bypass", "consistent", "no_consistency"} <= set(by_mode):
         base = by_mode["bypass"]["throughput"]
         cached = by_mode["consistent"]["throughput"]
         loose = by_mode["no_consistency"]["throughput"]
@@ -195,7 +255,7 @@ def statement_lines(rows: list[dict[str, Any]]) -> list[str]:
             continue
         lines += [
             "",
-            f"**{row['mode']}**: the statements that took the most database time "
+            f"**{label(row)}**: the statements that took the most database time "
             "(pg_stat_statements, execution + planning), per request:",
             "",
             "| statement | calls | µs |",
@@ -215,6 +275,49 @@ def quota_for(args: argparse.Namespace) -> AbstractContextManager[DatabaseCpuQuo
     return DatabaseCpuQuota(args.database_cpu)
 
 
+def label(row: dict[str, Any]) -> str:
+    """A row's name in the tables: its mode, and its round with ``--rounds``."""
+    return f"{row['mode']} (round {row['round']})" if "round" in row else str(row["mode"])
+
+
+def round_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """With ``--rounds``: each mode's throughput over the rounds, and the speedup and the
+    ``no_consistency`` gap round by round (each against the same round's runs)."""
+    by_round: dict[int, dict[str, float]] = {}
+    for row in rows:
+        by_round.setdefault(row["round"], {})[row["mode"]] = row["throughput"]
+    modes = list(dict.fromkeys(row["mode"] for row in rows))
+    lines = ["", "| mode | req/s, mean | min | max | each round |", "|---|---:|---:|---:|---|"]
+    for mode in modes:
+        values = [rates[mode] for rates in by_round.values() if mode in rates]
+        each = ", ".join(fmt(value, 1) for value in values)
+        lines.append(
+            f"| {mode} | {fmt(statistics.mean(values), 1)} | {fmt(min(values), 1)} | "
+            f"{fmt(max(values), 1)} | {each} |"
+        )
+    ratios = {
+        "speedup of the cache (consistent / bypass)": ("consistent", "bypass", 1.0, "x"),
+        "no_consistency vs consistent": ("no_consistency", "consistent", 100.0, " %"),
+    }
+    lines.append("")
+    for name, (top, bottom, scale, unit) in ratios.items():
+        values = [
+            rates[top] / rates[bottom] if unit == "x" else (rates[top] / rates[bottom] - 1)
+            for rates in by_round.values()
+            if top in rates and bottom in rates
+        ]
+        if not values:
+            continue
+        each = ", ".join(f"{fmt(value * scale, 2)}{unit}" for value in values)
+        lines.append(
+            f"- {name}: mean {fmt(statistics.mean(values) * scale, 2)}{unit}, from "
+            f"{fmt(min(values) * scale, 2)}{unit} to {fmt(max(values) * scale, 2)}{unit} "
+            f"(rounds: {each})"
+        )
+    lines.append("- the paper: 2.2x-5.2x by cache size; no_consistency only slightly faster")
+    return lines
+
+
 def database_split_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The database's CPU per request by who used it: how much of it the application's
     queries take, and how much txcache's own sessions and the stream's decoding add."""
@@ -229,7 +332,7 @@ def database_split_lines(rows: list[dict[str, Any]]) -> list[str]:
         requests = max(1, row["requests"])
         split = row["database_cpu_s"]
         cells = " | ".join(fmt(split[kind] / requests * 1e6, 1) for kind in KINDS)
-        lines.append(f"| {row['mode']} | {cells} |")
+        lines.append(f"| {label(row)} | {cells} |")
     return lines
 
 
@@ -249,7 +352,7 @@ def quota_lines(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[st
         throttled, requests = row["database_throttled"], max(1, row["requests"])
         per_request = row["cpu_s"]["database"] / requests * 1e3
         lines.append(
-            f"| {row['mode']} | {fmt(per_request, 2)} ms | {throttled['throttled']} of "
+            f"| {label(row)} | {fmt(per_request, 2)} ms | {throttled['throttled']} of "
             f"{throttled['periods']} | {fmt(throttled['s'], 1)} s |"
         )
     return lines
@@ -288,6 +391,14 @@ def main() -> None:
         help="track pg_stat_statements and report each mode's COUNT (default 12) costliest "
         "statements",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=0,
+        metavar="N",
+        help="start every mode's application at once, warm each up, then measure every "
+        "mode N times, alternating (the order rotates each round), and report the spread",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny, 3 s warm-up, 8 s measured")
     args = parser.parse_args()
     if args.quick:
@@ -310,11 +421,16 @@ def main() -> None:
                 )
             env = stack.settings()
             node = stack.node_addresses[0]
-            rows = [run_mode(mode, args, env, node, quota) for mode in args.modes.split(",")]
+            if args.rounds:
+                rows = run_rounds(args, env, node, quota)
+            else:
+                modes = args.modes.split(",")
+                rows = [run_mode(mode, args, env, node, quota) for mode in modes]
     extra = ["no-ryw"] if args.no_read_your_writes else []
     if args.database_cpu is not None:
         extra.append(f"db-cpu-{args.database_cpu:g}")
     extra += ["statements"] if args.statements else []
+    extra += [f"rounds-{args.rounds}"] if args.rounds else []
     name = result_name("rubis_throughput", args.quick, args.storage, *extra)
     title = "RUBiS throughput: no cache, txcache, no_consistency"
     raw = {"settings": vars(args), "load_s": load_s, "rows": rows}
