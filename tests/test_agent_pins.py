@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -94,6 +95,40 @@ def test_commitlsn_of_an_unknown_xid_times_out(agent: tuple[AgentProcess, redis.
     _process, client = agent
     with pytest.raises(redis.ResponseError, match="TIMEOUT"):
         client.execute_command("COMMITLSN", 4_000_000_000, 100)
+
+
+def test_concurrent_pin_requests_share_fresh_pins(
+    database: str, agent: tuple[AgentProcess, redis.Redis]
+) -> None:
+    """Requests queued while a pin is taken are answered together by the next one: each
+    was made before its snapshot, so it is fresh for all (a burst of read-your-writes
+    transactions costs one export, not one each)."""
+    process, client = agent
+    with psycopg.connect(database, autocommit=True) as db:
+        row_id, committed = commit_row(db, client, 0, 0)
+    requests = 16
+    start = threading.Barrier(requests)
+    replies: list[list[Any]] = []
+
+    def ask() -> None:
+        own = redis.Redis(host=process.host, port=process.port, protocol=2, socket_timeout=30)
+        with own:
+            own.ping()
+            start.wait()
+            reply = own.execute_command("PIN")
+        replies.append(reply)
+
+    threads = [threading.Thread(target=ask) for _ in range(requests)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    pins = {(int(ts), snapshot_id.decode()) for ts, snapshot_id, *_ in replies}
+    assert len(replies) == requests
+    assert len(pins) < requests, f"every request took a pin of its own: {sorted(pins)}"
+    for ts, snapshot_id in pins:
+        assert ts >= committed, "a pin older than a commit made before it was asked for"
+        assert row_id in visible_rows(database, snapshot_id)
 
 
 def test_certified_pins_are_exact_under_concurrent_writers(

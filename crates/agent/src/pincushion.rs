@@ -354,13 +354,7 @@ impl Pinner {
         loop {
             tokio::select! {
                 request = requests.recv() => match request {
-                    Some(FreshRequest { reply, library }) => {
-                        let result = self.take_certified().await;
-                        if let (Ok(pin), true) = (&result, library) {
-                            self.cushion.note_used(&[pin.ts]); // asked for, so in use
-                        }
-                        let _ = reply.send(result);
-                    }
+                    Some(first) => self.answer_fresh(first, &mut requests).await,
                     None => return,
                 },
                 _ = ticker.tick() => {
@@ -377,6 +371,38 @@ impl Pinner {
                     if let Err(error) = self.take_certified().await {
                         tracing::warn!(error = format!("{error:#}"), "pinner: could not take a pin after a barrier; retrying at the next tick");
                     }
+                }
+            }
+        }
+    }
+
+    /// Answers `first` and every request queued behind it with one pin: each was made
+    /// before the snapshot is taken, so the pin is fresh for all of them. A burst of
+    /// read-your-writes transactions costs the database one export, not one per request,
+    /// and none of them waits behind the others' certifications.
+    async fn answer_fresh(
+        &mut self,
+        first: FreshRequest,
+        requests: &mut mpsc::Receiver<FreshRequest>,
+    ) {
+        let mut batch = vec![first];
+        while let Ok(queued) = requests.try_recv() {
+            batch.push(queued);
+        }
+        let result = self.take_certified().await;
+        match result {
+            Ok(pin) => {
+                if batch.iter().any(|request| request.library) {
+                    self.cushion.note_used(&[pin.ts]); // asked for, so in use
+                }
+                for request in batch {
+                    let _ = request.reply.send(Ok(pin.clone()));
+                }
+            }
+            Err(error) => {
+                let message = format!("{error:#}");
+                for request in batch {
+                    let _ = request.reply.send(Err(anyhow::anyhow!(message.clone())));
                 }
             }
         }
