@@ -72,12 +72,33 @@ DEFAULTS = -1
 """The ``lifetime`` of a run with the agent at its default settings."""
 
 
+@dataclass(frozen=True, order=True)
+class Config:
+    """What a run beside the stock ones has: the agent with pins living ``lifetime`` seconds
+    (:data:`DEFAULTS`: its default settings; 0: no agent, ``pg_recvlogical`` decoding only),
+    and the replica identity of the tables pgbench updates (``full`` or ``default``)."""
+
+    lifetime: int
+    identity: str = "full"
+
+    @property
+    def name(self) -> str:
+        """'agent, default settings', 'decoding only, no agent; REPLICA IDENTITY DEFAULT', …"""
+        if self.lifetime == DEFAULTS:
+            name = "agent, default settings"
+        elif self.lifetime:
+            name = f"agent, pins live {self.lifetime} s"
+        else:
+            name = "decoding only, no agent"
+        return name + ("; REPLICA IDENTITY DEFAULT" if self.identity == "default" else "")
+
+
 @dataclass
 class Run:
-    """One pgbench run, stock (``lifetime`` None) or beside the agent."""
+    """One pgbench run, stock (``config`` None) or beside the agent."""
 
     index: int
-    lifetime: int | None
+    config: Config | None
     pgbench: PgbenchResult | None = None
     wal_bytes: int = 0
     xmin_age: int = 0
@@ -92,10 +113,8 @@ class Run:
 
     @property
     def label(self) -> str:
-        """'stock', 'agent 30 s' or 'decoding only' (``lifetime`` 0, no agent)."""
-        if self.lifetime is None:
-            return "stock"
-        return lifetime_name(self.lifetime)
+        """'stock', or its configuration's name."""
+        return "stock" if self.config is None else self.config.name
 
     @property
     def tps(self) -> float:
@@ -109,22 +128,24 @@ class Run:
         return self.database_cpu / transactions * 1e6 if transactions else float("nan")
 
 
-def lifetime_name(lifetime: int) -> str:
-    """What the runs of ``lifetime`` had beside pgbench."""
-    if lifetime == DEFAULTS:
-        return "agent, default settings"
-    return f"agent, pins live {lifetime} s" if lifetime else "decoding only, no agent"
-
-
-def schedule(lifetimes: list[int], rounds: int) -> list[Run]:
+def schedule(configs: list[Config], rounds: int) -> list[Run]:
     """stock, agent, stock, agent …, agent order reversed every other round."""
     runs = [Run(0, None)]
     for number in range(rounds):
-        order = lifetimes if number % 2 == 0 else list(reversed(lifetimes))
-        for lifetime in order:
-            runs.append(Run(len(runs), lifetime))
+        order = configs if number % 2 == 0 else list(reversed(configs))
+        for config in order:
+            runs.append(Run(len(runs), config))
             runs.append(Run(len(runs), None))
     return runs
+
+
+KEY_IDENTITY = tuple(
+    f"ALTER TABLE {table} REPLICA IDENTITY DEFAULT"
+    for table in ("pgbench_accounts", "pgbench_branches", "pgbench_tellers")
+)
+"""``--replica-identity default``: the tables pgbench updates publish their old key only (their
+one index is the primary key, so the agent's tags lose nothing); pgbench_history, with no
+key, is only inserted into and keeps FULL."""
 
 
 def small_tables_kib(dsn: str) -> int:
@@ -150,8 +171,11 @@ def oldest_xmin_age(dsn: str) -> int:
 def start_agent(stack: ExitStack, dsn: str, run: Run, args: argparse.Namespace) -> dict[str, Any]:
     """Slot (``txcache setup``), node and agent for an agent run; returns what the run
     measures them by."""
-    held = f"{run.lifetime}s"
-    flags = () if run.lifetime == DEFAULTS else ("--max-staleness", held, "--pin-lease", held)
+    assert run.config is not None
+    held = f"{run.config.lifetime}s"
+    flags = (
+        () if run.config.lifetime == DEFAULTS else ("--max-staleness", held, "--pin-lease", held)
+    )
     txcache_stack = stack.enter_context(bench_stack(dsn, agent_args=flags))
     walsender = int(scalar(dsn, "SELECT pid FROM pg_stat_replication"))
     pids = {"agent": agent_pid(txcache_stack), "node": node_pid(txcache_stack)}
@@ -183,16 +207,18 @@ def start_decoder(stack: ExitStack, server: Any, dsn: str) -> dict[str, Any]:
 
 def measure(server: Any, dsn: str, run: Run, args: argparse.Namespace) -> None:
     """Restart the server for ``run``, run pgbench, record the numbers."""
-    wal_level = args.stock_wal_level if run.lifetime is None else "logical"
+    wal_level = args.stock_wal_level if run.config is None else "logical"
     server.restart(server_settings(args.storage, {"wal_level": wal_level}))
     if args.placement == "split":
         place_database_apart(server)
     with ExitStack() as stack:
         agent = None
-        if run.lifetime == 0:
+        if run.config is not None and run.config.lifetime == 0:
             agent = start_decoder(stack, server, dsn)
-        elif run.lifetime is not None:
+        elif run.config is not None:
             agent = start_agent(stack, dsn, run, args)
+        if run.config is not None and run.config.identity == "default":
+            execute(dsn, *KEY_IDENTITY)
         execute(dsn, "CHECKPOINT", "SELECT pg_stat_reset_shared('wal')")
         wal, size = wal_insert_lsn(dsn), small_tables_kib(dsn)
         pids = agent["pids"] if agent else {}
@@ -214,30 +240,30 @@ def measure(server: Any, dsn: str, run: Run, args: argparse.Namespace) -> None:
         run.cpu = {name: cpu_seconds(pid) - cpu[name] for name, pid in pids.items()}
         if agent and "client" in agent:
             run.status = agent_status(agent["client"])
-    if run.lifetime is not None:
+    if run.config is not None:
         drop_slot(dsn)
 
 
-def against_neighbours(runs: list[Run], value: Callable[[Run], float]) -> dict[int, list[float]]:
-    """Per lifetime: by how much each agent run's ``value`` exceeds the mean of its two stock
+def against_neighbours(runs: list[Run], value: Callable[[Run], float]) -> dict[Config, list[float]]:
+    """Per configuration: by how much each agent run's ``value`` exceeds the mean of its two stock
     neighbours', %."""
-    result: dict[int, list[float]] = {}
+    result: dict[Config, list[float]] = {}
     for i, run in enumerate(runs):
-        if run.lifetime is None:
+        if run.config is None:
             continue
         stock = statistics.fmean([value(runs[i - 1]), value(runs[i + 1])])
-        result.setdefault(run.lifetime, []).append((value(run) / stock - 1) * 100)
+        result.setdefault(run.config, []).append((value(run) / stock - 1) * 100)
     return result
 
 
-def overheads(runs: list[Run]) -> dict[int, list[float]]:
-    """Per lifetime: each agent run's TPS loss against the mean of its stock neighbours, %."""
+def overheads(runs: list[Run]) -> dict[Config, list[float]]:
+    """Per configuration: each agent run's TPS loss against the mean of its stock neighbours, %."""
     gains = against_neighbours(runs, lambda run: run.tps)
-    return {lifetime: [-gain for gain in each] for lifetime, each in gains.items()}
+    return {config: [-gain for gain in each] for config, each in gains.items()}
 
 
-def cpu_overheads(runs: list[Run]) -> dict[int, list[float]]:
-    """Per lifetime: each agent run's extra database CPU per transaction against the mean of
+def cpu_overheads(runs: list[Run]) -> dict[Config, list[float]]:
+    """Per configuration: each agent run's extra database CPU per transaction against the mean of
     its stock neighbours, %."""
     return against_neighbours(runs, lambda run: run.database_cpu_per_tx)
 
@@ -248,10 +274,10 @@ def mean_and_each(values: list[float]) -> str:
     return f"**{statistics.fmean(values):+.1f} %** ({each})"
 
 
-def summary_rows(runs: list[Run], lifetimes: list[int]) -> list[str]:
-    """One row for stock and one per lifetime."""
+def summary_rows(runs: list[Run], configs: list[Config]) -> list[str]:
+    """One row for stock and one per configuration."""
     loss, cpu = overheads(runs), cpu_overheads(runs)
-    stock = [run for run in runs if run.lifetime is None]
+    stock = [run for run in runs if run.config is None]
     rows = [
         "| configuration | runs | TPS mean | TPS min-max | TPS lost vs neighbouring stock runs "
         "(mean; each run) | database CPU µs/tx | database CPU per tx above neighbouring "
@@ -261,15 +287,15 @@ def summary_rows(runs: list[Run], lifetimes: list[int]) -> list[str]:
         f"| {min(r.tps for r in stock):.0f}-{max(r.tps for r in stock):.0f} | - "
         f"| {statistics.fmean(r.database_cpu_per_tx for r in stock):.0f} | - |",
     ]
-    for lifetime in lifetimes:
-        agent = [run for run in runs if run.lifetime == lifetime]
+    for config in configs:
+        agent = [run for run in runs if run.config == config]
         tps = [run.tps for run in agent]
-        name = lifetime_name(lifetime)
+        name = config.name
         rows.append(
             f"| {name} | {len(tps)} | {statistics.fmean(tps):.0f} "
-            f"| {min(tps):.0f}-{max(tps):.0f} | {mean_and_each(loss[lifetime])} "
+            f"| {min(tps):.0f}-{max(tps):.0f} | {mean_and_each(loss[config])} "
             f"| {statistics.fmean(r.database_cpu_per_tx for r in agent):.0f} "
-            f"| {mean_and_each(cpu[lifetime])} |"
+            f"| {mean_and_each(cpu[config])} |"
         )
     return rows
 
@@ -304,6 +330,16 @@ def run_rows(runs: list[Run]) -> list[str]:
 
 def consumer_note(args: argparse.Namespace) -> str:
     """What the runs beside the stock ones had running."""
+    return running_note(args) + (
+        " (*REPLICA IDENTITY DEFAULT*: pgbench_accounts, _branches and _tellers set back to "
+        "their primary key after setup; pgbench_history, only inserted into, stays FULL)"
+        if "default" in args.replica_identity.split(",")
+        else ""
+    )
+
+
+def running_note(args: argparse.Namespace) -> str:
+    """The consumer of the slot beside the stock runs."""
     if args.consumer == "pg_recvlogical":
         return (
             "Decoding only: wal_level=logical, `txcache setup` (slot, REPLICA IDENTITY FULL), "
@@ -333,7 +369,7 @@ def report_body(runs: list[Run], args: argparse.Namespace) -> list[str]:
         f"Stock: wal_level={args.stock_wal_level}, no slot, no agent. {consumer_note(args)}, "
         f"{placement_note(args)}.",
         "",
-        *summary_rows(runs, args.lifetimes),
+        *summary_rows(runs, configs(args)),
         "",
         "Every run (*database CPU*: CPU time of the server's processes — postmaster, "
         "backends, walsender, checkpointer — per transaction; time the host takes away is "
@@ -353,7 +389,7 @@ def report_body(runs: list[Run], args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace) -> None:
     """Every run, then the report."""
-    runs = schedule(args.lifetimes, args.rounds)
+    runs = schedule(configs(args), args.rounds)
     with postgres(args.storage) as server:
         dsn = create_database(server, "bench")
         log(f"pgbench -i -s {args.scale}")
@@ -366,12 +402,13 @@ def run(args: argparse.Namespace) -> None:
     body = report_body(runs, args)
     raw = {
         "args": vars(args),
-        "overhead_percent": overheads(runs),
-        "database_cpu_overhead_percent": cpu_overheads(runs),
+        "overhead_percent": {c.name: v for c, v in overheads(runs).items()},
+        "database_cpu_overhead_percent": {c.name: v for c, v in cpu_overheads(runs).items()},
         "runs": [
             {
                 "label": r.label,
-                "lifetime": r.lifetime,
+                "lifetime": r.config.lifetime if r.config else None,
+                "replica_identity": r.config.identity if r.config else None,
                 "pgbench": r.pgbench.as_dict() if r.pgbench else None,
                 "wal_bytes": r.wal_bytes,
                 "wal_records": r.wal_records,
@@ -390,12 +427,19 @@ def run(args: argparse.Namespace) -> None:
     extra = ["stock-logical"] if args.stock_wal_level == "logical" else []
     extra += ["decoding-only"] if args.consumer == "pg_recvlogical" else []
     extra += ["split"] if args.placement == "split" else []
+    extra += {"full": [], "default": ["key-identity"]}.get(args.replica_identity, ["identities"])
     name = result_name("database_overhead", args.quick, args.storage, *extra)
     path = write_report(
         name, "Database overhead: pgbench with and without txcache", note, body, raw
     )
     print("\n".join(body))
     log(f"report: {path}")
+
+
+def configs(args: argparse.Namespace) -> list[Config]:
+    """Every configuration the runs beside the stock ones have, in schedule order."""
+    identities = args.replica_identity.split(",")
+    return [Config(lifetime, identity) for lifetime in args.lifetimes for identity in identities]
 
 
 def parse_args() -> argparse.Namespace:
@@ -420,6 +464,14 @@ def parse_args() -> argparse.Namespace:
         default="agent",
         help="who consumes the slot: the agent (with a node and pins) or, for comparison, "
         "pg_recvlogical alone (decoding only; --lifetimes is ignored)",
+    )
+    parser.add_argument(
+        "--replica-identity",
+        choices=("full", "default", "full,default"),
+        default="full",
+        help="the identity of the tables pgbench updates beside the stock runs: FULL, as "
+        "`txcache setup` sets it, DEFAULT (the primary key: their only index, so the "
+        "agent's tags stay fine), or each in turn",
     )
     parser.add_argument(
         "--placement", choices=("shared", "split"), default="shared", help=PLACEMENT_HELP
