@@ -12,9 +12,10 @@
 //! longer than `max_staleness + lease` after it stopped being current (no library may choose
 //! it then). New pins go to a fresh session every `rotation` (at most `MAX_SESSIONS` live),
 //! and a session's transaction ends when its last pin expires; its connection waits for a
-//! later rotation, which begins a new transaction on it rather than connecting again. When no pin at all was used or asked for
-//! (`PIN`) for a `lease`, the pinner lets every pin go and takes none until the next `PIN`:
-//! a primary nobody reads through txcache has its vacuum horizon held by nothing.
+//! later rotation, which begins a new transaction on it rather than connecting again. When
+//! no pin at all was used or asked for (`PIN`) for a `lease`, the pinner lets every pin go
+//! and takes none until the next `PIN`: a primary nobody reads through txcache has its
+//! vacuum horizon held by nothing. `PIN`s queued while a pin is taken share the next one.
 //!
 //! Without DDL event triggers (`--ddl-tracking fingerprint`) nothing reports a schema change,
 //! so each export statement also computes the catalog fingerprint in its snapshot, and a
