@@ -24,7 +24,14 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from test_wheel import Machine, run_app, txcache_up, user_environment, wheel  # noqa: F401 (a fixture)
+from test_wheel import (  # noqa: F401 (fixtures: one_module_at_a_time, wheel)
+    Machine,
+    one_module_at_a_time,
+    run_app,
+    txcache_up,
+    user_environment,
+    wheel,
+)
 from txcache._postgres import SYSTEM_USER, EmbeddedPostgres, PostgresStartError, find_postgres_bin
 
 pytestmark = pytest.mark.skipif(

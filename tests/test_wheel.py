@@ -10,6 +10,7 @@ through a cacheable function twice (a miss, then a hit), and the stack stops cle
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -83,6 +84,18 @@ def user_environment(venv: Path) -> dict[str, str]:
         and shutil.which("cargo", path=directory) is None
     ]
     return {**env, "PATH": os.pathsep.join([str(venv / "bin"), *path]), "NO_COLOR": "1"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_module_at_a_time() -> Iterator[None]:
+    """Runs this module's tests (and test_root_private_venv's, which imports this) while no
+    other pytest-xdist worker runs either: they build the wheel in the checkout's ``build/``,
+    where two builds at once collide, and share the machine-wide copy of PostgreSQL."""
+    lock_path = CHECKOUT / ".pytest_cache" / "checkout-build.lock"
+    lock_path.parent.mkdir(exist_ok=True)
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 @pytest.fixture(scope="module")
