@@ -32,10 +32,11 @@ __all__ = [
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far."""
+def cpu_seconds(pid: int, *, reaped: bool = False) -> float:
+    """User + system CPU time of process ``pid`` so far; with ``reaped``, also that of the
+    children it has reaped (a postmaster: the backends that exited)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    return sum(int(value) for value in fields[11 : 15 if reaped else 13]) / _TICK
 
 
 def run_queue_seconds(pid: int) -> float:

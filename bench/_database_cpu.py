@@ -10,11 +10,10 @@ postmaster's own.
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 
 import psycopg
+from _cpu import cpu_seconds
 
 __all__ = ["KINDS", "DatabaseCpuSplit"]
 
@@ -31,7 +30,6 @@ KINDS = (
 _SESSIONS = """
 SELECT pid, backend_type, coalesce(application_name, '') FROM pg_catalog.pg_stat_activity
 """
-_PINNER = re.compile(r"^txcache-agent pinner\b")
 
 
 def _kind(backend_type: str, application: str) -> str:
@@ -39,22 +37,19 @@ def _kind(backend_type: str, application: str) -> str:
         return "walsender"
     if backend_type != "client backend":
         return "background"
-    if _PINNER.match(application):
+    if application.startswith("txcache-agent pinner"):
         return "agent: pinners"
     if application.startswith("txcache-agent"):
         return "agent: other sessions"
     return "application"
 
 
-def _cpu(pid: int, *, reaped: bool = False) -> float | None:
-    """User + system CPU seconds of ``pid`` (with its reaped children's if ``reaped``)."""
+def _live_cpu(pid: int, *, reaped: bool = False) -> float | None:
+    """:func:`~_cpu.cpu_seconds` of ``pid``; ``None`` once it has exited."""
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
+        return cpu_seconds(pid, reaped=reaped)
     except OSError:
         return None
-    fields = text[text.rfind(")") + 1 :].split()
-    ticks = sum(int(v) for v in fields[11 : 15 if reaped else 13])
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 class DatabaseCpuSplit:
@@ -73,8 +68,8 @@ class DatabaseCpuSplit:
             own = conn.info.backend_pid
             rows = conn.execute(_SESSIONS).fetchall()
         kinds = {pid: _kind(kind, app) for pid, kind, app in rows if pid != own}
-        cpu = {pid: seconds for pid in kinds if (seconds := _cpu(pid)) is not None}
-        reaped = _cpu(self.postmaster, reaped=True)
+        cpu = {pid: seconds for pid in kinds if (seconds := _live_cpu(pid)) is not None}
+        reaped = _live_cpu(self.postmaster, reaped=True)
         cpu[self.postmaster] = reaped if reaped is not None else 0.0
         return kinds, cpu
 

@@ -72,7 +72,7 @@ DEFAULTS = -1
 """The ``lifetime`` of a run with the agent at its default settings."""
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Config:
     """What a run beside the stock ones has: the agent with pins living ``lifetime`` seconds
     (:data:`DEFAULTS`: its default settings; 0: no agent, ``pg_recvlogical`` decoding only),

@@ -35,11 +35,11 @@ rising is the experiments' job).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import time
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from typing import Any
 
 import psycopg
@@ -118,7 +118,7 @@ def run_rounds(
     round measures every mode in turn, the order rotating from round to round, so that the
     database's growth and the cache's warming fall on every mode alike."""
     modes = args.modes.split(",")
-    with contextlib.ExitStack() as started:
+    with ExitStack() as started:
         servers = {mode: started.enter_context(app_server(mode, args, env)) for mode in modes}
         for mode, server in servers.items():
             warm_up(mode, server, args)
@@ -280,6 +280,14 @@ def label(row: dict[str, Any]) -> str:
     return f"{row['mode']} (round {row['round']})" if "round" in row else str(row["mode"])
 
 
+def _times(ratio: float) -> str:
+    return f"{fmt(ratio, 2)}x"
+
+
+def _percent_more(ratio: float) -> str:
+    return f"{fmt((ratio - 1) * 100, 2)} %"
+
+
 def round_lines(rows: list[dict[str, Any]]) -> list[str]:
     """With ``--rounds``: each mode's throughput over the rounds, and the speedup and the
     ``no_consistency`` gap round by round (each against the same round's runs)."""
@@ -295,24 +303,21 @@ def round_lines(rows: list[dict[str, Any]]) -> list[str]:
             f"| {mode} | {fmt(statistics.mean(values), 1)} | {fmt(min(values), 1)} | "
             f"{fmt(max(values), 1)} | {each} |"
         )
-    ratios = {
-        "speedup of the cache (consistent / bypass)": ("consistent", "bypass", 1.0, "x"),
-        "no_consistency vs consistent": ("no_consistency", "consistent", 100.0, " %"),
-    }
+    ratios: tuple[tuple[str, str, str, Callable[[float], str]], ...] = (
+        ("speedup of the cache (consistent / bypass)", "consistent", "bypass", _times),
+        ("no_consistency vs consistent", "no_consistency", "consistent", _percent_more),
+    )
     lines.append("")
-    for name, (top, bottom, scale, unit) in ratios.items():
+    for name, top, bottom, show in ratios:
         values = [
-            rates[top] / rates[bottom] if unit == "x" else (rates[top] / rates[bottom] - 1)
-            for rates in by_round.values()
-            if top in rates and bottom in rates
+            rates[top] / rates[bottom] for rates in by_round.values() if {top, bottom} <= set(rates)
         ]
         if not values:
             continue
-        each = ", ".join(f"{fmt(value * scale, 2)}{unit}" for value in values)
+        each = ", ".join(show(value) for value in values)
         lines.append(
-            f"- {name}: mean {fmt(statistics.mean(values) * scale, 2)}{unit}, from "
-            f"{fmt(min(values) * scale, 2)}{unit} to {fmt(max(values) * scale, 2)}{unit} "
-            f"(rounds: {each})"
+            f"- {name}: mean {show(statistics.mean(values))}, from {show(min(values))} to "
+            f"{show(max(values))} (rounds: {each})"
         )
     lines.append("- the paper: 2.2x-5.2x by cache size; no_consistency only slightly faster")
     return lines

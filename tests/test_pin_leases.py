@@ -124,14 +124,14 @@ def test_pinner_connections_are_kept_across_rotations(stack: Stack, database: st
         "WHERE application_name LIKE 'txcache-agent pinner%' AND xact_start IS NOT NULL"
     )
     transactions: dict[int, set[object]] = {}
-
-    def a_connection_began_again() -> bool:
-        client.execute_command("PIN")  # demand: the pinner keeps rotating
-        for pid, began in db.execute(pinners).fetchall():
-            transactions.setdefault(pid, set()).add(began)
-        return any(len(began) >= 2 for began in transactions.values())
-
     with psycopg.connect(database, autocommit=True) as db:
+
+        def a_connection_began_again() -> bool:
+            client.execute_command("PIN")  # demand: the pinner keeps rotating
+            for pid, began in db.execute(pinners).fetchall():
+                transactions.setdefault(pid, set()).add(began)
+            return any(len(began) >= 2 for began in transactions.values())
+
         wait_until(
             a_connection_began_again, "a pinner connection to begin a new transaction", timeout=30
         )
