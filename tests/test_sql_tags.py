@@ -15,6 +15,7 @@ from psycopg.types.numeric import Int2, Int4, Int8
 
 from postgres_fixtures import drop_database
 from txcache import TxcacheError, setup_database
+from txcache._columns import ALL, ROWS, column_bit, split_tag
 from txcache._current import Params
 from txcache._schema import Schema, escape_name, table_name, tag_columns_at
 from txcache._sql import QueryTags, UncacheableQuery, analyze
@@ -74,6 +75,7 @@ ALTER TABLE secrets ENABLE ROW LEVEL SECURITY;
 CREATE DOMAIN positive AS int CHECK (VALUE > 0);
 CREATE DOMAIN label AS text;
 CREATE TABLE typed (id positive PRIMARY KEY, tag label UNIQUE);
+CREATE TABLE measures (id int PRIMARY KEY, a int, doubled int GENERATED ALWAYS AS (a * 2) STORED);
 CREATE FUNCTION bid_count(int) RETURNS bigint LANGUAGE sql STABLE
     AS 'SELECT count(*) FROM bids WHERE item = $1';
 """
@@ -119,15 +121,36 @@ def schema(shop: str) -> Schema:
 
 
 Tags = Callable[..., set[str]]
-"""``tags(sql, params=None, **options)``: the tags :func:`analyze` gives ``sql``."""
+"""``tags(sql, params=None, **options)``: the tags :func:`analyze` gives ``sql``, without
+their column sets (the rules of which rows; ``columns`` tests which columns)."""
 
 
 @pytest.fixture
 def tags(schema: Schema) -> Tags:
     def analyse(sql: str, params: Params = None, **options: Any) -> set[str]:
-        return set(analyze(sql, params, schema, **options).tags)
+        return {split_tag(tag)[0] for tag in analyze(sql, params, schema, **options).tags}
 
     return analyse
+
+
+Columns = Callable[..., dict[str, int]]
+"""``columns(sql, params=None)``: each tag's column set, by the tag without it."""
+
+
+@pytest.fixture
+def columns(schema: Schema) -> Columns:
+    def analyse(sql: str, params: Params = None) -> dict[str, int]:
+        return dict(split_tag(tag) for tag in analyze(sql, params, schema).tags)
+
+    return analyse
+
+
+def read(*names: str) -> int:
+    """The column set of a read of ``names``."""
+    found = ROWS
+    for name in names:
+        found |= column_bit(name)
+    return found
 
 
 def refusal(schema: Schema, sql: str, params: Params = None, **options: Any) -> str:
@@ -139,8 +162,15 @@ def refusal(schema: Schema, sql: str, params: Params = None, **options: Any) -> 
 # -- names ---------------------------------------------------------------------------------
 
 
+def test_column_bits_match_the_agent_vectors() -> None:
+    # The same vectors are in crates/model/src/tag.rs.
+    bits = {"id": 22, "max_bid": 5, "nb_of_bids": 8, "end_date": 49, "é": 37}
+    assert {name: column_bit(name).bit_length() - 1 for name in bits} == bits
+
+
 def test_escape_name_matches_the_agent_vectors() -> None:
     assert escape_name("items") == "items"
+    assert escape_name("t#1") == "t%231"
     assert escape_name("a.b:c=d%") == "a%2Eb%3Ac%3Dd%25"
     assert table_name("my.schema", "t:1") == "my%2Eschema.t%3A1"
 
@@ -556,6 +586,89 @@ def test_inheritance_parents_tag_their_children(tags: Tags) -> None:
     }
     assert tags("SELECT * FROM ONLY animals WHERE kind = 1") == {"public.animals:kind=1"}
     assert tags("SELECT * FROM animals WHERE id = 1") == {"public.animals:id=1", "public.dogs"}
+
+
+# -- columns -------------------------------------------------------------------------------
+
+
+def test_a_tag_names_the_columns_its_query_reads_of_the_table(columns: Columns) -> None:
+    found = columns("SELECT id, name FROM items WHERE small = %s", (1,))
+    assert found == {"public.items:small=1": read("id", "name", "small")}
+    assert columns("SELECT count(*) FROM bids") == {"public.bids": read()}
+
+
+def test_qualified_references_read_only_the_item_they_name(columns: Columns) -> None:
+    sql = (
+        "SELECT b.amount FROM bids b JOIN items i ON i.id = b.item "
+        "WHERE b.bidder = %s ORDER BY i.price"
+    )
+    assert columns(sql, (3,)) == {
+        "public.bids:bidder=3": read("amount", "item", "bidder"),
+        "public.items": read("id", "price"),
+    }
+
+
+def test_a_correlated_reference_reads_the_outer_item(columns: Columns) -> None:
+    sql = (
+        "SELECT name FROM items i WHERE i.id = 1 AND EXISTS "
+        "(SELECT * FROM bids b WHERE b.item = i.id AND b.bidder = 3)"
+    )
+    assert columns(sql) == {
+        "public.items:id=1": read("name", "id"),
+        "public.bids:bidder=3": ALL,
+    }
+
+
+def test_unqualified_names_read_every_item_that_has_them(columns: Columns) -> None:
+    found = columns("SELECT amount, name FROM bids JOIN items ON items.id = bids.item")
+    assert found == {"public.bids": read("amount", "item"), "public.items": read("id", "name")}
+    aliased = columns("SELECT x FROM items AS i(x) WHERE i.x = 1")
+    assert aliased == {"public.items:id=1": read("id")}
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM items WHERE id = 1",
+        "SELECT i.* FROM items i WHERE id = 1",
+        "SELECT i FROM items i WHERE id = 1",
+        "SELECT row_to_json(i) FROM items i WHERE id = 1",
+        "SELECT i.no_such_column FROM items i WHERE id = 1",
+        "SELECT 1 FROM items NATURAL JOIN odd WHERE items.id = 1",
+    ],
+)
+def test_whole_rows_read_every_column(columns: Columns, sql: str) -> None:
+    assert columns(sql)["public.items:id=1"] == ALL
+
+
+def test_using_reads_the_merged_column_of_both_sides(columns: Columns) -> None:
+    found = columns("SELECT 1 FROM items JOIN odd USING (id)")
+    assert found == {"public.items": read("id"), "public.odd": read("id")}
+
+
+def test_a_star_reads_whole_rows_of_its_own_level_only(columns: Columns) -> None:
+    sql = "SELECT name FROM items i WHERE EXISTS (SELECT * FROM bids WHERE item = i.id)"
+    assert columns(sql) == {"public.items": read("name", "id"), "public.bids": ALL}
+
+
+def test_a_generated_column_reads_every_column(columns: Columns) -> None:
+    plain = columns("SELECT a FROM measures WHERE id = 1")
+    assert plain == {"public.measures:id=1": read("a", "id")}
+    generated = columns("SELECT doubled FROM measures WHERE id = 1")
+    assert generated == {"public.measures:id=1": ALL}
+
+
+def test_a_view_reads_what_its_definition_names(columns: Columns, schema: Schema) -> None:
+    found = columns("SELECT id FROM small_items")
+    items = schema.catalog.relation("public", "items")
+    assert items is not None
+    assert found["public.items:small=1"] == read(*(column.name for column in items.columns))
+    assert found["public.small_items"] == ALL
+
+
+def test_reads_of_one_site_merge_their_columns(columns: Columns) -> None:
+    sql = "SELECT a.name, b.price FROM items a JOIN items b ON a.id = 1 AND b.id = 1"
+    assert columns(sql) == {"public.items:id=1": read("name", "price", "id")}
 
 
 # -- refusals ------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from psycopg import sql
 from txcache import _tokens as tokens
 from txcache._audit_core import AuditBatch, AuditSkipped, SampledCall, skip
 from txcache._catalog_stamp import WAL_POSITION, stamp_check, still_current
+from txcache._columns import table_of
 from txcache._frame import Frame
 from txcache._parking import ParkedSnapshot, holds
 from txcache._pinset import Pin, PinSet
@@ -189,7 +190,7 @@ def lost_while_moving() -> SnapshotUnavailable:
 
 def _tables(tags: frozenset[str]) -> set[str]:
     """The tables and views (``schema.name``, escaped as in tags) that ``tags`` name."""
-    return {tag.partition(":")[0] for tag in tags}
+    return {table_of(tag) for tag in tags}
 
 
 def _plain_table(relation: Relation) -> bool:

@@ -95,11 +95,13 @@ _ALLOWED_PG = frozenset({"pg_typeof", "pg_column_size", "pg_input_is_valid", "pg
 
 
 def escape_name(name: str) -> str:
-    """Escape an identifier for a tag: ``%``, ``.``, ``:`` and ``=`` become ``%25``, ``%2E``,
-    ``%3A`` and ``%3D`` — exactly as the agent does (``crates/model/src/tag.rs``)."""
-    if not any(c in name for c in "%.:="):
+    """Escape an identifier for a tag: ``%``, ``#``, ``.``, ``:`` and ``=`` become ``%25``,
+    ``%23``, ``%2E``, ``%3A`` and ``%3D`` — exactly as the agent does
+    (``crates/model/src/tag.rs``)."""
+    if not any(c in name for c in "%#.:="):
         return name
-    return "".join({"%": "%25", ".": "%2E", ":": "%3A", "=": "%3D"}.get(c, c) for c in name)
+    escapes = {"%": "%25", "#": "%23", ".": "%2E", ":": "%3A", "=": "%3D"}
+    return "".join(escapes.get(c, c) for c in name)
 
 
 def table_name(schema: str, table: str) -> str:
@@ -137,6 +139,7 @@ class Column:
     name: str
     family: Family | None
     type_oid: int = 0
+    generated: bool = False  # computed from other columns: its changes are theirs
 
 
 @dataclass(frozen=True)
@@ -246,6 +249,7 @@ class Publication:
     all_actions: bool
     tables: frozenset[int]
     filtered: frozenset[int]  # tables published with a row filter
+    partial: frozenset[int] = frozenset()  # tables some of whose columns are not published
 
 
 @dataclass
@@ -594,7 +598,8 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
 """
 _COLUMNS = """
-SELECT a.attrelid::int, a.attname::text, a.atttypid::int, coalesce(co.collisdeterministic, true)
+SELECT a.attrelid::int, a.attname::text, a.atttypid::int, coalesce(co.collisdeterministic, true),
+       a.attgenerated <> ''
 FROM pg_attribute a
 JOIN pg_class c ON c.oid = a.attrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -727,11 +732,11 @@ def _read_catalog(
     unsafe = _unsafe_families(operators, types_by_oid)
     text_ok = encoding == "UTF8"
     columns: dict[int, list[Column]] = {}
-    for oid, name, type_oid, deterministic in rows(_COLUMNS):
+    for oid, name, type_oid, deterministic, generated in rows(_COLUMNS):
         family = _family(type_oid, types_by_oid)
         if family in unsafe or (family == "text" and not (deterministic and text_ok)):
             family = None
-        columns.setdefault(oid, []).append(Column(name, family, type_oid))
+        columns.setdefault(oid, []).append(Column(name, family, type_oid, generated))
     children: dict[int, list[int]] = {}
     for child, parent in rows("SELECT inhrelid::int, inhparent::int FROM pg_inherits"):
         children.setdefault(parent, []).append(child)
@@ -923,8 +928,14 @@ def _read_publication(conn: Connection, name: str, version: int) -> Publication:
     if found is None:
         return Publication(name, False, False, False, frozenset(), frozenset())
     filtered = "rowfilter IS NOT NULL" if version >= 150000 else "false"
+    partial = (
+        "cardinality(t.attnames) < (SELECT count(*) FROM pg_attribute a WHERE "
+        "a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)"
+        if version >= 150000
+        else "false"
+    )
     tables = conn.execute(
-        f"SELECT c.oid::int, {filtered} FROM pg_publication_tables t "
+        f"SELECT c.oid::int, {filtered}, {partial} FROM pg_publication_tables t "
         "JOIN pg_namespace n ON n.nspname = t.schemaname "
         "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename "
         "WHERE t.pubname = %s",
@@ -935,6 +946,7 @@ def _read_publication(conn: Connection, name: str, version: int) -> Publication:
         True,
         bool(found[0]),
         bool(found[1]),
-        frozenset(oid for oid, _ in tables),
-        frozenset(oid for oid, has_filter in tables if has_filter),
+        frozenset(oid for oid, _, _ in tables),
+        frozenset(oid for oid, has_filter, _ in tables if has_filter),
+        frozenset(oid for oid, _, is_partial in tables if is_partial),
     )

@@ -36,6 +36,7 @@ from pglast import ast, enums
 from psycopg.types.json import Json, Jsonb
 from psycopg.types.numeric import Int2, Int4, Int8
 
+from txcache._columns import ALL, ROWS, column_bit, merge_tags, with_columns
 from txcache._schema import (
     FAMILY_OF_TYPE,
     NAMING_TYPES,
@@ -210,10 +211,12 @@ class _Restriction:
 
 @dataclass(frozen=True)
 class _Target:
-    """A published table whose changes reach the result, with the equalities that hold."""
+    """A published table whose changes reach the result, with the equalities that hold and
+    the columns read (a column set of :mod:`txcache._columns`)."""
 
     relation: Relation
     restrictions: tuple[_Restriction, ...]
+    columns: int = ALL
 
 
 @dataclass(frozen=True)
@@ -235,12 +238,17 @@ def _plan_or_refusal(text: str, schema: Schema, safe: frozenset[str], depth: int
 @dataclass(eq=False)
 class _Item:
     """One FROM item of a query level; ``relation`` is ``None`` for anything but a table
-    or view. ``names`` maps visible column names (after alias renaming) to real ones."""
+    or view. ``names`` maps visible column names (after alias renaming) to real ones;
+    ``read`` holds the real names of the columns the statement may read from it, ``whole``
+    says it may read whole rows."""
 
     relation: Relation | None
     names: dict[str, str] = field(default_factory=dict)
     inherit: bool = True
     restrictions: list[_Restriction] = field(default_factory=list)
+    refname: str = ""
+    read: set[str] = field(default_factory=set)
+    whole: bool = False
 
 
 @dataclass
@@ -333,7 +341,7 @@ class _Planner:
         self.levels.pop()
         for item in level.items:
             if item.relation is not None:
-                self.read(item.relation, item.inherit, item.restrictions)
+                self.read(item, item.relation)
 
     def with_clause(self, clause: Any, scope: _Scope) -> _Scope:
         if clause is None:
@@ -366,6 +374,7 @@ class _Planner:
     def register(self, item: _Item, alias: Any, level: _Level, name: str = "") -> _Item:
         level.items.append(item)
         refname = alias.aliasname if alias is not None else name
+        item.refname = refname
         if refname:
             level.refs[refname] = item if refname not in level.refs else _Item(None)
         return item
@@ -392,8 +401,12 @@ class _Planner:
     def join(self, node: Any, level: _Level, scope: _Scope) -> list[_Item]:
         left = self.from_item(node.larg, level, scope)
         right = self.from_item(node.rarg, level, scope)
-        level.merged.update(name.sval for name in node.usingClause or ())
+        merged = [name.sval for name in node.usingClause or ()]
+        level.merged.update(merged)
         level.natural = level.natural or bool(node.isNatural)
+        for item in left + right:  # USING and NATURAL compare columns no reference names
+            item.whole = item.whole or bool(node.isNatural)
+            item.read.update(item.names[name] for name in merged if name in item.names)
         restricted = {
             _JOIN.JOIN_INNER: left + right,
             _JOIN.JOIN_LEFT: right,
@@ -405,8 +418,9 @@ class _Planner:
             level.refs[node.alias.aliasname] = _Item(None)
         return left + right
 
-    def read(self, relation: Relation, inherit: bool, restrictions: list[_Restriction]) -> None:
+    def read(self, item: _Item, relation: Relation) -> None:
         """Target every published table whose changes reach a scan of ``relation``."""
+        inherit, restrictions = item.inherit, item.restrictions
         if relation.kind == "v":
             self.view(relation)
             return
@@ -425,7 +439,22 @@ class _Planner:
             problem = self.catalog.publication_problem(table)
             if problem:
                 raise UncacheableQuery(problem)
-            self.targets.append(_Target(table, tuple(restrictions)))
+            columns = self.columns_read(item, table)
+            self.targets.append(_Target(table, tuple(restrictions), columns))
+
+    def columns_read(self, item: _Item, table: Relation) -> int:
+        """The column set of what the statement reads of ``table`` through ``item``: row
+        existence and each column read; every column for a whole row, a generated column
+        (its changes are its inputs'), or a table some of whose columns are not published."""
+        if item.whole or table.oid in self.catalog.publication.partial:
+            return ALL
+        columns = ROWS
+        for name in item.read:
+            column = table.column(name)
+            if column is None or column.generated:
+                return ALL
+            columns |= column_bit(name)
+        return columns
 
     def refuse_table(self, relation: Relation) -> None:
         problem = self.catalog.table_problem(relation)
@@ -569,9 +598,40 @@ class _Planner:
             return
         if _is(node, ast.RangeVar):
             raise UncacheableQuery(f"unexpected table reference {node.relname}")
+        if _is(node, ast.ColumnRef):
+            self.column_reference(node)
         self.check(node)
         for name in type(node).__slots__:
             self.walk(getattr(node, name), scope)
+
+    def column_reference(self, node: Any) -> None:
+        """Record what a column reference may read, on every FROM item in reach it may name
+        (an over-approximation never misses one): ``q.c`` reads ``c`` of the items called
+        ``q`` (a whole row where they have no ``c``: ``q.f`` may call ``f(q)``), else — a
+        join's alias, a subquery's — ``c`` of every item having it; ``c`` alone reads ``c``
+        of every item having it; a name of an item, a whole row of it; ``*``, whole rows of
+        the items of its level, ``q.*`` of the items called ``q``."""
+        fields = [f.sval if _is(f, ast.String) else None for f in node.fields]
+        *qualifiers, last = fields
+        items = [i for level in self.levels for i in level.items if i.relation is not None]
+        local = [item for item in self.levels[-1].items if item.relation is not None]
+        named = [item for item in items if qualifiers and item.refname == qualifiers[-1]]
+        if last is None:  # a star
+            for item in named or local:
+                item.whole = True
+            return
+        for item in items:
+            if item.refname == last:  # a whole-row reference
+                item.whole = True
+        for item in named:
+            if last in item.names:
+                item.read.add(item.names[last])
+            else:
+                item.whole = True
+        if not named:
+            for item in items:
+                if last in item.names:
+                    item.read.add(item.names[last])
 
     def check(self, node: Any) -> None:
         """Refuse ``node`` if it may call something unsafe or depends on time or the session;
@@ -1044,8 +1104,7 @@ def _evaluate(plan: _Plan, params: list[Any], schema: Schema) -> frozenset[str]:
     tags.update(_identifier_param_tags(plan, params, schema.catalog))
     for target in plan.targets:
         tags.update(_target_tags(target, params, schema))
-    wildcards = {tag for tag in tags if ":" not in tag}
-    return frozenset(tag for tag in tags if tag.split(":", 1)[0] not in wildcards or ":" not in tag)
+    return merge_tags(tags)
 
 
 def _param_names_time(value: object, depth: int = 0) -> bool:
@@ -1107,11 +1166,13 @@ def _target_tags(target: _Target, params: list[Any], schema: Schema) -> list[str
         if not texts:
             continue
         prefix = f"{relation.tag}:{escape_name(restriction.column)}="
-        tags = [prefix + text for text in texts]
+        tags = [with_columns(prefix + text, target.columns) for text in texts]
         if all(len(tag.encode()) <= MAX_TAG_BYTES for tag in tags):
             # Fewest tags first; a boolean splits a table in two halves only: last.
             choices.append((len(tags), restriction.family == "bool", tags))
-    return min(choices, key=lambda choice: choice[:2])[2] if choices else [relation.tag]
+    if not choices:
+        return [with_columns(relation.tag, target.columns)]
+    return min(choices, key=lambda choice: choice[:2])[2]
 
 
 def _texts(restriction: _Restriction, params: list[Any]) -> list[str] | None:

@@ -8,8 +8,8 @@
 use crate::catalog::{Catalog, RelationName};
 use crate::pgoutput::{self, PgOutputMessage, Relation, RelationCache};
 use crate::tags::{change_tags, truncate_tags, OldRows, RowChange, TagColumns};
-use std::collections::{BTreeSet, HashMap, HashSet};
-use txcache_model::{Invalidation, InvalidationTag, Timestamp, WallClock};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use txcache_model::{ColumnSet, Invalidation, InvalidationTag, Timestamp, WallClock};
 
 /// Most fine tags one invalidation carries; a larger transaction invalidates the tables it
 /// touched whole (sound, and it keeps messages within what a node accepts).
@@ -346,6 +346,7 @@ impl Assembler {
     /// Ends the transaction; `None` when no BEGIN was seen (a stream resumed mid-way).
     pub fn commit(&mut self, lsn: u64, commit_time_micros: i64) -> Option<Committed> {
         let mut open = self.open.take()?;
+        open.tags = merged(open.tags);
         if open.lsn < self.coarse_below && open.changed_schema {
             open.tags = BTreeSet::from([InvalidationTag::global()]);
         } else if open.tags.len() > MAX_TAGS || open.lsn < self.coarse_below {
@@ -397,6 +398,23 @@ fn identity_name(identity: u8) -> &'static str {
         b'f' => "FULL",
         _ => "unknown",
     }
+}
+
+/// One tag per site (table and `column=value`), naming every column the transaction's tags of
+/// that site named: rows changed by different statements name different columns.
+fn merged(tags: BTreeSet<InvalidationTag>) -> BTreeSet<InvalidationTag> {
+    let mut sites: BTreeMap<InvalidationTag, ColumnSet> = BTreeMap::new();
+    for tag in tags {
+        let columns = tag.columns();
+        let site = sites
+            .entry(tag.with_columns(ColumnSet::ALL))
+            .or_insert(columns);
+        *site = site.union(columns);
+    }
+    sites
+        .into_iter()
+        .map(|(site, columns)| site.with_columns(columns))
+        .collect()
 }
 
 /// Every table's wildcard in place of its fine tags.
@@ -674,6 +692,17 @@ mod tests {
             .extend(tags(&["s.t:id=1"]));
         let committed = assembler.commit(1000, 0).unwrap();
         assert_eq!(committed.invalidation.tags, tags(&["s.t:id=1"]));
+    }
+
+    #[test]
+    fn a_transactions_tags_of_one_site_are_merged_with_their_columns() {
+        let mut assembler = Assembler::default();
+        assembler.begin(1, 10);
+        let written = tags(&["s.t#6:id=1", "s.t#a:id=1", "s.t#4:id=2", "s.u#2", "s.u"]);
+        assembler.transaction().unwrap().tags.extend(written);
+        let committed = assembler.commit(10, 0).unwrap();
+        let expected = tags(&["s.t#e:id=1", "s.t#4:id=2", "s.u"]);
+        assert_eq!(committed.invalidation.tags, expected);
     }
 
     #[test]

@@ -11,11 +11,15 @@
 //! REPLICA IDENTITY FULL the whole old row is sent; under DEFAULT or USING INDEX only the
 //! key, and only when the key changed (an update that kept its key sends no old row); under
 //! NOTHING never. A value not sent is unknown, never NULL.
+//!
+//! Every tag of a row change also names the columns it changed ([`changed_columns`]): an
+//! update whose whole old row is known names the columns whose values differ (and the row's
+//! version), anything else every column. A cached result that read none of them stays valid.
 
 use std::collections::HashSet;
 
 use bytes::Bytes;
-use txcache_model::{InvalidationTag, TagError};
+use txcache_model::{ColumnSet, InvalidationTag, TagError};
 
 use crate::pgoutput::{
     ColumnValue, OldTuple, OldTupleKind, PgOutputMessage, Relation, RelationColumn, TupleData,
@@ -176,7 +180,92 @@ pub fn change_tags(
         }
     }
     row.finish(wildcard);
+    let columns = changed_columns(relation, old_rows, change);
+    for tag in &mut out[start..] {
+        *tag = tag.with_columns(columns);
+    }
     Ok(())
+}
+
+/// The columns a row change may have changed: for an update whose whole old row is known,
+/// the row's version and each column whose value is not provably the same (the same text
+/// output of a type whose text output tells every value apart, or an unchanged TOASTed
+/// value); for anything else — inserts, deletes, updates without their whole old row —
+/// every column, row existence included.
+pub fn changed_columns(
+    relation: &Relation,
+    old_rows: OldRows,
+    change: &RowChange<'_>,
+) -> ColumnSet {
+    let RowChange::Update {
+        old: Some(old),
+        new,
+    } = *change
+    else {
+        return ColumnSet::ALL;
+    };
+    if old.kind != OldTupleKind::Full || old_rows != OldRows::Whole {
+        return ColumnSet::ALL;
+    }
+    let mut changed = ColumnSet::VERSION;
+    for (index, column) in relation.columns.iter().enumerate() {
+        let same = match (old.data.0.get(index), new.0.get(index)) {
+            (Some(_), Some(ColumnValue::UnchangedToast)) => true,
+            (Some(ColumnValue::Null), Some(ColumnValue::Null)) => true,
+            (Some(ColumnValue::Text(before)), Some(ColumnValue::Text(after))) => {
+                before == after && distinct_texts(column.type_oid)
+            }
+            _ => false,
+        };
+        if !same {
+            changed = changed.union(ColumnSet::column(&column.name));
+        }
+    }
+    changed
+}
+
+/// Whether the type's text output differs for any two values that differ, whatever the
+/// session's settings (so equal texts mean an unchanged value): built-in types only, and not
+/// `float4`/`float8` (`extra_float_digits` may round) or zoned times (`TimeZone`).
+fn distinct_texts(type_oid: u32) -> bool {
+    const BOOL: u32 = 16;
+    const BYTEA: u32 = 17;
+    const CHAR: u32 = 18;
+    const NAME: u32 = 19;
+    const INT8: u32 = 20;
+    const INT2: u32 = 21;
+    const INT4: u32 = 23;
+    const TEXT: u32 = 25;
+    const OID: u32 = 26;
+    const JSON: u32 = 114;
+    const BPCHAR: u32 = 1042;
+    const VARCHAR: u32 = 1043;
+    const DATE: u32 = 1082;
+    const TIME: u32 = 1083;
+    const TIMESTAMP: u32 = 1114;
+    const NUMERIC: u32 = 1700;
+    const UUID: u32 = 2950;
+    const JSONB: u32 = 3802;
+    matches!(
+        type_oid,
+        BOOL | BYTEA
+            | CHAR
+            | NAME
+            | INT8
+            | INT2
+            | INT4
+            | TEXT
+            | OID
+            | JSON
+            | BPCHAR
+            | VARCHAR
+            | DATE
+            | TIME
+            | TIMESTAMP
+            | NUMERIC
+            | UUID
+            | JSONB
+    )
 }
 
 /// Whether an update came without its old row while some tag column's old value is not

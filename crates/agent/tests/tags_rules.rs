@@ -4,8 +4,10 @@ use bytes::Bytes;
 use txcache_agent::pgoutput::{
     ColumnValue, OldTuple, OldTupleKind, PgOutputMessage, Relation, RelationColumn, TupleData,
 };
-use txcache_agent::tags::{change_tags, truncate_tags, OldRows, RowChange, TagColumns};
-use txcache_model::InvalidationTag;
+use txcache_agent::tags::{
+    change_tags, changed_columns, truncate_tags, OldRows, RowChange, TagColumns,
+};
+use txcache_model::{ColumnSet, InvalidationTag};
 
 /// `public.items (id, name, note)`, published with REPLICA IDENTITY FULL.
 fn items() -> Relation {
@@ -79,7 +81,28 @@ fn tags_with(
 ) -> Vec<String> {
     let mut out = Vec::new();
     change_tags(relation, columns, old_rows, &change, &mut out).expect("a short table name");
-    out.iter().map(|tag| tag.as_str().to_owned()).collect()
+    let columns = changed_columns(relation, old_rows, &change);
+    assert!(out.iter().all(|tag| tag.columns() == columns), "{out:?}");
+    // The rules of which rows are named; the columns have tests of their own below.
+    out.iter()
+        .map(|tag| tag.with_columns(ColumnSet::ALL).as_str().to_owned())
+        .collect()
+}
+
+/// What an update of `public.items` from `old` to `new` (whole old row) changed.
+fn update_changes(old: Vec<ColumnValue>, new: Vec<ColumnValue>) -> ColumnSet {
+    let (old, new) = (full(old), row(new));
+    let change = RowChange::Update {
+        old: Some(&old),
+        new: &new,
+    };
+    changed_columns(&items(), OldRows::Whole, &change)
+}
+
+fn set(names: &[&str]) -> ColumnSet {
+    names.iter().fold(ColumnSet::VERSION, |set, name| {
+        set.union(ColumnSet::column(name))
+    })
 }
 
 fn tags(change: RowChange<'_>) -> Vec<String> {
@@ -412,4 +435,98 @@ fn row_changes_come_from_change_messages() {
         restart_identity: false,
     };
     assert_eq!(RowChange::from_message(&truncate), None);
+}
+
+#[test]
+fn an_update_names_the_columns_whose_values_differ_and_the_row_version() {
+    let changed = update_changes(
+        vec![t("1"), t("apple"), t("red")],
+        vec![t("1"), t("apple"), t("green")],
+    );
+    assert_eq!(changed, set(&["note"]));
+    assert!(!changed.intersects(ColumnSet::ROWS));
+    let same = update_changes(
+        vec![t("1"), t("a"), ColumnValue::Null],
+        vec![t("1"), t("a"), ColumnValue::Null],
+    );
+    assert_eq!(same, ColumnSet::VERSION);
+    let from_null = update_changes(
+        vec![t("1"), t("a"), ColumnValue::Null],
+        vec![t("1"), t("a"), t("x")],
+    );
+    assert_eq!(from_null, set(&["note"]));
+}
+
+#[test]
+fn the_changed_columns_are_written_into_every_tag_of_the_row() {
+    let old = full(vec![t("1"), t("apple"), t("red")]);
+    let new = row(vec![t("1"), t("apple"), t("green")]);
+    let change = RowChange::Update {
+        old: Some(&old),
+        new: &new,
+    };
+    let mut out = Vec::new();
+    change_tags(&items(), &tag_columns(), OldRows::Whole, &change, &mut out).expect("short");
+    let expected = format!("public.items#{:x}:id=1", set(&["note"]).bits());
+    assert_eq!(out[0].as_str(), expected);
+}
+
+#[test]
+fn an_unchanged_toasted_value_is_unchanged() {
+    let changed = update_changes(
+        vec![t("1"), t("long"), t("red")],
+        vec![t("1"), ColumnValue::UnchangedToast, t("blue")],
+    );
+    assert_eq!(changed, set(&["note"]));
+}
+
+#[test]
+fn equal_texts_of_a_type_whose_text_may_round_count_as_changed() {
+    let mut relation = items();
+    relation.columns[2].type_oid = 701; // float8: extra_float_digits may round its text
+    let old = full(vec![t("1"), t("a"), t("0.1")]);
+    let new = row(vec![t("1"), t("a"), t("0.1")]);
+    let change = RowChange::Update {
+        old: Some(&old),
+        new: &new,
+    };
+    assert_eq!(
+        changed_columns(&relation, OldRows::Whole, &change),
+        set(&["note"])
+    );
+}
+
+#[test]
+fn inserts_deletes_and_updates_without_the_whole_old_row_change_every_column() {
+    let values = vec![t("1"), t("a"), t("x")];
+    let (new, old, key) = (row(values.clone()), full(values.clone()), key_only(values));
+    let all = |relation: &Relation, old_rows, change: RowChange<'_>| {
+        changed_columns(relation, old_rows, &change) == ColumnSet::ALL
+    };
+    assert!(all(
+        &items(),
+        OldRows::Whole,
+        RowChange::Insert { new: &new }
+    ));
+    assert!(all(
+        &items(),
+        OldRows::Whole,
+        RowChange::Delete { old: &old }
+    ));
+    let no_old = RowChange::Update {
+        old: None,
+        new: &new,
+    };
+    assert!(all(&keyed_items(), OldRows::Key, no_old));
+    let key_old = RowChange::Update {
+        old: Some(&key),
+        new: &new,
+    };
+    assert!(all(&keyed_items(), OldRows::Key, key_old));
+    // A row marked whole but published through a root whose partitions may send keys only.
+    let partition = RowChange::Update {
+        old: Some(&old),
+        new: &new,
+    };
+    assert!(all(&items(), OldRows::Sent, partition));
 }

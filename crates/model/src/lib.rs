@@ -14,5 +14,5 @@ pub mod units;
 
 pub use interval::{IntervalError, ValidityInterval};
 pub use invalidation::Invalidation;
-pub use tag::{escape_name, table_name, InvalidationTag, TagError};
+pub use tag::{escape_name, table_name, ColumnSet, InvalidationTag, TagError};
 pub use timestamp::{Timestamp, WallClock};

@@ -4,6 +4,27 @@ use crate::bucket::Keyed;
 use crate::entry::Version;
 use crate::memory::Ledger;
 use crate::Store;
+use txcache_model::{ColumnSet, InvalidationTag};
+
+/// A tag's site: its table and `column=value`, without its columns.
+fn site(tag: &InvalidationTag) -> (&str, Option<&str>) {
+    (tag.table(), tag.column_value())
+}
+
+/// How many sites `tags` name: the index registers a key once per site.
+fn sites(tags: &[InvalidationTag]) -> usize {
+    tags.iter()
+        .map(site)
+        .collect::<std::collections::HashSet<_>>()
+        .len()
+}
+
+/// The union of the columns of the tags of `tags` at `tag`'s site: what the index must hold.
+fn columns_at(tags: &[InvalidationTag], tag: &InvalidationTag) -> ColumnSet {
+    tags.iter()
+        .filter(|t| site(t) == site(tag))
+        .fold(ColumnSet::from_bits(0), |set, t| set.union(t.columns()))
+}
 
 /// Returns `Err(message)` from the enclosing function when `condition` is false.
 macro_rules! ensure {
@@ -17,8 +38,8 @@ macro_rules! ensure {
 impl Store {
     /// Recomputes the accounting, gauges and index from scratch and checks every structural
     /// invariant: versions sorted and disjoint, only the last open, tags exactly on open
-    /// versions and registered in the index, every part's bytes as charged, and the total
-    /// under the limit. O(everything): for tests and debugging, not for serving.
+    /// versions and registered in the index (once per site, with the union of the columns its
+    /// tags there name), every part's bytes as charged, and the total under the limit. O(everything): for tests and debugging, not for serving.
     pub fn verify_invariants(&self) -> Result<(), String> {
         ensure!(
             self.keys.consistent(),
@@ -95,7 +116,7 @@ impl Store {
             );
             for (version, value) in entry.with_values() {
                 ledger.add_version(version, value.len());
-                registrations += version.tags.as_deref().map_or(0, <[_]>::len);
+                registrations += version.tags.as_deref().map_or(0, sites);
             }
         }
         Ok((ledger, registrations))
@@ -138,10 +159,20 @@ impl Store {
                 version.is_open() == version.tags.is_some(),
                 "{name}: tags on a bounded version, or none on an open one"
             );
-            for tag in version.tags.iter().flatten() {
+            let tags = version.tags.as_deref().unwrap_or_default();
+            for tag in tags {
                 ensure!(
                     self.index.is_registered(key, tag),
                     "{name}: open version not registered under {tag}"
+                );
+                let (registered, expected) = (
+                    self.index.registered_columns(key, tag),
+                    columns_at(tags, tag),
+                );
+                ensure!(
+                    registered == Some(expected),
+                    "{name}: registered under {tag} with {registered:?}, its tags there name \
+                     {expected:?}"
                 );
             }
         }

@@ -1,12 +1,16 @@
 //! The invalidation history: recent commits and their tags, to compute an insert's interval.
 //!
 //! The node knows every commit with a timestamp above the horizon `H` (and the one at `H`).
-//! Per fine tag, per table (commits with any tag of the table) and per table for wildcard
-//! commits it keeps sorted deques of commit timestamps, so "the latest matching commit at or
-//! before s" and "the first matching commit after s" are binary searches; a global deque of
-//! records is what trimming walks, oldest first. Commits carrying the global tag `*`
-//! ([`InvalidationTag::global`]: DDL whose dependents cannot be known) have a deque of their
-//! own, searched for every tag set, the empty one included: they may have changed anything.
+//! Per table it keeps sorted deques of the commits with any tag of the table, with its
+//! wildcard, and with each `column=value` (a tag's site: its text without the `#…` columns),
+//! so "the latest matching commit at or before s" and "the first matching commit after s"
+//! are binary searches; a global deque of records is what trimming walks, oldest first. Each
+//! entry keeps the columns its commit's tags there name (their union): a search skips the
+//! entries whose columns miss the read tag's, looking at most [`SCAN_LIMIT`] entries past its
+//! binary search before answering with the nearest entry, which is sound (only shorter
+//! validity). Commits carrying the global tag `*` ([`InvalidationTag::global`]: DDL whose
+//! dependents cannot be known) have a deque of their own, searched for every tag set, the
+//! empty one included: they may have changed anything.
 //!
 //! Every shard of a node applies the same stream, so the shards share one history
 //! ([`SharedHistory`]): the first shard to apply a message records it, the others find it
@@ -16,7 +20,7 @@ use crate::memory::{HISTORY_FINE_KEY, HISTORY_GLOBAL, HISTORY_RECORD, HISTORY_TA
 use hashbrown::HashMap;
 use std::collections::VecDeque;
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use txcache_model::{Invalidation, InvalidationTag, Timestamp, WallClock};
+use txcache_model::{ColumnSet, Invalidation, InvalidationTag, Timestamp, WallClock};
 
 /// The invalidation history of one node, shared by its `shards` stores.
 ///
@@ -64,20 +68,35 @@ pub(crate) struct Record {
     cost: usize,
 }
 
+/// A commit filed in one of its table's deques: its timestamp and the columns its tags filed
+/// there name (their union, when it carries several).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Filed {
+    ts: Timestamp,
+    columns: ColumnSet,
+}
+
 /// The commits of one table.
 #[derive(Debug, Default)]
 pub(crate) struct TableHistory {
     /// Commits carrying any tag of the table.
-    any: VecDeque<Timestamp>,
+    any: VecDeque<Filed>,
     /// Commits carrying the table's wildcard tag.
-    wildcard: VecDeque<Timestamp>,
+    wildcard: VecDeque<Filed>,
+    /// Commits carrying a fine tag of the table, by its `column=value`.
+    fine: HashMap<Box<str>, VecDeque<Filed>>,
+}
+
+impl TableHistory {
+    fn is_empty(&self) -> bool {
+        self.any.is_empty() && self.wildcard.is_empty() && self.fine.is_empty()
+    }
 }
 
 /// Recent commits, oldest first.
 #[derive(Debug, Default)]
 pub(crate) struct History {
     records: VecDeque<Record>,
-    fine: HashMap<InvalidationTag, VecDeque<Timestamp>>,
     tables: HashMap<Box<str>, TableHistory>,
     /// Commits carrying the global tag: they match every tag set.
     global: VecDeque<Timestamp>,
@@ -88,18 +107,57 @@ pub(crate) struct History {
     bytes: usize,
 }
 
-/// Appends `ts` unless it is already the last (a commit with two tags of one table).
-fn push_once(deque: &mut VecDeque<Timestamp>, ts: Timestamp) {
-    if deque.back() != Some(&ts) {
-        deque.push_back(ts);
+/// How many entries a search looks at past its binary search for one whose columns meet the
+/// read's before it answers with the nearest entry, whatever its columns. A busy table's
+/// updates of columns a wildcard read never uses pass a lagging pin by hundreds (a scan of
+/// them costs about a microsecond); past the limit a stored value stops being open.
+const SCAN_LIMIT: usize = 1024;
+
+/// Appends `filed`, or adds its columns to the last entry when that is the same commit (a
+/// commit with two tags of one table).
+fn push_once(deque: &mut VecDeque<Filed>, filed: Filed) {
+    match deque.back_mut() {
+        Some(last) if last.ts == filed.ts => last.columns = last.columns.union(filed.columns),
+        _ => deque.push_back(filed),
     }
 }
 
-/// Removes `ts` from the front, where the oldest record's timestamps are.
-fn pop_once(deque: &mut VecDeque<Timestamp>, ts: Timestamp) {
-    if deque.front() == Some(&ts) {
+/// Removes the entry of `ts` from the front, where the oldest record's entries are.
+fn pop_once(deque: &mut VecDeque<Filed>, ts: Timestamp) {
+    if deque.front().is_some_and(|f| f.ts == ts) {
         deque.pop_front();
     }
+}
+
+/// The latest entry at or before `s` whose columns meet `columns`.
+fn latest_meeting(deque: &VecDeque<Filed>, s: Timestamp, columns: ColumnSet) -> Option<Timestamp> {
+    let end = deque.partition_point(|f| f.ts <= s);
+    let nearest = deque.get(end.checked_sub(1)?)?.ts;
+    let start = end.saturating_sub(SCAN_LIMIT);
+    let found = deque
+        .range(start..end)
+        .rev()
+        .find(|f| f.columns.intersects(columns));
+    // Past the limit, the nearest entry: a lo at or after the true one only shortens validity.
+    found.map(|f| f.ts).or((start > 0).then_some(nearest))
+}
+
+/// The first entry after `s` whose columns meet `columns`.
+fn first_meeting_after(
+    deque: &VecDeque<Filed>,
+    s: Timestamp,
+    columns: ColumnSet,
+) -> Option<Timestamp> {
+    let start = deque.partition_point(|f| f.ts <= s);
+    let nearest = deque.get(start)?.ts;
+    let end = deque.len().min(start.saturating_add(SCAN_LIMIT));
+    let found = deque
+        .range(start..end)
+        .find(|f| f.columns.intersects(columns));
+    // Past the limit, the nearest entry: a hi at or before the true one only shortens validity.
+    found
+        .map(|f| f.ts)
+        .or((end < deque.len()).then_some(nearest))
 }
 
 impl History {
@@ -155,26 +213,34 @@ impl History {
         });
     }
 
+    /// Files a tag of the commit at `ts`: in its table's `any` deque, and in its wildcard
+    /// deque or the deque of its `column=value`.
     fn file(&mut self, tag: &InvalidationTag, ts: Timestamp) {
         if tag.is_global() {
             return self.file_global(ts);
-        }
-        if !tag.is_wildcard() {
-            if !self.fine.contains_key(tag) {
-                self.bytes += HISTORY_FINE_KEY + tag.as_str().len();
-            }
-            push_once(self.fine.entry(tag.clone()).or_default(), ts);
         }
         if !self.tables.contains_key(tag.table()) {
             self.bytes += HISTORY_TABLE + tag.table().len();
             self.tables
                 .insert(tag.table().into(), TableHistory::default());
         }
-        if let Some(table) = self.tables.get_mut(tag.table()) {
-            push_once(&mut table.any, ts);
-            if tag.is_wildcard() {
-                push_once(&mut table.wildcard, ts);
-            }
+        let Some(table) = self.tables.get_mut(tag.table()) else {
+            return;
+        };
+        let filed = Filed {
+            ts,
+            columns: tag.columns(),
+        };
+        push_once(&mut table.any, filed);
+        let Some(cv) = tag.column_value() else {
+            return push_once(&mut table.wildcard, filed);
+        };
+        if !table.fine.contains_key(cv) {
+            self.bytes += HISTORY_FINE_KEY + cv.len();
+            table.fine.insert(cv.into(), VecDeque::new());
+        }
+        if let Some(deque) = table.fine.get_mut(cv) {
+            push_once(deque, filed);
         }
     }
 
@@ -183,7 +249,9 @@ impl History {
         if self.global.is_empty() {
             self.bytes += HISTORY_GLOBAL;
         }
-        push_once(&mut self.global, ts);
+        if self.global.back() != Some(&ts) {
+            self.global.push_back(ts);
+        }
     }
 
     /// Drops the oldest records while they are older than `oldest` or the history is over
@@ -213,21 +281,27 @@ impl History {
         true
     }
 
+    /// Unfiles a tag of the oldest record, at `ts`. Another tag of the same table in that
+    /// record may have unfiled its entries already; the table goes once all its deques are
+    /// empty, which they are after the record's last tag.
     fn unfile(&mut self, tag: &InvalidationTag, ts: Timestamp) {
-        if let Some(deque) = self.fine.get_mut(tag) {
-            pop_once(deque, ts);
-            if deque.is_empty() {
-                self.fine.remove(tag);
-                self.bytes -= HISTORY_FINE_KEY + tag.as_str().len();
+        let Some(table) = self.tables.get_mut(tag.table()) else {
+            return;
+        };
+        if let Some(cv) = tag.column_value() {
+            if let Some(deque) = table.fine.get_mut(cv) {
+                pop_once(deque, ts);
+                if deque.is_empty() {
+                    table.fine.remove(cv);
+                    self.bytes -= HISTORY_FINE_KEY + cv.len();
+                }
             }
         }
-        if let Some(table) = self.tables.get_mut(tag.table()) {
-            pop_once(&mut table.any, ts);
-            pop_once(&mut table.wildcard, ts);
-            if table.any.is_empty() {
-                self.tables.remove(tag.table());
-                self.bytes -= HISTORY_TABLE + tag.table().len();
-            }
+        pop_once(&mut table.any, ts);
+        pop_once(&mut table.wildcard, ts);
+        if table.is_empty() {
+            self.tables.remove(tag.table());
+            self.bytes -= HISTORY_TABLE + tag.table().len();
         }
     }
 
@@ -244,43 +318,58 @@ impl History {
         }
     }
 
-    /// The deques holding the commits that match `tag`: for `t:c=v` its own and `t`'s
-    /// wildcard commits; for `t`, every commit of `t`.
-    fn deques(&self, tag: &InvalidationTag) -> [Option<&VecDeque<Timestamp>>; 2] {
-        let table = self.tables.get(tag.table());
-        match tag.is_wildcard() {
-            true => [table.map(|t| &t.any), None],
-            false => [self.fine.get(tag), table.map(|t| &t.wildcard)],
+    /// The deques holding the commits that may match `tag` (those whose columns meet the
+    /// tag's do): for `t:c=v` its own and `t`'s wildcard commits; for `t`, every commit of
+    /// `t`.
+    fn deques(&self, tag: &InvalidationTag) -> [Option<&VecDeque<Filed>>; 2] {
+        let Some(table) = self.tables.get(tag.table()) else {
+            return [None, None];
+        };
+        match tag.column_value() {
+            None => [Some(&table.any), None],
+            Some(cv) => [table.fine.get(cv), Some(&table.wildcard)],
         }
     }
 
-    /// The deques holding the commits that match a tag set `tags`: those of each tag, and
-    /// the global commits, which match every set (the empty one too).
+    /// Each deque that may hold commits matching one of `tags`, with that tag's columns.
     fn matching<'a>(
         &'a self,
         tags: &'a [InvalidationTag],
-    ) -> impl Iterator<Item = &'a VecDeque<Timestamp>> {
-        tags.iter()
-            .flat_map(|tag| self.deques(tag))
-            .flatten()
-            .chain([&self.global])
+    ) -> impl Iterator<Item = (&'a VecDeque<Filed>, ColumnSet)> {
+        tags.iter().flat_map(move |tag| {
+            self.deques(tag)
+                .into_iter()
+                .flatten()
+                .map(move |deque| (deque, tag.columns()))
+        })
     }
 
-    /// The latest recorded commit at or before `s` that matches one of `tags`, or is global.
+    /// The latest recorded commit at or before `s` that matches one of `tags`, or is global
+    /// (global commits match every tag set, the empty one too). Where a deque holds more than
+    /// [`SCAN_LIMIT`] commits before `s` whose columns miss, the latest of them answers
+    /// instead: later, never earlier.
     pub fn latest_matching(&self, tags: &[InvalidationTag], s: Timestamp) -> Option<Timestamp> {
-        let latest =
-            |d: &VecDeque<Timestamp>| d.partition_point(|&t| t <= s).checked_sub(1).map(|i| d[i]);
-        self.matching(tags).filter_map(latest).max()
+        let global = self.global.partition_point(|&t| t <= s);
+        let global = global.checked_sub(1).map(|i| self.global[i]);
+        self.matching(tags)
+            .filter_map(|(deque, columns)| latest_meeting(deque, s, columns))
+            .chain(global)
+            .max()
     }
 
-    /// The first recorded commit after `s` that matches one of `tags`, or is global.
+    /// The first recorded commit after `s` that matches one of `tags`, or is global. Where a
+    /// deque holds more than [`SCAN_LIMIT`] commits after `s` whose columns miss, the first
+    /// of them answers instead: earlier, never later.
     pub fn first_matching_after(
         &self,
         tags: &[InvalidationTag],
         s: Timestamp,
     ) -> Option<Timestamp> {
-        let first = |d: &VecDeque<Timestamp>| d.get(d.partition_point(|&t| t <= s)).copied();
-        self.matching(tags).filter_map(first).min()
+        let global = self.global.get(self.global.partition_point(|&t| t <= s));
+        self.matching(tags)
+            .filter_map(|(deque, columns)| first_meeting_after(deque, s, columns))
+            .chain(global.copied())
+            .min()
     }
 
     /// The commit time of the first recorded commit at or after `ts`: no earlier than that of
@@ -303,17 +392,24 @@ impl History {
                         .sum::<usize>()
             })
             .sum();
-        let fine: usize = self
-            .fine
-            .keys()
-            .map(|t| HISTORY_FINE_KEY + t.as_str().len())
+        let tables: usize = self
+            .tables
+            .iter()
+            .map(|(name, table)| {
+                HISTORY_TABLE
+                    + name.len()
+                    + table
+                        .fine
+                        .keys()
+                        .map(|cv| HISTORY_FINE_KEY + cv.len())
+                        .sum::<usize>()
+            })
             .sum();
-        let tables: usize = self.tables.keys().map(|t| HISTORY_TABLE + t.len()).sum();
         let global = match self.global.is_empty() {
             true => 0,
             false => HISTORY_GLOBAL,
         };
-        records + fine + tables + global
+        records + tables + global
     }
 }
 
@@ -465,5 +561,95 @@ mod tests {
         assert_eq!(h.commit_time_from(Timestamp(20)), Some(WallClock(200)));
         assert_eq!(h.commit_time_from(Timestamp(21)), Some(WallClock(300)));
         assert_eq!(h.commit_time_from(Timestamp(31)), None);
+    }
+
+    #[test]
+    fn searches_skip_commits_whose_columns_miss_the_read() {
+        let mut h = History::default();
+        commit(&mut h, 10, 100, &["s.t#1:id=1"]);
+        commit(&mut h, 20, 200, &["s.t#20:id=1"]);
+        commit(&mut h, 30, 300, &["s.t#20"]);
+        commit(&mut h, 40, 400, &["s.t#8:id=1"]);
+        commit(&mut h, 50, 500, &["s.t#1:id=2"]);
+        let ts = |n| Some(Timestamp(n));
+        let read = [tag("s.t#9:id=1")];
+        assert_eq!(h.latest_matching(&read, Timestamp(35)), ts(10));
+        assert_eq!(h.first_matching_after(&read, Timestamp(10)), ts(40));
+        let update = [tag("s.t#20:id=1")];
+        assert_eq!(h.latest_matching(&update, Timestamp(45)), ts(30));
+        assert_eq!(h.first_matching_after(&update, Timestamp(30)), None);
+        // A wildcard read meets every commit of its table by columns alone.
+        assert_eq!(h.latest_matching(&[tag("s.t#1")], Timestamp(45)), ts(10));
+        assert_eq!(
+            h.first_matching_after(&[tag("s.t#1")], Timestamp(10)),
+            ts(50)
+        );
+        assert_eq!(h.latest_matching(&[tag("s.t#2")], Timestamp(60)), None);
+        // Without columns a read meets every commit of its site, as before.
+        assert_eq!(h.latest_matching(&[tag("s.t:id=1")], Timestamp(35)), ts(30));
+    }
+
+    #[test]
+    fn two_tags_of_one_commit_at_one_site_file_the_union_of_their_columns() {
+        let mut h = History::default();
+        commit(&mut h, 10, 100, &["s.t#1:id=1", "s.t#8:id=1", "s.t#2:id=2"]);
+        commit(&mut h, 20, 200, &["s.u#4"]);
+        let table = &h.tables["s.t"];
+        assert_eq!(table.fine["id=1"].len(), 1);
+        assert_eq!(table.any.len(), 1);
+        assert_eq!(table.any[0].columns, ColumnSet::from_bits(0xb));
+        for (read, expected) in [
+            ("s.t#8:id=1", true),
+            ("s.t#1:id=1", true),
+            ("s.t#2:id=1", false),
+        ] {
+            let found = h.latest_matching(&[tag(read)], Timestamp(15));
+            assert_eq!(found.is_some(), expected, "{read}");
+        }
+        assert_eq!(h.recount(), h.bytes());
+        // The record's first tag unfiles the table's shared entries; the table goes only
+        // with the record's last tag, and every byte comes back.
+        h.pop_oldest();
+        assert!(!h.tables.contains_key("s.t"));
+        assert_eq!(h.recount(), h.bytes());
+        h.pop_oldest();
+        assert_eq!((h.bytes(), h.recount(), h.tables.len()), (0, 0, 0));
+    }
+
+    #[test]
+    fn past_the_scan_limit_the_nearest_commit_answers() {
+        let mut h = History::default();
+        let read = [tag("s.t#9:id=1")];
+        let ts = |n| Some(Timestamp(n));
+        // A match at 1, then misses (an update of another column) at 2..=limit.
+        commit(&mut h, 1, 1, &["s.t#1:id=1"]);
+        let limit = SCAN_LIMIT as u64;
+        for at in 2..=limit {
+            commit(&mut h, at, at, &["s.t#20:id=1"]);
+        }
+        // The match is the last of the limit's entries: still found.
+        assert_eq!(h.latest_matching(&read, Timestamp(limit)), ts(1));
+        // One miss more, and the nearest miss answers: a later lo than the truth (1).
+        commit(&mut h, limit + 1, limit + 1, &["s.t#20:id=1"]);
+        assert_eq!(
+            h.latest_matching(&read, Timestamp(limit + 1)),
+            ts(limit + 1)
+        );
+        // Likewise forward: after 1, `limit` misses before the next match, so the nearest
+        // miss answers, an earlier hi than the truth; one miss fewer and the match is found.
+        commit(&mut h, limit + 2, limit + 2, &["s.t#8:id=1"]);
+        assert_eq!(h.first_matching_after(&read, Timestamp(1)), ts(2));
+        assert_eq!(h.first_matching_after(&read, Timestamp(2)), ts(limit + 2));
+        assert_eq!(
+            h.latest_matching(&read, Timestamp(limit + 2)),
+            ts(limit + 2)
+        );
+        // Reads the misses meet are answered exactly.
+        let update = [tag("s.t#20:id=1")];
+        assert_eq!(h.first_matching_after(&update, Timestamp(1)), ts(2));
+        assert_eq!(
+            h.latest_matching(&update, Timestamp(limit + 2)),
+            ts(limit + 1)
+        );
     }
 }

@@ -188,6 +188,8 @@ impl Store {
     /// - otherwise `[max(H, latest commit ≤ s matching tags), first commit in (s, N] matching
     ///   tags)`, open when there is none. A global commit (tag `*`) matches every tag set,
     ///   the empty one too: without tags only global commits bound it (`[H, ∞)` without any).
+    ///   Past a long run of commits whose columns miss the tags', the history answers with
+    ///   the nearest commit instead: a shorter interval, never a longer one.
     ///
     /// An open result is valid through `N` as far as this node can vouch now
     /// ([`Store::effective`]). `None` only when `s` is `u64::MAX` (never a wire timestamp).

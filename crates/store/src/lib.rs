@@ -35,7 +35,10 @@
 //! - `s > N`: `[s, ∞)` (commits in `(N, s]` are unknown but visible in `s`);
 //! - no history yet, or `s < H`: `[s, s + 1)`;
 //! - otherwise `[max(H, latest commit ≤ s matching T), first commit in (s, N] matching T)`,
-//!   open when there is none.
+//!   open when there is none. Tags match by
+//!   [`InvalidationTag::matches`](txcache_model::InvalidationTag::matches), column sets
+//!   included; past a long run of commits whose columns miss, the nearest commit answers
+//!   instead, which only shortens the interval.
 //!
 //! [`Store::database_interval`] computes that interval alone, storing nothing (the node's
 //! `TXINTERVAL`); [`Store::effective`] bounds an open one at what the node has seen.

@@ -3,12 +3,21 @@
 //! A key identifies its open version (a key has at most one), so the index maps tags to keys.
 //! Per table it keeps the keys registered under the table's wildcard apart from the keys
 //! registered under each `column=value`, so that a fine invalidation finds its matches with
-//! two set lookups and a wildcard one walks only its own table.
+//! two map lookups and a wildcard one walks only its own table.
+//!
+//! A tag's *site* is its table and `column=value` (its text without the `#…` columns). A key
+//! is registered once per site, with the union of the column sets of its tags there: a
+//! version depending on `t#1:id=7` and `t#8:id=7` is changed by a commit on `t:id=7` exactly
+//! when the commit's columns meet `1 | 8`. A commit finds only the keys whose set meets its
+//! tag's.
 
 use crate::entry::Key;
 use crate::memory::{INDEX_BUCKET, INDEX_TABLE, REGISTRATION};
-use hashbrown::{HashMap, HashSet};
-use txcache_model::InvalidationTag;
+use hashbrown::HashMap;
+use txcache_model::{ColumnSet, InvalidationTag};
+
+/// Registered keys, each with the columns it depends on at one site.
+type Registrations = HashMap<Key, ColumnSet>;
 
 /// Open versions by tag.
 #[derive(Debug, Default)]
@@ -22,9 +31,9 @@ pub(crate) struct TagIndex {
 #[derive(Debug, Default)]
 pub(crate) struct TableIndex {
     /// Keys registered under the wildcard tag of the table.
-    wildcard: HashSet<Key>,
+    wildcard: Registrations,
     /// Keys registered under a fine tag, by its `column=value`.
-    by_value: HashMap<Box<str>, HashSet<Key>>,
+    by_value: HashMap<Box<str>, Registrations>,
 }
 
 impl TableIndex {
@@ -32,13 +41,30 @@ impl TableIndex {
         self.wildcard.is_empty() && self.by_value.is_empty()
     }
 
-    /// The set a tag of this table registers into, if it exists.
-    fn set_mut(&mut self, tag: &InvalidationTag) -> Option<&mut HashSet<Key>> {
+    /// The registrations at a tag's site, if they exist.
+    fn site(&self, tag: &InvalidationTag) -> Option<&Registrations> {
+        match tag.column_value() {
+            None => Some(&self.wildcard),
+            Some(cv) => self.by_value.get(cv),
+        }
+    }
+
+    /// The registrations at a tag's site, if they exist, for changing.
+    fn site_mut(&mut self, tag: &InvalidationTag) -> Option<&mut Registrations> {
         match tag.column_value() {
             None => Some(&mut self.wildcard),
             Some(cv) => self.by_value.get_mut(cv),
         }
     }
+}
+
+/// Appends the keys of `site` whose columns meet `columns`.
+fn extend_meeting(out: &mut Vec<Key>, site: &Registrations, columns: ColumnSet) {
+    out.extend(
+        site.iter()
+            .filter(|(_, set)| set.intersects(columns))
+            .map(|(key, _)| key.clone()),
+    );
 }
 
 impl TagIndex {
@@ -54,6 +80,7 @@ impl TagIndex {
         }
     }
 
+    /// Registers `key` at `tag`'s site, adding the tag's columns to any set already there.
     fn register_one(&mut self, key: &Key, tag: &InvalidationTag) {
         if !self.tables.contains_key(tag.table()) {
             self.bytes += INDEX_TABLE + tag.table().len();
@@ -66,18 +93,23 @@ impl TagIndex {
         if let Some(cv) = tag.column_value() {
             if !table.by_value.contains_key(cv) {
                 self.bytes += INDEX_BUCKET + cv.len();
-                table.by_value.insert(cv.into(), HashSet::new());
+                table.by_value.insert(cv.into(), HashMap::new());
             }
         }
-        if table
-            .set_mut(tag)
-            .is_some_and(|set| set.insert(key.clone()))
-        {
-            self.bytes += REGISTRATION;
+        let Some(site) = table.site_mut(tag) else {
+            return;
+        };
+        match site.get_mut(&key[..]) {
+            Some(columns) => *columns = columns.union(tag.columns()),
+            None => {
+                site.insert(key.clone(), tag.columns());
+                self.bytes += REGISTRATION;
+            }
         }
     }
 
-    /// Removes `key` from the sets of `tags`, dropping sets and tables that become empty.
+    /// Removes `key` from the sites of `tags` (whatever its columns there), dropping sites and
+    /// tables that become empty.
     pub fn unregister(&mut self, key: &[u8], tags: &[InvalidationTag]) {
         for tag in tags {
             self.unregister_one(key, tag);
@@ -88,13 +120,13 @@ impl TagIndex {
         let Some(table) = self.tables.get_mut(tag.table()) else {
             return;
         };
-        let Some(set) = table.set_mut(tag) else {
+        let Some(site) = table.site_mut(tag) else {
             return;
         };
-        if set.remove(key) {
+        if site.remove(key).is_some() {
             self.bytes -= REGISTRATION;
         }
-        if let Some(cv) = tag.column_value().filter(|_| set.is_empty()) {
+        if let Some(cv) = tag.column_value().filter(|_| site.is_empty()) {
             table.by_value.remove(cv);
             self.bytes -= INDEX_BUCKET + cv.len();
         }
@@ -106,15 +138,26 @@ impl TagIndex {
 
     /// Appends the keys whose open version a commit carrying `tag` may change: for `t:c=v`
     /// the keys registered under `t:c=v` or `t`; for `t`, every key registered under any tag
-    /// of `t`. A key may be appended more than once.
+    /// of `t`; in both cases only keys whose columns there meet the tag's. A key may be
+    /// appended more than once. The global tag `*` is not special here: the store walks every
+    /// key for it instead.
     pub fn matching(&self, tag: &InvalidationTag, out: &mut Vec<Key>) {
         let Some(table) = self.tables.get(tag.table()) else {
             return;
         };
-        out.extend(table.wildcard.iter().cloned());
+        let columns = tag.columns();
+        extend_meeting(out, &table.wildcard, columns);
         match tag.column_value() {
-            Some(cv) => out.extend(table.by_value.get(cv).into_iter().flatten().cloned()),
-            None => out.extend(table.by_value.values().flatten().cloned()),
+            Some(cv) => {
+                if let Some(site) = table.by_value.get(cv) {
+                    extend_meeting(out, site, columns);
+                }
+            }
+            None => {
+                for site in table.by_value.values() {
+                    extend_meeting(out, site, columns);
+                }
+            }
         }
     }
 
@@ -124,18 +167,20 @@ impl TagIndex {
         self.bytes = 0;
     }
 
-    /// Whether `key` is registered under `tag` (for the invariant check).
-    pub fn is_registered(&self, key: &[u8], tag: &InvalidationTag) -> bool {
-        let table = self.tables.get(tag.table());
-        match tag.column_value() {
-            None => table.is_some_and(|t| t.wildcard.contains(key)),
-            Some(cv) => table
-                .and_then(|t| t.by_value.get(cv))
-                .is_some_and(|s| s.contains(key)),
-        }
+    /// The columns `key` is registered with at `tag`'s site; `None` when it is not registered
+    /// there (for the invariant check).
+    pub fn registered_columns(&self, key: &[u8], tag: &InvalidationTag) -> Option<ColumnSet> {
+        let table = self.tables.get(tag.table())?;
+        table.site(tag)?.get(key).copied()
     }
 
-    /// Number of (key, tag) registrations, and the bytes recomputed from scratch (for the
+    /// Whether `key` is registered at `tag`'s site, whatever the columns (for the invariant
+    /// check).
+    pub fn is_registered(&self, key: &[u8], tag: &InvalidationTag) -> bool {
+        self.registered_columns(key, tag).is_some()
+    }
+
+    /// Number of (key, site) registrations, and the bytes recomputed from scratch (for the
     /// invariant check).
     pub fn recount(&self) -> (usize, usize) {
         let mut registrations = 0;
@@ -143,9 +188,9 @@ impl TagIndex {
         for (name, table) in &self.tables {
             bytes += INDEX_TABLE + name.len();
             registrations += table.wildcard.len();
-            for (cv, set) in &table.by_value {
+            for (cv, site) in &table.by_value {
                 bytes += INDEX_BUCKET + cv.len();
-                registrations += set.len();
+                registrations += site.len();
             }
         }
         (registrations, bytes + registrations * REGISTRATION)
@@ -195,5 +240,51 @@ mod tests {
         assert_eq!(index.recount(), (1, index.bytes()));
         index.unregister(b"b", &tags[..1]);
         assert_eq!((index.bytes(), index.tables.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_commit_finds_only_keys_whose_columns_meet_its_own() {
+        let mut index = TagIndex::default();
+        index.register(&key("a"), &[tag("s.t#9:id=1")]);
+        index.register(&key("b"), &[tag("s.t#20:id=1")]);
+        index.register(&key("c"), &[tag("s.t#2")]);
+        index.register(&key("d"), &[tag("s.t:id=1")]);
+        assert_eq!(matches(&index, "s.t#20:id=1"), vec![key("b"), key("d")]);
+        assert_eq!(matches(&index, "s.t#8:id=1"), vec![key("a"), key("d")]);
+        assert_eq!(matches(&index, "s.t#40:id=1"), vec![key("d")]);
+        assert_eq!(matches(&index, "s.t#2:id=2"), vec![key("c")]);
+        // A wildcard commit meets fine registrations by their columns too.
+        assert_eq!(
+            matches(&index, "s.t#21"),
+            vec![key("a"), key("b"), key("d")]
+        );
+        assert_eq!(
+            matches(&index, "s.t"),
+            vec![key("a"), key("b"), key("c"), key("d")]
+        );
+    }
+
+    #[test]
+    fn one_site_registered_twice_holds_the_union_of_the_columns() {
+        let mut index = TagIndex::default();
+        let tags = [tag("s.t#1:id=1"), tag("s.t#8:id=1"), tag("s.t#2")];
+        index.register(&key("a"), &tags);
+        assert_eq!(index.recount(), (2, index.bytes()));
+        assert_eq!(
+            index.registered_columns(b"a", &tag("s.t:id=1")),
+            Some(ColumnSet::from_bits(9))
+        );
+        assert!(index.is_registered(b"a", &tag("s.t#40:id=1")));
+        assert_eq!(matches(&index, "s.t#8:id=1"), vec![key("a")]);
+        assert_eq!(matches(&index, "s.t#4:id=1"), Vec::<Key>::new());
+        // Registering again adds columns, never a second registration.
+        index.register(&key("a"), &[tag("s.t#4:id=1")]);
+        assert_eq!(index.recount(), (2, index.bytes()));
+        assert_eq!(matches(&index, "s.t#4:id=1"), vec![key("a")]);
+        // Unregistering by any tag of the site removes the key, whatever its columns.
+        index.unregister(b"a", &[tag("s.t#40:id=1"), tag("s.t")]);
+        assert_eq!((index.bytes(), index.tables.len()), (0, 0));
+        index.unregister(b"a", &tags);
+        assert_eq!(index.bytes(), 0);
     }
 }

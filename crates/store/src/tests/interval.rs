@@ -151,3 +151,46 @@ fn inserts_store_exactly_the_database_interval() {
     }
     s.verify_invariants().expect("invariants hold");
 }
+
+#[test]
+fn commits_whose_columns_miss_the_tags_bound_nothing() {
+    let mut s = store();
+    commit(&mut s, 10, &["t#1:id=1"]);
+    commit(&mut s, 20, &["t#20:id=1"]);
+    commit(&mut s, 30, &["t#20"]);
+    commit(&mut s, 40, &["t#8:id=1"]);
+    s.heartbeat(ts(50), WallClock(50));
+    assert_eq!(database(&s, 25, &["t#9:id=1"]).0, bounded(10, 40));
+    assert_eq!(database(&s, 25, &["t#20:id=1"]).0, bounded(20, 30));
+    assert_eq!(database(&s, 45, &["t#20:id=1"]).0, open(30));
+    assert_eq!(database(&s, 35, &["t#9"]).0, bounded(10, 40));
+    // Without columns, every commit of the site or table, as before.
+    assert_eq!(database(&s, 25, &["t:id=1"]).0, bounded(20, 30));
+}
+
+#[test]
+fn past_the_scan_limit_of_missing_commits_the_interval_only_shrinks() {
+    // The history scans 1024 entries past its binary search for a commit whose columns meet.
+    let mut s = store();
+    commit(&mut s, 1, &["t#1:id=1"]);
+    for at in 2..=1500 {
+        commit(&mut s, at, &["t#20:id=1"]);
+    }
+    // The truth is [1, ∞) for every snapshot. Past the limit the nearest commit bounds lo
+    // (a snapshot far from 1) or hi (a snapshot far from the end).
+    assert_eq!(database(&s, 1500, &["t#9:id=1"]).0, open(1500));
+    assert_eq!(database(&s, 1200, &["t#9:id=1"]).0, open(1200));
+    assert_eq!(database(&s, 30, &["t#9:id=1"]).0, bounded(1, 31));
+    assert_eq!(database(&s, 1000, &["t#9:id=1"]).0, open(1));
+    assert_eq!(database(&s, 1500, &["t#20:id=1"]).0, open(1500));
+    s.verify_invariants().expect("invariants hold");
+}
+    // The truth is [1, ∞) for every snapshot. Past the limit the nearest commit bounds lo
+    // (a snapshot far from 1) or hi (a snapshot far from the end).
+    assert_eq!(database(&s, 100, &["t#9:id=1"]).0, open(100));
+    assert_eq!(database(&s, 80, &["t#9:id=1"]).0, open(80));
+    assert_eq!(database(&s, 30, &["t#9:id=1"]).0, bounded(1, 31));
+    assert_eq!(database(&s, 50, &["t#9:id=1"]).0, open(1));
+    assert_eq!(database(&s, 100, &["t#20:id=1"]).0, open(100));
+    s.verify_invariants().expect("invariants hold");
+}

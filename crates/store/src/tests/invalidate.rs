@@ -395,3 +395,37 @@ fn a_global_commit_reaches_every_shard_and_is_recorded_once() {
         shard.verify_invariants().expect("invariants hold");
     }
 }
+
+#[test]
+fn an_update_truncates_only_open_versions_depending_on_a_column_it_changed() {
+    let mut s = store();
+    commit(&mut s, 10, &[]);
+    // Bits 0 and 3 (rows and a column) against the update's bit 5.
+    insert_at(&mut s, "other_columns", "v", 10, &["t#9:id=1"]);
+    insert_at(&mut s, "same_column", "v", 10, &["t#20:id=1"]);
+    insert_at(&mut s, "every_column", "v", 10, &["t:id=1"]);
+    insert_at(&mut s, "wildcard", "v", 10, &["t#9"]);
+    insert_at(&mut s, "one_site_twice", "v", 10, &["t#1:id=1", "t#8:id=1"]);
+    insert_at(
+        &mut s,
+        "one_site_union",
+        "v",
+        10,
+        &["t#1:id=1", "t#20:id=1"],
+    );
+    commit(&mut s, 15, &["t#20:id=1"]);
+    for key in ["other_columns", "wildcard", "one_site_twice"] {
+        assert!(hit(&mut s, key, 10, 10).open, "{key}");
+    }
+    for key in ["same_column", "every_column", "one_site_union"] {
+        assert_eq!(hit(&mut s, key, 10, 10).interval, bounded(10, 15), "{key}");
+    }
+    assert_eq!(s.stats().versions_truncated, 3);
+    // An insert or delete changes which rows exist (bit 0): every read of the rows meets it.
+    commit(&mut s, 20, &["t#1"]);
+    for key in ["other_columns", "wildcard", "one_site_twice"] {
+        assert_eq!(hit(&mut s, key, 10, 10).interval, bounded(10, 20), "{key}");
+    }
+    assert_eq!(s.gauges().open_versions, 0);
+    s.verify_invariants().expect("invariants hold");
+}

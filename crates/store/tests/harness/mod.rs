@@ -5,17 +5,19 @@ use crate::reference::{self, Claims, Model};
 use bytes::Bytes;
 use proptest::prelude::*;
 use std::sync::Arc;
-use txcache_model::{Invalidation, InvalidationTag, Timestamp, ValidityInterval, WallClock};
+use txcache_model::{
+    ColumnSet, Invalidation, InvalidationTag, Timestamp, ValidityInterval, WallClock,
+};
 use txcache_store::{
     Hit, InsertOutcome, InsertRequest, Lookup, SharedHistory, Store, StoreConfig, StoreError,
 };
 
-/// A table (`s.a` or `s.b`) and, for a fine tag, the value of its `id` column; table 2 is
-/// the global tag `*` (commits only).
-pub type TagSpec = (u8, Option<u8>);
+/// A table (`s.a` or `s.b`), for a fine tag the value of its `id` column, and the bits of its
+/// column set (0: every column, no `#`); table 2 is the global tag `*` (commits only).
+pub type TagSpec = (u8, Option<u8>, u8);
 
 /// The global tag `*`, as a [`TagSpec`].
-pub const GLOBAL: TagSpec = (2, None);
+pub const GLOBAL: TagSpec = (2, None, 0);
 
 /// One operation, with timestamps as offsets from the current `N` so that sequences stay
 /// interesting wherever the stream is.
@@ -67,8 +69,8 @@ pub enum Op {
     },
 }
 
-fn tag((table, value): TagSpec) -> InvalidationTag {
-    if (table, value) == GLOBAL {
+fn tag(spec @ (table, value, columns): TagSpec) -> InvalidationTag {
+    if spec == GLOBAL {
         return InvalidationTag::global();
     }
     let table = ["s.a", "s.b"][table as usize];
@@ -77,6 +79,7 @@ fn tag((table, value): TagSpec) -> InvalidationTag {
         None => InvalidationTag::wildcard(table),
     }
     .expect("valid tag")
+    .with_columns(ColumnSet::from_bits(u64::from(columns)))
 }
 
 fn key(k: u8) -> Vec<u8> {
