@@ -185,12 +185,3 @@ fn past_the_scan_limit_of_missing_commits_the_interval_only_shrinks() {
     assert_eq!(database(&s, 1500, &["t#20:id=1"]).0, open(1500));
     s.verify_invariants().expect("invariants hold");
 }
-    // The truth is [1, ∞) for every snapshot. Past the limit the nearest commit bounds lo
-    // (a snapshot far from 1) or hi (a snapshot far from the end).
-    assert_eq!(database(&s, 100, &["t#9:id=1"]).0, open(100));
-    assert_eq!(database(&s, 80, &["t#9:id=1"]).0, open(80));
-    assert_eq!(database(&s, 30, &["t#9:id=1"]).0, bounded(1, 31));
-    assert_eq!(database(&s, 50, &["t#9:id=1"]).0, open(1));
-    assert_eq!(database(&s, 100, &["t#20:id=1"]).0, open(100));
-    s.verify_invariants().expect("invariants hold");
-}
