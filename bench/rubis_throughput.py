@@ -28,6 +28,12 @@ database's growth and the cache's warming fall on every mode alike, and the repo
 each mode's throughput, the speedup and the ``no_consistency`` gap round by round, with
 their spread (one-after-the-other runs differ by more than the gap).
 
+With ``--warm-until-flat`` the warm-up runs in windows of ``--window`` seconds until a
+window gains less than a point of hit rate over the one before (throughput within 3 % for
+``bypass``), ``--warmup`` seconds at most: a cache still filling is measured otherwise, and
+its compulsory misses say more about the warm-up than about the cache. The report gives
+each mode's warm-up time and last window.
+
 This is one client count, not a peak search (raising the clients until throughput stops
 rising is the experiments' job).
 """
@@ -91,10 +97,47 @@ def emulate(
     )
 
 
-def warm_up(mode: str, server: AppServer, args: argparse.Namespace) -> None:
-    """``--warmup`` seconds of load, unmeasured."""
-    log(f"{mode}: warming up {args.warmup} s")
-    emulate(server, args, args.warmup, args.seed + 1000)
+#: A window that gains less than this much hit rate (points) ends ``--warm-until-flat``.
+FLAT_HIT_POINTS = 1.0
+#: Without a cache (``bypass``), a window within this much more throughput ends it.
+FLAT_THROUGHPUT = 0.03
+
+
+def warm_up(mode: str, server: AppServer, args: argparse.Namespace, node: str) -> None:
+    """Unmeasured load: ``--warmup`` seconds, or with ``--warm-until-flat`` windows of
+    ``--window`` seconds until one is flat (at most ``--warmup`` seconds); what it took is
+    kept in ``args.warmed`` for the report."""
+    if not args.warm_until_flat:
+        log(f"{mode}: warming up {args.warmup} s")
+        emulate(server, args, args.warmup, args.seed + 1000)
+        args.warmed[mode] = {"seconds": args.warmup}
+        return
+    started, previous, window = time.monotonic(), None, 0
+    while True:
+        counts = node_counts(node)
+        report = emulate(server, args, args.window, args.seed + 1000 + window)
+        after = node_counts(node)
+        lookups = sum(after.values()) - sum(counts.values())
+        hits = 100 * (after["hits"] - counts["hits"]) / lookups if lookups else 0.0
+        level = report.throughput if mode == "bypass" else hits
+        window += 1
+        log(f"{mode}: warm-up window {window}: {report.throughput} req/s, hit rate {hits:.1f} %")
+        elapsed = time.monotonic() - started
+        args.warmed[mode] = {"seconds": round(elapsed), "req_s": report.throughput}
+        args.warmed[mode] |= {"hit_rate": None if mode == "bypass" else round(hits, 1)}
+        if previous is not None and _flat(mode, previous, level):
+            return
+        if elapsed + args.window > args.warmup:
+            log(f"{mode}: still warming after {elapsed:.0f} s, measuring anyway (--warmup)")
+            return
+        previous = level
+
+
+def _flat(mode: str, previous: float, level: float) -> bool:
+    """Whether a window's level (throughput for ``bypass``, else hit rate) barely rose."""
+    if mode == "bypass":
+        return level < previous * (1 + FLAT_THROUGHPUT)
+    return level - previous < FLAT_HIT_POINTS
 
 
 def run_mode(
@@ -107,7 +150,7 @@ def run_mode(
     """Start the application in ``mode`` on the stack of ``env`` whose node is at ``node``
     (``host:port``), warm up, measure; the row of the report."""
     with app_server(mode, args, env) as server:
-        warm_up(mode, server, args)
+        warm_up(mode, server, args, node)
         return measure(mode, server, args, node, quota, args.seed)
 
 
@@ -121,7 +164,7 @@ def run_rounds(
     with ExitStack() as started:
         servers = {mode: started.enter_context(app_server(mode, args, env)) for mode in modes}
         for mode, server in servers.items():
-            warm_up(mode, server, args)
+            warm_up(mode, server, args, node)
         rows = []
         for index in range(args.rounds):
             shift = index % len(modes)
@@ -176,7 +219,7 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load_s: float
     by_mode = {row["mode"]: row for row in rows}
     lines = [
         f"RUBiS `{args.preset}` (loaded in {load_s:.1f} s), bidding mix, peak load (no think "
-        f"time), {args.clients} clients, {args.warmup} s warm-up then {args.duration} s "
+        f"time), {args.clients} clients, {warm_up_words(args)} then {args.duration} s "
         f"measured per mode; application: granian {args.workers} workers x {args.threads} "
         f"threads, staleness {args.staleness} s, page + function caching, read-your-writes "
         f"{'off' if args.no_read_your_writes else 'on'}; one node ({args.node_memory}).",
@@ -323,6 +366,21 @@ def round_lines(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def warm_up_words(args: argparse.Namespace) -> str:
+    """How each mode was warmed up, in words."""
+    if not args.warm_until_flat:
+        return f"{args.warmup} s warm-up"
+    done = ", ".join(
+        f"{mode} {warmed['seconds']} s"
+        + (f" (last window {warmed['hit_rate']} % hits)" if warmed["hit_rate"] is not None else "")
+        for mode, warmed in args.warmed.items()
+    )
+    return (
+        f"warmed up in {args.window} s windows until flat (a point of hit rate, 3 % throughput "
+        f"without cache; at most {args.warmup} s): {done},"
+    )
+
+
 def database_split_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The database's CPU per request by who used it: how much of it the application's
     queries take, and how much txcache's own sessions and the stream's decoding add."""
@@ -404,8 +462,16 @@ def main() -> None:
         help="start every mode's application at once, warm each up, then measure every "
         "mode N times, alternating (the order rotates each round), and report the spread",
     )
+    parser.add_argument(
+        "--warm-until-flat",
+        action="store_true",
+        help="warm up in --window second windows until a window gains under a point of hit "
+        "rate (3 %% throughput without cache), at most --warmup seconds",
+    )
+    parser.add_argument("--window", type=float, default=30.0, help="with --warm-until-flat")
     parser.add_argument("--quick", action="store_true", help="tiny, 3 s warm-up, 8 s measured")
     args = parser.parse_args()
+    args.warmed = {}
     if args.quick:
         args.preset, args.warmup, args.duration = "tiny", 3.0, 8.0
     with postgres(args.storage, STATEMENTS_SETTINGS if args.statements else None) as server:
@@ -436,6 +502,7 @@ def main() -> None:
         extra.append(f"db-cpu-{args.database_cpu:g}")
     extra += ["statements"] if args.statements else []
     extra += [f"rounds-{args.rounds}"] if args.rounds else []
+    extra += ["warm"] if args.warm_until_flat else []
     name = result_name("rubis_throughput", args.quick, args.storage, *extra)
     title = "RUBiS throughput: no cache, txcache, no_consistency"
     raw = {"settings": vars(args), "load_s": load_s, "rows": rows}

@@ -8,6 +8,7 @@ import pytest
 import redis
 
 from conftest import info
+from txcache.stack import wait_until
 
 TAG_A1 = "public.a:id=1"
 TAG_A2 = "public.a:id=2"
@@ -16,7 +17,7 @@ TAG_A2 = "public.a:id=2"
 # redis-py's replies are untyped: these are RESP arrays of mixed values.
 
 
-def txget(client: redis.Redis, key: str, lo: int, hi: int, *flags: str) -> list[Any]:
+def txget(client: redis.Redis, key: str, lo: int, hi: int, *flags: object) -> list[Any]:
     return cast(list[Any], client.execute_command("TXGET", key, lo, hi, *flags))
 
 
@@ -211,3 +212,40 @@ def test_versioned_and_plain_keys_do_not_mix(client: redis.Redis) -> None:
         client.get("versioned")
     assert client.delete("versioned") == 1
     assert txget(client, "versioned", 1, 2) == [None, b"compulsory"]
+
+
+# -- leases (TXGET … LEASE, TXRELEASE) --------------------------------------------------------
+
+
+def test_a_miss_with_lease_grants_it_once_and_tells_the_others_how_long_it_lasts(
+    client: redis.Redis,
+) -> None:
+    assert txget(client, "hot", 1, 2, "LEASE", 5000) == [None, b"compulsory", 0]
+    held = txget(client, "hot", 1, 2, "LEASE", 5000)
+    assert held[:2] == [None, b"compulsory"]
+    assert 0 < held[2] <= 5000
+    # Without LEASE a miss is as it always was; WITHTAGS and LEASE go together.
+    assert txget(client, "hot", 1, 2) == [None, b"compulsory"]
+    assert txget(client, "hot", 1, 2, "WITHTAGS", "LEASE", 10)[2] > 0
+
+
+def test_a_store_ends_the_lease_and_a_release_does_too(client: redis.Redis) -> None:
+    assert txget(client, "k", 100, 200, "LEASE", 5000)[2] == 0
+    txset(client, "k", b"v", 100, 150)
+    assert txget(client, "k", 100, 200, "LEASE", 5000) == [b"v", 100, 150, 0]
+    # Outside the stored interval it misses again, and the lease is free.
+    assert txget(client, "k", 300, 400, "LEASE", 5000)[2] == 0
+    assert client.execute_command("TXRELEASE", "k") == 1
+    assert client.execute_command("TXRELEASE", "k") == 0
+    assert txget(client, "k", 300, 400, "LEASE", 5000)[2] == 0
+
+
+def test_an_expired_lease_passes_to_the_next_caller(client: redis.Redis) -> None:
+    assert txget(client, "k", 1, 2, "LEASE", 1)[2] == 0
+    wait_until(lambda: txget(client, "k", 1, 2, "LEASE", 1)[2] == 0, "the 1 ms lease to expire")
+
+
+@pytest.mark.parametrize("duration", ["0", "60001", "-1", "x", "1.5"])
+def test_a_lease_outside_1_ms_to_a_minute_is_refused(client: redis.Redis, duration: str) -> None:
+    with pytest.raises(redis.ResponseError, match="lease"):
+        txget(client, "k", 1, 2, "LEASE", duration)

@@ -10,13 +10,17 @@ same bytes whichever wrapper computed them. A call cancelled before its function
 stores nothing (its frame is dropped, as for any exception); once its result is being
 stored, the ``TXSET`` is written whole, so a cancellation then stores the complete value or
 nothing.
+
+A miss asks the node for the key's lease (the ``lease`` setting): the caller that gets it
+computes the value, and the others that miss the key meanwhile wait for its store
+(docs/library.md, "Hot keys: one recompute").
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from txcache._cacheable_base import (
     EMIT_INVALIDATION,
@@ -39,6 +43,9 @@ __all__ = ["CacheableFunction"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+_MAX_LEASE_PAUSE = 0.05
+"""The longest pause between two looks at a key another caller holds the lease of."""
 
 
 class CacheableFunction(CacheableBase[P, R]):
@@ -111,6 +118,8 @@ class CacheableFunction(CacheableBase[P, R]):
         transaction.check_owner()
         key, node, manual_tag = self._where(transaction, transaction.cache.ring, args, kwargs)
         found = transaction.lookup(node, key)
+        if isinstance(found, Miss) and found.lease:
+            found = self._wait_for_lease(transaction, node, key, found)
         if isinstance(found, Hit):
             value = self._hit_value(transaction, found, started)
             if not isinstance(value, Miss):
@@ -119,28 +128,52 @@ class CacheableFunction(CacheableBase[P, R]):
                 )
                 return value
             found = value
-        return self._run(transaction, node, key, found.kind, args, kwargs, manual_tag)
+        return self._run(transaction, node, key, found, args, kwargs, manual_tag)
+
+    def _wait_for_lease(
+        self, transaction: ReadOnlyTransaction, node: CacheNode, key: bytes, miss: Miss
+    ) -> Hit | Miss:
+        """Another caller holds the key's lease (it is computing the value): look again,
+        pausing a millisecond and then twice as long each time (at most 50 ms), until its
+        store is a hit or the lease comes to this caller — an expired or released one does —
+        and for at most twice the cache's lease: a caller that holds no lease then computes
+        anyway."""
+        self.stats.record_lease_wait()
+        deadline = time.monotonic() + 2 * transaction.cache.settings.lease
+        pause, found = 0.001, cast(Hit | Miss, miss)
+        while isinstance(found, Miss) and found.lease and time.monotonic() < deadline:
+            time.sleep(min(pause, found.lease / 1000))
+            found = transaction.lookup(node, key)
+            pause = min(2 * pause, _MAX_LEASE_PAUSE)
+        return found
 
     def _run(
         self,
         transaction: ReadOnlyTransaction,
         node: CacheNode,
         key: bytes,
-        miss_kind: str,
+        miss: Miss,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         manual_tag: str | None,
     ) -> R:
         started = time.perf_counter()
         frame = self._open_frame(transaction, manual_tag)
+        leased = miss.lease == 0  # this call holds the key's lease: a store ends it
         try:
             value = self.function(*args, **kwargs)
+        except Exception:
+            if leased:
+                node.release(key)  # a waiting caller computes it at once
+            raise
         finally:
             self._close_frame(transaction, frame)
-        self._record_miss(transaction, miss_kind, started)
+        self._record_miss(transaction, miss.kind, started)
         request = self._store_request(transaction, value, frame)
         if request is not None and not self._defer_store(transaction, node, key, request, frame):
             self._stored(transaction, node.insert(key, *request))
+        elif leased:
+            node.release(key)
         return value
 
     def _emit(self, tags: str) -> int | None:

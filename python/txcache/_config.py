@@ -68,6 +68,9 @@ class Settings:
     """Seconds before a silent agent counts as down."""
     refresh_interval: float = 0.25
     """Seconds between pin-list refreshes."""
+    lease: float = 1.0
+    """Seconds a miss's lease lasts: while one caller computes a missing key, the others
+    that miss it wait for its store at most this long (0: no leases; at most 60)."""
     snapshot_hold: float = 0.25
     """Seconds a read-only database transaction is kept open, from its start, for the next
     read-only transaction at the same pin (0: never; :mod:`txcache._parking`)."""
@@ -106,6 +109,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "node_timeout": validate.wait,
     "agent_timeout": validate.wait,
     "refresh_interval": validate.wait,
+    "lease": validate.lease,
     "snapshot_hold": validate.seconds,
     "code_version": validate.code_version,
     "code_packages": validate.module_names,
@@ -126,6 +130,7 @@ _NUMBERS = frozenset(
         "node_timeout",
         "agent_timeout",
         "refresh_interval",
+        "lease",
         "snapshot_hold",
         "audit_rate",
     }

@@ -30,10 +30,17 @@ class CacheNode(Endpoint):
         """A node at ``host:port``; ``options`` as :class:`Endpoint` takes them."""
         super().__init__(address, role="cache node", **options)
 
-    def lookup(self, key: bytes, lo: int, hi: int, *, with_tags: bool) -> Hit | Miss:
-        """``TXGET key lo hi [WITHTAGS]``."""
-        reply = self.run(protocol.txget(key, lo, hi, with_tags=with_tags))
+    def lookup(
+        self, key: bytes, lo: int, hi: int, *, with_tags: bool, lease_ms: int | None = None
+    ) -> Hit | Miss:
+        """``TXGET key lo hi [WITHTAGS] [LEASE ms]``."""
+        reply = self.run(protocol.txget(key, lo, hi, with_tags=with_tags, lease_ms=lease_ms))
         return lookup_result(self.address, reply)
+
+    def release(self, key: bytes) -> None:
+        """``TXRELEASE key``: ends the key's lease without a store (best effort: a node
+        that is down ends it when it expires)."""
+        self.run(protocol.txrelease(key))
 
     def insert(
         self,

@@ -130,21 +130,36 @@ class Hit:
 @dataclass(frozen=True, slots=True)
 class Miss:
     """No usable version: ``kind`` is the node's miss type (:data:`MISS_KINDS`) or the
-    library's (``unavailable``: the node is down; ``error``: it refused the request)."""
+    library's (``unavailable``: the node is down; ``error``: it refused the request).
+    ``lease`` (asked for with ``LEASE``): ``0`` when the caller now holds the key's lease,
+    else how many milliseconds another caller still holds it; ``None`` when not asked."""
 
     kind: str
+    lease: int | None = None
 
 
-def txget(key: bytes | str, lo: int, hi: int, *, with_tags: bool = False) -> Command[Hit | Miss]:
-    """``TXGET key lo hi [WITHTAGS]``: the newest version valid somewhere in ``[lo, hi]``."""
+def txget(
+    key: bytes | str, lo: int, hi: int, *, with_tags: bool = False, lease_ms: int | None = None
+) -> Command[Hit | Miss]:
+    """``TXGET key lo hi [WITHTAGS] [LEASE ms]``: the newest version valid somewhere in
+    ``[lo, hi]``; on a miss with ``lease_ms``, the key's lease or how long another holds it."""
+    command: tuple[str | bytes | int, ...] = ("TXGET", key, lo, hi)
     if with_tags:
-        return Command(("TXGET", key, lo, hi, "WITHTAGS"), _hit_or_miss)
-    return Command(("TXGET", key, lo, hi), _hit_or_miss)
+        command += ("WITHTAGS",)
+    if lease_ms is not None:
+        command += ("LEASE", lease_ms)
+    return Command(command, _hit_or_miss)
+
+
+def txrelease(key: bytes | str) -> Command[int]:
+    """``TXRELEASE key``: ends the key's lease without a store (``1`` if it had one)."""
+    return Command(("TXRELEASE", key), int)
 
 
 def _hit_or_miss(reply: Sequence[Any]) -> Hit | Miss:
     if reply[0] is None:
-        return Miss(reply[1].decode())
+        # The third element is there exactly when LEASE was sent.
+        return Miss(reply[1].decode(), int(reply[2]) if len(reply) > 2 else None)
     value, lo, hi, is_open = reply[:4]
     # The fifth element is there exactly when WITHTAGS was sent.
     tags = tuple(tag.decode() for tag in reply[4]) if len(reply) > 4 else ()

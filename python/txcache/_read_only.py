@@ -103,7 +103,10 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
             if bounds is None:
                 return Miss("unavailable")
         started = time.perf_counter()
-        found = node.lookup(key, bounds[0], bounds[1], with_tags=bool(self.frames))
+        lease_ms = round(self.cache.settings.lease * 1000) or None
+        found = node.lookup(
+            key, bounds[0], bounds[1], with_tags=bool(self.frames), lease_ms=lease_ms
+        )
         self.cache.latency.record_lookup(time.perf_counter() - started)
         if isinstance(found, Hit):
             try:

@@ -42,6 +42,9 @@ class FunctionStats:
     """Time spent in calls answered from the cache."""
     miss_seconds: float = 0.0
     """Time spent running the function on misses."""
+    lease_waits: int = 0
+    """Misses that waited for another caller computing the same key (its lease) instead of
+    computing it too: each then hit its store, or took the lease over."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
@@ -84,6 +87,11 @@ class FunctionStats:
         with self._lock:
             self.errors += 1
 
+    def record_lease_wait(self) -> None:
+        """A miss that waited for the key's lease holder."""
+        with self._lock:
+            self.lease_waits += 1
+
     def record_uncached(self) -> None:
         """A call that ran without the cache."""
         with self._lock:
@@ -98,6 +106,7 @@ class FunctionStats:
             "uncached": self.uncached,
             "errors": self.errors,
             "inserts": dict(self.inserts),
+            "lease_waits": self.lease_waits,
             "hit_rate": self.hit_rate,
             "time_saved": self.time_saved,
         }

@@ -56,6 +56,7 @@ __all__ = [
     "isolation_argument",
     "key_context",
     "lasting_seconds",
+    "lease",
     "module_names",
     "number_text",
     "pin_policy",
@@ -140,6 +141,22 @@ def seconds(value: Any) -> float:
     if not 0 <= found < math.inf:  # False for NaN too
         raise Refused(allowed)
     return found
+
+
+MAX_LEASE = 60.0
+"""The longest lease a node grants (``txcached``'s ``TXGET … LEASE`` limit), in seconds."""
+
+
+def lease(value: Any) -> float:
+    """A miss's lease: a number of seconds from 0 (none) to :data:`MAX_LEASE`, in whole
+    milliseconds as the node takes it."""
+    allowed = f"a number of seconds from 0 to {MAX_LEASE:g}"
+    if not _is_number(value):
+        raise Refused(allowed, wrong_type=True)
+    found = float(value)
+    if not 0 <= found <= MAX_LEASE:  # False for NaN too
+        raise Refused(allowed)
+    return round(found, 3)
 
 
 def lasting_seconds(value: Any) -> float:

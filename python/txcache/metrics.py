@@ -145,6 +145,12 @@ METRICS: tuple[Metric, ...] = (
         _per_function_by("outcome", INSERT_OUTCOMES_EXPORTED, lambda s: dict(s.inserts)),
     ),
     Metric(
+        "txcache_function_lease_waits",
+        "counter",
+        "Misses that waited for another caller computing the same key (its lease).",
+        _per_function(lambda s: s.lease_waits),
+    ),
+    Metric(
         "txcache_function_hit_seconds",
         "counter",
         "Time spent in calls answered from the cache.",

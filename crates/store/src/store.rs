@@ -7,6 +7,7 @@ use crate::evict::XorShift;
 use crate::expiry::ExpiryQueue;
 use crate::ghost::Ghosts;
 use crate::history::SharedHistory;
+use crate::lease::{LeaseOutcome, Leases};
 use crate::memory::{Ledger, MemoryUsage};
 use crate::plain::PlainTable;
 use crate::stale::StaleQueue;
@@ -46,6 +47,8 @@ pub struct Store {
     pub(crate) rng: XorShift,
     pub(crate) ledger: Ledger,
     pub(crate) stats: StoreStats,
+    /// Leases on missing keys (`lease.rs`).
+    pub(crate) leases: Leases,
 }
 
 impl Store {
@@ -73,6 +76,7 @@ impl Store {
             rng: XorShift::default(),
             ledger: Ledger::default(),
             stats: StoreStats::default(),
+            leases: Leases::default(),
         }
     }
 
@@ -137,6 +141,23 @@ impl Store {
         self.stale.clear();
         self.expiry.clear();
         self.ledger = Ledger::default();
+        self.leases.clear();
+    }
+
+    /// Asks for `key`'s lease at `now` (milliseconds since the Unix epoch) for `duration_ms`:
+    /// granted (compute and store it) or held by another caller (wait and look again).
+    pub fn claim_lease(&mut self, key: &[u8], now: u64, duration_ms: u64) -> LeaseOutcome {
+        self.leases.claim(key, now, duration_ms)
+    }
+
+    /// Ends `key`'s lease, if it has one: its value was stored, or its holder gave up.
+    pub fn release_lease(&mut self, key: &[u8]) -> bool {
+        self.leases.release(key)
+    }
+
+    /// How many leases are recorded.
+    pub fn leases(&self) -> usize {
+        self.leases.len()
     }
 
     /// Changes the memory limit, evicting down to a lower one at once.

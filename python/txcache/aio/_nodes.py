@@ -32,10 +32,17 @@ class AsyncCacheNode(AsyncEndpoint):
         else:
             super().__init__(address, role="cache node", **options)
 
-    async def lookup(self, key: bytes, lo: int, hi: int, *, with_tags: bool) -> Hit | Miss:
-        """``TXGET key lo hi [WITHTAGS]``."""
-        reply = await self.run(protocol.txget(key, lo, hi, with_tags=with_tags))
+    async def lookup(
+        self, key: bytes, lo: int, hi: int, *, with_tags: bool, lease_ms: int | None = None
+    ) -> Hit | Miss:
+        """``TXGET key lo hi [WITHTAGS] [LEASE ms]``."""
+        reply = await self.run(protocol.txget(key, lo, hi, with_tags=with_tags, lease_ms=lease_ms))
         return lookup_result(self.address, reply)
+
+    async def release(self, key: bytes) -> None:
+        """``TXRELEASE key``: ends the key's lease without a store (best effort: a node
+        that is down ends it when it expires)."""
+        await self.run(protocol.txrelease(key))
 
     async def insert(
         self,

@@ -107,7 +107,10 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
             if bounds is None:
                 return Miss("unavailable")
         started = time.perf_counter()
-        found = await node.lookup(key, bounds[0], bounds[1], with_tags=bool(self.frames))
+        lease_ms = round(self.cache.settings.lease * 1000) or None
+        found = await node.lookup(
+            key, bounds[0], bounds[1], with_tags=bool(self.frames), lease_ms=lease_ms
+        )
         self.cache.latency.record_lookup(time.perf_counter() - started)
         if isinstance(found, Hit):
             try:

@@ -38,6 +38,7 @@ mod txheartbeat;
 mod txinterval;
 mod txinvalidate;
 mod txorigin;
+mod txrelease;
 mod txreset;
 mod txset;
 mod txstatus;
@@ -302,6 +303,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     spec("TXGET", -4, Keys::First, txget::run),
     spec("GET", 2, Keys::First, get::run),
     spec("TXSET", -5, Keys::First, txset::run),
+    spec("TXRELEASE", 2, Keys::First, txrelease::run),
     spec("SET", -3, Keys::First, set::run),
     spec("MGET", -2, Keys::All, mget::run),
     spec("MSET", -3, Keys::Pairs, mset::run),

@@ -1,10 +1,15 @@
-//! `TXGET key lo hi [WITHTAGS]`: the most recent version valid somewhere in `[lo, hi]`.
+//! `TXGET key lo hi [WITHTAGS] [LEASE ms]`: the most recent version valid somewhere in
+//! `[lo, hi]`; on a miss with `LEASE`, the key's lease or how long another caller holds it.
 
 use super::{Args, CommandError, Context, Protocol};
 use bytes::BytesMut;
 use txcache_model::ValidityInterval;
 use txcache_resp::encode;
-use txcache_store::{HitRef, LookupRef};
+use txcache_store::{HitRef, LeaseOutcome, LookupRef};
+
+/// The longest lease a caller may ask for: a holder that dies stalls the key's other callers
+/// this long at most.
+pub const MAX_LEASE_MS: u64 = 60_000;
 
 /// Appends the reply for one lookup.
 pub fn run(
@@ -16,6 +21,10 @@ pub fn run(
     let lo = args.next_timestamp("lo")?;
     let hi = args.next_timestamp("hi")?;
     let with_tags = args.eat_keyword("WITHTAGS");
+    let lease_ms = match args.eat_keyword("LEASE") {
+        true => Some(lease_duration(args)?),
+        false => None,
+    };
     if args.remaining() > 0 {
         return Err(CommandError::Syntax(args.command()));
     }
@@ -26,20 +35,51 @@ pub fn run(
         });
     }
     let protocol = context.session.protocol;
+    let now = context.now_ms();
     // Encoding under the shard's lock copies the value straight into the reply, not into an
     // owned hit first.
     context
         .with_shard(key, |store| {
-            store.lookup_with(key, lo, hi, with_tags, |found| match found {
-                LookupRef::Hit(hit) => encode_hit(out, &hit, with_tags),
-                LookupRef::Miss(kind) => {
-                    encode::array_header(out, 2);
-                    protocol.null(out);
-                    encode::bulk(out, kind.as_str().as_bytes());
+            let missed = store.lookup_with(key, lo, hi, with_tags, |found| match found {
+                LookupRef::Hit(hit) => {
+                    encode_hit(out, &hit, with_tags);
+                    None
                 }
-            })
+                LookupRef::Miss(kind) => Some(kind),
+            })?;
+            let Some(kind) = missed else {
+                return Ok(());
+            };
+            let lease = lease_ms.map(|ms| store.claim_lease(key, now, ms));
+            encode::array_header(out, if lease.is_some() { 3 } else { 2 });
+            protocol.null(out);
+            encode::bulk(out, kind.as_str().as_bytes());
+            match lease {
+                Some(LeaseOutcome::Granted) => encode::integer(out, 0),
+                Some(LeaseOutcome::Held { remaining_ms }) => {
+                    encode::integer(out, wire(remaining_ms))
+                }
+                None => {}
+            }
+            Ok(())
         })
         .map_err(|error| CommandError::from_store(args.command(), error))
+}
+
+/// `LEASE ms`: 1 to [`MAX_LEASE_MS`] milliseconds.
+fn lease_duration(args: &mut Args) -> Result<u64, CommandError> {
+    let raw = args.next_bytes()?;
+    std::str::from_utf8(raw)
+        .ok()
+        .and_then(|text| text.parse::<u64>().ok())
+        .filter(|ms| (1..=MAX_LEASE_MS).contains(ms))
+        .ok_or_else(|| {
+            args.invalid(
+                "lease",
+                raw,
+                &format!("milliseconds from 1 to {MAX_LEASE_MS}"),
+            )
+        })
 }
 
 fn encode_hit(out: &mut BytesMut, hit: &HitRef<'_>, with_tags: bool) {

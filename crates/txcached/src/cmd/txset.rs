@@ -1,4 +1,5 @@
-//! `TXSET key value lo hi|OPEN [SNAPSHOT s] [TAGS tag ...]`: stores one version.
+//! `TXSET key value lo hi|OPEN [SNAPSHOT s] [TAGS tag ...]`: stores one version, ending the
+//! key's lease (`TXGET … LEASE`) whatever the outcome.
 
 use super::{printable, txget::encode_interval, Args, CommandError, Context, Protocol};
 use bytes::BytesMut;
@@ -17,7 +18,10 @@ pub fn run(
     let value = args.next_bytes()?;
     let request = parse_request(args)?;
     let outcome = context
-        .with_shard(key, |store| store.insert(key, value, request))
+        .with_shard(key, |store| {
+            store.release_lease(key);
+            store.insert(key, value, request)
+        })
         .map_err(|error| CommandError::from_store(args.command(), error))?;
     let protocol = context.session.protocol;
     encode::array_header(out, 3);
