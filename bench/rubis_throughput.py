@@ -29,8 +29,8 @@ each mode's throughput, the speedup and the ``no_consistency`` gap round by roun
 their spread (one-after-the-other runs differ by more than the gap).
 
 With ``--warm-until-flat`` the warm-up runs in windows of ``--window`` seconds until a
-window gains less than a point of hit rate over the one before (throughput within 3 % for
-``bypass``), ``--warmup`` seconds at most: a cache still filling is measured otherwise, and
+window's hit rate is less than a point above the one two windows back (throughput within
+3 % for ``bypass``), ``--warmup`` seconds at most: a cache still filling is measured otherwise, and
 its compulsory misses say more about the warm-up than about the cache. The report gives
 each mode's warm-up time and last window.
 
@@ -97,9 +97,9 @@ def emulate(
     )
 
 
-#: A window that gains less than this much hit rate (points) ends ``--warm-until-flat``.
+#: Less hit rate than this (points) gained over two windows ends ``--warm-until-flat``.
 FLAT_HIT_POINTS = 1.0
-#: Without a cache (``bypass``), a window within this much more throughput ends it.
+#: Without a cache (``bypass``), less throughput than this share gained over two windows.
 FLAT_THROUGHPUT = 0.03
 
 
@@ -112,7 +112,7 @@ def warm_up(mode: str, server: AppServer, args: argparse.Namespace, node: str) -
         emulate(server, args, args.warmup, args.seed + 1000)
         args.warmed[mode] = {"seconds": args.warmup}
         return
-    started, previous, window = time.monotonic(), None, 0
+    started, levels, window = time.monotonic(), [], 0
     while True:
         counts = node_counts(node)
         report = emulate(server, args, args.window, args.seed + 1000 + window)
@@ -121,20 +121,23 @@ def warm_up(mode: str, server: AppServer, args: argparse.Namespace, node: str) -
         hits = 100 * (after["hits"] - counts["hits"]) / lookups if lookups else 0.0
         level = report.throughput if mode == "bypass" else hits
         window += 1
-        log(f"{mode}: warm-up window {window}: {report.throughput} req/s, hit rate {hits:.1f} %")
+        throughput = fmt(report.throughput, 1)
+        log(f"{mode}: warm-up window {window}: {throughput} req/s, hit rate {hits:.1f} %")
         elapsed = time.monotonic() - started
         args.warmed[mode] = {"seconds": round(elapsed), "req_s": report.throughput}
         args.warmed[mode] |= {"hit_rate": None if mode == "bypass" else round(hits, 1)}
-        if previous is not None and _flat(mode, previous, level):
+        levels.append(level)
+        # Against two windows back: one window's noise (about a point) is not a plateau.
+        if len(levels) > 2 and _flat(mode, levels[-3], level):
             return
         if elapsed + args.window > args.warmup:
             log(f"{mode}: still warming after {elapsed:.0f} s, measuring anyway (--warmup)")
             return
-        previous = level
 
 
 def _flat(mode: str, previous: float, level: float) -> bool:
-    """Whether a window's level (throughput for ``bypass``, else hit rate) barely rose."""
+    """Whether the level (throughput for ``bypass``, else hit rate) barely rose since
+    ``previous``."""
     if mode == "bypass":
         return level < previous * (1 + FLAT_THROUGHPUT)
     return level - previous < FLAT_HIT_POINTS
@@ -376,8 +379,8 @@ def warm_up_words(args: argparse.Namespace) -> str:
         for mode, warmed in args.warmed.items()
     )
     return (
-        f"warmed up in {args.window} s windows until flat (a point of hit rate, 3 % throughput "
-        f"without cache; at most {args.warmup} s): {done},"
+        f"warmed up in {args.window} s windows until flat (under a point of hit rate gained "
+        f"over two windows, 3 % throughput without cache; at most {args.warmup} s): {done},"
     )
 
 
@@ -465,8 +468,8 @@ def main() -> None:
     parser.add_argument(
         "--warm-until-flat",
         action="store_true",
-        help="warm up in --window second windows until a window gains under a point of hit "
-        "rate (3 %% throughput without cache), at most --warmup seconds",
+        help="warm up in --window second windows until the hit rate gains under a point over "
+        "two windows (3 %% throughput without cache), at most --warmup seconds",
     )
     parser.add_argument("--window", type=float, default=30.0, help="with --warm-until-flat")
     parser.add_argument("--quick", action="store_true", help="tiny, 3 s warm-up, 8 s measured")

@@ -224,6 +224,9 @@ def test_a_miss_with_lease_grants_it_once_and_tells_the_others_how_long_it_lasts
     held = txget(client, "hot", 1, 2, "LEASE", 5000)
     assert held[:2] == [None, b"compulsory"]
     assert 0 < held[2] <= 5000
+    # The waiter does not go to the database: a lease wait, not a miss.
+    counts = info(client)
+    assert (counts["misses_compulsory"], counts["lease_waits"]) == (1, 1)
     # Without LEASE a miss is as it always was; WITHTAGS and LEASE go together.
     assert txget(client, "hot", 1, 2) == [None, b"compulsory"]
     assert txget(client, "hot", 1, 2, "WITHTAGS", "LEASE", 10)[2] > 0

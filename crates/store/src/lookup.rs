@@ -201,12 +201,21 @@ impl Store {
     }
 
     fn count_miss(&mut self, kind: MissKind) {
-        let counter = match kind {
+        *self.miss_counter(kind) += 1;
+    }
+
+    /// Takes back the count of a miss just counted (it became a lease wait).
+    pub(crate) fn uncount_miss(&mut self, kind: MissKind) {
+        let counter = self.miss_counter(kind);
+        *counter = counter.saturating_sub(1);
+    }
+
+    fn miss_counter(&mut self, kind: MissKind) -> &mut u64 {
+        match kind {
             MissKind::Compulsory => &mut self.stats.misses_compulsory,
             MissKind::Capacity => &mut self.stats.misses_capacity,
             MissKind::Staleness => &mut self.stats.misses_staleness,
             MissKind::Consistency => &mut self.stats.misses_consistency,
-        };
-        *counter += 1;
+        }
     }
 }

@@ -14,6 +14,9 @@ pub struct StoreStats {
     pub misses_staleness: u64,
     /// Lookup misses where a fresh-enough version starts after the range.
     pub misses_consistency: u64,
+    /// Lookups that found nothing while another caller held the key's lease: the caller
+    /// waits for that store instead of going to the database, so they are not misses.
+    pub lease_waits: u64,
     /// Inserts stored as a new version ([`crate::InsertOutcome::Inserted`]).
     pub inserts: u64,
     /// Inserts merged into equal versions ([`crate::InsertOutcome::Extended`]).
@@ -62,6 +65,7 @@ impl StoreStats {
             (&mut self.misses_capacity, other.misses_capacity),
             (&mut self.misses_staleness, other.misses_staleness),
             (&mut self.misses_consistency, other.misses_consistency),
+            (&mut self.lease_waits, other.lease_waits),
             (&mut self.inserts, other.inserts),
             (&mut self.extensions, other.extensions),
             (

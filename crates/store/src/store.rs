@@ -8,6 +8,7 @@ use crate::expiry::ExpiryQueue;
 use crate::ghost::Ghosts;
 use crate::history::SharedHistory;
 use crate::lease::{LeaseOutcome, Leases};
+use crate::lookup::MissKind;
 use crate::memory::{Ledger, MemoryUsage};
 use crate::plain::PlainTable;
 use crate::stale::StaleQueue;
@@ -144,10 +145,23 @@ impl Store {
         self.leases.clear();
     }
 
-    /// Asks for `key`'s lease at `now` (milliseconds since the Unix epoch) for `duration_ms`:
-    /// granted (compute and store it) or held by another caller (wait and look again).
-    pub fn claim_lease(&mut self, key: &[u8], now: u64, duration_ms: u64) -> LeaseOutcome {
-        self.leases.claim(key, now, duration_ms)
+    /// Asks for `key`'s lease after a lookup of it missed (`kind`), at `now` (milliseconds
+    /// since the Unix epoch) for `duration_ms`: granted (compute and store it) or held by
+    /// another caller (wait and look again). A held lease makes the lookup a lease wait, not a
+    /// miss: its caller does not go to the database.
+    pub fn claim_lease(
+        &mut self,
+        key: &[u8],
+        kind: MissKind,
+        now: u64,
+        duration_ms: u64,
+    ) -> LeaseOutcome {
+        let outcome = self.leases.claim(key, now, duration_ms);
+        if let LeaseOutcome::Held { .. } = outcome {
+            self.uncount_miss(kind);
+            self.stats.lease_waits += 1;
+        }
+        outcome
     }
 
     /// Ends `key`'s lease, if it has one: its value was stored, or its holder gave up.

@@ -342,6 +342,13 @@ pub static REGISTRY: Registry<Reading> = Registry {
             "Misses: a fresh version exists outside the range",
             |r| r.stats.misses_consistency,
         ),
+        Metric::one(
+            "txcache",
+            "lease_waits",
+            Counter,
+            "Lookups that found nothing while another caller held the key's lease (not misses)",
+            |r| r.stats.lease_waits,
+        ),
         Metric::one("txcache", "inserts", Counter, "Versions stored", |r| {
             r.stats.inserts
         }),
@@ -639,6 +646,7 @@ mod tests {
                 plain_sets: 4_021,
                 plain_deletes: 4_022,
                 plain_expired: 4_023,
+                lease_waits: 4_024,
             },
             gauges: Gauges {
                 keys: 5_001,

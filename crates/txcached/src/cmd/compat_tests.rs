@@ -454,6 +454,8 @@ fn every_queueable_command_runs_inside_exec_on_the_shards_it_locked() {
     let key = |i: usize| keys[i].as_str();
     let invocations: Vec<Vec<&str>> = vec![
         vec!["TXGET", "vkey", "1", "20", "WITHTAGS"],
+        vec!["TXGET", "lkey", "1", "20", "LEASE", "100"],
+        vec!["TXRELEASE", "lkey"],
         vec!["GET", key(0)],
         vec![
             "TXSET", "vkey", "v", "0", "OPEN", "SNAPSHOT", "10", "TAGS", "s.t",

@@ -50,7 +50,7 @@ pub fn run(
             let Some(kind) = missed else {
                 return Ok(());
             };
-            let lease = lease_ms.map(|ms| store.claim_lease(key, now, ms));
+            let lease = lease_ms.map(|ms| store.claim_lease(key, kind, now, ms));
             encode::array_header(out, if lease.is_some() { 3 } else { 2 });
             protocol.null(out);
             encode::bulk(out, kind.as_str().as_bytes());
