@@ -78,6 +78,8 @@ CREATE TABLE typed (id positive PRIMARY KEY, tag label UNIQUE);
 CREATE TABLE measures (id int PRIMARY KEY, a int, doubled int GENERATED ALWAYS AS (a * 2) STORED);
 CREATE FUNCTION bid_count(int) RETURNS bigint LANGUAGE sql STABLE
     AS 'SELECT count(*) FROM bids WHERE item = $1';
+CREATE FUNCTION bid_total(items) RETURNS bigint LANGUAGE sql STABLE
+    AS 'SELECT sum(amount) FROM bids WHERE item = $1.id';
 """
 
 TAG_COLUMNS = """
@@ -641,6 +643,36 @@ def test_whole_rows_read_every_column(columns: Columns, sql: str) -> None:
     assert columns(sql)["public.items:id=1"] == ALL
 
 
+JOINED = "(bids b JOIN items i ON i.id = b.item)"
+
+
+def test_a_join_alias_reads_through_to_its_tables(columns: Columns) -> None:
+    found = columns(f"SELECT j.name FROM {JOINED} AS j")
+    assert found == {"public.bids": read("item"), "public.items": read("id", "name")}
+    for sql in (
+        f"SELECT j.a FROM {JOINED} AS j(x1, x2, x3, a)",  # renamed: not traced
+        f"SELECT row_to_json(j) FROM {JOINED} AS j",
+        f"SELECT j.* FROM {JOINED} AS j",
+    ):
+        assert columns(sql) == {"public.bids": ALL, "public.items": ALL}, sql
+
+
+def test_a_join_alias_shadowing_an_outer_table_reads_both(columns: Columns) -> None:
+    sql = (
+        f"SELECT (SELECT j.name FROM {JOINED} AS j ORDER BY j.amount LIMIT 1) "
+        "FROM odd AS j WHERE j.id = 1"
+    )
+    found = columns(sql)
+    assert found["public.items"] & read("name") == read("name")
+    assert found["public.bids"] & read("amount") == read("amount")
+
+
+def test_storage_sizes_read_every_column(columns: Columns) -> None:
+    """An update may compress or move a value it left unchanged (TOAST)."""
+    found = columns("SELECT pg_column_size(note) FROM items WHERE id = 1")
+    assert found == {"public.items:id=1": ALL}
+
+
 def test_using_reads_the_merged_column_of_both_sides(columns: Columns) -> None:
     found = columns("SELECT 1 FROM items JOIN odd USING (id)")
     assert found == {"public.items": read("id"), "public.odd": read("id")}
@@ -672,6 +704,22 @@ def test_reads_of_one_site_merge_their_columns(columns: Columns) -> None:
 
 
 # -- refusals ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "reason"),
+    [
+        ("SELECT (i).xmax FROM items i WHERE id = 1", "system column xmax"),
+        ("SELECT (i.*).ctid FROM items i WHERE id = 1", "system column ctid"),
+        ("SELECT i.bid_total FROM items i WHERE id = 1", "bid_total"),
+        ("SELECT (i).bid_total FROM items i WHERE id = 1", "bid_total"),
+    ],
+)
+def test_fields_of_whole_rows_are_checked_as_columns_and_calls(
+    schema: Schema, sql: str, reason: str
+) -> None:
+    """``(t).xmax`` is a system column; ``t.f`` is ``f(t)`` where ``f`` is no column."""
+    assert reason in refusal(schema, sql)
 
 
 @pytest.mark.parametrize(

@@ -930,7 +930,7 @@ def _read_publication(conn: Connection, name: str, version: int) -> Publication:
     filtered = "rowfilter IS NOT NULL" if version >= 150000 else "false"
     partial = (
         "cardinality(t.attnames) < (SELECT count(*) FROM pg_attribute a WHERE "
-        "a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)"
+        "a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '')"
         if version >= 150000
         else "false"
     )

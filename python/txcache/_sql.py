@@ -87,6 +87,11 @@ _EMPTY_SELECT = (
 _JOIN = enums.JoinType
 _ALLOWED_VALUE_FUNCTIONS = {enums.SQLValueFunctionOp.SVFOP_CURRENT_CATALOG}
 _PHYSICAL_COLUMNS = frozenset({"ctid", "xmin", "xmax", "cmin", "cmax"})
+# Functions whose result depends on how a value is stored, which any update of its row may
+# change (TOAST compresses or moves values it did not change).
+_STORAGE_FUNCTIONS = frozenset(
+    {"pg_column_size", "pg_column_compression", "pg_column_toast_chunk_id"}
+)
 _KIND = enums.A_Expr_Kind
 _BETWEEN = {_KIND.AEXPR_BETWEEN, _KIND.AEXPR_NOT_BETWEEN}
 _BETWEEN |= {_KIND.AEXPR_BETWEEN_SYM, _KIND.AEXPR_NOT_BETWEEN_SYM}
@@ -259,6 +264,7 @@ class _Level:
     items: list[_Item] = field(default_factory=list)
     merged: set[str] = field(default_factory=set)  # USING columns
     natural: bool = False
+    joins: list[tuple[str, list[_Item]]] = field(default_factory=list)  # alias, its tables
 
 
 @dataclass(frozen=True)
@@ -289,6 +295,7 @@ class _Planner:
         self.naming: set[int] = set()
         self.strings: list[str] = []  # every string literal's text
         self.levels: list[_Level] = [_Level()]  # the FROM scope being walked, innermost last
+        self.reads_storage = False  # pg_column_size: a value's storage changes with its row
 
     def statement(self, text: str) -> _Plan:
         try:
@@ -416,6 +423,10 @@ class _Planner:
         self.walk(node.quals, scope)
         if node.alias is not None:  # the join's own refname: not a table
             level.refs[node.alias.aliasname] = _Item(None)
+            tables = [item for item in left + right if item.relation is not None]
+            level.joins.append((node.alias.aliasname, tables))
+            for item in tables if node.alias.colnames else ():
+                item.whole = True  # renamed columns no reference can be traced through
         return left + right
 
     def read(self, item: _Item, relation: Relation) -> None:
@@ -445,8 +456,10 @@ class _Planner:
     def columns_read(self, item: _Item, table: Relation) -> int:
         """The column set of what the statement reads of ``table`` through ``item``: row
         existence and each column read; every column for a whole row, a generated column
-        (its changes are its inputs'), or a table some of whose columns are not published."""
-        if item.whole or table.oid in self.catalog.publication.partial:
+        (its changes are its inputs'), a table some of whose columns are not published, or a
+        statement that measures storage (an update may compress or move a value it left
+        unchanged)."""
+        if item.whole or self.reads_storage or table.oid in self.catalog.publication.partial:
             return ALL
         columns = ROWS
         for name in item.read:
@@ -600,6 +613,8 @@ class _Planner:
             raise UncacheableQuery(f"unexpected table reference {node.relname}")
         if _is(node, ast.ColumnRef):
             self.column_reference(node)
+        if _is(node, ast.FuncCall) and node.funcname[-1].sval in _STORAGE_FUNCTIONS:
+            self.reads_storage = True
         self.check(node)
         for name in type(node).__slots__:
             self.walk(getattr(node, name), scope)
@@ -615,23 +630,39 @@ class _Planner:
         *qualifiers, last = fields
         items = [i for level in self.levels for i in level.items if i.relation is not None]
         local = [item for item in self.levels[-1].items if item.relation is not None]
-        named = [item for item in items if qualifiers and item.refname == qualifiers[-1]]
+        qualifier = qualifiers[-1] if qualifiers else None
+        named = [item for item in items if qualifier is not None and item.refname == qualifier]
+        joined = self.joined(qualifier) if qualifier is not None else []
         if last is None:  # a star
-            for item in named or local:
+            for item in named + joined or local:
                 item.whole = True
             return
-        for item in items:
-            if item.refname == last:  # a whole-row reference
-                item.whole = True
+        for item in [i for i in items if i.refname == last] + self.joined(last):
+            item.whole = True  # a whole-row reference, of a table or a join
         for item in named:
             if last in item.names:
                 item.read.add(item.names[last])
-            else:
+                continue
+            item.whole = True
+            problem = self.attribute_call_problem(last)
+            if problem:
+                raise UncacheableQuery(problem)
+        if joined and not any(last in item.names for item in joined):
+            for item in joined:
                 item.whole = True
-        if not named:
-            for item in items:
-                if last in item.names:
-                    item.read.add(item.names[last])
+        for item in items if not named else joined:
+            if last in item.names:
+                item.read.add(item.names[last])
+
+    def joined(self, alias: str) -> list[_Item]:
+        """The tables of every join in reach called ``alias``."""
+        return [
+            item
+            for level in self.levels
+            for name, tables in level.joins
+            if name == alias
+            for item in tables
+        ]
 
     def check(self, node: Any) -> None:
         """Refuse ``node`` if it may call something unsafe or depends on time or the session;
@@ -659,10 +690,29 @@ class _Planner:
             return self.literal_problem(node)
         if _is(node, ast.RangeFunction | ast.RangeTableFunc | ast.JsonTable | ast.JsonFuncExpr):
             return self.table_function_problem(node)
-        last: Any = node.fields[-1] if _is(node, ast.ColumnRef) else None
-        if _is(last, ast.String) and last.sval in _PHYSICAL_COLUMNS:
-            return f"system column {last.sval} changes without a logical write"
+        if _is(node, ast.ColumnRef | ast.A_Indirection):
+            return self.field_problem(node)
         return None
+
+    def field_problem(self, node: Any) -> str | None:
+        """A system column changes without a logical write, whether named as a column or
+        selected from a whole row (``(t).xmax``); ``t.f`` and ``(t).f`` call ``f(t)`` where
+        ``f`` is no column, which must then pass as a call."""
+        parts = node.fields[-1:] if _is(node, ast.ColumnRef) else node.indirection
+        names = [part.sval for part in parts if _is(part, ast.String)]
+        for name in names:
+            if name in _PHYSICAL_COLUMNS:
+                return f"system column {name} changes without a logical write"
+        if _is(node, ast.A_Indirection):  # a field of a composite, or f(t): check as a call
+            return self.attribute_call_problem(names[-1]) if names else None
+        return None
+
+    def attribute_call_problem(self, name: str) -> str | None:
+        """Why ``t.name`` or ``(t).name`` — ``name(t)`` when ``name`` is no column of ``t``
+        — may not be cached, if a one-argument function ``name`` exists."""
+        if not self.catalog.candidates([name], 1):
+            return None
+        return self.catalog.function_problem([name], 1, self.safe)
 
     def literal_problem(self, node: Any) -> str | None:
         """A string literal may be read as a date or time (unless it provably stays text):

@@ -417,10 +417,18 @@ fn merged(tags: BTreeSet<InvalidationTag>) -> BTreeSet<InvalidationTag> {
         .collect()
 }
 
-/// Every table's wildcard in place of its fine tags.
+/// Every table's wildcard in place of its fine tags, naming every column they named.
 fn coarsened(tags: &BTreeSet<InvalidationTag>) -> BTreeSet<InvalidationTag> {
-    tags.iter()
-        .filter_map(|tag| InvalidationTag::parse(tag.table()).ok())
+    let mut tables: BTreeMap<&str, ColumnSet> = BTreeMap::new();
+    for tag in tags {
+        let columns = tables.entry(tag.table()).or_insert(tag.columns());
+        *columns = columns.union(tag.columns());
+    }
+    tables
+        .into_iter()
+        .filter_map(|(table, columns)| {
+            Some(InvalidationTag::parse(table).ok()?.with_columns(columns))
+        })
         .collect()
 }
 
@@ -703,6 +711,17 @@ mod tests {
         let committed = assembler.commit(10, 0).unwrap();
         let expected = tags(&["s.t#e:id=1", "s.t#4:id=2", "s.u"]);
         assert_eq!(committed.invalidation.tags, expected);
+    }
+
+    #[test]
+    fn coarse_tags_keep_the_columns_of_the_fine_ones() {
+        let mut assembler = Assembler::default();
+        assembler.tag_coarsely_below(1000);
+        assembler.begin(1, 900);
+        let written = tags(&["s.t#6:id=1", "s.t#8:id=2", "s.u:k=2"]);
+        assembler.transaction().unwrap().tags.extend(written);
+        let committed = assembler.commit(900, 0).unwrap();
+        assert_eq!(committed.invalidation.tags, tags(&["s.t#e", "s.u"]));
     }
 
     #[test]

@@ -64,6 +64,9 @@ pub struct NodePosition {
     pub applied: Timestamp,
 }
 
+/// The key `TXRELEASE` names to learn whether a node knows column sets in tags.
+const CAPABILITY_PROBE: &[u8] = b"txcache:capability-probe";
+
 impl NodeLink {
     /// Connects to `address` (`host:port`, or `rediss://host:port` for TLS checked with
     /// `tls`), authenticates when a password is given and names the term's epoch
@@ -107,7 +110,22 @@ impl NodeLink {
         link.call(&[b"TXEPOCH", epoch.as_bytes()])
             .await
             .context("the node refused this agent's epoch")?;
+        link.check_column_sets(address).await?;
         Ok(link)
+    }
+
+    /// Refuses a node older than tags with column sets (`schema.table#1c:…`): it would file
+    /// them under another table and never invalidate what they name. `TXRELEASE` came with
+    /// them, so a node that does not know it does not know them either.
+    async fn check_column_sets(&mut self, address: &str) -> anyhow::Result<()> {
+        match self.call_frame(&[b"TXRELEASE", CAPABILITY_PROBE]).await? {
+            Frame::Error(error) => bail!(
+                "cache node {address} is older than this agent (it answered TXRELEASE with \
+                 {error}): it does not know tags that name columns and would never apply \
+                 them; upgrade the cache nodes before the agent and the libraries"
+            ),
+            _ => Ok(()),
+        }
     }
 
     /// `TXSTATUS`: the node's position.
@@ -175,16 +193,21 @@ impl NodeLink {
     }
 
     async fn call(&mut self, parts: &[&[u8]]) -> anyhow::Result<Frame> {
+        match self.call_frame(parts).await? {
+            Frame::Error(error) => bail!("node answered {error}"),
+            frame => Ok(frame),
+        }
+    }
+
+    /// One command and its reply, an error reply included.
+    async fn call_frame(&mut self, parts: &[&[u8]]) -> anyhow::Result<Frame> {
         self.term.check()?;
         encode::request(&mut self.output, parts);
         tokio::time::timeout(REPLY_TIMEOUT, self.stream.write_all(&self.output))
             .await
             .context("node stopped reading")??;
         self.output.clear();
-        match self.read_frame().await? {
-            Frame::Error(error) => bail!("node answered {error}"),
-            frame => Ok(frame),
-        }
+        self.read_frame().await
     }
 
     async fn read_frame(&mut self) -> anyhow::Result<Frame> {
@@ -204,7 +227,41 @@ impl NodeLink {
 
 #[cfg(test)]
 mod tests {
-    use super::NodeAddress;
+    use super::{NodeAddress, NodeLink};
+    use crate::term::Term;
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A node that answers `TXEPOCH` and then `txrelease` with one reply each.
+    async fn fake_node(txrelease: &'static [u8]) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buffer = vec![0; 4096];
+            for reply in [&b"+OK\r\n"[..], txrelease] {
+                let _ = socket.read(&mut buffer).await.unwrap();
+                socket.write_all(reply).await.unwrap();
+            }
+            let _ = socket.read(&mut buffer).await;
+        });
+        address
+    }
+
+    #[tokio::test]
+    async fn a_node_that_does_not_know_column_sets_is_refused() {
+        let old = fake_node(b"-ERR unknown command 'TXRELEASE'\r\n").await;
+        let term = Arc::new(Term::unbounded());
+        let error = NodeLink::connect(&old, None, None, term.clone())
+            .await
+            .err()
+            .expect("an old node is refused");
+        let message = format!("{error:#}");
+        assert!(message.contains("older than this agent"), "{message}");
+        assert!(message.contains("upgrade the cache nodes"), "{message}");
+        let current = fake_node(b":0\r\n").await;
+        assert!(NodeLink::connect(&current, None, None, term).await.is_ok());
+    }
 
     #[test]
     fn addresses_say_whether_they_are_tls() {
