@@ -1,13 +1,14 @@
 """One recompute per hot key: concurrent misses of one key wait for the caller that holds its
 lease (docs/library.md, "Hot keys: one recompute"), against the real stack.
 
-Many threads miss one popular key right after an invalidation; one computes it, the others
-wait for its store and hit it. A holder that raises releases the lease at once; one that
+Many threads (or tasks) miss one popular key right after an invalidation; one computes it,
+the others wait for its store and hit it. A holder that raises releases the lease at once; one that
 takes longer than the lease loses it to the next caller.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +16,10 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import txcache
+from async_fixtures import AsyncLib
 from library_fixtures import LibraryStack
+from txcache import aio
+from txcache.aio import AsyncCache
 from txcache.stack import wait_until
 
 THREADS = 12
@@ -42,6 +46,16 @@ def category_total(category: int) -> int:
         raise RuntimeError("the holder failed")
     time.sleep(0.1)
     row = txcache.query_one("SELECT sum(price) FROM items WHERE category = %s", (category,))
+    assert row is not None
+    return int(row[0])
+
+
+@txcache.cacheable
+async def async_category_total(category: int) -> int:
+    """:func:`category_total` for tasks."""
+    runs.append(category)
+    await asyncio.sleep(0.1)
+    row = await aio.query_one("SELECT sum(price) FROM items WHERE category = %s", (category,))
     assert row is not None
     return int(row[0])
 
@@ -122,3 +136,23 @@ def test_a_holder_slower_than_its_lease_loses_it_to_a_waiter(lib: LibraryStack) 
         holder.join(30)
     assert len(runs) == 2
     assert waited >= 1.5, f"took the lease over after {waited:.2f} s"
+
+
+def test_concurrent_tasks_missing_one_key_compute_once(lib: LibraryStack, alib: AsyncLib) -> None:
+    async def warm(cache: AsyncCache) -> int:
+        async with cache.read_only(staleness=60):
+            return await async_category_total(2)
+
+    before = alib.run(warm)
+    token = lib.commit("UPDATE items SET price = price + 1 WHERE id = 2")  # category 2
+    runs.clear()
+
+    async def herd(cache: AsyncCache) -> list[int]:
+        async def one() -> int:
+            async with cache.read_only(staleness=60, not_before=token):
+                return await async_category_total(2)
+
+        return await asyncio.gather(*(one() for _ in range(THREADS)))
+
+    assert alib.run(herd) == [before + 1] * THREADS
+    assert runs == [2], f"{len(runs)} computations for one invalidated key"

@@ -621,11 +621,12 @@ class _Planner:
 
     def column_reference(self, node: Any) -> None:
         """Record what a column reference may read, on every FROM item in reach it may name
-        (an over-approximation never misses one): ``q.c`` reads ``c`` of the items called
-        ``q`` (a whole row where they have no ``c``: ``q.f`` may call ``f(q)``), else — a
-        join's alias, a subquery's — ``c`` of every item having it; ``c`` alone reads ``c``
-        of every item having it; a name of an item, a whole row of it; ``*``, whole rows of
-        the items of its level, ``q.*`` of the items called ``q``."""
+        (an over-approximation never misses one): ``q.c`` reads ``c`` of the tables called
+        ``q`` (a whole row where they have no ``c``: ``q.f`` may call ``f(q)``) and of the
+        tables of joins called ``q`` (whole rows where none has a ``c``), else — a
+        subquery's, a CTE's — ``c`` of every table having it; ``c`` alone reads ``c`` of
+        every table having it; a name of a table or join, whole rows of it; ``*``, whole
+        rows of the tables of its level, ``q.*`` of those called ``q``."""
         fields = [f.sval if _is(f, ast.String) else None for f in node.fields]
         *qualifiers, last = fields
         items = [i for level in self.levels for i in level.items if i.relation is not None]
@@ -650,7 +651,7 @@ class _Planner:
         if joined and not any(last in item.names for item in joined):
             for item in joined:
                 item.whole = True
-        for item in items if not named else joined:
+        for item in joined if named or joined else items:  # else: a subquery's, a CTE's
             if last in item.names:
                 item.read.add(item.names[last])
 
