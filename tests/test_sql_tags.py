@@ -617,7 +617,7 @@ def test_a_correlated_reference_reads_the_outer_item(columns: Columns) -> None:
     )
     assert columns(sql) == {
         "public.items:id=1": read("name", "id"),
-        "public.bids:bidder=3": ALL,
+        "public.bids:bidder=3": read("item", "bidder"),
     }
 
 
@@ -679,8 +679,16 @@ def test_using_reads_the_merged_column_of_both_sides(columns: Columns) -> None:
 
 
 def test_a_star_reads_whole_rows_of_its_own_level_only(columns: Columns) -> None:
-    sql = "SELECT name FROM items i WHERE EXISTS (SELECT * FROM bids WHERE item = i.id)"
-    assert columns(sql) == {"public.items": read("name", "id"), "public.bids": ALL}
+    sql = "SELECT name FROM items i WHERE id IN (SELECT * FROM odd WHERE odd.id = i.small)"
+    assert columns(sql) == {"public.items": read("name", "id", "small"), "public.odd": ALL}
+
+
+def test_the_star_of_exists_reads_no_column(columns: Columns) -> None:
+    """``EXISTS`` asks only whether a row comes back (SQLAlchemy's ``exists()`` lists ``*``)."""
+    sql = "SELECT name FROM items i WHERE EXISTS (SELECT b.* FROM bids b WHERE b.item = i.id)"
+    assert columns(sql) == {"public.items": read("name", "id"), "public.bids": read("item")}
+    union = "SELECT 1 WHERE EXISTS (SELECT * FROM bids UNION SELECT * FROM bids)"
+    assert columns(union) == {"public.bids": ALL}
 
 
 def test_a_generated_column_reads_every_column(columns: Columns) -> None:

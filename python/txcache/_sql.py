@@ -296,6 +296,7 @@ class _Planner:
         self.strings: list[str] = []  # every string literal's text
         self.levels: list[_Level] = [_Level()]  # the FROM scope being walked, innermost last
         self.reads_storage = False  # pg_column_size: a value's storage changes with its row
+        self.unread_stars: set[int] = set()  # ids of EXISTS (SELECT * …)'s stars
 
     def statement(self, text: str) -> _Plan:
         try:
@@ -611,6 +612,8 @@ class _Planner:
             return
         if _is(node, ast.RangeVar):
             raise UncacheableQuery(f"unexpected table reference {node.relname}")
+        if _is(node, ast.SubLink) and node.subLinkType == enums.SubLinkType.EXISTS_SUBLINK:
+            self.unread_stars.update(_exists_stars(node.subselect))
         if _is(node, ast.ColumnRef):
             self.column_reference(node)
         if _is(node, ast.FuncCall) and node.funcname[-1].sval in _STORAGE_FUNCTIONS:
@@ -627,6 +630,8 @@ class _Planner:
         subquery's, a CTE's — ``c`` of every table having it; ``c`` alone reads ``c`` of
         every table having it; a name of a table or join, whole rows of it; ``*``, whole
         rows of the tables of its level, ``q.*`` of those called ``q``."""
+        if id(node) in self.unread_stars:
+            return
         fields = [f.sval if _is(f, ast.String) else None for f in node.fields]
         *qualifiers, last = fields
         items = [i for level in self.levels for i in level.items if i.relation is not None]
@@ -922,6 +927,15 @@ class _Planner:
             if problem:
                 return problem
         return None
+
+
+def _exists_stars(select: Any) -> list[int]:
+    """The ids of the ``*`` and ``q.*`` an ``EXISTS (SELECT …)`` lists: it asks only whether
+    a row comes back, so they read no column."""
+    if not _is(select, ast.SelectStmt) or select.op != enums.SetOperation.SETOP_NONE:
+        return []
+    targets = [target.val for target in select.targetList or ()]
+    return [id(t) for t in targets if _is(t, ast.ColumnRef) and _is(t.fields[-1], ast.A_Star)]
 
 
 def _equality(node: Any, value: Any) -> tuple[Any, list[_Value] | None]:
