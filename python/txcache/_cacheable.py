@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from txcache._cacheable_base import (
     EMIT_INVALIDATION,
@@ -140,7 +140,8 @@ class CacheableFunction(CacheableBase[P, R]):
         anyway."""
         self.stats.record_lease_wait()
         deadline = time.monotonic() + 2 * transaction.cache.settings.lease
-        pause, found = 0.001, cast(Hit | Miss, miss)
+        pause = 0.001
+        found: Hit | Miss = miss
         while isinstance(found, Miss) and found.lease and time.monotonic() < deadline:
             time.sleep(min(pause, found.lease / 1000))
             found = transaction.lookup(node, key)

@@ -221,7 +221,7 @@ class _Target:
 
     relation: Relation
     restrictions: tuple[_Restriction, ...]
-    columns: int = ALL
+    columns: int
 
 
 @dataclass(frozen=True)
@@ -413,8 +413,9 @@ class _Planner:
         level.merged.update(merged)
         level.natural = level.natural or bool(node.isNatural)
         for item in left + right:  # USING and NATURAL compare columns no reference names
-            item.whole = item.whole or bool(node.isNatural)
             item.read.update(item.names[name] for name in merged if name in item.names)
+            if node.isNatural:
+                item.whole = True
         restricted = {
             _JOIN.JOIN_INNER: left + right,
             _JOIN.JOIN_LEFT: right,
@@ -702,8 +703,9 @@ class _Planner:
 
     def field_problem(self, node: Any) -> str | None:
         """A system column changes without a logical write, whether named as a column or
-        selected from a whole row (``(t).xmax``); ``t.f`` and ``(t).f`` call ``f(t)`` where
-        ``f`` is no column, which must then pass as a call."""
+        selected from a whole row (``(t).xmax``); ``(t).f`` is a composite's field or the
+        call ``f(t)``, which must then pass as a call (``t.f`` is checked where references
+        are resolved: :meth:`column_reference`)."""
         parts = node.fields[-1:] if _is(node, ast.ColumnRef) else node.indirection
         names = [part.sval for part in parts if _is(part, ast.String)]
         for name in names:

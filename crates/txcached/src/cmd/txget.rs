@@ -35,9 +35,9 @@ pub fn run(
         });
     }
     let protocol = context.session.protocol;
-    let now = context.now_ms();
-    // Encoding under the shard's lock copies the value straight into the reply, not into an
-    // owned hit first.
+    let node = context.node; // the clock, read only when a miss asks for the lease
+                             // Encoding under the shard's lock copies the value straight into the reply, not into an
+                             // owned hit first.
     context
         .with_shard(key, |store| {
             let missed = store.lookup_with(key, lo, hi, with_tags, |found| match found {
@@ -50,7 +50,7 @@ pub fn run(
             let Some(kind) = missed else {
                 return Ok(());
             };
-            let lease = lease_ms.map(|ms| store.claim_lease(key, kind, now, ms));
+            let lease = lease_ms.map(|ms| store.claim_lease(key, kind, node.now_ms(), ms));
             encode::array_header(out, if lease.is_some() { 3 } else { 2 });
             protocol.null(out);
             encode::bulk(out, kind.as_str().as_bytes());
