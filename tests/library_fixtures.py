@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import psycopg
 import pytest
@@ -70,6 +70,7 @@ class LibraryStack(Stack):
         *,
         tls: TlsFiles | None = None,
         agent_args: tuple[str, ...] = AGENT_ARGS,
+        membership: Literal["flags", "database"] = "flags",
         **settings: Any,
     ) -> None:
         """Prepare the stack (the agent run with ``agent_args``); :meth:`start` (or
@@ -82,6 +83,7 @@ class LibraryStack(Stack):
                 schema_sql=SCHEMA,
                 agent_args=agent_args,
                 tls=tls,
+                membership=membership,
             )
         )
         self.cache_settings = {"refresh_interval": 0.05, **settings}

@@ -51,8 +51,9 @@ from txcache.stack import free_port, wait_until
 
 STANDBY_REPLY = ReplyError("STANDBY this agent is a standby (the active agent: 10.0.0.2:6390)")
 PINS = [[120, b"00000003-1", 1_700_000_000_000_000]]
-ANSWER = [PINS, [[100, [[b"public.items", [b"id"]]]]], [5, 9], [b"7001", 5, b"app"]]
-"""Raw replies of an active agent to a refresh's PINS, TAGCOLUMNS, BARRIER, DATABASE."""
+ANSWER = [PINS, [[100, [[b"public.items", [b"id"]]]]], [5, 9], [b"7001", 5, b"app"], [b"n:1"]]
+"""Raw replies of an active agent to a refresh's PINS, TAGCOLUMNS, BARRIER, DATABASE,
+NODES."""
 
 
 # -- what a reply says ------------------------------------------------------------------------
@@ -71,7 +72,7 @@ def test_a_refresh_s_replies_are_answered_standby_down_or_refused() -> None:
     assert verdict(ANSWER) is Verdict.ANSWERED
     assert verdict(None) is Verdict.DOWN
     assert verdict([PINS, None]) is Verdict.DOWN  # cut off mid-refresh (the sync client)
-    assert verdict([STANDBY_REPLY] * 4) is Verdict.STANDBY
+    assert verdict([STANDBY_REPLY] * 5) is Verdict.STANDBY
     assert verdict([STANDBY_REPLY]) is Verdict.STANDBY  # the sync client stops at the first
     assert verdict([PINS, ReplyError("ERR the stream is down")]) is Verdict.REFUSED
 
@@ -288,11 +289,24 @@ def test_one_agent_costs_one_round_trip_per_refresh(monkeypatch: pytest.MonkeyPa
     asyncio.run(body())
 
 
+def test_an_agent_from_before_nodes_leaves_them_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def body() -> None:
+        old = FakeEndpoint("a:1", [*ANSWER[:4], ReplyError("ERR unknown command 'NODES'")])
+        client = client_of(monkeypatch, old)
+        assert await client.refresh()
+        assert client.members is None, "the library keeps the nodes it was given"
+        old.replies = ANSWER
+        assert await client.refresh()
+        assert client.members == ("n:1",)
+
+    asyncio.run(body())
+
+
 def test_a_standby_named_first_is_passed_over_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def body() -> None:
-        standby = FakeEndpoint("a:1", [STANDBY_REPLY] * 4, pin=STANDBY_REPLY)
+        standby = FakeEndpoint("a:1", [STANDBY_REPLY] * 5, pin=STANDBY_REPLY)
         active = FakeEndpoint("b:2", ANSWER, pin=PINS[0])
         client = client_of(monkeypatch, standby, active)
         for _ in range(3):
@@ -314,7 +328,7 @@ def test_an_active_agent_that_fails_otherwise_is_not_abandoned(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async def body() -> None:
-        failing = FakeEndpoint("a:1", [ReplyError("ERR the stream is down")] * 4)
+        failing = FakeEndpoint("a:1", [ReplyError("ERR the stream is down")] * 5)
         other = FakeEndpoint("b:2", ANSWER)
         client = client_of(monkeypatch, failing, other)
         client.note_used(120)
@@ -329,7 +343,7 @@ def test_an_active_agent_that_fails_otherwise_is_not_abandoned(
 def test_with_no_agent_answering_the_active_one_stays(monkeypatch: pytest.MonkeyPatch) -> None:
     async def body() -> None:
         down = FakeEndpoint("a:1", None)
-        standby = FakeEndpoint("b:2", [STANDBY_REPLY] * 4)
+        standby = FakeEndpoint("b:2", [STANDBY_REPLY] * 5)
         client = client_of(monkeypatch, down, standby)
         assert not await client.refresh()
         assert client.endpoint.address == down.address

@@ -35,7 +35,7 @@ def short_check() -> CheckReport:
     options = CheckOptions(
         duration=40,
         control_duration=12,
-        fault_every=6,
+        fault_every=5,
         readers=3,
         writers=2,
         tenant_readers=1,

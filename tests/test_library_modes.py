@@ -133,7 +133,7 @@ def test_the_protocol_client_names_are_exactly_these() -> None:
         *("txget", "txset", "txinterval", "txstatus", "max_staleness", "info"),
         *("parse_fields", "integer_fields", "Hit", "Miss", "Interval", "Stored"),
         *("NodeStatus", "agent_status", "agent_role", "pins", "pin", "commit_lsn", "tag_columns"),
-        *("CatalogVersion", "barrier", "Barrier", "database", "DatabaseIdentity"),
+        *("CatalogVersion", "barrier", "Barrier", "database", "DatabaseIdentity", "nodes"),
     }
     for name in txcache.protocol.__all__:
         assert getattr(txcache.protocol, name) is not None

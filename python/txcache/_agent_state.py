@@ -39,8 +39,11 @@ __all__ = [
 
 log = logging.getLogger("txcache")
 
-Refreshed = tuple[list[Pin], list[CatalogVersion], Barrier, DatabaseIdentity]
-"""One refresh's answers: ``PINS``, ``TAGCOLUMNS``, ``BARRIER`` and ``DATABASE``."""
+Refreshed = tuple[
+    list[Pin], list[CatalogVersion], Barrier, DatabaseIdentity, tuple[str, ...] | None
+]
+"""One refresh's answers: ``PINS``, ``TAGCOLUMNS``, ``BARRIER``, ``DATABASE`` and ``NODES``
+(``None`` from an agent too old to answer it)."""
 
 _NO_FENCE = Barrier(2**63 - 1, -1)  # before the first refresh: no snapshot is after every change
 
@@ -70,6 +73,10 @@ class AgentState:
         self.followed: str | None = None
         """The address of the agent the last refresh's replies came from (``None`` before
         the first): with several agents, the active one."""
+        self.members: tuple[str, ...] | None = None
+        """The cache nodes the followed agent feeds (``NODES``), as of the last refresh;
+        ``None`` before the first, or from an agent too old to say. A new tuple only when
+        they changed, so that a ring can tell by identity whether it still follows them."""
         self.fingerprints = False
         """Whether the followed agent runs without DDL triggers (``--ddl-tracking
         fingerprint``): its pins carry catalog fingerprints, and values wait for one to
@@ -155,11 +162,13 @@ class AgentState:
         catalog: list[CatalogVersion],
         fence: Barrier,
         database: DatabaseIdentity,
+        members: tuple[str, ...] | None = None,
         *,
         source: str,
     ) -> None:
-        """Make one refresh's replies (``PINS``, ``TAGCOLUMNS``, ``BARRIER``, ``DATABASE``),
-        from the agent at ``source``, current; the caller serializes refreshes."""
+        """Make one refresh's replies (``PINS``, ``TAGCOLUMNS``, ``BARRIER``, ``DATABASE``,
+        ``NODES``), from the agent at ``source``, current; the caller serializes
+        refreshes."""
         if source != self.followed:
             # Another agent (a standby that took over): what the previous one's catalog
             # covered says nothing of this one's, which may not have decoded as far yet.
@@ -168,6 +177,9 @@ class AgentState:
             self.followed = source
         # Before the pins: a transaction that finds a pin also finds whose database it is.
         self.database = database
+        if members is not None and members != self.members:
+            log.info("txcache: the agent feeds the cache nodes %s", ", ".join(members) or "none")
+            self.members = members
         by_ts = {pin.ts: pin for pin in listed}
         pins = [by_ts[ts] for ts in sorted(by_ts)]
         # The catalog first: whoever reads a pin of this refresh must find the catalog
@@ -202,12 +214,15 @@ def fresh_pin_result(reply: Pin | ReplyError | None) -> Pin | None:
 
 
 def refresh_result(replies: Sequence[Any]) -> Refreshed | None:
-    """The replies to ``PINS``, ``TAGCOLUMNS``, ``BARRIER`` and ``DATABASE`` (each as the
-    endpoints return it), or ``None`` when one of them is missing or an error."""
-    if not all(map(answered, replies)):
+    """The replies to ``PINS``, ``TAGCOLUMNS``, ``BARRIER``, ``DATABASE`` and ``NODES``
+    (each as the endpoints return it), or ``None`` when one of the first four is missing or
+    an error; an error to ``NODES`` (an agent from before it) leaves the nodes unknown."""
+    # The sync client stops asking at the first reply that is not an answer.
+    if len(replies) < 4 or not all(map(answered, replies[:4])):
         return None
-    listed, catalog, fence, database = replies
-    return listed, catalog, fence, database
+    listed, catalog, fence, database, *rest = replies
+    members = rest[0] if rest and answered(rest[0]) else None
+    return listed, catalog, fence, database, members
 
 
 def answered(reply: Any) -> bool:
@@ -218,8 +233,15 @@ def answered(reply: Any) -> bool:
 
 def refresh_commands(used: set[int]) -> tuple[Command[Any], ...]:
     """What a refresh asks, in this order: ``PINS`` (renewing the pins ``used``), then
-    ``TAGCOLUMNS``, so that the catalog covers every listed pin."""
-    return (protocol.pins(used), protocol.tag_columns(), protocol.barrier(), protocol.database())
+    ``TAGCOLUMNS``, so that the catalog covers every listed pin, ``BARRIER``, ``DATABASE``
+    and ``NODES``."""
+    return (
+        protocol.pins(used),
+        protocol.tag_columns(),
+        protocol.barrier(),
+        protocol.database(),
+        protocol.nodes(),
+    )
 
 
 @dataclass(frozen=True)

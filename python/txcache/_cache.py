@@ -67,6 +67,9 @@ class CacheDriver(CacheCore):
     ring: NodeRing[CacheNode] | None
     pool: psycopg_pool.ConnectionPool[Any]
 
+    def _new_node(self, address: str) -> CacheNode:
+        return CacheNode(address, **self._node_options())
+
     # -- transactions -----------------------------------------------------------------------
 
     def read_only(

@@ -73,10 +73,11 @@ def _uncached_reason(settings: Settings) -> str | None:
     """Why a cache with these settings would never cache, naming the setting to give."""
     if settings.mode == "bypass":
         return "mode bypass"
+    # Without nodes of its own the cache places keys on those the agent names (NODES).
     missing = [
         f"{what} (the setting {name}, or TXCACHE_{name.upper()})"
         for name, what, given in (
-            ("nodes", "cache nodes", settings.nodes),
+            ("nodes", "cache nodes", settings.nodes or settings.agent),
             ("agent", "agent", settings.agent),
         )
         if not given
@@ -151,6 +152,43 @@ class CacheCore:
         self._sessions_changed = False  # a reading found another context: drain the pool
         self._refused: set[tuple[tuple[str, int], DatabaseIdentity]] = set()  # logged once
         self._future_tokens: set[int] = set()  # tokens ahead of the database, warned of
+        self._members: tuple[str, ...] | None = None  # the agent's NODES the ring follows
+        self._ring_lock = threading.Lock()
+
+    def follow_members(self) -> None:
+        """Place keys on the cache nodes the agent feeds (its ``NODES``, as of the last
+        refresh) when they changed since the ring was built: nodes still named keep their
+        connections, new ones connect on first use, those left are closed. With no nodes
+        named, :attr:`ring` is ``None`` and transactions run uncached. One identity test
+        when nothing changed (each transaction asks as it begins)."""
+        members = None if self.agent is None else self.agent.members
+        if members is None or members is self._members:
+            return
+        with self._ring_lock:
+            if members is self._members:
+                return
+            ring = self.ring
+            kept = {} if ring is None else {node.address: node for node in ring.nodes}
+            nodes = [
+                kept.pop(address) if address in kept else self._new_node(address)
+                for address in members
+            ]
+            self.ring = NodeRing(nodes) if nodes else None
+            if self._members is None and set(self.settings.nodes) - set(members):
+                log.warning(
+                    "txcache: the agent feeds the cache nodes %s, not %s as the setting "
+                    "nodes says: keys go to the agent's (a node it does not feed is never "
+                    "current)",
+                    ", ".join(members) or "none",
+                    ", ".join(self.settings.nodes),
+                )
+            self._members = members
+        for node in kept.values():
+            node.close()
+
+    def _new_node(self, address: str) -> NodeClient:
+        """A client of the node at ``address``, of the driver's kind."""
+        raise NotImplementedError
 
     @property
     def audits(self) -> bool:

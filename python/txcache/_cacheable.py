@@ -116,7 +116,7 @@ class CacheableFunction(CacheableBase[P, R]):
     ) -> R:
         started = time.perf_counter()
         transaction.check_owner()
-        key, node, manual_tag = self._where(transaction, transaction.cache.ring, args, kwargs)
+        key, node, manual_tag = self._where(transaction, transaction.ring, args, kwargs)
         found = transaction.lookup(node, key)
         if isinstance(found, Miss) and found.lease:
             found = self._wait_for_lease(transaction, node, key, found)

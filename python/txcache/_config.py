@@ -40,7 +40,9 @@ class Settings:
     dsn: str
     """The PostgreSQL connection string."""
     nodes: tuple[str, ...] = ()
-    """The cache nodes, ``host:port`` each (``rediss://host:port``: over TLS)."""
+    """The cache nodes, ``host:port`` each (``rediss://host:port``: over TLS), used until
+    the agent names the nodes it feeds (``NODES``), which keys are placed on from then on;
+    empty: only the agent's."""
     agent: str | None = None
     """The agent's library endpoint, ``host:port`` (``rediss://host:port``: over TLS); with
     several agents (one active, the others standbys), their endpoints joined by commas

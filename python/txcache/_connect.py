@@ -24,7 +24,6 @@ from txcache._auditor import ThreadAuditor
 from txcache._cache import CacheDriver
 from txcache._cache_core import gather_settings
 from txcache._config import Mode, Settings
-from txcache._nodes import CacheNode
 from txcache._pinset import PinPolicy
 from txcache._ring import NodeRing
 from txcache._serialize import Serializer
@@ -101,9 +100,10 @@ class Cache(CacheDriver):
             settings, serializer=serializer, pin_policy=pin_policy, safe_functions=safe_functions
         )
         caching = self.uncached_reason is None
-        nodes = [CacheNode(a, **self._node_options()) for a in settings.nodes]
-        self.ring = NodeRing(nodes) if caching else None
+        nodes = [self._new_node(address) for address in settings.nodes]
+        self.ring = NodeRing(nodes) if caching and nodes else None
         self.agent = self._agent(settings) if caching else None
+        self.follow_members()
         if self.ring is not None:
             self._staleness_probe: threading.Thread | None = threading.Thread(
                 target=self._ask_max_staleness, name="txcache-max-staleness", daemon=True
@@ -119,9 +119,11 @@ class Cache(CacheDriver):
             _default = self
 
     def _ask_max_staleness(self) -> None:
-        assert self.ring is not None
+        ring = self.ring  # the agent may name other nodes meanwhile
+        if ring is None:
+            return
         command = protocol.max_staleness()
-        self._note_max_staleness([node.run(command) for node in self.ring.nodes])
+        self._note_max_staleness([node.run(command) for node in ring.nodes])
 
     def _agent(self, settings: Settings) -> AgentClient:
         assert settings.agent is not None

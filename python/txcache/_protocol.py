@@ -65,6 +65,7 @@ __all__ = [
     "info",
     "integer_fields",
     "max_staleness",
+    "nodes",
     "parse_fields",
     "pin",
     "pins",
@@ -413,3 +414,14 @@ def database() -> Command[DatabaseIdentity]:
 def _database(reply: Sequence[Any]) -> DatabaseIdentity:
     system_identifier, oid, name = reply
     return DatabaseIdentity(system_identifier.decode(), int(oid), name.decode())
+
+
+def nodes() -> Command[tuple[str, ...]]:
+    """``NODES``: the cache nodes the agent feeds now, each as its ``--node`` list or the
+    table ``txcache.cache_nodes`` names it (``host:port``, ``rediss://host:port``): the
+    ring libraries place keys on."""
+    return Command(("NODES",), _nodes)
+
+
+def _nodes(reply: Sequence[Any]) -> tuple[str, ...]:
+    return tuple(address.decode() for address in reply)

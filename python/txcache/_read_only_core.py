@@ -210,6 +210,7 @@ class ReadOnlyCore(Generic[C]):
         """A transaction of ``cache`` beginning with the pins of its agent's last refresh
         that fit ``staleness`` and ``not_before`` (no round trip)."""
         self.cache = cache
+        cache.follow_members()
         self.staleness = staleness
         self.not_before = not_before
         self.frames: list[Frame] = []

@@ -354,9 +354,11 @@ class Endpoint(Health):
         self._closed = threading.Event()
 
     def call(self, *command: str | bytes | int | float) -> Any:
-        """One command; ``None`` when the server is down or the connection failed (it is
-        then marked down). Error replies are returned as :class:`ReplyError`."""
-        if not self.is_up():
+        """One command; ``None`` when the server is down, the connection failed (it is
+        then marked down) or the endpoint is closed (a node the ring no longer names, used
+        by a transaction that began before). Error replies are returned as
+        :class:`ReplyError`."""
+        if not self.is_up() or self._closed.is_set():
             return None
         try:
             connection = self._take()
@@ -364,7 +366,8 @@ class Endpoint(Health):
         except ConnectionLost as error:
             self._mark_down(error)
             return None
-        if len(self._idle) < _MAX_IDLE_CONNECTIONS:
+        # Closed meanwhile: the idle list was dropped, and nothing would close it later.
+        if len(self._idle) < _MAX_IDLE_CONNECTIONS and not self._closed.is_set():
             self._idle.append(connection)
         else:
             connection.close()

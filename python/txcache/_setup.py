@@ -893,6 +893,7 @@ def _plan_trigger_objects(ctx: _Context, plan: _Plan, parts: list[str]) -> list[
     _plan_digest_table(ctx, plan, parts, "shared_catalog")
     _plan_digest_table(ctx, plan, parts, "schema_check")
     _plan_agent_lease(ctx, plan, parts)
+    _plan_cache_nodes(ctx, plan, parts)
     new = [schema for schema in ctx.schemas if schema not in tracked]
     if new:
         parts.append(f"tracking of schema(s) {', '.join(new)}")
@@ -931,13 +932,25 @@ def _plan_agent_lease(ctx: _Context, plan: _Plan, parts: list[str]) -> None:
     """``txcache.agent_lease``: the lease by which agents of one slot take turns (one is
     active, the others stand by; docs/agent.md, "High availability"), written by the
     agent's role."""
-    exists = ctx.rows("SELECT to_regclass('txcache.agent_lease') IS NOT NULL")[0][0]
+    _plan_agent_table(ctx, plan, parts, "agent_lease", _AGENT_LEASE_TABLE)
+
+
+def _plan_cache_nodes(ctx: _Context, plan: _Plan, parts: list[str]) -> None:
+    """``txcache.cache_nodes``: the cache nodes an agent started without ``--node`` feeds,
+    per slot (``txcache nodes``; docs/agent.md, "Cache nodes that join and leave")."""
+    _plan_agent_table(ctx, plan, parts, "cache_nodes", CACHE_NODES_TABLE)
+
+
+def _plan_agent_table(ctx: _Context, plan: _Plan, parts: list[str], name: str, create: str) -> None:
+    """``txcache.<name>`` made with ``create`` if missing, and read and written by the
+    agent's role."""
+    exists = ctx.rows(f"SELECT to_regclass('txcache.{name}') IS NOT NULL")[0][0]
     if not exists:
-        parts.append("table txcache.agent_lease")
-        plan.statements.append(sql.SQL(_AGENT_LEASE_TABLE))
-    if ctx.administrator and not ctx.superuser and not _writes_table(ctx, "agent_lease", exists):
-        parts.append(f"{ctx.role}'s rights on txcache.agent_lease")
-        grant = "GRANT SELECT, INSERT, UPDATE ON txcache.agent_lease TO {}"
+        parts.append(f"table txcache.{name}")
+        plan.statements.append(sql.SQL(create))
+    if ctx.administrator and not ctx.superuser and not _writes_table(ctx, name, exists):
+        parts.append(f"{ctx.role}'s rights on txcache.{name}")
+        grant = f"GRANT SELECT, INSERT, UPDATE, DELETE ON txcache.{name} TO {{}}"
         plan.statements.append(sql.SQL(grant).format(sql.Identifier(ctx.role)))
 
 
@@ -949,6 +962,13 @@ _AGENT_LEASE_TABLE = """CREATE TABLE txcache.agent_lease (
     backend_start timestamptz,
     renewed_at timestamptz NOT NULL,
     expires_at timestamptz NOT NULL)"""
+
+CACHE_NODES_TABLE = """CREATE TABLE txcache.cache_nodes (
+    slot text NOT NULL,
+    address text NOT NULL,
+    added_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (slot, address))"""
+"""The cache nodes an agent without ``--node`` feeds, per slot."""
 
 
 def _writes_table(ctx: _Context, table: str, exists: bool) -> bool:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import psycopg
 
@@ -36,6 +36,7 @@ from txcache import _protocol as protocol
 from txcache._agent_process import AgentProcess
 from txcache._connect import Cache, connect
 from txcache._lsn import wal_position
+from txcache._membership import MembershipError, add_nodes, list_nodes, remove_nodes
 from txcache._node_process import NodeProcess
 from txcache._postgres import EmbeddedPostgres, PostgresStartError
 from txcache._process import ProcessStartError, find_binary, tail, wait_until
@@ -117,6 +118,10 @@ class StackOptions:
     """Seconds the agent may take to start its stream (more after a PostgreSQL restart)."""
     isolate_signals: bool = False
     """Start the nodes and the agent with SIGINT blocked (see the module docstring)."""
+    membership: Literal["flags", "database"] = "flags"
+    """How the agent learns its nodes: ``flags``, one ``--node`` each; ``database``, the
+    table ``txcache.cache_nodes`` (the stack registers its nodes before the agent starts;
+    ``txcache nodes`` changes them while it runs), and libraries take them from the agent."""
 
     def server_settings(self) -> dict[str, str]:
         """The embedded PostgreSQL's settings: :data:`EMBEDDED_SETTINGS` and
@@ -232,6 +237,8 @@ class Stack:
         _check_ports(self.options)
         steps: list[Callable[[], None]] = [self._start_postgres, self._setup]
         steps += [self._start_next_node] * self.options.nodes
+        if self.options.membership == "database":
+            steps.append(self._register_nodes)
         steps.append(self.start_agent)
         for step in steps:
             if stop_requested():
@@ -269,7 +276,32 @@ class Stack:
             self.log(f"setup warning: {step.name}: {step.detail}")
 
     def _start_next_node(self) -> None:
-        self.nodes.append(self._node(len(self.nodes), self.options.node_port(len(self.nodes))))
+        self.start_node()
+
+    def start_node(self) -> NodeProcess:
+        """Start one more cache node, after the others (the agent feeds it once it is
+        among the agent's nodes: with ``membership="database"``, ``txcache nodes add``)."""
+        node = self._node(len(self.nodes), self.options.node_port(len(self.nodes)))
+        self.nodes.append(node)
+        return node
+
+    def _register_nodes(self) -> None:
+        try:
+            self.add_members(*self.node_addresses)
+        except MembershipError as error:
+            raise PartFailed("the cache nodes could not be registered", str(error)) from None
+        self.log(f"cache nodes registered in txcache.cache_nodes for slot {self.options.slot}")
+
+    def add_members(self, *addresses: str) -> list[str]:
+        """Have the agent feed ``addresses`` too (``membership="database"``: rows of
+        ``txcache.cache_nodes``, as ``txcache nodes add`` adds them); those that were not
+        members yet."""
+        return add_nodes(self.dsn, self.options.slot, addresses)
+
+    def remove_members(self, *addresses: str) -> list[str]:
+        """Have the agent stop feeding ``addresses`` (as ``txcache nodes remove``); those
+        that were members."""
+        return remove_nodes(self.dsn, self.options.slot, addresses)
 
     def _node(self, index: int, port: int) -> NodeProcess:
         args = ["--port", str(port), "--max-memory", self.options.max_memory]
@@ -338,7 +370,7 @@ class Stack:
             with self._child_context():
                 return AgentProcess(
                     dsn or self.options.agent_dsn or self.dsn,
-                    self.node_addresses,
+                    self.node_addresses if self.options.membership == "flags" else (),
                     *args,
                     *self.options.agent_args,
                     start_timeout=self.options.agent_start_timeout,
@@ -418,7 +450,7 @@ class Stack:
         """The connection settings, as the library reads them from the environment."""
         values = {
             "TXCACHE_DSN": self.dsn,
-            "TXCACHE_NODES": ",".join(self.node_addresses),
+            "TXCACHE_NODES": ",".join(self._library_nodes()),
             "TXCACHE_AGENT": self.agent_address,
         }
         if self.options.password is not None:
@@ -432,12 +464,16 @@ class Stack:
         takes them, overriding the stack's own (``agent=`` another address, say)."""
         own = {
             "dsn": self.dsn,
-            "nodes": self.node_addresses,
+            "nodes": self._library_nodes(),
             "agent": self.agent_address,
             "password": self.options.password,
             "tls_ca": self._tls_ca,
         }
         return connect(**{**own, **settings})
+
+    def _library_nodes(self) -> list[str]:
+        """The nodes libraries are told of: none when they take the agent's."""
+        return self.node_addresses if self.options.membership == "flags" else []
 
     def restart_node(self, index: int) -> None:
         """Start node ``index`` again on its port (stopping it first if it still runs)."""
@@ -452,11 +488,11 @@ class Stack:
         self.start_agent()
 
     def caught_up(self, timeout: float = 20.0) -> int:
-        """Wait until every node has applied everything committed so far; returns that
-        WAL position."""
+        """Wait until every node the agent feeds has applied everything committed so far;
+        returns that WAL position."""
         with psycopg.connect(self.dsn, autocommit=True) as admin:
             target = wal_position(admin)
-        for address in self.node_addresses:
+        for address in self.fed_addresses():
             wait_until(
                 lambda: self._applied(address) >= target,  # noqa: B023 (called right away)
                 f"cache node {address} to apply the stream up to {target}",
@@ -464,6 +500,13 @@ class Stack:
                 log=self._agent_log,
             )
         return target
+
+    def fed_addresses(self) -> list[str]:
+        """The nodes the agent feeds: every node, or with ``membership="database"`` those
+        in ``txcache.cache_nodes``."""
+        if self.options.membership == "flags":
+            return self.node_addresses
+        return list_nodes(self.dsn, self.options.slot)
 
     def _agent_log(self) -> str:
         return self.agent.log_text()[-3000:] if self.agent else "(no agent running)"

@@ -21,8 +21,8 @@ a connection to run it on::
 Nodes: :func:`txget`, :func:`txset`, :func:`txinterval`, :func:`txstatus`,
 :func:`max_staleness`, :func:`info` (:func:`parse_fields`, :func:`integer_fields`); the
 agent: :func:`pins`, :func:`pin`, :func:`commit_lsn`, :func:`tag_columns`, :func:`barrier`,
-:func:`database`, :func:`agent_status`, :func:`agent_role`. A node's misses are of the kinds
-:data:`MISS_KINDS`.
+:func:`database`, :func:`nodes`, :func:`agent_status`, :func:`agent_role`. A node's misses
+are of the kinds :data:`MISS_KINDS`.
 
 :class:`RespConnection` (what :func:`connect` returns; hiredis, one socket, no pool) raises
 :class:`ConnectionLost` when the connection fails (:class:`PasswordRefused` when ``AUTH``
@@ -52,6 +52,7 @@ from txcache._protocol import (
     info,
     integer_fields,
     max_staleness,
+    nodes,
     parse_fields,
     pin,
     pins,
@@ -98,6 +99,7 @@ __all__ = [
     "info",
     "integer_fields",
     "max_staleness",
+    "nodes",
     "parse_address",
     "parse_fields",
     "pin",

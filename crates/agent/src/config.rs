@@ -22,14 +22,16 @@ pub struct Config {
     pub publication: String,
 
     /// A cache node, host:port (rediss://host:port for a node serving TLS); repeat the flag
-    /// (or separate with commas) for several.
-    #[arg(
-        long = "node",
-        env = "TXCACHE_NODES",
-        value_delimiter = ',',
-        required = true
-    )]
+    /// (or separate with commas) for several. Default: the nodes `txcache nodes add` put in
+    /// txcache.cache_nodes for --slot, read again every --membership-interval.
+    #[arg(long = "node", env = "TXCACHE_NODES", value_delimiter = ',')]
     pub nodes: Vec<String>,
+
+    /// Without --node: how often the agent reads txcache.cache_nodes again for nodes that
+    /// joined or left, above zero, e.g. 1s; units ns, us, ms, s, m, h; decimals allowed; a
+    /// bare number is seconds. Unused with --node.
+    #[arg(long, env = "TXCACHE_MEMBERSHIP_INTERVAL", default_value = "1s", value_name = "DURATION", value_parser = parse_interval)]
+    pub membership_interval: Duration,
 
     /// The CA file (PEM) `rediss://` nodes' certificates must chain to; each certificate must
     /// name the host in its address. Default: the public CAs (Mozilla's roots).
@@ -153,6 +155,44 @@ pub struct Config {
     pub log: String,
 }
 
+impl Config {
+    /// The settings as parsed, with blank `--node` values dropped: an empty `TXCACHE_NODES`
+    /// (a template's unset variable) or a stray comma names no node, so no `--node` at all
+    /// means the membership from the database.
+    pub fn without_blank_nodes(mut self) -> Self {
+        self.nodes.retain(|node| !node.trim().is_empty());
+        self
+    }
+
+    /// Where the cache nodes come from: `--node`, or the database when it is not given.
+    pub fn membership(&self) -> Membership {
+        if self.nodes.is_empty() {
+            Membership::Database
+        } else {
+            Membership::Static
+        }
+    }
+}
+
+/// Where the agent's cache nodes come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Membership {
+    /// The `--node` list, fixed for the agent's life.
+    Static,
+    /// The rows of `txcache.cache_nodes` for `--slot`, read again while the agent runs.
+    Database,
+}
+
+impl Membership {
+    /// How `STATUS` names it (`membership:static`, `membership:database`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Static => "static",
+            Self::Database => "database",
+        }
+    }
+}
+
 /// How schema changes reach the caches (`--ddl-tracking`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum DdlTracking {
@@ -215,6 +255,37 @@ mod tests {
     }
 
     #[test]
+    fn without_node_the_membership_is_the_database() {
+        let config = Config::try_parse_from(REQUIRED).ok();
+        let read = config.map(|c| (c.membership(), c.nodes, c.membership_interval));
+        let expected = (Membership::Database, Vec::new(), Duration::from_secs(1));
+        assert_eq!(read, Some(expected));
+        let config = parse(&["--node", "rediss://b:6381,c:6382"]).ok();
+        let read = config.map(|c| (c.membership(), c.nodes));
+        let nodes = ["127.0.0.1:6380", "rediss://b:6381", "c:6382"].map(str::to_owned);
+        assert_eq!(read, Some((Membership::Static, nodes.to_vec())));
+        let blank = Config::try_parse_from(REQUIRED.iter().chain(&["--node", ""])).ok();
+        let blank = blank.map(Config::without_blank_nodes);
+        assert_eq!(blank.map(|c| c.membership()), Some(Membership::Database));
+        let config = parse(&["--node", "b:1,,"])
+            .ok()
+            .map(Config::without_blank_nodes);
+        let nodes = ["127.0.0.1:6380", "b:1"].map(str::to_owned);
+        assert_eq!(config.map(|c| c.nodes), Some(nodes.to_vec()));
+    }
+
+    #[test]
+    fn the_membership_interval_is_a_duration_above_zero() {
+        let interval = |value: &str| parse(&["--membership-interval", value]).ok();
+        let interval = |value| interval(value).map(|c| c.membership_interval);
+        assert_eq!(interval("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(interval("2"), Some(Duration::from_secs(2)));
+        for bad in ["0", "0s", "-1s", "soon"] {
+            assert_eq!(interval(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn metrics_are_off_unless_a_port_is_given() {
         assert_eq!(parse(&[]).ok().map(|c| c.metrics_port), Some(None));
         let config = parse(&["--metrics-port", "9187"]).ok();
@@ -273,6 +344,7 @@ mod tests {
             durations.push(arg.get_id().to_string());
         }
         let expected = [
+            "membership_interval",
             "heartbeat_interval",
             "delivery_spacing",
             "pin_interval",

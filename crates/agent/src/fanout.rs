@@ -13,6 +13,10 @@
 //! cluster or timeline), is rewound (`TXREWIND`): its versioned entries are dropped — unless
 //! the stream's history continues the node's past the node's position (a promoted standby
 //! whose timeline branched off after everything the node saw): the node then keeps them.
+//!
+//! Nodes may join and leave while the agent runs ([`Fanout::add_node`],
+//! [`Fanout::remove_node`]): a node that joins connects as any node does (replayed or reset,
+//! never stale); one that leaves loses its task and no longer counts anywhere.
 
 use crate::connect::connect_sql;
 use crate::database;
@@ -21,9 +25,10 @@ use crate::node_link::NodeLink;
 use crate::term::Term;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use txcache_model::{Timestamp, WallClock};
 
@@ -144,7 +149,8 @@ pub struct LinkSettings {
 /// One node's delivery, read at one moment.
 #[derive(Clone, Debug, Default)]
 pub struct NodeCounts {
-    /// `host:port`, as given to `--node`: the series' label.
+    /// `host:port`, as given to `--node` or read from `txcache.cache_nodes`: the series'
+    /// label.
     pub address: String,
     /// Whether its task is connected now.
     pub connected: bool,
@@ -214,11 +220,23 @@ impl NodeState {
     }
 }
 
+/// One node of the membership: what the stream task knows of it and, once started, the task
+/// that feeds it (aborted when the node leaves).
+#[derive(Debug)]
+struct Member {
+    state: Arc<NodeState>,
+    task: Option<JoinHandle<()>>,
+}
+
 /// The shared side of fan-out: the buffer and each node's progress.
 pub struct Fanout {
     buffer: Mutex<ReplayBuffer>,
     newest: watch::Sender<Timestamp>,
-    nodes: Vec<Arc<NodeState>>,
+    /// The membership, in its order (`--node`'s, or the table's).
+    nodes: Mutex<Vec<Member>>,
+    /// How nodes are spoken to, set when delivery starts: a node that joins later is
+    /// started with the same.
+    link: OnceLock<LinkSettings>,
     /// The database's WAL insert position when last read (at start, at every stream session
     /// and before rewinding a node): no node that follows this database can be past both it
     /// and `newest`.
@@ -228,23 +246,77 @@ pub struct Fanout {
 impl Fanout {
     /// A fan-out to `addresses` for a stream resuming at `resume`.
     pub fn new(addresses: &[String], resume: Timestamp, capacity: usize) -> Arc<Self> {
-        let nodes = addresses
-            .iter()
-            .map(|address| Arc::new(NodeState::new(address)))
-            .collect();
-        Arc::new(Self {
+        let fanout = Arc::new(Self {
             buffer: Mutex::new(ReplayBuffer::new(resume, capacity)),
             newest: watch::channel(resume).0,
-            nodes,
+            nodes: Mutex::new(Vec::new()),
+            link: OnceLock::new(),
             database_position: AtomicU64::new(u64::MAX),
-        })
+        });
+        for address in addresses {
+            fanout.add_node(usize::MAX, address);
+        }
+        fanout
     }
 
-    /// Starts one delivery task per node.
+    /// Starts one delivery task per node, speaking to each as `link` says; nodes added
+    /// later start at once with the same. A second call changes nothing.
     pub fn spawn_nodes(self: &Arc<Self>, link: LinkSettings) {
-        for node in &self.nodes {
-            tokio::spawn(run_node(Arc::clone(self), Arc::clone(node), link.clone()));
+        if self.link.set(link).is_err() {
+            return;
         }
+        for member in self.members().iter_mut() {
+            member.task = self.start(&member.state);
+        }
+    }
+
+    /// Adds a node at `position` in the membership (at the end when past it), and starts
+    /// its delivery if delivery has started. False, and nothing changed, when it is a
+    /// member already. It connects as any node does: asked where it stands (`TXSTATUS`),
+    /// then replayed or reset, so it never serves what it missed while out of the feed.
+    pub fn add_node(self: &Arc<Self>, position: usize, address: &str) -> bool {
+        let mut members = self.members();
+        if members.iter().any(|m| m.state.address == address) {
+            return false;
+        }
+        let state = Arc::new(NodeState::new(address));
+        let task = self.start(&state);
+        let position = position.min(members.len());
+        members.insert(position, Member { state, task });
+        true
+    }
+
+    /// Removes a node from the membership and ends its delivery task: it no longer holds
+    /// back [`Self::delivered_everywhere`] (the slot's acknowledgement) nor counts in
+    /// [`Self::connected_nodes`] or [`Self::node_counts`]. False when it was no member.
+    pub fn remove_node(&self, address: &str) -> bool {
+        let mut members = self.members();
+        let Some(index) = members.iter().position(|m| m.state.address == address) else {
+            return false;
+        };
+        // A node that left is fed no more: it keeps what it holds, valid up to its position.
+        if let Some(task) = members.remove(index).task {
+            task.abort();
+        }
+        true
+    }
+
+    /// The members' addresses, in the membership's order.
+    pub fn addresses(&self) -> Vec<String> {
+        let members = self.members();
+        members.iter().map(|m| m.state.address.clone()).collect()
+    }
+
+    /// How many nodes are members now.
+    pub fn node_count(&self) -> usize {
+        self.members().len()
+    }
+
+    /// The delivery task of the node `state`, if delivery has started.
+    fn start(self: &Arc<Self>, state: &Arc<NodeState>) -> Option<JoinHandle<()>> {
+        let link = self.link.get()?.clone();
+        let task = run_node(Arc::clone(self), Arc::clone(state), link);
+        Some(tokio::spawn(task))
     }
 
     /// Queues a message for every node.
@@ -325,8 +397,9 @@ impl Fanout {
     /// connected: a node that comes back later replays from the buffer or is reset).
     pub fn delivered_everywhere(&self) -> Timestamp {
         let newest = self.lock().newest();
-        self.nodes
+        self.members()
             .iter()
+            .map(|member| &member.state)
             .filter(|node| node.connected.load(Ordering::Acquire))
             .map(|node| Timestamp(node.delivered.load(Ordering::Acquire)))
             .min()
@@ -336,20 +409,28 @@ impl Fanout {
 
     /// How many nodes are connected now.
     pub fn connected_nodes(&self) -> usize {
-        self.nodes
+        self.members()
             .iter()
-            .filter(|node| node.connected.load(Ordering::Relaxed))
+            .filter(|member| member.state.connected.load(Ordering::Relaxed))
             .count()
     }
 
-    /// Each node's delivery, in `--node` order.
+    /// Each node's delivery, in the membership's order.
     pub fn node_counts(&self) -> Vec<NodeCounts> {
-        self.nodes.iter().map(|node| node.read()).collect()
+        let members = self.members();
+        members.iter().map(|member| member.state.read()).collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, ReplayBuffer> {
+    fn lock(&self) -> MutexGuard<'_, ReplayBuffer> {
         // A panic while holding the lock leaves a consistent buffer: every method is one step.
         self.buffer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn members(&self) -> MutexGuard<'_, Vec<Member>> {
+        // Each change of the list is one step: a panic leaves it whole.
+        self.nodes
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -542,6 +623,91 @@ mod tests {
         assert!(!buffer.push(heartbeat(110)));
         assert!(!buffer.push(heartbeat(105)));
         assert_eq!(buffer.after(Timestamp(99)).unwrap().len(), 1);
+    }
+
+    fn addresses(list: &[&str]) -> Vec<String> {
+        list.iter().map(|address| (*address).to_owned()).collect()
+    }
+
+    /// Marks `address` connected at `position`, as its delivery task would.
+    fn delivered(fanout: &Fanout, address: &str, position: u64) {
+        let members = fanout.members();
+        let member = members.iter().find(|m| m.state.address == address);
+        let node = &member.expect("a member").state;
+        node.delivered.store(position, Ordering::Release);
+        node.connected.store(true, Ordering::Release);
+    }
+
+    #[test]
+    fn a_node_that_left_no_longer_holds_back_the_acknowledgement() {
+        let fanout = Fanout::new(&addresses(&["a:1", "b:2"]), Timestamp(100), 10);
+        fanout.push(heartbeat(150));
+        delivered(&fanout, "a:1", 150);
+        delivered(&fanout, "b:2", 120);
+        assert_eq!(fanout.delivered_everywhere(), Timestamp(120));
+        assert_eq!(fanout.connected_nodes(), 2);
+        assert!(fanout.remove_node("b:2"));
+        assert!(!fanout.remove_node("b:2"), "no member any more");
+        assert_eq!(fanout.delivered_everywhere(), Timestamp(150));
+        assert_eq!(fanout.connected_nodes(), 1);
+        assert!(fanout.remove_node("a:1"));
+        assert_eq!(fanout.node_count(), 0);
+        assert_eq!(
+            fanout.delivered_everywhere(),
+            Timestamp(150),
+            "with no node, everything pushed"
+        );
+    }
+
+    #[test]
+    fn nodes_join_at_their_place_and_leave_every_reading() {
+        let fanout = Fanout::new(&addresses(&["b:2"]), Timestamp(100), 10);
+        assert!(fanout.add_node(0, "a:1"));
+        assert!(fanout.add_node(usize::MAX, "c:3"));
+        assert!(!fanout.add_node(1, "c:3"), "a member already");
+        assert_eq!(fanout.addresses(), addresses(&["a:1", "b:2", "c:3"]));
+        delivered(&fanout, "b:2", 90);
+        let counts = fanout.node_counts();
+        let read: Vec<(&str, bool, u64)> = counts
+            .iter()
+            .map(|node| (node.address.as_str(), node.connected, node.position))
+            .collect();
+        assert_eq!(
+            read,
+            [("a:1", false, 0), ("b:2", true, 90), ("c:3", false, 0)]
+        );
+        assert!(fanout.remove_node("b:2"));
+        let counts = fanout.node_counts();
+        let read: Vec<&str> = counts.iter().map(|node| node.address.as_str()).collect();
+        assert_eq!(read, ["a:1", "c:3"]);
+        assert!(fanout.add_node(1, "b:2"));
+        let again = &fanout.node_counts()[1];
+        assert_eq!((again.connected, again.position), (false, 0), "a new start");
+    }
+
+    #[tokio::test]
+    async fn a_node_added_after_the_start_is_fed_and_one_that_left_is_not() {
+        let fanout = Fanout::new(&addresses(&["127.0.0.1:1"]), Timestamp(100), 10);
+        let task = |fanout: &Fanout, index: usize| {
+            let members = fanout.members();
+            members[index].task.as_ref().map(JoinHandle::abort_handle)
+        };
+        assert!(task(&fanout, 0).is_none(), "nothing runs before the start");
+        fanout.spawn_nodes(LinkSettings {
+            password: None,
+            tls: None,
+            spacing: Duration::ZERO,
+            dsn: String::new(),
+            term: Arc::new(Term::unbounded()),
+        });
+        assert!(fanout.add_node(1, "127.0.0.1:2"));
+        let (first, second) = (task(&fanout, 0).unwrap(), task(&fanout, 1).unwrap());
+        assert!(fanout.remove_node("127.0.0.1:1"));
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(first.is_finished(), "the task of a node that left ends");
+        assert!(!second.is_finished(), "the other goes on retrying");
     }
 
     #[test]

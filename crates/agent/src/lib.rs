@@ -14,6 +14,7 @@ pub mod fanout;
 pub mod fingerprint_check;
 pub mod heartbeat;
 pub mod lease;
+pub mod membership;
 pub mod message;
 pub mod metrics;
 pub mod node_link;

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use txcache_agent::cmd::{Active, Endpoint, Role};
-use txcache_agent::config::{Config, DdlTracking};
+use txcache_agent::config::{Config, DdlTracking, Membership};
 use txcache_agent::connect::{self, connect_sql, reached_host};
 use txcache_agent::fanout::{Fanout, LinkSettings};
 use txcache_agent::fingerprint_check::FingerprintCheck;
 use txcache_agent::lease::{self, Acquired, LeaseSettings};
+use txcache_agent::membership;
 use txcache_agent::metrics::{self, Sources};
 use txcache_agent::node_link::NodeAddress;
 use txcache_agent::pincushion::{PinSettings, Pincushion};
@@ -25,7 +26,7 @@ use txcache_agent::tracker::StreamTracker;
 use txcache_agent::{database, heartbeat, server, shared_catalog};
 
 fn main() -> anyhow::Result<()> {
-    let config = Config::parse();
+    let config = Config::parse().without_blank_nodes();
     txcache_tls::install_default_provider();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&config.log)?)
@@ -35,10 +36,10 @@ fn main() -> anyhow::Result<()> {
         .init();
     let started = Instant::now();
     let listeners = Listeners::bind(&config)?;
-    tracing::info!(address = %listeners.address, nodes = config.nodes.len(), slot = %config.slot, tls = config.tls_cert.is_some(), "txcache-agent listening");
+    tracing::info!(address = %listeners.address, membership = config.membership().as_str(), nodes = config.nodes.len(), slot = %config.slot, tls = config.tls_cert.is_some(), "txcache-agent listening");
     // Checked once, before anything: a wrong file fails the start, not every term.
     let tls = Tls {
-        nodes: node_tls(&config).context("--node-tls-ca")?,
+        nodes: node_tls(&config)?,
         libraries: endpoint_tls(&config)?,
     };
     let lease = LeaseSettings {
@@ -178,6 +179,9 @@ async fn stand_by(
     database::slot_state(&sql, &config.slot).await?;
     database::require_ddl_tracking(&sql, config.ddl_tracking).await?;
     lease::require_table(&sql).await?;
+    if config.membership() == Membership::Database {
+        membership::require_table(&sql).await?;
+    }
     drop(sql);
     let holder = Arc::new(Holder::default());
     let endpoint = Arc::new(Endpoint {
@@ -232,7 +236,14 @@ async fn run(
     // visible yet: pins wait until they are seen finished (certify.rs, the floor).
     let pending_xid = database::floor_xid(&sql).await?;
     let tracker = Arc::new(StreamTracker::new(slot.confirmed, pending_xid));
-    let fanout = Fanout::new(&config.nodes, slot.confirmed, config.replay_buffer);
+    let (nodes, watch) = match config.membership() {
+        Membership::Static => (config.nodes.clone(), None),
+        Membership::Database => {
+            let (watch, nodes) = membership::Watch::start(&sql, &config.slot).await?;
+            (nodes, Some(watch))
+        }
+    };
+    let fanout = Fanout::new(&nodes, slot.confirmed, config.replay_buffer);
     // Before any node connects: a node past this position is past the database.
     fanout.set_database_position(database::position(&sql).await?);
     fanout.follow_history(&database::history(&sql).await?, slot.confirmed);
@@ -245,6 +256,10 @@ async fn run(
         dsn: config.dsn.clone(),
         term: Arc::clone(&term),
     });
+    if let Some(watch) = watch {
+        let (dsn, interval) = (config.dsn.clone(), config.membership_interval);
+        tokio::spawn(watch.run(dsn, interval, Arc::clone(&fanout)));
+    }
     let stream_stats = Arc::new(StreamStats::default());
     tokio::spawn(heartbeat::run(
         config.dsn.clone(),
@@ -296,6 +311,8 @@ async fn run(
             pincushion,
             tracker: Arc::clone(&tracker),
             database,
+            nodes: Arc::clone(&fanout),
+            membership: config.membership(),
             metrics: Arc::clone(&sources),
             term: Arc::clone(&term),
         }),
@@ -336,12 +353,16 @@ fn endpoint_tls(config: &Config) -> anyhow::Result<Option<txcache_tls::TlsAccept
         .context("cannot serve TLS")
 }
 
-/// How the agent checks `rediss://` nodes; `None` when every node is plain (a bad address
-/// is refused here, before anything starts).
+/// How the agent checks `rediss://` nodes; `None` when every `--node` is plain (a bad
+/// address is refused here, before anything starts). With the membership from the
+/// database, always: a `rediss://` node may join at any time (the public roots cost nothing
+/// to load, they are compiled in).
 fn node_tls(config: &Config) -> anyhow::Result<Option<Arc<txcache_tls::ClientConfig>>> {
-    let mut any_tls = false;
+    let mut any_tls = config.membership() == Membership::Database;
     for address in &config.nodes {
-        any_tls |= NodeAddress::parse(address)?.tls;
+        let parsed =
+            NodeAddress::parse(address).map_err(|error| anyhow::anyhow!("--node {error}"))?;
+        any_tls |= parsed.tls;
     }
     if !any_tls {
         return Ok(None);
@@ -351,7 +372,8 @@ fn node_tls(config: &Config) -> anyhow::Result<Option<Arc<txcache_tls::ClientCon
         None => txcache_tls::Trust::PublicRoots,
     };
     let verify = txcache_tls::Verify::Full(trust);
-    Ok(Some(txcache_tls::client_config(&verify, None)?))
+    let config = txcache_tls::client_config(&verify, None).context("--node-tls-ca")?;
+    Ok(Some(config))
 }
 
 /// SIGINT and SIGTERM, listened for from the start of a runtime's work: tokio drops a

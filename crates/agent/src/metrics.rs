@@ -168,6 +168,13 @@ pub static REGISTRY: Registry<Reading> = Registry {
             "Sessions that found the database's positions gone back or its history changed",
             |r| r.stream.database_changes,
         ),
+        Metric::one(
+            "nodes",
+            "nodes",
+            Gauge,
+            "Cache nodes in the membership now (--node, or txcache.cache_nodes)",
+            |r| r.nodes.len() as u64,
+        ),
         Metric::one("nodes", "nodes_connected", Gauge, "Cache nodes connected now", |r| {
             r.nodes_connected
         }),
@@ -333,6 +340,8 @@ mod tests {
             "heartbeat_position",
             "pins_certified",
             "pins_unclean",
+            "nodes",
+            "nodes_connected",
         ] {
             assert!(names.contains(&name), "{name}");
         }

@@ -23,7 +23,8 @@ pub struct NodeLink {
     term: Arc<Term>,
 }
 
-/// A `--node` address: `host:port`, `redis://host:port`, or `rediss://host:port` (TLS).
+/// A cache node's address (`--node`, or a row of `txcache.cache_nodes`): `host:port`,
+/// `redis://host:port`, or `rediss://host:port` (TLS).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeAddress {
     /// `host:port` to connect to.
@@ -40,12 +41,12 @@ impl NodeAddress {
             Some(("redis", rest)) => (false, rest),
             Some(("rediss", rest)) => (true, rest),
             Some((scheme, _)) => {
-                bail!("--node {address}: unknown scheme {scheme:?} (host:port, or rediss://host:port for TLS)")
+                bail!("{address}: unknown scheme {scheme:?} (host:port, or rediss://host:port for TLS)")
             }
         };
         let host_port = host_port.trim_end_matches('/').to_owned();
         if !host_port.contains(':') {
-            bail!("--node {address}: not host:port");
+            bail!("{address}: not host:port");
         }
         Ok(Self { host_port, tls })
     }

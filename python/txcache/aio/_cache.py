@@ -70,6 +70,9 @@ class AsyncCacheDriver(CacheCore):
         _reading: asyncio.Lock
         """One catalog reading at a time on the loop (the other tasks wait on it)."""
 
+    def _new_node(self, address: str) -> AsyncCacheNode:
+        return AsyncCacheNode(address, **self._node_options())
+
     # -- transactions -----------------------------------------------------------------------
 
     def read_only(

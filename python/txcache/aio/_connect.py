@@ -28,7 +28,6 @@ from txcache._serialize import Serializer
 from txcache.aio._agent import AsyncAgentClient
 from txcache.aio._auditor import TaskAuditor
 from txcache.aio._cache import AsyncCacheDriver
-from txcache.aio._nodes import AsyncCacheNode
 from txcache.aio._parking_watchdog import ParkingWatchdog
 
 __all__ = ["AsyncCache", "connect", "default_cache"]
@@ -100,8 +99,8 @@ class AsyncCache(AsyncCacheDriver):
             settings, serializer=serializer, pin_policy=pin_policy, safe_functions=safe_functions
         )
         caching = self.uncached_reason is None
-        nodes = [AsyncCacheNode(a, **self._node_options()) for a in settings.nodes]
-        self.ring = NodeRing(nodes) if caching else None
+        nodes = [self._new_node(address) for address in settings.nodes]
+        self.ring = NodeRing(nodes) if caching and nodes else None
         self.agent = self._agent(settings) if caching else None
         options = self._pool_options()
         self.pool = psycopg_pool.AsyncConnectionPool(**options, name="txcache-async", open=False)
@@ -135,6 +134,7 @@ class AsyncCache(AsyncCacheDriver):
             self.agent.start()
             if not await self.agent.wait_ready(timeout=2.0):
                 log.warning("%s", no_answer_yet(self.settings.agents))
+            self.follow_members()
         if self.ring is not None:
             self._spawn(self._ask_max_staleness())
         if self._auditor is not None:
@@ -148,9 +148,11 @@ class AsyncCache(AsyncCacheDriver):
         task.add_done_callback(self._background.discard)
 
     async def _ask_max_staleness(self) -> None:
-        assert self.ring is not None
+        ring = self.ring  # the agent may name other nodes meanwhile
+        if ring is None:
+            return
         command = protocol.max_staleness()
-        self._note_max_staleness([await node.run(command) for node in self.ring.nodes])
+        self._note_max_staleness([await node.run(command) for node in ring.nodes])
 
     async def close(self) -> None:
         """Stop the auditor (dropping the checks not made yet) and the agent's refresher,

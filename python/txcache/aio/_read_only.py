@@ -87,6 +87,9 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
     def __init__(self, cache: AsyncCacheDriver, staleness: float, not_before: int | None) -> None:
         AsyncTransaction.__init__(self, cache)
         ReadOnlyCore.__init__(self, cache, staleness, not_before)
+        self.ring = cache.ring
+        """The nodes its keys are placed on: the cache's as it began (the agent may name
+        others meanwhile)."""
 
     async def _begin(self) -> None:
         if not self.uncached:
@@ -132,7 +135,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         active, connection = self.snapshot, self._connection
         assert active is not None
         assert connection is not None
-        node = self._interval_node(self.cache.ring)
+        node = self._interval_node(self.ring)
         if node is None or self._fingerprinted():
             # Without DDL triggers a result read here may have run with a catalog newer
             # than the pin, which no interval the node knows accounts for: it stays here.
@@ -278,7 +281,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         known."""
         if self._results_valid_anywhere():
             return 0, 2**63 - 1
-        node = self._interval_node(self.cache.ring)
+        node = self._interval_node(self.ring)
         if node is None:
             return None
         tags = self._sorted_query_tags()

@@ -239,6 +239,7 @@ class AsyncEndpoint(Health):
         self._connecting: asyncio.Lock | None = None
         self._idle: list[AsyncRespConnection] = []
         self._prober: asyncio.Task[None] | None = None
+        self._closed = False
 
     async def call(self, *command: Argument) -> Any:
         """One command; ``None`` when the server is down or the connection failed (it is
@@ -252,8 +253,9 @@ class AsyncEndpoint(Health):
 
     async def pipeline(self, commands: Sequence[Sequence[Argument]]) -> list[Any] | None:
         """Several commands in one write, their replies in order; ``None`` as :meth:`call`
-        gives it."""
-        if not self.is_up():
+        gives it, and once the endpoint is closed (a node the ring no longer names, used by
+        a task that began before)."""
+        if not self.is_up() or self._closed:
             return None
         connection = self._shared  # the common case: a node's connection, already open
         try:
@@ -273,7 +275,9 @@ class AsyncEndpoint(Health):
             if connection is not None and not self._multiplex:
                 connection.close()
             raise
-        if not self._multiplex:
+        if self._closed:  # closed meanwhile: nothing would close this connection later
+            connection.close()
+        elif not self._multiplex:
             self._give_back(connection)
         self._note_up()
         return replies
@@ -281,6 +285,7 @@ class AsyncEndpoint(Health):
     def close(self) -> None:
         """Close every connection (calls waiting on them fail, and return ``None``) and
         stop probing."""
+        self._closed = True
         prober, self._prober = self._prober, None
         if prober is not None:
             prober.cancel()
@@ -331,7 +336,7 @@ class AsyncEndpoint(Health):
             connection.close()
             if connection is self._shared:
                 self._shared = None
-        if self._note_down(error):
+        if self._note_down(error) and not self._closed:  # a closed endpoint is not probed
             self._drop_connections()
             self._prober = asyncio.get_running_loop().create_task(self._probe())
 

@@ -10,6 +10,9 @@
 | ``pinner-kill`` | the agent's pinner sessions are terminated in PostgreSQL |
 | ``postgres-restart`` | PostgreSQL stops (fast) and starts again on its port |
 | ``node-stall`` | a cache node stops reading its sockets (``SIGSTOP``) for two seconds |
+| ``node-leave`` | a cache node taken out of ``txcache.cache_nodes`` for two seconds (the agent
+  stops feeding it, libraries stop placing keys on it) and put back: timed until it applied
+  every commit again (replayed or reset first) |
 | ``agent-failover-kill`` | with ``--standby-agents``: ``kill -9`` of the active agent; a standby
   takes over (timed), the killed one starts again on its port as a standby |
 | ``agent-failover-stop`` | the active agent stopped (``SIGSTOP``) until a standby took over,
@@ -62,6 +65,7 @@ FAULT_KINDS = (
     "pinner-kill",
     "postgres-restart",
     "node-stall",
+    "node-leave",
 )
 FAILOVER_KINDS = ("agent-failover-kill", "agent-failover-stop", "agent-failover-cut")
 """The faults of several agents (``--standby-agents``), each timing the takeover."""
@@ -316,6 +320,19 @@ class FaultInjector:
     def _group(self) -> AgentGroup:
         assert self.agents is not None, "checked in __init__"
         return self.agents
+
+    def _node_leave(self) -> float:
+        """Take a node out of the agent's membership for two seconds, then put it back;
+        the seconds from its return until it applied every commit so far."""
+        address = self.stack.node_addresses[self._node_index()]
+        self.stack.remove_members(address)
+        try:
+            self._stop.wait(2.0)
+        finally:
+            self.stack.add_members(address)
+        since = time.monotonic()
+        self.stack.caught_up()
+        return time.monotonic() - since
 
     def _node_stall(self) -> None:
         process = self.stack.nodes[self._node_index()].process

@@ -91,7 +91,11 @@ def _rows() -> list[tuple[str, Any]]:
         ("… inconsistent (by tenant)", _by_tenant(lambda t: t.inconsistent)),
         ("… **cross-tenant reads** (by tenant)", _by_tenant(lambda t: f"**{t.cross_tenant}**")),
         ("faults injected", _faults),
-        ("takeovers (agents; promotions: until the nodes follow)", _takeovers),
+        (
+            "takeovers (agents; promotions: until the nodes follow; a node that left: until "
+            "it applied every commit again)",
+            _takeovers,
+        ),
         ("promotions that kept the cache (no node rewound)", _kept),
         ("reads served from the cache", lambda p: f"{p.cache_share:.1%} of {p.cache_lookups}"),
         ("… by tenant", _by_tenant(lambda t: f"{t.cache_share:.1%} of {t.cache_lookups}")),

@@ -53,6 +53,7 @@ OPTIONS = StackOptions(
         *("--max-staleness", "30s", "--pin-lease", "5s"),
     ),
     agent_start_timeout=60.0,  # after a PostgreSQL restart or a lost slot
+    membership="database",  # as a fleet runs: the node-leave fault changes it
 )
 """What a check starts."""
 

@@ -10,6 +10,7 @@ out.
 - ``up`` (:mod:`txcache.cli.up`): run a whole local stack until Ctrl-C.
 - ``status`` (:mod:`txcache.cli.status`): what the nodes and the agent report.
 - ``check`` (:mod:`txcache.cli.check`): the consistency checker under faults.
+- ``nodes`` (:mod:`txcache.cli.nodes`): the cache nodes the agent feeds.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from txcache.cli import check, setup, status, up
+from txcache.cli import check, nodes, setup, status, up
 
 __all__ = ["main"]
 
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_parser(subparsers)
     status.add_parser(subparsers)
     check.add_parser(subparsers)
+    nodes.add_parser(subparsers)
     return parser
 
 

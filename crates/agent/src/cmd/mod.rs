@@ -15,6 +15,7 @@ mod auth;
 mod barrier;
 mod commitlsn;
 mod database;
+mod nodes;
 mod pin;
 mod ping;
 mod pins;
@@ -29,6 +30,7 @@ use auth::Auth;
 use barrier::Barrier;
 use commitlsn::CommitLsn;
 use database::Database;
+use nodes::Nodes;
 use pin::Pin;
 use ping::Ping;
 use pins::Pins;
@@ -36,7 +38,9 @@ use quit::Quit;
 use status::Status;
 use tagcolumns::TagColumns;
 
+use crate::config::Membership;
 use crate::database::DatabaseIdentity;
+use crate::fanout::Fanout;
 use crate::metrics::Sources;
 use crate::pincushion::Pincushion;
 use crate::term::{Holder, Term};
@@ -70,6 +74,10 @@ pub struct Active {
     pub tracker: Arc<StreamTracker>,
     /// The database the stream decodes (`DATABASE`).
     pub database: DatabaseIdentity,
+    /// The cache nodes delivered to (`NODES`).
+    pub nodes: Arc<Fanout>,
+    /// Where the cache nodes come from (`STATUS`).
+    pub membership: Membership,
     /// What `STATUS` reads.
     pub metrics: Arc<Sources>,
     /// This agent's term: once it is not valid, the agent answers as a standby.
@@ -122,6 +130,7 @@ enum Command {
     TagColumns(TagColumns),
     Barrier(Barrier),
     Database(Database),
+    Nodes(Nodes),
     Status(Status),
     Ping(Ping),
     Auth(Auth),
@@ -151,6 +160,7 @@ impl Command {
             Command::TagColumns(columns) => columns.apply(endpoint.active()?, out),
             Command::Barrier(barrier) => barrier.apply(endpoint.active()?, out),
             Command::Database(database) => database.apply(endpoint.active()?, out),
+            Command::Nodes(nodes) => nodes.apply(endpoint.active()?, out),
             Command::Status(status) => status.apply(endpoint, out),
             Command::Ping(ping) => ping.apply(out),
             Command::Auth(auth) => auth.apply(endpoint, session, out),
@@ -214,6 +224,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     spec("DATABASE", 0..=0, |a| {
         Database::parse(a).map(Command::Database)
     }),
+    spec("NODES", 0..=0, |a| Nodes::parse(a).map(Command::Nodes)),
     spec("STATUS", 0..=0, |a| Status::parse(a).map(Command::Status)),
     spec("PING", 0..=0, |a| Ping::parse(a).map(Command::Ping)),
     connection("AUTH", 1..=usize::MAX, |a| {

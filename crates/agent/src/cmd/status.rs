@@ -16,9 +16,10 @@ impl Status {
         Ok(Self)
     }
 
-    /// A bulk string of `field:value\r\n` lines: `role:active` and the metrics in their
-    /// table's order, or on a standby `role:standby` and the lease's holder. An agent whose
-    /// lease ran out says `role:standby`: it answers libraries as one.
+    /// A bulk string of `field:value\r\n` lines: `role:active`, the metrics in their table's
+    /// order and `membership:static` or `membership:database` (after the metrics: the lines
+    /// libraries read keep their places), or on a standby `role:standby` and the lease's
+    /// holder. An agent whose lease ran out says `role:standby`: it answers libraries as one.
     pub fn apply(self, endpoint: &Endpoint, out: &mut BytesMut) -> Result<(), CommandError> {
         let text = match &endpoint.role {
             Role::Active(active) => {
@@ -28,7 +29,9 @@ impl Status {
                 } else {
                     "standby"
                 };
-                format!("role:{role}\r\n{}", metrics::status(&reading))
+                let membership = active.membership.as_str();
+                let metrics = metrics::status(&reading);
+                format!("role:{role}\r\n{metrics}membership:{membership}\r\n")
             }
             Role::Standby(holder) => {
                 format!("role:standby\r\nactive_agent:{}\r\n", holder.describe())

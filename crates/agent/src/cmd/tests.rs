@@ -2,6 +2,7 @@
 //! library decodes them in `python/txcache/_protocol.py`).
 
 use super::{execute, find, Active, Endpoint, Role, Session, COMMANDS};
+use crate::config::Membership;
 use crate::database::DatabaseIdentity;
 use crate::fanout::Fanout;
 use crate::metrics::Sources;
@@ -56,6 +57,11 @@ fn names_are_upper_case_and_found_in_any_case() {
 /// An endpoint over a tracker resuming at 100, no nodes, and a pincushion whose pinner never
 /// reaches a database (nothing here asks it for a fresh pin).
 fn endpoint(password: Option<&str>) -> Endpoint {
+    endpoint_with(password, &[], Membership::Static)
+}
+
+/// As [`endpoint`], delivering to `nodes` that come from `membership`.
+fn endpoint_with(password: Option<&str>, nodes: &[&str], membership: Membership) -> Endpoint {
     let tracker = Arc::new(StreamTracker::new(Timestamp(100), 0));
     let settings = PinSettings {
         pin_interval: Duration::from_secs(3600),
@@ -65,12 +71,14 @@ fn endpoint(password: Option<&str>) -> Endpoint {
     let dsn = "host=127.0.0.1 port=1 dbname=unreachable connect_timeout=1".to_owned();
     let pincushion = Pincushion::start(dsn, settings, Arc::clone(&tracker), None);
     let term = Arc::new(Term::unbounded());
+    let nodes: Vec<String> = nodes.iter().map(|node| (*node).to_owned()).collect();
+    let fanout = Fanout::new(&nodes, Timestamp(100), 10);
     let metrics = Sources {
         started: Instant::now(),
         clients: Arc::new(AtomicUsize::new(3)),
         stream: Arc::new(StreamStats::default()),
         tracker: Arc::clone(&tracker),
-        fanout: Fanout::new(&[], Timestamp(100), 10),
+        fanout: Arc::clone(&fanout),
         pincushion: Arc::clone(&pincushion),
         term: Arc::clone(&term),
     };
@@ -84,6 +92,8 @@ fn endpoint(password: Option<&str>) -> Endpoint {
                 oid: 16384,
                 name: "app".to_owned(),
             },
+            nodes: fanout,
+            membership,
             metrics: Arc::new(metrics),
             term,
         }),
@@ -152,6 +162,51 @@ async fn status_is_one_bulk_string_of_field_lines() {
     assert!(
         body.starts_with("role:active\r\nuptime_in_seconds:0\r\nconnected_clients:3\r\n"),
         "{body}"
+    );
+}
+
+#[tokio::test]
+async fn nodes_lists_the_membership_in_its_order() {
+    let nodes = ["b:6381", "rediss://a.example:6380"];
+    let endpoint = endpoint_with(None, &nodes, Membership::Database);
+    let session = &mut Session::new(&endpoint);
+    assert_eq!(
+        reply(&endpoint, session, "NODES").await,
+        "*2\r\n$6\r\nb:6381\r\n$23\r\nrediss://a.example:6380\r\n"
+    );
+    let fanout = &parts(&endpoint).nodes;
+    assert!(fanout.add_node(0, "a:6379") && fanout.remove_node("b:6381"));
+    assert_eq!(
+        reply(&endpoint, session, "nodes").await,
+        "*2\r\n$6\r\na:6379\r\n$23\r\nrediss://a.example:6380\r\n"
+    );
+    assert!(fanout.remove_node("a:6379") && fanout.remove_node("rediss://a.example:6380"));
+    assert_eq!(reply(&endpoint, session, "NODES").await, "*0\r\n");
+    assert_eq!(
+        reply(&endpoint, session, "NODES all").await,
+        "-ERR unknown command or wrong arguments 'NODES'\r\n"
+    );
+}
+
+#[tokio::test]
+async fn status_names_the_membership_and_counts_its_nodes() {
+    let database = endpoint_with(None, &["a:1", "b:2"], Membership::Database);
+    let session = &mut Session::new(&database);
+    let status = reply(&database, session, "STATUS").await;
+    assert!(
+        status.contains("\r\nnodes:2\r\nnodes_connected:0\r\n"),
+        "{status}"
+    );
+    assert!(
+        status.ends_with("\r\nmembership:database\r\n\r\n"),
+        "{status}"
+    );
+    let fixed = endpoint(None);
+    let status = reply(&fixed, session, "STATUS").await;
+    assert!(status.contains("\r\nnodes:0\r\n"), "{status}");
+    assert!(
+        status.ends_with("\r\nmembership:static\r\n\r\n"),
+        "{status}"
     );
 }
 
@@ -263,6 +318,7 @@ async fn a_standby_answers_only_ping_auth_quit_and_status() {
         "TAGCOLUMNS",
         "BARRIER",
         "DATABASE",
+        "NODES",
         "COMMITLSN 7",
     ] {
         assert_eq!(

@@ -1,0 +1,72 @@
+"""``txcache nodes``: list, add and remove the cache nodes that agents started without
+``--node`` feed (the table ``txcache.cache_nodes``; docs/agent.md, "Cache nodes that join
+and leave"). The active agent applies a change within its ``--membership-interval``, and
+libraries follow at their next refresh."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from txcache._membership import MembershipError, add_nodes, list_nodes, remove_nodes
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``nodes`` and its options."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "nodes",
+        help="list, add or remove the cache nodes the agent feeds",
+        description=(
+            "List, add or remove the cache nodes that agents started without --node feed "
+            "(the table txcache.cache_nodes, per slot). The agent applies a change within "
+            "its --membership-interval (1 s by default): a node added is replayed or reset "
+            "before it gets the stream, so it never serves a value it missed the "
+            "invalidation of; libraries place keys on the new list at their next refresh."
+        ),
+    )
+    parser.add_argument(
+        "action", choices=("list", "add", "remove"), help="what to do (list: one per line)"
+    )
+    parser.add_argument(
+        "addresses", nargs="*", metavar="ADDRESS", help="host:port, or rediss://host:port"
+    )
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("TXCACHE_DSN", ""),
+        help="libpq connection string or URI (default: $TXCACHE_DSN, else libpq's PG* "
+        "environment variables)",
+    )
+    parser.add_argument(
+        "--slot",
+        default=os.environ.get("TXCACHE_SLOT", "txcache"),
+        help="the agents' replication slot (default: $TXCACHE_SLOT, else txcache)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Carry out the action and say what changed; 1 (and why, on stderr) on an error, 2
+    when ``add`` or ``remove`` names no address."""
+    if args.action != "list" and not args.addresses:
+        print(f"txcache nodes {args.action}: name at least one ADDRESS", file=sys.stderr)
+        return 2
+    try:
+        if args.action == "list":
+            for address in list_nodes(args.dsn, args.slot):
+                print(address)
+            return 0
+        change = add_nodes if args.action == "add" else remove_nodes
+        changed = change(args.dsn, args.slot, args.addresses)
+    except MembershipError as error:
+        print(f"txcache nodes: error: {error}", file=sys.stderr)
+        return 1
+    adding = args.action == "add"
+    done = "added" if adding else "removed"
+    unchanged = "unchanged (already a member)" if adding else "unchanged (not a member)"
+    for address in args.addresses:
+        print(f"{address}: {done if address.strip() in changed else unchanged}")
+    return 0
