@@ -188,6 +188,16 @@ def test_status_reports_every_node_and_the_agent(stack: tuple[Up, dict[str, str]
     assert "3 of 3 endpoint(s) up" in result.stdout
 
 
+def test_status_asks_the_nodes_the_agent_feeds(stack: tuple[Up, dict[str, str]]) -> None:
+    _up, settings = stack
+    agent_only = {name: value for name, value in settings.items() if name != "TXCACHE_NODES"}
+    result = txcache("status", **agent_only)
+    assert result.returncode == 0, result.stderr
+    for node in settings["TXCACHE_NODES"].split(","):
+        assert f"node {node}: up" in result.stdout
+    assert "3 of 3 endpoint(s) up" in result.stdout
+
+
 def test_status_json_has_the_same_report(stack: tuple[Up, dict[str, str]]) -> None:
     _up, settings = stack
     result = txcache("status", "--json", **settings)

@@ -10,6 +10,7 @@ import time
 import txcache
 from conftest import running_agent
 from library_fixtures import LibraryStack
+from txcache.stack import wait_until
 
 reads: list[int] = []
 
@@ -44,12 +45,37 @@ def test_a_dead_node_means_misses_not_errors(lib: LibraryStack) -> None:
     assert prices(lib) == truth(lib)
     lib.nodes[0].kill()
     reads.clear()
+    unavailable = price.stats.misses["unavailable"]
     assert prices(lib) == truth(lib)
-    on_dead_node = price.stats.misses["unavailable"]
-    assert 0 < on_dead_node < 20
-    assert len(reads) == on_dead_node, "keys on the live node were still cached"
+    assert price.stats.misses["unavailable"] - unavailable == 1, "one call finds it dead"
+    assert 0 < len(reads) < 20, "only the dead node's keys ran: the live node's were cached"
+    reads.clear()
+    assert prices(lib) == truth(lib)
+    # The key whose call found the node dead was not stored (its store was for that node).
+    assert len(reads) <= 1, "the dead node's keys are on the live node while it is down"
     token = update_all(lib, 1)
     assert prices(lib, not_before=token) == truth(lib)
+
+
+def test_a_node_back_gets_its_keys_back(lib: LibraryStack) -> None:
+    lib.caught_up()
+    lib.fresh_pins()
+    assert prices(lib) == truth(lib)
+    lib.nodes[0].kill()
+    assert prices(lib) == truth(lib)  # one call finds it dead: its keys move
+    lib.restart_node(0)
+    lib.caught_up()
+    ring = lib.cache.ring
+    assert ring is not None
+    back = next(node for node in ring.nodes if node.address == lib.node_addresses[0])
+    wait_until(back.is_up, "the library's probe to find the node back", timeout=30)
+    reads.clear()
+    assert prices(lib) == truth(lib)
+    assert 0 < len(reads) < 20, "its keys are its own again (it restarted empty)"
+    reads.clear()
+    assert prices(lib) == truth(lib)
+    assert reads == []
+    assert int(lib.node_info(lib.node_addresses[0])["keys"]) > 0
 
 
 def test_a_node_that_stops_reading_is_skipped_after_its_timeout(database: str) -> None:

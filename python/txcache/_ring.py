@@ -1,6 +1,8 @@
 """Consistent hashing of keys over cache nodes, for the sync and the async node clients
 alike: each node owns many points on a ring, so adding or removing one moves only its
-share of the keys."""
+share of the keys. While a node is down its keys go to the next node up on the ring, and
+come back once it answers again: any node may hold any key, since every value carries the
+interval it is valid in."""
 
 from __future__ import annotations
 
@@ -48,9 +50,26 @@ class NodeRing(Generic[N]):
         self._owners = [self.nodes[position] for _, position in points]
 
     def node_for(self, key: bytes) -> N:
-        """The node that holds ``key``."""
-        index = bisect.bisect(self._points, _point(key))
-        return self._owners[index % len(self._owners)]
+        """The node that holds ``key``: its owner on the ring or, while the owner is down,
+        the next node on the ring that is up (the owner itself when none is: its calls
+        then miss at once)."""
+        start = bisect.bisect(self._points, _point(key)) % len(self._owners)
+        owner = self._owners[start]
+        if owner.is_up():
+            return owner
+        return self._next_up(start) or owner
+
+    def _next_up(self, start: int) -> N | None:
+        """The first node up after point ``start``, going round the ring once."""
+        seen: set[int] = set()
+        for step in range(1, len(self._owners)):
+            node = self._owners[(start + step) % len(self._owners)]
+            if node.is_up():
+                return node
+            seen.add(id(node))
+            if len(seen) == len(self.nodes):
+                return None
+        return None
 
     def any_up(self) -> N | None:
         """Some node that is up, for questions every node can answer."""

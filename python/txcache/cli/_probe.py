@@ -92,6 +92,9 @@ class AgentReport(Report):
     standby: str | None = None
     """What a standby agent answered ``PINS`` (``None`` from the active one): it serves
     nothing but ``STATUS`` until it takes over."""
+    nodes: list[str] | None = None
+    """The cache nodes the agent feeds (``NODES``); ``None`` from a standby or an agent too
+    old to say."""
 
     @property
     def active(self) -> bool:
@@ -162,6 +165,11 @@ def probe_agent(address: str, *, password: str | None = None, timeout: float = 2
                     report.pins = [agent.run(protocol.pin())]
                 except ReplyError as error:
                     report.pin_error = str(error).strip()
+            try:
+                fed: tuple[str, ...] = agent.run(protocol.nodes())
+                report.nodes = list(fed)
+            except ReplyError:
+                report.nodes = None  # an agent from before NODES
     except (ConnectionLost, ReplyError, ValueError) as error:  # ValueError: BadReply too
         report.status, report.pins = {}, []
         report.failed(error, "a txcache-agent")

@@ -1,16 +1,17 @@
 """``txcache status``: how the cache nodes and the agent are doing (see ``docs/setup.md``).
 
-For each node: reachable or not, its stream position N and how old its newest stream message
-is, memory used of the limit, keys, versioned hits and misses by kind with the hit rate, plain
-``GET`` hits and misses, invalidations; its lag is the agent's ``commit_position`` minus N
-(bytes of WAL not yet applied; 0 when caught up). For each agent (``--agent`` may name
-several: one active, the others standbys): its ``STATUS`` fields and its pins, with the age
-of the newest pin's ``current_as_of``, or that it is a standby; the lag is the active
-one's. With a database (``--dsn``, default ``$TXCACHE_DSN``), what ``txcache setup --check``
-finds missing and the slot's state. Then every problem of a part that answers but does not
-do its job, with what to do (:mod:`txcache.cli._health`). ``--json`` prints the same as one
-JSON object. Exit status 1 if any endpoint is unreachable or any problem was found, 0
-otherwise, 2 for a bad command line.
+For each node (``--nodes``, else those the active agent feeds): reachable or not, its
+stream position N and how old its newest stream message is, memory used of the limit, keys,
+versioned hits and misses by kind with the hit rate, plain ``GET`` hits and misses,
+invalidations; its lag is the agent's ``commit_position`` minus N (bytes of WAL not yet
+applied; 0 when caught up). For each agent (``--agent`` may name several: one active, the
+others standbys): its ``STATUS`` fields and its pins, with the age of the newest pin's
+``current_as_of``, or that it is a standby; the lag is the active one's. With a database
+(``--dsn``, default ``$TXCACHE_DSN``), what ``txcache setup --check`` finds missing and the
+slot's state. Then every problem of a part that answers but does not do its job, with what
+to do (:mod:`txcache.cli._health`). ``--json`` prints the same as one JSON object. Exit
+status 1 if any endpoint is unreachable or any problem was found, 0 otherwise, 2 for a bad
+command line.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def add_parser(subparsers: Any) -> None:
         type=_address_list,
         default=os.environ.get("TXCACHE_NODES", ""),
         metavar="HOST:PORT,...",
-        help="the cache nodes (default: $TXCACHE_NODES)",
+        help="the cache nodes (default: $TXCACHE_NODES, else those the active agent feeds)",
     )
     parser.add_argument(
         "--agent",
@@ -127,7 +128,8 @@ def run(args: argparse.Namespace) -> int:
     # The agents first: a node's N is then read after the commit_position it is compared
     # with, so a lag shows only what the node really had not applied.
     agents = [probe_agent(address, **options) for address in args.agent]
-    nodes = [probe_node(address, **options) for address in args.nodes]
+    fed = next((agent.nodes for agent in agents if agent.active and agent.nodes), None)
+    nodes = [probe_node(address, **options) for address in args.nodes or fed or []]
     processes = [probe_metrics(url, timeout=args.timeout) for url in args.metrics]
     now = time.time_ns() // 1000
     report = Everything(nodes, agents, processes, [])
