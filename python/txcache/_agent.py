@@ -64,9 +64,10 @@ class AgentClient(AgentState):
     ) -> None:
         """Starts the refresher thread at once; :meth:`close` stops it. After each refresh
         it also runs ``housekeeping`` (the cache's: it ends parked database transactions
-        too old to keep), and between refreshes every ``housekeeping_interval`` seconds.
-        ``address`` names one agent, or several (comma-separated, or one string each): the
-        first is followed until a refresh finds another active."""
+        too old to keep and reads the nodes' replies to stores not waited for), and
+        between refreshes every ``housekeeping_interval`` seconds. ``address`` names one
+        agent, or several (comma-separated, or one string each): the first is followed
+        until a refresh finds another active."""
         super().__init__(refresh_interval)
         self._housekeeping = housekeeping
         self._wake_interval = refresh_interval

@@ -221,6 +221,18 @@ class CacheDriver(CacheCore):
         if end is not None:
             self.release(end.connection)
 
+    def housekeeping(self) -> None:
+        """The cache's background work, run by the agent's refresher after each refresh and
+        between them: end the parked database transactions too old to keep, and have the
+        nodes read the replies they still owe to stores not waited for (the sync driver's
+        only: the async one hands them over as they arrive)."""
+        if self.settings.snapshot_hold > 0:
+            self.end_parked()
+        ring = self.ring
+        if ring is not None:
+            for node in ring.nodes:
+                node.settle()
+
     def end_parked(self, *, every: bool = False) -> None:
         """Give back the connections of the parked database transactions too old to keep
         (every one with ``every``: the cache closes, or its pool is drained). The cache's

@@ -133,8 +133,8 @@ class Cache(CacheDriver):
             tls_ca=settings.tls_ca,
             timeout=settings.agent_timeout,
             refresh_interval=settings.refresh_interval,
-            housekeeping=self.end_parked if settings.snapshot_hold > 0 else None,
-            housekeeping_interval=settings.snapshot_hold,
+            housekeeping=self.housekeeping,
+            housekeeping_interval=settings.snapshot_hold or settings.refresh_interval,
         )
         if not client.wait_ready(timeout=2.0):
             log.warning("%s", no_answer_yet(settings.agents))

@@ -409,7 +409,7 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         ready = self.cache.settle_stores()
         for done, store in enumerate(ready):
             try:
-                store.record(store.node.insert(store.key, *store.request))
+                store.node.store(store.key, *store.request, store.record)
             except BaseException:
                 for left in ready[done:]:
                     left.record("failed")  # an interruption: not stored

@@ -21,6 +21,7 @@ import logging
 import socket
 import ssl
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -151,10 +152,17 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=ca_file)
 
 
-class RespConnection:
-    """One connection to a RESP server (a cache node or the agent)."""
+Argument = str | bytes | int | float
+OnReply = Callable[[Any], None]
+"""What gets a reply not waited for (``None`` when the connection was lost first)."""
 
-    __slots__ = ("_reader", "_socket", "address")
+
+class RespConnection:
+    """One connection to a RESP server (a cache node or the agent). Commands sent with
+    :meth:`send_later` are not waited for: their replies are read before the next reply
+    this connection reads, or by :meth:`settle`, in the order they were sent."""
+
+    __slots__ = ("_owed", "_reader", "_socket", "address")
 
     def __init__(
         self,
@@ -169,6 +177,7 @@ class RespConnection:
         the host) and authenticate; raises :class:`ConnectionLost`."""
         self.address = address
         self._reader = hiredis.Reader()
+        self._owed: deque[OnReply] = deque()
         try:
             self._socket = socket.create_connection(address, timeout=connect_timeout)
             if tls is not None:
@@ -209,19 +218,42 @@ class RespConnection:
             raise reply
         return command.read(reply)
 
-    def call(self, *command: str | bytes | int | float) -> Any:
+    def call(self, *command: Argument) -> Any:
         """Send one command and return its reply (a :class:`ReplyError` for ``-ERR``)."""
         self._send(hiredis.pack_command(cast(Any, command)))
+        self.settle()
         return self._receive()
 
-    def pipeline(self, commands: Sequence[Sequence[str | bytes | int | float]]) -> list[Any]:
+    def pipeline(self, commands: Sequence[Sequence[Argument]]) -> list[Any]:
         """Send several commands in one write and return their replies in order."""
         self._send(b"".join(hiredis.pack_command(cast(Any, tuple(c))) for c in commands))
+        self.settle()
         return [self._receive() for _ in commands]
 
+    def send_later(self, command: Sequence[Argument], on_reply: OnReply) -> None:
+        """Send ``command`` without waiting for its reply: ``on_reply`` gets it when it is
+        read (before the next reply, or by :meth:`settle`), or ``None`` if the connection is
+        lost first. Raises :class:`ConnectionLost` when the command cannot be sent."""
+        self._send(hiredis.pack_command(cast(Any, tuple(command))))
+        self._owed.append(on_reply)
+
+    @property
+    def owed(self) -> int:
+        """How many replies of :meth:`send_later` are not read yet."""
+        return len(self._owed)
+
+    def settle(self) -> None:
+        """Read every reply still owed to :meth:`send_later` and hand each over; raises
+        :class:`ConnectionLost` (after handing ``None`` to each) when the connection fails."""
+        while self._owed:
+            reply = self._receive()
+            self._owed.popleft()(reply)
+
     def close(self) -> None:
-        """Close the socket (idempotent)."""
+        """Close the socket (idempotent); replies still owed are handed ``None``."""
         self._socket.close()
+        while self._owed:
+            self._owed.popleft()(None)
 
     def _send(self, data: bytes) -> None:
         try:
@@ -353,7 +385,7 @@ class Endpoint(Health):
         self._idle: list[RespConnection] = []
         self._closed = threading.Event()
 
-    def call(self, *command: str | bytes | int | float) -> Any:
+    def call(self, *command: Argument) -> Any:
         """One command; ``None`` when the server is down, the connection failed (it is
         then marked down) or the endpoint is closed (a node the ring no longer names, used
         by a transaction that began before). Error replies are returned as
@@ -366,13 +398,62 @@ class Endpoint(Health):
         except ConnectionLost as error:
             self._mark_down(error)
             return None
-        # Closed meanwhile: the idle list was dropped, and nothing would close it later.
-        if len(self._idle) < _MAX_IDLE_CONNECTIONS and not self._closed.is_set():
-            self._idle.append(connection)
-        else:
-            connection.close()
+        self._keep(connection)
         self._note_up()
         return reply
+
+    def send_later(
+        self, command: Command[T], on_reply: Callable[[T | ReplyError | None], None]
+    ) -> None:
+        """Send ``command`` without waiting for its reply: ``on_reply`` gets it decoded, as
+        :meth:`run` returns it, once it is read — before the connection's next reply, or by
+        :meth:`settle` — and ``None`` at once when the server is down or the endpoint closed.
+        The connection goes back to the idle ones at once, so the caller goes on while the
+        server answers."""
+        if not self.is_up() or self._closed.is_set():
+            on_reply(None)
+            return
+
+        def decoded(reply: Any) -> None:
+            result = read_reply(command, reply)  # out of on_reply's context: T as it is
+            on_reply(result)
+
+        try:
+            connection = self._take()
+            connection.send_later(command.arguments, decoded)
+        except ConnectionLost as error:
+            self._mark_down(error)
+            on_reply(None)
+            return
+        self._keep(connection)
+
+    def settle(self) -> None:
+        """Read the replies still owed on idle connections, so that what waits for them
+        (a store's outcome) is known within a refresh, however quiet the endpoint."""
+        for connection in [c for c in self._idle if c.owed]:
+            try:
+                self._idle.remove(connection)
+            except ValueError:  # another thread took it: its next call reads them
+                continue
+            try:
+                connection.settle()
+            except ConnectionLost as error:
+                self._mark_down(error)
+                continue
+            self._keep(connection)
+
+    def _keep(self, connection: RespConnection) -> None:
+        """Back to the idle connections; closed instead when there are enough or the
+        endpoint is closed (the idle list was dropped, and nothing would close it later),
+        after reading what it still owes."""
+        if len(self._idle) < _MAX_IDLE_CONNECTIONS and not self._closed.is_set():
+            self._idle.append(connection)
+            return
+        try:
+            connection.settle()
+        except ConnectionLost:
+            return
+        connection.close()
 
     def run(self, command: Command[T]) -> T | ReplyError | None:
         """``command``'s decoded reply; ``None`` as :meth:`call` gives it, and a
@@ -381,7 +462,9 @@ class Endpoint(Health):
         return read_reply(command, self.call(*command.arguments))
 
     def close(self) -> None:
-        """Close every idle connection and stop probing."""
+        """Read what the idle connections still owe (stores' outcomes), close them and stop
+        probing."""
+        self.settle()
         self._closed.set()
         self._drop_idle()
 

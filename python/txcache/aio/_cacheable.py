@@ -17,6 +17,7 @@ computes the value, and the others that miss the key meanwhile wait for its stor
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -172,7 +173,8 @@ class AsyncCacheableFunction(CacheableBase[P, R]):
         self._record_miss(transaction, miss.kind, started)
         request = self._store_request(transaction, value, frame)
         if request is not None and not self._defer_store(transaction, node, key, request, frame):
-            self._stored(transaction, await node.insert(key, *request))
+            # Not waited for: the node stores it (ending the lease) while the caller goes on.
+            await node.store(key, *request, functools.partial(self._stored, transaction))
         elif leased:
             await node.release(key)
         return value

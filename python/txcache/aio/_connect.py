@@ -119,8 +119,8 @@ class AsyncCache(AsyncCacheDriver):
             tls_ca=settings.tls_ca,
             timeout=settings.agent_timeout,
             refresh_interval=settings.refresh_interval,
-            housekeeping=self.end_parked if settings.snapshot_hold > 0 else None,
-            housekeeping_interval=settings.snapshot_hold,
+            housekeeping=self.housekeeping,
+            housekeeping_interval=settings.snapshot_hold or settings.refresh_interval,
         )
 
     async def open(self) -> None:

@@ -1,5 +1,5 @@
-"""The cache nodes as a client: the versioned commands (``TXGET``, ``TXSET``,
-``TXINTERVAL``; docs/protocol.md), and ``DEL`` for the audit, over the node's transport (one
+"""The cache nodes as a client: the versioned commands (``TXGET``, ``TXSET`` — not waited
+for —, ``TXINTERVAL``; docs/protocol.md), and ``DEL`` for the audit, over the node's transport (one
 connection multiplexed across tasks in the async driver). Its sync twin is generated from it
 (``tools/async_to_sync.py``). What each reply means is :mod:`txcache._node_replies`'s, and
 the ring that places keys is :class:`~txcache._ring.NodeRing`.
@@ -10,13 +10,14 @@ at once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from txcache import _protocol as protocol
 from txcache._drivers import ASYNC
 from txcache._node_replies import delete_result, insert_result, interval_result, lookup_result
-from txcache._protocol import Hit, Interval, Miss
+from txcache._protocol import Hit, Interval, Miss, Stored
+from txcache._resp import ReplyError
 from txcache.aio._resp import AsyncEndpoint
 
 __all__ = ["AsyncCacheNode"]
@@ -44,7 +45,7 @@ class AsyncCacheNode(AsyncEndpoint):
         that is down ends it when it expires)."""
         await self.run(protocol.txrelease(key))
 
-    async def insert(
+    async def store(
         self,
         key: bytes,
         value: bytes,
@@ -52,11 +53,20 @@ class AsyncCacheNode(AsyncEndpoint):
         hi: int | None,
         snapshot: int | None,
         tags: Iterable[str],
-    ) -> str | None:
-        """``TXSET``; returns the outcome (``inserted``, ``extended``, ``nondeterministic``,
-        ``empty``), or ``None`` when the node is down or refused it."""
-        reply = await self.run(protocol.txset(key, value, lo, hi, snapshot=snapshot, tags=tags))
-        return insert_result(self.address, reply)
+        on_outcome: Callable[[str | None], None],
+    ) -> None:
+        """``TXSET``, not waited for (the caller's value is ready; the node stores it while
+        the caller goes on): ``on_outcome`` gets the outcome (``inserted``, ``extended``,
+        ``nondeterministic``, ``empty``; ``None`` when the node is down or refused it) once
+        the reply is read — as it arrives in the async driver, before the connection's next
+        reply or at the cache's next housekeeping (each refresh) in the sync one."""
+        address = self.address
+
+        def stored(reply: Stored | ReplyError | None) -> None:
+            on_outcome(insert_result(address, reply))
+
+        command = protocol.txset(key, value, lo, hi, snapshot=snapshot, tags=tags)
+        await self.send_later(command, stored)
 
     async def database_interval(self, snapshot: int, tags: Iterable[str]) -> Interval | None:
         """``TXINTERVAL``: where results read at ``snapshot`` from rows named by ``tags`` are

@@ -415,7 +415,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         ready = self.cache.settle_stores()
         for done, store in enumerate(ready):
             try:
-                store.record(await store.node.insert(store.key, *store.request))
+                await store.node.store(store.key, *store.request, store.record)
             except BaseException:
                 for left in ready[done:]:
                     left.record("failed")  # an interruption: not stored

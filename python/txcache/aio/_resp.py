@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import hiredis
@@ -250,6 +250,43 @@ class AsyncEndpoint(Health):
     async def run(self, command: Command[T]) -> T | ReplyError | None:
         """``command``'s decoded reply, as :func:`~txcache._resp.read_reply` gives it."""
         return read_reply(command, await self.call(*command.arguments))
+
+    async def send_later(
+        self, command: Command[T], on_reply: Callable[[T | ReplyError | None], None]
+    ) -> None:
+        """Send ``command`` without waiting for its reply: ``on_reply`` gets it decoded, as
+        :meth:`run` returns it, when it arrives (``None`` if the connection is lost first),
+        and ``None`` at once when the server is down or the endpoint closed. A node's
+        connection is shared, so the caller goes on while the server answers; an agent's
+        (a connection per call) is waited on."""
+        if not self._multiplex:
+            answer = await self.run(command)
+            on_reply(answer)
+            return
+        if not self.is_up() or self._closed:
+            on_reply(None)
+            return
+        connection = self._shared
+        try:
+            if connection is None or not connection.usable:
+                connection = None
+                connection = await self._connection()
+            (future,) = connection.send([command.arguments])
+        except ConnectionLost as error:
+            self._lost(connection, error)
+            on_reply(None)
+            return
+
+        def arrived(done: asyncio.Future[Any]) -> None:
+            reply = None if done.cancelled() or done.exception() else done.result()
+            result = read_reply(command, reply)  # out of on_reply's context: T as it is
+            on_reply(result)
+
+        future.add_done_callback(arrived)
+
+    def settle(self) -> None:
+        """Nothing to do: replies not waited for are handed over as they arrive (the sync
+        endpoint reads them here)."""
 
     async def pipeline(self, commands: Sequence[Sequence[Argument]]) -> list[Any] | None:
         """Several commands in one write, their replies in order; ``None`` as :meth:`call`
