@@ -173,6 +173,8 @@ class CacheableFunction(CacheableBase[P, R]):
         self._record_miss(transaction, miss.kind, started)
         request = self._store_request(transaction, value, frame)
         if request is not None and not self._defer_store(transaction, node, key, request, frame):
+            if not node.is_up() and transaction.ring is not None:
+                node = transaction.ring.node_for(key)  # it went down: where the key goes now
             # Not waited for: the node stores it (ending the lease) while the caller goes on.
             node.store(key, *request, functools.partial(self._stored, transaction))
         elif leased:

@@ -6,11 +6,11 @@ libraries follow at their next refresh."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
 from txcache._membership import MembershipError, add_nodes, list_nodes, remove_nodes
+from txcache.cli._arguments import add_dsn, add_slot
 
 __all__ = ["add_parser", "run"]
 
@@ -34,17 +34,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "addresses", nargs="*", metavar="ADDRESS", help="host:port, or rediss://host:port"
     )
-    parser.add_argument(
-        "--dsn",
-        default=os.environ.get("TXCACHE_DSN", ""),
-        help="libpq connection string or URI (default: $TXCACHE_DSN, else libpq's PG* "
-        "environment variables)",
-    )
-    parser.add_argument(
-        "--slot",
-        default=os.environ.get("TXCACHE_SLOT", "txcache"),
-        help="the agents' replication slot (default: $TXCACHE_SLOT, else txcache)",
-    )
+    add_dsn(parser)
+    add_slot(parser)
     parser.set_defaults(handler=run)
 
 

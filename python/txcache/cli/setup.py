@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
 from txcache._setup import SetupError, setup_database
+from txcache.cli._arguments import add_dsn, add_slot
 
 __all__ = ["add_parser", "run"]
 
@@ -27,12 +27,7 @@ def add_parser(subparsers: Any) -> None:
             "it found or did."
         ),
     )
-    parser.add_argument(
-        "--dsn",
-        default=os.environ.get("TXCACHE_DSN", ""),
-        help="libpq connection string or URI (default: $TXCACHE_DSN, else libpq's PG* "
-        "environment variables)",
-    )
+    add_dsn(parser)
     parser.add_argument(
         "--schema",
         dest="schemas",
@@ -40,9 +35,7 @@ def add_parser(subparsers: Any) -> None:
         metavar="SCHEMA",
         help="a schema whose tables are tracked; repeat for several (default: public)",
     )
-    parser.add_argument(
-        "--slot", default="txcache", help="logical replication slot name (default: txcache)"
-    )
+    add_slot(parser)
     parser.add_argument(
         "--publication", default="txcache", help="publication name (default: txcache)"
     )

@@ -26,6 +26,7 @@ from typing import Any
 
 from txcache._pinset import Pin
 from txcache._resp import parse_address
+from txcache.cli._arguments import add_slot
 from txcache.cli._health import Problem, diagnose, diagnose_agents, probe_database
 from txcache.cli._probe import (
     AgentReport,
@@ -100,9 +101,7 @@ def add_parser(subparsers: Any) -> None:
         default=os.environ.get("TXCACHE_DSN") or None,
         help="the database, to check its setup and slot (default: $TXCACHE_DSN, else none)",
     )
-    parser.add_argument(
-        "--slot", default="txcache", help="the agent's replication slot (default: txcache)"
-    )
+    add_slot(parser)
     parser.add_argument(
         "--password",
         default=os.environ.get("TXCACHE_PASSWORD") or None,
