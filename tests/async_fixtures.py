@@ -76,12 +76,14 @@ async def assert_pool_whole(cache: AsyncCache, timeout: float = 5.0) -> None:
 
 
 async def fresh_pins(cache: AsyncCache, after: int = 0, timeout: float = 20.0) -> None:
-    """Wait until the async cache knows a pin newer than ``after``."""
+    """Wait until the async cache knows a pin newer than ``after``, asking the agent for
+    one each time (as :func:`library_fixtures.wait_for_pin` does for the sync cache)."""
     agent = cache.agent
     assert agent is not None
     deadline = time.monotonic() + timeout
     while not agent.pins(staleness=60, not_before=after + 1, now=time.time()):
         assert time.monotonic() < deadline, f"no pin newer than {after} within {timeout} s"
+        await agent.pin_now()  # an agent nobody asked for a pin for a lease holds none
         await agent.refresh()
         await asyncio.sleep(0.02)
 

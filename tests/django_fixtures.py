@@ -17,7 +17,6 @@ fixture::
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,8 +26,9 @@ from django.conf import settings
 
 import txcache
 import txcache.django
+from library_fixtures import wait_for_pin
 from postgres_fixtures import fresh_database
-from txcache.stack import EmbeddedPostgres, Stack, StackOptions, wait_until
+from txcache.stack import EmbeddedPostgres, Stack, StackOptions
 
 AGENT_ARGS = ("--pin-interval", "50ms", "--heartbeat-interval", "50ms")
 STALENESS = 30.0
@@ -151,14 +151,7 @@ class DjangoShop(Stack):
         """Wait until both nodes applied every commit so far and the cache knows a pin at
         or after ``token``."""
         self.caught_up()
-        agent = self.cache.agent
-        assert agent is not None
-
-        def known() -> bool:
-            agent.refresh()
-            return bool(agent.pins(staleness=60, not_before=token, now=time.time()))
-
-        wait_until(known, f"a pin at or after {token}", timeout=20)
+        wait_for_pin(self.cache, not_before=token)
 
 
 def use_stack(stack: Stack) -> None:

@@ -155,20 +155,30 @@ class LibraryStack(Stack):
 
     def fresh_pins(self, after: int = 0, timeout: float = 20.0) -> None:
         """Wait until the library knows a pin newer than ``after`` (asking the agent)."""
-        agent = self.cache.agent
-        assert agent is not None
+        wait_for_pin(self.cache, not_before=after + 1, timeout=timeout, log=self._agent_log)
 
-        def known() -> bool:
-            agent.pin_now()  # an agent nobody asked for a pin for a lease holds none
-            agent.refresh()
-            return bool(agent.pins(staleness=60, not_before=after + 1, now=time.time()))
 
-        wait_until(
-            known,
-            f"the library to know a pin newer than {after}",
-            timeout=timeout,
-            log=self._agent_log,
-        )
+def wait_for_pin(
+    cache: txcache.Cache,
+    *,
+    not_before: int | None = None,
+    timeout: float = 20.0,
+    log: Callable[[], str] = lambda: "",
+) -> None:
+    """Wait until ``cache`` knows a pin at or after ``not_before``, asking the agent for one
+    each time: an agent nobody asked for a pin for a lease (2 s) holds none until the next
+    ``PIN``."""
+    agent = cache.agent
+    assert agent is not None
+
+    def known() -> bool:
+        agent.pin_now()
+        agent.refresh()
+        return bool(agent.pins(staleness=60, not_before=not_before, now=time.time()))
+
+    wait_until(
+        known, f"the library to know a pin at or after {not_before}", timeout=timeout, log=log
+    )
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import pytest
 
 import txcache
 from async_fixtures import AsyncLib
-from library_fixtures import LibraryStack
+from library_fixtures import LibraryStack, wait_for_pin
 from txcache import _validate as validate
 from txcache import aio
 from txcache._agent_follow import (
@@ -408,15 +408,7 @@ def prices(cache: txcache.Cache) -> list[int]:
 def assert_cached(lib: LibraryStack, cache: txcache.Cache) -> None:
     """Transactions of ``cache`` get pins and hit the cache: a read, then the same read
     again, which runs no function."""
-    agent = cache.agent
-    assert agent is not None
-
-    def known() -> bool:
-        agent.pin_now()  # an agent nobody asked for a pin for a lease holds none
-        agent.refresh()
-        return bool(agent.pins(staleness=60, not_before=None, now=time.time()))
-
-    wait_until(known, "a pin through the active agent", timeout=20)
+    wait_for_pin(cache)
     assert prices(cache) == truth(lib)
     reads.clear()
     assert prices(cache) == truth(lib)

@@ -7,7 +7,6 @@ uses its own items and users, so the tests do not depend on each other's order.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,11 +17,11 @@ import pytest
 from psycopg import sql
 
 import txcache
-from library_fixtures import AGENT_ARGS
+from library_fixtures import AGENT_ARGS, wait_for_pin
 from postgres_fixtures import drop_database
 from rubis import generate, queries, writes
 from rubis.interactions import PageError, Rubis
-from txcache.stack import EmbeddedPostgres, Stack, StackOptions, wait_until
+from txcache.stack import EmbeddedPostgres, Stack, StackOptions
 
 NOW = generate.CLOCK_START
 LATER = NOW + timedelta(hours=1)
@@ -69,14 +68,7 @@ def stack(postgres: EmbeddedPostgres) -> Iterator[RubisStack]:
 
 def wait_for_pins(cache: txcache.Cache, timeout: float = 20.0) -> None:
     """Wait until the library knows a pin (asking the agent)."""
-    agent = cache.agent
-    assert agent is not None
-
-    def known() -> bool:
-        agent.refresh()
-        return bool(agent.pins(staleness=60, not_before=None, now=time.time()))
-
-    wait_until(known, "the library to know a pin", timeout=timeout)
+    wait_for_pin(cache, timeout=timeout)
 
 
 def ids(items: list[dict[str, Any]]) -> list[int]:

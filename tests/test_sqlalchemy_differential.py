@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,12 +24,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import txcache
 from async_fixtures import fresh_pins
+from library_fixtures import wait_for_pin
 from postgres_fixtures import fresh_database
 from test_sqlalchemy_corpus import SCHEMA, WRITES, exact, plain
 from test_sqlalchemy_corpus_queries import CORPUS
 from txcache import sqlalchemy as txsa
 from txcache.aio import AsyncCache
-from txcache.stack import EmbeddedPostgres, Stack, StackOptions, wait_until
+from txcache.stack import EmbeddedPostgres, Stack, StackOptions
 
 AGENT_ARGS = ("--pin-interval", "50ms", "--heartbeat-interval", "50ms")
 EVERY = {**CORPUS, **WRITES}
@@ -115,14 +115,7 @@ class Corpus:
     def settled(self) -> None:
         """Wait until the nodes applied every commit so far and the library knows a pin."""
         self.stack.caught_up()
-        agent = self.cache.agent
-        assert agent is not None
-
-        def known() -> bool:
-            agent.refresh()
-            return bool(agent.pins(staleness=60, not_before=None, now=time.time()))
-
-        wait_until(known, "the library to know a pin")
+        wait_for_pin(self.cache)
 
     def cached(self, read: Callable[[str], Any]) -> list[tuple[str, dict[str, Any]]]:
         """Every read query through ``read`` (a cacheable call in a read-only block), three
