@@ -448,6 +448,10 @@ class Endpoint(Health):
         after reading what it still owes."""
         if len(self._idle) < _MAX_IDLE_CONNECTIONS and not self._closed.is_set():
             self._idle.append(connection)
+            # :meth:`close` sets the flag, then drops the idle list: closed by now, this
+            # append may have come after that drop, which would then never close it.
+            if self._closed.is_set():
+                self._drop_idle()
             return
         try:
             connection.settle()
@@ -498,6 +502,6 @@ class Endpoint(Health):
             if isinstance(reply, ReplyError):  # not what it was taken for: stay down
                 connection.close()
                 continue
-            self._idle.append(connection)
+            self._keep(connection)
             self._note_up()
             return
