@@ -4,6 +4,7 @@ holds equal to the agent's own table."""
 
 from __future__ import annotations
 
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,14 +20,14 @@ PREFIX = "txcache_agent_"
 
 
 def documented_metrics() -> dict[str, str]:
-    """docs/agent.md's metrics table: name (without ``{node}``) → kind."""
+    """docs/agent.md's metrics table: name (without its ``{label}``) → kind."""
     doc = (Path(__file__).parent.parent / "docs" / "agent.md").read_text()
     table = doc.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
     metrics = {}
     for row in table.splitlines():
         if row.startswith("| `"):
             cells = [cell.strip() for cell in row.split("|")]
-            metrics[cells[1].strip("`").removesuffix("{node}")] = cells[2]
+            metrics[re.sub(r"\{\w+\}$", "", cells[1].strip("`"))] = cells[2]
     return metrics
 
 

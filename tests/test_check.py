@@ -17,6 +17,7 @@ from txcache.check.faults import (
     FAILOVER_KINDS,
     FAULT_KINDS,
     PROMOTE_KINDS,
+    STANDBY_KINDS,
     default_fault_kinds,
     fault_kinds_problem,
 )
@@ -118,19 +119,21 @@ def test_a_short_check_with_a_standby_agent_times_every_takeover() -> None:
 def test_a_short_check_with_a_standby_postgres_keeps_everything_through_promotions() -> None:
     """A primary and its synchronous standby, promoted after a clean stop and after a crash
     (and the primary restarted), with a standby agent taking over from one cut off from
-    both servers: no anomaly, no committed write missing from the history, each promotion
+    both servers, and misses running on whichever server is the standby while it lags and
+    restarts: no anomaly, no committed write missing from the history, each promotion
     timed, and the nodes keep their entries (the new primary's history continues
     everything they saw)."""
     options = CheckOptions(
-        duration=26,
+        duration=38,
         control_duration=0,
-        faults=(*PROMOTE_KINDS, "postgres-restart", "agent-failover-cut"),
+        faults=(*PROMOTE_KINDS, "postgres-restart", "agent-failover-cut", *STANDBY_KINDS),
         fault_every=6,
         readers=2,
         writers=1,
         tenant_readers=0,
         standby_agents=1,
         standby_postgres=True,
+        standby_reads=True,
     )
     report = run_check(options, progress=lambda line: None)
     print(as_markdown(report, "tests/test_check.py"))
@@ -143,6 +146,7 @@ def test_a_short_check_with_a_standby_postgres_keeps_everything_through_promotio
     assert checked.anomalies == [], checked.anomalies[0].explanation
     assert checked.errors_unexpected == []
     assert checked.cache_hits > 0
+    assert checked.on_standby > 0
     assert report.missing_commits == 0
     assert report.foreign_commits == 0
     assert report.passed
@@ -175,6 +179,11 @@ def test_fault_kinds_are_checked_before_the_stack_starts() -> None:
     problem = fault_kinds_problem(("slot-lost",), several_agents=False, standby_postgres=True)
     assert problem is not None
     assert "slot-lost" in problem
+    problem = fault_kinds_problem(STANDBY_KINDS, several_agents=False)
+    assert problem is not None
+    assert "--standby-postgres" in problem
+    kinds = default_fault_kinds(several_agents=False, standby_postgres=True, standby_reads=True)
+    assert set(STANDBY_KINDS) <= set(kinds)
 
 
 def test_a_promotion_check_before_postgresql_17_is_refused_before_anything_starts(

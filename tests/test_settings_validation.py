@@ -53,10 +53,11 @@ ALLOWED = {
     "code_packages": "module names",
     "audit_rate": "a number from 0 to 1",
     "audit_invalidate": "True or False",
+    "replicas": "standbys as {name: connection string}",
 }
 """What each setting's message says is allowed (the start of it)."""
 
-HIDDEN = {"dsn", "password", "secret"}
+HIDDEN = {"dsn", "password", "secret", "replicas"}
 
 
 @pytest.fixture(autouse=True)
@@ -135,6 +136,11 @@ GOOD: dict[str, list[tuple[Any, Any]]] = {
     "code_packages": [("shop, shared.util", ("shared.util", "shop")), (["b", "a"], ("a", "b"))],
     "audit_rate": [(0, 0.0), (0.001, 0.001), (1, 1.0), (Fraction(1, 100), 0.01)],
     "audit_invalidate": [(True, True), (False, False)],
+    "replicas": [
+        ({"east-1": "host=e1", "w.2": DSN}, (("east-1", "host=e1"), ("w.2", DSN))),
+        (["a=host=a port=5433", " b = dbname=x "], (("a", "host=a port=5433"), ("b", "dbname=x"))),
+        ({}, ()),
+    ],
 }
 
 BAD: dict[str, list[Any]] = {
@@ -158,6 +164,7 @@ BAD: dict[str, list[Any]] = {
     "code_packages": [5, "shop-app", ["shop", 3], "a..b"],
     "audit_rate": [NAN, INF, -0.1, 1.5, True, "0.01", Decimal("0.01")],
     "audit_invalidate": [1, 0, "yes", "False"],
+    "replicas": [5, {"a b": DSN}, {"a": "x=1"}, ["a"], ["a=host=x", "a=host=y"], {"": DSN}],
 }
 
 
@@ -201,6 +208,9 @@ GOOD_TEXT: dict[str, list[Any]] = {
     "agent": [("a1:6390, a2:6390", "a1:6390,a2:6390")],
     "audit_rate": [(" 0.01 ", 0.01), ("1", 1.0), ("0", 0.0)],
     "audit_invalidate": [("true", True), (" Off ", False), ("1", True), ("NO", False)],
+    "replicas": [
+        ("s1=host=a,b port=1,2; s2=dbname=x", (("s1", "host=a,b port=1,2"), ("s2", "dbname=x")))
+    ],
 }
 
 BAD_TEXT: dict[str, list[Any]] = {
@@ -220,6 +230,7 @@ BAD_TEXT: dict[str, list[Any]] = {
     "code_packages": ["shop-app"],
     "audit_rate": ["2", "1%", "nan"],
     "audit_invalidate": ["maybe", "2"],
+    "replicas": ["host=a", "s1=host=a;s1=host=b", "=host=a"],
 }
 
 

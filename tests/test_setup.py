@@ -226,7 +226,9 @@ def test_sql_files_are_documented_and_their_placeholders_are_the_python_constant
     assert not [name for name, body in bodies.items() if re.search(r"\{\w+\}", body)]
     notice = bodies["ddl_notice"]
     assert "pg_advisory_xact_lock_shared(1954046817, 1684302848)" in notice  # docs/setup.md
-    assert "nextval('txcache.ddl_counter')" in notice
+    assert "txcache.ddl_count()" in notice
+    counted = "SELECT setval('txcache.ddl_counter', nextval('txcache.ddl_counter'))"
+    assert bodies["ddl_count"].strip() == counted
     assert notice.count("'txcache.inherits_before'") == 4
     assert notice.count("'txcache.identities_before'") == 3
     assert "pg_logical_emit_message(true, 'txcache-ddl', " in notice

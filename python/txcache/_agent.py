@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from txcache import _protocol as protocol
@@ -61,6 +61,7 @@ class AgentClient(AgentState):
         timeout: float = 2.0,
         housekeeping: Callable[[], None] | None = None,
         housekeeping_interval: float = 0.25,
+        replicas: Iterable[str] = (),
     ) -> None:
         """Starts the refresher thread at once; :meth:`close` stops it. After each refresh
         it also runs ``housekeeping`` (the cache's: it ends parked database transactions
@@ -68,7 +69,7 @@ class AgentClient(AgentState):
         between refreshes every ``housekeeping_interval`` seconds. ``address`` names one
         agent, or several (comma-separated, or one string each): the first is followed
         until a refresh finds another active."""
-        super().__init__(refresh_interval)
+        super().__init__(refresh_interval, replicas=replicas)
         self._housekeeping = housekeeping
         self._wake_interval = refresh_interval
         if housekeeping is not None:
@@ -159,12 +160,11 @@ class AgentClient(AgentState):
                 return None
         return None
 
-    @staticmethod
-    def _ask(endpoint: Endpoint, used: set[int]) -> list[Any]:
+    def _ask(self, endpoint: Endpoint, used: set[int]) -> list[Any]:
         """One agent's replies to a refresh, asked one after the other, stopping at the
         first that is not an answer (then the last)."""
         replies: list[Any] = []
-        for command in refresh_commands(used):
+        for command in refresh_commands(used, replicas=bool(self.replicas)):
             replies.append(endpoint.run(command))
             if not answered(replies[-1]):
                 break

@@ -13,11 +13,12 @@ a transaction that sees a pin after a DDL also sees the generation that DDL star
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,10 +41,11 @@ __all__ = [
 log = logging.getLogger("txcache")
 
 Refreshed = tuple[
-    list[Pin], list[CatalogVersion], Barrier, DatabaseIdentity, tuple[str, ...] | None
+    list[Pin], list[CatalogVersion], Barrier, DatabaseIdentity, tuple[str, ...] | None, list[Pin]
 ]
-"""One refresh's answers: ``PINS``, ``TAGCOLUMNS``, ``BARRIER``, ``DATABASE`` and ``NODES``
-(``None`` from an agent too old to answer it)."""
+"""One refresh's answers: ``PINS``, ``TAGCOLUMNS``, ``BARRIER``, ``DATABASE``, ``NODES``
+(``None`` from an agent too old to answer it) and ``STANDBYPINS`` (empty when not asked, or
+from an agent too old to answer it)."""
 
 _NO_FENCE = Barrier(2**63 - 1, -1)  # before the first refresh: no snapshot is after every change
 
@@ -53,9 +55,12 @@ class AgentState:
     drawn from them, with no I/O: shared by the sync :class:`AgentClient` (a refresher
     thread) and the async one (:class:`txcache.aio._agent.AsyncAgentClient`, a task)."""
 
-    def __init__(self, refresh_interval: float) -> None:
-        """Nothing known yet: no pins, no catalog, no barrier."""
+    def __init__(self, refresh_interval: float, *, replicas: Iterable[str] = ()) -> None:
+        """Nothing known yet: no pins, no catalog, no barrier. ``replicas`` names the hot
+        standbys the library may run misses on (the ``replicas`` setting): a refresh also
+        asks the agent's pins on standbys, and lists those of these."""
         self.refresh_interval = refresh_interval
+        self.replicas = frozenset(replicas)
         self._list = _PinList([], [], [], float("-inf"), _NO_FENCE)
         # Pins die with the agent's pinner sessions: a list not confirmed for this long is
         # not offered, so transactions fall back to the database before reading the cache.
@@ -163,12 +168,13 @@ class AgentState:
         fence: Barrier,
         database: DatabaseIdentity,
         members: tuple[str, ...] | None = None,
+        standby_pins: Sequence[Pin] = (),
         *,
         source: str,
     ) -> None:
         """Make one refresh's replies (``PINS``, ``TAGCOLUMNS``, ``BARRIER``, ``DATABASE``,
-        ``NODES``), from the agent at ``source``, current; the caller serializes
-        refreshes."""
+        ``NODES``, ``STANDBYPINS``), from the agent at ``source``, current; the caller
+        serializes refreshes."""
         if source != self.followed:
             # Another agent (a standby that took over): what the previous one's catalog
             # covered says nothing of this one's, which may not have decoded as far yet.
@@ -180,20 +186,21 @@ class AgentState:
         if members is not None and members != self.members:
             log.info("txcache: the agent feeds the cache nodes %s", ", ".join(members) or "none")
             self.members = members
-        by_ts = {pin.ts: pin for pin in listed}
-        pins = [by_ts[ts] for ts in sorted(by_ts)]
+        pins = self._merged(listed, standby_pins)
         # The catalog first: whoever reads a pin of this refresh must find the catalog
         # (and generation) that covers it, not the previous one.
         if catalog != self._catalog:
             self._catalog = catalog
             self.catalog_generation += 1
-        if pins:
-            self.fingerprints = pins[-1].fingerprint is not None
-            if self._catalog_from is None:
-                # Its catalog speaks for its own pins: a snapshot older than the first it
-                # listed may come from the agent before it (wildcard tags).
-                self._catalog_from = pins[0].ts
-            self._catalog_through = max(self._catalog_through, pins[-1].ts)
+        if listed:
+            self.fingerprints = listed[-1].fingerprint is not None
+            # PINS was asked before TAGCOLUMNS, STANDBYPINS after: only the primary's pins
+            # are known to be covered.
+            self._catalog_through = max(self._catalog_through, max(pin.ts for pin in listed))
+        if pins and self._catalog_from is None:
+            # Its catalog speaks for its own pins: a snapshot older than the first it
+            # listed may come from the agent before it (wildcard tags).
+            self._catalog_from = pins[0].ts
         # A pin stops being current when the next is taken, so current_as_of grows along
         # the list; the minimum of each suffix keeps the search sound even if it did not
         # (a pin is then left out, never a stale one let in).
@@ -201,6 +208,18 @@ class AgentState:
         known_current = list(suffix_min)[::-1]
         timestamps = [pin.ts for pin in pins]
         self._list = _PinList(pins, timestamps, known_current, time.monotonic(), fence)
+
+    def _merged(self, listed: Sequence[Pin], standby_pins: Sequence[Pin]) -> list[Pin]:
+        """The primary's pins and those of the standbys this library runs misses on, one
+        per commit point, sorted: where a standby has a pin at a primary pin's commit
+        point, the standby's is listed, with the primary's as its
+        :attr:`~txcache._pinset.Pin.fallback`."""
+        primary = {pin.ts: pin for pin in listed}
+        by_ts = dict(primary)
+        for pin in standby_pins:
+            if pin.server in self.replicas:
+                by_ts[pin.ts] = dataclasses.replace(pin, fallback=primary.get(pin.ts))
+        return [by_ts[ts] for ts in sorted(by_ts)]
 
 
 def fresh_pin_result(reply: Pin | ReplyError | None) -> Pin | None:
@@ -214,15 +233,17 @@ def fresh_pin_result(reply: Pin | ReplyError | None) -> Pin | None:
 
 
 def refresh_result(replies: Sequence[Any]) -> Refreshed | None:
-    """The replies to ``PINS``, ``TAGCOLUMNS``, ``BARRIER``, ``DATABASE`` and ``NODES``
-    (each as the endpoints return it), or ``None`` when one of the first four is missing or
-    an error; an error to ``NODES`` (an agent from before it) leaves the nodes unknown."""
+    """The replies to ``PINS``, ``TAGCOLUMNS``, ``BARRIER``, ``DATABASE``, ``NODES`` and
+    ``STANDBYPINS`` if asked (each as the endpoints return it), or ``None`` when one of the
+    first four is missing or an error; an error to ``NODES`` (an agent from before it)
+    leaves the nodes unknown, and one to ``STANDBYPINS`` lists no standby pins."""
     # The sync client stops asking at the first reply that is not an answer.
     if len(replies) < 4 or not all(map(answered, replies[:4])):
         return None
     listed, catalog, fence, database, *rest = replies
     members = rest[0] if rest and answered(rest[0]) else None
-    return listed, catalog, fence, database, members
+    standby_pins = rest[1] if len(rest) > 1 and answered(rest[1]) else []
+    return listed, catalog, fence, database, members, standby_pins
 
 
 def answered(reply: Any) -> bool:
@@ -231,17 +252,20 @@ def answered(reply: Any) -> bool:
     return reply is not None and not isinstance(reply, ReplyError)
 
 
-def refresh_commands(used: set[int]) -> tuple[Command[Any], ...]:
-    """What a refresh asks, in this order: ``PINS`` (renewing the pins ``used``), then
-    ``TAGCOLUMNS``, so that the catalog covers every listed pin, ``BARRIER``, ``DATABASE``
-    and ``NODES``."""
-    return (
+def refresh_commands(used: set[int], *, replicas: bool = False) -> tuple[Command[Any], ...]:
+    """What a refresh asks, in this order: ``PINS`` (renewing the pins ``used``, on the
+    primary and the standbys), then ``TAGCOLUMNS``, so that the catalog covers every listed
+    pin, ``BARRIER``, ``DATABASE``, ``NODES`` and, with ``replicas``, ``STANDBYPINS`` (a
+    standby's pin newer than the primary's newest is not covered by the catalog: its
+    queries' tags are wildcards)."""
+    commands = (
         protocol.pins(used),
         protocol.tag_columns(),
         protocol.barrier(),
         protocol.database(),
         protocol.nodes(),
     )
+    return (*commands, protocol.standby_pins()) if replicas else commands
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,8 @@ class CacheDriver(CacheCore):
     agent: AgentClient | None
     ring: NodeRing[CacheNode] | None
     pool: psycopg_pool.ConnectionPool[Any]
+    replica_pools: dict[str, psycopg_pool.ConnectionPool[Any]]
+    """One pool per hot standby of the ``replicas`` setting, by name."""
 
     def _new_node(self, address: str) -> CacheNode:
         return CacheNode(address, **self._node_options())
@@ -171,6 +173,32 @@ class CacheDriver(CacheCore):
         connection = self._parked_elsewhere()
         if connection is None:
             connection = self.pool.getconn()
+        self._prepare_checkout(connection)
+        return connection
+
+    def checkout_replica(self, name: str) -> Connection | None:
+        """A connection to the hot standby ``name``, prepared as :meth:`checkout` prepares
+        the primary's; ``None`` when it is passed over after a failure, or gives no
+        connection within ``node_timeout`` (it is then passed over for a while:
+        :class:`~txcache._replicas.ReplicaHealth`)."""
+        if not self.replica_health.usable(name):
+            return None
+        pool = self.replica_pools[name]
+        try:
+            connection: Connection = pool.getconn(timeout=self.settings.node_timeout)
+        except (psycopg_pool.PoolTimeout, psycopg.OperationalError) as error:
+            self.replica_health.failed(name, f"no connection: {error}")
+            return None
+        self._replica_of[connection] = name
+        try:
+            self._prepare_checkout(connection)  # gives the connection back if it fails
+        except psycopg.OperationalError as error:
+            self.replica_health.failed(name, str(error))
+            return None
+        return connection
+
+    def _prepare_checkout(self, connection: Connection) -> None:
+        """No statement prepared under an older catalog reading, the session context known."""
         readings, outdated = self._prepared_outdated(connection)
         try:
             if outdated:
@@ -181,7 +209,6 @@ class CacheDriver(CacheCore):
             self.release(connection)
             raise
         self._connection_readings[connection] = readings
-        return connection
 
     def _parked_elsewhere(self) -> Connection | None:
         """A parked connection, its database transaction ended, before the pool's: a
@@ -268,7 +295,9 @@ class CacheDriver(CacheCore):
         finally:
             if not clean:
                 connection.close()
-            self.pool.putconn(connection)
+            replica = self._replica_of.pop(connection, None)
+            pool = self.pool if replica is None else self.replica_pools[replica]
+            pool.putconn(connection)
 
 
 def _forget_prepared(connection: Connection) -> None:

@@ -28,8 +28,9 @@ from txcache._config import Mode, Settings, load_settings
 from txcache._current import Params
 from txcache._parking import ParkingLot
 from txcache._pending_stores import PendingStore, PendingStores
-from txcache._pinset import PinPolicy, newest_or_fresh
+from txcache._pinset import PinPolicy, newest_or_fresh, prefer_standbys
 from txcache._protocol import DatabaseIdentity
+from txcache._replicas import ReplicaHealth
 from txcache._ring import NodeClient, NodeRing
 from txcache._schema import Catalog, Schema, TagColumns
 from txcache._serialize import SafeSerializer, Serializer
@@ -120,6 +121,12 @@ class CacheCore:
         secret = settings.secret.encode() if settings.secret else None
         self.serializer: Serializer = serializer or SafeSerializer(secret)
         self.policy: PinPolicy = pin_policy or newest_or_fresh(settings.fresh_pin_age)
+        if pin_policy is None and settings.replicas:
+            self.policy = prefer_standbys(self.policy)
+        self.replica_health = ReplicaHealth(tuple(name for name, _ in settings.replicas))
+        """Which standbys of the ``replicas`` setting misses may run on now."""
+        # Per connection checked out from a standby's pool, the standby's name.
+        self._replica_of: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self.safe_functions = frozenset(safe_functions)
         self.latency = OperationLatency()
         """Mean cache lookup and database statement latency of read-only transactions."""
@@ -212,13 +219,13 @@ class CacheCore:
             tokens.advance(self.settings.dsn, not_before)
             yield
 
-    def _pool_options(self) -> dict[str, Any]:
-        """What both drivers' connection pools are made with: the DSN, up to ``pool_size``
-        connections (one kept open), ``pool_timeout`` to wait for one, autocommit (the
-        transactions begin their own)."""
+    def _pool_options(self, dsn: str | None = None) -> dict[str, Any]:
+        """What both drivers' connection pools are made with: the DSN (``dsn``: a
+        standby's), up to ``pool_size`` connections (one kept open), ``pool_timeout`` to
+        wait for one, autocommit (the transactions begin their own)."""
         settings = self.settings
         return {
-            "conninfo": settings.dsn,
+            "conninfo": dsn or settings.dsn,
             "min_size": 1,
             "max_size": settings.pool_size,
             "timeout": settings.pool_timeout,
@@ -430,6 +437,12 @@ class CacheCore:
     def _known_context(self, connection: object) -> SessionContext | None:
         """The session context of pooled ``connection``, if read already."""
         return self._connection_contexts.get(connection)
+
+    def session_of(self, connection: object) -> SessionContext | None:
+        """The session context of a connection checked out by this cache (``None`` for
+        another), without judging it against the catalog reading: a standby's session is
+        compared with the transaction's own."""
+        return self._known_context(connection)
 
     def _connection_outdated(self, context: SessionContext) -> bool:
         """Whether a pooled connection of session ``context`` differs from what a new

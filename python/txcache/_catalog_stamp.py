@@ -36,8 +36,10 @@ __all__ = [
     "WAL_POSITION",
     "CatalogStamp",
     "read_stamp",
+    "replica_stamp_check",
     "stamp_check",
     "still_current",
+    "still_current_on_replica",
 ]
 
 _HOLDERS = f"""
@@ -125,6 +127,26 @@ def stamp_check(stamp: CatalogStamp) -> tuple[str, tuple[Any, ...]] | None:
     if not stamp.uncommitted:
         return _COUNT, ()
     return _COUNT_AND_HOLDERS, (list(stamp.uncommitted),)
+
+
+def replica_stamp_check(stamp: CatalogStamp) -> tuple[str, tuple[Any, ...]] | None:
+    """:func:`stamp_check` for a query that ran on a hot standby, whose row
+    :func:`still_current_on_replica` takes: the count as the standby replayed it (exact:
+    the trigger logs it with ``setval``, not only ``nextval``'s value logged ahead)."""
+    return (_COUNT, ()) if stamp.tracked else None
+
+
+def still_current_on_replica(stamp: CatalogStamp, row: tuple[Any, ...] | None) -> bool:
+    """Whether a query on a hot standby ran with no schema change after the reading
+    ``stamp`` names: the standby replayed the reading's count, not a later one (a schema
+    change advances it before its commit). That it replayed every change *in* the reading
+    follows from the snapshot: the caller requires it to be at or after them, and a
+    standby's snapshot is behind its replay. A reading taken while a schema change ran
+    cannot be judged there (the change's lock is the primary's): it counts as another
+    catalog."""
+    if not stamp.tracked:
+        return True
+    return row is not None and not stamp.uncommitted and int(row[0]) == stamp.count
 
 
 def still_current(stamp: CatalogStamp, row: tuple[Any, ...] | None) -> bool:

@@ -85,6 +85,10 @@ class Settings:
     (0: no audit; docs/library.md, "Audit")."""
     audit_invalidate: bool = False
     """Whether an audit that finds a mismatch deletes the key's cached versions."""
+    replicas: tuple[tuple[str, str], ...] = ()
+    """Hot standbys that misses may run on: ``(name, connection string)`` pairs, each
+    name as the agent's ``--standby NAME=CONNINFO`` gives it (docs/library.md, "Misses on
+    standbys")."""
 
     @property
     def agents(self) -> tuple[str, ...]:
@@ -117,10 +121,11 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "code_packages": validate.module_names,
     "audit_rate": validate.fraction,
     "audit_invalidate": validate.flag,
+    "replicas": validate.replicas,
 }
 """Every setting's check (:mod:`txcache._validate`): what it accepts, converted."""
 
-_HIDDEN = frozenset({"dsn", "password", "secret"})
+_HIDDEN = frozenset({"dsn", "password", "secret", "replicas"})
 """Settings whose value a message does not show: they may hold a password."""
 
 _NUMBERS = frozenset(

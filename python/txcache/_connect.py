@@ -112,6 +112,12 @@ class Cache(CacheDriver):
         else:
             self._staleness_probe = None
         self.pool = psycopg_pool.ConnectionPool(**self._pool_options(), name="txcache", open=True)
+        self.replica_pools = {
+            name: psycopg_pool.ConnectionPool(
+                **self._pool_options(dsn), name=f"txcache-{name}", open=True
+            )
+            for name, dsn in settings.replicas
+        }
         self._auditor = ThreadAuditor(self) if self.audits else None
         self.auditor = self._auditor
         global _default
@@ -135,6 +141,7 @@ class Cache(CacheDriver):
             refresh_interval=settings.refresh_interval,
             housekeeping=self.housekeeping,
             housekeeping_interval=settings.snapshot_hold or settings.refresh_interval,
+            replicas=[name for name, _ in settings.replicas],
         )
         if not client.wait_ready(timeout=2.0):
             log.warning("%s", no_answer_yet(settings.agents))
@@ -163,6 +170,8 @@ class Cache(CacheDriver):
         if self.ring is not None:
             self.ring.close()
         self.pool.close()
+        for replica_pool in self.replica_pools.values():
+            replica_pool.close()
 
     def __enter__(self) -> Self:
         return self

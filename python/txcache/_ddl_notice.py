@@ -108,7 +108,8 @@ def read_sql(name: str) -> str:
 
 # Every function, in creation order (each calls only the ones before it): name, then what
 # follows ``CREATE OR REPLACE FUNCTION txcache.`` — signature, result type, language and
-# attributes. All are SECURITY INVOKER: they run as the DDL's or the TRUNCATE's user.
+# attributes. All but ddl_count are SECURITY INVOKER: they run as the DDL's or the
+# TRUNCATE's user.
 _DECLARATIONS = (
     ("ddl_escape", "ddl_escape(text)", "text", "sql", "IMMUTABLE STRICT PARALLEL SAFE"),
     ("ddl_line", "ddl_line(text, text, text, oid)", "text", "sql", "STABLE PARALLEL SAFE"),
@@ -127,6 +128,7 @@ _DECLARATIONS = (
         "STABLE",
     ),
     ("ddl_identity", "ddl_identity(oid, boolean, text)", "void", "plpgsql", ""),
+    ("ddl_count", "ddl_count()", "bigint", "sql", "SECURITY DEFINER"),
     (
         "row_version",
         "row_version(versions boolean, xmin xid)",
@@ -145,6 +147,13 @@ _DECLARATIONS = (
     ("truncate_notice", "truncate_notice()", "trigger", "plpgsql", ""),
     ("prepare_partitions", "prepare_partitions(oid)", "void", "plpgsql", ""),
     ("ddl_notice", "ddl_notice()", "event_trigger", "plpgsql", ""),
+    (
+        "standby_snapshot",
+        "standby_snapshot(OUT replay_lsn pg_lsn, OUT snapshot text, OUT snapshot_id text)",
+        "record",
+        "plpgsql",
+        "VOLATILE",
+    ),
 )
 
 _SAFE_PATH = "SET search_path = pg_catalog, pg_temp"

@@ -10,10 +10,10 @@ empty it is refused, and the caller treats the value as a miss.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Pin", "PinPolicy", "PinSet", "newest_or_fresh", "oldest_pin"]
+__all__ = ["Pin", "PinPolicy", "PinSet", "newest_or_fresh", "oldest_pin", "prefer_standbys"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,12 @@ class Pin:
     took this snapshot (0: unknown). A WAL insert position read before that record was
     written is below it, so a query that ended before such a reading ended before this
     snapshot was taken (:mod:`txcache._pending_stores`)."""
+    server: str | None = None
+    """The standby whose snapshot it is, by its name in the ``replicas`` setting (the
+    agent's ``--standby``); ``None``: the primary's."""
+    fallback: Pin | None = None
+    """For a standby's pin: the primary's pin at the same commit point, if the agent lists
+    one; a transaction that cannot import the standby's snapshot imports this instead."""
 
 
 class PinSet:
@@ -79,6 +85,10 @@ class PinSet:
     def pins(self) -> list[Pin]:
         """The pins, oldest first (a copy)."""
         return list(self._pins)
+
+    def pins_view(self) -> Sequence[Pin]:
+        """The pins, oldest first, not copied: read it before the set changes again."""
+        return self._pins
 
     def bounds(self) -> tuple[int, int] | None:
         """The smallest and largest pin timestamps (★ excluded); ``None`` without pins."""
@@ -133,6 +143,13 @@ class PinSet:
         self._timestamps.insert(index, pin.ts)
         self._pins.insert(index, pin)
 
+    def substitute(self, pin: Pin, other: Pin) -> None:
+        """Put ``other``, a pin at the same commit point, in ``pin``'s place."""
+        assert other.ts == pin.ts
+        index = bisect.bisect_left(self._timestamps, pin.ts)
+        if index < len(self._timestamps) and self._timestamps[index] == pin.ts:
+            self._pins[index] = other
+
     def discard(self, pin: Pin) -> None:
         """Forget ``pin`` (its snapshot can no longer be imported)."""
         index = bisect.bisect_left(self._timestamps, pin.ts)
@@ -159,6 +176,20 @@ def newest_or_fresh(max_age: float = 5.0) -> PinPolicy:
         if pin_set.star and (newest is None or now - newest.current_as_of > max_age):
             return None
         return newest
+
+    return choose
+
+
+def prefer_standbys(policy: PinPolicy) -> PinPolicy:
+    """``policy``, but the newest standby pin of the set when there is one: with
+    ``replicas``, misses run on a standby whenever a snapshot there is fresh enough for
+    the transaction (the set holds no other), and on the primary only otherwise."""
+
+    def choose(pin_set: PinSet, now: float) -> Pin | None:
+        for pin in reversed(pin_set.pins_view()):
+            if pin.server is not None:
+                return pin
+        return policy(pin_set, now)
 
     return choose
 

@@ -69,6 +69,7 @@ __all__ = [
     "parse_fields",
     "pin",
     "pins",
+    "standby_pins",
     "tag_columns",
     "txget",
     "txinterval",
@@ -345,6 +346,19 @@ def _pin(reply: Sequence[Any]) -> Pin:
     if len(rest) < 3:
         return pin
     return dataclasses.replace(pin, fingerprint=rest[1].decode(), after=int(rest[2]))
+
+
+def standby_pins() -> Command[list[Pin]]:
+    """``STANDBYPINS``: the pins the agent holds on hot standbys (``--standby``), each
+    ``[name, ts, snapshot_id, current_as_of (µs), snapshot]``; a pin's :attr:`Pin.server`
+    is its standby's name."""
+    return Command(("STANDBYPINS",), _standby_pin_list)
+
+
+def _standby_pin_list(reply: Sequence[Sequence[Any]]) -> list[Pin]:
+    return [
+        dataclasses.replace(_pin(entry[1:]), server=bytes(entry[0]).decode()) for entry in reply
+    ]
 
 
 def commit_lsn(xid: int, *, timeout_ms: int = 5000, upto: int | None = None) -> Command[int]:

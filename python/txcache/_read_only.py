@@ -176,7 +176,7 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         except _INTERRUPTED as error:
             self._fail(error)
             raise
-        self._check_session(connection)
+        self._check_session(self._connection or connection)  # a standby's may have been left
         self._record_query(tags)
         return cursor
 
@@ -196,6 +196,7 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         :class:`SnapshotUnavailable` is raised). Returns the cursor and the statement's
         tags (``None`` if not derived)."""
         for attempt in range(REWRITE_MOVES + 1):
+            connection = self._database()  # the primary's, if a move left a standby
             tags, analysed = (None, None) if self.uncached else self._tags(statement, params)
             cursor = ResultCursor(connection, row_factory=rows or tuple_row)
             started = time.perf_counter()
@@ -257,6 +258,9 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         a fresh pin (★) if no cached value was used yet, else (or failing that) the newest
         such pin of the set — or raise :class:`SnapshotUnavailable` (always on the unpinned
         fallback: no pin to move to)."""
+        if self._may_leave_replica():
+            self._leave_replica(stale)
+            return
         active, connection = self.snapshot, self._connection
         assert connection is not None
         fresh = self._fresh_pin() if not self.read_cache else None
@@ -269,6 +273,15 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
             if pin is not fresh:  # ★ is not in the set (a listed pin may share its ts)
                 self.pin_set.discard(pin)
         raise stale.error()
+
+    def _leave_replica(self, stale: StaleRead) -> None:
+        """Give the standby's connection back and go on on the primary, at the primary's
+        pin of the same commit point or another of the set (nothing was read from the
+        standby yet)."""
+        connection, self._connection = self._connection, None
+        self._left_replica(stale)
+        if connection is not None:
+            self.cache.release(connection)
 
     def _results_valid_around(self, active: Pin, fresh: Pin | None) -> tuple[int, int] | None:
         """The range of commit points at which every query result read so far is valid (a
@@ -308,6 +321,8 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
             return self._connection
         connection = self._resumed()
         if connection is None:
+            connection = self._on_replica()
+        if connection is None:
             connection = self.cache.checkout()
             try:
                 self._check_connection(self.cache.connection_context(connection))
@@ -333,11 +348,57 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         self._resume(parked, wanted[0])
         return parked.connection
 
+    def _on_replica(self) -> Connection | None:
+        """A connection to a hot standby in a read-only transaction at the standby's pin
+        the policy chooses; ``None`` when it chooses the primary (or ★). A standby that
+        gives no connection, runs another session context, or no longer has the snapshot
+        is passed over: its pin is replaced by the primary's at the same commit point, or
+        dropped, and the policy chooses again."""
+        while not self.uncached:
+            choice = self._choose()
+            if choice is None or choice.server is None or self.primary_only:
+                return None
+            if not self._replica_caught_up(choice):
+                self._replica_refused(choice)
+                continue
+            connection = self.cache.checkout_replica(choice.server)
+            if connection is not None:
+                if self._began_on_replica(connection, choice):
+                    return connection
+                self.cache.release(connection)
+            if not self._replica_refused(choice):
+                return None
+        return None
+
+    def _began_on_replica(self, connection: Connection, pin: Pin) -> bool:
+        """Whether ``connection`` (to ``pin``'s standby) runs this transaction's session
+        context and imported ``pin``."""
+        assert pin.server is not None
+        context = self.cache.session_of(connection)
+        assert context is not None, "a connection the cache checked out"
+        if self.context is not None and context != self.context:
+            changed = ", ".join(context.differences(self.context))
+            self.cache.replica_health.failed(pin.server, f"its session differs: {changed}")
+            return False
+        try:
+            imported = self._import(connection, pin)
+        except psycopg.OperationalError as error:
+            self.cache.replica_health.failed(pin.server, str(error))
+            return False
+        if imported:
+            self._began_at(pin)
+            self.cache.replica_health.served(pin.server)
+        return imported
+
     def _begin_pinned(self, connection: Connection) -> bool:
         """Start the database transaction on ``connection`` at the policy's choice of pin
         (or ★); ``False`` when the transaction falls back to an unpinned snapshot."""
         while True:
             choice = self._choose()
+            if choice is not None and choice.server is not None:
+                if not self._replica_refused(choice):  # the primary's connection: not here
+                    return False
+                continue
             if choice is None:
                 choice = self._fresh_or_newest(self._fresh_pin())
                 if choice is None:

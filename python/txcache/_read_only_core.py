@@ -21,7 +21,13 @@ from psycopg import sql
 
 from txcache import _tokens as tokens
 from txcache._audit_core import AuditBatch, AuditSkipped, SampledCall, skip
-from txcache._catalog_stamp import WAL_POSITION, stamp_check, still_current
+from txcache._catalog_stamp import (
+    WAL_POSITION,
+    replica_stamp_check,
+    stamp_check,
+    still_current,
+    still_current_on_replica,
+)
 from txcache._columns import table_of
 from txcache._frame import Frame
 from txcache._parking import ParkedSnapshot, holds
@@ -261,6 +267,8 @@ class ReadOnlyCore(Generic[C]):
         self.session_changed = False
         """Whether a statement changed the connection's session (the block then failed, and
         its connection is not given back as it is)."""
+        self.primary_only = False
+        """Whether the transaction left a standby (it then runs on the primary)."""
         agent = cache.agent
         if self.uncached or agent is None:
             self.pin_set = PinSet((), star=True)
@@ -399,10 +407,16 @@ class ReadOnlyCore(Generic[C]):
         if known is None:
             return None
         lo, hi = max(interval.lo, known.lo), min(interval.hi, known.hi)
-        candidates = self.pin_set.within(lo, hi)
+        candidates = self._on_this_server(self.pin_set.within(lo, hi))
         if not candidates:
             return None
         return lo, hi, candidates[::-1]
+
+    def _on_this_server(self, pins: list[Pin]) -> list[Pin]:
+        """The ``pins`` a move may import on the database transaction's connection: those of
+        the server it runs on (the primary, or a standby)."""
+        server = self.snapshot.server if self.snapshot is not None else None
+        return [pin for pin in pins if pin.server == server]
 
     def _moved_to(self, pin: Pin) -> None:
         active = self.snapshot
@@ -455,6 +469,46 @@ class ReadOnlyCore(Generic[C]):
             )
         self._fall_back("no pin could be imported")
         return False
+
+    def _may_leave_replica(self) -> bool:
+        """Whether a statement on a standby whose result was dropped may run on the primary
+        instead: nothing was read from the standby yet (no result binds the transaction to
+        its snapshot)."""
+        return self._runs_on_replica() and not self._read_database
+
+    def _left_replica(self, stale: StaleRead) -> None:
+        """The transaction leaves its standby (:meth:`_may_leave_replica`): from now on it
+        runs on the primary, at the primary's pin of the same commit point if there is one."""
+        pin = self.snapshot
+        assert pin is not None
+        assert pin.server is not None
+        log.info("standby %s: %s; the transaction runs on the primary", pin.server, stale.what)
+        self.snapshot = None
+        self.primary_only = True
+        self._replica_refused(pin)
+
+    def _replica_caught_up(self, pin: Pin) -> bool:
+        """Whether ``pin``'s standby had replayed every schema change of the catalog
+        reading queries are analysed with — the pin is at or after where the reading began,
+        or after the newest schema change the agent decoded below that — so that a query
+        there does not run with an older catalog than its analysis (as :meth:`_ran_with`
+        then checks)."""
+        reading = self.cache.catalog_reading()
+        stamp = reading.stamp if reading is not None else None
+        if stamp is None or pin.ts >= stamp.position:
+            return True
+        assert self.cache.agent is not None
+        barrier = self.cache.agent.schema_barrier(stamp.position)
+        return barrier is not None and pin.ts >= barrier
+
+    def _replica_refused(self, pin: Pin) -> bool:
+        """``pin``, a standby's, could not be used at the first query: the primary's pin at
+        its commit point takes its place if there is one (nothing this transaction read
+        changes: the commit point is the same); else as :meth:`_import_refused`."""
+        if pin.fallback is not None:
+            self.pin_set.substitute(pin, pin.fallback)
+            return True
+        return self._import_refused(pin)
 
     def _predates_token(self, fresh: Pin | None) -> bool:
         """Whether a fresh pin is older than ``not_before``: the driver then asks the
@@ -509,7 +563,9 @@ class ReadOnlyCore(Generic[C]):
         if self.uncached or self.context is None or self.cache.parking.hold <= 0:
             return None
         choice = self._choose()
-        return None if choice is None else (choice, self.context)
+        if choice is None or choice.server is not None:
+            return None  # only the primary's transactions are parked
+        return choice, self.context
 
     def _resume(self, parked: ParkedSnapshot[Any], pin: Pin) -> None:
         """Run in the parked database transaction: at its snapshot (``pin``, as this
@@ -582,6 +638,8 @@ class ReadOnlyCore(Generic[C]):
         pin, context = self.snapshot, self.context
         if pin is None or context is None or self.uncached or self.database_snapshot:
             return None
+        if pin.server is not None:
+            return None  # the parking lot holds the primary's connections
         if self._failure is not None or self.session_changed or self._catalog_moved:
             return None
         if not self.cache.parking.young(self._database_began, now) or not holds(connection):
@@ -675,7 +733,15 @@ class ReadOnlyCore(Generic[C]):
             return None
         if self._fingerprinted():
             return WAL_POSITION
-        return stamp_check(analysed.stamp) if analysed.stamp is not None else None
+        if analysed.stamp is None:
+            return None
+        if self._runs_on_replica():
+            return replica_stamp_check(analysed.stamp)
+        return stamp_check(analysed.stamp)
+
+    def _runs_on_replica(self) -> bool:
+        """Whether the database transaction runs on a hot standby."""
+        return self.snapshot is not None and self.snapshot.server is not None
 
     def _fingerprinted(self) -> bool:
         """Whether the snapshot is a pin of an agent without DDL triggers: the catalog is
@@ -726,7 +792,11 @@ class ReadOnlyCore(Generic[C]):
         if self._fingerprinted():
             return self._ran_with_fingerprint(analysed, check)
         stamp = analysed.stamp
-        if stamp is None or not still_current(stamp, check):
+        if self._runs_on_replica():
+            # A standby that shows another count may only lag: no new reading for it.
+            if stamp is None or not still_current_on_replica(stamp, check):
+                return False
+        elif stamp is None or not still_current(stamp, check):
             self.cache.schema_moved()
             return False
         if self.snapshot.ts >= stamp.position:
@@ -860,7 +930,7 @@ class ReadOnlyCore(Generic[C]):
         """The pins to try, in order: the fresh pin (taken only while no cached value was
         used), then the newest pins of the set in ``[lo, hi)``."""
         candidates = [fresh] if fresh is not None and lo <= fresh.ts < hi else []
-        return candidates + self.pin_set.within(lo, hi)[::-1]
+        return self._on_this_server(candidates + self.pin_set.within(lo, hi)[::-1])
 
     def _moved_past(self, stale: StaleRead, pin: Pin, hi: int) -> None:
         assert self.snapshot is not None

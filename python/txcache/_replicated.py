@@ -96,6 +96,16 @@ class ReplicatedPostgres:
             f"dbname={dbname} target_session_attrs=read-write"
         )
 
+    def server_dsns(self, dbname: str = "postgres") -> dict[str, str]:
+        """Each server's own DSN (whichever is primary now), by a name of its port
+        (``port5433``): a standby's clients name them so, since a promotion swaps the
+        roles and a new standby takes the freed port."""
+        host, user = EmbeddedPostgres.host, EmbeddedPostgres.user
+        return {
+            f"port{port}": f"host={host} port={port} user={user} dbname={dbname}"
+            for port in self.ports
+        }
+
     def fail_over(self, how: Literal["stop", "crash"]) -> None:
         """Stop the primary (``stop``: a fast shutdown, which sends the standby everything
         first; ``crash``: an immediate one), remove its cluster and promote the standby.

@@ -508,24 +508,33 @@ class Stack:
             return self.node_addresses
         return list_nodes(self.dsn, self.options.slot)
 
+    def standby_pins_listed(self) -> bool:
+        """Whether the agent lists a pin on a standby (``STANDBYPINS``); ``False`` while it
+        cannot be asked."""
+        try:
+            with self._connection_to(self.agent_address) as connection:
+                return bool(connection.run(protocol.standby_pins()))
+        except (ConnectionLost, BadReply):
+            return False
+
     def _agent_log(self) -> str:
         return self.agent.log_text()[-3000:] if self.agent else "(no agent running)"
 
     def node_info(self, address: str, section: str | None = None) -> dict[str, str]:
         """A node's ``INFO`` (of ``section``), field by field; raises
         :class:`~txcache.protocol.ConnectionLost` while it cannot be asked."""
-        with self._node_connection(address) as connection:
+        with self._connection_to(address) as connection:
             return connection.run(protocol.info(section))
 
     def _applied(self, address: str) -> int:
         """The node's stream position N (``TXSTATUS``); -1 while it cannot be asked."""
         try:
-            with self._node_connection(address) as connection:
+            with self._connection_to(address) as connection:
                 return connection.run(protocol.txstatus()).position
         except (ConnectionLost, BadReply):
             return -1
 
-    def _node_connection(self, address: str) -> RespConnection:
+    def _connection_to(self, address: str) -> RespConnection:
         return protocol.connect(address, password=self.options.password, tls_ca=self._tls_ca)
 
     # -- stop ------------------------------------------------------------------------------

@@ -381,6 +381,45 @@ def agents(value: Any) -> str:
     return ",".join(found)
 
 
+_REPLICA_NAME = re.compile(r"[A-Za-z0-9_.-]{1,63}")
+
+
+def replicas(value: Any) -> tuple[tuple[str, str], ...]:
+    """The ``replicas`` setting: hot standbys misses may run on, each named as the agent's
+    ``--standby NAME=CONNINFO`` names it — a mapping of name to connection string, or
+    ``name=conninfo`` entries (a list, or one string with ``;`` between them, since a
+    connection string may hold commas); in the order given, no name twice."""
+    allowed = (
+        "standbys as {name: connection string}, or name=conninfo entries (a list, or a "
+        "string with ';' between them); names of 1 to 63 letters, digits, '_', '.', '-'"
+    )
+    if isinstance(value, Mapping):
+        entries = [(str(name), conninfo) for name, conninfo in value.items()]
+    elif isinstance(value, str | list | tuple):
+        items = value.split(";") if isinstance(value, str) else list(value)
+        entries = [_replica_entry(item, allowed) for item in items if str(item).strip()]
+    else:
+        raise Refused(allowed, wrong_type=True)
+    found: dict[str, str] = {}
+    for name, conninfo in entries:
+        if not _REPLICA_NAME.fullmatch(name):
+            raise Refused(allowed, detail=f"{name!r} is not a standby name")
+        if name in found:
+            raise Refused(allowed, detail=f"{name!r} is named twice")
+        try:
+            found[name] = dsn(conninfo)
+        except Refused as refused:
+            raise Refused(allowed, detail=f"{name}: {refused.detail or refused.allowed}") from None
+    return tuple(found.items())
+
+
+def _replica_entry(item: Any, allowed: str) -> tuple[str, str]:
+    if not isinstance(item, str) or "=" not in item:
+        raise Refused(allowed, detail="an entry is not name=conninfo")
+    name, conninfo = item.strip().split("=", 1)
+    return name.strip(), conninfo.strip()
+
+
 def module_names(value: Any) -> tuple[str, ...]:
     """The ``code_packages`` setting: dotted module names, sorted (one order, one hash)."""
     allowed = "module names, a comma-separated string or a list of strings"

@@ -1,6 +1,9 @@
 //! The agent's settings: flags, each with an environment variable and a default.
 
-use clap::Parser;
+use crate::conninfo;
+use clap::error::ErrorKind;
+use clap::{CommandFactory as _, Parser};
+use std::str::FromStr as _;
 use std::time::Duration;
 use txcache_model::units::parse_duration;
 
@@ -141,6 +144,22 @@ pub struct Config {
     )]
     pub ddl_tracking: DdlTracking,
 
+    /// A hot standby of the database to pin snapshots on too, NAME=CONNINFO (NAME: 1 to 63
+    /// of A-Z a-z 0-9 _ . -, unique; CONNINFO: a connection string as for --dsn, reaching
+    /// the same database on a streaming replica); repeat the flag or separate them with `;`
+    /// for several (so a conninfo cannot contain `;`: percent-encode it as %3B in a
+    /// postgres:// URL). Libraries read their pins with STANDBYPINS. Needs --ddl-tracking
+    /// triggers (docs/agent.md, "Pins on standbys"). Default: none.
+    #[arg(
+        long = "standby",
+        env = "TXCACHE_STANDBYS",
+        value_delimiter = ';',
+        value_name = "NAME=CONNINFO",
+        value_parser = parse_standby,
+        hide_env_values = true
+    )]
+    pub standbys: Vec<StandbyServer>,
+
     /// How long the lease that makes this agent the active one lasts unless renewed, above
     /// zero, e.g. 4s; units ns, us, ms, s, m, h; decimals allowed; a bare number is seconds.
     /// Agents given the same --slot take turns: one streams, pins and delivers, the others
@@ -162,6 +181,28 @@ impl Config {
     pub fn without_blank_nodes(mut self) -> Self {
         self.nodes.retain(|node| !node.trim().is_empty());
         self
+    }
+
+    /// The settings with blank `--standby` values dropped (as blank `--node` ones: an empty
+    /// `TXCACHE_STANDBYS`, a stray `;`), or the error clap reports for what no single flag's
+    /// parser can see: a standby name given twice, and standbys with `--ddl-tracking
+    /// fingerprint`.
+    pub fn checked(mut self) -> Result<Self, clap::Error> {
+        self.standbys.retain(|standby| !standby.name.is_empty());
+        if let Some(name) = twice(&self.standbys) {
+            let message = format!(
+                "--standby {name}: the name is given twice; each standby needs a name of its own"
+            );
+            return Err(Self::command().error(ErrorKind::ValueValidation, message));
+        }
+        if !self.standbys.is_empty() && self.ddl_tracking == DdlTracking::Fingerprint {
+            let message = "--standby needs the DDL event triggers (--ddl-tracking triggers): \
+                           with --ddl-tracking fingerprint the catalog fingerprint is checked \
+                           on the primary's pins only, so a standby's pins could show a schema \
+                           change nothing announced";
+            return Err(Self::command().error(ErrorKind::ArgumentConflict, message));
+        }
+        Ok(self)
     }
 
     /// Where the cache nodes come from: `--node`, or the database when it is not given.
@@ -202,6 +243,76 @@ pub enum DdlTracking {
     /// No event triggers: every pin's catalog fingerprint is checked before it is listed,
     /// and any schema change invalidates every cached result.
     Fingerprint,
+}
+
+/// A hot standby to pin snapshots on (`--standby NAME=CONNINFO`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StandbyServer {
+    /// Its name, in `STANDBYPINS`, `STATUS`, the metrics and the log.
+    pub name: String,
+    /// How to connect to it (libpq keywords or a postgres:// URL, as `--dsn`).
+    pub dsn: String,
+}
+
+/// Most bytes of a standby's name (PostgreSQL's identifier length).
+const STANDBY_NAME_MAX: usize = 63;
+
+/// `NAME=CONNINFO`, split at the first `=`; a blank value is a blank standby, which
+/// [`Config::checked`] drops.
+fn parse_standby(text: &str) -> Result<StandbyServer, String> {
+    if text.trim().is_empty() {
+        let blank = String::new;
+        return Ok(StandbyServer {
+            name: blank(),
+            dsn: blank(),
+        });
+    }
+    let Some((name, dsn)) = text.split_once('=') else {
+        return Err(format!(
+            "{text:?}: expected NAME=CONNINFO, e.g. replica1='host=10.0.0.2 dbname=app'"
+        ));
+    };
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if name.is_empty() || name.len() > STANDBY_NAME_MAX || !name.chars().all(allowed) {
+        return Err(format!(
+            "{name:?}: a standby's name is 1 to {STANDBY_NAME_MAX} of A-Z a-z 0-9 _ . -"
+        ));
+    }
+    if dsn.trim().is_empty() {
+        return Err(format!("{name}: the connection string after `=` is empty"));
+    }
+    check_conninfo(dsn).map_err(|error| format!("{name}: {error}"))?;
+    Ok(StandbyServer {
+        name: name.to_owned(),
+        dsn: dsn.to_owned(),
+    })
+}
+
+/// Whether `dsn` reads as a connection string (`host=h` without a name in front reads as
+/// the name `host` and the string `h`, which does not).
+fn check_conninfo(dsn: &str) -> Result<(), String> {
+    // The reader's messages name --dsn, which it was written for.
+    let message = |error: anyhow::Error| {
+        let text = format!("{error:#}");
+        text.strip_prefix("--dsn: ")
+            .map(str::to_owned)
+            .unwrap_or(text)
+    };
+    let conninfo = conninfo::parse(dsn).map_err(message)?;
+    conninfo.tls.verify().map_err(message)?;
+    let config = tokio_postgres::Config::from_str(&conninfo.rest);
+    config
+        .map(drop)
+        .map_err(|error| format!("not a connection string: {error}"))
+}
+
+/// A standby name given more than once.
+fn twice(standbys: &[StandbyServer]) -> Option<&str> {
+    let names = standbys.iter().map(|standby| standby.name.as_str());
+    names
+        .enumerate()
+        .find(|(index, name)| standbys[..*index].iter().any(|other| other.name == *name))
+        .map(|(_, name)| name)
 }
 
 /// A period of one of the agent's timers: a duration ([`parse_duration`]) above zero (a
@@ -306,6 +417,69 @@ mod tests {
         for bad in ["none", "Fingerprints", ""] {
             assert!(parse(&["--ddl-tracking", bad]).is_err(), "{bad}");
         }
+    }
+
+    fn standbys(flags: &[&str]) -> Result<Vec<(String, String)>, String> {
+        let config = parse(flags).and_then(Config::checked);
+        let config = config.map_err(|error| error.to_string())?;
+        let pairs = config.standbys.into_iter();
+        Ok(pairs.map(|standby| (standby.name, standby.dsn)).collect())
+    }
+
+    #[test]
+    fn standbys_are_named_connection_strings() {
+        assert_eq!(standbys(&[]), Ok(Vec::new()));
+        let found = standbys(&[
+            "--standby",
+            "replica-1=host=10.0.0.2 dbname=app options=-cx=1",
+            "--standby",
+            "r.2=postgres://u@h/app?sslmode=require",
+        ]);
+        let expected = [
+            ("replica-1", "host=10.0.0.2 dbname=app options=-cx=1"),
+            ("r.2", "postgres://u@h/app?sslmode=require"),
+        ];
+        let expected = expected.map(|(name, dsn)| (name.to_owned(), dsn.to_owned()));
+        assert_eq!(found, Ok(expected.to_vec()));
+        let long = format!("{}=host=h", "n".repeat(63));
+        assert_eq!(standbys(&["--standby", &long]).map(|s| s.len()), Ok(1));
+        // `;` separates standbys; blank ones (a stray `;`, an empty variable) are dropped.
+        let found = standbys(&["--standby", "a=host=h;;b=host=i;", "--standby", ""]);
+        let names = found.map(|pairs| pairs.into_iter().map(|(name, _)| name).collect());
+        assert_eq!(names, Ok(vec!["a".to_owned(), "b".to_owned()]));
+    }
+
+    #[test]
+    fn bad_standbys_are_refused_with_a_reason() {
+        let refused = |flags: &[&str]| standbys(flags).unwrap_err();
+        let too_long = format!("{}=host=h", "n".repeat(64));
+        for (value, reason) in [
+            ("host=h", "host: \"h\" has no value"),
+            ("replica=host=h port=x", "replica: not a connection string"),
+            (
+                "r=host=h sslmode=verify-full",
+                "r: sslmode=verify-full needs",
+            ),
+            ("replica", "expected NAME=CONNINFO"),
+            ("=host=h", "a standby's name is 1 to 63"),
+            ("a b=host=h", "a standby's name is 1 to 63"),
+            (&too_long, "a standby's name is 1 to 63"),
+            ("a=", "the connection string after `=` is empty"),
+        ] {
+            let error = refused(&["--standby", value]);
+            assert!(error.contains(reason), "{value}: {error}");
+        }
+        let twice = refused(&["--standby", "a=host=h", "--standby", "a=host=i"]);
+        assert!(
+            twice.contains("--standby a: the name is given twice"),
+            "{twice}"
+        );
+        let fingerprint = refused(&["--standby", "a=host=h", "--ddl-tracking", "fingerprint"]);
+        assert!(
+            fingerprint.contains("--standby needs the DDL event triggers"),
+            "{fingerprint}"
+        );
+        assert!(standbys(&["--ddl-tracking", "fingerprint"]).is_ok());
     }
 
     /// docs/agent.md's options table names every flag with its environment variable.

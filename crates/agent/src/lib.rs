@@ -24,6 +24,7 @@ pub mod schema_digests;
 pub mod schema_watch;
 pub mod server;
 pub mod shared_catalog;
+pub mod standby;
 pub mod stream;
 pub mod stream_stats;
 pub mod tags;

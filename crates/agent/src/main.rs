@@ -16,7 +16,7 @@ use txcache_agent::lease::{self, Acquired, LeaseSettings};
 use txcache_agent::membership;
 use txcache_agent::metrics::{self, Sources};
 use txcache_agent::node_link::NodeAddress;
-use txcache_agent::pincushion::{PinSettings, Pincushion};
+use txcache_agent::pincushion::{PinSettings, PinSource, Pincushion};
 use txcache_agent::schema_digests::SchemaDigests;
 use txcache_agent::schema_watch;
 use txcache_agent::stream::Stream;
@@ -26,7 +26,10 @@ use txcache_agent::tracker::StreamTracker;
 use txcache_agent::{database, heartbeat, server, shared_catalog};
 
 fn main() -> anyhow::Result<()> {
-    let config = Config::parse().without_blank_nodes();
+    let config = Config::parse()
+        .without_blank_nodes()
+        .checked()
+        .unwrap_or_else(|error| error.exit());
     txcache_tls::install_default_provider();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&config.log)?)
@@ -36,7 +39,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     let started = Instant::now();
     let listeners = Listeners::bind(&config)?;
-    tracing::info!(address = %listeners.address, membership = config.membership().as_str(), nodes = config.nodes.len(), slot = %config.slot, tls = config.tls_cert.is_some(), "txcache-agent listening");
+    tracing::info!(address = %listeners.address, membership = config.membership().as_str(), nodes = config.nodes.len(), slot = %config.slot, tls = config.tls_cert.is_some(), standbys = config.standbys.len(), "txcache-agent listening");
     // Checked once, before anything: a wrong file fails the start, not every term.
     let tls = Tls {
         nodes: node_tls(&config)?,
@@ -281,10 +284,11 @@ async fn run(
         .then(|| FingerprintCheck::new(config.dsn.clone(), Arc::clone(&stream_stats)));
     let pincushion = Pincushion::start(
         config.dsn.clone(),
-        settings,
+        settings.clone(),
         Arc::clone(&tracker),
-        fingerprints,
+        PinSource::Primary { fingerprints },
     );
+    let standbys = standby_pincushions(config, &settings, &tracker, &database);
     let schema_digests = Arc::new(SchemaDigests::default());
     if config.ddl_tracking == DdlTracking::Triggers {
         tokio::spawn(schema_watch::run(
@@ -303,12 +307,14 @@ async fn run(
         tracker: Arc::clone(&tracker),
         fanout: Arc::clone(&fanout),
         pincushion: Arc::clone(&pincushion),
+        standbys: standbys.clone(),
         term: Arc::clone(&term),
     });
     let endpoint = Arc::new(Endpoint {
         password: config.password.clone(),
         role: Role::Active(Active {
             pincushion,
+            standbys,
             tracker: Arc::clone(&tracker),
             database,
             nodes: Arc::clone(&fanout),
@@ -345,6 +351,25 @@ async fn run(
             Ok(TermEnd::Shutdown)
         }
     }
+}
+
+/// One pincushion per `--standby`, in the flags' order, placing their snapshots on the
+/// primary's stream.
+fn standby_pincushions(
+    config: &Config,
+    settings: &PinSettings,
+    tracker: &Arc<StreamTracker>,
+    primary: &database::DatabaseIdentity,
+) -> Vec<Arc<Pincushion>> {
+    let start = |standby: &txcache_agent::config::StandbyServer| {
+        let source = PinSource::Standby {
+            name: standby.name.clone(),
+            primary: primary.clone(),
+        };
+        let dsn = standby.dsn.clone();
+        Pincushion::start(dsn, settings.clone(), Arc::clone(tracker), source)
+    };
+    config.standbys.iter().map(start).collect()
 }
 
 /// How libraries' connections are secured (`--tls-cert`), `None` for plain TCP.

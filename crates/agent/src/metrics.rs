@@ -9,7 +9,7 @@
 //! `GET /metrics` (`--metrics-port`) all of them with the prefix `txcache_agent_`.
 
 use crate::fanout::{Fanout, NodeCounts};
-use crate::pincushion::{PinCounts, Pincushion};
+use crate::pincushion::{PinCounts, Pincushion, StandbyCounts};
 use crate::stream_stats::{StreamCounts, StreamStats};
 use crate::term::Term;
 use crate::tracker::StreamTracker;
@@ -32,6 +32,7 @@ pub struct Reading {
     nodes: Vec<NodeCounts>,
     pins: u64,
     pin_counts: PinCounts,
+    standbys: Vec<StandbyCounts>,
     lease_epoch: u64,
 }
 
@@ -51,6 +52,8 @@ pub struct Sources {
     pub fanout: Arc<Fanout>,
     /// The pins and their certification counters.
     pub pincushion: Arc<Pincushion>,
+    /// The pins on each `--standby`.
+    pub standbys: Vec<Arc<Pincushion>>,
     /// This agent's term: the lease's epoch.
     pub term: Arc<Term>,
 }
@@ -78,6 +81,11 @@ pub fn collect(sources: &Sources) -> Reading {
         nodes: sources.fanout.node_counts(),
         pins: sources.pincushion.pin_count() as u64,
         pin_counts: sources.pincushion.stats.read(),
+        standbys: sources
+            .standbys
+            .iter()
+            .filter_map(|cushion| cushion.standby_counts())
+            .collect(),
         lease_epoch: sources.term.epoch(),
     }
 }
@@ -89,6 +97,14 @@ fn per_node(reading: &Reading, value: fn(&NodeCounts) -> u64) -> Vec<(String, u6
     let nodes = reading.nodes.iter();
     nodes
         .map(|node| (node.address.clone(), value(node)))
+        .collect()
+}
+
+/// One series per standby, labelled with its name.
+fn per_standby(reading: &Reading, value: fn(&StandbyCounts) -> u64) -> Vec<(String, u64)> {
+    let standbys = reading.standbys.iter();
+    standbys
+        .map(|standby| (standby.name.clone(), value(standby)))
         .collect()
 }
 
@@ -251,6 +267,30 @@ pub static REGISTRY: Registry<Reading> = Registry {
             "Certification retries: snapshots discarded while a transaction running at start was unfinished",
             |r| r.pin_counts.below_floor,
         ),
+        Metric::series(
+            "pins",
+            "standby_pins",
+            Gauge,
+            "Pins listed on the standby (STANDBYPINS)",
+            "standby",
+            |r| per_standby(r, |standby| standby.pins),
+        ),
+        Metric::series(
+            "pins",
+            "standby_pins_certified",
+            Counter,
+            "Snapshots taken on the standby and placed on the stream: pins taken",
+            "standby",
+            |r| per_standby(r, |standby| standby.certified),
+        ),
+        Metric::series(
+            "pins",
+            "standby_pins_unplaced",
+            Counter,
+            "Snapshots taken on the standby and discarded: their replay position could not be placed on the stream",
+            "standby",
+            |r| per_standby(r, |standby| standby.unplaced),
+        ),
     ],
 };
 
@@ -305,6 +345,12 @@ mod tests {
                 unclean: 5_003,
                 below_floor: 5_004,
             },
+            standbys: vec![StandbyCounts {
+                name: "replica1".to_owned(),
+                pins: 6_001,
+                certified: 6_002,
+                unplaced: 6_003,
+            }],
         }
     }
 
@@ -383,6 +429,8 @@ mod tests {
         let line = "txcache_agent_delivered_commits{node=\"127.0.0.1:6380\"} 4002\n";
         assert!(text.contains(line), "{text}");
         assert!(text.contains("txcache_agent_node_connected{node=\"127.0.0.1:6380\"} 1\n"));
+        let line = "txcache_agent_standby_pins{standby=\"replica1\"} 6001\n";
+        assert!(text.contains(line), "{text}");
         let ahead = Reading {
             stream: StreamCounts {
                 position: 10,

@@ -22,18 +22,27 @@
 //! clean pin is listed only once the check admits it (`fingerprint_check.rs`). Each pin also
 //! carries the fence the pinner's previous statement wrote ([`Pin::after`]): with it a library
 //! tells that a pin was taken after one of its queries ended.
+//!
+//! The same machinery pins on hot standbys (`--standby`, [`PinSource::Standby`]; one
+//! pincushion per standby): there a snapshot is taken with replay paused, and placed on the
+//! stream by its replay position instead of a fence (`standby.rs`). Standby pins are taken
+//! only at the ticks (`PIN` is the primary's), kept and let go by the same rules, and a
+//! standby that refuses lists none until it answers again.
 
 use crate::assemble::unix_micros_now;
 use crate::certify::{Certification, Snapshot};
 use crate::connect::{connect_sql, SqlSession};
+use crate::database::DatabaseIdentity;
 use crate::fingerprint_check::FingerprintCheck;
-use crate::tracker::StreamTracker;
+use crate::standby::{self, Health, Refusal, StandbySnapshot};
+use crate::tracker::{ReplayPoint, StreamTracker};
 use anyhow::{bail, Context as _};
 use pgwire_replication::Lsn;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
+use tracing::Instrument as _;
 use txcache_model::{Timestamp, WallClock};
 
 /// The prefix of fence messages.
@@ -47,6 +56,10 @@ const MAX_PINS: usize = 10_000;
 
 /// Attempts at a clean snapshot before a fresh-pin request fails.
 const MAX_ATTEMPTS: usize = 50;
+
+/// Snapshots taken on a standby per tick when none can be placed on the stream: each
+/// pauses replay, and the next tick comes soon enough.
+const STANDBY_ATTEMPTS: usize = 2;
 
 /// Most pinner sessions (PostgreSQL connections) at once: while this many hold pins in use,
 /// new pins go to the newest session instead of a fresh one.
@@ -155,6 +168,38 @@ pub struct PinCounts {
     pub below_floor: u64,
 }
 
+/// A standby's pins and counters, read at one moment (the metrics' per-standby series).
+#[derive(Clone, Debug, Default)]
+pub struct StandbyCounts {
+    /// Its `--standby` name.
+    pub name: String,
+    /// Pins listed.
+    pub pins: u64,
+    /// Snapshots placed on the stream: pins taken.
+    pub certified: u64,
+    /// Snapshots discarded: their replay position could not be placed on the stream.
+    pub unplaced: u64,
+}
+
+/// Where a pincushion's snapshots come from.
+pub enum PinSource {
+    /// The primary `--dsn` names: fenced snapshots, certified against the decoded commits;
+    /// with `fingerprints` (`--ddl-tracking fingerprint`) each clean pin's catalog
+    /// fingerprint is checked before it is listed.
+    Primary {
+        /// The check of every clean pin's catalog, without DDL triggers.
+        fingerprints: Option<FingerprintCheck>,
+    },
+    /// A hot standby of it (`--standby NAME=CONNINFO`): snapshots taken with replay paused,
+    /// placed on the stream by their replay position.
+    Standby {
+        /// Its `--standby` name.
+        name: String,
+        /// The primary's database: the standby must be a replica of it.
+        primary: DatabaseIdentity,
+    },
+}
+
 /// A request for a pin taken now: where to answer, and whether a library asked (its pin is
 /// then in use, and counts as demand).
 struct FreshRequest {
@@ -170,26 +215,43 @@ pub struct Pincushion {
     /// When a library last used a pin or asked for one (unix µs): without demand for a
     /// lease, the pinner holds none.
     demand: AtomicU64,
+    /// The standby's name, `None` for the primary's pincushion.
+    standby: Option<String>,
+    /// Wakes a standby pinner that let its pins go when a library asks for a pin again.
+    wake: Notify,
     /// Certification counters.
     pub stats: PinStats,
+    /// Standby snapshots discarded: their replay position could not be placed.
+    unplaced: AtomicU64,
 }
 
 impl Pincushion {
-    /// Starts the pinner task; with `fingerprints` (`--ddl-tracking fingerprint`), every
-    /// clean pin's catalog fingerprint is checked before it is listed.
+    /// Starts the pinner task taking snapshots from `source` over `dsn`.
     pub fn start(
         dsn: String,
         settings: PinSettings,
         tracker: Arc<StreamTracker>,
-        fingerprints: Option<FingerprintCheck>,
+        source: PinSource,
     ) -> Arc<Self> {
         let (requests, receiver) = mpsc::channel(64);
+        let (fingerprints, standby) = match source {
+            PinSource::Primary { fingerprints } => (fingerprints, None),
+            PinSource::Standby { name, primary } => {
+                (None, Some(StandbyPinning::new(name, primary)))
+            }
+        };
+        let name = standby
+            .as_ref()
+            .map(|standby| standby.health.name().to_owned());
         let pincushion = Arc::new(Self {
             pins: Mutex::new(Vec::new()),
             tracker: Arc::clone(&tracker),
             requests,
             demand: AtomicU64::new(unix_micros_now()),
+            standby: name.clone(),
+            wake: Notify::new(),
             stats: PinStats::default(),
+            unplaced: AtomicU64::new(0),
         });
         let pinner = Pinner {
             dsn,
@@ -197,14 +259,37 @@ impl Pincushion {
             tracker,
             cushion: Arc::clone(&pincushion),
             fingerprints,
+            standby,
+            resting: false,
             sessions: Vec::new(),
             idle: Vec::new(),
             next_pin: 1,
             next_session: 1,
             last_fence: None,
         };
-        tokio::spawn(pinner.run(receiver));
+        // A standby pinner's every log line names its standby.
+        let span = match &name {
+            Some(name) => tracing::info_span!("standby", name = %name),
+            None => tracing::Span::none(),
+        };
+        tokio::spawn(pinner.run(receiver).instrument(span));
         pincushion
+    }
+
+    /// The standby's `--standby` name; `None` for the primary's pincushion.
+    pub fn standby_name(&self) -> Option<&str> {
+        self.standby.as_deref()
+    }
+
+    /// A standby pincushion's pins and counters (`None` for the primary's).
+    pub fn standby_counts(&self) -> Option<StandbyCounts> {
+        let name = self.standby.clone()?;
+        Some(StandbyCounts {
+            name,
+            pins: self.pin_count() as u64,
+            certified: self.stats.certified.load(Ordering::Relaxed),
+            unplaced: self.unplaced.load(Ordering::Relaxed),
+        })
     }
 
     /// The live pins, oldest first, none older than the newest barrier (a schema change or
@@ -246,9 +331,15 @@ impl Pincushion {
         }
     }
 
-    /// A pin taken and certified now (the library's ★).
-    pub async fn fresh(&self) -> anyhow::Result<Pin> {
+    /// Notes that a library wants pins now (its `PIN`): a standby pincushion that let its
+    /// pins go for want of use takes one at once, instead of waiting for the next use.
+    pub fn note_demand(&self) {
         self.demand.store(unix_micros_now(), Ordering::Relaxed);
+        self.wake.notify_one();
+    }
+
+    /// A pin taken and certified now (the library's ★); the primary's only.
+    pub async fn fresh(&self) -> anyhow::Result<Pin> {
         self.request(true).await
     }
 
@@ -260,6 +351,12 @@ impl Pincushion {
     }
 
     async fn request(&self, library: bool) -> anyhow::Result<Pin> {
+        if let Some(name) = &self.standby {
+            bail!("standby {name}: pins are taken on demand on the primary only");
+        }
+        if library {
+            self.demand.store(unix_micros_now(), Ordering::Relaxed);
+        }
         let (reply, answer) = oneshot::channel();
         self.requests
             .send(FreshRequest { reply, library })
@@ -281,6 +378,23 @@ struct PinnerSession {
     opened: Instant,
 }
 
+/// What a standby's pinner knows of it beyond the primary's.
+struct StandbyPinning {
+    /// The primary's database, which it must be a replica of.
+    primary: DatabaseIdentity,
+    /// How it answered last (each change is logged once); its name.
+    health: Health,
+}
+
+impl StandbyPinning {
+    fn new(name: String, primary: DatabaseIdentity) -> Self {
+        Self {
+            primary,
+            health: Health::new(&name),
+        }
+    }
+}
+
 /// The task that owns the pinner sessions.
 struct Pinner {
     dsn: String,
@@ -289,6 +403,11 @@ struct Pinner {
     cushion: Arc<Pincushion>,
     /// With `--ddl-tracking fingerprint`, the check every clean pin passes to be listed.
     fingerprints: Option<FingerprintCheck>,
+    /// For a standby's pincushion: the standby.
+    standby: Option<StandbyPinning>,
+    /// Whether it let every pin go for want of use (a standby's pinner then wakes at the
+    /// next `PIN`).
+    resting: bool,
     sessions: Vec<PinnerSession>,
     /// Connections of sessions whose pins all expired, their transaction ended: the next
     /// rotation begins its transaction on one of them instead of connecting again.
@@ -364,13 +483,20 @@ impl Pinner {
                     }
                 }
                 // Pins older than a barrier are no longer listed: offer a newer one at once
-                // (unless nobody wants pins: the next PIN takes one).
-                _ = self.tracker.barrier_raised() => {
+                // (unless nobody wants pins: the next PIN takes one). The primary's only: a
+                // standby replays the barrier later, and its next tick pins past it.
+                _ = self.tracker.barrier_raised(), if self.standby.is_none() => {
                     if self.unwanted() {
                         continue;
                     }
                     if let Err(error) = self.take_certified().await {
                         tracing::warn!(error = format!("{error:#}"), "pinner: could not take a pin after a barrier; retrying at the next tick");
+                    }
+                }
+                // A library asks for pins again: a resting standby pinner pins at once.
+                _ = self.cushion.wake.notified(), if self.resting => {
+                    if let Err(error) = self.tick().await {
+                        tracing::warn!(error = format!("{error:#}"), "pinner: could not take a pin; retrying");
                     }
                 }
             }
@@ -411,7 +537,8 @@ impl Pinner {
 
     /// Periodic work: refresh the newest pin, pin again if something committed, expire.
     async fn tick(&mut self) -> anyhow::Result<()> {
-        if self.unwanted() {
+        self.resting = self.unwanted();
+        if self.resting {
             self.let_go();
             return Ok(());
         }
@@ -427,8 +554,18 @@ impl Pinner {
         // decodes, and only a new pin finds it (and verifies the values libraries hold back).
         let checking = self.fingerprints.is_some();
         if newest.is_none_or(|ts| progress.commit > ts) || self.rotation_due() || checking {
-            self.take_certified().await?;
+            self.pin_again().await?;
         }
+        Ok(())
+    }
+
+    /// Takes the tick's new pin: on the primary, certified (or an error); on a standby, one
+    /// if it can be placed, and on a refusal none of the standby's pins stay listed.
+    async fn pin_again(&mut self) -> anyhow::Result<()> {
+        if self.standby.is_none() {
+            return self.take_certified().await.map(drop);
+        }
+        self.take_on_standby().await;
         Ok(())
     }
 
@@ -478,14 +615,16 @@ impl Pinner {
 
     /// Lets every pin and pinner session go (nobody uses them; the next `PIN` takes one).
     fn let_go(&mut self) {
-        let mut pins = self.cushion.lock();
-        if !pins.is_empty() {
-            tracing::debug!(
-                pins = pins.len(),
-                "no pin used for a lease: letting every pin go"
-            );
+        let pins = self.cushion.lock().len();
+        if pins > 0 {
+            tracing::debug!(pins, "no pin used for a lease: letting every pin go");
         }
-        pins.clear();
+        self.drop_all();
+    }
+
+    /// Delists every pin and closes every pinner connection (their transactions end).
+    fn drop_all(&mut self) {
+        self.cushion.lock().clear();
         self.sessions.clear();
         self.idle.clear();
     }
@@ -627,6 +766,65 @@ impl Pinner {
         check.admits(pin.ts, fingerprint).await
     }
 
+    /// Takes a pin on the standby: up to [`STANDBY_ATTEMPTS`] snapshots until one is placed
+    /// on the stream. A refusal lets every pin of the standby go (retried at the next tick).
+    async fn take_on_standby(&mut self) {
+        let mut last_replay = None;
+        for _ in 0..STANDBY_ATTEMPTS {
+            match self.standby_pin().await {
+                Ok((_, Some(pin))) => return self.listed_standby_pin(pin),
+                Ok((replay, None)) => {
+                    self.cushion.unplaced.fetch_add(1, Ordering::Relaxed);
+                    last_replay = Some(replay);
+                }
+                Err(refusal) => return self.standby_refused(refusal).await,
+            }
+        }
+        if let (Some(standby), Some(replay)) = (&mut self.standby, last_replay) {
+            standby.health.unplaced(replay);
+        }
+    }
+
+    /// One snapshot taken on the standby, and the pin it makes once placed on the stream
+    /// (`None` when it cannot be: the snapshot is discarded).
+    async fn standby_pin(&mut self) -> Result<(Timestamp, Option<Pin>), Refusal> {
+        let index = self.session_index().await.map_err(Refusal::from_opening)?;
+        let session = self.sessions[index].id;
+        let exported = standby::export(&self.sessions[index].sql).await?;
+        let replay = exported.replay;
+        let placed = self.tracker.replay_point(replay, FENCE_TIMEOUT).await;
+        let pin = placed.map(|point| standby_pin(exported, point, session));
+        if pin.is_none() {
+            tracing::debug!(%replay, "standby snapshot discarded: its replay position is not placed on the stream");
+        }
+        Ok((replay, pin))
+    }
+
+    /// Lists a standby pin placed on the stream, and counts it.
+    fn listed_standby_pin(&mut self, pin: Pin) {
+        if let Some(standby) = &mut self.standby {
+            standby.health.pinning();
+        }
+        self.cushion.stats.certified.fetch_add(1, Ordering::Relaxed);
+        self.cushion.lock().push(pin);
+    }
+
+    /// The standby refused: logged once per change with what to do; replay resumed if the
+    /// call may have left it paused; every pin and session of the standby let go.
+    async fn standby_refused(&mut self, refusal: Refusal) {
+        let Some(standby) = &mut self.standby else {
+            return;
+        };
+        let new = standby.health.refused(&refusal);
+        if refusal.may_have_paused() {
+            // The failed call ran in the newest session (`session_index`).
+            let session = self.sessions.last().map(|session| &session.sql);
+            let outcome = standby::resume_replay(session, &self.dsn).await;
+            standby::log_resume(&outcome, new);
+        }
+        self.drop_all();
+    }
+
     /// The index of the session new pins go to, opening a new one every rotation period.
     async fn session_index(&mut self) -> anyhow::Result<usize> {
         if self.sessions.is_empty() || self.rotation_due() {
@@ -658,7 +856,17 @@ impl Pinner {
                 ),
             }
         }
-        let sql = connect_sql(&self.dsn, &format!("txcache-agent pinner {id}")).await?;
+        let application = match &self.standby {
+            Some(standby) => format!(
+                "txcache-agent standby {} pinner {id}",
+                standby.health.name()
+            ),
+            None => format!("txcache-agent pinner {id}"),
+        };
+        let sql = connect_sql(&self.dsn, &application).await?;
+        if let Some(standby) = &self.standby {
+            standby::check_identity(&sql, &standby.primary).await?;
+        }
         // The session idles in its transaction by design: no timeout may end it.
         sql.client
             .batch_execute("SET idle_in_transaction_session_timeout = 0")
@@ -676,6 +884,20 @@ impl Pinner {
             sql,
             opened: Instant::now(),
         })
+    }
+}
+
+/// The pin a standby's snapshot makes, placed on the stream at `point`.
+fn standby_pin(exported: StandbySnapshot, point: ReplayPoint, session: u64) -> Pin {
+    Pin {
+        ts: point.ts,
+        snapshot_id: exported.snapshot_id,
+        snapshot: exported.snapshot,
+        current_as_of: point.current_as_of,
+        last_used: None,
+        fingerprint: None,
+        after: None,
+        session,
     }
 }
 
@@ -704,6 +926,73 @@ mod tests {
             after: None,
             session: 1,
         }
+    }
+
+    impl Pincushion {
+        /// A pincushion without a pinner task, for tests elsewhere (the commands): its pins
+        /// are the ones [`Pincushion::push_for_test`] adds; `standby` names a standby's.
+        pub(crate) fn without_pinner(
+            tracker: Arc<StreamTracker>,
+            standby: Option<&str>,
+        ) -> Arc<Self> {
+            let (requests, _) = mpsc::channel(1);
+            Arc::new(Self {
+                pins: Mutex::new(Vec::new()),
+                tracker,
+                requests,
+                demand: AtomicU64::new(0),
+                standby: standby.map(str::to_owned),
+                wake: Notify::new(),
+                stats: PinStats::default(),
+                unplaced: AtomicU64::new(0),
+            })
+        }
+
+        /// Lists `pin` as the newest.
+        pub(crate) fn push_for_test(&self, pin: Pin) {
+            self.lock().push(pin);
+        }
+
+        /// When pins were last wanted (unix µs).
+        pub(crate) fn demand_for_test(&self) -> u64 {
+            self.demand.load(Ordering::Relaxed)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_standby_pincushion_takes_no_pin_on_demand_but_notes_the_demand() {
+        let tracker = Arc::new(StreamTracker::new(Timestamp(100), 0));
+        let standby = Pincushion::without_pinner(tracker, Some("replica1"));
+        assert_eq!(standby.standby_name(), Some("replica1"));
+        let refused = standby.fresh().await.unwrap_err().to_string();
+        assert!(refused.contains("on the primary only"), "{refused}");
+        assert_eq!(
+            standby.demand_for_test(),
+            0,
+            "fresh() is no standby's demand"
+        );
+        standby.note_demand();
+        assert!(standby.demand_for_test() > 0);
+    }
+
+    #[test]
+    fn a_standby_pin_is_at_its_replay_point_without_fingerprint_or_fence() {
+        let exported = StandbySnapshot {
+            replay: Timestamp(600),
+            snapshot: "10:10:".to_owned(),
+            snapshot_id: "00000004-00000001-1".to_owned(),
+        };
+        let point = ReplayPoint {
+            ts: Timestamp(550),
+            current_as_of: WallClock(7),
+        };
+        let pin = standby_pin(exported, point, 3);
+        assert_eq!((pin.ts, pin.current_as_of), (Timestamp(550), WallClock(7)));
+        assert_eq!((pin.snapshot.as_str(), pin.session), ("10:10:", 3));
+        assert_eq!(
+            (pin.fingerprint, pin.after, pin.last_used),
+            (None, None, None)
+        );
     }
 
     impl Pin {

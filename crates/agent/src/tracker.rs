@@ -2,7 +2,8 @@
 //!
 //! The stream task records every commit (LSN, xid, time), every fence and every heartbeat;
 //! pins are certified against the commit log, "current as of" times come from the progress,
-//! and read-your-writes waits for an xid's commit here.
+//! and read-your-writes waits for an xid's commit here. A bounded history of decoded commits
+//! and heartbeats places a standby's replay position on the stream ([`StreamTracker::replay_point`]).
 
 use crate::certify::{Certification, CommitLog, DecodedCommit, Snapshot};
 use std::collections::{HashMap, VecDeque};
@@ -16,6 +17,10 @@ const XID_MEMORY: usize = 1 << 20;
 
 /// Tag-column catalog versions kept for libraries.
 const CATALOG_VERSIONS: usize = 16;
+
+/// Decoded commits and heartbeats kept for placing standbys' replay positions: at 5
+/// heartbeats a second, about 14 hours of an idle database, or the last 262,144 commits.
+const HISTORY: usize = 1 << 18;
 
 /// One version of the tag-column catalog: in force from `since` (the commit LSN of the DDL
 /// that produced it; 0 or, after a reconnect, the WAL position where a session read it).
@@ -52,6 +57,8 @@ struct State {
     /// The newest commit that changed the schema or truncated a table; at least just below
     /// where the stream (re)started, since one below it may have gone by undecoded.
     barrier: Timestamp,
+    /// Recent commits and heartbeats with their times, for standbys' replay positions.
+    history: History,
 }
 
 /// The stream's record, behind one lock; waiters are woken on every change.
@@ -82,6 +89,7 @@ impl StreamTracker {
                 },
                 catalogs: VecDeque::new(),
                 barrier: Timestamp(resume.0.saturating_sub(1)),
+                history: History::new(resume, HISTORY),
             }),
             changed: Notify::new(),
             barrier_raised: Notify::new(),
@@ -102,6 +110,7 @@ impl StreamTracker {
             return;
         }
         state.log.push(DecodedCommit { lsn, xid });
+        state.history.commit(lsn, time);
         state.decoded = state.decoded.max(lsn);
         state.progress.commit = lsn;
         state.progress.commit_time = time;
@@ -122,6 +131,7 @@ impl StreamTracker {
     pub fn heartbeat(&self, position: Timestamp, time: WallClock) {
         let mut state = self.lock();
         state.decoded = state.decoded.max(position);
+        state.history.heartbeat(position, time);
         if position > state.progress.heartbeat {
             state.progress.heartbeat = position;
             state.progress.heartbeat_time = time;
@@ -143,7 +153,7 @@ impl StreamTracker {
     /// across the gap — a fence written before it is never taken as decoded, nor one at a
     /// position the old stream had passed — and no xid maps to a commit of the old history.
     /// The barrier moves to just below `resume`: schema changes in the gap were never
-    /// decoded.
+    /// decoded. The history of commits and heartbeats starts again at `resume` too.
     pub fn restart(&self, resume: Timestamp, pending_xid: u64) {
         let mut state = self.lock();
         let before = Timestamp(resume.0.saturating_sub(1));
@@ -154,6 +164,7 @@ impl StreamTracker {
         state.progress.heartbeat = before;
         state.xids.clear();
         state.xid_order.clear();
+        state.history = History::new(resume, HISTORY);
     }
 
     /// Records the tag-column catalog in force from `since` (unchanged versions are not
@@ -257,6 +268,28 @@ impl StreamTracker {
         }
     }
 
+    /// Waits until the stream has decoded every commit below `replay` (a standby's
+    /// `pg_last_wal_replay_lsn()`, the end of the last record it replayed), then places it:
+    /// a snapshot taken with replay paused there sees exactly the commits below it
+    /// ([`History::place`]). `None` when the stream does not get there within `timeout`, or
+    /// the answer is not known (it left the history, or lies below where the stream resumed).
+    pub async fn replay_point(&self, replay: Timestamp, timeout: Duration) -> Option<ReplayPoint> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let needed = Timestamp(replay.0.saturating_sub(1));
+        loop {
+            let notified = self.changed.notified();
+            {
+                let state = self.lock();
+                if state.decoded >= needed {
+                    return state.history.place(replay);
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return None;
+            }
+        }
+    }
+
     /// Waits until the commit of transaction `xid` (its low 32 bits) is decoded: its LSN;
     /// [`CommitWait::Passed`] once the stream decoded everything below `upto` (a position at
     /// or after the commit) without it — the transaction changed nothing the stream
@@ -284,6 +317,145 @@ impl StreamTracker {
                 return CommitWait::TimedOut;
             }
         }
+    }
+}
+
+/// Where a standby's replay position lies on the stream ([`StreamTracker::replay_point`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayPoint {
+    /// The commit point a snapshot taken there shows: the last commit below the position.
+    pub ts: Timestamp,
+    /// The wall-clock time up to which that state is known to have been the current one.
+    pub current_as_of: WallClock,
+}
+
+/// A heartbeat kept in the [`History`].
+#[derive(Clone, Copy, Debug)]
+struct Beat {
+    position: Timestamp,
+    /// The largest time of the heartbeats since the commit before this one, this included:
+    /// every one of them vouches for the state at that commit.
+    newest_time: WallClock,
+}
+
+/// The commits and heartbeats decoded in this run of the stream, in stream order, at most
+/// `capacity` of them (the oldest dropped first), for placing replay positions.
+///
+/// Positions only grow: a commit is at its LSN, a heartbeat at `p` says the state at `p`
+/// (every commit `<= p`) was current at its time. A heartbeat below the newest commit or
+/// heartbeat (one repeated after a reconnect) or below the run's resume point is not kept.
+#[derive(Debug)]
+struct History {
+    /// Where this run of the stream starts: commits below it are not decoded in it.
+    resume: Timestamp,
+    commits: VecDeque<(Timestamp, WallClock)>,
+    beats: VecDeque<Beat>,
+    /// The newest commit dropped from `commits`.
+    dropped: Option<(Timestamp, WallClock)>,
+    /// The first commit of this run, kept or not.
+    first_commit: Option<Timestamp>,
+    capacity: usize,
+}
+
+impl History {
+    fn new(resume: Timestamp, capacity: usize) -> Self {
+        Self {
+            resume,
+            commits: VecDeque::new(),
+            beats: VecDeque::new(),
+            dropped: None,
+            first_commit: None,
+            capacity,
+        }
+    }
+
+    /// The newest commit recorded, kept or dropped.
+    fn last_commit(&self) -> Option<Timestamp> {
+        let kept = self.commits.back().map(|commit| commit.0);
+        kept.or(self.dropped.map(|commit| commit.0))
+    }
+
+    /// The newest position recorded, or just below the resume point.
+    fn newest(&self) -> Timestamp {
+        let beat = self.beats.back().map(|beat| beat.position);
+        let floor = Timestamp(self.resume.0.saturating_sub(1));
+        self.last_commit().max(beat).unwrap_or(floor).max(floor)
+    }
+
+    /// Records a decoded commit (repeats and older ones are ignored).
+    fn commit(&mut self, lsn: Timestamp, time: WallClock) {
+        if self.commits.back().is_some_and(|last| last.0 >= lsn) {
+            return;
+        }
+        self.first_commit.get_or_insert(lsn);
+        self.commits.push_back((lsn, time));
+        self.bound();
+    }
+
+    /// Records a decoded heartbeat at `position`, written at `time`.
+    fn heartbeat(&mut self, position: Timestamp, time: WallClock) {
+        if position < self.newest() {
+            return;
+        }
+        let last_commit = self.last_commit();
+        let since_last_commit = self
+            .beats
+            .back()
+            .filter(|beat| last_commit.is_none_or(|commit| beat.position >= commit));
+        let newest_time = since_last_commit.map_or(time, |beat| beat.newest_time.max(time));
+        self.beats.push_back(Beat {
+            position,
+            newest_time,
+        });
+        self.bound();
+    }
+
+    /// Drops the oldest entry while more than `capacity` are kept, remembering the newest
+    /// commit dropped.
+    fn bound(&mut self) {
+        while self.commits.len() + self.beats.len() > self.capacity {
+            let oldest_commit = self.commits.front().map(|commit| commit.0);
+            let oldest_beat = self.beats.front().map(|beat| beat.position);
+            if oldest_beat.is_none() || oldest_commit.is_some_and(|c| Some(c) <= oldest_beat) {
+                self.dropped = self.commits.pop_front().or(self.dropped);
+            } else {
+                self.beats.pop_front();
+            }
+        }
+    }
+
+    /// Where a snapshot that sees exactly the commits below `replay` lies: the last commit
+    /// below it, or just below the resume point when this run decoded none (the convention
+    /// of [`crate::certify::CommitLog::certify`]); `None` when that commit left the history
+    /// or `replay` is below the resume point. Every commit below `replay` must be decoded.
+    fn place(&self, replay: Timestamp) -> Option<ReplayPoint> {
+        let (ts, commit_time) = self.last_commit_below(replay)?;
+        let below = self.beats.partition_point(|beat| beat.position < replay);
+        let beat = below.checked_sub(1).map(|index| self.beats[index]);
+        let beat_time = beat
+            .filter(|beat| beat.position >= ts)
+            .map(|beat| beat.newest_time);
+        let current_as_of = commit_time.max(beat_time).unwrap_or_default();
+        Some(ReplayPoint { ts, current_as_of })
+    }
+
+    /// The last commit below `replay` with its time (`None` for the resume convention's,
+    /// which has no time); `None` when it is not known.
+    fn last_commit_below(&self, replay: Timestamp) -> Option<(Timestamp, Option<WallClock>)> {
+        // No commit of this run below it: the commits below it are those below the resume
+        // point, which the stream never decoded.
+        if self.first_commit.is_none_or(|first| first >= replay) {
+            let floor = Timestamp(self.resume.0.saturating_sub(1));
+            return (replay >= self.resume).then_some((floor, None));
+        }
+        let below = self.commits.partition_point(|commit| commit.0 < replay);
+        if let Some(index) = below.checked_sub(1) {
+            let (lsn, time) = self.commits[index];
+            return Some((lsn, Some(time)));
+        }
+        // Every kept commit is at or past it: the newest dropped one, if below it.
+        let dropped = self.dropped.filter(|dropped| dropped.0 < replay);
+        dropped.map(|(lsn, time)| (lsn, Some(time)))
     }
 }
 
@@ -320,6 +492,119 @@ mod tests {
         assert_eq!(
             tracker.commit_lsn(8, short, None).await,
             CommitWait::TimedOut
+        );
+    }
+
+    fn point(ts: u64, current_as_of: u64) -> Option<ReplayPoint> {
+        Some(ReplayPoint {
+            ts: Timestamp(ts),
+            current_as_of: WallClock(current_as_of),
+        })
+    }
+
+    /// A history resuming at 100 with commits at 200 (time 20) and 300 (time 30).
+    fn two_commits() -> History {
+        let mut history = History::new(Timestamp(100), HISTORY);
+        history.commit(Timestamp(200), WallClock(20));
+        history.commit(Timestamp(300), WallClock(30));
+        history
+    }
+
+    #[test]
+    fn a_commit_at_the_replay_position_is_not_seen_one_below_is() {
+        let history = two_commits();
+        assert_eq!(history.place(Timestamp(300)), point(200, 20));
+        assert_eq!(history.place(Timestamp(301)), point(300, 30));
+        assert_eq!(history.place(Timestamp(201)), point(200, 20));
+        assert_eq!(history.place(Timestamp(200)), point(99, 0));
+    }
+
+    #[test]
+    fn heartbeats_between_the_commit_and_the_replay_position_move_current_as_of() {
+        let mut history = two_commits();
+        history.heartbeat(Timestamp(350), WallClock(35));
+        history.heartbeat(Timestamp(380), WallClock(38));
+        history.commit(Timestamp(400), WallClock(40));
+        history.heartbeat(Timestamp(450), WallClock(45));
+        assert_eq!(history.place(Timestamp(350)), point(300, 30));
+        assert_eq!(history.place(Timestamp(351)), point(300, 35));
+        assert_eq!(history.place(Timestamp(381)), point(300, 38));
+        assert_eq!(history.place(Timestamp(400)), point(300, 38));
+        // Past the next commit, only the heartbeats after it count.
+        assert_eq!(history.place(Timestamp(401)), point(400, 40));
+        assert_eq!(history.place(Timestamp(451)), point(400, 45));
+        // A heartbeat repeated after a reconnect is not kept.
+        history.heartbeat(Timestamp(420), WallClock(99));
+        assert_eq!(history.place(Timestamp(451)), point(400, 45));
+    }
+
+    #[test]
+    fn without_a_commit_below_it_the_state_is_the_one_below_the_resume_point() {
+        let mut history = History::new(Timestamp(100), HISTORY);
+        assert_eq!(history.place(Timestamp(100)), point(99, 0));
+        assert_eq!(history.place(Timestamp(99)), None, "below the resume point");
+        history.heartbeat(Timestamp(150), WallClock(15));
+        history.commit(Timestamp(200), WallClock(20));
+        assert_eq!(history.place(Timestamp(151)), point(99, 15));
+        assert_eq!(history.place(Timestamp(150)), point(99, 0));
+    }
+
+    #[test]
+    fn an_answer_that_left_the_history_is_none() {
+        let mut history = History::new(Timestamp(100), 2);
+        history.commit(Timestamp(200), WallClock(20));
+        history.heartbeat(Timestamp(250), WallClock(25));
+        history.commit(Timestamp(300), WallClock(30));
+        // 200 was dropped: it is still the last commit below 300, and its heartbeat at 250
+        // is kept.
+        assert_eq!(history.place(Timestamp(300)), point(200, 25));
+        history.commit(Timestamp(400), WallClock(40));
+        history.commit(Timestamp(500), WallClock(50));
+        // 300 is the newest commit dropped: it answers, without the heartbeats after it.
+        assert_eq!(history.place(Timestamp(350)), point(300, 30));
+        assert_eq!(history.place(Timestamp(201)), None, "200 left the history");
+        assert_eq!(history.place(Timestamp(300)), None);
+        // Below the run's first commit, the resume convention still holds.
+        assert_eq!(history.place(Timestamp(200)), point(99, 0));
+        assert_eq!(history.place(Timestamp(401)), point(400, 40));
+        assert_eq!(history.place(Timestamp(501)), point(500, 50));
+    }
+
+    #[tokio::test]
+    async fn a_replay_position_is_placed_once_the_stream_decoded_below_it() {
+        let tracker = StreamTracker::new(Timestamp(100), 0);
+        tracker.commit(Timestamp(200), 7, WallClock(20));
+        tracker.heartbeat(Timestamp(260), WallClock(26));
+        let wait = Duration::from_secs(60);
+        assert_eq!(
+            tracker.replay_point(Timestamp(261), wait).await,
+            point(200, 26)
+        );
+        let short = Duration::from_millis(10);
+        assert_eq!(tracker.replay_point(Timestamp(400), short).await, None);
+        let waiting = tracker.replay_point(Timestamp(400), wait);
+        let decoding = async {
+            tokio::task::yield_now().await;
+            tracker.commit(Timestamp(300), 8, WallClock(30));
+            tracker.heartbeat(Timestamp(399), WallClock(39));
+        };
+        let (placed, ()) = tokio::join!(waiting, decoding);
+        assert_eq!(placed, point(300, 39));
+    }
+
+    #[tokio::test]
+    async fn a_restart_forgets_the_history() {
+        let tracker = StreamTracker::new(Timestamp(100), 0);
+        tracker.commit(Timestamp(200), 7, WallClock(20));
+        tracker.heartbeat(Timestamp(900), WallClock(90));
+        tracker.restart(Timestamp(1000), 0);
+        let short = Duration::from_millis(10);
+        assert_eq!(tracker.replay_point(Timestamp(500), short).await, None);
+        tracker.heartbeat(Timestamp(1100), WallClock(110));
+        assert_eq!(tracker.replay_point(Timestamp(500), short).await, None);
+        assert_eq!(
+            tracker.replay_point(Timestamp(1101), short).await,
+            point(999, 110)
         );
     }
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from txcache import _protocol as protocol
@@ -47,6 +47,7 @@ class AsyncAgentClient(AgentState):
         timeout: float = 2.0,
         housekeeping: Callable[[], Awaitable[None]] | None = None,
         housekeeping_interval: float = 0.25,
+        replicas: Iterable[str] = (),
     ) -> None:
         """Nothing runs until :meth:`start`. After each refresh the task also awaits
         ``housekeeping`` (the cache's: it ends parked database transactions too old to keep
@@ -54,7 +55,7 @@ class AsyncAgentClient(AgentState):
         ``housekeeping_interval`` seconds. ``address`` names one agent, or several
         (comma-separated, or one string each): the first is followed until a refresh finds
         another active."""
-        super().__init__(refresh_interval)
+        super().__init__(refresh_interval, replicas=replicas)
         self._housekeeping = housekeeping
         self._wake_interval = refresh_interval
         if housekeeping is not None:
@@ -159,11 +160,10 @@ class AsyncAgentClient(AgentState):
                 return None
         return None
 
-    @staticmethod
-    async def _ask(endpoint: AsyncEndpoint, used: set[int]) -> list[Any] | None:
+    async def _ask(self, endpoint: AsyncEndpoint, used: set[int]) -> list[Any] | None:
         """One agent's decoded replies to a refresh, in one round trip; ``None`` if it did
         not answer."""
-        commands = refresh_commands(used)
+        commands = refresh_commands(used, replicas=bool(self.replicas))
         raw = await endpoint.pipeline([command.arguments for command in commands])
         if raw is None:
             return None

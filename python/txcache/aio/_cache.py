@@ -66,6 +66,8 @@ class AsyncCacheDriver(CacheCore):
     agent: AsyncAgentClient | None
     ring: NodeRing[AsyncCacheNode] | None
     pool: psycopg_pool.AsyncConnectionPool[Any]
+    replica_pools: dict[str, psycopg_pool.AsyncConnectionPool[Any]]
+    """One pool per hot standby of the ``replicas`` setting, by name."""
     if ASYNC:
         _reading: asyncio.Lock
         """One catalog reading at a time on the loop (the other tasks wait on it)."""
@@ -185,6 +187,32 @@ class AsyncCacheDriver(CacheCore):
         connection = await self._parked_elsewhere()
         if connection is None:
             connection = await self.pool.getconn()
+        await self._prepare_checkout(connection)
+        return connection
+
+    async def checkout_replica(self, name: str) -> AsyncConnection | None:
+        """A connection to the hot standby ``name``, prepared as :meth:`checkout` prepares
+        the primary's; ``None`` when it is passed over after a failure, or gives no
+        connection within ``node_timeout`` (it is then passed over for a while:
+        :class:`~txcache._replicas.ReplicaHealth`)."""
+        if not self.replica_health.usable(name):
+            return None
+        pool = self.replica_pools[name]
+        try:
+            connection: AsyncConnection = await pool.getconn(timeout=self.settings.node_timeout)
+        except (psycopg_pool.PoolTimeout, psycopg.OperationalError) as error:
+            self.replica_health.failed(name, f"no connection: {error}")
+            return None
+        self._replica_of[connection] = name
+        try:
+            await self._prepare_checkout(connection)  # gives the connection back if it fails
+        except psycopg.OperationalError as error:
+            self.replica_health.failed(name, str(error))
+            return None
+        return connection
+
+    async def _prepare_checkout(self, connection: AsyncConnection) -> None:
+        """No statement prepared under an older catalog reading, the session context known."""
         readings, outdated = self._prepared_outdated(connection)
         try:
             if outdated:
@@ -195,7 +223,6 @@ class AsyncCacheDriver(CacheCore):
             await self.release(connection)
             raise
         self._connection_readings[connection] = readings
-        return connection
 
     async def _parked_elsewhere(self) -> AsyncConnection | None:
         """A parked connection, its database transaction ended, before the pool's: a
@@ -289,7 +316,9 @@ class AsyncCacheDriver(CacheCore):
         finally:
             if not clean:
                 await connection.close()
-            await self.pool.putconn(connection)
+            replica = self._replica_of.pop(connection, None)
+            pool = self.pool if replica is None else self.replica_pools[replica]
+            await pool.putconn(connection)
 
 
 async def _forget_prepared(connection: AsyncConnection) -> None:

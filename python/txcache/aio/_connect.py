@@ -104,6 +104,12 @@ class AsyncCache(AsyncCacheDriver):
         self.agent = self._agent(settings) if caching else None
         options = self._pool_options()
         self.pool = psycopg_pool.AsyncConnectionPool(**options, name="txcache-async", open=False)
+        self.replica_pools = {
+            name: psycopg_pool.AsyncConnectionPool(
+                **self._pool_options(dsn), name=f"txcache-async-{name}", open=False
+            )
+            for name, dsn in settings.replicas
+        }
         self._background: set[asyncio.Task[Any]] = set()
         parking = self.agent is not None and settings.snapshot_hold > 0
         self._watchdog = ParkingWatchdog(self.parking, settings.dsn) if parking else None
@@ -121,6 +127,7 @@ class AsyncCache(AsyncCacheDriver):
             refresh_interval=settings.refresh_interval,
             housekeeping=self.housekeeping,
             housekeeping_interval=settings.snapshot_hold or settings.refresh_interval,
+            replicas=[name for name, _ in settings.replicas],
         )
 
     async def open(self) -> None:
@@ -128,6 +135,8 @@ class AsyncCache(AsyncCacheDriver):
         first answer; ask the nodes' ``--max-staleness`` in the background; start the
         auditor's task (with ``audit_rate``)."""
         await self.pool.open()
+        for replica_pool in self.replica_pools.values():
+            await replica_pool.open()  # connects in the background: a standby may be down
         if self._watchdog is not None:
             self._watchdog.start()
         if self.agent is not None:
@@ -178,6 +187,8 @@ class AsyncCache(AsyncCacheDriver):
         if self.ring is not None:
             self.ring.close()
         await self.pool.close()
+        for replica_pool in self.replica_pools.values():
+            await replica_pool.close()
 
     async def __aenter__(self) -> Self:
         return self

@@ -180,7 +180,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         except _INTERRUPTED as error:
             self._fail(error)
             raise
-        self._check_session(connection)
+        self._check_session(self._connection or connection)  # a standby's may have been left
         self._record_query(tags)
         return cursor
 
@@ -200,6 +200,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         :class:`SnapshotUnavailable` is raised). Returns the cursor and the statement's
         tags (``None`` if not derived)."""
         for attempt in range(REWRITE_MOVES + 1):
+            connection = await self._database()  # the primary's, if a move left a standby
             tags, analysed = (None, None) if self.uncached else await self._tags(statement, params)
             cursor = AsyncResultCursor(connection, row_factory=rows or tuple_row)
             started = time.perf_counter()
@@ -261,6 +262,9 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         a fresh pin (★) if no cached value was used yet, else (or failing that) the newest
         such pin of the set — or raise :class:`SnapshotUnavailable` (always on the unpinned
         fallback: no pin to move to)."""
+        if self._may_leave_replica():
+            await self._leave_replica(stale)
+            return
         active, connection = self.snapshot, self._connection
         assert connection is not None
         fresh = await self._fresh_pin() if not self.read_cache else None
@@ -273,6 +277,15 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
             if pin is not fresh:  # ★ is not in the set (a listed pin may share its ts)
                 self.pin_set.discard(pin)
         raise stale.error()
+
+    async def _leave_replica(self, stale: StaleRead) -> None:
+        """Give the standby's connection back and go on on the primary, at the primary's
+        pin of the same commit point or another of the set (nothing was read from the
+        standby yet)."""
+        connection, self._connection = self._connection, None
+        self._left_replica(stale)
+        if connection is not None:
+            await self.cache.release(connection)
 
     async def _results_valid_around(self, active: Pin, fresh: Pin | None) -> tuple[int, int] | None:
         """The range of commit points at which every query result read so far is valid (a
@@ -314,6 +327,8 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
             return self._connection
         connection = await self._resumed()
         if connection is None:
+            connection = await self._on_replica()
+        if connection is None:
             connection = await self.cache.checkout()
             try:
                 self._check_connection(self.cache.connection_context(connection))
@@ -339,11 +354,57 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         self._resume(parked, wanted[0])
         return parked.connection
 
+    async def _on_replica(self) -> AsyncConnection | None:
+        """A connection to a hot standby in a read-only transaction at the standby's pin
+        the policy chooses; ``None`` when it chooses the primary (or ★). A standby that
+        gives no connection, runs another session context, or no longer has the snapshot
+        is passed over: its pin is replaced by the primary's at the same commit point, or
+        dropped, and the policy chooses again."""
+        while not self.uncached:
+            choice = self._choose()
+            if choice is None or choice.server is None or self.primary_only:
+                return None
+            if not self._replica_caught_up(choice):
+                self._replica_refused(choice)
+                continue
+            connection = await self.cache.checkout_replica(choice.server)
+            if connection is not None:
+                if await self._began_on_replica(connection, choice):
+                    return connection
+                await self.cache.release(connection)
+            if not self._replica_refused(choice):
+                return None
+        return None
+
+    async def _began_on_replica(self, connection: AsyncConnection, pin: Pin) -> bool:
+        """Whether ``connection`` (to ``pin``'s standby) runs this transaction's session
+        context and imported ``pin``."""
+        assert pin.server is not None
+        context = self.cache.session_of(connection)
+        assert context is not None, "a connection the cache checked out"
+        if self.context is not None and context != self.context:
+            changed = ", ".join(context.differences(self.context))
+            self.cache.replica_health.failed(pin.server, f"its session differs: {changed}")
+            return False
+        try:
+            imported = await self._import(connection, pin)
+        except psycopg.OperationalError as error:
+            self.cache.replica_health.failed(pin.server, str(error))
+            return False
+        if imported:
+            self._began_at(pin)
+            self.cache.replica_health.served(pin.server)
+        return imported
+
     async def _begin_pinned(self, connection: AsyncConnection) -> bool:
         """Start the database transaction on ``connection`` at the policy's choice of pin
         (or ★); ``False`` when the transaction falls back to an unpinned snapshot."""
         while True:
             choice = self._choose()
+            if choice is not None and choice.server is not None:
+                if not self._replica_refused(choice):  # the primary's connection: not here
+                    return False
+                continue
             if choice is None:
                 choice = self._fresh_or_newest(await self._fresh_pin())
                 if choice is None:

@@ -23,6 +23,10 @@
   promoted (timed until every node applied the new primary's writes), a new standby made
   on the freed port |
 | ``promote-crash`` | the same after an immediate shutdown of the primary |
+| ``standby-lag`` | with ``--standby-reads``: the standby's replay paused for two seconds (its
+  pins stop being current; reads past their staleness must go elsewhere), then resumed |
+| ``standby-restart`` | the standby crashed (an immediate shutdown) and started again: timed
+  until the agent lists pins on it again |
 
 With a standby, ``postgres-restart`` restarts whichever server is primary; ``slot-lost`` is
 refused (its checkpoint on one server would not invalidate the standby's copy).
@@ -44,12 +48,13 @@ import psycopg
 
 from txcache.check.agents import AgentGroup
 from txcache.check.stack import AGENT_SLOT, CHECK_SLOT, SLOT_WAL_KEEP, CheckStack
-from txcache.stack import ReplicatedPostgres, wait_until
+from txcache.stack import EmbeddedPostgres, ReplicatedPostgres, wait_until
 
 __all__ = [
     "FAILOVER_KINDS",
     "FAULT_KINDS",
     "PROMOTE_KINDS",
+    "STANDBY_KINDS",
     "Fault",
     "FaultInjector",
     "default_fault_kinds",
@@ -72,20 +77,26 @@ FAILOVER_KINDS = ("agent-failover-kill", "agent-failover-stop", "agent-failover-
 PROMOTE_KINDS = ("promote-stop", "promote-crash")
 """The faults of a primary and its standby (``--standby-postgres``), each timing the
 failover."""
+STANDBY_KINDS = ("standby-lag", "standby-restart")
+"""The faults of a standby misses run on (``--standby-reads``)."""
 _ONE_AGENT_KINDS = ("agent-kill", "slot-lost")  # they restart "the" agent
 _PROMOTE_TIMEOUT = 60.0  # seconds for the standby's slots to sync, or the nodes to follow
 _SEGMENT = 16 << 20  # PostgreSQL's default WAL segment size
 
 
-def default_fault_kinds(*, several_agents: bool, standby_postgres: bool = False) -> tuple[str, ...]:
+def default_fault_kinds(
+    *, several_agents: bool, standby_postgres: bool = False, standby_reads: bool = False
+) -> tuple[str, ...]:
     """Every kind that can be injected into such a stack: with several agents the failover
     kinds instead of those that restart "the" agent; with a standby PostgreSQL the
-    promotions instead of the lost slot."""
+    promotions instead of the lost slot; with reads on the standby its lag and restart."""
     kinds = list(FAULT_KINDS)
     if several_agents:
         kinds = [kind for kind in kinds if kind not in _ONE_AGENT_KINDS] + list(FAILOVER_KINDS)
     if standby_postgres:
         kinds = [kind for kind in kinds if kind != "slot-lost"] + list(PROMOTE_KINDS)
+    if standby_reads:
+        kinds += STANDBY_KINDS
     return tuple(kinds)
 
 
@@ -95,7 +106,7 @@ def fault_kinds_problem(
     """Why ``kinds`` cannot be injected (``None``: they can): unknown ones, failovers
     without standby agents or standby PostgreSQL, with standby agents the kinds that
     restart "the" agent, with standby PostgreSQL the lost slot."""
-    unknown = set(kinds) - {*FAULT_KINDS, *FAILOVER_KINDS, *PROMOTE_KINDS}
+    unknown = set(kinds) - {*FAULT_KINDS, *FAILOVER_KINDS, *PROMOTE_KINDS, *STANDBY_KINDS}
     if unknown:
         return f"unknown fault kind(s): {', '.join(sorted(unknown))}"
     if not several_agents and set(kinds) & set(FAILOVER_KINDS):
@@ -104,6 +115,8 @@ def fault_kinds_problem(
         return "with --standby-agents, use agent-failover-kill rather than agent-kill or slot-lost"
     if not standby_postgres and set(kinds) & set(PROMOTE_KINDS):
         return "the promote-* faults need --standby-postgres"
+    if not standby_postgres and set(kinds) & set(STANDBY_KINDS):
+        return "the standby-* faults need --standby-postgres (and --standby-reads to matter)"
     if standby_postgres and "slot-lost" in kinds:
         return "with --standby-postgres, slot-lost cannot be injected (the standby keeps a copy)"
     return None
@@ -280,6 +293,36 @@ class FaultInjector:
             servers.rebuild_standby()
         self._promotion.rewound = self._rewinds() != rewinds
         return took
+
+    def _standby_lag(self) -> None:
+        """Pause the standby's replay for two seconds, then resume it (the agent's pinner
+        leaves a pause of someone else's in place)."""
+        standby = self._standby()
+        with psycopg.connect(standby.dsn, autocommit=True) as db:
+            db.execute("SELECT pg_wal_replay_pause()")
+            try:
+                self._stop.wait(2.0)
+            finally:
+                db.execute("SELECT pg_wal_replay_resume()")
+
+    def _standby_restart(self) -> float:
+        """Crash the standby and start it again; the seconds until the agent lists pins on
+        it again."""
+        standby = self._standby()
+        standby.crash()
+        since = time.monotonic()
+        standby.start()
+        wait_until(
+            self.stack.standby_pins_listed,
+            "the agent to list pins on the restarted standby",
+            timeout=_PROMOTE_TIMEOUT,
+        )
+        return time.monotonic() - since
+
+    def _standby(self) -> EmbeddedPostgres:
+        standby = self._servers().standby
+        assert standby is not None, "a promotion makes a new standby before it returns"
+        return standby
 
     def _rewinds(self) -> list[str]:
         """Each node's count of rewinds (a node restarted meanwhile starts again at 0)."""

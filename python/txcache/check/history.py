@@ -133,6 +133,9 @@ class Read:
     commit order: PostgreSQL's guarantee, which a snapshot on a primary gives."""
     tenant: str = PUBLIC_TENANT
     """The tenant whose cache ran it: it is judged against that tenant's history."""
+    server: str | None = None
+    """The standby its database transaction ran on (``--standby-reads``); ``None``: the
+    primary, or none."""
     marks: list[str] = field(default_factory=list)
     """Per observation (in order; missing at the end: none), the tenants whose rows it came
     from, joined by ``+`` (empty: rows without a mark, or none)."""

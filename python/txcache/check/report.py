@@ -106,6 +106,7 @@ def _rows() -> list[tuple[str, Any]]:
         ("schema operations committed while the agent was down", _agent_down),
         ("schema operations that gave up on a lock (rolled back)", lambda p: f"{p.schema_gave_up}"),
         ("fell back to a database snapshot (no pin)", lambda p: f"{p.fell_back}"),
+        ("ran on a standby (--standby-reads)", lambda p: f"{p.on_standby}"),
     ]
 
 

@@ -90,6 +90,9 @@ class CheckOptions:
     ddl_tracking: str = "triggers"
     """How schema changes reach the caches: ``triggers``, or ``fingerprint`` (the event
     triggers dropped after setup, the agent run with ``--ddl-tracking fingerprint``)."""
+    standby_reads: bool = False
+    """With ``standby_postgres``: the agent pins the standby too and the library runs misses
+    there (``replicas``): for the ``standby-*`` faults."""
 
 
 @dataclass
@@ -133,6 +136,8 @@ class PhaseReport:
     retried: int = 0
     fell_back: int = 0
     """Read-only transactions that ran on a database snapshot of their own (no pin)."""
+    on_standby: int = 0
+    """Read-only transactions whose database transaction ran on a standby."""
     schema_ops: dict[str, int] = field(default_factory=dict)
     """Schema operations committed, by kind."""
     schema_gave_up: int = 0
@@ -192,7 +197,10 @@ def run_check(options: CheckOptions, progress: Callable[[str], None] = print) ->
     """Start a stack, run both phases, judge every read; the stack is stopped after."""
     tenants = make_tenants(enabled=options.tenant_readers > 0)
     with running_stack(
-        tenants, standby_postgres=options.standby_postgres, ddl_tracking=options.ddl_tracking
+        tenants,
+        standby_postgres=options.standby_postgres,
+        ddl_tracking=options.ddl_tracking,
+        standby_reads=options.standby_reads,
     ) as target:
         stack = target.stack
         agents = AgentGroup(stack, options.standby_agents) if options.standby_agents else None
@@ -263,6 +271,7 @@ def _phase(
             mode=mode,
             refresh_interval=0.1,
             pool_size=sum(_threads(options, tenant)) + 4,
+            replicas={name: tenant.dsn(dsn) for name, dsn in target.replicas},
             **({"agent": ",".join(agents.addresses)} if agents is not None else {}),
         )
         for tenant in tenants
@@ -388,6 +397,7 @@ def _judge(
         report.writes_committed += tenant.writes_committed
         report.writes_rolled_back += len(outcome.writes) - tenant.writes_committed
         report.fell_back += tenant.fell_back
+        report.on_standby += sum(1 for read in outcome.reads if read.server is not None)
         _sort_errors(outcome, report)
 
 

@@ -65,6 +65,10 @@ class CheckStack:
     stack: Stack
     servers: ReplicatedPostgres | None = None
     """The primary and its standby (``--standby-postgres``), which the stack's DSN names."""
+    replicas: tuple[tuple[str, str], ...] = ()
+    """With ``--standby-reads``: each server's own DSN by name, as the agent's
+    ``--standby`` flags and the libraries' ``replicas`` name them (whichever is the standby
+    serves misses; the primary refuses to pin as one)."""
 
 
 class CheckRefused(Exception):
@@ -77,12 +81,17 @@ def running_stack(
     *,
     standby_postgres: bool = False,
     ddl_tracking: str = "triggers",
+    standby_reads: bool = False,
 ) -> Iterator[CheckStack]:
     """A fresh PostgreSQL (with ``standby_postgres``, a primary and its standby) with the
     workload's schema and the ``tenants``' (their roles too), set up to track them all, with
     the checker's slot, two nodes and the agent; the roles dropped and everything stopped on
     exit. With ``ddl_tracking`` ``fingerprint`` the DDL event triggers are dropped once
-    set up, as where a service allows none, and the agent checks fingerprints."""
+    set up, as where a service allows none, and the agent checks fingerprints. With
+    ``standby_reads`` (and ``standby_postgres``) the agent also pins whichever server is
+    the standby (``--standby``, one per server)."""
+    if standby_reads and not standby_postgres:
+        raise CheckRefused("--standby-reads needs --standby-postgres")
     agent_args = OPTIONS.agent_args
     if ddl_tracking != "triggers":
         agent_args = (*agent_args, "--ddl-tracking", ddl_tracking)
@@ -99,6 +108,10 @@ def running_stack(
             settings = options.server_settings()
             servers = exits.enter_context(ReplicatedPostgres(settings, synchronous=True))
             options = dataclasses.replace(options, dsn=servers.dsn)
+        replicas = tuple(servers.server_dsns().items()) if servers and standby_reads else ()
+        if replicas:
+            flags = (arg for name, dsn in replicas for arg in ("--standby", f"{name}={dsn}"))
+            options = dataclasses.replace(options, agent_args=(*options.agent_args, *flags))
         stack = exits.enter_context(Stack(options))
         try:
             with psycopg.connect(stack.dsn, autocommit=True) as admin:
@@ -112,7 +125,7 @@ def running_stack(
                     f"SELECT pg_create_logical_replication_slot(%s, 'test_decoding'{failover})",
                     (CHECK_SLOT,),
                 )
-            yield CheckStack(stack, servers)
+            yield CheckStack(stack, servers, replicas)
         finally:
             drop_roles(stack.dsn, tenants)
 

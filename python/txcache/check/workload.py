@@ -707,6 +707,7 @@ def _read_in(
                 outcome.cache_lookups += tx.hits + tx.misses
         read.path = _path(tx)
         read.pin = tx.snapshot.ts if tx.snapshot is not None else None
+        read.server = tx.snapshot.server if tx.snapshot is not None else None
         if tx.database_snapshot is not None:
             read.snapshot = _snapshot(tx.database_snapshot)
 

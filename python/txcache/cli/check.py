@@ -14,6 +14,7 @@ from txcache.check.faults import (
     FAILOVER_KINDS,
     FAULT_KINDS,
     PROMOTE_KINDS,
+    STANDBY_KINDS,
     default_fault_kinds,
     fault_kinds_problem,
 )
@@ -54,7 +55,7 @@ def add_parser(subparsers: Any) -> None:
         help=f"comma-separated fault kinds, '' for none (default: every kind the stack allows: "
         f"{','.join(FAULT_KINDS)}; with --standby-agents {','.join(FAILOVER_KINDS)} instead of "
         f"agent-kill,slot-lost; with --standby-postgres {','.join(PROMOTE_KINDS)} instead of "
-        "slot-lost)",
+        f"slot-lost; with --standby-reads also {','.join(STANDBY_KINDS)})",
     )
     parser.add_argument(
         "--standby-agents",
@@ -68,6 +69,12 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="run PostgreSQL (17 or later) as a primary and its synchronous streaming standby, "
         "every DSN naming both and the slots failover slots, for the promote-* faults",
+    )
+    parser.add_argument(
+        "--standby-reads",
+        action="store_true",
+        help="with --standby-postgres: the agent pins the standby too and the library runs "
+        "misses there (replicas), for the standby-* faults",
     )
     parser.add_argument(
         "--fault-every",
@@ -127,7 +134,9 @@ def run(args: argparse.Namespace) -> int:
     several_agents, standby_postgres = args.standby_agents > 0, args.standby_postgres
     if args.faults is None:
         kinds = default_fault_kinds(
-            several_agents=several_agents, standby_postgres=standby_postgres
+            several_agents=several_agents,
+            standby_postgres=standby_postgres,
+            standby_reads=args.standby_reads,
         )
     else:
         kinds = tuple(kind for kind in args.faults.split(",") if kind)
@@ -151,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
         standby_agents=args.standby_agents,
         standby_postgres=args.standby_postgres,
         ddl_tracking=args.ddl_tracking,
+        standby_reads=args.standby_reads,
     )
     logging.basicConfig(format="  %(name)s: %(message)s", level=logging.WARNING)
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)  # restarts are on purpose

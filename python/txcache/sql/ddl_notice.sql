@@ -124,7 +124,7 @@ BEGIN
         -- The lock first: a count advanced by a transaction not yet ended is always seen
         -- together with that transaction in pg_locks.
         PERFORM pg_advisory_xact_lock_shared({lock});
-        PERFORM nextval('{counter}');
+        PERFORM txcache.ddl_count();
         PERFORM pg_logical_emit_message(true, '{prefix}', array_to_string(lines, E'\n'));
     END IF;
     IF TG_EVENT = 'ddl_command_end' THEN

@@ -20,6 +20,7 @@ mod pin;
 mod ping;
 mod pins;
 mod quit;
+mod standbypins;
 mod status;
 mod tagcolumns;
 
@@ -35,6 +36,7 @@ use pin::Pin;
 use ping::Ping;
 use pins::Pins;
 use quit::Quit;
+use standbypins::StandbyPins;
 use status::Status;
 use tagcolumns::TagColumns;
 
@@ -70,6 +72,8 @@ pub enum Role {
 pub struct Active {
     /// The pins (`PINS`, `PIN`).
     pub pincushion: Arc<Pincushion>,
+    /// The pins on each `--standby`, in the flags' order (`STANDBYPINS`).
+    pub standbys: Vec<Arc<Pincushion>>,
     /// The stream's record (`COMMITLSN`, `TAGCOLUMNS`, `BARRIER`).
     pub tracker: Arc<StreamTracker>,
     /// The database the stream decodes (`DATABASE`).
@@ -82,6 +86,13 @@ pub struct Active {
     pub metrics: Arc<Sources>,
     /// This agent's term: once it is not valid, the agent answers as a standby.
     pub term: Arc<Term>,
+}
+
+impl Active {
+    /// Every pincushion: the primary's, then the standbys'.
+    fn cushions(&self) -> impl Iterator<Item = &Arc<Pincushion>> {
+        std::iter::once(&self.pincushion).chain(&self.standbys)
+    }
 }
 
 impl Endpoint {
@@ -125,6 +136,7 @@ impl Session {
 #[derive(Debug)]
 enum Command {
     Pins(Pins),
+    StandbyPins(StandbyPins),
     Pin(Pin),
     CommitLsn(CommitLsn),
     TagColumns(TagColumns),
@@ -147,6 +159,7 @@ impl Command {
     ) -> Result<(), CommandError> {
         match self {
             Command::Pins(pins) => pins.apply(endpoint.active()?, out),
+            Command::StandbyPins(pins) => pins.apply(endpoint.active()?, out),
             Command::Pin(pin) => {
                 let start = out.len();
                 pin.apply(endpoint.active()?, out).await?;
@@ -211,6 +224,9 @@ const fn connection(name: &'static str, args: RangeInclusive<usize>, parse: Pars
 /// Every command, in docs/protocol.md's order.
 pub static COMMANDS: &[CommandSpec] = &[
     spec("PINS", 0..=1, |a| Pins::parse(a).map(Command::Pins)),
+    spec("STANDBYPINS", 0..=0, |a| {
+        StandbyPins::parse(a).map(Command::StandbyPins)
+    }),
     spec("PIN", 0..=0, |a| Pin::parse(a).map(Command::Pin)),
     spec("COMMITLSN", 1..=3, |a| {
         CommitLsn::parse(a).map(Command::CommitLsn)

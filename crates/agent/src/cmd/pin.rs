@@ -15,8 +15,13 @@ impl Pin {
     }
 
     /// One element of `PINS` (`*4`, or `*6` with `--ddl-tracking fingerprint`); an error
-    /// when no clean snapshot could be certified.
+    /// when no clean snapshot could be certified. The standbys' pinners are told pins are
+    /// wanted (they take theirs at their own pace).
     pub async fn apply(self, active: &Active, out: &mut BytesMut) -> Result<(), CommandError> {
+        active
+            .standbys
+            .iter()
+            .for_each(|cushion| cushion.note_demand());
         let pin = active
             .pincushion
             .fresh()

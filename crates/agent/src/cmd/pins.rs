@@ -1,5 +1,5 @@
 //! `PINS [used]`: the live pins, oldest first; `used` renews the lease of the pins the
-//! library's transactions ran at since its last refresh.
+//! library's transactions ran at since its last refresh, on the primary and every standby.
 
 use super::{reply, Active, Args, CommandError};
 use bytes::BytesMut;
@@ -24,10 +24,13 @@ impl Pins {
         Ok(Self { used })
     }
 
-    /// Renews the used pins' leases, then `*n` of pins, each `*4`, or `*6` with
-    /// `--ddl-tracking fingerprint` ([`reply::pin`]).
+    /// Renews the used pins' leases (a pin of a standby's at the same commit point too),
+    /// then `*n` of the primary's pins, each `*4`, or `*6` with `--ddl-tracking fingerprint`
+    /// ([`reply::pin`]).
     pub fn apply(self, active: &Active, out: &mut BytesMut) -> Result<(), CommandError> {
-        active.pincushion.note_used(&self.used);
+        active
+            .cushions()
+            .for_each(|cushion| cushion.note_used(&self.used));
         let pins = active.pincushion.pins();
         encode::array_header(out, pins.len());
         pins.iter().for_each(|pin| reply::pin(out, pin));

@@ -16,14 +16,27 @@ pub fn position(out: &mut BytesMut, value: u64) {
 pub fn pin(out: &mut BytesMut, pin: &Pin) {
     let fingerprint = pin.fingerprint.as_deref();
     encode::array_header(out, if fingerprint.is_some() { 6 } else { 4 });
-    position(out, pin.ts.0);
-    encode::bulk(out, pin.snapshot_id.as_bytes());
-    position(out, pin.current_as_of.0);
-    encode::bulk(out, pin.snapshot.as_bytes());
+    pin_fields(out, pin);
     if let Some(fingerprint) = fingerprint {
         encode::bulk(out, fingerprint.as_bytes());
         position(out, pin.after.map_or(0, |after| after.0));
     }
+}
+
+/// One standby pin, in `STANDBYPINS`: `*5 $standby` and the four fields of a pin without a
+/// fingerprint (standby pins have none: `--standby` needs the DDL triggers).
+pub fn standby_pin(out: &mut BytesMut, standby: &str, pin: &Pin) {
+    encode::array_header(out, 5);
+    encode::bulk(out, standby.as_bytes());
+    pin_fields(out, pin);
+}
+
+/// `:ts $snapshot_id :current_as_of $snapshot`, without a header.
+fn pin_fields(out: &mut BytesMut, pin: &Pin) {
+    position(out, pin.ts.0);
+    encode::bulk(out, pin.snapshot_id.as_bytes());
+    position(out, pin.current_as_of.0);
+    encode::bulk(out, pin.snapshot.as_bytes());
 }
 
 #[cfg(test)]
@@ -42,6 +55,15 @@ mod tests {
     #[test]
     fn a_pin_without_a_fingerprint_is_four_elements() {
         assert_eq!(encoded(&Pin::sample(500, None, Some(480))), FOUR);
+    }
+
+    #[test]
+    fn a_standby_pin_is_its_name_and_the_four_elements() {
+        let mut out = BytesMut::new();
+        standby_pin(&mut out, "replica1", &Pin::sample(500, None, None));
+        let four = FOUR.replacen("*4\r\n", "", 1);
+        let expected = format!("*5\r\n$8\r\nreplica1\r\n{four}");
+        assert_eq!(String::from_utf8(out.to_vec()).unwrap(), expected);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use crate::config::Membership;
 use crate::database::DatabaseIdentity;
 use crate::fanout::Fanout;
 use crate::metrics::Sources;
-use crate::pincushion::{PinSettings, Pincushion};
+use crate::pincushion::{Pin, PinSettings, PinSource, Pincushion};
 use crate::stream_stats::StreamStats;
 use crate::term::{Holder, Term};
 use crate::tracker::StreamTracker;
@@ -54,14 +54,24 @@ fn names_are_upper_case_and_found_in_any_case() {
     assert!(find(b"PINSX").is_none() && find(b"").is_none());
 }
 
-/// An endpoint over a tracker resuming at 100, no nodes, and a pincushion whose pinner never
-/// reaches a database (nothing here asks it for a fresh pin).
+/// An endpoint over a tracker resuming at 100, no nodes, no standbys, and a pincushion whose
+/// pinner never reaches a database (nothing here asks it for a fresh pin).
 fn endpoint(password: Option<&str>) -> Endpoint {
     endpoint_with(password, &[], Membership::Static)
 }
 
 /// As [`endpoint`], delivering to `nodes` that come from `membership`.
 fn endpoint_with(password: Option<&str>, nodes: &[&str], membership: Membership) -> Endpoint {
+    endpoint_with_standbys(password, nodes, membership, &[])
+}
+
+/// As [`endpoint_with`], with a pincushion without a pinner per name in `standbys`.
+fn endpoint_with_standbys(
+    password: Option<&str>,
+    nodes: &[&str],
+    membership: Membership,
+    standbys: &[&str],
+) -> Endpoint {
     let tracker = Arc::new(StreamTracker::new(Timestamp(100), 0));
     let settings = PinSettings {
         pin_interval: Duration::from_secs(3600),
@@ -69,7 +79,10 @@ fn endpoint_with(password: Option<&str>, nodes: &[&str], membership: Membership)
         lease: Duration::from_secs(1),
     };
     let dsn = "host=127.0.0.1 port=1 dbname=unreachable connect_timeout=1".to_owned();
-    let pincushion = Pincushion::start(dsn, settings, Arc::clone(&tracker), None);
+    let primary = PinSource::Primary { fingerprints: None };
+    let pincushion = Pincushion::start(dsn, settings, Arc::clone(&tracker), primary);
+    let standby = |name: &&str| Pincushion::without_pinner(Arc::clone(&tracker), Some(name));
+    let standbys: Vec<Arc<Pincushion>> = standbys.iter().map(standby).collect();
     let term = Arc::new(Term::unbounded());
     let nodes: Vec<String> = nodes.iter().map(|node| (*node).to_owned()).collect();
     let fanout = Fanout::new(&nodes, Timestamp(100), 10);
@@ -80,12 +93,14 @@ fn endpoint_with(password: Option<&str>, nodes: &[&str], membership: Membership)
         tracker: Arc::clone(&tracker),
         fanout: Arc::clone(&fanout),
         pincushion: Arc::clone(&pincushion),
+        standbys: standbys.clone(),
         term: Arc::clone(&term),
     };
     Endpoint {
         password: password.map(str::to_owned),
         role: Role::Active(Active {
             pincushion,
+            standbys,
             tracker,
             database: DatabaseIdentity {
                 system_identifier: "7301234567890123456".to_owned(),
@@ -136,6 +151,7 @@ async fn replies_to_the_commands_without_arguments() {
     let session = &mut Session::new(&endpoint);
     assert_eq!(reply(&endpoint, session, "PING").await, "+PONG\r\n");
     assert_eq!(reply(&endpoint, session, "pins").await, "*0\r\n");
+    assert_eq!(reply(&endpoint, session, "STANDBYPINS").await, "*0\r\n");
     assert_eq!(
         reply(&endpoint, session, "TAGCOLUMNS").await,
         "*1\r\n*2\r\n:0\r\n*1\r\n*2\r\n$12\r\npublic.items\r\n*2\r\n$2\r\nid\r\n$5\r\nowner\r\n"
@@ -163,6 +179,85 @@ async fn status_is_one_bulk_string_of_field_lines() {
         body.starts_with("role:active\r\nuptime_in_seconds:0\r\nconnected_clients:3\r\n"),
         "{body}"
     );
+}
+
+/// A pin at `ts` whose snapshot id names it.
+fn standby_pin(ts: u64) -> Pin {
+    let mut pin = Pin::sample(ts, None, None);
+    pin.snapshot_id = format!("id-{ts}");
+    pin
+}
+
+/// `*5` of one standby pin [`standby_pin`] made.
+fn standby_pin_reply(name: &str, ts: u64) -> String {
+    let id = format!("id-{ts}");
+    format!(
+        "*5\r\n${}\r\n{name}\r\n:{ts}\r\n${}\r\n{id}\r\n:1700000000000000\r\n$8\r\n10:12:10\r\n",
+        name.len(),
+        id.len()
+    )
+}
+
+#[tokio::test]
+async fn standbypins_lists_each_standby_in_flag_order_its_pins_oldest_first() {
+    let endpoint = endpoint_with_standbys(None, &[], Membership::Static, &["r2", "replica-1"]);
+    let active = parts(&endpoint);
+    active.standbys[0].push_for_test(standby_pin(300));
+    active.standbys[0].push_for_test(standby_pin(400));
+    active.standbys[1].push_for_test(standby_pin(350));
+    let session = &mut Session::new(&endpoint);
+    let expected = [
+        standby_pin_reply("r2", 300),
+        standby_pin_reply("r2", 400),
+        standby_pin_reply("replica-1", 350),
+    ];
+    assert_eq!(
+        reply(&endpoint, session, "STANDBYPINS").await,
+        format!("*3\r\n{}", expected.concat())
+    );
+    // As PINS: none older than the newest barrier.
+    active.tracker.barrier(Timestamp(360));
+    assert_eq!(
+        reply(&endpoint, session, "standbypins").await,
+        format!("*1\r\n{}", standby_pin_reply("r2", 400))
+    );
+    assert_eq!(
+        reply(&endpoint, session, "STANDBYPINS r2").await,
+        "-ERR unknown command or wrong arguments 'STANDBYPINS'\r\n"
+    );
+}
+
+#[tokio::test]
+async fn pins_used_renews_the_standbys_pins_at_those_commit_points() {
+    let endpoint = endpoint_with_standbys(None, &[], Membership::Static, &["r1"]);
+    let standby = &parts(&endpoint).standbys[0];
+    standby.push_for_test(standby_pin(300));
+    standby.push_for_test(standby_pin(400));
+    let session = &mut Session::new(&endpoint);
+    assert_eq!(reply(&endpoint, session, "PINS 400,500").await, "*0\r\n");
+    let used: Vec<bool> = standby
+        .pins()
+        .iter()
+        .map(|pin| pin.last_used.is_some())
+        .collect();
+    assert_eq!(used, [false, true]);
+}
+
+#[tokio::test]
+async fn status_lists_each_standbys_pin_count_last() {
+    let with = endpoint_with_standbys(None, &[], Membership::Static, &["a", "b.2"]);
+    let active = parts(&with);
+    active.standbys[0].push_for_test(standby_pin(300));
+    active.standbys[0].push_for_test(standby_pin(400));
+    let session = &mut Session::new(&with);
+    let status = reply(&with, session, "STATUS").await;
+    assert!(
+        status.ends_with("\r\nmembership:static\r\nstandby_pins:a=2,b.2=0\r\n\r\n"),
+        "{status}"
+    );
+    let without = endpoint(None);
+    let none = reply(&without, session, "STATUS").await;
+    assert!(none.ends_with("\r\nstandby_pins:\r\n\r\n"), "{none}");
 }
 
 #[tokio::test]
@@ -198,14 +293,14 @@ async fn status_names_the_membership_and_counts_its_nodes() {
         "{status}"
     );
     assert!(
-        status.ends_with("\r\nmembership:database\r\n\r\n"),
+        status.ends_with("\r\nmembership:database\r\nstandby_pins:\r\n\r\n"),
         "{status}"
     );
     let fixed = endpoint(None);
     let status = reply(&fixed, session, "STATUS").await;
     assert!(status.contains("\r\nnodes:0\r\n"), "{status}");
     assert!(
-        status.ends_with("\r\nmembership:static\r\n\r\n"),
+        status.ends_with("\r\nmembership:static\r\nstandby_pins:\r\n\r\n"),
         "{status}"
     );
 }
@@ -314,6 +409,7 @@ async fn a_standby_answers_only_ping_auth_quit_and_status() {
         "-STANDBY this agent is a standby (the active agent: 127.0.0.1:6390 (pid 7), epoch 3)\r\n";
     for request in [
         "PINS",
+        "STANDBYPINS",
         "PIN",
         "TAGCOLUMNS",
         "BARRIER",

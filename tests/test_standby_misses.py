@@ -1,0 +1,166 @@
+"""Misses on hot standbys: the agent pins snapshots on a streaming standby (``--standby``),
+each certified as the commit point its replay had reached, and read-only transactions of a
+library with ``replicas`` run their queries there — at exactly that commit point, never
+beyond their staleness, never before their ``not_before``, and on the primary whenever the
+standby cannot serve them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import txcache
+from library_fixtures import AGENT_ARGS, LibraryStack
+from txcache.stack import ReplicatedPostgres, wait_until
+
+STANDBY = "s1"
+
+
+@pytest.fixture
+def pair() -> Iterator[ReplicatedPostgres]:
+    """A primary and its streaming standby (hot_standby_feedback on), for one test."""
+    with ReplicatedPostgres() as servers:
+        yield servers
+
+
+@pytest.fixture
+def stack(pair: ReplicatedPostgres) -> Iterator[LibraryStack]:
+    """The stack on the primary, its agent also pinning the standby, and a library that runs
+    misses on it; a table ``log`` (one row per commit of the test's writer)."""
+    assert pair.standby is not None
+    standby_dsn = pair.standby.dsn
+    with psycopg.connect(pair.primary.dsn, autocommit=True) as db:
+        db.execute("CREATE TABLE log (n integer PRIMARY KEY)")
+    agent_args = (*AGENT_ARGS, "--standby", f"{STANDBY}={standby_dsn}")
+    with LibraryStack(
+        pair.primary.dsn, agent_args=agent_args, replicas={STANDBY: standby_dsn}
+    ) as servers:
+        yield servers
+
+
+def where(cache: txcache.Cache, staleness: float = 5.0, **options: Any) -> tuple[Any, ...]:
+    """One read-only transaction's pin, whether it ran on a standby, and ``max(n)``."""
+    with cache.read_only(staleness=staleness, **options) as tx:
+        row = txcache.query_one("SELECT coalesce(max(n), 0), pg_is_in_recovery() FROM log")
+        assert row is not None
+        assert tx.snapshot is not None
+        return tx.snapshot, row[1], row[0]
+
+
+def wait_for_standby_pin(stack: LibraryStack, staleness: float = 5.0) -> None:
+    def on_standby() -> bool:
+        stack.fresh_pins()
+        pin, in_recovery, _ = where(stack.cache, staleness)
+        return bool(pin.server == STANDBY and in_recovery)
+
+    wait_until(on_standby, "a transaction on a standby pin", timeout=30, log=stack._agent_log)
+
+
+def test_a_miss_runs_on_the_standby_at_exactly_its_pin_s_commit_point(
+    stack: LibraryStack, pair: ReplicatedPostgres
+) -> None:
+    wait_for_standby_pin(stack)
+    commits: list[tuple[int, int]] = []  # (n, xid), in commit order
+    done = threading.Event()
+
+    def writer() -> None:
+        with psycopg.connect(pair.primary.dsn, autocommit=True) as db:
+            for n in range(1, 100_000):
+                if done.is_set():
+                    return
+                with db.transaction():
+                    db.execute("INSERT INTO log VALUES (%s)", (n,))
+                    row = db.execute("SELECT pg_current_xact_id()::text").fetchone()
+                assert row is not None
+                commits.append((n, int(row[0])))
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    readings: list[tuple[Any, ...]] = []
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            readings.append(where(stack.cache))
+            on_standby = {pin.ts for pin, in_recovery, _ in readings if in_recovery}
+            if len(on_standby) >= 50:
+                break
+    finally:
+        done.set()
+        thread.join(timeout=30)
+    agent = stack.cache.agent
+    assert agent is not None
+    lsns = [(agent.commit_lsn(xid, timeout=5.0), n) for n, xid in commits]
+    assert all(lsn is not None for lsn, _ in lsns)
+    for pin, in_recovery, seen in readings:
+        # Every commit at or below the pin's timestamp, and none after it.
+        expected = max((n for lsn, n in lsns if lsn is not None and lsn <= pin.ts), default=0)
+        assert in_recovery == (pin.server == STANDBY), pin
+        if seen <= commits[-1][0]:  # the writer's last commit was recorded
+            assert seen == expected, (pin, seen, expected)
+    standby_points = {pin.ts for pin, in_recovery, _ in readings if in_recovery}
+    assert len(standby_points) >= 50, f"{len(standby_points)} standby pins in {len(readings)}"
+    seen_on_standby = {seen for _, in_recovery, seen in readings if in_recovery}
+    assert len(seen_on_standby) >= 10, "the standby's pins must show the commits going on"
+
+
+def test_read_your_writes_never_runs_on_a_standby_that_has_not_replayed_the_write(
+    stack: LibraryStack,
+) -> None:
+    wait_for_standby_pin(stack)
+    for n in range(1, 21):
+        with stack.cache.read_write() as tx:
+            tx.execute("INSERT INTO log VALUES (%s)", (n,))
+        token = tx.commit_timestamp
+        assert token is not None
+        pin, _, seen = where(stack.cache, not_before=token)
+        assert seen == n
+        assert pin.ts >= token
+
+
+def test_a_standby_beyond_the_staleness_is_not_used(
+    stack: LibraryStack, pair: ReplicatedPostgres
+) -> None:
+    assert pair.standby is not None
+    wait_for_standby_pin(stack)
+    with psycopg.connect(pair.standby.dsn, autocommit=True) as standby:
+        # The standby stops applying commits: its pins stop being current as commits go on.
+        standby.execute("ALTER SYSTEM SET recovery_min_apply_delay = '1h'")
+        standby.execute("SELECT pg_reload_conf()")
+        try:
+            stack.write("INSERT INTO log VALUES (1)")
+            written = time.time()
+            stack.caught_up()
+            # A pin within a staleness of 0.5 s from now on was current after the commit.
+            time.sleep(max(0.0, written + 0.6 - time.time()))
+            for _ in range(50):
+                pin, in_recovery, seen = where(stack.cache, staleness=0.5)
+                assert (pin.server, in_recovery, seen) == (None, False, 1), pin
+        finally:
+            standby.execute("ALTER SYSTEM RESET recovery_min_apply_delay")
+            standby.execute("SELECT pg_reload_conf()")
+
+
+def test_misses_go_to_the_primary_while_the_standby_is_down(
+    stack: LibraryStack, pair: ReplicatedPostgres
+) -> None:
+    assert pair.standby is not None
+    wait_for_standby_pin(stack)
+    pair.standby.crash()  # its data stays: it starts again below
+    try:
+        stack.write("INSERT INTO log VALUES (1)")
+        started = time.monotonic()
+        for _ in range(50):
+            _pin, in_recovery, seen = where(stack.cache, staleness=5.0)
+            assert not in_recovery
+            assert seen in (0, 1)
+        # One transaction waits node_timeout for a connection; then the standby is passed
+        # over (and the agent withdraws its pins).
+        assert time.monotonic() - started < 20
+    finally:
+        pair.standby.start()
+    wait_for_standby_pin(stack)

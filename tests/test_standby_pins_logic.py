@@ -1,0 +1,119 @@
+"""Standby pins in the library, without servers: how a refresh merges the agent's pins on
+standbys with the primary's (``AgentState``), how the default policy prefers them, how a
+standby pin that fails gives way to the primary's pin at its commit point, and how a
+standby that failed is passed over for a while (``ReplicaHealth``)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from txcache._agent_state import AgentState, refresh_commands, refresh_result
+from txcache._pinset import Pin, PinSet, newest_or_fresh, prefer_standbys
+from txcache._protocol import Barrier, DatabaseIdentity
+from txcache._replicas import FIRST_PAUSE, ReplicaHealth
+from txcache._resp import ReplyError
+
+
+def pin(ts: int, server: str | None = None, current_as_of: float | None = None) -> Pin:
+    now = time.time() if current_as_of is None else current_as_of
+    return Pin(ts=ts, snapshot_id=f"{server or 'p'}-{ts}", current_as_of=now, server=server)
+
+
+def published(state: AgentState, primary: list[Pin], standby: list[Pin]) -> list[Pin]:
+    database = DatabaseIdentity("1", 5, "app")
+    state._publish(primary, [], Barrier(0, 100), database, (), standby, source="agent")
+    return state.pins(staleness=60, not_before=None, now=time.time())
+
+
+def test_a_refresh_asks_standby_pins_only_with_replicas() -> None:
+    assert [c.arguments[0] for c in refresh_commands(set())][-1] == "NODES"
+    assert [c.arguments[0] for c in refresh_commands(set(), replicas=True)][-1] == "STANDBYPINS"
+
+
+def test_an_agent_that_cannot_answer_standbypins_lists_none() -> None:
+    replies = [[], [], Barrier(0, 1), DatabaseIdentity("1", 5, "app"), ("n:1",)]
+    assert refresh_result(replies) == (
+        [],
+        [],
+        Barrier(0, 1),
+        DatabaseIdentity("1", 5, "app"),
+        ("n:1",),
+        [],
+    )
+    error = ReplyError("ERR unknown command 'STANDBYPINS'")
+    assert refresh_result([*replies, error])[-1] == []  # type: ignore[index]
+    standby = pin(3, "s1")
+    assert refresh_result([*replies, [standby]])[-1] == [standby]  # type: ignore[index]
+
+
+def test_standby_pins_of_the_replicas_named_join_the_primary_s_in_order() -> None:
+    state = AgentState(0.25, replicas=["s1"])
+    pins = published(state, [pin(10), pin(30)], [pin(20, "s1"), pin(25, "other")])
+    assert [(p.ts, p.server) for p in pins] == [(10, None), (20, "s1"), (30, None)]
+
+
+def test_a_standby_pin_at_a_primary_pin_s_commit_point_keeps_it_as_its_fallback() -> None:
+    state = AgentState(0.25, replicas=["s1", "s2"])
+    primary = pin(10)
+    pins = published(state, [primary], [pin(10, "s1"), pin(10, "s2")])
+    assert [(p.ts, p.server) for p in pins] == [(10, "s2")]
+    assert pins[0].fallback == primary
+
+
+def test_without_replicas_standby_pins_are_ignored() -> None:
+    state = AgentState(0.25)
+    assert [p.server for p in published(state, [pin(10)], [pin(20, "s1")])] == [None]
+
+
+def test_the_catalog_covers_only_up_to_the_primary_s_newest_pin() -> None:
+    # STANDBYPINS is asked after TAGCOLUMNS: a standby pin newer than the primary's newest
+    # may be newer than the catalog the same refresh returned.
+    state = AgentState(0.25, replicas=["s1"])
+    published(state, [pin(10)], [pin(20, "s1")])
+    assert state.covers(10)
+    assert not state.covers(20)
+
+
+def test_the_default_policy_with_replicas_prefers_the_newest_standby_pin() -> None:
+    policy = prefer_standbys(newest_or_fresh(5.0))
+    now = time.time()
+    pin_set = PinSet([pin(10, "s1"), pin(20, "s1"), pin(30)])
+    chosen = policy(pin_set, now)
+    assert chosen is not None
+    assert (chosen.ts, chosen.server) == (20, "s1")
+    only_primary = PinSet([pin(30, current_as_of=now)])
+    assert policy(only_primary, now) == only_primary.newest()
+
+
+def test_a_substituted_pin_takes_the_place_of_the_standby_s() -> None:
+    primary = pin(10)
+    standby = Pin(10, "s-10", time.time(), server="s1", fallback=primary)
+    pin_set = PinSet([standby, pin(20)], star=False)
+    pin_set.substitute(standby, primary)
+    assert [(p.ts, p.server) for p in pin_set] == [(10, None), (20, None)]
+    assert not pin_set.star
+
+
+def test_a_standby_that_failed_is_passed_over_for_a_while_doubling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    health = ReplicaHealth(("s1",))
+    assert health.usable("s1")
+    assert not health.usable("unknown")
+    health.failed("s1", "down")
+    assert not health.usable("s1")
+    clock[0] += FIRST_PAUSE
+    assert health.usable("s1")
+    health.failed("s1", "down again")
+    clock[0] += FIRST_PAUSE
+    assert not health.usable("s1")  # twice as long now
+    clock[0] += FIRST_PAUSE
+    assert health.usable("s1")
+    health.served("s1")
+    health.failed("s1", "down after serving")
+    clock[0] += FIRST_PAUSE
+    assert health.usable("s1")  # the pauses start anew
