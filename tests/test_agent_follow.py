@@ -335,7 +335,7 @@ def test_an_active_agent_that_fails_otherwise_is_not_abandoned(
         assert not await client.refresh()
         assert other.round_trips == 0
         assert client.endpoint.address == failing.address
-        assert client.take_used() == {120}, "the pins used are reported by the next refresh"
+        assert client.take_used().primary == {120}, "the pins used are reported by the next refresh"
 
     asyncio.run(body())
 

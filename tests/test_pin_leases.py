@@ -106,10 +106,10 @@ def test_the_library_reports_the_pin_each_transaction_ran_at(stack: Stack) -> No
             txcache.query_one("SELECT count(*) FROM log")
             assert transaction.snapshot is not None
             ran_at = transaction.snapshot.ts
-        assert agent.take_used() == {ran_at}
+        assert agent.take_used().primary == {ran_at}
         with cache.read_only():
             pass  # read nothing: used no pin
-        assert agent.take_used() == set()
+        assert agent.take_used().primary == set()
     finally:
         cache.close()
 

@@ -6,6 +6,7 @@ standby cannot serve them."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -32,15 +33,20 @@ def pair() -> Iterator[ReplicatedPostgres]:
 def stack(pair: ReplicatedPostgres) -> Iterator[LibraryStack]:
     """The stack on the primary, its agent also pinning the standby, and a library that runs
     misses on it; a table ``log`` (one row per commit of the test's writer)."""
+    with standby_stack(pair) as servers:
+        yield servers
+
+
+@contextlib.contextmanager
+def standby_stack(pair: ReplicatedPostgres, *agent_args: str) -> Iterator[LibraryStack]:
+    """:func:`stack`, the agent run with ``agent_args`` too."""
     assert pair.standby is not None
     standby_dsn = pair.standby.dsn
     with psycopg.connect(pair.primary.dsn, autocommit=True) as db:
         db.execute("CREATE TABLE log (n integer PRIMARY KEY)")
-    agent_args = (*AGENT_ARGS, "--standby", f"{STANDBY}={standby_dsn}")
-    with LibraryStack(
-        pair.primary.dsn, agent_args=agent_args, replicas={STANDBY: standby_dsn}
-    ) as servers:
-        yield servers
+    flags = (*AGENT_ARGS, "--standby", f"{STANDBY}={standby_dsn}", *agent_args)
+    with LibraryStack(pair.primary.dsn, agent_args=flags, replicas={STANDBY: standby_dsn}) as lib:
+        yield lib
 
 
 def where(cache: txcache.Cache, staleness: float = 5.0, **options: Any) -> tuple[Any, ...]:
@@ -128,10 +134,11 @@ def test_a_standby_beyond_the_staleness_is_not_used(
     assert pair.standby is not None
     wait_for_standby_pin(stack)
     with psycopg.connect(pair.standby.dsn, autocommit=True) as standby:
-        # The standby stops applying commits: its pins stop being current as commits go on.
-        standby.execute("ALTER SYSTEM SET recovery_min_apply_delay = '1h'")
-        standby.execute("SELECT pg_reload_conf()")
+        # The standby stops replaying (the agent's pinner leaves a pause of someone else's
+        # in place): its pins stop being current as commits go on.
+        standby.execute("SELECT pg_wal_replay_pause()")
         try:
+            wait_until(lambda: replay_state(standby) == "paused", "replay to pause", timeout=10)
             stack.write("INSERT INTO log VALUES (1)")
             written = time.time()
             stack.caught_up()
@@ -140,9 +147,16 @@ def test_a_standby_beyond_the_staleness_is_not_used(
             for _ in range(50):
                 pin, in_recovery, seen = where(stack.cache, staleness=0.5)
                 assert (pin.server, in_recovery, seen) == (None, False, 1), pin
+            assert replay_state(standby) == "paused"
         finally:
-            standby.execute("ALTER SYSTEM RESET recovery_min_apply_delay")
-            standby.execute("SELECT pg_reload_conf()")
+            standby.execute("SELECT pg_wal_replay_resume()")
+
+
+def replay_state(standby: psycopg.Connection[Any]) -> str:
+    """The standby's ``pg_get_wal_replay_pause_state()``."""
+    row = standby.execute("SELECT pg_get_wal_replay_pause_state()").fetchone()
+    assert row is not None
+    return str(row[0])
 
 
 def test_misses_go_to_the_primary_while_the_standby_is_down(
@@ -164,3 +178,41 @@ def test_misses_go_to_the_primary_while_the_standby_is_down(
     finally:
         pair.standby.start()
     wait_for_standby_pin(stack)
+
+
+def primary_pinner_horizons(pair: ReplicatedPostgres) -> list[Any]:
+    """The ``backend_xmin`` of the agent's pinner sessions on the primary: what their
+    exported snapshots hold of its vacuum horizon (``None``: nothing)."""
+    with psycopg.connect(pair.primary.dsn, autocommit=True) as db:
+        rows = db.execute(
+            "SELECT backend_xmin FROM pg_stat_activity "
+            "WHERE application_name LIKE 'txcache-agent pinner%%'"
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def test_pinning_the_primary_on_demand_leaves_its_horizon_to_the_standby(
+    pair: ReplicatedPostgres,
+) -> None:
+    with standby_stack(pair, "--primary-pins", "on-demand") as lib:
+        wait_for_standby_pin(lib)
+        # Reads run on the standby; the primary's pins (the fixture's own PINs) go two pin
+        # intervals after they stopped being current, and with them the horizon.
+        lib.write("INSERT INTO log VALUES (1)")
+
+        def horizon_free() -> bool:
+            _, in_recovery, _ = where(lib.cache)
+            return in_recovery and all(x is None for x in primary_pinner_horizons(pair))
+
+        wait_until(horizon_free, "the primary's horizon to be free", timeout=30, log=lib._agent_log)
+        # Read-your-writes still works: a fresh pin on the primary when the standby lags.
+        for n in range(2, 12):
+            with lib.cache.read_write() as tx:
+                tx.execute("INSERT INTO log VALUES (%s)", (n,))
+            token = tx.commit_timestamp
+            assert token is not None
+            pin, _, seen = where(lib.cache, not_before=token)
+            assert seen == n
+            assert pin.ts >= token
+        wait_until(horizon_free, "the primary's horizon to be free again", timeout=30,
+                   log=lib._agent_log)  # fmt: skip

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from txcache._agent_state import AgentState, refresh_commands, refresh_result
+from txcache._agent_state import AgentState, UsedPins, refresh_commands, refresh_result
 from txcache._pinset import Pin, PinSet, newest_or_fresh, prefer_standbys
 from txcache._protocol import Barrier, DatabaseIdentity
 from txcache._replicas import FIRST_PAUSE, ReplicaHealth
@@ -28,8 +28,11 @@ def published(state: AgentState, primary: list[Pin], standby: list[Pin]) -> list
 
 
 def test_a_refresh_asks_standby_pins_only_with_replicas() -> None:
-    assert [c.arguments[0] for c in refresh_commands(set())][-1] == "NODES"
-    assert [c.arguments[0] for c in refresh_commands(set(), replicas=True)][-1] == "STANDBYPINS"
+    used = UsedPins(primary={5}, standby={7})
+    assert [c.arguments for c in refresh_commands(used)][-1] == ("NODES",)
+    asked = [c.arguments for c in refresh_commands(used, replicas=True)]
+    assert asked[0] == ("PINS", "5")
+    assert asked[-1] == ("STANDBYPINS", "7")
 
 
 def test_an_agent_that_cannot_answer_standbypins_lists_none() -> None:

@@ -33,6 +33,7 @@ from txcache._agent_follow import Follower, agent_addresses, verdict
 from txcache._agent_state import (
     AgentState,
     Refreshed,
+    UsedPins,
     answered,
     fresh_pin_result,
     refresh_commands,
@@ -147,7 +148,7 @@ class AgentClient(AgentState):
         for endpoint in self.endpoints:
             endpoint.close()
 
-    def _first_answer(self, used: set[int]) -> tuple[int, Refreshed] | None:
+    def _first_answer(self, used: UsedPins) -> tuple[int, Refreshed] | None:
         """The first agent, in the :class:`~txcache._agent_follow.Follower`'s order, to
         answer every command of a refresh renewing ``used``, and its answers; ``None`` when
         none did (the follower says how far to go)."""
@@ -160,7 +161,7 @@ class AgentClient(AgentState):
                 return None
         return None
 
-    def _ask(self, endpoint: Endpoint, used: set[int]) -> list[Any]:
+    def _ask(self, endpoint: Endpoint, used: UsedPins) -> list[Any]:
         """One agent's replies to a refresh, asked one after the other, stopping at the
         first that is not an answer (then the last)."""
         replies: list[Any] = []

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from txcache import _protocol as protocol
@@ -32,6 +32,7 @@ from txcache._schema import TagColumns, tag_columns_at
 __all__ = [
     "AgentState",
     "Refreshed",
+    "UsedPins",
     "answered",
     "fresh_pin_result",
     "refresh_commands",
@@ -86,25 +87,27 @@ class AgentState:
         """Whether the followed agent runs without DDL triggers (``--ddl-tracking
         fingerprint``): its pins carry catalog fingerprints, and values wait for one to
         verify them before they are stored (:mod:`txcache._pending_stores`)."""
-        self._used: set[int] = set()
+        self._used = UsedPins()
         self._used_lock = threading.Lock()
 
-    def note_used(self, ts: int) -> None:
-        """A transaction ran at the pin at commit point ``ts``: the next refresh renews its
-        lease (the agent lets go of a pin nobody uses, which frees the vacuum horizon)."""
+    def note_used(self, ts: int, *, standby: bool = False) -> None:
+        """A transaction ran at the pin at commit point ``ts`` (a standby's, with
+        ``standby``): the next refresh renews its lease (the agent lets go of a pin nobody
+        uses, which frees the vacuum horizon)."""
         with self._used_lock:
-            self._used.add(ts)
+            (self._used.standby if standby else self._used.primary).add(ts)
 
-    def take_used(self) -> set[int]:
+    def take_used(self) -> UsedPins:
         """The pins used since the last call, for a refresh to report."""
         with self._used_lock:
-            used, self._used = self._used, set()
+            used, self._used = self._used, UsedPins()
         return used
 
-    def give_back_used(self, used: set[int]) -> None:
+    def give_back_used(self, used: UsedPins) -> None:
         """Pins :meth:`take_used` gave to a refresh that failed: the next one reports them."""
         with self._used_lock:
-            self._used |= used
+            self._used.primary |= used.primary
+            self._used.standby |= used.standby
 
     def pin_set(self, *, staleness: float, not_before: int | None, now: float) -> PinSet:
         """The pin set a transaction begins with: :meth:`pins` and ★, built by slicing the
@@ -252,20 +255,30 @@ def answered(reply: Any) -> bool:
     return reply is not None and not isinstance(reply, ReplyError)
 
 
-def refresh_commands(used: set[int], *, replicas: bool = False) -> tuple[Command[Any], ...]:
+def refresh_commands(used: UsedPins, *, replicas: bool = False) -> tuple[Command[Any], ...]:
     """What a refresh asks, in this order: ``PINS`` (renewing the pins ``used``, on the
     primary and the standbys), then ``TAGCOLUMNS``, so that the catalog covers every listed
     pin, ``BARRIER``, ``DATABASE``, ``NODES`` and, with ``replicas``, ``STANDBYPINS`` (a
     standby's pin newer than the primary's newest is not covered by the catalog: its
     queries' tags are wildcards)."""
     commands = (
-        protocol.pins(used),
+        protocol.pins(used.primary),
         protocol.tag_columns(),
         protocol.barrier(),
         protocol.database(),
         protocol.nodes(),
     )
-    return (*commands, protocol.standby_pins()) if replicas else commands
+    return (*commands, protocol.standby_pins(used.standby)) if replicas else commands
+
+
+@dataclass
+class UsedPins:
+    """The commit points of the pins transactions ran at since the last refresh: the
+    primary's (``PINS used``) and the standbys' (``STANDBYPINS used``), apart, since one
+    commit point can name a pin on each and only the one used should be kept."""
+
+    primary: set[int] = field(default_factory=set)
+    standby: set[int] = field(default_factory=set)
 
 
 @dataclass(frozen=True)

@@ -315,15 +315,21 @@ def pins(used: Collection[int] = ()) -> Command[list[Pin]]:
     """``PINS``: the live pins as the agent lists them (oldest first), renewing the lease of
     the pins at the commit points ``used`` (the newest first, as many as fit in
     :data:`USED_PINS_BYTES`)."""
+    return Command(("PINS", *_used_argument(used)), _pin_list)
+
+
+def _used_argument(used: Collection[int]) -> tuple[str, ...]:
+    """The ``used`` argument of ``PINS`` and ``STANDBYPINS``: the commit points, newest
+    first, as many as fit in :data:`USED_PINS_BYTES`; none when empty."""
     if not used:
-        return Command(("PINS",), _pin_list)
+        return ()
     listed, size = [], 0
     for ts in sorted(used, reverse=True):
         size += len(str(ts)) + 1
         if size > USED_PINS_BYTES:
             break
         listed.append(str(ts))
-    return Command(("PINS", ",".join(listed)), _pin_list)
+    return (",".join(listed),)
 
 
 def pin() -> Command[Pin]:
@@ -348,11 +354,12 @@ def _pin(reply: Sequence[Any]) -> Pin:
     return dataclasses.replace(pin, fingerprint=rest[1].decode(), after=int(rest[2]))
 
 
-def standby_pins() -> Command[list[Pin]]:
+def standby_pins(used: Collection[int] = ()) -> Command[list[Pin]]:
     """``STANDBYPINS``: the pins the agent holds on hot standbys (``--standby``), each
-    ``[name, ts, snapshot_id, current_as_of (µs), snapshot]``; a pin's :attr:`Pin.server`
-    is its standby's name."""
-    return Command(("STANDBYPINS",), _standby_pin_list)
+    ``[name, ts, snapshot_id, current_as_of (µs), snapshot]`` (a pin's :attr:`Pin.server`
+    is its standby's name), renewing the lease of the standby pins at the commit points
+    ``used``."""
+    return Command(("STANDBYPINS", *_used_argument(used)), _standby_pin_list)
 
 
 def _standby_pin_list(reply: Sequence[Sequence[Any]]) -> list[Pin]:

@@ -590,7 +590,7 @@ class ReadOnlyCore(Generic[C]):
             return
         pin = self._pin_used()
         if pin is not None:
-            agent.note_used(pin.ts)
+            agent.note_used(pin.ts, standby=pin.server is not None)
 
     # -- the audit (txcache._audit_core) ----------------------------------------------------
 

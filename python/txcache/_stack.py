@@ -40,7 +40,7 @@ from txcache._membership import MembershipError, add_nodes, list_nodes, remove_n
 from txcache._node_process import NodeProcess
 from txcache._postgres import EmbeddedPostgres, PostgresStartError
 from txcache._process import ProcessStartError, find_binary, tail, wait_until
-from txcache._resp import BadReply, ConnectionLost, RespConnection
+from txcache._resp import BadReply, ConnectionLost, ReplyError, RespConnection
 from txcache._setup import SetupError, setup_database
 
 __all__ = [
@@ -508,13 +508,13 @@ class Stack:
             return self.node_addresses
         return list_nodes(self.dsn, self.options.slot)
 
-    def standby_pins_listed(self) -> bool:
-        """Whether the agent lists a pin on a standby (``STANDBYPINS``); ``False`` while it
-        cannot be asked."""
+    def standby_pins_listed(self, agent: str | None = None) -> bool:
+        """Whether the agent (at ``agent``: the stack's own by default) lists a pin on a
+        hot standby (``STANDBYPINS``); ``False`` while it cannot be asked, or stands by."""
         try:
-            with self._connection_to(self.agent_address) as connection:
+            with self._connection_to(agent or self.agent_address) as connection:
                 return bool(connection.run(protocol.standby_pins()))
-        except (ConnectionLost, BadReply):
+        except (ConnectionLost, BadReply, ReplyError):
             return False
 
     def _agent_log(self) -> str:

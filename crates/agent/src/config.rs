@@ -101,6 +101,13 @@ pub struct Config {
     #[arg(long, env = "TXCACHE_PIN_INTERVAL", default_value = "1s", value_name = "DURATION", value_parser = parse_interval)]
     pub pin_interval: Duration,
 
+    /// When the primary is pinned: `interval`, a pin every --pin-interval while something
+    /// commits (and after every schema change); `on-demand`, only when a library asks for a
+    /// fresh one (`PIN`), so that with --standby the primary's vacuum horizon is held only
+    /// by those.
+    #[arg(long, env = "TXCACHE_PRIMARY_PINS", value_enum, default_value_t = PrimaryPins::Interval)]
+    pub primary_pins: PrimaryPins,
+
     /// The largest staleness limit any library uses; no pin lives longer than this (plus
     /// the lease) after it stopped being current, e.g. 120s; units ns, us, ms, s, m, h;
     /// decimals allowed; a bare number is seconds.
@@ -195,6 +202,14 @@ impl Config {
             );
             return Err(Self::command().error(ErrorKind::ValueValidation, message));
         }
+        if self.primary_pins == PrimaryPins::OnDemand
+            && self.ddl_tracking == DdlTracking::Fingerprint
+        {
+            let message = "--primary-pins on-demand needs the DDL event triggers \
+                           (--ddl-tracking triggers): without them schema changes are found \
+                           by the fingerprints of pins taken at every --pin-interval";
+            return Err(Self::command().error(ErrorKind::ArgumentConflict, message));
+        }
         if !self.standbys.is_empty() && self.ddl_tracking == DdlTracking::Fingerprint {
             let message = "--standby needs the DDL event triggers (--ddl-tracking triggers): \
                            with --ddl-tracking fingerprint the catalog fingerprint is checked \
@@ -232,6 +247,15 @@ impl Membership {
             Self::Database => "database",
         }
     }
+}
+
+/// When the primary is pinned (`--primary-pins`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrimaryPins {
+    /// A pin every `--pin-interval` while something commits, and after a schema change.
+    Interval,
+    /// Only the pins libraries ask for (`PIN`), each kept while it is of use.
+    OnDemand,
 }
 
 /// How schema changes reach the caches (`--ddl-tracking`).

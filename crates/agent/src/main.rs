@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use txcache_agent::cmd::{Active, Endpoint, Role};
-use txcache_agent::config::{Config, DdlTracking, Membership};
+use txcache_agent::config::{Config, DdlTracking, Membership, PrimaryPins};
 use txcache_agent::connect::{self, connect_sql, reached_host};
 use txcache_agent::fanout::{Fanout, LinkSettings};
 use txcache_agent::fingerprint_check::FingerprintCheck;
@@ -277,6 +277,7 @@ async fn run(
         pin_interval: config.pin_interval,
         max_staleness: config.max_staleness,
         lease: config.pin_lease,
+        on_demand: config.primary_pins == PrimaryPins::OnDemand,
     };
     // Without the DDL triggers every pin's fingerprint is checked; with them, the schema
     // at a pin taken every --schema-check-interval.
@@ -367,7 +368,12 @@ fn standby_pincushions(
             primary: primary.clone(),
         };
         let dsn = standby.dsn.clone();
-        Pincushion::start(dsn, settings.clone(), Arc::clone(tracker), source)
+        // A standby is pinned at every interval: that is where misses are meant to run.
+        let settings = PinSettings {
+            on_demand: false,
+            ..settings.clone()
+        };
+        Pincushion::start(dsn, settings, Arc::clone(tracker), source)
     };
     config.standbys.iter().map(start).collect()
 }

@@ -104,18 +104,28 @@ pub struct PinSettings {
     pub max_staleness: Duration,
     /// How long a pin stays importable after it stopped being current or was last used.
     pub lease: Duration,
+    /// Whether pins are taken only when asked for (`--primary-pins on-demand`): none at the
+    /// ticks or after a barrier, and none kept only for being the newest.
+    pub on_demand: bool,
 }
 
 impl PinSettings {
     /// Whether `pin`, no longer the newest, is still kept at `now`: within `lease` of when
     /// it stopped being current or was last used, and within `max_staleness + lease` of
-    /// the former.
+    /// the former. Pinning on demand, one nobody used goes two pin intervals (at most a
+    /// lease) after it stopped being current: the agent's own (the schema check's) are
+    /// read at once, and none is kept for a library that might want it.
     pub fn keeps(&self, pin: &Pin, now: WallClock) -> bool {
         let lease = micros(self.lease);
+        let unused = if self.on_demand {
+            micros(self.pin_interval * 2).min(lease)
+        } else {
+            lease
+        };
         let since_current = now.0.saturating_sub(pin.current_as_of.0);
         let since_used = pin.last_used.map(|used| now.0.saturating_sub(used.0));
         since_current < micros(self.max_staleness) + lease
-            && (since_current < lease || since_used.is_some_and(|since| since < lease))
+            && (since_current < unused || since_used.is_some_and(|since| since < lease))
     }
 
     /// How often new pins move to a fresh session: a session's horizon is its first pin,
@@ -485,7 +495,7 @@ impl Pinner {
                 // Pins older than a barrier are no longer listed: offer a newer one at once
                 // (unless nobody wants pins: the next PIN takes one). The primary's only: a
                 // standby replays the barrier later, and its next tick pins past it.
-                _ = self.tracker.barrier_raised(), if self.standby.is_none() => {
+                _ = self.tracker.barrier_raised(), if self.standby.is_none() && !self.settings.on_demand => {
                     if self.unwanted() {
                         continue;
                     }
@@ -553,7 +563,8 @@ impl Pinner {
         // DDL triggers, at every tick: a schema change alone commits nothing the stream
         // decodes, and only a new pin finds it (and verifies the values libraries hold back).
         let checking = self.fingerprints.is_some();
-        if newest.is_none_or(|ts| progress.commit > ts) || self.rotation_due() || checking {
+        let due = newest.is_none_or(|ts| progress.commit > ts) || self.rotation_due() || checking;
+        if due && !self.settings.on_demand {
             self.pin_again().await?;
         }
         Ok(())
@@ -634,16 +645,20 @@ impl Pinner {
     fn expire(&mut self) -> Vec<PinnerSession> {
         let now = WallClock(unix_micros_now());
         let mut pins = self.cushion.lock();
-        let newest = pins.len().saturating_sub(1);
+        // Pinning at intervals, the newest pin and the session new pins go to are kept
+        // whatever their age; on demand, nothing is kept but for its use.
+        let on_demand = self.settings.on_demand;
+        let newest = (!on_demand).then(|| pins.len().saturating_sub(1));
         let mut index = 0;
         pins.retain(|pin| {
             index += 1;
-            index - 1 == newest || self.settings.keeps(pin, now)
+            Some(index - 1) == newest || self.settings.keeps(pin, now)
         });
         // A flood of fresh-pin requests must not grow the list without bound.
         let excess = pins.len().saturating_sub(MAX_PINS);
         pins.drain(..excess);
         let active = self.sessions.last().map(|session| session.id);
+        let active = active.filter(|_| !on_demand);
         let (kept, retired) = std::mem::take(&mut self.sessions)
             .into_iter()
             .partition(|session| {
@@ -912,6 +927,7 @@ mod tests {
             pin_interval: Duration::from_secs(1),
             max_staleness: Duration::from_secs(max_staleness),
             lease: Duration::from_secs(lease),
+            on_demand: false,
         }
     }
 
@@ -1032,6 +1048,23 @@ mod tests {
         let unused = pin(100, None);
         assert!(settings.keeps(&unused, WallClock(101 * SECOND)));
         assert!(!settings.keeps(&unused, WallClock(102 * SECOND)));
+    }
+
+    #[test]
+    fn pinning_on_demand_a_pin_nobody_uses_lives_two_intervals_at_most_a_lease() {
+        let on_demand = PinSettings {
+            on_demand: true,
+            ..settings(120, 30)
+        };
+        let unused = pin(100, None);
+        assert!(on_demand.keeps(&unused, WallClock(101 * SECOND)));
+        assert!(!on_demand.keeps(&unused, WallClock(102 * SECOND)));
+        assert!(on_demand.keeps(&pin(100, Some(125)), WallClock(154 * SECOND)));
+        let short_lease = PinSettings {
+            on_demand: true,
+            ..settings(120, 1)
+        };
+        assert!(!short_lease.keeps(&unused, WallClock(101 * SECOND)));
     }
 
     #[test]

@@ -19,6 +19,7 @@ from txcache._agent_follow import Follower, agent_addresses, verdict
 from txcache._agent_state import (
     AgentState,
     Refreshed,
+    UsedPins,
     fresh_pin_result,
     refresh_commands,
     refresh_result,
@@ -147,7 +148,7 @@ class AsyncAgentClient(AgentState):
         self._refreshed.set()
         return True
 
-    async def _first_answer(self, used: set[int]) -> tuple[int, Refreshed] | None:
+    async def _first_answer(self, used: UsedPins) -> tuple[int, Refreshed] | None:
         """The first agent, in the :class:`~txcache._agent_follow.Follower`'s order, to
         answer every command of a refresh renewing ``used``, and its answers; ``None`` when
         none did (the follower says how far to go)."""
@@ -160,7 +161,7 @@ class AsyncAgentClient(AgentState):
                 return None
         return None
 
-    async def _ask(self, endpoint: AsyncEndpoint, used: set[int]) -> list[Any] | None:
+    async def _ask(self, endpoint: AsyncEndpoint, used: UsedPins) -> list[Any] | None:
         """One agent's decoded replies to a refresh, in one round trip; ``None`` if it did
         not answer."""
         commands = refresh_commands(used, replicas=bool(self.replicas))

@@ -312,9 +312,10 @@ class FaultInjector:
         standby.crash()
         since = time.monotonic()
         standby.start()
+        agents = self.agents.addresses if self.agents is not None else [None]
         wait_until(
-            self.stack.standby_pins_listed,
-            "the agent to list pins on the restarted standby",
+            lambda: any(self.stack.standby_pins_listed(agent) for agent in agents),
+            "the active agent to list pins on the restarted standby",
             timeout=_PROMOTE_TIMEOUT,
         )
         return time.monotonic() - since

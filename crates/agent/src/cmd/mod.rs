@@ -88,13 +88,6 @@ pub struct Active {
     pub term: Arc<Term>,
 }
 
-impl Active {
-    /// Every pincushion: the primary's, then the standbys'.
-    fn cushions(&self) -> impl Iterator<Item = &Arc<Pincushion>> {
-        std::iter::once(&self.pincushion).chain(&self.standbys)
-    }
-}
-
 impl Endpoint {
     /// The active parts, or `STANDBY` when another agent holds the lease or this one's term
     /// ran out (its pins and catalog may then be another agent's to vouch for).
@@ -224,7 +217,7 @@ const fn connection(name: &'static str, args: RangeInclusive<usize>, parse: Pars
 /// Every command, in docs/protocol.md's order.
 pub static COMMANDS: &[CommandSpec] = &[
     spec("PINS", 0..=1, |a| Pins::parse(a).map(Command::Pins)),
-    spec("STANDBYPINS", 0..=0, |a| {
+    spec("STANDBYPINS", 0..=1, |a| {
         StandbyPins::parse(a).map(Command::StandbyPins)
     }),
     spec("PIN", 0..=0, |a| Pin::parse(a).map(Command::Pin)),

@@ -1,5 +1,6 @@
-//! `PINS [used]`: the live pins, oldest first; `used` renews the lease of the pins the
-//! library's transactions ran at since its last refresh, on the primary and every standby.
+//! `PINS [used]`: the primary's live pins, oldest first; `used` renews the lease of those
+//! the library's transactions ran at since its last refresh (`STANDBYPINS used` renews the
+//! standbys'; a commit point can name a pin on each).
 
 use super::{reply, Active, Args, CommandError};
 use bytes::BytesMut;
@@ -15,26 +16,29 @@ pub struct Pins {
 impl Pins {
     /// Reads the arguments: an optional comma-separated list of commit points.
     pub fn parse(args: &mut Args<'_>) -> Result<Self, CommandError> {
-        let used = match args.optional() {
-            None => Vec::new(),
-            Some(list) => parse_used(list)
-                .ok_or_else(|| args.invalid("used", "comma-separated commit points"))?,
-        };
+        let used = parse_used_argument(args)?;
         args.finish()?;
         Ok(Self { used })
     }
 
-    /// Renews the used pins' leases (a pin of a standby's at the same commit point too),
-    /// then `*n` of the primary's pins, each `*4`, or `*6` with `--ddl-tracking fingerprint`
-    /// ([`reply::pin`]).
+    /// Renews the used pins' leases, then `*n` of the primary's pins, each `*4`, or `*6`
+    /// with `--ddl-tracking fingerprint` ([`reply::pin`]).
     pub fn apply(self, active: &Active, out: &mut BytesMut) -> Result<(), CommandError> {
-        active
-            .cushions()
-            .for_each(|cushion| cushion.note_used(&self.used));
+        active.pincushion.note_used(&self.used);
         let pins = active.pincushion.pins();
         encode::array_header(out, pins.len());
         pins.iter().for_each(|pin| reply::pin(out, pin));
         Ok(())
+    }
+}
+
+/// The optional `used` argument of `PINS` and `STANDBYPINS`: comma-separated commit points.
+pub(super) fn parse_used_argument(args: &mut Args<'_>) -> Result<Vec<Timestamp>, CommandError> {
+    match args.optional() {
+        None => Ok(Vec::new()),
+        Some(list) => {
+            parse_used(list).ok_or_else(|| args.invalid("used", "comma-separated commit points"))
+        }
     }
 }
 

@@ -77,6 +77,7 @@ fn endpoint_with_standbys(
         pin_interval: Duration::from_secs(3600),
         max_staleness: Duration::from_secs(1),
         lease: Duration::from_secs(1),
+        on_demand: false,
     };
     let dsn = "host=127.0.0.1 port=1 dbname=unreachable connect_timeout=1".to_owned();
     let primary = PinSource::Primary { fingerprints: None };
@@ -223,24 +224,26 @@ async fn standbypins_lists_each_standby_in_flag_order_its_pins_oldest_first() {
     );
     assert_eq!(
         reply(&endpoint, session, "STANDBYPINS r2").await,
-        "-ERR unknown command or wrong arguments 'STANDBYPINS'\r\n"
+        "-ERR STANDBYPINS: used must be comma-separated commit points\r\n"
     );
 }
 
 #[tokio::test]
-async fn pins_used_renews_the_standbys_pins_at_those_commit_points() {
+async fn standbypins_used_renews_the_standbys_pins_and_pins_used_the_primary_s_alone() {
     let endpoint = endpoint_with_standbys(None, &[], Membership::Static, &["r1"]);
     let standby = &parts(&endpoint).standbys[0];
     standby.push_for_test(standby_pin(300));
     standby.push_for_test(standby_pin(400));
+    let used = || -> Vec<bool> {
+        let pins = standby.pins();
+        pins.iter().map(|pin| pin.last_used.is_some()).collect()
+    };
     let session = &mut Session::new(&endpoint);
+    // A primary pin at a standby pin's commit point is used by PINS: the standby's is not.
     assert_eq!(reply(&endpoint, session, "PINS 400,500").await, "*0\r\n");
-    let used: Vec<bool> = standby
-        .pins()
-        .iter()
-        .map(|pin| pin.last_used.is_some())
-        .collect();
-    assert_eq!(used, [false, true]);
+    assert_eq!(used(), [false, false]);
+    reply(&endpoint, session, "STANDBYPINS 400,500").await;
+    assert_eq!(used(), [false, true]);
 }
 
 #[tokio::test]
