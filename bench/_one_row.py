@@ -9,7 +9,7 @@ import argparse
 import itertools
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from _common import (
 )
 from _cpu import postmaster_pid
 from _report import machine_note
+from psycopg.conninfo import make_conninfo
 
 import txcache
 from txcache.stack import Stack
@@ -73,7 +74,8 @@ def database_run_seconds(server: Any) -> float:
 
 @dataclass
 class Bench:
-    """The server, the stack on it, a connected cache and a plain connection."""
+    """The server, the stack on it, a connected cache and a plain connection; with a
+    standby (``--standby``), the standby and a cache that runs its misses there."""
 
     server: Any
     stack: Stack
@@ -83,6 +85,15 @@ class Bench:
     background: float = 0.0
     """Database run time per second with the stack idle."""
     fresh_ids: Iterator[int] = field(default_factory=lambda: itertools.count(HOT + 1))
+    standby: Any = None
+    """The streaming standby (``--standby``), else ``None``."""
+    replica_cache: txcache.Cache | None = None
+    """A cache connected with ``replicas`` naming the standby."""
+    standby_background: float = 0.0
+    """The standby's run time per second with the stack idle."""
+    on_standby: list[bool] = field(default_factory=list)
+    """Per transaction of :func:`standby_transaction`, whether it ran on the standby (one
+    whose pin's snapshot went meanwhile runs at the primary's pin of its commit point)."""
 
 
 @dataclass
@@ -91,11 +102,17 @@ class Series:
 
     latencies: list[float] = field(default_factory=list)
     database_seconds: float = 0.0
+    standby_seconds: float = 0.0
+    """The standby's run time beyond its idle background (``--standby``)."""
     transactions: int = 0
 
     def cpu_per_transaction(self) -> float:
-        """Database seconds per transaction."""
+        """Database (the primary's) seconds per transaction."""
         return self.database_seconds / max(1, self.transactions)
+
+    def standby_cpu_per_transaction(self) -> float:
+        """The standby's seconds per transaction."""
+        return self.standby_seconds / max(1, self.transactions)
 
 
 def plain_transaction(bench: Bench, row_id: int) -> None:
@@ -117,27 +134,55 @@ def cached_transaction(bench: Bench, row_id: int) -> None:
 
 
 def idle_background(bench: Bench, seconds: float) -> float:
-    """The database's run time per second while nothing but the stack itself runs."""
+    """The database's run time per second while nothing but the stack itself runs (the
+    standby's too, into :attr:`Bench.standby_background`)."""
+    standby = database_run_seconds(bench.standby) if bench.standby is not None else 0.0
     before, t0 = database_run_seconds(bench.server), time.perf_counter()
     time.sleep(seconds)  # a measurement of idleness, not a wait for an event
-    return (database_run_seconds(bench.server) - before) / (time.perf_counter() - t0)
+    elapsed = time.perf_counter() - t0
+    if bench.standby is not None:
+        bench.standby_background = (database_run_seconds(bench.standby) - standby) / elapsed
+    return (database_run_seconds(bench.server) - before) / elapsed
+
+
+def standby_transaction(bench: Bench, row_id: int) -> None:
+    """The cacheable function in a transaction of the cache with ``replicas``: a miss runs
+    on the standby (counted in :attr:`Bench.on_standby`, which the report gives)."""
+    assert bench.replica_cache is not None
+    with bench.replica_cache.read_only() as tx:
+        get_row(row_id)
+    bench.on_standby.append(tx.snapshot is not None and tx.snapshot.server == STANDBY)
+
+
+STANDBY = "standby"
+"""The standby's name, for the agent's ``--standby`` and the library's ``replicas``."""
 
 
 @contextmanager
 def one_row_bench(args: argparse.Namespace) -> Iterator[Bench]:
-    """PostgreSQL with ``rows`` and pg_stat_statements, one node, the agent, a cache."""
-    with postgres(args.storage, SERVER) as server:
+    """PostgreSQL with ``rows`` and pg_stat_statements, one node, the agent, a cache; with
+    ``args.standby``, beside a streaming standby the agent pins too, and a second cache
+    that runs its misses there."""
+    standby = getattr(args, "standby", False)
+    with postgres(args.storage, SERVER, standby=standby) as servers, ExitStack() as exits:
+        server = servers.primary if standby else servers
         dsn = create_database(server, "bench")
         execute(dsn, *(statement.format(rows=args.rows) for statement in SCHEMA))
-        with bench_stack(dsn, max_memory="256mb") as stack:
-            note = machine_note(database_note(dsn, args.storage))
-            stack.caught_up()
-            cache = stack.connect()
-            try:
-                with psycopg.connect(dsn) as plain:
-                    yield Bench(server, stack, cache, plain, note)
-            finally:
-                cache.close()
+        standby_dsn = make_conninfo(servers.standby.dsn, dbname="bench") if standby else ""
+        flags = ("--standby", f"{STANDBY}={standby_dsn}") if standby else ()
+        stack = exits.enter_context(bench_stack(dsn, max_memory="256mb", agent_args=flags))
+        note = machine_note(database_note(dsn, args.storage))
+        stack.caught_up()
+        cache = stack.connect()
+        exits.callback(cache.close)
+        replica_cache = None
+        if standby:
+            replica_cache = stack.connect(replicas={STANDBY: standby_dsn})
+            exits.callback(replica_cache.close)
+        plain = exits.enter_context(psycopg.connect(dsn))
+        bench = Bench(server, stack, cache, plain, note, replica_cache=replica_cache)
+        bench.standby = servers.standby if standby else None
+        yield bench
 
 
 def one_row_parser(description: str) -> argparse.ArgumentParser:

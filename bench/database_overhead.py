@@ -15,6 +15,11 @@ all).
   they stop being current (as if a reader kept using every one), holding the vacuum horizon
   that long.
 
+- with ``--standby``, every run (stock too) beside a streaming standby of the server, and
+  the agent runs with pins living L s on the primary, then *on the standby*: the agent
+  with ``--standby`` and ``--primary-pins on-demand``, the standby's
+  ``hot_standby_feedback`` on and off in turn (its replay conflicts counted).
+
 - with ``--consumer pg_recvlogical``, *decoding only*: ``wal_level=logical`` and ``txcache
   setup`` (slot, REPLICA IDENTITY FULL), the slot consumed by PostgreSQL's own
   ``pg_recvlogical`` into /dev/null: no agent, no node, no pins. What the database pays for
@@ -63,9 +68,12 @@ from _cpu import (
     steal_seconds,
 )
 from _report import fmt, log, machine_note, result_name, write_report
+from psycopg.conninfo import make_conninfo
 
 import txcache
-from txcache.stack import wait_until
+from txcache._postgres import standby_name
+from txcache._replicated import STANDBY_SLOT
+from txcache.stack import ReplicatedPostgres, wait_until
 
 SMALL_TABLES = "'pgbench_branches'::regclass, 'pgbench_tellers'::regclass"
 DEFAULTS = -1
@@ -80,6 +88,9 @@ class Config:
 
     lifetime: int
     identity: str = "full"
+    feedback: bool | None = None
+    """With ``--standby``: ``None``, pins on the primary; else pins on the standby, with its
+    ``hot_standby_feedback`` on or off."""
 
     @property
     def name(self) -> str:
@@ -90,7 +101,21 @@ class Config:
             name = f"agent, pins live {self.lifetime} s"
         else:
             name = "decoding only, no agent"
+        if self.feedback is not None:
+            on = "on" if self.feedback else "off"
+            name += f" on the standby (primary on demand), hot_standby_feedback {on}"
         return name + ("; REPLICA IDENTITY DEFAULT" if self.identity == "default" else "")
+
+    def agent_flags(self, standby_dsn: str | None) -> tuple[str, ...]:
+        """The agent's flags for this configuration (``standby_dsn``: the standby's)."""
+        if self.lifetime == DEFAULTS:
+            return ()
+        held = f"{self.lifetime}s"
+        flags: tuple[str, ...] = ("--max-staleness", held, "--pin-lease", held)
+        if self.feedback is not None:
+            assert standby_dsn is not None
+            flags += ("--standby", f"standby={standby_dsn}", "--primary-pins", "on-demand")
+        return flags
 
 
 @dataclass
@@ -103,6 +128,10 @@ class Run:
     wal_bytes: int = 0
     xmin_age: int = 0
     small_tables_growth_kib: int = 0
+    standby_conflicts: int | None = None
+    """Queries the standby cancelled for replay conflicts during the run (``--standby``)."""
+    standby_lag_bytes: int | None = None
+    """How far the standby's replay was behind the primary at 90 % of the run."""
     cpu: dict[str, float] = field(default_factory=dict)
     status: dict[str, int] = field(default_factory=dict)
     foreign_cpu: float = 0.0
@@ -168,16 +197,15 @@ def oldest_xmin_age(dsn: str) -> int:
     return int(age)
 
 
-def start_agent(stack: ExitStack, dsn: str, run: Run, args: argparse.Namespace) -> dict[str, Any]:
+def start_agent(
+    stack: ExitStack, dsn: str, run: Run, standby_dsn: str | None = None
+) -> dict[str, Any]:
     """Slot (``txcache setup``), node and agent for an agent run; returns what the run
     measures them by."""
     assert run.config is not None
-    held = f"{run.config.lifetime}s"
-    flags = (
-        () if run.config.lifetime == DEFAULTS else ("--max-staleness", held, "--pin-lease", held)
-    )
+    flags = run.config.agent_flags(standby_dsn)
     txcache_stack = stack.enter_context(bench_stack(dsn, agent_args=flags))
-    walsender = int(scalar(dsn, "SELECT pid FROM pg_stat_replication"))
+    walsender = int(scalar(dsn, LOGICAL_WALSENDER))
     pids = {"agent": agent_pid(txcache_stack), "node": node_pid(txcache_stack)}
     return {
         "pids": {**pids, "walsender": walsender},
@@ -205,18 +233,70 @@ def start_decoder(stack: ExitStack, server: Any, dsn: str) -> dict[str, Any]:
     return {"pids": {"walsender": wait_until(walsender, "pg_recvlogical's walsender")}}
 
 
-def measure(server: Any, dsn: str, run: Run, args: argparse.Namespace) -> None:
+STANDBY_NAME = standby_name(STANDBY_SLOT)
+"""The standby's ``application_name`` on the primary."""
+LOGICAL_WALSENDER = (
+    f"SELECT pid FROM pg_stat_replication WHERE application_name <> '{STANDBY_NAME}'"
+)
+"""The walsender of the slot's consumer (not the standby's)."""
+
+
+class Standby:
+    """The streaming standby of ``--standby``: its feedback set per run, its conflicts and
+    lag measured."""
+
+    def __init__(self, servers: ReplicatedPostgres, dbname: str) -> None:
+        assert servers.standby is not None
+        self.servers = servers
+        self.dsn = make_conninfo(servers.standby.dsn, dbname=dbname)
+
+    def feedback(self, on: bool) -> None:
+        """Set ``hot_standby_feedback`` and wait until a new session shows it."""
+        value = "on" if on else "off"
+        execute(
+            self.dsn, f"ALTER SYSTEM SET hot_standby_feedback = {value}", "SELECT pg_reload_conf()"
+        )
+        wait_until(lambda: scalar(self.dsn, "SHOW hot_standby_feedback") == value, "feedback")
+
+    def streaming(self, primary_dsn: str) -> None:
+        """Wait until the standby streams from the (restarted) primary."""
+        query = (
+            "SELECT count(*) FROM pg_stat_replication "
+            f"WHERE application_name = '{STANDBY_NAME}' AND state = 'streaming'"
+        )
+        wait_until(lambda: scalar(primary_dsn, query) == 1, "the standby to stream", timeout=60)
+
+    def conflicts(self) -> int:
+        """Queries cancelled on the standby for replay conflicts so far (this database)."""
+        query = (
+            "SELECT confl_snapshot + confl_lock + confl_bufferpin + confl_deadlock "
+            "FROM pg_stat_database_conflicts WHERE datname = current_database()"
+        )
+        return int(scalar(self.dsn, query))
+
+    def lag_bytes(self, primary_dsn: str) -> int:
+        """How far replay is behind the primary's WAL insert position."""
+        replayed = scalar(self.dsn, "SELECT pg_last_wal_replay_lsn() - '0/0'::pg_lsn")
+        return max(0, wal_insert_lsn(primary_dsn) - int(replayed))
+
+
+def measure(
+    server: Any, dsn: str, run: Run, args: argparse.Namespace, standby: Standby | None = None
+) -> None:
     """Restart the server for ``run``, run pgbench, record the numbers."""
     wal_level = args.stock_wal_level if run.config is None else "logical"
     server.restart(server_settings(args.storage, {"wal_level": wal_level}))
     if args.placement == "split":
         place_database_apart(server)
+    if standby is not None:
+        standby.streaming(dsn)
+        standby.feedback(run.config is None or run.config.feedback is not False)
     with ExitStack() as stack:
         agent = None
         if run.config is not None and run.config.lifetime == 0:
             agent = start_decoder(stack, server, dsn)
         elif run.config is not None:
-            agent = start_agent(stack, dsn, run, args)
+            agent = start_agent(stack, dsn, run, standby.dsn if standby else None)
         if run.config is not None and run.config.identity == "default":
             execute(dsn, *KEY_IDENTITY)
         execute(dsn, "CHECKPOINT", "SELECT pg_stat_reset_shared('wal')")
@@ -226,10 +306,15 @@ def measure(server: Any, dsn: str, run: Run, args: argparse.Namespace) -> None:
         command = ["-c", str(args.clients), "-j", "2", "-T", str(args.seconds)]
         foreign, steal = ForeignCpu(), steal_seconds()
         database_cpu = database_cpu_seconds(server)
+        conflicts = standby.conflicts() if standby else 0
         load = Pgbench(server, dsn, command)
         time.sleep(args.seconds * 0.9)
         run.xmin_age = oldest_xmin_age(dsn)
+        if standby is not None:
+            run.standby_lag_bytes = standby.lag_bytes(dsn)
         run.pgbench = load.wait()
+        if standby is not None:
+            run.standby_conflicts = standby.conflicts() - conflicts
         time.sleep(0.2)  # pgbench's backends exit and are reaped: their time is counted
         run.database_cpu = database_cpu_seconds(server) - database_cpu
         run.foreign_cpu = foreign.seconds()
@@ -306,8 +391,9 @@ def run_rows(runs: list[Run]) -> list[str]:
         "| # | run | TPS | latency ms | database CPU µs/tx | WAL bytes/tx | WAL records/tx "
         "| full-page images/tx | oldest xmin age (xids) "
         "| branches+tellers growth KiB | CPU s: agent | node | walsender "
-        "| pins certified / unclean | other work CPU s | stolen CPU s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| pins certified / unclean | standby: conflicts, lag KiB | other work CPU s "
+        "| stolen CPU s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         assert run.pgbench is not None
@@ -317,13 +403,19 @@ def run_rows(runs: list[Run]) -> list[str]:
         pins = (
             f"{run.status['pins_certified']} / {run.status['pins_unclean']}" if run.status else "-"
         )
+        standby = (
+            f"{run.standby_conflicts}, {(run.standby_lag_bytes or 0) // 1024}"
+            if run.standby_conflicts is not None
+            else "-"
+        )
         parts = ("agent", "node", "walsender")
         cpu = [fmt(run.cpu[name], 1) if name in run.cpu else "-" for name in parts]
         rows.append(
             f"| {run.index} | {run.label} | {run.tps:.0f} | {run.pgbench.latency_ms:.2f} "
             f"| {run.database_cpu_per_tx:.0f} | {per_tx:.0f} | {records:.2f} | {images:.2f} "
             f"| {run.xmin_age} | {run.small_tables_growth_kib} "
-            f"| {cpu[0]} | {cpu[1]} | {cpu[2]} | {pins} | {run.foreign_cpu:.1f} | {run.steal:.1f} |"
+            f"| {cpu[0]} | {cpu[1]} | {cpu[2]} | {pins} | {standby} | {run.foreign_cpu:.1f} "
+            f"| {run.steal:.1f} |"
         )
     return rows
 
@@ -390,14 +482,16 @@ def report_body(runs: list[Run], args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> None:
     """Every run, then the report."""
     runs = schedule(configs(args), args.rounds)
-    with postgres(args.storage) as server:
+    with postgres(args.storage, standby=args.standby) as servers:
+        server = servers.primary if args.standby else servers
         dsn = create_database(server, "bench")
+        standby = Standby(servers, "bench") if args.standby else None
         log(f"pgbench -i -s {args.scale}")
         pgbench_init(server, dsn, args.scale)
         note = machine_note(database_note(dsn, args.storage))
         for run_ in runs:
             log(f"run {run_.index + 1}/{len(runs)}: {run_.label}")
-            measure(server, dsn, run_, args)
+            measure(server, dsn, run_, args, standby)
             log(f"  {run_.tps:.0f} TPS")
     body = report_body(runs, args)
     raw = {
@@ -416,6 +510,8 @@ def run(args: argparse.Namespace) -> None:
                 "full_page_images": r.full_page_images,
                 "xmin_age": r.xmin_age,
                 "small_tables_growth_kib": r.small_tables_growth_kib,
+                "standby_conflicts": r.standby_conflicts,
+                "standby_lag_bytes": r.standby_lag_bytes,
                 "cpu_seconds": r.cpu,
                 "agent_status": r.status,
                 "foreign_cpu_seconds": r.foreign_cpu,
@@ -427,6 +523,7 @@ def run(args: argparse.Namespace) -> None:
     extra = ["stock-logical"] if args.stock_wal_level == "logical" else []
     extra += ["decoding-only"] if args.consumer == "pg_recvlogical" else []
     extra += ["split"] if args.placement == "split" else []
+    extra += ["standby"] if args.standby else []
     extra += {"full": [], "default": ["key-identity"]}.get(args.replica_identity, ["identities"])
     name = result_name("database_overhead", args.quick, args.storage, *extra)
     path = write_report(
@@ -439,6 +536,9 @@ def run(args: argparse.Namespace) -> None:
 def configs(args: argparse.Namespace) -> list[Config]:
     """Every configuration the runs beside the stock ones have, in schedule order."""
     identities = args.replica_identity.split(",")
+    if args.standby:
+        lifetime = max(args.lifetimes)
+        return [Config(lifetime), Config(lifetime, feedback=True), Config(lifetime, feedback=False)]
     return [Config(lifetime, identity) for lifetime in args.lifetimes for identity in identities]
 
 
@@ -475,6 +575,13 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--placement", choices=("shared", "split"), default="shared", help=PLACEMENT_HELP
+    )
+    parser.add_argument(
+        "--standby",
+        action="store_true",
+        help="every run beside a streaming standby; the agent's pins (living the longest of "
+        "--lifetimes) on the primary, then on the standby with the primary pinned on demand, "
+        "its hot_standby_feedback on and off",
     )
     args = parser.parse_args()
     if args.consumer == "pg_recvlogical":

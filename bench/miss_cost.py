@@ -22,6 +22,11 @@ reset, ``--split`` misses (and as many plain transactions), and each statement t
 database ran at least once per two transactions: calls and execution + planning time per
 transaction. This is the database's own accounting of every statement the library sends.
 
+With ``--standby`` the server has a streaming standby the agent pins too, and a fifth mode,
+**standby miss**, runs the misses through a cache with ``replicas`` naming it: the
+primary's CPU per transaction (the quantity that decides throughput when the primary is
+the bottleneck) and the standby's are both reported.
+
 The issue's goals: a miss's database CPU <= 1.0x plain (stretch 0.5x), a bare query's
 <= 1.0x; a miss's latency p50 <= 1.5x plain, a bare query's <= 1.2x.
 """
@@ -48,22 +53,32 @@ from _one_row import (
     one_row_bench,
     one_row_parser,
     plain_transaction,
+    standby_transaction,
 )
 from _report import RESULTS_DIR, log, percentile, ratio, result_name, save_plot, table, write_report
 
 MODES = ("plain", "bare", "miss", "hit")
+STANDBY_MISS = "standby miss"
+MISSES = ("miss", STANDBY_MISS)
+
+
+def modes(bench: Bench) -> tuple[str, ...]:
+    """The modes measured: with a standby, its misses too."""
+    return (*MODES, STANDBY_MISS) if bench.standby is not None else MODES
 
 
 def run_mode(bench: Bench, mode: str, count: int, series: Series) -> None:
     """``count`` transactions of ``mode``, timed one by one, and the database's run time
-    beyond its idle background."""
+    (the standby's too) beyond its idle background."""
     transaction: Callable[[Bench, int], None] = {
         "plain": plain_transaction,
         "bare": bare_transaction,
         "miss": cached_transaction,
         "hit": cached_transaction,
+        STANDBY_MISS: standby_transaction,
     }[mode]
-    ids = [next(bench.fresh_ids) if mode == "miss" else i % HOT + 1 for i in range(count)]
+    ids = [next(bench.fresh_ids) if mode in MISSES else i % HOT + 1 for i in range(count)]
+    standby = database_run_seconds(bench.standby) if bench.standby is not None else 0.0
     started, database = time.perf_counter(), database_run_seconds(bench.server)
     for row_id in ids:
         t0 = time.perf_counter()
@@ -72,6 +87,9 @@ def run_mode(bench: Bench, mode: str, count: int, series: Series) -> None:
     elapsed = time.perf_counter() - started
     used = database_run_seconds(bench.server) - database - bench.background * elapsed
     series.database_seconds += max(0.0, used)
+    if bench.standby is not None:
+        used = database_run_seconds(bench.standby) - standby
+        series.standby_seconds += max(0.0, used - bench.standby_background * elapsed)
     series.transactions += count
 
 
@@ -96,41 +114,51 @@ def statement_split(bench: Bench, mode: str, count: int) -> list[dict[str, Any]]
 
 def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     """The warm-up, the idle background, the interleaved rounds and the statement split."""
-    for mode in MODES:  # warm every path (connections, plans, the hot ids)
+    measured = modes(bench)
+    for mode in measured:  # warm every path (connections, plans, the hot ids)
         run_mode(bench, mode, HOT, Series())
     bench.background = idle_background(bench, args.idle)
     log(f"idle background: {bench.background * 1e3:.2f} ms of database time per second")
-    series = {mode: Series() for mode in MODES}
+    series = {mode: Series() for mode in measured}
     foreign = ForeignCpu()
     for r in range(args.rounds):
-        order = MODES[r % len(MODES) :] + MODES[: r % len(MODES)]
+        order = measured[r % len(measured) :] + measured[: r % len(measured)]
         for mode in order:
             run_mode(bench, mode, args.per_round, series[mode])
         plain = series["plain"].cpu_per_transaction()
         log(f"round {r + 1}/{args.rounds}: plain {plain * 1e6:.0f} µs database per transaction")
     split = {mode: statement_split(bench, mode, args.split) for mode in ("plain", "bare", "miss")}
     stats = get_row.stats.as_dict()
-    return {"series": series, "split": split, "foreign": foreign.seconds(), "stats": stats}
+    on_standby = (sum(bench.on_standby), len(bench.on_standby))
+    return {
+        "series": series,
+        "split": split,
+        "foreign": foreign.seconds(),
+        "stats": stats,
+        "on_standby": on_standby,
+    }
 
 
-def summary_rows(series: dict[str, Series]) -> list[list[str]]:
-    """The mode table: latency and database CPU, each against *plain*."""
+def summary_rows(series: dict[str, Series], standby: bool) -> list[list[str]]:
+    """The mode table: latency and database CPU, each against *plain* (with a standby, the
+    standby's CPU too)."""
     base_p50 = statistics.median(series["plain"].latencies)
     base_cpu = series["plain"].cpu_per_transaction()
     rows = []
     for mode, s in series.items():
         p50 = statistics.median(s.latencies)
         cpu = s.cpu_per_transaction()
-        rows.append(
-            [
-                mode,
-                f"{p50 * 1e6:.0f} µs",
-                ratio(p50, base_p50),
-                f"{percentile(s.latencies, 0.99) * 1e6:.0f} µs",
-                f"{cpu * 1e6:.1f} µs",
-                ratio(cpu, base_cpu),
-            ]
-        )
+        row = [
+            mode,
+            f"{p50 * 1e6:.0f} µs",
+            ratio(p50, base_p50),
+            f"{percentile(s.latencies, 0.99) * 1e6:.0f} µs",
+            f"{cpu * 1e6:.1f} µs",
+            ratio(cpu, base_cpu),
+        ]
+        if standby:
+            row.append(f"{s.standby_cpu_per_transaction() * 1e6:.1f} µs")
+        rows.append(row)
     return rows
 
 
@@ -150,6 +178,10 @@ def split_lines(split: dict[str, list[dict[str, Any]]]) -> list[str]:
 def report_body(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
     """The report's Markdown under its title."""
     header = ["mode", "latency p50", "x plain", "p99", "database CPU per transaction", "x plain"]
+    standby = args.standby
+    if standby:
+        header[4] = "primary CPU per transaction"
+        header.append("standby CPU per transaction")
     return [
         f"{args.rounds} interleaved rounds x {args.per_round} transactions per mode; "
         f"one-row primary-key read of a {args.rows:,}-row table; database CPU: run time of "
@@ -157,12 +189,21 @@ def report_body(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
         f"({results['background'] * 1e3:.2f} ms/s); other processes used "
         f"{results['foreign']:.1f} CPU-seconds meanwhile (read the ratios).",
         "",
-        *table(header, summary_rows(results["series"]), "lrrrrr"),
+        *table(header, summary_rows(results["series"], standby), "lrrrrr" + "r" * standby),
         "",
         "## Where the database time goes (pg_stat_statements, execution + planning)",
         *split_lines(results["split"]),
         "",
         f"The cacheable function's counters: {results['stats']}.",
+        *(
+            [
+                f"Standby misses that ran on the standby: {results['on_standby'][0]} of "
+                f"{results['on_standby'][1]} (the others met a pin whose snapshot had just "
+                "gone, and ran at the primary's pin of its commit point)."
+            ]
+            if standby
+            else []
+        ),
     ]
 
 
@@ -171,8 +212,8 @@ def plot(results: dict[str, Any], path: Path) -> bool:
 
     def draw(axes: list[Any]) -> None:
         series = results["series"]
-        cpu = [series[m].cpu_per_transaction() * 1e6 for m in MODES]
-        axes[0].bar(MODES, cpu, color=["#888", "#c84", "#c44", "#4a4"])
+        cpu = [series[m].cpu_per_transaction() * 1e6 for m in series]
+        axes[0].bar(list(series), cpu, color=["#888", "#c84", "#c44", "#4a4", "#48c"][: len(cpu)])
         axes[0].set_ylabel("database CPU per transaction (µs)")
         axes[0].set_title("per mode")
         miss = results["split"]["miss"][:8]
@@ -189,7 +230,9 @@ def run(args: argparse.Namespace) -> None:
     with one_row_bench(args) as bench:
         results = measure(bench, args)
         results["background"] = bench.background
-    name = result_name("miss_cost", args.quick, args.storage)
+    name = result_name(
+        "miss_cost", args.quick, args.storage, *(["standby"] if args.standby else [])
+    )
     body = report_body(results, args)
     if plot(results, RESULTS_DIR / f"{name}.png"):
         body += ["", f"![database CPU per mode and a miss's statements]({name}.png)"]
@@ -205,8 +248,14 @@ def run(args: argparse.Namespace) -> None:
         },
         "split": results["split"],
         "background_per_second": results["background"],
+        "standby_cpu_us": {
+            mode: s.standby_cpu_per_transaction() * 1e6 for mode, s in results["series"].items()
+        }
+        if args.standby
+        else None,
         "foreign_cpu_seconds": results["foreign"],
         "function_stats": results["stats"],
+        "standby_misses_on_standby": results["on_standby"],
     }
     path = write_report(name, "What a miss costs the database", bench.note, body, raw)
     print("\n".join(body))
@@ -219,6 +268,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds")
     parser.add_argument("--per-round", type=int, default=400, help="transactions per mode")
     parser.add_argument("--split", type=int, default=1000, help="transactions per statement split")
+    parser.add_argument(
+        "--standby",
+        action="store_true",
+        help="beside a streaming standby the agent pins too: also the misses of a cache with "
+        "replicas (the primary's and the standby's CPU)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.rows, args.rounds, args.per_round, args.split, args.idle = 20_000, 2, 100, 200, 1.0

@@ -65,6 +65,13 @@ def test_a_standby_pin_at_a_primary_pin_s_commit_point_keeps_it_as_its_fallback(
     assert pins[0].fallback == primary
 
 
+def test_a_standby_pin_is_current_as_of_the_later_of_its_own_and_its_fallback_s() -> None:
+    state = AgentState(0.25, replicas=["s1"])
+    merged = state._merged([pin(10, current_as_of=200.0)], [pin(10, "s1", current_as_of=100.0)])
+    assert merged[0].server == "s1"
+    assert merged[0].current_as_of == 200.0
+
+
 def test_without_replicas_standby_pins_are_ignored() -> None:
     state = AgentState(0.25)
     assert [p.server for p in published(state, [pin(10)], [pin(20, "s1")])] == [None]

@@ -220,8 +220,12 @@ class AgentState:
         primary = {pin.ts: pin for pin in listed}
         by_ts = dict(primary)
         for pin in standby_pins:
-            if pin.server in self.replicas:
-                by_ts[pin.ts] = dataclasses.replace(pin, fallback=primary.get(pin.ts))
+            if pin.server not in self.replicas:
+                continue
+            fallback = primary.get(pin.ts)
+            # One commit point: the state was current when either pin says it was.
+            current = max(pin.current_as_of, fallback.current_as_of if fallback else 0.0)
+            by_ts[pin.ts] = dataclasses.replace(pin, fallback=fallback, current_as_of=current)
         return [by_ts[ts] for ts in sorted(by_ts)]
 
 

@@ -183,13 +183,14 @@ class CacheDriver(CacheCore):
         :class:`~txcache._replicas.ReplicaHealth`)."""
         if not self.replica_health.usable(name):
             return None
-        pool = self.replica_pools[name]
-        try:
-            connection: Connection = pool.getconn(timeout=self.settings.node_timeout)
-        except (psycopg_pool.PoolTimeout, psycopg.OperationalError) as error:
-            self.replica_health.failed(name, f"no connection: {error}")
-            return None
-        self._replica_of[connection] = name
+        connection = self._parked_elsewhere(name)
+        if connection is None:
+            try:
+                connection = self.replica_pools[name].getconn(timeout=self.settings.node_timeout)
+            except (psycopg_pool.PoolTimeout, psycopg.OperationalError) as error:
+                self.replica_health.failed(name, f"no connection: {error}")
+                return None
+            self._replica_of[connection] = name
         try:
             self._prepare_checkout(connection)  # gives the connection back if it fails
         except psycopg.OperationalError as error:
@@ -210,10 +211,11 @@ class CacheDriver(CacheCore):
             raise
         self._connection_readings[connection] = readings
 
-    def _parked_elsewhere(self) -> Connection | None:
-        """A parked connection, its database transaction ended, before the pool's: a
-        connection parked at another pin is never idle while the pool has none to give."""
-        while (parked := self.parking.take_any()) is not None:
+    def _parked_elsewhere(self, server: str | None = None) -> Connection | None:
+        """A parked connection to ``server`` (``None``: the primary), its database
+        transaction ended, before the pool's: a connection parked at another pin is never
+        idle while the pool has none to give."""
+        while (parked := self.parking.take_any(server)) is not None:
             try:
                 parked.connection.execute("ROLLBACK")  # keeps psycopg's prepared ones
             except psycopg.Error as error:
@@ -243,7 +245,9 @@ class CacheDriver(CacheCore):
         """Keep a read-only transaction's database transaction open for the next one at
         its pin; or give its connection back — when it is too old to keep, or someone waits
         for the pool — and the oldest parked one's if the lot was full."""
-        waiting = self.pool.get_stats().get("requests_waiting", 0)
+        replica = self._replica_of.get(parked.connection)
+        pool = self.pool if replica is None else self.replica_pools[replica]
+        waiting = pool.get_stats().get("requests_waiting", 0)
         end = parked if waiting else self.parking.park(parked, time.monotonic())
         if end is not None:
             self.release(end.connection)

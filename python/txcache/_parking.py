@@ -87,10 +87,12 @@ class ParkingLot(Generic[C]):
             return oldest
 
     def take(self, pin: Pin, context: SessionContext, now: float) -> ParkedSnapshot[C] | None:
-        """A young database transaction at ``pin`` in ``context``, taken out of the lot."""
+        """A young database transaction at ``pin`` in ``context`` on ``pin``'s server (the
+        primary, or a standby), taken out of the lot."""
         with self._lock:
             for parked in reversed(self._parked):
-                if same_commit_point(parked.pin, pin) and parked.context == context:
+                same_server = parked.pin.server == pin.server
+                if same_commit_point(parked.pin, pin) and same_server and parked.context == context:
                     if not self.young(parked.began, now):
                         continue  # parked in finishing order, not beginning order
                     self._parked.remove(parked)
@@ -98,14 +100,16 @@ class ParkingLot(Generic[C]):
                     return parked
         return None
 
-    def take_any(self) -> ParkedSnapshot[C] | None:
-        """The oldest parked connection, for a transaction at another pin: it uses the
-        connection rather than the pool (after ending the database transaction), so that a
-        parked connection never sits idle while the pool has none to give."""
+    def take_any(self, server: str | None = None) -> ParkedSnapshot[C] | None:
+        """The oldest parked connection to ``server`` (``None``: the primary), for a
+        transaction at another pin: it uses the connection rather than the pool (after
+        ending the database transaction), so that a parked connection never sits idle while
+        the pool has none to give."""
         with self._lock:
-            if not self._parked:
+            candidates = [p for p in self._parked if p.pin.server == server]
+            if not candidates:
                 return None
-            oldest = min(self._parked, key=lambda p: p.began)
+            oldest = min(candidates, key=lambda p: p.began)
             self._parked.remove(oldest)
             return oldest
 
@@ -117,10 +121,16 @@ class ParkingLot(Generic[C]):
         return old
 
     def overdue(self, now: float, grace: float) -> list[ParkedSnapshot[C]]:
-        """The database transactions kept ``grace`` seconds past ``hold`` — their cache's
-        background worker did not run (an event loop blocked) — taken out of the lot."""
+        """The primary's database transactions kept ``grace`` seconds past ``hold`` — their
+        cache's background worker did not run (an event loop blocked) — taken out of the
+        lot. A standby's are left to that worker: their locks hold back no schema change on
+        the primary, only the standby's replay of one."""
         with self._lock:
-            late = [p for p in self._parked if now - p.began >= self.hold + grace]
+            late = [
+                p
+                for p in self._parked
+                if p.pin.server is None and now - p.began >= self.hold + grace
+            ]
             self._parked = [p for p in self._parked if p not in late]
         return late
 

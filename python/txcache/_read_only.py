@@ -162,12 +162,17 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         names what is not. A database error (or :class:`~txcache.SnapshotUnavailable`)
         fails the block: every later lookup, query and cacheable call raises
         :class:`~txcache.TransactionError`. The cursor returned holds the results only."""
-        statements = self._statement_count(statement, params)
+        single = self._statement_count(statement, params) == 1
         try:
-            connection = self._database()
-            cursor, tags = self._run(
-                connection, statement, params, single=statements == 1, rows=row_factory
-            )
+            try:
+                connection = self._database()
+                cursor, tags = self._run(connection, statement, params, single, row_factory)
+            except psycopg.OperationalError as error:
+                if not self._may_leave_replica():
+                    raise
+                self._leave_replica(f"its connection failed ({error})", failed=True)
+                connection = self._database()
+                cursor, tags = self._run(connection, statement, params, single, row_factory)
         except (psycopg.Error, SnapshotUnavailable) as error:
             replacement = self._failed_by(error)
             if replacement is None:
@@ -185,7 +190,6 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         connection: Connection,
         statement: str,
         params: Params,
-        *,
         single: bool,
         rows: RowFactory[Any] | None,
     ) -> tuple[ResultCursor, frozenset[str] | None]:
@@ -259,7 +263,7 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         such pin of the set — or raise :class:`SnapshotUnavailable` (always on the unpinned
         fallback: no pin to move to)."""
         if self._may_leave_replica():
-            self._leave_replica(stale)
+            self._leave_replica(stale.what)
             return
         active, connection = self.snapshot, self._connection
         assert connection is not None
@@ -274,12 +278,12 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
                 self.pin_set.discard(pin)
         raise stale.error()
 
-    def _leave_replica(self, stale: StaleRead) -> None:
+    def _leave_replica(self, why: str, *, failed: bool = False) -> None:
         """Give the standby's connection back and go on on the primary, at the primary's
         pin of the same commit point or another of the set (nothing was read from the
-        standby yet)."""
+        standby yet); with ``failed``, the standby is passed over for a while too."""
         connection, self._connection = self._connection, None
-        self._left_replica(stale)
+        self._left_replica(why, failed=failed)
         if connection is not None:
             self.cache.release(connection)
 

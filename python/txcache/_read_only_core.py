@@ -476,13 +476,17 @@ class ReadOnlyCore(Generic[C]):
         its snapshot)."""
         return self._runs_on_replica() and not self._read_database
 
-    def _left_replica(self, stale: StaleRead) -> None:
-        """The transaction leaves its standby (:meth:`_may_leave_replica`): from now on it
-        runs on the primary, at the primary's pin of the same commit point if there is one."""
+    def _left_replica(self, why: str, *, failed: bool = False) -> None:
+        """The transaction leaves its standby (:meth:`_may_leave_replica`) because of
+        ``why``: from now on it runs on the primary, at the primary's pin of the same commit
+        point if there is one. With ``failed`` the standby is passed over for a while."""
         pin = self.snapshot
         assert pin is not None
         assert pin.server is not None
-        log.info("standby %s: %s; the transaction runs on the primary", pin.server, stale.what)
+        if failed:
+            self.cache.replica_health.failed(pin.server, why)
+        else:
+            log.info("standby %s: %s; the transaction runs on the primary", pin.server, why)
         self.snapshot = None
         self.primary_only = True
         self._replica_refused(pin)
@@ -563,8 +567,10 @@ class ReadOnlyCore(Generic[C]):
         if self.uncached or self.context is None or self.cache.parking.hold <= 0:
             return None
         choice = self._choose()
-        if choice is None or choice.server is not None:
-            return None  # only the primary's transactions are parked
+        if choice is None:
+            return None
+        if choice.server is not None and (self.primary_only or not self._replica_caught_up(choice)):
+            return None
         return choice, self.context
 
     def _resume(self, parked: ParkedSnapshot[Any], pin: Pin) -> None:
@@ -638,8 +644,6 @@ class ReadOnlyCore(Generic[C]):
         pin, context = self.snapshot, self.context
         if pin is None or context is None or self.uncached or self.database_snapshot:
             return None
-        if pin.server is not None:
-            return None  # the parking lot holds the primary's connections
         if self._failure is not None or self.session_changed or self._catalog_moved:
             return None
         if not self.cache.parking.young(self._database_began, now) or not holds(connection):

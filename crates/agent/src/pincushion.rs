@@ -35,7 +35,7 @@ use crate::connect::{connect_sql, SqlSession};
 use crate::database::DatabaseIdentity;
 use crate::fingerprint_check::FingerprintCheck;
 use crate::standby::{self, Health, Refusal, StandbySnapshot};
-use crate::tracker::{ReplayPoint, StreamTracker};
+use crate::tracker::{Progress, ReplayPoint, StreamTracker};
 use anyhow::{bail, Context as _};
 use pgwire_replication::Lsn;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -308,10 +308,11 @@ impl Pincushion {
     /// library's to guard.
     pub fn pins(&self) -> Vec<Pin> {
         let listed = self.listed();
+        let progress = self.tracker.progress();
         self.lock()
             .iter()
             .filter(|pin| listed(pin))
-            .cloned()
+            .map(|pin| current_now(pin, &progress))
             .collect()
     }
 
@@ -902,6 +903,17 @@ impl Pinner {
     }
 }
 
+/// `pin` as listed now: while the stream decoded no commit after it, it is the current state
+/// as of the last heartbeat decoded past it (as [`Pinner::refresh_current`] records at each
+/// tick; listed so, a library's staleness is measured from the heartbeat, not the tick).
+fn current_now(pin: &Pin, progress: &Progress) -> Pin {
+    let mut pin = pin.clone();
+    if progress.commit <= pin.ts && progress.heartbeat > pin.ts {
+        pin.current_as_of = pin.current_as_of.max(progress.heartbeat_time);
+    }
+    pin
+}
+
 /// The pin a standby's snapshot makes, placed on the stream at `point`.
 fn standby_pin(exported: StandbySnapshot, point: ReplayPoint, session: u64) -> Pin {
     Pin {
@@ -1048,6 +1060,29 @@ mod tests {
         let unused = pin(100, None);
         assert!(settings.keeps(&unused, WallClock(101 * SECOND)));
         assert!(!settings.keeps(&unused, WallClock(102 * SECOND)));
+    }
+
+    #[test]
+    fn a_pin_no_commit_followed_is_listed_current_as_of_the_last_heartbeat_past_it() {
+        let listed = pin(100, None);
+        let progress = |commit: u64, heartbeat: u64| Progress {
+            commit: Timestamp(commit),
+            commit_time: WallClock(0),
+            heartbeat: Timestamp(heartbeat),
+            heartbeat_time: WallClock(105 * SECOND),
+        };
+        let at = |progress: Progress| current_now(&listed, &progress).current_as_of;
+        assert_eq!(at(progress(1, 50)), WallClock(105 * SECOND));
+        assert_eq!(
+            at(progress(2, 50)),
+            listed.current_as_of,
+            "a commit followed it"
+        );
+        assert_eq!(
+            at(progress(1, 1)),
+            listed.current_as_of,
+            "no heartbeat past it"
+        );
     }
 
     #[test]
