@@ -71,6 +71,7 @@ from _report import fmt, log, machine_note, result_name, write_report
 from psycopg.conninfo import make_conninfo
 
 import txcache
+from txcache import _protocol as protocol
 from txcache._postgres import standby_name
 from txcache._replicated import STANDBY_SLOT
 from txcache.stack import ReplicatedPostgres, wait_until
@@ -132,6 +133,8 @@ class Run:
     """Queries the standby cancelled for replay conflicts during the run (``--standby``)."""
     standby_lag_bytes: int | None = None
     """How far the standby's replay was behind the primary at 90 % of the run."""
+    standby_pins: int | None = None
+    """Pins the agent listed on the standby at 90 % of the run."""
     cpu: dict[str, float] = field(default_factory=dict)
     status: dict[str, int] = field(default_factory=dict)
     foreign_cpu: float = 0.0
@@ -192,8 +195,13 @@ def wal_counts(dsn: str) -> tuple[int, int]:
 
 
 def oldest_xmin_age(dsn: str) -> int:
-    """Age in transactions of the oldest snapshot any session holds (the vacuum horizon)."""
-    age = scalar(dsn, "SELECT coalesce(max(age(backend_xmin)), 0) FROM pg_stat_activity")
+    """Age in transactions of the oldest snapshot any session holds, or a standby's
+    feedback holds through its slot (the vacuum horizon)."""
+    age = scalar(
+        dsn,
+        "SELECT greatest((SELECT max(age(backend_xmin)) FROM pg_stat_activity), "
+        "(SELECT max(age(xmin)) FROM pg_replication_slots), 0)",
+    )
     return int(age)
 
 
@@ -251,12 +259,11 @@ class Standby:
         self.dsn = make_conninfo(servers.standby.dsn, dbname=dbname)
 
     def feedback(self, on: bool) -> None:
-        """Set ``hot_standby_feedback`` and wait until a new session shows it."""
+        """Restart the standby with ``hot_standby_feedback`` ``on`` or off, unless it has
+        that already (the command line's settings win over ``ALTER SYSTEM``)."""
         value = "on" if on else "off"
-        execute(
-            self.dsn, f"ALTER SYSTEM SET hot_standby_feedback = {value}", "SELECT pg_reload_conf()"
-        )
-        wait_until(lambda: scalar(self.dsn, "SHOW hot_standby_feedback") == value, "feedback")
+        if scalar(self.dsn, "SHOW hot_standby_feedback") != value:
+            self.servers.restart_standby({"hot_standby_feedback": value})
 
     def streaming(self, primary_dsn: str) -> None:
         """Wait until the standby streams from the (restarted) primary."""
@@ -289,8 +296,8 @@ def measure(
     if args.placement == "split":
         place_database_apart(server)
     if standby is not None:
-        standby.streaming(dsn)
         standby.feedback(run.config is None or run.config.feedback is not False)
+        standby.streaming(dsn)
     with ExitStack() as stack:
         agent = None
         if run.config is not None and run.config.lifetime == 0:
@@ -312,6 +319,8 @@ def measure(
         run.xmin_age = oldest_xmin_age(dsn)
         if standby is not None:
             run.standby_lag_bytes = standby.lag_bytes(dsn)
+        if agent and "client" in agent and standby is not None:
+            run.standby_pins = len(agent["client"].run(protocol.standby_pins()))
         run.pgbench = load.wait()
         if standby is not None:
             run.standby_conflicts = standby.conflicts() - conflicts
@@ -391,7 +400,7 @@ def run_rows(runs: list[Run]) -> list[str]:
         "| # | run | TPS | latency ms | database CPU µs/tx | WAL bytes/tx | WAL records/tx "
         "| full-page images/tx | oldest xmin age (xids) "
         "| branches+tellers growth KiB | CPU s: agent | node | walsender "
-        "| pins certified / unclean | standby: conflicts, lag KiB | other work CPU s "
+        "| pins certified / unclean | standby: pins, conflicts, lag KiB | other work CPU s "
         "| stolen CPU s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -404,6 +413,7 @@ def run_rows(runs: list[Run]) -> list[str]:
             f"{run.status['pins_certified']} / {run.status['pins_unclean']}" if run.status else "-"
         )
         standby = (
+            f"{run.standby_pins if run.standby_pins is not None else '-'}, "
             f"{run.standby_conflicts}, {(run.standby_lag_bytes or 0) // 1024}"
             if run.standby_conflicts is not None
             else "-"
@@ -437,9 +447,16 @@ def running_note(args: argparse.Namespace) -> str:
             "Decoding only: wal_level=logical, `txcache setup` (slot, REPLICA IDENTITY FULL), "
             "the slot consumed by `pg_recvlogical` into /dev/null; no agent, node or pins"
         )
+    standby = (
+        "; every run beside a streaming standby (asynchronous, `hot_standby_feedback` on unless "
+        "said), the agent's pins on the primary or, with `--standby` and `--primary-pins "
+        "on-demand`, on the standby"
+        if args.standby
+        else ""
+    )
     return (
         "Agent: wal_level=logical, slot, node + agent (default settings, or `--max-staleness "
-        "L --pin-lease L` for pins living L s; a pin every 1 s)"
+        "L --pin-lease L` for pins living L s; a pin every 1 s)" + standby
     )
 
 
@@ -470,7 +487,10 @@ def report_body(runs: list[Run], args: argparse.Namespace) -> list[str]:
         "pages mean more WAL per transaction; *WAL records/tx* is the count that does not "
         "depend on it; "
         "*oldest xmin age*: sampled at 90 % of the run, the vacuum horizon the "
-        "pinner sessions hold; *growth*: size of pgbench_branches + pgbench_tellers during "
+        "pinner sessions hold (or a standby's feedback, through its slot's xmin); "
+        "*standby*: with `--standby`, the pins the agent listed on it at 90 % of the run, "
+        "the queries it cancelled for replay conflicts and how far its replay was behind; "
+        "*growth*: size of pgbench_branches + pgbench_tellers during "
         "the run, the tables whose dead rows a held horizon keeps; *other work*: CPU time of "
         "processes that are not this benchmark's, the machine being shared; *stolen*: CPU "
         "time the hypervisor gave to other guests while ours wanted to run):",
@@ -512,6 +532,7 @@ def run(args: argparse.Namespace) -> None:
                 "small_tables_growth_kib": r.small_tables_growth_kib,
                 "standby_conflicts": r.standby_conflicts,
                 "standby_lag_bytes": r.standby_lag_bytes,
+                "standby_pins": r.standby_pins,
                 "cpu_seconds": r.cpu,
                 "agent_status": r.status,
                 "foreign_cpu_seconds": r.foreign_cpu,

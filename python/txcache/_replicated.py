@@ -96,6 +96,13 @@ class ReplicatedPostgres:
             f"dbname={dbname} target_session_attrs=read-write"
         )
 
+    def restart_standby(self, settings: Mapping[str, Setting]) -> None:
+        """Restart the standby with ``settings`` over both servers' (``hot_standby_feedback``
+        off, say: the command line's settings win over ``ALTER SYSTEM``)."""
+        if self.standby is None:
+            raise RuntimeError("there is no standby to restart")
+        self.standby.restart({**self._settings, **settings})
+
     def server_dsns(self, dbname: str = "postgres") -> dict[str, str]:
         """Each server's own DSN (whichever is primary now), by a name of its port
         (``port5433``): a standby's clients name them so, since a promotion swaps the
