@@ -180,6 +180,38 @@ def test_misses_go_to_the_primary_while_the_standby_is_down(
     wait_for_standby_pin(stack)
 
 
+def test_a_standby_that_dies_under_a_transaction_hands_it_to_the_primary_s_pin_of_its_point(
+    stack: LibraryStack, pair: ReplicatedPostgres
+) -> None:
+    """Results read from the standby stay valid at the primary's pin of the same commit
+    point: the transaction goes on there, no error reaches the application."""
+    assert pair.standby is not None
+    stack.write("INSERT INTO log VALUES (1)")
+    stack.caught_up()
+
+    def standby_pin_with_fallback() -> bool:
+        stack.fresh_pins()
+        pin, in_recovery, _ = where(stack.cache)
+        return in_recovery and pin.fallback is not None
+
+    wait_until(standby_pin_with_fallback, "a standby pin at a primary pin's commit point",
+               timeout=30, log=stack._agent_log)  # fmt: skip
+    with stack.cache.read_only(staleness=5) as tx:
+        first = txcache.query_one("SELECT max(n), pg_is_in_recovery() FROM log")
+        assert first == (1, True)
+        assert tx.snapshot is not None
+        standby_pin = tx.snapshot
+        assert standby_pin.fallback is not None
+        pair.standby.crash()
+        try:
+            second = txcache.query_one("SELECT max(n), pg_is_in_recovery() FROM log")
+            assert second == (1, False)
+            assert tx.snapshot is not None
+            assert (tx.snapshot.ts, tx.snapshot.server) == (standby_pin.ts, None)
+        finally:
+            pair.standby.start()
+
+
 def primary_pinner_horizons(pair: ReplicatedPostgres) -> list[Any]:
     """The ``backend_xmin`` of the agent's pinner sessions on the primary: what their
     exported snapshots hold of its vacuum horizon (``None``: nothing)."""

@@ -168,7 +168,7 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
                 connection = self._database()
                 cursor, tags = self._run(connection, statement, params, single, row_factory)
             except psycopg.OperationalError as error:
-                if not self._may_leave_replica():
+                if not self._may_leave_replica(same_point=True):
                     raise
                 self._leave_replica(f"its connection failed ({error})", failed=True)
                 connection = self._database()

@@ -470,11 +470,15 @@ class ReadOnlyCore(Generic[C]):
         self._fall_back("no pin could be imported")
         return False
 
-    def _may_leave_replica(self) -> bool:
-        """Whether a statement on a standby whose result was dropped may run on the primary
-        instead: nothing was read from the standby yet (no result binds the transaction to
-        its snapshot)."""
-        return self._runs_on_replica() and not self._read_database
+    def _may_leave_replica(self, *, same_point: bool = False) -> bool:
+        """Whether a statement on a standby may run on the primary instead: nothing was read
+        from the standby yet (no result binds the transaction to its snapshot), or, with
+        ``same_point`` (its connection failed, not its result), the primary has a pin at
+        the very commit point, where everything read so far is as valid."""
+        if not self._runs_on_replica():
+            return False
+        assert self.snapshot is not None
+        return not self._read_database or (same_point and self.snapshot.fallback is not None)
 
     def _left_replica(self, why: str, *, failed: bool = False) -> None:
         """The transaction leaves its standby (:meth:`_may_leave_replica`) because of
@@ -490,6 +494,10 @@ class ReadOnlyCore(Generic[C]):
         self.snapshot = None
         self.primary_only = True
         self._replica_refused(pin)
+        if self._read_database:
+            # Bound to the standby's snapshot by what it read: only the primary's pin of
+            # that commit point (the fallback) will do.
+            self.pin_set.narrow(pin.ts, pin.ts + 1)
 
     def _replica_caught_up(self, pin: Pin) -> bool:
         """Whether ``pin``'s standby had replayed every schema change of the catalog

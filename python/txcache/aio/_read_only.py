@@ -172,7 +172,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
                 connection = await self._database()
                 cursor, tags = await self._run(connection, statement, params, single, row_factory)
             except psycopg.OperationalError as error:
-                if not self._may_leave_replica():
+                if not self._may_leave_replica(same_point=True):
                     raise
                 await self._leave_replica(f"its connection failed ({error})", failed=True)
                 connection = await self._database()
