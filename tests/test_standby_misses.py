@@ -212,6 +212,52 @@ def test_a_standby_that_dies_under_a_transaction_hands_it_to_the_primary_s_pin_o
             pair.standby.start()
 
 
+def test_a_standby_that_dies_under_commits_hands_the_transaction_to_a_pin_its_reads_fit(
+    stack: LibraryStack, pair: ReplicatedPostgres
+) -> None:
+    """Under a stream of commits the primary has no pin at the standby pin's commit point:
+    the transaction goes on at a primary pin where what it read stays valid (a node's
+    TXINTERVAL for its query's tags; here a table nobody writes)."""
+    assert pair.standby is not None
+    wait_for_standby_pin(stack)
+    done = threading.Event()
+
+    def writer() -> None:
+        with psycopg.connect(pair.primary.dsn, autocommit=True) as db:
+            n = 0
+            while not done.is_set():
+                n += 1
+                db.execute("INSERT INTO log VALUES (%s)", (n,))
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    # A query the library derives tags for (no function like pg_is_in_recovery() in it):
+    # a node can then say where its result stays valid.
+    query = "SELECT count(*) FROM items"
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            # A primary pin the transaction can go to: nobody reads at the primary's, so
+            # the agent lets them go, and once the standby is down it cannot take another
+            # (the primary holds the stream back for it: synchronized_standby_slots).
+            stack.fresh_pins()
+            with stack.cache.read_only(staleness=5) as tx:
+                first = txcache.query_one(query)
+                assert tx.snapshot is not None
+                if tx.snapshot.fallback is not None or tx.snapshot.server is None:
+                    continue  # a pin the primary shares, or the primary's: try again
+                pair.standby.crash()
+                assert txcache.query_one(query) == first
+                assert tx.snapshot.server is None
+                break
+        else:
+            pytest.fail("no transaction ran at a standby pin the primary does not share")
+    finally:
+        done.set()
+        thread.join(timeout=30)
+        pair.standby.start()
+
+
 def primary_pinner_horizons(pair: ReplicatedPostgres) -> list[Any]:
     """The ``backend_xmin`` of the agent's pinner sessions on the primary: what their
     exported snapshots hold of its vacuum horizon (``None``: nothing)."""

@@ -470,20 +470,28 @@ class ReadOnlyCore(Generic[C]):
         self._fall_back("no pin could be imported")
         return False
 
-    def _may_leave_replica(self, *, same_point: bool = False) -> bool:
-        """Whether a statement on a standby may run on the primary instead: nothing was read
-        from the standby yet (no result binds the transaction to its snapshot), or, with
-        ``same_point`` (its connection failed, not its result), the primary has a pin at
-        the very commit point, where everything read so far is as valid."""
-        if not self._runs_on_replica():
-            return False
-        assert self.snapshot is not None
-        return not self._read_database or (same_point and self.snapshot.fallback is not None)
+    def _may_leave_replica(self, *, failed: bool = False) -> bool:
+        """Whether a statement on a standby may run on the primary instead: when nothing was
+        read from the standby yet (no result binds the transaction to its snapshot), or, if
+        the standby ``failed`` (its connection, not its result), at a primary pin where
+        everything read so far stays valid (:meth:`_left_replica`)."""
+        return self._runs_on_replica() and (failed or not self._read_database)
 
-    def _left_replica(self, why: str, *, failed: bool = False) -> None:
+    def _left_replica(
+        self,
+        why: str,
+        *,
+        failed: bool = False,
+        valid: tuple[int, int] | None = None,
+        fresh: Pin | None = None,
+    ) -> None:
         """The transaction leaves its standby (:meth:`_may_leave_replica`) because of
         ``why``: from now on it runs on the primary, at the primary's pin of the same commit
-        point if there is one. With ``failed`` the standby is passed over for a while."""
+        point if there is one. Bound by what it read there, only that pin will do, or one
+        in ``valid`` (where every result read so far is valid), ``fresh`` (a pin just
+        taken) among them; none:
+        :class:`SnapshotUnavailable`. With ``failed`` the standby is passed over for a
+        while."""
         pin = self.snapshot
         assert pin is not None
         assert pin.server is not None
@@ -493,11 +501,22 @@ class ReadOnlyCore(Generic[C]):
             log.info("standby %s: %s; the transaction runs on the primary", pin.server, why)
         self.snapshot = None
         self.primary_only = True
-        self._replica_refused(pin)
         if self._read_database:
-            # Bound to the standby's snapshot by what it read: only the primary's pin of
-            # that commit point (the fallback) will do.
-            self.pin_set.narrow(pin.ts, pin.ts + 1)
+            # Bound by what it read: the primary's pin of that commit point, or one where
+            # those results are as valid.
+            lo, hi = (pin.ts, pin.ts + 1) if pin.fallback is not None else valid or (0, 0)
+            if pin.fallback is not None:
+                self.pin_set.substitute(pin, pin.fallback)
+            elif fresh is not None and lo <= fresh.ts < hi:
+                self.pin_set.reify(fresh)
+            primary = [p for p in self.pin_set.within(lo, hi) if p.server is None]
+            if not primary or not self.pin_set.restrict(primary):
+                raise SnapshotUnavailable(
+                    f"standby {pin.server} failed under this transaction ({why}), and no "
+                    "primary pin fits what it read there; retry the transaction"
+                )
+            return
+        self._replica_refused(pin)
 
     def _replica_caught_up(self, pin: Pin) -> bool:
         """Whether ``pin``'s standby had replayed every schema change of the catalog

@@ -172,7 +172,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
                 connection = await self._database()
                 cursor, tags = await self._run(connection, statement, params, single, row_factory)
             except psycopg.OperationalError as error:
-                if not self._may_leave_replica(same_point=True):
+                if not self._may_leave_replica(failed=True):
                     raise
                 await self._leave_replica(f"its connection failed ({error})", failed=True)
                 connection = await self._database()
@@ -284,12 +284,23 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
 
     async def _leave_replica(self, why: str, *, failed: bool = False) -> None:
         """Give the standby's connection back and go on on the primary, at the primary's
-        pin of the same commit point or another of the set (nothing was read from the
-        standby yet); with ``failed``, the standby is passed over for a while too."""
+        pin of the same commit point or, where what was read from the standby stays valid
+        (a node's ``TXINTERVAL``), another of the set; with ``failed``, the standby is
+        passed over for a while too. :class:`SnapshotUnavailable` when no pin fits."""
+        active = self.snapshot
+        assert active is not None
+        valid, fresh = None, None
+        if self._read_database and active.fallback is None:
+            # The primary's pins may all be gone (nobody used them): a fresh one too, while
+            # no cached value binds the transaction to the set.
+            fresh = await self._fresh_pin() if not self.read_cache else None
+            valid = await self._results_valid_around(active, fresh)
         connection, self._connection = self._connection, None
-        self._left_replica(why, failed=failed)
-        if connection is not None:
-            await self.cache.release(connection)
+        try:
+            self._left_replica(why, failed=failed, valid=valid, fresh=fresh)
+        finally:
+            if connection is not None:
+                await self.cache.release(connection)
 
     async def _results_valid_around(self, active: Pin, fresh: Pin | None) -> tuple[int, int] | None:
         """The range of commit points at which every query result read so far is valid (a
