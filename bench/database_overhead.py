@@ -71,9 +71,7 @@ from _report import fmt, log, machine_note, result_name, write_report
 from psycopg.conninfo import make_conninfo
 
 import txcache
-from txcache import _protocol as protocol
-from txcache._postgres import standby_name
-from txcache._replicated import STANDBY_SLOT
+from txcache import protocol
 from txcache.stack import ReplicatedPostgres, wait_until
 
 SMALL_TABLES = "'pgbench_branches'::regclass, 'pgbench_tellers'::regclass"
@@ -213,7 +211,10 @@ def start_agent(
     assert run.config is not None
     flags = run.config.agent_flags(standby_dsn)
     txcache_stack = stack.enter_context(bench_stack(dsn, agent_args=flags))
-    walsender = int(scalar(dsn, LOGICAL_WALSENDER))
+    # The slot's walsender: not the standby's (pg_stat_replication lists both).
+    walsender = int(
+        scalar(dsn, "SELECT active_pid FROM pg_replication_slots WHERE slot_type = 'logical'")
+    )
     pids = {"agent": agent_pid(txcache_stack), "node": node_pid(txcache_stack)}
     return {
         "pids": {**pids, "walsender": walsender},
@@ -241,14 +242,6 @@ def start_decoder(stack: ExitStack, server: Any, dsn: str) -> dict[str, Any]:
     return {"pids": {"walsender": wait_until(walsender, "pg_recvlogical's walsender")}}
 
 
-STANDBY_NAME = standby_name(STANDBY_SLOT)
-"""The standby's ``application_name`` on the primary."""
-LOGICAL_WALSENDER = (
-    f"SELECT pid FROM pg_stat_replication WHERE application_name <> '{STANDBY_NAME}'"
-)
-"""The walsender of the slot's consumer (not the standby's)."""
-
-
 class Standby:
     """The streaming standby of ``--standby``: its feedback set per run, its conflicts and
     lag measured."""
@@ -269,7 +262,8 @@ class Standby:
         """Wait until the standby streams from the (restarted) primary."""
         query = (
             "SELECT count(*) FROM pg_stat_replication "
-            f"WHERE application_name = '{STANDBY_NAME}' AND state = 'streaming'"
+            f"WHERE application_name = '{self.servers.standby_application_name}' "
+            "AND state = 'streaming'"
         )
         wait_until(lambda: scalar(primary_dsn, query) == 1, "the standby to stream", timeout=60)
 

@@ -96,6 +96,11 @@ class ReplicatedPostgres:
             f"dbname={dbname} target_session_attrs=read-write"
         )
 
+    @property
+    def standby_application_name(self) -> str:
+        """The standby's ``application_name`` in the primary's ``pg_stat_replication``."""
+        return standby_name(STANDBY_SLOT)
+
     def restart_standby(self, settings: Mapping[str, Setting]) -> None:
         """Restart the standby with ``settings`` over both servers' (``hot_standby_feedback``
         off, say: the command line's settings win over ``ALTER SYSTEM``)."""

@@ -20,8 +20,9 @@ a connection to run it on::
 
 Nodes: :func:`txget`, :func:`txset`, :func:`txinterval`, :func:`txstatus`,
 :func:`max_staleness`, :func:`info` (:func:`parse_fields`, :func:`integer_fields`); the
-agent: :func:`pins`, :func:`pin`, :func:`commit_lsn`, :func:`tag_columns`, :func:`barrier`,
-:func:`database`, :func:`nodes`, :func:`agent_status`, :func:`agent_role`. A node's misses
+agent: :func:`pins`, :func:`standby_pins`, :func:`pin`, :func:`commit_lsn`,
+:func:`tag_columns`, :func:`barrier`, :func:`database`, :func:`nodes`, :func:`agent_status`,
+:func:`agent_role`. A node's misses
 are of the kinds :data:`MISS_KINDS`.
 
 :class:`RespConnection` (what :func:`connect` returns; hiredis, one socket, no pool) raises
@@ -56,6 +57,7 @@ from txcache._protocol import (
     parse_fields,
     pin,
     pins,
+    standby_pins,
     tag_columns,
     txget,
     txinterval,
@@ -104,6 +106,7 @@ __all__ = [
     "parse_fields",
     "pin",
     "pins",
+    "standby_pins",
     "tag_columns",
     "txget",
     "txinterval",
