@@ -64,11 +64,12 @@ def server_settings(storage: str, extra: Mapping[str, Setting] | None = None) ->
 
 @contextmanager
 def postgres(
-    storage: str, extra: Mapping[str, Setting] | None = None, *, standby: bool = False
+    storage: str, extra: Mapping[str, Setting] | None = None, *, standbys: int = 0
 ) -> Iterator[Any]:
     """A fresh PostgreSQL server on ``storage`` ('disk' or 'tmpfs'), stopped on exit; with
-    ``standby``, a :class:`~txcache.stack.ReplicatedPostgres` (a primary and its streaming
-    standby, whose ``dsn`` names both).
+    ``standbys`` (1 or more), a :class:`~txcache.stack.ReplicatedPostgres` (a primary and
+    its streaming standby, whose ``dsn`` names both) with ``standbys - 1`` more standbys
+    (its ``extra_standbys``).
 
     Started here rather than by :class:`~txcache.stack.Stack` itself: a Stack's own server
     keeps a ``data_dir`` it is given, while a benchmark wants a temporary cluster under
@@ -78,10 +79,16 @@ def postgres(
     previous = os.environ.get("TXCACHE_PG_TMPDIR")
     if storage == "disk":
         os.environ["TXCACHE_PG_TMPDIR"] = str(DISK_ROOT)
-    kind = ReplicatedPostgres if standby else EmbeddedPostgres
+    settings = server_settings(storage, extra)
     try:
-        with kind(server_settings(storage, extra)) as server:
-            yield server
+        if not standbys:
+            with EmbeddedPostgres(settings) as server:
+                yield server
+            return
+        with ReplicatedPostgres(settings) as servers:
+            for _ in range(standbys - 1):
+                servers.add_standby()
+            yield servers
     finally:
         if previous is None:
             os.environ.pop("TXCACHE_PG_TMPDIR", None)

@@ -164,7 +164,7 @@ def one_row_bench(args: argparse.Namespace) -> Iterator[Bench]:
     ``args.standby``, beside a streaming standby the agent pins too, and a second cache
     that runs its misses there."""
     standby = getattr(args, "standby", False)
-    with postgres(args.storage, SERVER, standby=standby) as servers, ExitStack() as exits:
+    with postgres(args.storage, SERVER, standbys=int(standby)) as servers, ExitStack() as exits:
         server = servers.primary if standby else servers
         dsn = create_database(server, "bench")
         execute(dsn, *(statement.format(rows=args.rows) for statement in SCHEMA))
@@ -180,9 +180,10 @@ def one_row_bench(args: argparse.Namespace) -> Iterator[Bench]:
             replica_cache = stack.connect(replicas={STANDBY: standby_dsn})
             exits.callback(replica_cache.close)
         plain = exits.enter_context(psycopg.connect(dsn))
-        bench = Bench(server, stack, cache, plain, note, replica_cache=replica_cache)
-        bench.standby = servers.standby if standby else None
-        yield bench
+        standby_server = servers.standby if standby else None
+        yield Bench(
+            server, stack, cache, plain, note, standby=standby_server, replica_cache=replica_cache
+        )
 
 
 def one_row_parser(description: str) -> argparse.ArgumentParser:

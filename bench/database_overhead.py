@@ -496,7 +496,7 @@ def report_body(runs: list[Run], args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> None:
     """Every run, then the report."""
     runs = schedule(configs(args), args.rounds)
-    with postgres(args.storage, standby=args.standby) as servers:
+    with postgres(args.storage, standbys=int(args.standby)) as servers:
         server = servers.primary if args.standby else servers
         dsn = create_database(server, "bench")
         standby = Standby(servers, "bench") if args.standby else None

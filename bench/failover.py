@@ -70,7 +70,7 @@ class Load(Readers):
 
 
 def run(args: argparse.Namespace) -> None:
-    with postgres(args.storage, standby=True) as servers:
+    with postgres(args.storage, standbys=1) as servers:
         both = create_database(servers, "failover")  # names the primary and the standby
         execute(both, *items_schema())
         measure(args, servers, both)

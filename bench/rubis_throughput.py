@@ -34,6 +34,13 @@ window's hit rate is less than a point above the one two windows back (throughpu
 its compulsory misses say more about the warm-up than about the cache. The report gives
 each mode's warm-up time and last window.
 
+With ``--standbys N`` the primary has N streaming standbys (each with its own quota under
+``--database-cpu``, as each would have its own machine), the agent pins every one, and the
+modes ``consistent+1`` … ``consistent+N`` (the defaults then) run the consistent
+application with its misses served by the first 1 … N standbys (``replicas``). The report
+gives each server's CPU and transactions per request: the primary's decides the speedup
+where it is the bottleneck.
+
 This is one client count, not a peak search (raising the clients until throughput stops
 rising is the experiments' job).
 """
@@ -45,7 +52,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, ExitStack, nullcontext
+from contextlib import ExitStack
 from typing import Any
 
 import psycopg
@@ -59,8 +66,8 @@ from _common import (
     postgres,
 )
 from _cpu import ForeignCpu, cpu_by_child
-from _cpu_quota import DatabaseCpuQuota
 from _database_cpu import KINDS, DatabaseCpuSplit
+from _database_servers import DatabaseServers, differences
 from _report import fmt, log, machine_note, result_name, write_report
 
 from rubis import emulator, generate
@@ -81,10 +88,22 @@ def component_cpu() -> dict[str, float]:
 
 
 def app_server(mode: str, args: argparse.Namespace, env: dict[str, str]) -> AppServer:
-    """The application in ``mode`` on the stack of ``env``."""
-    env = {**env, "TXCACHE_MODE": mode, "RUBIS_STALENESS": str(args.staleness)}
+    """The application in ``mode`` on the stack of ``env``: ``consistent+K`` is
+    ``consistent`` with its misses served by the first K standbys."""
+    library_mode, _, standbys = mode.partition("+")
+    env = {**env, "TXCACHE_MODE": library_mode, "RUBIS_STALENESS": str(args.staleness)}
     env["RUBIS_READ_YOUR_WRITES"] = "0" if args.no_read_your_writes else "1"
+    if standbys:
+        env["TXCACHE_REPLICAS"] = args.servers.replicas(int(standbys))
     return AppServer(env, workers=args.workers, threads=args.threads)
+
+
+def default_modes(standbys: int) -> str:
+    """The modes measured unless ``--modes`` says: with standbys, the consistent
+    application on 0 to ``standbys`` of them."""
+    if not standbys:
+        return ",".join(MODES)
+    return ",".join(["bypass", "consistent", *(f"consistent+{k}" for k in range(1, standbys + 1))])
 
 
 def emulate(
@@ -143,23 +162,15 @@ def _flat(mode: str, previous: float, level: float) -> bool:
     return level - previous < FLAT_HIT_POINTS
 
 
-def run_mode(
-    mode: str,
-    args: argparse.Namespace,
-    env: dict[str, str],
-    node: str,
-    quota: DatabaseCpuQuota | None,
-) -> dict[str, Any]:
+def run_mode(mode: str, args: argparse.Namespace, env: dict[str, str], node: str) -> dict[str, Any]:
     """Start the application in ``mode`` on the stack of ``env`` whose node is at ``node``
     (``host:port``), warm up, measure; the row of the report."""
     with app_server(mode, args, env) as server:
         warm_up(mode, server, args, node)
-        return measure(mode, server, args, node, quota, args.seed)
+        return measure(mode, server, args, node, args.seed)
 
 
-def run_rounds(
-    args: argparse.Namespace, env: dict[str, str], node: str, quota: DatabaseCpuQuota | None
-) -> list[dict[str, Any]]:
+def run_rounds(args: argparse.Namespace, env: dict[str, str], node: str) -> list[dict[str, Any]]:
     """``--rounds``: every mode's application started at once and warmed up, then each
     round measures every mode in turn, the order rotating from round to round, so that the
     database's growth and the cache's warming fall on every mode alike."""
@@ -172,32 +183,30 @@ def run_rounds(
         for index in range(args.rounds):
             shift = index % len(modes)
             for mode in modes[shift:] + modes[:shift]:
-                row = measure(mode, servers[mode], args, node, quota, args.seed + index)
+                row = measure(mode, servers[mode], args, node, args.seed + index)
                 rows.append(row | {"round": index + 1})
     return rows
 
 
 def measure(
-    mode: str,
-    server: AppServer,
-    args: argparse.Namespace,
-    node: str,
-    quota: DatabaseCpuQuota | None,
-    seed: int,
+    mode: str, server: AppServer, args: argparse.Namespace, node: str, seed: int
 ) -> dict[str, Any]:
     """``--duration`` seconds of load on ``server``, measured; the row of the report."""
     if args.statements:
         execute(args.dsn, "SELECT pg_stat_statements_reset()")
     counts, cpu, foreign = node_counts(node), component_cpu(), ForeignCpu()
     database_split = DatabaseCpuSplit(args.dsn)
-    throttled = quota.throttling() if quota else None
+    servers: DatabaseServers = args.servers
+    throttled, server_cpu = servers.throttling(), servers.cpu_seconds()
+    transactions_before = servers.transactions()
     log(f"{mode}: measuring {args.duration} s")
     report = emulate(server, args, args.duration, seed)
     after, cpu_after = node_counts(node), component_cpu()
     database_cpu = database_split.seconds()
+    server_cpu = differences(servers.cpu_seconds(), server_cpu)
+    transactions = differences(servers.transactions(), transactions_before)
     other = foreign.seconds()
-    if quota and throttled:
-        throttled = quota.throttling() - throttled
+    throttled = {name: t - throttled[name] for name, t in servers.throttling().items()}
     delta = {key: after[key] - counts[key] for key in after}
     lookups = sum(delta.values())
     row = report.as_dict()
@@ -208,7 +217,9 @@ def measure(
         "cpu_s": {k: round(cpu_after[k] - cpu[k], 2) for k in COMPONENTS},
         "database_cpu_s": database_cpu,
         "other_work_cpu_s": round(other, 2),
-        "database_throttled": throttled.as_dict() if throttled else None,
+        "server_cpu_s": {name: round(seconds, 3) for name, seconds in server_cpu.items()},
+        "server_transactions": transactions,
+        "database_throttled": {name: t.as_dict() for name, t in throttled.items()},
         "statements": (
             top_statements(args.dsn, report.requests, args.statements) if args.statements else None
         ),
@@ -251,7 +262,7 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load_s: float
     for row in rows:
         cpu = " | ".join(fmt(row["cpu_s"][c], 1) for c in COMPONENTS)
         lines.append(f"| {label(row)} | {cpu} | {fmt(row['other_work_cpu_s'], 1)} |")
-    lines += quota_lines(rows, args)
+    lines += server_lines(rows, args)
     lines += database_split_lines(rows)
     lines += statement_lines(rows)
     if args.rounds:
@@ -314,13 +325,6 @@ def statement_lines(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def quota_for(args: argparse.Namespace) -> AbstractContextManager[DatabaseCpuQuota | None]:
-    """The database's CPU quota if ``--database-cpu`` asks for one."""
-    if args.database_cpu is None:
-        return nullcontext()
-    return DatabaseCpuQuota(args.database_cpu)
-
-
 def label(row: dict[str, Any]) -> str:
     """A row's name in the tables: its mode, and its round with ``--rounds``."""
     return f"{row['mode']} (round {row['round']})" if "round" in row else str(row["mode"])
@@ -349,10 +353,12 @@ def round_lines(rows: list[dict[str, Any]]) -> list[str]:
             f"| {mode} | {fmt(statistics.mean(values), 1)} | {fmt(min(values), 1)} | "
             f"{fmt(max(values), 1)} | {each} |"
         )
-    ratios: tuple[tuple[str, str, str, Callable[[float], str]], ...] = (
-        ("speedup of the cache (consistent / bypass)", "consistent", "bypass", _times),
-        ("no_consistency vs consistent", "no_consistency", "consistent", _percent_more),
-    )
+    ratios: list[tuple[str, str, str, Callable[[float], str]]] = [
+        (f"speedup of {mode} (over bypass)", mode, "bypass", _times)
+        for mode in modes
+        if mode.startswith("consistent")
+    ]
+    ratios.append(("no_consistency vs consistent", "no_consistency", "consistent", _percent_more))
     lines.append("")
     for name, top, bottom, show in ratios:
         values = [
@@ -402,25 +408,32 @@ def database_split_lines(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def quota_lines(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
-    """What the database's CPU quota did in each mode (nothing without one)."""
-    if args.database_cpu is None:
-        return []
-    lines = [
-        "",
-        f"PostgreSQL was limited to {args.database_cpu} CPUs (cgroup cpu controller, every "
-        "postgres process); how often the quota held it back in the measured window:",
-        "",
-        "| mode | database CPU per request | periods throttled | time throttled |",
-        "|---|---:|---:|---:|",
-    ]
-    for row in rows:
-        throttled, requests = row["database_throttled"], max(1, row["requests"])
-        per_request = row["cpu_s"]["database"] / requests * 1e3
-        lines.append(
-            f"| {label(row)} | {fmt(per_request, 2)} ms | {throttled['throttled']} of "
-            f"{throttled['periods']} | {fmt(throttled['s'], 1)} s |"
+def server_lines(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
+    """Each database server's CPU and transactions per request, and with
+    ``--database-cpu`` how often its quota held it back in the measured window."""
+    names = list(args.servers.by_name)
+    lines = ["", "Per database server and request: CPU (ms) and transactions run"]
+    if args.database_cpu is not None:
+        lines[-1] += (
+            f"; each server was limited to {args.database_cpu} CPUs (its own cgroup, every "
+            "postgres process), and the last columns say in how many periods the quota held "
+            "it back"
         )
+    lines[-1] += ":"
+    header = [f"{name} CPU | {name} transactions" for name in names]
+    if args.database_cpu is not None:
+        header += [f"{name} throttled" for name in names]
+    lines += ["", "| mode | " + " | ".join(header) + " |", "|---|" + "---:|" * len(header)]
+    for row in rows:
+        requests = max(1, row["requests"])
+        cells = [
+            f"{fmt(row['server_cpu_s'][name] / requests * 1e3, 3)} | "
+            f"{fmt(row['server_transactions'][name] / requests, 2)}"
+            for name in names
+        ]
+        throttled = row["database_throttled"]
+        cells += [f"{throttled[n]['throttled']} of {throttled[n]['periods']}" for n in throttled]
+        lines.append(f"| {label(row)} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -435,7 +448,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--staleness", type=float, default=30.0)
     parser.add_argument("--node-memory", default="1gb")
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument(
+        "--modes", help=f"default {','.join(MODES)}; with --standbys, see the description"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--no-read-your-writes", action="store_true", help="RUBIS_READ_YOUR_WRITES=0"
@@ -445,7 +460,16 @@ def main() -> None:
         "--database-cpu",
         type=float,
         metavar="CORES",
-        help="limit PostgreSQL to this many CPUs (a cgroup CPU quota; needs root)",
+        help="limit PostgreSQL (each server, with --standbys) to this many CPUs (a cgroup "
+        "CPU quota; needs root)",
+    )
+    parser.add_argument(
+        "--standbys",
+        type=int,
+        default=0,
+        metavar="N",
+        help="give the primary N streaming standbys, pinned by the agent, and measure the "
+        "consistent application with its misses on 0 to N of them",
     )
     parser.add_argument(
         "--statements",
@@ -475,9 +499,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny, 3 s warm-up, 8 s measured")
     args = parser.parse_args()
     args.warmed = {}
+    args.modes = args.modes or default_modes(args.standbys)
     if args.quick:
         args.preset, args.warmup, args.duration = "tiny", 3.0, 8.0
-    with postgres(args.storage, STATEMENTS_SETTINGS if args.statements else None) as server:
+    extra = STATEMENTS_SETTINGS if args.statements else None
+    with (
+        postgres(args.storage, extra, standbys=args.standbys) as server,
+        DatabaseServers(server, "rubis") as servers,
+    ):
+        args.servers = servers
         dsn = args.dsn = create_database(server, "rubis")
         started = time.monotonic()
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -487,28 +517,30 @@ def main() -> None:
         load_s = time.monotonic() - started
         log(f"loaded {args.preset} in {load_s:.1f} s")
         note = machine_note(database_note(dsn, args.storage))
-        with bench_stack(dsn, max_memory=args.node_memory) as stack, quota_for(args) as quota:
-            if quota:
-                log(
-                    f"PostgreSQL limited to {args.database_cpu} CPUs: {quota.confine(server)} "
-                    "processes in its cgroup"
-                )
+        flags = servers.agent_flags()
+        with bench_stack(dsn, max_memory=args.node_memory, agent_args=flags) as stack:
+            if args.database_cpu is not None:
+                moved = servers.limit_cpu(args.database_cpu)
+                log(f"each server limited to {args.database_cpu} CPUs (processes moved: {moved})")
             env = stack.settings()
             node = stack.node_addresses[0]
             if args.rounds:
-                rows = run_rounds(args, env, node, quota)
+                rows = run_rounds(args, env, node)
             else:
-                modes = args.modes.split(",")
-                rows = [run_mode(mode, args, env, node, quota) for mode in modes]
-    extra = ["no-ryw"] if args.no_read_your_writes else []
+                rows = [run_mode(mode, args, env, node) for mode in args.modes.split(",")]
+    names = ["no-ryw"] if args.no_read_your_writes else []
     if args.database_cpu is not None:
-        extra.append(f"db-cpu-{args.database_cpu:g}")
-    extra += ["statements"] if args.statements else []
-    extra += [f"rounds-{args.rounds}"] if args.rounds else []
-    extra += ["warm"] if args.warm_until_flat else []
-    name = result_name("rubis_throughput", args.quick, args.storage, *extra)
+        names.append(f"db-cpu-{args.database_cpu:g}")
+    names += [f"standbys-{args.standbys}"] if args.standbys else []
+    names += ["statements"] if args.statements else []
+    names += [f"rounds-{args.rounds}"] if args.rounds else []
+    names += ["warm"] if args.warm_until_flat else []
+    name = result_name("rubis_throughput", args.quick, args.storage, *names)
     title = "RUBiS throughput: no cache, txcache, no_consistency"
-    raw = {"settings": vars(args), "load_s": load_s, "rows": rows}
+    if args.standbys:
+        title = f"RUBiS throughput: no cache, txcache with misses on 0 to {args.standbys} standbys"
+    settings = {key: value for key, value in vars(args).items() if key != "servers"}
+    raw = {"settings": settings, "load_s": load_s, "rows": rows}
     path = write_report(name, title, note, markdown(rows, args, load_s), raw)
     log(f"wrote {path}")
 

@@ -38,14 +38,18 @@ def stack(pair: ReplicatedPostgres) -> Iterator[LibraryStack]:
 
 
 @contextlib.contextmanager
-def standby_stack(pair: ReplicatedPostgres, *agent_args: str) -> Iterator[LibraryStack]:
-    """:func:`stack`, the agent run with ``agent_args`` too."""
+def standby_stack(
+    pair: ReplicatedPostgres, *agent_args: str, replicas: dict[str, str] | None = None
+) -> Iterator[LibraryStack]:
+    """:func:`stack`, the agent run with ``agent_args`` too, the library with more
+    ``replicas`` (standbys the agent's ``--standby`` flags among ``agent_args`` name)."""
     assert pair.standby is not None
     standby_dsn = pair.standby.dsn
     with psycopg.connect(pair.primary.dsn, autocommit=True) as db:
         db.execute("CREATE TABLE log (n integer PRIMARY KEY)")
     flags = (*AGENT_ARGS, "--standby", f"{STANDBY}={standby_dsn}", *agent_args)
-    with LibraryStack(pair.primary.dsn, agent_args=flags, replicas={STANDBY: standby_dsn}) as lib:
+    every = {STANDBY: standby_dsn, **(replicas or {})}
+    with LibraryStack(pair.primary.dsn, agent_args=flags, replicas=every) as lib:
         yield lib
 
 
@@ -62,7 +66,7 @@ def wait_for_standby_pin(stack: LibraryStack, staleness: float = 5.0) -> None:
     def on_standby() -> bool:
         stack.fresh_pins()
         pin, in_recovery, _ = where(stack.cache, staleness)
-        return bool(pin.server == STANDBY and in_recovery)
+        return bool(pin.server is not None and in_recovery)
 
     wait_until(on_standby, "a transaction on a standby pin", timeout=30, log=stack._agent_log)
 
@@ -71,11 +75,32 @@ def test_a_miss_runs_on_the_standby_at_exactly_its_pin_s_commit_point(
     stack: LibraryStack, pair: ReplicatedPostgres
 ) -> None:
     wait_for_standby_pin(stack)
+    readings = exact_readings_under_commits(stack.cache, pair.primary.dsn, {STANDBY: 50})
+    seen_on_standby = {seen for _, in_recovery, seen in readings if in_recovery}
+    assert len(seen_on_standby) >= 10, "the standby's pins must show the commits going on"
+
+
+def test_two_standbys_share_the_misses_each_at_exactly_its_pin_s_commit_point(
+    pair: ReplicatedPostgres,
+) -> None:
+    second = pair.add_standby()
+    with standby_stack(pair, "--standby", f"s2={second.dsn}", replicas={"s2": second.dsn}) as lib:
+        wait_for_standby_pin(lib)
+        exact_readings_under_commits(lib.cache, pair.primary.dsn, {STANDBY: 20, "s2": 20})
+
+
+def exact_readings_under_commits(
+    cache: txcache.Cache, primary_dsn: str, wanted: dict[str, int]
+) -> list[tuple[Any, ...]]:
+    """Readings of :func:`where` under a stream of single-row commits, until each standby
+    of ``wanted`` served its number of distinct pins (60 s at most). Each reading must see
+    every commit at or below its pin's timestamp and none after it — off by one commit
+    either way fails — and run in recovery exactly when its pin is a standby's."""
     commits: list[tuple[int, int]] = []  # (n, xid), in commit order
     done = threading.Event()
 
     def writer() -> None:
-        with psycopg.connect(pair.primary.dsn, autocommit=True) as db:
+        with psycopg.connect(primary_dsn, autocommit=True) as db:
             for n in range(1, 100_000):
                 if done.is_set():
                     return
@@ -85,45 +110,52 @@ def test_a_miss_runs_on_the_standby_at_exactly_its_pin_s_commit_point(
                 assert row is not None
                 commits.append((n, int(row[0])))
 
+    def points(server: str) -> int:
+        return len({pin.ts for pin, in_recovery, _ in readings if pin.server == server})
+
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     readings: list[tuple[Any, ...]] = []
     deadline = time.monotonic() + 60
     try:
         while time.monotonic() < deadline:
-            readings.append(where(stack.cache))
-            on_standby = {pin.ts for pin, in_recovery, _ in readings if in_recovery}
-            if len(on_standby) >= 50:
+            readings.append(where(cache))
+            if all(points(server) >= count for server, count in wanted.items()):
                 break
     finally:
         done.set()
         thread.join(timeout=30)
-    agent = stack.cache.agent
+    agent = cache.agent
     assert agent is not None
     lsns = [(agent.commit_lsn(xid, timeout=5.0), n) for n, xid in commits]
     assert all(lsn is not None for lsn, _ in lsns)
     for pin, in_recovery, seen in readings:
         # Every commit at or below the pin's timestamp, and none after it.
         expected = max((n for lsn, n in lsns if lsn is not None and lsn <= pin.ts), default=0)
-        assert in_recovery == (pin.server == STANDBY), pin
+        assert in_recovery == (pin.server is not None), pin
         if seen <= commits[-1][0]:  # the writer's last commit was recorded
             assert seen == expected, (pin, seen, expected)
-    standby_points = {pin.ts for pin, in_recovery, _ in readings if in_recovery}
-    assert len(standby_points) >= 50, f"{len(standby_points)} standby pins in {len(readings)}"
-    seen_on_standby = {seen for _, in_recovery, seen in readings if in_recovery}
-    assert len(seen_on_standby) >= 10, "the standby's pins must show the commits going on"
+    served = {server: points(server) for server in wanted}
+    assert all(served[s] >= count for s, count in wanted.items()), (served, len(readings))
+    return readings
 
 
 def test_read_your_writes_never_runs_on_a_standby_that_has_not_replayed_the_write(
     stack: LibraryStack,
 ) -> None:
     wait_for_standby_pin(stack)
-    for n in range(1, 21):
-        with stack.cache.read_write() as tx:
+    reads_its_writes(stack.cache, range(1, 21))
+
+
+def reads_its_writes(cache: txcache.Cache, numbers: range) -> None:
+    """Insert each of ``numbers`` into ``log`` and read it back with ``not_before`` its
+    commit: the read sees it, at a pin at or after the commit."""
+    for n in numbers:
+        with cache.read_write() as tx:
             tx.execute("INSERT INTO log VALUES (%s)", (n,))
         token = tx.commit_timestamp
         assert token is not None
-        pin, _, seen = where(stack.cache, not_before=token)
+        pin, _, seen = where(cache, not_before=token)
         assert seen == n
         assert pin.ts >= token
 
@@ -284,13 +316,6 @@ def test_pinning_the_primary_on_demand_leaves_its_horizon_to_the_standby(
 
         wait_until(horizon_free, "the primary's horizon to be free", timeout=30, log=lib._agent_log)
         # Read-your-writes still works: a fresh pin on the primary when the standby lags.
-        for n in range(2, 12):
-            with lib.cache.read_write() as tx:
-                tx.execute("INSERT INTO log VALUES (%s)", (n,))
-            token = tx.commit_timestamp
-            assert token is not None
-            pin, _, seen = where(lib.cache, not_before=token)
-            assert seen == n
-            assert pin.ts >= token
+        reads_its_writes(lib.cache, range(2, 12))
         wait_until(horizon_free, "the primary's horizon to be free again", timeout=30,
                    log=lib._agent_log)  # fmt: skip

@@ -61,7 +61,8 @@ def test_a_standby_pin_at_a_primary_pin_s_commit_point_keeps_it_as_its_fallback(
     state = AgentState(0.25, replicas=["s1", "s2"])
     primary = pin(10)
     pins = published(state, [primary], [pin(10, "s1"), pin(10, "s2")])
-    assert [(p.ts, p.server) for p in pins] == [(10, "s2")]
+    assert [p.ts for p in pins] == [10]
+    assert pins[0].server in ("s1", "s2")
     assert pins[0].fallback == primary
 
 
@@ -127,3 +128,29 @@ def test_a_standby_that_failed_is_passed_over_for_a_while_doubling(
     health.failed("s1", "down after serving")
     clock[0] += FIRST_PAUSE
     assert health.usable("s1")  # the pauses start anew
+
+
+def test_with_two_standbys_the_default_policy_takes_each_one_s_newest_pin_in_turn() -> None:
+    policy = prefer_standbys(newest_or_fresh(5.0), standbys=2)
+    pin_set = PinSet([pin(10, "s2"), pin(20, "s1"), pin(30, "s1"), pin(40)])
+    chosen = [policy(pin_set, time.time()) for _ in range(4)]
+    assert [(p.ts, p.server) for p in chosen if p is not None] == [
+        (30, "s1"),
+        (10, "s2"),
+        (30, "s1"),
+        (10, "s2"),
+    ]
+
+
+def test_standbys_pinned_at_one_commit_point_each_keep_a_share_of_the_points() -> None:
+    state = AgentState(0.25, replicas=["s1", "s2"])
+    points = range(1000, 1100)
+    both = [pin(ts, server) for ts in points for server in ("s1", "s2")]
+    pins = published(state, [pin(ts) for ts in points], both)
+    assert [p.ts for p in pins] == list(points)
+    kept = {server: sum(p.server == server for p in pins) for server in ("s1", "s2")}
+    assert min(kept.values()) >= 30, kept
+    assert all(p.fallback is not None and p.fallback.server is None for p in pins)
+    state_again = AgentState(0.25, replicas=["s1", "s2"])
+    again = published(state_again, [pin(ts) for ts in points], both[::-1])
+    assert [p.server for p in again] == [p.server for p in pins], "the order does not matter"

@@ -18,6 +18,7 @@ import itertools
 import logging
 import threading
 import time
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -222,11 +223,21 @@ class AgentState:
         for pin in standby_pins:
             if pin.server not in self.replicas:
                 continue
+            other = by_ts[pin.ts].server if pin.ts in by_ts else None
+            if other is not None and _share(other, pin.ts) < _share(pin.server or "", pin.ts):
+                continue
             fallback = primary.get(pin.ts)
             # One commit point: the state was current when either pin says it was.
             current = max(pin.current_as_of, fallback.current_as_of if fallback else 0.0)
             by_ts[pin.ts] = dataclasses.replace(pin, fallback=fallback, current_as_of=current)
         return [by_ts[ts] for ts in sorted(by_ts)]
+
+
+def _share(server: str, ts: int) -> int:
+    """Which of the standbys with a pin at commit point ``ts`` the set lists: the lowest
+    value wins. Standbys pinned together often show one commit point; a hash of both
+    spreads those points over them, so that each keeps its share of the misses."""
+    return zlib.crc32(f"{server}@{ts}".encode())
 
 
 def fresh_pin_result(reply: Pin | ReplyError | None) -> Pin | None:

@@ -245,9 +245,7 @@ class CacheDriver(CacheCore):
         """Keep a read-only transaction's database transaction open for the next one at
         its pin; or give its connection back — when it is too old to keep, or someone waits
         for the pool — and the oldest parked one's if the lot was full."""
-        replica = self._replica_of.get(parked.connection)
-        pool = self.pool if replica is None else self.replica_pools[replica]
-        waiting = pool.get_stats().get("requests_waiting", 0)
+        waiting = self._pool_of(parked.connection).get_stats().get("requests_waiting", 0)
         end = parked if waiting else self.parking.park(parked, time.monotonic())
         if end is not None:
             self.release(end.connection)
@@ -299,9 +297,14 @@ class CacheDriver(CacheCore):
         finally:
             if not clean:
                 connection.close()
-            replica = self._replica_of.pop(connection, None)
-            pool = self.pool if replica is None else self.replica_pools[replica]
+            pool = self._pool_of(connection)
+            self._replica_of.pop(connection, None)
             pool.putconn(connection)
+
+    def _pool_of(self, connection: Connection) -> psycopg_pool.ConnectionPool[Any]:
+        """The pool ``connection`` came from: the primary's, or its standby's."""
+        replica = self._replica_of.get(connection)
+        return self.pool if replica is None else self.replica_pools[replica]
 
 
 def _forget_prepared(connection: Connection) -> None:

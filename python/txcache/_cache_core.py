@@ -122,7 +122,7 @@ class CacheCore:
         self.serializer: Serializer = serializer or SafeSerializer(secret)
         self.policy: PinPolicy = pin_policy or newest_or_fresh(settings.fresh_pin_age)
         if pin_policy is None and settings.replicas:
-            self.policy = prefer_standbys(self.policy)
+            self.policy = prefer_standbys(self.policy, len(settings.replicas))
         self.replica_health = ReplicaHealth(tuple(name for name, _ in settings.replicas))
         """Which standbys of the ``replicas`` setting misses may run on now."""
         # Per connection checked out from a standby's pool, the standby's name.

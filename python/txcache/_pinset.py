@@ -10,6 +10,7 @@ empty it is refused, and the caller treats the value as a miss.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -180,16 +181,26 @@ def newest_or_fresh(max_age: float = 5.0) -> PinPolicy:
     return choose
 
 
-def prefer_standbys(policy: PinPolicy) -> PinPolicy:
-    """``policy``, but the newest standby pin of the set when there is one: with
-    ``replicas``, misses run on a standby whenever a snapshot there is fresh enough for
-    the transaction (the set holds no other), and on the primary only otherwise."""
+def prefer_standbys(policy: PinPolicy, standbys: int = 1) -> PinPolicy:
+    """``policy``, but a standby pin of the set when there is one: with ``replicas``, misses
+    run on a standby whenever a snapshot there is fresh enough for the transaction (the set
+    holds no other), and on the primary only otherwise. With several standbys
+    (``standbys``: how many the library knows), transactions take the newest pin of each
+    standby in turn, so that every standby serves an equal share of the misses rather than
+    whichever pinned last."""
+    turn = itertools.count()
 
     def choose(pin_set: PinSet, now: float) -> Pin | None:
+        newest: dict[str, Pin] = {}
         for pin in reversed(pin_set.pins_view()):
-            if pin.server is not None:
-                return pin
-        return policy(pin_set, now)
+            if pin.server is not None and pin.server not in newest:
+                newest[pin.server] = pin
+                if len(newest) >= standbys:
+                    break
+        if not newest:
+            return policy(pin_set, now)
+        servers = sorted(newest)
+        return newest[servers[next(turn) % len(servers)]]
 
     return choose
 

@@ -369,18 +369,18 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         gives no connection, runs another session context, or no longer has the snapshot
         is passed over: its pin is replaced by the primary's at the same commit point, or
         dropped, and the policy chooses again."""
+        if not self.cache.replica_pools:
+            return None  # no standbys: not a policy call more on every miss
         while not self.uncached:
             choice = self._choose()
             if choice is None or choice.server is None or self.primary_only:
                 return None
-            if not self._replica_caught_up(choice):
-                self._replica_refused(choice)
-                continue
-            connection = self.cache.checkout_replica(choice.server)
-            if connection is not None:
-                if self._began_on_replica(connection, choice):
-                    return connection
-                self.cache.release(connection)
+            if self._replica_caught_up(choice):
+                connection = self.cache.checkout_replica(choice.server)
+                if connection is not None:
+                    if self._began_on_replica(connection, choice):
+                        return connection
+                    self.cache.release(connection)
             if not self._replica_refused(choice):
                 return None
         return None

@@ -260,6 +260,9 @@ class ReadOnlyCore(Generic[C]):
         self._tags_known = True  # False once a result without tags was used
         self._read_database = False  # whether a query result reached the application
         self._verified: set[str] = set()  # tables checked in this database transaction
+        # The policy's last choice: asked again (parking, then a standby), it stands while
+        # the set holds it, so a policy that rotates over standbys rotates per transaction.
+        self._chosen: Pin | None = None
         self._database_began = 0.0  # time.monotonic() when the database transaction imported
         self._failure: str | None = None  # the error that failed the block
         self._catalog_moved = False
@@ -443,13 +446,18 @@ class ReadOnlyCore(Generic[C]):
     def _choose(self) -> Pin | None:
         """The policy's choice, held to the rules: ★ only while possible, else a pin of
         the set (a policy that breaks them gets the newest pin)."""
+        chosen = self._chosen
+        if chosen is not None and chosen in self.pin_set.within(chosen.ts, chosen.ts + 1):
+            return chosen
         choice = self.cache.policy(self.pin_set, time.time())
         if choice is None and self.pin_set.star:
             return None
-        if choice is not None and choice in self.pin_set.within(choice.ts, choice.ts + 1):
-            return choice
-        newest = self.pin_set.newest()
-        return newest if newest is not None or not self.pin_set.star else None
+        if choice is None or choice not in self.pin_set.within(choice.ts, choice.ts + 1):
+            choice = self.pin_set.newest()
+            if choice is None and self.pin_set.star:
+                return None
+        self._chosen = choice
+        return choice
 
     def _began_at(self, pin: Pin) -> None:
         self.snapshot = pin

@@ -51,8 +51,10 @@ class ReplicatedPostgres:
     crash may lose the last ones, as with any asynchronous standby.
 
     :meth:`fail_over` stops or crashes the primary and promotes the standby;
-    :meth:`rebuild_standby` makes a new standby of the new primary on the freed port. A
-    context manager: leaving it stops both.
+    :meth:`rebuild_standby` makes a new standby of the new primary on the freed port.
+    :meth:`add_standby` adds read-only standbys beside it (the scale-out tests and
+    benchmarks; they take no part in a failover). A context manager: leaving it stops them
+    all.
     """
 
     def __init__(
@@ -76,6 +78,8 @@ class ReplicatedPostgres:
         """The two ports, the primary's first at the start; the DSN names both."""
         self.primary = EmbeddedPostgres(self._settings, port=self.ports[0])
         self.standby: EmbeddedPostgres | None = None
+        self.extra_standbys: list[EmbeddedPostgres] = []
+        """The standbys :meth:`add_standby` made, in order."""
         self._free_port = self.ports[1]
         try:
             self.rebuild_standby()
@@ -124,6 +128,8 @@ class ReplicatedPostgres:
         The new primary has no standby, and waits for none, until :meth:`rebuild_standby`."""
         if self.standby is None:
             raise RuntimeError("no standby to promote: rebuild_standby() first")
+        if self.extra_standbys:  # they would stream from a server that is gone
+            raise RuntimeError("fail_over() with extra standbys: they take no part in it")
         old, new = self.primary, self.standby
         # The new roles first: whatever fails below, the old primary is gone.
         self.primary, self.standby, self._free_port = new, None, old.port
@@ -165,6 +171,17 @@ class ReplicatedPostgres:
                 log=self.primary.log_tail,
             )
 
+    def add_standby(self) -> EmbeddedPostgres:
+        """One more asynchronous standby of the primary, on a free port, streaming through
+        a physical slot of its own (``txcache_standby_2``, …) and with the same settings;
+        it returns once the standby accepts connections."""
+        slot = f"{STANDBY_SLOT}_{len(self.extra_standbys) + 2}"
+        with psycopg.connect(self.primary.dsn, autocommit=True) as db:
+            db.execute("SELECT pg_create_physical_replication_slot(%s)", (slot,))
+        standby = EmbeddedPostgres(self._settings, replica_of=(self.primary, slot))
+        self.extra_standbys.append(standby)
+        return standby
+
     def _standby_is_synchronous(self) -> bool:
         with psycopg.connect(self.primary.dsn, autocommit=True) as db:
             row = db.execute(
@@ -197,7 +214,9 @@ class ReplicatedPostgres:
         return all(confirmed.get(slot, -1) >= position for slot in wanted)
 
     def stop(self) -> None:
-        """Stop both servers and remove their clusters. Idempotent."""
+        """Stop every server and remove their clusters. Idempotent."""
+        for standby in self.extra_standbys:
+            standby.stop()
         if self.standby is not None:
             self.standby.stop()
         self.primary.stop()
