@@ -154,16 +154,36 @@ impl<T: Keyed> BucketTable<T> {
     }
 
     /// Whether an item filed under `hash` satisfies `matches`.
-    pub fn any_with_hash(&self, hash: u64, matches: impl FnMut(&T) -> bool) -> bool {
-        !self.table.is_empty() && self.table.find(hash, matches).is_some()
+    pub fn any_with_hash(&self, hash: u64, mut matches: impl FnMut(&T) -> bool) -> bool {
+        let hasher = &self.hasher;
+        !self.table.is_empty()
+            && self
+                .table
+                .find(hash, |item| {
+                    hasher.hash_one(item.key()) == hash && matches(item)
+                })
+                .is_some()
     }
 
     /// Removes an item filed under `hash` that satisfies `matches`.
-    pub fn remove_with_hash(&mut self, hash: u64, matches: impl FnMut(&T) -> bool) -> Option<T> {
+    pub fn remove_with_hash(
+        &mut self,
+        hash: u64,
+        mut matches: impl FnMut(&T) -> bool,
+    ) -> Option<T> {
         if self.table.is_empty() {
             return None;
         }
-        let (item, _) = self.table.find_entry(hash, matches).ok()?.remove();
+        // The table compares only 7 bits of the hash before asking `matches`: an item of
+        // another key would be taken for one that merely shares them.
+        let hasher = &self.hasher;
+        let (item, _) = self
+            .table
+            .find_entry(hash, |item| {
+                hasher.hash_one(item.key()) == hash && matches(item)
+            })
+            .ok()?
+            .remove();
         self.shrink_if_sparse();
         Some(item)
     }

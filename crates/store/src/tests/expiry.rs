@@ -498,3 +498,27 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn each_expiry_record_takes_its_own_key_among_many_with_one_deadline() {
+    // The hash table compares 7 bits of a hash before the item: with thousands of keys due
+    // at one deadline, a record matched by deadline alone would take another key and leave
+    // its own key without a record.
+    let mut s = Store::new(StoreConfig {
+        max_memory: 64 << 20,
+        ..StoreConfig::default()
+    });
+    for i in 0..4_000 {
+        set_at(&mut s, format!("k{i}").as_bytes(), b"v", 1_000, 0);
+    }
+    let mut taken = 0;
+    while s.expire_due(2_000, 1) == 1 {
+        taken += 1;
+        if taken % 97 == 0 {
+            s.verify_invariants().expect("invariants hold");
+        }
+    }
+    s.verify_invariants().expect("invariants hold");
+    assert_eq!(s.stats().plain_expired, 4_000);
+    assert_eq!(s.gauges().keys, 0);
+}
