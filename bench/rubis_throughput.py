@@ -423,7 +423,8 @@ def server_lines(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[s
     header = [f"{name} CPU | {name} transactions" for name in names]
     if args.database_cpu is not None:
         header += [f"{name} throttled" for name in names]
-    lines += ["", "| mode | " + " | ".join(header) + " |", "|---|" + "---:|" * len(header)]
+    columns = len(names) * 2 + (len(names) if args.database_cpu is not None else 0)
+    lines += ["", "| mode | " + " | ".join(header) + " |", "|---|" + "---:|" * columns]
     for row in rows:
         requests = max(1, row["requests"])
         cells = [

@@ -137,6 +137,8 @@ def exact_readings_under_commits(
             assert seen == expected, (pin, seen, expected)
     served = {server: points(server) for server in wanted}
     assert all(served[s] >= count for s, count in wanted.items()), (served, len(readings))
+    counted = cache.latency.standby_counts()
+    assert all(counted.get(server, 0) >= count for server, count in wanted.items()), counted
     return readings
 
 

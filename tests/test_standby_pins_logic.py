@@ -1,7 +1,8 @@
 """Standby pins in the library, without servers: how a refresh merges the agent's pins on
 standbys with the primary's (``AgentState``), how the default policy prefers them, how a
 standby pin that fails gives way to the primary's pin at its commit point, and how a
-standby that failed is passed over for a while (``ReplicaHealth``)."""
+standby that failed is passed over for a while (``ReplicaHealth``), and how the queries
+that ran on standbys are counted."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import time
 
 import pytest
 
+from txcache import metrics
 from txcache._agent_state import AgentState, UsedPins, refresh_commands, refresh_result
 from txcache._pinset import Pin, PinSet, newest_or_fresh, prefer_standbys
 from txcache._protocol import Barrier, DatabaseIdentity
 from txcache._replicas import FIRST_PAUSE, ReplicaHealth
 from txcache._resp import ReplyError
+from txcache._stats import OperationLatency
 
 
 def pin(ts: int, server: str | None = None, current_as_of: float | None = None) -> Pin:
@@ -154,3 +157,17 @@ def test_standbys_pinned_at_one_commit_point_each_keep_a_share_of_the_points() -
     state_again = AgentState(0.25, replicas=["s1", "s2"])
     again = published(state_again, [pin(ts) for ts in points], both[::-1])
     assert [p.server for p in again] == [p.server for p in pins], "the order does not matter"
+
+
+def test_queries_on_standbys_are_counted_per_standby_and_exported() -> None:
+    latency = OperationLatency()
+    latency.record_query(0.001)
+    latency.record_query(0.002, "s1")
+    latency.record_query(0.003, "s1")
+    latency.record_query(0.004, "s2")
+    assert latency.standby_counts() == {"s1": 2, "s2": 1}
+    assert latency.as_dict()["queries"] == 4
+    assert latency.as_dict()["standby_queries"] == 3
+    metric = next(m for m in metrics.METRICS if m.name == "txcache_standby_queries")
+    sources = metrics.Sources([], [], [], latency)
+    assert list(metric.samples(sources)) == [({"standby": "s1"}, 2.0), ({"standby": "s2"}, 1.0)]

@@ -214,7 +214,7 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
                 rewrite_check=self._rewrite_check(tags, analysed, catalog_check),
                 catalog_check=catalog_check,
             )
-            self.cache.latency.record_query(time.perf_counter() - started)
+            self.cache.latency.record_query(time.perf_counter() - started, self._server())
             stale = self._stale_read(rewritten, analysed, catalog)
             if stale is not None and stale.ask_agent:
                 assert self.cache.agent is not None

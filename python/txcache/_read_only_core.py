@@ -780,7 +780,11 @@ class ReadOnlyCore(Generic[C]):
 
     def _runs_on_replica(self) -> bool:
         """Whether the database transaction runs on a hot standby."""
-        return self.snapshot is not None and self.snapshot.server is not None
+        return self._server() is not None
+
+    def _server(self) -> str | None:
+        """The hot standby the database transaction runs on; ``None`` for the primary."""
+        return self.snapshot.server if self.snapshot is not None else None
 
     def _fingerprinted(self) -> bool:
         """Whether the snapshot is a pin of an agent without DDL triggers: the catalog is

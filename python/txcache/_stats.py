@@ -161,6 +161,8 @@ class OperationLatency:
     lookup_seconds: float = 0.0
     queries: int = 0
     query_seconds: float = 0.0
+    standby_queries: dict[str, int] = field(default_factory=dict)
+    """Of :attr:`queries`, those run on each hot standby (the ``replicas`` setting), by name."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def record_lookup(self, seconds: float) -> None:
@@ -169,21 +171,31 @@ class OperationLatency:
             self.lookups += 1
             self.lookup_seconds += seconds
 
-    def record_query(self, seconds: float) -> None:
-        """One database statement that took ``seconds``."""
+    def record_query(self, seconds: float, standby: str | None = None) -> None:
+        """One database statement that took ``seconds``, on hot standby ``standby`` (``None``:
+        the primary)."""
         with self._lock:
             self.queries += 1
             self.query_seconds += seconds
+            if standby is not None:
+                self.standby_queries[standby] = self.standby_queries.get(standby, 0) + 1
 
     def as_dict(self) -> dict[str, float]:
-        """Counts and mean latencies in milliseconds (``0.0`` before any)."""
+        """Counts and mean latencies in milliseconds (``0.0`` before any), and the queries
+        that ran on standbys (``standby_queries``, all of them together)."""
         with self._lock:
             return {
                 "lookups": self.lookups,
                 "lookup_mean_ms": 1e3 * self.lookup_seconds / self.lookups if self.lookups else 0.0,
                 "queries": self.queries,
                 "query_mean_ms": 1e3 * self.query_seconds / self.queries if self.queries else 0.0,
+                "standby_queries": sum(self.standby_queries.values()),
             }
+
+    def standby_counts(self) -> dict[str, int]:
+        """A copy of :attr:`standby_queries`."""
+        with self._lock:
+            return dict(self.standby_queries)
 
 
 @dataclass

@@ -113,6 +113,12 @@ def _latency(field: str) -> Callable[[Sources], list[Sample]]:
     return samples
 
 
+def _standby_queries(sources: Sources) -> list[Sample]:
+    latency = sources.latency
+    counts = {} if latency is None else latency.standby_counts()
+    return [({"standby": name}, float(count)) for name, count in sorted(counts.items())]
+
+
 METRICS: tuple[Metric, ...] = (
     Metric(
         "txcache_function_hits",
@@ -215,6 +221,12 @@ METRICS: tuple[Metric, ...] = (
         "counter",
         "Database statements of read-only transactions (the default cache).",
         _latency("queries"),
+    ),
+    Metric(
+        "txcache_standby_queries",
+        "counter",
+        "Of those statements, the ones run on each hot standby (the replicas setting).",
+        _standby_queries,
     ),
     Metric(
         "txcache_query_seconds",
