@@ -193,6 +193,40 @@ def replay_state(standby: psycopg.Connection[Any]) -> str:
     return str(row[0])
 
 
+def test_a_standby_that_let_its_pins_go_pins_again_once_transactions_run(
+    pair: ReplicatedPostgres,
+) -> None:
+    # Unused for a lease, the standby's pins go while another library keeps the primary's
+    # in use; the transactions that then run on the primary for want of a standby pin must
+    # bring them back (the refresh says WANTED): no fresh pin does it for them.
+    with standby_stack(pair, "--pin-lease", "0.5s") as lib, lib.connect() as primary_only:
+        wait_for_standby_pin(lib)
+        stop = threading.Event()
+
+        def keep_primary_pins_used() -> None:
+            while not stop.is_set():
+                where(primary_only)
+
+        reader = threading.Thread(target=keep_primary_pins_used, daemon=True)
+        reader.start()
+        try:
+            wait_until(
+                lambda: not lib.standby_pins_listed(),
+                "the unused standby pins to go",
+                timeout=30,
+                log=lib._agent_log,
+            )
+
+            def on_standby() -> bool:
+                _pin, in_recovery, _ = where(lib.cache)
+                return bool(in_recovery)
+
+            wait_until(on_standby, "a transaction on the standby", timeout=30, log=lib._agent_log)
+        finally:
+            stop.set()
+            reader.join(timeout=30)
+
+
 def test_misses_go_to_the_primary_while_the_standby_is_down(
     stack: LibraryStack, pair: ReplicatedPostgres
 ) -> None:

@@ -35,7 +35,11 @@ def test_a_refresh_asks_standby_pins_only_with_replicas() -> None:
     assert [c.arguments for c in refresh_commands(used)][-1] == ("NODES",)
     asked = [c.arguments for c in refresh_commands(used, replicas=True)]
     assert asked[0] == ("PINS", "5")
-    assert asked[-1] == ("STANDBYPINS", "7")
+    assert asked[-1] == ("STANDBYPINS", "7", "WANTED")
+    # Transactions that ran only on the primary want standby pins too; none, none.
+    primary_only = refresh_commands(UsedPins(primary={5}), replicas=True)
+    assert primary_only[-1].arguments == ("STANDBYPINS", "WANTED")
+    assert refresh_commands(UsedPins(), replicas=True)[-1].arguments == ("STANDBYPINS",)
 
 
 def test_an_agent_that_cannot_answer_standbypins_lists_none() -> None:

@@ -275,7 +275,8 @@ def refresh_commands(used: UsedPins, *, replicas: bool = False) -> tuple[Command
     primary and the standbys), then ``TAGCOLUMNS``, so that the catalog covers every listed
     pin, ``BARRIER``, ``DATABASE``, ``NODES`` and, with ``replicas``, ``STANDBYPINS`` (a
     standby's pin newer than the primary's newest is not covered by the catalog: its
-    queries' tags are wildcards)."""
+    queries' tags are wildcards), saying ``WANTED`` when a transaction ran since the last
+    refresh."""
     commands = (
         protocol.pins(used.primary),
         protocol.tag_columns(),
@@ -283,7 +284,11 @@ def refresh_commands(used: UsedPins, *, replicas: bool = False) -> tuple[Command
         protocol.database(),
         protocol.nodes(),
     )
-    return (*commands, protocol.standby_pins(used.standby)) if replicas else commands
+    if not replicas:
+        return commands
+    # Transactions that ran on the primary for want of a standby pin want one too.
+    wanted = bool(used.primary or used.standby)
+    return (*commands, protocol.standby_pins(used.standby, wanted=wanted))
 
 
 @dataclass

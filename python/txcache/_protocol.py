@@ -354,12 +354,14 @@ def _pin(reply: Sequence[Any]) -> Pin:
     return dataclasses.replace(pin, fingerprint=rest[1].decode(), after=int(rest[2]))
 
 
-def standby_pins(used: Collection[int] = ()) -> Command[list[Pin]]:
+def standby_pins(used: Collection[int] = (), *, wanted: bool = False) -> Command[list[Pin]]:
     """``STANDBYPINS``: the pins the agent holds on hot standbys (``--standby``), each
     ``[name, ts, snapshot_id, current_as_of (µs), snapshot]`` (a pin's :attr:`Pin.server`
     is its standby's name), renewing the lease of the standby pins at the commit points
-    ``used``."""
-    return Command(("STANDBYPINS", *_used_argument(used)), _standby_pin_list)
+    ``used``; ``wanted`` (``WANTED``): the library ran transactions since its last refresh,
+    so a standby that let its pins go for want of use pins again."""
+    flag = ("WANTED",) if wanted else ()
+    return Command(("STANDBYPINS", *_used_argument(used), *flag), _standby_pin_list)
 
 
 def _standby_pin_list(reply: Sequence[Sequence[Any]]) -> list[Pin]:

@@ -217,7 +217,7 @@ const fn connection(name: &'static str, args: RangeInclusive<usize>, parse: Pars
 /// Every command, in docs/protocol.md's order.
 pub static COMMANDS: &[CommandSpec] = &[
     spec("PINS", 0..=1, |a| Pins::parse(a).map(Command::Pins)),
-    spec("STANDBYPINS", 0..=1, |a| {
+    spec("STANDBYPINS", 0..=2, |a| {
         StandbyPins::parse(a).map(Command::StandbyPins)
     }),
     spec("PIN", 0..=0, |a| Pin::parse(a).map(Command::Pin)),

@@ -32,7 +32,7 @@ impl Pins {
     }
 }
 
-/// The optional `used` argument of `PINS` and `STANDBYPINS`: comma-separated commit points.
+/// The optional `used` argument of `PINS`: comma-separated commit points.
 pub(super) fn parse_used_argument(args: &mut Args<'_>) -> Result<Vec<Timestamp>, CommandError> {
     match args.optional() {
         None => Ok(Vec::new()),
@@ -43,7 +43,7 @@ pub(super) fn parse_used_argument(args: &mut Args<'_>) -> Result<Vec<Timestamp>,
 }
 
 /// `ts,ts,…` as commit points; `None` when an element is not a decimal `u64`.
-fn parse_used(list: &[u8]) -> Option<Vec<Timestamp>> {
+pub(super) fn parse_used(list: &[u8]) -> Option<Vec<Timestamp>> {
     let text = std::str::from_utf8(list).ok()?;
     text.split(',')
         .map(|item| item.parse().ok().map(Timestamp))

@@ -244,6 +244,25 @@ async fn standbypins_used_renews_the_standbys_pins_and_pins_used_the_primary_s_a
     assert_eq!(used(), [false, false]);
     reply(&endpoint, session, "STANDBYPINS 400,500").await;
     assert_eq!(used(), [false, true]);
+    // WANTED, after the commit points or alone, is demand: no pin is marked used by it.
+    let listed = format!(
+        "*2\r\n{}{}",
+        standby_pin_reply("r1", 300),
+        standby_pin_reply("r1", 400)
+    );
+    assert_eq!(
+        reply(&endpoint, session, "STANDBYPINS 300 WANTED").await,
+        listed
+    );
+    assert_eq!(
+        reply(&endpoint, session, "STANDBYPINS WANTED").await,
+        listed
+    );
+    assert_eq!(used(), [true, true]);
+    assert_eq!(
+        reply(&endpoint, session, "STANDBYPINS 300 SOON").await,
+        "-ERR STANDBYPINS: the word after used must be WANTED\r\n"
+    );
 }
 
 #[tokio::test]
