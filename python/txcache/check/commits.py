@@ -49,11 +49,12 @@ _FLUSH_BEFORE_17_DECODED = "message: transactional: 1 prefix: txcache-check, sz:
 # workload's commits.
 _TXCACHE_OWN = ("table txcache.", "message: transactional: 1 prefix: txcache-ddl,")
 # A running-transactions record (16+: asked for; before: a logical slot logs one as it is
-# created, and a temporary one goes at once).
+# created, and a temporary one goes at once). Named per session: two sessions asking at
+# once must not meet on one name.
 _LOG_RUNNING = "SELECT pg_log_standby_snapshot()"
 _LOG_RUNNING_BEFORE_16 = (
-    "SELECT pg_drop_replication_slot(slot_name) FROM "
-    "pg_create_logical_replication_slot('txcache_check_running', 'test_decoding', true)"
+    "SELECT pg_drop_replication_slot(slot_name) FROM pg_create_logical_replication_slot("
+    "'txcache_check_running_' || pg_backend_pid(), 'test_decoding', true)"
 )
 _HELD = (
     "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint::text "
