@@ -445,7 +445,8 @@ class ReadOnlyCore(Generic[C]):
 
     def _choose(self) -> Pin | None:
         """The policy's choice, held to the rules: ★ only while possible, else a pin of
-        the set (a policy that breaks them gets the newest pin)."""
+        the set (a policy that breaks them gets the newest pin); a pin once chosen stands
+        while the set holds it."""
         chosen = self._chosen
         if chosen is not None and chosen in self.pin_set.within(chosen.ts, chosen.ts + 1):
             return chosen

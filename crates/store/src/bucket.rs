@@ -34,6 +34,17 @@ impl<T> Default for BucketTable<T> {
     }
 }
 
+/// `matches`, asked only of an item whose key hashes to `hash`: the table compares just 7
+/// bits of the hash before asking, so an item of another key would be taken for one that
+/// merely shares them.
+fn filed_under<'a, T: Keyed>(
+    hasher: &'a DefaultHashBuilder,
+    hash: u64,
+    mut matches: impl FnMut(&T) -> bool + 'a,
+) -> impl FnMut(&T) -> bool + 'a {
+    move |item| hasher.hash_one(item.key()) == hash && matches(item)
+}
+
 impl<T: Keyed> BucketTable<T> {
     /// Number of items.
     pub fn len(&self) -> usize {
@@ -154,34 +165,22 @@ impl<T: Keyed> BucketTable<T> {
     }
 
     /// Whether an item filed under `hash` satisfies `matches`.
-    pub fn any_with_hash(&self, hash: u64, mut matches: impl FnMut(&T) -> bool) -> bool {
-        let hasher = &self.hasher;
+    pub fn any_with_hash(&self, hash: u64, matches: impl FnMut(&T) -> bool) -> bool {
         !self.table.is_empty()
             && self
                 .table
-                .find(hash, |item| {
-                    hasher.hash_one(item.key()) == hash && matches(item)
-                })
+                .find(hash, filed_under(&self.hasher, hash, matches))
                 .is_some()
     }
 
     /// Removes an item filed under `hash` that satisfies `matches`.
-    pub fn remove_with_hash(
-        &mut self,
-        hash: u64,
-        mut matches: impl FnMut(&T) -> bool,
-    ) -> Option<T> {
+    pub fn remove_with_hash(&mut self, hash: u64, matches: impl FnMut(&T) -> bool) -> Option<T> {
         if self.table.is_empty() {
             return None;
         }
-        // The table compares only 7 bits of the hash before asking `matches`: an item of
-        // another key would be taken for one that merely shares them.
-        let hasher = &self.hasher;
         let (item, _) = self
             .table
-            .find_entry(hash, |item| {
-                hasher.hash_one(item.key()) == hash && matches(item)
-            })
+            .find_entry(hash, filed_under(&self.hasher, hash, matches))
             .ok()?
             .remove();
         self.shrink_if_sparse();
