@@ -14,10 +14,11 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from txcache.stack import child_pids
+
 __all__ = [
     "PLACEMENT_HELP",
     "ForeignCpu",
-    "children_of",
     "context_switches",
     "cpu_by_child",
     "cpu_seconds",
@@ -148,11 +149,6 @@ PLACEMENT_HELP = (
 )
 
 
-def children_of(parent: int) -> list[int]:
-    """The live children of process ``parent``."""
-    return [pid for pid, (ppid, _, _) in _processes().items() if ppid == parent]
-
-
 def postmaster_pid(server: Any) -> int:
     """The server's postmaster, from the first line of its ``postmaster.pid``."""
     return int((server.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
@@ -184,7 +180,7 @@ def place_database_apart(server: Any) -> None:
         raise SystemExit("--placement split needs at least 2 CPUs")
     database, rest = {0}, set(range(1, cpus))
     postmaster = postmaster_pid(server)
-    for pid in [postmaster, *children_of(postmaster)]:
+    for pid in [postmaster, *child_pids(postmaster)]:
         with suppress(ProcessLookupError):  # an auxiliary process that exited meanwhile
             os.sched_setaffinity(pid, database)
     os.sched_setaffinity(0, rest)

@@ -16,7 +16,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from _cpu import children_of, postmaster_pid
+from _cpu import postmaster_pid
+
+from txcache.stack import child_pids
 
 __all__ = ["DatabaseCpuQuota", "Throttling"]
 
@@ -88,7 +90,7 @@ class DatabaseCpuQuota:
         """Move ``server``'s postmaster and its live children into the group; how many
         processes moved. Call again after a restart of the server."""
         postmaster = postmaster_pid(server)
-        children = children_of(postmaster)
+        children = child_pids(postmaster)
         for pid in [postmaster, *children]:
             with suppress(OSError):  # exited meanwhile
                 (self.group / "cgroup.procs").write_text(str(pid))

@@ -16,7 +16,10 @@ import psycopg
 import pytest
 
 import txcache
+from async_fixtures import AsyncLib
 from library_fixtures import AGENT_ARGS, LibraryStack
+from txcache import aio
+from txcache.aio import AsyncCache
 from txcache.stack import ReplicatedPostgres, wait_until
 
 STANDBY = "s1"
@@ -39,17 +42,21 @@ def stack(pair: ReplicatedPostgres) -> Iterator[LibraryStack]:
 
 @contextlib.contextmanager
 def standby_stack(
-    pair: ReplicatedPostgres, *agent_args: str, replicas: dict[str, str] | None = None
+    pair: ReplicatedPostgres,
+    *agent_args: str,
+    replicas: dict[str, str] | None = None,
+    **settings: Any,
 ) -> Iterator[LibraryStack]:
     """:func:`stack`, the agent run with ``agent_args`` too, the library with more
-    ``replicas`` (standbys the agent's ``--standby`` flags among ``agent_args`` name)."""
+    ``replicas`` (standbys the agent's ``--standby`` flags among ``agent_args`` name) and
+    ``settings``."""
     assert pair.standby is not None
     standby_dsn = pair.standby.dsn
     with psycopg.connect(pair.primary.dsn, autocommit=True) as db:
         db.execute("CREATE TABLE log (n integer PRIMARY KEY)")
     flags = (*AGENT_ARGS, "--standby", f"{STANDBY}={standby_dsn}", *agent_args)
     every = {STANDBY: standby_dsn, **(replicas or {})}
-    with LibraryStack(pair.primary.dsn, agent_args=flags, replicas=every) as lib:
+    with LibraryStack(pair.primary.dsn, agent_args=flags, replicas=every, **settings) as lib:
         yield lib
 
 
@@ -248,6 +255,19 @@ def test_misses_go_to_the_primary_while_the_standby_is_down(
     wait_for_standby_pin(stack)
 
 
+def wait_for_standby_pin_with_fallback(stack: LibraryStack) -> None:
+    """Until a transaction runs on a standby pin the primary has a pin of the same commit
+    point for (where it can go on if the standby fails)."""
+
+    def standby_pin_with_fallback() -> bool:
+        stack.fresh_pins()
+        pin, in_recovery, _ = where(stack.cache)
+        return in_recovery and pin.fallback is not None
+
+    wait_until(standby_pin_with_fallback, "a standby pin at a primary pin's commit point",
+               timeout=30, log=stack._agent_log)  # fmt: skip
+
+
 def test_a_standby_that_dies_under_a_transaction_hands_it_to_the_primary_s_pin_of_its_point(
     stack: LibraryStack, pair: ReplicatedPostgres
 ) -> None:
@@ -257,13 +277,7 @@ def test_a_standby_that_dies_under_a_transaction_hands_it_to_the_primary_s_pin_o
     stack.write("INSERT INTO log VALUES (1)")
     stack.caught_up()
 
-    def standby_pin_with_fallback() -> bool:
-        stack.fresh_pins()
-        pin, in_recovery, _ = where(stack.cache)
-        return in_recovery and pin.fallback is not None
-
-    wait_until(standby_pin_with_fallback, "a standby pin at a primary pin's commit point",
-               timeout=30, log=stack._agent_log)  # fmt: skip
+    wait_for_standby_pin_with_fallback(stack)
     with stack.cache.read_only(staleness=5) as tx:
         first = txcache.query_one("SELECT max(n), pg_is_in_recovery() FROM log")
         assert first == (1, True)
@@ -278,6 +292,75 @@ def test_a_standby_that_dies_under_a_transaction_hands_it_to_the_primary_s_pin_o
             assert (tx.snapshot.ts, tx.snapshot.server) == (standby_pin.ts, None)
         finally:
             pair.standby.start()
+
+
+REPLICA_TIMEOUT = 2.0
+"""The ``replica_timeout`` of the hung-standby test."""
+
+
+def test_a_standby_that_hangs_costs_the_transaction_on_it_one_replica_timeout_once(
+    pair: ReplicatedPostgres,
+) -> None:
+    """Every process of the standby stopped (SIGSTOP: the kernel still accepts, nothing
+    answers) under a transaction: its next query waits ``replica_timeout``, then the
+    transaction goes on on the primary at its pin's commit point; no later transaction
+    waits on the standby, and once it answers again a probe brings it back."""
+    assert pair.standby is not None
+    with standby_stack(pair, replica_timeout=REPLICA_TIMEOUT) as stack:
+        stack.write("INSERT INTO log VALUES (1)")
+        stack.caught_up()
+        wait_for_standby_pin_with_fallback(stack)
+        with contextlib.ExitStack() as hung:
+            with stack.cache.read_only(staleness=5) as tx:
+                query = "SELECT max(n), pg_is_in_recovery() FROM log"
+                assert txcache.query_one(query) == (1, True)
+                hung.enter_context(pair.standby.paused())
+                started = time.monotonic()
+                assert txcache.query_one(query) == (1, False)
+                waited = time.monotonic() - started
+                assert tx.snapshot is not None
+                assert tx.snapshot.server is None
+            assert REPLICA_TIMEOUT * 0.9 <= waited < REPLICA_TIMEOUT + 10
+            on_standby = stack.cache.latency.standby_counts()
+            started = time.monotonic()
+            for _ in range(20):
+                _pin, in_recovery, seen = where(stack.cache)
+                assert (in_recovery, seen) == (False, 1)
+            assert time.monotonic() - started < REPLICA_TIMEOUT, "a transaction waited again"
+            assert stack.cache.latency.standby_counts() == on_standby
+        wait_for_standby_pin(stack)
+
+
+def test_the_async_driver_bounds_a_hung_standby_the_same_way(pair: ReplicatedPostgres) -> None:
+    assert pair.standby is not None
+    standby = pair.standby
+    with standby_stack(pair) as stack:
+        stack.write("INSERT INTO log VALUES (1)")
+        stack.caught_up()
+        wait_for_standby_pin_with_fallback(stack)  # the agent pins the standby
+        query = "SELECT max(n), pg_is_in_recovery() FROM log"
+
+        async def body(cache: AsyncCache) -> float:
+            assert cache.agent is not None
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                await cache.agent.refresh()
+                async with cache.read_only(staleness=5) as tx:
+                    if await aio.query_one(query) != (1, True):
+                        continue
+                    assert tx.snapshot is not None
+                    if tx.snapshot.fallback is None:
+                        continue  # no primary pin of its commit point to go on at
+                    with standby.paused():
+                        started = time.monotonic()
+                        assert await aio.query_one(query) == (1, False)
+                        return time.monotonic() - started
+            pytest.fail("no async transaction at a standby pin the primary shares")
+
+        waited = AsyncLib(stack).run(
+            body, replicas={STANDBY: standby.dsn}, replica_timeout=REPLICA_TIMEOUT
+        )
+        assert REPLICA_TIMEOUT * 0.9 <= waited < REPLICA_TIMEOUT + 10
 
 
 def test_a_standby_that_dies_under_commits_hands_the_transaction_to_a_pin_its_reads_fit(

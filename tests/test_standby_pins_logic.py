@@ -1,11 +1,13 @@
 """Standby pins in the library, without servers: how a refresh merges the agent's pins on
 standbys with the primary's (``AgentState``), how the default policy prefers them, how a
-standby pin that fails gives way to the primary's pin at its commit point, and how a
-standby that failed is passed over for a while (``ReplicaHealth``), and how the queries
-that ran on standbys are counted."""
+standby pin that fails gives way to the primary's pin at its commit point, how a standby
+that failed is down until a probe finds it answering (``ReplicaHealth``), and how the
+queries that ran on standbys are counted."""
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 
 import pytest
@@ -14,9 +16,10 @@ from txcache import metrics
 from txcache._agent_state import AgentState, UsedPins, refresh_commands, refresh_result
 from txcache._pinset import Pin, PinSet, newest_or_fresh, prefer_standbys
 from txcache._protocol import Barrier, DatabaseIdentity
-from txcache._replicas import FIRST_PAUSE, ReplicaHealth
+from txcache._replicas import ReplicaHealth
 from txcache._resp import ReplyError
 from txcache._stats import OperationLatency
+from txcache.stack import wait_until
 
 
 def pin(ts: int, server: str | None = None, current_as_of: float | None = None) -> Pin:
@@ -114,27 +117,52 @@ def test_a_substituted_pin_takes_the_place_of_the_standby_s() -> None:
     assert not pin_set.star
 
 
-def test_a_standby_that_failed_is_passed_over_for_a_while_doubling(
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_standby_that_failed_is_down_until_a_probe_finds_it_answering() -> None:
+    answering = threading.Event()
+    probed: list[str] = []
+
+    def probe(dsn: str) -> str | None:
+        probed.append(dsn)
+        return None if answering.is_set() else "no answer"
+
+    health = ReplicaHealth((("s1", "host=a"),), probe, first_pause=0.01)
+    try:
+        assert health.usable("s1")
+        assert not health.usable("unknown")
+        health.failed("s1", "hung")
+        assert not health.usable("s1")
+        wait_until(lambda: len(probed) >= 2, "two probes of a standby that stays down")
+        assert not health.usable("s1")  # a failed probe changes nothing
+        answering.set()
+        wait_until(lambda: health.usable("s1"), "the probe to find the standby answering")
+        assert set(probed) == {"host=a"}
+    finally:
+        health.close()
+
+
+def test_the_failures_of_transactions_in_flight_are_one_event(
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock = [100.0]
-    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
-    health = ReplicaHealth(("s1",))
-    assert health.usable("s1")
-    assert not health.usable("unknown")
-    health.failed("s1", "down")
-    assert not health.usable("s1")
-    clock[0] += FIRST_PAUSE
-    assert health.usable("s1")
-    health.failed("s1", "down again")
-    clock[0] += FIRST_PAUSE
-    assert not health.usable("s1")  # twice as long now
-    clock[0] += FIRST_PAUSE
-    assert health.usable("s1")
-    health.served("s1")
-    health.failed("s1", "down after serving")
-    clock[0] += FIRST_PAUSE
-    assert health.usable("s1")  # the pauses start anew
+    """A hung standby fails every transaction that was waiting on it at about one time:
+    one warning, one probe."""
+    probes = threading.Semaphore(0)
+
+    def probe(dsn: str) -> str | None:
+        probes.release()
+        return None
+
+    health = ReplicaHealth((("s1", "host=a"),), probe, first_pause=0.05)
+    try:
+        with caplog.at_level(logging.WARNING, logger="txcache"):
+            for _ in range(5):
+                health.failed("s1", "no answer")
+        assert len(caplog.records) == 1
+        assert "standby s1 cannot serve misses (no answer)" in caplog.text
+        wait_until(lambda: health.usable("s1"), "the probe to find the standby answering")
+        assert probes.acquire(timeout=0)
+        assert not probes.acquire(timeout=0.2)  # one probe, not one per failure
+    finally:
+        health.close()
 
 
 def test_with_two_standbys_the_default_policy_takes_each_one_s_newest_pin_in_turn() -> None:

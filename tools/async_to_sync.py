@@ -45,6 +45,7 @@ GENERATED: tuple[tuple[str, str], ...] = (
     ("aio/_nodes.py", "_nodes.py"),
     ("aio/_cacheable.py", "_cacheable.py"),
     ("aio/_audit.py", "_audit.py"),
+    ("aio/_replica_connection.py", "_replica_connection.py"),
 )
 """(async source, sync twin), relative to ``python/txcache``."""
 
@@ -63,6 +64,7 @@ RENAMES: dict[str, str] = {
     "AsyncAuditTransaction": "AuditTransaction",
     "AsyncEndpoint": "Endpoint",
     "AsyncRespConnection": "RespConnection",
+    "AsyncReplicaConnection": "ReplicaConnection",
     "floor_async": "floor",
     # psycopg's
     "AsyncConnection": "Connection",
@@ -93,6 +95,7 @@ RENAMES: dict[str, str] = {
     "txcache.aio._connect": "txcache._connect",
     "txcache.aio._agent": "txcache._agent",
     "txcache.aio._resp": "txcache._resp",
+    "txcache.aio._replica_connection": "txcache._replica_connection",
 }
 """Async names and their sync counterparts, applied to identifiers and to the same whole
 words in comments and docstrings."""

@@ -12,6 +12,7 @@ passes its own way of doing it, or does it after the reading.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -30,7 +31,7 @@ from txcache._parking import ParkingLot
 from txcache._pending_stores import PendingStore, PendingStores
 from txcache._pinset import PinPolicy, newest_or_fresh, prefer_standbys
 from txcache._protocol import DatabaseIdentity
-from txcache._replicas import ReplicaHealth
+from txcache._replicas import ReplicaHealth, answers
 from txcache._ring import NodeClient, NodeRing
 from txcache._schema import Catalog, Schema, TagColumns
 from txcache._serialize import SafeSerializer, Serializer
@@ -123,7 +124,8 @@ class CacheCore:
         self.policy: PinPolicy = pin_policy or newest_or_fresh(settings.fresh_pin_age)
         if pin_policy is None and settings.replicas:
             self.policy = prefer_standbys(self.policy, len(settings.replicas))
-        self.replica_health = ReplicaHealth(tuple(name for name, _ in settings.replicas))
+        probe = functools.partial(answers, timeout=settings.replica_timeout)
+        self.replica_health = ReplicaHealth(settings.replicas, probe)
         """Which standbys of the ``replicas`` setting misses may run on now."""
         # Per connection checked out from a standby's pool, the standby's name.
         self._replica_of: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()

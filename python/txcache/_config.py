@@ -68,6 +68,9 @@ class Settings:
     """Seconds before a silent node counts as down."""
     agent_timeout: float = 2.0
     """Seconds before a silent agent counts as down."""
+    replica_timeout: float = 5.0
+    """Seconds a hot standby of :attr:`replicas` may take to answer one request (a query,
+    a ``BEGIN``) before it counts as down: keep it above the slowest query misses run."""
     refresh_interval: float = 0.25
     """Seconds between pin-list refreshes."""
     lease: float = 1.0
@@ -114,6 +117,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "pool_timeout": validate.wait,
     "node_timeout": validate.wait,
     "agent_timeout": validate.wait,
+    "replica_timeout": validate.wait,
     "refresh_interval": validate.wait,
     "lease": validate.lease,
     "snapshot_hold": validate.seconds,
@@ -136,6 +140,7 @@ _NUMBERS = frozenset(
         "pool_timeout",
         "node_timeout",
         "agent_timeout",
+        "replica_timeout",
         "refresh_interval",
         "lease",
         "snapshot_hold",

@@ -25,6 +25,7 @@ from txcache._cache import CacheDriver
 from txcache._cache_core import gather_settings
 from txcache._config import Mode, Settings
 from txcache._pinset import PinPolicy
+from txcache._replica_connection import ReplicaConnection
 from txcache._ring import NodeRing
 from txcache._serialize import Serializer
 
@@ -114,7 +115,11 @@ class Cache(CacheDriver):
         self.pool = psycopg_pool.ConnectionPool(**self._pool_options(), name="txcache", open=True)
         self.replica_pools = {
             name: psycopg_pool.ConnectionPool(
-                **self._pool_options(dsn), name=f"txcache-{name}", open=True
+                **self._pool_options(dsn),
+                connection_class=ReplicaConnection,
+                configure=self._bound_answers,
+                name=f"txcache-{name}",
+                open=True,
             )
             for name, dsn in settings.replicas
         }
@@ -170,8 +175,13 @@ class Cache(CacheDriver):
         if self.ring is not None:
             self.ring.close()
         self.pool.close()
+        self.replica_health.close()
         for replica_pool in self.replica_pools.values():
             replica_pool.close()
+
+    def _bound_answers(self, connection: ReplicaConnection) -> None:
+        """A standby's connection waits for an answer at most ``replica_timeout``."""
+        connection.answer_timeout = self.settings.replica_timeout
 
     def __enter__(self) -> Self:
         return self

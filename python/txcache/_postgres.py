@@ -33,7 +33,7 @@ import subprocess
 import tempfile
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -48,7 +48,7 @@ from txcache._postgres_copy import (
     untraversable,
     wheel_site,
 )
-from txcache._process import WaitTimeout, free_port, wait_until
+from txcache._process import WaitTimeout, child_pids, free_port, paused_processes, wait_until
 
 __all__ = ["EmbeddedPostgres", "PostgresStartError", "find_postgres_bin"]
 
@@ -585,6 +585,17 @@ class EmbeddedPostgres:
             return
         process.send_signal(signal.SIGQUIT)
         process.wait(10.0)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Every process of the server (the postmaster and its children) stopped with
+        SIGSTOP inside the block, continued after it: a hung host, whose connections the
+        kernel still accepts while nothing answers or replays."""
+        process = self._handle.process
+        if process is None:
+            raise RuntimeError("the server is not running: nothing to pause")
+        with paused_processes([process.pid, *child_pids(process.pid)], "PostgreSQL"):
+            yield
 
     def stop(self) -> None:
         """Stop the server (fast shutdown) and remove a temporary base directory. Idempotent."""

@@ -35,8 +35,10 @@ __all__ = [
     "ServerProcess",
     "WaitTimeout",
     "answers_http",
+    "child_pids",
     "find_binary",
     "free_port",
+    "paused_processes",
     "tail",
     "wait_until",
 ]
@@ -221,23 +223,9 @@ class ManagedProcess:
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """The process stopped (SIGSTOP) inside the block, continued after it: a hung part,
-        whose connections the kernel still accepts while nothing answers. The block begins
-        once every thread is stopped: the signal alone leaves a running thread a moment."""
-        self.process.send_signal(signal.SIGSTOP)
-        tasks = Path(f"/proc/{self.process.pid}/task")
-
-        def all_stopped() -> bool:
-            states = [
-                (task / "stat").read_text().rpartition(")")[2].split()[0]
-                for task in tasks.iterdir()
-            ]
-            return all(state in ("T", "t") for state in states)
-
-        wait_until(all_stopped, f"{self.command[0]} to stop", timeout=10, interval=0.005)
-        try:
+        whose connections the kernel still accepts while nothing answers."""
+        with paused_processes([self.process.pid], self.command[0]):
             yield
-        finally:
-            self.process.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         """Stop at once with SIGKILL, as a crash would."""
@@ -255,6 +243,52 @@ class ManagedProcess:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def child_pids(parent: int) -> list[int]:
+    """The live children of process ``parent`` (from each process's ``/proc/PID/stat``)."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # exited meanwhile
+            continue
+        if int(stat[stat.rfind(")") + 2 :].split()[1]) == parent:
+            children.append(int(entry.name))
+    return children
+
+
+@contextlib.contextmanager
+def paused_processes(pids: Sequence[int], what: str) -> Iterator[None]:
+    """The processes ``pids`` (``what``, for a timeout's message) stopped (SIGSTOP) inside
+    the block, continued after it. The block begins once every thread of each is stopped:
+    the signal alone leaves a running thread a moment."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+
+    def all_stopped() -> bool:
+        return all(_stopped(pid) for pid in pids)
+
+    try:
+        wait_until(all_stopped, f"{what} to stop", timeout=10, interval=0.005)
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is stopped (or the process is gone)."""
+    try:
+        return all(
+            (task / "stat").read_text().rpartition(")")[2].split()[0] in ("T", "t")
+            for task in Path(f"/proc/{pid}/task").iterdir()
+        )
+    except OSError:
+        return True
 
 
 def tail(text: str, lines: int = LOG_TAIL_LINES) -> str:

@@ -26,7 +26,8 @@ the demos, the tests and the benchmarks start their processes with::
   installed package; ``PATH``).
 - The helpers they share: :func:`free_port` and :func:`free_ports` (a run of them),
   :func:`wait_until` (the one polling loop, raising :class:`WaitTimeout` with a log),
-  :func:`tail` (the end of a log, as errors quote it), :func:`wal_position` and
+  :func:`tail` (the end of a log, as errors quote it), :func:`child_pids` (a process's
+  children, as a server's are counted and paused), :func:`wal_position` and
   :func:`parse_lsn` (LSNs as the integers txcache's timestamps are).
 
 A launcher that fails to start raises :class:`ProcessStartError` (``NodeStartError`` is the
@@ -42,6 +43,7 @@ from txcache._process import (
     ServerProcess,
     WaitTimeout,
     answers_http,
+    child_pids,
     find_binary,
     free_port,
     free_ports,
@@ -78,6 +80,7 @@ __all__ = [
     "TlsFiles",
     "WaitTimeout",
     "answers_http",
+    "child_pids",
     "find_binary",
     "find_postgres_bin",
     "find_txcached",

@@ -192,9 +192,10 @@ class AsyncCacheDriver(CacheCore):
 
     async def checkout_replica(self, name: str) -> AsyncConnection | None:
         """A connection to the hot standby ``name``, prepared as :meth:`checkout` prepares
-        the primary's; ``None`` when it is passed over after a failure, or gives no
-        connection within ``node_timeout`` (it is then passed over for a while:
-        :class:`~txcache._replicas.ReplicaHealth`)."""
+        the primary's, that waits for its answers at most ``replica_timeout`` each
+        (:class:`~txcache.aio._replica_connection.AsyncReplicaConnection`); ``None`` when it
+        is down after a failure, or gives no connection within ``node_timeout`` (it is then
+        down until it answers a probe: :class:`~txcache._replicas.ReplicaHealth`)."""
         if not self.replica_health.usable(name):
             return None
         connection = await self._parked_elsewhere(name)

@@ -29,6 +29,7 @@ from txcache.aio._agent import AsyncAgentClient
 from txcache.aio._auditor import TaskAuditor
 from txcache.aio._cache import AsyncCacheDriver
 from txcache.aio._parking_watchdog import ParkingWatchdog
+from txcache.aio._replica_connection import AsyncReplicaConnection
 
 __all__ = ["AsyncCache", "connect", "default_cache"]
 
@@ -106,7 +107,11 @@ class AsyncCache(AsyncCacheDriver):
         self.pool = psycopg_pool.AsyncConnectionPool(**options, name="txcache-async", open=False)
         self.replica_pools = {
             name: psycopg_pool.AsyncConnectionPool(
-                **self._pool_options(dsn), name=f"txcache-async-{name}", open=False
+                **self._pool_options(dsn),
+                connection_class=AsyncReplicaConnection,
+                configure=self._bound_answers,
+                name=f"txcache-async-{name}",
+                open=False,
             )
             for name, dsn in settings.replicas
         }
@@ -187,8 +192,13 @@ class AsyncCache(AsyncCacheDriver):
         if self.ring is not None:
             self.ring.close()
         await self.pool.close()
+        self.replica_health.close()
         for replica_pool in self.replica_pools.values():
             await replica_pool.close()
+
+    async def _bound_answers(self, connection: AsyncReplicaConnection) -> None:
+        """A standby's connection waits for an answer at most ``replica_timeout``."""
+        connection.answer_timeout = self.settings.replica_timeout
 
     async def __aenter__(self) -> Self:
         return self
