@@ -20,7 +20,7 @@ from async_fixtures import AsyncLib
 from library_fixtures import AGENT_ARGS, LibraryStack
 from txcache import aio
 from txcache.aio import AsyncCache
-from txcache.stack import ReplicatedPostgres, wait_until
+from txcache.stack import EmbeddedPostgres, ReplicatedPostgres, wait_until
 
 STANDBY = "s1"
 
@@ -94,6 +94,48 @@ def test_two_standbys_share_the_misses_each_at_exactly_its_pin_s_commit_point(
     with standby_stack(pair, "--standby", f"s2={second.dsn}", replicas={"s2": second.dsn}) as lib:
         wait_for_standby_pin(lib)
         exact_readings_under_commits(lib.cache, pair.primary.dsn, {STANDBY: 20, "s2": 20})
+
+
+def test_a_standby_on_another_timeline_than_the_stream_gives_no_pins() -> None:
+    """A failover the agent's stream does not follow: the cascading standby ``s2`` follows
+    its upstream, promoted to timeline 2 and written to, while the agent streams the
+    primary's timeline 1, written to more. ``s2``'s replay positions are then positions of
+    another history — a commit the primary never had — and must not be placed on the
+    stream: the agent lists no pin of ``s2`` (saying why), and no reading sees that
+    commit."""
+    # A base backup of a standby needs full-page writes.
+    with ReplicatedPostgres({"full_page_writes": "on"}) as pair:
+        assert pair.standby is not None
+        hides_commit_of_another_timeline(pair, pair.standby)
+
+
+def hides_commit_of_another_timeline(pair: ReplicatedPostgres, upstream: EmbeddedPostgres) -> None:
+    cascading = pair.add_standby(upstream=upstream)
+    flags = ("--standby", f"s2={cascading.dsn}")
+    with standby_stack(pair, *flags, replicas={"s2": cascading.dsn}) as lib:
+
+        def on_s2() -> bool:
+            lib.fresh_pins()
+            pin, in_recovery, _ = where(lib.cache)
+            return bool(in_recovery and pin.server == "s2")
+
+        wait_until(on_s2, "a transaction on s2", timeout=30, log=lib._agent_log)
+        with psycopg.connect(pair.primary.dsn, autocommit=True) as db:
+            # The primary's stream must not wait for the standby promoted away from it.
+            db.execute("ALTER SYSTEM RESET synchronized_standby_slots")
+            db.execute("SELECT pg_reload_conf()")
+        with psycopg.connect(upstream.dsn, autocommit=True) as db:
+            db.execute("SELECT pg_promote(wait => true, wait_seconds => 60)")
+            db.execute("INSERT INTO log VALUES (1000)")  # only on timeline 2
+        for n in range(1, 201):  # timeline 1 writes more WAL: its positions pass s2's
+            lib.write(f"INSERT INTO log VALUES ({n})")
+        lib.caught_up()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            lib.fresh_pins()
+            pin, _in_recovery, seen = where(lib.cache)
+            assert seen != 1000, f"a reading at {pin} saw a commit of another timeline"
+        assert "it streams timeline 2, the agent's stream follows timeline 1" in lib._agent_log()
 
 
 def exact_readings_under_commits(

@@ -171,14 +171,16 @@ class ReplicatedPostgres:
                 log=self.primary.log_tail,
             )
 
-    def add_standby(self) -> EmbeddedPostgres:
-        """One more asynchronous standby of the primary, on a free port, streaming through
-        a physical slot of its own (``txcache_standby_2``, …) and with the same settings;
-        it returns once the standby accepts connections."""
+    def add_standby(self, upstream: EmbeddedPostgres | None = None) -> EmbeddedPostgres:
+        """One more asynchronous standby of the primary — or, cascading, of ``upstream``
+        (a standby: it follows whatever timeline that one takes) — on a free port,
+        streaming through a physical slot of its own (``txcache_standby_2``, …) and with
+        the same settings; it returns once the standby accepts connections."""
+        source = upstream or self.primary
         slot = f"{STANDBY_SLOT}_{len(self.extra_standbys) + 2}"
-        with psycopg.connect(self.primary.dsn, autocommit=True) as db:
+        with psycopg.connect(source.dsn, autocommit=True) as db:
             db.execute("SELECT pg_create_physical_replication_slot(%s)", (slot,))
-        standby = EmbeddedPostgres(self._settings, replica_of=(self.primary, slot))
+        standby = EmbeddedPostgres(self._settings, replica_of=(source, slot))
         self.extra_standbys.append(standby)
         return standby
 

@@ -808,6 +808,10 @@ impl Pinner {
         let session = self.sessions[index].id;
         let exported = standby::export(&self.sessions[index].sql).await?;
         let replay = exported.replay;
+        let Some(timeline) = self.tracker.timeline() else {
+            return Ok((replay, None)); // the stream has not connected yet: nothing is placed
+        };
+        standby::check_timeline(exported.receiver, timeline)?;
         let placed = self.tracker.replay_point(replay, FENCE_TIMEOUT).await;
         let pin = placed.map(|point| standby_pin(exported, point, session));
         if pin.is_none() {
@@ -1009,6 +1013,7 @@ mod tests {
             replay: Timestamp(600),
             snapshot: "10:10:".to_owned(),
             snapshot_id: "00000004-00000001-1".to_owned(),
+            receiver: standby::Receiver::Streams(1),
         };
         let point = ReplayPoint {
             ts: Timestamp(550),

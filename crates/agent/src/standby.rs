@@ -18,9 +18,11 @@ use tokio_postgres::error::SqlState;
 use txcache_model::Timestamp;
 
 /// Takes and exports a snapshot with replay paused: the replay position, the snapshot's
-/// contents and its id.
-pub const EXPORT_STATEMENT: &str =
-    "SELECT replay_lsn::text, snapshot, snapshot_id FROM txcache.standby_snapshot()";
+/// contents and its id; and the timeline the standby's WAL receiver streams (no row: it
+/// runs no receiver; a row without it: the role may not see it).
+pub const EXPORT_STATEMENT: &str = "SELECT replay_lsn::text, snapshot, snapshot_id, \
+     w.pid IS NOT NULL, w.received_tli FROM txcache.standby_snapshot() \
+     LEFT JOIN pg_stat_wal_receiver w ON true";
 
 /// Resumes replay if something left it paused (a row when it did).
 pub const RESUME_STATEMENT: &str = "SELECT pg_wal_replay_resume() WHERE pg_is_in_recovery() \
@@ -35,6 +37,35 @@ pub struct StandbySnapshot {
     pub snapshot: String,
     /// `SET TRANSACTION SNAPSHOT` takes this.
     pub snapshot_id: String,
+    /// The timeline its WAL receiver streams.
+    pub receiver: Receiver,
+}
+
+/// What the standby's WAL receiver (`pg_stat_wal_receiver`) says of its timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Receiver {
+    /// It streams this timeline (`received_tli`).
+    Streams(u32),
+    /// No receiver runs: the standby streams from no server now.
+    Stopped,
+    /// A receiver runs, but the role may not see its details (`pg_read_all_stats`).
+    Hidden,
+}
+
+/// Fails unless the standby streams the timeline the agent's stream follows (`stream`). A
+/// standby streams a timeline only once its
+/// own history is part of that timeline's — its primary refuses one that replayed past
+/// where the timeline branched off — and replay never goes back: so every position it
+/// replays, before or after, is the same WAL on the stream's history. One left on an old
+/// timeline after a failover may have replayed past the branch, commits the stream's
+/// history never had: its positions must not be placed on the stream.
+pub fn check_timeline(receiver: Receiver, stream: u32) -> Result<(), Refusal> {
+    match receiver {
+        Receiver::Streams(standby) if standby == stream => Ok(()),
+        Receiver::Streams(standby) => Err(Refusal::OtherTimeline { standby, stream }),
+        Receiver::Stopped => Err(Refusal::NotStreaming),
+        Receiver::Hidden => Err(Refusal::TimelineHidden),
+    }
 }
 
 /// Takes and exports a snapshot in `sql`'s open transaction.
@@ -51,10 +82,17 @@ pub async fn export(sql: &SqlSession) -> Result<StandbySnapshot, Refusal> {
         code: "none".to_owned(),
         error,
     })?;
+    let timeline: Option<i32> = row.get(4);
+    let receiver = match (row.get::<_, bool>(3), timeline) {
+        (false, _) => Receiver::Stopped,
+        (true, None) => Receiver::Hidden,
+        (true, Some(timeline)) => Receiver::Streams(timeline.unsigned_abs()),
+    };
     Ok(StandbySnapshot {
         replay: Timestamp(replay.as_u64()),
         snapshot: row.get(1),
         snapshot_id: row.get(2),
+        receiver,
     })
 }
 
@@ -102,6 +140,20 @@ pub enum Refusal {
     /// The connection broke during the call.
     #[error("the connection broke during the call: {0:#}")]
     Broken(anyhow::Error),
+    /// It streams another timeline than the agent's stream (a failover left it behind).
+    #[error("it streams timeline {standby}, the agent's stream follows timeline {stream}")]
+    OtherTimeline {
+        /// The standby's.
+        standby: u32,
+        /// The stream's.
+        stream: u32,
+    },
+    /// No WAL receiver runs on it: which timeline it will replay is not known.
+    #[error("it streams from no server now (no WAL receiver in pg_stat_wal_receiver)")]
+    NotStreaming,
+    /// The role cannot see which timeline its WAL receiver streams.
+    #[error("the role cannot see which timeline it streams (pg_stat_wal_receiver.received_tli is hidden)")]
+    TimelineHidden,
     /// Anything else the call answered.
     #[error("the call failed (SQLSTATE {code}): {error:#}")]
     Failed {
@@ -147,6 +199,9 @@ impl Refusal {
             Self::NotPermitted(_) => "not permitted".to_owned(),
             Self::NotSetUp(_) => "not set up".to_owned(),
             Self::Broken(_) => "broken".to_owned(),
+            Self::OtherTimeline { standby, .. } => format!("timeline {standby}"),
+            Self::NotStreaming => "not streaming".to_owned(),
+            Self::TimelineHidden => "timeline hidden".to_owned(),
             Self::Failed { code, .. } => format!("failed {code}"),
         }
     }
@@ -170,6 +225,20 @@ impl Refusal {
             Self::NotSetUp(_) => {
                 "run `txcache setup` on the primary (it creates txcache.standby_snapshot(), \
                  which replicates to the standby)"
+            }
+            Self::OtherTimeline { .. } => {
+                "after a failover, point the standby at the new primary (primary_conninfo); \
+                 if it replayed past the switch, rebuild it (pg_rewind or pg_basebackup). \
+                 Pins return once it streams the stream's timeline"
+            }
+            Self::NotStreaming => {
+                "check the standby's primary_conninfo and its log: pins return once its WAL \
+                 receiver streams from the primary (a standby restoring only from an \
+                 archive gives none)"
+            }
+            Self::TimelineHidden => {
+                "GRANT pg_read_all_stats TO the role of its conninfo (on the primary: grants \
+                 replicate)"
             }
             Self::Failed { .. } => "see the error; the agent retries at every --pin-interval",
         }
@@ -300,6 +369,12 @@ mod tests {
             Refusal::NotPermitted("permission denied".to_owned()),
             Refusal::NotSetUp("no function".to_owned()),
             Refusal::Broken(anyhow::anyhow!("eof")),
+            Refusal::OtherTimeline {
+                standby: 2,
+                stream: 1,
+            },
+            Refusal::NotStreaming,
+            Refusal::TimelineHidden,
             failed("55P03"),
         ];
         let states: Vec<String> = refusals.iter().map(Refusal::state).collect();
@@ -308,7 +383,43 @@ mod tests {
         assert_eq!(unique, states);
         assert_ne!(failed("55P03").state(), failed("XX000").state());
         let paused: Vec<bool> = refusals.iter().map(Refusal::may_have_paused).collect();
-        assert_eq!(paused, [false, false, false, true, false, true, true]);
+        assert_eq!(
+            paused,
+            [false, false, false, true, false, true, false, false, false, true]
+        );
+    }
+
+    #[test]
+    fn only_a_standby_streaming_the_stream_s_timeline_gives_pins() {
+        assert!(check_timeline(Receiver::Streams(2), 2).is_ok());
+        assert!(matches!(
+            check_timeline(Receiver::Streams(1), 2),
+            Err(Refusal::OtherTimeline {
+                standby: 1,
+                stream: 2
+            })
+        ));
+        assert!(matches!(
+            check_timeline(Receiver::Streams(3), 2),
+            Err(Refusal::OtherTimeline { .. })
+        ));
+        assert!(matches!(
+            check_timeline(Receiver::Stopped, 1),
+            Err(Refusal::NotStreaming)
+        ));
+        assert!(matches!(
+            check_timeline(Receiver::Hidden, 1),
+            Err(Refusal::TimelineHidden)
+        ));
+        let message = Refusal::OtherTimeline {
+            standby: 1,
+            stream: 2,
+        }
+        .to_string();
+        assert_eq!(
+            message,
+            "it streams timeline 1, the agent's stream follows timeline 2"
+        );
     }
 
     #[test]

@@ -141,6 +141,9 @@ impl Stream {
         }
         // A new history restarts the buffer at the slot too.
         self.fanout.follow_history(&history, slot.confirmed);
+        if let Some(timeline) = timeline::timeline_of(&history) {
+            self.tracker.follow_timeline(timeline);
+        }
         self.read_catalog(&sql).await?;
         let start = Lsn::from_u64(slot.confirmed.0);
         self.stats.resume_at(slot.confirmed);

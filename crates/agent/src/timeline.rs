@@ -50,6 +50,11 @@ pub fn branch_point(history: &str, timeline: u32) -> Option<Timestamp> {
     })
 }
 
+/// The timeline of a history (`system_identifier:timeline`).
+pub fn timeline_of(history: &str) -> Option<u32> {
+    split(history).map(|(_, timeline)| timeline)
+}
+
 /// `system_identifier:timeline` split in two.
 fn split(history: &str) -> Option<(&str, u32)> {
     let (system, timeline) = history.rsplit_once(':')?;

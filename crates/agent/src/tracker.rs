@@ -59,6 +59,8 @@ struct State {
     barrier: Timestamp,
     /// Recent commits and heartbeats with their times, for standbys' replay positions.
     history: History,
+    /// The timeline the stream follows (`None` before it first connected).
+    timeline: Option<u32>,
 }
 
 /// The stream's record, behind one lock; waiters are woken on every change.
@@ -90,6 +92,7 @@ impl StreamTracker {
                 catalogs: VecDeque::new(),
                 barrier: Timestamp(resume.0.saturating_sub(1)),
                 history: History::new(resume, HISTORY),
+                timeline: None,
             }),
             changed: Notify::new(),
             barrier_raised: Notify::new(),
@@ -165,6 +168,18 @@ impl StreamTracker {
         state.xids.clear();
         state.xid_order.clear();
         state.history = History::new(resume, HISTORY);
+    }
+
+    /// The stream follows `timeline` of the database's history from now on: standbys'
+    /// replay positions are placed on it only while they stream that timeline too
+    /// ([`crate::standby::check_timeline`]; none before the stream first connected).
+    pub fn follow_timeline(&self, timeline: u32) {
+        self.lock().timeline = Some(timeline);
+    }
+
+    /// The timeline the stream follows (`None` before it first connected).
+    pub fn timeline(&self) -> Option<u32> {
+        self.lock().timeline
     }
 
     /// Records the tag-column catalog in force from `since` (unchanged versions are not
