@@ -68,6 +68,10 @@ class Readers:
     read-only transaction (``staleness``) per read, from the ``with`` block's start to its
     end; each read is recorded (:class:`Read`).
 
+    With ``direct``, each transaction also runs one query on the database itself (the item's
+    row, read directly: never cached), so that every transaction reaches the server of its
+    pin.
+
     A read failing with one of ``retry_on`` is counted in :attr:`failures` (its start) and the
     thread tries again shortly: for a part the benchmark takes away on purpose. Any other
     error is kept in :attr:`errors` and ends its thread. Subclasses may add threads of their
@@ -79,11 +83,14 @@ class Readers:
         threads: int,
         staleness: float,
         retry_on: tuple[type[BaseException], ...] = (),
+        *,
+        direct: bool = False,
     ) -> None:
         """Readers of ``cache``, not started yet."""
         self.cache = cache
         self.staleness = staleness
         self.retry_on = retry_on
+        self.direct = direct
         self.reads: list[Read] = []
         self.failures: list[float] = []
         self.errors: list[BaseException] = []
@@ -111,6 +118,8 @@ class Readers:
             try:
                 with self.cache.read_only(staleness=self.staleness) as transaction:
                     item_name(item)
+                    if self.direct:
+                        txcache.query_one("SELECT name FROM items WHERE id = %s", (item,))
             except self.retry_on:
                 with self._lock:
                     self.failures.append(started)

@@ -1,42 +1,86 @@
-"""What a hung part costs the application: read latency while a cache node or the agent is
-stopped (SIGSTOP: the kernel still accepts connections, nothing answers), beside the same
-load with every part running.
+"""What a hung part costs the application: read latency while a cache node, the agent or (with
+``--standby``) the hot standby misses run on is stopped (SIGSTOP, every process: the kernel
+still accepts connections, nothing answers), beside the same load with every part running.
 
 ``--threads`` threads each run read-only transactions calling a ``@cacheable`` function
 over a small hot set (mostly hits), for ``--phase`` seconds per phase: normal, one node
-stopped, normal, the agent stopped, normal; ``--rounds`` times. Each stop begins while the
-load runs. The library's ``node_timeout`` and ``agent_timeout`` are the defaults (1 s, 2 s)
-unless given. Reported per phase: reads per second, latency p50/p99/max, and how many reads
-waited longer than half the part's timeout (the goal: at most one per thread per stop, the
-read in flight when it hung).
+stopped, normal, the agent stopped (and with ``--standby``: normal, the standby stopped);
+``--rounds`` times. Each stop begins while the load runs. With ``--standby`` the database
+is a primary and its streaming standby, the agent pins both, the library runs its misses
+on the standby (``replicas``), each transaction also reads its item's row directly (so
+that every one reaches the server of its pin), and a writer updates ``--writes`` hot items
+a second on the primary. The library's ``node_timeout``, ``agent_timeout`` and
+``replica_timeout`` are the defaults (1 s, 2 s, 5 s) unless given. Reported per phase:
+reads per second, latency p50/p99/max, and how many reads waited longer than half the
+part's timeout (the goal: at most one per thread per stop, the read in flight when it
+hung).
 """
 
 from __future__ import annotations
 
 import argparse
+import random
+import threading
 import time
 
+import psycopg
 from _common import bench_stack, create_database, execute, postgres
+from _database_servers import DatabaseServers
 from _hot_reads import HOT, Readers, items_schema
 from _report import fmt, log, machine_note, num, result_name, summarize, table, write_report
 
+import txcache
+
+LABELS = {
+    "none": "every part running",
+    "node": "one node stopped",
+    "agent": "agent stopped",
+    "standby": "standby stopped",
+}
+
 
 def run(args: argparse.Namespace) -> None:
-    with postgres(args.storage) as server:
+    with (
+        postgres(args.storage, standbys=1 if args.standby else 0) as server,
+        DatabaseServers(server, "hangs") as servers,
+    ):
         dsn = create_database(server, "hangs")
         execute(dsn, *items_schema())
-        with bench_stack(dsn, nodes=2, max_memory="64mb") as stack:
+        flags = servers.agent_flags()
+        with bench_stack(dsn, nodes=2, max_memory="64mb", agent_args=flags) as stack:
             note = machine_note()
             stack.caught_up()
-            cache = stack.connect(node_timeout=args.node_timeout, agent_timeout=args.agent_timeout)
-            timeouts = {"node": args.node_timeout, "agent": args.agent_timeout, "none": 0.0}
+            replicas = {name: servers.dsn(name) for name in servers.standby_names}
+            cache = stack.connect(
+                node_timeout=args.node_timeout,
+                agent_timeout=args.agent_timeout,
+                replica_timeout=args.replica_timeout,
+                replicas=replicas,
+            )
+            timeouts = {
+                "node": args.node_timeout,
+                "agent": args.agent_timeout,
+                "standby": args.replica_timeout,
+                "none": 0.0,
+            }
             assert stack.agent is not None
             parts = {"node": stack.nodes[0], "agent": stack.agent}
+            order = ["none", "node", "none", "agent"]
+            if args.standby:
+                parts["standby"] = servers.by_name[servers.standby_names[0]]
+                order += ["none", "standby"]
             phases: list[tuple[str, float, float]] = []
-            with Readers(cache, args.threads, staleness=30) as load:
+            writes = args.writes if args.standby else 0.0
+            # A transaction that read the cache at the hung standby's pin and finds no
+            # primary pin where those reads hold fails with the error to retry: retried.
+            retry = (txcache.SnapshotUnavailable,) if args.standby else ()
+            readers = Readers(
+                cache, args.threads, staleness=30, retry_on=retry, direct=args.standby
+            )
+            with readers as load, Writer(dsn, writes):
                 time.sleep(2.0)  # warm: the hot set cached
                 for round_ in range(args.rounds):
-                    for part in ("none", "node", "none", "agent"):
+                    for part in order:
                         log(f"round {round_ + 1}/{args.rounds}: {part} stopped")
                         began = time.monotonic()
                         if part == "none":
@@ -49,7 +93,36 @@ def run(args: argparse.Namespace) -> None:
             cache.close()
     if load.errors:
         raise SystemExit(f"reads failed: {load.errors[:3]}")
-    report(args, note, phases, load, timeouts)
+    report(args, note, phases, load, timeouts, cache.latency.standby_counts())
+
+
+class Writer:
+    """A thread updating ``per_second`` random hot items on the primary (none at 0) while
+    the ``with`` block runs: each update invalidates one key, whose next read misses."""
+
+    def __init__(self, dsn: str, per_second: float) -> None:
+        """A writer of ``dsn``, not started yet."""
+        self.dsn = dsn
+        self.per_second = per_second
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._write, daemon=True)
+
+    def __enter__(self) -> Writer:
+        if self.per_second > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _write(self) -> None:
+        chosen = random.Random(0)
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self._stop.wait(1 / self.per_second):
+                item = chosen.randint(1, HOT)
+                conn.execute("UPDATE items SET name = name WHERE id = %s", (item,))
 
 
 def report(
@@ -58,9 +131,10 @@ def report(
     phases: list[tuple[str, float, float]],
     load: Readers,
     timeouts: dict[str, float],
+    on_standby: dict[str, int],
 ) -> None:
     rows, raw = [], {}
-    for part in ("none", "node", "agent"):
+    for part in [name for name in LABELS if any(p == name for p, _, _ in phases)]:
         samples = [s for name, b, e in phases if name == part for s in load.between(b, e)]
         seconds = sum(e - b for name, b, e in phases if name == part)
         stops = sum(1 for name, _, _ in phases if name == part)
@@ -71,23 +145,41 @@ def report(
             if read.seconds > slow_limit:
                 slow[read.thread] = slow.get(read.thread, 0) + 1
         per_stop = max(slow.values(), default=0) / max(1, stops)
-        label = {"none": "every part running", "node": "one node stopped", "agent": "agent stopped"}
+        retried = sum(
+            1 for name, b, e in phases if name == part for f in load.failures if b <= f < e
+        )
         rows.append(
             [
-                label[part],
+                LABELS[part],
                 num(len(samples) / seconds),
                 fmt(latency["p50"] * 1e3, 2),
                 fmt(latency["p99"] * 1e3, 2),
                 fmt(latency["max"] * 1e3, 1),
                 f"{sum(slow.values())} (> {slow_limit * 1e3:.0f} ms)",
                 fmt(per_stop, 2),
+                num(retried),
             ]
         )
-        raw[part] = {"latency": latency, "reads": len(samples), "seconds": seconds, "slow": slow}
+        raw[part] = {
+            "latency": latency,
+            "reads": len(samples),
+            "seconds": seconds,
+            "slow": slow,
+            "retried": retried,
+        }
+    standby = (
+        f" The database is a primary and its streaming standby; each transaction also reads "
+        "its item's row directly, and misses and direct reads run on the standby "
+        f"(replica_timeout {args.replica_timeout} s) while a writer updates {args.writes:g} "
+        f"hot items a second on the primary: {sum(on_standby.values()):,} queries ran on the "
+        "standby."
+        if args.standby
+        else ""
+    )
     body = [
         f"{args.threads} threads of read-only transactions over {HOT} hot keys; each phase "
         f"{args.phase:.0f} s, {args.rounds} round(s); node_timeout {args.node_timeout} s, "
-        f"agent_timeout {args.agent_timeout} s.",
+        f"agent_timeout {args.agent_timeout} s.{standby}",
         "",
         *table(
             [
@@ -98,19 +190,22 @@ def report(
                 "max ms",
                 "slow reads",
                 "slow per thread per stop",
+                "retried",
             ],
             rows,
-            "lrrrrrr",
+            "lrrrrrrr",
         ),
         "",
         "A read is slow when it took more than half the stopped part's timeout (500 ms when "
         "nothing is stopped). The goal: at most one per thread per stop, the read in flight "
-        "when the part stopped; every later read goes around the part without waiting.",
+        "when the part stopped; every later read goes around the part without waiting. "
+        "Retried: transactions that failed with `SnapshotUnavailable`, the error to retry "
+        "(with `--standby` only: one that read the cache at the stopped standby's pin and "
+        "found no primary pin where those reads hold).",
     ]
-    name = result_name("hangs", args.quick, args.storage)
-    path = write_report(
-        name, "Hung parts: latency with a node or the agent stopped", note, body, raw
-    )
+    name = result_name("hangs", args.quick, args.storage, *(["standby"] if args.standby else []))
+    title = "Hung parts: latency with a node, the agent or a standby stopped"
+    path = write_report(name, title, note, body, raw)
     log(f"report: {path}")
 
 
@@ -123,6 +218,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--node-timeout", type=float, default=1.0)
     parser.add_argument("--agent-timeout", type=float, default=2.0)
+    parser.add_argument("--replica-timeout", type=float, default=5.0)
+    parser.add_argument(
+        "--standby", action="store_true", help="misses on a streaming standby, stopped too"
+    )
+    parser.add_argument(
+        "--writes", type=float, default=20.0, help="updates a second with --standby (misses)"
+    )
     parser.add_argument("--storage", choices=("disk", "tmpfs"), default="tmpfs")
     args = parser.parse_args()
     if args.quick:

@@ -36,7 +36,12 @@ from txcache._agent_follow import (
     no_answer_yet,
     verdict,
 )
-from txcache._agent_state import AgentState, fresh_pin_result
+from txcache._agent_state import (
+    FIRST_FRESH_PAUSE,
+    LONGEST_FRESH_PAUSE,
+    AgentState,
+    FreshPins,
+)
 from txcache._config import load_settings
 from txcache._pinset import Pin
 from txcache._protocol import Barrier, CatalogVersion, DatabaseIdentity
@@ -80,12 +85,38 @@ def test_a_refresh_s_replies_are_answered_standby_down_or_refused() -> None:
 def test_a_standby_s_refusal_of_a_fresh_pin_is_not_warned_about(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    fresh = FreshPins()
     with caplog.at_level(logging.WARNING, logger="txcache"):
-        assert fresh_pin_result(STANDBY_REPLY) is None
+        assert fresh.result(STANDBY_REPLY, now=0.0) is None
         assert not caplog.records, "the next refresh finds the active agent, and says so"
-        assert fresh_pin_result(ReplyError("ERR no snapshot")) is None
+        assert fresh.wanted(now=0.0), "nor does it pause fresh pins"
+        assert fresh.result(ReplyError("ERR no snapshot"), now=0.0) is None
     [record] = caplog.records
     assert "could not take a fresh pin: ERR no snapshot" in record.getMessage()
+
+
+def test_after_a_fresh_pin_the_agent_could_not_give_none_is_asked_for_a_while(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stream held back fails every PIN for as long as it lasts: transactions take the
+    listed pins meanwhile, instead of each waiting out a PIN of its own."""
+    fresh = FreshPins()
+    held_back = ReplyError("ERR PIN: no pin certified within 1000 ms")
+    with caplog.at_level(logging.WARNING, logger="txcache"):
+        assert fresh.result(held_back, now=10.0) is None
+        assert not fresh.wanted(now=10.0 + FIRST_FRESH_PAUSE / 2)
+        assert fresh.wanted(now=10.0 + FIRST_FRESH_PAUSE)
+        assert fresh.result(held_back, now=11.0) is None  # still failing: twice as long
+        assert not fresh.wanted(now=11.0 + FIRST_FRESH_PAUSE)
+        assert fresh.wanted(now=11.0 + 2 * FIRST_FRESH_PAUSE)
+        for step in range(20):
+            fresh.result(held_back, now=12.0 + step)
+        assert fresh.wanted(now=31.0 + LONGEST_FRESH_PAUSE)
+    assert len(caplog.records) == 1, "logged as it starts, not for every PIN"
+    pin = Pin(5, "s-5", 0.0)
+    assert fresh.result(pin, now=40.0) is pin
+    assert fresh.result(held_back, now=40.0) is None
+    assert fresh.wanted(now=40.0 + FIRST_FRESH_PAUSE), "a pin starts the pauses anew"
 
 
 # -- which agent a refresh asks and adopts ----------------------------------------------------

@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -16,6 +18,7 @@ from txcache import metrics
 from txcache._agent_state import AgentState, UsedPins, refresh_commands, refresh_result
 from txcache._pinset import Pin, PinSet, newest_or_fresh, prefer_standbys
 from txcache._protocol import Barrier, DatabaseIdentity
+from txcache._read_only_core import ReadOnlyCore
 from txcache._replicas import ReplicaHealth
 from txcache._resp import ReplyError
 from txcache._stats import OperationLatency
@@ -136,6 +139,30 @@ def test_a_standby_that_failed_is_down_until_a_probe_finds_it_answering() -> Non
         answering.set()
         wait_until(lambda: health.usable("s1"), "the probe to find the standby answering")
         assert set(probed) == {"host=a"}
+    finally:
+        health.close()
+
+
+def test_a_transaction_leaves_out_the_pins_of_a_standby_that_is_down() -> None:
+    """Not even its cache lookups use them: a hit at one would bind the transaction to a
+    commit point only the primary's pin of it could then serve. A pin the primary shares
+    gives way to the primary's; the others go."""
+    health = ReplicaHealth((("s1", "host=a"),), lambda dsn: "no answer", first_pause=60)
+    pins = [Pin(10, "s-10", time.time(), server="s1", fallback=pin(10)), pin(20, "s1"), pin(30)]
+    agent = SimpleNamespace(pin_set=lambda **_: PinSet(pins, star=False))
+    cache: Any = SimpleNamespace(  # the attributes a transaction's start reads
+        follow_members=lambda: None,
+        mode="consistent",
+        ring=object(),
+        agent=agent,
+        replica_health=health,
+    )
+    try:
+        before = ReadOnlyCore(cache, staleness=5, not_before=None).pin_set
+        assert [(p.ts, p.server) for p in before] == [(10, "s1"), (20, "s1"), (30, None)]
+        health.failed("s1", "hung")
+        after = ReadOnlyCore(cache, staleness=5, not_before=None).pin_set
+        assert [(p.ts, p.server) for p in after] == [(10, None), (30, None)]
     finally:
         health.close()
 

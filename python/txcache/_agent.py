@@ -34,8 +34,8 @@ from txcache._agent_state import (
     AgentState,
     Refreshed,
     UsedPins,
+    agent_wait_ms,
     answered,
-    fresh_pin_result,
     refresh_commands,
     refresh_result,
 )
@@ -98,9 +98,12 @@ class AgentClient(AgentState):
         return self._refreshed.wait(timeout)
 
     def pin_now(self) -> Pin | None:
-        """A freshly taken, certified pin (★); ``None`` if the agent cannot give one."""
-        reply = self.endpoint.run(protocol.pin())
-        pin = fresh_pin_result(reply)
+        """A freshly taken, certified pin (★); ``None`` if the agent cannot give one (or
+        could not lately: :class:`~txcache._agent_state.FreshPins`)."""
+        if not self.fresh_pins.wanted(time.monotonic()):
+            return None
+        reply = self.endpoint.run(protocol.pin(agent_wait_ms(self.endpoint.timeout)))
+        pin = self.fresh_pins.result(reply, time.monotonic())
         if pin is not None and not self.covers(pin.ts):
             self.refresh()
         return pin
@@ -109,9 +112,7 @@ class AgentClient(AgentState):
         """The commit LSN of transaction ``xid``, once decoded; ``None`` if the agent cannot
         say within ``timeout`` seconds, or (``upto``: a WAL position at or after the commit)
         as soon as its stream passed ``upto`` without it."""
-        # The agent waits this long by design: within the reply timeout, or it would count
-        # as down.
-        timeout_ms = max(1, int(min(timeout, self.endpoint.timeout / 2) * 1000))
+        timeout_ms = agent_wait_ms(self.endpoint.timeout, timeout)
         lsn = self.endpoint.run(protocol.commit_lsn(xid, timeout_ms=timeout_ms, upto=upto))
         if lsn is None or isinstance(lsn, ReplyError):
             return None

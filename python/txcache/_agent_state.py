@@ -16,6 +16,7 @@ import bisect
 import dataclasses
 import itertools
 import logging
+import math
 import threading
 import time
 import zlib
@@ -32,10 +33,11 @@ from txcache._schema import TagColumns, tag_columns_at
 
 __all__ = [
     "AgentState",
+    "FreshPins",
     "Refreshed",
     "UsedPins",
+    "agent_wait_ms",
     "answered",
-    "fresh_pin_result",
     "refresh_commands",
     "refresh_result",
 ]
@@ -50,6 +52,13 @@ Refreshed = tuple[
 from an agent too old to answer it)."""
 
 _NO_FENCE = Barrier(2**63 - 1, -1)  # before the first refresh: no snapshot is after every change
+
+
+def agent_wait_ms(reply_timeout: float, wanted: float = math.inf) -> int:
+    """Milliseconds a command that waits for the agent's stream (``PIN``, ``COMMITLSN``)
+    may ask it to wait: ``wanted`` seconds, within half the ``reply_timeout`` — a reply
+    later than that would count the agent as down."""
+    return max(1, int(min(wanted, reply_timeout / 2) * 1000))
 
 
 class AgentState:
@@ -90,6 +99,8 @@ class AgentState:
         verify them before they are stored (:mod:`txcache._pending_stores`)."""
         self._used = UsedPins()
         self._used_lock = threading.Lock()
+        self.fresh_pins = FreshPins()
+        """Whether a ``PIN`` is asked for now (not after one that failed, for a while)."""
 
     def note_used(self, ts: int, *, standby: bool = False) -> None:
         """A transaction ran at the pin at commit point ``ts`` (a standby's, with
@@ -240,14 +251,54 @@ def _share(server: str, ts: int) -> int:
     return zlib.crc32(f"{server}@{ts}".encode())
 
 
-def fresh_pin_result(reply: Pin | ReplyError | None) -> Pin | None:
-    """What a ``PIN`` reply gives: the pin, or ``None`` (an error reply is logged, but a
-    standby's: the next refresh finds the active agent, and says so)."""
-    if reply is None or isinstance(reply, ReplyError):
-        if reply is not None and not is_standby(reply):
-            log.warning("the agent could not take a fresh pin: %s", reply)
+class FreshPins:
+    """Whether to ask the agent for a fresh pin (★) now. After one it could not give — its
+    stream behind (PostgreSQL holds a logical stream back while a standby named in
+    ``synchronized_standby_slots`` does not confirm), PostgreSQL unreachable — none is
+    asked for :data:`FIRST_FRESH_PAUSE` seconds, doubling to :data:`LONGEST_FRESH_PAUSE`
+    while it keeps failing: meanwhile transactions take the newest listed pin, as when a
+    ``PIN`` fails, instead of each waiting out a ``PIN`` of its own. Thread-safe."""
+
+    def __init__(self) -> None:
+        """Fresh pins wanted."""
+        self._until = 0.0
+        self._pause = 0.0
+        self._lock = threading.Lock()
+
+    def wanted(self, now: float) -> bool:
+        """Whether to send ``PIN`` at ``now`` (``time.monotonic()``)."""
+        return now >= self._until
+
+    def result(self, reply: Pin | ReplyError | None, now: float) -> Pin | None:
+        """What a ``PIN`` reply gives: the pin, or ``None``. An error reply starts or
+        lengthens the pause (logged as it starts); a standby's is not logged (the next
+        refresh finds the active agent, and says so), nor is no reply (an agent down: its
+        endpoint stops calling it)."""
+        if isinstance(reply, Pin):
+            if self._pause:
+                with self._lock:
+                    self._pause = 0.0
+            return reply
+        if reply is None or is_standby(reply):
+            return None
+        with self._lock:
+            first = self._pause == 0.0
+            self._pause = min(max(FIRST_FRESH_PAUSE, 2 * self._pause), LONGEST_FRESH_PAUSE)
+            self._until = now + self._pause
+        if first:
+            log.warning(
+                "the agent could not take a fresh pin: %s; transactions use the listed pins "
+                "(none is asked for %.2f s, longer while this lasts)",
+                reply,
+                self._pause,
+            )
         return None
-    return reply
+
+
+FIRST_FRESH_PAUSE = 0.25
+"""Seconds no fresh pin is asked for after the agent could not give one."""
+LONGEST_FRESH_PAUSE = 5.0
+"""The longest such pause while the agent keeps failing to give one."""
 
 
 def refresh_result(replies: Sequence[Any]) -> Refreshed | None:

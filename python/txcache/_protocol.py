@@ -332,9 +332,11 @@ def _used_argument(used: Collection[int]) -> tuple[str, ...]:
     return (",".join(listed),)
 
 
-def pin() -> Command[Pin]:
-    """``PIN``: a snapshot taken and certified now (★)."""
-    return Command(("PIN",), _pin)
+def pin(timeout_ms: int | None = None) -> Command[Pin]:
+    """``PIN [timeout_ms]``: a snapshot taken and certified now (★); with ``timeout_ms``
+    the agent answers within it, an error when certification takes longer (its stream is
+    behind), so that the caller does not take a held-back stream for an agent down."""
+    return Command(("PIN",) if timeout_ms is None else ("PIN", timeout_ms), _pin)
 
 
 def _pin_list(reply: Sequence[Sequence[Any]]) -> list[Pin]:

@@ -278,6 +278,8 @@ class ReadOnlyCore(Generic[C]):
         else:
             now = time.time()
             self.pin_set = agent.pin_set(staleness=staleness, not_before=not_before, now=now)
+            if cache.replica_health.any_down():
+                self._leave_out_down_standbys()
 
     # -- the block's health -----------------------------------------------------------------
 
@@ -540,6 +542,19 @@ class ReadOnlyCore(Generic[C]):
         assert self.cache.agent is not None
         barrier = self.cache.agent.schema_barrier(stamp.position)
         return barrier is not None and pin.ts >= barrier
+
+    def _leave_out_down_standbys(self) -> None:
+        """Pins of a standby that is down take no part in the transaction, not even in its
+        cache lookups: a hit at one would bind the transaction to a commit point that only
+        the primary's pin of it could serve then. Each gives way to that pin, or goes."""
+        health = self.cache.replica_health
+        for pin in list(self.pin_set):
+            if pin.server is None or health.usable(pin.server):
+                continue
+            if pin.fallback is not None:
+                self.pin_set.substitute(pin, pin.fallback)
+            else:
+                self.pin_set.discard(pin)
 
     def _replica_refused(self, pin: Pin) -> bool:
         """``pin``, a standby's, could not be used at the first query: the primary's pin at

@@ -60,6 +60,10 @@ class ReplicaHealth:
         """Whether ``name`` is a standby of the setting that is not down."""
         return name in self._dsn and name not in self._down
 
+    def any_down(self) -> bool:
+        """Whether some standby is down (a transaction then leaves its pins out)."""
+        return bool(self._down)
+
     def failed(self, name: str, why: str) -> None:
         """``name`` could not serve a transaction: it is down until a probe finds it
         answering (logged once, not for every transaction in flight that finds it so)."""

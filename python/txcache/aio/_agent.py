@@ -20,7 +20,7 @@ from txcache._agent_state import (
     AgentState,
     Refreshed,
     UsedPins,
-    fresh_pin_result,
+    agent_wait_ms,
     refresh_commands,
     refresh_result,
 )
@@ -102,9 +102,12 @@ class AsyncAgentClient(AgentState):
         return True
 
     async def pin_now(self) -> Pin | None:
-        """A freshly taken, certified pin (★); ``None`` if the agent cannot give one."""
-        reply = await self.endpoint.run(protocol.pin())
-        pin = fresh_pin_result(reply)
+        """A freshly taken, certified pin (★); ``None`` if the agent cannot give one (or
+        could not lately: :class:`~txcache._agent_state.FreshPins`)."""
+        if not self.fresh_pins.wanted(time.monotonic()):
+            return None
+        reply = await self.endpoint.run(protocol.pin(agent_wait_ms(self.endpoint.timeout)))
+        pin = self.fresh_pins.result(reply, time.monotonic())
         if pin is not None and not self.covers(pin.ts):
             await self.refresh()
         return pin
@@ -114,9 +117,7 @@ class AsyncAgentClient(AgentState):
     ) -> int | None:
         """The commit LSN of transaction ``xid``, once decoded
         (:meth:`txcache._agent.AgentClient.commit_lsn`)."""
-        # The agent waits this long by design: within the reply timeout, or it would count
-        # as down.
-        timeout_ms = max(1, int(min(timeout, self.endpoint.timeout / 2) * 1000))
+        timeout_ms = agent_wait_ms(self.endpoint.timeout, timeout)
         command = protocol.commit_lsn(xid, timeout_ms=timeout_ms, upto=upto)
         lsn = await self.endpoint.run(command)
         if lsn is None or isinstance(lsn, ReplyError):

@@ -220,7 +220,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     spec("STANDBYPINS", 0..=2, |a| {
         StandbyPins::parse(a).map(Command::StandbyPins)
     }),
-    spec("PIN", 0..=0, |a| Pin::parse(a).map(Command::Pin)),
+    spec("PIN", 0..=1, |a| Pin::parse(a).map(Command::Pin)),
     spec("COMMITLSN", 1..=3, |a| {
         CommitLsn::parse(a).map(Command::CommitLsn)
     }),
