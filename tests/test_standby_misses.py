@@ -373,6 +373,32 @@ def test_a_standby_that_hangs_costs_the_transaction_on_it_one_replica_timeout_on
         wait_for_standby_pin(stack)
 
 
+def test_a_stream_held_back_by_a_hung_standby_fails_fresh_pins_quickly_and_keeps_the_agent(
+    stack: LibraryStack, pair: ReplicatedPostgres
+) -> None:
+    """The primary holds its logical stream back while a standby named in
+    ``synchronized_standby_slots`` does not confirm: the agent can certify no fresh pin.
+    ``PIN`` answers with an error within half ``agent_timeout`` — the agent is not counted
+    as down, its refreshes still answer — and the library then asks for no fresh pin for a
+    while, so that no transaction waits on one."""
+    assert pair.standby is not None
+    agent = stack.cache.agent
+    assert agent is not None
+    wait_for_standby_pin(stack)
+    with pair.standby.paused():
+        stack.write("INSERT INTO log VALUES (1)")  # a commit the stream cannot have now
+        started = time.monotonic()
+        assert agent.pin_now() is None
+        waited = time.monotonic() - started
+        assert waited < agent.endpoint.timeout, "PIN answers within its reply timeout"
+        assert agent.endpoint.is_up()
+        assert agent.refresh(), "the agent still answers its refreshes"
+        started = time.monotonic()
+        assert agent.pin_now() is None
+        assert time.monotonic() - started < waited / 2, "no PIN asked right after one failed"
+    stack.fresh_pins()
+
+
 def test_the_async_driver_bounds_a_hung_standby_the_same_way(pair: ReplicatedPostgres) -> None:
     assert pair.standby is not None
     standby = pair.standby
