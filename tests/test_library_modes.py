@@ -118,7 +118,7 @@ def test_the_launchers_are_in_txcache_stack_and_nowhere_else() -> None:
         "ReplicatedPostgres",
         *("NodeProcess", "NodeStartError", "find_txcached", "AgentProcess", "TcpProxy"),
         *("ServerProcess", "answers_http", "ProcessStartError", "find_binary"),
-        *("free_port", "free_ports", "wait_until", "WaitTimeout", "tail"),
+        *("free_port", "free_ports", "wait_until", "WaitTimeout", "tail", "child_pids"),
         *("wal_position", "parse_lsn"),
     }
     for name in txcache.stack.__all__:
