@@ -282,7 +282,8 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         """Give the standby's connection back and go on on the primary, at the primary's
         pin of the same commit point or, where what was read from the standby stays valid
         (a node's ``TXINTERVAL``), another of the set; with ``failed``, the standby is
-        passed over for a while too. :class:`SnapshotUnavailable` when no pin fits."""
+        down too, until a probe finds it answering. :class:`SnapshotUnavailable` when no
+        pin fits."""
         active = self.snapshot
         assert active is not None
         valid, fresh = None, None
@@ -367,7 +368,7 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         """A connection to a hot standby in a read-only transaction at the standby's pin
         the policy chooses; ``None`` when it chooses the primary (or ★). A standby that
         gives no connection, runs another session context, or no longer has the snapshot
-        is passed over: its pin is replaced by the primary's at the same commit point, or
+        is left: its pin is replaced by the primary's at the same commit point, or
         dropped, and the policy chooses again."""
         if not self.cache.replica_pools:
             return None  # no standbys: not a policy call more on every miss

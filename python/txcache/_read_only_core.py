@@ -501,8 +501,8 @@ class ReadOnlyCore(Generic[C]):
         point if there is one. Bound by what it read there, only that pin will do, or one
         in ``valid`` (where every result read so far is valid), ``fresh`` (a pin just
         taken) among them; none:
-        :class:`SnapshotUnavailable`. With ``failed`` the standby is passed over for a
-        while."""
+        :class:`SnapshotUnavailable`. With ``failed`` the standby is down too, until a probe
+        finds it answering."""
         pin = self.snapshot
         assert pin is not None
         assert pin.server is not None

@@ -9,7 +9,7 @@ query, a ``BEGIN``, a ``ROLLBACK``, a pipeline's sync) ends after ``answer_timeo
 seconds: the connection is then closed, its state being unknown, and
 :class:`StandbyNotAnswering` raised — an ``OperationalError``, which the read path treats
 as a standby that failed: the transaction goes on on the primary and the standby is
-passed over until a probe finds it answering (:class:`~txcache._replicas.ReplicaHealth`).
+down until a probe finds it answering (:class:`~txcache._replicas.ReplicaHealth`).
 
 It is generated from its async twin (``tools/async_to_sync.py``).
 """
