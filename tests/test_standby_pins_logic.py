@@ -230,3 +230,20 @@ def test_queries_on_standbys_are_counted_per_standby_and_exported() -> None:
     metric = next(m for m in metrics.METRICS if m.name == "txcache_standby_queries")
     sources = metrics.Sources([], [], [], latency)
     assert list(metric.samples(sources)) == [({"standby": "s1"}, 2.0), ({"standby": "s2"}, 1.0)]
+
+
+def test_fresh_pins_given_and_not_are_counted_and_exported() -> None:
+    latency = OperationLatency()
+    latency.record_fresh_pin(True)
+    latency.record_fresh_pin(True)
+    latency.record_fresh_pin(False)
+    sources = metrics.Sources([], [], [], latency)
+    exported = {
+        metric.name: list(metric.samples(sources))
+        for metric in metrics.METRICS
+        if metric.name.startswith("txcache_fresh_pins")
+    }
+    assert exported == {
+        "txcache_fresh_pins": [({}, 2.0)],
+        "txcache_fresh_pins_unavailable": [({}, 1.0)],
+    }

@@ -428,7 +428,10 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
     def _fresh_pin(self) -> Pin | None:
         """★: a pin the agent takes now, its ``not_before`` checked."""
         agent = self.cache.agent
-        fresh = agent.pin_now() if agent is not None else None
+        fresh = None
+        if agent is not None:
+            fresh = agent.pin_now()
+            self.cache.latency.record_fresh_pin(fresh is not None)
         if self._predates_token(fresh):
             self._check_token(self.cache.timestamp())
         return fresh

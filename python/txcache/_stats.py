@@ -163,6 +163,12 @@ class OperationLatency:
     query_seconds: float = 0.0
     standby_queries: dict[str, int] = field(default_factory=dict)
     """Of :attr:`queries`, those run on each hot standby (the ``replicas`` setting), by name."""
+    fresh_pins: int = 0
+    """Fresh pins (★) the transactions asked the agent for and got: each is a snapshot the
+    primary exports, and a miss at one shares no parked database transaction."""
+    fresh_pins_unavailable: int = 0
+    """Fresh pins asked for and not given (the agent could not give one, or lately could
+    not: ``FreshPins``)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def record_lookup(self, seconds: float) -> None:
@@ -179,6 +185,14 @@ class OperationLatency:
             self.query_seconds += seconds
             if standby is not None:
                 self.standby_queries[standby] = self.standby_queries.get(standby, 0) + 1
+
+    def record_fresh_pin(self, given: bool) -> None:
+        """One fresh pin asked for: ``given`` or not."""
+        with self._lock:
+            if given:
+                self.fresh_pins += 1
+            else:
+                self.fresh_pins_unavailable += 1
 
     def as_dict(self) -> dict[str, float]:
         """Counts and mean latencies in milliseconds (``0.0`` before any), and the queries

@@ -229,6 +229,20 @@ METRICS: tuple[Metric, ...] = (
         _standby_queries,
     ),
     Metric(
+        "txcache_fresh_pins",
+        "counter",
+        "Fresh pins (a snapshot taken now) read-only transactions asked the agent for and "
+        "got (the default cache).",
+        _latency("fresh_pins"),
+    ),
+    Metric(
+        "txcache_fresh_pins_unavailable",
+        "counter",
+        "Fresh pins asked for and not given: the agent could not give one, or lately could "
+        "not (the default cache).",
+        _latency("fresh_pins_unavailable"),
+    ),
+    Metric(
         "txcache_query_seconds",
         "counter",
         "Time spent in database statements, rows included (the default cache).",

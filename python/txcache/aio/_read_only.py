@@ -434,7 +434,10 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
     async def _fresh_pin(self) -> Pin | None:
         """★: a pin the agent takes now, its ``not_before`` checked."""
         agent = self.cache.agent
-        fresh = await agent.pin_now() if agent is not None else None
+        fresh = None
+        if agent is not None:
+            fresh = await agent.pin_now()
+            self.cache.latency.record_fresh_pin(fresh is not None)
         if self._predates_token(fresh):
             self._check_token(await self.cache.timestamp())
         return fresh
