@@ -52,18 +52,20 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from typing import Any
 
 import psycopg
 from _common import (
     STORAGE_HELP,
+    agent_status,
     bench_stack,
     create_database,
     database_note,
     execute,
     node_counts,
     postgres,
+    resp,
 )
 from _cpu import ForeignCpu, cpu_by_child
 from _database_cpu import KINDS, DatabaseCpuSplit
@@ -199,8 +201,10 @@ def measure(
     servers: DatabaseServers = args.servers
     throttled, server_cpu = servers.throttling(), servers.cpu_seconds()
     transactions_before = servers.transactions()
+    pins_before = certified_pins(args.agent_address)
     log(f"{mode}: measuring {args.duration} s")
     report = emulate(server, args, args.duration, seed)
+    pins = certified_pins(args.agent_address) - pins_before
     after, cpu_after = node_counts(node), component_cpu()
     database_cpu = database_split.seconds()
     server_cpu = differences(servers.cpu_seconds(), server_cpu)
@@ -219,6 +223,7 @@ def measure(
         "other_work_cpu_s": round(other, 2),
         "server_cpu_s": {name: round(seconds, 3) for name, seconds in server_cpu.items()},
         "server_transactions": transactions,
+        "pins_certified": pins,
         "database_throttled": {name: t.as_dict() for name, t in throttled.items()},
         "statements": (
             top_statements(args.dsn, report.requests, args.statements) if args.statements else None
@@ -226,6 +231,13 @@ def measure(
     }
     log(f"{mode}: {row['throughput']} req/s, hit rate {fmt(row['hit_rate'] * 100, 1)} %")
     return row
+
+
+def certified_pins(agent: str) -> int:
+    """How many pins the agent has certified (the primary exports a snapshot for each;
+    standbys' apart): regular ones every ``--pin-interval`` and fresh ones (★) alike."""
+    with closing(resp(agent)) as connection:
+        return agent_status(connection)["pins_certified"]
 
 
 def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load_s: float) -> list[str]:
@@ -412,7 +424,12 @@ def server_lines(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[s
     """Each database server's CPU and transactions per request, and with
     ``--database-cpu`` how often its quota held it back in the measured window."""
     names = list(args.servers.by_name)
-    lines = ["", "Per database server and request: CPU (ms) and transactions run"]
+    lines = [
+        "",
+        "Per database server and request: CPU (ms) and transactions run, and the pins the "
+        "agent certified on the primary (every mode shares the agent: a mode's count "
+        "includes the pins taken while it ran, for whoever asked)",
+    ]
     if args.database_cpu is not None:
         lines[-1] += (
             f"; each server was limited to {args.database_cpu} CPUs (its own cgroup, every "
@@ -424,6 +441,8 @@ def server_lines(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[s
     if args.database_cpu is not None:
         header += [f"{name} throttled" for name in names]
     columns = len(names) * 2 + (len(names) if args.database_cpu is not None else 0)
+    header += ["pins certified"]
+    columns += 1
     lines += ["", "| mode | " + " | ".join(header) + " |", "|---|" + "---:|" * columns]
     for row in rows:
         requests = max(1, row["requests"])
@@ -434,6 +453,7 @@ def server_lines(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[s
         ]
         throttled = row["database_throttled"]
         cells += [f"{throttled[n]['throttled']} of {throttled[n]['periods']}" for n in throttled]
+        cells.append(fmt(row["pins_certified"] / requests, 3))
         lines.append(f"| {label(row)} | " + " | ".join(cells) + " |")
     return lines
 
@@ -524,6 +544,7 @@ def main() -> None:
                 moved = servers.limit_cpu(args.database_cpu)
                 log(f"each server limited to {args.database_cpu} CPUs (processes moved: {moved})")
             env = stack.settings()
+            args.agent_address = stack.agent_address
             node = stack.node_addresses[0]
             if args.rounds:
                 rows = run_rounds(args, env, node)
