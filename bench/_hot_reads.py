@@ -6,10 +6,13 @@ reader threads that time every read until stopped (:class:`Readers`).
 from __future__ import annotations
 
 import math
+import random
 import threading
 import time
 from collections.abc import Iterator
 from typing import NamedTuple, Self
+
+import psycopg
 
 import txcache
 
@@ -70,7 +73,9 @@ class Readers:
 
     With ``direct``, each transaction also runs one query on the database itself (the item's
     row, read directly: never cached), so that every transaction reaches the server of its
-    pin.
+    pin. With ``write_every``, one more thread renames a random hot item every that many
+    seconds through ``cache`` (invalidations keep flowing); a write that fails (the
+    database away) is skipped, and the next tries again.
 
     A read failing with one of ``retry_on`` is counted in :attr:`failures` (its start) and the
     thread tries again shortly: for a part the benchmark takes away on purpose. Any other
@@ -85,6 +90,7 @@ class Readers:
         retry_on: tuple[type[BaseException], ...] = (),
         *,
         direct: bool = False,
+        write_every: float | None = None,
     ) -> None:
         """Readers of ``cache``, not started yet."""
         self.cache = cache
@@ -97,6 +103,8 @@ class Readers:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._read, args=(i,)) for i in range(threads)]
+        if write_every is not None:
+            self._threads.append(threading.Thread(target=self._write, args=(write_every,)))
 
     def __enter__(self) -> Self:
         """Start every thread."""
@@ -131,6 +139,18 @@ class Readers:
             took = time.monotonic() - started
             with self._lock:
                 self.reads.append(Read(thread, started, took, transaction.hits > 0))
+
+    def _write(self, every: float) -> None:
+        chosen = random.Random(1)
+        while not self._stop.wait(every):
+            try:
+                with self.cache.read_write() as transaction:
+                    item = chosen.randrange(1, HOT + 1)
+                    transaction.execute(
+                        "UPDATE items SET name = %s WHERE id = %s", (f"item {item} v", item)
+                    )
+            except (psycopg.Error, txcache.TxcacheError):
+                pass  # the database is away: the next write tries again
 
     def between(self, began: float, ended: float) -> list[Read]:
         """The reads that began from ``began`` to before ``ended``."""

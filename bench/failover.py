@@ -18,8 +18,6 @@ plot shows reads/s and the hit rate second by second.
 from __future__ import annotations
 
 import argparse
-import random
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -43,32 +41,6 @@ import txcache
 from txcache.stack import ReplicatedPostgres, wait_until
 
 
-class Load(Readers):
-    """The hot-set readers and one writer renaming a random hot item every ``write_every``
-    seconds through ``cache`` (invalidations keep flowing); a read or write that fails while
-    the database is away is tried again."""
-
-    def __init__(
-        self, cache: txcache.Cache, threads: int, write_every: float, staleness: float
-    ) -> None:
-        """The readers and the writer, not started yet."""
-        super().__init__(cache, threads, staleness, retry_on=(psycopg.Error, txcache.TxcacheError))
-        self.write_every = write_every
-        self._threads.append(threading.Thread(target=self._write))
-
-    def _write(self) -> None:
-        rng = random.Random(1)
-        while not self._stop.wait(self.write_every):
-            try:
-                with self.cache.read_write() as transaction:
-                    item = rng.randrange(1, HOT + 1)
-                    transaction.execute(
-                        "UPDATE items SET name = %s WHERE id = %s", (f"item {item} v", item)
-                    )
-            except (psycopg.Error, txcache.TxcacheError):
-                pass  # the database is away: the next write tries again
-
-
 def run(args: argparse.Namespace) -> None:
     with postgres(args.storage, standbys=1) as servers:
         both = create_database(servers, "failover")  # names the primary and the standby
@@ -86,7 +58,14 @@ def measure(args: argparse.Namespace, servers: ReplicatedPostgres, both: str) ->
             timeout=60,
         )
         cache = stack.connect()
-        with Load(cache, args.threads, args.write_every, args.staleness) as load:
+        readers = Readers(
+            cache,
+            args.threads,
+            args.staleness,
+            retry_on=(psycopg.Error, txcache.TxcacheError),
+            write_every=args.write_every,
+        )
+        with readers as load:
             began = time.monotonic()
             time.sleep(args.before)
             log("stopping the primary, promoting the standby")
@@ -103,7 +82,7 @@ def measure(args: argparse.Namespace, servers: ReplicatedPostgres, both: str) ->
 def report(
     args: argparse.Namespace,
     note: dict[str, Any],
-    load: Load,
+    load: Readers,
     times: tuple[float, float, float, float],
     rewinds: int,
 ) -> None:
@@ -151,7 +130,7 @@ def report(
     log(f"report: {path}")
 
 
-def draw(load: Load, began: float, stopped: float, ended: float, path: Path) -> bool:
+def draw(load: Readers, began: float, stopped: float, ended: float, path: Path) -> bool:
     """Reads/s and the hit rate, second by second, the stop marked."""
     seconds = range(int(ended - began))
     buckets = [load.between(began + s, began + s + 1) for s in seconds]

@@ -8,8 +8,8 @@ stopped, normal, the agent stopped (and with ``--standby``: normal, the standby 
 ``--rounds`` times. Each stop begins while the load runs. With ``--standby`` the database
 is a primary and its streaming standby, the agent pins both, the library runs its misses
 on the standby (``replicas``), each transaction also reads its item's row directly (so
-that every one reaches the server of its pin), and a writer updates ``--writes`` hot items
-a second on the primary. The library's ``node_timeout``, ``agent_timeout`` and
+that every one reaches the server of its pin), and a writer renames ``--writes`` hot items
+a second through the library. The library's ``node_timeout``, ``agent_timeout`` and
 ``replica_timeout`` are the defaults (1 s, 2 s, 5 s) unless given. Reported per phase:
 reads per second, latency p50/p99/max, and how many reads waited longer than half the
 part's timeout (the goal: at most one per thread per stop, the read in flight when it
@@ -19,11 +19,8 @@ hung).
 from __future__ import annotations
 
 import argparse
-import random
-import threading
 import time
 
-import psycopg
 from _common import bench_stack, create_database, execute, postgres
 from _database_servers import DatabaseServers
 from _hot_reads import HOT, Readers, items_schema
@@ -70,14 +67,18 @@ def run(args: argparse.Namespace) -> None:
                 parts["standby"] = servers.by_name[servers.standby_names[0]]
                 order += ["none", "standby"]
             phases: list[tuple[str, float, float]] = []
-            writes = args.writes if args.standby else 0.0
             # A transaction that read the cache at the hung standby's pin and finds no
             # primary pin where those reads hold fails with the error to retry: retried.
             retry = (txcache.SnapshotUnavailable,) if args.standby else ()
             readers = Readers(
-                cache, args.threads, staleness=30, retry_on=retry, direct=args.standby
+                cache,
+                args.threads,
+                staleness=30,
+                retry_on=retry,
+                direct=args.standby,
+                write_every=1 / args.writes if args.standby else None,
             )
-            with readers as load, Writer(dsn, writes):
+            with readers as load:
                 time.sleep(2.0)  # warm: the hot set cached
                 for round_ in range(args.rounds):
                     for part in order:
@@ -94,35 +95,6 @@ def run(args: argparse.Namespace) -> None:
     if load.errors:
         raise SystemExit(f"reads failed: {load.errors[:3]}")
     report(args, note, phases, load, timeouts, cache.latency.standby_counts())
-
-
-class Writer:
-    """A thread updating ``per_second`` random hot items on the primary (none at 0) while
-    the ``with`` block runs: each update invalidates one key, whose next read misses."""
-
-    def __init__(self, dsn: str, per_second: float) -> None:
-        """A writer of ``dsn``, not started yet."""
-        self.dsn = dsn
-        self.per_second = per_second
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._write, daemon=True)
-
-    def __enter__(self) -> Writer:
-        if self.per_second > 0:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _write(self) -> None:
-        chosen = random.Random(0)
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            while not self._stop.wait(1 / self.per_second):
-                item = chosen.randint(1, HOT)
-                conn.execute("UPDATE items SET name = name WHERE id = %s", (item,))
 
 
 def report(
@@ -170,8 +142,8 @@ def report(
     standby = (
         f" The database is a primary and its streaming standby; each transaction also reads "
         "its item's row directly, and misses and direct reads run on the standby "
-        f"(replica_timeout {args.replica_timeout} s) while a writer updates {args.writes:g} "
-        f"hot items a second on the primary: {sum(on_standby.values()):,} queries ran on the "
+        f"(replica_timeout {args.replica_timeout} s) while a writer renames {args.writes:g} "
+        f"hot items a second: {sum(on_standby.values()):,} queries ran on the "
         "standby."
         if args.standby
         else ""

@@ -251,6 +251,12 @@ def _share(server: str, ts: int) -> int:
     return zlib.crc32(f"{server}@{ts}".encode())
 
 
+FIRST_FRESH_PAUSE = 0.25
+"""Seconds no fresh pin is asked for after the agent could not give one."""
+LONGEST_FRESH_PAUSE = 5.0
+"""The longest such pause while the agent keeps failing to give one."""
+
+
 class FreshPins:
     """Whether to ask the agent for a fresh pin (★) now. After one it could not give — its
     stream behind (PostgreSQL holds a logical stream back while a standby named in
@@ -283,22 +289,16 @@ class FreshPins:
             return None
         with self._lock:
             first = self._pause == 0.0
-            self._pause = min(max(FIRST_FRESH_PAUSE, 2 * self._pause), LONGEST_FRESH_PAUSE)
-            self._until = now + self._pause
+            pause = self._pause = min(max(FIRST_FRESH_PAUSE, 2 * self._pause), LONGEST_FRESH_PAUSE)
+            self._until = now + pause
         if first:
             log.warning(
                 "the agent could not take a fresh pin: %s; transactions use the listed pins "
                 "(none is asked for %.2f s, longer while this lasts)",
                 reply,
-                self._pause,
+                pause,
             )
         return None
-
-
-FIRST_FRESH_PAUSE = 0.25
-"""Seconds no fresh pin is asked for after the agent could not give one."""
-LONGEST_FRESH_PAUSE = 5.0
-"""The longest such pause while the agent keeps failing to give one."""
 
 
 def refresh_result(replies: Sequence[Any]) -> Refreshed | None:

@@ -3,6 +3,11 @@
 use super::CommandError;
 use bytes::Bytes;
 
+/// A decimal integer argument, as Rust's `u64` parser reads one from UTF-8 text.
+pub fn decimal(bytes: &[u8]) -> Option<u64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
 /// The arguments after the command name, consumed front to back.
 pub struct Args<'a> {
     command: &'static str,

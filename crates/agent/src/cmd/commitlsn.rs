@@ -1,6 +1,7 @@
 //! `COMMITLSN xid [timeout_ms [upto]]`: the commit LSN of a transaction, once decoded
 //! (read-your-writes).
 
+use super::args::decimal;
 use super::{reply, Active, Args, CommandError};
 use crate::tracker::CommitWait;
 use bytes::BytesMut;
@@ -63,11 +64,6 @@ impl CommitLsn {
         }
         Ok(())
     }
-}
-
-/// A decimal integer, as Rust's `u64` parser reads one from UTF-8 text.
-fn decimal(bytes: &[u8]) -> Option<u64> {
-    std::str::from_utf8(bytes).ok()?.parse().ok()
 }
 
 #[cfg(test)]

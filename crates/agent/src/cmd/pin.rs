@@ -1,6 +1,7 @@
 //! `PIN [timeout_ms]`: a snapshot taken and certified now (the library's ★, "a fresh
 //! snapshot").
 
+use super::args::decimal;
 use super::{reply, Active, Args, CommandError};
 use bytes::BytesMut;
 use std::time::Duration;
@@ -21,9 +22,7 @@ impl Pin {
     pub fn parse(args: &mut Args<'_>) -> Result<Self, CommandError> {
         let wait = match args.optional() {
             None => MAX_WAIT,
-            Some(bytes) => std::str::from_utf8(bytes)
-                .ok()
-                .and_then(|text| text.parse().ok())
+            Some(bytes) => decimal(bytes)
                 .map(Duration::from_millis)
                 .ok_or_else(|| args.invalid("timeout", "milliseconds"))?,
         };
