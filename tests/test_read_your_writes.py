@@ -59,6 +59,22 @@ def test_a_thread_reads_what_it_wrote(lib: LibraryStack) -> None:
         assert tx.not_before is not None
 
 
+def test_a_read_after_a_write_hits_the_values_the_write_left_valid(database: str) -> None:
+    """A read after the session's write runs at a fresh pin (★) past it. The agent answers
+    ``PIN`` once every node has applied the stream through the pin: a node behind it knows
+    no open version valid there, and every lookup missed. Deliveries spaced far apart and
+    no pins but fresh ones make each read meet a node behind, unless the pin waits."""
+    spaced = ("--pin-interval", "1h", "--heartbeat-interval", "50ms", "--delivery-spacing", "1s")
+    with LibraryStack(database, agent_args=spaced) as lib:
+        assert cached_price(lib, 1) == 10
+        for value in range(20):
+            update(lib, 2, 100 + value)  # another row: price(1) stays valid
+            with lib.cache.read_only(staleness=60) as tx:
+                assert price(1) == 10
+                assert tx.not_before is not None
+                assert (tx.hits, tx.misses) == (1, 0), f"read {value} after the write missed"
+
+
 def test_another_thread_is_not_held_to_it(lib: LibraryStack) -> None:
     assert cached_price(lib, 3) == 30
     seen: list[int | None] = []

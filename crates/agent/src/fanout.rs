@@ -232,6 +232,11 @@ struct Member {
 pub struct Fanout {
     buffer: Mutex<ReplayBuffer>,
     newest: watch::Sender<Timestamp>,
+    /// Sent whenever a node has applied more of the stream ([`Self::delivered_through`]).
+    delivered: watch::Sender<()>,
+    /// The newest position a caller waits for every node to apply: node tasks deliver up
+    /// to it without waiting out `--delivery-spacing`.
+    hurry: watch::Sender<Timestamp>,
     /// The membership, in its order (`--node`'s, or the table's).
     nodes: Mutex<Vec<Member>>,
     /// How nodes are spoken to, set when delivery starts: a node that joins later is
@@ -249,6 +254,8 @@ impl Fanout {
         let fanout = Arc::new(Self {
             buffer: Mutex::new(ReplayBuffer::new(resume, capacity)),
             newest: watch::channel(resume).0,
+            delivered: watch::channel(()).0,
+            hurry: watch::channel(Timestamp(0)).0,
             nodes: Mutex::new(Vec::new()),
             link: OnceLock::new(),
             database_position: AtomicU64::new(u64::MAX),
@@ -298,6 +305,7 @@ impl Fanout {
         if let Some(task) = members.remove(index).task {
             task.abort();
         }
+        self.delivered.send_replace(());
         true
     }
 
@@ -407,6 +415,31 @@ impl Fanout {
             .min(newest)
     }
 
+    /// Waits, at most `wait`, until every connected node has applied the stream through
+    /// `ts` (asking the node tasks to deliver at once); whether they did. A pin is of use
+    /// only once the nodes know the versions still valid at it: before, a lookup at it
+    /// misses every version that is still open (its validity is known only through the
+    /// node's position).
+    pub async fn delivered_through(&self, ts: Timestamp, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        let mut delivered = self.delivered.subscribe();
+        if self.delivered_everywhere() >= ts {
+            return true;
+        }
+        self.hurry.send_if_modified(|wanted| {
+            let later = ts > *wanted;
+            *wanted = (*wanted).max(ts);
+            later
+        });
+        loop {
+            match tokio::time::timeout_at(deadline, delivered.changed()).await {
+                Ok(Ok(())) if self.delivered_everywhere() >= ts => return true,
+                Ok(Ok(())) => continue,
+                Ok(Err(_)) | Err(_) => return self.delivered_everywhere() >= ts,
+            }
+        }
+    }
+
     /// How many nodes are connected now.
     pub fn connected_nodes(&self) -> usize {
         self.members()
@@ -480,6 +513,7 @@ async fn run_node(fanout: Arc<Fanout>, node: Arc<NodeState>, link: LinkSettings)
             Err(error) => error,
         };
         if node.connected.swap(false, Ordering::AcqRel) {
+            fanout.delivered.send_replace(()); // it holds back no wait for delivery now
             backoff = Duration::from_millis(50);
             outage_reported = false;
         }
@@ -508,6 +542,7 @@ async fn serve_node(
     let mut position = link.position().await?.applied;
     let mut origin = link.origin().await?;
     let mut newest = fanout.newest.subscribe();
+    let mut hurry = fanout.hurry.subscribe();
     NodeState::count(&node.connections, 1);
     tracing::info!(node = %node.address, position = %position, "cache node connected");
     let mut last_delivery: Option<Instant> = None;
@@ -561,14 +596,19 @@ async fn serve_node(
         }
         node.delivered.store(position.0, Ordering::Release);
         node.connected.store(true, Ordering::Release);
+        fanout.delivered.send_replace(());
         if newest.changed().await.is_err() {
             return Ok(());
         }
         // Under a steady stream, what arrives meanwhile goes out with this message: every
-        // delivery wakes the node (and this task, for the replies) once.
+        // delivery wakes the node (and this task, for the replies) once. Unless a pin waits
+        // for what is not delivered yet.
         if let Some(due) = last_delivery.map(|at| at + settings.spacing) {
-            if due > Instant::now() {
-                tokio::time::sleep_until(due).await;
+            if due > Instant::now() && *hurry.borrow_and_update() <= position {
+                tokio::select! {
+                    () = tokio::time::sleep_until(due) => {}
+                    _ = hurry.changed() => {}
+                }
             }
         }
     }
@@ -656,6 +696,50 @@ mod tests {
             fanout.delivered_everywhere(),
             Timestamp(150),
             "with no node, everything pushed"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_wait_for_delivery_ends_when_every_node_applied_the_position_or_times_out() {
+        let fanout = Fanout::new(&addresses(&["a:1", "b:2"]), Timestamp(100), 10);
+        fanout.push(heartbeat(150));
+        delivered(&fanout, "a:1", 150);
+        delivered(&fanout, "b:2", 120);
+        let wait = Duration::from_millis(20);
+        assert!(!fanout.delivered_through(Timestamp(150), wait).await);
+        assert_eq!(
+            *fanout.hurry.borrow(),
+            Timestamp(150),
+            "the node tasks are hurried"
+        );
+        assert!(fanout.delivered_through(Timestamp(120), wait).await);
+        let waiting = {
+            let fanout = Arc::clone(&fanout);
+            tokio::spawn(async move {
+                fanout
+                    .delivered_through(Timestamp(150), Duration::from_secs(60))
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        delivered(&fanout, "b:2", 150);
+        fanout.delivered.send_replace(());
+        assert!(waiting.await.unwrap(), "woken by the delivery");
+        fanout.push(heartbeat(160));
+        let waiting = {
+            let fanout = Arc::clone(&fanout);
+            tokio::spawn(async move {
+                fanout
+                    .delivered_through(Timestamp(160), Duration::from_secs(60))
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        delivered(&fanout, "a:1", 160);
+        assert!(fanout.remove_node("b:2"));
+        assert!(
+            waiting.await.unwrap(),
+            "a node that left holds back no wait"
         );
     }
 

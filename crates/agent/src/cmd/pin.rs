@@ -5,9 +5,15 @@ use super::args::decimal;
 use super::{reply, Active, Args, CommandError};
 use bytes::BytesMut;
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// The longest a `PIN` may wait for its certification when it names no `timeout_ms`.
 const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// The longest a certified pin waits for the cache nodes to apply the stream through it.
+/// Delivery takes a round trip to each node, well under a millisecond: the bound is for a
+/// node that hangs (its link notices later; meanwhile its lookups fail anyway) or is far.
+const DELIVERY_WAIT: Duration = Duration::from_millis(100);
 
 /// `PIN`'s argument: how long the caller waits for its reply.
 #[derive(Debug, PartialEq, Eq)]
@@ -35,11 +41,16 @@ impl Pin {
     /// One element of `PINS` (`*4`, or `*6` with `--ddl-tracking fingerprint`); an error
     /// when no clean snapshot could be certified within the wait. The standbys' pinners
     /// are told pins are wanted (they take theirs at their own pace).
+    ///
+    /// The reply waits (briefly) for every cache node to have applied the stream through
+    /// the pin: the caller looks up at the pin at once, and a node that has not yet applied
+    /// the commits before it knows no open version valid there — every lookup would miss.
     pub async fn apply(self, active: &Active, out: &mut BytesMut) -> Result<(), CommandError> {
         active
             .standbys
             .iter()
             .for_each(|cushion| cushion.note_demand());
+        let started = Instant::now();
         let pin = tokio::time::timeout(self.wait, active.pincushion.fresh())
             .await
             .unwrap_or_else(|_| {
@@ -51,6 +62,14 @@ impl Pin {
                 ))
             })
             .map_err(CommandError::PinFailed)?;
+        let left = self.wait.saturating_sub(started.elapsed());
+        if !active
+            .nodes
+            .delivered_through(pin.ts, left.min(DELIVERY_WAIT))
+            .await
+        {
+            tracing::debug!(ts = %pin.ts, "fresh pin given before every node applied the stream through it");
+        }
         reply::pin(out, &pin);
         Ok(())
     }
