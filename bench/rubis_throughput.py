@@ -6,7 +6,12 @@ with ``python -m rubis.generate``'s loader, runs ``txcache setup``, one ``txcach
 (``bypass`` = no cache, ``consistent``, ``no_consistency``) starts the web application
 (``python -m rubis.serve``: granian, ``--workers`` x ``--threads``, staleness 30 s, page
 and function caching) and runs the emulator at peak load (no think time) with ``--clients``
-clients: ``--warmup`` seconds unmeasured, then ``--duration`` seconds measured.
+clients: ``--warmup`` seconds unmeasured, then ``--duration`` seconds measured. With
+``--think-time`` each client waits TPC-W's think time between requests (mean 7 s), as the
+paper's clients did: the load then comes from many clients (thousands, to keep a database
+limited by ``--database-cpu`` busy), each writing seldom — which decides what
+read-your-writes costs (a session's reads are held to its last write for ``staleness``
+seconds; at peak load every client writes about once a second).
 
 For each mode the report gives throughput, latency percentiles, error pages, the node's hit
 rate and miss breakdown over the measured window (INFO deltas), and the CPU seconds each
@@ -97,7 +102,9 @@ def app_server(mode: str, args: argparse.Namespace, env: dict[str, str]) -> AppS
     env["RUBIS_READ_YOUR_WRITES"] = "0" if args.no_read_your_writes else "1"
     if standbys:
         env["TXCACHE_REPLICAS"] = args.servers.replicas(int(standbys))
-    return AppServer(env, workers=args.workers, threads=args.threads)
+    # Every client keeps a connection open: granian serves at most the backlog at once.
+    backlog = max(1024, 2 * args.clients)
+    return AppServer(env, workers=args.workers, threads=args.threads, backlog=backlog)
 
 
 def default_modes(standbys: int) -> str:
@@ -109,13 +116,24 @@ def default_modes(standbys: int) -> str:
 
 
 def emulate(
-    server: AppServer, args: argparse.Namespace, duration: float, seed: int
+    server: AppServer,
+    args: argparse.Namespace,
+    duration: float,
+    window_ended: Callable[[], None] | None = None,
 ) -> emulator.Report:
-    """The emulator at peak load on ``server`` for ``duration`` seconds; its report."""
-    users = generate.PRESETS[args.preset].users
-    return emulator.run(
-        server.url, duration=duration, seed=seed, clients=args.clients, users=users, peak=True
-    )
+    """The emulator on ``server`` for ``duration`` seconds, at peak load unless
+    ``--think-time``; its report. ``window_ended`` is called as the time is up, before the
+    requests still waiting are answered. The clients' sessions go on from one call to the
+    next on the same server (:class:`rubis.emulator.Emulation`)."""
+    emulations: dict[str, emulator.Emulation] = args.emulations
+    emulation = emulations.get(server.url)
+    if emulation is None:
+        users = generate.PRESETS[args.preset].users
+        emulation = emulator.Emulation(
+            server.url, clients=args.clients, users=users, peak=not args.think_time, seed=args.seed
+        )
+        emulations[server.url] = emulation
+    return emulation.run(duration, window_ended=window_ended)
 
 
 #: Less hit rate than this (points) gained over two windows ends ``--warm-until-flat``.
@@ -130,13 +148,13 @@ def warm_up(mode: str, server: AppServer, args: argparse.Namespace, node: str) -
     kept in ``args.warmed`` for the report."""
     if not args.warm_until_flat:
         log(f"{mode}: warming up {args.warmup} s")
-        emulate(server, args, args.warmup, args.seed + 1000)
+        emulate(server, args, args.warmup)
         args.warmed[mode] = {"seconds": args.warmup}
         return
     started, levels, window = time.monotonic(), [], 0
     while True:
         counts = node_counts(node)
-        report = emulate(server, args, args.window, args.seed + 1000 + window)
+        report = emulate(server, args, args.window)
         after = node_counts(node)
         lookups = sum(after.values()) - sum(counts.values())
         hits = 100 * (after["hits"] - counts["hits"]) / lookups if lookups else 0.0
@@ -169,7 +187,7 @@ def run_mode(mode: str, args: argparse.Namespace, env: dict[str, str], node: str
     (``host:port``), warm up, measure; the row of the report."""
     with app_server(mode, args, env) as server:
         warm_up(mode, server, args, node)
-        return measure(mode, server, args, node, args.seed)
+        return measure(mode, server, args, node)
 
 
 def run_rounds(args: argparse.Namespace, env: dict[str, str], node: str) -> list[dict[str, Any]]:
@@ -185,15 +203,15 @@ def run_rounds(args: argparse.Namespace, env: dict[str, str], node: str) -> list
         for index in range(args.rounds):
             shift = index % len(modes)
             for mode in modes[shift:] + modes[:shift]:
-                row = measure(mode, servers[mode], args, node, args.seed + index)
+                row = measure(mode, servers[mode], args, node)
                 rows.append(row | {"round": index + 1})
     return rows
 
 
-def measure(
-    mode: str, server: AppServer, args: argparse.Namespace, node: str, seed: int
-) -> dict[str, Any]:
-    """``--duration`` seconds of load on ``server``, measured; the row of the report."""
+def measure(mode: str, server: AppServer, args: argparse.Namespace, node: str) -> dict[str, Any]:
+    """``--duration`` seconds of load on ``server``, measured; the row of the report. Every
+    counter is read as the window ends, before the requests still waiting are answered
+    (with think times and thousands of clients, many are)."""
     if args.statements:
         execute(args.dsn, "SELECT pg_stat_statements_reset()")
     counts, cpu, foreign = node_counts(node), component_cpu(), ForeignCpu()
@@ -202,32 +220,35 @@ def measure(
     throttled, server_cpu = servers.throttling(), servers.cpu_seconds()
     transactions_before = servers.transactions()
     pins_before = certified_pins(args.agent_address)
+    ended: dict[str, Any] = {}
+
+    def window_ended() -> None:
+        ended["pins"] = certified_pins(args.agent_address) - pins_before
+        ended["node"], ended["cpu"] = node_counts(node), component_cpu()
+        ended["database_cpu"] = database_split.seconds()
+        ended["server_cpu"] = differences(servers.cpu_seconds(), server_cpu)
+        ended["transactions"] = differences(servers.transactions(), transactions_before)
+        ended["other"] = foreign.seconds()
+        ended["throttled"] = {n: t - throttled[n] for n, t in servers.throttling().items()}
+        ended["statements"] = top_statements(args.dsn, args.statements) if args.statements else None
+
     log(f"{mode}: measuring {args.duration} s")
-    report = emulate(server, args, args.duration, seed)
-    pins = certified_pins(args.agent_address) - pins_before
-    after, cpu_after = node_counts(node), component_cpu()
-    database_cpu = database_split.seconds()
-    server_cpu = differences(servers.cpu_seconds(), server_cpu)
-    transactions = differences(servers.transactions(), transactions_before)
-    other = foreign.seconds()
-    throttled = {name: t - throttled[name] for name, t in servers.throttling().items()}
-    delta = {key: after[key] - counts[key] for key in after}
+    report = emulate(server, args, args.duration, window_ended)
+    delta = {key: ended["node"][key] - counts[key] for key in ended["node"]}
     lookups = sum(delta.values())
     row = report.as_dict()
     row |= {
         "mode": mode,
         "node": delta,
         "hit_rate": delta["hits"] / lookups if lookups else float("nan"),
-        "cpu_s": {k: round(cpu_after[k] - cpu[k], 2) for k in COMPONENTS},
-        "database_cpu_s": database_cpu,
-        "other_work_cpu_s": round(other, 2),
-        "server_cpu_s": {name: round(seconds, 3) for name, seconds in server_cpu.items()},
-        "server_transactions": transactions,
-        "pins_certified": pins,
-        "database_throttled": {name: t.as_dict() for name, t in throttled.items()},
-        "statements": (
-            top_statements(args.dsn, report.requests, args.statements) if args.statements else None
-        ),
+        "cpu_s": {k: round(ended["cpu"][k] - cpu[k], 2) for k in COMPONENTS},
+        "database_cpu_s": ended["database_cpu"],
+        "other_work_cpu_s": round(ended["other"], 2),
+        "server_cpu_s": {name: round(sec, 3) for name, sec in ended["server_cpu"].items()},
+        "server_transactions": ended["transactions"],
+        "pins_certified": ended["pins"],
+        "database_throttled": {name: t.as_dict() for name, t in ended["throttled"].items()},
+        "statements": per_request(ended["statements"], report.requests),
     }
     log(f"{mode}: {row['throughput']} req/s, hit rate {fmt(row['hit_rate'] * 100, 1)} %")
     return row
@@ -240,12 +261,19 @@ def certified_pins(agent: str) -> int:
         return agent_status(connection)["pins_certified"]
 
 
+def load_words(args: argparse.Namespace) -> str:
+    """How the emulator's clients pace their requests, for the report."""
+    if args.think_time:
+        return "think time as TPC-W's (mean 7 s)"
+    return "peak load (no think time)"
+
+
 def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, load_s: float) -> list[str]:
     """The report's body."""
     by_mode = {row["mode"]: row for row in rows}
     lines = [
-        f"RUBiS `{args.preset}` (loaded in {load_s:.1f} s), bidding mix, peak load (no think "
-        f"time), {args.clients} clients, {warm_up_words(args)} then {args.duration} s "
+        f"RUBiS `{args.preset}` (loaded in {load_s:.1f} s), bidding mix, {load_words(args)}, "
+        f"{args.clients} clients, {warm_up_words(args)} then {args.duration} s "
         f"measured per mode; application: granian {args.workers} workers x {args.threads} "
         f"threads, staleness {args.staleness} s, page + function caching, read-your-writes "
         f"{'off' if args.no_read_your_writes else 'on'}; one node ({args.node_memory}).",
@@ -304,16 +332,25 @@ ORDER BY 3 DESC LIMIT %s
 """
 
 
-def top_statements(dsn: str, requests: int, count: int) -> list[dict[str, Any]]:
-    """The ``count`` statements that took the most database time since the last reset, per
-    request."""
+def top_statements(dsn: str, count: int) -> list[dict[str, Any]]:
+    """The ``count`` statements that took the most database time since the last reset:
+    their calls and microseconds."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(TOP_STATEMENTS, (count,)).fetchall()
-    per = max(1, requests)
     return [
-        {"statement": " ".join(query.split()), "calls": calls / per, "us": ms * 1000 / per}
+        {"statement": " ".join(query.split()), "calls": calls, "us": ms * 1000}
         for query, calls, ms in rows
     ]
+
+
+def per_request(
+    statements: list[dict[str, Any]] | None, requests: int
+) -> list[dict[str, Any]] | None:
+    """:func:`top_statements`' counts per request."""
+    if statements is None:
+        return None
+    per = max(1, requests)
+    return [s | {"calls": s["calls"] / per, "us": s["us"] / per} for s in statements]
 
 
 def statement_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -476,6 +513,12 @@ def main() -> None:
     parser.add_argument(
         "--no-read-your-writes", action="store_true", help="RUBIS_READ_YOUR_WRITES=0"
     )
+    parser.add_argument(
+        "--think-time",
+        action="store_true",
+        help="clients wait TPC-W's think time (mean 7 s) between requests, as the paper's "
+        "did, instead of none (peak load): raise --clients into the thousands",
+    )
     parser.add_argument("--storage", choices=("disk", "tmpfs"), default="disk", help=STORAGE_HELP)
     parser.add_argument(
         "--database-cpu",
@@ -520,6 +563,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny, 3 s warm-up, 8 s measured")
     args = parser.parse_args()
     args.warmed = {}
+    args.emulations = {}
     args.modes = args.modes or default_modes(args.standbys)
     if args.quick:
         args.preset, args.warmup, args.duration = "tiny", 3.0, 8.0
@@ -546,10 +590,14 @@ def main() -> None:
             env = stack.settings()
             args.agent_address = stack.agent_address
             node = stack.node_addresses[0]
-            if args.rounds:
-                rows = run_rounds(args, env, node)
-            else:
-                rows = [run_mode(mode, args, env, node) for mode in args.modes.split(",")]
+            try:
+                if args.rounds:
+                    rows = run_rounds(args, env, node)
+                else:
+                    rows = [run_mode(mode, args, env, node) for mode in args.modes.split(",")]
+            finally:
+                for emulation in args.emulations.values():
+                    emulation.close()
     names = ["no-ryw"] if args.no_read_your_writes else []
     if args.database_cpu is not None:
         names.append(f"db-cpu-{args.database_cpu:g}")
@@ -557,11 +605,13 @@ def main() -> None:
     names += ["statements"] if args.statements else []
     names += [f"rounds-{args.rounds}"] if args.rounds else []
     names += ["warm"] if args.warm_until_flat else []
+    names += [f"think-{args.clients}"] if args.think_time else []
     name = result_name("rubis_throughput", args.quick, args.storage, *names)
     title = "RUBiS throughput: no cache, txcache, no_consistency"
     if args.standbys:
         title = f"RUBiS throughput: no cache, txcache with misses on 0 to {args.standbys} standbys"
-    settings = {key: value for key, value in vars(args).items() if key != "servers"}
+    unsaved = ("servers", "emulations")
+    settings = {key: value for key, value in vars(args).items() if key not in unsaved}
     raw = {"settings": settings, "load_s": load_s, "rows": rows}
     path = write_report(name, title, note, markdown(rows, args, load_s), raw)
     log(f"wrote {path}")

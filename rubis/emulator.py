@@ -8,8 +8,9 @@ waits a think time (TPC-W's, mean 7 s; none with ``--peak``) and goes Home after
 page (status 400), as RUBiS's client did. Each thread keeps one HTTP/1.1 connection alive
 (``http.client``) and the session's ``not_before`` cookie, so a session reads its writes.
 
-Reported (``Report``, printed and with ``--json`` written as JSON): requests and throughput
-over the measured time (after ``--warmup``), latency percentiles overall and per
+Reported (``Report``, printed and with ``--json`` written as JSON): requests answered and
+throughput within the measured time (after ``--warmup``; a request still waiting at its end
+is not counted), latency percentiles overall and per
 interaction, per-interaction counts, error pages, and errors (a status other than 200/400,
 or a failed connection; the first few are quoted). A plain-text progress bar goes to stderr.
 """
@@ -19,13 +20,14 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import random
 import re
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,9 +35,16 @@ from urllib.parse import urlsplit
 
 from rubis.client import Request, Visitor
 from rubis.generate import PRESETS
-from rubis.transitions import HOME, STATES, Session, load_table, think_time_ms
+from rubis.transitions import (
+    HOME,
+    STATES,
+    Session,
+    TransitionTable,
+    load_table,
+    think_time_ms,
+)
 
-__all__ = ["Report", "Tally", "main", "run"]
+__all__ = ["Emulation", "Report", "Tally", "main", "run"]
 
 _COOKIE = "txcache_nb"
 _SAMPLES = 5
@@ -127,44 +136,67 @@ class _Connection:
 
 @dataclass(slots=True)
 class _Client:
-    """One emulated client: sessions back to back until ``stop``."""
+    """One emulated client: sessions back to back, each run until ``stop``; a session that
+    a run's end interrupts goes on in the next run (:class:`Emulation`)."""
 
     url: str
     rng: random.Random
     users: int
     peak: bool
-    stop: threading.Event
-    measure_from: float
+    table: TransitionTable
+    stop: threading.Event = field(default_factory=threading.Event)
+    measure_from: float = 0.0
+    measure_until: float = math.inf
     tally: Tally = field(default_factory=Tally)
     requests: int = 0
+    arrived: bool = False
+    session: Session | None = None
+    visitor: Visitor | None = None
+    previous: int = HOME
+    connection: _Connection | None = None
+
+    def begin_run(self, stop: threading.Event, measure_from: float, measure_until: float) -> None:
+        """Count afresh in a run that ``stop`` ends, measuring the requests answered from
+        ``measure_from`` until ``measure_until`` (not the ones still waiting then)."""
+        self.stop, self.tally = stop, Tally()
+        self.measure_from, self.measure_until = measure_from, measure_until
 
     def run(self) -> None:
-        table = load_table("default")
-        connection = _Connection(self.url)
-        try:
-            while not self.stop.is_set():
-                self._session(Session(table, self.rng), connection)
-        finally:
-            connection.close()
-
-    def _session(self, session: Session, connection: _Connection) -> None:
-        visitor = Visitor.start(self.rng, self.users)
-        connection.cookie = None
-        previous = HOME
-        while not (self.stop.is_set() or session.ended):
-            if session.requests >= session.max_transitions:
-                break
-            session.requests += 1
-            state = session.state
-            if self._visit(state, previous, visitor, connection):
-                previous = state
-                session.advance()
-            else:
-                previous = HOME
-                session.error()
+        if self.connection is None:
+            self.connection = _Connection(self.url)
+        if not self.arrived:
+            # With think times, clients arrive spread out as at steady state: an exponential
+            # wait first makes their requests a Poisson stream from the start.
+            self.arrived = True
             self.stop.wait(think_time_ms(self.rng, peak=self.peak) / 1000)
+        while not self.stop.is_set():
+            self._request(self.connection)
+            self.stop.wait(think_time_ms(self.rng, peak=self.peak) / 1000)
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+
+    def _request(self, connection: _Connection) -> None:
+        """The next request of the session (a new one if none is under way)."""
+        if self.session is None:
+            self.session = Session(self.table, self.rng)
+            self.visitor = Visitor.start(self.rng, self.users)
+            connection.cookie = None
+            self.previous = HOME
+        session, visitor = self.session, self.visitor
+        assert visitor is not None
+        session.requests += 1
+        state = session.state
+        if self._visit(state, self.previous, visitor, connection):
+            self.previous = state
+            session.advance()
+        else:
+            self.previous = HOME
+            session.error()
         if session.ended or session.requests >= session.max_transitions:
             self.tally.sessions += 1
+            self.session = None
 
     def _visit(self, state: int, previous: int, visitor: Visitor, connection: _Connection) -> bool:
         """Request ``state``'s page; False for an error page."""
@@ -180,7 +212,7 @@ class _Client:
             connection.close()
             self.stop.wait(_BACKOFF)  # do not spin against a server that is gone
         self.requests += 1
-        if time.monotonic() >= self.measure_from:
+        if self.measure_from <= time.monotonic() < self.measure_until:
             self.tally.record(state, time.perf_counter() - started, status, body[-400:])
         if status == 200:
             visitor.saw(body)
@@ -289,6 +321,69 @@ def _progress(clients: list[_Client], started: float, total: float, stop: thread
     sys.stderr.write("\n")
 
 
+class Emulation:
+    """Emulated clients whose sessions go on from one run to the next: with think times a
+    session lasts minutes, so runs of a few seconds each would otherwise see sessions'
+    first pages only (Home, Browse), not the mix."""
+
+    def __init__(
+        self, url: str, *, clients: int, users: int, peak: bool = False, seed: int = 1
+    ) -> None:
+        """``clients`` clients of ``url`` (``users`` registered users; ``peak``: no think
+        time), each with its own generator seeded from ``seed``."""
+        self.url, self.peak, self.seed = url, peak, seed
+        table = load_table("default")
+        self.clients = [
+            _Client(url, random.Random(f"{seed}-{i}"), users, peak, table) for i in range(clients)
+        ]
+
+    def run(
+        self,
+        duration: float,
+        *,
+        warmup: float = 0.0,
+        progress: bool = False,
+        window_ended: Callable[[], None] | None = None,
+    ) -> Report:
+        """Every client for ``warmup`` + ``duration`` seconds; the report of the last
+        ``duration``. ``window_ended`` is called as the time is up, before the requests
+        still waiting are answered (what the clients wait for then is not counted)."""
+        stop = threading.Event()
+        started = time.monotonic()
+        for client in self.clients:
+            client.begin_run(stop, started + warmup, started + warmup + duration)
+        threads = [
+            threading.Thread(target=client.run, name=f"rubis-client-{i}")
+            for i, client in enumerate(self.clients)
+        ]
+        if progress:
+            bar_stop = threading.Event()
+            bar = threading.Thread(
+                target=_progress, args=(self.clients, started, warmup + duration, bar_stop)
+            )
+            bar.start()
+        for thread in threads:
+            thread.start()
+        stop.wait(warmup + duration)
+        stop.set()
+        if window_ended is not None:
+            window_ended()
+        for thread in threads:
+            thread.join()
+        if progress:
+            bar_stop.set()
+            bar.join()
+        tally = Tally()
+        for client in self.clients:
+            tally.merge(client.tally)
+        return Report(self.url, len(self.clients), duration, self.peak, self.seed, tally)
+
+    def close(self) -> None:
+        """Close every client's connection."""
+        for client in self.clients:
+            client.close()
+
+
 def run(
     url: str,
     *,
@@ -301,34 +396,11 @@ def run(
     progress: bool = False,
 ) -> Report:
     """Emulate ``clients`` users against ``url`` for ``warmup`` + ``duration`` seconds."""
-    stop = threading.Event()
-    started = time.monotonic()
-    workers = [
-        _Client(url, random.Random(f"{seed}-{i}"), users, peak, stop, started + warmup)
-        for i in range(clients)
-    ]
-    threads = [
-        threading.Thread(target=w.run, name=f"rubis-client-{i}") for i, w in enumerate(workers)
-    ]
-    if progress:
-        bar_stop = threading.Event()
-        bar = threading.Thread(
-            target=_progress, args=(workers, started, warmup + duration, bar_stop)
-        )
-        bar.start()
-    for thread in threads:
-        thread.start()
-    stop.wait(warmup + duration)
-    stop.set()
-    for thread in threads:
-        thread.join()
-    if progress:
-        bar_stop.set()
-        bar.join()
-    tally = Tally()
-    for worker in workers:
-        tally.merge(worker.tally)
-    return Report(url, clients, duration, peak, seed, tally)
+    emulation = Emulation(url, clients=clients, users=users, peak=peak, seed=seed)
+    try:
+        return emulation.run(duration, warmup=warmup, progress=progress)
+    finally:
+        emulation.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

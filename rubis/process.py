@@ -32,14 +32,17 @@ class AppServer(ServerProcess):
         *,
         workers: int = 2,
         threads: int = 8,
+        backlog: int = 1024,
         timeout: float = 30.0,
     ) -> None:
-        """Start the server on a free port and wait until it accepts connections."""
+        """Start the server on a free port and wait until it accepts connections (and
+        holds ``backlog`` more: ``rubis.serve --backlog``)."""
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.url = f"http://{self.address}"
         command = [sys.executable, "-m", "rubis.serve", "--bind", self.address]
         command += ["--workers", str(workers), "--threads", str(threads)]
+        command += ["--backlog", str(backlog)]
         log = Path(tempfile.mkstemp(prefix="rubis-app-", suffix=".log")[1])
         super().__init__(command, env={**os.environ, **env}, log=log, timeout=timeout,
                          new_session=True)  # fmt: skip

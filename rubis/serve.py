@@ -31,6 +31,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bind", default="127.0.0.1:8000", help="default 127.0.0.1:8000")
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--threads", type=int, default=8, help="per process (default 8)")
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        default=1024,
+        help="connections held before granian accepts them, and (halved per worker) "
+        "connections served at once (default 1024: raise it past the client count)",
+    )
     parser.add_argument("--access-log", action="store_true", help="log every request")
     args = parser.parse_args(argv)
     host, _, port = args.bind.rpartition(":")
@@ -43,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         factory=True,
         workers=args.workers,
         blocking_threads=args.threads,
+        backlog=args.backlog,
         websockets=False,
         log_access=args.access_log,
     ).serve()

@@ -275,3 +275,23 @@ def test_emulated_clients_run_the_bidding_mix_through_the_cache(stack: AppStack)
     assert distance < 0.05 + 2.5 / report.requests**0.5, counts
     assert counts["StoreBid"] > 0
     assert counts["ViewItem"] > 0
+
+
+def test_the_emulators_sessions_go_on_from_one_run_to_the_next(stack: AppStack) -> None:
+    """With think times a session lasts minutes: a benchmark's short runs must continue
+    the sessions under way, not start every client at Home again."""
+    emulation = emulator.Emulation(stack.url, clients=2, users=USERS, peak=True, seed=3)
+    try:
+        first = emulation.run(1.0)
+        under_way = [
+            (client.session, client.session.requests)
+            for client in emulation.clients
+            if client.session is not None
+        ]
+        assert first.requests > 0
+        assert under_way, "no session was under way as the run ended"
+        emulation.run(1.0)
+        for session, requests in under_way:
+            assert session.requests > requests, "a session under way did not go on"
+    finally:
+        emulation.close()

@@ -699,6 +699,16 @@ mod tests {
         );
     }
 
+    /// A task waiting (a minute at most) until every node applied `ts`.
+    fn wait_in_background(fanout: &Arc<Fanout>, ts: u64) -> JoinHandle<bool> {
+        let fanout = Arc::clone(fanout);
+        tokio::spawn(async move {
+            fanout
+                .delivered_through(Timestamp(ts), Duration::from_secs(60))
+                .await
+        })
+    }
+
     #[tokio::test]
     async fn a_wait_for_delivery_ends_when_every_node_applied_the_position_or_times_out() {
         let fanout = Fanout::new(&addresses(&["a:1", "b:2"]), Timestamp(100), 10);
@@ -713,27 +723,13 @@ mod tests {
             "the node tasks are hurried"
         );
         assert!(fanout.delivered_through(Timestamp(120), wait).await);
-        let waiting = {
-            let fanout = Arc::clone(&fanout);
-            tokio::spawn(async move {
-                fanout
-                    .delivered_through(Timestamp(150), Duration::from_secs(60))
-                    .await
-            })
-        };
+        let waiting = wait_in_background(&fanout, 150);
         tokio::task::yield_now().await;
         delivered(&fanout, "b:2", 150);
         fanout.delivered.send_replace(());
         assert!(waiting.await.unwrap(), "woken by the delivery");
         fanout.push(heartbeat(160));
-        let waiting = {
-            let fanout = Arc::clone(&fanout);
-            tokio::spawn(async move {
-                fanout
-                    .delivered_through(Timestamp(160), Duration::from_secs(60))
-                    .await
-            })
-        };
+        let waiting = wait_in_background(&fanout, 160);
         tokio::task::yield_now().await;
         delivered(&fanout, "a:1", 160);
         assert!(fanout.remove_node("b:2"));
