@@ -356,7 +356,14 @@ impl Fanout {
     /// The stream lost commits before `restart`: every node is reset before it gets more.
     pub fn declare_gap(&self, restart: Timestamp) {
         self.lock().restart_at(restart);
+        self.restarted_at(restart);
+    }
+
+    /// The stream starts again at `restart` (positions may go back): what pins waited for
+    /// no longer hurries the node tasks.
+    fn restarted_at(&self, restart: Timestamp) {
         self.newest.send_replace(restart);
+        self.hurry.send_replace(Timestamp(0));
     }
 
     /// The database history the stream follows (`None` before it is first named).
@@ -374,7 +381,7 @@ impl Fanout {
             Some(_) => {
                 buffer.restart_at(restart);
                 buffer.ancestors.clear(); // a history that does not continue them
-                self.newest.send_replace(restart);
+                self.restarted_at(restart);
             }
             None => {}
         }
@@ -736,6 +743,12 @@ mod tests {
         assert!(
             waiting.await.unwrap(),
             "a node that left holds back no wait"
+        );
+        fanout.declare_gap(Timestamp(90));
+        assert_eq!(
+            *fanout.hurry.borrow(),
+            Timestamp(0),
+            "positions may go back"
         );
     }
 
