@@ -20,6 +20,12 @@ all).
   with ``--standby`` and ``--primary-pins on-demand``, the standby's
   ``hot_standby_feedback`` on and off in turn (its replay conflicts counted).
 
+- with ``--decode-on-standby``, every run beside a streaming standby (its
+  ``hot_standby_feedback`` on), and the agent at its defaults on the primary, then decoding
+  the stream *on the standby* (``--decode-from``), then decoding and pinning there
+  (``--standby``, ``--primary-pins on-demand``): what leaves the primary when the logical
+  decoding does.
+
 - with ``--consumer pg_recvlogical``, *decoding only*: ``wal_level=logical`` and ``txcache
   setup`` (slot, REPLICA IDENTITY FULL), the slot consumed by PostgreSQL's own
   ``pg_recvlogical`` into /dev/null: no agent, no node, no pins. What the database pays for
@@ -90,6 +96,8 @@ class Config:
     feedback: bool | None = None
     """With ``--standby``: ``None``, pins on the primary; else pins on the standby, with its
     ``hot_standby_feedback`` on or off."""
+    decoding: bool = False
+    """The stream decoded on the standby (``--decode-from``) rather than on the primary."""
 
     @property
     def name(self) -> str:
@@ -102,18 +110,23 @@ class Config:
             name = "decoding only, no agent"
         if self.feedback is not None:
             on = "on" if self.feedback else "off"
-            name += f" on the standby (primary on demand), hot_standby_feedback {on}"
+            name += f", pins on the standby (primary on demand), hot_standby_feedback {on}"
+        if self.decoding:
+            name += ", decoding on the standby"
         return name + ("; REPLICA IDENTITY DEFAULT" if self.identity == "default" else "")
 
     def agent_flags(self, standby_dsn: str | None) -> tuple[str, ...]:
         """The agent's flags for this configuration (``standby_dsn``: the standby's)."""
-        if self.lifetime == DEFAULTS:
-            return ()
-        held = f"{self.lifetime}s"
-        flags: tuple[str, ...] = ("--max-staleness", held, "--pin-lease", held)
+        flags: tuple[str, ...] = ()
+        if self.lifetime != DEFAULTS:
+            held = f"{self.lifetime}s"
+            flags += ("--max-staleness", held, "--pin-lease", held)
         if self.feedback is not None:
             assert standby_dsn is not None
             flags += ("--standby", f"standby={standby_dsn}", "--primary-pins", "on-demand")
+        if self.decoding:
+            assert standby_dsn is not None
+            flags += ("--decode-from", standby_dsn)
         return flags
 
 
@@ -211,9 +224,17 @@ def start_agent(
     assert run.config is not None
     flags = run.config.agent_flags(standby_dsn)
     txcache_stack = stack.enter_context(bench_stack(dsn, agent_args=flags))
-    # The slot's walsender: not the standby's (pg_stat_replication lists both).
+    # The slot's walsender (on the standby when decoding there): not the physical one.
+    decoder = standby_dsn if run.config.decoding and standby_dsn else dsn
     walsender = int(
-        scalar(dsn, "SELECT active_pid FROM pg_replication_slots WHERE slot_type = 'logical'")
+        wait_until(
+            lambda: scalar(
+                decoder,
+                "SELECT active_pid FROM pg_replication_slots "
+                "WHERE slot_type = 'logical' AND active",
+            ),
+            "the agent's walsender",
+        )
     )
     pids = {"agent": agent_pid(txcache_stack), "node": node_pid(txcache_stack)}
     return {
@@ -329,7 +350,7 @@ def measure(
         if agent and "client" in agent:
             run.status = agent_status(agent["client"])
     if run.config is not None:
-        drop_slot(dsn)
+        drop_slot(standby.dsn if run.config.decoding and standby else dsn)
 
 
 def against_neighbours(runs: list[Run], value: Callable[[Run], float]) -> dict[Config, list[float]]:
@@ -448,6 +469,12 @@ def running_note(args: argparse.Namespace) -> str:
         if args.standby
         else ""
     )
+    if args.decode_on_standby:
+        standby += (
+            "; *decoding on the standby*: the agent's slot on the standby (`--decode-from`), "
+            "its walsender decoding there (its CPU is not the database's: the database is the "
+            "primary)"
+        )
     return (
         "Agent: wal_level=logical, slot, node + agent (default settings, or `--max-staleness "
         "L --pin-lease L` for pins living L s; a pin every 1 s)" + standby
@@ -538,7 +565,8 @@ def run(args: argparse.Namespace) -> None:
     extra = ["stock-logical"] if args.stock_wal_level == "logical" else []
     extra += ["decoding-only"] if args.consumer == "pg_recvlogical" else []
     extra += ["split"] if args.placement == "split" else []
-    extra += ["standby"] if args.standby else []
+    extra += ["standby"] if args.standby and not args.decode_on_standby else []
+    extra += ["decode-on-standby"] if args.decode_on_standby else []
     extra += {"full": [], "default": ["key-identity"]}.get(args.replica_identity, ["identities"])
     name = result_name("database_overhead", args.quick, args.storage, *extra)
     path = write_report(
@@ -551,6 +579,12 @@ def run(args: argparse.Namespace) -> None:
 def configs(args: argparse.Namespace) -> list[Config]:
     """Every configuration the runs beside the stock ones have, in schedule order."""
     identities = args.replica_identity.split(",")
+    if args.decode_on_standby:
+        return [
+            Config(DEFAULTS),
+            Config(DEFAULTS, decoding=True),
+            Config(DEFAULTS, feedback=True, decoding=True),
+        ]
     if args.standby:
         lifetime = max(args.lifetimes)
         return [Config(lifetime), Config(lifetime, feedback=True), Config(lifetime, feedback=False)]
@@ -598,7 +632,16 @@ def parse_args() -> argparse.Namespace:
         "--lifetimes) on the primary, then on the standby with the primary pinned on demand, "
         "its hot_standby_feedback on and off",
     )
+    parser.add_argument(
+        "--decode-on-standby",
+        action="store_true",
+        help="every run beside a streaming standby (hot_standby_feedback on); the agent at "
+        "its defaults decoding on the primary, then on the standby, then decoding and "
+        "pinning there (--lifetimes is ignored)",
+    )
     args = parser.parse_args()
+    if args.decode_on_standby:
+        args.standby = True
     if args.consumer == "pg_recvlogical":
         args.lifetimes = [0]
     if args.quick:

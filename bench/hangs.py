@@ -13,7 +13,8 @@ a second through the library. The library's ``node_timeout``, ``agent_timeout`` 
 ``replica_timeout`` are the defaults (1 s, 2 s, 5 s) unless given. Reported per phase:
 reads per second, latency p50/p99/max, and how many reads waited longer than half the
 part's timeout (the goal: at most one per thread per stop, the read in flight when it
-hung).
+hung). With ``--decode-on-standby`` the agent also decodes the stream on that standby
+(``--decode-from``): stopping it stops the invalidations and the pins' certification too.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def run(args: argparse.Namespace) -> None:
         dsn = create_database(server, "hangs")
         execute(dsn, *items_schema())
         flags = servers.agent_flags()
+        if args.decode_on_standby:
+            flags += ("--decode-from", servers.dsn(servers.standby_names[0]))
         with bench_stack(dsn, nodes=2, max_memory="64mb", agent_args=flags) as stack:
             note = machine_note()
             stack.caught_up()
@@ -148,6 +151,8 @@ def report(
         if args.standby
         else ""
     )
+    if args.decode_on_standby:
+        standby += " The agent decodes the stream on the standby (`--decode-from`)."
     body = [
         f"{args.threads} threads of read-only transactions over {HOT} hot keys; each phase "
         f"{args.phase:.0f} s, {args.rounds} round(s); node_timeout {args.node_timeout} s, "
@@ -175,7 +180,8 @@ def report(
         "(with `--standby` only: one that read the cache at the stopped standby's pin and "
         "found no primary pin where those reads hold).",
     ]
-    name = result_name("hangs", args.quick, args.storage, *(["standby"] if args.standby else []))
+    extra = ["decode-on-standby"] if args.decode_on_standby else ["standby"] if args.standby else []
+    name = result_name("hangs", args.quick, args.storage, *extra)
     title = "Hung parts: latency with a node, the agent or a standby stopped"
     path = write_report(name, title, note, body, raw)
     log(f"report: {path}")
@@ -197,8 +203,14 @@ def main() -> None:
     parser.add_argument(
         "--writes", type=float, default=20.0, help="updates a second with --standby (misses)"
     )
+    parser.add_argument(
+        "--decode-on-standby",
+        action="store_true",
+        help="with --standby implied: the agent decodes the stream on the standby as well",
+    )
     parser.add_argument("--storage", choices=("disk", "tmpfs"), default="tmpfs")
     args = parser.parse_args()
+    args.standby = args.standby or args.decode_on_standby
     if args.quick:
         args.phase, args.rounds, args.recover = 3.0, 1, 3.0
     run(args)

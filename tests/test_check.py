@@ -152,6 +152,34 @@ def test_a_short_check_with_a_standby_postgres_keeps_everything_through_promotio
     assert report.passed
 
 
+def test_a_short_check_with_the_stream_decoded_on_the_standby() -> None:
+    """The agent decodes on the standby (``--decode-from``) while its replay pauses and it
+    crashes, the primary restarts and the agent is killed: no anomaly, no committed write
+    missing, and the nodes apply the stream again after the standby's crash."""
+    options = CheckOptions(
+        duration=30,
+        control_duration=0,
+        faults=(*STANDBY_KINDS, "postgres-restart", "agent-kill"),
+        fault_every=6,
+        readers=2,
+        writers=1,
+        tenant_readers=0,
+        standby_postgres=True,
+        decode_on_standby=True,
+    )
+    report = run_check(options, progress=lambda line: None)
+    print(as_markdown(report, "tests/test_check.py"))
+    checked = report.checked
+    assert {fault.kind for fault in checked.faults} == set(options.faults)
+    assert [fault for fault in checked.faults if fault.error] == []
+    assert checked.anomalies == [], checked.anomalies[0].explanation
+    assert checked.errors_unexpected == []
+    assert checked.cache_hits > 0
+    assert report.missing_commits == 0
+    assert report.foreign_commits == 0
+    assert report.passed
+
+
 def test_fault_kinds_are_checked_before_the_stack_starts() -> None:
     assert fault_kinds_problem(FAULT_KINDS, several_agents=False) is None
     assert fault_kinds_problem(FAILOVER_KINDS, several_agents=True) is None
@@ -184,6 +212,14 @@ def test_fault_kinds_are_checked_before_the_stack_starts() -> None:
     assert "--standby-postgres" in problem
     kinds = default_fault_kinds(several_agents=False, standby_postgres=True, standby_reads=True)
     assert set(STANDBY_KINDS) <= set(kinds)
+    decoding = {"several_agents": False, "standby_postgres": True, "decode_on_standby": True}
+    kinds = default_fault_kinds(**decoding)
+    assert set(STANDBY_KINDS) <= set(kinds)
+    assert not set(PROMOTE_KINDS) & set(kinds)
+    assert fault_kinds_problem(kinds, **decoding) is None
+    problem = fault_kinds_problem(PROMOTE_KINDS, **decoding)
+    assert problem is not None
+    assert "--decode-on-standby" in problem
 
 
 def test_a_promotion_check_before_postgresql_17_is_refused_before_anything_starts(

@@ -16,9 +16,24 @@ pub struct Config {
     #[arg(long, env = "TXCACHE_DSN", hide_env_values = true)]
     pub dsn: String,
 
-    /// Logical replication slot created by `txcache setup`.
+    /// Logical replication slot created by `txcache setup` (with --decode-from, on that
+    /// standby, by the agent).
     #[arg(long, env = "TXCACHE_SLOT", default_value = "txcache")]
     pub slot: String,
+
+    /// A hot standby of the database to decode the change stream on instead of the primary
+    /// (PostgreSQL 16 or later), as a connection string: the logical decoding's CPU then
+    /// leaves the primary. The agent creates --slot there (and drops a slot of that name on
+    /// the primary, which nothing would consume). The standby needs wal_level=logical and
+    /// hot_standby_feedback on (docs/agent.md, "Decoding on a standby"). Default: decode
+    /// on the primary.
+    #[arg(
+        long,
+        env = "TXCACHE_DECODE_FROM",
+        value_name = "CONNINFO",
+        hide_env_values = true
+    )]
+    pub decode_from: Option<String>,
 
     /// Publication created by `txcache setup`.
     #[arg(long, env = "TXCACHE_PUBLICATION", default_value = "txcache")]
@@ -191,11 +206,12 @@ impl Config {
     }
 
     /// The settings with blank `--standby` values dropped (as blank `--node` ones: an empty
-    /// `TXCACHE_STANDBYS`, a stray `;`), or the error clap reports for what no single flag's
+    /// `TXCACHE_STANDBYS`, a stray `;`) and a blank `--decode-from` taken as none, or the error clap reports for what no single flag's
     /// parser can see: a standby name given twice, and standbys with `--ddl-tracking
     /// fingerprint`.
     pub fn checked(mut self) -> Result<Self, clap::Error> {
         self.standbys.retain(|standby| !standby.name.is_empty());
+        self.decode_from = self.decode_from.filter(|dsn| !dsn.trim().is_empty());
         if let Some(name) = twice(&self.standbys) {
             let message = format!(
                 "--standby {name}: the name is given twice; each standby needs a name of its own"
@@ -218,6 +234,12 @@ impl Config {
             return Err(Self::command().error(ErrorKind::ArgumentConflict, message));
         }
         Ok(self)
+    }
+
+    /// The connection string of the server the stream is decoded on: `--decode-from`, or
+    /// the primary.
+    pub fn decoding_dsn(&self) -> &str {
+        self.decode_from.as_deref().unwrap_or(&self.dsn)
     }
 
     /// Where the cache nodes come from: `--node`, or the database when it is not given.
@@ -407,6 +429,22 @@ mod tests {
             .map(Config::without_blank_nodes);
         let nodes = ["127.0.0.1:6380", "b:1"].map(str::to_owned);
         assert_eq!(config.map(|c| c.nodes), Some(nodes.to_vec()));
+    }
+
+    #[test]
+    fn the_stream_is_decoded_on_the_primary_unless_a_standby_is_named() {
+        let decoding = |flags: &[&str]| {
+            let config = parse(flags).and_then(Config::checked).ok();
+            config.map(|c| c.decoding_dsn().to_owned())
+        };
+        assert_eq!(decoding(&[]), Some("host=/tmp".to_owned()));
+        let standby = decoding(&["--decode-from", "host=standby"]);
+        assert_eq!(standby, Some("host=standby".to_owned()));
+        // An empty TXCACHE_DECODE_FROM (a template's unset variable) names none.
+        assert_eq!(
+            decoding(&["--decode-from", " "]),
+            Some("host=/tmp".to_owned())
+        );
     }
 
     #[test]

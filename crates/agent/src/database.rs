@@ -72,7 +72,8 @@ pub async fn identity(sql: &SqlSession) -> anyhow::Result<DatabaseIdentity> {
 pub struct SlotState {
     /// `confirmed_flush_lsn`: the stream resumes here.
     pub confirmed: Timestamp,
-    /// `wal_status`: `lost` means WAL it needed is gone.
+    /// It decodes nothing again: WAL it needed is gone (`wal_status` lost), or PostgreSQL
+    /// invalidated it (on a standby: rows its decoding needed were removed on the primary).
     pub lost: bool,
 }
 
@@ -86,30 +87,159 @@ pub async fn slot_state(sql: &SqlSession, slot: &str) -> anyhow::Result<SlotStat
     }
 }
 
-/// Reads the slot's state; `None` when it does not exist.
+/// Reads the slot's state; `None` when it does not exist. On a standby, a slot it
+/// synchronizes from the primary (a failover slot of the same name) is an error: it cannot be
+/// decoded from until the standby is promoted, or goes once the primary's is dropped.
 pub async fn find_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<Option<SlotState>> {
-    let row = sql
-        .client
-        .query_opt(
-            "SELECT confirmed_flush_lsn::text, coalesce(wal_status, ''), plugin::text
-             FROM pg_replication_slots WHERE slot_name = $1",
-            &[&slot],
-        )
-        .await?;
-    let Some(row) = row else {
+    // A slot PostgreSQL invalidated (WAL removed, or on a standby rows its decoding needed
+    // removed on the primary) decodes nothing again: lost, as a slot whose WAL is gone.
+    let (invalidated, synced) = match sql.server_version_num {
+        // A promoted standby keeps `synced` on the copies it took, which it may decode now.
+        170_000.. => (
+            "invalidation_reason IS NOT NULL",
+            "synced AND pg_is_in_recovery()",
+        ),
+        160_000.. => ("coalesce(conflicting, false)", "false"),
+        _ => ("false", "false"),
+    };
+    let query = format!(
+        "SELECT confirmed_flush_lsn::text, coalesce(wal_status, '') = 'lost' OR {invalidated},
+                plugin::text, {synced}
+         FROM pg_replication_slots WHERE slot_name = $1"
+    );
+    let Some(row) = sql.client.query_opt(&query, &[&slot]).await? else {
         return Ok(None);
     };
     let plugin: Option<String> = row.get(2);
     if plugin.as_deref() != Some("pgoutput") {
         bail!("replication slot {slot:?} uses plugin {plugin:?}, not pgoutput");
     }
+    if row.get::<_, bool>(3) {
+        bail!(
+            "replication slot {slot:?} on this standby is a copy it synchronizes from the \
+             primary's slot of that name, which cannot be decoded from before the standby is \
+             promoted (decoding on a standby, --decode-from: before it drops the copy, the \
+             primary's slot being dropped)"
+        );
+    }
     let confirmed: Option<String> = row.get(0);
     let confirmed = confirmed.map_or(Ok(Lsn::from_u64(0)), |text| Lsn::parse(&text))?;
-    let status: String = row.get(1);
     Ok(Some(SlotState {
         confirmed: Timestamp(confirmed.as_u64()),
-        lost: status == "lost",
+        lost: row.get(1),
     }))
+}
+
+/// Drops slot `slot` on the primary if it exists: with the stream decoded on a standby
+/// nothing consumes it, and it would keep the primary's WAL forever. Whether it existed.
+pub async fn drop_primary_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<bool> {
+    let dropped = sql
+        .client
+        .execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+             WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .with_context(|| format!("cannot drop the primary's replication slot {slot:?}"))?;
+    Ok(dropped > 0)
+}
+
+/// The slot on the standby the stream is decoded on (`decoding`, `--decode-from`), created
+/// there if it does not exist or was lost, after dropping the primary's slot of that name
+/// (which nothing would consume) and waiting for the standby to drop its synchronized copy
+/// of it. A new slot starts past changes no node received, so every node behind it is reset
+/// as it connects. A `decoding` server out of recovery is the primary (a standby promoted):
+/// its slot is the stream's, kept as it is.
+pub async fn standby_slot(
+    primary: &SqlSession,
+    decoding: &SqlSession,
+    slot: &str,
+) -> anyhow::Result<SlotState> {
+    if !in_recovery(decoding).await? {
+        tracing::warn!(slot, "the --decode-from server is not a standby (promoted?): the stream is decoded on it as the primary");
+        return slot_state(decoding, slot).await;
+    }
+    if drop_primary_slot(primary, slot).await? {
+        tracing::warn!(slot, "dropped the primary's replication slot of this name: the stream is decoded on the standby (--decode-from), and nothing would consume it");
+    }
+    wait_for_synced_copy_to_go(decoding, slot).await?;
+    match find_slot(decoding, slot).await? {
+        Some(state) if !state.lost => return Ok(state),
+        Some(_) => {
+            tracing::error!(slot, "REPLICATION SLOT LOST on the decoding standby (WAL it needed removed, or rows its decoding needed removed on the primary: is hot_standby_feedback on?). Creating it again; every cache node is reset.");
+        }
+        None => tracing::info!(
+            slot,
+            "creating the replication slot on the decoding standby"
+        ),
+    }
+    let confirmed = recreate_slot(decoding, slot, Some(primary)).await?;
+    Ok(SlotState {
+        confirmed,
+        lost: false,
+    })
+}
+
+/// How long a standby may take to drop its synchronized copy of a slot the primary dropped
+/// (its slot synchronization worker naps up to 30 s).
+const SYNCED_COPY_WAIT: Duration = Duration::from_secs(60);
+
+/// Waits until the standby `sql` holds no synchronized copy of slot `slot` (PostgreSQL 17
+/// and later), which cannot be decoded from and blocks the name.
+async fn wait_for_synced_copy_to_go(sql: &SqlSession, slot: &str) -> anyhow::Result<()> {
+    if sql.server_version_num < 170_000 {
+        return Ok(());
+    }
+    let started = Instant::now();
+    loop {
+        let copied = sql
+            .client
+            .query_opt(
+                "SELECT FROM pg_replication_slots \
+                 WHERE slot_name = $1 AND synced AND pg_is_in_recovery()",
+                &[&slot],
+            )
+            .await?
+            .is_some();
+        if !copied {
+            return Ok(());
+        }
+        if started.elapsed() > SYNCED_COPY_WAIT {
+            bail!("the decoding standby still holds a synchronized copy of replication slot {slot:?} {SYNCED_COPY_WAIT:?} after the primary's was dropped: is its slot synchronization working? Drop the copy (`SELECT pg_drop_replication_slot('{slot}')` after turning sync_replication_slots off there)");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Whether `sql`'s server is a standby (in recovery).
+pub async fn in_recovery(sql: &SqlSession) -> anyhow::Result<bool> {
+    Ok(sql
+        .client
+        .query_one("SELECT pg_is_in_recovery()", &[])
+        .await?
+        .get(0))
+}
+
+/// Refuses a decoding server (`--decode-from`) that is not a server of the primary's
+/// database: another cluster's WAL positions say nothing about the primary's commits.
+pub async fn require_same_database(
+    primary: &DatabaseIdentity,
+    decoding: &SqlSession,
+) -> anyhow::Result<()> {
+    let found = identity(decoding).await?;
+    if found.system_identifier != primary.system_identifier || found.name != primary.name {
+        bail!(
+            "--decode-from reaches database {:?} of cluster {}, but --dsn database {:?} of \
+             cluster {}: the stream must be decoded on a standby of the primary (a streaming \
+             replica, same system identifier)",
+            found.name,
+            found.system_identifier,
+            primary.name,
+            primary.system_identifier
+        );
+    }
+    Ok(())
 }
 
 /// The event triggers `txcache setup` installs, which send every schema change into the
@@ -189,24 +319,33 @@ async fn require_schema_fingerprint(sql: &SqlSession) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The database's WAL insert position now.
+/// The database's WAL position now: where the primary inserts, or where a standby has
+/// replayed (what its snapshots and its decoding see).
 pub async fn position(sql: &SqlSession) -> anyhow::Result<Timestamp> {
     let text: String = sql
         .client
-        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+        .query_one(
+            "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
+             ELSE pg_current_wal_insert_lsn() END)::text",
+            &[],
+        )
         .await?
         .get(0);
     Ok(Timestamp(Lsn::parse(&text)?.as_u64()))
 }
 
 /// The database history the stream follows: the cluster's system identifier and the timeline
-/// WAL is written on now, as `system_identifier:timeline`. A failover or a restore to a new
-/// timeline changes the timeline; another cluster changes the identifier.
+/// WAL is written on now (on a standby, the timeline it receives), as
+/// `system_identifier:timeline`. A failover or a restore to a new timeline changes the
+/// timeline; another cluster changes the identifier.
 pub async fn history(sql: &SqlSession) -> anyhow::Result<String> {
     let row = sql
         .client
         .query_one(
-            "SELECT system_identifier::text, pg_walfile_name(pg_current_wal_insert_lsn()) \
+            "SELECT system_identifier::text, CASE WHEN pg_is_in_recovery() THEN \
+               lpad(to_hex(coalesce((SELECT received_tli FROM pg_stat_wal_receiver), \
+                                    (SELECT timeline_id FROM pg_control_checkpoint()))), 8, '0') \
+             ELSE pg_walfile_name(pg_current_wal_insert_lsn()) END \
              FROM pg_control_system()",
             &[],
         )
@@ -267,7 +406,14 @@ pub async fn wait_until_visible(sql: &SqlSession, xid: u32) -> anyhow::Result<()
 
 /// Drops slot `slot` if it exists (it lost WAL it needed) and creates it anew, as `txcache
 /// setup` does (marked failover from PostgreSQL 17): the position the new slot starts at.
-pub async fn recreate_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<Timestamp> {
+/// On a standby (`sql` in recovery) the slot cannot be a failover one, and its creation
+/// waits for a record of the primary's running transactions: `primary` logs one every
+/// half second until it is done, where PostgreSQL would every 15 s.
+pub async fn recreate_slot(
+    sql: &SqlSession,
+    slot: &str,
+    primary: Option<&SqlSession>,
+) -> anyhow::Result<Timestamp> {
     sql.client
         .execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
@@ -275,12 +421,34 @@ pub async fn recreate_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<Times
             &[&slot],
         )
         .await?;
-    let create = if sql.server_version_num >= 170_000 {
-        "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', failover => true)"
-    } else {
-        "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')"
+    let create = match primary {
+        None if sql.server_version_num >= 170_000 => {
+            "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', failover => true)"
+        }
+        _ => "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
     };
-    let row = sql.client.query_one(create, &[&slot]).await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&slot];
+    let created = sql.client.query_one(create, &params);
+    let row = match primary {
+        None => created.await?,
+        Some(primary) => {
+            tokio::pin!(created);
+            let mut nudge = tokio::time::interval(Duration::from_millis(500));
+            let mut nudging = true;
+            loop {
+                tokio::select! {
+                    row = &mut created => break row?,
+                    _ = nudge.tick(), if nudging => {
+                        let logged = primary.client.execute("SELECT pg_log_standby_snapshot()", &[]);
+                        if let Err(error) = logged.await {
+                            tracing::warn!(%error, "cannot log the primary's running transactions (pg_log_standby_snapshot): the slot's creation on the standby waits for PostgreSQL's own, up to 15 s");
+                            nudging = false;
+                        }
+                    }
+                }
+            }
+        }
+    };
     Ok(Timestamp(Lsn::parse(row.get::<_, &str>(0))?.as_u64()))
 }
 

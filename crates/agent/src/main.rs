@@ -179,7 +179,17 @@ async fn stand_by(
     connect::name_sessions_for(0);
     let sql = connect_sql(&config.dsn, "txcache-agent").await?;
     reached_host(&config.dsn, &sql).await?;
-    database::slot_state(&sql, &config.slot).await?;
+    match &config.decode_from {
+        None => {
+            database::slot_state(&sql, &config.slot).await?;
+        }
+        Some(dsn) => {
+            let decoding = connect_sql(dsn, "txcache-agent")
+                .await
+                .context("cannot connect to the --decode-from standby")?;
+            database::require_same_database(&database::identity(&sql).await?, &decoding).await?;
+        }
+    }
     database::require_ddl_tracking(&sql, config.ddl_tracking).await?;
     lease::require_table(&sql).await?;
     if config.membership() == Membership::Database {
@@ -234,7 +244,15 @@ async fn run(
     tracing::info!(epoch = acquired.epoch, holder = %lease.holder, "this agent holds the lease: it is the active agent");
     let sql = connect_sql(&config.dsn, "txcache-agent").await?;
     lease::evict(&sql, &config.slot, &acquired).await;
-    let slot = database::slot_state(&sql, &config.slot).await?;
+    let slot = match &config.decode_from {
+        None => database::slot_state(&sql, &config.slot).await?,
+        Some(dsn) => {
+            // The previous agent's walsender (and sessions) there hold the slot.
+            let decoding = connect_sql(dsn, "txcache-agent slot").await?;
+            lease::evict(&decoding, &config.slot, &acquired).await;
+            database::standby_slot(&sql, &decoding, &config.slot).await?
+        }
+    };
     // Transactions running now may have committed below the resume point without being
     // visible yet: pins wait until they are seen finished (certify.rs, the floor).
     let pending_xid = database::floor_xid(&sql).await?;

@@ -101,15 +101,23 @@ impl Stream {
         // An agent whose lease ran out must not take the slot (or recreate it) from the one
         // that took over.
         self.term.check()?;
-        let sql = connect_sql(&self.config.dsn, "txcache-agent catalog").await?;
+        let sql = connect_sql(self.config.decoding_dsn(), "txcache-agent catalog").await?;
+        // Decoding on a standby, the primary is asked what only it knows: its WAL position
+        // (a standby restarting replays from behind what it decoded before) and its xids.
+        let primary_session = match self.config.decode_from {
+            Some(_) => Some(connect_sql(&self.config.dsn, "txcache-agent primary").await?),
+            None => None,
+        };
+        let primary = primary_session.as_ref();
         let Some(slot) = database::find_slot(&sql, &self.config.slot).await? else {
-            self.recreate_slot(&sql, SlotLoss::Dropped).await?;
+            self.recreate_slot(&sql, primary, SlotLoss::Dropped).await?;
             return Ok(());
         };
         if slot.lost {
-            self.recreate_slot(&sql, SlotLoss::WalRemoved).await?;
+            self.recreate_slot(&sql, primary, SlotLoss::Lost).await?;
             return Ok(());
         }
+        let primary = primary.unwrap_or(&sql);
         let streamed = Timestamp(self.fanout.newest().0.saturating_add(1)).max(self.acknowledged);
         if slot.confirmed > streamed {
             // Only this agent moves the slot, never past what it streamed and acknowledged
@@ -117,9 +125,9 @@ impl Stream {
             // created again, and the commits in between were never read.
             tracing::error!(slot = %self.config.slot, slot_position = %slot.confirmed, stream_position = %self.fanout.newest(),
                 "THE REPLICATION SLOT IS AHEAD OF THE STREAM (dropped and created again while the agent ran?): the changes in between were never read; every cache node is reset");
-            self.restart_after_gap(&sql, slot.confirmed).await?;
+            self.restart_after_gap(primary, slot.confirmed).await?;
         }
-        let database = database::position(&sql).await?;
+        let database = database::position(primary).await?;
         self.fanout.set_database_position(database);
         let history = database::history(&sql).await?;
         let went_back = database < self.fanout.newest();
@@ -129,15 +137,15 @@ impl Stream {
                 "THE DATABASE'S POSITIONS WENT BACK (restored from a backup, or failed over to a standby that was behind): restarting the stream at the slot; every cache node is rewound and loses its versioned entries");
             self.fanout.declare_gap(slot.confirmed);
         }
-        let host = reached_host(&self.config.dsn, &sql).await?;
+        let host = reached_host(self.config.decoding_dsn(), &sql).await?;
         if let Some(old) = &changed {
             self.change_history(old, &history, host, &slot, went_back)
                 .await?;
         }
         if went_back || changed.is_some() {
             self.stats.count_database_change();
-            self.tracker
-                .restart(slot.confirmed, database::floor_xid(&sql).await?);
+            let floor = database::floor_xid(primary).await?;
+            self.tracker.restart(slot.confirmed, floor);
         }
         // A new history restarts the buffer at the slot too.
         self.fanout.follow_history(&history, slot.confirmed);
@@ -148,7 +156,7 @@ impl Stream {
         let start = Lsn::from_u64(slot.confirmed.0);
         self.stats.resume_at(slot.confirmed);
         let replication = replication_config(
-            &self.config.dsn,
+            self.config.decoding_dsn(),
             host,
             &self.config.slot,
             &self.config.publication,
@@ -167,7 +175,7 @@ impl Stream {
             if now.confirmed > slot.confirmed {
                 tracing::error!(slot = %self.config.slot, read = %slot.confirmed, started = %now.confirmed,
                     "THE REPLICATION SLOT MOVED BEFORE THE STREAM STARTED (another agent acknowledged it): the changes in between were never read; every cache node is reset");
-                self.restart_after_gap(&sql, now.confirmed).await?;
+                self.restart_after_gap(primary, now.confirmed).await?;
                 bail!("restarting the stream after the gap");
             }
         }
@@ -406,15 +414,22 @@ impl Stream {
     /// The slot lost WAL it needed, or is gone: commits in the gap are gone for good.
     /// Recreate the slot and reset every node, so none keeps an entry the gap may have made
     /// stale.
-    async fn recreate_slot(&mut self, sql: &SqlSession, loss: SlotLoss) -> anyhow::Result<()> {
+    /// `primary`: the primary's session when `sql` is the decoding standby's.
+    async fn recreate_slot(
+        &mut self,
+        sql: &SqlSession,
+        primary: Option<&SqlSession>,
+        loss: SlotLoss,
+    ) -> anyhow::Result<()> {
         match loss {
-            SlotLoss::WalRemoved => tracing::error!(slot = %self.config.slot,
-                "REPLICATION SLOT LOST: PostgreSQL removed WAL the agent had not read (raise max_slot_wal_keep_size, or keep the agent running). Recreating the slot and resetting every cache node."),
+            SlotLoss::Lost => tracing::error!(slot = %self.config.slot,
+                "REPLICATION SLOT LOST: PostgreSQL removed WAL the agent had not read (raise max_slot_wal_keep_size, or keep the agent running), or invalidated the slot (on a decoding standby: is hot_standby_feedback on?). Recreating the slot and resetting every cache node."),
             SlotLoss::Dropped => tracing::error!(slot = %self.config.slot,
                 "REPLICATION SLOT DROPPED while the agent ran (by an operator, a managed service's clean-up, or a failover that did not keep it): the changes since were never read. Recreating the slot and resetting every cache node."),
         }
-        let position = database::recreate_slot(sql, &self.config.slot).await?;
-        self.restart_after_gap(sql, position).await
+        let position = database::recreate_slot(sql, &self.config.slot, primary).await?;
+        self.restart_after_gap(primary.unwrap_or(sql), position)
+            .await
     }
 
     /// The database's history changed from `old` to `new`: a promoted standby whose timeline
@@ -433,7 +448,7 @@ impl Stream {
         } else {
             let config = &self.config;
             timeline::switch_point(
-                &config.dsn,
+                config.decoding_dsn(),
                 host,
                 &config.slot,
                 &config.publication,
@@ -458,13 +473,14 @@ impl Stream {
     }
 
     /// Restarts the stream at `position`, past changes it never read: every node is reset.
+    /// `primary` gives the floor of the certification.
     async fn restart_after_gap(
         &mut self,
-        sql: &SqlSession,
+        primary: &SqlSession,
         position: Timestamp,
     ) -> anyhow::Result<()> {
         self.tracker
-            .restart(position, database::floor_xid(sql).await?);
+            .restart(position, database::floor_xid(primary).await?);
         self.fanout.declare_gap(position);
         self.stats.count_slot_recreation();
         Ok(())
@@ -482,8 +498,8 @@ fn parse_number(content: &[u8]) -> u64 {
 /// Why the slot must be created again.
 #[derive(Clone, Copy, Debug)]
 enum SlotLoss {
-    /// PostgreSQL removed WAL it needed (`wal_status` lost).
-    WalRemoved,
+    /// PostgreSQL removed WAL it needed (`wal_status` lost) or invalidated it.
+    Lost,
     /// It no longer exists.
     Dropped,
 }

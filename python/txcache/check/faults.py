@@ -26,7 +26,8 @@
 | ``standby-lag`` | with ``--standby-reads``: the standby's replay paused for two seconds (its
   pins stop being current; reads past their staleness must go elsewhere), then resumed |
 | ``standby-restart`` | the standby crashed (an immediate shutdown) and started again: timed
-  until the agent lists pins on it again |
+  until the agent lists pins on it again (with ``--standby-reads``) and, with
+  ``--decode-on-standby``, until every node applied the stream decoded there again |
 
 With a standby, ``postgres-restart`` restarts whichever server is primary; ``slot-lost`` is
 refused (its checkpoint on one server would not invalidate the standby's copy).
@@ -78,34 +79,46 @@ PROMOTE_KINDS = ("promote-stop", "promote-crash")
 """The faults of a primary and its standby (``--standby-postgres``), each timing the
 failover."""
 STANDBY_KINDS = ("standby-lag", "standby-restart")
-"""The faults of a standby misses run on (``--standby-reads``)."""
+"""The faults of a standby misses run on (``--standby-reads``) or the stream is decoded on
+(``--decode-on-standby``)."""
 _ONE_AGENT_KINDS = ("agent-kill", "slot-lost")  # they restart "the" agent
 _PROMOTE_TIMEOUT = 60.0  # seconds for the standby's slots to sync, or the nodes to follow
 _SEGMENT = 16 << 20  # PostgreSQL's default WAL segment size
 
 
 def default_fault_kinds(
-    *, several_agents: bool, standby_postgres: bool = False, standby_reads: bool = False
+    *,
+    several_agents: bool,
+    standby_postgres: bool = False,
+    standby_reads: bool = False,
+    decode_on_standby: bool = False,
 ) -> tuple[str, ...]:
     """Every kind that can be injected into such a stack: with several agents the failover
     kinds instead of those that restart "the" agent; with a standby PostgreSQL the
-    promotions instead of the lost slot; with reads on the standby its lag and restart."""
+    promotions instead of the lost slot (not with the stream decoded on the standby); with
+    reads on the standby or the stream decoded there, its lag and restart."""
     kinds = list(FAULT_KINDS)
     if several_agents:
         kinds = [kind for kind in kinds if kind not in _ONE_AGENT_KINDS] + list(FAILOVER_KINDS)
     if standby_postgres:
-        kinds = [kind for kind in kinds if kind != "slot-lost"] + list(PROMOTE_KINDS)
-    if standby_reads:
+        kinds = [kind for kind in kinds if kind != "slot-lost"]
+        kinds += () if decode_on_standby else PROMOTE_KINDS
+    if standby_reads or decode_on_standby:
         kinds += STANDBY_KINDS
     return tuple(kinds)
 
 
 def fault_kinds_problem(
-    kinds: Sequence[str], *, several_agents: bool, standby_postgres: bool = False
+    kinds: Sequence[str],
+    *,
+    several_agents: bool,
+    standby_postgres: bool = False,
+    decode_on_standby: bool = False,
 ) -> str | None:
     """Why ``kinds`` cannot be injected (``None``: they can): unknown ones, failovers
     without standby agents or standby PostgreSQL, with standby agents the kinds that
-    restart "the" agent, with standby PostgreSQL the lost slot."""
+    restart "the" agent, with standby PostgreSQL the lost slot, with the stream decoded on
+    the standby the promotions."""
     unknown = set(kinds) - {*FAULT_KINDS, *FAILOVER_KINDS, *PROMOTE_KINDS, *STANDBY_KINDS}
     if unknown:
         return f"unknown fault kind(s): {', '.join(sorted(unknown))}"
@@ -119,6 +132,11 @@ def fault_kinds_problem(
         return "the standby-* faults need --standby-postgres (and --standby-reads to matter)"
     if standby_postgres and "slot-lost" in kinds:
         return "with --standby-postgres, slot-lost cannot be injected (the standby keeps a copy)"
+    if decode_on_standby and set(kinds) & set(PROMOTE_KINDS):
+        return (
+            "with --decode-on-standby, the promote-* faults cannot be injected: the promoted "
+            "standby is the one the stream is decoded on, and the next promotion would remove it"
+        )
     return None
 
 
@@ -159,13 +177,17 @@ class FaultInjector:
         is no checkpoint unless it says it did. ``agents``: several agents, for the
         failover kinds (and without the one-agent kinds, which restart "the" agent)."""
         problem = fault_kinds_problem(
-            kinds, several_agents=agents is not None, standby_postgres=target.servers is not None
+            kinds,
+            several_agents=agents is not None,
+            standby_postgres=target.servers is not None,
+            decode_on_standby=target.decoding_standby,
         )
         if problem is not None:
             raise ValueError(problem)
         self.agents = agents
         self.stack = target.stack
         self.servers = target.servers
+        self.target = target
         self.kinds = list(kinds)
         self.every = every
         self.report = report
@@ -307,17 +329,21 @@ class FaultInjector:
 
     def _standby_restart(self) -> float:
         """Crash the standby and start it again; the seconds until the agent lists pins on
-        it again."""
+        it again (when it pins it) and the nodes applied the stream decoded on it (when it
+        is decoded there)."""
         standby = self._standby()
         standby.crash()
         since = time.monotonic()
         standby.start()
-        agents = self.agents.addresses if self.agents is not None else [None]
-        wait_until(
-            lambda: any(self.stack.standby_pins_listed(agent) for agent in agents),
-            "the active agent to list pins on the restarted standby",
-            timeout=_PROMOTE_TIMEOUT,
-        )
+        if self.target.replicas:
+            agents = self.agents.addresses if self.agents is not None else [None]
+            wait_until(
+                lambda: any(self.stack.standby_pins_listed(agent) for agent in agents),
+                "the active agent to list pins on the restarted standby",
+                timeout=_PROMOTE_TIMEOUT,
+            )
+        if self.target.decoding_standby:
+            self.stack.caught_up(timeout=_PROMOTE_TIMEOUT)
         return time.monotonic() - since
 
     def _standby(self) -> EmbeddedPostgres:

@@ -93,6 +93,9 @@ class CheckOptions:
     standby_reads: bool = False
     """With ``standby_postgres``: the agent pins the standby too and the library runs misses
     there (``replicas``): for the ``standby-*`` faults."""
+    decode_on_standby: bool = False
+    """With ``standby_postgres``: the agent decodes the stream on the standby
+    (``--decode-from``); the ``standby-*`` faults then pause and restart the stream's server."""
 
 
 @dataclass
@@ -201,6 +204,7 @@ def run_check(options: CheckOptions, progress: Callable[[str], None] = print) ->
         standby_postgres=options.standby_postgres,
         ddl_tracking=options.ddl_tracking,
         standby_reads=options.standby_reads,
+        decode_on_standby=options.decode_on_standby,
     ) as target:
         stack = target.stack
         agents = AgentGroup(stack, options.standby_agents) if options.standby_agents else None

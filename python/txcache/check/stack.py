@@ -69,6 +69,8 @@ class CheckStack:
     """With ``--standby-reads``: each server's own DSN by name, as the agent's
     ``--standby`` flags and the libraries' ``replicas`` name them (whichever is the standby
     serves misses; the primary refuses to pin as one)."""
+    decoding_standby: bool = False
+    """With ``--decode-on-standby``: the agent decodes the stream on the standby."""
 
 
 class CheckRefused(Exception):
@@ -82,6 +84,7 @@ def running_stack(
     standby_postgres: bool = False,
     ddl_tracking: str = "triggers",
     standby_reads: bool = False,
+    decode_on_standby: bool = False,
 ) -> Iterator[CheckStack]:
     """A fresh PostgreSQL (with ``standby_postgres``, a primary and its standby) with the
     workload's schema and the ``tenants``' (their roles too), set up to track them all, with
@@ -89,9 +92,12 @@ def running_stack(
     exit. With ``ddl_tracking`` ``fingerprint`` the DDL event triggers are dropped once
     set up, as where a service allows none, and the agent checks fingerprints. With
     ``standby_reads`` (and ``standby_postgres``) the agent also pins whichever server is
-    the standby (``--standby``, one per server)."""
+    the standby (``--standby``, one per server); with ``decode_on_standby`` it decodes the
+    stream there (``--decode-from``)."""
     if standby_reads and not standby_postgres:
         raise CheckRefused("--standby-reads needs --standby-postgres")
+    if decode_on_standby and not standby_postgres:
+        raise CheckRefused("--decode-on-standby needs --standby-postgres")
     agent_args = OPTIONS.agent_args
     if ddl_tracking != "triggers":
         agent_args = (*agent_args, "--ddl-tracking", ddl_tracking)
@@ -112,6 +118,9 @@ def running_stack(
         if replicas:
             flags = (arg for name, dsn in replicas for arg in ("--standby", f"{name}={dsn}"))
             options = dataclasses.replace(options, agent_args=(*options.agent_args, *flags))
+        if servers is not None and servers.standby is not None and decode_on_standby:
+            decoding = ("--decode-from", servers.standby.dsn)
+            options = dataclasses.replace(options, agent_args=(*options.agent_args, *decoding))
         stack = exits.enter_context(Stack(options))
         try:
             with psycopg.connect(stack.dsn, autocommit=True) as admin:
@@ -125,7 +134,7 @@ def running_stack(
                     f"SELECT pg_create_logical_replication_slot(%s, 'test_decoding'{failover})",
                     (CHECK_SLOT,),
                 )
-            yield CheckStack(stack, servers, replicas)
+            yield CheckStack(stack, servers, replicas, decode_on_standby)
         finally:
             drop_roles(stack.dsn, tenants)
 

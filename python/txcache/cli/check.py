@@ -55,7 +55,8 @@ def add_parser(subparsers: Any) -> None:
         help=f"comma-separated fault kinds, '' for none (default: every kind the stack allows: "
         f"{','.join(FAULT_KINDS)}; with --standby-agents {','.join(FAILOVER_KINDS)} instead of "
         f"agent-kill,slot-lost; with --standby-postgres {','.join(PROMOTE_KINDS)} instead of "
-        f"slot-lost; with --standby-reads also {','.join(STANDBY_KINDS)})",
+        f"slot-lost; with --standby-reads or --decode-on-standby also "
+        f"{','.join(STANDBY_KINDS)}, the latter without the promotions)",
     )
     parser.add_argument(
         "--standby-agents",
@@ -75,6 +76,12 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="with --standby-postgres: the agent pins the standby too and the library runs "
         "misses there (replicas), for the standby-* faults",
+    )
+    parser.add_argument(
+        "--decode-on-standby",
+        action="store_true",
+        help="with --standby-postgres: the agent decodes the stream on the standby "
+        "(--decode-from), for the standby-* faults on the stream's server",
     )
     parser.add_argument(
         "--fault-every",
@@ -137,11 +144,15 @@ def run(args: argparse.Namespace) -> int:
             several_agents=several_agents,
             standby_postgres=standby_postgres,
             standby_reads=args.standby_reads,
+            decode_on_standby=args.decode_on_standby,
         )
     else:
         kinds = tuple(kind for kind in args.faults.split(",") if kind)
     problem = fault_kinds_problem(
-        kinds, several_agents=several_agents, standby_postgres=standby_postgres
+        kinds,
+        several_agents=several_agents,
+        standby_postgres=standby_postgres,
+        decode_on_standby=args.decode_on_standby,
     )
     if problem is not None:
         print(f"txcache check: {problem}", file=sys.stderr)
@@ -161,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
         standby_postgres=args.standby_postgres,
         ddl_tracking=args.ddl_tracking,
         standby_reads=args.standby_reads,
+        decode_on_standby=args.decode_on_standby,
     )
     logging.basicConfig(format="  %(name)s: %(message)s", level=logging.WARNING)
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)  # restarts are on purpose

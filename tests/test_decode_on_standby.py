@@ -1,0 +1,163 @@
+"""The change stream decoded on a hot standby (``--decode-from``): the agent's slot lives on
+the standby and its walsender decodes there, so the primary does no logical decoding; every
+write on the primary still invalidates what it changed, a read after its own write sees it,
+and a standby that restarts resumes the stream where the slot stands."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+import txcache
+from cached_reads import assert_invalidated, cached, reread
+from library_fixtures import AGENT_ARGS, LibraryStack
+from txcache.stack import ReplicatedPostgres, find_binary, wait_until
+
+QUERY = "SELECT name FROM items WHERE id = %s"
+
+
+@pytest.fixture
+def pair() -> Iterator[ReplicatedPostgres]:
+    """A primary and its streaming standby (hot_standby_feedback on, synchronizing the
+    primary's failover slots), for one test."""
+    with ReplicatedPostgres() as servers:
+        yield servers
+
+
+@pytest.fixture
+def lib(pair: ReplicatedPostgres) -> Iterator[LibraryStack]:
+    """The stack on the primary (setup made its slot there), the agent decoding on the
+    standby."""
+    assert pair.standby is not None
+    flags = (*AGENT_ARGS, "--decode-from", pair.standby.dsn)
+    with LibraryStack(pair.primary.dsn, agent_args=flags) as stack:
+        yield stack
+
+
+def slots(dsn: str) -> list[tuple[str, bool]]:
+    """The logical slots of the server at ``dsn``: name, and whether a synchronized copy."""
+    with psycopg.connect(dsn) as db:
+        rows = db.execute(
+            "SELECT slot_name::text, synced FROM pg_replication_slots WHERE slot_type = 'logical'"
+        ).fetchall()
+    return [(str(name), bool(synced)) for name, synced in rows]
+
+
+def agent_walsenders(dsn: str) -> int:
+    """The agent's replication sessions on the server at ``dsn``."""
+    with psycopg.connect(dsn) as db:
+        row = db.execute(
+            "SELECT count(*) FROM pg_stat_replication WHERE application_name LIKE 'txcache-agent%'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def replayed(dsn: str) -> bool:
+    """Whether the database at ``dsn`` exists (the standby replayed its creation)."""
+    try:
+        psycopg.connect(dsn).close()
+    except psycopg.OperationalError:
+        return False
+    return True
+
+
+def test_the_stream_is_decoded_on_the_standby_and_invalidates_the_primary_s_writes(
+    lib: LibraryStack, pair: ReplicatedPostgres
+) -> None:
+    assert pair.standby is not None
+    assert ("txcache", False) in slots(pair.standby.dsn), "the agent's own slot, not a copy"
+    assert "txcache" not in dict(slots(pair.primary.dsn)), "setup's slot on the primary dropped"
+    assert agent_walsenders(pair.primary.dsn) == 0
+    assert agent_walsenders(pair.standby.dsn) == 1
+
+    assert cached(lib, QUERY, 1) == [("item 1",)]
+    token = lib.commit("UPDATE items SET name = 'renamed' WHERE id = 1")
+    assert assert_invalidated(lib, QUERY, token, 1) == [("renamed",)]
+    assert cached(lib, QUERY, 2) == [("item 2",)]
+    token = lib.commit("UPDATE items SET name = 'elsewhere' WHERE id = 3")
+    assert reread(lib, QUERY, token, 2) == ([("item 2",)], False), "a change to another row"
+
+
+def test_a_read_after_its_own_write_sees_it(lib: LibraryStack) -> None:
+    for n in range(101, 121):
+        with lib.cache.read_write() as tx:
+            tx.execute("INSERT INTO items VALUES (%s, 'new', 1, 0)", (n,))
+        token = tx.commit_timestamp
+        assert token is not None
+        with lib.cache.read_only(staleness=60, not_before=token) as reading:
+            row = txcache.query_one("SELECT count(*) FROM items WHERE id = %s", (n,))
+        assert row == (1,)
+        assert reading.snapshot is not None
+        assert reading.snapshot.ts >= token
+
+
+def test_a_standby_that_crashes_resumes_the_stream_and_the_cache_is_kept(
+    lib: LibraryStack, pair: ReplicatedPostgres
+) -> None:
+    """Started again after a crash, the standby replays from its last restartpoint, behind
+    what it decoded before — here, applying no commit less than 10 s old, it is still behind
+    when the stream starts again: that is no database going back (the primary's position
+    tells), and no node is rewound.
+    (Then it is restarted without the delay: a fresh pin waits for the stream, and a PIN
+    answers within half the library's ``agent_timeout``.)"""
+    assert pair.standby is not None
+    assert cached(lib, QUERY, 1) == [("item 1",)]
+    assert cached(lib, QUERY, 2) == [("item 2",)]
+    lib.commit("UPDATE items SET name = 'before the crash' WHERE id = 4")
+    started = stream_starts(lib)
+    pair.standby.crash()
+    pair.restart_standby({"recovery_min_apply_delay": "10s"})
+    wait_until(
+        lambda: stream_starts(lib) > started,
+        "the stream to start again on the restarted standby",
+        timeout=30,
+        log=lib._agent_log,
+    )
+    pair.restart_standby({})
+    token = lib.commit("UPDATE items SET name = 'after the crash' WHERE id = 1")
+    assert assert_invalidated(lib, QUERY, token, 1) == [("after the crash",)]
+    assert reread(lib, QUERY, token, 2) == ([("item 2",)], False), "the cache was kept"
+    assert rewinds(lib) == [0, 0]
+    assert "WENT BACK" not in lib._agent_log()
+
+
+def rewinds(lib: LibraryStack) -> list[int]:
+    """Each node's count of rewinds (the agent found the database gone back)."""
+    return [int(lib.node_info(a, "txcache")["rewinds"]) for a in lib.node_addresses]
+
+
+def stream_starts(lib: LibraryStack) -> int:
+    """How many replication sessions the agent has started."""
+    return lib._agent_log().count("invalidation stream started")
+
+
+def test_another_database_is_refused_as_the_decoding_server(
+    lib: LibraryStack, pair: ReplicatedPostgres
+) -> None:
+    assert pair.standby is not None
+    lib.admin.execute("CREATE DATABASE other")
+    other = pair.standby.dsn.replace("dbname=postgres", "dbname=other")
+    wait_until(lambda: replayed(other), "the standby to replay CREATE DATABASE", timeout=30)
+    agent = subprocess.run(
+        [
+            str(find_binary("txcache-agent")),
+            "--dsn",
+            pair.primary.dsn,
+            "--decode-from",
+            other,
+            "--node",
+            lib.node_addresses[0],
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert agent.returncode != 0
+    assert 'reaches database "other"' in agent.stderr
+    assert "the stream must be decoded on a standby of the primary" in agent.stderr
