@@ -152,7 +152,7 @@ def test_a_short_check_with_a_standby_postgres_keeps_everything_through_promotio
     assert report.passed
 
 
-def test_a_short_check_with_the_stream_decoded_on_the_standby() -> None:
+def test_a_short_check_with_a_standby_postgres_decoding_the_stream() -> None:
     """The agent decodes on the standby (``--decode-from``) while its replay pauses and it
     crashes, the primary restarts and the agent is killed: no anomaly, no committed write
     missing, and the nodes apply the stream again after the standby's crash."""

@@ -5,8 +5,11 @@ and a standby that restarts resumes the stream where the slot stands."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+import tempfile
 from collections.abc import Iterator
+from typing import IO
 
 import psycopg
 import pytest
@@ -142,22 +145,67 @@ def test_another_database_is_refused_as_the_decoding_server(
     lib.admin.execute("CREATE DATABASE other")
     other = pair.standby.dsn.replace("dbname=postgres", "dbname=other")
     wait_until(lambda: replayed(other), "the standby to replay CREATE DATABASE", timeout=30)
-    agent = subprocess.run(
-        [
-            str(find_binary("txcache-agent")),
-            "--dsn",
-            pair.primary.dsn,
-            "--decode-from",
-            other,
-            "--node",
-            lib.node_addresses[0],
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert agent.returncode != 0
-    assert 'reaches database "other"' in agent.stderr
-    assert "the stream must be decoded on a standby of the primary" in agent.stderr
+    refusal = refused_agent(lib, pair, other)
+    assert 'reaches database "other"' in refusal
+    assert "the stream must be decoded on a standby of the primary" in refusal
+
+
+def test_a_standby_that_cannot_decode_is_refused_and_one_without_feedback_warned_of(
+    lib: LibraryStack, pair: ReplicatedPostgres
+) -> None:
+    """On a second standby, which holds no slot (one with a logical slot would not start
+    below wal_level = logical)."""
+    second = pair.add_standby()
+    second.restart({"wal_level": "replica"})
+    refusal = refused_agent(lib, pair, second.dsn)
+    assert "runs with wal_level = replica" in refusal
+    second.restart({"hot_standby_feedback": "off"})
+    with tempfile.TemporaryFile("w+") as log, agent_process(lib, pair, second.dsn, log):
+        wait_until(
+            lambda: "hot_standby_feedback off" in read_all(log),
+            "the agent to warn of the standby's hot_standby_feedback",
+            timeout=30,
+            log=lambda: read_all(log),
+        )
+
+
+def agent_command(lib: LibraryStack, pair: ReplicatedPostgres, decoding: str) -> list[str]:
+    """Another agent of the stack's primary, decoding on ``decoding``."""
+    return [
+        str(find_binary("txcache-agent")),
+        "--dsn",
+        pair.primary.dsn,
+        "--decode-from",
+        decoding,
+        "--node",
+        lib.node_addresses[0],
+        "--listen",
+        "127.0.0.1:0",
+    ]
+
+
+def refused_agent(lib: LibraryStack, pair: ReplicatedPostgres, decoding: str) -> str:
+    """What an agent decoding on ``decoding`` said as it refused to start."""
+    command = agent_command(lib, pair, decoding)
+    agent = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert agent.returncode != 0, agent.stderr
+    return agent.stderr
+
+
+@contextlib.contextmanager
+def agent_process(
+    lib: LibraryStack, pair: ReplicatedPostgres, decoding: str, log: IO[str]
+) -> Iterator[None]:
+    """An agent decoding on ``decoding`` (standing by: the stack's holds the lease), its
+    output to ``log``; stopped on exit."""
+    agent = subprocess.Popen(agent_command(lib, pair, decoding), stderr=log, text=True)
+    try:
+        yield
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)
+
+
+def read_all(log: IO[str]) -> str:
+    log.seek(0)
+    return log.read()

@@ -222,8 +222,11 @@ pub async fn in_recovery(sql: &SqlSession) -> anyhow::Result<bool> {
 }
 
 /// Refuses a decoding server (`--decode-from`) that is not a server of the primary's
-/// database: another cluster's WAL positions say nothing about the primary's commits.
-pub async fn require_same_database(
+/// database (another cluster's WAL positions say nothing about the primary's commits), or a
+/// standby that cannot decode (before PostgreSQL 16, or below `wal_level = logical`); warns
+/// when its `hot_standby_feedback` is off, under which the primary's vacuum may remove
+/// catalog rows the slot needs, and the standby then invalidates it.
+pub async fn require_decoding_server(
     primary: &DatabaseIdentity,
     decoding: &SqlSession,
 ) -> anyhow::Result<()> {
@@ -238,6 +241,34 @@ pub async fn require_same_database(
             primary.name,
             primary.system_identifier
         );
+    }
+    if !in_recovery(decoding).await? {
+        return Ok(());
+    }
+    if decoding.server_version_num < 160_000 {
+        bail!(
+            "--decode-from names a standby of PostgreSQL {}: logical decoding on a standby \
+             needs PostgreSQL 16 or later; decode on the primary (no --decode-from)",
+            decoding.server_version_num / 10_000
+        );
+    }
+    let row = decoding
+        .client
+        .query_one(
+            "SELECT current_setting('wal_level'), current_setting('hot_standby_feedback')::bool",
+            &[],
+        )
+        .await?;
+    let wal_level: String = row.get(0);
+    if wal_level != "logical" {
+        bail!(
+            "the --decode-from standby runs with wal_level = {wal_level}: logical decoding \
+             needs wal_level = logical on the standby as on the primary (ALTER SYSTEM SET \
+             wal_level = logical there, and restart it)"
+        );
+    }
+    if !row.get::<_, bool>(1) {
+        tracing::warn!("the --decode-from standby runs with hot_standby_feedback off: the primary's vacuum may remove catalog rows the slot still needs, and the standby then invalidates the slot (the agent creates it again and resets every cache node). Turn it on there, with a physical slot (primary_slot_name)");
     }
     Ok(())
 }

@@ -187,7 +187,7 @@ async fn stand_by(
             let decoding = connect_sql(dsn, "txcache-agent")
                 .await
                 .context("cannot connect to the --decode-from standby")?;
-            database::require_same_database(&database::identity(&sql).await?, &decoding).await?;
+            database::require_decoding_server(&database::identity(&sql).await?, &decoding).await?;
         }
     }
     database::require_ddl_tracking(&sql, config.ddl_tracking).await?;
