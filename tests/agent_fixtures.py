@@ -181,3 +181,10 @@ def stack(database: str) -> Iterator[Stack]:
     """The session's PostgreSQL with ``items``, one node, the agent (heartbeats every 50 ms)."""
     with Stack(database) as running:
         yield running
+
+
+def open_probe(cache: redis.Redis, key: str) -> bool:
+    """Whether the probe ``key`` (:meth:`Stack.probe`) is still open: no commit has matched
+    its tag."""
+    _value, _lo, _hi, is_open = cache.execute_command("TXGET", key, 0, 2**62)
+    return bool(is_open)

@@ -15,9 +15,11 @@ import psycopg
 import pytest
 
 import txcache
+from agent_fixtures import HEARTBEATS, Stack, open_probe
 from cached_reads import assert_invalidated, cached, reread
+from conftest import info, running_agent
 from library_fixtures import AGENT_ARGS, LibraryStack
-from txcache.stack import ReplicatedPostgres, find_binary, wait_until
+from txcache.stack import ReplicatedPostgres, find_binary, wait_until, wal_position
 
 QUERY = "SELECT name FROM items WHERE id = %s"
 
@@ -209,3 +211,34 @@ def agent_process(
 def read_all(log: IO[str]) -> str:
     log.seek(0)
     return log.read()
+
+
+def test_a_promoted_decoding_standby_goes_on_as_the_primary_the_stream_is_decoded_on(
+    pair: ReplicatedPostgres,
+) -> None:
+    """The standby the stream is decoded on is promoted (the primary stopped): its
+    walsender decodes on across the new timeline, the agent's primary sessions follow it,
+    and the nodes keep their entries and get every invalidation, before and after."""
+    primary, standby = pair.primary, pair.standby
+    assert standby is not None
+    flags = (*HEARTBEATS, "--decode-from", standby.dsn)
+    with Stack(primary.dsn, agent_dsn=pair.dsn, agent_args=flags) as stack:
+        agent = running_agent(stack)
+        probes = stack.probe("public.items:id=1", "public.items:id=2")
+        stack.write("INSERT INTO items (id) VALUES (1)")
+        stack.caught_up()
+        rewinds = info(stack.cache, "txcache")["rewinds"]
+        stack.db.close()
+
+        pair.fail_over("stop")
+        with psycopg.connect(standby.dsn, autocommit=True) as new_primary:
+            new_primary.execute("INSERT INTO items (id) VALUES (2)")
+            target = wal_position(new_primary)
+
+        def applied() -> bool:
+            return int(stack.cache.execute_command("TXSTATUS")[0]) >= target
+
+        wait_until(applied, "the node to apply the new primary's insert", timeout=30,
+                   log=agent.log_text)  # fmt: skip
+        assert info(stack.cache, "txcache")["rewinds"] == rewinds, agent.log_text()[-3000:]
+        assert [open_probe(stack.cache, key) for key in probes.values()] == [False, False]

@@ -11,9 +11,8 @@ from typing import Literal
 
 import psycopg
 import pytest
-import redis
 
-from agent_fixtures import Stack
+from agent_fixtures import Stack, open_probe
 from conftest import info, running_agent
 from txcache.stack import ReplicatedPostgres, wait_until, wal_position
 
@@ -27,12 +26,6 @@ def pair() -> Iterator[ReplicatedPostgres]:
     it."""
     with ReplicatedPostgres() as servers:
         yield servers
-
-
-def open_probe(cache: redis.Redis, key: str) -> bool:
-    """Whether the probe ``key`` is still open (no commit has matched its tag)."""
-    _value, _lo, _hi, is_open = cache.execute_command("TXGET", key, 0, 2**62)
-    return bool(is_open)
 
 
 def test_a_promoted_standby_keeps_the_cache_and_every_invalidation(
