@@ -120,8 +120,20 @@ class Stack(BaseStack):
         """Wait until the node of ``cache`` (default the first node) has applied everything
         committed so far; returns its N. Only that node is asked: another may be stopped on
         purpose."""
+        return self.applied_through(self.wal_position(), timeout=timeout, cache=cache)
+
+    def applied_through(
+        self,
+        target: int,
+        *,
+        timeout: float = 20.0,
+        cache: redis.Redis | None = None,
+        log: Callable[[], str] | None = None,
+    ) -> int:
+        """Wait until the node of ``cache`` (default the first node) has applied the stream
+        up to ``target`` (a WAL position: of a promoted standby, say); returns its N. The
+        failure message shows ``log`` (default the stack's agent's)."""
         client = cache or self.cache
-        target = self.wal_position()
 
         def applied() -> int | None:
             position = int(client.execute_command("TXSTATUS")[0])
@@ -132,7 +144,7 @@ class Stack(BaseStack):
             applied,
             f"the node on port {where} to apply the stream up to {target}",
             timeout=timeout,
-            log=self._agent_log,
+            log=log or self._agent_log,
         )
 
     def probe(self, *tags: str, cache: redis.Redis | None = None) -> dict[str, str]:

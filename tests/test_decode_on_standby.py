@@ -234,11 +234,6 @@ def test_a_promoted_decoding_standby_goes_on_as_the_primary_the_stream_is_decode
         with psycopg.connect(standby.dsn, autocommit=True) as new_primary:
             new_primary.execute("INSERT INTO items (id) VALUES (2)")
             target = wal_position(new_primary)
-
-        def applied() -> bool:
-            return int(stack.cache.execute_command("TXSTATUS")[0]) >= target
-
-        wait_until(applied, "the node to apply the new primary's insert", timeout=30,
-                   log=agent.log_text)  # fmt: skip
+        stack.applied_through(target, timeout=30, log=agent.log_text)
         assert info(stack.cache, "txcache")["rewinds"] == rewinds, agent.log_text()[-3000:]
         assert [open_probe(stack.cache, key) for key in probes.values()] == [False, False]

@@ -58,12 +58,7 @@ def test_a_promoted_standby_keeps_the_cache_and_every_invalidation(
             )
             new_primary.execute("INSERT INTO items (id) VALUES (3)")
             target = wal_position(new_primary)
-
-        def applied() -> bool:
-            return int(stack.cache.execute_command("TXSTATUS")[0]) >= target
-
-        wait_until(applied, "the node to apply the new primary's insert", timeout=30,
-                   log=agent.log_text)  # fmt: skip
+        stack.applied_through(target, timeout=30, log=agent.log_text)
         assert info(stack.cache, "txcache")["rewinds"] == rewinds, agent.log_text()[-3000:]
         assert "HISTORY CHANGED" not in agent.log_text()
         # Every invalidation arrived, before and after the failover.
@@ -124,12 +119,7 @@ def test_no_invalidation_is_lost_when_the_primary_fails_under_writes(
         with psycopg.connect(standby.dsn) as new_primary:
             target = wal_position(new_primary)
             present = {row for (row,) in new_primary.execute("SELECT id FROM items")}
-        wait_until(
-            lambda: int(stack.cache.execute_command("TXSTATUS")[0]) >= target,
-            "the node to apply every write",
-            timeout=30,
-            log=agent.log_text,
-        )
+        stack.applied_through(target, timeout=30, log=agent.log_text)
         invalidated = {
             row for row in rows if not open_probe(stack.cache, probes[f"public.items:id={row}"])
         }
@@ -174,12 +164,7 @@ def test_an_agent_restarted_during_a_failover_rewinds_the_nodes(pair: Replicated
         with psycopg.connect(standby.dsn, autocommit=True) as new_primary:
             new_primary.execute("INSERT INTO items (id) VALUES (1)")
             target = wal_position(new_primary)
-        wait_until(
-            lambda: int(stack.cache.execute_command("TXSTATUS")[0]) >= target,
-            "the node to follow the new primary",
-            timeout=30,
-            log=restarted.log_text,
-        )
+        stack.applied_through(target, timeout=30, log=restarted.log_text)
 
 
 def test_a_multi_host_dsn_must_ask_for_the_primary(pair: ReplicatedPostgres) -> None:

@@ -3,6 +3,7 @@
 //! which history it writes ([`position`], [`history`]), whether schema changes reach it
 //! (the DDL triggers, or the catalog fingerprint: [`require_ddl_tracking`]), the slot
 //! ([`slot_state`], [`find_slot`], [`recreate_slot`], [`newest_replayed_message_commit`]),
+//! a standby the stream is decoded on ([`require_decoding_server`], [`standby_slot`]),
 //! transaction ids and snapshots ([`floor_xid`], [`wait_until_visible`]). The stream, the
 //! fan-out and start-up call these; what to do with the answers is theirs.
 //!
@@ -94,11 +95,7 @@ pub async fn find_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<Option<Sl
     // A slot PostgreSQL invalidated (WAL removed, or on a standby rows its decoding needed
     // removed on the primary) decodes nothing again: lost, as a slot whose WAL is gone.
     let (invalidated, synced) = match sql.server_version_num {
-        // A promoted standby keeps `synced` on the copies it took, which it may decode now.
-        170_000.. => (
-            "invalidation_reason IS NOT NULL",
-            "synced AND pg_is_in_recovery()",
-        ),
+        170_000.. => ("invalidation_reason IS NOT NULL", SYNCED_COPY),
         160_000.. => ("coalesce(conflicting, false)", "false"),
         _ => ("false", "false"),
     };
@@ -130,9 +127,13 @@ pub async fn find_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<Option<Sl
     }))
 }
 
-/// Drops slot `slot` on the primary if it exists: with the stream decoded on a standby
-/// nothing consumes it, and it would keep the primary's WAL forever. Whether it existed.
-pub async fn drop_primary_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<bool> {
+/// A slot a standby synchronizes from its primary (PostgreSQL 17 and later), as SQL over
+/// `pg_replication_slots`. A promoted standby keeps `synced` on the copies it took, which it
+/// may decode now.
+const SYNCED_COPY: &str = "synced AND pg_is_in_recovery()";
+
+/// Drops slot `slot` if it exists; whether it existed.
+async fn drop_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<bool> {
     let dropped = sql
         .client
         .execute(
@@ -141,7 +142,7 @@ pub async fn drop_primary_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<b
             &[&slot],
         )
         .await
-        .with_context(|| format!("cannot drop the primary's replication slot {slot:?}"))?;
+        .with_context(|| format!("cannot drop replication slot {slot:?}"))?;
     Ok(dropped > 0)
 }
 
@@ -160,7 +161,8 @@ pub async fn standby_slot(
         tracing::warn!(slot, "the --decode-from server is not a standby (promoted?): the stream is decoded on it as the primary");
         return slot_state(decoding, slot).await;
     }
-    if drop_primary_slot(primary, slot).await? {
+    // Nothing would consume it, and it would keep the primary's WAL forever.
+    if drop_slot(primary, slot).await? {
         tracing::warn!(slot, "dropped the primary's replication slot of this name: the stream is decoded on the standby (--decode-from), and nothing would consume it");
     }
     wait_for_synced_copy_to_go(decoding, slot).await?;
@@ -193,15 +195,9 @@ async fn wait_for_synced_copy_to_go(sql: &SqlSession, slot: &str) -> anyhow::Res
     }
     let started = Instant::now();
     loop {
-        let copied = sql
-            .client
-            .query_opt(
-                "SELECT FROM pg_replication_slots \
-                 WHERE slot_name = $1 AND synced AND pg_is_in_recovery()",
-                &[&slot],
-            )
-            .await?
-            .is_some();
+        let query =
+            format!("SELECT FROM pg_replication_slots WHERE slot_name = $1 AND {SYNCED_COPY}");
+        let copied = sql.client.query_opt(&query, &[&slot]).await?.is_some();
         if !copied {
             return Ok(());
         }
@@ -437,21 +433,16 @@ pub async fn wait_until_visible(sql: &SqlSession, xid: u32) -> anyhow::Result<()
 
 /// Drops slot `slot` if it exists (it lost WAL it needed) and creates it anew, as `txcache
 /// setup` does (marked failover from PostgreSQL 17): the position the new slot starts at.
-/// On a standby (`sql` in recovery) the slot cannot be a failover one, and its creation
-/// waits for a record of the primary's running transactions: `primary` logs one every
-/// half second until it is done, where PostgreSQL would every 15 s.
+/// With `primary`, `sql` is the standby the stream is decoded on (`--decode-from`): the
+/// slot cannot be a failover one there, and its creation waits for a record of the
+/// primary's running transactions, which `primary` logs every half second until it is
+/// done, where PostgreSQL would every 15 s.
 pub async fn recreate_slot(
     sql: &SqlSession,
     slot: &str,
     primary: Option<&SqlSession>,
 ) -> anyhow::Result<Timestamp> {
-    sql.client
-        .execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
-             WHERE slot_name = $1",
-            &[&slot],
-        )
-        .await?;
+    drop_slot(sql, slot).await?;
     let create = match primary {
         None if sql.server_version_num >= 170_000 => {
             "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', failover => true)"
@@ -462,25 +453,32 @@ pub async fn recreate_slot(
     let created = sql.client.query_one(create, &params);
     let row = match primary {
         None => created.await?,
-        Some(primary) => {
-            tokio::pin!(created);
-            let mut nudge = tokio::time::interval(Duration::from_millis(500));
-            let mut nudging = true;
-            loop {
-                tokio::select! {
-                    row = &mut created => break row?,
-                    _ = nudge.tick(), if nudging => {
-                        let logged = primary.client.execute("SELECT pg_log_standby_snapshot()", &[]);
-                        if let Err(error) = logged.await {
-                            tracing::warn!(%error, "cannot log the primary's running transactions (pg_log_standby_snapshot): the slot's creation on the standby waits for PostgreSQL's own, up to 15 s");
-                            nudging = false;
-                        }
-                    }
+        Some(primary) => logging_running_transactions(primary, created).await?,
+    };
+    Ok(Timestamp(Lsn::parse(row.get::<_, &str>(0))?.as_u64()))
+}
+
+/// Awaits `work` on a standby while `primary` logs its running transactions every half
+/// second (`pg_log_standby_snapshot()`): a logical slot's creation there waits for one.
+async fn logging_running_transactions<T>(
+    primary: &SqlSession,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::pin!(work);
+    let mut nudge = tokio::time::interval(Duration::from_millis(500));
+    let mut nudging = true;
+    loop {
+        tokio::select! {
+            done = &mut work => return done,
+            _ = nudge.tick(), if nudging => {
+                let logged = primary.client.execute("SELECT pg_log_standby_snapshot()", &[]);
+                if let Err(error) = logged.await {
+                    tracing::warn!(%error, "cannot log the primary's running transactions (pg_log_standby_snapshot): the slot's creation on the standby waits for PostgreSQL's own, up to 15 s");
+                    nudging = false;
                 }
             }
         }
-    };
-    Ok(Timestamp(Lsn::parse(row.get::<_, &str>(0))?.as_u64()))
+    }
 }
 
 /// The commit LSN of the newest transaction, among those slot `slot` will replay below
