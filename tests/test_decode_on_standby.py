@@ -19,7 +19,13 @@ from agent_fixtures import HEARTBEATS, Stack, open_probe
 from cached_reads import assert_invalidated, cached, reread
 from conftest import info, running_agent
 from library_fixtures import AGENT_ARGS, LibraryStack
-from txcache.stack import ReplicatedPostgres, find_binary, wait_until, wal_position
+from txcache.stack import (
+    EmbeddedPostgres,
+    ReplicatedPostgres,
+    find_binary,
+    wait_until,
+    wal_position,
+)
 
 QUERY = "SELECT name FROM items WHERE id = %s"
 
@@ -237,3 +243,128 @@ def test_a_promoted_decoding_standby_goes_on_as_the_primary_the_stream_is_decode
         stack.applied_through(target, timeout=30, log=agent.log_text)
         assert info(stack.cache, "txcache")["rewinds"] == rewinds, agent.log_text()[-3000:]
         assert [open_probe(stack.cache, key) for key in probes.values()] == [False, False]
+
+
+def several_hosts(*servers: EmbeddedPostgres) -> str:
+    """One DSN naming ``servers`` in order (as libpq: ``host=a,b port=1,2``), each given 2 s
+    to answer."""
+    hosts = ",".join(server.host for server in servers)
+    ports = ",".join(str(server.port) for server in servers)
+    first = servers[0]
+    return f"host={hosts} port={ports} user={first.user} dbname=postgres connect_timeout=2"
+
+
+def moving_stack(primary: str, decode_from: str) -> LibraryStack:
+    """The stack on ``primary``, decoding on the first of ``decode_from``'s hosts that
+    answers, moving on after 2 s without an answer."""
+    flags = (*AGENT_ARGS, "--decode-from", decode_from, "--decode-failover-after", "2s")
+    return LibraryStack(primary, agent_args=flags)
+
+
+def test_a_hung_decoding_standby_is_left_for_the_next_host_and_its_slot_dropped_when_back(
+    pair: ReplicatedPostgres,
+) -> None:
+    """The first standby hangs (SIGSTOP): the stream, silent, moves to the second on a new
+    slot there (every node reset), and invalidates exactly from it; once the first answers
+    again, the slot left on it (which would hold its WAL and, through its feedback, the
+    primary's catalog rows) is dropped."""
+    first = pair.standby
+    assert first is not None
+    second = pair.add_standby()
+    with moving_stack(pair.primary.dsn, several_hosts(first, second)) as lib:
+        assert ("txcache", False) in slots(first.dsn)
+        assert "txcache" not in dict(slots(second.dsn))
+        resets = node_resets(lib)
+        with first.paused():
+            wait_until(
+                lambda: agent_walsenders(second.dsn) == 1,
+                "the stream to move to the second standby",
+                timeout=60,
+                log=lib._agent_log,
+            )
+            log = lib._agent_log()
+            assert "the server the stream is decoded on sent nothing for" in log
+            assert "THE --decode-from HOST THE STREAM IS DECODED ON HAS FAILED" in log
+            assert "THE STREAM MOVED" in log
+            assert cached(lib, QUERY, 1) == [("item 1",)]
+            assert cached(lib, QUERY, 2) == [("item 2",)]
+            token = lib.commit("UPDATE items SET name = 'moved' WHERE id = 1")
+            assert assert_invalidated(lib, QUERY, token, 1) == [("moved",)]
+            token = lib.commit("UPDATE items SET name = 'elsewhere' WHERE id = 3")
+            assert reread(lib, QUERY, token, 2) == ([("item 2",)], False)
+        assert all(now > before for now, before in zip(node_resets(lib), resets, strict=True))
+        wait_until(
+            lambda: "txcache" not in dict(slots(first.dsn)),
+            "the slot left on the first standby to be dropped",
+            timeout=60,
+            log=lib._agent_log,
+        )
+        assert ("txcache", False) in slots(second.dsn)
+
+
+def test_the_stream_falls_back_to_the_primary_named_last(pair: ReplicatedPostgres) -> None:
+    """``--decode-from`` names the standby, then the primary: the standby stopped, the
+    stream is decoded on the primary (a slot created there), and every write still
+    invalidates what it changed; the standby started again, its slot is dropped."""
+    standby = pair.standby
+    assert standby is not None
+    with moving_stack(pair.primary.dsn, several_hosts(standby, pair.primary)) as lib:
+        wait_until(
+            lambda: agent_walsenders(standby.dsn) == 1,
+            "the stream to start on the standby",
+            timeout=30,
+            log=lib._agent_log,
+        )
+        standby.crash()
+        wait_until(
+            lambda: agent_walsenders(pair.primary.dsn) == 1,
+            "the stream to move to the primary",
+            timeout=60,
+            log=lib._agent_log,
+        )
+        assert ("txcache", False) in slots(pair.primary.dsn)
+        assert "THE STREAM MOVED" in lib._agent_log()
+        assert cached(lib, QUERY, 2) == [("item 2",)]
+        token = lib.commit("UPDATE items SET name = 'on the primary' WHERE id = 2")
+        assert assert_invalidated(lib, QUERY, token, 2) == [("on the primary",)]
+        pair.restart_standby({})
+        wait_until(
+            lambda: "txcache" not in dict(slots(standby.dsn)),
+            "the slot left on the standby to be dropped",
+            timeout=60,
+            log=lib._agent_log,
+        )
+        assert agent_walsenders(pair.primary.dsn) == 1, "the stream stays where it moved"
+
+
+def test_a_decoding_standby_whose_replay_is_paused_is_not_left(pair: ReplicatedPostgres) -> None:
+    """Silent because its replay is paused, the standby still answers: the stream stays on
+    it (no new slot, no node reset) and goes on once replay resumes."""
+    first = pair.standby
+    assert first is not None
+    second = pair.add_standby()
+    with moving_stack(pair.primary.dsn, several_hosts(first, second)) as lib:
+        assert cached(lib, QUERY, 2) == [("item 2",)]
+        resets = node_resets(lib)
+        with psycopg.connect(first.dsn, autocommit=True) as standby:
+            standby.execute("SELECT pg_wal_replay_pause()")
+            lib.write("UPDATE items SET name = 'while paused' WHERE id = 2")
+            token = wal_position(lib.admin)
+            wait_until(
+                lambda: "sends nothing but answers" in lib._agent_log(),
+                "the agent to find the silent standby alive",
+                timeout=60,
+                log=lib._agent_log,
+            )
+            standby.execute("SELECT pg_wal_replay_resume()")
+        lib.caught_up()
+        assert assert_invalidated(lib, QUERY, token, 2) == [("while paused",)]
+        assert agent_walsenders(first.dsn) == 1
+        assert agent_walsenders(second.dsn) == 0
+        assert "THE STREAM MOVED" not in lib._agent_log()
+        assert node_resets(lib) == resets
+
+
+def node_resets(lib: LibraryStack) -> list[int]:
+    """Each node's count of resets (a gap in what it was sent)."""
+    return [int(lib.node_info(a, "txcache")["resets"]) for a in lib.node_addresses]

@@ -197,6 +197,59 @@ async fn identity_of(
     conninfo: &Conninfo,
     index: usize,
 ) -> Option<String> {
+    let one = one_host(config, index, Duration::from_secs(5))?;
+    let session = connect_config(one, conninfo, "txcache-agent host probe")
+        .await
+        .ok()?;
+    let row = session.client.query_one(SERVER_IDENTITY, &[]).await.ok()?;
+    Some(row.get(0))
+}
+
+/// How long a host of a connection string naming several is given to answer, unless it
+/// sets `connect_timeout`: a stopped server accepts the TCP connection and never answers.
+const HOST_ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Opens an SQL session named `application` with `dsn`'s `index`-th host alone, which must
+/// answer within its `connect_timeout` (10 s without one), start-up included.
+pub async fn connect_host(
+    dsn: &str,
+    index: usize,
+    application: &str,
+) -> anyhow::Result<SqlSession> {
+    let conninfo = conninfo::parse(dsn)?;
+    let config = tokio_postgres::Config::from_str(&conninfo.rest).context("invalid conninfo")?;
+    let wait = config
+        .get_connect_timeout()
+        .copied()
+        .unwrap_or(HOST_ANSWER_TIMEOUT);
+    let one = one_host(&config, index, wait).context("no such host")?;
+    tokio::time::timeout(wait, connect_config(one, &conninfo, application))
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer within {wait:?}"))?
+}
+
+/// How many hosts `dsn` names, and each as `host:port`, for messages.
+pub fn hosts_of(dsn: &str) -> anyhow::Result<Vec<String>> {
+    let conninfo = conninfo::parse(dsn)?;
+    let config = tokio_postgres::Config::from_str(&conninfo.rest).context("invalid conninfo")?;
+    let names = config.get_hosts().iter().enumerate().map(|(index, host)| {
+        let port = host_port(&config, index);
+        match host {
+            Host::Tcp(name) => format!("{name}:{port}"),
+            Host::Unix(path) => format!("{}:{port}", path.display()),
+        }
+    });
+    Ok(names.collect())
+}
+
+/// `config` with its `index`-th host alone (its user, database, password, options and
+/// `sslmode`),
+/// connecting within `wait`; `None` when there is no such host.
+fn one_host(
+    config: &tokio_postgres::Config,
+    index: usize,
+    wait: Duration,
+) -> Option<tokio_postgres::Config> {
     let mut one = tokio_postgres::Config::new();
     if let Some(user) = config.get_user() {
         one.user(user);
@@ -207,18 +260,17 @@ async fn identity_of(
     if let Some(password) = config.get_password() {
         one.password(password);
     }
+    if let Some(options) = config.get_options() {
+        one.options(options);
+    }
     match config.get_hosts().get(index)? {
         Host::Tcp(name) => one.host(name),
         Host::Unix(path) => one.host_path(path),
     };
     one.port(host_port(config, index))
         .ssl_mode(config.get_ssl_mode())
-        .connect_timeout(Duration::from_secs(5));
-    let session = connect_config(one, conninfo, "txcache-agent host probe")
-        .await
-        .ok()?;
-    let row = session.client.query_one(SERVER_IDENTITY, &[]).await.ok()?;
-    Some(row.get(0))
+        .connect_timeout(wait);
+    Some(one)
 }
 
 /// The port of the `index`-th host: libpq's rule, one port for all or one per host.

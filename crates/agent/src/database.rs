@@ -2,7 +2,8 @@
 //! the replication session: which database it follows ([`identity`]), where its WAL is and
 //! which history it writes ([`position`], [`history`]), whether schema changes reach it
 //! (the DDL triggers, or the catalog fingerprint: [`require_ddl_tracking`]), the slot
-//! ([`slot_state`], [`find_slot`], [`recreate_slot`], [`newest_replayed_message_commit`]),
+//! ([`slot_state`], [`find_slot`], [`recreate_slot`], [`drop_idle_slot`],
+//! [`newest_replayed_message_commit`]),
 //! a standby the stream is decoded on ([`require_decoding_server`], [`standby_slot`]),
 //! transaction ids and snapshots ([`floor_xid`], [`wait_until_visible`]). The stream, the
 //! fan-out and start-up call these; what to do with the answers is theirs.
@@ -146,6 +147,26 @@ async fn drop_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<bool> {
     Ok(dropped > 0)
 }
 
+/// Drops slot `slot` if it exists and no session streams from it (a synchronized copy, which
+/// a standby does not let go, is left); whether it was dropped.
+pub async fn drop_idle_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<bool> {
+    let synced = if sql.server_version_num >= 170_000 {
+        SYNCED_COPY
+    } else {
+        "false"
+    };
+    let query = format!(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+         WHERE slot_name = $1 AND NOT active AND NOT ({synced})"
+    );
+    let dropped = sql
+        .client
+        .execute(&query, &[&slot])
+        .await
+        .with_context(|| format!("cannot drop replication slot {slot:?}"))?;
+    Ok(dropped > 0)
+}
+
 /// The slot on the standby the stream is decoded on (`decoding`, `--decode-from`), created
 /// there if it does not exist or was lost, after dropping the primary's slot of that name
 /// (which nothing would consume) and waiting for the standby to drop its synchronized copy
@@ -158,8 +179,18 @@ pub async fn standby_slot(
     slot: &str,
 ) -> anyhow::Result<SlotState> {
     if !in_recovery(decoding).await? {
-        tracing::warn!(slot, "the --decode-from server is not a standby (promoted?): the stream is decoded on it as the primary");
-        return slot_state(decoding, slot).await;
+        tracing::warn!(slot, "the --decode-from server is not a standby (promoted, or the primary named among its hosts): the stream is decoded on it as the primary");
+        return match find_slot(decoding, slot).await? {
+            Some(state) if !state.lost => Ok(state),
+            _ => {
+                tracing::error!(slot, "no usable replication slot on the --decode-from server: creating it; every cache node is reset");
+                let confirmed = recreate_slot(decoding, slot, Some(primary)).await?;
+                Ok(SlotState {
+                    confirmed,
+                    lost: false,
+                })
+            }
+        };
     }
     // Nothing would consume it, and it would keep the primary's WAL forever.
     if drop_slot(primary, slot).await? {
@@ -436,12 +467,20 @@ pub async fn wait_until_visible(sql: &SqlSession, xid: u32) -> anyhow::Result<()
 /// With `primary`, `sql` is the standby the stream is decoded on (`--decode-from`): the
 /// slot cannot be a failover one there, and its creation waits for a record of the
 /// primary's running transactions, which `primary` logs every half second until it is
-/// done, where PostgreSQL would every 15 s.
+/// done, where PostgreSQL would every 15 s; the primary's slot of that name, which nothing
+/// would consume, is dropped.
 pub async fn recreate_slot(
     sql: &SqlSession,
     slot: &str,
     primary: Option<&SqlSession>,
 ) -> anyhow::Result<Timestamp> {
+    if let Some(primary) = primary {
+        // Left there when the stream was decoded on the primary (named among --decode-from's
+        // hosts) before moving to this standby.
+        if in_recovery(sql).await? && drop_slot(primary, slot).await? {
+            tracing::warn!(slot, "dropped the primary's replication slot of this name: the stream is decoded on a standby (--decode-from), and nothing would consume it");
+        }
+    }
     drop_slot(sql, slot).await?;
     let create = match primary {
         None if sql.server_version_num >= 170_000 => {

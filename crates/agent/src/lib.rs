@@ -9,6 +9,7 @@ pub mod config;
 pub mod connect;
 pub mod conninfo;
 pub mod database;
+pub mod decoding;
 pub mod digest_table;
 pub mod fanout;
 pub mod fingerprint_check;

@@ -10,6 +10,7 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use txcache_agent::cmd::{Active, Endpoint, Role};
 use txcache_agent::config::{Config, DdlTracking, Membership, PrimaryPins};
 use txcache_agent::connect::{self, connect_sql, reached_host};
+use txcache_agent::decoding::{self, DecodingServers};
 use txcache_agent::fanout::{Fanout, LinkSettings};
 use txcache_agent::fingerprint_check::FingerprintCheck;
 use txcache_agent::lease::{self, Acquired, LeaseSettings};
@@ -184,10 +185,7 @@ async fn stand_by(
             database::slot_state(&sql, &config.slot).await?;
         }
         Some(dsn) => {
-            let decoding = connect_sql(dsn, "txcache-agent")
-                .await
-                .context("cannot connect to the --decode-from standby")?;
-            database::require_decoding_server(&database::identity(&sql).await?, &decoding).await?;
+            decoding::require_decoding_hosts(dsn, &database::identity(&sql).await?).await?;
         }
     }
     database::require_ddl_tracking(&sql, config.ddl_tracking).await?;
@@ -244,15 +242,20 @@ async fn run(
     tracing::info!(epoch = acquired.epoch, holder = %lease.holder, "this agent holds the lease: it is the active agent");
     let sql = connect_sql(&config.dsn, "txcache-agent").await?;
     lease::evict(&sql, &config.slot, &acquired).await;
+    let database = database::identity(&sql).await?;
+    let decoding = Arc::new(DecodingServers::new(config, database.clone())?);
     let slot = match &config.decode_from {
         None => database::slot_state(&sql, &config.slot).await?,
-        Some(dsn) => {
+        Some(_) => {
+            let server = decoding.open("txcache-agent slot").await?;
             // The previous agent's walsender (and sessions) there hold the slot.
-            let decoding = connect_sql(dsn, "txcache-agent slot").await?;
-            lease::evict(&decoding, &config.slot, &acquired).await;
-            database::standby_slot(&sql, &decoding, &config.slot).await?
+            lease::evict(&server.sql, &config.slot, &acquired).await;
+            database::standby_slot(&sql, &server.sql, &config.slot).await?
         }
     };
+    if decoding.silence_limit().is_some() {
+        tokio::spawn(Arc::clone(&decoding).drop_abandoned_slots());
+    }
     // Transactions running now may have committed below the resume point without being
     // visible yet: pins wait until they are seen finished (certify.rs, the floor).
     let pending_xid = database::floor_xid(&sql).await?;
@@ -268,7 +271,6 @@ async fn run(
     // Before any node connects: a node past this position is past the database.
     fanout.set_database_position(database::position(&sql).await?);
     fanout.follow_history(&database::history(&sql).await?, slot.confirmed);
-    let database = database::identity(&sql).await?;
     drop(sql);
     fanout.spawn_nodes(LinkSettings {
         password: config.node_password.clone(),
@@ -351,6 +353,7 @@ async fn run(
     ));
     let stream = Stream::new(
         config.clone(),
+        decoding,
         fanout,
         tracker,
         stream_stats,

@@ -11,8 +11,9 @@
 use crate::assemble::{unix_micros_from_postgres, Assembler};
 use crate::catalog::Catalog;
 use crate::config::Config;
-use crate::connect::{application_name, connect_sql, reached_host, replication_config, SqlSession};
+use crate::connect::{application_name, connect_sql, replication_config, SqlSession};
 use crate::database::{self, SlotState};
+use crate::decoding::DecodingServers;
 use crate::digest_table::DDL_PREFIX;
 use crate::fanout::Fanout;
 use crate::heartbeat::HEARTBEAT_PREFIX;
@@ -39,6 +40,7 @@ const ACK_INTERVAL: Duration = Duration::from_millis(100);
 /// The decoding side of the agent.
 pub struct Stream {
     config: Config,
+    servers: Arc<DecodingServers>,
     fanout: Arc<Fanout>,
     tracker: Arc<StreamTracker>,
     stats: Arc<StreamStats>,
@@ -52,10 +54,12 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// A stream feeding `fanout`, recording into `tracker` (and each commit's schema digest
-    /// into `schema_digests`) and counting into `stats`, for as long as `term` is valid.
+    /// A stream decoded on one of `servers`, feeding `fanout`, recording into `tracker` (and
+    /// each commit's schema digest into `schema_digests`) and counting into `stats`, for as
+    /// long as `term` is valid.
     pub fn new(
         config: Config,
+        servers: Arc<DecodingServers>,
         fanout: Arc<Fanout>,
         tracker: Arc<StreamTracker>,
         stats: Arc<StreamStats>,
@@ -64,6 +68,7 @@ impl Stream {
     ) -> Self {
         Self {
             config,
+            servers,
             fanout,
             tracker,
             stats,
@@ -101,7 +106,8 @@ impl Stream {
         // An agent whose lease ran out must not take the slot (or recreate it) from the one
         // that took over.
         self.term.check()?;
-        let sql = connect_sql(self.config.decoding_dsn(), "txcache-agent catalog").await?;
+        let server = self.servers.open("txcache-agent catalog").await?;
+        let (sql, host) = (server.sql, server.host);
         // Decoding on a standby, the primary is asked what only it knows: its WAL position
         // (a standby restarting replays from behind what it decoded before) and its xids.
         let primary_session = match self.config.decode_from {
@@ -110,7 +116,11 @@ impl Stream {
         };
         let primary = primary_session.as_ref();
         let Some(slot) = database::find_slot(&sql, &self.config.slot).await? else {
-            self.recreate_slot(&sql, primary, SlotLoss::Dropped).await?;
+            let loss = match server.moved_from {
+                Some(_) => SlotLoss::Moved,
+                None => SlotLoss::Dropped,
+            };
+            self.recreate_slot(&sql, primary, loss).await?;
             return Ok(());
         };
         if slot.lost {
@@ -137,7 +147,6 @@ impl Stream {
                 "THE DATABASE'S POSITIONS WENT BACK (restored from a backup, or failed over to a standby that was behind): restarting the stream at the slot; every cache node is rewound and loses its versioned entries");
             self.fanout.declare_gap(slot.confirmed);
         }
-        let host = reached_host(self.config.decoding_dsn(), &sql).await?;
         if let Some(old) = &changed {
             self.change_history(old, &history, host, &slot, went_back)
                 .await?;
@@ -181,13 +190,20 @@ impl Stream {
         }
         tracing::info!(slot = %self.config.slot, resume = %start, "invalidation stream started");
         let mut ack_timer = tokio::time::interval(ACK_INTERVAL);
+        let mut last_received = Instant::now();
         loop {
             tokio::select! {
                 event = client.recv() => match event? {
-                    Some(event) => self.handle(event, &sql).await?,
+                    Some(event) => {
+                        last_received = Instant::now();
+                        self.handle(event, &sql).await?;
+                    }
                     None => bail!("the server ended the replication stream"),
                 },
-                _ = ack_timer.tick() => self.acknowledge(&client),
+                _ = ack_timer.tick() => {
+                    self.acknowledge(&client);
+                    self.check_silence(&mut last_received, &sql).await?;
+                }
             }
         }
     }
@@ -411,6 +427,35 @@ impl Stream {
         }
     }
 
+    /// With another server to move to: once the stream has received nothing (not even the
+    /// heartbeats the primary writes every `--heartbeat-interval`) for
+    /// `--decode-failover-after`, asks its server over `sql`. One that answers is alive, its
+    /// replay behind (the silence starts again); one that does not (stopped, or cut off
+    /// without a reset) fails the session and counts as failing since the silence began.
+    async fn check_silence(
+        &self,
+        last_received: &mut Instant,
+        sql: &SqlSession,
+    ) -> anyhow::Result<()> {
+        let Some(limit) = self.servers.silence_limit() else {
+            return Ok(());
+        };
+        if last_received.elapsed() < limit {
+            return Ok(());
+        }
+        let asked = tokio::time::timeout(limit, sql.client.simple_query("SELECT 1")).await;
+        if matches!(asked, Ok(Ok(_))) {
+            tracing::info!(silent_for = ?last_received.elapsed(), "the server the stream is decoded on sends nothing but answers: its replay is behind (paused, or slow); the stream stays there");
+            *last_received = Instant::now();
+            return Ok(());
+        }
+        self.servers.went_silent(*last_received).await;
+        bail!(
+            "the server the stream is decoded on sent nothing for {:?} and does not answer",
+            last_received.elapsed()
+        )
+    }
+
     /// The slot lost WAL it needed, or is gone: commits in the gap are gone for good.
     /// Recreate the slot and reset every node, so none keeps an entry the gap may have made
     /// stale.
@@ -424,6 +469,8 @@ impl Stream {
         match loss {
             SlotLoss::Lost => tracing::error!(slot = %self.config.slot,
                 "REPLICATION SLOT LOST: PostgreSQL removed WAL the agent had not read (raise max_slot_wal_keep_size, or keep the agent running), or invalidated the slot (on a decoding standby: is hot_standby_feedback on?). Recreating the slot and resetting every cache node."),
+            SlotLoss::Moved => tracing::error!(slot = %self.config.slot,
+                "THE STREAM MOVED to a --decode-from host without the slot: the changes since the old host's slot are not decoded there. Creating the slot and resetting every cache node."),
             SlotLoss::Dropped => tracing::error!(slot = %self.config.slot,
                 "REPLICATION SLOT DROPPED while the agent ran (by an operator, a managed service's clean-up, or a failover that did not keep it): the changes since were never read. Recreating the slot and resetting every cache node."),
         }
@@ -502,4 +549,6 @@ enum SlotLoss {
     Lost,
     /// It no longer exists.
     Dropped,
+    /// The stream moved to another `--decode-from` host, which holds none.
+    Moved,
 }
