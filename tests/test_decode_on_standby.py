@@ -20,9 +20,9 @@ from cached_reads import assert_invalidated, cached, reread
 from conftest import info, running_agent
 from library_fixtures import AGENT_ARGS, LibraryStack
 from txcache.stack import (
-    EmbeddedPostgres,
     ReplicatedPostgres,
     find_binary,
+    hosts_dsn,
     wait_until,
     wal_position,
 )
@@ -245,15 +245,6 @@ def test_a_promoted_decoding_standby_goes_on_as_the_primary_the_stream_is_decode
         assert [open_probe(stack.cache, key) for key in probes.values()] == [False, False]
 
 
-def several_hosts(*servers: EmbeddedPostgres) -> str:
-    """One DSN naming ``servers`` in order (as libpq: ``host=a,b port=1,2``), each given 2 s
-    to answer."""
-    hosts = ",".join(server.host for server in servers)
-    ports = ",".join(str(server.port) for server in servers)
-    first = servers[0]
-    return f"host={hosts} port={ports} user={first.user} dbname=postgres connect_timeout=2"
-
-
 def moving_stack(primary: str, decode_from: str) -> LibraryStack:
     """The stack on ``primary``, decoding on the first of ``decode_from``'s hosts that
     answers, moving on after 2 s without an answer."""
@@ -271,7 +262,7 @@ def test_a_hung_decoding_standby_is_left_for_the_next_host_and_its_slot_dropped_
     first = pair.standby
     assert first is not None
     second = pair.add_standby()
-    with moving_stack(pair.primary.dsn, several_hosts(first, second)) as lib:
+    with moving_stack(pair.primary.dsn, hosts_dsn((first, second))) as lib:
         assert ("txcache", False) in slots(first.dsn)
         assert "txcache" not in dict(slots(second.dsn))
         resets = node_resets(lib)
@@ -308,7 +299,7 @@ def test_the_stream_falls_back_to_the_primary_named_last(pair: ReplicatedPostgre
     invalidates what it changed; the standby started again, its slot is dropped."""
     standby = pair.standby
     assert standby is not None
-    with moving_stack(pair.primary.dsn, several_hosts(standby, pair.primary)) as lib:
+    with moving_stack(pair.primary.dsn, hosts_dsn((standby, pair.primary))) as lib:
         wait_until(
             lambda: agent_walsenders(standby.dsn) == 1,
             "the stream to start on the standby",
@@ -343,7 +334,7 @@ def test_a_decoding_standby_whose_replay_is_paused_is_not_left(pair: ReplicatedP
     first = pair.standby
     assert first is not None
     second = pair.add_standby()
-    with moving_stack(pair.primary.dsn, several_hosts(first, second)) as lib:
+    with moving_stack(pair.primary.dsn, hosts_dsn((first, second))) as lib:
         assert cached(lib, QUERY, 2) == [("item 2",)]
         resets = node_resets(lib)
         with psycopg.connect(first.dsn, autocommit=True) as standby:

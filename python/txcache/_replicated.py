@@ -11,7 +11,7 @@ primary sends no change to a logical client before the standby has it
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Literal
 
@@ -26,7 +26,7 @@ from txcache._postgres import (
 )
 from txcache._process import free_ports, wait_until
 
-__all__ = ["FAILOVER_SLOTS_SINCE", "STANDBY_SLOT", "ReplicatedPostgres"]
+__all__ = ["FAILOVER_SLOTS_SINCE", "STANDBY_SLOT", "ReplicatedPostgres", "hosts_dsn"]
 
 FAILOVER_SLOTS_SINCE = 17
 """The first major version whose standbys keep copies of logical slots (failover slots)."""
@@ -41,6 +41,15 @@ _STANDBY_SETTINGS: dict[str, Setting] = {
 # Set here with ALTER SYSTEM, on each primary in turn: a caller's `-c` would override them.
 _MANAGED = ("synchronous_standby_names", "synchronized_standby_slots")
 _SYNC_TIMEOUT = 30.0  # seconds for a new standby to become the synchronous one
+
+
+def hosts_dsn(servers: Sequence[EmbeddedPostgres], dbname: str = "postgres") -> str:
+    """A libpq keyword DSN naming each of ``servers`` in order (``host=a,b port=1,2``), as
+    the agent's ``--decode-from`` takes them, each given 2 s to answer."""
+    hosts = ",".join(server.host for server in servers)
+    ports = ",".join(str(server.port) for server in servers)
+    user = EmbeddedPostgres.user
+    return f"host={hosts} port={ports} user={user} dbname={dbname} connect_timeout=2"
 
 
 class ReplicatedPostgres:

@@ -51,7 +51,7 @@ from txcache._process import (
     wait_until,
 )
 from txcache._proxy import TcpProxy
-from txcache._replicated import ReplicatedPostgres
+from txcache._replicated import ReplicatedPostgres, hosts_dsn
 from txcache._stack import (
     EMBEDDED_SETTINGS,
     PartFailed,
@@ -86,6 +86,7 @@ __all__ = [
     "find_txcached",
     "free_port",
     "free_ports",
+    "hosts_dsn",
     "parse_lsn",
     "postgres_uri",
     "tail",

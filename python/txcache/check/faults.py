@@ -95,14 +95,14 @@ def default_fault_kinds(
 ) -> tuple[str, ...]:
     """Every kind that can be injected into such a stack: with several agents the failover
     kinds instead of those that restart "the" agent; with a standby PostgreSQL the
-    promotions instead of the lost slot (not with the stream decoded on the standby); with
-    reads on the standby or the stream decoded there, its lag and restart."""
+    promotions instead of the lost slot; with reads on the standby or the stream decoded
+    there, its lag and restart."""
     kinds = list(FAULT_KINDS)
     if several_agents:
         kinds = [kind for kind in kinds if kind not in _ONE_AGENT_KINDS] + list(FAILOVER_KINDS)
     if standby_postgres:
         kinds = [kind for kind in kinds if kind != "slot-lost"]
-        kinds += () if decode_on_standby else PROMOTE_KINDS
+        kinds += PROMOTE_KINDS
     if standby_reads or decode_on_standby:
         kinds += STANDBY_KINDS
     return tuple(kinds)
@@ -113,12 +113,10 @@ def fault_kinds_problem(
     *,
     several_agents: bool,
     standby_postgres: bool = False,
-    decode_on_standby: bool = False,
 ) -> str | None:
     """Why ``kinds`` cannot be injected (``None``: they can): unknown ones, failovers
     without standby agents or standby PostgreSQL, with standby agents the kinds that
-    restart "the" agent, with standby PostgreSQL the lost slot, with the stream decoded on
-    the standby the promotions."""
+    restart "the" agent, with standby PostgreSQL the lost slot."""
     unknown = set(kinds) - {*FAULT_KINDS, *FAILOVER_KINDS, *PROMOTE_KINDS, *STANDBY_KINDS}
     if unknown:
         return f"unknown fault kind(s): {', '.join(sorted(unknown))}"
@@ -132,11 +130,6 @@ def fault_kinds_problem(
         return "the standby-* faults need --standby-postgres (and --standby-reads to matter)"
     if standby_postgres and "slot-lost" in kinds:
         return "with --standby-postgres, slot-lost cannot be injected (the standby keeps a copy)"
-    if decode_on_standby and set(kinds) & set(PROMOTE_KINDS):
-        return (
-            "with --decode-on-standby, the promote-* faults cannot be injected: the promoted "
-            "standby is the one the stream is decoded on, and the next promotion would remove it"
-        )
     return None
 
 
@@ -180,7 +173,6 @@ class FaultInjector:
             kinds,
             several_agents=agents is not None,
             standby_postgres=target.servers is not None,
-            decode_on_standby=target.decoding_standby,
         )
         if problem is not None:
             raise ValueError(problem)
@@ -299,9 +291,12 @@ class FaultInjector:
         (even when the nodes did not follow: the next promotion needs one). Records the
         outage and whether a node was rewound in :attr:`_promotion`."""
         servers = self._servers()
+        # Decoded on the standby (or, after a promotion, on the primary it became), the
+        # agent's slot is no failover slot: where it is lost, the agent creates it again.
+        synced = (CHECK_SLOT,) if self.target.decoding_standby else (AGENT_SLOT, CHECK_SLOT)
         wait_until(
-            lambda: servers.slots_synced((AGENT_SLOT, CHECK_SLOT)),
-            "the standby's copies of the agent's and the checker's slots",
+            lambda: servers.slots_synced(synced),
+            "the standby's copies of the failover slots",
             timeout=_PROMOTE_TIMEOUT,
         )
         rewinds = self._rewinds()

@@ -19,7 +19,7 @@ from txcache._replicated import FAILOVER_SLOTS_SINCE
 from txcache._setup import EVENT_TRIGGER_NAMES
 from txcache.check.tenants import Tenant, drop_roles
 from txcache.check.workload import SCHEMA
-from txcache.stack import ReplicatedPostgres, Stack, StackOptions
+from txcache.stack import ReplicatedPostgres, Stack, StackOptions, hosts_dsn
 
 __all__ = [
     "AGENT_SLOT",
@@ -70,7 +70,8 @@ class CheckStack:
     ``--standby`` flags and the libraries' ``replicas`` name them (whichever is the standby
     serves misses; the primary refuses to pin as one)."""
     decoding_standby: bool = False
-    """With ``--decode-on-standby``: the agent decodes the stream on the standby."""
+    """With ``--decode-on-standby``: the agent decodes the stream on the standby, and moves
+    it to the other server when that one fails (``--decode-from`` naming both)."""
 
 
 class CheckRefused(Exception):
@@ -93,7 +94,7 @@ def running_stack(
     set up, as where a service allows none, and the agent checks fingerprints. With
     ``standby_reads`` (and ``standby_postgres``) the agent also pins whichever server is
     the standby (``--standby``, one per server); with ``decode_on_standby`` it decodes the
-    stream there (``--decode-from``)."""
+    stream there (``--decode-from`` naming the standby, then the primary)."""
     if standby_reads and not standby_postgres:
         raise CheckRefused("--standby-reads needs --standby-postgres")
     if decode_on_standby and not standby_postgres:
@@ -119,7 +120,10 @@ def running_stack(
             flags = (arg for name, dsn in replicas for arg in ("--standby", f"{name}={dsn}"))
             options = dataclasses.replace(options, agent_args=(*options.agent_args, *flags))
         if servers is not None and servers.standby is not None and decode_on_standby:
-            decoding = ("--decode-from", servers.standby.dsn)
+            # The standby first; the primary, last, takes the stream when it is gone (after
+            # a promotion, the old primary's port holds the new standby).
+            decode_from = hosts_dsn((servers.standby, servers.primary))
+            decoding = ("--decode-from", decode_from, "--decode-failover-after", "3s")
             options = dataclasses.replace(options, agent_args=(*options.agent_args, *decoding))
         stack = exits.enter_context(Stack(options))
         try:

@@ -56,7 +56,7 @@ def add_parser(subparsers: Any) -> None:
         f"{','.join(FAULT_KINDS)}; with --standby-agents {','.join(FAILOVER_KINDS)} instead of "
         f"agent-kill,slot-lost; with --standby-postgres {','.join(PROMOTE_KINDS)} instead of "
         f"slot-lost; with --standby-reads or --decode-on-standby also "
-        f"{','.join(STANDBY_KINDS)}, the latter without the promotions)",
+        f"{','.join(STANDBY_KINDS)})",
     )
     parser.add_argument(
         "--standby-agents",
@@ -80,8 +80,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--decode-on-standby",
         action="store_true",
-        help="with --standby-postgres: the agent decodes the stream on the standby "
-        "(--decode-from), for the standby-* faults on the stream's server",
+        help="with --standby-postgres: the agent decodes the stream on the standby, the "
+        "primary named after it (--decode-from naming both: the stream moves when its server "
+        "fails), for the standby-* faults on the stream's server",
     )
     parser.add_argument(
         "--fault-every",
@@ -152,7 +153,6 @@ def run(args: argparse.Namespace) -> int:
         kinds,
         several_agents=several_agents,
         standby_postgres=standby_postgres,
-        decode_on_standby=args.decode_on_standby,
     )
     if problem is not None:
         print(f"txcache check: {problem}", file=sys.stderr)
