@@ -26,9 +26,9 @@ pub struct Config {
     /// leaves the primary. The agent creates --slot there (and drops a slot of that name on
     /// the primary, which nothing would consume). The standby needs wal_level=logical and
     /// hot_standby_feedback on (docs/agent.md, "Decoding on a standby"). Several hosts
-    /// (host=a,b,c) are taken in order: the stream is decoded on the first that answers and
-    /// moves on when it stops answering (--decode-failover-after). Default: decode on the
-    /// primary.
+    /// (host=a,b,c): the stream is decoded on the first standby that answers, moves on when
+    /// it stops answering (--decode-failover-after), and each other standby keeps a spare
+    /// slot. Default: decode on the primary.
     #[arg(
         long,
         env = "TXCACHE_DECODE_FROM",
@@ -38,9 +38,9 @@ pub struct Config {
     pub decode_from: Option<String>,
 
     /// With a --decode-from naming several hosts: how long the host the stream is decoded on
-    /// may fail to answer (or, connected, send nothing) before the stream moves to the first
-    /// other host that answers, on a new slot there unless it holds one (every cache node is
-    /// then reset), above zero, e.g. 30s; units ns, us, ms, s, m, h; decimals allowed; a bare
+    /// may fail to answer (or, connected, send nothing) before the stream moves to another
+    /// host that answers: a standby with the spare slot the agent keeps there, else on a new
+    /// slot (every cache node is then reset), above zero, e.g. 30s; units ns, us, ms, s, m, h; decimals allowed; a bare
     /// number is seconds (docs/agent.md, "Decoding on a standby").
     #[arg(long, env = "TXCACHE_DECODE_FAILOVER_AFTER", default_value = "30s", value_name = "DURATION", value_parser = parse_interval)]
     pub decode_failover_after: Duration,

@@ -2,8 +2,8 @@
 //! the replication session: which database it follows ([`identity`]), where its WAL is and
 //! which history it writes ([`position`], [`history`]), whether schema changes reach it
 //! (the DDL triggers, or the catalog fingerprint: [`require_ddl_tracking`]), the slot
-//! ([`slot_state`], [`find_slot`], [`recreate_slot`], [`drop_idle_slot`],
-//! [`newest_replayed_message_commit`]),
+//! ([`slot_state`], [`find_slot`], [`recreate_slot`], [`create_slot`], [`advance_slot`],
+//! [`drop_idle_slot`], [`newest_replayed_message_commit`]),
 //! a standby the stream is decoded on ([`require_decoding_server`], [`standby_slot`]),
 //! transaction ids and snapshots ([`floor_xid`], [`wait_until_visible`]). The stream, the
 //! fan-out and start-up call these; what to do with the answers is theirs.
@@ -145,6 +145,23 @@ async fn drop_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<bool> {
         .await
         .with_context(|| format!("cannot drop replication slot {slot:?}"))?;
     Ok(dropped > 0)
+}
+
+/// Moves slot `slot` on to `position` if it stands below and is idle (on a standby, no
+/// further than its replay; PostgreSQL decodes the WAL in between, sending nothing): a
+/// spare slot following the stream's.
+pub async fn advance_slot(sql: &SqlSession, slot: &str, position: Timestamp) -> anyhow::Result<()> {
+    let position = Lsn::from_u64(position.0).to_string();
+    sql.client
+        .execute(
+            "SELECT pg_replication_slot_advance(slot_name, $2::text::pg_lsn)
+             FROM pg_replication_slots
+             WHERE slot_name = $1 AND NOT active AND confirmed_flush_lsn < $2::text::pg_lsn",
+            &[&slot, &position],
+        )
+        .await
+        .with_context(|| format!("cannot advance replication slot {slot:?}"))?;
+    Ok(())
 }
 
 /// Drops slot `slot` if it exists and no session streams from it (a synchronized copy, which
@@ -482,6 +499,18 @@ pub async fn recreate_slot(
         }
     }
     drop_slot(sql, slot).await?;
+    create_slot(sql, slot, primary).await
+}
+
+/// Creates slot `slot` on `sql` (marked failover from PostgreSQL 17 when `sql` is the
+/// primary and `primary` is `None`); the position it starts at. On a standby its creation
+/// waits for a record of the primary's running transactions, which `primary` logs every
+/// half second until it is done.
+pub async fn create_slot(
+    sql: &SqlSession,
+    slot: &str,
+    primary: Option<&SqlSession>,
+) -> anyhow::Result<Timestamp> {
     let create = match primary {
         None if sql.server_version_num >= 170_000 => {
             "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', failover => true)"

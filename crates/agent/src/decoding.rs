@@ -3,25 +3,29 @@
 //! one it is decoded on fails:
 //!
 //! ```text
-//!  host=s1,s2,p   s1 answers ─▶ decode on s1 (its slot)
+//!  host=s1,s2,p   decode on s1 (its slot)
+//!                 every second: a spare slot on s2, advanced to what s1's slot acknowledged;
+//!                               no idle slot on p (it would keep the primary's WAL)
 //!                 s1 silent or unreachable for --decode-failover-after
-//!                                ─▶ the first other host that answers, preferring a standby
-//!                                   holding a usable slot; a new slot there resets every node
-//!  every --decode-failover-after: drop the idle slot of that name on the other hosts
+//!                                ─▶ another host that answers: a standby holding a usable
+//!                                   slot (s2's spare: no node reset), else the first
+//!                                   standby, else the primary (a new slot: every node reset)
 //! ```
 //!
-//! A slot left on a host the stream moved away from would keep that server's WAL and,
-//! through `hot_standby_feedback`, the primary's catalog rows for ever, so it is dropped once
-//! its host answers again. The stream stays where it moved until that server fails in turn:
-//! each move may reset every cache node, so it is not moved back on its own.
+//! The stream stays where it is until that server fails in turn, even on a standby promoted
+//! in place or on the primary it fell back to: a move to a host without a spare resets every
+//! cache node, so it moves to a standby again only at the agent's next term.
 
 use crate::config::Config;
 use crate::connect::{self, connect_sql, reached_host, SqlSession};
 use crate::database::{self, DatabaseIdentity};
 use anyhow::{bail, Context as _};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
+use tokio::time::MissedTickBehavior;
+use txcache_model::Timestamp;
 
 /// The servers the stream may be decoded on, and the one it is.
 pub struct DecodingServers {
@@ -34,6 +38,8 @@ pub struct DecodingServers {
     /// What every host must be a server of (`require_decoding_server`).
     primary: DatabaseIdentity,
     current: Mutex<Current>,
+    /// How far the stream's slot is acknowledged: where the spare slots are advanced to.
+    acknowledged: AtomicU64,
 }
 
 /// The host the stream is decoded on, and since when it has failed to answer.
@@ -68,6 +74,7 @@ impl DecodingServers {
             failover_after: config.decode_failover_after,
             primary,
             current: Mutex::new(Current::default()),
+            acknowledged: AtomicU64::new(0),
         })
     }
 
@@ -79,7 +86,8 @@ impl DecodingServers {
 
     /// Opens `application`'s session on the server the stream is decoded on. With several
     /// hosts: the current one, unless it has failed for `--decode-failover-after`; then (or
-    /// at first) the first other host that answers, a standby holding a usable slot first.
+    /// at first) another host that answers: a standby holding a usable slot, else the first
+    /// standby, else the primary.
     pub async fn open(&self, application: &str) -> anyhow::Result<DecodingServer> {
         if self.hosts.is_empty() {
             let sql = connect_sql(&self.dsn, application).await?;
@@ -133,15 +141,16 @@ impl DecodingServers {
         })
     }
 
-    /// The first host that answers and can decode, a standby holding a usable slot first;
-    /// `failed` is tried last.
+    /// The first host that answers and can decode: a standby holding a usable slot, else the
+    /// first standby, else the primary (listed, or a standby promoted); `failed` is tried
+    /// last.
     async fn choose(
         &self,
         application: &str,
         failed: Option<usize>,
     ) -> anyhow::Result<(SqlSession, usize)> {
         let order = (0..self.hosts.len()).filter(|host| Some(*host) != failed);
-        let mut first_answering = None;
+        let (mut first_standby, mut first_primary) = (None, None);
         for host in order.chain(failed) {
             let name = &self.hosts[host];
             let sql = match connect::connect_host(&self.dsn, host, application).await {
@@ -155,17 +164,19 @@ impl DecodingServers {
                 tracing::error!(host = %name, error = format!("{error:#}"), "a --decode-from host cannot decode the stream; skipping it");
                 continue;
             }
-            // A standby's slot is one the stream was decoded on: resuming there resets no
-            // node. The primary's (setup's, or one it fell back to) is never preferred.
-            if database::in_recovery(&sql).await? {
-                let slot = database::find_slot(&sql, &self.slot).await;
-                if matches!(slot, Ok(Some(ref state)) if !state.lost) {
-                    return Ok((sql, host));
-                }
+            if !database::in_recovery(&sql).await? {
+                first_primary.get_or_insert((sql, host));
+                continue;
             }
-            first_answering.get_or_insert((sql, host));
+            // A standby's slot is one the stream was decoded on: resuming there resets no
+            // node.
+            let slot = database::find_slot(&sql, &self.slot).await;
+            if matches!(slot, Ok(Some(ref state)) if !state.lost) {
+                return Ok((sql, host));
+            }
+            first_standby.get_or_insert((sql, host));
         }
-        match first_answering {
+        match first_standby.or(first_primary) {
             Some(chosen) => Ok(chosen),
             None => bail!(
                 "no --decode-from host answers and can decode ({})",
@@ -181,49 +192,92 @@ impl DecodingServers {
         current.failing_since.get_or_insert(since);
     }
 
-    /// Drops, every `--decode-failover-after`, the idle slot of `--slot`'s name on each
-    /// host the stream is not decoded on (left there when it moved), forever.
-    pub async fn drop_abandoned_slots(self: Arc<Self>) {
-        let mut tick = tokio::time::interval(self.failover_after);
+    /// Records that the stream's slot is acknowledged up to `position`: the spare slots
+    /// follow it.
+    pub fn acknowledged(&self, position: Timestamp) {
+        self.acknowledged.fetch_max(position.0, Ordering::Relaxed);
+    }
+
+    /// Forever, every second, tends the hosts the stream is not decoded on: each standby
+    /// keeps a spare slot of `--slot`'s name, advanced to what the stream's slot
+    /// acknowledged, so that the stream moves there without a gap; each primary (one listed,
+    /// or a standby promoted) loses its idle slot of that name, which would keep its WAL.
+    /// `primary_dsn` is where the running transactions a standby's slot creation waits for
+    /// are logged.
+    pub async fn tend_other_hosts(self: Arc<Self>, primary_dsn: String) {
+        let mut problems: Vec<Option<String>> = vec![None; self.hosts.len()];
+        let mut tick = tokio::time::interval(SPARE_INTERVAL);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            for host in 0..self.hosts.len() {
-                self.drop_abandoned_slot(host).await;
+            for (host, known) in problems.iter_mut().enumerate() {
+                let tended = tokio::time::timeout(TEND_TIMEOUT, self.tend(host, &primary_dsn));
+                let problem = match tended.await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(error)) => Some(format!("{error:#}")),
+                    Err(_) => Some(format!("no answer within {TEND_TIMEOUT:?}")),
+                };
+                if problem != *known {
+                    let name = &self.hosts[host];
+                    match &problem {
+                        Some(error) => {
+                            tracing::warn!(host = %name, error = %error, "cannot keep a spare replication slot on a --decode-from host: a move of the stream there resets every cache node")
+                        }
+                        None => {
+                            tracing::info!(host = %name, "a --decode-from host is tended again")
+                        }
+                    }
+                }
+                *known = problem;
             }
         }
     }
 
-    /// Drops `host`'s slot of `--slot`'s name if the stream is not decoded there.
-    async fn drop_abandoned_slot(&self, host: usize) {
-        if self
-            .current
-            .lock()
-            .await
-            .host
-            .is_none_or(|current| current == host)
-        {
-            return;
+    /// Keeps `host`'s spare slot (a standby) or drops its idle slot (a primary), unless the
+    /// stream is decoded there or looking for a host to move to.
+    async fn tend(&self, host: usize, primary_dsn: &str) -> anyhow::Result<()> {
+        if !self.is_spare(host).await {
+            return Ok(());
         }
-        let application = "txcache-agent slot clean-up";
-        let Ok(sql) = connect::connect_host(&self.dsn, host, application).await else {
-            return;
-        };
-        // Under the lock: the stream does not move onto this slot while it is dropped.
-        let current = self.current.lock().await;
-        if current.host.is_none_or(|current| current == host) {
-            return;
+        let application = "txcache-agent spare slot";
+        let sql = connect::connect_host(&self.dsn, host, application).await?;
+        if !database::in_recovery(&sql).await? {
+            if database::drop_idle_slot(&sql, &self.slot).await? {
+                tracing::warn!(host = %self.hosts[host], slot = %self.slot,
+                    "dropped the replication slot on a --decode-from host that is a primary the stream is not decoded on (it kept that server's WAL)");
+            }
+            return Ok(());
         }
-        let name = &self.hosts[host];
-        match database::drop_idle_slot(&sql, &self.slot).await {
-            Ok(true) => tracing::warn!(host = %name, slot = %self.slot,
-                "dropped the replication slot left on a --decode-from host the stream moved away from (it kept that server's WAL and, through hot_standby_feedback, the primary's catalog rows)"),
-            Ok(false) => {}
-            Err(error) => {
-                tracing::warn!(host = %name, error = format!("{error:#}"), "cannot drop the replication slot left on a --decode-from host the stream moved away from; trying again later")
+        database::require_decoding_server(&self.primary, &sql).await?;
+        match database::find_slot(&sql, &self.slot).await? {
+            Some(state) if !state.lost => {}
+            found => {
+                if found.is_some() {
+                    database::drop_idle_slot(&sql, &self.slot).await?;
+                }
+                let primary = connect_sql(primary_dsn, application).await?;
+                let at = database::create_slot(&sql, &self.slot, Some(&primary)).await?;
+                tracing::info!(host = %self.hosts[host], position = %at, "created a spare replication slot on a --decode-from standby: the stream can move there without resetting the cache nodes");
             }
         }
+        match self.acknowledged.load(Ordering::Relaxed) {
+            0 => Ok(()),
+            position => database::advance_slot(&sql, &self.slot, Timestamp(position)).await,
+        }
+    }
+
+    /// Whether `host` holds a spare: the stream is decoded elsewhere and not moving.
+    async fn is_spare(&self, host: usize) -> bool {
+        let current = self.current.lock().await;
+        current.failing_since.is_none() && current.host.is_some_and(|current| current != host)
     }
 }
+
+/// How often the spare slots are advanced.
+const SPARE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long one host may take to be tended before the next is.
+const TEND_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Refuses to start unless some host of `--decode-from` answers, and every one that answers
 /// is a server of `primary` that can decode (`require_decoding_server`).

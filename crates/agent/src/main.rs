@@ -254,7 +254,7 @@ async fn run(
         }
     };
     if decoding.silence_limit().is_some() {
-        tokio::spawn(Arc::clone(&decoding).drop_abandoned_slots());
+        tokio::spawn(Arc::clone(&decoding).tend_other_hosts(config.dsn.clone()));
     }
     // Transactions running now may have committed below the resume point without being
     // visible yet: pins wait until they are seen finished (certify.rs, the floor).

@@ -424,6 +424,7 @@ impl Stream {
         if position > self.acknowledged {
             client.update_applied_lsn(Lsn::from_u64(position.0));
             self.acknowledged = position;
+            self.servers.acknowledged(position);
         }
     }
 

@@ -22,7 +22,9 @@
 | ``promote-stop`` | with ``--standby-postgres``: the primary stopped (fast), the standby
   promoted (timed until every node applied the new primary's writes), a new standby made
   on the freed port |
-| ``promote-crash`` | the same after an immediate shutdown of the primary |
+| ``promote-crash`` | the same after an immediate shutdown of the primary. With
+  ``--decode-on-standby`` the stream goes on on the promoted standby it was decoded on, or,
+  decoded on the primary (a standby promoted before), moves to the other server |
 | ``standby-lag`` | with ``--standby-reads``: the standby's replay paused for two seconds (its
   pins stop being current; reads past their staleness must go elsewhere), then resumed |
 | ``standby-restart`` | the standby crashed (an immediate shutdown) and started again: timed
