@@ -20,6 +20,7 @@ from cached_reads import assert_invalidated, cached, reread
 from conftest import info, running_agent
 from library_fixtures import AGENT_ARGS, LibraryStack
 from txcache.stack import (
+    EmbeddedPostgres,
     ReplicatedPostgres,
     find_binary,
     hosts_dsn,
@@ -246,6 +247,66 @@ def test_a_promoted_decoding_standby_goes_on_as_the_primary_the_stream_is_decode
         assert [open_probe(stack.cache, key) for key in probes.values()] == [False, False]
 
 
+def test_a_promoted_decoding_standby_hands_the_stream_to_the_next_standby_s_spare() -> None:
+    """The standby the stream is decoded on is promoted (the primary stopped), and a second
+    standby, cascading from it, follows it: the stream, decoded on a primary now, moves to
+    the second standby's spare slot (the promoted server's slot then dropped) — no node
+    rewound or reset, every invalidation before and after."""
+    # A base backup of a standby needs full-page writes on the primary.
+    with ReplicatedPostgres({"full_page_writes": "on"}) as pair:
+        primary, first = pair.primary, pair.standby
+        assert first is not None
+        second = pair.add_standby(upstream=first)
+        hand_over_on_promotion(pair, primary, first, second)
+
+
+def hand_over_on_promotion(
+    pair: ReplicatedPostgres,
+    primary: EmbeddedPostgres,
+    first: EmbeddedPostgres,
+    second: EmbeddedPostgres,
+) -> None:
+    """The body of the test above: the stack on ``primary``, decoding on ``first`` with
+    ``second`` the spare, ``first`` promoted."""
+    decode_from = hosts_dsn((first, second))
+    flags = (*HEARTBEATS, "--decode-from", decode_from, "--decode-failover-after", "2s")
+    with Stack(primary.dsn, agent_dsn=pair.dsn, agent_args=flags) as stack:
+        agent = running_agent(stack)
+        probes = stack.probe("public.items:id=1", "public.items:id=2", "public.items:id=3")
+        stack.write("INSERT INTO items (id) VALUES (1)")
+        target = stack.caught_up()
+        wait_until(
+            lambda: slot_position(second.dsn) >= target,
+            "the spare slot on the second standby to follow the stream",
+            timeout=30,
+            log=agent.log_text,
+        )
+        before = info(stack.cache, "txcache")
+        stack.db.close()
+
+        pair.fail_over("stop")
+        wait_until(
+            lambda: agent_walsenders(second.dsn) == 1,
+            "the stream to move off the promoted standby to the second's spare slot",
+            timeout=60,
+            log=agent.log_text,
+        )
+        with psycopg.connect(first.dsn, autocommit=True) as new_primary:
+            new_primary.execute("INSERT INTO items (id) VALUES (2)")
+            target = wal_position(new_primary)
+        stack.applied_through(target, timeout=30, log=agent.log_text)
+        after = info(stack.cache, "txcache")
+        assert (after["rewinds"], after["resets"]) == (before["rewinds"], before["resets"])
+        opened = [open_probe(stack.cache, key) for key in probes.values()]
+        assert opened == [False, False, True], "ids 1 and 2 invalidated, id 3 kept"
+        wait_until(
+            lambda: "txcache" not in dict(slots(first.dsn)),
+            "the promoted server's idle slot to be dropped",
+            timeout=30,
+            log=agent.log_text,
+        )
+
+
 def moving_stack(primary: str, decode_from: str) -> LibraryStack:
     """The stack on ``primary``, decoding on the first of ``decode_from``'s hosts that
     answers, moving on after 2 s without an answer."""
@@ -310,14 +371,14 @@ def slot_position(dsn: str) -> int:
     return parse_lsn(row[0]) if row is not None and row[0] is not None else 0
 
 
-def test_the_stream_falls_back_to_the_primary_and_returns_to_a_standby_at_the_next_term(
+def test_the_stream_falls_back_to_the_primary_and_returns_to_the_standby_s_spare(
     pair: ReplicatedPostgres,
 ) -> None:
     """``--decode-from`` names the primary, then the standby: the stream is decoded on the
     standby. The standby stopped, it falls back to the primary (a slot created there, every
     node reset), and every write still invalidates what it changed; the standby started
-    again, its slot is the spare, and the stream stays on the primary until the agent starts
-    again, when it returns to the standby's slot without a reset and the primary's goes."""
+    again, its slot is the spare, and once caught up the stream returns there without a
+    reset (the primary's slot dropped), as it does when the agent starts again."""
     standby = pair.standby
     assert standby is not None
     with moving_stack(pair.primary.dsn, hosts_dsn((pair.primary, standby))) as lib:
@@ -339,10 +400,25 @@ def test_the_stream_falls_back_to_the_primary_and_returns_to_a_standby_at_the_ne
         assert cached(lib, QUERY, 2) == [("item 2",)]
         token = lib.commit("UPDATE items SET name = 'on the primary' WHERE id = 2")
         assert assert_invalidated(lib, QUERY, token, 2) == [("on the primary",)]
-        pair.restart_standby({})
-        following(lib, standby.dsn, "the standby's slot, now the spare")
-        assert agent_walsenders(pair.primary.dsn) == 1, "the stream stays where it moved"
         resets = node_resets(lib)
+
+        pair.restart_standby({})
+        wait_until(
+            lambda: agent_walsenders(standby.dsn) == 1,
+            "the stream to return to the standby's spare slot",
+            timeout=60,
+            log=lib._agent_log,
+        )
+        wait_until(
+            lambda: "txcache" not in dict(slots(pair.primary.dsn)),
+            "the primary's idle slot to be dropped",
+            timeout=30,
+            log=lib._agent_log,
+        )
+        token = lib.commit("UPDATE items SET name = 'back on the standby' WHERE id = 2")
+        assert assert_invalidated(lib, QUERY, token, 2) == [("back on the standby",)]
+        assert node_resets(lib) == resets
+
         lib.restart_agent()
         wait_until(
             lambda: agent_walsenders(standby.dsn) == 1,
@@ -350,9 +426,8 @@ def test_the_stream_falls_back_to_the_primary_and_returns_to_a_standby_at_the_ne
             timeout=30,
             log=lib._agent_log,
         )
-        assert "txcache" not in dict(slots(pair.primary.dsn))
-        token = lib.commit("UPDATE items SET name = 'back on the standby' WHERE id = 2")
-        assert assert_invalidated(lib, QUERY, token, 2) == [("back on the standby",)]
+        token = lib.commit("UPDATE items SET name = 'after the restart' WHERE id = 2")
+        assert assert_invalidated(lib, QUERY, token, 2) == [("after the restart",)]
         assert node_resets(lib) == resets
 
 

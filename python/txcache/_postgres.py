@@ -565,6 +565,12 @@ class EmbeddedPostgres:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
+    @property
+    def upstream(self) -> EmbeddedPostgres | None:
+        """The server this one was made a standby of (``replica_of``); ``None`` for a
+        primary of its own."""
+        return self._replica_of[0] if self._replica_of is not None else None
+
     def restart(self, settings: Mapping[str, Setting] | None = None) -> None:
         """Stop and start again, keeping the data and the port (a port not fixed at
         creation moves if another process took it meanwhile).

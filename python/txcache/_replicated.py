@@ -134,12 +134,15 @@ class ReplicatedPostgres:
     def fail_over(self, how: Literal["stop", "crash"]) -> None:
         """Stop the primary (``stop``: a fast shutdown, which sends the standby everything
         first; ``crash``: an immediate one), remove its cluster and promote the standby.
-        The new primary has no standby, and waits for none, until :meth:`rebuild_standby`."""
+        The new primary has no standby but the extra ones cascading from it, and waits for
+        none, until :meth:`rebuild_standby`."""
         if self.standby is None:
             raise RuntimeError("no standby to promote: rebuild_standby() first")
-        if self.extra_standbys:  # they would stream from a server that is gone
-            raise RuntimeError("fail_over() with extra standbys: they take no part in it")
         old, new = self.primary, self.standby
+        # Those of the primary would stream from a server that is gone; those cascading
+        # from the standby follow it onto its new timeline.
+        if any(extra.upstream is old for extra in self.extra_standbys):
+            raise RuntimeError("fail_over() with extra standbys of the primary: they take no part")
         # The new roles first: whatever fails below, the old primary is gone.
         self.primary, self.standby, self._free_port = new, None, old.port
         if how == "crash":

@@ -10,11 +10,12 @@
 //!                                ─▶ another host that answers: a standby holding a usable
 //!                                   slot (s2's spare: no node reset), else the first
 //!                                   standby, else the primary (a new slot: every node reset)
+//!                 decoded on a primary, a standby's spare caught up ─▶ move there
 //! ```
 //!
-//! The stream stays where it is until that server fails in turn, even on a standby promoted
-//! in place or on the primary it fell back to: a move to a host without a spare resets every
-//! cache node, so it moves to a standby again only at the agent's next term.
+//! Decoded on a primary (one it fell back to, or a standby promoted in place), the stream
+//! moves to a standby whose spare has caught up; otherwise it stays on a host that works: a
+//! move to a host without a spare resets every cache node.
 
 use crate::config::Config;
 use crate::connect::{self, connect_sql, reached_host, SqlSession};
@@ -42,11 +43,13 @@ pub struct DecodingServers {
     acknowledged: AtomicU64,
 }
 
-/// The host the stream is decoded on, and since when it has failed to answer.
+/// The host the stream is decoded on, since when it has failed to answer, and the standby
+/// it should move to (decoded on a primary, with a spare slot there caught up).
 #[derive(Default)]
 struct Current {
     host: Option<usize>,
     failing_since: Option<Instant>,
+    wanted: Option<usize>,
 }
 
 /// A session on the server the stream is decoded on.
@@ -99,6 +102,9 @@ impl DecodingServers {
             });
         }
         let mut current = self.current.lock().await;
+        if let Some(server) = self.move_to_wanted(&mut current, application).await {
+            return Ok(server);
+        }
         let failed = match current.host {
             None => None,
             Some(host) => match connect::connect_host(&self.dsn, host, application).await {
@@ -132,13 +138,48 @@ impl DecodingServers {
         tracing::warn!(host = %self.hosts[host], moved_from = ?moved_from, "the change stream is decoded on this --decode-from host");
         *current = Current {
             host: Some(host),
-            failing_since: None,
+            ..Current::default()
         };
         Ok(DecodingServer {
             sql,
             host,
             moved_from,
         })
+    }
+
+    /// A session on the standby the stream should move to off a primary (`wanted`), which
+    /// becomes the current host; `None` when there is none, or it does not answer.
+    async fn move_to_wanted(
+        &self,
+        current: &mut Current,
+        application: &str,
+    ) -> Option<DecodingServer> {
+        let (wanted, old) = (current.wanted.take()?, current.host?);
+        let name = &self.hosts[wanted];
+        match connect::connect_host(&self.dsn, wanted, application).await {
+            Ok(sql) => {
+                tracing::warn!(host = %name, moved_from = %self.hosts[old], "moving the change stream off the primary to the spare slot on a --decode-from standby (no cache node is reset)");
+                *current = Current {
+                    host: Some(wanted),
+                    ..Current::default()
+                };
+                Some(DecodingServer {
+                    sql,
+                    host: wanted,
+                    moved_from: Some(self.hosts[old].clone()),
+                })
+            }
+            Err(error) => {
+                tracing::warn!(host = %name, error = format!("{error:#}"), "the standby with a spare slot does not answer: the stream stays on the primary");
+                None
+            }
+        }
+    }
+
+    /// Whether the stream should move to a standby's spare slot: its session then ends, and
+    /// the next opens there ([`DecodingServers::open`]).
+    pub async fn move_wanted(&self) -> bool {
+        self.current.lock().await.wanted.is_some()
     }
 
     /// The first host that answers and can decode: a standby holding a usable slot, else the
@@ -210,8 +251,10 @@ impl DecodingServers {
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            let on_primary = self.decoded_on_primary().await;
             for (host, known) in problems.iter_mut().enumerate() {
-                let tended = tokio::time::timeout(TEND_TIMEOUT, self.tend(host, &primary_dsn));
+                let tend = self.tend(host, &primary_dsn, on_primary);
+                let tended = tokio::time::timeout(TEND_TIMEOUT, tend);
                 let problem = match tended.await {
                     Ok(Ok(())) => None,
                     Ok(Err(error)) => Some(format!("{error:#}")),
@@ -233,9 +276,27 @@ impl DecodingServers {
         }
     }
 
+    /// Whether the host the stream is decoded on is a primary (one listed, or a standby
+    /// promoted in place); `false` when it does not answer.
+    async fn decoded_on_primary(&self) -> bool {
+        let Some(host) = self.current.lock().await.host else {
+            return false;
+        };
+        let application = "txcache-agent spare slot";
+        let asked = async {
+            let sql = connect::connect_host(&self.dsn, host, application).await?;
+            database::in_recovery(&sql).await
+        };
+        matches!(
+            tokio::time::timeout(TEND_TIMEOUT, asked).await,
+            Ok(Ok(false))
+        )
+    }
+
     /// Keeps `host`'s spare slot (a standby) or drops its idle slot (a primary), unless the
-    /// stream is decoded there or looking for a host to move to.
-    async fn tend(&self, host: usize, primary_dsn: &str) -> anyhow::Result<()> {
+    /// stream is decoded there or looking for a host to move to. With the stream decoded
+    /// `on_primary`, a standby whose spare is caught up is where it should move.
+    async fn tend(&self, host: usize, primary_dsn: &str, on_primary: bool) -> anyhow::Result<()> {
         if !self.is_spare(host).await {
             return Ok(());
         }
@@ -260,10 +321,18 @@ impl DecodingServers {
                 tracing::info!(host = %self.hosts[host], position = %at, "created a spare replication slot on a --decode-from standby: the stream can move there without resetting the cache nodes");
             }
         }
-        match self.acknowledged.load(Ordering::Relaxed) {
-            0 => Ok(()),
-            position => database::advance_slot(&sql, &self.slot, Timestamp(position)).await,
+        let acknowledged = Timestamp(self.acknowledged.load(Ordering::Relaxed));
+        if acknowledged == Timestamp::ZERO {
+            return Ok(());
         }
+        database::advance_slot(&sql, &self.slot, acknowledged).await?;
+        if on_primary {
+            let spare = database::find_slot(&sql, &self.slot).await?;
+            if spare.is_some_and(|spare| !spare.lost && spare.confirmed >= acknowledged) {
+                self.current.lock().await.wanted.get_or_insert(host);
+            }
+        }
+        Ok(())
     }
 
     /// Whether `host` holds a spare: the stream is decoded elsewhere and not moving.

@@ -399,13 +399,21 @@ impl Fanout {
             self.follow_history(history, restart);
             return false;
         };
-        // The new history holds an older one only as far as it holds the current one.
-        for (_, older) in &mut buffer.ancestors {
-            *older = (*older).min(switch);
-        }
-        buffer.ancestors.push((current, switch));
-        buffer.set_history(history);
+        adopt(&mut buffer, current, history, switch, switch);
         true
+    }
+
+    /// The server the stream is decoded on switched to `history` at `switch` under the
+    /// stream (a standby promoted in place), and everything pushed past `switch` was decoded
+    /// from it: the buffer and the nodes keep what they hold, up to the newest pushed.
+    pub fn adopt_history(&self, history: &str, switch: Timestamp) {
+        let mut buffer = self.lock();
+        let Some(current) = buffer.history() else {
+            buffer.set_history(history);
+            return;
+        };
+        let held = Timestamp(buffer.newest().0.saturating_add(1));
+        adopt(&mut buffer, current, history, switch, held.max(switch));
     }
 
     /// The position every connected node has received (the newest pushed when none is
@@ -487,6 +495,22 @@ async fn still_past_database(
     let sql = connect_sql(dsn, "txcache-agent position check").await?;
     fanout.set_database_position(database::position(&sql).await?);
     Ok(fanout.is_past_database(position))
+}
+
+/// `buffer` follows `history` from now on, which holds the `current` one below `held` and
+/// every older one below `switch` as far as it held them.
+fn adopt(
+    buffer: &mut ReplayBuffer,
+    current: Arc<str>,
+    history: &str,
+    switch: Timestamp,
+    held: Timestamp,
+) {
+    for (_, older) in &mut buffer.ancestors {
+        *older = (*older).min(switch);
+    }
+    buffer.ancestors.push((current, held));
+    buffer.set_history(history);
 }
 
 /// Rewinds a node that followed another database history `other` than the stream's
@@ -649,6 +673,48 @@ mod tests {
         assert!(
             buffer.after(Timestamp(98)).is_err(),
             "commits before 100 were never buffered"
+        );
+    }
+
+    /// A fan-out that followed history `1:1` through position 200.
+    fn followed_through_200() -> Arc<Fanout> {
+        let fanout = Fanout::new(&[], Timestamp(100), 10);
+        fanout.follow_history("1:1", Timestamp(100));
+        fanout.push(heartbeat(200));
+        fanout
+    }
+
+    #[test]
+    fn a_timeline_continuing_past_everything_pushed_keeps_what_the_nodes_hold() {
+        let fanout = followed_through_200();
+        assert!(fanout.continue_history("1:2", Timestamp(250), Timestamp(100)));
+        let buffer = fanout.lock();
+        assert!(buffer.continues("1:1", Timestamp(200)));
+        assert!(!buffer.continues("1:1", Timestamp(250)));
+    }
+
+    #[test]
+    fn a_timeline_switching_below_what_was_pushed_rewinds_the_nodes() {
+        let fanout = followed_through_200();
+        assert!(!fanout.continue_history("1:2", Timestamp(150), Timestamp(100)));
+        assert!(!fanout.lock().continues("1:1", Timestamp(120)));
+    }
+
+    #[test]
+    fn a_promotion_under_the_stream_keeps_what_it_pushed_past_the_switch() {
+        // The stream decoded the promoted server's own timeline past its switch at 150.
+        let fanout = followed_through_200();
+        fanout.adopt_history("1:2", Timestamp(150));
+        fanout.push(heartbeat(300));
+        let buffer = fanout.lock();
+        assert_eq!(buffer.history().as_deref(), Some("1:2"));
+        assert!(
+            buffer.continues("1:1", Timestamp(200)),
+            "pushed before the adoption"
+        );
+        assert!(
+            !buffer.continues("1:1", Timestamp(300)),
+            "never followed under 1:1"
         );
     }
 

@@ -37,6 +37,9 @@ pub const INVALIDATE_PREFIX: &str = "txcache-invalidate";
 /// How often the slot is acknowledged.
 const ACK_INTERVAL: Duration = Duration::from_millis(100);
 
+/// How often, decoding on a standby, the stream asks whether its server was promoted.
+const HISTORY_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
 /// The decoding side of the agent.
 pub struct Stream {
     config: Config,
@@ -191,6 +194,8 @@ impl Stream {
         tracing::info!(slot = %self.config.slot, resume = %start, "invalidation stream started");
         let mut ack_timer = tokio::time::interval(ACK_INTERVAL);
         let mut last_received = Instant::now();
+        let mut history_watch = tokio::time::interval(HISTORY_WATCH_INTERVAL);
+        let first_pushed = self.fanout.newest();
         loop {
             tokio::select! {
                 event = client.recv() => match event? {
@@ -203,6 +208,18 @@ impl Stream {
                 _ = ack_timer.tick() => {
                     self.acknowledge(&client);
                     self.check_silence(&mut last_received, &sql).await?;
+                    if self.servers.move_wanted().await {
+                        // Off the primary, to a standby's spare slot: the next session.
+                        self.follow_promotion(&sql, host, first_pushed).await?;
+                        return Ok(());
+                    }
+                }
+                _ = history_watch.tick(), if self.config.decode_from.is_some() => {
+                    // A server that does not answer is the silence check's to judge.
+                    let watched = self.follow_promotion(&sql, host, first_pushed);
+                    if let Ok(followed) = tokio::time::timeout(HISTORY_WATCH_INTERVAL, watched).await {
+                        followed?;
+                    }
                 }
             }
         }
@@ -425,6 +442,46 @@ impl Stream {
             client.update_applied_lsn(Lsn::from_u64(position.0));
             self.acknowledged = position;
             self.servers.acknowledged(position);
+        }
+    }
+
+    /// Follows a promotion of the standby the stream is decoded on (over `sql`, `host` of
+    /// the decoding servers) under the stream: its walsender decodes on across the new
+    /// timeline, so what this session pushed past the switch point is the new history's,
+    /// and the nodes keep their entries — when nothing an earlier session pushed (before
+    /// `first_pushed`) lies past the switch point. Otherwise the session ends, and the next
+    /// one rewinds every node (`change_history`).
+    async fn follow_promotion(
+        &mut self,
+        sql: &SqlSession,
+        host: usize,
+        first_pushed: Timestamp,
+    ) -> anyhow::Result<()> {
+        let history = database::history(sql).await?;
+        let Some(old) = self.fanout.history().filter(|old| **old != *history) else {
+            return Ok(());
+        };
+        let config = &self.config;
+        let switch = timeline::switch_point(
+            config.decoding_dsn(),
+            host,
+            &config.slot,
+            &config.publication,
+            &old,
+            &history,
+        )
+        .await?;
+        match switch {
+            Some(switch) if first_pushed < switch => {
+                tracing::warn!(old_history = %old, new_history = %history, switch_point = %switch,
+                    "the server the stream is decoded on was promoted: the stream follows its new timeline, and the cache nodes keep their entries");
+                self.fanout.adopt_history(&history, switch);
+                if let Some(timeline) = timeline::timeline_of(&history) {
+                    self.tracker.follow_timeline(timeline);
+                }
+                Ok(())
+            }
+            _ => bail!("the history of the server the stream is decoded on changed from {old} to {history} under the stream; starting again"),
         }
     }
 
