@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::connect::{self, connect_sql, reached_host, SqlSession};
 use crate::database::{self, DatabaseIdentity};
 use anyhow::{bail, Context as _};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
@@ -41,6 +41,8 @@ pub struct DecodingServers {
     current: Mutex<Current>,
     /// How far the stream's slot is acknowledged: where the spare slots are advanced to.
     acknowledged: AtomicU64,
+    /// Whether the server the stream is decoded on is a primary, as the stream last found.
+    on_primary: AtomicBool,
 }
 
 /// The host the stream is decoded on, since when it has failed to answer, and the standby
@@ -78,6 +80,7 @@ impl DecodingServers {
             primary,
             current: Mutex::new(Current::default()),
             acknowledged: AtomicU64::new(0),
+            on_primary: AtomicBool::new(false),
         })
     }
 
@@ -140,6 +143,7 @@ impl DecodingServers {
             host: Some(host),
             ..Current::default()
         };
+        self.decoded_on_primary(false);
         Ok(DecodingServer {
             sql,
             host,
@@ -163,6 +167,7 @@ impl DecodingServers {
                     host: Some(wanted),
                     ..Current::default()
                 };
+                self.decoded_on_primary(false);
                 Some(DecodingServer {
                     sql,
                     host: wanted,
@@ -233,6 +238,12 @@ impl DecodingServers {
         current.failing_since.get_or_insert(since);
     }
 
+    /// Records whether the server the stream is decoded on is a primary (a fall back, or a
+    /// standby promoted in place): a standby's caught-up spare then takes the stream.
+    pub fn decoded_on_primary(&self, primary: bool) {
+        self.on_primary.store(primary, Ordering::Relaxed);
+    }
+
     /// Records that the stream's slot is acknowledged up to `position`: the spare slots
     /// follow it.
     pub fn acknowledged(&self, position: Timestamp) {
@@ -247,19 +258,23 @@ impl DecodingServers {
     /// are logged.
     pub async fn tend_other_hosts(self: Arc<Self>, primary_dsn: String) {
         let mut problems: Vec<Option<String>> = vec![None; self.hosts.len()];
+        let mut sessions: Vec<Option<SqlSession>> = (0..self.hosts.len()).map(|_| None).collect();
         let mut tick = tokio::time::interval(SPARE_INTERVAL);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let on_primary = self.decoded_on_primary().await;
-            for (host, known) in problems.iter_mut().enumerate() {
-                let tend = self.tend(host, &primary_dsn, on_primary);
-                let tended = tokio::time::timeout(TEND_TIMEOUT, tend);
-                let problem = match tended.await {
+            let on_primary = self.on_primary.load(Ordering::Relaxed);
+            let hosts = problems.iter_mut().zip(sessions.iter_mut()).enumerate();
+            for (host, (known, session)) in hosts {
+                let tend = self.tend(host, session, &primary_dsn, on_primary);
+                let problem = match tokio::time::timeout(TEND_TIMEOUT, tend).await {
                     Ok(Ok(())) => None,
                     Ok(Err(error)) => Some(format!("{error:#}")),
                     Err(_) => Some(format!("no answer within {TEND_TIMEOUT:?}")),
                 };
+                if problem.is_some() {
+                    *session = None;
+                }
                 if problem != *known {
                     let name = &self.hosts[host];
                     match &problem {
@@ -276,48 +291,43 @@ impl DecodingServers {
         }
     }
 
-    /// Whether the host the stream is decoded on is a primary (one listed, or a standby
-    /// promoted in place); `false` when it does not answer.
-    async fn decoded_on_primary(&self) -> bool {
-        let Some(host) = self.current.lock().await.host else {
-            return false;
-        };
-        let application = "txcache-agent spare slot";
-        let asked = async {
-            let sql = connect::connect_host(&self.dsn, host, application).await?;
-            database::in_recovery(&sql).await
-        };
-        matches!(
-            tokio::time::timeout(TEND_TIMEOUT, asked).await,
-            Ok(Ok(false))
-        )
-    }
-
-    /// Keeps `host`'s spare slot (a standby) or drops its idle slot (a primary), unless the
-    /// stream is decoded there or looking for a host to move to. With the stream decoded
-    /// `on_primary`, a standby whose spare is caught up is where it should move.
-    async fn tend(&self, host: usize, primary_dsn: &str, on_primary: bool) -> anyhow::Result<()> {
+    /// Keeps `host`'s spare slot (a standby) or drops its idle slot (a primary), over its
+    /// `session` (opened if need be), unless the stream is decoded there or looking for a
+    /// host to move to. With the stream decoded `on_primary`, a standby whose spare is caught
+    /// up is where it should move.
+    async fn tend(
+        &self,
+        host: usize,
+        session: &mut Option<SqlSession>,
+        primary_dsn: &str,
+        on_primary: bool,
+    ) -> anyhow::Result<()> {
         if !self.is_spare(host).await {
+            *session = None;
             return Ok(());
         }
         let application = "txcache-agent spare slot";
-        let sql = connect::connect_host(&self.dsn, host, application).await?;
-        if !database::in_recovery(&sql).await? {
-            if database::drop_idle_slot(&sql, &self.slot).await? {
+        let sql = match session {
+            Some(sql) => sql,
+            None => session.insert(connect::connect_host(&self.dsn, host, application).await?),
+        };
+        let sql = &*sql;
+        if !database::in_recovery(sql).await? {
+            if database::drop_idle_slot(sql, &self.slot).await? {
                 tracing::warn!(host = %self.hosts[host], slot = %self.slot,
                     "dropped the replication slot on a --decode-from host that is a primary the stream is not decoded on (it kept that server's WAL)");
             }
             return Ok(());
         }
-        database::require_decoding_server(&self.primary, &sql).await?;
-        match database::find_slot(&sql, &self.slot).await? {
+        database::require_decoding_server(&self.primary, sql).await?;
+        match database::find_slot(sql, &self.slot).await? {
             Some(state) if !state.lost => {}
             found => {
                 if found.is_some() {
-                    database::drop_idle_slot(&sql, &self.slot).await?;
+                    database::drop_idle_slot(sql, &self.slot).await?;
                 }
                 let primary = connect_sql(primary_dsn, application).await?;
-                let at = database::create_slot(&sql, &self.slot, Some(&primary)).await?;
+                let at = database::create_slot(sql, &self.slot, Some(&primary)).await?;
                 tracing::info!(host = %self.hosts[host], position = %at, "created a spare replication slot on a --decode-from standby: the stream can move there without resetting the cache nodes");
             }
         }
@@ -325,9 +335,9 @@ impl DecodingServers {
         if acknowledged == Timestamp::ZERO {
             return Ok(());
         }
-        database::advance_slot(&sql, &self.slot, acknowledged).await?;
+        database::advance_slot(sql, &self.slot, acknowledged).await?;
         if on_primary {
-            let spare = database::find_slot(&sql, &self.slot).await?;
+            let spare = database::find_slot(sql, &self.slot).await?;
             if spare.is_some_and(|spare| !spare.lost && spare.confirmed >= acknowledged) {
                 self.current.lock().await.wanted.get_or_insert(host);
             }

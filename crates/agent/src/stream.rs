@@ -445,8 +445,9 @@ impl Stream {
         }
     }
 
-    /// Follows a promotion of the standby the stream is decoded on (over `sql`, `host` of
-    /// the decoding servers) under the stream: its walsender decodes on across the new
+    /// Records whether the server the stream is decoded on (over `sql`, `host` of the
+    /// decoding servers) is a primary, and follows its promotion under the stream: its
+    /// walsender decodes on across the new
     /// timeline, so what this session pushed past the switch point is the new history's,
     /// and the nodes keep their entries — when nothing an earlier session pushed (before
     /// `first_pushed`) lies past the switch point. Otherwise the session ends, and the next
@@ -457,6 +458,8 @@ impl Stream {
         host: usize,
         first_pushed: Timestamp,
     ) -> anyhow::Result<()> {
+        self.servers
+            .decoded_on_primary(!database::in_recovery(sql).await?);
         let history = database::history(sql).await?;
         let Some(old) = self.fanout.history().filter(|old| **old != *history) else {
             return Ok(());
