@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO
 
 import psycopg
@@ -57,6 +57,12 @@ def slots(dsn: str) -> list[tuple[str, bool]]:
             "SELECT slot_name::text, synced FROM pg_replication_slots WHERE slot_type = 'logical'"
         ).fetchall()
     return [(str(name), bool(synced)) for name, synced in rows]
+
+
+def stream_on(dsn: str, what: str, log: Callable[[], str]) -> None:
+    """Wait (a minute at most) until the agent's replication session runs on the server
+    at ``dsn``."""
+    wait_until(lambda: agent_walsenders(dsn) == 1, what, timeout=60, log=log)
 
 
 def agent_walsenders(dsn: str) -> int:
@@ -285,10 +291,9 @@ def hand_over_on_promotion(
         stack.db.close()
 
         pair.fail_over("stop")
-        wait_until(
-            lambda: agent_walsenders(second.dsn) == 1,
+        stream_on(
+            second.dsn,
             "the stream to move off the promoted standby to the second's spare slot",
-            timeout=60,
             log=agent.log_text,
         )
         with psycopg.connect(first.dsn, autocommit=True) as new_primary:
@@ -331,12 +336,7 @@ def test_a_hung_decoding_standby_is_left_for_the_next_one_s_spare_slot_and_the_c
         following(lib, second.dsn, "the spare slot on the second standby")
         resets = node_resets(lib)
         with first.paused():
-            wait_until(
-                lambda: agent_walsenders(second.dsn) == 1,
-                "the stream to move to the second standby",
-                timeout=60,
-                log=lib._agent_log,
-            )
+            stream_on(second.dsn, "the stream to move to the second standby", log=lib._agent_log)
             log = lib._agent_log()
             assert "the server the stream is decoded on sent nothing for" in log
             assert "THE --decode-from HOST THE STREAM IS DECODED ON HAS FAILED" in log
@@ -382,19 +382,9 @@ def test_the_stream_falls_back_to_the_primary_and_returns_to_the_standby_s_spare
     standby = pair.standby
     assert standby is not None
     with moving_stack(pair.primary.dsn, hosts_dsn((pair.primary, standby))) as lib:
-        wait_until(
-            lambda: agent_walsenders(standby.dsn) == 1,
-            "the stream to start on the standby",
-            timeout=30,
-            log=lib._agent_log,
-        )
+        stream_on(standby.dsn, "the stream to start on the standby", log=lib._agent_log)
         standby.crash()
-        wait_until(
-            lambda: agent_walsenders(pair.primary.dsn) == 1,
-            "the stream to move to the primary",
-            timeout=60,
-            log=lib._agent_log,
-        )
+        stream_on(pair.primary.dsn, "the stream to move to the primary", log=lib._agent_log)
         assert ("txcache", False) in slots(pair.primary.dsn)
         assert "THE STREAM MOVED" in lib._agent_log()
         assert cached(lib, QUERY, 2) == [("item 2",)]
@@ -403,11 +393,8 @@ def test_the_stream_falls_back_to_the_primary_and_returns_to_the_standby_s_spare
         resets = node_resets(lib)
 
         pair.restart_standby({})
-        wait_until(
-            lambda: agent_walsenders(standby.dsn) == 1,
-            "the stream to return to the standby's spare slot",
-            timeout=60,
-            log=lib._agent_log,
+        stream_on(
+            standby.dsn, "the stream to return to the standby's spare slot", log=lib._agent_log
         )
         wait_until(
             lambda: "txcache" not in dict(slots(pair.primary.dsn)),
@@ -420,12 +407,7 @@ def test_the_stream_falls_back_to_the_primary_and_returns_to_the_standby_s_spare
         assert node_resets(lib) == resets
 
         lib.restart_agent()
-        wait_until(
-            lambda: agent_walsenders(standby.dsn) == 1,
-            "the restarted agent to decode on the standby",
-            timeout=30,
-            log=lib._agent_log,
-        )
+        stream_on(standby.dsn, "the restarted agent to decode on the standby", log=lib._agent_log)
         token = lib.commit("UPDATE items SET name = 'after the restart' WHERE id = 2")
         assert assert_invalidated(lib, QUERY, token, 2) == [("after the restart",)]
         assert node_resets(lib) == resets
