@@ -115,7 +115,7 @@ def test_the_launchers_are_in_txcache_stack_and_nowhere_else() -> None:
         *("Stack", "StackOptions", "TlsFiles", "PartFailed", "StartInterrupted"),
         "EMBEDDED_SETTINGS",
         *("EmbeddedPostgres", "PostgresStartError", "find_postgres_bin", "postgres_uri"),
-        "ReplicatedPostgres",
+        *("ReplicatedPostgres", "hosts_dsn"),
         *("NodeProcess", "NodeStartError", "find_txcached", "AgentProcess", "TcpProxy"),
         *("ServerProcess", "answers_http", "ProcessStartError", "find_binary"),
         *("free_port", "free_ports", "wait_until", "WaitTimeout", "tail", "child_pids"),
