@@ -13,6 +13,13 @@ seconds the primary gets a fast shutdown and the standby is promoted; the run go
 stop to the first read served again), the time from the stop to the first cache hit, reads
 that failed, and whether the node was rewound (it should not be: its entries survive). A
 plot shows reads/s and the hit rate second by second.
+
+With ``--fail decoding-standby`` the agent decodes the stream on the standby, a second
+standby named after it in ``--decode-from`` (where the agent keeps a spare slot,
+``--decode-failover-after``), and what fails is that standby: it hangs (SIGSTOP) for the
+rest of the run. Reported as well: the time until the stream runs on the second standby,
+until the hit rate is back to 90 % of before, and the nodes' resets (0: the cache was
+kept).
 """
 
 from __future__ import annotations
@@ -23,7 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from _common import bench_stack, create_database, execute, postgres, server_info
+from _common import (
+    bench_stack,
+    create_database,
+    execute,
+    postgres,
+    scalar,
+    server_info,
+    wal_insert_lsn,
+)
 from _hot_reads import HOT, Readers, items_schema
 from _report import (
     RESULTS_DIR,
@@ -38,25 +53,41 @@ from _report import (
 )
 
 import txcache
-from txcache.stack import ReplicatedPostgres, wait_until
+from txcache.stack import EmbeddedPostgres, ReplicatedPostgres, hosts_dsn, parse_lsn, wait_until
 
 
 def run(args: argparse.Namespace) -> None:
-    with postgres(args.storage, standbys=1) as servers:
+    decoding = args.fail == "decoding-standby"
+    with postgres(args.storage, standbys=2 if decoding else 1) as servers:
         both = create_database(servers, "failover")  # names the primary and the standby
         execute(both, *items_schema())
         measure(args, servers, both)
 
 
 def measure(args: argparse.Namespace, servers: ReplicatedPostgres, both: str) -> None:
-    with bench_stack(both, max_memory="64mb") as stack:
+    decoding = args.fail == "decoding-standby"
+    standbys = (servers.standby, *servers.extra_standbys)
+    flags: tuple[str, ...] = ()
+    if decoding:
+        decode_from = hosts_dsn([server for server in standbys if server is not None], "failover")
+        flags = ("--decode-from", decode_from, "--decode-failover-after", args.failover_after)
+    with bench_stack(both, max_memory="64mb", agent_args=flags) as stack:
         note = machine_note()
         stack.caught_up()
-        wait_until(
-            lambda: servers.slots_synced([stack.options.slot]),
-            "the standby's copy of the slot",
-            timeout=60,
-        )
+        if decoding:
+            spare = servers.extra_standbys[0]
+            target = wal_insert_lsn(both)
+            wait_until(
+                lambda: slot_position(spare, stack.options.slot) >= target,
+                "the spare slot on the second standby to follow the stream",
+                timeout=60,
+            )
+        else:
+            wait_until(
+                lambda: servers.slots_synced([stack.options.slot]),
+                "the standby's copy of the slot",
+                timeout=60,
+            )
         cache = stack.connect()
         readers = Readers(
             cache,
@@ -65,18 +96,63 @@ def measure(args: argparse.Namespace, servers: ReplicatedPostgres, both: str) ->
             retry_on=(psycopg.Error, txcache.TxcacheError),
             write_every=args.write_every,
         )
+        counts_before = server_info(stack.node_addresses[0], "txcache")
         with readers as load:
             began = time.monotonic()
             time.sleep(args.before)
-            log("stopping the primary, promoting the standby")
             stopped = time.monotonic()
-            servers.fail_over("stop")
-            promoted = time.monotonic()
-            time.sleep(args.after)
-            ended = time.monotonic()
+            if decoding:
+                promoted, ended = hang_the_decoding_standby(args, servers)
+            else:
+                log("stopping the primary, promoting the standby")
+                servers.fail_over("stop")
+                promoted = time.monotonic()
+                time.sleep(args.after)
+                ended = time.monotonic()
         cache.close()
-        rewinds = server_info(stack.node_addresses[0], "txcache")["rewinds"]
-    report(args, note, load, (began, stopped, promoted, ended), rewinds)
+        counts = server_info(stack.node_addresses[0], "txcache")
+    changes = {key: counts[key] - counts_before[key] for key in ("rewinds", "resets")}
+    report(args, note, load, (began, stopped, promoted, ended), changes)
+
+
+def hang_the_decoding_standby(
+    args: argparse.Namespace, servers: ReplicatedPostgres
+) -> tuple[float, float]:
+    """Stop the standby the stream is decoded on (SIGSTOP) for ``--after`` seconds; when the
+    stream ran on the second standby, and when the run ended."""
+    standby, spare = servers.standby, servers.extra_standbys[0]
+    assert standby is not None
+    log("the standby the stream is decoded on hangs")
+    since = time.monotonic()
+    with standby.paused():
+        wait_until(
+            lambda: agent_walsenders(spare) == 1,
+            "the stream to move to the second standby",
+            timeout=120,
+        )
+        moved = time.monotonic()
+        time.sleep(max(0.0, args.after - (moved - since)))
+        return moved, time.monotonic()
+
+
+def slot_position(server: EmbeddedPostgres, slot: str) -> int:
+    """Where ``slot`` on ``server`` is confirmed (0: there is none)."""
+    found = scalar(
+        server.dsn,
+        "SELECT (SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+        f"WHERE slot_name = '{slot}')",
+    )
+    return parse_lsn(found) if found else 0
+
+
+def agent_walsenders(server: EmbeddedPostgres) -> int:
+    """The agent's replication sessions on ``server``."""
+    return int(
+        scalar(
+            server.dsn,
+            "SELECT count(*) FROM pg_stat_replication WHERE application_name LIKE 'txcache-agent%'",
+        )
+    )
 
 
 def report(
@@ -84,13 +160,17 @@ def report(
     note: dict[str, Any],
     load: Readers,
     times: tuple[float, float, float, float],
-    rewinds: int,
+    changes: dict[str, int],
 ) -> None:
+    """``times``: the run's start, the failure, when it was over (the standby promoted, or
+    the stream on the second standby) and the run's end; ``changes``: the node's rewinds
+    and resets meanwhile."""
     began, stopped, promoted, ended = times
+    decoding = args.fail == "decoding-standby"
     after_stop = load.between(stopped, ended)
     first_read = min((read.start for read in after_stop), default=ended)
     first_hit = min((read.start for read in after_stop if read.hit), default=ended)
-    settled = first_read + args.settle
+    settled = max(first_read, promoted) + args.settle
     phases = {"before": (began + 2.0, stopped), "after": (settled, ended)}
     rows: list[list[str]] = []
     raw: dict[str, Any] = {}
@@ -104,34 +184,70 @@ def report(
         "outage_s": first_read - stopped,
         "first_hit_s": first_hit - stopped,
         "promote_s": promoted - stopped,
+        "hit_rate_back_s": hit_rate_back(load, stopped, ended, raw["before"]) - stopped,
         "failed_reads": len(load.failures),
-        "node_rewinds": rewinds,
+        "node_rewinds": changes["rewinds"],
+        "node_resets": changes["resets"],
     }
-    plot = RESULTS_DIR / f"{result_name('failover', args.quick, args.storage)}.png"
-    plotted = draw(load, began, stopped, ended, plot)
+    name = result_name("failover", args.quick, args.storage, *(["decoding"] if decoding else []))
+    plot = RESULTS_DIR / f"{name}.png"
+    failure = "the standby the stream is decoded on hung" if decoding else "primary stopped"
+    plotted = draw(load, began, stopped, ended, plot, failure)
+    event = (
+        f"the standby the stream is decoded on hung (SIGSTOP) {args.before:.0f} s in, for "
+        f"the rest of the run (`--decode-failover-after {args.failover_after}`, "
+        "`connect_timeout=2`)"
+        if decoding
+        else f"the primary stopped {args.before:.0f} s in, the standby promoted at once"
+    )
+    over = "the stream running on the second standby" if decoding else "the promotion done"
     body = [
         f"{args.threads} reader threads over {HOT} hot keys (staleness {args.staleness} s), "
-        f"a write every {args.write_every} s; "
-        f"the primary stopped {args.before:.0f} s in, the standby promoted at once; "
-        f"'after' starts {args.settle:.0f} s after the first read served again.",
+        f"a write every {args.write_every} s; {event}; "
+        f"'after' starts {args.settle:.0f} s after the first read served again and "
+        f"{over}.",
         "",
         *table(["phase", "reads/s", "hit rate"], rows, "lrr"),
         "",
-        f"- stop to promotion done: {fmt(raw['promote_s'], 2)} s",
-        f"- outage (stop to the first read served again): {fmt(raw['outage_s'], 2)} s",
-        f"- stop to the first cache hit: {fmt(raw['first_hit_s'], 2)} s",
+        f"- failure to {over}: {fmt(raw['promote_s'], 2)} s",
+        f"- outage (failure to the first read served again): {fmt(raw['outage_s'], 2)} s",
+        f"- failure to the first cache hit: {fmt(raw['first_hit_s'], 2)} s",
+        f"- failure to the hit rate back at 90 % of before (per second): "
+        f"{fmt(raw['hit_rate_back_s'], 0)} s",
         f"- reads that failed meanwhile: {raw['failed_reads']}",
-        f"- node rewinds: {rewinds} (0: the node kept its entries across the failover)",
+        f"- node rewinds: {changes['rewinds']}, resets: {changes['resets']} "
+        "(0: the node kept its entries)",
         "",
         *([f"![reads and hit rate per second]({plot.name})"] if plotted else []),
     ]
-    name = result_name("failover", args.quick, args.storage)
-    path = write_report(name, "Failover: the cache across a promotion", note, body, raw)
+    title = (
+        "Failover: the cache across a hang of the decoding standby"
+        if decoding
+        else "Failover: the cache across a promotion"
+    )
+    path = write_report(name, title, note, body, raw)
     log(f"report: {path}")
 
 
-def draw(load: Readers, began: float, stopped: float, ended: float, path: Path) -> bool:
-    """Reads/s and the hit rate, second by second, the stop marked."""
+def hit_rate_back(load: Readers, stopped: float, ended: float, before: dict[str, Any]) -> float:
+    """The start of the first whole second after ``stopped`` from which every second's hit
+    rate is at least 90 % of ``before``'s (``ended`` if none)."""
+    goal = 0.9 * before["hits"] / max(1, before["reads"])
+    back = ended
+    second = ended - 1.0
+    while second >= stopped:
+        reads = load.between(second, second + 1.0)
+        if not reads or sum(read.hit for read in reads) / len(reads) < goal:
+            break
+        back = second
+        second -= 1.0
+    return back
+
+
+def draw(
+    load: Readers, began: float, stopped: float, ended: float, path: Path, failure: str
+) -> bool:
+    """Reads/s and the hit rate, second by second, the ``failure`` marked."""
     seconds = range(int(ended - began))
     buckets = [load.between(began + s, began + s + 1) for s in seconds]
 
@@ -142,7 +258,7 @@ def draw(load: Readers, began: float, stopped: float, ended: float, path: Path) 
         axes[0].set(title="reads served", ylabel="reads/s")
         axes[1].set(title="cache hit rate", ylabel="%", ylim=(0, 100))
         for axis in axes:
-            axis.axvline(stopped - began, color="red", linestyle="--", label="primary stopped")
+            axis.axvline(stopped - began, color="red", linestyle="--", label=failure)
             axis.set(xlabel="s")
             axis.legend()
             axis.grid(alpha=0.3)
@@ -162,6 +278,18 @@ def main() -> None:
     parser.add_argument("--after", type=float, default=20.0)
     parser.add_argument("--settle", type=float, default=3.0, help="seconds after recovery")
     parser.add_argument("--storage", choices=("disk", "tmpfs"), default="tmpfs")
+    parser.add_argument(
+        "--fail",
+        choices=("primary", "decoding-standby"),
+        default="primary",
+        help="what fails: the primary (promoted away), or the standby the stream is decoded "
+        "on (it hangs; the stream moves to a second standby's spare slot)",
+    )
+    parser.add_argument(
+        "--failover-after",
+        default="5s",
+        help="with --fail decoding-standby: the agent's --decode-failover-after",
+    )
     args = parser.parse_args()
     if args.quick:
         args.before, args.after, args.settle = 5.0, 8.0, 1.0

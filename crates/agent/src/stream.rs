@@ -37,6 +37,10 @@ pub const INVALIDATE_PREFIX: &str = "txcache-invalidate";
 /// How often the slot is acknowledged.
 const ACK_INTERVAL: Duration = Duration::from_millis(100);
 
+/// How long a silent server has to answer a query before it counts as failing. One that
+/// answers late is only reconnected to: a move needs its connections to fail too.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How often, decoding on a standby, the stream asks whether its server was promoted.
 const HISTORY_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -215,7 +219,12 @@ impl Stream {
                     }
                 }
                 _ = history_watch.tick(), if self.config.decode_from.is_some() => {
-                    // A server that does not answer is the silence check's to judge.
+                    // A silent server is the silence check's to judge (a promoted one writes
+                    // the heartbeats: it is not silent), and a query hung on it would hold
+                    // back the check's own.
+                    if last_received.elapsed() > HISTORY_WATCH_INTERVAL {
+                        continue;
+                    }
                     let watched = self.follow_promotion(&sql, host, first_pushed);
                     if let Ok(followed) = tokio::time::timeout(HISTORY_WATCH_INTERVAL, watched).await {
                         followed?;
@@ -491,8 +500,9 @@ impl Stream {
     /// With another server to move to: once the stream has received nothing (not even the
     /// heartbeats the primary writes every `--heartbeat-interval`) for
     /// `--decode-failover-after`, asks its server over `sql`. One that answers is alive, its
-    /// replay behind (the silence starts again); one that does not (stopped, or cut off
-    /// without a reset) fails the session and counts as failing since the silence began.
+    /// replay behind (the silence starts again); one that does not within
+    /// [`PROBE_TIMEOUT`] (stopped, or cut off without a reset) fails the session and counts
+    /// as failing since the silence began.
     async fn check_silence(
         &self,
         last_received: &mut Instant,
@@ -504,7 +514,7 @@ impl Stream {
         if last_received.elapsed() < limit {
             return Ok(());
         }
-        let asked = tokio::time::timeout(limit, sql.client.simple_query("SELECT 1")).await;
+        let asked = tokio::time::timeout(PROBE_TIMEOUT, sql.client.simple_query("SELECT 1")).await;
         if matches!(asked, Ok(Ok(_))) {
             tracing::info!(silent_for = ?last_received.elapsed(), "the server the stream is decoded on sends nothing but answers: its replay is behind (paused, or slow); the stream stays there");
             *last_received = Instant::now();
