@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
 import shutil
 import signal
@@ -72,19 +73,37 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def free_ports(count: int, host: str = "127.0.0.1") -> int:
     """The first of ``count`` consecutive TCP ports of ``host`` that were free a moment ago
-    (for ``--port-base``-style options: node ``i`` on ``base + i``)."""
-    for _ in range(50):
-        base = free_port(host)
-        if base + count > 65536:
-            continue
+    (for ``--port-base``-style options: node ``i`` on ``base + i``; for servers that must
+    keep their ports, such as a primary and its standby that swap roles). They lie below
+    the kernel's ephemeral range: an outgoing connection takes its source port from that
+    range, and could take a port chosen there before its server binds it (or binds it
+    again after a restart)."""
+    below = _ephemeral_ports_start()
+    chooser = random.Random()
+    for _ in range(200):
+        base = chooser.randrange(_LOWEST_CHOSEN_PORT, below - count)
         try:
-            for port in range(base + 1, base + count):
+            for port in range(base, base + count):
                 with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
                     probe.bind((host, port))
         except OSError:
             continue
         return base
-    raise OSError(f"no {count} consecutive free ports on {host}")
+    raise OSError(f"no {count} consecutive free ports on {host} below {below}")
+
+
+_LOWEST_CHOSEN_PORT = 10000
+"""Where :func:`free_ports` starts looking: above the ports services usually take."""
+
+
+def _ephemeral_ports_start() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default when unknown)."""
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        low = int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+    return low if low > _LOWEST_CHOSEN_PORT + 1000 else 32768
 
 
 def wait_until(
