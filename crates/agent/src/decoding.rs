@@ -20,6 +20,7 @@
 use crate::config::Config;
 use crate::connect::{self, connect_sql, reached_host, SqlSession};
 use crate::database::{self, DatabaseIdentity};
+use crate::term::Term;
 use anyhow::{bail, Context as _};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -255,14 +256,18 @@ impl DecodingServers {
     /// acknowledged, so that the stream moves there without a gap; each primary (one listed,
     /// or a standby promoted) loses its idle slot of that name, which would keep its WAL.
     /// `primary_dsn` is where the running transactions a standby's slot creation waits for
-    /// are logged.
-    pub async fn tend_other_hosts(self: Arc<Self>, primary_dsn: String) {
+    /// are logged. Nothing is done outside `term`: an agent whose lease ran out must not
+    /// create, move or drop slots under the one that took over.
+    pub async fn tend_other_hosts(self: Arc<Self>, primary_dsn: String, term: Arc<Term>) {
         let mut problems: Vec<Option<String>> = vec![None; self.hosts.len()];
         let mut sessions: Vec<Option<SqlSession>> = (0..self.hosts.len()).map(|_| None).collect();
         let mut tick = tokio::time::interval(SPARE_INTERVAL);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            if !term.valid() {
+                continue;
+            }
             let on_primary = self.on_primary.load(Ordering::Relaxed);
             let hosts = problems.iter_mut().zip(sessions.iter_mut()).enumerate();
             for (host, (known, session)) in hosts {

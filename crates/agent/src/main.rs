@@ -254,7 +254,8 @@ async fn run(
         }
     };
     if decoding.silence_limit().is_some() {
-        tokio::spawn(Arc::clone(&decoding).tend_other_hosts(config.dsn.clone()));
+        let tending = Arc::clone(&decoding).tend_other_hosts(config.dsn.clone(), Arc::clone(&term));
+        tokio::spawn(tending);
     }
     // Transactions running now may have committed below the resume point without being
     // visible yet: pins wait until they are seen finished (certify.rs, the floor).
