@@ -243,8 +243,7 @@ pub fn hosts_of(dsn: &str) -> anyhow::Result<Vec<String>> {
 }
 
 /// `config` with its `index`-th host alone (its user, database, password, options and
-/// `sslmode`),
-/// connecting within `wait`; `None` when there is no such host.
+/// `sslmode`), connecting within `wait`; `None` when there is no such host.
 fn one_host(
     config: &tokio_postgres::Config,
     index: usize,

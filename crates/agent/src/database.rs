@@ -3,9 +3,8 @@
 //! which history it writes ([`position`], [`history`]), whether schema changes reach it
 //! (the DDL triggers, or the catalog fingerprint: [`require_ddl_tracking`]), the slot
 //! ([`slot_state`], [`find_slot`], [`recreate_slot`], [`create_slot`], [`advance_slot`],
-//! [`drop_idle_slot`], [`newest_replayed_message_commit`]),
-//! a standby the stream is decoded on ([`require_decoding_server`], [`standby_slot`]),
-//! transaction ids and snapshots ([`floor_xid`], [`wait_until_visible`]). The stream, the
+//! [`drop_idle_slot`], [`newest_replayed_message_commit`]), a standby the stream is decoded
+//! on ([`require_decoding_server`], [`standby_slot`]), transaction ids and snapshots ([`floor_xid`], [`wait_until_visible`]). The stream, the
 //! fan-out and start-up call these; what to do with the answers is theirs.
 //!
 //! Which database: the one `--dsn` names, in the cluster it runs on. A replication slot
@@ -95,11 +94,12 @@ pub async fn slot_state(sql: &SqlSession, slot: &str) -> anyhow::Result<SlotStat
 pub async fn find_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<Option<SlotState>> {
     // A slot PostgreSQL invalidated (WAL removed, or on a standby rows its decoding needed
     // removed on the primary) decodes nothing again: lost, as a slot whose WAL is gone.
-    let (invalidated, synced) = match sql.server_version_num {
-        170_000.. => ("invalidation_reason IS NOT NULL", SYNCED_COPY),
-        160_000.. => ("coalesce(conflicting, false)", "false"),
-        _ => ("false", "false"),
+    let invalidated = match sql.server_version_num {
+        170_000.. => "invalidation_reason IS NOT NULL",
+        160_000.. => "coalesce(conflicting, false)",
+        _ => "false",
     };
+    let synced = synced_copy(sql);
     let query = format!(
         "SELECT confirmed_flush_lsn::text, coalesce(wal_status, '') = 'lost' OR {invalidated},
                 plugin::text, {synced}
@@ -132,6 +132,15 @@ pub async fn find_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<Option<Sl
 /// `pg_replication_slots`. A promoted standby keeps `synced` on the copies it took, which it
 /// may decode now.
 const SYNCED_COPY: &str = "synced AND pg_is_in_recovery()";
+
+/// [`SYNCED_COPY`] on `sql`'s server: no slot is a synchronized copy before PostgreSQL 17.
+fn synced_copy(sql: &SqlSession) -> &'static str {
+    if sql.server_version_num >= 170_000 {
+        SYNCED_COPY
+    } else {
+        "false"
+    }
+}
 
 /// Drops slot `slot` if it exists; whether it existed.
 async fn drop_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<bool> {
@@ -167,14 +176,10 @@ pub async fn advance_slot(sql: &SqlSession, slot: &str, position: Timestamp) -> 
 /// Drops slot `slot` if it exists and no session streams from it (a synchronized copy, which
 /// a standby does not let go, is left); whether it was dropped.
 pub async fn drop_idle_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<bool> {
-    let synced = if sql.server_version_num >= 170_000 {
-        SYNCED_COPY
-    } else {
-        "false"
-    };
     let query = format!(
         "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
-         WHERE slot_name = $1 AND NOT active AND NOT ({synced})"
+         WHERE slot_name = $1 AND NOT active AND NOT ({})",
+        synced_copy(sql)
     );
     let dropped = sql
         .client

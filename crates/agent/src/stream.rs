@@ -456,11 +456,10 @@ impl Stream {
 
     /// Records whether the server the stream is decoded on (over `sql`, `host` of the
     /// decoding servers) is a primary, and follows its promotion under the stream: its
-    /// walsender decodes on across the new
-    /// timeline, so what this session pushed past the switch point is the new history's,
-    /// and the nodes keep their entries — when nothing an earlier session pushed (before
-    /// `first_pushed`) lies past the switch point. Otherwise the session ends, and the next
-    /// one rewinds every node (`change_history`).
+    /// walsender decodes on across the new timeline, so what this session pushed past the
+    /// switch point is the new history's, and the nodes keep their entries — when nothing
+    /// an earlier session pushed (before `first_pushed`) lies past the switch point.
+    /// Otherwise the session ends, and the next one rewinds every node (`change_history`).
     async fn follow_promotion(
         &mut self,
         sql: &SqlSession,
