@@ -26,6 +26,13 @@ all).
   (``--standby``, ``--primary-pins on-demand``): what leaves the primary when the logical
   decoding does.
 
+- with ``--spare-slot``, every run beside two streaming standbys, and the agent at its
+  defaults decoding on the first: ``--decode-from`` naming it alone, then naming the second
+  too, which makes the agent keep a *spare slot* there, advanced every second. What the
+  spare costs the second standby (its server's CPU per pgbench transaction, against the same
+  standby beside the stock runs) and the primary (the catalog rows its horizon keeps: the
+  standbys' feedback reports the spare's ``catalog_xmin``).
+
 - with ``--consumer pg_recvlogical``, *decoding only*: ``wal_level=logical`` and ``txcache
   setup`` (slot, REPLICA IDENTITY FULL), the slot consumed by PostgreSQL's own
   ``pg_recvlogical`` into /dev/null: no agent, no node, no pins. What the database pays for
@@ -78,7 +85,7 @@ from psycopg.conninfo import make_conninfo
 
 import txcache
 from txcache import protocol
-from txcache.stack import ReplicatedPostgres, wait_until
+from txcache.stack import ReplicatedPostgres, hosts_dsn, wait_until
 
 SMALL_TABLES = "'pgbench_branches'::regclass, 'pgbench_tellers'::regclass"
 DEFAULTS = -1
@@ -98,6 +105,8 @@ class Config:
     ``hot_standby_feedback`` on or off."""
     decoding: bool = False
     """The stream decoded on the standby (``--decode-from``) rather than on the primary."""
+    spare: bool = False
+    """``--decode-from`` names a second standby too, where the agent keeps a spare slot."""
 
     @property
     def name(self) -> str:
@@ -113,10 +122,13 @@ class Config:
             name += f", pins on the standby (primary on demand), hot_standby_feedback {on}"
         if self.decoding:
             name += ", decoding on the standby"
+        if self.spare:
+            name += ", a spare slot on a second standby"
         return name + ("; REPLICA IDENTITY DEFAULT" if self.identity == "default" else "")
 
-    def agent_flags(self, standby_dsn: str | None) -> tuple[str, ...]:
-        """The agent's flags for this configuration (``standby_dsn``: the standby's)."""
+    def agent_flags(self, standby: Standby | None) -> tuple[str, ...]:
+        """The agent's flags for this configuration, beside ``standby``."""
+        standby_dsn = standby.dsn if standby else None
         flags: tuple[str, ...] = ()
         if self.lifetime != DEFAULTS:
             held = f"{self.lifetime}s"
@@ -125,8 +137,8 @@ class Config:
             assert standby_dsn is not None
             flags += ("--standby", f"standby={standby_dsn}", "--primary-pins", "on-demand")
         if self.decoding:
-            assert standby_dsn is not None
-            flags += ("--decode-from", standby_dsn)
+            assert standby is not None
+            flags += ("--decode-from", standby.decode_from(spare=self.spare))
         return flags
 
 
@@ -146,6 +158,11 @@ class Run:
     """How far the standby's replay was behind the primary at 90 % of the run."""
     standby_pins: int | None = None
     """Pins the agent listed on the standby at 90 % of the run."""
+    spare_standby_cpu: float | None = None
+    """With ``--spare-slot``: CPU seconds the second standby's server used during the run."""
+    catalog_xmin_age: int | None = None
+    """With ``--spare-slot``: age in transactions of the oldest ``catalog_xmin`` of the
+    primary's slots at 90 % of the run (a standby's feedback reports its slots' there)."""
     cpu: dict[str, float] = field(default_factory=dict)
     status: dict[str, int] = field(default_factory=dict)
     foreign_cpu: float = 0.0
@@ -167,8 +184,17 @@ class Run:
     @property
     def database_cpu_per_tx(self) -> float:
         """CPU microseconds the database server used per pgbench transaction."""
+        return self.per_tx(self.database_cpu)
+
+    @property
+    def spare_standby_cpu_per_tx(self) -> float:
+        """CPU microseconds the second standby's server used per pgbench transaction."""
+        return self.per_tx(self.spare_standby_cpu or 0.0)
+
+    def per_tx(self, seconds: float) -> float:
+        """``seconds`` in microseconds per pgbench transaction (NaN before the run)."""
         transactions = self.pgbench.transactions if self.pgbench else 0
-        return self.database_cpu / transactions * 1e6 if transactions else float("nan")
+        return seconds / transactions * 1e6 if transactions else float("nan")
 
 
 def schedule(configs: list[Config], rounds: int) -> list[Run]:
@@ -205,6 +231,12 @@ def wal_counts(dsn: str) -> tuple[int, int]:
     return int(records), int(images)
 
 
+def oldest_catalog_xmin_age(dsn: str) -> int:
+    """Age in transactions of the oldest ``catalog_xmin`` of any slot: how far back the
+    catalog rows are kept (a standby's feedback reports its logical slots' there)."""
+    return int(scalar(dsn, "SELECT coalesce(max(age(catalog_xmin)), 0) FROM pg_replication_slots"))
+
+
 def oldest_xmin_age(dsn: str) -> int:
     """Age in transactions of the oldest snapshot any session holds, or a standby's
     feedback holds through its slot (the vacuum horizon)."""
@@ -217,15 +249,15 @@ def oldest_xmin_age(dsn: str) -> int:
 
 
 def start_agent(
-    stack: ExitStack, dsn: str, run: Run, standby_dsn: str | None = None
+    stack: ExitStack, dsn: str, run: Run, standby: Standby | None = None
 ) -> dict[str, Any]:
     """Slot (``txcache setup``), node and agent for an agent run; returns what the run
     measures them by."""
     assert run.config is not None
-    flags = run.config.agent_flags(standby_dsn)
+    flags = run.config.agent_flags(standby)
     txcache_stack = stack.enter_context(bench_stack(dsn, agent_args=flags))
     # The slot's walsender (on the standby when decoding there): not the physical one.
-    decoder = standby_dsn if run.config.decoding and standby_dsn else dsn
+    decoder = standby.dsn if run.config.decoding and standby else dsn
     walsender = int(
         wait_until(
             lambda: scalar(
@@ -270,7 +302,19 @@ class Standby:
     def __init__(self, servers: ReplicatedPostgres, dbname: str) -> None:
         assert servers.standby is not None
         self.servers = servers
+        self.dbname = dbname
         self.dsn = make_conninfo(servers.standby.dsn, dbname=dbname)
+        self.spare = servers.extra_standbys[0] if servers.extra_standbys else None
+        """With ``--spare-slot``: the second standby, where the agent may keep a spare slot."""
+        self.spare_dsn = make_conninfo(self.spare.dsn, dbname=dbname) if self.spare else None
+
+    def decode_from(self, *, spare: bool) -> str:
+        """``--decode-from``: the standby, and with ``spare`` the second standby after it."""
+        if not spare:
+            return self.dsn
+        assert self.servers.standby is not None
+        assert self.spare is not None
+        return hosts_dsn((self.servers.standby, self.spare), self.dbname)
 
     def feedback(self, on: bool) -> None:
         """Restart the standby with ``hot_standby_feedback`` ``on`` or off, unless it has
@@ -280,13 +324,17 @@ class Standby:
             self.servers.restart_standby({"hot_standby_feedback": value})
 
     def streaming(self, primary_dsn: str) -> None:
-        """Wait until the standby streams from the (restarted) primary."""
+        """Wait until every standby streams from the (restarted) primary (the extra ones'
+        names extend the first's: ``…_2``)."""
+        standbys = 1 + len(self.servers.extra_standbys)
         query = (
             "SELECT count(*) FROM pg_stat_replication "
-            f"WHERE application_name = '{self.servers.standby_application_name}' "
+            f"WHERE application_name LIKE '{self.servers.standby_application_name}%' "
             "AND state = 'streaming'"
         )
-        wait_until(lambda: scalar(primary_dsn, query) == 1, "the standby to stream", timeout=60)
+        wait_until(
+            lambda: scalar(primary_dsn, query) == standbys, "the standbys to stream", timeout=60
+        )
 
     def conflicts(self) -> int:
         """Queries cancelled on the standby for replay conflicts so far (this database)."""
@@ -318,7 +366,8 @@ def measure(
         if run.config is not None and run.config.lifetime == 0:
             agent = start_decoder(stack, server, dsn)
         elif run.config is not None:
-            agent = start_agent(stack, dsn, run, standby.dsn if standby else None)
+            agent = start_agent(stack, dsn, run, standby)
+
         if run.config is not None and run.config.identity == "default":
             execute(dsn, *KEY_IDENTITY)
         execute(dsn, "CHECKPOINT", "SELECT pg_stat_reset_shared('wal')")
@@ -328,12 +377,16 @@ def measure(
         command = ["-c", str(args.clients), "-j", "2", "-T", str(args.seconds)]
         foreign, steal = ForeignCpu(), steal_seconds()
         database_cpu = database_cpu_seconds(server)
+        spare = standby.spare if standby else None
+        spare_cpu = database_cpu_seconds(spare) if spare else 0.0
         conflicts = standby.conflicts() if standby else 0
         load = Pgbench(server, dsn, command)
         time.sleep(args.seconds * 0.9)
         run.xmin_age = oldest_xmin_age(dsn)
         if standby is not None:
             run.standby_lag_bytes = standby.lag_bytes(dsn)
+        if spare is not None:
+            run.catalog_xmin_age = oldest_catalog_xmin_age(dsn)
         if agent and "client" in agent and standby is not None:
             run.standby_pins = len(agent["client"].run(protocol.standby_pins()))
         run.pgbench = load.wait()
@@ -341,6 +394,8 @@ def measure(
             run.standby_conflicts = standby.conflicts() - conflicts
         time.sleep(0.2)  # pgbench's backends exit and are reaped: their time is counted
         run.database_cpu = database_cpu_seconds(server) - database_cpu
+        if spare is not None:
+            run.spare_standby_cpu = database_cpu_seconds(spare) - spare_cpu
         run.foreign_cpu = foreign.seconds()
         run.steal = steal_seconds() - steal
         run.wal_bytes = wal_insert_lsn(dsn) - wal
@@ -351,6 +406,8 @@ def measure(
             run.status = agent_status(agent["client"])
     if run.config is not None:
         drop_slot(standby.dsn if run.config.decoding and standby else dsn)
+    if run.config is not None and run.config.spare and standby and standby.spare_dsn:
+        drop_slot(standby.spare_dsn)
 
 
 def against_neighbours(runs: list[Run], value: Callable[[Run], float]) -> dict[Config, list[float]]:
@@ -407,6 +464,41 @@ def summary_rows(runs: list[Run], configs: list[Config]) -> list[str]:
             f"| {mean_and_each(cpu[config])} |"
         )
     return rows
+
+
+def spare_rows(runs: list[Run], configs: list[Config]) -> list[str]:
+    """With ``--spare-slot``: the second standby's CPU and the primary's catalog horizon, per
+    configuration, against the stock runs."""
+    rows = [
+        "| configuration | second standby's CPU µs/tx (each run) | above stock's | "
+        "primary's oldest catalog_xmin age, xids (each run) |",
+        "|---|---|---|---|",
+    ]
+    stock_cpu = statistics.fmean(r.spare_standby_cpu_per_tx for r in runs if r.config is None)
+    for config in [None, *configs]:
+        each = [run for run in runs if run.config == config]
+        cpu = [run.spare_standby_cpu_per_tx for run in each]
+        ages = ", ".join(str(run.catalog_xmin_age) for run in each)
+        above = "-" if config is None else f"{(statistics.fmean(cpu) / stock_cpu - 1) * 100:+.1f} %"
+        rows.append(
+            f"| {'stock' if config is None else config.name} | {statistics.fmean(cpu):.1f} "
+            f"({', '.join(f'{c:.1f}' for c in cpu)}) | {above} | {ages} |"
+        )
+    return rows
+
+
+def spare_note(runs: list[Run], args: argparse.Namespace) -> list[str]:
+    """With ``--spare-slot``: what the spare slot cost, as a paragraph and a table."""
+    return [
+        "The second standby (the spare slot's, when `--decode-from` names it) and the "
+        "primary's catalog horizon (*catalog_xmin*: a standby's `hot_standby_feedback` "
+        "reports its slots' to the primary, which keeps catalog rows that recent; sampled "
+        "at 90 % of the run). Beside the stock runs and the first configuration, the second "
+        f"standby only replays the WAL (pgbench `-T {args.seconds}`):",
+        "",
+        *spare_rows(runs, configs(args)),
+        "",
+    ]
 
 
 def run_rows(runs: list[Run]) -> list[str]:
@@ -469,6 +561,13 @@ def running_note(args: argparse.Namespace) -> str:
         if args.standby
         else ""
     )
+    if args.spare_slot:
+        standby += (
+            "; with a second streaming standby beside every run; *decoding on the standby*: "
+            "the agent's slot on the first standby (`--decode-from`), and with both named, a "
+            "spare slot on the second, advanced every second to what the stream's slot "
+            "acknowledged"
+        )
     if args.decode_on_standby:
         standby += (
             "; *decoding on the standby*: the agent's slot on the standby (`--decode-from`), "
@@ -501,6 +600,7 @@ def report_body(runs: list[Run], args: argparse.Namespace) -> list[str]:
         "",
         *summary_rows(runs, configs(args)),
         "",
+        *(spare_note(runs, args) if args.spare_slot else []),
         "Every run (*database CPU*: CPU time of the server's processes — postmaster, "
         "backends, walsender, checkpointer — per transaction; time the host takes away is "
         "not in it, unlike in TPS; *full-page images*: the first change of a page after the "
@@ -523,7 +623,8 @@ def report_body(runs: list[Run], args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> None:
     """Every run, then the report."""
     runs = schedule(configs(args), args.rounds)
-    with postgres(args.storage, standbys=int(args.standby)) as servers:
+    standbys = 2 if args.spare_slot else int(args.standby)
+    with postgres(args.storage, standbys=standbys) as servers:
         server = servers.primary if args.standby else servers
         dsn = create_database(server, "bench")
         standby = Standby(servers, "bench") if args.standby else None
@@ -554,6 +655,8 @@ def run(args: argparse.Namespace) -> None:
                 "standby_conflicts": r.standby_conflicts,
                 "standby_lag_bytes": r.standby_lag_bytes,
                 "standby_pins": r.standby_pins,
+                "spare_standby_cpu_seconds": r.spare_standby_cpu,
+                "catalog_xmin_age": r.catalog_xmin_age,
                 "cpu_seconds": r.cpu,
                 "agent_status": r.status,
                 "foreign_cpu_seconds": r.foreign_cpu,
@@ -565,8 +668,9 @@ def run(args: argparse.Namespace) -> None:
     extra = ["stock-logical"] if args.stock_wal_level == "logical" else []
     extra += ["decoding-only"] if args.consumer == "pg_recvlogical" else []
     extra += ["split"] if args.placement == "split" else []
-    extra += ["standby"] if args.standby and not args.decode_on_standby else []
+    extra += ["standby"] if args.standby and not (args.decode_on_standby or args.spare_slot) else []
     extra += ["decode-on-standby"] if args.decode_on_standby else []
+    extra += ["spare-slot"] if args.spare_slot else []
     extra += {"full": [], "default": ["key-identity"]}.get(args.replica_identity, ["identities"])
     name = result_name("database_overhead", args.quick, args.storage, *extra)
     path = write_report(
@@ -579,6 +683,8 @@ def run(args: argparse.Namespace) -> None:
 def configs(args: argparse.Namespace) -> list[Config]:
     """Every configuration the runs beside the stock ones have, in schedule order."""
     identities = args.replica_identity.split(",")
+    if args.spare_slot:
+        return [Config(DEFAULTS, decoding=True), Config(DEFAULTS, decoding=True, spare=True)]
     if args.decode_on_standby:
         return [
             Config(DEFAULTS),
@@ -639,8 +745,16 @@ def parse_args() -> argparse.Namespace:
         "its defaults decoding on the primary, then on the standby, then decoding and "
         "pinning there (--lifetimes is ignored)",
     )
+    parser.add_argument(
+        "--spare-slot",
+        action="store_true",
+        help="every run beside two streaming standbys (hot_standby_feedback on); the agent "
+        "at its defaults decoding on the first, with --decode-from naming it alone, then "
+        "both: what the spare slot the agent keeps on the second costs it and the primary "
+        "(--lifetimes is ignored)",
+    )
     args = parser.parse_args()
-    if args.decode_on_standby:
+    if args.decode_on_standby or args.spare_slot:
         args.standby = True
     if args.consumer == "pg_recvlogical":
         args.lifetimes = [0]
