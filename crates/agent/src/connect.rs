@@ -7,10 +7,13 @@ use pgwire_replication::{Lsn, ReplicationConfig, TlsConfig};
 use std::net::IpAddr;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio_postgres::config::{Host, TargetSessionAttrs};
 use tokio_postgres::tls::MakeTlsConnect;
-use tokio_postgres::{Client, Connection, NoTls, Socket};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Connection, NoTls, Row, Socket, Statement};
+
 use tokio_postgres_rustls::MakeRustlsConnect;
 use txcache_tls::Verify;
 
@@ -20,6 +23,65 @@ pub struct SqlSession {
     pub client: Client,
     /// `server_version_num`, e.g. 180006.
     pub server_version_num: u32,
+    /// The statements [`SqlSession::prepared`] prepared on this session, with their text:
+    /// a few per session, so a list.
+    statements: Mutex<Vec<(&'static str, Statement)>>,
+}
+
+impl SqlSession {
+    /// `text` prepared once on this session, for the statements a task runs again and
+    /// again (heartbeats, lease renewals, digests): the server parses it once and may keep
+    /// its plan, and each run saves the round trip a one-off statement's preparation costs.
+    pub async fn prepared(&self, text: &'static str) -> Result<Statement, tokio_postgres::Error> {
+        let known = self
+            .statements()
+            .iter()
+            .find(|(known, _)| *known == text)
+            .cloned();
+        if let Some((_, statement)) = known {
+            return Ok(statement);
+        }
+        let statement = self.client.prepare(text).await?;
+        self.statements().push((text, statement.clone()));
+        Ok(statement)
+    }
+
+    /// [`Client::query_one`] of `text`, [prepared](SqlSession::prepared) once.
+    pub async fn query_one_prepared(
+        &self,
+        text: &'static str,
+        parameters: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row, tokio_postgres::Error> {
+        let statement = self.prepared(text).await?;
+        self.client.query_one(&statement, parameters).await
+    }
+
+    /// [`Client::query`] of `text`, [prepared](SqlSession::prepared) once.
+    pub async fn query_prepared(
+        &self,
+        text: &'static str,
+        parameters: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let statement = self.prepared(text).await?;
+        self.client.query(&statement, parameters).await
+    }
+
+    /// [`Client::execute`] of `text`, [prepared](SqlSession::prepared) once.
+    pub async fn execute_prepared(
+        &self,
+        text: &'static str,
+        parameters: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, tokio_postgres::Error> {
+        let statement = self.prepared(text).await?;
+        self.client.execute(&statement, parameters).await
+    }
+
+    fn statements(&self) -> MutexGuard<'_, Vec<(&'static str, Statement)>> {
+        // A map of prepared statements stays valid whatever panicked while holding it.
+        self.statements
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// The lease epoch this process acts in (0 while it stands by), named in every session it
@@ -85,6 +147,7 @@ async fn connect_config(
     Ok(SqlSession {
         client,
         server_version_num: version.parse().unwrap_or(0),
+        statements: Mutex::default(),
     })
 }
 

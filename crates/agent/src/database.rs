@@ -420,8 +420,7 @@ pub async fn position(sql: &SqlSession) -> anyhow::Result<Timestamp> {
 /// timeline; another cluster changes the identifier.
 pub async fn history(sql: &SqlSession) -> anyhow::Result<String> {
     let row = sql
-        .client
-        .query_one(
+        .query_one_prepared(
             "SELECT system_identifier::text, CASE WHEN pg_is_in_recovery() THEN \
                lpad(to_hex(coalesce((SELECT received_tli FROM pg_stat_wal_receiver), \
                                     (SELECT timeline_id FROM pg_control_checkpoint()))), 8, '0') \

@@ -35,8 +35,7 @@ pub async fn run(dsn: String, interval: Duration, stats: Arc<StreamStats>) {
             ticker.tick().await;
             let now = unix_micros_now().to_string();
             match client
-                .client
-                .query_one(statement, &[&HEARTBEAT_PREFIX, &now])
+                .query_one_prepared(statement, &[&HEARTBEAT_PREFIX, &now])
                 .await
             {
                 Ok(row) => {

@@ -44,8 +44,8 @@ const ACQUIRE: &str = "
 const RENEW: &str = "
     UPDATE txcache.agent_lease SET
         pid = pg_catalog.pg_backend_pid(),
-        backend_start = (SELECT backend_start FROM pg_catalog.pg_stat_activity
-                         WHERE pid = pg_catalog.pg_backend_pid()),
+        backend_start = (SELECT backend_start
+                         FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid())),
         renewed_at = pg_catalog.clock_timestamp(),
         expires_at = pg_catalog.clock_timestamp() + $3::float8 * interval '1 millisecond'
     WHERE slot = $1 AND holder = $2 AND epoch = $4";
@@ -325,7 +325,8 @@ async fn renew(
     );
     let parameters: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
         [&settings.slot, &settings.holder, &duration_ms, &epoch];
-    let update = sql.client.execute(RENEW, &parameters);
+    let update = sql.execute_prepared(RENEW, &parameters);
+
     let renewed = tokio::time::timeout(settings.valid_for(), update)
         .await
         .context("renewing timed out")??;

@@ -303,7 +303,8 @@ async fn run(
     // Without the DDL triggers every pin's fingerprint is checked; with them, the schema
     // at a pin taken every --schema-check-interval.
     let fingerprints = (config.ddl_tracking == DdlTracking::Fingerprint)
-        .then(|| FingerprintCheck::new(config.dsn.clone(), Arc::clone(&stream_stats)));
+        .then(|| FingerprintCheck::new(config.dsn.clone(), Arc::clone(&stream_stats)))
+        .map(Box::new);
     let pincushion = Pincushion::start(
         config.dsn.clone(),
         settings.clone(),

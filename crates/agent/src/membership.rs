@@ -50,7 +50,7 @@ pub async fn require_table(sql: &SqlSession) -> anyhow::Result<()> {
 
 /// The addresses of slot `slot`'s rows, in the table's order.
 pub async fn read(sql: &SqlSession, slot: &str) -> anyhow::Result<Vec<String>> {
-    let rows = tokio::time::timeout(READ_TIMEOUT, sql.client.query(MEMBERS, &[&slot]))
+    let rows = tokio::time::timeout(READ_TIMEOUT, sql.query_prepared(MEMBERS, &[&slot]))
         .await
         .context("timed out")??;
     Ok(rows.iter().map(|row| row.get(0)).collect())

@@ -197,8 +197,9 @@ pub enum PinSource {
     /// with `fingerprints` (`--ddl-tracking fingerprint`) each clean pin's catalog
     /// fingerprint is checked before it is listed.
     Primary {
-        /// The check of every clean pin's catalog, without DDL triggers.
-        fingerprints: Option<FingerprintCheck>,
+        /// The check of every clean pin's catalog, without DDL triggers (boxed: it holds
+        /// a session, and the other variant is small).
+        fingerprints: Option<Box<FingerprintCheck>>,
     },
     /// A hot standby of it (`--standby NAME=CONNINFO`): snapshots taken with replay paused,
     /// placed on the stream by their replay position.
@@ -245,7 +246,7 @@ impl Pincushion {
     ) -> Arc<Self> {
         let (requests, receiver) = mpsc::channel(64);
         let (fingerprints, standby) = match source {
-            PinSource::Primary { fingerprints } => (fingerprints, None),
+            PinSource::Primary { fingerprints } => (fingerprints.map(|check| *check), None),
             PinSource::Standby { name, primary } => {
                 (None, Some(StandbyPinning::new(name, primary)))
             }

@@ -98,10 +98,10 @@ async fn watch(
     loop {
         ticker.tick().await;
         let now: String = sql
-            .client
-            .query_one(DIGEST, &[&RESULT_SETTINGS.as_slice()])
+            .query_one_prepared(DIGEST, &[&RESULT_SETTINGS.as_slice()])
             .await?
             .get(0);
+
         match last.as_deref() {
             Some(known) if known == now => continue,
             // The first reading ever: nothing to compare with, nothing cached under it.
