@@ -214,7 +214,7 @@ KEY_IDENTITY = tuple(
 )
 """``--replica-identity default``: the tables pgbench updates publish their old key only (their
 one index is the primary key, so the agent's tags lose nothing); pgbench_history, with no
-key, is only inserted into and keeps FULL."""
+key, is only inserted into and keeps FULL. What ``txcache setup --key-identity`` sets."""
 
 
 def small_tables_kib(dsn: str) -> int:

@@ -352,7 +352,49 @@ def test_a_partition_s_replica_identity_set_by_a_migration_is_kept(shop: str) ->
     assert (identity(shop, "bids_low"), identity(shop, "bids_high")) == ("n", "f")
 
 
+def test_key_identity_keeps_the_key_until_a_run_that_does_not_name_it(shop: str) -> None:
+    report = setup_database(shop, key_identity=["public.items"])
+    assert (identity(shop, "items"), identity(shop, "users")) == ("d", "f")
+    assert report.step("replica identity").detail == (
+        "set REPLICA IDENTITY FULL on public.bids, public.bids_low; "
+        "the key on public.items (--key-identity)"
+    )
+    # Named unqualified, it is the same table: nothing to change.
+    again = setup_database(shop, key_identity=["items"])
+    assert again.step("replica identity").status is StepStatus.OK
+    assert again.step("replica identity").detail == (
+        "FULL on 3 of 4 tracked table(s); the key on public.items (--key-identity)"
+    )
+    # Set FULL beforehand, the key is set back.
+    execute(shop, "ALTER TABLE items REPLICA IDENTITY FULL")
+    setup_database(shop, key_identity=["public.items"])
+    assert identity(shop, "items") == "d"
+    # Setup is run on purpose: without the option, FULL again.
+    assert setup_database(shop).step("replica identity").status is StepStatus.CHANGED
+    assert identity(shop, "items") == "f"
+
+
+def test_key_identity_is_refused_for_a_table_without_a_key_or_not_tracked(shop: str) -> None:
+    with pytest.raises(SetupError) as caught:
+        setup_database(shop, key_identity=["bids_low", "public.nosuch"])
+    message = str(caught.value)
+    assert "--key-identity bids_low: table public.bids_low has neither a primary key" in message
+    assert "--key-identity public.nosuch names no table of the tracked schemas (public)" in message
+    # Refused before anything changed.
+    assert query(shop, "SELECT count(*) FROM pg_publication") == [(0,)]
+
+
+def test_cli_key_identity_prints_the_alter_table(shop: str) -> None:
+    execute(shop, "ALTER TABLE items REPLICA IDENTITY FULL")
+    printed = run_cli("--dsn", shop, "--print-sql", "--key-identity", "public.items")
+    assert printed.returncode == 3, printed.stderr
+    assert 'ALTER TABLE "public"."items" REPLICA IDENTITY DEFAULT;' in printed.stdout
+    assert 'ALTER TABLE "public"."users" REPLICA IDENTITY' not in printed.stdout
+    assert "the key on public.items (--key-identity)" in printed.stderr
+
+
 def test_ddl_by_an_ordinary_role_is_seen(shop: str, make_role: MakeRole) -> None:
+
     setup_database(shop)
     role, dsn = make_role()
     execute(shop, f"GRANT CREATE ON SCHEMA public TO {role}")

@@ -203,15 +203,22 @@ class _Table:
     identity: str  # pg_class.relreplident: d(efault), n(othing), f(ull), i(ndex)
     problem: str | None = None  # why PostgreSQL would refuse its UPDATE and DELETE under FULL
     keyed: bool = False  # it has a primary key (REPLICA IDENTITY DEFAULT keeps them working)
+    key_chosen: bool = False  # named by --key-identity: its key is its identity, not FULL
 
     @property
     def wanted(self) -> str | None:
         """The replica identity setup gives the table (``FULL``, ``DEFAULT``), or ``None``
-        to leave it as it is: FULL wherever PostgreSQL allows it; where it does not, DEFAULT
-        in place of FULL or NOTHING if the table has a primary key."""
-        if self.problem is None:
+        to leave it as it is: FULL wherever PostgreSQL allows it and the operator did not
+        choose the key; otherwise DEFAULT in place of FULL or NOTHING if the table has a
+        primary key (a USING INDEX identity is kept)."""
+        if self.problem is None and not self.key_chosen:
             return None if self.identity == "f" else "FULL"
         return "DEFAULT" if self.identity in ("f", "n") and self.keyed else None
+
+    @property
+    def full(self) -> bool:
+        """Whether the table has REPLICA IDENTITY FULL once setup has run."""
+        return (self.wanted or {"f": "FULL"}.get(self.identity)) == "FULL"
 
     @property
     def unwritable(self) -> bool:
@@ -325,6 +332,7 @@ def setup_database(
     *,
     check: bool = False,
     administrator: bool = False,
+    key_identity: Iterable[str] = (),
 ) -> SetupReport:
     """Make the database at ``dsn`` ready for txcache; with ``check``, only report.
     With ``administrator``, plan for a role that may do everything, not the connecting one
@@ -336,6 +344,11 @@ def setup_database(
     (superuser only) and the logical replication slot ``slot`` (pgoutput). Idempotent: a
     second run changes nothing. Raises :class:`SetupError` before changing anything if a
     prerequisite is unmet (``wal_level``, free slots, the role's privileges, …).
+
+    The tables ``key_identity`` names (``schema.table``, or a table's name in one tracked
+    schema) keep their key as replica identity instead of FULL: their writes log less and
+    cost the logical decoding less, and their updates invalidate more (docs/setup.md,
+    "Replica identity"). Each must have a primary key or an identity index.
     """
     listed = [schemas] if isinstance(schemas, str) else schemas
     wanted = _validate(tuple(dict.fromkeys(listed)), slot, publication)
@@ -346,6 +359,9 @@ def setup_database(
     with conn:
         try:
             ctx = _context(conn, wanted, slot, publication, administrator)
+            _choose_key_identity(
+                ctx, [key_identity] if isinstance(key_identity, str) else key_identity
+            )
             _check_prerequisites(ctx)
             plans = _plan_all(ctx)
         except psycopg.Error as error:
@@ -430,7 +446,36 @@ def _identity_problems(
     return {oid: (problem, keyed) for oid, problem, keyed in cursor.fetchall()}
 
 
+def _choose_key_identity(ctx: _Context, names: Iterable[str]) -> None:
+    """Marks the tables ``key_identity`` names; a name that is no single tracked table, or a
+    table without a key to be its identity, is a problem."""
+    for name in dict.fromkeys(names):
+        matches = [t for t in ctx.tables if name in (t.display, f"{t.schema}.{t.relname}")]
+        if not matches and "." not in name:
+            matches = [t for t in ctx.tables if t.relname == name]
+        if len(matches) != 1:
+            where = ", ".join(ctx.schemas)
+            ctx.problems.append(
+                f"--key-identity {name} names no table of the tracked schemas ({where}); "
+                "name an ordinary table or a partition, as schema.table"
+                if not matches
+                else f"--key-identity {name} names a table in several tracked schemas "
+                f"({_names([t.display for t in matches])}): name it as schema.table"
+            )
+            continue
+        table = matches[0]
+        if not table.keyed and table.identity != "i":
+            ctx.problems.append(
+                f"--key-identity {name}: table {table.display} has neither a primary key "
+                "nor an identity index to be its replica identity: add a primary key, or "
+                "leave it FULL"
+            )
+            continue
+        ctx.tables[ctx.tables.index(table)] = dataclasses.replace(table, key_chosen=True)
+
+
 def _describe(ctx: _Context) -> str:
+
     info = ctx.conn.info
     where = f"{info.user}@{info.host}:{info.port}/{info.dbname}"
     return f"{where} (PostgreSQL {ctx.facts['server_version']})"
@@ -758,16 +803,18 @@ def _scope(pub: _Publication) -> str:
 
 def _plan_replica_identity(ctx: _Context) -> _Plan:
     pending = [table for table in ctx.tables if table.wanted]
-    full = sum(table.identity == "f" or table.wanted == "FULL" for table in ctx.tables)
+    full = sum(table.full for table in ctx.tables)
     scope = "all" if full == len(ctx.tables) else f"{full} of"
-    plan = _Plan("replica identity", f"FULL on {scope} {len(ctx.tables)} tracked table(s)")
+    chosen = [table.display for table in ctx.tables if table.key_chosen]
+    keys = f"; the key on {_names(chosen)} (--key-identity)" if chosen else ""
+    plan = _Plan("replica identity", f"FULL on {scope} {len(ctx.tables)} tracked table(s){keys}")
     if pending:
         changes = []
         for wanted in ("FULL", "DEFAULT"):
             names = [t.display for t in pending if t.wanted == wanted]
             if names:
                 changes.append(f"{wanted} on {_names(names)}")
-        plan.todo = f"set REPLICA IDENTITY {'; '.join(changes)}"
+        plan.todo = f"set REPLICA IDENTITY {'; '.join(changes)}{keys}"
         plan.statements.append(sql.SQL("SET lock_timeout = '10s'"))
         for table in pending:
             identifier = sql.Identifier(table.schema, table.relname)
@@ -784,6 +831,8 @@ def _plan_coarse_tables(ctx: _Context) -> list[_Plan]:
     """A warning naming the tables left without REPLICA IDENTITY FULL because PostgreSQL
     would refuse their UPDATE and DELETE under it: their changes invalidate more coarsely."""
     coarse = [t for t in ctx.tables if t.problem is not None and not t.unwritable]
+    coarse = [t for t in coarse if not t.key_chosen]
+
     if not coarse:
         return []
     named = _names([f"{t.display} ({t.problem})" for t in coarse])

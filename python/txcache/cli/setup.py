@@ -40,6 +40,16 @@ def add_parser(subparsers: Any) -> None:
         "--publication", default="txcache", help="publication name (default: txcache)"
     )
     parser.add_argument(
+        "--key-identity",
+        dest="key_identity",
+        action="append",
+        metavar="TABLE",
+        help="a tracked table (schema.table) that keeps its primary key as replica identity "
+        "instead of FULL: its writes cost the database less, and its updates invalidate "
+        "more cached results; repeat for several, and on every run "
+        '(docs/setup.md, "Replica identity")',
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help=f"only verify and report, change nothing; exit {EXIT_MISSING} if something is missing",
@@ -64,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
             publication=args.publication,
             check=args.check or args.print_sql,
             administrator=args.print_sql,
+            key_identity=args.key_identity or (),
         )
+
     except SetupError as error:
         print(f"txcache setup: error: {error}", file=sys.stderr)
         return 1
