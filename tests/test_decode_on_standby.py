@@ -312,11 +312,12 @@ def hand_over_on_promotion(
         )
 
 
-def moving_stack(primary: str, decode_from: str) -> LibraryStack:
+def moving_stack(primary: str, decode_from: str, *, failover_after: str = "2s") -> LibraryStack:
     """The stack on ``primary``, decoding on the first of ``decode_from``'s hosts that
-    answers, moving on after 2 s without an answer."""
-    flags = (*AGENT_ARGS, "--decode-from", decode_from, "--decode-failover-after", "2s")
-    return LibraryStack(primary, agent_args=flags)
+    answers, moving on to a spare slot after 2 s without an answer, to any host after
+    ``failover_after``."""
+    failing = ("--decode-spare-after", "2s", "--decode-failover-after", failover_after)
+    return LibraryStack(primary, agent_args=(*AGENT_ARGS, "--decode-from", decode_from, *failing))
 
 
 def test_a_hung_decoding_standby_is_left_for_the_next_one_s_spare_slot_and_the_cache_kept(
@@ -325,11 +326,13 @@ def test_a_hung_decoding_standby_is_left_for_the_next_one_s_spare_slot_and_the_c
     """The second standby keeps a spare slot, advanced to what the stream acknowledged. The
     first hangs (SIGSTOP): the stream, silent, moves to the spare — no node reset, the
     entries cached before still served — and invalidates exactly from there; once the first
-    answers again, its slot is the spare and follows the stream."""
+    answers again, its slot is the spare and follows the stream. The move to a spare comes
+    after ``--decode-spare-after``, long before ``--decode-failover-after``."""
     first = pair.standby
     assert first is not None
     second = pair.add_standby()
-    with moving_stack(pair.primary.dsn, hosts_dsn((first, second))) as lib:
+    decode_from = hosts_dsn((first, second))
+    with moving_stack(pair.primary.dsn, decode_from, failover_after="10m") as lib:
         assert ("txcache", False) in slots(first.dsn)
         assert cached(lib, QUERY, 1) == [("item 1",)]
         assert cached(lib, QUERY, 2) == [("item 2",)]
@@ -347,6 +350,36 @@ def test_a_hung_decoding_standby_is_left_for_the_next_one_s_spare_slot_and_the_c
             assert reread(lib, QUERY, token, 2) == ([("item 2",)], False), "the cache was kept"
         assert node_resets(lib) == resets
         following(lib, first.dsn, "the first standby's slot, now the spare")
+
+
+def test_before_failover_after_the_stream_moves_only_to_a_spare_slot(
+    pair: ReplicatedPostgres,
+) -> None:
+    """With both standbys hung, only the primary (named last) answers: before
+    ``--decode-failover-after`` the stream does not move there, which would reset every
+    node; the standbys back, it resumes on one of them, the cache kept."""
+    first = pair.standby
+    assert first is not None
+    second = pair.add_standby()
+    decode_from = hosts_dsn((first, second, pair.primary))
+    with moving_stack(pair.primary.dsn, decode_from, failover_after="10m") as lib:
+        assert cached(lib, QUERY, 2) == [("item 2",)]
+        following(lib, second.dsn, "the spare slot on the second standby")
+        resets = node_resets(lib)
+        with first.paused(), second.paused():
+            wait_until(
+                lambda: "no --decode-from host with a usable slot answers" in lib._agent_log(),
+                "the agent to find no spare slot answering",
+                timeout=60,
+                log=lib._agent_log,
+            )
+            assert agent_walsenders(pair.primary.dsn) == 0
+            assert "THE STREAM MOVED" not in lib._agent_log()
+        lib.caught_up()
+        token = lib.commit("UPDATE items SET name = 'standbys back' WHERE id = 2")
+        assert assert_invalidated(lib, QUERY, token, 2) == [("standbys back",)]
+        assert node_resets(lib) == resets
+        assert "txcache" not in dict(slots(pair.primary.dsn))
 
 
 def following(lib: LibraryStack, dsn: str, what: str) -> None:

@@ -38,12 +38,20 @@ pub struct Config {
     pub decode_from: Option<String>,
 
     /// With a --decode-from naming several hosts: how long the host the stream is decoded on
-    /// may fail to answer (or, connected, send nothing) before the stream moves to another
-    /// host that answers: a standby with the spare slot the agent keeps there, else on a new
-    /// slot (every cache node is then reset), above zero, e.g. 30s; units ns, us, ms, s, m, h; decimals allowed; a bare
-    /// number is seconds (docs/agent.md, "Decoding on a standby").
+    /// may fail to answer (or, connected, send nothing) before the stream moves to a host
+    /// without a spare slot, on a new slot (every cache node is then reset), above zero,
+    /// e.g. 30s; units ns, us, ms, s, m, h; decimals allowed; a bare number is seconds
+    /// (docs/agent.md, "Decoding on a standby").
     #[arg(long, env = "TXCACHE_DECODE_FAILOVER_AFTER", default_value = "30s", value_name = "DURATION", value_parser = parse_interval)]
     pub decode_failover_after: Duration,
+
+    /// With a --decode-from naming several hosts: how long the host the stream is decoded on
+    /// may fail before the stream moves to a standby holding the spare slot the agent keeps
+    /// there (no cache node is reset; at most --decode-failover-after), above zero, e.g.
+    /// 5s; units ns, us, ms, s, m, h; decimals allowed; a bare number is seconds
+    /// (docs/agent.md, "Decoding on a standby").
+    #[arg(long, env = "TXCACHE_DECODE_SPARE_AFTER", default_value = "5s", value_name = "DURATION", value_parser = parse_interval)]
+    pub decode_spare_after: Duration,
 
     /// Publication created by `txcache setup`.
     #[arg(long, env = "TXCACHE_PUBLICATION", default_value = "txcache")]
@@ -591,6 +599,7 @@ mod tests {
         }
         let expected = [
             "decode_failover_after",
+            "decode_spare_after",
             "membership_interval",
             "heartbeat_interval",
             "delivery_spacing",

@@ -6,10 +6,13 @@
 //!  host=s1,s2,p   decode on s1 (its slot)
 //!                 every second: a spare slot on s2, advanced to what s1's slot acknowledged;
 //!                               no idle slot on p (it would keep the primary's WAL)
+//!                 s1 silent or unreachable for --decode-spare-after, a spare usable
+//!                                ─▶ a standby holding a usable slot (s2's spare: no node
+//!                                   reset)
 //!                 s1 silent or unreachable for --decode-failover-after
 //!                                ─▶ another host that answers: a standby holding a usable
-//!                                   slot (s2's spare: no node reset), else the first
-//!                                   standby, else the primary (a new slot: every node reset)
+//!                                   slot, else the first standby, else the primary (a new
+//!                                   slot: every node reset)
 //!                 decoded on a primary, a standby's spare caught up ─▶ move there
 //! ```
 //!
@@ -37,6 +40,11 @@ pub struct DecodingServers {
     hosts: Vec<String>,
     slot: String,
     failover_after: Duration,
+    /// How long the host in use may fail before the stream moves to a spare (no reset).
+    spare_after: Duration,
+    /// Per host: whether it held a usable spare slot when last tended (while the stream
+    /// was decoded elsewhere, and not failing).
+    spares: Vec<AtomicBool>,
     /// What every host must be a server of (`require_decoding_server`).
     primary: DatabaseIdentity,
     current: Mutex<Current>,
@@ -73,11 +81,14 @@ impl DecodingServers {
             Some(decode_from) => connect::hosts_of(decode_from)?,
             None => Vec::new(),
         };
+        let hosts = if hosts.len() > 1 { hosts } else { Vec::new() };
         Ok(Self {
             dsn,
-            hosts: if hosts.len() > 1 { hosts } else { Vec::new() },
+            spares: hosts.iter().map(|_| AtomicBool::new(false)).collect(),
+            hosts,
             slot: config.slot.clone(),
             failover_after: config.decode_failover_after,
+            spare_after: config.decode_spare_after.min(config.decode_failover_after),
             primary,
             current: Mutex::new(Current::default()),
             acknowledged: AtomicU64::new(0),
@@ -88,7 +99,24 @@ impl DecodingServers {
     /// How long the stream may receive nothing before its server counts as failing: `Some`
     /// only when there is another host to move to.
     pub fn silence_limit(&self) -> Option<Duration> {
-        (!self.hosts.is_empty()).then_some(self.failover_after)
+        (!self.hosts.is_empty()).then(|| self.failure_limit())
+    }
+
+    /// How long the host in use may fail before the stream moves: `--decode-spare-after`
+    /// while another host held a usable spare slot when last tended (a move there resets
+    /// no node), else `--decode-failover-after`.
+    fn failure_limit(&self) -> Duration {
+        if self.spare_usable() {
+            self.spare_after
+        } else {
+            self.failover_after
+        }
+    }
+
+    fn spare_usable(&self) -> bool {
+        self.spares
+            .iter()
+            .any(|spare| spare.load(Ordering::Relaxed))
     }
 
     /// Opens `application`'s session on the server the stream is decoded on. With several
@@ -123,12 +151,17 @@ impl DecodingServers {
                 Err(error) => {
                     let since = *current.failing_since.get_or_insert_with(Instant::now);
                     let name = &self.hosts[host];
-                    if since.elapsed() < self.failover_after {
+                    let limit = self.failure_limit();
+                    if since.elapsed() < limit {
+                        let to = if limit < self.failover_after {
+                            "a spare slot"
+                        } else {
+                            "another host"
+                        };
                         bail!(
                             "the --decode-from host the stream is decoded on ({name}) does \
-                             not answer: {error:#}; the stream moves to another host if it \
-                             still does not {:?} after it stopped",
-                            self.failover_after
+                             not answer: {error:#}; the stream moves to {to} if it still does \
+                             not {limit:?} after it stopped"
                         );
                     }
                     tracing::error!(host = %name, error = format!("{error:#}"), failing_for = ?since.elapsed(),
@@ -137,7 +170,12 @@ impl DecodingServers {
                 }
             },
         };
-        let (sql, host) = self.choose(application, failed).await?;
+        // Before --decode-failover-after, only a host holding a usable slot will do.
+        let spare_only = current
+            .failing_since
+            .is_some_and(|since| since.elapsed() < self.failover_after);
+        let (sql, host) = self.choose(application, failed, spare_only).await?;
+
         let moved_from = failed.map(|old| self.hosts[old].clone());
         tracing::warn!(host = %self.hosts[host], moved_from = ?moved_from, "the change stream is decoded on this --decode-from host");
         *current = Current {
@@ -188,13 +226,14 @@ impl DecodingServers {
         self.current.lock().await.wanted.is_some()
     }
 
-    /// The first host that answers and can decode: a standby holding a usable slot, else the
-    /// first standby, else the primary (listed, or a standby promoted); `failed` is tried
-    /// last.
+    /// The first host that answers and can decode: a standby holding a usable slot, else
+    /// (unless `spare_only`) the first standby, else the primary (listed, or a standby
+    /// promoted); `failed` is tried last.
     async fn choose(
         &self,
         application: &str,
         failed: Option<usize>,
+        spare_only: bool,
     ) -> anyhow::Result<(SqlSession, usize)> {
         let order = (0..self.hosts.len()).filter(|host| Some(*host) != failed);
         let (mut first_standby, mut first_primary) = (None, None);
@@ -216,14 +255,24 @@ impl DecodingServers {
                 continue;
             }
             // A standby's slot is one the stream was decoded on: resuming there resets no
-            // node.
+            // node (a spare must not be ahead of what the stream acknowledged, or the
+            // commits in between would be skipped: the stream resets every node then).
             let slot = database::find_slot(&sql, &self.slot).await;
-            if matches!(slot, Ok(Some(ref state)) if !state.lost) {
+            let acknowledged = Timestamp(self.acknowledged.load(Ordering::Relaxed));
+            if matches!(slot, Ok(Some(ref state))
+                if !state.lost && (!spare_only || state.confirmed <= acknowledged))
+            {
                 return Ok((sql, host));
             }
             first_standby.get_or_insert((sql, host));
         }
         match first_standby.or(first_primary) {
+            Some(_) if spare_only => bail!(
+                "no --decode-from host with a usable slot answers: the stream moves to a host \
+                 without one (every cache node reset) once the one it was decoded on has \
+                 failed for {:?}",
+                self.failover_after
+            ),
             Some(chosen) => Ok(chosen),
             None => bail!(
                 "no --decode-from host answers and can decode ({})",
@@ -279,7 +328,9 @@ impl DecodingServers {
                 };
                 if problem.is_some() {
                     *session = None;
+                    self.spares[host].store(false, Ordering::Relaxed);
                 }
+
                 if problem != *known {
                     let name = &self.hosts[host];
                     match &problem {
@@ -308,6 +359,9 @@ impl DecodingServers {
         on_primary: bool,
     ) -> anyhow::Result<()> {
         if !self.is_spare(host).await {
+            if self.current.lock().await.host == Some(host) {
+                self.spares[host].store(false, Ordering::Relaxed);
+            }
             *session = None;
             return Ok(());
         }
@@ -318,6 +372,7 @@ impl DecodingServers {
         };
         let sql = &*sql;
         if !database::in_recovery(sql).await? {
+            self.spares[host].store(false, Ordering::Relaxed);
             if database::drop_idle_slot(sql, &self.slot).await? {
                 tracing::warn!(host = %self.hosts[host], slot = %self.slot,
                     "dropped the replication slot on a --decode-from host that is a primary the stream is not decoded on (it kept that server's WAL)");
@@ -341,11 +396,15 @@ impl DecodingServers {
             return Ok(());
         }
         database::advance_slot(sql, &self.slot, acknowledged).await?;
-        if on_primary {
-            let spare = database::find_slot(sql, &self.slot).await?;
-            if spare.is_some_and(|spare| !spare.lost && spare.confirmed >= acknowledged) {
-                self.current.lock().await.wanted.get_or_insert(host);
-            }
+        let Some(spare) = database::find_slot(sql, &self.slot).await? else {
+            self.spares[host].store(false, Ordering::Relaxed);
+            return Ok(());
+        };
+        // Usable: the stream can resume there without skipping what it acknowledged.
+        let usable = !spare.lost && spare.confirmed <= acknowledged;
+        self.spares[host].store(usable, Ordering::Relaxed);
+        if on_primary && !spare.lost && spare.confirmed >= acknowledged {
+            self.current.lock().await.wanted.get_or_insert(host);
         }
         Ok(())
     }
