@@ -329,9 +329,15 @@ fn one_host(
         Host::Tcp(name) => one.host(name),
         Host::Unix(path) => one.host_path(path),
     };
+    // A host cut off (not one that merely hangs: its kernel still acknowledges) fails
+    // the session's statements within `wait`, rather than after the system's keepalive
+    // default of two hours.
     one.port(host_port(config, index))
         .ssl_mode(config.get_ssl_mode())
-        .connect_timeout(wait);
+        .connect_timeout(wait)
+        .keepalives_idle(wait)
+        .keepalives_interval(Duration::from_secs(1))
+        .tcp_user_timeout(wait);
     Some(one)
 }
 

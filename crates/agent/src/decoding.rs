@@ -26,7 +26,7 @@ use crate::database::{self, DatabaseIdentity};
 use crate::term::Term;
 use anyhow::{bail, Context as _};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 use tokio::time::MissedTickBehavior;
@@ -52,6 +52,9 @@ pub struct DecodingServers {
     acknowledged: AtomicU64,
     /// Whether the server the stream is decoded on is a primary, as the stream last found.
     on_primary: AtomicBool,
+    /// The history of the server the stream is decoded on, as the stream last found it: a
+    /// standby the stream moves to off a primary must follow it.
+    history: std::sync::Mutex<Option<String>>,
 }
 
 /// The host the stream is decoded on, since when it has failed to answer, and the standby
@@ -93,6 +96,7 @@ impl DecodingServers {
             current: Mutex::new(Current::default()),
             acknowledged: AtomicU64::new(0),
             on_primary: AtomicBool::new(false),
+            history: std::sync::Mutex::default(),
         })
     }
 
@@ -258,9 +262,11 @@ impl DecodingServers {
             // node (a spare must not be ahead of what the stream acknowledged, or the
             // commits in between would be skipped: the stream resets every node then).
             let slot = database::find_slot(&sql, &self.slot).await;
+            // A slot confirmed nowhere (NULL) is still being created by some session.
             let acknowledged = Timestamp(self.acknowledged.load(Ordering::Relaxed));
-            if matches!(slot, Ok(Some(ref state))
-                if !state.lost && (!spare_only || state.confirmed <= acknowledged))
+            if matches!(slot, Ok(Some(ref state)) if !state.lost
+                && state.confirmed != Timestamp::ZERO
+                && (!spare_only || state.confirmed <= acknowledged))
             {
                 return Ok((sql, host));
             }
@@ -294,10 +300,38 @@ impl DecodingServers {
         self.on_primary.store(primary, Ordering::Relaxed);
     }
 
+    /// Records the history (`system_identifier:timeline`) of the server the stream is
+    /// decoded on, as the stream follows it.
+    pub fn decoded_history(&self, history: &str) {
+        *self.history.lock().unwrap_or_else(PoisonError::into_inner) = Some(history.to_owned());
+    }
+
+    /// Whether the server of `sql` has the history the stream is decoded on: a standby
+    /// still on the old timeline after a promotion does not.
+    async fn follows_stream(&self, sql: &SqlSession) -> anyhow::Result<bool> {
+        let theirs = database::history(sql).await?;
+        let ours = self
+            .history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        Ok(ours.is_some_and(|ours| ours == theirs))
+    }
+
     /// Records that the stream's slot is acknowledged up to `position`: the spare slots
     /// follow it.
     pub fn acknowledged(&self, position: Timestamp) {
         self.acknowledged.fetch_max(position.0, Ordering::Relaxed);
+    }
+
+    /// Records that the stream starts again at `position` (after a gap, or on a history
+    /// that went back), below what it acknowledged before: the spares must not be advanced
+    /// past what the nodes have now, and one already past it is no longer usable.
+    pub fn restart_acknowledged(&self, position: Timestamp) {
+        self.acknowledged.store(position.0, Ordering::Relaxed);
+        for spare in &self.spares {
+            spare.store(false, Ordering::Relaxed);
+        }
     }
 
     /// Forever, every second, tends the hosts the stream is not decoded on: each standby
@@ -317,10 +351,13 @@ impl DecodingServers {
             if !term.valid() {
                 continue;
             }
-            let on_primary = self.on_primary.load(Ordering::Relaxed);
             let hosts = problems.iter_mut().zip(sessions.iter_mut()).enumerate();
             for (host, (known, session)) in hosts {
-                let tend = self.tend(host, session, &primary_dsn, on_primary);
+                // A tick may outlast the lease: nothing is done for a term that ended.
+                if !term.valid() {
+                    break;
+                }
+                let tend = self.tend(host, session, &primary_dsn);
                 let problem = match tokio::time::timeout(TEND_TIMEOUT, tend).await {
                     Ok(Ok(())) => None,
                     Ok(Err(error)) => Some(format!("{error:#}")),
@@ -349,19 +386,19 @@ impl DecodingServers {
 
     /// Keeps `host`'s spare slot (a standby) or drops its idle slot (a primary), over its
     /// `session` (opened if need be), unless the stream is decoded there or looking for a
-    /// host to move to. With the stream decoded `on_primary`, a standby whose spare is caught
-    /// up is where it should move.
+    /// host to move to. With the stream decoded on a primary, a standby whose spare is caught
+    /// up and that follows the stream's history is where it should move.
     async fn tend(
         &self,
         host: usize,
         session: &mut Option<SqlSession>,
         primary_dsn: &str,
-        on_primary: bool,
     ) -> anyhow::Result<()> {
-        if !self.is_spare(host).await {
-            if self.current.lock().await.host == Some(host) {
-                self.spares[host].store(false, Ordering::Relaxed);
-            }
+        let Some(spare) = self.is_spare(host) else {
+            // Moving: nothing is tended until the stream runs again.
+            return Ok(());
+        };
+        if !spare {
             *session = None;
             return Ok(());
         }
@@ -387,7 +424,13 @@ impl DecodingServers {
                     database::drop_idle_slot(sql, &self.slot).await?;
                 }
                 let primary = connect_sql(primary_dsn, application).await?;
-                let at = database::create_slot(sql, &self.slot, Some(&primary)).await?;
+                // The creation waits for the primary's running transactions to end: the
+                // server gives up before the tending does, or its backend would go on
+                // holding a half-made slot (confirmed nowhere) after the agent left it.
+                sql.client.batch_execute(CREATE_SPARE_TIMEOUT).await?;
+                let created = database::create_slot(sql, &self.slot, Some(&primary)).await;
+                sql.client.batch_execute("RESET statement_timeout").await?;
+                let at = created?;
                 tracing::info!(host = %self.hosts[host], position = %at, "created a spare replication slot on a --decode-from standby: the stream can move there without resetting the cache nodes");
             }
         }
@@ -401,18 +444,32 @@ impl DecodingServers {
             return Ok(());
         };
         // Usable: the stream can resume there without skipping what it acknowledged.
-        let usable = !spare.lost && spare.confirmed <= acknowledged;
+        let usable =
+            !spare.lost && spare.confirmed != Timestamp::ZERO && spare.confirmed <= acknowledged;
         self.spares[host].store(usable, Ordering::Relaxed);
-        if on_primary && !spare.lost && spare.confirmed >= acknowledged {
-            self.current.lock().await.wanted.get_or_insert(host);
+        // Caught up, and on the stream's history: a move there off a primary repeats and
+        // skips nothing (read now: the stream may have moved since the tick began).
+        let caught_up = !spare.lost && spare.confirmed == acknowledged;
+        if caught_up && self.on_primary.load(Ordering::Relaxed) && self.follows_stream(sql).await? {
+            if let Ok(mut current) = self.current.try_lock() {
+                current.wanted.get_or_insert(host);
+            }
         }
         Ok(())
     }
 
-    /// Whether `host` holds a spare: the stream is decoded elsewhere and not moving.
-    async fn is_spare(&self, host: usize) -> bool {
-        let current = self.current.lock().await;
-        current.failing_since.is_none() && current.host.is_some_and(|current| current != host)
+    /// Whether `host` holds a spare: the stream is decoded elsewhere. `None` while the
+    /// stream is failing or choosing a host (the state is locked for as long as that
+    /// takes: connections to hosts that may not answer), when the spares stay as they are.
+    fn is_spare(&self, host: usize) -> Option<bool> {
+        let current = self.current.try_lock().ok()?;
+        if current.failing_since.is_some() {
+            return None;
+        }
+        if current.host == Some(host) {
+            self.spares[host].store(false, Ordering::Relaxed);
+        }
+        Some(current.host.is_some_and(|current| current != host))
     }
 }
 
@@ -421,6 +478,9 @@ const SPARE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long one host may take to be tended before the next is.
 const TEND_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The server's limit on a spare slot's creation: within [`TEND_TIMEOUT`].
+const CREATE_SPARE_TIMEOUT: &str = "SET statement_timeout = '12s'";
 
 /// Refuses to start unless some host of `--decode-from` answers, and every one that answers
 /// is a server of `primary` that can decode (`require_decoding_server`).

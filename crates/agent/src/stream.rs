@@ -135,8 +135,7 @@ impl Stream {
             return Ok(());
         }
         let primary = primary.unwrap_or(&sql);
-        let streamed = Timestamp(self.fanout.newest().0.saturating_add(1)).max(self.acknowledged);
-        if slot.confirmed > streamed {
+        if slot.confirmed > self.streamed() {
             // Only this agent moves the slot, never past what it streamed and acknowledged
             // (the end of WAL while idle: one past the newest): a slot ahead was dropped and
             // created again, and the commits in between were never read.
@@ -159,12 +158,14 @@ impl Stream {
                 .await?;
         }
         if went_back || changed.is_some() {
+            self.restart_acknowledged(slot.confirmed);
             self.stats.count_database_change();
             let floor = database::floor_xid(primary).await?;
             self.tracker.restart(slot.confirmed, floor);
         }
         // A new history restarts the buffer at the slot too.
         self.fanout.follow_history(&history, slot.confirmed);
+        self.servers.decoded_history(&history);
         if let Some(timeline) = timeline::timeline_of(&history) {
             self.tracker.follow_timeline(timeline);
         }
@@ -186,9 +187,10 @@ impl Stream {
             .context("starting replication")?;
         // The slot is this session's now: if an agent whose lease lapsed acknowledged it
         // further between the reading above and the start, PostgreSQL resumes there, past
-        // commits the nodes never received. A gap: every node is reset.
+        // commits the nodes never received. A gap: every node is reset. (A spare slot
+        // advanced meanwhile, to no more than was acknowledged, skips nothing.)
         if let Some(now) = database::find_slot(&sql, &self.config.slot).await? {
-            if now.confirmed > slot.confirmed {
+            if now.confirmed > slot.confirmed && now.confirmed > self.streamed() {
                 tracing::error!(slot = %self.config.slot, read = %slot.confirmed, started = %now.confirmed,
                     "THE REPLICATION SLOT MOVED BEFORE THE STREAM STARTED (another agent acknowledged it): the changes in between were never read; every cache node is reset");
                 self.restart_after_gap(primary, now.confirmed).await?;
@@ -487,6 +489,7 @@ impl Stream {
                 tracing::warn!(old_history = %old, new_history = %history, switch_point = %switch,
                     "the server the stream is decoded on was promoted: the stream follows its new timeline, and the cache nodes keep their entries");
                 self.fanout.adopt_history(&history, switch);
+                self.servers.decoded_history(&history);
                 if let Some(timeline) = timeline::timeline_of(&history) {
                     self.tracker.follow_timeline(timeline);
                 }
@@ -599,8 +602,24 @@ impl Stream {
         self.tracker
             .restart(position, database::floor_xid(primary).await?);
         self.fanout.declare_gap(position);
+        self.restart_acknowledged(position);
         self.stats.count_slot_recreation();
         Ok(())
+    }
+
+    /// How far the nodes have what the stream read: one past the newest pushed, or the
+    /// acknowledged position (the end of WAL while idle), whichever is further. A slot
+    /// confirmed past it skips commits no node received.
+    fn streamed(&self) -> Timestamp {
+        Timestamp(self.fanout.newest().0.saturating_add(1)).max(self.acknowledged)
+    }
+
+    /// The stream starts again at `position`, below what it acknowledged on the history or
+    /// slot it leaves: what the nodes have is acknowledged from there on, and the spare
+    /// slots follow that, never the old position.
+    fn restart_acknowledged(&mut self, position: Timestamp) {
+        self.acknowledged = position;
+        self.servers.restart_acknowledged(position);
     }
 }
 
