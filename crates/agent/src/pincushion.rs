@@ -441,6 +441,8 @@ struct Export {
     snapshot_text: String,
     snapshot_id: String,
     fence: Timestamp,
+    /// The timeline the fence was written on.
+    timeline: Option<u32>,
     fingerprint: Option<String>,
     after: Option<Timestamp>,
 }
@@ -476,7 +478,12 @@ fn export_statement(server_version_num: u32, fingerprint: bool) -> String {
     } else {
         ""
     };
-    format!("SELECT pg_current_snapshot()::text, pg_export_snapshot(), {fence}::text{fingerprint}")
+    // A primary's timeline, the first 8 hex digits of its WAL segments' names.
+    let timeline = "substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8)";
+    format!(
+        "SELECT pg_current_snapshot()::text, pg_export_snapshot(), {fence}::text, \
+         {timeline}{fingerprint}"
+    )
 }
 
 impl Pinner {
@@ -730,7 +737,8 @@ impl Pinner {
         let fence = Timestamp(Lsn::parse(row.get::<_, &str>(2))?.as_u64());
         let after = self.last_fence.replace(fence);
         let snapshot_text: String = row.get(0);
-        let fingerprint = checked.then(|| row.try_get(3)).transpose();
+        let timeline = u32::from_str_radix(row.get::<_, &str>(3), 16).ok();
+        let fingerprint = checked.then(|| row.try_get(4)).transpose();
         let fingerprint = fingerprint.context("the export statement gave no fingerprint")?;
         Ok(Export {
             id,
@@ -740,6 +748,7 @@ impl Pinner {
             snapshot_text,
             snapshot_id: row.get(1),
             fence,
+            timeline,
             fingerprint,
             after,
         })
@@ -750,7 +759,7 @@ impl Pinner {
         let (id, fence) = (export.id, export.fence);
         let verdict = self
             .tracker
-            .certify(fence, &export.snapshot, FENCE_TIMEOUT)
+            .certify(fence, export.timeline, &export.snapshot, FENCE_TIMEOUT)
             .await;
         let Some(verdict) = verdict else {
             bail!("the fence of pin {id} (at {fence}) was not decoded within {FENCE_TIMEOUT:?}: is the stream running?");
@@ -1047,16 +1056,21 @@ mod tests {
 
     #[test]
     fn the_export_statement_computes_the_fingerprint_only_when_it_is_checked() {
+        let timeline = "substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8)";
         assert_eq!(
             export_statement(160_004, false),
-            "SELECT pg_current_snapshot()::text, pg_export_snapshot(), \
-             pg_logical_emit_message(false, $1, $2)::text"
+            format!(
+                "SELECT pg_current_snapshot()::text, pg_export_snapshot(), \
+                 pg_logical_emit_message(false, $1, $2)::text, {timeline}"
+            )
         );
         assert_eq!(
             export_statement(180_000, true),
-            "SELECT pg_current_snapshot()::text, pg_export_snapshot(), \
-             pg_logical_emit_message(false, $1, $2, true)::text, \
-             txcache.schema_fingerprint(true)"
+            format!(
+                "SELECT pg_current_snapshot()::text, pg_export_snapshot(), \
+                 pg_logical_emit_message(false, $1, $2, true)::text, {timeline}, \
+                 txcache.schema_fingerprint(true)"
+            )
         );
     }
 

@@ -252,15 +252,19 @@ impl StreamTracker {
         self.lock().progress
     }
 
-    /// Waits until the stream has decoded the fence written at `fence` (the LSN the
-    /// pinner's `pg_logical_emit_message` returned), then certifies `snapshot` against the
-    /// commits before it. `None` when the stream does not get there within `timeout`.
+    /// Waits until the stream, following `timeline` (the one the fence was written on, when
+    /// known), has decoded the fence written at `fence` (the LSN the pinner's
+    /// `pg_logical_emit_message` returned), then certifies `snapshot` against the commits
+    /// before it. `None` when the stream does not get there within `timeout`.
     ///
     /// Keyed by LSN, not by a pin number: fences replayed after a restart carry old numbers
-    /// but can never carry this LSN.
+    /// but can never carry this LSN. And by timeline: a stream still on the history a
+    /// failover left may have decoded past `fence` on the old timeline, whose commits past
+    /// the switch point the new primary never had.
     pub async fn certify(
         &self,
         fence: Timestamp,
+        timeline: Option<u32>,
         snapshot: &Snapshot,
         timeout: Duration,
     ) -> Option<Certification> {
@@ -269,7 +273,8 @@ impl StreamTracker {
             let notified = self.changed.notified();
             {
                 let mut state = self.lock();
-                if state.decoded >= fence {
+                let followed = timeline.is_none() || state.timeline == timeline;
+                if followed && state.decoded >= fence {
                     let verdict = state.log.certify(snapshot, fence);
                     if matches!(verdict, Certification::Clean(_)) {
                         state.log.trim_visible_to_all(snapshot, fence);
@@ -638,6 +643,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_fence_on_another_timeline_waits_for_the_stream_to_follow_it() {
+        let tracker = StreamTracker::new(Timestamp(100), 0);
+        tracker.follow_timeline(1);
+        tracker.heartbeat(Timestamp(900), WallClock(2));
+        let snapshot = Snapshot::parse("8:8:").unwrap();
+        let wait = Duration::from_millis(20);
+        let waited = tracker
+            .certify(Timestamp(400), Some(2), &snapshot, wait)
+            .await;
+        assert_eq!(
+            waited, None,
+            "decoded past the fence, but on the timeline a failover left"
+        );
+        tracker.follow_timeline(2);
+        let certified = tracker
+            .certify(Timestamp(400), Some(2), &snapshot, wait)
+            .await;
+        assert!(
+            certified.is_some(),
+            "the stream follows the fence's timeline"
+        );
+    }
+
+    #[tokio::test]
     async fn a_restart_certifies_no_fence_the_old_stream_had_passed() {
         let tracker = StreamTracker::new(Timestamp(100), 0);
         tracker.commit(Timestamp(500), 7, WallClock(1));
@@ -645,7 +674,7 @@ mod tests {
         tracker.restart(Timestamp(300), 0);
         let snapshot = Snapshot::parse("8:8:").unwrap();
         let waited = tracker
-            .certify(Timestamp(400), &snapshot, Duration::from_millis(20))
+            .certify(Timestamp(400), None, &snapshot, Duration::from_millis(20))
             .await;
         assert_eq!(
             waited, None,
