@@ -382,6 +382,67 @@ def test_before_failover_after_the_stream_moves_only_to_a_spare_slot(
         assert "txcache" not in dict(slots(pair.primary.dsn))
 
 
+def test_a_decoding_host_that_answers_but_refuses_the_stream_is_left_for_a_spare_slot(
+    pair: ReplicatedPostgres,
+) -> None:
+    """The standby the stream is decoded on still answers SQL, but the stream cannot start
+    there (its slot held by another consumer here; a full ``max_wal_senders`` or a refused
+    replication connection would do the same): it has failed as surely, and the stream
+    moves to the second standby's spare, the cache kept."""
+    first = pair.standby
+    assert first is not None
+    second = pair.add_standby()
+    decode_from = hosts_dsn((first, second))
+    with moving_stack(pair.primary.dsn, decode_from, failover_after="10m") as lib:
+        assert cached(lib, QUERY, 2) == [("item 2",)]
+        following(lib, second.dsn, "the spare slot on the second standby")
+        resets = node_resets(lib)
+        assert lib.agent is not None
+        with contextlib.ExitStack() as holding:
+            with lib.agent.paused():
+                holding.enter_context(holding_the_slot(first))
+            stream_on(second.dsn, "the stream to move to the second standby", log=lib._agent_log)
+        assert "THE STREAM CANNOT START ON THE --decode-from HOST IN USE" in lib._agent_log()
+        token = lib.commit("UPDATE items SET name = 'refused' WHERE id = 2")
+        assert assert_invalidated(lib, QUERY, token, 2) == [("refused",)]
+        assert node_resets(lib) == resets
+
+
+@contextlib.contextmanager
+def holding_the_slot(server: EmbeddedPostgres) -> Iterator[None]:
+    """Slot ``txcache`` on ``server`` taken from the agent's walsender by
+    ``pg_recvlogical``, which holds it inside the block (the agent must be paused: it would
+    take the slot back first)."""
+    with psycopg.connect(server.dsn, autocommit=True) as db:
+        db.execute(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+            "WHERE slot_name = 'txcache'"
+        )
+    command = [str(server.binary("pg_recvlogical")), "--dbname", server.dsn]
+    command += ["--slot", "txcache", "--start", "--file", "/dev/null", "--no-loop"]
+    command += ["--option", "proto_version=1", "--option", "publication_names=txcache"]
+    holder = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    query = (
+        "SELECT count(*) FROM pg_replication_slots s JOIN pg_stat_activity a "
+        "ON a.pid = s.active_pid WHERE s.slot_name = 'txcache' "
+        "AND a.application_name = 'pg_recvlogical'"
+    )
+
+    def held() -> bool:
+        if holder.poll() is not None:
+            raise AssertionError(f"pg_recvlogical exited: {holder.communicate()[1]}")
+        with psycopg.connect(server.dsn) as db:
+            row = db.execute(query).fetchone()
+        return row is not None and row[0] == 1
+
+    try:
+        wait_until(held, "pg_recvlogical to hold the slot", timeout=30)
+        yield
+    finally:
+        holder.kill()
+        holder.communicate()  # reaps it and closes its pipe
+
+
 def following(lib: LibraryStack, dsn: str, what: str) -> None:
     """Wait until the slot ``txcache`` on the server at ``dsn`` stands at or past the WAL
     position of now (a spare slot follows what the stream acknowledged)."""

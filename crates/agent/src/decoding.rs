@@ -63,6 +63,8 @@ pub struct DecodingServers {
 struct Current {
     host: Option<usize>,
     failing_since: Option<Instant>,
+    /// Since when sessions on `host` have been opened without the stream starting there.
+    starting_since: Option<Instant>,
     wanted: Option<usize>,
 }
 
@@ -144,13 +146,22 @@ impl DecodingServers {
         let failed = match current.host {
             None => None,
             Some(host) => match connect::connect_host(&self.dsn, host, application).await {
+                // It answers; but a host where the stream cannot start (replication refused,
+                // no walsender free, the slot held) has failed as surely.
                 Ok(sql) => {
                     current.failing_since = None;
-                    return Ok(DecodingServer {
-                        sql,
-                        host,
-                        moved_from: None,
-                    });
+                    let starting = *current.starting_since.get_or_insert_with(Instant::now);
+                    if starting.elapsed() < self.failure_limit() {
+                        return Ok(DecodingServer {
+                            sql,
+                            host,
+                            moved_from: None,
+                        });
+                    }
+                    current.failing_since = Some(starting);
+                    tracing::error!(host = %self.hosts[host], failing_for = ?starting.elapsed(),
+                        "THE STREAM CANNOT START ON THE --decode-from HOST IN USE (it answers SQL): moving the stream to another host");
+                    Some(host)
                 }
                 Err(error) => {
                     let since = *current.failing_since.get_or_insert_with(Instant::now);
@@ -285,6 +296,11 @@ impl DecodingServers {
                 self.hosts.join(", ")
             ),
         }
+    }
+
+    /// Records that the stream started on the host in use: it works.
+    pub async fn stream_started(&self) {
+        self.current.lock().await.starting_since = None;
     }
 
     /// Records that the stream has received nothing since `since`: its server counts as

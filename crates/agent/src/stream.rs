@@ -198,6 +198,7 @@ impl Stream {
             }
         }
         tracing::info!(slot = %self.config.slot, resume = %start, "invalidation stream started");
+        self.servers.stream_started().await;
         let mut ack_timer = tokio::time::interval(ACK_INTERVAL);
         let mut last_received = Instant::now();
         let mut history_watch = tokio::time::interval(HISTORY_WATCH_INTERVAL);
