@@ -402,9 +402,35 @@ def test_a_decoding_host_that_answers_but_refuses_the_stream_is_left_for_a_spare
             with lib.agent.paused():
                 holding.enter_context(holding_the_slot(first))
             stream_on(second.dsn, "the stream to move to the second standby", log=lib._agent_log)
-        assert "THE STREAM CANNOT START ON THE --decode-from HOST IN USE" in lib._agent_log()
+        assert "THE STREAM CANNOT RUN ON THE --decode-from HOST IN USE" in lib._agent_log()
         token = lib.commit("UPDATE items SET name = 'refused' WHERE id = 2")
         assert assert_invalidated(lib, QUERY, token, 2) == [("refused",)]
+        assert node_resets(lib) == resets
+
+
+def test_a_decoding_standby_cut_off_from_its_upstream_is_left_for_a_spare_slot(
+    pair: ReplicatedPostgres,
+) -> None:
+    """The standby the stream is decoded on answers, but receives no WAL (its upstream
+    unreachable, as when a failover leaves it on the old timeline): unlike a standby whose
+    replay is paused, it is left for the second standby's spare, the cache kept."""
+    first = pair.standby
+    assert first is not None
+    second = pair.add_standby()
+    decode_from = hosts_dsn((first, second))
+    with moving_stack(pair.primary.dsn, decode_from, failover_after="10m") as lib:
+        assert cached(lib, QUERY, 2) == [("item 2",)]
+        following(lib, second.dsn, "the spare slot on the second standby")
+        resets = node_resets(lib)
+        with psycopg.connect(first.dsn, autocommit=True) as standby:
+            standby.execute("ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port=1'")
+            standby.execute("SELECT pg_reload_conf()")
+        stream_on(second.dsn, "the stream to move to the second standby", log=lib._agent_log)
+        log = lib._agent_log()
+        assert "receives no WAL" in log
+        assert "THE STREAM CANNOT RUN ON THE --decode-from HOST IN USE" in log
+        token = lib.commit("UPDATE items SET name = 'cut off' WHERE id = 2")
+        assert assert_invalidated(lib, QUERY, token, 2) == [("cut off",)]
         assert node_resets(lib) == resets
 
 

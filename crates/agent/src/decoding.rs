@@ -63,7 +63,8 @@ pub struct DecodingServers {
 struct Current {
     host: Option<usize>,
     failing_since: Option<Instant>,
-    /// Since when sessions on `host` have been opened without the stream starting there.
+    /// Since when sessions on `host` have been opened without the stream running there:
+    /// not started, or started on a standby that receives no WAL.
     starting_since: Option<Instant>,
     wanted: Option<usize>,
 }
@@ -160,7 +161,7 @@ impl DecodingServers {
                     }
                     current.failing_since = Some(starting);
                     tracing::error!(host = %self.hosts[host], failing_for = ?starting.elapsed(),
-                        "THE STREAM CANNOT START ON THE --decode-from HOST IN USE (it answers SQL): moving the stream to another host");
+                        "THE STREAM CANNOT RUN ON THE --decode-from HOST IN USE, WHICH ANSWERS SQL (the stream does not start there, or the standby receives no WAL): moving the stream to another host");
                     Some(host)
                 }
                 Err(error) => {
@@ -304,10 +305,15 @@ impl DecodingServers {
     }
 
     /// Records that the stream has received nothing since `since`: its server counts as
-    /// failing from then, unless it answers the next session.
-    pub async fn went_silent(&self, since: Instant) {
+    /// failing from then, unless it answers the next session — or, `stranded` (a standby
+    /// that answers but receives no WAL), as one where the stream cannot run.
+    pub async fn went_silent(&self, since: Instant, stranded: bool) {
         let mut current = self.current.lock().await;
-        current.failing_since.get_or_insert(since);
+        if stranded {
+            current.starting_since = Some(since);
+        } else {
+            current.failing_since.get_or_insert(since);
+        }
     }
 
     /// Records whether the server the stream is decoded on is a primary (a fall back, or a

@@ -41,6 +41,12 @@ const ACK_INTERVAL: Duration = Duration::from_millis(100);
 /// answers late is only reconnected to: a move needs its connections to fail too.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The probe of a silent server: whether it is a standby receiving no WAL (no WAL receiver
+/// streaming: another standby, streaming, would not be silent). A receiver whose status
+/// the role may not see (`pg_read_all_stats`) counts as streaming.
+const STRANDED: &str = "SELECT pg_catalog.pg_is_in_recovery() AND NOT EXISTS (
+    SELECT FROM pg_catalog.pg_stat_wal_receiver WHERE status IS NULL OR status = 'streaming')";
+
 /// How often, decoding on a standby, the stream asks whether its server was promoted.
 const HISTORY_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -503,7 +509,8 @@ impl Stream {
     /// With another server to move to: once the stream has received nothing (not even the
     /// heartbeats the primary writes every `--heartbeat-interval`) for
     /// `--decode-failover-after`, asks its server over `sql`. One that answers is alive, its
-    /// replay behind (the silence starts again); one that does not within
+    /// replay behind (the silence starts again), unless it is a standby receiving no WAL
+    /// (left on the old timeline by a failover, say); one that does not within
     /// [`PROBE_TIMEOUT`] (stopped, or cut off without a reset) fails the session and counts
     /// as failing since the silence began.
     async fn check_silence(
@@ -517,15 +524,25 @@ impl Stream {
         if last_received.elapsed() < limit {
             return Ok(());
         }
-        let asked = tokio::time::timeout(PROBE_TIMEOUT, sql.client.simple_query("SELECT 1")).await;
-        if matches!(asked, Ok(Ok(_))) {
+        let asked = sql.query_one_prepared(STRANDED, &[]);
+        let answer = match tokio::time::timeout(PROBE_TIMEOUT, asked).await {
+            Ok(Ok(row)) => Some(row.get::<_, bool>(0)),
+            _ => None,
+        };
+        if answer == Some(false) {
             tracing::info!(silent_for = ?last_received.elapsed(), "the server the stream is decoded on sends nothing but answers: its replay is behind (paused, or slow); the stream stays there");
             *last_received = Instant::now();
             return Ok(());
         }
-        self.servers.went_silent(*last_received).await;
+        self.servers
+            .went_silent(*last_received, answer.is_some())
+            .await;
+        let why = match answer {
+            Some(_) => "receives no WAL: a standby cut off from its upstream (left on another timeline by a failover, or pointed nowhere)",
+            None => "does not answer",
+        };
         bail!(
-            "the server the stream is decoded on sent nothing for {:?} and does not answer",
+            "the server the stream is decoded on sent nothing for {:?} and {why}",
             last_received.elapsed()
         )
     }
