@@ -381,7 +381,8 @@ impl DecodingServers {
                 }
                 let tend = self.tend(host, session, &primary_dsn);
                 let problem = match tokio::time::timeout(TEND_TIMEOUT, tend).await {
-                    Ok(Ok(())) => None,
+                    Ok(Ok(false)) => continue, // not a spare now: nothing to report
+                    Ok(Ok(true)) => None,
                     Ok(Err(error)) => Some(format!("{error:#}")),
                     Err(_) => Some(format!("no answer within {TEND_TIMEOUT:?}")),
                 };
@@ -408,21 +409,21 @@ impl DecodingServers {
 
     /// Keeps `host`'s spare slot (a standby) or drops its idle slot (a primary), over its
     /// `session` (opened if need be), unless the stream is decoded there or looking for a
-    /// host to move to. With the stream decoded on a primary, a standby whose spare is caught
+    /// host to move to (`Ok(false)`: nothing was tended). With the stream decoded on a primary, a standby whose spare is caught
     /// up and that follows the stream's history is where it should move.
     async fn tend(
         &self,
         host: usize,
         session: &mut Option<SqlSession>,
         primary_dsn: &str,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<bool> {
         let Some(spare) = self.is_spare(host) else {
             // Moving: nothing is tended until the stream runs again.
-            return Ok(());
+            return Ok(false);
         };
         if !spare {
             *session = None;
-            return Ok(());
+            return Ok(false);
         }
         let application = "txcache-agent spare slot";
         let sql = match session {
@@ -436,7 +437,7 @@ impl DecodingServers {
                 tracing::warn!(host = %self.hosts[host], slot = %self.slot,
                     "dropped the replication slot on a --decode-from host that is a primary the stream is not decoded on (it kept that server's WAL)");
             }
-            return Ok(());
+            return Ok(true);
         }
         database::require_decoding_server(&self.primary, sql).await?;
         match database::find_slot(sql, &self.slot).await? {
@@ -458,12 +459,12 @@ impl DecodingServers {
         }
         let acknowledged = Timestamp(self.acknowledged.load(Ordering::Relaxed));
         if acknowledged == Timestamp::ZERO {
-            return Ok(());
+            return Ok(true);
         }
         database::advance_slot(sql, &self.slot, acknowledged).await?;
         let Some(spare) = database::find_slot(sql, &self.slot).await? else {
             self.spares[host].store(false, Ordering::Relaxed);
-            return Ok(());
+            return Ok(true);
         };
         // Usable: the stream can resume there without skipping what it acknowledged.
         let usable =
@@ -477,7 +478,7 @@ impl DecodingServers {
                 current.wanted.get_or_insert(host);
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Whether `host` holds a spare: the stream is decoded elsewhere. `None` while the

@@ -494,7 +494,7 @@ impl Stream {
         match switch {
             Some(switch) if first_pushed < switch => {
                 tracing::warn!(old_history = %old, new_history = %history, switch_point = %switch,
-                    "the server the stream is decoded on was promoted: the stream follows its new timeline, and the cache nodes keep their entries");
+                    "the server the stream is decoded on took a new timeline (it was promoted, or followed its upstream's promotion): the stream follows it, and the cache nodes keep their entries");
                 self.fanout.adopt_history(&history, switch);
                 self.servers.decoded_history(&history);
                 if let Some(timeline) = timeline::timeline_of(&history) {
