@@ -15,9 +15,9 @@ that failed, and whether the node was rewound (it should not be: its entries sur
 plot shows reads/s and the hit rate second by second.
 
 With ``--fail decoding-standby`` the agent decodes the stream on the standby, a second
-standby named after it in ``--decode-from`` (where the agent keeps a spare slot,
-``--decode-failover-after``), and what fails is that standby: it hangs (SIGSTOP) for the
-rest of the run. Reported as well: the time until the stream runs on the second standby,
+standby named after it in ``--decode-from`` (where the agent keeps a spare slot, moved
+to after ``--decode-spare-after``), and what fails is that standby: it hangs (SIGSTOP) for
+the rest of the run. Reported as well: the time until the stream runs on the second standby,
 until the hit rate is back to 90 % of before, and the nodes' resets (0: the cache was
 kept).
 """
@@ -64,13 +64,31 @@ def run(args: argparse.Namespace) -> None:
         measure(args, servers, both)
 
 
+def agent_failover_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--decode-spare-after`` and ``--decode-failover-after`` as the command line sets them
+    (none: the agent's defaults)."""
+    flags: tuple[str, ...] = ()
+    if args.spare_after:
+        flags += ("--decode-spare-after", args.spare_after)
+    if args.failover_after:
+        flags += ("--decode-failover-after", args.failover_after)
+    return flags
+
+
+def failover_settings(args: argparse.Namespace) -> str:
+    """The agent's failover limits, as the report states them."""
+    spare = args.spare_after or "5s, the default"
+    failover = args.failover_after or "30s, the default"
+    return f"`--decode-spare-after` {spare}, `--decode-failover-after` {failover}"
+
+
 def measure(args: argparse.Namespace, servers: ReplicatedPostgres, both: str) -> None:
     decoding = args.fail == "decoding-standby"
     standbys = (servers.standby, *servers.extra_standbys)
     flags: tuple[str, ...] = ()
     if decoding:
         decode_from = hosts_dsn([server for server in standbys if server is not None], "failover")
-        flags = ("--decode-from", decode_from, "--decode-failover-after", args.failover_after)
+        flags = ("--decode-from", decode_from, *agent_failover_flags(args))
     with bench_stack(both, max_memory="64mb", agent_args=flags) as stack:
         note = machine_note()
         stack.caught_up()
@@ -195,8 +213,7 @@ def report(
     plotted = draw(load, began, stopped, ended, plot, failure)
     event = (
         f"the standby the stream is decoded on hung (SIGSTOP) {args.before:.0f} s in, for "
-        f"the rest of the run (`--decode-failover-after {args.failover_after}`, "
-        "`connect_timeout=2`)"
+        f"the rest of the run ({failover_settings(args)}, `connect_timeout=2`)"
         if decoding
         else f"the primary stopped {args.before:.0f} s in, the standby promoted at once"
     )
@@ -286,9 +303,12 @@ def main() -> None:
         "on (it hangs; the stream moves to a second standby's spare slot)",
     )
     parser.add_argument(
+        "--spare-after",
+        help="with --fail decoding-standby: the agent's --decode-spare-after (default: its own)",
+    )
+    parser.add_argument(
         "--failover-after",
-        default="5s",
-        help="with --fail decoding-standby: the agent's --decode-failover-after",
+        help="with --fail decoding-standby: the agent's --decode-failover-after (default: its own)",
     )
     args = parser.parse_args()
     if args.quick:
