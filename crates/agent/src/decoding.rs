@@ -447,13 +447,10 @@ impl DecodingServers {
                     database::drop_idle_slot(sql, &self.slot).await?;
                 }
                 let primary = connect_sql(primary_dsn, application).await?;
-                // The creation waits for the primary's running transactions to end: the
-                // server gives up before the tending does, or its backend would go on
-                // holding a half-made slot (confirmed nowhere) after the agent left it.
-                sql.client.batch_execute(CREATE_SPARE_TIMEOUT).await?;
-                let created = database::create_slot(sql, &self.slot, Some(&primary)).await;
-                sql.client.batch_execute("RESET statement_timeout").await?;
-                let at = created?;
+                // The creation waits for the primary's running transactions to end; cut
+                // off by the tending's timeout, the server finishes it alone (a slot
+                // confirmed nowhere meanwhile, which counts as unusable).
+                let at = database::create_slot(sql, &self.slot, Some(&primary)).await?;
                 tracing::info!(host = %self.hosts[host], position = %at, "created a spare replication slot on a --decode-from standby: the stream can move there without resetting the cache nodes");
             }
         }
@@ -466,14 +463,19 @@ impl DecodingServers {
             self.spares[host].store(false, Ordering::Relaxed);
             return Ok(true);
         };
-        // Usable: the stream can resume there without skipping what it acknowledged.
-        let usable =
-            !spare.lost && spare.confirmed != Timestamp::ZERO && spare.confirmed <= acknowledged;
+        // Usable: on the stream's history, the stream can resume there without skipping
+        // what it acknowledged (read again: a restart of the stream may have lowered it).
+        let now = Timestamp(self.acknowledged.load(Ordering::Relaxed));
+        let on_history = self.follows_stream(sql).await?;
+        let usable = on_history
+            && !spare.lost
+            && spare.confirmed != Timestamp::ZERO
+            && spare.confirmed <= now;
         self.spares[host].store(usable, Ordering::Relaxed);
         // Caught up, and on the stream's history: a move there off a primary repeats and
         // skips nothing (read now: the stream may have moved since the tick began).
-        let caught_up = !spare.lost && spare.confirmed == acknowledged;
-        if caught_up && self.on_primary.load(Ordering::Relaxed) && self.follows_stream(sql).await? {
+        let caught_up = on_history && !spare.lost && spare.confirmed == now;
+        if caught_up && self.on_primary.load(Ordering::Relaxed) {
             if let Ok(mut current) = self.current.try_lock() {
                 current.wanted.get_or_insert(host);
             }
@@ -501,9 +503,6 @@ const SPARE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long one host may take to be tended before the next is.
 const TEND_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// The server's limit on a spare slot's creation: within [`TEND_TIMEOUT`].
-const CREATE_SPARE_TIMEOUT: &str = "SET statement_timeout = '12s'";
 
 /// Refuses to start unless some host of `--decode-from` answers, and every one that answers
 /// is a server of `primary` that can decode (`require_decoding_server`).
