@@ -389,13 +389,7 @@ def test_a_decoding_host_that_answers_but_refuses_the_stream_is_left_for_a_spare
     there (its slot held by another consumer here; a full ``max_wal_senders`` or a refused
     replication connection would do the same): it has failed as surely, and the stream
     moves to the second standby's spare, the cache kept."""
-    first = pair.standby
-    assert first is not None
-    second = pair.add_standby()
-    decode_from = hosts_dsn((first, second))
-    with moving_stack(pair.primary.dsn, decode_from, failover_after="10m") as lib:
-        assert cached(lib, QUERY, 2) == [("item 2",)]
-        following(lib, second.dsn, "the spare slot on the second standby")
+    with spare_ready(pair) as (lib, first, second):
         resets = node_resets(lib)
         assert lib.agent is not None
         with contextlib.ExitStack() as holding:
@@ -414,13 +408,7 @@ def test_a_decoding_standby_cut_off_from_its_upstream_is_left_for_a_spare_slot(
     """The standby the stream is decoded on answers, but receives no WAL (its upstream
     unreachable, as when a failover leaves it on the old timeline): unlike a standby whose
     replay is paused, it is left for the second standby's spare, the cache kept."""
-    first = pair.standby
-    assert first is not None
-    second = pair.add_standby()
-    decode_from = hosts_dsn((first, second))
-    with moving_stack(pair.primary.dsn, decode_from, failover_after="10m") as lib:
-        assert cached(lib, QUERY, 2) == [("item 2",)]
-        following(lib, second.dsn, "the spare slot on the second standby")
+    with spare_ready(pair) as (lib, first, second):
         resets = node_resets(lib)
         with psycopg.connect(first.dsn, autocommit=True) as standby:
             standby.execute("ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port=1'")
@@ -432,6 +420,23 @@ def test_a_decoding_standby_cut_off_from_its_upstream_is_left_for_a_spare_slot(
         token = lib.commit("UPDATE items SET name = 'cut off' WHERE id = 2")
         assert assert_invalidated(lib, QUERY, token, 2) == [("cut off",)]
         assert node_resets(lib) == resets
+
+
+@contextlib.contextmanager
+def spare_ready(
+    pair: ReplicatedPostgres,
+) -> Iterator[tuple[LibraryStack, EmbeddedPostgres, EmbeddedPostgres]]:
+    """The stack decoding on the standby, a second standby's spare slot following the
+    stream (moved to after 2 s of failure, to any host only after 10 minutes), item 2
+    cached: yields the stack and both standbys."""
+    first = pair.standby
+    assert first is not None
+    second = pair.add_standby()
+    decode_from = hosts_dsn((first, second))
+    with moving_stack(pair.primary.dsn, decode_from, failover_after="10m") as lib:
+        assert cached(lib, QUERY, 2) == [("item 2",)]
+        following(lib, second.dsn, "the spare slot on the second standby")
+        yield lib, first, second
 
 
 @contextlib.contextmanager
