@@ -22,6 +22,7 @@ from library_fixtures import AGENT_ARGS, LibraryStack
 from txcache.stack import (
     EmbeddedPostgres,
     ReplicatedPostgres,
+    TcpProxy,
     find_binary,
     hosts_dsn,
     parse_lsn,
@@ -266,15 +267,42 @@ def test_a_promoted_decoding_standby_hands_the_stream_to_the_next_standby_s_spar
         hand_over_on_promotion(pair, primary, first, second)
 
 
+def test_without_pg_read_all_stats_a_standby_s_timeline_is_asked_of_its_walsender() -> None:
+    """As above, ``--decode-from``'s role a replication role without ``pg_read_all_stats``,
+    from which ``pg_stat_wal_receiver`` hides the timeline: the standbys' timelines are
+    asked over replication sessions. (The last restartpoint's timeline, all SQL shows such a
+    role, would keep the second standby on the old timeline for minutes after the
+    promotion, its spare unusable: the stream would stay on the promoted server.)"""
+    with ReplicatedPostgres({"full_page_writes": "on"}) as pair:
+        primary, first = pair.primary, pair.standby
+        assert first is not None
+        with psycopg.connect(primary.dsn, autocommit=True) as db:
+            db.execute("CREATE ROLE decoder LOGIN REPLICATION")
+            target = wal_position(db)
+        wait_until(lambda: standby_replayed(first.dsn) >= target, "the standby to replay the role")
+        second = pair.add_standby(upstream=first)
+        hand_over_on_promotion(pair, primary, first, second, role="decoder")
+
+
+def standby_replayed(dsn: str) -> int:
+    """Where the standby at ``dsn`` has replayed."""
+    with psycopg.connect(dsn) as db:
+        row = db.execute("SELECT pg_last_wal_replay_lsn()::text").fetchone()
+    assert row is not None
+    return parse_lsn(row[0])
+
+
 def hand_over_on_promotion(
     pair: ReplicatedPostgres,
     primary: EmbeddedPostgres,
     first: EmbeddedPostgres,
     second: EmbeddedPostgres,
+    *,
+    role: str = EmbeddedPostgres.user,
 ) -> None:
-    """The body of the test above: the stack on ``primary``, decoding on ``first`` with
-    ``second`` the spare, ``first`` promoted."""
-    decode_from = hosts_dsn((first, second))
+    """The body of the tests above: the stack on ``primary``, decoding on ``first`` (as
+    ``role``) with ``second`` the spare, ``first`` promoted."""
+    decode_from = hosts_dsn((first, second), user=role)
     flags = (*HEARTBEATS, "--decode-from", decode_from, "--decode-failover-after", "2s")
     with Stack(primary.dsn, agent_dsn=pair.dsn, agent_args=flags) as stack:
         agent = running_agent(stack)
@@ -422,17 +450,48 @@ def test_a_decoding_standby_cut_off_from_its_upstream_is_left_for_a_spare_slot(
         assert node_resets(lib) == resets
 
 
+def test_a_decoding_host_that_hangs_each_replication_start_is_left_for_a_spare_slot(
+    pair: ReplicatedPostgres,
+) -> None:
+    """The standby the stream is decoded on answers SQL, but each replication connection
+    goes silent after its start-up message (as a server stopped, or cut off, just after
+    accepting it): the start is given up after the host's ``connect_timeout`` and counts as
+    a failure, and the stream moves to the second standby's spare, the cache kept."""
+    assert pair.standby is not None
+    proxy = TcpProxy(pair.standby.host, pair.standby.port, postgres=True)
+    try:
+        with spare_ready(pair, first_port=proxy.port) as (lib, first, second):
+            resets = node_resets(lib)
+            proxy.hold_replication()
+            with psycopg.connect(first.dsn, autocommit=True) as standby:
+                standby.execute(
+                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                    "WHERE slot_name = 'txcache'"
+                )
+            stream_on(second.dsn, "the stream to move to the second standby", log=lib._agent_log)
+            log = lib._agent_log()
+            assert "did not answer within" in log
+            assert "THE STREAM CANNOT RUN ON THE --decode-from HOST IN USE" in log
+            token = lib.commit("UPDATE items SET name = 'hung start' WHERE id = 2")
+            assert assert_invalidated(lib, QUERY, token, 2) == [("hung start",)]
+            assert node_resets(lib) == resets
+    finally:
+        proxy.stop()
+
+
 @contextlib.contextmanager
 def spare_ready(
-    pair: ReplicatedPostgres,
+    pair: ReplicatedPostgres, *, first_port: int | None = None
 ) -> Iterator[tuple[LibraryStack, EmbeddedPostgres, EmbeddedPostgres]]:
-    """The stack decoding on the standby, a second standby's spare slot following the
-    stream (moved to after 2 s of failure, to any host only after 10 minutes), item 2
-    cached: yields the stack and both standbys."""
+    """The stack decoding on the standby (reached at ``first_port``, a proxy's, if given),
+    a second standby's spare slot following the stream (moved to after 2 s of failure, to
+    any host only after 10 minutes), item 2 cached: yields the stack and both standbys."""
     first = pair.standby
     assert first is not None
     second = pair.add_standby()
     decode_from = hosts_dsn((first, second))
+    if first_port is not None:
+        decode_from = decode_from.replace(f"port={first.port},", f"port={first_port},")
     with moving_stack(pair.primary.dsn, decode_from, failover_after="10m") as lib:
         assert cached(lib, QUERY, 2) == [("item 2",)]
         following(lib, second.dsn, "the spare slot on the second standby")

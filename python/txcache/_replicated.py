@@ -43,12 +43,15 @@ _MANAGED = ("synchronous_standby_names", "synchronized_standby_slots")
 _SYNC_TIMEOUT = 30.0  # seconds for a new standby to become the synchronous one
 
 
-def hosts_dsn(servers: Sequence[EmbeddedPostgres], dbname: str = "postgres") -> str:
+def hosts_dsn(
+    servers: Sequence[EmbeddedPostgres],
+    dbname: str = "postgres",
+    user: str = EmbeddedPostgres.user,
+) -> str:
     """A libpq keyword DSN naming each of ``servers`` in order (``host=a,b port=1,2``), as
     the agent's ``--decode-from`` takes them, each given 2 s to answer."""
     hosts = ",".join(server.host for server in servers)
     ports = ",".join(str(server.port) for server in servers)
-    user = EmbeddedPostgres.user
     return f"host={hosts} port={ports} user={user} dbname={dbname} connect_timeout=2"
 
 

@@ -3,7 +3,7 @@
 
 use crate::conninfo::{self, Conninfo};
 use anyhow::{bail, Context as _};
-use pgwire_replication::{Lsn, ReplicationConfig, TlsConfig};
+use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, TlsConfig};
 use std::net::IpAddr;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -281,14 +281,75 @@ pub async fn connect_host(
 ) -> anyhow::Result<SqlSession> {
     let conninfo = conninfo::parse(dsn)?;
     let config = tokio_postgres::Config::from_str(&conninfo.rest).context("invalid conninfo")?;
-    let wait = config
-        .get_connect_timeout()
-        .copied()
-        .unwrap_or(HOST_ANSWER_TIMEOUT);
+    let wait = answer_wait(&config);
     let one = one_host(&config, index, wait).context("no such host")?;
     tokio::time::timeout(wait, connect_config(one, &conninfo, application))
         .await
         .map_err(|_| anyhow::anyhow!("no answer within {wait:?}"))?
+}
+
+/// How long a host of `dsn` is given to answer: its `connect_timeout`, else 10 s.
+pub fn answer_timeout(dsn: &str) -> anyhow::Result<Duration> {
+    let conninfo = conninfo::parse(dsn)?;
+    let config = tokio_postgres::Config::from_str(&conninfo.rest).context("invalid conninfo")?;
+    Ok(answer_wait(&config))
+}
+
+fn answer_wait(config: &tokio_postgres::Config) -> Duration {
+    config
+        .get_connect_timeout()
+        .copied()
+        .unwrap_or(HOST_ANSWER_TIMEOUT)
+}
+
+/// `ask`'s answer on `client`'s replication session, which must come within `wait`: a
+/// server that accepted the connection and then hangs (stopped, or cut off after the
+/// handshake) would hold the caller forever. On a timeout the session is aborted.
+pub async fn answered_within<T>(
+    client: &mut ReplicationClient,
+    wait: Duration,
+    what: &str,
+    ask: impl AsyncFnOnce(&mut ReplicationClient) -> pgwire_replication::Result<T>,
+) -> anyhow::Result<T> {
+    match tokio::time::timeout(wait, ask(client)).await {
+        Ok(answer) => answer.with_context(|| what.to_owned()),
+        Err(_) => {
+            client.abort();
+            bail!("{what}: the server accepted the replication connection but did not answer within {wait:?} (the host's connect_timeout)")
+        }
+    }
+}
+
+/// One host of a connection string, for the replication sessions that ask its walsender
+/// what only a walsender says (`IDENTIFY_SYSTEM`, `TIMELINE_HISTORY`).
+#[derive(Clone, Copy, Debug)]
+pub struct ReplicationHost<'a> {
+    /// The connection string.
+    pub dsn: &'a str,
+    /// Which of its hosts.
+    pub host: usize,
+    /// The slot and publication a replication session names (unused by the questions).
+    pub slot: &'a str,
+    /// See `slot`.
+    pub publication: &'a str,
+}
+
+impl ReplicationHost<'_> {
+    /// `ask`'s answer on a replication session opened for it (no stream started) and closed
+    /// after, within the host's `connect_timeout` ([`answered_within`]).
+    pub async fn ask<T>(
+        &self,
+        what: &str,
+        ask: impl AsyncFnOnce(&mut ReplicationClient) -> pgwire_replication::Result<T>,
+    ) -> anyhow::Result<T> {
+        let start = Lsn::from_u64(0);
+        let config = replication_config(self.dsn, self.host, self.slot, self.publication, start)?
+            .with_application_name(application_name("txcache-agent timeline"));
+        let mut client = ReplicationClient::connect_gated(config).await?;
+        let wait = answer_timeout(self.dsn)?;
+        // Dropping a gated client ends its session.
+        answered_within(&mut client, wait, what, ask).await
+    }
 }
 
 /// How many hosts `dsn` names, and each as `host:port`, for messages.

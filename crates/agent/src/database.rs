@@ -15,9 +15,9 @@
 
 use crate::certify::Snapshot;
 use crate::config::DdlTracking;
-use crate::connect::SqlSession;
+use crate::connect::{ReplicationHost, SqlSession};
 use anyhow::{bail, Context as _};
-use pgwire_replication::Lsn;
+use pgwire_replication::{Lsn, ReplicationClient};
 use std::time::{Duration, Instant};
 use txcache_model::Timestamp;
 
@@ -415,26 +415,47 @@ pub async fn position(sql: &SqlSession) -> anyhow::Result<Timestamp> {
 }
 
 /// The database history the stream follows: the cluster's system identifier and the timeline
-/// WAL is written on now (on a standby, the timeline it receives), as
-/// `system_identifier:timeline`. A failover or a restore to a new timeline changes the
-/// timeline; another cluster changes the identifier.
-pub async fn history(sql: &SqlSession) -> anyhow::Result<String> {
+/// WAL is written on now, as `system_identifier:timeline`. A failover or a restore to a new
+/// timeline changes the timeline; another cluster changes the identifier.
+///
+/// On a standby, the timeline its WAL receiver streams; where the role may not see it
+/// (`pg_read_all_stats`) or no receiver runs, the timeline replay follows, which `replication`
+/// (the same server) is asked over a replication session: the last restartpoint's timeline,
+/// all SQL shows without privileges, lags a timeline change by minutes. Without
+/// `replication`, that restartpoint's timeline it is.
+pub async fn history(
+    sql: &SqlSession,
+    replication: Option<ReplicationHost<'_>>,
+) -> anyhow::Result<String> {
     let row = sql
         .query_one_prepared(
-            "SELECT system_identifier::text, CASE WHEN pg_is_in_recovery() THEN \
-               lpad(to_hex(coalesce((SELECT received_tli FROM pg_stat_wal_receiver), \
-                                    (SELECT timeline_id FROM pg_control_checkpoint()))), 8, '0') \
-             ELSE pg_walfile_name(pg_current_wal_insert_lsn()) END \
+            "SELECT system_identifier::text, CASE WHEN NOT pg_is_in_recovery() THEN \
+               pg_walfile_name(pg_current_wal_insert_lsn()) END, \
+             (SELECT received_tli FROM pg_stat_wal_receiver), \
+             (SELECT timeline_id FROM pg_control_checkpoint()) \
              FROM pg_control_system()",
             &[],
         )
         .await?;
-    let (system, segment): (String, String) = (row.get(0), row.get(1));
-    // A WAL segment's name starts with its timeline, 8 hex digits.
-    let timeline = segment
-        .get(..8)
-        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
-        .with_context(|| format!("unexpected WAL segment name {segment:?}"))?;
+    let system: String = row.get(0);
+    let (segment, received, restartpoint): (Option<String>, Option<i32>, i32) =
+        (row.get(1), row.get(2), row.get(3));
+    let timeline = match (segment, received, replication) {
+        // A WAL segment's name starts with its timeline, 8 hex digits.
+        (Some(segment), _, _) => segment
+            .get(..8)
+            .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+            .with_context(|| format!("unexpected WAL segment name {segment:?}"))?,
+        (None, Some(received), _) => received.unsigned_abs(),
+        (None, None, Some(server)) => {
+            let asking = async |client: &mut ReplicationClient| client.identify_system().await;
+            server
+                .ask("asking the standby's timeline", asking)
+                .await?
+                .timeline
+        }
+        (None, None, None) => restartpoint.unsigned_abs(),
+    };
     Ok(format!("{system}:{timeline}"))
 }
 

@@ -21,7 +21,7 @@
 //! move to a host without a spare resets every cache node.
 
 use crate::config::Config;
-use crate::connect::{self, connect_sql, reached_host, SqlSession};
+use crate::connect::{self, connect_sql, reached_host, ReplicationHost, SqlSession};
 use crate::database::{self, DatabaseIdentity};
 use crate::term::Term;
 use anyhow::{bail, Context as _};
@@ -39,6 +39,7 @@ pub struct DecodingServers {
     /// `--decode-from`'s hosts as `host:port`, when it names several; empty otherwise.
     hosts: Vec<String>,
     slot: String,
+    publication: String,
     failover_after: Duration,
     /// How long the host in use may fail before the stream moves to a spare (no reset).
     spare_after: Duration,
@@ -93,6 +94,7 @@ impl DecodingServers {
             spares: hosts.iter().map(|_| AtomicBool::new(false)).collect(),
             hosts,
             slot: config.slot.clone(),
+            publication: config.publication.clone(),
             failover_after: config.decode_failover_after,
             spare_after: config.decode_spare_after.min(config.decode_failover_after),
             primary,
@@ -328,10 +330,16 @@ impl DecodingServers {
         *self.history.lock().unwrap_or_else(PoisonError::into_inner) = Some(history.to_owned());
     }
 
-    /// Whether the server of `sql` has the history the stream is decoded on: a standby
-    /// still on the old timeline after a promotion does not.
-    async fn follows_stream(&self, sql: &SqlSession) -> anyhow::Result<bool> {
-        let theirs = database::history(sql).await?;
+    /// Whether the server of `sql` (`host`) has the history the stream is decoded on: a
+    /// standby still on the old timeline after a promotion does not.
+    async fn follows_stream(&self, sql: &SqlSession, host: usize) -> anyhow::Result<bool> {
+        let server = ReplicationHost {
+            dsn: &self.dsn,
+            host,
+            slot: &self.slot,
+            publication: &self.publication,
+        };
+        let theirs = database::history(sql, Some(server)).await?;
         let ours = self
             .history
             .lock()
@@ -466,7 +474,7 @@ impl DecodingServers {
         // Usable: on the stream's history, the stream can resume there without skipping
         // what it acknowledged (read again: a restart of the stream may have lowered it).
         let now = Timestamp(self.acknowledged.load(Ordering::Relaxed));
-        let on_history = self.follows_stream(sql).await?;
+        let on_history = self.follows_stream(sql, host).await?;
         let usable = on_history
             && !spare.lost
             && spare.confirmed != Timestamp::ZERO

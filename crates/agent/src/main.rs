@@ -271,7 +271,7 @@ async fn run(
     let fanout = Fanout::new(&nodes, slot.confirmed, config.replay_buffer);
     // Before any node connects: a node past this position is past the database.
     fanout.set_database_position(database::position(&sql).await?);
-    fanout.follow_history(&database::history(&sql).await?, slot.confirmed);
+    fanout.follow_history(&database::history(&sql, None).await?, slot.confirmed);
     drop(sql);
     fanout.spawn_nodes(LinkSettings {
         password: config.node_password.clone(),

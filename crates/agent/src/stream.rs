@@ -11,7 +11,9 @@
 use crate::assemble::{unix_micros_from_postgres, Assembler};
 use crate::catalog::Catalog;
 use crate::config::Config;
-use crate::connect::{application_name, connect_sql, replication_config, SqlSession};
+use crate::connect::{
+    self, application_name, connect_sql, replication_config, ReplicationHost, SqlSession,
+};
 use crate::database::{self, SlotState};
 use crate::decoding::DecodingServers;
 use crate::digest_table::DDL_PREFIX;
@@ -151,7 +153,7 @@ impl Stream {
         }
         let database = database::position(primary).await?;
         self.fanout.set_database_position(database);
-        let history = database::history(&sql).await?;
+        let history = database::history(&sql, Some(self.replication_host(host))).await?;
         let went_back = database < self.fanout.newest();
         let changed = self.fanout.history().filter(|old| **old != *history);
         if went_back {
@@ -187,10 +189,9 @@ impl Stream {
         )?
         .with_application_name(application_name("txcache-agent stream"));
         let mut client = ReplicationClient::connect(replication).await?;
-        client
-            .wait_started()
-            .await
-            .context("starting replication")?;
+        let wait = connect::answer_timeout(self.config.decoding_dsn())?;
+        let starting = async |client: &mut ReplicationClient| client.wait_started().await;
+        connect::answered_within(&mut client, wait, "starting replication", starting).await?;
         // The slot is this session's now: if an agent whose lease lapsed acknowledged it
         // further between the reading above and the start, PostgreSQL resumes there, past
         // commits the nodes never received. A gap: every node is reset. (A spare slot
@@ -240,6 +241,16 @@ impl Stream {
                     }
                 }
             }
+        }
+    }
+
+    /// The `host`-th decoding host, for questions over a replication session.
+    fn replication_host(&self, host: usize) -> ReplicationHost<'_> {
+        ReplicationHost {
+            dsn: self.config.decoding_dsn(),
+            host,
+            slot: &self.config.slot,
+            publication: &self.config.publication,
         }
     }
 
@@ -477,20 +488,11 @@ impl Stream {
     ) -> anyhow::Result<()> {
         self.servers
             .decoded_on_primary(!database::in_recovery(sql).await?);
-        let history = database::history(sql).await?;
+        let history = database::history(sql, Some(self.replication_host(host))).await?;
         let Some(old) = self.fanout.history().filter(|old| **old != *history) else {
             return Ok(());
         };
-        let config = &self.config;
-        let switch = timeline::switch_point(
-            config.decoding_dsn(),
-            host,
-            &config.slot,
-            &config.publication,
-            &old,
-            &history,
-        )
-        .await?;
+        let switch = timeline::switch_point(self.replication_host(host), &old, &history).await?;
         match switch {
             Some(switch) if first_pushed < switch => {
                 tracing::warn!(old_history = %old, new_history = %history, switch_point = %switch,
@@ -584,15 +586,7 @@ impl Stream {
         let switch = if went_back {
             None
         } else {
-            let config = &self.config;
-            timeline::switch_point(
-                config.decoding_dsn(),
-                host,
-                &config.slot,
-                &config.publication,
-                old,
-                new,
-            )
+            timeline::switch_point(self.replication_host(host), old, new)
             .await
             .unwrap_or_else(|error| {
                 tracing::warn!(%error, "cannot read the new timeline's history: the nodes are rewound");

@@ -5,18 +5,15 @@
 //! Everything the old timeline wrote below the switch point is the new one's too, so cache
 //! nodes that saw nothing past it keep their entries across the failover.
 
-use crate::connect::{application_name, replication_config};
+use crate::connect::ReplicationHost;
 use pgwire_replication::{Lsn, ReplicationClient};
 use txcache_model::Timestamp;
 
 /// Where history `new` branched off history `old`: `None` when it does not continue it
-/// (another cluster, or a timeline whose history does not list `old`'s). `dsn`'s `host`-th
-/// host is asked.
+/// (another cluster, or a timeline whose history does not list `old`'s). `server`, which
+/// has history `new`, is asked.
 pub async fn switch_point(
-    dsn: &str,
-    host: usize,
-    slot: &str,
-    publication: &str,
+    server: ReplicationHost<'_>,
     old: &str,
     new: &str,
 ) -> anyhow::Result<Option<Timestamp>> {
@@ -28,11 +25,8 @@ pub async fn switch_point(
     if old_system != new_system || new_timeline <= old_timeline {
         return Ok(None);
     }
-    let config = replication_config(dsn, host, slot, publication, Lsn::from_u64(0))?
-        .with_application_name(application_name("txcache-agent timeline"));
-    let mut client = ReplicationClient::connect_gated(config).await?;
-    let history = client.timeline_history(new_timeline).await?;
-    // Dropping a gated client ends its session.
+    let asking = async |client: &mut ReplicationClient| client.timeline_history(new_timeline).await;
+    let history = server.ask("reading the timeline history", asking).await?;
     Ok(branch_point(
         &String::from_utf8_lossy(&history.content),
         old_timeline,
