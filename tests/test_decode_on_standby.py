@@ -479,6 +479,42 @@ def test_a_decoding_host_that_hangs_each_replication_start_is_left_for_a_spare_s
         proxy.stop()
 
 
+def test_a_decoding_standby_left_without_wal_by_a_hung_primary_is_kept(
+    pair: ReplicatedPostgres,
+) -> None:
+    """The primary hung, no standby receives WAL (the one the stream is decoded on gives up
+    its WAL receiver after 2 s here): it is not blamed for that (another would be as
+    silent), and the stream stays there; the primary back, the invalidations resume, the
+    cache kept."""
+    with spare_ready(pair) as (lib, first, _):
+        resets = node_resets(lib)
+        with psycopg.connect(first.dsn, autocommit=True) as standby:
+            standby.execute("ALTER SYSTEM SET wal_receiver_timeout = '2s'")
+            standby.execute("SELECT pg_reload_conf()")
+        with pair.primary.paused():
+            wait_until(
+                lambda: lib._agent_log().count("no primary answers either") >= 2,
+                "the silence check to find the standby without WAL, and no primary, twice",
+                timeout=60,
+                log=lib._agent_log,
+            )
+            assert agent_walsenders(first.dsn) == 1
+            assert "THE STREAM CANNOT RUN" not in lib._agent_log()
+        wait_until(
+            lambda: lease_held(lib), "the agent to renew its lease", timeout=30, log=lib._agent_log
+        )
+        token = lib.commit("UPDATE items SET name = 'primary back' WHERE id = 2")
+        assert assert_invalidated(lib, QUERY, token, 2) == [("primary back",)]
+        assert node_resets(lib) == resets
+
+
+def lease_held(lib: LibraryStack) -> bool:
+    """Whether the agent renewed its lease as often as it failed to (the primary hung, it
+    cannot): until then it tells the libraries it is a standby."""
+    log = lib._agent_log()
+    return log.count("the lease is renewed") == log.count("cannot renew the lease")
+
+
 @contextlib.contextmanager
 def spare_ready(
     pair: ReplicatedPostgres, *, first_port: int | None = None

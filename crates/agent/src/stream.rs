@@ -512,7 +512,8 @@ impl Stream {
     /// heartbeats the primary writes every `--heartbeat-interval`) for
     /// `--decode-failover-after`, asks its server over `sql`. One that answers is alive, its
     /// replay behind (the silence starts again), unless it is a standby receiving no WAL
-    /// (left on the old timeline by a failover, say); one that does not within
+    /// (left on the old timeline by a failover, say) while a primary answers; one that does
+    /// not within
     /// [`PROBE_TIMEOUT`] (stopped, or cut off without a reset) fails the session and counts
     /// as failing since the silence began.
     async fn check_silence(
@@ -536,6 +537,11 @@ impl Stream {
             *last_received = Instant::now();
             return Ok(());
         }
+        if answer == Some(true) && !self.primary_answers().await {
+            tracing::warn!(silent_for = ?last_received.elapsed(), "the standby the stream is decoded on receives no WAL, but no primary answers either (down, or being failed over): every standby would be as silent, so the stream stays there");
+            *last_received = Instant::now();
+            return Ok(());
+        }
         self.servers
             .went_silent(*last_received, answer.is_some())
             .await;
@@ -546,6 +552,19 @@ impl Stream {
         bail!(
             "the server the stream is decoded on sent nothing for {:?} and {why}",
             last_received.elapsed()
+        )
+    }
+
+    /// Whether a primary answers `--dsn` within [`PROBE_TIMEOUT`]: if none does, a standby
+    /// receiving no WAL is no worse than any other.
+    async fn primary_answers(&self) -> bool {
+        let probe = async {
+            let sql = connect_sql(&self.config.dsn, "txcache-agent primary probe").await?;
+            database::in_recovery(&sql).await
+        };
+        matches!(
+            tokio::time::timeout(PROBE_TIMEOUT, probe).await,
+            Ok(Ok(false))
         )
     }
 
