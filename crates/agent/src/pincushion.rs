@@ -467,23 +467,31 @@ impl Export {
 /// (flushed, from PostgreSQL 17 on) and, when `fingerprint`, the catalog fingerprint.
 /// `txcache.schema_fingerprint` is STABLE, so it is computed in the statement's snapshot:
 /// the exported one.
-fn export_statement(server_version_num: u32, fingerprint: bool) -> String {
-    let fence = if server_version_num >= 170_000 {
-        "pg_logical_emit_message(false, $1, $2, true)"
-    } else {
-        "pg_logical_emit_message(false, $1, $2)"
-    };
-    let fingerprint = if fingerprint {
-        ", txcache.schema_fingerprint(true)"
-    } else {
-        ""
-    };
-    // A primary's timeline, the first 8 hex digits of its WAL segments' names.
-    let timeline = "substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8)";
-    format!(
-        "SELECT pg_current_snapshot()::text, pg_export_snapshot(), {fence}::text, \
-         {timeline}{fingerprint}"
-    )
+fn export_statement(server_version_num: u32, fingerprint: bool) -> &'static str {
+    // A primary's timeline is the first 8 hex digits of its WAL segments' names. The text
+    // is static so that each session prepares it once.
+    macro_rules! export {
+        ($fence:literal, $fingerprint:literal) => {
+            concat!(
+                "SELECT pg_current_snapshot()::text, pg_export_snapshot(), ",
+                $fence,
+                "::text, substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8)",
+                $fingerprint
+            )
+        };
+    }
+    match (server_version_num >= 170_000, fingerprint) {
+        (true, false) => export!("pg_logical_emit_message(false, $1, $2, true)", ""),
+        (true, true) => export!(
+            "pg_logical_emit_message(false, $1, $2, true)",
+            ", txcache.schema_fingerprint(true)"
+        ),
+        (false, false) => export!("pg_logical_emit_message(false, $1, $2)", ""),
+        (false, true) => export!(
+            "pg_logical_emit_message(false, $1, $2)",
+            ", txcache.schema_fingerprint(true)"
+        ),
+    }
 }
 
 impl Pinner {
@@ -731,8 +739,7 @@ impl Pinner {
         let taken_at = WallClock(unix_micros_now());
         let row = session
             .sql
-            .client
-            .query_one(&statement, &[&FENCE_PREFIX, &id.to_string()])
+            .query_one_prepared(statement, &[&FENCE_PREFIX, &id.to_string()])
             .await?;
         let fence = Timestamp(Lsn::parse(row.get::<_, &str>(2))?.as_u64());
         let after = self.last_fence.replace(fence);

@@ -71,8 +71,7 @@ pub fn check_timeline(receiver: Receiver, stream: u32) -> Result<(), Refusal> {
 /// Takes and exports a snapshot in `sql`'s open transaction.
 pub async fn export(sql: &SqlSession) -> Result<StandbySnapshot, Refusal> {
     let row = sql
-        .client
-        .query_one(EXPORT_STATEMENT, &[])
+        .query_one_prepared(EXPORT_STATEMENT, &[])
         .await
         .map_err(Refusal::from_call)?;
     let replay: Option<&str> = row.get(0);
