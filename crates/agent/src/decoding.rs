@@ -255,6 +255,8 @@ impl DecodingServers {
     ) -> anyhow::Result<(SqlSession, usize)> {
         let order = (0..self.hosts.len()).filter(|host| Some(*host) != failed);
         let (mut first_standby, mut first_primary) = (None, None);
+        // A standby whose slot would make the stream reset every node: better than none.
+        let mut unusable_slot = None;
         for host in order.chain(failed) {
             let name = &self.hosts[host];
             let sql = match connect::connect_host(&self.dsn, host, application).await {
@@ -273,19 +275,24 @@ impl DecodingServers {
                 continue;
             }
             // A standby's slot is one the stream was decoded on: resuming there resets no
-            // node (a spare must not be ahead of what the stream acknowledged, or the
-            // commits in between would be skipped: the stream resets every node then).
+            // node if it is on the stream's history and not ahead of what the stream
+            // acknowledged (the commits in between would be skipped: the stream resets
+            // every node then). A slot confirmed nowhere (NULL) is still being created.
             let slot = database::find_slot(&sql, &self.slot).await;
-            // A slot confirmed nowhere (NULL) is still being created by some session.
-            let acknowledged = Timestamp(self.acknowledged.load(Ordering::Relaxed));
-            if matches!(slot, Ok(Some(ref state)) if !state.lost
-                && state.confirmed != Timestamp::ZERO
-                && (!spare_only || state.confirmed <= acknowledged))
+            if !matches!(slot, Ok(Some(ref state)) if !state.lost
+                && state.confirmed != Timestamp::ZERO)
             {
+                first_standby.get_or_insert((sql, host));
+                continue;
+            }
+            let acknowledged = Timestamp(self.acknowledged.load(Ordering::Relaxed));
+            let behind = matches!(slot, Ok(Some(ref state)) if state.confirmed <= acknowledged);
+            if behind && self.follows_stream(&sql, host).await.unwrap_or(false) {
                 return Ok((sql, host));
             }
-            first_standby.get_or_insert((sql, host));
+            unusable_slot.get_or_insert((sql, host));
         }
+        let first_standby = unusable_slot.or(first_standby);
         match first_standby.or(first_primary) {
             Some(_) if spare_only => bail!(
                 "no --decode-from host with a usable slot answers: the stream moves to a host \
