@@ -508,6 +508,61 @@ def test_a_decoding_standby_left_without_wal_by_a_hung_primary_is_kept(
         assert node_resets(lib) == resets
 
 
+def test_a_decoding_host_that_hangs_while_the_stream_session_starts_is_left(
+    pair: ReplicatedPostgres,
+) -> None:
+    """The stream session's start on the standby takes long (its slot, dropped, is being
+    created again, which waits for a transaction running on the primary), and the standby
+    then hangs (cut off behind a proxy): the start is not waited for forever, since the
+    standby no longer answers new sessions; the stream moves to the second standby's spare,
+    the cache kept."""
+    assert pair.standby is not None
+    proxy = TcpProxy(pair.standby.host, pair.standby.port)
+    blocker = psycopg.connect(pair.primary.dsn)
+    try:
+        with spare_ready(pair, first_port=proxy.port) as (lib, first, second):
+            assert lib.agent is not None
+            resets = node_resets(lib)
+            blocker.execute("SELECT pg_current_xact_id()")  # running until the end
+            with lib.agent.paused():
+                drop_the_slot(first)
+            wait_until(
+                lambda: "REPLICATION SLOT DROPPED" in lib._agent_log(),
+                "the agent to create its slot on the standby again",
+                timeout=30,
+                log=lib._agent_log,
+            )
+            proxy.cut()
+            stream_on(second.dsn, "the stream to move to the second standby", log=lib._agent_log)
+            assert "stopped answering while the stream session started" in lib._agent_log()
+            blocker.rollback()
+            token = lib.commit("UPDATE items SET name = 'hung start' WHERE id = 2")
+            assert assert_invalidated(lib, QUERY, token, 2) == [("hung start",)]
+            assert node_resets(lib) == resets
+    finally:
+        blocker.close()
+        proxy.stop()
+
+
+def drop_the_slot(server: EmbeddedPostgres) -> None:
+    """Slot ``txcache`` on ``server`` dropped, its walsender ended first (the agent must be
+    paused: it would take the slot back)."""
+    with psycopg.connect(server.dsn, autocommit=True) as db:
+        db.execute(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+            "WHERE slot_name = 'txcache'"
+        )
+
+        def inactive() -> bool:
+            row = db.execute(
+                "SELECT NOT active FROM pg_replication_slots WHERE slot_name = 'txcache'"
+            ).fetchone()
+            return row is not None and bool(row[0])
+
+        wait_until(inactive, "the slot's walsender to end", timeout=30)
+        db.execute("SELECT pg_drop_replication_slot('txcache')")
+
+
 def lease_held(lib: LibraryStack) -> bool:
     """Whether the agent renewed its lease as often as it failed to (the primary hung, it
     cannot): until then it tells the libraries it is a standby."""

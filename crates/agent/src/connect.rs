@@ -26,9 +26,17 @@ pub struct SqlSession {
     /// The statements [`SqlSession::prepared`] prepared on this session, with their text:
     /// a few per session, so a list.
     statements: Mutex<Vec<(&'static str, Statement)>>,
+    /// The task its connection runs on.
+    connection: tokio::task::AbortHandle,
 }
 
 impl SqlSession {
+    /// Ends the connection at once: every statement waiting for an answer, and every later
+    /// one, fails. For a server that hangs, whose statements would wait forever.
+    pub fn cut(&self) {
+        self.connection.abort();
+    }
+
     /// `text` prepared once on this session, for the statements a task runs again and
     /// again (heartbeats, lease renewals, digests): the server parses it once and may keep
     /// its plan, and each run saves the round trip a one-off statement's preparation costs.
@@ -131,7 +139,7 @@ async fn connect_config(
     application: &str,
 ) -> anyhow::Result<SqlSession> {
     config.application_name(application_name(application));
-    let client = match conninfo.tls.verify()? {
+    let (client, connection) = match conninfo.tls.verify()? {
         None => open(&config, NoTls).await?,
         Some(verify) => {
             let identity = conninfo.tls.identity.as_ref();
@@ -148,11 +156,15 @@ async fn connect_config(
         client,
         server_version_num: version.parse().unwrap_or(0),
         statements: Mutex::default(),
+        connection,
     })
 }
 
-/// Connects with `tls`, running the connection on a spawned task.
-async fn open<T>(config: &tokio_postgres::Config, tls: T) -> anyhow::Result<Client>
+/// Connects with `tls`, running the connection on a spawned task (which the handle ends).
+async fn open<T>(
+    config: &tokio_postgres::Config,
+    tls: T,
+) -> anyhow::Result<(Client, tokio::task::AbortHandle)>
 where
     T: MakeTlsConnect<Socket>,
     T::Stream: Send + 'static,
@@ -168,12 +180,12 @@ where
             };
             anyhow::anyhow!("cannot connect to PostgreSQL: {reason}{hint}")
         })?;
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!(%error, "SQL connection ended");
         }
     });
-    Ok(client)
+    Ok((client, task.abort_handle()))
 }
 
 /// An error with its causes, so a refused certificate says why ("invalid peer certificate:

@@ -49,6 +49,10 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 const STRANDED: &str = "SELECT pg_catalog.pg_is_in_recovery() AND NOT EXISTS (
     SELECT FROM pg_catalog.pg_stat_wal_receiver WHERE status IS NULL OR status = 'streaming')";
 
+/// How long a stream session's start may take before the agent checks, again at this
+/// interval, that the decoding host still answers new sessions.
+const HANG_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+
 /// How often, decoding on a standby, the stream asks whether its server was promoted.
 const HISTORY_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -129,83 +133,12 @@ impl Stream {
             Some(_) => Some(connect_sql(&self.config.dsn, "txcache-agent primary").await?),
             None => None,
         };
-        let primary = primary_session.as_ref();
-        let Some(slot) = database::find_slot(&sql, &self.config.slot).await? else {
-            let loss = match server.moved_from {
-                Some(_) => SlotLoss::Moved,
-                None => SlotLoss::Dropped,
-            };
-            self.recreate_slot(&sql, primary, loss).await?;
+        let dsn = self.config.decoding_dsn().to_owned();
+        let moved = server.moved_from.is_some();
+        let starting = self.start_stream(&sql, host, primary_session.as_ref(), moved);
+        let Some(mut client) = cut_if_hung(&dsn, host, &sql, starting).await? else {
             return Ok(());
         };
-        if slot.lost {
-            self.recreate_slot(&sql, primary, SlotLoss::Lost).await?;
-            return Ok(());
-        }
-        let primary = primary.unwrap_or(&sql);
-        if slot.confirmed > self.streamed() {
-            // Only this agent moves the slot, never past what it streamed and acknowledged
-            // (the end of WAL while idle: one past the newest): a slot ahead was dropped and
-            // created again, and the commits in between were never read.
-            tracing::error!(slot = %self.config.slot, slot_position = %slot.confirmed, stream_position = %self.fanout.newest(),
-                "THE REPLICATION SLOT IS AHEAD OF THE STREAM (dropped and created again while the agent ran?): the changes in between were never read; every cache node is reset");
-            self.restart_after_gap(primary, slot.confirmed).await?;
-        }
-        let database = database::position(primary).await?;
-        self.fanout.set_database_position(database);
-        let history = database::history(&sql, Some(self.replication_host(host))).await?;
-        let went_back = database < self.fanout.newest();
-        let changed = self.fanout.history().filter(|old| **old != *history);
-        if went_back {
-            tracing::error!(database_position = %database, stream_position = %self.fanout.newest(),
-                "THE DATABASE'S POSITIONS WENT BACK (restored from a backup, or failed over to a standby that was behind): restarting the stream at the slot; every cache node is rewound and loses its versioned entries");
-            self.fanout.declare_gap(slot.confirmed);
-        }
-        if let Some(old) = &changed {
-            self.change_history(old, &history, host, &slot, went_back)
-                .await?;
-        }
-        if went_back || changed.is_some() {
-            self.restart_acknowledged(slot.confirmed);
-            self.stats.count_database_change();
-            let floor = database::floor_xid(primary).await?;
-            self.tracker.restart(slot.confirmed, floor);
-        }
-        // A new history restarts the buffer at the slot too.
-        self.fanout.follow_history(&history, slot.confirmed);
-        self.servers.decoded_history(&history);
-        if let Some(timeline) = timeline::timeline_of(&history) {
-            self.tracker.follow_timeline(timeline);
-        }
-        self.read_catalog(&sql).await?;
-        let start = Lsn::from_u64(slot.confirmed.0);
-        self.stats.resume_at(slot.confirmed);
-        let replication = replication_config(
-            self.config.decoding_dsn(),
-            host,
-            &self.config.slot,
-            &self.config.publication,
-            start,
-        )?
-        .with_application_name(application_name("txcache-agent stream"));
-        let mut client = ReplicationClient::connect(replication).await?;
-        let wait = connect::answer_timeout(self.config.decoding_dsn())?;
-        let starting = async |client: &mut ReplicationClient| client.wait_started().await;
-        connect::answered_within(&mut client, wait, "starting replication", starting).await?;
-        // The slot is this session's now: if an agent whose lease lapsed acknowledged it
-        // further between the reading above and the start, PostgreSQL resumes there, past
-        // commits the nodes never received. A gap: every node is reset. (A spare slot
-        // advanced meanwhile, to no more than was acknowledged, skips nothing.)
-        if let Some(now) = database::find_slot(&sql, &self.config.slot).await? {
-            if now.confirmed > slot.confirmed && now.confirmed > self.streamed() {
-                tracing::error!(slot = %self.config.slot, read = %slot.confirmed, started = %now.confirmed,
-                    "THE REPLICATION SLOT MOVED BEFORE THE STREAM STARTED (another agent acknowledged it): the changes in between were never read; every cache node is reset");
-                self.restart_after_gap(primary, now.confirmed).await?;
-                bail!("restarting the stream after the gap");
-            }
-        }
-        tracing::info!(slot = %self.config.slot, resume = %start, "invalidation stream started");
-        self.servers.stream_started().await;
         let mut ack_timer = tokio::time::interval(ACK_INTERVAL);
         let mut last_received = Instant::now();
         let mut history_watch = tokio::time::interval(HISTORY_WATCH_INTERVAL);
@@ -242,6 +175,97 @@ impl Stream {
                 }
             }
         }
+    }
+
+    /// A stream session's start on the decoding host's session `sql` (`host`), with the
+    /// primary's session when `sql` is a standby's: the slot, the database's position and
+    /// history, the catalog, then the replication stream. `None` when the session ends
+    /// there (the slot was recreated).
+    async fn start_stream(
+        &mut self,
+        sql: &SqlSession,
+        host: usize,
+        primary: Option<&SqlSession>,
+        moved: bool,
+    ) -> anyhow::Result<Option<ReplicationClient>> {
+        let Some(slot) = database::find_slot(sql, &self.config.slot).await? else {
+            let loss = if moved {
+                SlotLoss::Moved
+            } else {
+                SlotLoss::Dropped
+            };
+            self.recreate_slot(sql, primary, loss).await?;
+            return Ok(None);
+        };
+        if slot.lost {
+            self.recreate_slot(sql, primary, SlotLoss::Lost).await?;
+            return Ok(None);
+        }
+        let primary = primary.unwrap_or(sql);
+        if slot.confirmed > self.streamed() {
+            // Only this agent moves the slot, never past what it streamed and acknowledged
+            // (the end of WAL while idle: one past the newest): a slot ahead was dropped and
+            // created again, and the commits in between were never read.
+            tracing::error!(slot = %self.config.slot, slot_position = %slot.confirmed, stream_position = %self.fanout.newest(),
+                "THE REPLICATION SLOT IS AHEAD OF THE STREAM (dropped and created again while the agent ran?): the changes in between were never read; every cache node is reset");
+            self.restart_after_gap(primary, slot.confirmed).await?;
+        }
+        let database = database::position(primary).await?;
+        self.fanout.set_database_position(database);
+        let history = database::history(sql, Some(self.replication_host(host))).await?;
+        let went_back = database < self.fanout.newest();
+        let changed = self.fanout.history().filter(|old| **old != *history);
+        if went_back {
+            tracing::error!(database_position = %database, stream_position = %self.fanout.newest(),
+                "THE DATABASE'S POSITIONS WENT BACK (restored from a backup, or failed over to a standby that was behind): restarting the stream at the slot; every cache node is rewound and loses its versioned entries");
+            self.fanout.declare_gap(slot.confirmed);
+        }
+        if let Some(old) = &changed {
+            self.change_history(old, &history, host, &slot, went_back)
+                .await?;
+        }
+        if went_back || changed.is_some() {
+            self.restart_acknowledged(slot.confirmed);
+            self.stats.count_database_change();
+            let floor = database::floor_xid(primary).await?;
+            self.tracker.restart(slot.confirmed, floor);
+        }
+        // A new history restarts the buffer at the slot too.
+        self.fanout.follow_history(&history, slot.confirmed);
+        self.servers.decoded_history(&history);
+        if let Some(timeline) = timeline::timeline_of(&history) {
+            self.tracker.follow_timeline(timeline);
+        }
+        self.read_catalog(sql).await?;
+        let start = Lsn::from_u64(slot.confirmed.0);
+        self.stats.resume_at(slot.confirmed);
+        let replication = replication_config(
+            self.config.decoding_dsn(),
+            host,
+            &self.config.slot,
+            &self.config.publication,
+            start,
+        )?
+        .with_application_name(application_name("txcache-agent stream"));
+        let mut client = ReplicationClient::connect(replication).await?;
+        let wait = connect::answer_timeout(self.config.decoding_dsn())?;
+        let starting = async |client: &mut ReplicationClient| client.wait_started().await;
+        connect::answered_within(&mut client, wait, "starting replication", starting).await?;
+        // The slot is this session's now: if an agent whose lease lapsed acknowledged it
+        // further between the reading above and the start, PostgreSQL resumes there, past
+        // commits the nodes never received. A gap: every node is reset. (A spare slot
+        // advanced meanwhile, to no more than was acknowledged, skips nothing.)
+        if let Some(now) = database::find_slot(sql, &self.config.slot).await? {
+            if now.confirmed > slot.confirmed && now.confirmed > self.streamed() {
+                tracing::error!(slot = %self.config.slot, read = %slot.confirmed, started = %now.confirmed,
+                    "THE REPLICATION SLOT MOVED BEFORE THE STREAM STARTED (another agent acknowledged it): the changes in between were never read; every cache node is reset");
+                self.restart_after_gap(primary, now.confirmed).await?;
+                bail!("restarting the stream after the gap");
+            }
+        }
+        tracing::info!(slot = %self.config.slot, resume = %start, "invalidation stream started");
+        self.servers.stream_started().await;
+        Ok(Some(client))
     }
 
     /// The `host`-th decoding host, for questions over a replication session.
@@ -671,4 +695,42 @@ enum SlotLoss {
     Dropped,
     /// The stream moved to another `--decode-from` host, which holds none.
     Moved,
+}
+
+/// `starting`, a stream session's start on `dsn`'s `host`-th host over its session `sql`:
+/// a start that takes long (a slot's creation waits for the transactions running on the
+/// primary) is waited for while the host answers new sessions; once it does not (it hangs,
+/// or was cut off), `sql` is cut, and `starting` fails at its next statement there. The
+/// stream's silence check runs only once the stream does: without this a host that hangs
+/// now would hold the stream forever.
+async fn cut_if_hung<T>(
+    dsn: &str,
+    host: usize,
+    sql: &SqlSession,
+    starting: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let mut starting = std::pin::pin!(starting);
+    let first = tokio::time::Instant::now() + HANG_CHECK_INTERVAL;
+    let mut check = tokio::time::interval_at(first, HANG_CHECK_INTERVAL);
+    loop {
+        tokio::select! {
+            started = &mut starting => return started,
+            _ = check.tick() => {
+                if let Err(error) = host_answers(dsn, host).await {
+                    tracing::warn!(error = format!("{error:#}"), "the decoding host stopped answering while the stream session started: cutting the session");
+                    sql.cut();
+                    return starting.await;
+                }
+            }
+        }
+    }
+}
+
+/// Whether `dsn`'s `host`-th host answers a new session and a query on it within its
+/// `connect_timeout` and [`PROBE_TIMEOUT`].
+async fn host_answers(dsn: &str, host: usize) -> anyhow::Result<()> {
+    let sql = connect::connect_host(dsn, host, "txcache-agent host probe").await?;
+    let answer = tokio::time::timeout(PROBE_TIMEOUT, sql.client.simple_query("SELECT 1")).await;
+    answer.context("no answer to a query")??;
+    Ok(())
 }
