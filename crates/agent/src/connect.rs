@@ -297,7 +297,26 @@ pub async fn connect_host(
     let one = one_host(&config, index, wait).context("no such host")?;
     tokio::time::timeout(wait, connect_config(one, &conninfo, application))
         .await
-        .map_err(|_| anyhow::anyhow!("no answer within {wait:?}"))?
+        .map_err(|_| NoAnswer { within: wait })?
+}
+
+/// Opens an SQL session with the server of `dsn` that its settings choose (as
+/// [`connect_sql`]), which must answer within its hosts' `connect_timeout` each.
+pub async fn connect_sql_within(dsn: &str, application: &str) -> anyhow::Result<SqlSession> {
+    let hosts = u32::try_from(hosts_of(dsn)?.len().max(1)).unwrap_or(u32::MAX);
+    let wait = answer_timeout(dsn)?.saturating_mul(hosts);
+    tokio::time::timeout(wait, connect_sql(dsn, application))
+        .await
+        .map_err(|_| NoAnswer { within: wait })?
+}
+
+/// A server that accepted a connection and did not answer in time: stopped, or cut off
+/// after the handshake (an answer, even a refusal, is no hang).
+#[derive(Debug, thiserror::Error)]
+#[error("no answer within {within:?}")]
+pub struct NoAnswer {
+    /// How long it was given.
+    pub within: Duration,
 }
 
 /// How long a host of `dsn` is given to answer: its `connect_timeout`, else 10 s.
@@ -327,7 +346,8 @@ pub async fn answered_within<T>(
         Ok(answer) => answer.with_context(|| what.to_owned()),
         Err(_) => {
             client.abort();
-            bail!("{what}: the server accepted the replication connection but did not answer within {wait:?} (the host's connect_timeout)")
+            let error = anyhow::Error::new(NoAnswer { within: wait });
+            Err(error.context(format!("{what}: the server accepted the replication connection but did not answer (the host's connect_timeout)")))
         }
     }
 }
@@ -357,10 +377,30 @@ impl ReplicationHost<'_> {
         let start = Lsn::from_u64(0);
         let config = replication_config(self.dsn, self.host, self.slot, self.publication, start)?
             .with_application_name(application_name("txcache-agent timeline"));
-        let mut client = ReplicationClient::connect_gated(config).await?;
+        let mut asking = Asking {
+            client: ReplicationClient::connect_gated(config).await?,
+            answered: false,
+        };
         let wait = answer_timeout(self.dsn)?;
-        // Dropping a gated client ends its session.
-        answered_within(&mut client, wait, what, ask).await
+        let answer = answered_within(&mut asking.client, wait, what, ask).await;
+        asking.answered = true;
+        answer
+    }
+}
+
+/// A gated replication session asked one question: dropped once answered, it ends
+/// gracefully; dropped before (its caller gave up), it is aborted, since the session's
+/// worker heeds no stop while it connects or waits for an answer.
+struct Asking {
+    client: ReplicationClient,
+    answered: bool,
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.client.abort();
+        }
     }
 }
 

@@ -449,15 +449,19 @@ pub async fn history(
         (None, Some(received), _) => received.unsigned_abs(),
         (None, None, Some(server)) => {
             let asking = async |client: &mut ReplicationClient| client.identify_system().await;
-            server
-                .ask("asking the standby's timeline", asking)
-                .await?
-                .timeline
+            let answer = server.ask("asking the standby's timeline", asking).await;
+            answer.map_err(TimelineUnknown)?.timeline
         }
         (None, None, None) => restartpoint.unsigned_abs(),
     };
     Ok(format!("{system}:{timeline}"))
 }
+
+/// A standby's timeline could not be asked over a replication session (none free, the
+/// replication connection refused or not answered): not known this time.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot ask the standby's timeline over a replication session: {0:#}")]
+pub struct TimelineUnknown(anyhow::Error);
 
 /// A transaction id at least as new as every one running now: commits below the stream's
 /// start position may not be visible until they have all finished (the certification floor,

@@ -244,9 +244,10 @@ impl DecodingServers {
         self.current.lock().await.wanted.is_some()
     }
 
-    /// The first host that answers and can decode: a standby holding a usable slot, else
-    /// (unless `spare_only`) the first standby, else the primary (listed, or a standby
-    /// promoted); `failed` is tried last.
+    /// The first host of the best [`HostRank`] that answers and can decode; with
+    /// `spare_only`, only a standby whose slot is not ahead of what the stream acknowledged.
+    /// `failed` is tried last, and ranks no better than a slot ahead: the stream returns to
+    /// it only when nothing better answers.
     async fn choose(
         &self,
         application: &str,
@@ -254,9 +255,8 @@ impl DecodingServers {
         spare_only: bool,
     ) -> anyhow::Result<(SqlSession, usize)> {
         let order = (0..self.hosts.len()).filter(|host| Some(*host) != failed);
-        let (mut first_standby, mut first_primary) = (None, None);
-        // A standby whose slot would make the stream reset every node: better than none.
-        let mut unusable_slot = None;
+        // The hosts that answer, by rank (`HostRank`): the first of the best rank wins.
+        let mut ranked: [Option<(SqlSession, usize)>; 5] = Default::default();
         for host in order.chain(failed) {
             let name = &self.hosts[host];
             let sql = match connect::connect_host(&self.dsn, host, application).await {
@@ -270,42 +270,55 @@ impl DecodingServers {
                 tracing::error!(host = %name, error = format!("{error:#}"), "a --decode-from host cannot decode the stream; skipping it");
                 continue;
             }
-            if !database::in_recovery(&sql).await? {
-                first_primary.get_or_insert((sql, host));
-                continue;
-            }
-            // A standby's slot is one the stream was decoded on: resuming there resets no
-            // node if it is on the stream's history and not ahead of what the stream
-            // acknowledged (the commits in between would be skipped: the stream resets
-            // every node then). A slot confirmed nowhere (NULL) is still being created.
-            let slot = database::find_slot(&sql, &self.slot).await;
-            if !matches!(slot, Ok(Some(ref state)) if !state.lost
-                && state.confirmed != Timestamp::ZERO)
-            {
-                first_standby.get_or_insert((sql, host));
-                continue;
-            }
-            let acknowledged = Timestamp(self.acknowledged.load(Ordering::Relaxed));
-            let behind = matches!(slot, Ok(Some(ref state)) if state.confirmed <= acknowledged);
-            if behind && self.follows_stream(&sql, host).await.unwrap_or(false) {
+            let rank = self.rank(&sql, host, Some(host) == failed).await?;
+            if rank == HostRank::UsableSlot {
                 return Ok((sql, host));
             }
-            unusable_slot.get_or_insert((sql, host));
+            ranked[rank as usize].get_or_insert((sql, host));
         }
-        let first_standby = unusable_slot.or(first_standby);
-        match first_standby.or(first_primary) {
-            Some(_) if spare_only => bail!(
+        let [_, behind, other_slot, no_slot, primary] = ranked;
+        let chosen = match behind {
+            Some(behind) => Some(behind),
+            None if spare_only => None,
+            None => other_slot.or(no_slot).or(primary),
+        };
+        match chosen {
+            Some(chosen) => Ok(chosen),
+            None if spare_only => bail!(
                 "no --decode-from host with a usable slot answers: the stream moves to a host \
                  without one (every cache node reset) once the one it was decoded on has \
                  failed for {:?}",
                 self.failover_after
             ),
-            Some(chosen) => Ok(chosen),
             None => bail!(
                 "no --decode-from host answers and can decode ({})",
                 self.hosts.join(", ")
             ),
         }
+    }
+
+    /// How good a move of the stream to `host` (over its session `sql`) would be.
+    async fn rank(&self, sql: &SqlSession, host: usize, failed: bool) -> anyhow::Result<HostRank> {
+        if !database::in_recovery(sql).await? {
+            return Ok(HostRank::Primary);
+        }
+        // A slot confirmed nowhere (NULL) is still being created.
+        let slot = database::find_slot(sql, &self.slot).await;
+        let Ok(Some(slot)) = slot.as_ref().map(|slot| {
+            slot.as_ref()
+                .filter(|slot| !slot.lost && slot.confirmed != Timestamp::ZERO)
+        }) else {
+            return Ok(HostRank::NoSlot);
+        };
+        let acknowledged = Timestamp(self.acknowledged.load(Ordering::Relaxed));
+        if failed || slot.confirmed > acknowledged {
+            return Ok(HostRank::OtherSlot);
+        }
+        Ok(if self.follows_stream(sql, host).await.unwrap_or(false) {
+            HostRank::UsableSlot
+        } else {
+            HostRank::SlotBehind
+        })
     }
 
     /// Records that the stream started on the host in use: it works.
@@ -547,4 +560,22 @@ pub async fn require_decoding_hosts(
         );
     }
     Ok(())
+}
+
+/// How good a move of the stream to a host would be, best first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HostRank {
+    /// A standby whose slot is on the stream's history and not ahead of what the stream
+    /// acknowledged: the stream resumes there without resetting a node.
+    UsableSlot,
+    /// A standby whose slot is not ahead, on another history (a failover's new timeline):
+    /// the stream follows it if it continues the old one past what was delivered, else
+    /// rewinds every node.
+    SlotBehind,
+    /// A standby whose slot is ahead (every node reset), or the host that failed.
+    OtherSlot,
+    /// A standby without a slot: one is created there, and every node reset.
+    NoSlot,
+    /// A primary.
+    Primary,
 }

@@ -130,13 +130,30 @@ impl Stream {
         // Decoding on a standby, the primary is asked what only it knows: its WAL position
         // (a standby restarting replays from behind what it decoded before) and its xids.
         let primary_session = match self.config.decode_from {
-            Some(_) => Some(connect_sql(&self.config.dsn, "txcache-agent primary").await?),
+            Some(_) => {
+                Some(connect::connect_sql_within(&self.config.dsn, "txcache-agent primary").await?)
+            }
             None => None,
         };
-        let dsn = self.config.decoding_dsn().to_owned();
+        let (decoding_dsn, primary_dsn) = (
+            self.config.decoding_dsn().to_owned(),
+            self.config.dsn.clone(),
+        );
+        let mut watched = vec![Watched {
+            session: &sql,
+            dsn: &decoding_dsn,
+            host: Some(host),
+        }];
+        if let Some(primary) = &primary_session {
+            watched.push(Watched {
+                session: primary,
+                dsn: &primary_dsn,
+                host: None,
+            });
+        }
         let moved = server.moved_from.is_some();
         let starting = self.start_stream(&sql, host, primary_session.as_ref(), moved);
-        let Some(mut client) = cut_if_hung(&dsn, host, &sql, starting).await? else {
+        let Some(mut client) = cut_if_hung(&watched, starting).await? else {
             return Ok(());
         };
         let mut ack_timer = tokio::time::interval(ACK_INTERVAL);
@@ -512,7 +529,18 @@ impl Stream {
     ) -> anyhow::Result<()> {
         self.servers
             .decoded_on_primary(!database::in_recovery(sql).await?);
-        let history = database::history(sql, Some(self.replication_host(host))).await?;
+        let history = match database::history(sql, Some(self.replication_host(host))).await {
+            Ok(history) => history,
+            // A replication session refused or unanswered says nothing of the stream's.
+            Err(error) if error.downcast_ref::<database::TimelineUnknown>().is_some() => {
+                tracing::debug!(
+                    error = format!("{error:#}"),
+                    "the decoding standby's timeline is not known this time"
+                );
+                return Ok(());
+            }
+            Err(error) => return Err(error),
+        };
         let Some(old) = self.fanout.history().filter(|old| **old != *history) else {
             return Ok(());
         };
@@ -697,40 +725,80 @@ enum SlotLoss {
     Moved,
 }
 
-/// `starting`, a stream session's start on `dsn`'s `host`-th host over its session `sql`:
-/// a start that takes long (a slot's creation waits for the transactions running on the
-/// primary) is waited for while the host answers new sessions; once it does not (it hangs,
-/// or was cut off), `sql` is cut, and `starting` fails at its next statement there. The
-/// stream's silence check runs only once the stream does: without this a host that hangs
-/// now would hold the stream forever.
+/// A session a stream session's start runs statements on: the decoding host's, or the
+/// primary's beside it.
+struct Watched<'a> {
+    session: &'a SqlSession,
+    /// Whose connection string.
+    dsn: &'a str,
+    /// Which of its hosts; `None`: the one its settings choose (the primary).
+    host: Option<usize>,
+}
+
+/// `starting`, a stream session's start over the `watched` sessions: a start that takes
+/// long (a slot's creation waits for the transactions running on the primary) is waited
+/// for while their servers answer new sessions; once one does not (it hangs, or was cut off
+/// after the handshake), every watched session is cut, and `starting` fails at its next
+/// statement on one. The stream's silence check runs only once the stream does: without
+/// this a server that hangs now would hold the stream forever.
 async fn cut_if_hung<T>(
-    dsn: &str,
-    host: usize,
-    sql: &SqlSession,
+    watched: &[Watched<'_>],
     starting: impl std::future::Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<T> {
     let mut starting = std::pin::pin!(starting);
-    let first = tokio::time::Instant::now() + HANG_CHECK_INTERVAL;
-    let mut check = tokio::time::interval_at(first, HANG_CHECK_INTERVAL);
+    tokio::select! {
+        started = &mut starting => started,
+        hung = first_hung(watched) => {
+            tracing::warn!(dsn = %hung.dsn, host = ?hung.host, "a server stopped answering while the stream session started: cutting the session");
+            for each in watched {
+                each.session.cut();
+            }
+            starting.await
+        }
+    }
+}
+
+/// The first of `watched` whose server, asked every [`HANG_CHECK_INTERVAL`], does not
+/// answer a new session and a query on it; never returns while they all do.
+async fn first_hung<'a>(watched: &'a [Watched<'a>]) -> &'a Watched<'a> {
     loop {
-        tokio::select! {
-            started = &mut starting => return started,
-            _ = check.tick() => {
-                if let Err(error) = host_answers(dsn, host).await {
-                    tracing::warn!(error = format!("{error:#}"), "the decoding host stopped answering while the stream session started: cutting the session");
-                    sql.cut();
-                    return starting.await;
-                }
+        tokio::time::sleep(HANG_CHECK_INTERVAL).await;
+        for each in watched {
+            if hangs(each).await {
+                return each;
             }
         }
     }
 }
 
-/// Whether `dsn`'s `host`-th host answers a new session and a query on it within its
-/// `connect_timeout` and [`PROBE_TIMEOUT`].
-async fn host_answers(dsn: &str, host: usize) -> anyhow::Result<()> {
-    let sql = connect::connect_host(dsn, host, "txcache-agent host probe").await?;
-    let answer = tokio::time::timeout(PROBE_TIMEOUT, sql.client.simple_query("SELECT 1")).await;
-    answer.context("no answer to a query")??;
-    Ok(())
+/// Whether `watched`'s server leaves a new session, or a query on it, unanswered within
+/// its `connect_timeout` and [`PROBE_TIMEOUT`]. An answer, even a refusal (too many
+/// connections, say), is no hang.
+async fn hangs(watched: &Watched<'_>) -> bool {
+    const PROBE: &str = "txcache-agent host probe";
+    let Ok(wait) = connect::answer_timeout(watched.dsn) else {
+        return false;
+    };
+    let probe = async {
+        let sql = match watched.host {
+            Some(host) => connect::connect_host(watched.dsn, host, PROBE).await?,
+            None => connect::connect_sql_within(watched.dsn, PROBE).await?,
+        };
+        tokio::time::timeout(PROBE_TIMEOUT, sql.client.simple_query("SELECT 1"))
+            .await
+            .map_err(|_| connect::NoAnswer {
+                within: PROBE_TIMEOUT,
+            })??;
+        anyhow::Ok(())
+    };
+    // Each host may be given the wait, and the query its own: past that, the probe's own
+    // timeouts would have told.
+    let hosts = connect::hosts_of(watched.dsn).map_or(1, |hosts| hosts.len().max(1));
+    let hosts = u32::try_from(hosts).unwrap_or(u32::MAX);
+    let limit = wait.saturating_mul(hosts) + PROBE_TIMEOUT * 2;
+    match tokio::time::timeout(limit, probe).await {
+        Err(_) => true,
+        Ok(Err(error)) => error.downcast_ref::<connect::NoAnswer>().is_some(),
+        Ok(Ok(())) => false,
+    }
 }
