@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from txcache.check.faults import Fault
 from txcache.check.history import (
     PUBLIC_TENANT,
     Commit,
@@ -14,8 +15,10 @@ from txcache.check.history import (
     History,
     Object,
     Read,
+    Verdict,
     judge,
 )
+from txcache.check.report import when
 
 INITIAL: dict[Object, object] = {
     ("balance", 1): 100,
@@ -360,3 +363,17 @@ def test_a_tenants_snapshot_read_sees_only_its_own_commits() -> None:
 def test_a_read_is_judged_by_its_own_tenants_history_only() -> None:
     with pytest.raises(ValueError, match="judged by 'public'"):
         judge(tenant_histories()[PUBLIC_TENANT], marked("path"))
+
+
+def test_an_anomaly_is_placed_against_the_faults_that_started_just_before_it() -> None:
+    read = Read(1_000_100.0, 1_000_100.5, 1.0, None, [])
+    verdict = Verdict(read, None, (0, 0))
+    faults = [
+        Fault("node-leave", 1_000_050.0, 1_000_052.0),  # 50 s before: too early
+        Fault("promote-stop", 1_000_090.5, 1_000_091.0),
+        Fault("node-kill", 1_000_101.0, 1_000_101.5),  # after it began
+    ]
+    placed = when(verdict, faults)
+    assert placed.startswith("began ")
+    assert placed.endswith("faults started in the 20 s before: promote-stop 9.5 s before")
+    assert when(verdict, []).endswith(": none")

@@ -404,9 +404,7 @@ def test_before_failover_after_the_stream_moves_only_to_a_spare_slot(
             assert agent_walsenders(pair.primary.dsn) == 0
             assert "THE STREAM MOVED" not in lib._agent_log()
         lib.caught_up()
-        token = lib.commit("UPDATE items SET name = 'standbys back' WHERE id = 2")
-        assert assert_invalidated(lib, QUERY, token, 2) == [("standbys back",)]
-        assert node_resets(lib) == resets
+        invalidates_with_the_cache_kept(lib, resets, "standbys back")
         assert "txcache" not in dict(slots(pair.primary.dsn))
 
 
@@ -425,9 +423,7 @@ def test_a_decoding_host_that_answers_but_refuses_the_stream_is_left_for_a_spare
                 holding.enter_context(holding_the_slot(first))
             stream_on(second.dsn, "the stream to move to the second standby", log=lib._agent_log)
         assert "THE STREAM CANNOT RUN ON THE --decode-from HOST IN USE" in lib._agent_log()
-        token = lib.commit("UPDATE items SET name = 'refused' WHERE id = 2")
-        assert assert_invalidated(lib, QUERY, token, 2) == [("refused",)]
-        assert node_resets(lib) == resets
+        invalidates_with_the_cache_kept(lib, resets, "refused")
 
 
 def test_a_decoding_standby_cut_off_from_its_upstream_is_left_for_a_spare_slot(
@@ -445,9 +441,7 @@ def test_a_decoding_standby_cut_off_from_its_upstream_is_left_for_a_spare_slot(
         log = lib._agent_log()
         assert "receives no WAL" in log
         assert "THE STREAM CANNOT RUN ON THE --decode-from HOST IN USE" in log
-        token = lib.commit("UPDATE items SET name = 'cut off' WHERE id = 2")
-        assert assert_invalidated(lib, QUERY, token, 2) == [("cut off",)]
-        assert node_resets(lib) == resets
+        invalidates_with_the_cache_kept(lib, resets, "cut off")
 
 
 def test_a_decoding_host_that_hangs_each_replication_start_is_left_for_a_spare_slot(
@@ -472,9 +466,7 @@ def test_a_decoding_host_that_hangs_each_replication_start_is_left_for_a_spare_s
             log = lib._agent_log()
             assert "accepted the replication connection but did not answer" in log
             assert "THE STREAM CANNOT RUN ON THE --decode-from HOST IN USE" in log
-            token = lib.commit("UPDATE items SET name = 'hung start' WHERE id = 2")
-            assert assert_invalidated(lib, QUERY, token, 2) == [("hung start",)]
-            assert node_resets(lib) == resets
+            invalidates_with_the_cache_kept(lib, resets, "hung start")
     finally:
         proxy.stop()
 
@@ -503,9 +495,7 @@ def test_a_decoding_standby_left_without_wal_by_a_hung_primary_is_kept(
         wait_until(
             lambda: lease_held(lib), "the agent to renew its lease", timeout=30, log=lib._agent_log
         )
-        token = lib.commit("UPDATE items SET name = 'primary back' WHERE id = 2")
-        assert assert_invalidated(lib, QUERY, token, 2) == [("primary back",)]
-        assert node_resets(lib) == resets
+        invalidates_with_the_cache_kept(lib, resets, "primary back")
 
 
 def test_a_decoding_host_that_hangs_while_the_stream_session_starts_is_left(
@@ -536,9 +526,7 @@ def test_a_decoding_host_that_hangs_while_the_stream_session_starts_is_left(
             stream_on(second.dsn, "the stream to move to the second standby", log=lib._agent_log)
             assert "stopped answering while the stream session started" in lib._agent_log()
             blocker.rollback()
-            token = lib.commit("UPDATE items SET name = 'hung start' WHERE id = 2")
-            assert assert_invalidated(lib, QUERY, token, 2) == [("hung start",)]
-            assert node_resets(lib) == resets
+            invalidates_with_the_cache_kept(lib, resets, "hung start")
     finally:
         blocker.close()
         proxy.stop()
@@ -561,6 +549,14 @@ def drop_the_slot(server: EmbeddedPostgres) -> None:
 
         wait_until(inactive, "the slot's walsender to end", timeout=30)
         db.execute("SELECT pg_drop_replication_slot('txcache')")
+
+
+def invalidates_with_the_cache_kept(lib: LibraryStack, resets: list[int], name: str) -> None:
+    """Item 2 renamed ``name`` through the library is invalidated exactly, and no node was
+    reset since ``resets`` (``node_resets``) was read."""
+    token = lib.commit(f"UPDATE items SET name = '{name}' WHERE id = 2")
+    assert assert_invalidated(lib, QUERY, token, 2) == [(name,)]
+    assert node_resets(lib) == resets
 
 
 def lease_held(lib: LibraryStack) -> bool:
@@ -677,15 +673,11 @@ def test_the_stream_falls_back_to_the_primary_and_returns_to_the_standby_s_spare
             timeout=30,
             log=lib._agent_log,
         )
-        token = lib.commit("UPDATE items SET name = 'back on the standby' WHERE id = 2")
-        assert assert_invalidated(lib, QUERY, token, 2) == [("back on the standby",)]
-        assert node_resets(lib) == resets
+        invalidates_with_the_cache_kept(lib, resets, "back on the standby")
 
         lib.restart_agent()
         stream_on(standby.dsn, "the restarted agent to decode on the standby", log=lib._agent_log)
-        token = lib.commit("UPDATE items SET name = 'after the restart' WHERE id = 2")
-        assert assert_invalidated(lib, QUERY, token, 2) == [("after the restart",)]
-        assert node_resets(lib) == resets
+        invalidates_with_the_cache_kept(lib, resets, "after the restart")
 
 
 def test_a_decoding_standby_whose_replay_is_paused_is_not_left(pair: ReplicatedPostgres) -> None:

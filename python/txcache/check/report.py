@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from txcache.check.faults import Fault
 from txcache.check.history import Verdict
 from txcache.check.run import CheckReport, PhaseReport, TenantReport, describe, fault_counts
 
-__all__ = ["as_json", "as_markdown"]
+__all__ = ["as_json", "as_markdown", "when"]
 
 _EXAMPLES = 3
+_FAULT_WINDOW = 20.0
 
 
 def _ddl_tracking(mode: str) -> str:
@@ -71,8 +74,23 @@ def _examples(phase: PhaseReport, title: str, anomalies: list[Verdict]) -> list[
         return []
     lines = ["", f"## {title} in the {phase.mode} phase (first {_EXAMPLES})", ""]
     for verdict in anomalies[:_EXAMPLES]:
-        lines += [f"- {describe(verdict.read)}", "", "```", verdict.explanation, "```"]
+        heading = f"- {describe(verdict.read)}; {when(verdict, phase.faults)}"
+        lines += [heading, "", "```", verdict.explanation, "```"]
     return lines
+
+
+def when(verdict: Verdict, faults: list[Fault]) -> str:
+    """When the read began, and which of ``faults`` started in the 20 s before it: what
+    places an anomaly against the faults."""
+    began = verdict.read.began
+    clock = time.strftime("%H:%M:%S", time.gmtime(began))
+    recent = [
+        f"{fault.kind} {began - fault.started:.1f} s before"
+        for fault in faults
+        if 0 <= began - fault.started <= _FAULT_WINDOW
+    ]
+    listed = ", ".join(recent) or "none"
+    return f"began {clock} UTC; faults started in the {_FAULT_WINDOW:g} s before: {listed}"
 
 
 def _by_tenant(value: Callable[[TenantReport], object]) -> Callable[[PhaseReport], str]:
@@ -150,13 +168,15 @@ def _agent_down(phase: PhaseReport) -> str:
 
 
 def as_json(report: CheckReport) -> str:
-    """The report for programs (anomalies reduced to their explanations)."""
+    """The report for programs (anomalies reduced to their explanations, and when each
+    read began with the faults just before it)."""
 
     def phase(p: PhaseReport | None) -> dict[str, Any] | None:
         if p is None:
             return None
         data = asdict(p)
         data["anomalies"] = [v.explanation for v in p.anomalies]
+        data["anomalies_when"] = [when(v, p.faults) for v in p.anomalies]
         data["cross_tenant"] = len(p.cross_tenant)
         data["cache_share"] = p.cache_share
         return data
