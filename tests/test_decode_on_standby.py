@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from typing import IO
 
@@ -19,6 +20,8 @@ from agent_fixtures import HEARTBEATS, Stack, open_probe
 from cached_reads import assert_invalidated, cached, reread
 from conftest import info, running_agent
 from library_fixtures import AGENT_ARGS, LibraryStack
+from txcache import protocol
+from txcache._pinset import Pin
 from txcache.stack import (
     EmbeddedPostgres,
     ReplicatedPostgres,
@@ -113,6 +116,40 @@ def test_a_read_after_its_own_write_sees_it(lib: LibraryStack) -> None:
         assert row == (1,)
         assert reading.snapshot is not None
         assert reading.snapshot.ts >= token
+
+
+def test_a_paused_standby_s_keepalives_do_not_make_pins_current(
+    lib: LibraryStack, pair: ReplicatedPostgres
+) -> None:
+    """The standby's replay paused while the primary commits, then resumed: its walsender's
+    keepalives carry its own clock and a WAL end past what it decoded, which must not make
+    a pin look current while a commit after it is still to be decoded (the library would
+    serve reads staler than their staleness)."""
+    assert pair.standby is not None
+    assert lib.agent is not None
+    lib.caught_up()
+    commits: list[tuple[int, float]] = []  # the WAL position each write began after, and
+    with psycopg.connect(pair.standby.dsn, autocommit=True) as standby:  # when it was done
+        standby.execute("SELECT pg_wal_replay_pause()")
+        for n in range(200):
+            began = wal_position(lib.admin)
+            lib.write("UPDATE items SET name = %s WHERE id = 5", f"unreplayed {n}")
+            commits.append((began, time.time()))
+        standby.execute("SELECT pg_wal_replay_resume()")
+    listed: list[Pin] = []
+    address = f"{lib.agent.host}:{lib.agent.port}"
+    with protocol.connect(address) as agent:
+        deadline = time.monotonic() + 5  # the catch-up, watched for a bounded time
+        while time.monotonic() < deadline:
+            pins = agent.run(protocol.pins())
+            listed += pins
+    stale = [
+        (pin.ts, pin.current_as_of - done)
+        for pin in listed
+        for began, done in commits
+        if began > pin.ts and done < pin.current_as_of - 0.05
+    ]
+    assert stale == [], f"pins current past a later commit (ts, seconds): {stale[:3]}"
 
 
 def test_a_standby_that_crashes_resumes_the_stream_and_the_cache_is_kept(

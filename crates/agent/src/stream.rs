@@ -70,6 +70,11 @@ pub struct Stream {
     acknowledged: Timestamp,
     /// The end of the WAL as of the last keepalive seen between transactions.
     idle_end: Option<Timestamp>,
+    /// Whether the server the stream is decoded on is a primary, as last asked. Only a
+    /// primary's keepalives tell the time the database was at their position: a standby's
+    /// walsender waits for its own replay, which may be paused or behind while the primary
+    /// commits on.
+    on_primary: bool,
 }
 
 impl Stream {
@@ -97,6 +102,7 @@ impl Stream {
             catalog: Catalog::default(),
             acknowledged: Timestamp::ZERO,
             idle_end: None,
+            on_primary: false,
         }
     }
 
@@ -229,6 +235,7 @@ impl Stream {
         }
         let database = database::position(primary).await?;
         self.fanout.set_database_position(database);
+        self.on_primary = !database::in_recovery(sql).await?;
         let history = database::history(sql, Some(self.replication_host(host))).await?;
         let went_back = database < self.fanout.newest();
         let changed = self.fanout.history().filter(|old| **old != *history);
@@ -484,7 +491,13 @@ impl Stream {
             return;
         }
         if ts > newest {
-            let time = WallClock(unix_micros_from_postgres(server_time_micros));
+            // A standby's keepalive moves the position on, not the time (`on_primary`): the
+            // state below `ts` is current as of no later than the last heartbeat decoded.
+            let time = if self.on_primary {
+                WallClock(unix_micros_from_postgres(server_time_micros))
+            } else {
+                self.tracker.progress().heartbeat_time
+            };
             self.tracker.heartbeat(ts, time);
             self.fanout.push(StreamMessage::Heartbeat { ts, time });
         }
@@ -527,8 +540,8 @@ impl Stream {
         host: usize,
         first_pushed: Timestamp,
     ) -> anyhow::Result<()> {
-        self.servers
-            .decoded_on_primary(!database::in_recovery(sql).await?);
+        self.on_primary = !database::in_recovery(sql).await?;
+        self.servers.decoded_on_primary(self.on_primary);
         let history = match database::history(sql, Some(self.replication_host(host))).await {
             Ok(history) => history,
             // A replication session refused or unanswered says nothing of the stream's.
