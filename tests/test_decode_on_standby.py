@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import IO
@@ -122,25 +123,29 @@ def test_a_lagging_standby_s_keepalives_do_not_make_pins_current(
     lib: LibraryStack, pair: ReplicatedPostgres
 ) -> None:
     """The standby the stream is decoded on applies each commit 2 s late while the primary
-    commits on: no pin is listed as current past a commit after it that is still to be
-    replayed there — not by the primary's heartbeats, nor by the standby walsender's
-    keepalives, which carry its own clock (the library would serve reads staler than their
-    staleness)."""
+    commits on, and pins are in demand: no pin is listed as current past a commit after it
+    that is still to be replayed there — not by the primary's heartbeats, nor by the standby
+    walsender's keepalives, whose position is its replay's and whose clock is its own (the
+    library would serve reads staler than their staleness)."""
     assert pair.standby is not None
     assert lib.agent is not None
+    address = f"{lib.agent.host}:{lib.agent.port}"
     with psycopg.connect(pair.standby.dsn, autocommit=True) as standby:
         standby.execute("ALTER SYSTEM SET recovery_min_apply_delay = '2s'")
         standby.execute("SELECT pg_reload_conf()")
     commits: list[tuple[int, float]] = []  # the WAL position each began after, and when done
     listed: list[Pin] = []
-    with protocol.connect(f"{lib.agent.host}:{lib.agent.port}") as agent:
-        for n in range(80):
+    with protocol.connect(address) as agent, asking_for_pins(address):
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
             began = wal_position(lib.admin)
-            lib.write("UPDATE items SET name = %s WHERE id = 5", f"lagging {n}")
+            lib.write("UPDATE items SET name = %s WHERE id = 5", f"lagging {len(commits)}")
             commits.append((began, time.time()))
             pins = agent.run(protocol.pins())
             listed += pins
-            time.sleep(0.05)  # a write every 50 ms or so, for about 4 s
+            time.sleep(0.05)  # a write every 50 ms or so
+    newest = max(pin.ts for pin in listed)
+    assert newest > commits[0][0], "no pin was certified while the primary wrote"
     stale = {
         (pin.ts, round(pin.current_as_of - done, 2))
         for pin in listed
@@ -148,6 +153,26 @@ def test_a_lagging_standby_s_keepalives_do_not_make_pins_current(
         if began > pin.ts and done < pin.current_as_of - 0.5
     }
     assert not stale, f"pins current past a later commit (ts, seconds): {sorted(stale)[:3]}"
+
+
+@contextlib.contextmanager
+def asking_for_pins(address: str) -> Iterator[None]:
+    """Asks the agent at ``address`` for a fresh pin, one after another, until the block
+    ends: pins are in demand (a pinner nobody asks takes none)."""
+    done = threading.Event()
+
+    def ask() -> None:
+        with protocol.connect(address, timeout=30) as agent:
+            while not done.is_set():
+                agent.run(protocol.pin())
+
+    asker = threading.Thread(target=ask, daemon=True)
+    asker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        asker.join(timeout=30)
 
 
 def test_a_standby_that_crashes_resumes_the_stream_and_the_cache_is_kept(

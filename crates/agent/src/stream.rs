@@ -8,7 +8,7 @@
 //! Delivery is at-least-once: after a crash or reconnect the slot resumes at the last
 //! acknowledged position and repeats what followed; nodes ignore `ts <= N`.
 
-use crate::assemble::{unix_micros_from_postgres, Assembler};
+use crate::assemble::Assembler;
 use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::connect::{
@@ -70,11 +70,6 @@ pub struct Stream {
     acknowledged: Timestamp,
     /// The end of the WAL as of the last keepalive seen between transactions.
     idle_end: Option<Timestamp>,
-    /// Whether the server the stream is decoded on is a primary, as last asked. Only a
-    /// primary's keepalives tell the time the database was at their position: a standby's
-    /// walsender waits for its own replay, which may be paused or behind while the primary
-    /// commits on.
-    on_primary: bool,
 }
 
 impl Stream {
@@ -102,7 +97,6 @@ impl Stream {
             catalog: Catalog::default(),
             acknowledged: Timestamp::ZERO,
             idle_end: None,
-            on_primary: false,
         }
     }
 
@@ -235,7 +229,6 @@ impl Stream {
         }
         let database = database::position(primary).await?;
         self.fanout.set_database_position(database);
-        self.on_primary = !database::in_recovery(sql).await?;
         let history = database::history(sql, Some(self.replication_host(host))).await?;
         let went_back = database < self.fanout.newest();
         let changed = self.fanout.history().filter(|old| **old != *history);
@@ -426,11 +419,7 @@ impl Stream {
             } => {
                 self.commit(lsn.as_u64(), commit_time_micros, sql).await?;
             }
-            ReplicationEvent::KeepAlive {
-                wal_end,
-                server_time_micros,
-                ..
-            } => self.keepalive(wal_end.as_u64(), server_time_micros),
+            ReplicationEvent::KeepAlive { wal_end, .. } => self.keepalive(wal_end.as_u64()),
             _ => {}
         }
         if let Some(end) = end {
@@ -484,20 +473,20 @@ impl Stream {
     /// shutting down waits for (an agent that never confirmed the end of the WAL held a
     /// fast shutdown until `wal_sender_timeout`), and what lets a quiet publication release
     /// WAL.
-    fn keepalive(&mut self, wal_end: u64, server_time_micros: i64) {
+    ///
+    /// It moves the position on, never the time: its clock is the sender's when it ran out
+    /// of WAL to decode, and commits beyond `wal_end` may have been made (and seen) before
+    /// then — on a standby every one its replay has yet to apply, on a primary those
+    /// committed asynchronously and not yet flushed. Only heartbeats written into the WAL
+    /// tell when the database was at a position.
+    fn keepalive(&mut self, wal_end: u64) {
         let ts = Timestamp(wal_end.saturating_sub(1));
         let newest = self.fanout.newest();
         if self.assembler.in_transaction() || wal_end == 0 || ts < newest {
             return;
         }
         if ts > newest {
-            // A standby's keepalive moves the position on, not the time (`on_primary`): the
-            // state below `ts` is current as of no later than the last heartbeat decoded.
-            let time = if self.on_primary {
-                WallClock(unix_micros_from_postgres(server_time_micros))
-            } else {
-                self.tracker.progress().heartbeat_time
-            };
+            let time = self.tracker.progress().heartbeat_time;
             self.tracker.heartbeat(ts, time);
             self.fanout.push(StreamMessage::Heartbeat { ts, time });
         }
@@ -540,8 +529,8 @@ impl Stream {
         host: usize,
         first_pushed: Timestamp,
     ) -> anyhow::Result<()> {
-        self.on_primary = !database::in_recovery(sql).await?;
-        self.servers.decoded_on_primary(self.on_primary);
+        self.servers
+            .decoded_on_primary(!database::in_recovery(sql).await?);
         let history = match database::history(sql, Some(self.replication_host(host))).await {
             Ok(history) => history,
             // A replication session refused or unanswered says nothing of the stream's.
