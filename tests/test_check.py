@@ -167,6 +167,7 @@ def checked_soundly(options: CheckOptions) -> PhaseReport:
     assert checked.cache_hits > 0
     assert report.missing_commits == 0
     assert report.foreign_commits == 0
+    assert report.ambiguous_xids == 0
     assert report.passed
     return checked
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from txcache.check.history import (
     judge,
 )
 from txcache.check.report import when
+from txcache.check.workload import WriterLog, attribute
 
 INITIAL: dict[Object, object] = {
     ("balance", 1): 100,
@@ -81,6 +83,17 @@ def test_staleness_bounds_how_old_the_point_may_be() -> None:
     stale = read((("list", 0), ()), staleness=60.0)
     assert judge(history(), stale).points is None
     assert judge(history(), read((("list", 0), ()), staleness=75.0)).points == (2, 2)
+
+
+def test_a_value_no_allowed_point_explains_says_where_it_held_and_how_it_differs() -> None:
+    stale = judge(history(), read((("list", 0), ()), staleness=60.0))
+    assert "('list', 0) = (): nowhere allowed (held at 0..2; at point 3: it was (42,); " in (
+        stale.explanation
+    )
+    assert "it has more (), fewer (42,)" in stale.explanation
+    phantom = judge(history(), read((("list", 0), (41, 42)), staleness=60.0))
+    assert "held at no point of the history" in phantom.explanation
+    assert "it has more (41,), fewer ()" in phantom.explanation
 
 
 def test_a_commit_is_owed_only_once_its_writer_was_answered() -> None:
@@ -377,3 +390,28 @@ def test_an_anomaly_is_placed_against_the_faults_that_started_just_before_it() -
     assert placed.startswith("began ")
     assert placed.endswith("faults started in the 20 s before: promote-stop 9.5 s before")
     assert when(verdict, []).endswith(": none")
+
+
+def test_a_reused_xid_is_the_commit_of_the_transaction_running_when_it_was_written() -> None:
+    # xid 7 was the old primary's for a transaction lost with it (its COMMIT failed at
+    # t = 10); the promoted standby gave 7 out again to one that committed at t = 12.
+    lost = WriterLog(7, (("append", 4, (5, 187)),), None, "role", math.inf, 9.0, 10.0)
+    kept = WriterLog(7, (("balance", 1, 90),), True, "path", 12.5, 11.0, 12.5)
+    for logs in ([lost, kept], [kept, lost]):
+        attribution = attribute([(7, 12.0)], logs)
+        assert attribution.logs[7] is kept
+        assert (attribution.shared, attribution.ambiguous, attribution.foreign) == (1, 0, 0)
+    # Committed before the first failed: the lost one it was (it committed; only its
+    # answer was lost, and then the standby had it, so no xid was given out again).
+    assert attribute([(7, 9.5)], [kept, lost]).logs[7] is lost
+
+
+def test_a_reused_xid_both_logs_explain_goes_to_the_one_whose_commit_returned() -> None:
+    failed = WriterLog(7, (), None, "role", math.inf, 9.0, 13.0)
+    answered = WriterLog(7, (), True, "path", 12.5, 11.0, 12.5)
+    attribution = attribute([(7, 12.0)], [answered, failed])
+    assert attribution.logs[7] is answered
+    assert attribution.ambiguous == 0
+    twice = attribute([(7, 12.0)], [failed, dataclasses.replace(failed, tenant="path")])
+    assert (twice.shared, twice.ambiguous) == (1, 1)
+    assert attribute([(8, 12.0)], [failed]).foreign == 1

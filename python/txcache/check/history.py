@@ -688,7 +688,7 @@ def _explain(history: History, read: Read, observed: list[Observation], low: int
         ranges = history.observation_ranges(obj, value, (low, high))
         where = ", ".join(f"{max(a, low)}..{min(b, high)}" for a, b in ranges[:4])
         if not where:
-            where = f"nowhere allowed (at point {high}: {_state_at(history, obj, value, high)})"
+            where = f"nowhere allowed ({_elsewhere(history, obj, value, high)})"
         lines.append(f"  {obj} = {_short(value)}: {where}")
     return "\n".join(lines + _schema_lines(history, low, high))
 
@@ -700,6 +700,22 @@ def _schema_lines(history: History, low: int, high: int) -> list[str]:
         return []
     lines = [f"schema changes at points {low}..{high} (the last 8):"]
     return lines + [f"  {point}: {what}" for point, what in changes[-8:]]
+
+
+def _elsewhere(history: History, obj: Object, value: object, high: int) -> str:
+    """For an observation no allowed point explains: the points of the whole history that
+    do (a stale value, or one served too early) or that none does, and what it was at
+    ``high`` — for a sequence, which items the observation has more and fewer (values are
+    shortened; the difference is what tells a lost invalidation from a phantom row)."""
+    ever = history.observation_ranges(obj, value, (0, len(history.order.commits)))
+    held = ", ".join(f"{a}..{b}" for a, b in ever[:4]) if ever else "no point of the history"
+    text = f"held at {held}; at point {high}: {_state_at(history, obj, value, high)}"
+    then = history.value_at(obj, high)
+    if isinstance(value, tuple) and isinstance(then, tuple):
+        more = [item for item in value if item not in then]
+        fewer = [item for item in then if item not in value]
+        text += f"; it has more {_short(tuple(more))}, fewer {_short(tuple(fewer))}"
+    return text
 
 
 def _state_at(history: History, obj: Object, value: object, point: int) -> str:

@@ -39,7 +39,8 @@ def as_markdown(report: CheckReport, command: str = "") -> str:
         f"- tenants: {_tenants(report.checked)}",
         f"- history: {report.commits} commits in order from the checker's own slot; "
         f"commits no writer logged: {report.foreign_commits}; committed writes it lacks: "
-        f"{report.missing_commits}",
+        f"{report.missing_commits}; xids two writers had (a promotion gave one out again): "
+        f"{report.shared_xids}, of which not told apart by time: {report.ambiguous_xids}",
         f"- verdict: **{'PASSED' if report.passed else 'FAILED'}**",
         "",
         "| | checked (consistent, faults) | control (no_consistency) |",
@@ -188,6 +189,8 @@ def as_json(report: CheckReport) -> str:
             "commits": report.commits,
             "foreign_commits": report.foreign_commits,
             "missing_commits": report.missing_commits,
+            "shared_xids": report.shared_xids,
+            "ambiguous_xids": report.ambiguous_xids,
             "checked": phase(report.checked),
             "control": phase(report.control),
         },

@@ -44,7 +44,9 @@ from txcache.check.tenants import Tenant, context_blind_keys, make_tenants
 from txcache.check.workload import (
     READER_FUNCTIONS,
     SCHEMA_SHARE,
+    Attribution,
     Outcome,
+    attribute,
     initial_state,
     loop,
     read_once,
@@ -178,6 +180,12 @@ class CheckReport:
     missing_commits: int = 0
     """Write transactions whose COMMIT succeeded but that the checker's slot never showed
     (must be 0: the history would be incomplete)."""
+    shared_xids: int = 0
+    """Commits whose xid two writers' logs had (a promotion gave it out again), told apart
+    by when each transaction ran."""
+    ambiguous_xids: int = 0
+    """Of those, commits that could not be told apart (must be 0: the history would be
+    a guess)."""
 
     @property
     def passed(self) -> bool:
@@ -192,6 +200,7 @@ class CheckReport:
             and not self.checked.errors_unexpected
             and self.foreign_commits == 0
             and self.missing_commits == 0
+            and self.ambiguous_xids == 0
             and control_ok
         )
 
@@ -221,7 +230,9 @@ def run_check(options: CheckOptions, progress: Callable[[str], None] = print) ->
         finally:
             if agents is not None:
                 agents.close()
-        writes = {log.xid: log for _, outcomes in phases for o in outcomes for log in o.writes}
+        logs = [log for _, outcomes in phases for o in outcomes for log in o.writes]
+        attribution = attribute(commits.commits, logs)
+        writes = attribution.logs
         order = CommitOrder(
             [
                 Commit(
@@ -242,12 +253,20 @@ def run_check(options: CheckOptions, progress: Callable[[str], None] = print) ->
             for t in tenants
         }
         for report, outcomes in phases:
-            _judge(histories, outcomes, report, commits.commits)
-        foreign = sum(1 for xid, _ in commits.commits if xid not in writes)
-        seen = {xid for xid, _ in commits.commits}
-        missing = sum(1 for log in writes.values() if log.committed and log.xid not in seen)
+            _judge(histories, outcomes, report, commits.commits, attribution)
+        chosen = {id(log) for log in writes.values()}
+        missing = sum(1 for log in logs if log.committed and id(log) not in chosen)
         control = phases[1][0] if len(phases) > 1 else None
-        return CheckReport(options, checked[0], control, len(order.commits), foreign, missing)
+        return CheckReport(
+            options,
+            checked[0],
+            control,
+            len(order.commits),
+            attribution.foreign,
+            missing,
+            attribution.shared,
+            attribution.ambiguous,
+        )
 
 
 def _phase(
@@ -389,10 +408,13 @@ def _judge(
     outcomes: list[Outcome],
     report: PhaseReport,
     commits: list[tuple[int, float]],
+    attribution: Attribution,
 ) -> None:
     """Judge every tenant's reads against its own history; sort the errors the application
     saw into allowed (during a PostgreSQL restart) and unexpected."""
-    committed = dict(commits)
+    times = dict(commits)
+    # A log counts as committed when it is the one a commit was attributed to.
+    committed = {id(log): times[xid] for xid, log in attribution.logs.items() if xid in times}
     for outcome in outcomes:
         tenant = report.tenants[outcome.tenant]
         report.anomalies += _judge_tenant(histories[outcome.tenant], outcome, tenant, committed)
@@ -413,7 +435,7 @@ def _judge_tenant(
     verdicts = (judge(history, read) for read in outcome.reads)  # one at a time: millions
     anomalies = [verdict for verdict in verdicts if verdict.anomalous]
     tenant.reads = len(outcome.reads)
-    tenant.writes_committed = sum(1 for log in outcome.writes if log.xid in committed)
+    tenant.writes_committed = sum(1 for log in outcome.writes if id(log) in committed)
     tenant.inconsistent = sum(1 for verdict in anomalies if verdict.points is None)
     tenant.cross_tenant = sum(1 for verdict in anomalies if verdict.cross_tenant)
     tenant.fell_back = sum(1 for read in outcome.reads if read.snapshot is not None)
@@ -439,10 +461,10 @@ def _count_schema_ops(outcome: Outcome, report: PhaseReport, committed: dict[int
     kinds: Counter[str] = Counter(report.schema_ops)
     for log in outcome.writes:
         kind = schema_kind(log.writes)
-        if kind is None or log.xid not in committed:
+        if kind is None or id(log) not in committed:
             continue
         kinds[kind] += 1
-        when = committed[log.xid]
+        when = committed[id(log)]
         report.schema_while_agent_down += any(start <= when <= end for start, end in down)
     report.schema_ops = dict(sorted(kinds.items()))
 

@@ -50,8 +50,10 @@ __all__ = [
     "SCHEMA",
     "SCHEMA_OPERATIONS",
     "SCHEMA_SHARE",
+    "Attribution",
     "Outcome",
     "WriterLog",
+    "attribute",
     "initial_state",
     "read_once",
     "tenant_tables_sql",
@@ -405,6 +407,58 @@ class WriterLog:
     then, while its commit record's time can be much earlier (a commit waits for a
     synchronous standby before it becomes visible). ``inf`` when COMMIT failed: a commit
     whose answer was lost may become visible only later (at a promotion)."""
+    began: float = 0.0
+    """When it asked for its xid: its commit record cannot be older."""
+    ended: float = math.inf
+    """When its COMMIT returned or failed: its commit record cannot be newer."""
+
+    def may_be(self, commit_time: float) -> bool:
+        """Whether it may be the commit the slot reported at ``commit_time`` (the server's
+        clock, this machine's: the stack runs here)."""
+        return self.began - CLOCK_SLACK <= commit_time <= self.ended + CLOCK_SLACK
+
+
+CLOCK_SLACK = 0.01
+"""Seconds between a commit record's timestamp and this process's clock readings around it
+(both the same clock; rounding only)."""
+
+
+@dataclass
+class Attribution:
+    """Which writer's log each commit the slot reported is (see :func:`attribute`)."""
+
+    logs: dict[int, WriterLog]
+    """By the commit's xid."""
+    foreign: int = 0
+    """Commits no writer logged."""
+    shared: int = 0
+    """Commits whose xid more than one log had; told apart by time, or else by outcome."""
+    ambiguous: int = 0
+    """Of those, commits that neither told apart: the latest begun was taken."""
+
+
+def attribute(commits: Sequence[tuple[int, float]], logs: Iterable[WriterLog]) -> Attribution:
+    """Each commit's writer log, by xid and time. A promotion can hand out again an xid
+    the old primary had given a transaction that never reached the standby (its writer
+    saw COMMIT fail), so an xid alone may name two logs: the one whose transaction was
+    running when the commit record was written is the commit's; when both were, the one
+    whose COMMIT returned."""
+    by_xid: dict[int, list[WriterLog]] = {}
+    for log in logs:
+        by_xid.setdefault(log.xid, []).append(log)
+    attribution = Attribution({})
+    for xid, when in commits:
+        candidates = by_xid.get(xid, [])
+        if not candidates:
+            attribution.foreign += 1
+            continue
+        if len(candidates) > 1:
+            attribution.shared += 1
+            timely = [log for log in candidates if log.may_be(when)] or candidates
+            candidates = [log for log in timely if log.committed] or timely
+            attribution.ambiguous += len(candidates) > 1
+        attribution.logs[xid] = max(candidates, key=lambda log: log.began)
+    return attribution
 
 
 # -- one transaction of each side -----------------------------------------------------------
@@ -421,6 +475,7 @@ def write_once(
     writes: list[Write] = []
     xid = None
     body_done = False
+    began = time.time()
     public = outcome.tenant == PUBLIC_TENANT
     schema = public and rng.random() < schema_share
     try:
@@ -445,13 +500,16 @@ def write_once(
         with outcome.lock:
             outcome.errors.append((time.time(), "write", repr(error)))
             if body_done and xid is not None:
-                log = WriterLog(xid, tuple(writes), None, outcome.tenant, answered=math.inf)
+                log = WriterLog(
+                    xid, tuple(writes), None, outcome.tenant, math.inf, began, time.time()
+                )
                 outcome.writes.append(log)
         return
     answered = time.time()
     token = tx.commit_timestamp if rng.random() < 0.3 else None
     with outcome.lock:
-        outcome.writes.append(WriterLog(xid, tuple(writes), True, outcome.tenant, answered))
+        log = WriterLog(xid, tuple(writes), True, outcome.tenant, answered, began, answered)
+        outcome.writes.append(log)
         if token is not None and xid is not None:
             outcome.tokens.append(xid)
             outcome.token_values[xid] = token
