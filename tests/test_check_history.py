@@ -152,6 +152,16 @@ def test_a_commit_of_an_xid_at_or_above_xmax_is_invisible_even_before_a_visible_
     assert judge(History(INITIAL, reordered, slack=0.5), misses).points is None
 
 
+def test_a_snapshot_never_sees_a_commit_made_after_its_read_ended() -> None:
+    # The read ended at t = 15, before the append (t = 30) whose xid, 103, the snapshot
+    # counts as ended (below xmin, or listed between xmin and xmax as not in progress): an
+    # xid a promotion gave out again, to the later commit. The snapshot sees 101 only.
+    for snapshot in [(104, 104, frozenset[int]()), (101, 104, frozenset({102}))]:
+        early = read((("list", 0), ()), (("balance", 1), 90), began=15.0, ended=15.0)
+        early.snapshot = snapshot
+        assert judge(history(), early).points == (1, 1)
+
+
 def test_a_snapshot_taken_before_any_commit_sees_the_initial_state() -> None:
     early = read((("balance", 1), 100), (("members", 0), (1,)))
     early.snapshot = (101, 101, frozenset())
@@ -400,9 +410,9 @@ def test_a_reused_xid_is_the_commit_of_the_transaction_running_when_it_was_writt
     for logs in ([lost, kept], [kept, lost]):
         attribution = attribute([(7, 12.0)], logs)
         assert attribution.logs[7] is kept
+        assert attribution.committed == {kept: 12.0}
         assert (attribution.shared, attribution.ambiguous, attribution.foreign) == (1, 0, 0)
-    # Committed before the first failed: the lost one it was (it committed; only its
-    # answer was lost, and then the standby had it, so no xid was given out again).
+    # Within the first one's window only: the first one's, whatever became of the other.
     assert attribute([(7, 9.5)], [kept, lost]).logs[7] is lost
 
 
@@ -415,3 +425,6 @@ def test_a_reused_xid_both_logs_explain_goes_to_the_one_whose_commit_returned() 
     twice = attribute([(7, 12.0)], [failed, dataclasses.replace(failed, tenant="path")])
     assert (twice.shared, twice.ambiguous) == (1, 1)
     assert attribute([(8, 12.0)], [failed]).foreign == 1
+    # The only log of the xid, but not running then: not the commit's.
+    late = attribute([(7, 20.0)], [answered])
+    assert (late.logs, late.committed, late.foreign) == ({}, {}, 1)

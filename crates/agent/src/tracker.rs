@@ -39,9 +39,10 @@ pub struct Progress {
     pub commit: Timestamp,
     /// When it committed.
     pub commit_time: WallClock,
-    /// The newest decoded heartbeat or fence position…
+    /// The newest decoded heartbeat position (a heartbeat message's, or a keepalive's)…
     pub heartbeat: Timestamp,
-    /// …and the wall-clock time it was written.
+    /// …and a wall-clock time the state there was current at: when the newest heartbeat
+    /// message was written (a keepalive carries that time on).
     pub heartbeat_time: WallClock,
 }
 
@@ -165,6 +166,9 @@ impl StreamTracker {
         state.decoded = before;
         state.progress.commit = before;
         state.progress.heartbeat = before;
+        // A time of the old history says nothing of the new one's positions (a keepalive
+        // would carry it on: `Stream::keepalive`).
+        state.progress.heartbeat_time = WallClock::default();
         state.xids.clear();
         state.xid_order.clear();
         state.history = History::new(resume, HISTORY);
@@ -412,7 +416,7 @@ impl History {
         self.bound();
     }
 
-    /// Records a decoded heartbeat at `position`, written at `time`.
+    /// Records a decoded heartbeat at `position`, the state there current at `time`.
     fn heartbeat(&mut self, position: Timestamp, time: WallClock) {
         if position < self.newest() {
             return;
@@ -618,6 +622,8 @@ mod tests {
         tracker.commit(Timestamp(200), 7, WallClock(20));
         tracker.heartbeat(Timestamp(900), WallClock(90));
         tracker.restart(Timestamp(1000), 0);
+        // No time of the old history is carried on to the new one's positions.
+        assert_eq!(tracker.progress().heartbeat_time, WallClock::default());
         let short = Duration::from_millis(10);
         assert_eq!(tracker.replay_point(Timestamp(500), short).await, None);
         tracker.heartbeat(Timestamp(1100), WallClock(110));

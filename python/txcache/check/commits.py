@@ -78,6 +78,9 @@ class CommitReader:
         """Each commit's position in the WAL, as the slot reports it (for anomaly reports:
         where a pin lies among the commits)."""
         self._seen: set[int] = set()
+        self.repeated_xids = 0
+        """Commits of an xid already read at another position (left out of the history, so
+        the check fails: the slot showed a commit that was then lost, or an xid twice)."""
         self._empty = False  # no change or message yet in the transaction being read
         # One reader at a time: the background thread and catch_up (a fault's) both read.
         self._lock = threading.Lock()
@@ -183,7 +186,10 @@ class CommitReader:
         if self._empty:  # it wrote nothing, or only our flush or txcache's own rows and notices
             return
         xid = int(match[1])
-        if xid in self._seen:
+        if xid in self._seen:  # read again (same position), or the xid came back
+            if self.lsns.get(xid) != parse_lsn(lsn):
+                self.repeated_xids += 1
+                log.warning("commit of xid %s at %s, already read at another position", xid, lsn)
             return
         self._seen.add(xid)
         when = datetime.datetime.fromisoformat(match[2]).timestamp()

@@ -371,7 +371,10 @@ class History:
         return values[bisect.bisect_right(points, point) - 1]
 
     def visible_state(
-        self, snapshot: tuple[int, int, frozenset[int]], objects: Iterable[Object]
+        self,
+        snapshot: tuple[int, int, frozenset[int]],
+        objects: Iterable[Object],
+        until: int | None = None,
     ) -> Visible:
         """The values of ``objects`` in what ``snapshot`` sees, and the last commit it sees.
 
@@ -379,13 +382,18 @@ class History:
         missing when it became visible out of commit order: its xid was in progress at the
         snapshot, or at or above its xmax (``latestCompletedXid + 1``: a transaction whose
         commit record was written before a visible one's, but which had not yet left the
-        proc array)."""
+        proc array). No commit after point ``until`` (the last made before the read ended)
+        is seen: an xid the snapshot counts as ended may be one a promotion gave out again
+        afterwards, to a later commit."""
         xmin, xmax, in_progress = snapshot
         order = self.order
+        limit = len(self.commits) if until is None else until
         below = bisect.bisect_left(order.xids, xmin)  # every commit of an xid < xmin is seen
         last = order.latest_below[below - 1] if below else 0
+        if last > limit:  # rare: scan for the latest such commit made in time
+            last = max((p for x, p in order.position.items() if x < xmin and p <= limit), default=0)
         for xid in range(xmin, xmax):
-            if xid not in in_progress and xid in order.position:
+            if xid not in in_progress and order.position.get(xid, limit + 1) <= limit:
                 last = max(last, order.position[xid])
         missing = [
             order.position[x] for x in in_progress if order.position.get(x, last + 1) <= last
@@ -600,7 +608,7 @@ def _judge_snapshot(
         for required, _ in alternative
         if required[0] not in CATALOG_KINDS
     }
-    visible = history.visible_state(read.snapshot, wanted)
+    visible = history.visible_state(read.snapshot, wanted, until=high)
     catalog_window = (visible.earliest, max(high, visible.last))
     wrong = [
         (obj, seen)
@@ -708,7 +716,7 @@ def _elsewhere(history: History, obj: Object, value: object, high: int) -> str:
     ``high`` — for a sequence, which items the observation has more and fewer (values are
     shortened; the difference is what tells a lost invalidation from a phantom row)."""
     ever = history.observation_ranges(obj, value, (0, len(history.order.commits)))
-    held = ", ".join(f"{a}..{b}" for a, b in ever[:4]) if ever else "no point of the history"
+    held = ", ".join(f"{a}..{b}" for a, b in ever[-4:]) if ever else "no point of the history"
     text = f"held at {held}; at point {high}: {_state_at(history, obj, value, high)}"
     then = history.value_at(obj, high)
     if isinstance(value, tuple) and isinstance(then, tuple):

@@ -40,7 +40,9 @@ def as_markdown(report: CheckReport, command: str = "") -> str:
         f"- history: {report.commits} commits in order from the checker's own slot; "
         f"commits no writer logged: {report.foreign_commits}; committed writes it lacks: "
         f"{report.missing_commits}; xids two writers had (a promotion gave one out again): "
-        f"{report.shared_xids}, of which not told apart by time: {report.ambiguous_xids}",
+        f"{report.shared_xids}, of which not told apart by time or outcome: "
+        f"{report.ambiguous_xids}; commits of an xid shown before at another position: "
+        f"{report.repeated_xids}",
         f"- verdict: **{'PASSED' if report.passed else 'FAILED'}**",
         "",
         "| | checked (consistent, faults) | control (no_consistency) |",
@@ -191,6 +193,7 @@ def as_json(report: CheckReport) -> str:
             "missing_commits": report.missing_commits,
             "shared_xids": report.shared_xids,
             "ambiguous_xids": report.ambiguous_xids,
+            "repeated_xids": report.repeated_xids,
             "checked": phase(report.checked),
             "control": phase(report.control),
         },

@@ -44,8 +44,8 @@ from txcache.check.tenants import Tenant, context_blind_keys, make_tenants
 from txcache.check.workload import (
     READER_FUNCTIONS,
     SCHEMA_SHARE,
-    Attribution,
     Outcome,
+    WriterLog,
     attribute,
     initial_state,
     loop,
@@ -186,6 +186,9 @@ class CheckReport:
     ambiguous_xids: int = 0
     """Of those, commits that could not be told apart (must be 0: the history would be
     a guess)."""
+    repeated_xids: int = 0
+    """Commits the slot showed of an xid it had shown at another position (must be 0:
+    the history leaves them out)."""
 
     @property
     def passed(self) -> bool:
@@ -201,6 +204,7 @@ class CheckReport:
             and self.foreign_commits == 0
             and self.missing_commits == 0
             and self.ambiguous_xids == 0
+            and self.repeated_xids == 0
             and control_ok
         )
 
@@ -253,9 +257,8 @@ def run_check(options: CheckOptions, progress: Callable[[str], None] = print) ->
             for t in tenants
         }
         for report, outcomes in phases:
-            _judge(histories, outcomes, report, commits.commits, attribution)
-        chosen = {id(log) for log in writes.values()}
-        missing = sum(1 for log in logs if log.committed and id(log) not in chosen)
+            _judge(histories, outcomes, report, attribution.committed)
+        missing = sum(1 for log in logs if log.committed and log not in attribution.committed)
         control = phases[1][0] if len(phases) > 1 else None
         return CheckReport(
             options,
@@ -266,6 +269,7 @@ def run_check(options: CheckOptions, progress: Callable[[str], None] = print) ->
             missing,
             attribution.shared,
             attribution.ambiguous,
+            commits.repeated_xids,
         )
 
 
@@ -407,14 +411,11 @@ def _judge(
     histories: dict[str, History],
     outcomes: list[Outcome],
     report: PhaseReport,
-    commits: list[tuple[int, float]],
-    attribution: Attribution,
+    committed: dict[WriterLog, float],
 ) -> None:
     """Judge every tenant's reads against its own history; sort the errors the application
-    saw into allowed (during a PostgreSQL restart) and unexpected."""
-    times = dict(commits)
-    # A log counts as committed when it is the one a commit was attributed to.
-    committed = {id(log): times[xid] for xid, log in attribution.logs.items() if xid in times}
+    saw into allowed (during a PostgreSQL restart) and unexpected. ``committed``: the logs
+    of committed transactions, with their commit times."""
     for outcome in outcomes:
         tenant = report.tenants[outcome.tenant]
         report.anomalies += _judge_tenant(histories[outcome.tenant], outcome, tenant, committed)
@@ -428,14 +429,14 @@ def _judge(
 
 
 def _judge_tenant(
-    history: History, outcome: Outcome, tenant: TenantReport, committed: dict[int, float]
+    history: History, outcome: Outcome, tenant: TenantReport, committed: dict[WriterLog, float]
 ) -> list[Verdict]:
     """Judge one tenant's reads against its history, counting them in ``tenant``; its
     anomalies."""
     verdicts = (judge(history, read) for read in outcome.reads)  # one at a time: millions
     anomalies = [verdict for verdict in verdicts if verdict.anomalous]
     tenant.reads = len(outcome.reads)
-    tenant.writes_committed = sum(1 for log in outcome.writes if id(log) in committed)
+    tenant.writes_committed = sum(1 for log in outcome.writes if log in committed)
     tenant.inconsistent = sum(1 for verdict in anomalies if verdict.points is None)
     tenant.cross_tenant = sum(1 for verdict in anomalies if verdict.cross_tenant)
     tenant.fell_back = sum(1 for read in outcome.reads if read.snapshot is not None)
@@ -454,17 +455,19 @@ def _sort_errors(outcome: Outcome, report: PhaseReport) -> None:
         (report.errors_allowed if allowed else report.errors_unexpected).append(error)
 
 
-def _count_schema_ops(outcome: Outcome, report: PhaseReport, committed: dict[int, float]) -> None:
+def _count_schema_ops(
+    outcome: Outcome, report: PhaseReport, committed: dict[WriterLog, float]
+) -> None:
     """Schema operations committed, by kind, and how many of them committed while the agent
     was down (a DDL the agent must make up for when it starts again)."""
     down = [(f.started, f.ended) for f in report.faults if f.kind in _AGENT_DOWN]
     kinds: Counter[str] = Counter(report.schema_ops)
     for log in outcome.writes:
         kind = schema_kind(log.writes)
-        if kind is None or id(log) not in committed:
+        if kind is None or log not in committed:
             continue
         kinds[kind] += 1
-        when = committed[id(log)]
+        when = committed[log]
         report.schema_while_agent_down += any(start <= when <= end for start, end in down)
     report.schema_ops = dict(sorted(kinds.items()))
 

@@ -393,10 +393,11 @@ class Outcome:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-@dataclass
+@dataclass(eq=False)
 class WriterLog:
     """One write transaction: its xid (32 bits), its writes, and whether it committed
-    (``None``: unknown, the connection died during COMMIT)."""
+    (``None``: unknown, the connection died during COMMIT). Logs compare (and hash) by
+    identity: two may hold the same values."""
 
     xid: int
     writes: tuple[Write, ...]
@@ -436,28 +437,33 @@ class Attribution:
     ambiguous: int = 0
     """Of those, commits that neither told apart: the latest begun was taken."""
 
+    committed: dict[WriterLog, float] = field(default_factory=dict)
+    """The logs a commit is attributed to (their transactions committed), with its time."""
+
 
 def attribute(commits: Sequence[tuple[int, float]], logs: Iterable[WriterLog]) -> Attribution:
     """Each commit's writer log, by xid and time. A promotion can hand out again an xid
     the old primary had given a transaction that never reached the standby (its writer
     saw COMMIT fail), so an xid alone may name two logs: the one whose transaction was
     running when the commit record was written is the commit's; when both were, the one
-    whose COMMIT returned."""
+    whose COMMIT returned. A log whose transaction was not running then is not the
+    commit's, even when it is the only one of that xid."""
     by_xid: dict[int, list[WriterLog]] = {}
     for log in logs:
         by_xid.setdefault(log.xid, []).append(log)
     attribution = Attribution({})
     for xid, when in commits:
-        candidates = by_xid.get(xid, [])
+        same_xid = by_xid.get(xid, [])
+        attribution.shared += len(same_xid) > 1
+        candidates = [log for log in same_xid if log.may_be(when)]
         if not candidates:
             attribution.foreign += 1
             continue
-        if len(candidates) > 1:
-            attribution.shared += 1
-            timely = [log for log in candidates if log.may_be(when)] or candidates
-            candidates = [log for log in timely if log.committed] or timely
-            attribution.ambiguous += len(candidates) > 1
-        attribution.logs[xid] = max(candidates, key=lambda log: log.began)
+        candidates = [log for log in candidates if log.committed] or candidates
+        attribution.ambiguous += int(len(candidates) > 1)
+        log = max(candidates, key=lambda log: log.began)
+        attribution.logs[xid] = log
+        attribution.committed[log] = when
     return attribution
 
 
@@ -484,6 +490,7 @@ def write_once(
                 # Waited for before the transaction has an xid: a transaction with one holds
                 # back every logical slot's restart point while it runs.
                 tx.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+            began = time.time()
             row = tx.query_one("SELECT pg_current_xact_id()::text")
             assert row is not None
             xid = int(row[0]) & 0xFFFFFFFF
