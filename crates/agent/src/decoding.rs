@@ -499,7 +499,13 @@ impl DecodingServers {
             && !spare.lost
             && spare.confirmed != Timestamp::ZERO
             && spare.confirmed <= now;
-        self.spares[host].store(usable, Ordering::Relaxed);
+        if self.spares[host].swap(usable, Ordering::Relaxed) != usable {
+            // Whether a failure moves the stream after `--decode-spare-after` or only after
+            // `--decode-failover-after` turns on this: say when and why it changes.
+            tracing::info!(host = %self.hosts[host], usable, on_history, lost = spare.lost,
+                spare_position = %spare.confirmed, acknowledged = %now,
+                "the spare slot on a --decode-from standby changed usability");
+        }
         // Caught up, and on the stream's history: a move there off a primary repeats and
         // skips nothing (read now: the stream may have moved since the tick began).
         let caught_up = on_history && !spare.lost && spare.confirmed == now;
