@@ -652,7 +652,26 @@ def spare_ready(
     with moving_stack(pair.primary.dsn, decode_from, failover_after="10m") as lib:
         assert cached(lib, QUERY, 2) == [("item 2",)]
         following(lib, second.dsn, "the spare slot on the second standby")
+        # Usable as the agent judges it: the slot's position alone does not say so, and a
+        # spare not usable when the stream fails stays so (spares are not tended then).
+        wait_until(
+            lambda: spare_usable(lib, second),
+            "the agent to find the second standby's spare usable",
+            timeout=30,
+            log=lib._agent_log,
+        )
         yield lib, first, second
+
+
+def spare_usable(lib: LibraryStack, standby: EmbeddedPostgres) -> bool:
+    """Whether the agent last found the spare slot on ``standby`` usable (its log)."""
+    host = f"host={standby.host}:{standby.port} "
+    changes = [
+        line
+        for line in lib._agent_log().splitlines()
+        if "changed usability" in line and host in line
+    ]
+    return bool(changes) and "usable=true" in changes[-1]
 
 
 @contextlib.contextmanager
