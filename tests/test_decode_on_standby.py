@@ -434,7 +434,7 @@ def test_a_hung_decoding_standby_is_left_for_the_next_one_s_spare_slot_and_the_c
         assert ("txcache", False) in slots(first.dsn)
         assert cached(lib, QUERY, 1) == [("item 1",)]
         assert cached(lib, QUERY, 2) == [("item 2",)]
-        following(lib, second.dsn, "the spare slot on the second standby")
+        following(lib, second, "the spare slot on the second standby")
         resets = node_resets(lib)
         with first.paused():
             stream_on(second.dsn, "the stream to move to the second standby", log=lib._agent_log)
@@ -447,7 +447,7 @@ def test_a_hung_decoding_standby_is_left_for_the_next_one_s_spare_slot_and_the_c
             token = lib.commit("UPDATE items SET name = 'elsewhere' WHERE id = 3")
             assert reread(lib, QUERY, token, 2) == ([("item 2",)], False), "the cache was kept"
         assert node_resets(lib) == resets
-        following(lib, first.dsn, "the first standby's slot, now the spare")
+        following(lib, first, "the first standby's slot, now the spare")
 
 
 def test_before_failover_after_the_stream_moves_only_to_a_spare_slot(
@@ -462,7 +462,7 @@ def test_before_failover_after_the_stream_moves_only_to_a_spare_slot(
     decode_from = hosts_dsn((first, second, pair.primary))
     with moving_stack(pair.primary.dsn, decode_from, failover_after="10m") as lib:
         assert cached(lib, QUERY, 2) == [("item 2",)]
-        following(lib, second.dsn, "the spare slot on the second standby")
+        following(lib, second, "the spare slot on the second standby")
         resets = node_resets(lib)
         with first.paused(), second.paused():
             wait_until(
@@ -651,27 +651,8 @@ def spare_ready(
         decode_from = decode_from.replace(f"port={first.port},", f"port={first_port},")
     with moving_stack(pair.primary.dsn, decode_from, failover_after="10m") as lib:
         assert cached(lib, QUERY, 2) == [("item 2",)]
-        following(lib, second.dsn, "the spare slot on the second standby")
-        # Usable as the agent judges it: the slot's position alone does not say so, and a
-        # spare not usable when the stream fails stays so (spares are not tended then).
-        wait_until(
-            lambda: spare_usable(lib, second),
-            "the agent to find the second standby's spare usable",
-            timeout=30,
-            log=lib._agent_log,
-        )
+        following(lib, second, "the spare slot on the second standby")
         yield lib, first, second
-
-
-def spare_usable(lib: LibraryStack, standby: EmbeddedPostgres) -> bool:
-    """Whether the agent last found the spare slot on ``standby`` usable (its log)."""
-    host = f"host={standby.host}:{standby.port} "
-    changes = [
-        line
-        for line in lib._agent_log().splitlines()
-        if "changed usability" in line and host in line
-    ]
-    return bool(changes) and "usable=true" in changes[-1]
 
 
 @contextlib.contextmanager
@@ -709,17 +690,30 @@ def holding_the_slot(server: EmbeddedPostgres) -> Iterator[None]:
         holder.communicate()  # reaps it and closes its pipe
 
 
-def following(lib: LibraryStack, dsn: str, what: str) -> None:
-    """Wait until the slot ``txcache`` on the server at ``dsn`` stands at or past the WAL
-    position of now (a spare slot follows what the stream acknowledged)."""
+def following(lib: LibraryStack, standby: EmbeddedPostgres, what: str) -> None:
+    """Wait until the slot ``txcache`` on ``standby`` stands at or past the WAL position of
+    now (a spare slot follows what the stream acknowledged), and the agent finds it usable:
+    the slot's position alone does not say so, and a spare not usable when the stream
+    fails stays so (spares are not tended then)."""
     target = wal_position(lib.admin)
     lib.caught_up()
     wait_until(
-        lambda: slot_position(dsn) >= target,
-        f"{what} to follow the stream",
+        lambda: slot_position(standby.dsn) >= target and spare_usable(lib, standby),
+        f"{what} to follow the stream, usable",
         timeout=60,
         log=lib._agent_log,
     )
+
+
+def spare_usable(lib: LibraryStack, standby: EmbeddedPostgres) -> bool:
+    """Whether the agent last found the spare slot on ``standby`` usable (its log)."""
+    host = f"host={standby.host}:{standby.port} "
+    changes = [
+        line
+        for line in lib._agent_log().splitlines()
+        if "changed usability" in line and host in line
+    ]
+    return bool(changes) and "usable=true" in changes[-1]
 
 
 def slot_position(dsn: str) -> int:

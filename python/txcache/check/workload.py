@@ -454,7 +454,7 @@ def attribute(commits: Sequence[tuple[int, float]], logs: Iterable[WriterLog]) -
     attribution = Attribution({})
     for xid, when in commits:
         same_xid = by_xid.get(xid, [])
-        attribution.shared += len(same_xid) > 1
+        attribution.shared += int(len(same_xid) > 1)
         candidates = [log for log in same_xid if log.may_be(when)]
         if not candidates:
             attribution.foreign += 1
