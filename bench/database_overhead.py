@@ -33,6 +33,12 @@ all).
   standby beside the stock runs) and the primary (the catalog rows its horizon keeps: the
   standbys' feedback reports the spare's ``catalog_xmin``).
 
+- with ``--primary-spare``, every run beside a streaming standby (``hot_standby_feedback``
+  on), and the agent at its defaults decoding on it: ``--decode-from`` naming it alone,
+  then naming the primary after it with ``--decode-primary-slot spare``, which makes the
+  agent keep a spare slot on the primary, advanced every second. What that costs the
+  primary.
+
 - with ``--consumer pg_recvlogical``, *decoding only*: ``wal_level=logical`` and ``txcache
   setup`` (slot, REPLICA IDENTITY FULL), the slot consumed by PostgreSQL's own
   ``pg_recvlogical`` into /dev/null: no agent, no node, no pins. What the database pays for
@@ -107,6 +113,8 @@ class Config:
     """The stream decoded on the standby (``--decode-from``) rather than on the primary."""
     spare: bool = False
     """``--decode-from`` names a second standby too, where the agent keeps a spare slot."""
+    primary_spare: bool = False
+    """``--decode-from`` names the primary too, where the agent keeps a spare slot."""
 
     @property
     def name(self) -> str:
@@ -124,6 +132,8 @@ class Config:
             name += ", decoding on the standby"
         if self.spare:
             name += ", a spare slot on a second standby"
+        if self.primary_spare:
+            name += ", a spare slot on the primary"
         return name + ("; REPLICA IDENTITY DEFAULT" if self.identity == "default" else "")
 
     def agent_flags(self, standby: Standby | None) -> tuple[str, ...]:
@@ -138,7 +148,10 @@ class Config:
             flags += ("--standby", f"standby={standby_dsn}", "--primary-pins", "on-demand")
         if self.decoding:
             assert standby is not None
-            flags += ("--decode-from", standby.decode_from(spare=self.spare))
+            decode_from = standby.decode_from(spare=self.spare, primary=self.primary_spare)
+            flags += ("--decode-from", decode_from)
+        if self.primary_spare:
+            flags += ("--decode-primary-slot", "spare")
         return flags
 
 
@@ -308,13 +321,17 @@ class Standby:
         """With ``--spare-slot``: the second standby, where the agent may keep a spare slot."""
         self.spare_dsn = make_conninfo(self.spare.dsn, dbname=dbname) if self.spare else None
 
-    def decode_from(self, *, spare: bool) -> str:
-        """``--decode-from``: the standby, and with ``spare`` the second standby after it."""
-        if not spare:
-            return self.dsn
+    def decode_from(self, *, spare: bool, primary: bool) -> str:
+        """``--decode-from``: the standby, and after it with ``spare`` the second standby,
+        with ``primary`` the primary."""
         assert self.servers.standby is not None
-        assert self.spare is not None
-        return hosts_dsn((self.servers.standby, self.spare), self.dbname)
+        hosts = [self.servers.standby]
+        if spare:
+            assert self.spare is not None
+            hosts.append(self.spare)
+        if primary:
+            hosts.append(self.servers.primary)
+        return hosts_dsn(hosts, self.dbname) if len(hosts) > 1 else self.dsn
 
     def feedback(self, on: bool) -> None:
         """Restart the standby with ``hot_standby_feedback`` ``on`` or off, unless it has
@@ -408,6 +425,8 @@ def measure(
         drop_slot(standby.dsn if run.config.decoding and standby else dsn)
     if run.config is not None and run.config.spare and standby and standby.spare_dsn:
         drop_slot(standby.spare_dsn)
+    if run.config is not None and run.config.primary_spare:
+        drop_slot(dsn)
 
 
 def against_neighbours(runs: list[Run], value: Callable[[Run], float]) -> dict[Config, list[float]]:
@@ -568,6 +587,12 @@ def running_note(args: argparse.Namespace) -> str:
             "spare slot on the second, advanced every second to what the stream's slot "
             "acknowledged"
         )
+    if args.primary_spare:
+        standby += (
+            "; *decoding on the standby*: the agent's slot on the standby (`--decode-from`), "
+            "and with the primary named after it (`--decode-primary-slot spare`), a spare "
+            "slot on the primary, advanced every second to what the stream's slot acknowledged"
+        )
     if args.decode_on_standby:
         standby += (
             "; *decoding on the standby*: the agent's slot on the standby (`--decode-from`), "
@@ -668,9 +693,14 @@ def run(args: argparse.Namespace) -> None:
     extra = ["stock-logical"] if args.stock_wal_level == "logical" else []
     extra += ["decoding-only"] if args.consumer == "pg_recvlogical" else []
     extra += ["split"] if args.placement == "split" else []
-    extra += ["standby"] if args.standby and not (args.decode_on_standby or args.spare_slot) else []
+    extra += (
+        ["standby"]
+        if args.standby and not (args.decode_on_standby or args.spare_slot or args.primary_spare)
+        else []
+    )
     extra += ["decode-on-standby"] if args.decode_on_standby else []
     extra += ["spare-slot"] if args.spare_slot else []
+    extra += ["primary-spare"] if args.primary_spare else []
     extra += {"full": [], "default": ["key-identity"]}.get(args.replica_identity, ["identities"])
     name = result_name("database_overhead", args.quick, args.storage, *extra)
     path = write_report(
@@ -685,6 +715,11 @@ def configs(args: argparse.Namespace) -> list[Config]:
     identities = args.replica_identity.split(",")
     if args.spare_slot:
         return [Config(DEFAULTS, decoding=True), Config(DEFAULTS, decoding=True, spare=True)]
+    if args.primary_spare:
+        return [
+            Config(DEFAULTS, decoding=True),
+            Config(DEFAULTS, decoding=True, primary_spare=True),
+        ]
     if args.decode_on_standby:
         return [
             Config(DEFAULTS),
@@ -753,8 +788,16 @@ def parse_args() -> argparse.Namespace:
         "both: what the spare slot the agent keeps on the second costs it and the primary "
         "(--lifetimes is ignored)",
     )
+    parser.add_argument(
+        "--primary-spare",
+        action="store_true",
+        help="every run beside a streaming standby (hot_standby_feedback on); the agent at "
+        "its defaults decoding on it, with --decode-from naming it alone, then the primary "
+        "after it with --decode-primary-slot spare: what the spare slot the agent keeps on "
+        "the primary costs it (--lifetimes is ignored)",
+    )
     args = parser.parse_args()
-    if args.decode_on_standby or args.spare_slot:
+    if args.decode_on_standby or args.spare_slot or args.primary_spare:
         args.standby = True
     if args.consumer == "pg_recvlogical":
         args.lifetimes = [0]

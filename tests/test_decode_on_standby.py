@@ -410,12 +410,16 @@ def hand_over_on_promotion(
         )
 
 
-def moving_stack(primary: str, decode_from: str, *, failover_after: str = "2s") -> LibraryStack:
+def moving_stack(
+    primary: str, decode_from: str, *, failover_after: str = "2s", primary_slot: str = "drop"
+) -> LibraryStack:
     """The stack on ``primary``, decoding on the first of ``decode_from``'s hosts that
     answers, moving on to a spare slot after 2 s without an answer, to any host after
-    ``failover_after``."""
+    ``failover_after``; a primary among the hosts keeps a spare with ``primary_slot``
+    ``spare``."""
     failing = ("--decode-spare-after", "2s", "--decode-failover-after", failover_after)
-    return LibraryStack(primary, agent_args=(*AGENT_ARGS, "--decode-from", decode_from, *failing))
+    flags = (*failing, "--decode-primary-slot", primary_slot)
+    return LibraryStack(primary, agent_args=(*AGENT_ARGS, "--decode-from", decode_from, *flags))
 
 
 def test_a_hung_decoding_standby_is_left_for_the_next_one_s_spare_slot_and_the_cache_kept(
@@ -761,6 +765,49 @@ def test_the_stream_falls_back_to_the_primary_and_returns_to_the_standby_s_spare
         lib.restart_agent()
         stream_on(standby.dsn, "the restarted agent to decode on the standby", log=lib._agent_log)
         invalidates_with_the_cache_kept(lib, resets, "after the restart")
+
+
+def test_with_a_spare_on_the_primary_the_stream_falls_back_there_with_the_cache_kept(
+    pair: ReplicatedPostgres,
+) -> None:
+    """``--decode-from`` names the standby, then the primary, which keeps a spare slot
+    (``--decode-primary-slot spare``; not a failover one, which the standby would copy over
+    its own). The standby stopped, the stream moves to the primary's spare after
+    ``--decode-spare-after`` — no node reset, long before ``--decode-failover-after`` —
+    and invalidates exactly from there; the standby back, the stream returns to its spare,
+    and the primary's stays a spare."""
+    standby = pair.standby
+    assert standby is not None
+    decode_from = hosts_dsn((standby, pair.primary))
+    with moving_stack(
+        pair.primary.dsn, decode_from, failover_after="10m", primary_slot="spare"
+    ) as lib:
+        stream_on(standby.dsn, "the stream to start on the standby", log=lib._agent_log)
+        assert cached(lib, QUERY, 2) == [("item 2",)]
+        following(lib, pair.primary, "the spare slot on the primary")
+        assert not failover_slot(pair.primary.dsn), "the primary's spare is no failover slot"
+        resets = node_resets(lib)
+
+        standby.crash()
+        stream_on(pair.primary.dsn, "the stream to move to the primary's spare", log=lib._agent_log)
+        assert "THE STREAM MOVED" not in lib._agent_log()
+        invalidates_with_the_cache_kept(lib, resets, "on the primary spare")
+
+        pair.restart_standby({})
+        stream_on(standby.dsn, "the stream to return to the standby's spare", log=lib._agent_log)
+        invalidates_with_the_cache_kept(lib, resets, "back on the standby")
+        assert ("txcache", False) in slots(pair.primary.dsn), "the primary's spare kept"
+        assert agent_walsenders(pair.primary.dsn) == 0
+
+
+def failover_slot(dsn: str) -> bool:
+    """Whether slot ``txcache`` on the server at ``dsn`` is a failover slot."""
+    with psycopg.connect(dsn) as db:
+        row = db.execute(
+            "SELECT failover FROM pg_replication_slots WHERE slot_name = 'txcache'"
+        ).fetchone()
+    assert row is not None, "no slot txcache"
+    return bool(row[0])
 
 
 def test_a_decoding_standby_whose_replay_is_paused_is_not_left(pair: ReplicatedPostgres) -> None:

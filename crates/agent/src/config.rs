@@ -53,6 +53,15 @@ pub struct Config {
     #[arg(long, env = "TXCACHE_DECODE_SPARE_AFTER", default_value = "5s", value_name = "DURATION", value_parser = parse_interval)]
     pub decode_spare_after: Duration,
 
+    /// With a --decode-from naming several hosts, the primary among them (or a standby
+    /// since promoted): `drop`, no slot of --slot's name is kept on it while the stream is
+    /// decoded on a standby (a move of the stream there resets every cache node); `spare`,
+    /// it keeps a spare slot as each standby does, advanced every second, so that a move
+    /// there keeps the cache — at the price of the primary reading its WAL back once more
+    /// (docs/agent.md, "Several hosts").
+    #[arg(long, env = "TXCACHE_DECODE_PRIMARY_SLOT", value_enum, default_value_t = PrimarySlot::Drop)]
+    pub decode_primary_slot: PrimarySlot,
+
     /// Publication created by `txcache setup`.
     #[arg(long, env = "TXCACHE_PUBLICATION", default_value = "txcache")]
     pub publication: String,
@@ -260,6 +269,12 @@ impl Config {
         self.decode_from.as_deref().unwrap_or(&self.dsn)
     }
 
+    /// Whether a primary named in `--decode-from` keeps a spare slot
+    /// (`--decode-primary-slot spare`).
+    pub fn keeps_primary_spare(&self) -> bool {
+        self.decode_primary_slot == PrimarySlot::Spare
+    }
+
     /// Where the cache nodes come from: `--node`, or the database when it is not given.
     pub fn membership(&self) -> Membership {
         if self.nodes.is_empty() {
@@ -296,6 +311,15 @@ pub enum PrimaryPins {
     Interval,
     /// Only the pins libraries ask for (`PIN`), each kept while it is of use.
     OnDemand,
+}
+
+/// Whether a primary named in `--decode-from` keeps a spare slot (`--decode-primary-slot`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrimarySlot {
+    /// No slot while the stream is decoded on a standby: the primary decodes nothing.
+    Drop,
+    /// A spare slot, advanced with the standbys' spares: a move there resets no node.
+    Spare,
 }
 
 /// How schema changes reach the caches (`--ddl-tracking`).

@@ -76,6 +76,8 @@ pub struct SlotState {
     /// It decodes nothing again: WAL it needed is gone (`wal_status` lost), or PostgreSQL
     /// invalidated it (on a standby: rows its decoding needed were removed on the primary).
     pub lost: bool,
+    /// A failover slot (PostgreSQL 17 and later): standbys synchronizing slots copy it.
+    pub failover: bool,
 }
 
 /// Reads the slot's state, with a clear error when it does not exist.
@@ -100,9 +102,14 @@ pub async fn find_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<Option<Sl
         _ => "false",
     };
     let synced = synced_copy(sql);
+    let failover = if sql.server_version_num >= 170_000 {
+        "failover"
+    } else {
+        "false"
+    };
     let query = format!(
         "SELECT confirmed_flush_lsn::text, coalesce(wal_status, '') = 'lost' OR {invalidated},
-                plugin::text, {synced}
+                plugin::text, {synced}, {failover}
          FROM pg_replication_slots WHERE slot_name = $1"
     );
     let Some(row) = sql.client.query_opt(&query, &[&slot]).await? else {
@@ -125,6 +132,7 @@ pub async fn find_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<Option<Sl
     Ok(Some(SlotState {
         confirmed: Timestamp(confirmed.as_u64()),
         lost: row.get(1),
+        failover: row.get(4),
     }))
 }
 
@@ -149,6 +157,34 @@ async fn drop_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<bool> {
         .execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
              WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .with_context(|| format!("cannot drop replication slot {slot:?}"))?;
+    Ok(dropped > 0)
+}
+
+/// Drops the primary's slot `slot`, which nothing consumes while the stream is decoded on a
+/// standby (it would keep the primary's WAL); whether one was dropped. With `keep_spare`
+/// (`--decode-primary-slot spare`) the agent's spare there stays: only a failover slot goes
+/// (`txcache setup`'s, PostgreSQL 17 and later), whose copies synchronizing standbys would
+/// hold under the name their own slots need.
+async fn drop_primary_slot(
+    primary: &SqlSession,
+    slot: &str,
+    keep_spare: bool,
+) -> anyhow::Result<bool> {
+    if !keep_spare {
+        return drop_slot(primary, slot).await;
+    }
+    if primary.server_version_num < 170_000 {
+        return Ok(false);
+    }
+    let dropped = primary
+        .client
+        .execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+             WHERE slot_name = $1 AND failover",
             &[&slot],
         )
         .await
@@ -191,7 +227,8 @@ pub async fn drop_idle_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<bool
 
 /// The slot on the standby the stream is decoded on (`decoding`, `--decode-from`), created
 /// there if it does not exist or was lost, after dropping the primary's slot of that name
-/// (which nothing would consume) and waiting for the standby to drop its synchronized copy
+/// (which nothing would consume; with `keep_spare`, only a failover slot, the agent's spare
+/// staying: [`drop_primary_slot`]) and waiting for the standby to drop its synchronized copy
 /// of it. A new slot starts past changes no node received, so every node behind it is reset
 /// as it connects. A `decoding` server out of recovery is the primary (a standby promoted):
 /// its slot is the stream's, kept as it is.
@@ -199,6 +236,7 @@ pub async fn standby_slot(
     primary: &SqlSession,
     decoding: &SqlSession,
     slot: &str,
+    keep_spare: bool,
 ) -> anyhow::Result<SlotState> {
     if !in_recovery(decoding).await? {
         tracing::warn!(slot, "the --decode-from server is not a standby (promoted, or the primary named among its hosts): the stream is decoded on it as the primary");
@@ -206,16 +244,17 @@ pub async fn standby_slot(
             Some(state) if !state.lost => Ok(state),
             _ => {
                 tracing::error!(slot, "no usable replication slot on the --decode-from server: creating it; every cache node is reset");
-                let confirmed = recreate_slot(decoding, slot, Some(primary)).await?;
+                let confirmed = recreate_slot(decoding, slot, Some(primary), keep_spare).await?;
                 Ok(SlotState {
                     confirmed,
                     lost: false,
+                    failover: false,
                 })
             }
         };
     }
     // Nothing would consume it, and it would keep the primary's WAL forever.
-    if drop_slot(primary, slot).await? {
+    if drop_primary_slot(primary, slot, keep_spare).await? {
         tracing::warn!(slot, "dropped the primary's replication slot of this name: the stream is decoded on the standby (--decode-from), and nothing would consume it");
     }
     wait_for_synced_copy_to_go(decoding, slot).await?;
@@ -229,10 +268,11 @@ pub async fn standby_slot(
             "creating the replication slot on the decoding standby"
         ),
     }
-    let confirmed = recreate_slot(decoding, slot, Some(primary)).await?;
+    let confirmed = recreate_slot(decoding, slot, Some(primary), keep_spare).await?;
     Ok(SlotState {
         confirmed,
         lost: false,
+        failover: false,
     })
 }
 
@@ -514,16 +554,17 @@ pub async fn wait_until_visible(sql: &SqlSession, xid: u32) -> anyhow::Result<()
 /// slot cannot be a failover one there, and its creation waits for a record of the
 /// primary's running transactions, which `primary` logs every half second until it is
 /// done, where PostgreSQL would every 15 s; the primary's slot of that name, which nothing
-/// would consume, is dropped.
+/// would consume, is dropped (with `keep_spare`, only a failover one: [`drop_primary_slot`]).
 pub async fn recreate_slot(
     sql: &SqlSession,
     slot: &str,
     primary: Option<&SqlSession>,
+    keep_spare: bool,
 ) -> anyhow::Result<Timestamp> {
     if let Some(primary) = primary {
         // Left there when the stream was decoded on the primary (named among --decode-from's
         // hosts) before moving to this standby.
-        if in_recovery(sql).await? && drop_slot(primary, slot).await? {
+        if in_recovery(sql).await? && drop_primary_slot(primary, slot, keep_spare).await? {
             tracing::warn!(slot, "dropped the primary's replication slot of this name: the stream is decoded on a standby (--decode-from), and nothing would consume it");
         }
     }
@@ -532,9 +573,9 @@ pub async fn recreate_slot(
 }
 
 /// Creates slot `slot` on `sql` (marked failover from PostgreSQL 17 when `sql` is the
-/// primary and `primary` is `None`); the position it starts at. On a standby its creation
-/// waits for a record of the primary's running transactions, which `primary` logs every
-/// half second until it is done.
+/// primary and `primary` is `None`: never a standby's slot, nor a spare on the primary);
+/// the position it starts at. On a standby its creation waits for a record of the primary's
+/// running transactions, which `primary` logs every half second until it is done.
 pub async fn create_slot(
     sql: &SqlSession,
     slot: &str,

@@ -5,10 +5,11 @@
 //! ```text
 //!  host=s1,s2,p   decode on s1 (its slot)
 //!                 every second: a spare slot on s2, advanced to what s1's slot acknowledged;
-//!                               no idle slot on p (it would keep the primary's WAL)
+//!                               no idle slot on p (it would keep the primary's WAL), or
+//!                               with --decode-primary-slot spare, a spare there too
 //!                 s1 silent or unreachable for --decode-spare-after, a spare usable
 //!                                ─▶ a standby holding a usable slot (s2's spare: no node
-//!                                   reset)
+//!                                   reset), else the primary's usable spare
 //!                 s1 silent or unreachable for --decode-failover-after
 //!                                ─▶ another host that answers: a standby holding a usable
 //!                                   slot, else the first standby, else the primary (a new
@@ -18,7 +19,9 @@
 //!
 //! Decoded on a primary (one it fell back to, or a standby promoted in place), the stream
 //! moves to a standby whose spare has caught up; otherwise it stays on a host that works: a
-//! move to a host without a spare resets every cache node.
+//! move to a host without a spare resets every cache node. A primary keeps a spare only with
+//! `--decode-primary-slot spare`: advancing it reads the primary's WAL back every second,
+//! work `--decode-from` exists to take off the primary.
 
 use crate::config::Config;
 use crate::connect::{self, connect_sql, reached_host, ReplicationHost, SqlSession};
@@ -46,6 +49,8 @@ pub struct DecodingServers {
     /// Per host: whether it held a usable spare slot when last tended (while the stream
     /// was decoded elsewhere, and not failing).
     spares: Vec<AtomicBool>,
+    /// Whether a primary among the hosts keeps a spare slot (`--decode-primary-slot`).
+    primary_spare: bool,
     /// What every host must be a server of (`require_decoding_server`).
     primary: DatabaseIdentity,
     current: Mutex<Current>,
@@ -92,6 +97,7 @@ impl DecodingServers {
         Ok(Self {
             dsn,
             spares: hosts.iter().map(|_| AtomicBool::new(false)).collect(),
+            primary_spare: config.keeps_primary_spare(),
             hosts,
             slot: config.slot.clone(),
             publication: config.publication.clone(),
@@ -130,8 +136,8 @@ impl DecodingServers {
 
     /// Opens `application`'s session on the server the stream is decoded on. With several
     /// hosts: the current one, unless it has failed for `--decode-failover-after`; then (or
-    /// at first) another host that answers: a standby holding a usable slot, else the first
-    /// standby, else the primary.
+    /// at first) another host that answers: a standby holding a usable slot, else a primary
+    /// holding one, else the first standby, else the primary.
     pub async fn open(&self, application: &str) -> anyhow::Result<DecodingServer> {
         if self.hosts.is_empty() {
             let sql = connect_sql(&self.dsn, application).await?;
@@ -245,7 +251,7 @@ impl DecodingServers {
     }
 
     /// The first host of the best [`HostRank`] that answers and can decode; with
-    /// `spare_only`, only a standby whose slot is not ahead of what the stream acknowledged.
+    /// `spare_only`, only a host whose slot is not ahead of what the stream acknowledged.
     /// `failed` is tried last, and ranks no better than a slot ahead: the stream returns to
     /// it only when nothing better answers.
     async fn choose(
@@ -256,7 +262,7 @@ impl DecodingServers {
     ) -> anyhow::Result<(SqlSession, usize)> {
         let order = (0..self.hosts.len()).filter(|host| Some(*host) != failed);
         // The hosts that answer, by rank (`HostRank`): the first of the best rank wins.
-        let mut ranked: [Option<(SqlSession, usize)>; 5] = Default::default();
+        let mut ranked: [Option<(SqlSession, usize)>; 6] = Default::default();
         for host in order.chain(failed) {
             let name = &self.hosts[host];
             let sql = match connect::connect_host(&self.dsn, host, application).await {
@@ -276,9 +282,9 @@ impl DecodingServers {
             }
             ranked[rank as usize].get_or_insert((sql, host));
         }
-        let [_, behind, other_slot, no_slot, primary] = ranked;
-        let chosen = match behind {
-            Some(behind) => Some(behind),
+        let [_, primary_spare, behind, other_slot, no_slot, primary] = ranked;
+        let chosen = match primary_spare.or(behind) {
+            Some(chosen) => Some(chosen),
             None if spare_only => None,
             None => other_slot.or(no_slot).or(primary),
         };
@@ -299,25 +305,34 @@ impl DecodingServers {
 
     /// How good a move of the stream to `host` (over its session `sql`) would be.
     async fn rank(&self, sql: &SqlSession, host: usize, failed: bool) -> anyhow::Result<HostRank> {
-        if !database::in_recovery(sql).await? {
+        let primary = !database::in_recovery(sql).await?;
+        if primary && !self.primary_spare {
             return Ok(HostRank::Primary);
         }
-        // A slot confirmed nowhere (NULL) is still being created.
+        // A slot confirmed nowhere (NULL) is still being created; a primary's failover slot
+        // is no spare of the agent's (`tend` replaces it).
         let slot = database::find_slot(sql, &self.slot).await;
         let Ok(Some(slot)) = slot.as_ref().map(|slot| {
-            slot.as_ref()
-                .filter(|slot| !slot.lost && slot.confirmed != Timestamp::ZERO)
+            slot.as_ref().filter(|slot| {
+                !slot.lost && slot.confirmed != Timestamp::ZERO && !(primary && slot.failover)
+            })
         }) else {
-            return Ok(HostRank::NoSlot);
+            return Ok(if primary {
+                HostRank::Primary
+            } else {
+                HostRank::NoSlot
+            });
         };
         let acknowledged = Timestamp(self.acknowledged.load(Ordering::Relaxed));
-        if failed || slot.confirmed > acknowledged {
-            return Ok(HostRank::OtherSlot);
-        }
-        Ok(if self.follows_stream(sql, host).await.unwrap_or(false) {
-            HostRank::UsableSlot
-        } else {
-            HostRank::SlotBehind
+        let usable = !failed
+            && slot.confirmed <= acknowledged
+            && self.follows_stream(sql, host).await.unwrap_or(false);
+        Ok(match (primary, usable) {
+            (true, true) => HostRank::PrimarySpare,
+            (true, false) => HostRank::Primary,
+            (false, true) => HostRank::UsableSlot,
+            (false, false) if failed || slot.confirmed > acknowledged => HostRank::OtherSlot,
+            (false, false) => HostRank::SlotBehind,
         })
     }
 
@@ -387,7 +402,8 @@ impl DecodingServers {
     /// Forever, every second, tends the hosts the stream is not decoded on: each standby
     /// keeps a spare slot of `--slot`'s name, advanced to what the stream's slot
     /// acknowledged, so that the stream moves there without a gap; each primary (one listed,
-    /// or a standby promoted) loses its idle slot of that name, which would keep its WAL.
+    /// or a standby promoted) loses its idle slot of that name, which would keep its WAL —
+    /// or, with `--decode-primary-slot spare`, keeps a spare as a standby does.
     /// `primary_dsn` is where the running transactions a standby's slot creation waits for
     /// are logged. Nothing is done outside `term`: an agent whose lease ran out must not
     /// create, move or drop slots under the one that took over.
@@ -435,7 +451,8 @@ impl DecodingServers {
         }
     }
 
-    /// Keeps `host`'s spare slot (a standby) or drops its idle slot (a primary), over its
+    /// Keeps `host`'s spare slot (a standby, or a primary with `--decode-primary-slot
+    /// spare`) or drops its idle slot (another primary), over its
     /// `session` (opened if need be), unless the stream is decoded there or looking for a
     /// host to move to (`Ok(false)`: nothing was tended). With the stream decoded on a primary, a standby whose spare is caught
     /// up and that follows the stream's history is where it should move.
@@ -459,27 +476,32 @@ impl DecodingServers {
             None => session.insert(connect::connect_host(&self.dsn, host, application).await?),
         };
         let sql = &*sql;
-        if !database::in_recovery(sql).await? {
+        let primary = !database::in_recovery(sql).await?;
+        if primary && !self.primary_spare {
             self.spares[host].store(false, Ordering::Relaxed);
             if database::drop_idle_slot(sql, &self.slot).await? {
                 tracing::warn!(host = %self.hosts[host], slot = %self.slot,
-                    "dropped the replication slot on a --decode-from host that is a primary the stream is not decoded on (it kept that server's WAL)");
+                    "dropped the replication slot on a --decode-from host that is a primary the stream is not decoded on (it kept that server's WAL; --decode-primary-slot spare keeps one there instead)");
             }
             return Ok(true);
         }
+        let kind = if primary { "primary" } else { "standby" };
         database::require_decoding_server(&self.primary, sql).await?;
         match database::find_slot(sql, &self.slot).await? {
-            Some(state) if !state.lost => {}
+            // A primary's failover slot (`txcache setup`'s) is replaced: synchronizing
+            // standbys would copy it over the names their own slots need.
+            Some(state) if !(state.lost || (primary && state.failover)) => {}
             found => {
                 if found.is_some() {
                     database::drop_idle_slot(sql, &self.slot).await?;
                 }
-                let primary = connect_sql(primary_dsn, application).await?;
+                let primary_session = connect_sql(primary_dsn, application).await?;
                 // The creation waits for the primary's running transactions to end; cut
                 // off by the tending's timeout, the server finishes it alone (a slot
-                // confirmed nowhere meanwhile, which counts as unusable).
-                let at = database::create_slot(sql, &self.slot, Some(&primary)).await?;
-                tracing::info!(host = %self.hosts[host], position = %at, "created a spare replication slot on a --decode-from standby: the stream can move there without resetting the cache nodes");
+                // confirmed nowhere meanwhile, which counts as unusable). With a session
+                // to the primary the slot is never a failover one.
+                let at = database::create_slot(sql, &self.slot, Some(&primary_session)).await?;
+                tracing::info!(host = %self.hosts[host], position = %at, "created a spare replication slot on a --decode-from {kind}: the stream can move there without resetting the cache nodes");
             }
         }
         let acknowledged = Timestamp(self.acknowledged.load(Ordering::Relaxed));
@@ -504,12 +526,13 @@ impl DecodingServers {
             // `--decode-failover-after` turns on this: say when and why it changes.
             tracing::info!(host = %self.hosts[host], usable, on_history, lost = spare.lost,
                 spare_position = %spare.confirmed, acknowledged = %now,
-                "the spare slot on a --decode-from standby changed usability");
+                "the spare slot on a --decode-from {kind} changed usability");
         }
-        // Caught up, and on the stream's history: a move there off a primary repeats and
-        // skips nothing (read now: the stream may have moved since the tick began).
+        // A standby's spare caught up, and on the stream's history: a move there off a
+        // primary repeats and skips nothing (read now: the stream may have moved since the
+        // tick began). A primary's spare is only for when the standbys fail.
         let caught_up = on_history && !spare.lost && spare.confirmed == now;
-        if caught_up && self.on_primary.load(Ordering::Relaxed) {
+        if caught_up && !primary && self.on_primary.load(Ordering::Relaxed) {
             if let Ok(mut current) = self.current.try_lock() {
                 current.wanted.get_or_insert(host);
             }
@@ -574,6 +597,9 @@ enum HostRank {
     /// A standby whose slot is on the stream's history and not ahead of what the stream
     /// acknowledged: the stream resumes there without resetting a node.
     UsableSlot,
+    /// A primary whose spare slot (`--decode-primary-slot spare`) is on the stream's history
+    /// and not ahead of what it acknowledged: no node reset, but decoding on the primary.
+    PrimarySpare,
     /// A standby whose slot is not ahead, on another history (a failover's new timeline):
     /// the stream follows it if it continues the old one past what was delivered, else
     /// rewinds every node.
@@ -582,6 +608,6 @@ enum HostRank {
     OtherSlot,
     /// A standby without a slot: one is created there, and every node reset.
     NoSlot,
-    /// A primary.
+    /// A primary without a usable spare slot.
     Primary,
 }
