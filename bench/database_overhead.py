@@ -282,10 +282,39 @@ def start_agent(
         )
     )
     pids = {"agent": agent_pid(txcache_stack), "node": node_pid(txcache_stack)}
+    if run.config.primary_spare:
+        pids["spare slot"] = spare_session(dsn)
     return {
         "pids": {**pids, "walsender": walsender},
         "client": stack.enter_context(closing(resp(txcache_stack.agent_address))),
     }
+
+
+def spare_session(dsn: str) -> int:
+    """The backend of the agent's session that advances the primary's spare slot, once the
+    slot is there (its creation is not the run's)."""
+    query = (
+        "SELECT a.pid FROM pg_stat_activity a, pg_replication_slots s "
+        "WHERE a.application_name LIKE 'txcache-agent spare slot%' "
+        "AND s.slot_name = 'txcache' AND NOT s.failover AND s.confirmed_flush_lsn IS NOT NULL"
+    )
+    return int(wait_until(lambda: scalar(dsn, query), "the primary's spare slot"))
+
+
+def primary_spare_note(runs: list[Run]) -> list[str]:
+    """With ``--primary-spare``: what advancing the primary's spare cost the primary."""
+    spared = [r for r in runs if r.config and r.config.primary_spare and "spare slot" in r.cpu]
+    seconds = ", ".join(fmt(r.cpu["spare slot"], 2) for r in spared)
+    per_tx = [
+        r.cpu["spare slot"] / max(1, r.pgbench.transactions) * 1e6 for r in spared if r.pgbench
+    ]
+    mean = sum(per_tx) / max(1, len(per_tx))
+    return [
+        "The primary's session advancing the spare slot (`pg_replication_slot_advance` every "
+        f"second) used {seconds} s of CPU in the runs with it: {mean:.1f} µs per pgbench "
+        "transaction (mean), a part of the database CPU above.",
+        "",
+    ]
 
 
 def start_decoder(stack: ExitStack, server: Any, dsn: str) -> dict[str, Any]:
@@ -626,6 +655,7 @@ def report_body(runs: list[Run], args: argparse.Namespace) -> list[str]:
         *summary_rows(runs, configs(args)),
         "",
         *(spare_note(runs, args) if args.spare_slot else []),
+        *(primary_spare_note(runs) if args.primary_spare else []),
         "Every run (*database CPU*: CPU time of the server's processes — postmaster, "
         "backends, walsender, checkpointer — per transaction; time the host takes away is "
         "not in it, unlike in TPS; *full-page images*: the first change of a page after the "

@@ -19,7 +19,8 @@ standby named after it in ``--decode-from`` (where the agent keeps a spare slot,
 to after ``--decode-spare-after``), and what fails is that standby: it hangs (SIGSTOP) for
 the rest of the run. Reported as well: the time until the stream runs on the second standby,
 until the hit rate is back to 90 % of before, and the nodes' resets (0: the cache was
-kept).
+kept). With ``--spare-on primary`` there is one standby, and the primary, named after it,
+keeps the spare (the agent's ``--decode-primary-slot spare``).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from txcache.stack import EmbeddedPostgres, ReplicatedPostgres, hosts_dsn, parse
 
 
 def run(args: argparse.Namespace) -> None:
-    decoding = args.fail == "decoding-standby"
+    decoding = args.fail == "decoding-standby" and args.spare_on == "standby"
     with postgres(args.storage, standbys=2 if decoding else 1) as servers:
         both = create_database(servers, "failover")  # names the primary and the standby
         execute(both, *items_schema())
@@ -68,6 +69,8 @@ def agent_failover_flags(args: argparse.Namespace) -> tuple[str, ...]:
     """``--decode-spare-after`` and ``--decode-failover-after`` as the command line sets them
     (none: the agent's defaults)."""
     flags: tuple[str, ...] = ()
+    if args.spare_on == "primary":
+        flags += ("--decode-primary-slot", "spare")
     if args.spare_after:
         flags += ("--decode-spare-after", args.spare_after)
     if args.failover_after:
@@ -79,7 +82,14 @@ def failover_settings(args: argparse.Namespace) -> str:
     """The agent's failover limits, as the report states them."""
     spare = args.spare_after or "5s, the default"
     failover = args.failover_after or "30s, the default"
-    return f"`--decode-spare-after` {spare}, `--decode-failover-after` {failover}"
+    on = "; the spare slot on the primary" if args.spare_on == "primary" else ""
+    return f"`--decode-spare-after` {spare}, `--decode-failover-after` {failover}{on}"
+
+
+def spare_server(args: argparse.Namespace, servers: ReplicatedPostgres) -> EmbeddedPostgres:
+    """The server holding the spare slot the stream moves to: the second standby, or with
+    ``--spare-on primary`` the primary."""
+    return servers.primary if args.spare_on == "primary" else servers.extra_standbys[0]
 
 
 def measure(args: argparse.Namespace, servers: ReplicatedPostgres, both: str) -> None:
@@ -87,17 +97,20 @@ def measure(args: argparse.Namespace, servers: ReplicatedPostgres, both: str) ->
     standbys = (servers.standby, *servers.extra_standbys)
     flags: tuple[str, ...] = ()
     if decoding:
-        decode_from = hosts_dsn([server for server in standbys if server is not None], "failover")
+        hosts = [server for server in standbys if server is not None]
+        if args.spare_on == "primary":
+            hosts.append(servers.primary)
+        decode_from = hosts_dsn(hosts, "failover")
         flags = ("--decode-from", decode_from, *agent_failover_flags(args))
     with bench_stack(both, max_memory="64mb", agent_args=flags) as stack:
         note = machine_note()
         stack.caught_up()
         if decoding:
-            spare = servers.extra_standbys[0]
+            spare = spare_server(args, servers)
             target = wal_insert_lsn(both)
             wait_until(
                 lambda: slot_position(spare, stack.options.slot) >= target,
-                "the spare slot on the second standby to follow the stream",
+                "the spare slot to follow the stream",
                 timeout=60,
             )
         else:
@@ -137,15 +150,15 @@ def hang_the_decoding_standby(
     args: argparse.Namespace, servers: ReplicatedPostgres
 ) -> tuple[float, float]:
     """Stop the standby the stream is decoded on (SIGSTOP) for ``--after`` seconds; when the
-    stream ran on the second standby, and when the run ended."""
-    standby, spare = servers.standby, servers.extra_standbys[0]
+    stream ran on the spare's server, and when the run ended."""
+    standby, spare = servers.standby, spare_server(args, servers)
     assert standby is not None
     log("the standby the stream is decoded on hangs")
     since = time.monotonic()
     with standby.paused():
         wait_until(
             lambda: agent_walsenders(spare) == 1,
-            "the stream to move to the second standby",
+            "the stream to move to the spare slot",
             timeout=120,
         )
         moved = time.monotonic()
@@ -207,7 +220,9 @@ def report(
         "node_rewinds": changes["rewinds"],
         "node_resets": changes["resets"],
     }
-    name = result_name("failover", args.quick, args.storage, *(["decoding"] if decoding else []))
+    extra = ["decoding"] if decoding else []
+    extra += ["primary-spare"] if decoding and args.spare_on == "primary" else []
+    name = result_name("failover", args.quick, args.storage, *extra)
     plot = RESULTS_DIR / f"{name}.png"
     failure = "the standby the stream is decoded on hung" if decoding else "primary stopped"
     plotted = draw(load, began, stopped, ended, plot, failure)
@@ -217,7 +232,8 @@ def report(
         if decoding
         else f"the primary stopped {args.before:.0f} s in, the standby promoted at once"
     )
-    over = "the stream running on the second standby" if decoding else "the promotion done"
+    holder = "the primary" if args.spare_on == "primary" else "the second standby"
+    over = f"the stream running on {holder}" if decoding else "the promotion done"
     body = [
         f"{args.threads} reader threads over {HOT} hot keys (staleness {args.staleness} s), "
         f"a write every {args.write_every} s; {event}; "
@@ -309,6 +325,13 @@ def main() -> None:
     parser.add_argument(
         "--failover-after",
         help="with --fail decoding-standby: the agent's --decode-failover-after (default: its own)",
+    )
+    parser.add_argument(
+        "--spare-on",
+        choices=("standby", "primary"),
+        default="standby",
+        help="with --fail decoding-standby: where the spare slot the stream moves to is kept, "
+        "a second standby or the primary (--decode-primary-slot spare)",
     )
     args = parser.parse_args()
     if args.quick:

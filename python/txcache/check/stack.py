@@ -86,6 +86,7 @@ def running_stack(
     ddl_tracking: str = "triggers",
     standby_reads: bool = False,
     decode_on_standby: bool = False,
+    primary_spare: bool = False,
 ) -> Iterator[CheckStack]:
     """A fresh PostgreSQL (with ``standby_postgres``, a primary and its standby) with the
     workload's schema and the ``tenants``' (their roles too), set up to track them all, with
@@ -94,11 +95,14 @@ def running_stack(
     set up, as where a service allows none, and the agent checks fingerprints. With
     ``standby_reads`` (and ``standby_postgres``) the agent also pins whichever server is
     the standby (``--standby``, one per server); with ``decode_on_standby`` it decodes the
-    stream there (``--decode-from`` naming the standby, then the primary)."""
+    stream there (``--decode-from`` naming the standby, then the primary), and with
+    ``primary_spare`` keeps a spare slot on the primary too."""
     if standby_reads and not standby_postgres:
         raise CheckRefused("--standby-reads needs --standby-postgres")
     if decode_on_standby and not standby_postgres:
         raise CheckRefused("--decode-on-standby needs --standby-postgres")
+    if primary_spare and not decode_on_standby:
+        raise CheckRefused("--primary-spare needs --decode-on-standby")
     agent_args = OPTIONS.agent_args
     if ddl_tracking != "triggers":
         agent_args = (*agent_args, "--ddl-tracking", ddl_tracking)
@@ -124,6 +128,8 @@ def running_stack(
             # a promotion, the old primary's port holds the new standby).
             decode_from = hosts_dsn((servers.standby, servers.primary))
             decoding = ("--decode-from", decode_from, "--decode-failover-after", "3s")
+            if primary_spare:
+                decoding += ("--decode-primary-slot", "spare")
             options = dataclasses.replace(options, agent_args=(*options.agent_args, *decoding))
         stack = exits.enter_context(Stack(options))
         try:
