@@ -127,7 +127,12 @@ def running_stack(
             # The standby first; the primary, last, takes the stream when it is gone (after
             # a promotion, the old primary's port holds the new standby).
             decode_from = hosts_dsn((servers.standby, servers.primary))
-            decoding = ("--decode-from", decode_from, "--decode-failover-after", "3s")
+            decoding: tuple[str, ...] = (
+                "--decode-from",
+                decode_from,
+                "--decode-failover-after",
+                "3s",
+            )
             if primary_spare:
                 decoding += ("--decode-primary-slot", "spare")
             options = dataclasses.replace(options, agent_args=(*options.agent_args, *decoding))
