@@ -774,8 +774,8 @@ def test_with_a_spare_on_the_primary_the_stream_falls_back_there_with_the_cache_
     (``--decode-primary-slot spare``; not a failover one, which the standby would copy over
     its own). The standby stopped, the stream moves to the primary's spare after
     ``--decode-spare-after`` — no node reset, long before ``--decode-failover-after`` —
-    and invalidates exactly from there; the standby back, the stream returns to its spare,
-    and the primary's stays a spare."""
+    and invalidates exactly from there, also after the agent restarts; the standby back,
+    the stream returns to its spare, and the primary's stays a spare."""
     standby = pair.standby
     assert standby is not None
     decode_from = hosts_dsn((standby, pair.primary))
@@ -792,6 +792,9 @@ def test_with_a_spare_on_the_primary_the_stream_falls_back_there_with_the_cache_
         stream_on(pair.primary.dsn, "the stream to move to the primary's spare", log=lib._agent_log)
         assert "THE STREAM MOVED" not in lib._agent_log()
         invalidates_with_the_cache_kept(lib, resets, "on the primary spare")
+        lib.restart_agent()
+        stream_on(pair.primary.dsn, "the restarted agent to decode there", log=lib._agent_log)
+        invalidates_with_the_cache_kept(lib, resets, "after the restart")
 
         pair.restart_standby({})
         stream_on(standby.dsn, "the stream to return to the standby's spare", log=lib._agent_log)

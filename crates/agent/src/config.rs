@@ -253,6 +253,12 @@ impl Config {
                            by the fingerprints of pins taken at every --pin-interval";
             return Err(Self::command().error(ErrorKind::ArgumentConflict, message));
         }
+        if self.keeps_primary_spare() && self.decode_from_hosts() < 2 {
+            let message = "--decode-primary-slot spare needs a --decode-from naming several \
+                           hosts, the primary among them (host=standby,primary): the spare \
+                           is kept on a primary named there";
+            return Err(Self::command().error(ErrorKind::ArgumentConflict, message));
+        }
         if !self.standbys.is_empty() && self.ddl_tracking == DdlTracking::Fingerprint {
             let message = "--standby needs the DDL event triggers (--ddl-tracking triggers): \
                            with --ddl-tracking fingerprint the catalog fingerprint is checked \
@@ -267,6 +273,18 @@ impl Config {
     /// the primary.
     pub fn decoding_dsn(&self) -> &str {
         self.decode_from.as_deref().unwrap_or(&self.dsn)
+    }
+
+    /// How many hosts `--decode-from` names (0 without one, or where it does not parse: the
+    /// connection reports that).
+    fn decode_from_hosts(&self) -> usize {
+        let parsed = self.decode_from.as_deref().map(|dsn| {
+            let conninfo = conninfo::parse(dsn).ok()?;
+            tokio_postgres::Config::from_str(&conninfo.rest).ok()
+        });
+        parsed
+            .flatten()
+            .map_or(0, |config| config.get_hosts().len())
     }
 
     /// Whether a primary named in `--decode-from` keeps a spare slot
@@ -486,6 +504,25 @@ mod tests {
         assert_eq!(
             decoding(&["--decode-from", " "]),
             Some("host=/tmp".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_spare_on_the_primary_needs_a_decode_from_of_several_hosts() {
+        let spare = |decode_from: &[&str]| {
+            let flags = [decode_from, &["--decode-primary-slot", "spare"]].concat();
+            parse(&flags).and_then(Config::checked)
+        };
+        let kept = spare(&["--decode-from", "host=standby,primary"]).ok();
+        assert_eq!(kept.map(|c| c.keeps_primary_spare()), Some(true));
+        for decode_from in [&[][..], &["--decode-from", "host=standby"]] {
+            let refused = spare(decode_from).err().map(|error| error.to_string());
+            assert!(refused.is_some_and(|e| e.contains("needs a --decode-from naming several")));
+        }
+        let default = parse(&["--decode-from", "host=standby,primary"]).ok();
+        assert_eq!(
+            default.map(|c| c.decode_primary_slot),
+            Some(PrimarySlot::Drop)
         );
     }
 

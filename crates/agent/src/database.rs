@@ -14,7 +14,7 @@
 //! would otherwise read values nothing invalidates.
 
 use crate::certify::Snapshot;
-use crate::config::DdlTracking;
+use crate::config::{DdlTracking, PrimarySlot};
 use crate::connect::{ReplicationHost, SqlSession};
 use anyhow::{bail, Context as _};
 use pgwire_replication::{Lsn, ReplicationClient};
@@ -152,44 +152,46 @@ fn synced_copy(sql: &SqlSession) -> &'static str {
 
 /// Drops slot `slot` if it exists; whether it existed.
 async fn drop_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<bool> {
+    drop_slot_where(sql, slot, "true").await
+}
+
+/// Drops slot `slot` if it exists and meets `condition` (SQL over `pg_replication_slots`);
+/// whether it was dropped.
+async fn drop_slot_where(sql: &SqlSession, slot: &str, condition: &str) -> anyhow::Result<bool> {
+    let query = format!(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+         WHERE slot_name = $1 AND ({condition})"
+    );
     let dropped = sql
         .client
-        .execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
-             WHERE slot_name = $1",
-            &[&slot],
-        )
+        .execute(&query, &[&slot])
         .await
         .with_context(|| format!("cannot drop replication slot {slot:?}"))?;
     Ok(dropped > 0)
 }
 
-/// Drops the primary's slot `slot`, which nothing consumes while the stream is decoded on a
-/// standby (it would keep the primary's WAL); whether one was dropped. With `keep_spare`
-/// (`--decode-primary-slot spare`) the agent's spare there stays: only a failover slot goes
-/// (`txcache setup`'s, PostgreSQL 17 and later), whose copies synchronizing standbys would
-/// hold under the name their own slots need.
+/// Drops the primary's slot `slot` while the stream is decoded on a standby; whether one was
+/// dropped. With [`PrimarySlot::Drop`] any goes: nothing consumes it, and it would keep the
+/// primary's WAL. With [`PrimarySlot::Spare`] the agent tends a spare there: only a failover
+/// slot goes (`txcache setup`'s, PostgreSQL 17 and later), whose copies standbys
+/// synchronizing slots would hold under the name their own slots need.
 async fn drop_primary_slot(
     primary: &SqlSession,
     slot: &str,
-    keep_spare: bool,
+    policy: PrimarySlot,
 ) -> anyhow::Result<bool> {
-    if !keep_spare {
-        return drop_slot(primary, slot).await;
+    let dropped = match policy {
+        PrimarySlot::Drop => drop_slot(primary, slot).await?,
+        PrimarySlot::Spare if primary.server_version_num < 170_000 => false,
+        PrimarySlot::Spare => drop_slot_where(primary, slot, "failover").await?,
+    };
+    if dropped {
+        match policy {
+            PrimarySlot::Drop => tracing::warn!(slot, "dropped the primary's replication slot of this name: the stream is decoded on a standby (--decode-from), and nothing would consume it"),
+            PrimarySlot::Spare => tracing::warn!(slot, "dropped the primary's failover slot of this name: standbys synchronizing slots would copy it over their own; the agent keeps a plain spare there instead (--decode-primary-slot spare)"),
+        }
     }
-    if primary.server_version_num < 170_000 {
-        return Ok(false);
-    }
-    let dropped = primary
-        .client
-        .execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
-             WHERE slot_name = $1 AND failover",
-            &[&slot],
-        )
-        .await
-        .with_context(|| format!("cannot drop replication slot {slot:?}"))?;
-    Ok(dropped > 0)
+    Ok(dropped)
 }
 
 /// Moves slot `slot` on to `position` if it stands below and is idle (on a standby, no
@@ -227,16 +229,15 @@ pub async fn drop_idle_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<bool
 
 /// The slot on the standby the stream is decoded on (`decoding`, `--decode-from`), created
 /// there if it does not exist or was lost, after dropping the primary's slot of that name
-/// (which nothing would consume; with `keep_spare`, only a failover slot, the agent's spare
-/// staying: [`drop_primary_slot`]) and waiting for the standby to drop its synchronized copy
-/// of it. A new slot starts past changes no node received, so every node behind it is reset
+/// as `policy` says ([`drop_primary_slot`]) and waiting for the standby to drop its
+/// synchronized copy of it. A new slot starts past changes no node received, so every node behind it is reset
 /// as it connects. A `decoding` server out of recovery is the primary (a standby promoted):
 /// its slot is the stream's, kept as it is.
 pub async fn standby_slot(
     primary: &SqlSession,
     decoding: &SqlSession,
     slot: &str,
-    keep_spare: bool,
+    policy: PrimarySlot,
 ) -> anyhow::Result<SlotState> {
     if !in_recovery(decoding).await? {
         tracing::warn!(slot, "the --decode-from server is not a standby (promoted, or the primary named among its hosts): the stream is decoded on it as the primary");
@@ -244,7 +245,7 @@ pub async fn standby_slot(
             Some(state) if !state.lost => Ok(state),
             _ => {
                 tracing::error!(slot, "no usable replication slot on the --decode-from server: creating it; every cache node is reset");
-                let confirmed = recreate_slot(decoding, slot, Some(primary), keep_spare).await?;
+                let confirmed = recreate_slot(decoding, slot, Some(primary), policy).await?;
                 Ok(SlotState {
                     confirmed,
                     lost: false,
@@ -253,10 +254,7 @@ pub async fn standby_slot(
             }
         };
     }
-    // Nothing would consume it, and it would keep the primary's WAL forever.
-    if drop_primary_slot(primary, slot, keep_spare).await? {
-        tracing::warn!(slot, "dropped the primary's replication slot of this name: the stream is decoded on the standby (--decode-from), and nothing would consume it");
-    }
+    drop_primary_slot(primary, slot, policy).await?;
     wait_for_synced_copy_to_go(decoding, slot).await?;
     match find_slot(decoding, slot).await? {
         Some(state) if !state.lost => return Ok(state),
@@ -268,7 +266,7 @@ pub async fn standby_slot(
             "creating the replication slot on the decoding standby"
         ),
     }
-    let confirmed = recreate_slot(decoding, slot, Some(primary), keep_spare).await?;
+    let confirmed = recreate_slot(decoding, slot, Some(primary), policy).await?;
     Ok(SlotState {
         confirmed,
         lost: false,
@@ -554,18 +552,18 @@ pub async fn wait_until_visible(sql: &SqlSession, xid: u32) -> anyhow::Result<()
 /// slot cannot be a failover one there, and its creation waits for a record of the
 /// primary's running transactions, which `primary` logs every half second until it is
 /// done, where PostgreSQL would every 15 s; the primary's slot of that name, which nothing
-/// would consume, is dropped (with `keep_spare`, only a failover one: [`drop_primary_slot`]).
+/// would consume, is dropped as `policy` says ([`drop_primary_slot`]).
 pub async fn recreate_slot(
     sql: &SqlSession,
     slot: &str,
     primary: Option<&SqlSession>,
-    keep_spare: bool,
+    policy: PrimarySlot,
 ) -> anyhow::Result<Timestamp> {
     if let Some(primary) = primary {
         // Left there when the stream was decoded on the primary (named among --decode-from's
         // hosts) before moving to this standby.
-        if in_recovery(sql).await? && drop_primary_slot(primary, slot, keep_spare).await? {
-            tracing::warn!(slot, "dropped the primary's replication slot of this name: the stream is decoded on a standby (--decode-from), and nothing would consume it");
+        if in_recovery(sql).await? {
+            drop_primary_slot(primary, slot, policy).await?;
         }
     }
     drop_slot(sql, slot).await?;

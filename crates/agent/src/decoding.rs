@@ -12,8 +12,9 @@
 //!                                   reset), else the primary's usable spare
 //!                 s1 silent or unreachable for --decode-failover-after
 //!                                ─▶ another host that answers: a standby holding a usable
-//!                                   slot, else the first standby, else the primary (a new
-//!                                   slot: every node reset)
+//!                                   slot, else the primary's usable spare, else the first
+//!                                   standby, else the primary (a new slot: every node
+//!                                   reset)
 //!                 decoded on a primary, a standby's spare caught up ─▶ move there
 //! ```
 //!
@@ -23,7 +24,7 @@
 //! `--decode-primary-slot spare`: advancing it reads the primary's WAL back every second,
 //! work `--decode-from` exists to take off the primary.
 
-use crate::config::Config;
+use crate::config::{Config, PrimarySlot};
 use crate::connect::{self, connect_sql, reached_host, ReplicationHost, SqlSession};
 use crate::database::{self, DatabaseIdentity};
 use crate::term::Term;
@@ -49,8 +50,12 @@ pub struct DecodingServers {
     /// Per host: whether it held a usable spare slot when last tended (while the stream
     /// was decoded elsewhere, and not failing).
     spares: Vec<AtomicBool>,
-    /// Whether a primary among the hosts keeps a spare slot (`--decode-primary-slot`).
+    /// Whether a primary among the hosts keeps a spare slot (`--decode-primary-slot spare`,
+    /// with several hosts).
     primary_spare: bool,
+    /// Whether a host was found to be a primary: only then is a slot there tended, and may
+    /// be kept rather than dropped when the stream starts on a standby.
+    primary_listed: AtomicBool,
     /// What every host must be a server of (`require_decoding_server`).
     primary: DatabaseIdentity,
     current: Mutex<Current>,
@@ -97,7 +102,8 @@ impl DecodingServers {
         Ok(Self {
             dsn,
             spares: hosts.iter().map(|_| AtomicBool::new(false)).collect(),
-            primary_spare: config.keeps_primary_spare(),
+            primary_spare: config.keeps_primary_spare() && !hosts.is_empty(),
+            primary_listed: AtomicBool::new(false),
             hosts,
             slot: config.slot.clone(),
             publication: config.publication.clone(),
@@ -306,6 +312,9 @@ impl DecodingServers {
     /// How good a move of the stream to `host` (over its session `sql`) would be.
     async fn rank(&self, sql: &SqlSession, host: usize, failed: bool) -> anyhow::Result<HostRank> {
         let primary = !database::in_recovery(sql).await?;
+        if primary {
+            self.primary_listed.store(true, Ordering::Relaxed);
+        }
         if primary && !self.primary_spare {
             return Ok(HostRank::Primary);
         }
@@ -334,6 +343,18 @@ impl DecodingServers {
             (false, false) if failed || slot.confirmed > acknowledged => HostRank::OtherSlot,
             (false, false) => HostRank::SlotBehind,
         })
+    }
+
+    /// What becomes of the primary's slot of `--slot`'s name while the stream is decoded on a
+    /// standby: kept as a spare only with `--decode-primary-slot spare` and the primary
+    /// found among the hosts, which tends it; else dropped (nothing would advance it, and it
+    /// would keep the primary's WAL).
+    pub fn primary_slot(&self) -> PrimarySlot {
+        if self.primary_spare && self.primary_listed.load(Ordering::Relaxed) {
+            PrimarySlot::Spare
+        } else {
+            PrimarySlot::Drop
+        }
     }
 
     /// Records that the stream started on the host in use: it works.
@@ -452,10 +473,10 @@ impl DecodingServers {
     }
 
     /// Keeps `host`'s spare slot (a standby, or a primary with `--decode-primary-slot
-    /// spare`) or drops its idle slot (another primary), over its
-    /// `session` (opened if need be), unless the stream is decoded there or looking for a
-    /// host to move to (`Ok(false)`: nothing was tended). With the stream decoded on a primary, a standby whose spare is caught
-    /// up and that follows the stream's history is where it should move.
+    /// spare`) or drops its idle slot (another primary), over its `session` (opened if need
+    /// be), unless the stream is decoded there or looking for a host to move to (`Ok(false)`:
+    /// nothing was tended). With the stream decoded on a primary, a standby whose spare is
+    /// caught up and that follows the stream's history is where it should move.
     async fn tend(
         &self,
         host: usize,
@@ -470,13 +491,15 @@ impl DecodingServers {
             *session = None;
             return Ok(false);
         }
-        let application = "txcache-agent spare slot";
         let sql = match session {
             Some(sql) => sql,
-            None => session.insert(connect::connect_host(&self.dsn, host, application).await?),
+            None => session.insert(connect::connect_host(&self.dsn, host, SPARE_SESSION).await?),
         };
         let sql = &*sql;
         let primary = !database::in_recovery(sql).await?;
+        if primary {
+            self.primary_listed.store(true, Ordering::Relaxed);
+        }
         if primary && !self.primary_spare {
             self.spares[host].store(false, Ordering::Relaxed);
             if database::drop_idle_slot(sql, &self.slot).await? {
@@ -485,33 +508,64 @@ impl DecodingServers {
             }
             return Ok(true);
         }
-        let kind = if primary { "primary" } else { "standby" };
         database::require_decoding_server(&self.primary, sql).await?;
-        match database::find_slot(sql, &self.slot).await? {
-            // A primary's failover slot (`txcache setup`'s) is replaced: synchronizing
-            // standbys would copy it over the names their own slots need.
-            Some(state) if !(state.lost || (primary && state.failover)) => {}
-            found => {
-                if found.is_some() {
-                    database::drop_idle_slot(sql, &self.slot).await?;
-                }
-                let primary_session = connect_sql(primary_dsn, application).await?;
-                // The creation waits for the primary's running transactions to end; cut
-                // off by the tending's timeout, the server finishes it alone (a slot
-                // confirmed nowhere meanwhile, which counts as unusable). With a session
-                // to the primary the slot is never a failover one.
-                let at = database::create_slot(sql, &self.slot, Some(&primary_session)).await?;
-                tracing::info!(host = %self.hosts[host], position = %at, "created a spare replication slot on a --decode-from {kind}: the stream can move there without resetting the cache nodes");
+        self.ensure_spare_slot(host, sql, primary, primary_dsn)
+            .await?;
+        self.advance_spare(host, sql, primary).await?;
+        Ok(true)
+    }
+
+    /// Creates the spare slot on `host` (`sql`; a `primary`) if it has none, or only one
+    /// the stream cannot use: lost, or on a primary a failover slot (`txcache setup`'s),
+    /// which standbys synchronizing slots would copy over the names their own slots need.
+    async fn ensure_spare_slot(
+        &self,
+        host: usize,
+        sql: &SqlSession,
+        primary: bool,
+        primary_dsn: &str,
+    ) -> anyhow::Result<()> {
+        let found = database::find_slot(sql, &self.slot).await?;
+        if let Some(state) = &found {
+            if !(state.lost || (primary && state.failover)) {
+                return Ok(());
+            }
+            if !database::drop_idle_slot(sql, &self.slot).await? {
+                bail!(
+                    "replication slot {:?} there is in use by another process: the agent \
+                     cannot replace it with its spare (a lost slot, or a failover one on a \
+                     primary)",
+                    self.slot
+                );
             }
         }
+        let primary_session = connect_sql(primary_dsn, SPARE_SESSION).await?;
+        // The creation waits for the primary's running transactions to end; cut off by the
+        // tending's timeout, the server finishes it alone (a slot confirmed nowhere
+        // meanwhile, which counts as unusable). With a session to the primary the slot is
+        // never a failover one.
+        let at = database::create_slot(sql, &self.slot, Some(&primary_session)).await?;
+        tracing::info!(host = %self.hosts[host], role = role(primary), position = %at,
+            "created a spare replication slot on a --decode-from host: the stream can move there without resetting the cache nodes");
+        Ok(())
+    }
+
+    /// Advances `host`'s spare slot (`sql`; a `primary`) to what the stream acknowledged,
+    /// and records whether it is usable.
+    async fn advance_spare(
+        &self,
+        host: usize,
+        sql: &SqlSession,
+        primary: bool,
+    ) -> anyhow::Result<()> {
         let acknowledged = Timestamp(self.acknowledged.load(Ordering::Relaxed));
         if acknowledged == Timestamp::ZERO {
-            return Ok(true);
+            return Ok(());
         }
         database::advance_slot(sql, &self.slot, acknowledged).await?;
         let Some(spare) = database::find_slot(sql, &self.slot).await? else {
             self.spares[host].store(false, Ordering::Relaxed);
-            return Ok(true);
+            return Ok(());
         };
         // Usable: on the stream's history, the stream can resume there without skipping
         // what it acknowledged (read again: a restart of the stream may have lowered it).
@@ -524,9 +578,9 @@ impl DecodingServers {
         if self.spares[host].swap(usable, Ordering::Relaxed) != usable {
             // Whether a failure moves the stream after `--decode-spare-after` or only after
             // `--decode-failover-after` turns on this: say when and why it changes.
-            tracing::info!(host = %self.hosts[host], usable, on_history, lost = spare.lost,
-                spare_position = %spare.confirmed, acknowledged = %now,
-                "the spare slot on a --decode-from {kind} changed usability");
+            tracing::info!(host = %self.hosts[host], role = role(primary), usable, on_history,
+                lost = spare.lost, spare_position = %spare.confirmed, acknowledged = %now,
+                "the spare slot on a --decode-from host changed usability");
         }
         // A standby's spare caught up, and on the stream's history: a move there off a
         // primary repeats and skips nothing (read now: the stream may have moved since the
@@ -537,7 +591,7 @@ impl DecodingServers {
                 current.wanted.get_or_insert(host);
             }
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Whether `host` holds a spare: the stream is decoded elsewhere. `None` while the
@@ -552,6 +606,18 @@ impl DecodingServers {
             self.spares[host].store(false, Ordering::Relaxed);
         }
         Some(current.host.is_some_and(|current| current != host))
+    }
+}
+
+/// The application name of the sessions that tend the spare slots.
+const SPARE_SESSION: &str = "txcache-agent spare slot";
+
+/// How a log line names a host's role.
+fn role(primary: bool) -> &'static str {
+    if primary {
+        "primary"
+    } else {
+        "standby"
     }
 }
 

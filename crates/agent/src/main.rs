@@ -250,13 +250,7 @@ async fn run(
             let server = decoding.open("txcache-agent slot").await?;
             // The previous agent's walsender (and sessions) there hold the slot.
             lease::evict(&server.sql, &config.slot, &acquired).await;
-            database::standby_slot(
-                &sql,
-                &server.sql,
-                &config.slot,
-                config.keeps_primary_spare(),
-            )
-            .await?
+            database::standby_slot(&sql, &server.sql, &config.slot, decoding.primary_slot()).await?
         }
     };
     if decoding.silence_limit().is_some() {

@@ -640,13 +640,9 @@ impl Stream {
             SlotLoss::Dropped => tracing::error!(slot = %self.config.slot,
                 "REPLICATION SLOT DROPPED while the agent ran (by an operator, a managed service's clean-up, or a failover that did not keep it): the changes since were never read. Recreating the slot and resetting every cache node."),
         }
-        let position = database::recreate_slot(
-            sql,
-            &self.config.slot,
-            primary,
-            self.config.keeps_primary_spare(),
-        )
-        .await?;
+        let position =
+            database::recreate_slot(sql, &self.config.slot, primary, self.servers.primary_slot())
+                .await?;
         self.restart_after_gap(primary.unwrap_or(sql), position)
             .await
     }

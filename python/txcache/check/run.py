@@ -98,9 +98,6 @@ class CheckOptions:
     decode_on_standby: bool = False
     """With ``standby_postgres``: the agent decodes the stream on the standby
     (``--decode-from``); the ``standby-*`` faults then pause and restart the stream's server."""
-    primary_spare: bool = False
-    """With ``decode_on_standby``: the primary keeps a spare slot (the agent's
-    ``--decode-primary-slot spare``), so that the stream moves there without a node reset."""
 
 
 @dataclass
@@ -221,7 +218,6 @@ def run_check(options: CheckOptions, progress: Callable[[str], None] = print) ->
         ddl_tracking=options.ddl_tracking,
         standby_reads=options.standby_reads,
         decode_on_standby=options.decode_on_standby,
-        primary_spare=options.primary_spare,
     ) as target:
         stack = target.stack
         agents = AgentGroup(stack, options.standby_agents) if options.standby_agents else None

@@ -86,7 +86,6 @@ def running_stack(
     ddl_tracking: str = "triggers",
     standby_reads: bool = False,
     decode_on_standby: bool = False,
-    primary_spare: bool = False,
 ) -> Iterator[CheckStack]:
     """A fresh PostgreSQL (with ``standby_postgres``, a primary and its standby) with the
     workload's schema and the ``tenants``' (their roles too), set up to track them all, with
@@ -95,14 +94,11 @@ def running_stack(
     set up, as where a service allows none, and the agent checks fingerprints. With
     ``standby_reads`` (and ``standby_postgres``) the agent also pins whichever server is
     the standby (``--standby``, one per server); with ``decode_on_standby`` it decodes the
-    stream there (``--decode-from`` naming the standby, then the primary), and with
-    ``primary_spare`` keeps a spare slot on the primary too."""
+    stream there (``--decode-from`` naming the standby, then the primary)."""
     if standby_reads and not standby_postgres:
         raise CheckRefused("--standby-reads needs --standby-postgres")
     if decode_on_standby and not standby_postgres:
         raise CheckRefused("--decode-on-standby needs --standby-postgres")
-    if primary_spare and not decode_on_standby:
-        raise CheckRefused("--primary-spare needs --decode-on-standby")
     agent_args = OPTIONS.agent_args
     if ddl_tracking != "triggers":
         agent_args = (*agent_args, "--ddl-tracking", ddl_tracking)
@@ -127,14 +123,7 @@ def running_stack(
             # The standby first; the primary, last, takes the stream when it is gone (after
             # a promotion, the old primary's port holds the new standby).
             decode_from = hosts_dsn((servers.standby, servers.primary))
-            decoding: tuple[str, ...] = (
-                "--decode-from",
-                decode_from,
-                "--decode-failover-after",
-                "3s",
-            )
-            if primary_spare:
-                decoding += ("--decode-primary-slot", "spare")
+            decoding = ("--decode-from", decode_from, "--decode-failover-after", "3s")
             options = dataclasses.replace(options, agent_args=(*options.agent_args, *decoding))
         stack = exits.enter_context(Stack(options))
         try:

@@ -85,13 +85,6 @@ def add_parser(subparsers: Any) -> None:
         "fails), for the standby-* faults on the stream's server",
     )
     parser.add_argument(
-        "--primary-spare",
-        action="store_true",
-        help="with --decode-on-standby: the primary keeps a spare slot (the agent's "
-        "--decode-primary-slot spare), so that the stream moves there without resetting "
-        "the nodes",
-    )
-    parser.add_argument(
         "--fault-every",
         type=float,
         default=defaults.fault_every,
@@ -180,7 +173,6 @@ def run(args: argparse.Namespace) -> int:
         ddl_tracking=args.ddl_tracking,
         standby_reads=args.standby_reads,
         decode_on_standby=args.decode_on_standby,
-        primary_spare=args.primary_spare,
     )
     logging.basicConfig(format="  %(name)s: %(message)s", level=logging.WARNING)
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)  # restarts are on purpose
