@@ -58,8 +58,8 @@ from txcache.stack import EmbeddedPostgres, ReplicatedPostgres, hosts_dsn, parse
 
 
 def run(args: argparse.Namespace) -> None:
-    decoding = args.fail == "decoding-standby" and args.spare_on == "standby"
-    with postgres(args.storage, standbys=2 if decoding else 1) as servers:
+    spare_standby = args.fail == "decoding-standby" and args.spare_on == "standby"
+    with postgres(args.storage, standbys=2 if spare_standby else 1) as servers:
         both = create_database(servers, "failover")  # names the primary and the standby
         execute(both, *items_schema())
         measure(args, servers, both)

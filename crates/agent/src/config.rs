@@ -278,12 +278,10 @@ impl Config {
     /// How many hosts `--decode-from` names (0 without one, or where it does not parse: the
     /// connection reports that).
     fn decode_from_hosts(&self) -> usize {
-        let parsed = self.decode_from.as_deref().map(|dsn| {
-            let conninfo = conninfo::parse(dsn).ok()?;
-            tokio_postgres::Config::from_str(&conninfo.rest).ok()
-        });
+        let config = |dsn| conninfo::parse(dsn)?.postgres_config();
+        let parsed = self.decode_from.as_deref().map(config);
         parsed
-            .flatten()
+            .and_then(Result::ok)
             .map_or(0, |config| config.get_hosts().len())
     }
 

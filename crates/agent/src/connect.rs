@@ -209,7 +209,7 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
 /// very server the session reached.
 pub async fn reached_host(dsn: &str, sql: &SqlSession) -> anyhow::Result<usize> {
     let conninfo = conninfo::parse(dsn)?;
-    let config = tokio_postgres::Config::from_str(&conninfo.rest)?;
+    let config = conninfo.postgres_config()?;
     let hosts = config.get_hosts();
     if hosts.len() <= 1 {
         return Ok(0);
@@ -292,7 +292,7 @@ pub async fn connect_host(
     application: &str,
 ) -> anyhow::Result<SqlSession> {
     let conninfo = conninfo::parse(dsn)?;
-    let config = tokio_postgres::Config::from_str(&conninfo.rest).context("invalid conninfo")?;
+    let config = conninfo.postgres_config()?;
     let wait = answer_wait(&config);
     let one = one_host(&config, index, wait).context("no such host")?;
     tokio::time::timeout(wait, connect_config(one, &conninfo, application))
@@ -322,7 +322,7 @@ pub struct NoAnswer {
 /// How long a host of `dsn` is given to answer: its `connect_timeout`, else 10 s.
 pub fn answer_timeout(dsn: &str) -> anyhow::Result<Duration> {
     let conninfo = conninfo::parse(dsn)?;
-    let config = tokio_postgres::Config::from_str(&conninfo.rest).context("invalid conninfo")?;
+    let config = conninfo.postgres_config()?;
     Ok(answer_wait(&config))
 }
 
@@ -407,7 +407,7 @@ impl Drop for Asking {
 /// How many hosts `dsn` names, and each as `host:port`, for messages.
 pub fn hosts_of(dsn: &str) -> anyhow::Result<Vec<String>> {
     let conninfo = conninfo::parse(dsn)?;
-    let config = tokio_postgres::Config::from_str(&conninfo.rest).context("invalid conninfo")?;
+    let config = conninfo.postgres_config()?;
     let names = config.get_hosts().iter().enumerate().map(|(index, host)| {
         let port = host_port(&config, index);
         match host {

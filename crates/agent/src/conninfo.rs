@@ -4,8 +4,9 @@
 //! out here and turned into a [`txcache_tls::Verify`] policy; the rest goes to
 //! tokio-postgres as it was written.
 
-use anyhow::{anyhow, bail};
+use anyhow::{anyhow, bail, Context as _};
 use std::path::PathBuf;
+use std::str::FromStr as _;
 use txcache_tls::{Trust, Verify};
 
 /// libpq's `sslmode`.
@@ -112,6 +113,13 @@ pub struct Conninfo {
     pub rest: String,
     /// The TLS keywords.
     pub tls: PgTls,
+}
+
+impl Conninfo {
+    /// What tokio-postgres reads of it: hosts, ports, user, database and the rest.
+    pub fn postgres_config(&self) -> anyhow::Result<tokio_postgres::Config> {
+        tokio_postgres::Config::from_str(&self.rest).context("invalid conninfo")
+    }
 }
 
 /// Splits `dsn` (keyword/value pairs or a `postgres://`/`postgresql://` URL).

@@ -50,8 +50,7 @@ pub struct DecodingServers {
     /// Per host: whether it held a usable spare slot when last tended (while the stream
     /// was decoded elsewhere, and not failing).
     spares: Vec<AtomicBool>,
-    /// Whether a primary among the hosts keeps a spare slot (`--decode-primary-slot spare`,
-    /// with several hosts).
+    /// Whether a primary among the hosts keeps a spare slot (`--decode-primary-slot spare`).
     primary_spare: bool,
     /// Whether a host was found to be a primary: only then is a slot there tended, and may
     /// be kept rather than dropped when the stream starts on a standby.
@@ -102,7 +101,7 @@ impl DecodingServers {
         Ok(Self {
             dsn,
             spares: hosts.iter().map(|_| AtomicBool::new(false)).collect(),
-            primary_spare: config.keeps_primary_spare() && !hosts.is_empty(),
+            primary_spare: config.keeps_primary_spare(),
             primary_listed: AtomicBool::new(false),
             hosts,
             slot: config.slot.clone(),
@@ -333,15 +332,14 @@ impl DecodingServers {
             });
         };
         let acknowledged = Timestamp(self.acknowledged.load(Ordering::Relaxed));
-        let usable = !failed
-            && slot.confirmed <= acknowledged
-            && self.follows_stream(sql, host).await.unwrap_or(false);
-        Ok(match (primary, usable) {
-            (true, true) => HostRank::PrimarySpare,
-            (true, false) => HostRank::Primary,
-            (false, true) => HostRank::UsableSlot,
-            (false, false) if failed || slot.confirmed > acknowledged => HostRank::OtherSlot,
-            (false, false) => HostRank::SlotBehind,
+        let ahead = failed || slot.confirmed > acknowledged;
+        let follows = !ahead && self.follows_stream(sql, host).await.unwrap_or(false);
+        Ok(match (primary, ahead, follows) {
+            (true, _, true) => HostRank::PrimarySpare,
+            (true, _, false) => HostRank::Primary,
+            (false, true, _) => HostRank::OtherSlot,
+            (false, false, true) => HostRank::UsableSlot,
+            (false, false, false) => HostRank::SlotBehind,
         })
     }
 
