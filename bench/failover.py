@@ -54,7 +54,14 @@ from _report import (
 )
 
 import txcache
-from txcache.stack import EmbeddedPostgres, ReplicatedPostgres, hosts_dsn, parse_lsn, wait_until
+from txcache.stack import (
+    EmbeddedPostgres,
+    ReplicatedPostgres,
+    agent_walsenders,
+    hosts_dsn,
+    parse_lsn,
+    wait_until,
+)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -157,7 +164,7 @@ def hang_the_decoding_standby(
     since = time.monotonic()
     with standby.paused():
         wait_until(
-            lambda: agent_walsenders(spare) == 1,
+            lambda: agent_walsenders(spare.dsn) == 1,
             "the stream to move to the spare slot",
             timeout=120,
         )
@@ -174,16 +181,6 @@ def slot_position(server: EmbeddedPostgres, slot: str) -> int:
         f"WHERE slot_name = '{slot}')",
     )
     return parse_lsn(found) if found else 0
-
-
-def agent_walsenders(server: EmbeddedPostgres) -> int:
-    """The agent's replication sessions on ``server``."""
-    return int(
-        scalar(
-            server.dsn,
-            "SELECT count(*) FROM pg_stat_replication WHERE application_name LIKE 'txcache-agent%'",
-        )
-    )
 
 
 def report(

@@ -17,6 +17,7 @@ from txcache.check.faults import (
     FAILOVER_KINDS,
     FAULT_KINDS,
     PROMOTE_KINDS,
+    SPARE_KINDS,
     STANDBY_KINDS,
     default_fault_kinds,
     fault_kinds_problem,
@@ -153,6 +154,33 @@ def test_a_short_check_with_a_standby_postgres_decoding_the_stream() -> None:
     checked_soundly(options)
 
 
+def test_a_short_check_with_a_spare_on_the_primary_keeps_the_cache_while_the_standby_is_down() -> (
+    None
+):
+    """The agent decodes on an asynchronous standby and keeps a spare slot on the primary
+    (``--primary-spare``). The standby is kept down until the stream runs on that spare,
+    then started again (the stream returns to it); it also crashes and restarts at once,
+    and the agent is killed: no anomaly, no committed write missing, each move timed, and
+    no node reset or rewound by the moves."""
+    options = CheckOptions(
+        duration=36,
+        control_duration=0,
+        faults=("standby-down", "standby-restart", "agent-kill", "standby-down"),
+        fault_every=7,
+        readers=2,
+        writers=1,
+        tenant_readers=0,
+        standby_postgres=True,
+        decode_on_standby=True,
+        primary_spare=True,
+    )
+    checked = checked_soundly(options)
+    downs = [fault for fault in checked.faults if fault.kind in SPARE_KINDS]
+    assert downs
+    assert all(fault.took is not None and fault.took > 0 for fault in downs)
+    assert [fault for fault in downs if fault.rewound] == []
+
+
 def checked_soundly(options: CheckOptions) -> PhaseReport:
     """Run a check of ``options``: every fault kind was injected without error, no anomaly,
     no unexpected error, some cache hits, no commit missing from the history or foreign to
@@ -207,6 +235,17 @@ def test_fault_kinds_are_checked_before_the_stack_starts() -> None:
     kinds = default_fault_kinds(several_agents=False, standby_postgres=True, decode_on_standby=True)
     assert set(STANDBY_KINDS) | set(PROMOTE_KINDS) <= set(kinds)
     assert fault_kinds_problem(kinds, several_agents=False, standby_postgres=True) is None
+    spare = {"several_agents": False, "standby_postgres": True, "primary_spare": True}
+    kinds = default_fault_kinds(**spare, decode_on_standby=True)
+    assert set(SPARE_KINDS) <= set(kinds)
+    assert not set(PROMOTE_KINDS) & set(kinds)
+    assert fault_kinds_problem(kinds, **spare) is None
+    problem = fault_kinds_problem(PROMOTE_KINDS, **spare)
+    assert problem is not None
+    assert "asynchronous" in problem
+    problem = fault_kinds_problem(SPARE_KINDS, several_agents=False, standby_postgres=True)
+    assert problem is not None
+    assert "--primary-spare" in problem
 
 
 def test_a_promotion_check_before_postgresql_17_is_refused_before_anything_starts(

@@ -28,6 +28,7 @@ from txcache.stack import (
     EmbeddedPostgres,
     ReplicatedPostgres,
     TcpProxy,
+    agent_walsenders,
     find_binary,
     hosts_dsn,
     parse_lsn,
@@ -69,16 +70,6 @@ def stream_on(dsn: str, what: str, log: Callable[[], str]) -> None:
     """Wait (a minute at most) until the agent's replication session runs on the server
     at ``dsn``."""
     wait_until(lambda: agent_walsenders(dsn) == 1, what, timeout=60, log=log)
-
-
-def agent_walsenders(dsn: str) -> int:
-    """The agent's replication sessions on the server at ``dsn``."""
-    with psycopg.connect(dsn) as db:
-        row = db.execute(
-            "SELECT count(*) FROM pg_stat_replication WHERE application_name LIKE 'txcache-agent%'"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def replayed(dsn: str) -> bool:

@@ -6,9 +6,11 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import psycopg
+
 from txcache._process import ManagedProcess, ProcessStartError, find_binary
 
-__all__ = ["AgentProcess"]
+__all__ = ["AgentProcess", "agent_walsenders"]
 
 _STARTED = re.compile(r"invalidation stream started")
 _STARTED_OR_STANDING_BY = re.compile(r"invalidation stream started|standing by")
@@ -52,3 +54,13 @@ class AgentProcess(ManagedProcess):
             )
         self.host = match["host"]
         self.port = int(match["port"])
+
+
+def agent_walsenders(dsn: str) -> int:
+    """The agent's replication sessions on the server at ``dsn``: 1 where its stream is
+    decoded (each session names itself ``txcache-agent …``), else 0."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as db:
+        row = db.execute(
+            "SELECT count(*) FROM pg_stat_replication WHERE application_name LIKE 'txcache-agent%'"
+        ).fetchone()
+    return int(row[0]) if row is not None else 0

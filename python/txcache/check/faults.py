@@ -30,6 +30,9 @@
 | ``standby-restart`` | the standby crashed (an immediate shutdown) and started again: timed
   until the agent lists pins on it again (with ``--standby-reads``) and, with
   ``--decode-on-standby``, until every node applied the stream decoded there again |
+| ``standby-down`` | with ``--primary-spare``: the standby crashed and kept down until the
+  stream ran on the primary's spare slot (timed), then started again: the stream returns
+  to it, and no node may have been reset or rewound |
 
 With a standby, ``postgres-restart`` restarts whichever server is primary; ``slot-lost`` is
 refused (its checkpoint on one server would not invalidate the standby's copy).
@@ -51,12 +54,13 @@ import psycopg
 
 from txcache.check.agents import AgentGroup
 from txcache.check.stack import AGENT_SLOT, CHECK_SLOT, SLOT_WAL_KEEP, CheckStack
-from txcache.stack import EmbeddedPostgres, ReplicatedPostgres, wait_until
+from txcache.stack import EmbeddedPostgres, ReplicatedPostgres, agent_walsenders, wait_until
 
 __all__ = [
     "FAILOVER_KINDS",
     "FAULT_KINDS",
     "PROMOTE_KINDS",
+    "SPARE_KINDS",
     "STANDBY_KINDS",
     "Fault",
     "FaultInjector",
@@ -83,6 +87,9 @@ failover."""
 STANDBY_KINDS = ("standby-lag", "standby-restart")
 """The faults of a standby misses run on (``--standby-reads``) or the stream is decoded on
 (``--decode-on-standby``)."""
+SPARE_KINDS = ("standby-down",)
+"""The faults of a primary keeping a spare slot (``--primary-spare``; the standby then
+asynchronous), each timing the stream's move to it."""
 _ONE_AGENT_KINDS = ("agent-kill", "slot-lost")  # they restart "the" agent
 _PROMOTE_TIMEOUT = 60.0  # seconds for the standby's slots to sync, or the nodes to follow
 _SEGMENT = 16 << 20  # PostgreSQL's default WAL segment size
@@ -94,11 +101,13 @@ def default_fault_kinds(
     standby_postgres: bool = False,
     standby_reads: bool = False,
     decode_on_standby: bool = False,
+    primary_spare: bool = False,
 ) -> tuple[str, ...]:
     """Every kind that can be injected into such a stack: with several agents the failover
     kinds instead of those that restart "the" agent; with a standby PostgreSQL the
     promotions instead of the lost slot; with reads on the standby or the stream decoded
-    there, its lag and restart."""
+    there, its lag and restart; with a spare on the primary, the standby down instead of
+    the promotions."""
     kinds = list(FAULT_KINDS)
     if several_agents:
         kinds = [kind for kind in kinds if kind not in _ONE_AGENT_KINDS] + list(FAILOVER_KINDS)
@@ -107,6 +116,8 @@ def default_fault_kinds(
         kinds += PROMOTE_KINDS
     if standby_reads or decode_on_standby:
         kinds += STANDBY_KINDS
+    if primary_spare:
+        kinds = [kind for kind in kinds if kind not in PROMOTE_KINDS] + list(SPARE_KINDS)
     return tuple(kinds)
 
 
@@ -115,11 +126,14 @@ def fault_kinds_problem(
     *,
     several_agents: bool,
     standby_postgres: bool = False,
+    primary_spare: bool = False,
 ) -> str | None:
     """Why ``kinds`` cannot be injected (``None``: they can): unknown ones, failovers
     without standby agents or standby PostgreSQL, with standby agents the kinds that
-    restart "the" agent, with standby PostgreSQL the lost slot."""
-    unknown = set(kinds) - {*FAULT_KINDS, *FAILOVER_KINDS, *PROMOTE_KINDS, *STANDBY_KINDS}
+    restart "the" agent, with standby PostgreSQL the lost slot; promotions of the
+    asynchronous standby a spare on the primary comes with, the standby down without it."""
+    known = {*FAULT_KINDS, *FAILOVER_KINDS, *PROMOTE_KINDS, *STANDBY_KINDS, *SPARE_KINDS}
+    unknown = set(kinds) - known
     if unknown:
         return f"unknown fault kind(s): {', '.join(sorted(unknown))}"
     if not several_agents and set(kinds) & set(FAILOVER_KINDS):
@@ -132,6 +146,16 @@ def fault_kinds_problem(
         return "the standby-* faults need --standby-postgres (and --standby-reads to matter)"
     if standby_postgres and "slot-lost" in kinds:
         return "with --standby-postgres, slot-lost cannot be injected (the standby keeps a copy)"
+    if primary_spare and set(kinds) & set(PROMOTE_KINDS):
+        return (
+            "with --primary-spare the standby is asynchronous, and its promotion after a crash "
+            "may lose commits the application saw: the promote-* faults need a check without it"
+        )
+    if not primary_spare and set(kinds) & set(SPARE_KINDS):
+        return (
+            "the standby-down fault needs --primary-spare (a synchronous standby down stops "
+            "every commit on the primary, the agent's lease renewal among them)"
+        )
     return None
 
 
@@ -149,7 +173,7 @@ class Fault:
     promotion, until every node applied the new primary's writes."""
     rewound: bool | None = None
     """For a promotion: whether the agent rewound a node (its versioned entries dropped)
-    rather than keep the cache."""
+    rather than keep the cache; for the standby down, whether it rewound or reset one."""
     outage: tuple[float, float] | None = None
     """When PostgreSQL was away for the application (Unix seconds): a promotion's stop or
     crash until every node followed the new primary; ``None``: the whole fault, if any."""
@@ -175,6 +199,7 @@ class FaultInjector:
             kinds,
             several_agents=agents is not None,
             standby_postgres=target.servers is not None,
+            primary_spare=target.primary_spare,
         )
         if problem is not None:
             raise ValueError(problem)
@@ -342,6 +367,41 @@ class FaultInjector:
         if self.target.decoding_standby:
             self.stack.caught_up(timeout=_PROMOTE_TIMEOUT)
         return time.monotonic() - since
+
+    def _standby_down(self) -> float:
+        """Crash the standby the stream is decoded on and keep it down until the stream runs
+        on the primary's spare slot: the seconds that took. Then start it again and wait
+        until the stream is back on it and every node applied it. Records in
+        :attr:`_promotion` whether a node was rewound or reset meanwhile (the spare exists
+        so that none is)."""
+        primary, standby = self._servers().primary, self._standby()
+        before = self._cache_losses()
+        standby.crash()
+        since = time.monotonic()
+        try:
+            wait_until(
+                lambda: agent_walsenders(primary.dsn) == 1,
+                "the stream to move to the primary's spare slot",
+                timeout=_PROMOTE_TIMEOUT,
+                interval=0.1,
+            )
+            took = time.monotonic() - since
+        finally:
+            standby.start()
+        wait_until(
+            lambda: agent_walsenders(standby.dsn) == 1,
+            "the stream to return to the restarted standby",
+            timeout=_PROMOTE_TIMEOUT,
+            interval=0.1,
+        )
+        self.stack.caught_up(timeout=_PROMOTE_TIMEOUT)
+        self._promotion.rewound = self._cache_losses() != before
+        return took
+
+    def _cache_losses(self) -> list[tuple[str, str]]:
+        """Each node's counts of rewinds and resets."""
+        infos = [self.stack.node_info(address, "txcache") for address in self.stack.node_addresses]
+        return [(info["rewinds"], info["resets"]) for info in infos]
 
     def _standby(self) -> EmbeddedPostgres:
         standby = self._servers().standby

@@ -114,10 +114,15 @@ def _rows() -> list[tuple[str, Any]]:
         ("faults injected", _faults),
         (
             "takeovers (agents; promotions: until the nodes follow; a node that left: until "
-            "it applied every commit again)",
+            "it applied every commit again; the standby down: until the stream ran on the "
+            "primary's spare)",
             _takeovers,
         ),
-        ("promotions that kept the cache (no node rewound)", _kept),
+        (
+            "promotions (no node rewound) and standbys down (none rewound or reset) that kept "
+            "the cache",
+            _kept,
+        ),
         ("reads served from the cache", lambda p: f"{p.cache_share:.1%} of {p.cache_lookups}"),
         ("… by tenant", _by_tenant(lambda t: f"{t.cache_share:.1%} of {t.cache_lookups}")),
         ("errors during a PostgreSQL restart (allowed)", lambda p: f"{len(p.errors_allowed)}"),
@@ -153,7 +158,7 @@ def _takeovers(phase: PhaseReport) -> str:
 
 
 def _kept(phase: PhaseReport) -> str:
-    """How many promotions left every node's entries in place."""
+    """How many promotions and standbys down left every node's entries in place."""
     promotions = [fault for fault in phase.faults if fault.rewound is not None]
     if not promotions:
         return "-"

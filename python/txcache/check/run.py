@@ -98,6 +98,9 @@ class CheckOptions:
     decode_on_standby: bool = False
     """With ``standby_postgres``: the agent decodes the stream on the standby
     (``--decode-from``); the ``standby-*`` faults then pause and restart the stream's server."""
+    primary_spare: bool = False
+    """With ``decode_on_standby``: the primary keeps a spare slot and the standby is
+    asynchronous: for the ``standby-down`` fault, which moves the stream to that spare."""
 
 
 @dataclass
@@ -218,6 +221,7 @@ def run_check(options: CheckOptions, progress: Callable[[str], None] = print) ->
         ddl_tracking=options.ddl_tracking,
         standby_reads=options.standby_reads,
         decode_on_standby=options.decode_on_standby,
+        primary_spare=options.primary_spare,
     ) as target:
         stack = target.stack
         agents = AgentGroup(stack, options.standby_agents) if options.standby_agents else None

@@ -3,7 +3,8 @@
 and beating often), the tenants' schemas and roles, and the checker's own slot. With a
 standby (``--standby-postgres``), PostgreSQL is a :class:`~txcache.stack.ReplicatedPostgres`
 with synchronous commits, every DSN names both servers, and both slots are failover slots:
-a promotion keeps the history and every invalidation."""
+a promotion keeps the history and every invalidation. With ``--primary-spare`` the standby
+is asynchronous instead, so that the primary commits while it is down."""
 
 from __future__ import annotations
 
@@ -72,6 +73,10 @@ class CheckStack:
     decoding_standby: bool = False
     """With ``--decode-on-standby``: the agent decodes the stream on the standby, and moves
     it to the other server when that one fails (``--decode-from`` naming both)."""
+    primary_spare: bool = False
+    """With ``--primary-spare``: the primary keeps a spare slot (``--decode-primary-slot
+    spare``) and the standby is asynchronous: the stream moves to the primary's spare while
+    the standby is down, and back once it returns."""
 
 
 class CheckRefused(Exception):
@@ -86,6 +91,7 @@ def running_stack(
     ddl_tracking: str = "triggers",
     standby_reads: bool = False,
     decode_on_standby: bool = False,
+    primary_spare: bool = False,
 ) -> Iterator[CheckStack]:
     """A fresh PostgreSQL (with ``standby_postgres``, a primary and its standby) with the
     workload's schema and the ``tenants``' (their roles too), set up to track them all, with
@@ -94,7 +100,11 @@ def running_stack(
     set up, as where a service allows none, and the agent checks fingerprints. With
     ``standby_reads`` (and ``standby_postgres``) the agent also pins whichever server is
     the standby (``--standby``, one per server); with ``decode_on_standby`` it decodes the
-    stream there (``--decode-from`` naming the standby, then the primary)."""
+    stream there (``--decode-from`` naming the standby, then the primary), and with
+    ``primary_spare`` the primary keeps a spare slot, the standby then asynchronous (a
+    synchronous one down stops every commit, the agent's lease renewal among them)."""
+    if primary_spare and not decode_on_standby:
+        raise CheckRefused("--primary-spare needs --decode-on-standby")
     if standby_reads and not standby_postgres:
         raise CheckRefused("--standby-reads needs --standby-postgres")
     if decode_on_standby and not standby_postgres:
@@ -113,7 +123,8 @@ def running_stack(
         if standby_postgres:
             _check_failover_slots()
             settings = options.server_settings()
-            servers = exits.enter_context(ReplicatedPostgres(settings, synchronous=True))
+            replicated = ReplicatedPostgres(settings, synchronous=not primary_spare)
+            servers = exits.enter_context(replicated)
             options = dataclasses.replace(options, dsn=servers.dsn)
         replicas = tuple(servers.server_dsns().items()) if servers and standby_reads else ()
         if replicas:
@@ -123,7 +134,10 @@ def running_stack(
             # The standby first; the primary, last, takes the stream when it is gone (after
             # a promotion, the old primary's port holds the new standby).
             decode_from = hosts_dsn((servers.standby, servers.primary))
-            decoding = ("--decode-from", decode_from, "--decode-failover-after", "3s")
+            decoding: tuple[str, ...] = ("--decode-from", decode_from)
+            decoding += ("--decode-failover-after", "3s")
+            if primary_spare:
+                decoding += ("--decode-primary-slot", "spare", "--decode-spare-after", "2s")
             options = dataclasses.replace(options, agent_args=(*options.agent_args, *decoding))
         stack = exits.enter_context(Stack(options))
         try:
@@ -138,7 +152,7 @@ def running_stack(
                     f"SELECT pg_create_logical_replication_slot(%s, 'test_decoding'{failover})",
                     (CHECK_SLOT,),
                 )
-            yield CheckStack(stack, servers, replicas, decode_on_standby)
+            yield CheckStack(stack, servers, replicas, decode_on_standby, primary_spare)
         finally:
             drop_roles(stack.dsn, tenants)
 

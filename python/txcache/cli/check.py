@@ -14,6 +14,7 @@ from txcache.check.faults import (
     FAILOVER_KINDS,
     FAULT_KINDS,
     PROMOTE_KINDS,
+    SPARE_KINDS,
     STANDBY_KINDS,
     default_fault_kinds,
     fault_kinds_problem,
@@ -56,7 +57,8 @@ def add_parser(subparsers: Any) -> None:
         f"{','.join(FAULT_KINDS)}; with --standby-agents {','.join(FAILOVER_KINDS)} instead of "
         f"agent-kill,slot-lost; with --standby-postgres {','.join(PROMOTE_KINDS)} instead of "
         f"slot-lost; with --standby-reads or --decode-on-standby also "
-        f"{','.join(STANDBY_KINDS)})",
+        f"{','.join(STANDBY_KINDS)}; with --primary-spare {','.join(SPARE_KINDS)} instead of "
+        f"{','.join(PROMOTE_KINDS)})",
     )
     parser.add_argument(
         "--standby-agents",
@@ -68,7 +70,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--standby-postgres",
         action="store_true",
-        help="run PostgreSQL (17 or later) as a primary and its synchronous streaming standby, "
+        help="run PostgreSQL (17 or later) as a primary and its synchronous streaming standby "
+        "(asynchronous with --primary-spare), "
         "every DSN naming both and the slots failover slots, for the promote-* faults",
     )
     parser.add_argument(
@@ -83,6 +86,13 @@ def add_parser(subparsers: Any) -> None:
         help="with --standby-postgres: the agent decodes the stream on the standby, the "
         "primary named after it (--decode-from naming both: the stream moves when its server "
         "fails), for the standby-* faults on the stream's server",
+    )
+    parser.add_argument(
+        "--primary-spare",
+        action="store_true",
+        help="with --decode-on-standby: the primary keeps a spare slot the stream moves to "
+        "while the standby is down (--decode-primary-slot spare), the standby then "
+        "asynchronous, for the standby-down fault",
     )
     parser.add_argument(
         "--fault-every",
@@ -146,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
             standby_postgres=standby_postgres,
             standby_reads=args.standby_reads,
             decode_on_standby=args.decode_on_standby,
+            primary_spare=args.primary_spare,
         )
     else:
         kinds = tuple(kind for kind in args.faults.split(",") if kind)
@@ -153,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
         kinds,
         several_agents=several_agents,
         standby_postgres=standby_postgres,
+        primary_spare=args.primary_spare,
     )
     if problem is not None:
         print(f"txcache check: {problem}", file=sys.stderr)
@@ -173,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
         ddl_tracking=args.ddl_tracking,
         standby_reads=args.standby_reads,
         decode_on_standby=args.decode_on_standby,
+        primary_spare=args.primary_spare,
     )
     logging.basicConfig(format="  %(name)s: %(message)s", level=logging.WARNING)
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)  # restarts are on purpose
