@@ -1,8 +1,8 @@
 # txcache: the two commands a new machine needs are `make test` and `make demo`.
 # Everything they use is installed here: the Rust build, a virtualenv with the Python
 # package and its tools, and for `make test` Debian's PostgreSQL 15 (built with ICU, which
-# the embedded one lacks: the tests of nondeterministic collations run on it). Nothing relies
-# on something installed by hand.
+# the embedded one lacks: the tests of nondeterministic collations run on it) and a
+# PostgreSQL 17 build from Maven Central. Nothing relies on something installed by hand.
 
 SHELL := /bin/bash
 VENV := .venv
@@ -12,7 +12,7 @@ CARGO_FLAGS := --release --locked
 SYSTEM_PYTHON ?= python3
 SYSTEM_PG_BIN := /usr/lib/postgresql/15/bin
 
-.PHONY: all build venv dist system-postgres generate lint lint-rust lint-python test test-rust test-python demo clean
+.PHONY: all build venv dist system-postgres postgres-17 generate lint lint-rust lint-python test test-rust test-python demo clean
 
 all: build venv
 
@@ -99,25 +99,39 @@ test: lint test-rust test-python
 test-rust:
 	$(CARGO) test --locked --workspace
 
+## postgres-17: PostgreSQL 17 for the versions pass below: the build Java's embedded-postgres
+## runs (Maven Central, io.zonky.test.postgres), checked against the SHA-256 pinned here and
+## unpacked into the virtualenv once (tools/fetch_postgres.py).
+PG17_VERSION := 17.11.0
+PG17_SHA256 := 0dd7b72b6f335b8ecfb355fa24c5781e8a93edd09880bb77eb52ebbf29b3e96d
+PG17_DIR := $(VENV)/postgresql-17
+postgres-17: venv
+	$(PYTHON) tools/fetch_postgres.py $(PG17_VERSION) $(PG17_SHA256) $(PG17_DIR)
+
 ## The suites that depend most on the server's version — the agent, the library's
 ## transactions, schema changes, the consistency checker — run once more on Debian's
-## PostgreSQL 15 (docs/setup.md, "PostgreSQL versions"); everything runs on the embedded 18.
-## The check with a standby agent runs on 18 only: it tests the agents' takeover, which no
-## version changes, and takes a minute; the one with a standby PostgreSQL needs failover
-## slots (17 and later). The schema changes without event triggers (the agent's
-## fingerprint mode) run on 18 only: their SQL is the triggers' digest's, which 15 runs.
-PG15_SUITES := tests/test_agent_failures.py tests/test_agent_stream.py tests/test_agent_pins.py \
-	tests/test_library_transactions.py tests/test_schema_changes.py tests/test_check.py
+## PostgreSQL 15 and on PostgreSQL 17 (docs/setup.md, "PostgreSQL versions"); everything
+## runs on the embedded 18. The check with a standby agent runs on 18 only: it tests the
+## agents' takeover, which no version changes, and takes a minute; those with a standby
+## PostgreSQL need failover slots (17 and later) and pg_basebackup, which the 17 build
+## lacks. The schema changes without event triggers (the agent's fingerprint mode) run on
+## 18 only: their SQL is the triggers' digest's, which the other passes run.
+VERSION_SUITES := tests/test_agent_failures.py tests/test_agent_stream.py \
+	tests/test_agent_pins.py tests/test_library_transactions.py tests/test_schema_changes.py \
+	tests/test_check.py
+VERSION_FILTER := -k "not standby_agent and not standby_postgres and not fingerprint"
 
 ## --durations: the slowest tests are in every run's log, to keep the whole under budget.
 ## TEST_WORKERS: pytest-xdist processes per pass. Most tests wait on the processes they
 ## drive, so two workers on a 2-core machine take about 0.6 of one worker's time; every
 ## worker starts servers of its own, on free ports, in directories of its own.
 TEST_WORKERS ?= 2
-test-python: build venv system-postgres
+test-python: build venv system-postgres postgres-17
 	$(PYTHON) -m pytest -n $(TEST_WORKERS) --durations=30
-	TXCACHE_PG_BIN=$(SYSTEM_PG_BIN) $(PYTHON) -m pytest -n $(TEST_WORKERS) $(PG15_SUITES) \
-		-k "not standby_agent and not standby_postgres and not fingerprint"
+	TXCACHE_PG_BIN=$(SYSTEM_PG_BIN) $(PYTHON) -m pytest -n $(TEST_WORKERS) $(VERSION_SUITES) \
+		$(VERSION_FILTER)
+	TXCACHE_PG_BIN=$(PG17_DIR)/bin $(PYTHON) -m pytest -n $(TEST_WORKERS) $(VERSION_SUITES) \
+		$(VERSION_FILTER)
 
 ## demo: the library at work on a small example, then RUBiS with and without txcache.
 demo: build venv

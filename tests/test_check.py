@@ -154,9 +154,7 @@ def test_a_short_check_with_a_standby_postgres_decoding_the_stream() -> None:
     checked_soundly(options)
 
 
-def test_a_short_check_with_a_spare_on_the_primary_keeps_the_cache_while_the_standby_is_down() -> (
-    None
-):
+def test_a_short_check_with_a_standby_postgres_down_and_a_spare_on_the_primary() -> None:
     """The agent decodes on an asynchronous standby and keeps a spare slot on the primary
     (``--primary-spare``). The standby is kept down until the stream runs on that spare,
     then started again (the stream returns to it); it also crashes and restarts at once,
