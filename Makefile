@@ -102,20 +102,23 @@ test-rust:
 ## postgres-17: PostgreSQL 17 for the versions pass below: the build Java's embedded-postgres
 ## runs (Maven Central, io.zonky.test.postgres), checked against the SHA-256 pinned here and
 ## unpacked into the virtualenv once (tools/fetch_postgres.py). It ships the server alone;
-## the client programs the tests run (pg_basebackup) are the embedded 18's.
+## the client programs the tests run (pg_basebackup) are the embedded 18's. Run as root,
+## the servers run as another account, which must reach PG17_DIR: in a checkout others
+## cannot enter, point it elsewhere (make test PG17_DIR=/var/cache/txcache/postgresql-17).
 PG17_VERSION := 17.11.0
 PG17_SHA256 := 0dd7b72b6f335b8ecfb355fa24c5781e8a93edd09880bb77eb52ebbf29b3e96d
-PG17_DIR := $(VENV)/postgresql-17
+PG17_DIR ?= $(VENV)/postgresql-17
 postgres-17: venv
 	$(PYTHON) tools/fetch_postgres.py $(PG17_VERSION) $(PG17_SHA256) $(PG17_DIR)
 
 ## The suites that depend most on the server's version — the agent, the library's
 ## transactions, schema changes, the consistency checker — run once more on Debian's
 ## PostgreSQL 15 and on PostgreSQL 17 (docs/setup.md, "PostgreSQL versions"); everything
-## runs on the embedded 18. The check with a standby agent runs on 18 only: it tests the
-## agents' takeover, which no version changes, and takes a minute. Those with a standby
-## PostgreSQL need failover slots: they run on 17 too (the first version with them), with
-## the promotions of tests/test_failover.py. The schema changes without event triggers (the
+## runs on the embedded 18. The check named for a standby agent runs on 18 only: it tests
+## the agents' takeover, which no version changes, and takes a minute. The checks named for
+## a standby PostgreSQL need failover slots: they run on 17 too (the first version with
+## them; one of them has a standby agent as well), with the promotions of
+## tests/test_failover.py. The schema changes without event triggers (the
 ## agent's fingerprint mode) run on 18 only: their SQL is the triggers' digest's, which the
 ## other passes run.
 VERSION_SUITES := tests/test_agent_failures.py tests/test_agent_stream.py \

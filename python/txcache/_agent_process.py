@@ -57,8 +57,9 @@ class AgentProcess(ManagedProcess):
 
 
 def agent_walsenders(dsn: str) -> int:
-    """The agent's replication sessions on the server at ``dsn``: 1 where its stream is
-    decoded (each session names itself ``txcache-agent …``), else 0."""
+    """How many replication sessions of agents run on the server at ``dsn`` (each names
+    itself ``txcache-agent …``): 1 where the stream is decoded, 0 elsewhere, 2 for a moment
+    while one agent takes over from another."""
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as db:
         row = db.execute(
             "SELECT count(*) FROM pg_stat_replication WHERE application_name LIKE 'txcache-agent%'"

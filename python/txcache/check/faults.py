@@ -170,7 +170,8 @@ class Fault:
     """Why injecting it failed (empty: it was injected)."""
     took: float | None = None
     """For a failover: seconds from the fault until another agent was active; for a
-    promotion, until every node applied the new primary's writes."""
+    promotion, until every node applied the new primary's writes; for the standby down,
+    until the stream ran on the primary's spare slot."""
     rewound: bool | None = None
     """For a promotion: whether the agent rewound a node (its versioned entries dropped)
     rather than keep the cache; for the standby down, whether it rewound or reset one."""
@@ -215,7 +216,7 @@ class FaultInjector:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="check-faults", daemon=True)
         self._victim = itertools.count()
-        self._promotion = _Promotion()
+        self._outcome = _Outcome()
 
     def start(self) -> None:
         self._thread.start()
@@ -235,15 +236,15 @@ class FaultInjector:
             started = time.time()
             self.report(f"fault: {kind}")
             error, took = "", None
-            self._promotion = _Promotion()
+            self._outcome = _Outcome()
             try:
                 took = getattr(self, "_" + kind.replace("-", "_"))()
             except Exception as failure:  # a fault that failed is reported, the run goes on
                 log.exception("injecting %s failed", kind)
                 error = repr(failure)
-            promotion = self._promotion
+            outcome = self._outcome
             self.faults.append(
-                Fault(kind, started, time.time(), error, took, promotion.rewound, promotion.outage)
+                Fault(kind, started, time.time(), error, took, outcome.rewound, outcome.outage)
             )
 
     def _node_index(self) -> int:
@@ -316,7 +317,7 @@ class FaultInjector:
         """Fail over once the standby holds both slots (else the promotion would lose them),
         time it until every node applied the new primary's writes, then make a new standby
         (even when the nodes did not follow: the next promotion needs one). Records the
-        outage and whether a node was rewound in :attr:`_promotion`."""
+        outage and whether a node was rewound in :attr:`_outcome`."""
         servers = self._servers()
         # Decoded on the standby (or, after a promotion, on the primary it became), the
         # agent's slot is no failover slot: where it is lost, the agent creates it again.
@@ -326,16 +327,16 @@ class FaultInjector:
             "the standby's copies of the failover slots",
             timeout=_PROMOTE_TIMEOUT,
         )
-        rewinds = self._rewinds()
+        rewinds = self._node_counts("rewinds")
         since, down = time.monotonic(), time.time()
         try:
             servers.fail_over(how)
             self.stack.caught_up(timeout=_PROMOTE_TIMEOUT)
             took = time.monotonic() - since
-            self._promotion.outage = (down, time.time())
+            self._outcome.outage = (down, time.time())
         finally:
             servers.rebuild_standby()
-        self._promotion.rewound = self._rewinds() != rewinds
+        self._outcome.rewound = self._node_counts("rewinds") != rewinds
         return took
 
     def _standby_lag(self) -> None:
@@ -372,10 +373,17 @@ class FaultInjector:
         """Crash the standby the stream is decoded on and keep it down until the stream runs
         on the primary's spare slot: the seconds that took. Then start it again and wait
         until the stream is back on it and every node applied it. Records in
-        :attr:`_promotion` whether a node was rewound or reset meanwhile (the spare exists
-        so that none is)."""
+        :attr:`_outcome` whether a node was rewound or reset meanwhile (the spare exists
+        so that none is); a fault that does not get that far counts as one that did."""
         primary, standby = self._servers().primary, self._standby()
-        before = self._cache_losses()
+        wait_until(
+            lambda: agent_walsenders(standby.dsn) == 1,
+            "the stream to run on the standby before it goes down",
+            timeout=_PROMOTE_TIMEOUT,
+            interval=0.1,
+        )
+        before = self._node_counts("rewinds", "resets")
+        self._outcome.rewound = True
         standby.crash()
         since = time.monotonic()
         try:
@@ -395,22 +403,19 @@ class FaultInjector:
             interval=0.1,
         )
         self.stack.caught_up(timeout=_PROMOTE_TIMEOUT)
-        self._promotion.rewound = self._cache_losses() != before
+        self._outcome.rewound = self._node_counts("rewinds", "resets") != before
         return took
-
-    def _cache_losses(self) -> list[tuple[str, str]]:
-        """Each node's counts of rewinds and resets."""
-        infos = [self.stack.node_info(address, "txcache") for address in self.stack.node_addresses]
-        return [(info["rewinds"], info["resets"]) for info in infos]
 
     def _standby(self) -> EmbeddedPostgres:
         standby = self._servers().standby
         assert standby is not None, "a promotion makes a new standby before it returns"
         return standby
 
-    def _rewinds(self) -> list[str]:
-        """Each node's count of rewinds (a node restarted meanwhile starts again at 0)."""
-        return [self.stack.node_info(a, "txcache")["rewinds"] for a in self.stack.node_addresses]
+    def _node_counts(self, *counters: str) -> list[tuple[str, ...]]:
+        """Each node's ``counters`` of its INFO (``rewinds``, ``resets``; a node restarted
+        meanwhile starts again at 0)."""
+        infos = [self.stack.node_info(address, "txcache") for address in self.stack.node_addresses]
+        return [tuple(info[counter] for counter in counters) for info in infos]
 
     def _servers(self) -> ReplicatedPostgres:
         assert self.servers is not None, "checked in __init__"
@@ -471,8 +476,8 @@ class FaultInjector:
 
 
 @dataclass
-class _Promotion:
-    """What a promotion fault found, beside its time."""
+class _Outcome:
+    """What a promotion or the standby down found, beside its time."""
 
     rewound: bool | None = None
     outage: tuple[float, float] | None = None

@@ -144,8 +144,8 @@ def _faults(phase: PhaseReport) -> str:
 
 
 def _takeovers(phase: PhaseReport) -> str:
-    """Per failover kind (agents and promotions), the takeover times: p50 and max over
-    how many."""
+    """Per failover kind (agents, promotions, the standby down), the takeover times: p50
+    and max over how many."""
     times: dict[str, list[float]] = {}
     for fault in phase.faults:
         if fault.took is not None:
@@ -159,10 +159,10 @@ def _takeovers(phase: PhaseReport) -> str:
 
 def _kept(phase: PhaseReport) -> str:
     """How many promotions and standbys down left every node's entries in place."""
-    promotions = [fault for fault in phase.faults if fault.rewound is not None]
-    if not promotions:
+    moves = [fault for fault in phase.faults if fault.rewound is not None]
+    if not moves:
         return "-"
-    return f"{sum(1 for fault in promotions if not fault.rewound)} of {len(promotions)}"
+    return f"{sum(1 for fault in moves if not fault.rewound)} of {len(moves)}"
 
 
 def _schema_ops(phase: PhaseReport) -> str:
