@@ -63,6 +63,33 @@ def test_client_programs_are_shipped(postgres: EmbeddedPostgres) -> None:
     assert "pgbench (PostgreSQL) 18" in version.stdout
 
 
+def test_a_build_of_the_server_alone_runs_the_wheel_s_client_programs(
+    postgres: EmbeddedPostgres,
+) -> None:
+    """A bin directory with the server's programs only, as the PostgreSQL 17 build `make
+    test` fetches: its server runs, the client programs it lacks are the wheel's, and the
+    server's own programs never come from another build."""
+    server_only = Path(tempfile.mkdtemp(prefix="txcache-server-only-"))
+    try:
+        server_only.chmod(0o755)  # as root, the server's account must reach it
+        for program in ("initdb", "pg_ctl", "postgres"):
+            (server_only / program).symlink_to(postgres.binary(program).resolve())
+        with EmbeddedPostgres(bin_dir=server_only) as server:
+            assert server.binary("postgres") == server_only / "postgres"
+            assert server.binary("pg_dump") == server_only / "pg_dump"  # not a client it lends
+            assert server.binary("pg_basebackup").parent != server_only
+            assert server.binary("pg_basebackup").is_file()
+            result = subprocess.run(
+                [str(server.binary("psql")), server.dsn, "-Atc", "SELECT 6 * 7"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            assert result.stdout.strip() == "42"
+    finally:
+        shutil.rmtree(server_only)
+
+
 def test_each_database_fixture_is_fresh(database: str, postgres: EmbeddedPostgres) -> None:
     with psycopg.connect(database) as conn:
         name = one(conn, "SELECT current_database()")
