@@ -135,7 +135,7 @@ test-python: build venv system-postgres postgres-17
 	$(PYTHON) -m pytest -n $(TEST_WORKERS) --durations=30
 	TXCACHE_PG_BIN=$(SYSTEM_PG_BIN) $(PYTHON) -m pytest -n $(TEST_WORKERS) $(VERSION_SUITES) \
 		-k "$(VERSION_FILTER) and not standby_postgres"
-	TXCACHE_PG_BIN=$(PG17_DIR)/bin $(PYTHON) -m pytest -n $(TEST_WORKERS) $(VERSION_SUITES) \
+	TXCACHE_PG_BIN=$(abspath $(PG17_DIR))/bin $(PYTHON) -m pytest -n $(TEST_WORKERS) $(VERSION_SUITES) \
 		tests/test_failover.py -k "$(VERSION_FILTER)"
 
 ## demo: the library at work on a small example, then RUBiS with and without txcache.

