@@ -161,10 +161,10 @@ def test_a_short_check_with_a_standby_postgres_down_and_a_spare_on_the_primary()
     and the agent is killed: no anomaly, no committed write missing, each move timed, and
     no node reset or rewound by the moves."""
     options = CheckOptions(
-        duration=36,
+        duration=24,
         control_duration=0,
-        faults=("standby-down", "standby-restart", "agent-kill", "standby-down"),
-        fault_every=7,
+        faults=("standby-down", "standby-restart", "agent-kill"),
+        fault_every=6,
         readers=2,
         writers=1,
         tenant_readers=0,
