@@ -121,11 +121,12 @@ postgres-17: venv
 ## version-dependent, so its pass is the stream, the pins and the checks with a standby
 ## PostgreSQL, which need failover slots (17 is the first version with them): enough to
 ## keep `make test` well under 20 minutes.
-VERSION_SUITES := tests/test_agent_failures.py tests/test_agent_stream.py \
+PG15_SUITES := tests/test_agent_failures.py tests/test_agent_stream.py \
 	tests/test_agent_pins.py tests/test_library_transactions.py tests/test_schema_changes.py \
 	tests/test_check.py
-VERSION_FILTER := not standby_agent and not fingerprint
+PG15_FILTER := not standby_agent and not standby_postgres and not fingerprint
 PG17_SUITES := tests/test_agent_stream.py tests/test_agent_pins.py tests/test_check.py
+PG17_FILTER := not test_check.py or standby_postgres
 
 ## --durations: the slowest tests are in every run's log, to keep the whole under budget.
 ## TEST_WORKERS: pytest-xdist processes per pass. Most tests wait on the processes they
@@ -138,10 +139,10 @@ test-python: build venv system-postgres postgres-17
 	@# take about two thirds of the time; the 17 pass's output follows the 15 pass's.
 	@log=$$(mktemp); \
 	TXCACHE_PG_BIN=$(abspath $(PG17_DIR))/bin $(PYTHON) -m pytest -n $(TEST_WORKERS) \
-		$(PG17_SUITES) -k "not test_check.py or standby_postgres" >"$$log" 2>&1 & pg17=$$!; \
+		$(PG17_SUITES) -k "$(PG17_FILTER)" >"$$log" 2>&1 & pg17=$$!; \
 	echo "== PostgreSQL 15 (the PostgreSQL 17 pass runs beside it)"; \
-	TXCACHE_PG_BIN=$(SYSTEM_PG_BIN) $(PYTHON) -m pytest -n $(TEST_WORKERS) $(VERSION_SUITES) \
-		-k "$(VERSION_FILTER) and not standby_postgres"; pg15_status=$$?; \
+	TXCACHE_PG_BIN=$(SYSTEM_PG_BIN) $(PYTHON) -m pytest -n $(TEST_WORKERS) $(PG15_SUITES) \
+		-k "$(PG15_FILTER)"; pg15_status=$$?; \
 	wait $$pg17; pg17_status=$$?; \
 	echo "== PostgreSQL 17"; cat "$$log"; rm -f "$$log"; \
 	test $$pg15_status = 0 && test $$pg17_status = 0

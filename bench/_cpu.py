@@ -9,20 +9,24 @@ machine, with other guests), so each report says how much of both happened meanw
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from txcache.stack import child_pids
 
 __all__ = [
     "PLACEMENT_HELP",
     "ForeignCpu",
+    "PhaseCpu",
     "context_switches",
     "cpu_by_child",
     "cpu_seconds",
     "database_cpu_seconds",
+    "in_threads",
     "place_database_apart",
     "postmaster_pid",
     "run_queue_seconds",
@@ -184,3 +188,47 @@ def place_database_apart(server: Any) -> None:
         with suppress(ProcessLookupError):  # an auxiliary process that exited meanwhile
             os.sched_setaffinity(pid, database)
     os.sched_setaffinity(0, rest)
+
+
+class PhaseCpu:
+    """Over a ``with`` block: its wall seconds, the CPU seconds of the database ``server``'s
+    processes, and those of other work on the machine (:class:`ForeignCpu`)."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.seconds = self.database_s = self.foreign_s = 0.0
+
+    def __enter__(self) -> PhaseCpu:
+        self._database, self._foreign = database_cpu_seconds(self.server), ForeignCpu()
+        self._began = time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.monotonic() - self._began
+        self.database_s = database_cpu_seconds(self.server) - self._database
+        self.foreign_s = self._foreign.seconds()
+
+
+T = TypeVar("T")
+
+
+def in_threads(count: int, body: Callable[[int], T]) -> list[T]:
+    """``body(index)`` in ``count`` threads started together; their results by index once
+    all ended. :class:`RuntimeError` naming the first failures if any thread raised."""
+    results: list[T | None] = [None] * count
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            results[index] = body(index)
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} of {count} threads failed: {errors[:3]}")
+    return [result for result in results if result is not None]

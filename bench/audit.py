@@ -15,12 +15,11 @@ postmaster) per second and its excess over rate 0 per audit check, what the audi
 from __future__ import annotations
 
 import argparse
-import threading
 import time
 from dataclasses import dataclass, field
 
 from _common import STORAGE_HELP, bench_stack, create_database, database_note, execute, postgres
-from _cpu import ForeignCpu, database_cpu_seconds
+from _cpu import PhaseCpu, in_threads
 from _hot_reads import hot_items, item_name, items_schema
 from _report import fmt, log, machine_note, num, ratio, result_name, summarize, table, write_report
 
@@ -81,27 +80,12 @@ def phase(
     """``args.threads`` threads reading through ``cache`` for ``args.phase`` seconds,
     added to ``totals`` (``server``: the database's, whose CPU is counted)."""
     deadline = time.monotonic() + args.phase
-    found: list[list[float]] = [[] for _ in range(args.threads)]
-    errors: list[BaseException] = []
-
-    def run(index: int) -> None:
-        try:
-            found[index] = read_for(cache, index, args.hot, deadline)
-        except BaseException as error:
-            errors.append(error)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(args.threads)]
     audit, hits, misses = audit_counts(), item_name.stats.hits, item_name.stats.miss_count
-    database, foreign, began = database_cpu_seconds(server), ForeignCpu(), time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    totals.seconds += time.monotonic() - began
-    totals.database_s += database_cpu_seconds(server) - database
-    totals.foreign_s += foreign.seconds()
-    if errors:
-        raise SystemExit(f"reads failed at audit_rate {totals.rate}: {errors[:3]}")
+    with PhaseCpu(server) as cpu:
+        found = in_threads(args.threads, lambda index: read_for(cache, index, args.hot, deadline))
+    totals.seconds += cpu.seconds
+    totals.database_s += cpu.database_s
+    totals.foreign_s += cpu.foreign_s
     totals.latencies += [took for each in found for took in each]
     totals.hits += item_name.stats.hits - hits
     totals.misses += item_name.stats.miss_count - misses

@@ -57,9 +57,9 @@ import txcache
 from txcache.stack import (
     EmbeddedPostgres,
     ReplicatedPostgres,
-    agent_walsenders,
     hosts_dsn,
     parse_lsn,
+    wait_for_stream_on,
     wait_until,
 )
 
@@ -163,11 +163,7 @@ def hang_the_decoding_standby(
     log("the standby the stream is decoded on hangs")
     since = time.monotonic()
     with standby.paused():
-        wait_until(
-            lambda: agent_walsenders(spare.dsn) == 1,
-            "the stream to move to the spare slot",
-            timeout=120,
-        )
+        wait_for_stream_on(spare.dsn, "the stream to move to the spare slot", timeout=120)
         moved = time.monotonic()
         time.sleep(max(0.0, args.after - (moved - since)))
         return moved, time.monotonic()

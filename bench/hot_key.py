@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from _common import STORAGE_HELP, bench_stack, create_database, database_note, execute, postgres
-from _cpu import ForeignCpu, database_cpu_seconds
+from _cpu import PhaseCpu, in_threads
 from _report import fmt, log, machine_note, num, ratio, result_name, summarize, table, write_report
 
 import txcache
@@ -117,28 +117,12 @@ def phase(
         category_total(0)  # cached: the phase's misses are its writes'
     deadline = time.monotonic() + args.phase
     writer = Writer(cache, args.every / 1e3, deadline)
-    found: list[list[float]] = [[] for _ in range(args.threads)]
-    errors: list[BaseException] = []
-
-    def run(index: int) -> None:
-        try:
-            found[index] = read_for(cache, writer, deadline)
-        except BaseException as error:
-            errors.append(error)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(args.threads)]
     computed, waits = computations, category_total.stats.lease_waits
-    database, foreign, began = database_cpu_seconds(server), ForeignCpu(), time.monotonic()
-    with writer:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    totals.seconds += time.monotonic() - began
-    totals.database_s += database_cpu_seconds(server) - database
-    totals.foreign_s += foreign.seconds()
-    if errors:
-        raise SystemExit(f"reads failed ({totals.mode}): {errors[:3]}")
+    with PhaseCpu(server) as cpu, writer:
+        found = in_threads(args.threads, lambda _: read_for(cache, writer, deadline))
+    totals.seconds += cpu.seconds
+    totals.database_s += cpu.database_s
+    totals.foreign_s += cpu.foreign_s
     totals.latencies += [took for each in found for took in each]
     totals.invalidations += writer.writes
     totals.computations += computations - computed

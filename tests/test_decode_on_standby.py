@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import IO
 
 import psycopg
@@ -32,6 +32,7 @@ from txcache.stack import (
     find_binary,
     hosts_dsn,
     parse_lsn,
+    wait_for_stream_on,
     wait_until,
     wal_position,
 )
@@ -64,12 +65,6 @@ def slots(dsn: str) -> list[tuple[str, bool]]:
             "SELECT slot_name::text, synced FROM pg_replication_slots WHERE slot_type = 'logical'"
         ).fetchall()
     return [(str(name), bool(synced)) for name, synced in rows]
-
-
-def stream_on(dsn: str, what: str, log: Callable[[], str]) -> None:
-    """Wait (a minute at most) until the agent's replication session runs on the server
-    at ``dsn``."""
-    wait_until(lambda: agent_walsenders(dsn) == 1, what, timeout=60, log=log)
 
 
 def replayed(dsn: str) -> bool:
@@ -380,7 +375,7 @@ def hand_over_on_promotion(
         stack.db.close()
 
         pair.fail_over("stop")
-        stream_on(
+        wait_for_stream_on(
             second.dsn,
             "the stream to move off the promoted standby to the second's spare slot",
             log=agent.log_text,
@@ -432,7 +427,9 @@ def test_a_hung_decoding_standby_is_left_for_the_next_one_s_spare_slot_and_the_c
         following(lib, second, "the spare slot on the second standby")
         resets = node_resets(lib)
         with first.paused():
-            stream_on(second.dsn, "the stream to move to the second standby", log=lib._agent_log)
+            wait_for_stream_on(
+                second.dsn, "the stream to move to the second standby", log=lib._agent_log
+            )
             log = lib._agent_log()
             assert "the server the stream is decoded on sent nothing for" in log
             assert "THE --decode-from HOST THE STREAM IS DECODED ON HAS FAILED" in log
@@ -486,7 +483,9 @@ def test_a_decoding_host_that_answers_but_refuses_the_stream_is_left_for_a_spare
         with contextlib.ExitStack() as holding:
             with lib.agent.paused():
                 holding.enter_context(holding_the_slot(first))
-            stream_on(second.dsn, "the stream to move to the second standby", log=lib._agent_log)
+            wait_for_stream_on(
+                second.dsn, "the stream to move to the second standby", log=lib._agent_log
+            )
         assert "THE STREAM CANNOT RUN ON THE --decode-from HOST IN USE" in lib._agent_log()
         invalidates_with_the_cache_kept(lib, resets, "refused")
 
@@ -502,7 +501,9 @@ def test_a_decoding_standby_cut_off_from_its_upstream_is_left_for_a_spare_slot(
         with psycopg.connect(first.dsn, autocommit=True) as standby:
             standby.execute("ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port=1'")
             standby.execute("SELECT pg_reload_conf()")
-        stream_on(second.dsn, "the stream to move to the second standby", log=lib._agent_log)
+        wait_for_stream_on(
+            second.dsn, "the stream to move to the second standby", log=lib._agent_log
+        )
         log = lib._agent_log()
         assert "receives no WAL" in log
         assert "THE STREAM CANNOT RUN ON THE --decode-from HOST IN USE" in log
@@ -527,7 +528,9 @@ def test_a_decoding_host_that_hangs_each_replication_start_is_left_for_a_spare_s
                     "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
                     "WHERE slot_name = 'txcache'"
                 )
-            stream_on(second.dsn, "the stream to move to the second standby", log=lib._agent_log)
+            wait_for_stream_on(
+                second.dsn, "the stream to move to the second standby", log=lib._agent_log
+            )
             log = lib._agent_log()
             assert "accepted the replication connection but did not answer" in log
             assert "THE STREAM CANNOT RUN ON THE --decode-from HOST IN USE" in log
@@ -588,7 +591,9 @@ def test_a_decoding_host_that_hangs_while_the_stream_session_starts_is_left(
                 log=lib._agent_log,
             )
             proxy.cut()
-            stream_on(second.dsn, "the stream to move to the second standby", log=lib._agent_log)
+            wait_for_stream_on(
+                second.dsn, "the stream to move to the second standby", log=lib._agent_log
+            )
             assert "stopped answering while the stream session started" in lib._agent_log()
             blocker.rollback()
             invalidates_with_the_cache_kept(lib, resets, "hung start")
@@ -731,9 +736,11 @@ def test_the_stream_falls_back_to_the_primary_and_returns_to_the_standby_s_spare
     standby = pair.standby
     assert standby is not None
     with moving_stack(pair.primary.dsn, hosts_dsn((pair.primary, standby))) as lib:
-        stream_on(standby.dsn, "the stream to start on the standby", log=lib._agent_log)
+        wait_for_stream_on(standby.dsn, "the stream to start on the standby", log=lib._agent_log)
         standby.crash()
-        stream_on(pair.primary.dsn, "the stream to move to the primary", log=lib._agent_log)
+        wait_for_stream_on(
+            pair.primary.dsn, "the stream to move to the primary", log=lib._agent_log
+        )
         assert ("txcache", False) in slots(pair.primary.dsn)
         assert "THE STREAM MOVED" in lib._agent_log()
         assert cached(lib, QUERY, 2) == [("item 2",)]
@@ -742,7 +749,7 @@ def test_the_stream_falls_back_to_the_primary_and_returns_to_the_standby_s_spare
         resets = node_resets(lib)
 
         pair.restart_standby({})
-        stream_on(
+        wait_for_stream_on(
             standby.dsn, "the stream to return to the standby's spare slot", log=lib._agent_log
         )
         wait_until(
@@ -754,7 +761,9 @@ def test_the_stream_falls_back_to_the_primary_and_returns_to_the_standby_s_spare
         invalidates_with_the_cache_kept(lib, resets, "back on the standby")
 
         lib.restart_agent()
-        stream_on(standby.dsn, "the restarted agent to decode on the standby", log=lib._agent_log)
+        wait_for_stream_on(
+            standby.dsn, "the restarted agent to decode on the standby", log=lib._agent_log
+        )
         invalidates_with_the_cache_kept(lib, resets, "after the restart")
 
 
@@ -773,22 +782,28 @@ def test_with_a_spare_on_the_primary_the_stream_falls_back_there_with_the_cache_
     with moving_stack(
         pair.primary.dsn, decode_from, failover_after="10m", primary_slot="spare"
     ) as lib:
-        stream_on(standby.dsn, "the stream to start on the standby", log=lib._agent_log)
+        wait_for_stream_on(standby.dsn, "the stream to start on the standby", log=lib._agent_log)
         assert cached(lib, QUERY, 2) == [("item 2",)]
         following(lib, pair.primary, "the spare slot on the primary")
         assert not failover_slot(pair.primary.dsn), "the primary's spare is no failover slot"
         resets = node_resets(lib)
 
         standby.crash()
-        stream_on(pair.primary.dsn, "the stream to move to the primary's spare", log=lib._agent_log)
+        wait_for_stream_on(
+            pair.primary.dsn, "the stream to move to the primary's spare", log=lib._agent_log
+        )
         assert "THE STREAM MOVED" not in lib._agent_log()
         invalidates_with_the_cache_kept(lib, resets, "on the primary spare")
         lib.restart_agent()
-        stream_on(pair.primary.dsn, "the restarted agent to decode there", log=lib._agent_log)
+        wait_for_stream_on(
+            pair.primary.dsn, "the restarted agent to decode there", log=lib._agent_log
+        )
         invalidates_with_the_cache_kept(lib, resets, "after the restart")
 
         pair.restart_standby({})
-        stream_on(standby.dsn, "the stream to return to the standby's spare", log=lib._agent_log)
+        wait_for_stream_on(
+            standby.dsn, "the stream to return to the standby's spare", log=lib._agent_log
+        )
         invalidates_with_the_cache_kept(lib, resets, "back on the standby")
         assert ("txcache", False) in slots(pair.primary.dsn), "the primary's spare kept"
         assert agent_walsenders(pair.primary.dsn) == 0

@@ -117,7 +117,7 @@ def test_the_launchers_are_in_txcache_stack_and_nowhere_else() -> None:
         *("EmbeddedPostgres", "PostgresStartError", "find_postgres_bin", "postgres_uri"),
         *("ReplicatedPostgres", "hosts_dsn"),
         *("NodeProcess", "NodeStartError", "find_txcached", "AgentProcess", "TcpProxy"),
-        "agent_walsenders",
+        *("agent_walsenders", "wait_for_stream_on"),
         *("ServerProcess", "answers_http", "ProcessStartError", "find_binary"),
         *("free_port", "free_ports", "wait_until", "WaitTimeout", "tail", "child_pids"),
         *("wal_position", "parse_lsn"),

@@ -47,16 +47,21 @@ def test_server_runs_with_logical_decoding_settings(postgres: EmbeddedPostgres) 
     assert postgres.dsn == f"host=127.0.0.1 port={postgres.port} user=postgres dbname=postgres"
 
 
-def test_client_programs_are_shipped(postgres: EmbeddedPostgres) -> None:
-    for program in ("psql", "pgbench", "pg_isready", "pg_recvlogical"):
-        assert postgres.binary(program).is_file(), program
+def psql_answer(server: EmbeddedPostgres) -> str:
+    """What ``psql`` (as ``server`` finds it) prints for ``SELECT 6 * 7`` there."""
     result = subprocess.run(
-        [str(postgres.binary("psql")), postgres.dsn, "-Atc", "SELECT 6 * 7"],
+        [str(server.binary("psql")), server.dsn, "-Atc", "SELECT 6 * 7"],
         capture_output=True,
         text=True,
         check=True,
     )
-    assert result.stdout.strip() == "42"
+    return result.stdout.strip()
+
+
+def test_client_programs_are_shipped(postgres: EmbeddedPostgres) -> None:
+    for program in ("psql", "pgbench", "pg_isready", "pg_recvlogical"):
+        assert postgres.binary(program).is_file(), program
+    assert psql_answer(postgres) == "42"
     version = subprocess.run(
         [str(postgres.binary("pgbench")), "--version"], capture_output=True, text=True, check=True
     )
@@ -79,13 +84,7 @@ def test_a_build_of_the_server_alone_runs_the_wheel_s_client_programs(
             assert server.binary("pg_dump") == server_only / "pg_dump"  # not a client it lends
             assert server.binary("pg_basebackup").parent != server_only
             assert server.binary("pg_basebackup").is_file()
-            result = subprocess.run(
-                [str(server.binary("psql")), server.dsn, "-Atc", "SELECT 6 * 7"],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            assert result.stdout.strip() == "42"
+            assert psql_answer(server) == "42"
     finally:
         shutil.rmtree(server_only)
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psycopg
 
-from txcache._process import ManagedProcess, ProcessStartError, find_binary
+from txcache._process import ManagedProcess, ProcessStartError, find_binary, wait_until
 
-__all__ = ["AgentProcess", "agent_walsenders"]
+__all__ = ["AgentProcess", "agent_walsenders", "wait_for_stream_on"]
 
 _STARTED = re.compile(r"invalidation stream started")
 _STARTED_OR_STANDING_BY = re.compile(r"invalidation stream started|standing by")
@@ -65,3 +65,12 @@ def agent_walsenders(dsn: str) -> int:
             "SELECT count(*) FROM pg_stat_replication WHERE application_name LIKE 'txcache-agent%'"
         ).fetchone()
     return int(row[0]) if row is not None else 0
+
+
+def wait_for_stream_on(
+    dsn: str, what: str, *, timeout: float = 60.0, log: Callable[[], str] = lambda: ""
+) -> None:
+    """Wait until the agent's stream is decoded on the server at ``dsn`` (one replication
+    session of it there); :class:`~txcache.stack.WaitTimeout` naming ``what`` after
+    ``timeout`` seconds, with ``log()``."""
+    wait_until(lambda: agent_walsenders(dsn) == 1, what, timeout=timeout, interval=0.1, log=log)

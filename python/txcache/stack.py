@@ -26,7 +26,8 @@ the demos, the tests and the benchmarks start their processes with::
   installed package; ``PATH``).
 - The helpers they share: :func:`free_port` and :func:`free_ports` (a run of them),
   :func:`wait_until` (the one polling loop, raising :class:`WaitTimeout` with a log),
-  :func:`agent_walsenders` (where the agent's stream is decoded),
+  :func:`agent_walsenders` and :func:`wait_for_stream_on` (where the agent's stream is
+  decoded),
   :func:`tail` (the end of a log, as errors quote it), :func:`child_pids` (a process's
   children, as a server's are counted and paused), :func:`wal_position` and
   :func:`parse_lsn` (LSNs as the integers txcache's timestamps are).
@@ -35,7 +36,7 @@ A launcher that fails to start raises :class:`ProcessStartError` (``NodeStartErr
 same class) or :class:`PostgresStartError`, with the child's log in the message.
 """
 
-from txcache._agent_process import AgentProcess, agent_walsenders
+from txcache._agent_process import AgentProcess, agent_walsenders, wait_for_stream_on
 from txcache._lsn import parse_lsn, wal_position
 from txcache._node_process import NodeProcess, NodeStartError, find_txcached
 from txcache._postgres import EmbeddedPostgres, PostgresStartError, find_postgres_bin
@@ -92,6 +93,7 @@ __all__ = [
     "parse_lsn",
     "postgres_uri",
     "tail",
+    "wait_for_stream_on",
     "wait_until",
     "wal_position",
 ]

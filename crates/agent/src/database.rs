@@ -231,8 +231,8 @@ pub async fn drop_idle_slot(sql: &SqlSession, slot: &str) -> anyhow::Result<bool
 /// there if it does not exist or was lost, after dropping the primary's slot of that name
 /// as `policy` says ([`drop_primary_slot`]) and waiting for the standby to drop its
 /// synchronized copy of it. A new slot starts past changes no node received, so every node
-/// behind it is reset as it connects. A `decoding` server out of recovery is the primary (a standby promoted):
-/// its slot is the stream's, kept as it is.
+/// behind it is reset as it connects. A `decoding` server out of recovery is the primary (a
+/// standby promoted): its slot is the stream's, kept as it is.
 pub async fn standby_slot(
     primary: &SqlSession,
     decoding: &SqlSession,

@@ -310,10 +310,7 @@ impl DecodingServers {
 
     /// How good a move of the stream to `host` (over its session `sql`) would be.
     async fn rank(&self, sql: &SqlSession, host: usize, failed: bool) -> anyhow::Result<HostRank> {
-        let primary = !database::in_recovery(sql).await?;
-        if primary {
-            self.primary_listed.store(true, Ordering::Relaxed);
-        }
+        let primary = self.is_primary(sql).await?;
         if primary && !self.primary_spare {
             return Ok(HostRank::Primary);
         }
@@ -341,6 +338,16 @@ impl DecodingServers {
             (false, false, true) => HostRank::UsableSlot,
             (false, false, false) => HostRank::SlotBehind,
         })
+    }
+
+    /// Whether the host of `sql` is the primary, which is then recorded as found among the
+    /// hosts ([`Self::primary_slot`]).
+    async fn is_primary(&self, sql: &SqlSession) -> anyhow::Result<bool> {
+        let primary = !database::in_recovery(sql).await?;
+        if primary {
+            self.primary_listed.store(true, Ordering::Relaxed);
+        }
+        Ok(primary)
     }
 
     /// What becomes of the primary's slot of `--slot`'s name while the stream is decoded on a
@@ -494,10 +501,7 @@ impl DecodingServers {
             None => session.insert(connect::connect_host(&self.dsn, host, SPARE_SESSION).await?),
         };
         let sql = &*sql;
-        let primary = !database::in_recovery(sql).await?;
-        if primary {
-            self.primary_listed.store(true, Ordering::Relaxed);
-        }
+        let primary = self.is_primary(sql).await?;
         if primary && !self.primary_spare {
             self.spares[host].store(false, Ordering::Relaxed);
             if database::drop_idle_slot(sql, &self.slot).await? {

@@ -54,7 +54,7 @@ import psycopg
 
 from txcache.check.agents import AgentGroup
 from txcache.check.stack import AGENT_SLOT, CHECK_SLOT, SLOT_WAL_KEEP, CheckStack
-from txcache.stack import EmbeddedPostgres, ReplicatedPostgres, agent_walsenders, wait_until
+from txcache.stack import EmbeddedPostgres, ReplicatedPostgres, wait_for_stream_on, wait_until
 
 __all__ = [
     "FAILOVER_KINDS",
@@ -376,31 +376,26 @@ class FaultInjector:
         :attr:`_outcome` whether a node was rewound or reset meanwhile (the spare exists
         so that none is); a fault that does not get that far counts as one that did."""
         primary, standby = self._servers().primary, self._standby()
-        wait_until(
-            lambda: agent_walsenders(standby.dsn) == 1,
+        wait_for_stream_on(
+            standby.dsn,
             "the stream to run on the standby before it goes down",
             timeout=_PROMOTE_TIMEOUT,
-            interval=0.1,
         )
         before = self._node_counts("rewinds", "resets")
         self._outcome.rewound = True
         standby.crash()
         since = time.monotonic()
         try:
-            wait_until(
-                lambda: agent_walsenders(primary.dsn) == 1,
+            wait_for_stream_on(
+                primary.dsn,
                 "the stream to move to the primary's spare slot",
                 timeout=_PROMOTE_TIMEOUT,
-                interval=0.1,
             )
             took = time.monotonic() - since
         finally:
             standby.start()
-        wait_until(
-            lambda: agent_walsenders(standby.dsn) == 1,
-            "the stream to return to the restarted standby",
-            timeout=_PROMOTE_TIMEOUT,
-            interval=0.1,
+        wait_for_stream_on(
+            standby.dsn, "the stream to return to the restarted standby", timeout=_PROMOTE_TIMEOUT
         )
         self.stack.caught_up(timeout=_PROMOTE_TIMEOUT)
         self._outcome.rewound = self._node_counts("rewinds", "resets") != before
