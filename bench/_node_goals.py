@@ -1,4 +1,4 @@
-"""The issue's goals for the cache node (``node_speed.py``) and the per-round ratios they
+"""The goals for the cache node (``node_speed.py``) and the per-round ratios they
 are judged by: two servers measured seconds apart, round by round, so that a change of the
 shared host between rounds cancels out.
 """
@@ -61,7 +61,7 @@ def round_ratios(rows: list[dict[str, Any]], a: str, b: str, cell: str, key: str
 
 @dataclass(frozen=True)
 class Goal:
-    """One of the issue's goals: what it asks, what was measured (as the report shows it),
+    """One of the goals: what it asks, what was measured (as the report shows it),
     the values it is judged on and the test they must pass."""
 
     goal: str
@@ -81,10 +81,10 @@ def goals(
     calls: list[dict[str, Any]],
     mem: list[dict[str, Any]],
 ) -> list[str]:
-    """The issue's goals, each marked met or not met."""
+    """The goals, each marked met or not met."""
     checks = [*_speed_goals(rows), *_versioned_goals(rows), _memory_goal(mem), _write_goal(calls)]
     lines = [
-        "## Goals (issue 7)",
+        "## Goals",
         "",
         "Ratios: the median of the rounds' ratios, with their range, over the rounds where both "
         "runs were clean of CPU steal (`*`: none was, all rounds); a goal is met when every "

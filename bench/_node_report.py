@@ -1,4 +1,4 @@
-"""The report of ``node_speed.py``: the issue's goals, the closed-loop tables with their
+"""The report of ``node_speed.py``: the goals, the closed-loop tables with their
 per-round ratios, the host during the rounds, the open-loop sweep, memory, system calls, one
 hit at a time, the instruction counts, and the plot. A server that was not installed shows
 as ``-`` (a goal that needs it: *not measured*).

@@ -15,7 +15,7 @@ from txcache.protocol import MISS_KINDS
 
 Result = dict[str, Any]
 
-#: The experiments, in the issue's order, and what the paper reported for each.
+#: The experiments, in the paper's order, and what the paper reported for each.
 EXPERIMENTS = {
     "cache-size": "Figures 5(a) and 6(a): 928 req/s without cache; 2.2x-5.2x by cache size; "
     "hit rates 27 %-90 %; no consistency only slightly faster",

@@ -13,7 +13,7 @@ process under the postmaster, less the idle background measured beforehand).
 
 The break-even hit rate is where txcache's database CPU per request meets the plain one's
 (interpolated between the sweep's points; 0 % when even a stream of misses costs the
-database no more than the plain reads). The issue's goal: <= 10 %.
+database no more than the plain reads). The goal: <= 10 %.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The Django example's page throughput with txcache and without, and the database CPU per
-request of each (issue 22).
+request of each.
 
 One stack (embedded PostgreSQL, one node, the agent) on a seeded catalogue, and the example
 project (``examples/django_shop``) under granian twice, side by side: once as it ships

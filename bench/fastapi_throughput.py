@@ -1,5 +1,5 @@
 """The FastAPI example's GET throughput with txcache and without, and the database CPU per
-request of each (issue 21).
+request of each.
 
 One stack (embedded PostgreSQL, one node, the agent) on a seeded catalogue, and the example
 app (``examples/fastapi_shop``) under uvicorn twice, side by side: once as it ships

@@ -12,7 +12,7 @@ A prober commits one small UPDATE every ~20 ms in its own connection. For each p
   is applied at the first reply with ``N >= commit LSN``. lag = that time - ``t0``.
 
 Phases: ``idle`` (no other load), then ``load`` with ``pgbench -N -c 4 -j 2`` (simple-update)
-running flat out on the same database. The issue's goal: p99 <= 10 ms.
+running flat out on the same database. The goal: p99 <= 10 ms.
 """
 
 from __future__ import annotations

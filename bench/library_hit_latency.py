@@ -1,4 +1,4 @@
-"""Cacheable-call hit latency in the Python library, over loopback (issue 4).
+"""Cacheable-call hit latency in the Python library, over loopback.
 
 The stack is the library tests' (tests/library_fixtures.py), started by
 :class:`txcache.stack.Stack`: PostgreSQL set up for txcache, two ``txcached`` nodes,
@@ -24,7 +24,7 @@ transaction (``staleness=30``) warms the cache with ids 1..1000, then:
   way); a cProfile of the hit loop; and the pin set's cost as pins pile up.
 
 Every series is measured in ``--rounds`` interleaved rounds so that a burst of other work
-on the machine hits them all alike. The issue's goal: hit p50 <= 50 µs (the paper's lookup
+on the machine hits them all alike. The goal: hit p50 <= 50 µs (the paper's lookup
 took 0.7 ms over its network).
 
 This file starts the stack and runs the rounds; the series are measured in

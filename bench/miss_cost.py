@@ -27,7 +27,7 @@ With ``--standby`` the server has a streaming standby the agent pins too, and a 
 primary's CPU per transaction (the quantity that decides throughput when the primary is
 the bottleneck) and the standby's are both reported.
 
-The issue's goals: a miss's database CPU <= 1.0x plain (stretch 0.5x), a bare query's
+The goals: a miss's database CPU <= 1.0x plain (stretch 0.5x), a bare query's
 <= 1.0x; a miss's latency p50 <= 1.5x plain, a bare query's <= 1.2x.
 """
 

@@ -1,4 +1,4 @@
-"""Cache-node speed: txcached beside Redis and memcached, one machine, one load tool (issue 7).
+"""Cache-node speed: txcached beside Redis and memcached, one machine, one load tool.
 
 One run starts ``txcached`` (this checkout's release build), ``redis-server`` (no
 persistence) and ``memcached`` (2 threads) on loopback, and drives each with

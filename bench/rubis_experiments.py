@@ -1,4 +1,4 @@
-"""The paper's RUBiS evaluation, reproduced on this machine (issue 6): one command per
+"""The paper's RUBiS evaluation, reproduced on this machine: one command per
 experiment, or ``all`` (each configuration runs once and serves every experiment it belongs
 to).
 

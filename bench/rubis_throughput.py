@@ -1,4 +1,4 @@
-"""RUBiS peak throughput without the cache, with it, and with ``no_consistency`` (issue 6).
+"""RUBiS peak throughput without the cache, with it, and with ``no_consistency``.
 
 Starts PostgreSQL (``--storage``), loads a RUBiS preset (``--preset``, default ``small``)
 with ``python -m rubis.generate``'s loader, runs ``txcache setup``, one ``txcached`` node

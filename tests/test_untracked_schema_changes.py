@@ -259,7 +259,7 @@ def changed(lib: LibraryStack, *statements: str) -> int:
 
 
 def test_without_triggers_a_redefined_view_is_read_anew(fingerprinted: LibraryStack) -> None:
-    """The issue's case: a filter removed from a view and a column added with a default,
+    """The case found by hand: a filter removed from a view and a column added with a default,
     then a read after both: it must not be served the old rows or the old row shape."""
     lib = fingerprinted
     changed(lib, "CREATE VIEW cheap AS SELECT id, name FROM items WHERE price < 50")
