@@ -395,3 +395,86 @@ def test_the_reset_pins_back_exactly_the_settings_it_reset(database: str) -> Non
         assert changed == (1,), "only TimeZone differed from its reset value"
         assert conn.execute("SHOW TimeZone").fetchone() == ("Asia/Tokyo",)
         assert conn.execute(txcache._session.pin_statement(context)).fetchone() == (0,)
+
+
+# Functions that change what PostgreSQL does not report to the client: only the context
+# check after the statement (txcache._session.CHECK_CONTEXT) or at the block's end sees it.
+UNREPORTED = """
+CREATE OR REPLACE FUNCTION fewer_digits() RETURNS integer LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('extra_float_digits', '-3', false);
+    RETURN 1;
+END $$;
+CREATE OR REPLACE FUNCTION become(role text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('role', role, false);
+    RETURN role;
+END $$;
+"""
+
+
+@txcache.cacheable
+def a_third() -> str:
+    row = txcache.query_one("SELECT (1::float8 / 3)::text")
+    assert row is not None
+    return str(row[0])
+
+
+def test_a_function_changing_what_postgres_does_not_report_fails_the_read_only_block(
+    lib1: LibraryStack,
+) -> None:
+    """extra_float_digits is in every key and PostgreSQL does not report it: without the
+    check, the block's next cacheable call would store a value computed under -3 under
+    the keys of the pool's 1, and the parked transaction would take the change along."""
+    lib1.write(UNREPORTED)
+    lib1.caught_up()
+    lib1.fresh_pins()
+    with lib1.cache.read_only(staleness=60) as tx:
+        with pytest.raises(txcache.TransactionError, match="extra_float_digits"):
+            tx.query("SELECT fewer_digits()")
+        with pytest.raises(txcache.TransactionError, match="failed"):
+            a_third()
+    assert tx.session_changed
+    with lib1.cache.read_only(staleness=60) as tx:
+        assert a_third() == "0.3333333333333333", "the pool's session, reset"
+        assert tx.query_one("SHOW extra_float_digits") == ("1",)
+
+
+def test_a_function_changing_the_role_fails_the_read_only_block(lib1: LibraryStack) -> None:
+    lib1.write(UNREPORTED)
+    lib1.caught_up()
+    lib1.fresh_pins()
+    with lib1.cache.read_only(staleness=60) as tx:
+        role = tx.query_one("SELECT current_user")
+        with pytest.raises(txcache.TransactionError, match=r"role|is_superuser"):
+            tx.query("SELECT become('pg_read_all_data')")
+    with lib1.cache.read_only(staleness=60) as tx:
+        assert tx.query_one("SELECT current_user") == role
+
+
+@pytest.mark.parametrize(
+    ("statement", "shown", "expected"),
+    [
+        ("SELECT fewer_digits()", "current_setting('extra_float_digits')", "1"),
+        ("SELECT become('pg_read_all_data')", "current_user::text", None),
+        ("INSERT INTO audited VALUES (1)", "current_setting('extra_float_digits')", "1"),
+    ],
+    ids=["function", "role", "trigger"],
+)
+def test_a_write_block_that_changed_its_session_unseen_is_reset_in_full(
+    cache: txcache.Cache, database: str, statement: str, shown: str, expected: str | None
+) -> None:
+    """The statement says nothing of it (a function's or a trigger's set_config, which
+    the COMMIT keeps): the context check beside the sequences' reset sees it."""
+    with psycopg.connect(database, autocommit=True) as admin:
+        admin.execute(UNREPORTED)
+        admin.execute(
+            "CREATE TABLE audited (id integer);"
+            "CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "PERFORM set_config('extra_float_digits', '-3', false); RETURN NEW; END $$;"
+            "CREATE TRIGGER audit BEFORE INSERT ON audited FOR EACH ROW EXECUTE FUNCTION audit()"
+        )
+        role = admin.execute("SELECT current_user::text").fetchone()
+    assert role is not None
+    pid = write(cache, statement)
+    assert look(cache, shown) == (pid, expected or role[0]), "reset, not leaked"

@@ -39,10 +39,12 @@ from txcache._read_only import ReadOnlyTransaction
 from txcache._ring import NodeRing
 from txcache._schema import Catalog, Schema
 from txcache._session import (
+    CHECK_CONTEXT,
     FORGET_SEQUENCES,
     PIN_AND_READ_CONTEXT,
     SessionContext,
     SessionReset,
+    context_changes,
     context_from_row,
     deallocation,
     reset_statement,
@@ -293,7 +295,7 @@ class CacheDriver(CacheCore):
     def _give_back(self, connection: Connection, *, reset: SessionReset) -> None:
         clean = False
         try:
-            context = self._known_context(connection) if reset is SessionReset.FULL else None
+            context = self._known_context(connection) if reset is not SessionReset.NONE else None
             clean = _cleaned(connection, reset=reset, context=context)
         finally:
             if not clean:
@@ -350,21 +352,44 @@ def _cleaned(
     return True
 
 
+def _changed_unseen(connection: Connection, context: SessionContext | None) -> bool:
+    """Forget the idle ``connection``'s sequences' state and tell whether the statements of
+    its read/write block changed its session's ``context`` nonetheless: code the statement
+    check cannot see — a function's or a trigger's ``SET``, ``SET ROLE`` or ``set_config``
+    — whose change a ``COMMIT`` kept. One round trip."""
+    if context is None:
+        connection.execute(FORGET_SEQUENCES, prepare=False)
+        return False
+    cursor = connection.execute(f"{FORGET_SEQUENCES}; {CHECK_CONTEXT}", prepare=False)
+    while cursor.nextset():
+        pass  # to the last result: the context check's
+    rows = cursor.fetchall()
+    changed = context_changes(context, rows[0] if rows else None)
+    if changed:
+        log.warning(
+            "a read/write transaction changed its session's %s without a statement that says "
+            "so (a function or a trigger that runs SET, SET ROLE or set_config): resetting "
+            "the connection before it goes back to the pool",
+            ", ".join(changed),
+        )
+    return bool(changed)
+
+
 def _reset_session(
     connection: Connection, context: SessionContext | None, reset: SessionReset
 ) -> None:
     """End any transaction on ``connection`` and reset its session: with
-    :attr:`~txcache._session.SessionReset.SEQUENCES`, only its sequences' state; in full,
-    its settings (pinned back to ``context``'s), role, temporary tables, held cursors,
-    session advisory locks, LISTENs, cached plans, sequence state, and statements the
-    application PREPAREd — psycopg's own prepared statements stay
+    :attr:`~txcache._session.SessionReset.SEQUENCES`, only its sequences' state (in full
+    when its context changed all the same: :func:`_changed_unseen`); in full, its settings
+    (pinned back to ``context``'s), role, temporary tables, held cursors, session advisory
+    locks, LISTENs, cached plans, sequence state, and statements the application
+    PREPAREd — psycopg's own prepared statements stay
     (:func:`~txcache._session.reset_statement`). One round trip, plus one if the application
     PREPAREd statements (and one more if a transaction was open); raises psycopg's
     errors."""
     if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         connection.execute("ROLLBACK")
-    if reset is SessionReset.SEQUENCES:
-        connection.execute(FORGET_SEQUENCES, prepare=False)
+    if reset is SessionReset.SEQUENCES and not _changed_unseen(connection, context):
         return
     cursor = connection.execute(reset_statement(context), prepare=False)
     while cursor.nextset():

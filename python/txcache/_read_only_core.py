@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -35,7 +35,7 @@ from txcache._pinset import Pin, PinSet
 from txcache._protocol import Interval
 from txcache._ring import NodeClient, NodeRing
 from txcache._schema import Catalog, Relation, table_name
-from txcache._session import SessionContext
+from txcache._session import CHECK_CONTEXT, SessionContext, context_changes
 from txcache._session_watch import REPORTED_SETTINGS, reported_settings
 from txcache._statements import check_read_only
 from txcache.errors import SnapshotUnavailable, TransactionError
@@ -330,14 +330,41 @@ class ReadOnlyCore(Generic[C]):
                                            strict=True)
             if before != after
         ]  # fmt: skip
+        self._session_changed(changed)
+
+    def _session_changed(self, changed: list[str]) -> NoReturn:
+        """A statement changed the session's ``changed`` parts: fail the block (nothing
+        more is stored, the connection is reset, not parked) and raise."""
         self.session_changed = True
         error = TransactionError(
             f"a statement changed the session's {', '.join(changed)} (a function that runs "
-            "SET or set_config?): a read-only transaction must leave the session as it found "
-            "it; the block is failed and its connection is reset"
+            "SET, SET ROLE or set_config?): a read-only transaction must leave the session as "
+            "it found it; the block is failed and its connection is reset"
         )
         self._fail(error)
         raise error
+
+    def _context_check(self, tags: frozenset[str] | None) -> str | None:
+        """The session check to run after a statement whose tags were not derived (a bare
+        query the analysis refused: it may call a user-defined function, directly or
+        through a view): such code can ``SET ROLE`` or ``set_config`` what PostgreSQL does
+        not report to the client, after which the block's cacheable calls would compute
+        under one session and store under another's keys, and its parked transaction
+        would carry the change to the next block. ``None`` when nothing will be stored."""
+        if tags is not None or self.uncached or self.context is None:
+            return None
+        return CHECK_CONTEXT
+
+    def _check_context(self, connection: Any, rows: list[Any] | None) -> None:
+        """Fail the block if the session context check's ``rows`` (``None``: none ran)
+        show that the statement just run changed ``connection``'s session
+        (:meth:`_check_session` for what PostgreSQL does not report)."""
+        context = self.cache.session_of(connection)
+        if rows is None or context is None:
+            return
+        changed = context_changes(context, rows[0] if rows else None)
+        if changed:
+            self._session_changed(changed)
 
     def _failed_by(self, error: psycopg.Error | SnapshotUnavailable) -> BaseException | None:
         """Fail the block after a statement raised ``error``; the error to raise instead of

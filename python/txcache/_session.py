@@ -16,6 +16,7 @@ has, at session level, so that a configuration reload cannot change them under t
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from typing import Any
 from psycopg import sql
 
 __all__ = [
+    "CHECK_CONTEXT",
     "CONTEXT_DIGEST_BYTES",
     "FORGET_SEQUENCES",
     "PIN_AND_READ_CONTEXT",
@@ -31,6 +33,7 @@ __all__ = [
     "RESULT_SETTINGS",
     "SessionContext",
     "SessionReset",
+    "context_changes",
     "context_from_row",
     "deallocation",
     "pin_statement",
@@ -77,18 +80,38 @@ CONTEXT_DIGEST_BYTES = 16
 
 _NAMES = sql.Literal(list(RESULT_SETTINGS))
 
-READ_CONTEXT = sql.SQL(
-    """SELECT s.system_identifier::text, d.oid::int8, d.datname::text, r.oid::int8,
-       r.rolname::text,
-       ARRAY(SELECT n.oid::int8
+# The parts of a context a session can change: the resolved search path and the settings.
+_SEARCH_PATH = sql.SQL(
+    """ARRAY(SELECT n.oid::int8
              FROM unnest(pg_catalog.current_schemas(true)) WITH ORDINALITY AS p(name, i)
              JOIN pg_catalog.pg_namespace n ON n.nspname = p.name
-             WHERE p.name NOT LIKE 'pg\\_temp\\_%' ORDER BY p.i),
-       ARRAY(SELECT pg_catalog.current_setting(name, true) FROM unnest({names}::text[]) name)
+             WHERE p.name NOT LIKE 'pg\\_temp\\_%' ORDER BY p.i)"""
+)
+_SETTINGS = sql.SQL(
+    "ARRAY(SELECT pg_catalog.current_setting(name, true) FROM unnest({names}::text[]) name)"
+).format(names=_NAMES)
+
+READ_CONTEXT = sql.SQL(
+    """SELECT s.system_identifier::text, d.oid::int8, d.datname::text, r.oid::int8,
+       r.rolname::text, {search_path}, {settings}
 FROM pg_catalog.pg_control_system() s, pg_catalog.pg_database d, pg_catalog.pg_roles r
 WHERE d.datname = pg_catalog.current_database() AND r.rolname = current_user"""
-).format(names=_NAMES)
+).format(search_path=_SEARCH_PATH, settings=_SETTINGS)
 """The session's context, one row (:func:`context_from_row`)."""
+
+CHECK_CONTEXT: str = (
+    sql.SQL(
+        """SELECT r.oid::int8, {search_path}, {settings}
+FROM pg_catalog.pg_roles r WHERE r.rolname = current_user"""
+    )
+    .format(search_path=_SEARCH_PATH, settings=_SETTINGS)
+    .as_string()
+)
+"""What of the session's context a statement can change — its role, resolved search path
+and settings — one row (:func:`context_changes`): run after a statement that may have run
+code the library cannot see (a user-defined function's ``SET``, ``set_config`` or ``SET
+ROLE``; a trigger's), whose effect PostgreSQL reports to the client only for a few
+settings."""
 
 # Sets every result setting to the value it has, at session level: PostgreSQL applies a
 # reloaded configuration file only to settings not set in the session. server_version_num
@@ -181,6 +204,21 @@ def context_from_row(row: tuple[Any, ...] | None) -> SessionContext:
         search_path=tuple(int(oid) for oid in path),
         settings=tuple(zip(RESULT_SETTINGS, values, strict=True)),
     )
+
+
+def context_changes(context: SessionContext, row: tuple[Any, ...] | None) -> list[str]:
+    """What a :data:`CHECK_CONTEXT` row shows changed in a session of ``context``, named
+    as :meth:`SessionContext.differences` names it (empty when nothing did)."""
+    if row is None:
+        return ["role"]  # current_user is no role of pg_roles any more (dropped meanwhile)
+    role_oid, path, values = row
+    now = dataclasses.replace(
+        context,
+        role_oid=int(role_oid),
+        search_path=tuple(int(oid) for oid in path),
+        settings=tuple(zip(RESULT_SETTINGS, values, strict=True)),
+    )
+    return now.differences(context) if now != context else []
 
 
 def pin_statement(context: SessionContext) -> sql.Composed:

@@ -23,7 +23,9 @@ __all__ = ["REPORTED_SETTINGS", "SessionWatch", "reported_settings"]
 # Settings PostgreSQL reports to the client whenever they change (search_path from version
 # 18): read from the connection after each statement (no round trip), they catch a
 # function that changes the session (a SET or set_config in its body, which the statement
-# check cannot see).
+# check cannot see). is_superuser follows the current role, so it also catches a SET ROLE
+# between a superuser and another role; other role changes take a round trip
+# (txcache._session.CHECK_CONTEXT).
 REPORTED_SETTINGS = (
     "search_path",
     "TimeZone",
@@ -31,6 +33,8 @@ REPORTED_SETTINGS = (
     "IntervalStyle",
     "standard_conforming_strings",
     "client_encoding",
+    "session_authorization",
+    "is_superuser",
 )
 
 

@@ -209,7 +209,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
             cursor = AsyncResultCursor(connection, row_factory=rows or tuple_row)
             started = time.perf_counter()
             catalog_check = self._catalog_check(analysed)
-            rewritten, catalog = await self._run_with_checks(
+            rewritten, catalog, session = await self._run_with_checks(
                 connection,
                 cursor,
                 statement,
@@ -217,8 +217,10 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
                 single=single,
                 rewrite_check=self._rewrite_check(tags, analysed, catalog_check),
                 catalog_check=catalog_check,
+                context_check=self._context_check(tags),
             )
             self.cache.latency.record_query(time.perf_counter() - started, self._server())
+            self._check_context(connection, session)
             stale = self._stale_read(rewritten, analysed, catalog)
             if stale is not None and stale.ask_agent:
                 assert self.cache.agent is not None
@@ -239,14 +241,18 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         single: bool,
         rewrite_check: RewriteCheck | None,
         catalog_check: Statement | None,
-    ) -> tuple[list[str], tuple[Any, ...] | None]:
-        """Run ``statement``, then the rewrite check and the catalog check (each if any) —
-        in one round trip (a pipeline) when it is a single statement (several go by the
-        simple protocol, which a pipeline refuses). Returns the rewritten relations read
-        (and otherwise records the verified ones) and the catalog check's row."""
+        context_check: str | None,
+    ) -> tuple[list[str], tuple[Any, ...] | None, list[Any] | None]:
+        """Run ``statement``, then the rewrite check, the catalog check and the session
+        context check (each if any) — in one round trip (a pipeline) when it is a single
+        statement (several go by the simple protocol, which a pipeline refuses). Returns
+        the rewritten relations read (and otherwise records the verified ones), the catalog
+        check's row and the context check's rows."""
         checks = rewrite_check is not None or catalog_check is not None
+        checks = checks or context_check is not None
         rewrite: psycopg.AsyncCursor[Any] | None = None
         catalog: psycopg.AsyncCursor[Any] | None = None
+        session: psycopg.AsyncCursor[Any] | None = None
         pipeline = connection.pipeline() if single and checks else contextlib.nullcontext()
         async with pipeline:
             await cursor.run(statement, params)
@@ -255,10 +261,13 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
                 rewrite = await connection.execute(rewrite_check.statement, rewrite_check.params)
             if catalog_check is not None:
                 catalog = await connection.execute(*catalog_check)
+            if context_check is not None:
+                session = await connection.execute(context_check)
         rewritten = []
         if rewrite is not None and rewrite_check is not None:
             rewritten = self._rewritten(rewrite_check, await rewrite.fetchall())
-        return rewritten, await catalog.fetchone() if catalog is not None else None
+        catalog_row = await catalog.fetchone() if catalog is not None else None
+        return rewritten, catalog_row, await session.fetchall() if session is not None else None
 
     async def _move_past(self, stale: StaleRead, *, last_chance: bool) -> None:
         """The statement's result was dropped (``stale`` says why). Move the database
