@@ -19,6 +19,7 @@ from async_fixtures import AsyncLib
 from test_async_resp import stop
 from txcache import aio
 from txcache.aio import AsyncCache
+from txcache.stack import wait_until
 
 ran: list[int] = []
 paused: dict[str, asyncio.Event] = {}  # set by slow_price once its query ran
@@ -178,6 +179,41 @@ def test_a_task_cancelled_while_waiting_for_a_connection_takes_none(alib: AsyncL
             assert await aio.query_one("SELECT 1") == (1,)
 
     alib.run(body, pool_size=1)
+
+
+def test_a_task_cancelled_while_a_parked_connection_rolls_back_gives_it_back(
+    alib: AsyncLib,
+) -> None:
+    """A block takes a parked connection before the pool's, rolling its database transaction
+    back first. A task cancelled during that ``ROLLBACK`` (its session stopped, as a slow
+    server would be) gives the connection back all the same: the pool's only one."""
+
+    async def body(cache: AsyncCache) -> None:
+        async with cache.read_only(staleness=60):
+            row = await aio.query_one("SELECT pg_backend_pid()")
+        assert row is not None
+        assert len(cache.parking) == 1
+
+        async def writer() -> None:
+            async with cache.read_write():
+                await aio.execute("SELECT 1")
+
+        session = int(row[0])
+        stop(session)  # its ROLLBACK waits until the session runs again
+        try:
+            task = asyncio.create_task(writer())
+            await asyncio.to_thread(
+                wait_until, lambda: len(cache.parking) == 0, "the writer to take the parked one"
+            )
+            task.cancel()
+        finally:
+            os.kill(session, signal.SIGCONT)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        async with cache.read_write():
+            assert await aio.query_one("SELECT 1") == (1,)
+
+    alib.run(body, pool_size=1, pool_timeout=2, snapshot_hold=30)
 
 
 def test_a_lookup_cut_short_changes_nothing(alib: AsyncLib) -> None:

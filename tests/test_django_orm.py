@@ -7,6 +7,7 @@ transaction and ``commit_timestamp`` covers them; outside any, Django is Django.
 from __future__ import annotations
 
 import datetime
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -387,3 +388,29 @@ def test_a_cursor_made_before_a_txcache_transaction_is_refused_inside_it(shop: D
             cursor.execute("SELECT price FROM shop_item WHERE id = 24")
         cursor.execute("SELECT price FROM shop_item WHERE id = 24")  # outside again: Django's
         assert cursor.fetchone() == (240,)
+
+
+def test_a_forked_worker_connects_a_cache_of_its_own(shop: DjangoShop) -> None:
+    """A pre-forking server whose parent connected before the fork (gunicorn
+    ``--preload``): the worker's ``get_cache()`` is a new cache, which works, and the
+    parent's stays the parent's."""
+    parent = txcache.django.get_cache()
+    assert warm(shop, price_of, 1) == 10
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the worker: report, and leave at once
+        status = 1
+        try:
+            mine = txcache.django.get_cache()
+            with txcache.django.read_only():
+                fresh = mine is not parent and price_of(1) == 10
+            status = 0 if fresh else 2
+        finally:
+            os.write(write, bytes([status]))
+            os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"\x00", "the worker's own cache, working"
+    os.close(read)
+    os.waitpid(child, 0)
+    assert txcache.django.get_cache() is parent
+    assert warm(shop, price_of, 1) == 10

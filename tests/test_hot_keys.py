@@ -2,8 +2,8 @@
 lease (docs/library.md, "Hot keys: one recompute"), against the real stack.
 
 Many threads (or tasks) miss one popular key right after an invalidation; one computes it,
-the others wait for its store and hit it. A holder that raises releases the lease at once; one that
-takes longer than the lease loses it to the next caller.
+the others wait for its store and hit it. A holder that raises, or is interrupted or cancelled,
+releases the lease at once; one that takes longer than the lease loses it to the next caller.
 """
 
 from __future__ import annotations
@@ -29,8 +29,11 @@ runs: list[int] = []
 slow_first = threading.Event()
 """Set: the next run waits on :data:`released` first (a slow holder)."""
 released = threading.Event()
-fail_next = threading.Event()
-"""Set: the next run raises (a holder that fails)."""
+fail_with: list[BaseException] = []
+"""Holds an exception: the next run raises it (a holder that fails, or is interrupted)."""
+stalled: dict[str, asyncio.Event] = {}
+"""Holds an event: the next run of :func:`async_category_total` waits for it (a holder that
+is cancelled while it computes)."""
 
 
 @txcache.cacheable
@@ -41,9 +44,8 @@ def category_total(category: int) -> int:
     if slow_first.is_set():
         slow_first.clear()
         released.wait(30)
-    if fail_next.is_set():
-        fail_next.clear()
-        raise RuntimeError("the holder failed")
+    if fail_with:
+        raise fail_with.pop()
     time.sleep(0.1)
     row = txcache.query_one("SELECT sum(price) FROM items WHERE category = %s", (category,))
     assert row is not None
@@ -54,6 +56,9 @@ def category_total(category: int) -> int:
 async def async_category_total(category: int) -> int:
     """:func:`category_total` for tasks."""
     runs.append(category)
+    stall = stalled.pop("next", None)
+    if stall is not None:
+        await stall.wait()
     await asyncio.sleep(0.1)
     row = await aio.query_one("SELECT sum(price) FROM items WHERE category = %s", (category,))
     assert row is not None
@@ -65,7 +70,9 @@ def lib(database: str) -> Iterator[LibraryStack]:
     """The library stack with a 2 s lease."""
     with LibraryStack(database, lease=2.0) as stack:
         runs.clear()
-        for event in (slow_first, released, fail_next):
+        fail_with.clear()
+        stalled.clear()
+        for event in (slow_first, released):
             event.clear()
         yield stack
 
@@ -103,15 +110,22 @@ def test_concurrent_misses_after_an_invalidation_compute_once(lib: LibraryStack)
     assert category_total.stats.lease_waits >= 1
 
 
-def test_a_holder_that_fails_hands_the_lease_over_at_once(lib: LibraryStack) -> None:
-    fail_next.set()
+@pytest.mark.parametrize(
+    "failure",
+    [RuntimeError("the holder failed"), KeyboardInterrupt()],
+    ids=["raises", "interrupted"],
+)
+def test_a_holder_that_fails_hands_the_lease_over_at_once(
+    lib: LibraryStack, failure: BaseException
+) -> None:
+    fail_with.append(failure)
     started = time.monotonic()
     outcomes: list[str] = []
 
     def call() -> int:
         try:
             return read(lib)
-        except RuntimeError:
+        except type(failure):
             outcomes.append("failed")
             return -1
 
@@ -156,3 +170,35 @@ def test_concurrent_tasks_missing_one_key_compute_once(lib: LibraryStack, alib: 
 
     assert alib.run(herd) == [before + 1] * THREADS
     assert runs == [2], f"{len(runs)} computations for one invalidated key"
+
+
+def test_a_holder_cancelled_hands_the_lease_over_at_once(alib: AsyncLib) -> None:
+    """The task holding the key's lease is cancelled while it computes (a request timed
+    out): the task waiting for the lease takes over at once, not when the lease expires."""
+
+    async def body(cache: AsyncCache) -> tuple[int, float]:
+        async def one() -> int:
+            async with cache.read_only(staleness=60):
+                return await async_category_total(0)
+
+        stalled["next"] = asyncio.Event()  # never set: the holder computes until cancelled
+        holder = asyncio.create_task(one())
+        await asyncio.to_thread(wait_until, lambda: runs, "the holder to start computing")
+        waits = async_category_total.stats.lease_waits
+        waiter = asyncio.create_task(one())
+        await asyncio.to_thread(
+            wait_until,
+            lambda: async_category_total.stats.lease_waits > waits,
+            "the second caller to wait for the lease",
+        )
+        holder.cancel()
+        cancelled = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await holder
+        total = await waiter
+        return total, time.monotonic() - cancelled
+
+    total, waited = alib.run(body, lease=2.0)
+    assert total > 0
+    assert runs == [0, 0]
+    assert waited < 1.0, f"the waiter waited {waited:.2f} s: for the lease to expire (2 s)"

@@ -21,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import txcache
 from postgres_fixtures import drop_database
-from txcache.stack import EmbeddedPostgres, Stack, StackOptions, wait_until
+from txcache.stack import AgentProcess, EmbeddedPostgres, Stack, StackOptions, wait_until
 
 TENANTS = """
 CREATE SCHEMA tenant_a;
@@ -343,6 +343,60 @@ def test_two_databases_on_one_server_never_share_a_value(
             token = write(second, "UPDATE acct SET name = 'other two' WHERE id = 1")
             assert read(second, account_name, 1, not_before=token) == ("other two", 0)
             assert cached(development, account_name, 1) == "public one"
+    finally:
+        drop_database(tenants.server, other)
+
+
+@txcache.cacheable
+def other_account_name(account_id: int) -> str | None:
+    """:func:`account_name`, counted apart: for the caches of another database."""
+    row = txcache.query_one("SELECT name FROM acct WHERE id = %s", (account_id,))
+    return None if row is None else str(row[0])
+
+
+def test_an_agent_of_another_database_never_feeds_this_ones_nodes(tenants: Tenants) -> None:
+    """Two databases, each with its agent, given the same nodes: the nodes follow the first
+    one's stream, so the second agent's is refused (it would move their N past commits of
+    one database with the positions of the other) and so is the second database's library,
+    which runs on the database alone rather than trust an N nothing of its own backs."""
+    other = f"{tenants.database}_own_agent"
+    with tenants.admin() as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(other)))
+    try:
+        dsn = tenants.dsn(dbname=other)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE acct (id integer PRIMARY KEY, name text NOT NULL)")
+            conn.execute("INSERT INTO acct VALUES (1, 'other one')")
+        txcache.setup_database(dsn, slot="txcache_other")
+        nodes = tenants.stack.node_addresses
+        with (
+            AgentProcess(dsn, nodes, "--slot", "txcache_other", *AGENT_ARGS) as agent,
+            tenants.cache() as first,
+            txcache.connect(
+                dsn, nodes=nodes, agent=f"{agent.host}:{agent.port}", refresh_interval=0.05
+            ) as second,
+        ):
+            wait_until(
+                lambda: "FOLLOWS ANOTHER DATABASE" in agent.log_text(),
+                "the second agent to be refused by the nodes",
+                log=agent.log_text,
+            )
+            assert cached(first, account_name, 1) == "public one"
+            stats = other_account_name.stats
+            assert read(second, other_account_name, 1) == ("other one", 0)
+            # Whatever became of the store (an unprotected node takes it), it is over.
+            wait_until(
+                lambda: stats.inserts.get("inserted") or stats.misses.get("unavailable"),
+                "the second database's first miss to be stored or to find the nodes down",
+            )
+            for name in ("other two", "other three"):
+                token = write(second, "UPDATE acct SET name = %s WHERE id = 1", name)
+                write(first, "UPDATE acct SET name = name WHERE id = 1")
+                tenants.stack.caught_up()  # the nodes' N past the second database's write
+                for _ in range(3):
+                    assert read(second, other_account_name, 1, not_before=token) == (name, 0)
+            assert stats.inserts.get("inserted", 0) == 0, stats
+            assert cached(first, account_name, 1) == "public one"
     finally:
         drop_database(tenants.server, other)
 

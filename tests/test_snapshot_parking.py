@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+import psycopg_pool
 import pytest
 
 import txcache
@@ -16,6 +17,7 @@ from library_fixtures import LibraryStack
 from txcache import Pin, PinSet
 from txcache._parking import ParkedSnapshot, ParkingLot
 from txcache._session import SessionContext
+from txcache.stack import wait_until
 
 NOW = "SELECT now()"
 """The database transaction's start: equal in two blocks only if they shared one."""
@@ -154,6 +156,91 @@ def test_an_event_loop_blocked_by_a_schema_change_does_not_wait_forever(database
                 await cache.close()
 
         assert asyncio.run(main()) == 30
+
+
+def backend_pid() -> int:
+    """The PostgreSQL session the current read-only block runs in."""
+    row = txcache.query_one("SELECT pg_backend_pid()")
+    assert row is not None
+    return int(row[0])
+
+
+def session_ended(lib: LibraryStack, pid: int) -> bool:
+    """Whether the PostgreSQL session ``pid`` is gone."""
+    row = lib.admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+    return row is None
+
+
+def pool_whole(cache: txcache.Cache) -> bool:
+    """Whether every connection the pool made is back in it or parked (none lost)."""
+    stats = cache.pool.get_stats()
+    return stats.get("pool_available", 0) + len(cache.parking) == stats.get("pool_size", 0)
+
+
+def test_a_block_that_ends_after_close_parks_nothing(sticky: LibraryStack) -> None:
+    """A block still running when its cache is closed (a shutdown hook while a request
+    finishes) ends its database transaction instead of parking it: nothing ends a parked one
+    once the cache is closed, and its locks would hold off schema changes for good. The
+    closed cache then refuses blocks."""
+    cache = sticky.cache
+    with cache.read_only(staleness=60):
+        session = backend_pid()
+        cache.close()
+    assert len(cache.parking) == 0
+    wait_until(lambda: session_ended(sticky, session), "the block's session to end")
+    with pytest.raises(psycopg_pool.PoolClosed), cache.read_only(staleness=60):
+        txcache.query_one("SELECT 1")
+
+
+def test_an_async_block_that_ends_after_close_parks_nothing(sticky: LibraryStack) -> None:
+    """:func:`test_a_block_that_ends_after_close_parks_nothing` for the async cache."""
+
+    async def main() -> int:
+        cache = await txcache.connect_async(
+            dsn=sticky.dsn,
+            nodes=sticky.node_addresses,
+            agent=sticky.agent_address,
+            refresh_interval=0.05,
+            pin_policy=StickyPolicy(),
+            snapshot_hold=30,
+        )
+        try:
+            async with cache.read_only(staleness=60):
+                row = await txcache.aio.query_one("SELECT pg_backend_pid()")
+                await cache.close()
+            assert len(cache.parking) == 0
+            with pytest.raises(psycopg_pool.PoolClosed):
+                async with cache.read_only(staleness=60):
+                    await txcache.aio.query_one("SELECT 1")
+        finally:
+            await cache.close()
+        assert row is not None
+        return int(row[0])
+
+    session = asyncio.run(main())
+    wait_until(lambda: session_ended(sticky, session), "the async block's session to end")
+
+
+def test_a_block_interrupted_as_it_resumes_a_parked_transaction_gives_its_connection_back(
+    sticky: LibraryStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C (``KeyboardInterrupt``, raised wherever the main thread is) that lands after
+    a block took its connection but before it holds it: the connection goes back to the pool,
+    not lost to it."""
+    started_at(sticky.cache)
+    assert len(sticky.cache.parking) == 1
+    note_session = txcache.ReadOnlyTransaction._note_session
+
+    def interrupted(transaction: txcache.ReadOnlyTransaction, connection: Any) -> None:
+        monkeypatch.setattr(txcache.ReadOnlyTransaction, "_note_session", note_session)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(txcache.ReadOnlyTransaction, "_note_session", interrupted)
+    with pytest.raises(KeyboardInterrupt), sticky.cache.read_only(staleness=60):
+        txcache.query_one(NOW)
+    assert sticky.cache.parking.reused == 1, "the block took the parked connection"
+    wait_until(lambda: pool_whole(sticky.cache), "the interrupted block's connection to come back")
+    started_at(sticky.cache)
 
 
 # -- the lot's rules (no I/O) -----------------------------------------------------------------

@@ -113,6 +113,9 @@ class CacheCore:
         self.parking: ParkingLot[Any] = ParkingLot(settings.snapshot_hold, settings.pool_size)
         """Read-only database transactions kept open for the next transaction at their pin
         (:mod:`txcache._parking`)."""
+        self.closed = False
+        """Whether :meth:`close` began: nothing is parked from then on (nothing would end
+        it), and no parked connection is handed out."""
         self.pending_stores: PendingStores[Any] = PendingStores()
         """Values computed without DDL triggers, waiting for a pin to verify their catalog
         before they are stored (:mod:`txcache._pending_stores`)."""
@@ -241,7 +244,20 @@ class CacheCore:
             "password": settings.password,
             "timeout": settings.node_timeout,
             "tls_ca": settings.tls_ca,
+            "greeting": self._node_greeting,
         }
+
+    def _node_greeting(self) -> tuple[str, str] | None:
+        """What every new connection to a node sends first: ``TXDATABASE`` naming the
+        database the agent follows (``system_identifier/oid``, as the agent names it to the
+        nodes) — the only one this cache stores values of. A node that follows another
+        database's stream refuses it, and every versioned command after: its ``N`` would
+        vouch for values nothing invalidates. ``None`` (no connection yet) before the
+        agent said which database it follows."""
+        followed = self.agent.database if self.agent is not None else None
+        if followed is None:
+            return None
+        return "TXDATABASE", f"{followed.system_identifier}/{followed.oid}"
 
     def inherited(self) -> bool:
         """Whether this process is a fork of the one that made the cache: its connections are

@@ -9,7 +9,8 @@ A value stored by one driver is a hit for the other: keys, values and intervals 
 same bytes whichever wrapper computed them. A call cancelled before its function returned
 stores nothing (its frame is dropped, as for any exception); once its result is being
 stored, the ``TXSET`` is written whole, so a cancellation then stores the complete value or
-nothing.
+nothing. A call that holds its key's lease and raises — or is cancelled or interrupted —
+releases it (``TXRELEASE``, not waited for).
 
 A miss asks the node for the key's lease (the ``lease`` setting): the caller that gets it
 computes the value, and the others that miss the key meanwhile wait for its store
@@ -164,7 +165,7 @@ class CacheableFunction(CacheableBase[P, R]):
         leased = miss.lease == 0  # this call holds the key's lease: a store ends it
         try:
             value = self.function(*args, **kwargs)
-        except Exception:
+        except BaseException:
             if leased:
                 node.release(key)  # a waiting caller computes it at once
             raise

@@ -154,14 +154,16 @@ class Cache(CacheDriver):
 
     def close(self) -> None:
         """Stop the auditor (dropping the checks not made yet) and the agent refresher,
-        close node connections and the database pool. In a forked child, only forget the
-        cache: its connections are the parent's."""
+        end the parked database transactions, close node connections and the database pool
+        (a block still running gives its connection back as it ends). In a forked child,
+        only forget the cache: its connections are the parent's."""
         global _default
         with _default_lock:
             if _default is self:
                 _default = None
         if self.inherited():
             return
+        self.closed = True  # a block that ends from now on gives its connection back
         if self._auditor is not None:
             self._auditor.close()  # first: its checks use the pool, the nodes and the agent
         if self.agent is not None:

@@ -14,9 +14,22 @@ from txcache import _protocol as protocol
 from txcache._protocol import Hit, Interval, Miss
 from txcache._resp import ReplyError
 
-__all__ = ["delete_result", "insert_result", "interval_result", "lookup_result"]
+__all__ = [
+    "delete_result",
+    "follows_another_database",
+    "insert_result",
+    "interval_result",
+    "lookup_result",
+]
 
 log = logging.getLogger("txcache")
+
+
+def follows_another_database(reply: object) -> bool:
+    """Whether ``reply`` is a node's ``-WRONGDB``: it follows another database's stream than
+    this connection declared (``TXDATABASE``), so its ``N`` vouches for nothing this cache
+    stores — it is to be treated as down (docs/protocol.md, ``TXDATABASE``)."""
+    return isinstance(reply, ReplyError) and str(reply).startswith("WRONGDB")
 
 
 def lookup_result(address: str, reply: Hit | Miss | ReplyError | None) -> Hit | Miss:

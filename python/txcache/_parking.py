@@ -19,8 +19,8 @@ transaction is kept only while it is younger than ``snapshot_hold`` seconds (cou
 its import, not from its last use: reuse never extends it), and the cache's background
 worker ends the ones that outlive it every ``snapshot_hold`` seconds: a migration waits at
 most about twice ``snapshot_hold`` plus one read-only transaction. Nothing is kept after a
-failed statement, a changed session, a schema change noticed, or with another caller
-waiting for the pool.
+failed statement, a changed session, a schema change noticed, with another caller
+waiting for the pool, or once the cache is closed.
 """
 
 from __future__ import annotations

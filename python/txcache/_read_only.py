@@ -347,16 +347,20 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         connection = self._resumed()
         if connection is None:
             connection = self._on_replica()
+        began = connection is not None  # its database transaction is at a pin already
         if connection is None:
             connection = self.cache.checkout()
-            try:
+        try:
+            if not began:
                 self._check_connection(self.cache.connection_context(connection))
                 if self.uncached or not self._begin_pinned(connection):
                     self.database_snapshot = _begin_unpinned(connection)
-            except BaseException:
-                self.cache.release(connection)
-                raise
-        self._note_session(connection)
+            self._note_session(connection)
+        except BaseException:
+            # Until it is the block's, only this gives the connection back (an interruption
+            # too: a Ctrl-C lands between any two steps).
+            self.cache.release(connection)
+            raise
         self._connection = connection
         return connection
 
@@ -388,7 +392,12 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
             if self._replica_caught_up(choice):
                 connection = self.cache.checkout_replica(choice.server)
                 if connection is not None:
-                    if self._began_on_replica(connection, choice):
+                    try:
+                        began = self._began_on_replica(connection, choice)
+                    except BaseException:
+                        self.cache.release(connection)  # interrupted while it began
+                        raise
+                    if began:
                         return connection
                     self.cache.release(connection)
             if not self._replica_refused(choice):

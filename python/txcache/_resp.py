@@ -34,10 +34,12 @@ __all__ = [
     "Command",
     "ConnectionLost",
     "Endpoint",
+    "Greeting",
     "Health",
     "PasswordRefused",
     "ReplyError",
     "RespConnection",
+    "greeting_refused",
     "parse_address",
     "read_reply",
     "tls_context",
@@ -153,6 +155,24 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
 
 
 Argument = str | bytes | int | float
+
+
+Greeting = Callable[[], Sequence[Argument] | None]
+"""What an endpoint sends on each new connection after ``AUTH`` (``None``: not ready to
+connect yet); an error reply refuses the connection (:func:`greeting_refused`)."""
+
+
+def greeting_refused(address: tuple[str, int], command: Sequence[Any] | None, reply: Any) -> None:
+    """Raise :class:`ConnectionLost` when a connection's greeting could not be sent
+    (``command`` is ``None``) or ``reply`` refuses it: the server will not serve this
+    client (a cache node that follows another database's stream)."""
+    where = show_address(address)
+    if command is None:
+        raise ConnectionLost(f"not connecting to {where} yet: nothing to greet it with")
+    if isinstance(reply, ReplyError):
+        raise ConnectionLost(f"{where} refused {command[0]}: {reply}")
+
+
 OnReply = Callable[[Any], None]
 """What gets a reply not waited for (``None`` when the connection was lost first)."""
 
@@ -172,9 +192,11 @@ class RespConnection:
         connect_timeout: float = 1.0,
         timeout: float = 5.0,
         tls: ssl.SSLContext | None = None,
+        greeting: Greeting | None = None,
     ) -> None:
         """Connect to ``address`` (over TLS with ``tls``, checking the certificate names
-        the host) and authenticate; raises :class:`ConnectionLost`."""
+        the host), authenticate and send ``greeting``'s command; raises
+        :class:`ConnectionLost`."""
         self.address = address
         self._reader = hiredis.Reader()
         self._owed: deque[OnReply] = deque()
@@ -195,6 +217,13 @@ class RespConnection:
                 raise PasswordRefused(
                     f"{show_address(address)} refused the password: {reply}", reply
                 )
+        if greeting is not None:
+            command = greeting()
+            try:
+                greeting_refused(address, command, None if command is None else self.call(*command))
+            except ConnectionLost:
+                self.close()
+                raise
 
     def __enter__(self) -> RespConnection:
         """The connection itself; leaving the block closes it."""
@@ -369,10 +398,11 @@ class Endpoint(Health):
         connect_timeout: float = 0.25,
         timeout: float = 1.0,
         tls_ca: str | None = None,
+        greeting: Greeting | None = None,
     ) -> None:
         """``address`` is ``host:port``, or ``rediss://host:port`` for TLS checked against
-        ``tls_ca`` (:func:`tls_context`); ``role`` names the server in logs. Nothing is
-        connected until the first call."""
+        ``tls_ca`` (:func:`tls_context`); ``role`` names the server in logs; ``greeting``
+        what each new connection sends first. Nothing is connected until the first call."""
         super().__init__(address, role=role)
         self.timeout = timeout
         self._target = parse_address(address)
@@ -381,6 +411,7 @@ class Endpoint(Health):
             "connect_timeout": connect_timeout,
             "timeout": timeout,
             "tls": tls_context(tls_ca) if uses_tls(address) else None,
+            "greeting": greeting,
         }
         self._idle: list[RespConnection] = []
         self._closed = threading.Event()
@@ -484,6 +515,12 @@ class Endpoint(Health):
             return self._idle.pop()
         except IndexError:
             return RespConnection(self._target, **self._options)
+
+    def refused(self, why: str) -> None:
+        """The server refused to serve this client after it connected (a cache node now
+        following another database's stream): down, its connections dropped, probed as
+        after a lost connection (and its greeting refused again until that changes)."""
+        self._mark_down(ConnectionLost(f"{show_address(self._target)} {why}"))
 
     def _mark_down(self, error: Exception) -> None:
         if self._note_down(error):

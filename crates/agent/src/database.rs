@@ -48,6 +48,14 @@ pub struct DatabaseIdentity {
     pub name: String,
 }
 
+impl DatabaseIdentity {
+    /// How cache nodes name the database whose stream they follow (`TXDATABASE`):
+    /// `system_identifier/oid`, as every library names its own.
+    pub fn stream_name(&self) -> String {
+        format!("{}/{}", self.system_identifier, self.oid)
+    }
+}
+
 /// The identity of the database `sql` is connected to.
 pub async fn identity(sql: &SqlSession) -> anyhow::Result<DatabaseIdentity> {
     let row = sql

@@ -21,7 +21,7 @@
 use crate::connect::connect_sql;
 use crate::database;
 use crate::message::StreamMessage;
-use crate::node_link::NodeLink;
+use crate::node_link::{NodeLink, OtherDatabase};
 use crate::term::Term;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -141,6 +141,9 @@ pub struct LinkSettings {
     pub spacing: Duration,
     /// The database, read again before a node is rewound.
     pub dsn: String,
+    /// The database's name for the nodes (`TXDATABASE`): a node that follows another
+    /// database's stream is never fed, nor rewound.
+    pub database: String,
     /// This agent's term: its epoch is sent to every node (`TXEPOCH`), and nothing is
     /// sent once it is not valid.
     pub term: Arc<Term>,
@@ -549,8 +552,13 @@ async fn run_node(fanout: Arc<Fanout>, node: Arc<NodeState>, link: LinkSettings)
             outage_reported = false;
         }
         if !outage_reported {
-            tracing::warn!(node = %node.address, %error,
-                "cache node unreachable; retrying (on return it is replayed or reset, never stale)");
+            if error.downcast_ref::<OtherDatabase>().is_some() {
+                tracing::error!(node = %node.address, %error,
+                    "CACHE NODE FOLLOWS ANOTHER DATABASE: this agent does not feed it, and libraries of this database do not use it; give each database nodes of its own, or restart the node to give it to this one");
+            } else {
+                tracing::warn!(node = %node.address, %error,
+                    "cache node unreachable; retrying (on return it is replayed or reset, never stale)");
+            }
             outage_reported = true;
         }
         tokio::time::sleep(backoff).await;
@@ -567,6 +575,7 @@ async fn serve_node(
         &node.address,
         settings.password.as_deref(),
         settings.tls.as_ref(),
+        &settings.database,
         Arc::clone(&settings.term),
     )
     .await?;
@@ -857,6 +866,7 @@ mod tests {
             tls: None,
             spacing: Duration::ZERO,
             dsn: String::new(),
+            database: "1/5".to_owned(),
             term: Arc::new(Term::unbounded()),
         });
         assert!(fanout.add_node(1, "127.0.0.1:2"));

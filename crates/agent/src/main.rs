@@ -278,6 +278,7 @@ async fn run(
         tls: tls.nodes.clone(),
         spacing: config.delivery_spacing,
         dsn: config.dsn.clone(),
+        database: database.stream_name(),
         term: Arc::clone(&term),
     });
     if let Some(watch) = watch {

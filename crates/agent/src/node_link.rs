@@ -65,18 +65,25 @@ pub struct NodePosition {
     pub applied: Timestamp,
 }
 
+/// A node that follows another database's stream (its `-WRONGDB` refusal of `TXDATABASE`).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct OtherDatabase(String);
+
 /// The key `TXRELEASE` names to learn whether a node knows column sets in tags.
 const CAPABILITY_PROBE: &[u8] = b"txcache:capability-probe";
 
 impl NodeLink {
     /// Connects to `address` (`host:port`, or `rediss://host:port` for TLS checked with
-    /// `tls`), authenticates when a password is given and names the term's epoch
-    /// (`TXEPOCH`: the node refuses every older one from then on). Every later write first
-    /// checks that the term is still valid.
+    /// `tls`), authenticates when a password is given, names the database it feeds
+    /// (`TXDATABASE`: [`OtherDatabase`] when the node follows another, and nothing is sent
+    /// to it) and the term's epoch (`TXEPOCH`: the node refuses every older one from then
+    /// on). Every later write first checks that the term is still valid.
     pub async fn connect(
         address: &str,
         password: Option<&str>,
         tls: Option<&Arc<ClientConfig>>,
+        database: &str,
         term: Arc<Term>,
     ) -> anyhow::Result<Self> {
         let target = NodeAddress::parse(address)?;
@@ -106,6 +113,12 @@ impl NodeLink {
         };
         if let Some(password) = password {
             link.call(&[b"AUTH", password.as_bytes()]).await?;
+        }
+        if let Frame::Error(refusal) = link
+            .call_frame(&[b"TXDATABASE", database.as_bytes()])
+            .await?
+        {
+            return Err(OtherDatabase(refusal).into());
         }
         let epoch = link.term.epoch().to_string();
         link.call(&[b"TXEPOCH", epoch.as_bytes()])
@@ -228,19 +241,20 @@ impl NodeLink {
 
 #[cfg(test)]
 mod tests {
-    use super::{NodeAddress, NodeLink};
+    use super::{NodeAddress, NodeLink, OtherDatabase};
     use crate::term::Term;
     use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// A node that answers `TXEPOCH` and then `txrelease` with one reply each.
-    async fn fake_node(txrelease: &'static [u8]) -> String {
+    /// A node that answers `TXDATABASE` with `txdatabase`, then `TXEPOCH` and `TXRELEASE`
+    /// with one reply each.
+    async fn fake_node(txdatabase: &'static [u8], txrelease: &'static [u8]) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap().to_string();
         tokio::spawn(async move {
             let (mut socket, _) = listener.accept().await.unwrap();
             let mut buffer = vec![0; 4096];
-            for reply in [&b"+OK\r\n"[..], txrelease] {
+            for reply in [txdatabase, &b"+OK\r\n"[..], txrelease] {
                 let _ = socket.read(&mut buffer).await.unwrap();
                 socket.write_all(reply).await.unwrap();
             }
@@ -251,17 +265,35 @@ mod tests {
 
     #[tokio::test]
     async fn a_node_that_does_not_know_column_sets_is_refused() {
-        let old = fake_node(b"-ERR unknown command 'TXRELEASE'\r\n").await;
+        let old = fake_node(b"+OK\r\n", b"-ERR unknown command 'TXRELEASE'\r\n").await;
         let term = Arc::new(Term::unbounded());
-        let error = NodeLink::connect(&old, None, None, term.clone())
+        let error = NodeLink::connect(&old, None, None, "1/5", term.clone())
             .await
             .err()
             .expect("an old node is refused");
         let message = format!("{error:#}");
         assert!(message.contains("older than this agent"), "{message}");
         assert!(message.contains("upgrade the cache nodes"), "{message}");
-        let current = fake_node(b":0\r\n").await;
-        assert!(NodeLink::connect(&current, None, None, term).await.is_ok());
+        let current = fake_node(b"+OK\r\n", b":0\r\n").await;
+        assert!(NodeLink::connect(&current, None, None, "1/5", term)
+            .await
+            .is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_node_of_another_database_is_left_alone() {
+        let refusal = b"-WRONGDB this node follows database 1/6, not 1/5: each database needs cache nodes of its own (restart a node to give it to another database)\r\n";
+        let other = fake_node(refusal, b":0\r\n").await;
+        let term = Arc::new(Term::unbounded());
+        let error = NodeLink::connect(&other, None, None, "1/5", term)
+            .await
+            .err()
+            .expect("a node of another database is refused");
+        assert!(error.downcast_ref::<OtherDatabase>().is_some(), "{error:#}");
+        assert!(
+            format!("{error:#}").contains("follows database 1/6"),
+            "{error:#}"
+        );
     }
 
     #[test]

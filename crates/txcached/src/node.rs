@@ -7,6 +7,7 @@ use crate::shards::Shards;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::time::Instant;
 use txcache_resp::Limits;
 use txcache_store::StoreConfig;
@@ -27,6 +28,9 @@ pub struct Node {
     pub started: Instant,
     /// The database history the stream follows, as the agent named it (`TXORIGIN`).
     origin: Mutex<Option<Bytes>>,
+    /// The database whose stream the node follows (`TXDATABASE`): named by the first stream
+    /// command of a connection that declared one, and never changed afterwards.
+    database: OnceLock<Bytes>,
     /// The fencing epoch: the highest `TXEPOCH` a connection sent (0 before any). Read
     /// without a lock (`INFO`, `TXEPOCH` alone); raised only under `fence`'s write side.
     epoch: AtomicU64,
@@ -60,6 +64,7 @@ impl Node {
             config,
             started: Instant::now(),
             origin: Mutex::new(None),
+            database: OnceLock::new(),
             epoch: AtomicU64::new(0),
             fence: RwLock::new(()),
             #[cfg(test)]
@@ -77,6 +82,17 @@ impl Node {
     /// Records the database history the stream follows from now on.
     pub fn set_origin(&self, origin: Bytes) {
         *self.origin.lock() = Some(origin);
+    }
+
+    /// The database whose stream the node follows; `None` until an agent named one.
+    pub fn database(&self) -> Option<&Bytes> {
+        self.database.get()
+    }
+
+    /// The database the node follows from now on: `database`, unless it follows one already
+    /// (which is returned).
+    pub fn claim_database(&self, database: &Bytes) -> &Bytes {
+        self.database.get_or_init(|| database.clone())
     }
 
     /// The fencing epoch: the highest epoch an agent announced with `TXEPOCH`; 0 before any.

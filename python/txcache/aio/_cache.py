@@ -13,7 +13,9 @@ the async driver runs it in a worker thread. Connections go back to the pool cle
 all (:meth:`AsyncCacheDriver.release`): rolled back (a read/write block's session also
 reset), or closed — and so replaced by the pool — when that fails or their state is unknown
 (a statement interrupted mid-way). Giving one back is shielded from cancellation, so a task
-cancelled while it leaves a block still returns its connection.
+cancelled while it leaves a block still returns its connection; one cancelled while it takes
+one (a parked one rolled back, a new one prepared) gives it back too. Once the cache is
+closed nothing is parked, and no parked connection is handed out.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from txcache.aio._agent import AsyncAgentClient
 from txcache.aio._nodes import AsyncCacheNode
 from txcache.aio._read_only import AsyncReadOnlyTransaction
 from txcache.aio._transaction import AsyncReadWriteTransaction
+from txcache.errors import TransactionError
 
 __all__ = ["AsyncCacheDriver"]
 
@@ -86,6 +89,7 @@ class AsyncCacheDriver(CacheCore):
         ``staleness`` seconds old (default: the ``staleness`` setting) and not before the
         ``not_before`` token (a read/write transaction's ``commit_timestamp``, or a
         :meth:`timestamp` taken after writes made elsewhere)."""
+        self._refuse_inherited()
         limit = self._staleness_limit(staleness, not_before)
         return AsyncReadOnlyTransaction(self, limit, not_before)
 
@@ -93,12 +97,24 @@ class AsyncCacheDriver(CacheCore):
         """A read/write transaction on the database, bypassing the cache. ``isolation``:
         ``"READ COMMITTED"`` (the database default), ``"REPEATABLE READ"``,
         ``"SERIALIZABLE"``."""
+        self._refuse_inherited()
         return AsyncReadWriteTransaction(self, self._isolation_level(isolation))
+
+    def _refuse_inherited(self) -> None:
+        """Raise :class:`~txcache.TransactionError` in a forked child of the process that
+        made the cache: its pool's and nodes' sockets are the parent's, and a child using
+        them would put the parent's sessions and node connections out of step."""
+        if self.inherited():
+            raise TransactionError(
+                "this cache was created in the parent process before fork(); connect again "
+                "in the child (txcache.connect_async)"
+            )
 
     async def timestamp(self) -> int:
         """A ``not_before`` token for every transaction that committed anywhere before this
         call — through this library, another service, a migration, psql: the database's
         WAL insert position now. A read-only transaction given it sees all of them."""
+        self._refuse_inherited()
         async with self.pool.connection() as connection:
             cursor = await connection.execute(WAL_POSITION)
             row = await cursor.fetchone()
@@ -184,6 +200,7 @@ class AsyncCacheDriver(CacheCore):
         reading — PostgreSQL refuses to run a prepared statement whose result type a schema
         change altered (``cached plan must not change result type``) — with its session
         context known (read, and its settings pinned, when first checked out)."""
+        self._refuse_inherited()
         if self.agent is not None:
             await self._current_schema()  # a schema change the agent reported is read first
         connection = await self._parked_elsewhere()
@@ -198,6 +215,7 @@ class AsyncCacheDriver(CacheCore):
         (:class:`~txcache.aio._replica_connection.AsyncReplicaConnection`); ``None`` when it
         is down after a failure, or gives no connection within ``node_timeout`` (it is then
         down until it answers a probe: :class:`~txcache._replicas.ReplicaHealth`)."""
+        self._refuse_inherited()
         if not self.replica_health.usable(name):
             return None
         connection = await self._parked_elsewhere(name)
@@ -218,9 +236,10 @@ class AsyncCacheDriver(CacheCore):
         return connection
 
     async def _prepare_checkout(self, connection: AsyncConnection) -> None:
-        """No statement prepared under an older catalog reading, the session context known."""
-        readings, outdated = self._prepared_outdated(connection)
+        """No statement prepared under an older catalog reading, the session context known;
+        the connection given back if that fails or is interrupted."""
         try:
+            readings, outdated = self._prepared_outdated(connection)
             if outdated:
                 await _forget_prepared(connection)
             if self._known_context(connection) is None:
@@ -233,14 +252,19 @@ class AsyncCacheDriver(CacheCore):
     async def _parked_elsewhere(self, server: str | None = None) -> AsyncConnection | None:
         """A parked connection to ``server`` (``None``: the primary), its database
         transaction ended, before the pool's: a connection parked at another pin is never
-        idle while the pool has none to give."""
-        while (parked := self.parking.take_any(server)) is not None:
+        idle while the pool has none to give; ``None`` once the cache is closed."""
+        while not self.closed and (parked := self.parking.take_any(server)) is not None:
             try:
                 await parked.connection.execute("ROLLBACK")  # keeps psycopg's prepared ones
             except psycopg.Error as error:
                 log.info("a parked connection could not be rolled back (%s): closing it", error)
                 await self.release(parked.connection)
                 continue
+            except BaseException:
+                # Cancelled or interrupted mid-rollback: back to the pool (closed, its state
+                # unknown), or the pool would have lost it.
+                await self.release(parked.connection)
+                raise
             connection: AsyncConnection = parked.connection
             return connection
         return None
@@ -250,8 +274,10 @@ class AsyncCacheDriver(CacheCore):
     ) -> ParkedSnapshot[AsyncConnection] | None:
         """A database transaction parked at ``pin`` in ``context`` and still young
         (:mod:`txcache._parking`), for a read-only transaction to run in; ``None`` when
-        there is none, or when its connection prepared statements under an older catalog
-        reading (it is then given back instead)."""
+        there is none or the cache is closed, or when its connection prepared statements
+        under an older catalog reading (it is then given back instead)."""
+        if self.closed:
+            return None
         parked = self.parking.take(pin, context, time.monotonic())
         if parked is None:
             return None
@@ -264,12 +290,18 @@ class AsyncCacheDriver(CacheCore):
 
     async def park(self, parked: ParkedSnapshot[AsyncConnection]) -> None:
         """Keep a read-only transaction's database transaction open for the next one at
-        its pin; or give its connection back — when it is too old to keep, or someone waits
-        for the pool — and the oldest parked one's if the lot was full."""
+        its pin; or give its connection back — when it is too old to keep, someone waits
+        for the pool, or the cache is closed (nothing would end it) — and the oldest parked
+        one's if the lot was full."""
         waiting = self._pool_of(parked.connection).get_stats().get("requests_waiting", 0)
-        end = parked if waiting else self.parking.park(parked, time.monotonic())
+        keep = not waiting and not self.closed
+        end = self.parking.park(parked, time.monotonic()) if keep else parked
         if end is not None:
             await self.release(end.connection)
+        if self.closed:
+            # close() ran meanwhile (another thread's) and ended the parked ones before this
+            # one was kept: nothing else would end it.
+            await self.end_parked(every=True)
 
     async def housekeeping(self) -> None:
         """The cache's background work, run by the agent's refresher after each refresh and

@@ -170,12 +170,14 @@ class AsyncCache(AsyncCacheDriver):
 
     async def close(self) -> None:
         """Stop the auditor (dropping the checks not made yet) and the agent's refresher,
-        close node connections and the pool."""
+        end the parked database transactions, close node connections and the pool (a block
+        still running gives its connection back as it ends)."""
         global _default
         if _default is self:
             _default = None
         if self.inherited():
             return  # its connections are the parent's
+        self.closed = True  # a block that ends from now on gives its connection back
         if self._auditor is not None:
             await self._auditor.close()  # first: its checks use the pool, nodes and agent
         background = set(self._background)

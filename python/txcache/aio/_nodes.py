@@ -11,16 +11,28 @@ at once.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from txcache import _protocol as protocol
 from txcache._drivers import ASYNC
-from txcache._node_replies import delete_result, insert_result, interval_result, lookup_result
+from txcache._node_replies import (
+    delete_result,
+    follows_another_database,
+    insert_result,
+    interval_result,
+    lookup_result,
+)
 from txcache._protocol import Hit, Interval, Miss, Stored
 from txcache._resp import ReplyError
 from txcache.aio._resp import AsyncEndpoint
 
 __all__ = ["AsyncCacheNode"]
+
+T = TypeVar("T")
+
+
+def _ignore_reply(reply: object) -> None:
+    """What a ``TXRELEASE`` reply is to the caller: nothing to act on."""
 
 
 class AsyncCacheNode(AsyncEndpoint):
@@ -38,12 +50,13 @@ class AsyncCacheNode(AsyncEndpoint):
     ) -> Hit | Miss:
         """``TXGET key lo hi [WITHTAGS] [LEASE ms]``."""
         reply = await self.run(protocol.txget(key, lo, hi, with_tags=with_tags, lease_ms=lease_ms))
-        return lookup_result(self.address, reply)
+        return lookup_result(self.address, self._served(reply))
 
     async def release(self, key: bytes) -> None:
-        """``TXRELEASE key``: ends the key's lease without a store (best effort: a node
-        that is down ends it when it expires)."""
-        await self.run(protocol.txrelease(key))
+        """``TXRELEASE key``, not waited for: ends the key's lease without a store (best
+        effort: a node that is down, or did not release it, ends it when it expires). Not
+        waiting lets a cancellation or an interruption go on without a round trip."""
+        await self.send_later(protocol.txrelease(key), _ignore_reply)
 
     async def store(
         self,
@@ -63,7 +76,7 @@ class AsyncCacheNode(AsyncEndpoint):
         address = self.address
 
         def stored(reply: Stored | ReplyError | None) -> None:
-            on_outcome(insert_result(address, reply))
+            on_outcome(insert_result(address, self._served(reply)))
 
         command = protocol.txset(key, value, lo, hi, snapshot=snapshot, tags=tags)
         await self.send_later(command, stored)
@@ -72,7 +85,16 @@ class AsyncCacheNode(AsyncEndpoint):
         """``TXINTERVAL``: where results read at ``snapshot`` from rows named by ``tags`` are
         known valid; ``None`` when the node cannot say."""
         reply = await self.run(protocol.txinterval(snapshot, tags))
-        return interval_result(reply)
+        return interval_result(self._served(reply))
+
+    def _served(self, reply: T) -> T | None:
+        """``reply``, or ``None`` (the node down) when it is the node's refusal of this
+        cache's database: a stream of another database's agent claimed the node after this
+        connection greeted it, and its next connection's greeting is refused too."""
+        if follows_another_database(reply):
+            self.refused(f"follows another database's stream now: {reply}")
+            return None
+        return reply
 
     async def delete(self, key: bytes) -> int | None:
         """``DEL key``: every cached version of ``key`` removed (an audit's invalidation);

@@ -353,16 +353,20 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         connection = await self._resumed()
         if connection is None:
             connection = await self._on_replica()
+        began = connection is not None  # its database transaction is at a pin already
         if connection is None:
             connection = await self.cache.checkout()
-            try:
+        try:
+            if not began:
                 self._check_connection(self.cache.connection_context(connection))
                 if self.uncached or not await self._begin_pinned(connection):
                     self.database_snapshot = await _begin_unpinned(connection)
-            except BaseException:
-                await self.cache.release(connection)
-                raise
-        self._note_session(connection)
+            self._note_session(connection)
+        except BaseException:
+            # Until it is the block's, only this gives the connection back (an interruption
+            # too: a Ctrl-C lands between any two steps).
+            await self.cache.release(connection)
+            raise
         self._connection = connection
         return connection
 
@@ -394,7 +398,12 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
             if self._replica_caught_up(choice):
                 connection = await self.cache.checkout_replica(choice.server)
                 if connection is not None:
-                    if await self._began_on_replica(connection, choice):
+                    try:
+                        began = await self._began_on_replica(connection, choice)
+                    except BaseException:
+                        await self.cache.release(connection)  # interrupted while it began
+                        raise
+                    if began:
                         return connection
                     await self.cache.release(connection)
             if not self._replica_refused(choice):

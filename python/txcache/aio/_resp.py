@@ -28,9 +28,11 @@ import hiredis
 from txcache._resp import (
     Command,
     ConnectionLost,
+    Greeting,
     Health,
     PasswordRefused,
     ReplyError,
+    greeting_refused,
     parse_address,
     read_reply,
     show_address,
@@ -70,11 +72,12 @@ class AsyncRespConnection(asyncio.Protocol):
         connect_timeout: float = 1.0,
         timeout: float = 5.0,
         tls: ssl.SSLContext | None = None,
+        greeting: Greeting | None = None,
     ) -> AsyncRespConnection:
         """Connect to ``address`` (over TLS with ``tls``, checking the certificate names
-        the host) and authenticate; raises :class:`~txcache._resp.ConnectionLost`
-        (:class:`~txcache._resp.PasswordRefused` when ``AUTH`` is refused). asyncio sets
-        ``TCP_NODELAY`` on TCP transports."""
+        the host), authenticate and send ``greeting``'s command; raises
+        :class:`~txcache._resp.ConnectionLost` (:class:`~txcache._resp.PasswordRefused`
+        when ``AUTH`` is refused). asyncio sets ``TCP_NODELAY`` on TCP transports."""
         loop = asyncio.get_running_loop()
         host = address[0] if tls is not None else None
         try:
@@ -98,6 +101,14 @@ class AsyncRespConnection(asyncio.Protocol):
                 raise PasswordRefused(
                     f"{show_address(address)} refused the password: {reply}", reply
                 )
+        if greeting is not None:
+            command = greeting()
+            reply = None if command is None else await connection.call(*command)
+            try:
+                greeting_refused(address, command, reply)
+            except ConnectionLost:
+                connection.close()
+                raise
         return connection
 
     @property
@@ -224,10 +235,11 @@ class AsyncEndpoint(Health):
         timeout: float = 1.0,
         multiplex: bool = True,
         tls_ca: str | None = None,
+        greeting: Greeting | None = None,
     ) -> None:
         """``address`` is ``host:port``, or ``rediss://host:port`` for TLS checked against
         ``tls_ca`` (:func:`~txcache._resp.tls_context`); ``role`` names the server in
-        logs."""
+        logs; ``greeting`` what each new connection sends first."""
         super().__init__(address, role=role)
         self._target = parse_address(address)
         self._tls = tls_context(tls_ca) if uses_tls(address) else None
@@ -235,6 +247,7 @@ class AsyncEndpoint(Health):
         self._connect_timeout = connect_timeout
         self.timeout = timeout
         self._multiplex = multiplex
+        self._greeting = greeting
         self._shared: AsyncRespConnection | None = None
         self._connecting: asyncio.Lock | None = None
         self._idle: list[AsyncRespConnection] = []
@@ -360,7 +373,14 @@ class AsyncEndpoint(Health):
             connect_timeout=self._connect_timeout,
             timeout=self.timeout,
             tls=self._tls,
+            greeting=self._greeting,
         )
+
+    def refused(self, why: str) -> None:
+        """The server refused to serve this client after it connected (a cache node now
+        following another database's stream): down, its connections dropped, probed as
+        after a lost connection (and its greeting refused again until that changes)."""
+        self._lost(None, ConnectionLost(f"{show_address(self._target)} {why}"))
 
     def _give_back(self, connection: AsyncRespConnection) -> None:
         if connection.usable and len(self._idle) < _MAX_IDLE_CONNECTIONS:

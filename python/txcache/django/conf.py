@@ -271,7 +271,7 @@ def get_cache() -> DjangoCache:
     DSN of ``TXCACHE["DATABASE"]``; connected at the first call (it is also the library's default
     cache: cacheable calls outside any transaction use it)."""
     connected = _cache
-    if connected is not None:
+    if connected is not None and not connected.inherited():
         return connected
     return _connect()
 
@@ -279,6 +279,11 @@ def get_cache() -> DjangoCache:
 def _connect() -> DjangoCache:
     global _cache
     with _lock:
+        if _cache is not None and _cache.inherited():
+            # A pre-forking server's worker (gunicorn --preload) whose parent had connected:
+            # the parent's connections stay the parent's; the worker connects its own.
+            _cache.close()
+            _cache = None
         if _cache is None:
             chosen = txcache_settings()
             _cache = DjangoCache(

@@ -94,6 +94,15 @@ pub enum CommandError {
         /// The node's epoch.
         node: u64,
     },
+    /// A versioned or stream command on a connection that declared (`TXDATABASE`) another
+    /// database than the one the node follows.
+    #[error("WRONGDB this node follows database {node}, not {declared}: each database needs cache nodes of its own (restart a node to give it to another database)")]
+    WrongDatabase {
+        /// The database the node follows.
+        node: String,
+        /// The database the connection declared.
+        declared: String,
+    },
     /// `TXEPOCH` with an epoch older than the node's: sent by an agent that lost its lease.
     #[error("FENCED epoch {given} is older than this node's {node}: another agent took over")]
     OlderEpoch {

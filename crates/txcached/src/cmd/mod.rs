@@ -32,6 +32,7 @@ mod persist;
 mod ping;
 mod set;
 mod ttl;
+mod txdatabase;
 mod txepoch;
 mod txget;
 mod txheartbeat;
@@ -76,6 +77,10 @@ pub struct Session {
     /// The fencing epoch this connection announced with `TXEPOCH` (0: none). Its stream
     /// commands are refused once the node's epoch is higher: another agent took over.
     pub epoch: u64,
+    /// The database this connection declared with `TXDATABASE`, until the node is seen to
+    /// follow it (`None` from then on, or when it declared none): its versioned and stream
+    /// commands are refused while the node follows another ([`check_database`]).
+    pub unconfirmed_database: Option<Bytes>,
 }
 
 /// What a command may touch.
@@ -247,6 +252,10 @@ pub struct CommandSpec {
     /// (see [`Session::epoch`]): every stream command but `TXEPOCH`, which is how a
     /// connection announces a newer one.
     pub fenced: bool,
+    /// Whether the command reads or writes versions, whose validity the node's stream
+    /// vouches for: refused on a connection that declared another database than the one
+    /// the node follows (see [`Session::unconfirmed_database`]).
+    pub versioned: bool,
     /// What it does inside a transaction.
     pub in_multi: InMulti,
     run: Run,
@@ -260,8 +269,16 @@ const fn spec(name: &'static str, arity: i32, keys: Keys, run: Run) -> CommandSp
         before_auth: false,
         stream: false,
         fenced: false,
+        versioned: false,
         in_multi: InMulti::Queue,
         run,
+    }
+}
+
+const fn versioned(name: &'static str, arity: i32, keys: Keys, run: Run) -> CommandSpec {
+    CommandSpec {
+        versioned: true,
+        ..spec(name, arity, keys, run)
     }
 }
 
@@ -300,10 +317,10 @@ const fn connection(name: &'static str, arity: i32, in_multi: InMulti, run: Run)
 
 /// Every command, most frequent first (the dispatcher scans in order).
 pub static COMMANDS: &[CommandSpec] = &[
-    spec("TXGET", -4, Keys::First, txget::run),
+    versioned("TXGET", -4, Keys::First, txget::run),
     spec("GET", 2, Keys::First, get::run),
-    spec("TXSET", -5, Keys::First, txset::run),
-    spec("TXRELEASE", 2, Keys::First, txrelease::run),
+    versioned("TXSET", -5, Keys::First, txset::run),
+    versioned("TXRELEASE", 2, Keys::First, txrelease::run),
     spec("SET", -3, Keys::First, set::run),
     spec("MGET", -2, Keys::All, mget::run),
     spec("MSET", -3, Keys::Pairs, mset::run),
@@ -331,8 +348,13 @@ pub static COMMANDS: &[CommandSpec] = &[
     stream("TXREWIND", 3, txreset::run_rewind),
     stream("TXORIGIN", -1, txorigin::run),
     unfenced(stream("TXEPOCH", -1, txepoch::run)),
-    spec("TXSTATUS", 1, Keys::Node, txstatus::run),
-    spec("TXINTERVAL", -2, Keys::Node, txinterval::run),
+    versioned("TXSTATUS", 1, Keys::Node, txstatus::run),
+    versioned("TXINTERVAL", -2, Keys::Node, txinterval::run),
+    // A connection's declaration, as AUTH is: not something a transaction does.
+    CommandSpec {
+        in_multi: InMulti::Refuse,
+        ..spec("TXDATABASE", -1, Keys::None, txdatabase::run)
+    },
     spec("DBSIZE", 1, Keys::Node, dbsize::run),
     spec("FLUSHDB", -1, Keys::Node, flushall::run_flushdb),
     spec("FLUSHALL", -1, Keys::Node, flushall::run_flushall),
@@ -362,8 +384,13 @@ pub fn execute(mut request: RequestArgs<'_>, context: &mut Context<'_>, out: &mu
         Some(spec) if !spec.before_auth && !context.session.authenticated => {
             Err(CommandError::NoAuth)
         }
-        // Stream commands' checks are out of line: a data command still tests one flag here.
+        // Stream commands' checks are out of line: a data command still tests one flag here,
+        // and one field of its connection's.
         Some(spec) if spec.stream => execute_stream(spec, request, context, out),
+        Some(spec) if spec.versioned && context.session.unconfirmed_database.is_some() => {
+            check_database(context.node, context.session, false)
+                .and_then(|()| (spec.run)(&mut Args::new(spec.name, request), context, out))
+        }
         Some(spec) => (spec.run)(&mut Args::new(spec.name, request), context, out),
     };
     context.node.metrics.count_command(result.is_ok());
@@ -385,12 +412,46 @@ fn execute_stream(
         return Err(CommandError::NoStreamPermission(spec.name));
     }
     let node = context.node;
+    // Every stream command but TXEPOCH claims the node for the connection's database.
+    check_database(node, context.session, spec.fenced)?;
     let _admitted = if spec.fenced {
         Some(pass_fence(node, context.session)?)
     } else {
         None
     };
     (spec.run)(&mut Args::new(spec.name, request), context, out)
+}
+
+/// The database check of a connection that declared one not yet confirmed (a no-op for
+/// the others): `Ok` while the node follows none — or, with `claim` (a stream command),
+/// once it follows the declared one from now on —, and for good once it follows the
+/// declared one; `-WRONGDB` while it follows another.
+#[cold]
+#[inline(never)]
+pub(crate) fn check_database(
+    node: &Node,
+    session: &mut Session,
+    claim: bool,
+) -> Result<(), CommandError> {
+    let Some(declared) = &session.unconfirmed_database else {
+        return Ok(());
+    };
+    let followed = if claim {
+        Some(node.claim_database(declared))
+    } else {
+        node.database()
+    };
+    match followed {
+        None => Ok(()),
+        Some(followed) if followed == declared => {
+            session.unconfirmed_database = None;
+            Ok(())
+        }
+        Some(followed) => Err(CommandError::WrongDatabase {
+            node: printable(followed),
+            declared: printable(declared),
+        }),
+    }
 }
 
 /// Admits a fenced command from `session`, holding the node's epoch until the guard drops;
