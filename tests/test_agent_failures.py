@@ -1,10 +1,15 @@
-"""The agent under failures: a stalled node, a restarted node, a lost replication slot."""
+"""The agent under failures: a stalled node, a restarted node, a lost replication slot, a
+database that never answers."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
+import socket
 import time
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -14,7 +19,8 @@ from agent_fixtures import Stack
 from conftest import info, running_agent
 from postgres_fixtures import PostgresFactory
 from txcache import setup_database
-from txcache.stack import AgentProcess, ProcessStartError, wait_until
+from txcache._process import ManagedProcess
+from txcache.stack import AgentProcess, ProcessStartError, find_binary, wait_until
 
 
 def test_a_stalled_node_never_holds_up_the_others_and_catches_up(database: str) -> None:
@@ -356,3 +362,37 @@ def test_the_agent_refuses_to_start_while_schema_changes_go_unseen(database: str
         assert "ENABLE ALWAYS" in message, message
         admin.execute("ALTER EVENT TRIGGER txcache_ddl_command_end ENABLE ALWAYS")
     AgentProcess(database, ["127.0.0.1:1"]).stop()  # starts its stream
+
+
+@contextlib.contextmanager
+def silent_server() -> Iterator[int]:
+    """A port whose connections are accepted (by the kernel's backlog) and never answered:
+    a stopped PostgreSQL, or one cut off after the handshake."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        yield int(listener.getsockname()[1])
+
+
+def agent_against(port: int, connect_timeout: int) -> ManagedProcess:
+    """An agent started against ``port``, once it says where it listens."""
+    dsn = f"host=127.0.0.1 port={port} user=postgres dbname=app connect_timeout={connect_timeout}"
+    command = [str(find_binary("txcache-agent")), "--dsn", dsn, "--node", "127.0.0.1:1"]
+    command.append("--listen=127.0.0.1:0")
+    return ManagedProcess(command, re.compile("txcache-agent listening"))
+
+
+def test_a_database_that_never_answers_fails_the_start_within_its_connect_timeout() -> None:
+    with silent_server() as port, agent_against(port, connect_timeout=1) as agent:
+        assert agent.process.wait(timeout=30) != 0
+        assert "no answer within" in agent.log_text(), agent.log_text()
+
+
+def test_a_signal_ends_an_agent_waiting_for_the_database() -> None:
+    """A service manager's stop must not wait for its kill: the checks at start listen for
+    SIGTERM too."""
+    with silent_server() as port, agent_against(port, connect_timeout=600) as agent:
+        agent.wait_for_log("checking the database", "the agent to check the database")
+        agent.process.send_signal(signal.SIGTERM)
+        assert agent.process.wait(timeout=30) == 0, agent.log_text()
+        assert "shutting down" in agent.log_text()

@@ -40,6 +40,7 @@ from txcache._agent_state import (
     FIRST_FRESH_PAUSE,
     LONGEST_FRESH_PAUSE,
     AgentState,
+    CommitWaits,
     FreshPins,
 )
 from txcache._config import load_settings
@@ -117,6 +118,28 @@ def test_after_a_fresh_pin_the_agent_could_not_give_none_is_asked_for_a_while(
     assert fresh.result(pin, now=40.0) is pin
     assert fresh.result(held_back, now=40.0) is None
     assert fresh.wanted(now=40.0 + FIRST_FRESH_PAUSE), "a pin starts the pauses anew"
+
+
+def test_after_a_commit_wait_that_timed_out_none_is_waited_for_a_while(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stalled stream times out every COMMITLSN: commits take the WAL position after them
+    as their token meanwhile, instead of each write waiting out a COMMITLSN of its own."""
+    waits = CommitWaits()
+    stalled = ReplyError("TIMEOUT transaction 812 not decoded within 1000 ms")
+    with caplog.at_level(logging.WARNING, logger="txcache"):
+        assert waits.result(stalled, now=10.0) is None
+        assert not waits.wanted(now=10.0 + FIRST_FRESH_PAUSE / 2)
+        assert waits.wanted(now=10.0 + FIRST_FRESH_PAUSE)
+        assert waits.result(stalled, now=11.0) is None  # still stalled: twice as long
+        assert not waits.wanted(now=11.0 + FIRST_FRESH_PAUSE)
+        assert waits.result(ReplyError("NOTDECODED nothing of 813"), now=20.0) is None
+        assert waits.result(None, now=20.0) is None
+        assert waits.wanted(now=20.0), "an answer without a wait is no stall"
+    assert len(caplog.records) == 1, "logged as it starts, not for every commit"
+    assert waits.result(4242, now=30.0) == 4242
+    assert waits.result(stalled, now=30.0) is None
+    assert waits.wanted(now=30.0 + FIRST_FRESH_PAUSE), "a decoded commit starts them anew"
 
 
 # -- which agent a refresh asks and adopts ----------------------------------------------------

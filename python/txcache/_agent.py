@@ -40,7 +40,7 @@ from txcache._agent_state import (
     refresh_result,
 )
 from txcache._pinset import Pin
-from txcache._resp import Endpoint, ReplyError
+from txcache._resp import Endpoint
 from txcache._schema import TagColumns
 
 __all__ = ["AgentClient"]
@@ -111,12 +111,13 @@ class AgentClient(AgentState):
     def commit_lsn(self, xid: int, timeout: float = 1.0, upto: int | None = None) -> int | None:
         """The commit LSN of transaction ``xid``, once decoded; ``None`` if the agent cannot
         say within ``timeout`` seconds, or (``upto``: a WAL position at or after the commit)
-        as soon as its stream passed ``upto`` without it."""
-        timeout_ms = agent_wait_ms(self.endpoint.timeout, timeout)
-        lsn = self.endpoint.run(protocol.commit_lsn(xid, timeout_ms=timeout_ms, upto=upto))
-        if lsn is None or isinstance(lsn, ReplyError):
+        as soon as its stream passed ``upto`` without it; at once after a wait that timed
+        out, for a while (:class:`~txcache._agent_state.CommitWaits`)."""
+        if not self.commit_waits.wanted(time.monotonic()):
             return None
-        return lsn
+        timeout_ms = agent_wait_ms(self.endpoint.timeout, timeout)
+        command = protocol.commit_lsn(xid, timeout_ms=timeout_ms, upto=upto)
+        return self.commit_waits.result(self.endpoint.run(command), time.monotonic())
 
     def tag_columns(self, ts: int) -> tuple[bool, TagColumns | None]:
         """The tag-column version in force at snapshot ``ts``: ``(True, columns)``, or

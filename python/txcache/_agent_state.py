@@ -33,6 +33,7 @@ from txcache._schema import TagColumns, tag_columns_at
 
 __all__ = [
     "AgentState",
+    "CommitWaits",
     "FreshPins",
     "Refreshed",
     "UsedPins",
@@ -101,6 +102,9 @@ class AgentState:
         self._used_lock = threading.Lock()
         self.fresh_pins = FreshPins()
         """Whether a ``PIN`` is asked for now (not after one that failed, for a while)."""
+        self.commit_waits = CommitWaits()
+        """Whether a ``COMMITLSN`` is waited for now (not after one that timed out, for a
+        while)."""
 
     def note_used(self, ts: int, *, standby: bool = False) -> None:
         """A transaction ran at the pin at commit point ``ts`` (a standby's, with
@@ -257,6 +261,34 @@ LONGEST_FRESH_PAUSE = 5.0
 """The longest such pause while the agent keeps failing to give one."""
 
 
+class _Pause:
+    """A pause that starts at :data:`FIRST_FRESH_PAUSE` seconds and doubles to
+    :data:`LONGEST_FRESH_PAUSE` while what it follows keeps failing. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._until = 0.0
+        self._pause = 0.0
+        self._lock = threading.Lock()
+
+    def over(self, now: float) -> bool:
+        """Whether it is over at ``now`` (``time.monotonic()``)."""
+        return now >= self._until
+
+    def lengthen(self, now: float) -> float | None:
+        """A failure at ``now``: the pause starts, or doubles; its length if it started."""
+        with self._lock:
+            first = self._pause == 0.0
+            pause = self._pause = min(max(FIRST_FRESH_PAUSE, 2 * self._pause), LONGEST_FRESH_PAUSE)
+            self._until = now + pause
+        return pause if first else None
+
+    def end(self) -> None:
+        """A success: the next failure starts the pause anew."""
+        if self._pause:
+            with self._lock:
+                self._pause = 0.0
+
+
 class FreshPins:
     """Whether to ask the agent for a fresh pin (★) now. After one it could not give — its
     stream behind (PostgreSQL holds a logical stream back while a standby named in
@@ -267,13 +299,11 @@ class FreshPins:
 
     def __init__(self) -> None:
         """Fresh pins wanted."""
-        self._until = 0.0
-        self._pause = 0.0
-        self._lock = threading.Lock()
+        self._pause = _Pause()
 
     def wanted(self, now: float) -> bool:
         """Whether to send ``PIN`` at ``now`` (``time.monotonic()``)."""
-        return now >= self._until
+        return self._pause.over(now)
 
     def result(self, reply: Pin | ReplyError | None, now: float) -> Pin | None:
         """What a ``PIN`` reply gives: the pin, or ``None``. An error reply starts or
@@ -281,20 +311,52 @@ class FreshPins:
         refresh finds the active agent, and says so), nor is no reply (an agent down: its
         endpoint stops calling it)."""
         if isinstance(reply, Pin):
-            if self._pause:
-                with self._lock:
-                    self._pause = 0.0
+            self._pause.end()
             return reply
         if reply is None or is_standby(reply):
             return None
-        with self._lock:
-            first = self._pause == 0.0
-            pause = self._pause = min(max(FIRST_FRESH_PAUSE, 2 * self._pause), LONGEST_FRESH_PAUSE)
-            self._until = now + pause
-        if first:
+        pause = self._pause.lengthen(now)
+        if pause is not None:
             log.warning(
                 "the agent could not take a fresh pin: %s; transactions use the listed pins "
                 "(none is asked for %.2f s, longer while this lasts)",
+                reply,
+                pause,
+            )
+        return None
+
+
+class CommitWaits:
+    """Whether to wait for the agent's stream to decode a commit (``COMMITLSN``) now. After
+    a wait that timed out — the stream stalled: its walsender stopped, PostgreSQL holding it
+    back — none is waited for :data:`FIRST_FRESH_PAUSE` seconds, doubling to
+    :data:`LONGEST_FRESH_PAUSE` while it keeps timing out: meanwhile a commit's token is the
+    WAL position read after it (as safe, possibly newer than needed), instead of every
+    write waiting out a ``COMMITLSN`` of its own. Thread-safe."""
+
+    def __init__(self) -> None:
+        """Waits wanted."""
+        self._pause = _Pause()
+
+    def wanted(self, now: float) -> bool:
+        """Whether to send ``COMMITLSN`` at ``now`` (``time.monotonic()``)."""
+        return self._pause.over(now)
+
+    def result(self, reply: int | ReplyError | None, now: float) -> int | None:
+        """What a ``COMMITLSN`` reply gives: the commit LSN, or ``None``. ``-TIMEOUT``
+        starts or lengthens the pause (logged as it starts); ``-NOTDECODED`` (a commit the
+        stream has nothing of) and no reply (an agent down) do not."""
+        if isinstance(reply, int):
+            self._pause.end()
+            return reply
+        if not (isinstance(reply, ReplyError) and str(reply).startswith("TIMEOUT")):
+            return None
+        pause = self._pause.lengthen(now)
+        if pause is not None:
+            log.warning(
+                "the agent's stream did not decode a commit in time (%s): commit tokens are "
+                "the WAL position after the commit (no commit is waited for %.2f s, longer "
+                "while this lasts)",
                 reply,
                 pause,
             )

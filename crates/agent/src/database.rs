@@ -412,8 +412,10 @@ async fn require_ddl_triggers(sql: &SqlSession) -> anyhow::Result<()> {
         "the DDL event trigger(s) {} are not installed or not enabled ALWAYS: schema changes \
          would not reach the caches, which would then serve results the database no longer \
          gives, so the agent does not start. Run `txcache setup` as a role that may create \
-         event triggers (a superuser, or a managed service's administrator), or `ALTER EVENT \
-         TRIGGER … ENABLE ALWAYS` where one was disabled",
+         event triggers (a superuser, or a managed service's administrator), `ALTER EVENT \
+         TRIGGER … ENABLE ALWAYS` where one was disabled, or, where no event trigger can be \
+         had, start the agent with --ddl-tracking fingerprint (every schema change then \
+         invalidates every cached result; docs/agent.md, \"Without event triggers\")",
         missing.join(", ")
     )
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use txcache_agent::cmd::{Active, Endpoint, Role};
 use txcache_agent::config::{Config, DdlTracking, Membership, PrimaryPins};
-use txcache_agent::connect::{self, connect_sql, reached_host};
+use txcache_agent::connect::{self, connect_sql_within, reached_host};
 use txcache_agent::decoding::{self, DecodingServers};
 use txcache_agent::fanout::{Fanout, LinkSettings};
 use txcache_agent::fingerprint_check::FingerprintCheck;
@@ -178,22 +178,14 @@ async fn stand_by(
 ) -> anyhow::Result<Option<Acquired>> {
     let mut shutdown = Shutdown::listen();
     connect::name_sessions_for(0);
-    let sql = connect_sql(&config.dsn, "txcache-agent").await?;
-    reached_host(&config.dsn, &sql).await?;
-    match &config.decode_from {
-        None => {
-            database::slot_state(&sql, &config.slot).await?;
-        }
-        Some(dsn) => {
-            decoding::require_decoding_hosts(dsn, &database::identity(&sql).await?).await?;
+    tracing::info!("checking the database (each host must answer within its connect_timeout, 10 s without one)");
+    tokio::select! {
+        checked = check_database(config) => checked?,
+        signal = shutdown.recv() => {
+            tracing::info!(signal, "shutting down");
+            return Ok(None);
         }
     }
-    database::require_ddl_tracking(&sql, config.ddl_tracking).await?;
-    lease::require_table(&sql).await?;
-    if config.membership() == Membership::Database {
-        membership::require_table(&sql).await?;
-    }
-    drop(sql);
     let holder = Arc::new(Holder::default());
     let endpoint = Arc::new(Endpoint {
         password: config.password.clone(),
@@ -217,8 +209,30 @@ async fn stand_by(
     }
 }
 
+/// What the agent needs of the database, checked before it stands by: a wrong setting
+/// fails loudly at start. Every host must answer within its `connect_timeout` (10 s
+/// without one): a server that accepts connections and never answers is no reason to hang.
+async fn check_database(config: &Config) -> anyhow::Result<()> {
+    let sql = connect_sql_within(&config.dsn, "txcache-agent").await?;
+    reached_host(&config.dsn, &sql).await?;
+    match &config.decode_from {
+        None => {
+            database::slot_state(&sql, &config.slot).await?;
+        }
+        Some(dsn) => {
+            decoding::require_decoding_hosts(dsn, &database::identity(&sql).await?).await?;
+        }
+    }
+    database::require_ddl_tracking(&sql, config.ddl_tracking).await?;
+    lease::require_table(&sql).await?;
+    if config.membership() == Membership::Database {
+        membership::require_table(&sql).await?;
+    }
+    Ok(())
+}
+
 /// One term as the active agent: streams, pins and delivers until the lease is taken over
-/// or a signal comes.
+/// or a signal comes (a signal while the term starts too).
 async fn run(
     config: &Config,
     listeners: &Listeners,
@@ -240,8 +254,41 @@ async fn run(
         async move { lease::keep(&lease, &term).await }
     });
     tracing::info!(epoch = acquired.epoch, holder = %lease.holder, "this agent holds the lease: it is the active agent");
-    let sql = connect_sql(&config.dsn, "txcache-agent").await?;
-    lease::evict(&sql, &config.slot, &acquired).await;
+    let stream = tokio::select! {
+        stream = start_term(config, listeners, tls, &acquired, &term, started) => stream?,
+        signal = shutdown.recv() => return Ok(shut_down(signal, &term, lease).await),
+    };
+    tokio::select! {
+        () = stream.run() => unreachable!("the stream reconnects forever"),
+        _ = keeper => {
+            tracing::error!(epoch = term.epoch(), "LEASE TAKEN OVER: another agent is active now; this one stops streaming and delivering and stands by (nodes refuse its epoch)");
+            Ok(TermEnd::TakenOver)
+        }
+        signal = shutdown.recv() => Ok(shut_down(signal, &term, lease).await),
+    }
+}
+
+/// Ends the term on a signal: nothing more is sent, and the lease is released for a
+/// standby to take at once.
+async fn shut_down(signal: &str, term: &Term, lease: &LeaseSettings) -> TermEnd {
+    tracing::info!(signal, "shutting down");
+    term.end();
+    lease::release(lease, term.epoch()).await;
+    TermEnd::Shutdown
+}
+
+/// Starts a term's work — the stream's position, the nodes' delivery, the pins, the
+/// library endpoint — and returns the stream to run.
+async fn start_term(
+    config: &Config,
+    listeners: &Listeners,
+    tls: &Tls,
+    acquired: &Acquired,
+    term: &Arc<Term>,
+    started: Instant,
+) -> anyhow::Result<Stream> {
+    let sql = connect_sql_within(&config.dsn, "txcache-agent").await?;
+    lease::evict(&sql, &config.slot, acquired).await;
     let database = database::identity(&sql).await?;
     let decoding = Arc::new(DecodingServers::new(config, database.clone())?);
     let slot = match &config.decode_from {
@@ -249,12 +296,12 @@ async fn run(
         Some(_) => {
             let server = decoding.open("txcache-agent slot").await?;
             // The previous agent's walsender (and sessions) there hold the slot.
-            lease::evict(&server.sql, &config.slot, &acquired).await;
+            lease::evict(&server.sql, &config.slot, acquired).await;
             database::standby_slot(&sql, &server.sql, &config.slot, decoding.primary_slot()).await?
         }
     };
     if decoding.silence_limit().is_some() {
-        let tending = Arc::clone(&decoding).tend_other_hosts(config.dsn.clone(), Arc::clone(&term));
+        let tending = Arc::clone(&decoding).tend_other_hosts(config.dsn.clone(), Arc::clone(term));
         tokio::spawn(tending);
     }
     // Transactions running now may have committed below the resume point without being
@@ -279,7 +326,7 @@ async fn run(
         spacing: config.delivery_spacing,
         dsn: config.dsn.clone(),
         database: database.stream_name(),
-        term: Arc::clone(&term),
+        term: Arc::clone(term),
     });
     if let Some(watch) = watch {
         let (dsn, interval) = (config.dsn.clone(), config.membership_interval);
@@ -332,7 +379,7 @@ async fn run(
         fanout: Arc::clone(&fanout),
         pincushion: Arc::clone(&pincushion),
         standbys: standbys.clone(),
-        term: Arc::clone(&term),
+        term: Arc::clone(term),
     });
     let endpoint = Arc::new(Endpoint {
         password: config.password.clone(),
@@ -344,7 +391,7 @@ async fn run(
             nodes: Arc::clone(&fanout),
             membership: config.membership(),
             metrics: Arc::clone(&sources),
-            term: Arc::clone(&term),
+            term: Arc::clone(term),
         }),
     });
     listeners.serve_metrics(move || metrics::REGISTRY.prometheus(&metrics::collect(&sources)))?;
@@ -354,28 +401,15 @@ async fn run(
         clients,
         tls.libraries.clone(),
     ));
-    let stream = Stream::new(
+    Ok(Stream::new(
         config.clone(),
         decoding,
         fanout,
         tracker,
         stream_stats,
-        Arc::clone(&term),
+        Arc::clone(term),
         schema_digests,
-    );
-    tokio::select! {
-        () = stream.run() => unreachable!("the stream reconnects forever"),
-        _ = keeper => {
-            tracing::error!(epoch = term.epoch(), "LEASE TAKEN OVER: another agent is active now; this one stops streaming and delivering and stands by (nodes refuse its epoch)");
-            Ok(TermEnd::TakenOver)
-        }
-        signal = shutdown.recv() => {
-            tracing::info!(signal, "shutting down");
-            term.end();
-            lease::release(lease, term.epoch()).await;
-            Ok(TermEnd::Shutdown)
-        }
-    }
+    ))
 }
 
 /// One pincushion per `--standby`, in the flags' order, placing their snapshots on the

@@ -25,7 +25,7 @@ from txcache._agent_state import (
     refresh_result,
 )
 from txcache._pinset import Pin
-from txcache._resp import ReplyError, read_reply
+from txcache._resp import read_reply
 from txcache._schema import TagColumns
 from txcache.aio._resp import AsyncEndpoint
 
@@ -117,12 +117,11 @@ class AsyncAgentClient(AgentState):
     ) -> int | None:
         """The commit LSN of transaction ``xid``, once decoded
         (:meth:`txcache._agent.AgentClient.commit_lsn`)."""
+        if not self.commit_waits.wanted(time.monotonic()):
+            return None
         timeout_ms = agent_wait_ms(self.endpoint.timeout, timeout)
         command = protocol.commit_lsn(xid, timeout_ms=timeout_ms, upto=upto)
-        lsn = await self.endpoint.run(command)
-        if lsn is None or isinstance(lsn, ReplyError):
-            return None
-        return lsn
+        return self.commit_waits.result(await self.endpoint.run(command), time.monotonic())
 
     async def tag_columns(self, ts: int) -> tuple[bool, TagColumns | None]:
         """The tag-column version in force at snapshot ``ts``, as the sync client's
