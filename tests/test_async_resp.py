@@ -18,11 +18,13 @@ import redis
 from conftest import StartNode, info
 from library_fixtures import LibraryStack
 from txcache import protocol
+from txcache._nodes import CacheNode
+from txcache._protocol import Miss
 from txcache.aio._agent import AsyncAgentClient
 from txcache.aio._nodes import AsyncCacheNode
 from txcache.aio._resp import AsyncEndpoint, AsyncRespConnection
 from txcache.protocol import ConnectionLost, PasswordRefused, ReplyError
-from txcache.stack import wait_until
+from txcache.stack import NodeProcess, wait_until
 
 
 def test_many_tasks_share_one_connection_and_get_their_own_replies(start_node: StartNode) -> None:
@@ -226,3 +228,41 @@ def test_an_endpoint_down_returns_none_without_connecting() -> None:
         assert await endpoint.call("PING") is None
 
     asyncio.run(body())
+
+
+def claim(node_process: NodeProcess, database: str) -> None:
+    """What an agent of ``database`` does first on a node: name it, then send the stream."""
+    agent = redis.Redis(node_process.host, node_process.port)
+    assert agent.execute_command("TXDATABASE", database) == b"OK"
+    agent.execute_command("TXHEARTBEAT", "10", "100")
+    agent.close()
+
+
+def test_a_node_another_database_claims_is_down_for_both_drivers(start_node: StartNode) -> None:
+    """A library connected to a node no agent fed yet (its declaration then stands): once
+    another database's agent claims it, the next command is refused (-WRONGDB), and the node
+    is down for the library — its reconnections' greetings refused — not a warning per call."""
+    node_process = start_node("--max-memory", "16mb")
+
+    def greeting() -> tuple[str, str]:
+        return "TXDATABASE", "1/6"
+
+    node = CacheNode(node_process.address, greeting=greeting)
+    assert node.lookup(b"k", 1, 2, with_tags=False) == Miss("compulsory")
+
+    async def body() -> None:
+        async_node = AsyncCacheNode(node_process.address, greeting=greeting)
+        assert await async_node.lookup(b"k", 1, 2, with_tags=False) == Miss("compulsory")
+        claim(node_process, "1/5")
+        assert await async_node.lookup(b"k", 1, 2, with_tags=False) == Miss("unavailable")
+        assert not async_node.is_up()
+        assert await async_node.database_interval(5, ["s.t"]) is None
+        async_node.close()
+
+    asyncio.run(body())
+    assert node.lookup(b"k", 1, 2, with_tags=False) == Miss("unavailable")
+    assert not node.is_up()
+    node.close()
+    fresh = CacheNode(node_process.address, greeting=greeting)
+    assert fresh.lookup(b"k", 1, 2, with_tags=False) == Miss("unavailable"), "greeting refused"
+    fresh.close()
