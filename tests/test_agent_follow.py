@@ -586,6 +586,7 @@ def test_status_reports_each_agent_and_which_is_a_standby(lib: LibraryStack) -> 
         dsn=None,
         slot="txcache",
         password=None,
+        tls_ca=None,
         timeout=5.0,
         json=False,
     )

@@ -24,8 +24,9 @@ import pytest
 import redis
 from redis.exceptions import NoPermissionError
 
+from txcache.cli._health import database_seconds
 from txcache.cli.up import format_settings
-from txcache.stack import NodeProcess, free_port, free_ports, wait_until
+from txcache.stack import NodeProcess, TcpProxy, free_port, free_ports, wait_until
 
 SETTING_NAMES = ["TXCACHE_DSN", "TXCACHE_NODES", "TXCACHE_AGENT"]
 PASSWORD = "up-test-password"
@@ -265,6 +266,43 @@ def test_status_without_an_agent_says_the_library_would_not_cache(
     )
 
 
+def test_status_bounds_a_database_that_accepts_connections_but_never_answers(
+    stack: tuple[Up, dict[str, str]],
+) -> None:
+    _up, settings = stack
+    where = psycopg.conninfo.conninfo_to_dict(settings["TXCACHE_DSN"])
+    proxy = TcpProxy(str(where["host"]), int(str(where["port"])), postgres=True)
+    try:
+        dsn = psycopg.conninfo.make_conninfo(settings["TXCACHE_DSN"], port=str(proxy.port))
+        through = {**settings, "TXCACHE_DSN": dsn}
+        healthy = txcache("status", **through)
+        assert healthy.returncode == 0, healthy.stdout  # the database answers through the proxy
+        proxy.cut()  # frozen: the kernel accepts connections, nothing answers
+        started = time.monotonic()
+        result = txcache("status", "--timeout", "1", **through)
+        took = time.monotonic() - started
+    finally:
+        proxy.stop()
+    assert result.returncode == 1
+    assert (
+        "DEGRADED database: unreachable: cannot connect to PostgreSQL: connection timeout expired"
+        in result.stdout
+    )
+    assert "3 of 3 endpoint(s) up; all reachable; 1 problem(s)" in result.stdout
+    assert took < database_seconds(1) + 10  # the interpreter's start-up aside
+
+
+@pytest.mark.parametrize("timeout", ["inf", "1e12", "-1", "nan", "0", "two"])
+def test_status_refuses_a_timeout_that_is_not_above_0_and_at_most_a_day(timeout: str) -> None:
+    result = txcache("status", "--nodes", "127.0.0.1:1", "--timeout", timeout)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines()[-1] == (
+        "txcache status: error: argument --timeout: the value must be a number of seconds, > 0 "
+        f"and at most 86400 (one day), not {timeout!r}"
+    )
+
+
 def test_status_without_the_password_says_so(stack: tuple[Up, dict[str, str]]) -> None:
     _up, settings = stack
     result = txcache("status", **{**settings, "TXCACHE_PASSWORD": ""})
@@ -366,6 +404,46 @@ def test_an_unreachable_database_fails_setup_with_exit_1() -> None:
     assert result.returncode == 1
     assert "setup failed" in result.stderr
     assert "cannot connect to PostgreSQL" in result.stderr
+
+
+BAD_VALUES = [
+    ("--max-staleness=10x", 'argument --max-staleness: unknown duration unit "x" in "10x"'),
+    ("--max-memory=10x", 'argument --max-memory: unknown size unit "x" in "10x"'),
+    ("--max-memory=-1mb", 'argument --max-memory: "-1mb" is not a size'),
+    ("--password=", "argument --password: the value must be a non-empty string, not ''"),
+]
+
+
+def test_bad_values_for_the_nodes_or_the_agent_are_refused_before_the_database_changes(
+    stack: tuple[Up, dict[str, str]],
+) -> None:
+    _up, settings = stack
+    with psycopg.connect(settings["TXCACHE_DSN"], autocommit=True) as admin:
+        admin.execute("DROP DATABASE IF EXISTS up_untouched")
+        admin.execute("CREATE DATABASE up_untouched")
+    untouched = psycopg.conninfo.make_conninfo(settings["TXCACHE_DSN"], dbname="up_untouched")
+    for option, says in BAD_VALUES:
+        result = txcache("up", option, "--dsn", untouched)
+        assert result.returncode == 2, result.stderr
+        [error] = [line for line in result.stderr.splitlines() if "error:" in line]
+        assert error.startswith(f"txcache up: error: {says}"), error
+        assert "setup" not in result.stderr
+    with psycopg.connect(untouched, autocommit=True) as db:
+        slots = db.execute(
+            "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()"
+        ).fetchall()
+        assert slots == []
+        assert db.execute("SELECT pubname FROM pg_publication").fetchall() == []
+        assert db.execute("SELECT evtname FROM pg_event_trigger").fetchall() == []
+
+
+def test_bad_values_are_refused_before_postgres_starts() -> None:
+    for option, says in BAD_VALUES:
+        result = txcache("up", option)
+        assert result.returncode == 2, result.stderr
+        assert says in result.stderr
+        assert "PostgreSQL started" not in result.stderr
+        assert "Traceback" not in result.stderr
 
 
 def test_a_missing_binary_fails_before_anything_starts() -> None:

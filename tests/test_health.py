@@ -1,10 +1,22 @@
 """What ``txcache status`` calls degraded (``txcache.cli._health.diagnose``): pure logic on
-reports as the probes build them (the real thing runs in test_cli_up.py)."""
+reports as the probes build them (the real thing runs in test_cli_up.py); and the bound on
+asking a database that stops answering once connected (:func:`probe_database`)."""
 
 from __future__ import annotations
 
+import socket
+import struct
+import threading
+import time
+
 from txcache._pinset import Pin
-from txcache.cli._health import SILENT_STREAM_SECONDS, Problem, diagnose
+from txcache.cli._health import (
+    SILENT_STREAM_SECONDS,
+    Problem,
+    database_seconds,
+    diagnose,
+    probe_database,
+)
 from txcache.cli._probe import AgentReport, NodeReport
 
 NOW = 1_800_000_000_000_000  # µs
@@ -63,3 +75,85 @@ def test_settings_without_nodes_or_agent_say_the_library_would_not_cache() -> No
 def test_unreachable_parts_are_not_problems_twice() -> None:
     down = NodeReport("127.0.0.1:7", state="unreachable", error="refused")
     assert diagnose([down], agent(), NOW, agent_given=True) == []
+
+
+_SSL_REQUEST, _GSSENC_REQUEST = 80877103, 80877104
+
+
+def _message(kind: bytes, body: bytes) -> bytes:
+    return kind + struct.pack("!i", 4 + len(body)) + body
+
+
+class SilentPostgres:
+    """A server that lets a client connect as PostgreSQL would (no SSL, no password), then
+    never answers: a database that hangs once the connection is made. ``asked`` is set when
+    the first statement arrives."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.listener.getsockname()[1]
+        self.asked = threading.Event()
+        self.sessions: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                session, _ = self.listener.accept()
+            except OSError:  # closed
+                return
+            self.sessions.append(session)
+            threading.Thread(target=self._session, args=(session,), daemon=True).start()
+
+    def _session(self, session: socket.socket) -> None:
+        try:
+            while self._start_up(session) in (_SSL_REQUEST, _GSSENC_REQUEST):
+                session.sendall(b"N")  # no SSL, no GSS: the start-up message follows
+            session.sendall(
+                _message(b"R", struct.pack("!i", 0))  # AuthenticationOk
+                + _message(b"S", b"server_version\x0016.0\x00")
+                + _message(b"S", b"client_encoding\x00UTF8\x00")
+                + _message(b"K", struct.pack("!ii", 1, 2))
+                + _message(b"Z", b"I")  # ready for a query
+            )
+            if session.recv(65536):
+                self.asked.set()
+            while session.recv(65536):  # never answered
+                pass
+        except OSError:
+            pass
+
+    @staticmethod
+    def _start_up(session: socket.socket) -> int:
+        """Read one start-up packet; its code (protocol version or request)."""
+        header = session.recv(8, socket.MSG_WAITALL)
+        length, code = struct.unpack("!ii", header)
+        if length > 8:
+            session.recv(length - 8, socket.MSG_WAITALL)
+        return int(code)
+
+    def close(self) -> None:
+        """Stop listening and end every session (the client sees the connection close)."""
+        self.listener.close()
+        for session in self.sessions:
+            session.shutdown(socket.SHUT_RDWR)
+            session.close()
+
+
+def test_a_database_that_stops_answering_once_connected_is_reported_within_the_bound() -> None:
+    server = SilentPostgres()
+    dsn = f"host=127.0.0.1 port={server.port} user=u dbname=d sslmode=disable gssencmode=disable"
+    try:
+        started = time.monotonic()
+        problems = probe_database(dsn, timeout=0.5)
+        took = time.monotonic() - started
+        assert server.asked.wait(10), "the check never connected: nothing was asked"
+    finally:
+        server.close()
+    bound = database_seconds(0.5)
+    assert bound == 2.5  # libpq's least connect_timeout, 2 s, then the timeout itself
+    assert whats(problems) == [
+        ("database", "does not answer: txcache setup --check did not finish within 2.5 s")
+    ]
+    assert "longer --timeout" in problems[0].fix
+    assert bound <= took < bound + 2

@@ -8,6 +8,9 @@ CA made by trustme; refusals must say what is wrong.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,3 +218,50 @@ def test_an_agent_refuses_a_node_it_cannot_verify(
         finally:
             agent.stop()
     agent.wait_for_log("--node-tls-ca")
+
+
+def txcache_status(*args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+    """``txcache status`` with ``settings`` as its only ``TXCACHE_*`` variables."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("TXCACHE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "txcache", "status", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, **settings},
+        check=False,
+    )
+
+
+def test_status_checks_tls_endpoints_against_the_ca_of_tls_ca(
+    certificates: Certificates, ssl_database: str
+) -> None:
+    with LibraryStack(ssl_database, tls=certificates.parts) as lib:
+        settings = lib.settings()
+        assert settings["TXCACHE_TLS_CA"] == str(certificates.parts.ca)
+        endpoints = [*lib.node_addresses, lib.agent_address]
+        assert all(address.startswith("rediss://") for address in endpoints)
+        without_ca = {name: value for name, value in settings.items() if name != "TXCACHE_TLS_CA"}
+        by_variable = txcache_status(**settings)
+        by_option = txcache_status("--tls-ca", str(certificates.parts.ca), **without_ca)
+        other_ca = txcache_status("--tls-ca", str(certificates.other_ca), **settings)
+    for result in (by_variable, by_option):
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert all(f"{address}: up" in result.stdout for address in endpoints), result.stdout
+        assert "3 of 3 endpoint(s) up; all reachable" in result.stdout
+    assert other_ca.returncode == 1  # --tls-ca wins over TXCACHE_TLS_CA
+    for address in endpoints:
+        [line] = [line for line in other_ca.stdout.splitlines() if f" {address}: " in line]
+        assert "UNREACHABLE" in line, line
+        assert "CERTIFICATE_VERIFY_FAILED" in line, line
+        assert line.endswith("give txcache status --tls-ca the CA file, or set TXCACHE_TLS_CA")
+
+
+def test_status_refuses_a_tls_ca_it_cannot_read(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.pem"
+    result = txcache_status("--nodes", "rediss://127.0.0.1:1", TXCACHE_TLS_CA=str(missing))
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "txcache status: error: argument --tls-ca: the value must be the path of a readable "
+        f"file, not {str(missing)!r}: No such file or directory"
+    )

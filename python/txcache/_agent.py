@@ -117,7 +117,8 @@ class AgentClient(AgentState):
             return None
         timeout_ms = agent_wait_ms(self.endpoint.timeout, timeout)
         command = protocol.commit_lsn(xid, timeout_ms=timeout_ms, upto=upto)
-        return self.commit_waits.result(self.endpoint.run(command), time.monotonic())
+        reply = self.endpoint.run(command)
+        return self.commit_waits.result(reply, time.monotonic())
 
     def tag_columns(self, ts: int) -> tuple[bool, TagColumns | None]:
         """The tag-column version in force at snapshot ``ts``: ``(True, columns)``, or

@@ -121,7 +121,8 @@ class AsyncAgentClient(AgentState):
             return None
         timeout_ms = agent_wait_ms(self.endpoint.timeout, timeout)
         command = protocol.commit_lsn(xid, timeout_ms=timeout_ms, upto=upto)
-        return self.commit_waits.result(await self.endpoint.run(command), time.monotonic())
+        reply = await self.endpoint.run(command)
+        return self.commit_waits.result(reply, time.monotonic())
 
     async def tag_columns(self, ts: int) -> tuple[bool, TagColumns | None]:
         """The tag-column version in force at snapshot ``ts``, as the sync client's

