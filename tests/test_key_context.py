@@ -7,7 +7,10 @@ key names")."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
+import io
 import logging
 import uuid
 from collections.abc import Iterator
@@ -21,6 +24,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import txcache
 from postgres_fixtures import drop_database
+from txcache import protocol
+from txcache.cli import status
 from txcache.stack import AgentProcess, EmbeddedPostgres, Stack, StackOptions, wait_until
 
 TENANTS = """
@@ -347,6 +352,18 @@ def test_two_databases_on_one_server_never_share_a_value(
         drop_database(tenants.server, other)
 
 
+def status_of(nodes: list[str], agent: str) -> str:
+    """What ``txcache status`` prints about ``nodes`` and ``agent``."""
+    arguments = argparse.Namespace(
+        nodes=nodes, agent=[agent], metrics=[], dsn=None, slot="txcache", password=None,
+        tls_ca=None, timeout=5.0, json=False,
+    )  # fmt: skip
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status.run(arguments)
+    return printed.getvalue()
+
+
 @txcache.cacheable
 def other_account_name(account_id: int) -> str | None:
     """:func:`account_name`, counted apart: for the caches of another database."""
@@ -397,6 +414,11 @@ def test_an_agent_of_another_database_never_feeds_this_ones_nodes(tenants: Tenan
                     assert read(second, other_account_name, 1, not_before=token) == (name, 0)
             assert stats.inserts.get("inserted", 0) == 0, stats
             assert cached(first, account_name, 1) == "public one"
+            assert first.agent is not None
+            assert first.agent.database is not None
+            followed = protocol.stream_name(first.agent.database)
+            report = status_of(nodes, f"{agent.host}:{agent.port}")
+            assert f"follows database {followed}, not the agent's" in report, report
     finally:
         drop_database(tenants.server, other)
 

@@ -30,7 +30,7 @@ from txcache._current import Params
 from txcache._parking import ParkingLot
 from txcache._pending_stores import PendingStore, PendingStores
 from txcache._pinset import PinPolicy, newest_or_fresh, prefer_standbys
-from txcache._protocol import DatabaseIdentity
+from txcache._protocol import DatabaseIdentity, stream_name
 from txcache._replicas import ReplicaHealth, answers
 from txcache._ring import NodeClient, NodeRing
 from txcache._schema import Catalog, Schema, TagColumns
@@ -255,9 +255,7 @@ class CacheCore:
         vouch for values nothing invalidates. ``None`` (no connection yet) before the
         agent said which database it follows."""
         followed = self.agent.database if self.agent is not None else None
-        if followed is None:
-            return None
-        return "TXDATABASE", f"{followed.system_identifier}/{followed.oid}"
+        return None if followed is None else ("TXDATABASE", stream_name(followed))
 
     def inherited(self) -> bool:
         """Whether this process is a fork of the one that made the cache: its connections are

@@ -70,7 +70,9 @@ __all__ = [
     "pin",
     "pins",
     "standby_pins",
+    "stream_name",
     "tag_columns",
+    "txdatabase",
     "txget",
     "txinterval",
     "txset",
@@ -237,6 +239,16 @@ def txstatus() -> Command[NodeStatus]:
 def _node_status(reply: Sequence[Any]) -> NodeStatus:
     position, horizon, last_time = reply
     return NodeStatus(int(position), _optional_int(horizon), int(last_time))
+
+
+def txdatabase() -> Command[str | None]:
+    """``TXDATABASE``: the database (``system_identifier/oid``) whose stream the node
+    follows; ``None`` until an agent named one."""
+    return Command(("TXDATABASE",), _optional_text)
+
+
+def _optional_text(reply: bytes | None) -> str | None:
+    return None if reply is None else reply.decode()
 
 
 def delete(key: bytes | str) -> Command[int]:
@@ -439,6 +451,11 @@ def database() -> Command[DatabaseIdentity]:
 def _database(reply: Sequence[Any]) -> DatabaseIdentity:
     system_identifier, oid, name = reply
     return DatabaseIdentity(system_identifier.decode(), int(oid), name.decode())
+
+
+def stream_name(database: DatabaseIdentity) -> str:
+    """How the nodes name ``database`` (``TXDATABASE``): ``system_identifier/oid``."""
+    return f"{database.system_identifier}/{database.oid}"
 
 
 def nodes() -> Command[tuple[str, ...]]:

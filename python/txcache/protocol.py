@@ -18,7 +18,7 @@ a connection to run it on::
         agent.run(protocol.agent_status())["pins_certified"]
         agent.run(protocol.pin())                           # a fresh txcache.Pin
 
-Nodes: :func:`txget`, :func:`txset`, :func:`txinterval`, :func:`txstatus`,
+Nodes: :func:`txget`, :func:`txset`, :func:`txinterval`, :func:`txstatus`, :func:`txdatabase`,
 :func:`max_staleness`, :func:`info` (:func:`parse_fields`, :func:`integer_fields`); the
 agent: :func:`pins`, :func:`standby_pins`, :func:`pin`, :func:`commit_lsn`,
 :func:`tag_columns`, :func:`barrier`, :func:`database`, :func:`nodes`, :func:`agent_status`,
@@ -58,7 +58,9 @@ from txcache._protocol import (
     pin,
     pins,
     standby_pins,
+    stream_name,
     tag_columns,
+    txdatabase,
     txget,
     txinterval,
     txset,
@@ -107,7 +109,9 @@ __all__ = [
     "pin",
     "pins",
     "standby_pins",
+    "stream_name",
     "tag_columns",
+    "txdatabase",
     "txget",
     "txinterval",
     "txset",

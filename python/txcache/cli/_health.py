@@ -69,6 +69,7 @@ def diagnose(
     problems = [problem for node in nodes for problem in _node_problems(node, now_micros)]
     if agent is not None and agent.reachable:
         problems += _agent_problems(agent, len(nodes))
+        problems += [problem for node in nodes for problem in _database_problems(node, agent)]
     if not nodes:
         problems.append(
             Problem(
@@ -142,6 +143,24 @@ def _node_problems(node: NodeReport, now_micros: int) -> list[Problem]:
             )
         ]
     return []
+
+
+def _database_problems(node: NodeReport, agent: AgentReport) -> list[Problem]:
+    """A node that follows another database than the agent's: two databases' agents were
+    given the same nodes, and the first to feed it has it (docs/protocol.md, TXDATABASE)."""
+    if not node.reachable or None in (node.database, agent.database):
+        return []
+    if node.database == agent.database:
+        return []
+    return [
+        Problem(
+            f"node {node.address}",
+            f"follows database {node.database}, not the agent's {agent.database}: another "
+            "database's agent fed it first, so this agent cannot feed it and this database's "
+            "libraries do not use it",
+            "give each database cache nodes of its own, or restart the node to hand it over",
+        )
+    ]
 
 
 def _agent_problems(agent: AgentReport, nodes_given: int) -> list[Problem]:

@@ -70,6 +70,8 @@ class NodeReport(Report):
     history_horizon: int | None = None
     last_message_time: int = 0
     info: dict[str, int] = field(default_factory=dict)
+    database: str | None = None
+    """The database whose stream the node follows (``TXDATABASE``); ``None`` before any."""
 
     @property
     def misses(self) -> dict[str, int]:
@@ -101,6 +103,9 @@ class AgentReport(Report):
     nodes: list[str] | None = None
     """The cache nodes the agent feeds (``NODES``); ``None`` from a standby or an agent too
     old to say."""
+    database: str | None = None
+    """The database its stream follows, as the nodes name it (``DATABASE``); ``None`` from
+    a standby."""
 
     @property
     def active(self) -> bool:
@@ -147,6 +152,7 @@ def probe_node(
         with protocol.connect(address, password=password, timeout=timeout, tls_ca=tls_ca) as node:
             status = node.run(protocol.txstatus())
             info = node.run(protocol.info())
+            report.database = node.run(protocol.txdatabase())
     except (ConnectionLost, ReplyError, ValueError) as error:  # ValueError: BadReply too
         report.failed(error, "a txcached node")
         return report
@@ -183,6 +189,7 @@ def probe_agent(
                     report.pins = [agent.run(protocol.pin())]
                 except ReplyError as error:
                     report.pin_error = str(error).strip()
+            report.database = protocol.stream_name(agent.run(protocol.database()))
             try:
                 fed: tuple[str, ...] = agent.run(protocol.nodes())
                 report.nodes = list(fed)

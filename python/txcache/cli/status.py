@@ -200,6 +200,7 @@ def node_json(node: NodeReport, agent: AgentReport | None, now: int) -> dict[str
         "address": node.address,
         "reachable": True,
         "state": node.state,
+        "database": node.database,
         "position": node.position,
         "history_horizon": node.history_horizon,
         "last_message_age_seconds": _age(now, node.last_message_time),
@@ -244,6 +245,7 @@ def agent_json(agent: AgentReport, now: int) -> dict[str, Any]:
         "state": agent.state,
         "standby": None,
         "status": agent.status,
+        "database": agent.database,
         "pins": len(agent.pins),
         "newest_pin": None
         if newest is None
