@@ -208,3 +208,48 @@ def test_a_request_scope_sees_its_writes_and_its_clients_token_only(lib: Library
     with lib.cache.read_only(staleness=60) as tx:  # the thread's own record is back
         assert tx.not_before is not None
         assert tx.not_before < handed
+
+
+def test_a_request_scope_shares_the_writes_of_the_tasks_it_starts() -> None:
+    """Writes made in ``asyncio.gather`` or ``create_task`` land in each task's copy of the
+    context: the scope still covers them — the largest token stands, concurrent commits
+    ending in any order — and each is asked once."""
+
+    async def body() -> None:
+        late, early = FakeCommit("dbname=a", 100), FakeCommit("dbname=a", 90)
+
+        async def write(commit: FakeCommit) -> None:
+            tokens.record(commit)
+
+        with tokens.scope():
+            await asyncio.gather(write(late), write(early))
+            assert await tokens.floor_async("dbname=a") == 100
+            assert await tokens.floor_async("dbname=a") == 100
+            assert tokens.floor("dbname=b") is None
+        assert (late.asked, early.asked) == (1, 1)
+        assert await tokens.floor_async("dbname=a") is None, "the scope's writes stay in it"
+
+    contextvars.copy_context().run(asyncio.run, body())
+
+
+def test_a_request_hands_its_client_the_writes_of_its_gathered_tasks(lib: LibraryStack) -> None:
+    lib.caught_up()
+    lib.fresh_pins()
+
+    async def body() -> None:
+        async with await txcache.connect_async(
+            lib.dsn, nodes=lib.node_addresses, agent=lib.agent_address, refresh_interval=0.05
+        ) as cache:
+
+            async def write(item_id: int, value: int) -> None:
+                async with cache.read_write() as tx:
+                    await tx.execute("UPDATE items SET price = %s WHERE id = %s", (value, item_id))
+
+            with cache.request_scope():
+                await asyncio.gather(write(6, 61), write(7, 71))
+                handed = await cache.written_token()
+                assert handed is not None, "the gathered writes are the request's"
+            async with cache.read_only(staleness=60, not_before=handed):
+                assert (await price_async(6), await price_async(7)) == (61, 71)
+
+    asyncio.run(body())

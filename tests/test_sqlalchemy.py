@@ -6,6 +6,7 @@ and the dialect's own statements stay out of the application's transactions."""
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Iterator
 from typing import Any
 
@@ -382,3 +383,55 @@ def test_the_public_names() -> None:
         "to_dict",
     ]
     assert all(hasattr(txsa, name) for name in txsa.__all__)
+
+
+# -- tenants by schema_translate_map -----------------------------------------------------
+
+TENANTS = """
+CREATE SCHEMA tenant_a;
+CREATE SCHEMA tenant_b;
+CREATE TABLE tenant_a.items (LIKE public.items INCLUDING ALL);
+CREATE TABLE tenant_b.items (LIKE public.items INCLUDING ALL);
+INSERT INTO tenant_a.items VALUES (1, 'a secret', 1, 1);
+INSERT INTO tenant_b.items VALUES (1, 'b secret', 1, 1);
+"""
+
+request_tenant: contextvars.ContextVar[str] = contextvars.ContextVar("request_tenant")
+"""A web framework's request state: the schema of the request's tenant."""
+
+
+def tenant_session(schema: str) -> txsa.Session:
+    """A session whose unqualified tables are ``schema``'s."""
+    assert current_shop is not None
+    engine = current_shop.engine.execution_options(schema_translate_map={None: schema})
+    return txsa.Session(engine)
+
+
+@txcache.cacheable
+def tenant_item_name(schema: str, item_id: int) -> str:
+    with tenant_session(schema) as s:
+        return s.get_one(Item, item_id).name
+
+
+@txcache.cacheable
+def request_tenant_item_name(item_id: int) -> str:
+    with tenant_session(request_tenant.get()) as s:
+        return s.get_one(Item, item_id).name
+
+
+def test_a_schema_translate_map_must_be_named_by_the_arguments(shop: Shop) -> None:
+    """A translated schema that is an argument is in the key: each tenant gets its own
+    value, hits included. One a request's state picked is not: the query is refused, not
+    cached under a key another tenant shares."""
+    shop.lib.write(TENANTS)
+    txcache.setup_database(shop.lib.dsn, schemas=("public", "tenant_a", "tenant_b"))
+    shop.settled()
+    for _ in range(3):
+        with shop.lib.cache.read_only(staleness=60):
+            assert tenant_item_name("tenant_a", 1) == "a secret"
+            assert tenant_item_name("tenant_b", 1) == "b secret"
+    assert tenant_item_name.stats.hits > 0, "both stored, then served to their own tenant"
+    request_tenant.set("tenant_a")
+    refused = pytest.raises(txcache.UncacheableQuery, match="tenant_a, which are not among")
+    with shop.lib.cache.read_only(staleness=60), refused:
+        request_tenant_item_name(1)

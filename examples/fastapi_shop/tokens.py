@@ -52,7 +52,7 @@ def token_of(request: HTTPConnection) -> int | None:
     for raw in (request.headers.get(TOKEN_HEADER), request.cookies.get(TOKEN_COOKIE)):
         if raw is None:
             continue
-        if not raw.isdigit():
+        if not (raw.isascii() and raw.isdigit()):  # int() refuses "²", which isdigit() takes
             raise BadToken(f"{TOKEN_HEADER} must be a txcache token (digits)")
         # Past 64 bits it lies after everything the database wrote, as the largest token does.
         found.append(min(int(raw), LARGEST_TOKEN))

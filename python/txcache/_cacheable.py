@@ -161,7 +161,7 @@ class CacheableFunction(CacheableBase[P, R]):
         manual_tag: str | None,
     ) -> R:
         started = time.perf_counter()
-        frame = self._open_frame(transaction, manual_tag)
+        frame = self._open_frame(transaction, manual_tag, (*args, *kwargs.values()))
         leased = miss.lease == 0  # this call holds the key's lease: a store ends it
         try:
             value = self.function(*args, **kwargs)

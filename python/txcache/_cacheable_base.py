@@ -278,9 +278,16 @@ class CacheableBase(Generic[P, R]):
         self.stats.record_miss(miss_kind, time.perf_counter() - started)
         transaction.misses += 1
 
-    def _open_frame(self, transaction: ReadOnlyCore[Any], manual_tag: str | None) -> Frame:
-        """A frame for a miss's run, on the transaction's stack."""
-        frame = Frame(self.keys.name, self.keys.independent_of)
+    def _open_frame(
+        self,
+        transaction: ReadOnlyCore[Any],
+        manual_tag: str | None,
+        arguments: Iterable[Any],
+    ) -> Frame:
+        """A frame for a miss's run with ``arguments`` (positional and keyword values), on
+        the transaction's stack."""
+        texts = frozenset(value for value in arguments if isinstance(value, str))
+        frame = Frame(self.keys.name, self.keys.independent_of, texts)
         transaction.frames.append(frame)
         if manual_tag is not None:  # callers' results depend on this call's too
             for each in transaction.frames:

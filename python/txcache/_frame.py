@@ -17,11 +17,20 @@ class Frame:
     """The cache reads (intersected interval), the tags and the database snapshot of one
     cacheable call in progress."""
 
-    __slots__ = ("function", "hi", "independent_of", "lo", "snapshot", "tags")
+    __slots__ = ("function", "hi", "independent_of", "lo", "snapshot", "tags", "texts")
 
-    def __init__(self, function: str = "", independent_of: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        function: str = "",
+        independent_of: frozenset[str] = frozenset(),
+        texts: frozenset[str] = frozenset(),
+    ) -> None:
         self.function = function
         """The qualified name of the function being computed."""
+        self.texts = texts
+        """The call's string arguments (positional and keyword): what its key names that a
+        query may take a schema or table name from (``txcache.sqlalchemy``'s check of a
+        ``schema_translate_map``)."""
         self.independent_of = independent_of
         """The key contexts its keys leave out (``@cacheable(independent_of=...)``): what it
         computes must not depend on them."""

@@ -136,7 +136,8 @@ def parse_address(address: str) -> tuple[str, int]:
     surrounding spaces ignored) → ``(host, port)``; ``ValueError`` naming the text if
     malformed or the port is not 1…65535."""
     host, colon, port = _split_scheme(address)[1].rpartition(":")
-    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    digits = port.isascii() and port.isdigit()  # int() refuses "²", which isdigit() takes
+    if not colon or not host or not digits or not 0 < int(port) < 65536:
         raise ValueError(f"not a host:port address: {address!r}")
     return host.strip("[]"), int(port)
 

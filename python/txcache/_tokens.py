@@ -15,8 +15,10 @@ once:
 
 Tokens from elsewhere — a client's cookie, a ``Cache.timestamp()`` — join with
 :func:`advance`; a request-scoped integration gives each request a state of its own
-(:func:`scope`) and hands the client :func:`floor` at its end. Tokens only grow: a commit
-that wrote nothing keeps the last one.
+(:func:`scope`) and hands the client :func:`floor` at its end. Within a scope, the writes
+of every task (and thread) the request started are shared too (:class:`_Shared`): a
+request that writes in ``asyncio.gather`` hands its client a token covering them, and its
+reads after them see them. Tokens only grow: a commit that wrote nothing keeps the last one.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -86,6 +89,77 @@ _written: contextvars.ContextVar[Written] = contextvars.ContextVar(
 )
 
 
+class _Shared:
+    """The writes committed in one request's scope by any task or thread of it: those copy
+    the request's context, so what they record in their own state the request's never
+    sees. Each pending write is asked for its token once, by the first read (or response)
+    that needs it; the largest token stands (concurrent commits end in any order).
+    Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens: dict[str, int] = {}
+        self._pending: dict[str, list[Pending]] = {}
+
+    def add(self, database: str, pending: Pending) -> None:
+        """A write to ``database`` committed in the scope."""
+        with self._lock:
+            self._pending.setdefault(database, []).append(pending)
+
+    def taken(self, database: str) -> tuple[int | None, list[Pending]]:
+        """The token so far and the writes not yet asked (now the caller's to ask)."""
+        with self._lock:
+            return self._tokens.get(database), self._pending.pop(database, [])
+
+    def settled(self, database: str, asked: list[int | None], left: list[Pending]) -> int | None:
+        """Fold the tokens ``asked`` in; put back the writes ``left`` (not askable here:
+        async writes, read from sync code). The token as of now."""
+        with self._lock:
+            known = [token for token in (self._tokens.get(database), *asked) if token is not None]
+            if known:
+                self._tokens[database] = max(known)
+            if left:
+                self._pending.setdefault(database, []).extend(left)
+            return self._tokens.get(database)
+
+
+_shared: contextvars.ContextVar[_Shared | None] = contextvars.ContextVar(
+    "txcache_shared_writes", default=None
+)
+
+
+def _share(database: str, pending: Pending) -> None:
+    shared = _shared.get()
+    if shared is not None:
+        shared.add(database, pending)
+
+
+def _shared_floor(database: str) -> int | None:
+    """The token of the scope's writes to ``database`` by every task of it (sync)."""
+    shared = _shared.get()
+    if shared is None:
+        return None
+    token, pending = shared.taken(database)
+    asked = [write.settled_timestamp() for write in pending]
+    left = [write for write, got in zip(pending, asked, strict=True) if got is None]
+    return shared.settled(database, [token, *asked], left)
+
+
+async def _shared_floor_async(database: str) -> int | None:
+    """:func:`_shared_floor` for a coroutine (pending tokens awaited)."""
+    shared = _shared.get()
+    if shared is None:
+        return None
+    token, pending = shared.taken(database)
+    asked = [await write.settled_timestamp_async() for write in pending]
+    return shared.settled(database, [token, *asked], [])
+
+
+def _newest(*tokens: int | None) -> int | None:
+    known = [token for token in tokens if token is not None]
+    return max(known) if known else None
+
+
 def _with(database: str, state: _State) -> None:
     _written.set(MappingProxyType({**_written.get(), database: state}))
 
@@ -101,6 +175,7 @@ def record(commit: Any) -> None:
     if commit.wrote:
         database = commit.cache.settings.dsn
         _with(database, _State(_of(database).token, commit))
+        _share(database, commit)
 
 
 def wrote_elsewhere(database: str, timestamp: Callable[[], int]) -> None:
@@ -110,7 +185,9 @@ def wrote_elsewhere(database: str, timestamp: Callable[[], int]) -> None:
     a read needs the token, once per run of such writes: that position covers them all."""
     state = _of(database)
     if not isinstance(state.pending, _Elsewhere):
-        _with(database, _State(state.token, _Elsewhere(timestamp)))
+        elsewhere = _Elsewhere(timestamp)
+        _with(database, _State(state.token, elsewhere))
+        _share(database, elsewhere)
 
 
 def advance(database: str, token: int | None) -> None:
@@ -134,17 +211,19 @@ def floor(database: str, written: Written | None = None) -> int | None:
     a sync read-only transaction beginning: asks a pending write's token first (a round
     trip). ``None``: the context wrote nothing there."""
     state = _of(database, written)
-    if state.pending is None:
-        return state.token
-    return _settle(database, state, state.pending.settled_timestamp())
+    own = state.token
+    if state.pending is not None:
+        own = _settle(database, state, state.pending.settled_timestamp())
+    return _newest(own, _shared_floor(database))
 
 
 async def floor_async(database: str, written: Written | None = None) -> int | None:
     """:func:`floor` for an async read-only transaction (a pending token is awaited)."""
     state = _of(database, written)
-    if state.pending is None:
-        return state.token
-    return _settle(database, state, await state.pending.settled_timestamp_async())
+    own = state.token
+    if state.pending is not None:
+        own = _settle(database, state, await state.pending.settled_timestamp_async())
+    return _newest(own, await _shared_floor_async(database))
 
 
 def _settle(database: str, state: _State, asked: int | None) -> int | None:
@@ -159,9 +238,12 @@ def _settle(database: str, state: _State, asked: int | None) -> int | None:
 @contextlib.contextmanager
 def scope() -> Iterator[None]:
     """Run the block with nothing written yet, and the context's state back afterwards:
-    one web request (which then advances to its client's token: :func:`advance`)."""
+    one web request (which then advances to its client's token: :func:`advance`). The
+    tasks and threads it starts share their writes with it (:class:`_Shared`)."""
     reset = _written.set(_NOTHING)
+    reset_shared = _shared.set(_Shared())
     try:
         yield
     finally:
+        _shared.reset(reset_shared)
         _written.reset(reset)

@@ -196,7 +196,7 @@ def request_token(request: HttpRequest, chosen: conf.TxcacheSettings) -> int | N
             value = signer.unsign(signed, max_age=chosen.token_max_age)
         except signing.BadSignature:  # forged, garbled, or expired
             continue
-        if value.isdigit():
+        if value.isascii() and value.isdigit():
             tokens.append(int(value))
     return max(tokens, default=None)
 

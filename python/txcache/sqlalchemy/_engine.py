@@ -21,6 +21,9 @@ from sqlalchemy.pool import NullPool
 
 import txcache
 from txcache import _validate as validate  # the one home of the checks and their messages
+from txcache._current import current_transaction
+from txcache._read_only_core import ReadOnlyCore
+from txcache._sql import UncacheableQuery
 from txcache.aio import AsyncReadWriteTransaction
 from txcache.integration import tokens
 from txcache.sqlalchemy._commits import (
@@ -108,6 +111,32 @@ def _listen(engine: sqlalchemy.Engine) -> None:
 
     event.listen(engine.pool, "connect", connected)
     event.listen(engine, "begin", _began)
+    event.listen(engine, "before_cursor_execute", _refuse_unkeyed_translation)
+
+
+def _refuse_unkeyed_translation(
+    _connection: Any, _cursor: Any, _statement: str, _parameters: Any, context: Any, _many: bool
+) -> None:
+    """Refuse a statement whose schemas a ``schema_translate_map`` chose while a cacheable
+    function is computed, unless each schema it translates to is one of the call's string
+    arguments — hence in its key. A map picked by request state (a tenant in a
+    ``ContextVar``) is not: a tenant would be served another's value."""
+    translate = context.execution_options.get("schema_translate_map") if context else None
+    if not translate:
+        return
+    current = current_transaction()
+    if not isinstance(current, ReadOnlyCore):
+        return  # no result being computed: nothing stored under a key
+    schemas = {schema for schema in translate.values() if schema is not None}
+    for frame in current.frames:
+        missing = sorted(schemas - frame.texts)
+        if missing:
+            raise UncacheableQuery(
+                f"{frame.function} runs a query whose schema_translate_map picks the "
+                f"schema(s) {', '.join(missing)}, which are not among its arguments: its key "
+                "would not name them, and another tenant would be served this value. Pass "
+                "the schema name to the function as an argument (and build the map from it)"
+            )
 
 
 def _began(connection: sqlalchemy.Connection) -> None:
