@@ -91,6 +91,25 @@ def test_without_replicas_standby_pins_are_ignored() -> None:
     assert [p.server for p in published(state, [pin(10)], [pin(20, "s1")])] == [None]
 
 
+def test_a_replica_name_the_agent_never_pins_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``replicas={"east": …}`` beside an agent's ``--standby s1=…``: no miss would ever run
+    there, and nothing else would say why."""
+    state = AgentState(0.25, replicas=["s1", "east"])
+    with caplog.at_level(logging.ERROR, logger="txcache"):
+        for ts in range(1, 60):
+            published(state, [pin(10 * ts)], [pin(10 * ts + 5, "s1")])
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1, said
+    assert "names standby(s) east, but the agent pins only s1" in said[0]
+    quiet = AgentState(0.25, replicas=["s1"])
+    with caplog.at_level(logging.ERROR, logger="txcache"):
+        for ts in range(1, 60):
+            published(quiet, [pin(10 * ts)], [pin(10 * ts + 5, "s1")])
+    assert len(caplog.records) == 1, "a name the agent pins is not said"
+
+
 def test_the_catalog_covers_only_up_to_the_primary_s_newest_pin() -> None:
     # STANDBYPINS is asked after TAGCOLUMNS: a standby pin newer than the primary's newest
     # may be newer than the catalog the same refresh returned.

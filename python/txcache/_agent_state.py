@@ -73,6 +73,8 @@ class AgentState:
         asks the agent's pins on standbys, and lists those of these."""
         self.refresh_interval = refresh_interval
         self.replicas = frozenset(replicas)
+        self._standbys_seen: set[str] = set()
+        self._refreshes_with_standbys = 0
         self._list = _PinList([], [], [], float("-inf"), _NO_FENCE)
         # Pins die with the agent's pinner sessions: a list not confirmed for this long is
         # not offered, so transactions fall back to the database before reading the cache.
@@ -228,11 +230,32 @@ class AgentState:
         timestamps = [pin.ts for pin in pins]
         self._list = _PinList(pins, timestamps, known_current, time.monotonic(), fence)
 
+    def _check_replica_names(self, standby_pins: Sequence[Pin]) -> None:
+        """Say once, as an error, which names of the ``replicas`` setting the agent has not
+        listed a pin of in :data:`_NAMES_CHECKED_AFTER` refreshes that listed standby pins:
+        a name the agent's ``--standby`` spells otherwise gets no misses, silently."""
+        if not self.replicas or not standby_pins:
+            return
+        self._standbys_seen.update(pin.server for pin in standby_pins if pin.server)
+        self._refreshes_with_standbys += 1
+        if self._refreshes_with_standbys != _NAMES_CHECKED_AFTER:
+            return
+        unknown = sorted(self.replicas - self._standbys_seen)
+        if unknown:
+            log.error(
+                "txcache: the replicas setting names standby(s) %s, but the agent pins only "
+                "%s: no miss runs there. Name each standby as the agent's --standby NAME=DSN "
+                "does",
+                ", ".join(unknown),
+                ", ".join(sorted(self._standbys_seen)),
+            )
+
     def _merged(self, listed: Sequence[Pin], standby_pins: Sequence[Pin]) -> list[Pin]:
         """The primary's pins and those of the standbys this library runs misses on, one
         per commit point, sorted: where a standby has a pin at a primary pin's commit
         point, the standby's is listed, with the primary's as its
         :attr:`~txcache._pinset.Pin.fallback`."""
+        self._check_replica_names(standby_pins)
         primary = {pin.ts: pin for pin in listed}
         by_ts = dict(primary)
         for pin in standby_pins:
@@ -246,6 +269,11 @@ class AgentState:
             current = max(pin.current_as_of, fallback.current_as_of if fallback else 0.0)
             by_ts[pin.ts] = dataclasses.replace(pin, fallback=fallback, current_as_of=current)
         return [by_ts[ts] for ts in sorted(by_ts)]
+
+
+_NAMES_CHECKED_AFTER = 20
+"""Refreshes listing standby pins after which a ``replicas`` name never among them is said
+to be none of the agent's (a standby down for a while lists none meanwhile)."""
 
 
 def _share(server: str, ts: int) -> int:
