@@ -392,9 +392,9 @@ def _changed_unseen(connection: Connection, context: SessionContext | None) -> b
     if context is None:
         connection.execute(FORGET_SEQUENCES, prepare=False)
         return False
-    cursor = connection.execute(f"{FORGET_SEQUENCES}; {CHECK_CONTEXT}", prepare=False)
-    while cursor.nextset():
-        pass  # to the last result: the context check's
+    with connection.pipeline():  # one round trip; the check prepared once used enough
+        connection.execute(FORGET_SEQUENCES, prepare=False)
+        cursor = connection.execute(CHECK_CONTEXT)
     rows = cursor.fetchall()
     changed = context_changes(context, rows[0] if rows else None)
     if changed:

@@ -16,7 +16,6 @@ has, at session level, so that a configuration reload cannot change them under t
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import hashlib
 from dataclasses import dataclass, field
@@ -99,19 +98,14 @@ WHERE d.datname = pg_catalog.current_database() AND r.rolname = current_user"""
 ).format(search_path=_SEARCH_PATH, settings=_SETTINGS)
 """The session's context, one row (:func:`context_from_row`)."""
 
-CHECK_CONTEXT: str = (
-    sql.SQL(
-        """SELECT r.oid::int8, {search_path}, {settings}
-FROM pg_catalog.pg_roles r WHERE r.rolname = current_user"""
-    )
-    .format(search_path=_SEARCH_PATH, settings=_SETTINGS)
-    .as_string()
+CHECK_CONTEXT = "SELECT current_user::text, " + ", ".join(
+    f"pg_catalog.current_setting('{name}', true)" for name in RESULT_SETTINGS
 )
-"""What of the session's context a statement can change — its role, resolved search path
-and settings — one row (:func:`context_changes`): run after a statement that may have run
-code the library cannot see (a user-defined function's ``SET``, ``set_config`` or ``SET
-ROLE``; a trigger's), whose effect PostgreSQL reports to the client only for a few
-settings."""
+"""What of the session's context a statement can change — its role and settings (the
+search path's text among them) — in one row of plain columns, cheap to run
+(:func:`context_changes`): after a statement that may have run code the library cannot
+see (a user-defined function's ``SET``, ``set_config`` or ``SET ROLE``; a trigger's), whose
+effect PostgreSQL reports to the client only for a few settings."""
 
 # Sets every result setting to the value it has, at session level: PostgreSQL applies a
 # reloaded configuration file only to settings not set in the session. server_version_num
@@ -210,15 +204,12 @@ def context_changes(context: SessionContext, row: tuple[Any, ...] | None) -> lis
     """What a :data:`CHECK_CONTEXT` row shows changed in a session of ``context``, named
     as :meth:`SessionContext.differences` names it (empty when nothing did)."""
     if row is None:
-        return ["role"]  # current_user is no role of pg_roles any more (dropped meanwhile)
-    role_oid, path, values = row
-    now = dataclasses.replace(
-        context,
-        role_oid=int(role_oid),
-        search_path=tuple(int(oid) for oid in path),
-        settings=tuple(zip(RESULT_SETTINGS, values, strict=True)),
-    )
-    return now.differences(context) if now != context else []
+        return ["role", *RESULT_SETTINGS]  # no row: nothing is known to be as it was
+    role, *values = row
+    changed = [] if role == context.role else ["role"]
+    return changed + [
+        name for (name, before), now in zip(context.settings, values, strict=True) if now != before
+    ]
 
 
 def pin_statement(context: SessionContext) -> sql.Composed:

@@ -415,9 +415,9 @@ async def _changed_unseen(connection: AsyncConnection, context: SessionContext |
     if context is None:
         await connection.execute(FORGET_SEQUENCES, prepare=False)
         return False
-    cursor = await connection.execute(f"{FORGET_SEQUENCES}; {CHECK_CONTEXT}", prepare=False)
-    while cursor.nextset():
-        pass  # to the last result: the context check's
+    async with connection.pipeline():  # one round trip; the check prepared once used enough
+        await connection.execute(FORGET_SEQUENCES, prepare=False)
+        cursor = await connection.execute(CHECK_CONTEXT)
     rows = await cursor.fetchall()
     changed = context_changes(context, rows[0] if rows else None)
     if changed:
