@@ -131,7 +131,8 @@ def test_the_protocol_client_names_are_exactly_these() -> None:
     assert set(txcache.protocol.__all__) == {
         *("connect", "RespConnection", "AsyncRespConnection", "Command", "parse_address"),
         *("ConnectionLost", "PasswordRefused", "ReplyError", "BadReply", "MISS_KINDS"),
-        *("txget", "txset", "txinterval", "txstatus", "max_staleness", "info"),
+        *("txget", "txset", "txinterval", "txstatus", "txdatabase", "max_staleness", "info"),
+        "stream_name",
         *("parse_fields", "integer_fields", "Hit", "Miss", "Interval", "Stored"),
         *("NodeStatus", "agent_status", "agent_role", "pins", "pin", "commit_lsn", "tag_columns"),
         *("CatalogVersion", "barrier", "Barrier", "database", "DatabaseIdentity", "nodes"),
