@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
+import threading
 import time
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from txcache._protocol import Miss
 from txcache.aio._agent import AsyncAgentClient
 from txcache.aio._nodes import AsyncCacheNode
 from txcache.aio._resp import AsyncEndpoint, AsyncRespConnection
-from txcache.protocol import ConnectionLost, PasswordRefused, ReplyError
+from txcache.protocol import ConnectionLost, PasswordRefused, ReplyError, RespConnection
 from txcache.stack import NodeProcess, wait_until
 
 
@@ -266,3 +268,41 @@ def test_a_node_another_database_claims_is_down_for_both_drivers(start_node: Sta
     fresh = CacheNode(node_process.address, greeting=greeting)
     assert fresh.lookup(b"k", 1, 2, with_tags=False) == Miss("unavailable"), "greeting refused"
     fresh.close()
+
+
+# A RESP3 map keyed by an array: hiredis raises TypeError (unhashable), not ProtocolError.
+UNREADABLE = b"%1\r\n*1\r\n:1\r\n:2\r\n"
+
+
+def test_an_unreadable_reply_loses_the_connection_not_the_call() -> None:
+    """A broken or hostile node's reply hiredis cannot build is a lost connection (the node
+    down, the call going on without it), never an exception the application sees."""
+
+    async def body() -> None:
+        connection = AsyncRespConnection(("127.0.0.1", 1), timeout=5)
+        transport = _Transport()
+        connection.connection_made(transport)
+        (future,) = connection.send([("TXGET", "k", 1, 2)])
+        connection.data_received(UNREADABLE)
+        assert transport.aborted
+        with pytest.raises(ConnectionLost, match="an unreadable reply: TypeError"):
+            future.result()
+
+    asyncio.run(body())
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+
+        def answer() -> None:
+            peer, _ = listener.accept()
+            with peer:
+                peer.recv(4096)
+                peer.sendall(UNREADABLE)
+                peer.recv(4096)  # until the client closes
+
+        server = threading.Thread(target=answer, daemon=True)
+        server.start()
+        connection = RespConnection(listener.getsockname())
+        with pytest.raises(ConnectionLost, match="an unreadable reply: TypeError"):
+            connection.call("TXGET", "k", 1, 2)
+        server.join(timeout=10)

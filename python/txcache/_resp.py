@@ -43,6 +43,7 @@ __all__ = [
     "parse_address",
     "read_reply",
     "tls_context",
+    "unreadable",
     "uses_tls",
 ]
 
@@ -306,12 +307,19 @@ class RespConnection:
             self._reader.feed(chunk)
             try:
                 reply = self._reader.gets()
-            except hiredis.ProtocolError as error:
+            except Exception as error:  # MemoryError, TypeError too: see unreadable()
                 self.close()
-                raise ConnectionLost(
-                    f"{show_address(self.address)} sent bad RESP: {error}"
-                ) from error
+                raise unreadable(self.address, error) from error
         return reply
+
+
+def unreadable(address: tuple[str, int], error: Exception) -> ConnectionLost:
+    """What a reply hiredis could not read makes of the connection: lost. Bad framing is a
+    ``ProtocolError``; an array claiming billions of elements a ``MemoryError``, a RESP3
+    map keyed by an array a ``TypeError`` — a broken or hostile peer, never the
+    application's error: the server counts as down and the call goes on without it."""
+    what = "bad RESP" if isinstance(error, hiredis.ProtocolError) else "an unreadable reply"
+    return ConnectionLost(f"{show_address(address)} sent {what}: {type(error).__name__}: {error}")
 
 
 def show_address(address: tuple[str, int]) -> str:

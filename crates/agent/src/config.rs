@@ -83,7 +83,8 @@ pub struct Config {
     #[arg(long, env = "TXCACHE_NODE_TLS_CA", value_name = "FILE")]
     pub node_tls_ca: Option<std::path::PathBuf>,
 
-    /// Password of the cache nodes (their --password). Default: none.
+    /// Password the agent authenticates to the cache nodes with: their --stream-password
+    /// (else their --password, when they have no stream password). Default: none.
     #[arg(long, env = "TXCACHE_NODE_PASSWORD", hide_env_values = true)]
     pub node_password: Option<String>,
 

@@ -36,8 +36,8 @@ pub struct Config {
     pub password: Option<String>,
 
     /// Password of the invalidation stream: when set, only a connection that sent it with
-    /// AUTH may send stream commands (TXINVALIDATE, TXHEARTBEAT, TXRESET, TXREWIND), and it
-    /// may send every other command too. Give it to txcache-agent (its --node-password).
+    /// AUTH may send stream commands (TXINVALIDATE, TXHEARTBEAT, TXRESET, TXREWIND,
+    /// TXORIGIN, TXEPOCH), and it may send every other command too. Give it to txcache-agent (its --node-password).
     /// Default: none (any client that may run commands may send them).
     #[arg(long, env = "TXCACHED_STREAM_PASSWORD", hide_env_values = true)]
     pub stream_password: Option<String>,

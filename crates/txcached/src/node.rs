@@ -133,6 +133,13 @@ impl Node {
         }
     }
 
+    /// The most bytes one reply of several values (`MGET`, `EXEC`) may take: the bulk
+    /// limit, which follows the memory limit. A few hundred bytes naming one large value
+    /// many times must not make the node hold a reply many times its memory.
+    pub fn reply_limit(&self) -> usize {
+        self.max_bulk_len.load(Ordering::Relaxed)
+    }
+
     /// The node-wide memory limit in bytes.
     pub fn max_memory(&self) -> usize {
         self.max_memory.load(Ordering::Relaxed)

@@ -38,6 +38,7 @@ from txcache._resp import (
     show_address,
     tls_context,
     tls_hint,
+    unreadable,
     uses_tls,
 )
 
@@ -163,8 +164,8 @@ class AsyncRespConnection(asyncio.Protocol):
         while True:
             try:
                 reply = self._reader.gets()
-            except hiredis.ProtocolError as error:
-                self._fail(ConnectionLost(f"{show_address(self.address)} sent bad RESP: {error}"))
+            except Exception as error:  # MemoryError, TypeError too: see unreadable()
+                self._fail(unreadable(self.address, error))
                 return
             if reply is False:
                 return

@@ -34,6 +34,12 @@ pub enum CommandError {
         /// One shard's memory limit.
         limit: usize,
     },
+    /// A reply of several values that would exceed the node's reply limit.
+    #[error("ERR the reply would exceed {limit} bytes (the node's bulk limit, which follows --max-memory): ask for fewer keys at once")]
+    ReplyTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
     /// A password is configured and this connection has not authenticated.
     #[error("NOAUTH Authentication required.")]
     NoAuth,

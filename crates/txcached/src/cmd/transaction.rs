@@ -108,9 +108,17 @@ pub fn run_exec(
     };
     let mut decoder = RequestDecoder::new();
     let mut rest = &transaction.queued[..];
+    let (start, reply_limit) = (out.len(), node.reply_limit());
     while let Ok(Some(request)) = decoder.peek(rest, &limits) {
         let len = request.len();
+        let before = out.len();
         execute(request.args(), &mut inner, out);
+        // Every command runs (the transaction is atomic); the replies past the limit are
+        // errors, so that many reads of one large value cannot grow the reply unbounded.
+        if out.len() - start > reply_limit {
+            out.truncate(before);
+            CommandError::ReplyTooLarge { limit: reply_limit }.encode(out);
+        }
         rest = &rest[len..];
     }
     node.metrics.count_transaction(true);
