@@ -89,18 +89,19 @@ def test_values_cached_by_one_api_are_hits_for_the_other(alib: AsyncLib) -> None
             node = cache.ring.node_for(sync_key)
             assert lib.cache.ring is not None
             assert node.address == lib.cache.ring.node_for(sync_key).address
-            found = await tx.lookup(node, sync_key)
-            assert isinstance(found, Hit)
-            assert cache.serializer.loads(found.value) == 80
+            found = await tx.lookup(node, sync_key, cache.serializer.loads)
+            assert isinstance(found, tuple)
+            assert isinstance(found[0], Hit)
+            assert found[1] == 80
         return price_of.key(7)
 
     async_key = alib.run(body)
     assert lib.cache.ring is not None
     with lib.cache.read_only(staleness=60) as tx:
         assert price_of.key(7) == async_key  # the sync cache's settings and session context
-        found = tx.lookup(lib.cache.ring.node_for(async_key), async_key)
-        assert isinstance(found, Hit)
-        assert lib.cache.serializer.loads(found.value) == 70
+        found = tx.lookup(lib.cache.ring.node_for(async_key), async_key, lib.cache.serializer.loads)
+        assert isinstance(found, tuple)
+        assert found[1] == 70
 
 
 def test_nested_calls_and_read_your_writes_through_an_async_write(alib: AsyncLib) -> None:

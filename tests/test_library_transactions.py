@@ -391,8 +391,11 @@ def test_a_foreign_value_is_a_miss_and_a_warning(
     )
     runs.clear()
     try:
-        with caplog.at_level(logging.WARNING, "txcache"), other.read_only(staleness=60):
+        with caplog.at_level(logging.WARNING, "txcache"), other.read_only(staleness=60) as tx:
             assert get_item(10) == (10, "item 10", 100)
+            # Refused before it bound the transaction: it read no cached data, so nothing
+            # it reads later can make it raise SnapshotUnavailable for it.
+            assert not tx.read_cache
     finally:
         other.close()
     assert runs == [("get_item", 10)]

@@ -40,7 +40,7 @@ from txcache._current import current_transaction
 from txcache._frame import Frame
 from txcache._keys import CallKeys, undeclared_dependency
 from txcache._pending_stores import PendingStore, Request
-from txcache._protocol import Hit, Miss
+from txcache._protocol import Hit
 from txcache._read_only_core import ReadOnlyCore
 from txcache._ring import NodeClient, NodeRing
 from txcache._sql import UncacheableQuery
@@ -227,19 +227,27 @@ class CacheableBase(Generic[P, R]):
                 f"{outer}'s independent_of, or declare {self.keys.name} independent of it too"
             )
 
-    def _hit_value(self, transaction: ReadOnlyCore[Any], found: Hit, started: float) -> R | Miss:
-        """The value of an accepted hit, recorded in every frame; a value that fails the
-        serializer is a ``foreign`` miss."""
-        try:
-            value: R = transaction.cache.serializer.loads(found.value)
-        except Exception as error:  # a pluggable serializer may raise anything: a miss
-            log.warning("ignored the cached value of %s: %s", self.keys.name, error)
-            return Miss("foreign")
+    def _decoder(self, transaction: ReadOnlyCore[Any]) -> Callable[[bytes], R]:
+        """How the transaction's lookups read a cached value of this function: its cache's
+        serializer, a value it refuses logged (the lookup counts it a ``foreign`` miss)."""
+        serializer = transaction.cache.serializer
+
+        def decode(data: bytes) -> R:
+            try:
+                value: R = serializer.loads(data)
+            except Exception as error:
+                log.warning("ignored the cached value of %s: %s", self.keys.name, error)
+                raise
+            return value
+
+        return decode
+
+    def _record_hit(self, transaction: ReadOnlyCore[Any], found: Hit, started: float) -> None:
+        """An accepted hit, since ``started``: recorded in every frame and the stats."""
         for frame in transaction.frames:
             frame.read_cached(found.interval, found.tags)
         self.stats.record_hit(time.perf_counter() - started)
         transaction.hits += 1
-        return value
 
     def _sample_for_audit(
         self,

@@ -30,7 +30,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg.rows import RowFactory, tuple_row
@@ -66,6 +67,8 @@ __all__ = ["ReadOnlyTransaction"]
 
 log = logging.getLogger("txcache")
 
+T = TypeVar("T")
+
 Connection = psycopg.Connection[Any]
 
 _INTERRUPTED: tuple[type[BaseException], ...] = ()
@@ -95,9 +98,14 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
 
     # -- the cache --------------------------------------------------------------------------
 
-    def lookup(self, node: CacheNode, key: bytes) -> Hit | Miss:
-        """The cached version of ``key`` this transaction may use, narrowing the pin set; a
-        hit no pin of the set can be serialized with is a ``consistency`` miss."""
+    def lookup(
+        self, node: CacheNode, key: bytes, decode: Callable[[bytes], T]
+    ) -> tuple[Hit, T] | Miss:
+        """The cached version of ``key`` this transaction may use, with its value as
+        ``decode`` reads it, narrowing the pin set. A hit ``decode`` refuses (another
+        application's ``secret``, a forged value) is a ``foreign`` miss, and one no pin of
+        the set can be serialized with a ``consistency`` miss — before either narrows the
+        set, moves the transaction or binds it to cached data."""
         if self._failure is not None:
             self.check_usable()
         bounds = self._lookup_bounds()
@@ -111,18 +119,23 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
             key, bounds[0], bounds[1], with_tags=bool(self.frames), lease_ms=lease_ms
         )
         self.cache.latency.record_lookup(time.perf_counter() - started)
-        if isinstance(found, Hit):
-            try:
-                accepted = self._accept_here(found.interval)
-                if accepted is None:
-                    accepted = self._move(found.interval)
-            except _MOVE_FAILURES as error:
-                self._fail(error)  # a move failed, or was interrupted
-                raise
-            if not accepted:
-                return Miss("consistency")
-            self.read_cache = True
-        return found
+        if isinstance(found, Miss):
+            return found
+        try:
+            value = decode(found.value)
+        except Exception:  # a pluggable serializer may raise anything: a miss
+            return Miss("foreign")
+        try:
+            accepted = self._accept_here(found.interval)
+            if accepted is None:
+                accepted = self._move(found.interval)
+        except _MOVE_FAILURES as error:
+            self._fail(error)  # a move failed, or was interrupted
+            raise
+        if not accepted:
+            return Miss("consistency")
+        self.read_cache = True
+        return found, value
 
     def _move(self, interval: Interval) -> bool:
         """Move the database transaction to a pin where both ``interval`` and every query

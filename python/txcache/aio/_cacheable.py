@@ -119,22 +119,25 @@ class AsyncCacheableFunction(CacheableBase[P, R]):
         started = time.perf_counter()
         transaction.check_owner()
         key, node, manual_tag = self._where(transaction, transaction.ring, args, kwargs)
-        found = await transaction.lookup(node, key)
+        decode = self._decoder(transaction)
+        found = await transaction.lookup(node, key, decode)
         if isinstance(found, Miss) and found.lease:
-            found = await self._wait_for_lease(transaction, node, key, found)
-        if isinstance(found, Hit):
-            value = self._hit_value(transaction, found, started)
-            if not isinstance(value, Miss):
-                self._sample_for_audit(
-                    transaction, self.function, args, kwargs, key, node, found.value
-                )
-                return value
-            found = value
-        return await self._run(transaction, node, key, found, args, kwargs, manual_tag)
+            found = await self._wait_for_lease(transaction, node, key, found, decode)
+        if isinstance(found, Miss):
+            return await self._run(transaction, node, key, found, args, kwargs, manual_tag)
+        hit, value = found
+        self._record_hit(transaction, hit, started)
+        self._sample_for_audit(transaction, self.function, args, kwargs, key, node, hit.value)
+        return value
 
     async def _wait_for_lease(
-        self, transaction: AsyncReadOnlyTransaction, node: AsyncCacheNode, key: bytes, miss: Miss
-    ) -> Hit | Miss:
+        self,
+        transaction: AsyncReadOnlyTransaction,
+        node: AsyncCacheNode,
+        key: bytes,
+        miss: Miss,
+        decode: Callable[[bytes], R],
+    ) -> tuple[Hit, R] | Miss:
         """Another caller holds the key's lease (it is computing the value): look again,
         pausing a millisecond and then twice as long each time (at most 50 ms), until its
         store is a hit or the lease comes to this caller — an expired or released one does —
@@ -143,10 +146,10 @@ class AsyncCacheableFunction(CacheableBase[P, R]):
         self.stats.record_lease_wait()
         deadline = time.monotonic() + 2 * transaction.cache.settings.lease
         pause = 0.001
-        found: Hit | Miss = miss
+        found: tuple[Hit, R] | Miss = miss
         while isinstance(found, Miss) and found.lease and time.monotonic() < deadline:
             await asyncio.sleep(min(pause, found.lease / 1000))
-            found = await transaction.lookup(node, key)
+            found = await transaction.lookup(node, key, decode)
             pause = min(2 * pause, _MAX_LEASE_PAUSE)
         return found
 

@@ -29,7 +29,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg.rows import AsyncRowFactory, tuple_row
@@ -66,6 +67,8 @@ __all__ = ["AsyncReadOnlyTransaction"]
 
 log = logging.getLogger("txcache")
 
+T = TypeVar("T")
+
 AsyncConnection = psycopg.AsyncConnection[Any]
 
 if ASYNC:
@@ -99,9 +102,14 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
 
     # -- the cache --------------------------------------------------------------------------
 
-    async def lookup(self, node: AsyncCacheNode, key: bytes) -> Hit | Miss:
-        """The cached version of ``key`` this transaction may use, narrowing the pin set; a
-        hit no pin of the set can be serialized with is a ``consistency`` miss."""
+    async def lookup(
+        self, node: AsyncCacheNode, key: bytes, decode: Callable[[bytes], T]
+    ) -> tuple[Hit, T] | Miss:
+        """The cached version of ``key`` this transaction may use, with its value as
+        ``decode`` reads it, narrowing the pin set. A hit ``decode`` refuses (another
+        application's ``secret``, a forged value) is a ``foreign`` miss, and one no pin of
+        the set can be serialized with a ``consistency`` miss — before either narrows the
+        set, moves the transaction or binds it to cached data."""
         if self._failure is not None:
             self.check_usable()
         bounds = self._lookup_bounds()
@@ -115,18 +123,23 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
             key, bounds[0], bounds[1], with_tags=bool(self.frames), lease_ms=lease_ms
         )
         self.cache.latency.record_lookup(time.perf_counter() - started)
-        if isinstance(found, Hit):
-            try:
-                accepted = self._accept_here(found.interval)
-                if accepted is None:
-                    accepted = await self._move(found.interval)
-            except _MOVE_FAILURES as error:
-                self._fail(error)  # a move failed, or was interrupted
-                raise
-            if not accepted:
-                return Miss("consistency")
-            self.read_cache = True
-        return found
+        if isinstance(found, Miss):
+            return found
+        try:
+            value = decode(found.value)
+        except Exception:  # a pluggable serializer may raise anything: a miss
+            return Miss("foreign")
+        try:
+            accepted = self._accept_here(found.interval)
+            if accepted is None:
+                accepted = await self._move(found.interval)
+        except _MOVE_FAILURES as error:
+            self._fail(error)  # a move failed, or was interrupted
+            raise
+        if not accepted:
+            return Miss("consistency")
+        self.read_cache = True
+        return found, value
 
     async def _move(self, interval: Interval) -> bool:
         """Move the database transaction to a pin where both ``interval`` and every query
