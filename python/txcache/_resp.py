@@ -170,7 +170,10 @@ def greeting_refused(address: tuple[str, int], command: Sequence[Any] | None, re
     client (a cache node that follows another database's stream)."""
     where = show_address(address)
     if command is None:
-        raise ConnectionLost(f"not connecting to {where} yet: nothing to greet it with")
+        raise ConnectionLost(
+            f"not connecting to {where} yet: the agent has not said which database it follows "
+            "(is it running?)"
+        )
     if isinstance(reply, ReplyError):
         raise ConnectionLost(f"{where} refused {command[0]}: {reply}")
 

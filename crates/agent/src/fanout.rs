@@ -619,8 +619,13 @@ async fn serve_node(
             Ok(batch) => batch,
             Err(Gap) => {
                 let (ts, time) = fanout.lock().reset_point();
-                tracing::warn!(node = %node.address, node_position = %position, reset_to = %ts,
-                    "cache node missed commits that are no longer buffered; resetting it (its open entries are bounded at its old position)");
+                if position == Timestamp(0) {
+                    tracing::info!(node = %node.address, reset_to = %ts,
+                        "new cache node (it applied nothing yet): resetting it to where the buffer starts");
+                } else {
+                    tracing::warn!(node = %node.address, node_position = %position, reset_to = %ts,
+                        "cache node missed commits that are no longer buffered; resetting it (its open entries are bounded at its old position)");
+                }
                 link.reset(ts, time).await?;
                 NodeState::count(&node.resets, 1);
                 position = ts;
