@@ -18,6 +18,11 @@ const MAX_REQUEST: usize = 64 * 1024;
 /// Most library connections at once.
 const MAX_CONNECTIONS: usize = 4096;
 
+/// With `--password`: how long a connection may stay without a successful `AUTH` before it
+/// is closed, so that connections that never authenticate cannot hold every slot of
+/// [`MAX_CONNECTIONS`] and lock the libraries out.
+pub const AUTH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Limits on what a request may claim: a few short arguments, no nesting.
 const LIMITS: Limits = Limits {
     max_bulk_len: 4096,
@@ -96,6 +101,7 @@ async fn serve(mut stream: impl Duplex, endpoint: &Arc<Endpoint>) {
     let (mut input, mut output) = (BytesMut::with_capacity(4096), BytesMut::with_capacity(4096));
     let mut decoder = RequestDecoder::new();
     let mut session = Session::new(endpoint);
+    let auth_deadline = tokio::time::Instant::now() + AUTH_DEADLINE;
     loop {
         loop {
             match decoder.decode(&mut input, &LIMITS) {
@@ -125,9 +131,62 @@ async fn serve(mut stream: impl Duplex, endpoint: &Arc<Endpoint>) {
             return;
         }
         output.clear();
-        match stream.read_buf(&mut input).await {
+        let read = stream.read_buf(&mut input);
+        let read = if session.authenticated {
+            read.await
+        } else if let Ok(read) = tokio::time::timeout_at(auth_deadline, read).await {
+            read
+        } else {
+            tracing::info!("closing a library connection that did not authenticate within 10 s");
+            return;
+        };
+        match read {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{serve, AUTH_DEADLINE};
+    use crate::cmd::{Endpoint, Role};
+    use crate::term::Holder;
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn endpoint() -> Arc<Endpoint> {
+        Arc::new(Endpoint {
+            password: Some("pw".to_owned()),
+            role: Role::Standby(Arc::new(Holder::default())),
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_never_authenticates_is_closed_at_the_deadline() {
+        let (mut client, server) = tokio::io::duplex(4096);
+        let served = tokio::spawn(async move { serve(server, &endpoint()).await });
+        tokio::time::timeout(AUTH_DEADLINE + Duration::from_secs(1), served)
+            .await
+            .expect("closed at the deadline")
+            .unwrap();
+        assert_eq!(
+            client.read(&mut [0; 16]).await.unwrap(),
+            0,
+            "the connection ended"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_authenticated_connection_stays_open() {
+        let (mut client, server) = tokio::io::duplex(4096);
+        let served = tokio::spawn(async move { serve(server, &endpoint()).await });
+        client.write_all(b"AUTH pw\r\n").await.unwrap();
+        let mut reply = [0; 5];
+        client.read_exact(&mut reply).await.unwrap();
+        assert_eq!(&reply, b"+OK\r\n");
+        let waited = tokio::time::timeout(AUTH_DEADLINE * 3, served).await;
+        assert!(waited.is_err(), "still served past the deadline");
     }
 }

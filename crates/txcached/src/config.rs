@@ -76,6 +76,13 @@ pub struct Config {
     #[arg(long, env = "TXCACHED_MAX_CLIENTS", default_value_t = 10_000)]
     pub max_clients: usize,
 
+    /// With --password: how long a connection may stay without a successful AUTH before it
+    /// is closed, so that connections that never authenticate cannot hold every slot of
+    /// --max-clients, e.g. 10s; units ns, us, ms, s, m, h; decimals allowed; a bare number
+    /// is seconds.
+    #[arg(long, env = "TXCACHED_AUTH_TIMEOUT", default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub auth_timeout: Duration,
+
     /// Port for the Prometheus text endpoint (GET /metrics) on the same address. Default: off.
     #[arg(long, env = "TXCACHED_METRICS_PORT")]
     pub metrics_port: Option<u16>,

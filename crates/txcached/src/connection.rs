@@ -10,6 +10,7 @@ use crate::node::Node;
 use bytes::{Buf, BytesMut};
 use std::io;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
 use txcache_resp::{ProtocolError, RequestDecoder};
 use txcache_tls::Duplex;
 
@@ -40,6 +41,7 @@ pub async fn serve(mut stream: impl Duplex, node: &Node, mut session: Session) -
     let mut output = BytesMut::with_capacity(READ_CHUNK);
     // Resumes a partial request where it stopped: a request trickling in costs linear work.
     let mut decoder = RequestDecoder::new();
+    let auth_deadline = Instant::now() + node.config.auth_timeout;
     loop {
         let next = answer_buffered(&mut decoder, &mut input, &mut output, node, &mut session);
         if !output.is_empty() {
@@ -57,7 +59,17 @@ pub async fn serve(mut stream: impl Duplex, node: &Node, mut session: Session) -
         if input.capacity() - input.len() < READ_CHUNK / 4 {
             input.reserve(READ_CHUNK);
         }
-        if stream.read_buf(&mut input).await? == 0 {
+        let read = stream.read_buf(&mut input);
+        let read = if session.authenticated {
+            read.await?
+        } else if let Ok(read) = tokio::time::timeout_at(auth_deadline, read).await {
+            read?
+        } else {
+            tracing::info!(client = session.id, timeout = ?node.config.auth_timeout,
+                "closing a connection that did not authenticate in time (--auth-timeout)");
+            return Ok(());
+        };
+        if read == 0 {
             return Ok(());
         }
     }
@@ -106,4 +118,48 @@ fn refuse(error: &ProtocolError, output: &mut BytesMut, node: &Node, session: &S
     tracing::debug!(client = session.id, %error, "closing connection");
     error.write_reply(output);
     Next::Close
+}
+
+#[cfg(test)]
+mod tests {
+    use super::serve;
+    use crate::cmd::Session;
+    use crate::config::Config;
+    use crate::node::Node;
+    use clap::Parser;
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn node_with_password() -> Arc<Node> {
+        let args = ["txcached", "--password", "pw", "--auth-timeout", "5s"];
+        Arc::new(Node::new(Config::parse_from(args)))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_never_authenticates_is_closed_at_the_timeout() {
+        let node = node_with_password();
+        let (mut client, server) = tokio::io::duplex(4096);
+        let served = tokio::spawn(async move { serve(server, &node, Session::default()).await });
+        client.write_all(b"PING\r\n").await.unwrap(); // refused: -NOAUTH, the clock runs on
+        let waited = tokio::time::timeout(Duration::from_secs(6), served).await;
+        waited.expect("closed at the timeout").unwrap().unwrap();
+        let mut replies = Vec::new();
+        client.read_to_end(&mut replies).await.unwrap();
+        assert!(replies.starts_with(b"-NOAUTH"), "{replies:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_authenticated_connection_stays_open() {
+        let node = node_with_password();
+        let (mut client, server) = tokio::io::duplex(4096);
+        let served = tokio::spawn(async move { serve(server, &node, Session::default()).await });
+        client.write_all(b"AUTH pw\r\n").await.unwrap();
+        let mut reply = [0; 5];
+        client.read_exact(&mut reply).await.unwrap();
+        assert_eq!(&reply, b"+OK\r\n");
+        assert!(tokio::time::timeout(Duration::from_secs(30), served)
+            .await
+            .is_err());
+    }
 }
