@@ -43,8 +43,12 @@ def _run(
     """Serve the application with ``env``, warm up, measure; the row of the summary."""
     users = generate.PRESETS[args.preset].users
     with AppServer(env) as server:
-        print(f"\n{label}: warming up {warmup:.0f} s, then {args.duration:.0f} s measured")
-        emulator.run(server.url, clients=args.clients, duration=warmup, users=users, peak=True)
+        # A bar for each phase (on stderr): without one, the warm-up is a silent wait.
+        print(f"\n{label}: warming up for {warmup:.0f} s (not measured)", flush=True)
+        emulator.run(
+            server.url, clients=args.clients, duration=warmup, users=users, peak=True, progress=True
+        )
+        print(f"{label}: measuring for {args.duration:.0f} s", flush=True)
         before = _counts(node)
         report = emulator.run(
             server.url,

@@ -388,6 +388,19 @@ def test_a_part_that_dies_is_restarted_on_its_port_and_the_data_is_kept(tmp_path
     assert up.stop(signal.SIGINT) == 0
 
 
+def test_a_stale_env_file_is_removed_even_when_up_then_fails(tmp_path: Path) -> None:
+    # A killed run's file must not pass for this run's: a script waiting for the file would
+    # load a dead stack's settings. Removed before the first check after parsing, so a run
+    # that fails at once (no room for the ports) shows it without starting anything.
+    env_file = tmp_path / "txcache.env"
+    env_file.write_text("TXCACHE_DSN=postgresql://postgres@127.0.0.1:1/postgres\n")
+    result = txcache("up", "--env-file", str(env_file), "--port-base", "65535")
+    assert result.returncode == 2, result.stderr
+    assert "leaves no room" in result.stderr
+    assert f"removed the existing {env_file}" in result.stderr
+    assert not env_file.exists()
+
+
 def test_a_taken_port_fails_before_anything_starts(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -95,15 +95,33 @@ def test_a_response_never_hands_back_an_older_token_than_the_request_carried(
     assert token_of(second.cookies[COOKIE].value) == newer
 
 
-def test_forged_garbled_and_expired_tokens_are_ignored(shop: DjangoShop) -> None:
+def test_forged_garbled_and_expired_tokens_are_ignored_and_logged(
+    shop: DjangoShop, caplog: pytest.LogCaptureFixture
+) -> None:
+    def ignored() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "is ignored" in r.getMessage()]
+
     forged = signing.TimestampSigner(salt="another salt").sign("99999999999")
     for value in (forged, "123", "garbage:with:colons"):
         client = Client(headers={HEADER: value})
         client.cookies[COOKIE] = value
-        assert client.get("/items/8/").json()["not_before"] is None
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="txcache.django"):
+            assert client.get("/items/8/").json()["not_before"] is None
+        assert ignored() == [  # one line per token, saying where it was and why
+            f"GET /items/8/: the token in the {where} is ignored: its signature is bad "
+            "(forged, garbled, another SECRET_KEY's)"
+            for where in (f"{HEADER} header", f"{COOKIE} cookie")
+        ]
     with override_settings(TXCACHE={**settings.TXCACHE, "TOKEN_MAX_AGE": 1e-9}):  # expired
         signed = Client().post("/items/8/price", {"price": 88}).headers[HEADER]
-        assert Client(headers={HEADER: signed}).get("/items/8/").json()["not_before"] is None
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="txcache.django"):
+            assert Client(headers={HEADER: signed}).get("/items/8/").json()["not_before"] is None
+        [line] = ignored()
+        assert line.startswith(f"GET /items/8/: the token in the {HEADER} header is ignored: ")
+        assert "it expired: Signature age " in line, line
+        assert line.endswith("(TOKEN_MAX_AGE)"), line
 
 
 def test_a_view_that_raises_is_rolled_back(shop: DjangoShop) -> None:

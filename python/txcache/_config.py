@@ -75,7 +75,8 @@ class Settings:
     """Seconds between pin-list refreshes."""
     lease: float = 1.0
     """Seconds a miss's lease lasts: while one caller computes a missing key, the others
-    that miss it wait for its store at most this long (0: no leases; at most 60)."""
+    that miss it wait for its store (or for the lease, expired or released, to come to
+    them) at most twice this long, then compute it themselves (0: no leases; at most 60)."""
     snapshot_hold: float = 0.25
     """Seconds a read-only database transaction is kept open, from its start, for the next
     read-only transaction at the same pin (0: never; :mod:`txcache._parking`)."""

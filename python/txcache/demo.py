@@ -5,12 +5,14 @@ two cache nodes (``txcached``) and the agent (``txcache-agent``), and then runs 
 application through the library: a ``@cacheable`` function read in read-only transactions
 (a miss, then hits), a write that the agent turns into an invalidation by itself,
 read-your-writes with ``commit_timestamp``, and a transaction that keeps seeing one commit
-point while the data changes under it.
+point while another thread changes the data under it.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 
 import txcache
 from txcache._process import wait_until
@@ -53,9 +55,10 @@ def _play(cache: txcache.Cache) -> None:
         _timed("get_item(42)  (miss: query + insert)", lambda: get_item(42))
         _timed("get_item(42)  (hit)", lambda: get_item(42))
         _timed("basket_total((1, 2, 42))  (nested)", lambda: basket_total((1, 2, 42)))
+    _say("A second read-only transaction: every call hits, so it never asks PostgreSQL:")
     with cache.read_only(staleness=30) as tx:
         _timed("basket_total((1, 2, 42))  (hit)", lambda: basket_total((1, 2, 42)))
-        print(f"  the database was never asked: snapshot = {tx.snapshot}")
+        print(f"  this transaction's database snapshot: {tx.snapshot} (it took none)")
 
     _say("A read/write transaction changes item 42; nobody names a key or invalidates:")
     with cache.read_write() as rw:
@@ -71,6 +74,36 @@ def _play(cache: txcache.Cache) -> None:
     _say("Unchanged items stay cached across the write:")
     with cache.read_only(staleness=30, not_before=token):
         _timed("get_item(1)  (hit)", lambda: get_item(1))
+
+    _say("One commit point while data changes: a read-only transaction reads item 5, another")
+    print("thread then reprices items 5 and 6 together, and the transaction reads item 6:")
+    with cache.read_only(staleness=30):
+        _timed("get_item(5)", lambda: get_item(5))
+        repriced = _elsewhere(lambda: _reprice(cache, (5, 6), 555))
+        print(f"  (items 5 and 6 now cost 555: committed at {repriced}, by another thread)")
+        _timed("get_item(6)  (as of the same commit point)", lambda: get_item(6))
+
+    _say("A transaction not before that commit sees both new prices:")
+    with cache.read_only(staleness=30, not_before=repriced):
+        _timed("get_item(5)", lambda: get_item(5))
+        _timed("get_item(6)", lambda: get_item(6))
+
+
+def _reprice(cache: txcache.Cache, item_ids: tuple[int, ...], price: int) -> int | None:
+    """Set the price of ``item_ids`` in one read/write transaction; its commit timestamp."""
+    with cache.read_write() as rw:
+        rw.execute("UPDATE items SET price = %s WHERE id = ANY(%s)", (price, list(item_ids)))
+    return rw.commit_timestamp
+
+
+def _elsewhere(write: Callable[[], int | None]) -> int | None:
+    """Run ``write`` in another thread and wait for it: a thread runs one transaction at a
+    time, and the read-only one is still open here."""
+    result: list[int | None] = []
+    thread = threading.Thread(target=lambda: result.append(write()))
+    thread.start()
+    thread.join()
+    return result[0]
 
 
 def _report() -> None:

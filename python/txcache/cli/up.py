@@ -10,6 +10,10 @@ stop; 1 when a part fails to start (everything else is stopped, and the part's l
 printed); 2 for a bad command line — every value handed to the nodes, the agent or setup
 (``--max-memory``, ``--max-staleness``, ``--password``, ``--dsn``) is checked as they would
 check it while the arguments are parsed, before anything starts or a database is changed.
+
+An existing ``--env-file`` is removed first of all, before the checks: the file's presence
+means "this run's stack is up", so a script waiting for it never reads the settings an
+earlier run left behind (one killed with SIGKILL cannot remove its file).
 """
 
 from __future__ import annotations
@@ -127,7 +131,8 @@ def add_parser(subparsers: Any) -> None:
         "--env-file",
         type=Path,
         help="also write the settings to this file (mode 0600) once everything runs; "
-        "removed again at exit",
+        "an existing one is removed at startup, before anything else, and the file again at "
+        "exit: it exists only while this stack runs",
     )
     parser.set_defaults(handler=run)
 
@@ -150,6 +155,21 @@ def _write_env_file(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as file:
         file.write(text + "\n")
     os.replace(partial, path)
+
+
+def _remove_stale_env_file(path: Path) -> bool:
+    """Remove an env file an earlier run left (a killed ``up`` cannot): a script that waits
+    for the file must not take a dead stack's settings for this one's. False, said, when it
+    cannot be removed."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return True
+    except OSError as error:
+        _log(f"error: --env-file {path}: cannot remove the existing file: {error}")
+        return False
+    _log(f"removed the existing {path}; it is written again once everything runs")
+    return True
 
 
 class _StopSignals:
@@ -193,6 +213,8 @@ def _options(args: argparse.Namespace) -> StackOptions:
 
 def run(args: argparse.Namespace) -> int:
     """Start the stack, print its settings, run until a stop signal; the exit status."""
+    if args.env_file is not None and not _remove_stale_env_file(args.env_file):
+        return 2
     options = _options(args)
     if options.port_base is not None and options.agent_port() > 65535:
         _log(f"error: --port-base {options.port_base} leaves no room for {options.nodes + 1} ports")

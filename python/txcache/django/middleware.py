@@ -25,7 +25,8 @@ transaction of the request begins not before it, and a request that wrote hands 
 client. The client hands the token back (the cookie does it by itself; an API client
 echoes the header) and its next read-only request sees its own writes. Tokens are signed
 with ``SECRET_KEY`` (Django's ``TimestampSigner``) and honoured for ``TOKEN_MAX_AGE``
-seconds: a forged or garbled one is ignored. A read-only request whose cached data's
+seconds: a forged, garbled or expired one is ignored, and logged at ``INFO`` saying which
+(a client whose writes do not show can be told why). A read-only request whose cached data's
 snapshot is gone (:class:`~txcache.SnapshotUnavailable`, the one retryable error) gets
 ``503`` with ``Retry-After: 0``. A safe request that failed because its read-only
 transaction refused a write (Django's authentication flushing or cycling the session)
@@ -183,22 +184,34 @@ def view_policy(request: HttpRequest) -> ViewPolicy:
 
 
 def request_token(request: HttpRequest, chosen: conf.TxcacheSettings) -> int | None:
-    """The newest valid token the request carries (header or cookie), if any."""
+    """The newest valid token the request carries (header or cookie), if any; each one
+    ignored is logged."""
     signer = signing.TimestampSigner(salt=_SALT)
     tokens: list[int] = []
-    for signed in (
-        request.headers.get(chosen.token_header),
-        request.COOKIES.get(chosen.token_cookie),
+    for signed, where in (
+        (request.headers.get(chosen.token_header), f"the {chosen.token_header} header"),
+        (request.COOKIES.get(chosen.token_cookie), f"the {chosen.token_cookie} cookie"),
     ):
         if not signed:
             continue
         try:
             value = signer.unsign(signed, max_age=chosen.token_max_age)
-        except signing.BadSignature:  # forged, garbled, or expired
+        except signing.SignatureExpired as error:  # a subclass of BadSignature: first
+            _ignored(request, where, f"it expired: {error} (TOKEN_MAX_AGE)")
+            continue
+        except signing.BadSignature:
+            _ignored(request, where, "its signature is bad (forged, garbled, another SECRET_KEY's)")
             continue
         if value.isascii() and value.isdigit():
             tokens.append(int(value))
     return max(tokens, default=None)
+
+
+def _ignored(request: HttpRequest, where: str, why: str) -> None:
+    """Log that a token the request carried is not honoured: the request's reads need not
+    see that client's writes, and nothing else would say why. ``INFO``, not a warning: what
+    a client sends is its own doing."""
+    log.info("%s %s: the token in %s is ignored: %s", request.method, request.path, where, why)
 
 
 def give_token(
