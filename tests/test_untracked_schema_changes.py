@@ -106,6 +106,33 @@ def test_a_view_redefined_where_no_trigger_fires_is_found_and_invalidated(
     assert read(lib, query) == truth(lib, query)
 
 
+def test_a_change_no_trigger_saw_is_found_though_a_later_ddl_reports_a_digest_with_it(
+    checked: LibraryStack,
+) -> None:
+    """A migration that switches the triggers off, redefines a view, switches them back on
+    and runs a tracked DDL, all in one transaction: the digest that DDL reports includes
+    the redefinition, so only the digest it found as it started — not the one the DDL
+    before it left — tells that the schema changed unseen."""
+    lib = checked
+    lib.write("CREATE VIEW cheap AS SELECT id, name FROM items WHERE price < 50")
+    query = "SELECT id FROM cheap ORDER BY id"
+    cached(lib, query)
+    wait_while_reading(lib, lambda: checked_digest(lib), "the agent to check the schema")
+    with lib.admin.transaction():
+        for trigger in EVENT_TRIGGERS:
+            lib.admin.execute(f"ALTER EVENT TRIGGER {trigger} DISABLE")
+        lib.admin.execute("CREATE OR REPLACE VIEW cheap AS SELECT id, name FROM items")
+        for trigger in EVENT_TRIGGERS:
+            lib.admin.execute(f"ALTER EVENT TRIGGER {trigger} ENABLE ALWAYS")
+        lib.admin.execute("CREATE TABLE unrelated (x integer)")
+    wait_while_reading(
+        lib, lambda: untracked_changes(lib) == 1, "the schema check to find the redefinition"
+    )
+    lib.caught_up()
+    lib.fresh_pins()
+    assert read(lib, query) == truth(lib, query)
+
+
 def test_a_policy_dropped_where_no_trigger_fires_is_found(checked: LibraryStack) -> None:
     """A dropped row security policy leaves no new catalog row: the digest still differs."""
     lib = checked

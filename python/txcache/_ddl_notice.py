@@ -33,6 +33,7 @@ __all__ = [
     "DDL_MESSAGE_PREFIX",
     "IDENTITIES_BEFORE",
     "INHERITS_BEFORE",
+    "SCHEMA_BEFORE",
     "SCHEMA_MESSAGE_PREFIX",
     "TRUNCATE_TRIGGER",
     "functions",
@@ -44,8 +45,13 @@ DDL_MESSAGE_PREFIX = "txcache-ddl"
 
 SCHEMA_MESSAGE_PREFIX = "txcache-schema"
 """The prefix of the message ``txcache.ddl_notice()`` writes at the end of every DDL command:
-``txcache.schema_digest()`` as the command left the catalog. The agent tells a schema change
-no trigger saw by a digest that no such message explains (docs/agent.md)."""
+``txcache.schema_digest()`` as the command left the catalog — and at its start, after
+:data:`SCHEMA_BEFORE`, as the command found it. The agent tells a schema change no trigger
+saw by a digest that no such message explains, or a digest found that is not the one the
+DDL before left (docs/agent.md)."""
+
+SCHEMA_BEFORE = "before:"
+"""What starts the content of the schema message a DDL command writes as it starts."""
 
 TRUNCATE_TRIGGER = "txcache_truncate_notice"
 """The name of the ``AFTER TRUNCATE`` trigger on partitions."""
@@ -80,6 +86,7 @@ _PLACEHOLDERS = {
     "inherits_before": INHERITS_BEFORE,
     "lock": f"{DDL_LOCK[0]}, {DDL_LOCK[1]}",
     "prefix": DDL_MESSAGE_PREFIX,
+    "schema_before": SCHEMA_BEFORE,
     "schema_prefix": SCHEMA_MESSAGE_PREFIX,
     "truncate_trigger": TRUNCATE_TRIGGER,
 }

@@ -7,6 +7,7 @@
 
 use crate::catalog::{Catalog, RelationName};
 use crate::pgoutput::{self, PgOutputMessage, Relation, RelationCache};
+use crate::schema_digests::SCHEMA_BEFORE;
 use crate::tags::{change_tags, truncate_tags, OldRows, RowChange, TagColumns};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use txcache_model::{ColumnSet, Invalidation, InvalidationTag, Timestamp, WallClock};
@@ -39,6 +40,9 @@ pub struct Committed {
     pub untracked_schema_change: bool,
     /// The schema digest its last DDL command left ([`Assembler::schema_digest`]).
     pub schema_digest: Option<String>,
+    /// The schema digest its first DDL command found: the one the last DDL committed
+    /// before it must have left, unless the schema changed unseen in between.
+    pub schema_before: Option<String>,
 }
 
 /// Why a change could not be turned into tags.
@@ -68,6 +72,7 @@ struct OpenTransaction {
     barrier: bool,
     untracked_schema_change: bool,
     schema_digest: Option<String>,
+    schema_before: Option<String>,
 }
 
 /// What the assembler knows of one relation's rows.
@@ -117,6 +122,7 @@ impl Assembler {
             barrier: false,
             untracked_schema_change: false,
             schema_digest: None,
+            schema_before: None,
         });
     }
 
@@ -336,10 +342,20 @@ impl Assembler {
     }
 
     /// Feeds the content of a `txcache-schema` message: the schema digest a DDL command
-    /// left (`txcache.schema_digest()`); the transaction's last one is what it committed.
+    /// left (`txcache.schema_digest()`), the transaction's last one being what it
+    /// committed; or, prefixed `before:`, the one a command found as it started, the
+    /// transaction's first one being what it found.
     pub fn schema_digest(&mut self, content: &[u8]) -> Result<(), AssembleError> {
-        let digest = String::from_utf8_lossy(content).into_owned();
-        self.transaction()?.schema_digest = Some(digest);
+        let text = String::from_utf8_lossy(content);
+        let transaction = self.transaction()?;
+        match text.strip_prefix(SCHEMA_BEFORE) {
+            Some(before) => {
+                transaction
+                    .schema_before
+                    .get_or_insert_with(|| before.to_owned());
+            }
+            None => transaction.schema_digest = Some(text.into_owned()),
+        }
         Ok(())
     }
 
@@ -363,6 +379,7 @@ impl Assembler {
             barrier: open.barrier,
             untracked_schema_change: open.untracked_schema_change,
             schema_digest: open.schema_digest,
+            schema_before: open.schema_before,
         })
     }
 
@@ -860,6 +877,19 @@ mod tests {
         assert_eq!(committed.schema_digest.as_deref(), Some("2b"));
         assembler.begin(8, 600);
         assert_eq!(assembler.commit(600, 0).unwrap().schema_digest, None);
+    }
+
+    #[test]
+    fn a_transaction_commits_the_first_schema_digest_its_ddl_found() {
+        let mut assembler = Assembler::default();
+        assembler.begin(7, 500);
+        assembler.schema_digest(b"before:0z").unwrap();
+        assembler.schema_digest(b"1a").unwrap();
+        assembler.schema_digest(b"before:1a").unwrap();
+        assembler.schema_digest(b"2b").unwrap();
+        let committed = assembler.commit(500, 0).unwrap();
+        assert_eq!(committed.schema_before.as_deref(), Some("0z"));
+        assert_eq!(committed.schema_digest.as_deref(), Some("2b"));
     }
 
     #[test]

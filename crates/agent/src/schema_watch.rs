@@ -135,8 +135,12 @@ impl Watch<'_> {
             };
             let expected = self.digests.expected_at(pin.ts, before);
             tracing::debug!(at = pin.ts.0, digest = %now, expected = ?expected, "schema check");
+            let differs = expected
+                .digest
+                .as_ref()
+                .is_some_and(|digest| *digest != now);
             match expected {
-                Some(expected) if expected != now => {
+                _ if differs || expected.broken => {
                     SCHEMA_CHECK
                         .announce(self.sql, SCHEMA_CHANGED, &now, persistent)
                         .await?;

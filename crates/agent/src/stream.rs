@@ -437,7 +437,8 @@ impl Stream {
             self.stats.count_untracked_schema_change();
         }
         if let Some(digest) = committed.schema_digest.clone() {
-            self.schema_digests.record(Timestamp(lsn), digest);
+            let before = committed.schema_before.clone();
+            self.schema_digests.record(Timestamp(lsn), before, digest);
         }
         let invalidation = &committed.invalidation;
         self.tracker

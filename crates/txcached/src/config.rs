@@ -163,7 +163,7 @@ mod tests {
             assert!(help.contains(forms), "--{}: {help}", arg.get_id());
             quantities.push(arg.get_id().to_string());
         }
-        assert_eq!(quantities, ["max_memory", "max_staleness"]);
+        assert_eq!(quantities, ["max_memory", "max_staleness", "auth_timeout"]);
     }
 
     #[test]

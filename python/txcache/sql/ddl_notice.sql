@@ -6,7 +6,9 @@
 -- allows it, a WARNING where a table is left without) and gives partitions the TRUNCATE
 -- trigger; at ddl_command_end and sql_drop it sends one notice naming what the command
 -- touched (docs/setup.md, "DDL messages"); at ddl_command_end, then, the catalog's digest
--- (txcache.schema_digest).
+-- (txcache.schema_digest), and at ddl_command_start the digest of the catalog the command
+-- finds: the agent tells a change no trigger saw between two DDL commands by a digest found
+-- that is not the one the DDL before left.
 
 DECLARE
     target oid;
@@ -17,6 +19,8 @@ BEGIN
         RETURN;
     END IF;
     IF TG_EVENT = 'ddl_command_start' THEN
+        PERFORM pg_logical_emit_message(true, '{schema_prefix}',
+                                        '{schema_before}' || txcache.schema_digest());
         IF TG_TAG IN ('ALTER TABLE', 'DROP TABLE') THEN
             -- The inheritance edges as the command starts ('edges:' and comma-separated
             -- child:parent oids): at its end a DETACH PARTITION, NO INHERIT or dropped child
