@@ -355,7 +355,7 @@ class ReadOnlyCore(Generic[C]):
             return None
         return CHECK_CONTEXT
 
-    def _check_context(self, connection: Any, rows: list[Any] | None) -> None:
+    def _fail_if_session_changed(self, connection: Any, rows: list[Any] | None) -> None:
         """Fail the block if the session context check's ``rows`` (``None``: none ran)
         show that the statement just run changed ``connection``'s session
         (:meth:`_check_session` for what PostgreSQL does not report)."""

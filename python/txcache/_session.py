@@ -79,23 +79,17 @@ CONTEXT_DIGEST_BYTES = 16
 
 _NAMES = sql.Literal(list(RESULT_SETTINGS))
 
-# The parts of a context a session can change: the resolved search path and the settings.
-_SEARCH_PATH = sql.SQL(
-    """ARRAY(SELECT n.oid::int8
-             FROM unnest(pg_catalog.current_schemas(true)) WITH ORDINALITY AS p(name, i)
-             JOIN pg_catalog.pg_namespace n ON n.nspname = p.name
-             WHERE p.name NOT LIKE 'pg\\_temp\\_%' ORDER BY p.i)"""
-)
-_SETTINGS = sql.SQL(
-    "ARRAY(SELECT pg_catalog.current_setting(name, true) FROM unnest({names}::text[]) name)"
-).format(names=_NAMES)
-
 READ_CONTEXT = sql.SQL(
     """SELECT s.system_identifier::text, d.oid::int8, d.datname::text, r.oid::int8,
-       r.rolname::text, {search_path}, {settings}
+       r.rolname::text,
+       ARRAY(SELECT n.oid::int8
+             FROM unnest(pg_catalog.current_schemas(true)) WITH ORDINALITY AS p(name, i)
+             JOIN pg_catalog.pg_namespace n ON n.nspname = p.name
+             WHERE p.name NOT LIKE 'pg\\_temp\\_%' ORDER BY p.i),
+       ARRAY(SELECT pg_catalog.current_setting(name, true) FROM unnest({names}::text[]) name)
 FROM pg_catalog.pg_control_system() s, pg_catalog.pg_database d, pg_catalog.pg_roles r
 WHERE d.datname = pg_catalog.current_database() AND r.rolname = current_user"""
-).format(search_path=_SEARCH_PATH, settings=_SETTINGS)
+).format(names=_NAMES)
 """The session's context, one row (:func:`context_from_row`)."""
 
 CHECK_CONTEXT = "SELECT current_user::text, " + ", ".join(

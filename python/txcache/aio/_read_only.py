@@ -233,7 +233,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
                 context_check=self._context_check(tags),
             )
             self.cache.latency.record_query(time.perf_counter() - started, self._server())
-            self._check_context(connection, session)
+            self._fail_if_session_changed(connection, session)
             stale = self._stale_read(rewritten, analysed, catalog)
             if stale is not None and stale.ask_agent:
                 assert self.cache.agent is not None
