@@ -154,7 +154,7 @@ def walk(follower: Follower, found: dict[int, Verdict]) -> tuple[int | None, lis
         if found[index] is Verdict.ANSWERED:
             follower.adopt(index)
             return index, asked
-        if not follower.goes_on(index, found[index]):
+        if not follower.goes_on(index, REPLIES[found[index]]):
             return None, asked
     return None, asked
 
@@ -166,6 +166,14 @@ ANSWERED, STANDBY, DOWN, REFUSED = (
     Verdict.DOWN,
     Verdict.REFUSED,
 )
+
+
+REPLIES: dict[Verdict, list[Any] | None] = {
+    Verdict.STANDBY: [ReplyError("STANDBY another agent holds the lease")],
+    Verdict.DOWN: None,
+    Verdict.REFUSED: [ReplyError("ERR no")],
+}
+"""A refresh's replies that say each verdict."""
 
 
 @pytest.mark.parametrize(
@@ -599,3 +607,21 @@ def test_status_reports_each_agent_and_which_is_a_standby(lib: LibraryStack) -> 
     assert "4 of 4 endpoint(s) up" in text
     assert "bytes behind the agent" in text, "the lag is the active agent's"
     assert code == 0, text
+
+
+def test_an_agent_s_refusal_is_logged_once_with_what_to_do(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    follower = Follower(["127.0.0.1:1"])
+    refusal = [ReplyError("NOAUTH Authentication required.")]
+    with caplog.at_level(logging.WARNING, logger="txcache"):
+        for _ in range(3):
+            follower.order()
+            assert not follower.goes_on(0, refusal)
+    [line] = [record.getMessage() for record in caplog.records]
+    assert "refuses the library's requests (NOAUTH Authentication required.)" in line
+    assert "it requires a password" in line
+    follower.adopt(0)  # it answered: a refusal after that is news again
+    with caplog.at_level(logging.WARNING, logger="txcache"):
+        follower.goes_on(0, refusal)
+    assert len(caplog.records) == 2

@@ -260,3 +260,57 @@ def test_a_promotion_check_before_postgresql_17_is_refused_before_anything_start
     assert "--standby-postgres needs PostgreSQL 17 or later (failover slots); this is 15" in (
         done.stderr
     )
+
+
+def check_command(*arguments: str) -> list[str]:
+    return [sys.executable, "-m", "txcache", "check", *arguments]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "refusal"),
+    [
+        (
+            ("--ddl-tracking", "fingerprint", "--standby-postgres", "--standby-reads"),
+            "--standby-reads needs the DDL event triggers",
+        ),
+        (("--schema-share", "1.5"), "must be from 0 to 1, not 1.5"),
+    ],
+)
+def test_options_that_cannot_run_together_are_usage_errors(
+    arguments: tuple[str, ...], refusal: str
+) -> None:
+    done = subprocess.run(
+        check_command(*arguments, "--duration", "1"), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert refusal in done.stderr
+
+
+def test_sigterm_stops_every_part_the_check_started(tmp_path: Path) -> None:
+    """As Ctrl-C does: ``kill`` or a CI job's timeout leaves no server behind."""
+    command = check_command("--duration", "120", "--control-duration", "1", "--faults", "")
+    with subprocess.Popen(
+        command,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    ) as check:
+        assert check.stderr is not None
+        lines = []
+        for line in check.stderr:  # the first progress line: every part runs
+            lines.append(line)
+            if " s: reads " in line:
+                break
+        else:
+            pytest.fail("the check ended before it ran:\n" + "".join(lines))
+        check.terminate()
+        rest = check.stderr.read()
+        assert check.wait(timeout=60) == 130, rest
+    assert "interrupted; every part it started is stopped" in rest
+    assert "Traceback" not in rest
+    left = subprocess.run(
+        ["ps", "-o", "pid=,args=", "-s", str(check.pid)], capture_output=True, text=True
+    ).stdout
+    assert left.strip() == "", f"left running: {left}"
+    assert not list(Path("/dev/shm").glob(f"txcache-pg-{check.pid}-*"))

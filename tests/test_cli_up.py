@@ -8,6 +8,7 @@ on every endpoint and fails (exit 1) when one is unreachable.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -24,6 +25,7 @@ import pytest
 import redis
 from redis.exceptions import NoPermissionError
 
+from txcache import connect
 from txcache.cli._health import database_seconds
 from txcache.cli.up import format_settings
 from txcache.stack import NodeProcess, TcpProxy, free_port, free_ports, wait_until
@@ -312,6 +314,23 @@ def test_status_without_the_password_says_so(stack: tuple[Up, dict[str, str]]) -
     assert "give --password or set TXCACHE_PASSWORD" in result.stdout
 
 
+def test_a_library_without_the_password_logs_what_the_agent_asks_for(
+    stack: tuple[Up, dict[str, str]], caplog: pytest.LogCaptureFixture
+) -> None:
+    _up, settings = stack
+    caplog.set_level(logging.WARNING, logger="txcache")
+    with connect(
+        settings["TXCACHE_DSN"], nodes=settings["TXCACHE_NODES"], agent=settings["TXCACHE_AGENT"]
+    ):
+        wait_until(
+            lambda: "it requires a password" in caplog.text,
+            f"the agent's refusal in the log:\n{caplog.text}",
+            timeout=30,
+        )
+    [line] = [r.getMessage() for r in caplog.records if "refuses the library's" in r.getMessage()]
+    assert "(NOAUTH" in line, "once, naming the agent's reply"
+
+
 def test_settings_are_shell_quoted_and_exported_with_shell() -> None:
     settings = {"TXCACHE_DSN": "host=db user=app", "TXCACHE_NODES": "127.0.0.1:1"}
     assert format_settings(settings) == "TXCACHE_DSN='host=db user=app'\nTXCACHE_NODES=127.0.0.1:1"
@@ -376,6 +395,9 @@ def test_a_part_that_dies_is_restarted_on_its_port_and_the_data_is_kept(tmp_path
         wait_until(lambda: restarted in up.stderr(), restarted, timeout=30, log=up.stderr)  # noqa: B023
         assert up.process.poll() is None
     assert "exited; its log ends with" in up.stderr()
+    # What a part warns of is shown as it happens: the agent lost its node.
+    echoed = re.compile(r"txcache up: agent: .*WARN.*cache node unreachable")
+    wait_until(lambda: echoed.search(up.stderr()), "the agent's warning", log=up.stderr)
     host, port = address(node)
     with redis.Redis(host=host, port=port, protocol=2, socket_timeout=10) as restarted_node:
         assert restarted_node.execute_command("TXSTATUS")[0] >= 0  # back on its address

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import math
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -91,6 +92,27 @@ def test_the_stream_is_decoded_on_the_standby_and_invalidates_the_primary_s_writ
     assert cached(lib, QUERY, 2) == [("item 2",)]
     token = lib.commit("UPDATE items SET name = 'elsewhere' WHERE id = 3")
     assert reread(lib, QUERY, token, 2) == ([("item 2",)], False), "a change to another row"
+
+    # txcache status knows, from the agent, that the primary has no slot on purpose, and
+    # names one left there (setup run again, say) as the leftover it is.
+    healthy = status(lib)
+    assert healthy.returncode == 0, healthy.stdout
+    assert "slot" not in healthy.stdout
+    with psycopg.connect(pair.primary.dsn, autocommit=True) as db:
+        db.execute("SELECT pg_create_logical_replication_slot('txcache', 'pgoutput')")
+    leftover = status(lib)
+    assert leftover.returncode == 1
+    assert "slot txcache on this database is a leftover" in leftover.stdout
+    assert "pg_drop_replication_slot('txcache')" in leftover.stdout
+
+
+def status(lib: LibraryStack) -> subprocess.CompletedProcess[str]:
+    """``txcache status`` of the stack, with the database: what an operator runs."""
+    command = ["txcache", "status", "--dsn", lib.dsn, "--agent", lib.agent_address]
+    command += ["--nodes", ",".join(lib.node_addresses)]
+    return subprocess.run(
+        [sys.executable, "-m", *command], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_a_read_after_its_own_write_sees_it(lib: LibraryStack) -> None:

@@ -74,6 +74,14 @@ def write_on_commit(request: HttpRequest, item_id: int) -> JsonResponse:
     return JsonResponse({"deferred": True})
 
 
+def write_on_commit_in_a_get(request: HttpRequest, item_id: int) -> JsonResponse:
+    """GET: a callback's ``read_write()``, which Django runs at once (it sees no
+    transaction), inside the request's read-only transaction."""
+    price = int(request.GET["price"])
+    transaction.on_commit(lambda: set_price(item_id, price))
+    return JsonResponse({"deferred": True})
+
+
 def write_on_commit_own_connection(request: HttpRequest, item_id: int) -> JsonResponse:
     """POST: a callback run after the request's commit writes on Django's own
     connection."""
@@ -99,6 +107,7 @@ urlpatterns = [
     path("items/<int:item_id>/write-nothing-after", write_nothing_after),
     path("items/<int:item_id>/on-commit", write_on_commit),
     path("items/<int:item_id>/on-commit-own", write_on_commit_own_connection),
+    path("items/<int:item_id>/on-commit-in-a-get", write_on_commit_in_a_get),
     path("nothing", write_nothing),
     path("patient", patient),
 ]
@@ -147,6 +156,18 @@ def test_an_on_commit_callback_s_read_write_gives_the_client_its_token(shop: Dja
     assert response.json() == {"deferred": True}
     assert HEADER in response.headers, "no token for the callback's write"
     assert client.get("/items/5/").json()["price"] == 505
+
+
+def test_an_on_commit_callback_s_read_write_in_a_get_runs_after_the_rerun_s_commit(
+    shop: DjangoShop,
+) -> None:
+    client = Client()
+    assert cached_page(client, 9) == 90
+    response = client.get("/items/9/on-commit-in-a-get", {"price": 909})
+    assert response.status_code == 200
+    assert HEADER in response.headers, "no token for the write"
+    page = client.get("/items/9/").json()
+    assert (page["price"], page["not_before"]) == (909, token_of(response.headers[HEADER]))
 
 
 def test_an_on_commit_callback_s_write_on_django_s_connection_gives_its_token(

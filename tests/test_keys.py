@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+import functools
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+import txcache
 from txcache._arguments import encode_argument
 from txcache._code_hash import code_hash
 from txcache._keys import KEY_BYTES, CallKeys
@@ -459,3 +461,50 @@ def test_code_hash_is_the_same_in_every_process() -> None:
         )
         hashes.add(result.stdout.strip())
     assert len(hashes) == 1
+
+
+# --- functions a factory makes, methods ------------------------------------------------------
+
+
+def over(value: Any) -> Callable[[int], Any]:
+    """A function a factory makes, closing over ``value``."""
+
+    def read(item_id: int) -> Any:
+        return value, item_id
+
+    return read
+
+
+def test_functions_a_factory_made_over_different_data_never_share_keys(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A dict (a tenant's settings) is named by the code it holds, never by its data: each
+    such function gets keys of its own, and the log says why once."""
+    tenant_a, tenant_b = CallKeys(over({"schema": "a"})), CallKeys(over({"schema": "b"}))
+    with caplog.at_level("WARNING", logger="txcache"):
+        assert tenant_a.key((1,), {}) != tenant_b.key((1,), {})
+        assert tenant_a.key((1,), {}) == tenant_a.key((1,), {})
+    assert [r.getMessage() for r in caplog.records if "closes over value (dict)" in r.getMessage()]
+    assert len(caplog.records) == 1, "once per function name"
+    # Immutable data is in the code hash: two functions over one string share keys.
+    assert CallKeys(over("a")).key((1,), {}) == CallKeys(over("a")).key((1,), {})
+    assert CallKeys(over("a")).key((1,), {}) != CallKeys(over("b")).key((1,), {})
+
+
+def test_a_cacheable_method_or_a_partial_is_refused_saying_what_to_do() -> None:
+    class Repository:
+        @txcache.cacheable
+        def get(self, item_id: int) -> int:
+            return item_id
+
+        @staticmethod
+        @txcache.cacheable
+        def find(item_id: int) -> int:
+            return item_id
+
+    with pytest.raises(UnsupportedArgument, match="called as a method of a Repository"):
+        Repository().get(1)
+    assert isinstance(Repository.get, txcache.CacheableFunction)
+    assert isinstance(Repository().find, txcache.CacheableFunction)
+    with pytest.raises(TypeError, match=r"takes a function .* not a partial"):
+        txcache.cacheable(functools.partial(one, 1))

@@ -127,3 +127,16 @@ def test_sets_serialize_to_the_same_bytes_in_every_process() -> None:
         for seed in (1, 2, 3)
     }
     assert len(outputs) == 1
+
+
+def test_a_block_inside_another_says_which_runs_and_that_blocks_do_not_nest(
+    lib: LibraryStack,
+) -> None:
+    with lib.cache.read_write():
+        nested = "a read/write transaction is already running .* do not nest"
+        with pytest.raises(txcache.TransactionError, match=nested), lib.cache.read_only():
+            pass
+    with lib.cache.read_only(staleness=60):
+        nested = "a read-only transaction is already running .* do not nest"
+        with pytest.raises(txcache.TransactionError, match=nested), lib.cache.read_write():
+            pass

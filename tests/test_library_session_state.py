@@ -35,6 +35,11 @@ BEGIN
 EXCEPTION WHEN object_not_in_prerequisite_state THEN
     RETURN false;
 END $$;
+CREATE FUNCTION make_scratch() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    CREATE TEMP TABLE items (id integer, name text);
+    INSERT INTO items VALUES (1, 'only this session''s');
+END $$;
 """
 
 # (what the block does, what a later transaction looks at)
@@ -245,6 +250,17 @@ def test_a_block_that_leaves_the_session_alone_only_forgets_sequences(
         tx.execute(statement, params)
     assert resets == [SessionReset.SEQUENCES]
     assert look(cache, LEAKS["sequence state"][1])[1] is False
+
+
+def test_a_temporary_table_a_function_made_does_not_outlive_the_write_block(
+    cache: txcache.Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No statement shows it (a query of a function), yet it would shadow ``items`` in
+    later blocks' queries, whose keys name the table the catalog resolves."""
+    resets = record_resets(monkeypatch)
+    pid = write(cache, "SELECT make_scratch()")
+    assert resets == [SessionReset.SEQUENCES]
+    assert look(cache, "(SELECT name FROM items WHERE id = 1)") == (pid, "item 1")
 
 
 def test_every_statement_a_leak_test_runs_resets_the_session_in_full(

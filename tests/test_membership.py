@@ -142,8 +142,18 @@ def test_a_new_node_joins_and_takes_its_share(lib: LibraryStack) -> None:
     before = hits()
     read_all(lib)
     assert hits() - before == len(ITEMS)
-    again = nodes_command(lib, "add", third)
+    again = nodes_command(lib, "add", third, third)
     assert again.stdout.strip() == f"{third}: unchanged (already a member)"
+    assert again.stderr == ""
+
+
+def test_nodes_for_a_slot_no_agent_has_used_warns(lib: LibraryStack) -> None:
+    """A typo in --slot would add nodes no agent ever feeds."""
+    node = lib.start_node().address
+    added = nodes_command(lib, "--slot", "txcahce", "add", node)
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.strip() == f"{node}: added"
+    assert "no agent of slot 'txcahce' is known to this database" in added.stderr
 
 
 def test_every_node_removed_leaves_the_library_uncached(lib: LibraryStack) -> None:

@@ -231,7 +231,7 @@ def test_prometheus_endpoint_serves_the_same_metrics(start_node: StartNode) -> N
     assert "# TYPE txcached_plain_hits counter" in body
     assert "txcached_plain_hits 1" in body
     assert "txcached_used_memory_values 1" in body
-    assert 'txcached_objects_by_size{le="1"} 1' in body
+    assert 'txcached_objects_by_size{max_bytes="1"} 1' in body
 
 
 def test_hello_speaks_resp2_and_resp3(node: NodeProcess) -> None:

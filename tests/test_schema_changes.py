@@ -121,6 +121,24 @@ def test_a_partition_dropped_detached_or_attached_invalidates_reads_of_its_root(
     assert assert_invalidated(lib, query, token) == [(10,)]
 
 
+def test_a_detach_concurrently_cut_short_invalidates_reads_of_its_root(lib: LibraryStack) -> None:
+    """Its first transaction commits the partition "detach pending", which reads of the root
+    already leave out; cancelled while its second waits for an older snapshot, the command
+    never ends, and no notice names what it touched."""
+    make_partitions(lib)
+    query = "SELECT count(*), sum(v) FROM events"
+    assert cached(lib, query) == [(20, 190)]
+    with psycopg.connect(lib.dsn) as holder, psycopg.connect(lib.dsn, autocommit=True) as ddl:
+        holder.execute("SELECT 1 FROM events LIMIT 1")  # a snapshot the command waits for
+        ddl.execute("SET statement_timeout = '2s'")
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            ddl.execute("ALTER TABLE events DETACH PARTITION events_high CONCURRENTLY")
+        holder.rollback()
+    token = lib.commit("UPDATE items SET price = price WHERE id = 1")  # a commit after it
+    assert truth(lib, query) == [(10, 45)]
+    assert assert_invalidated(lib, query, token) == [(10, 45)]
+
+
 def test_a_table_attached_from_an_untracked_schema_is_prepared_as_a_partition(
     triggered: LibraryStack,
 ) -> None:

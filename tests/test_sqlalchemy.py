@@ -435,3 +435,78 @@ def test_a_schema_translate_map_must_be_named_by_the_arguments(shop: Shop) -> No
     refused = pytest.raises(txcache.UncacheableQuery, match="tenant_a, which are not among")
     with shop.lib.cache.read_only(staleness=60), refused:
         request_tenant_item_name(1)
+
+
+global_session: txsa.Session | None = None
+"""A session kept across blocks, as a Flask-style ``scoped_session`` is."""
+
+
+@txcache.cacheable
+def price_in_global_session(item_id: int) -> int | None:
+    assert global_session is not None
+    return global_session.scalar(select(Item.price).where(Item.id == item_id))
+
+
+def test_a_session_in_its_own_transaction_is_refused_inside_a_block(shop: Shop) -> None:
+    """A session whose transaction began outside the block would read in that transaction:
+    outside the block's snapshot, and a cacheable function would store its write that is
+    never committed. Refused; once the session ended its transaction, it joins the block."""
+    global global_session
+    global_session = shop.Session()
+    try:
+        global_session.execute(update(Item).where(Item.id == 3).values(price=-999))
+        refused = pytest.raises(txcache.TransactionError, match="began its transaction outside")
+        with shop.lib.cache.read_only(staleness=60), refused:
+            price_in_global_session(3)
+        global_session.rollback()
+        for _ in range(2):
+            with shop.lib.cache.read_only(staleness=60):
+                assert price_in_global_session(3) == 30
+    finally:
+        global_session.close()
+        global_session = None
+    assert shop.lib.admin.execute("SELECT price FROM items WHERE id = 3").fetchone() == (30,)
+
+
+def test_a_session_used_after_its_read_only_block_says_the_block_ended(shop: Shop) -> None:
+    with shop.Session() as s:
+        with shop.lib.cache.read_only(staleness=60):
+            assert s.scalar(select(Item.price).where(Item.id == 3)) == 30
+        with pytest.raises(txcache.TransactionError, match="read-only transaction has ended"):
+            s.execute(update(Item).where(Item.id == 3).values(price=1))
+
+
+def test_the_connect_event_cannot_change_the_cache_s_shared_sessions(shop: Shop) -> None:
+    """A ``SET`` in a ``connect`` listener would not apply to the connection's statements
+    (they run on the cache's pooled connections) and could reach other users: refused. What
+    a function changes unseen is rolled back with the statement."""
+    shop.lib.write(
+        "CREATE FUNCTION set_tokyo() RETURNS text LANGUAGE plpgsql AS $$ "
+        "BEGIN SET TimeZone = 'Asia/Tokyo'; RETURN current_setting('TimeZone'); END $$"
+    )
+    with txcache.connect(shop.lib.dsn, nodes=(), mode="bypass", pool_size=1) as cache:
+        refused = txsa.create_engine(cache)
+        event.listen(
+            refused,
+            "connect",
+            lambda connection, _: connection.cursor().execute("SET search_path TO pg_catalog"),
+            insert=True,  # before txcache's own: as a listener on the Engine class runs
+        )
+        with pytest.raises(txcache.StatementNotAllowed, match="connect event"), refused.connect():
+            pass
+        refused.dispose()
+        seen: list[str] = []
+
+        def unseen(connection: Any, _: Any) -> None:
+            cursor = connection.cursor()
+            cursor.execute("SELECT set_tokyo()")
+            seen.append(cursor.fetchone()[0])
+
+        engine = txsa.create_engine(cache)
+        event.listen(engine, "connect", unseen, insert=True)
+        with engine.connect() as connection:
+            assert connection.scalar(text("SELECT 1")) == 1
+        engine.dispose()
+        assert seen == ["Asia/Tokyo"]
+        with cache.read_only():
+            assert txcache.query_one("SELECT current_setting('TimeZone')") != ("Asia/Tokyo",)

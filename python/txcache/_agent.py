@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from txcache import _protocol as protocol
-from txcache._agent_follow import Follower, agent_addresses, verdict
+from txcache._agent_follow import Follower, agent_addresses
 from txcache._agent_state import (
     AgentState,
     Refreshed,
@@ -160,7 +160,7 @@ class AgentClient(AgentState):
             result = refresh_result(replies)
             if result is not None:
                 return index, result
-            if not self._follower.goes_on(index, verdict(replies)):
+            if not self._follower.goes_on(index, replies):
                 return None
         return None
 

@@ -46,6 +46,14 @@ class Verdict(enum.Enum):
     """Another error reply, or one of the wrong shape."""
 
 
+_REFUSAL_HINTS = {
+    "NOAUTH": "it requires a password: give the library its --password (the password "
+    "setting, TXCACHE_PASSWORD)",
+    "WRONGPASS": "the password setting is not the agent's --password",
+}
+"""What to do about an agent's refusal, by its error code."""
+
+
 def is_standby(reply: Any) -> bool:
     """Whether ``reply`` is a standby agent's refusal (an error reply whose code is
     ``STANDBY``): the command belongs to the active agent."""
@@ -101,6 +109,8 @@ class Follower:
         self.active = 0
         """The index of the agent requests go to."""
         self._passed_over: Verdict | None = None
+        self._refusals: dict[int, str] = {}
+        """The last error each agent refused a refresh with, logged once."""
 
     @property
     def address(self) -> str:
@@ -114,19 +124,38 @@ class Follower:
         others = (index for index in range(len(self.addresses)) if index != self.active)
         return [self.active, *others]
 
-    def goes_on(self, index: int, found: Verdict) -> bool:
-        """Whether a refresh that found ``found`` (not :attr:`Verdict.ANSWERED`) at agent
-        ``index`` asks the next one: yes past an unreachable agent or a standby, and past
-        any failing agent but the active one (whose own error says nothing of the others:
-        the next refresh asks it again)."""
+    def goes_on(self, index: int, replies: Sequence[Any] | None) -> bool:
+        """Whether a refresh that got ``replies`` (not all answers) from agent ``index`` asks
+        the next one: yes past an unreachable agent or a standby, and past any failing agent
+        but the active one (whose own error says nothing of the others: the next refresh
+        asks it again). An error reply is logged, once per agent and error."""
+        found = verdict(replies)
+        if found is Verdict.REFUSED and replies is not None:
+            self._log_refusal(index, next(r for r in replies if isinstance(r, ReplyError)))
         if index == self.active:
             self._passed_over = found
             return found in (Verdict.DOWN, Verdict.STANDBY)
         return True
 
+    def _log_refusal(self, index: int, error: ReplyError) -> None:
+        text = str(error).strip()
+        if self._refusals.get(index) == text:
+            return
+        self._refusals[index] = text
+        code = text.partition(" ")[0]
+        hint = _REFUSAL_HINTS.get(code, "read the agent's log")
+        log.warning(
+            "txcache: the agent at %s refuses the library's requests (%s): %s; transactions "
+            "read the database until it answers",
+            self.addresses[index],
+            text,
+            hint,
+        )
+
     def adopt(self, index: int) -> bool:
         """Make agent ``index``, which answered a whole refresh, the active one; ``True`` if
         that changed it (logged once, with why the previous one was passed over)."""
+        self._refusals.pop(index, None)  # a refusal after this one is news again
         if index == self.active:
             return False
         previous, self.active = self.active, index

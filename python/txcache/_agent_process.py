@@ -32,8 +32,10 @@ class AgentProcess(ManagedProcess):
         binary: Path | None = None,
         start_timeout: float = 20.0,
         standby: bool = False,
+        echo: Callable[[str], None] | None = None,
     ) -> None:
-        """Start the agent for database ``dsn`` feeding ``nodes`` (``host:port`` each)."""
+        """Start the agent for database ``dsn`` feeding ``nodes`` (``host:port`` each);
+        ``echo`` gets each line it logs."""
         self.binary = binary or find_binary("txcache-agent")
         listen = [] if any(arg.startswith("--listen") for arg in args) else ["--listen=127.0.0.1:0"]
         command = [
@@ -45,7 +47,7 @@ class AgentProcess(ManagedProcess):
             *args,
         ]
         ready = _STARTED_OR_STANDING_BY if standby else _STARTED
-        super().__init__(command, ready, start_timeout)
+        super().__init__(command, ready, start_timeout, echo)
         match = next(filter(None, map(_LISTENING.search, self.log)), None)
         if match is None:
             self.stop()

@@ -42,7 +42,7 @@ from txcache._ring import NodeRing
 from txcache._schema import Catalog, Schema
 from txcache._session import (
     CHECK_CONTEXT,
-    FORGET_SEQUENCES,
+    FORGET_BLOCK_STATE,
     PIN_AND_READ_CONTEXT,
     SessionContext,
     SessionReset,
@@ -385,16 +385,16 @@ def _cleaned(
 
 
 def _changed_unseen(connection: Connection, context: SessionContext | None) -> bool:
-    """Forget the idle ``connection``'s sequences' state and tell whether the statements of
-    its read/write block changed its session's ``context`` nonetheless: code the statement
-    check cannot see — a function's or a trigger's ``SET``, ``SET ROLE`` or ``set_config``
-    — whose change a ``COMMIT`` kept. One round trip."""
-    if context is None:
-        connection.execute(FORGET_SEQUENCES, prepare=False)
-        return False
+    """Forget the idle ``connection``'s sequences' state and temporary tables, and tell
+    whether the statements of its read/write block changed its session's ``context``
+    nonetheless: code the statement check cannot see — a function's or a trigger's ``SET``,
+    ``SET ROLE`` or ``set_config`` — whose change a ``COMMIT`` kept. One round trip."""
     with connection.pipeline():  # one round trip; the check prepared once used enough
-        connection.execute(FORGET_SEQUENCES, prepare=False)
-        cursor = connection.execute(CHECK_CONTEXT)
+        for statement in FORGET_BLOCK_STATE:
+            connection.execute(statement, prepare=False)
+        cursor = None if context is None else connection.execute(CHECK_CONTEXT)
+    if cursor is None or context is None:
+        return False
     rows = cursor.fetchall()
     changed = context_changes(context, rows[0] if rows else None)
     if changed:
@@ -411,11 +411,11 @@ def _reset_session(
     connection: Connection, context: SessionContext | None, reset: SessionReset
 ) -> None:
     """End any transaction on ``connection`` and reset its session: with
-    :attr:`~txcache._session.SessionReset.SEQUENCES`, only its sequences' state (in full
-    when its context changed all the same: :func:`_changed_unseen`); in full, its settings
-    (pinned back to ``context``'s), role, temporary tables, held cursors, session advisory
-    locks, LISTENs, cached plans, sequence state, and statements the application
-    PREPAREd — psycopg's own prepared statements stay
+    :attr:`~txcache._session.SessionReset.SEQUENCES`, only its sequences' state and
+    temporary tables (in full when its context changed all the same:
+    :func:`_changed_unseen`); in full, its settings (pinned back to ``context``'s), role,
+    temporary tables, held cursors, session advisory locks, LISTENs, cached plans, sequence
+    state, and statements the application PREPAREd — psycopg's own prepared statements stay
     (:func:`~txcache._session.reset_statement`). One round trip, plus one if the application
     PREPAREd statements (and one more if a transaction was open); raises psycopg's
     errors."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import inspect
 import logging
 import random
 import time
@@ -45,7 +46,7 @@ from txcache._read_only_core import ReadOnlyCore
 from txcache._ring import NodeClient, NodeRing
 from txcache._sql import UncacheableQuery
 from txcache._stats import AuditStats, FunctionStats
-from txcache.errors import TransactionError
+from txcache.errors import TransactionError, UnsupportedArgument
 
 if TYPE_CHECKING:
     from txcache._cache_core import CacheCore
@@ -130,6 +131,12 @@ class CacheableBase(Generic[P, R]):
         manual_invalidation: bool = False,
         independent_of: Iterable[str] = (),
     ) -> None:
+        if not inspect.isfunction(function):
+            raise TypeError(
+                f"@cacheable takes a function (def or async def), not a "
+                f"{type(function).__name__}: its key names its code. Wrap it in a def that "
+                "calls it (and put @staticmethod or @classmethod above @cacheable)"
+            )
         version, manual_invalidation, independent = _validate.cacheable_options(
             version, manual_invalidation, independent_of
         )
@@ -147,6 +154,23 @@ class CacheableBase(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<cacheable {self.keys.name}>"
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        """Itself, read from a class; read from an instance, a callable that refuses the
+        call: the instance would be an argument of the key, and objects cannot be."""
+        if instance is None:
+            return self
+        name, kind = self.keys.name, type(instance).__name__
+
+        def method_call(*args: Any, **kwargs: Any) -> Any:
+            raise UnsupportedArgument(
+                f"{name} is cacheable and called as a method of a {kind}: the instance "
+                "would be an argument of its key, and objects cannot be (docs/library.md, "
+                '"The arguments in the key"); make it a function, or a @staticmethod, '
+                "and pass it what it reads from the instance"
+            )
+
+        return method_call
 
     def key(self, *args: P.args, **kwargs: P.kwargs) -> bytes:
         """The cache key of this call, as a call made here would look it up: with the

@@ -73,6 +73,17 @@ _CLASS_NOISE = frozenset(
     }
 )
 
+_CODE_KINDS = (
+    types.FunctionType,
+    type,
+    types.ModuleType,
+    staticmethod,
+    classmethod,
+    property,
+)
+"""What :meth:`_Walk.value` names as code (a bound method is not: its instance is an
+object)."""
+
 _NATIVE_CALLABLES = (
     types.BuiltinFunctionType,
     types.WrapperDescriptorType,
@@ -90,6 +101,47 @@ def code_hash(function: Callable[..., Any], *, packages: tuple[str, ...] | None 
     ``packages`` names the application's packages (the ``code_packages`` setting); ``None``
     decides by where modules live (:class:`Scope`)."""
     return _Walk.of(function, packages).digest()
+
+
+def unnamed_cells(function: Callable[..., Any]) -> list[str]:
+    """The closure variables of ``function`` whose values :func:`code_hash` names by their
+    class only — a mutable container's data, an object's state — as ``name (type)``. Two
+    functions one factory made over different such values hash alike."""
+    code = getattr(function, "__code__", None)
+    cells = getattr(function, "__closure__", None) or ()
+    names = code.co_freevars if code is not None else ()
+    unnamed = []
+    for name, cell in zip(names, cells, strict=False):
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # not yet assigned
+            continue
+        if not _named_by_value(contents):
+            unnamed.append(f"{name} ({type(contents).__name__})")
+    return unnamed
+
+
+def _named_by_value(obj: object) -> bool:
+    """Whether :meth:`_Walk.value` names ``obj`` by what it is rather than by its class:
+    ``None``, code (a function, class, module, descriptor, a wrapper of code), immutable
+    data, and tuples and frozensets of these."""
+    if obj is None or isinstance(obj, _CODE_KINDS) or _wrapped(obj) is not _MISSING:
+        return True
+    if isinstance(obj, _NATIVE_CALLABLES):  # len, math.floor — not a bound {}.get
+        return isinstance(getattr(obj, "__self__", None), types.ModuleType | None)
+    if isinstance(obj, functools.partial):
+        return all(map(_named_by_value, (obj.func, obj.args, tuple(obj.keywords.values()))))
+    if type(obj) in (tuple, frozenset):
+        return all(_named_by_value(item) for item in obj)  # type: ignore[attr-defined]
+    if isinstance(obj, list | dict | set | bytearray):  # their data may change: not named
+        return False
+    if isinstance(obj, enum.Enum):
+        return True
+    try:
+        encode_argument(obj)
+    except UnsupportedArgument:
+        return False
+    return True
 
 
 def code_units(

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import logging
+import os
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -36,6 +38,11 @@ KEY_FORMAT = b"txcache-key/2"
 releases never compute one key for two different calls."""
 
 _NOT_YET = object()
+
+log = logging.getLogger("txcache")
+
+_warned_private: set[str] = set()
+"""The functions whose own key space was logged (once per name: a factory makes many)."""
 
 # Request-scoped state a framework registers (Django's active time zone and language), by
 # name: read at every key, part of it unless the function declares itself independent.
@@ -84,6 +91,7 @@ class CallKeys:
         "_parameters",
         "_positional_only_call",
         "_prefixes",
+        "_private",
         "_signature",
         "_version",
         "name",
@@ -115,6 +123,7 @@ class CallKeys:
         self._code_hashes: dict[tuple[str, ...] | None, bytes] = {}
         self._prefixes: dict[tuple[str, tuple[str, ...] | None], bytes] = {}
         self._last: tuple[object, bytes] = (_NOT_YET, b"")  # (settings, prefix), one object
+        self._private: bytes | None = None
 
     @property
     def independent_of(self) -> frozenset[str]:
@@ -145,8 +154,31 @@ class CallKeys:
         return digest
 
     def _build_prefix(self, code_version: str, packages: tuple[str, ...] | None) -> bytes:
-        parts = (KEY_FORMAT, self.name, self.code_hash(packages), self._version, code_version)
+        code = self.code_hash(packages)
+        parts = (KEY_FORMAT, self.name, code, self._version, code_version, self._own_space())
         return b"".join(_sized(b"", p if isinstance(p, bytes) else p.encode()) for p in parts)
+
+    def _own_space(self) -> bytes:
+        """Empty, or — when the function closes over values its code hash names by class
+        only (a factory's dict, a request object) — random bytes of this function object's
+        own: another function the factory made over other values would share its keys."""
+        if self._private is None:
+            from txcache._code_hash import unnamed_cells  # it imports this module
+
+            unnamed = unnamed_cells(self._function)
+            self._private = os.urandom(16) if unnamed else b""
+            if unnamed and self.name not in _warned_private:
+                _warned_private.add(self.name)
+                log.warning(
+                    "%s closes over %s, which its key cannot name (a container's data, an "
+                    "object's state): its results are kept for this function object alone, "
+                    "shared with no other process and no other function its factory makes. "
+                    "Pass what it reads as arguments, or make it immutable data (a str, a "
+                    "tuple), to share them",
+                    self.name,
+                    ", ".join(unnamed),
+                )
+        return self._private
 
     def key(
         self,

@@ -12,7 +12,7 @@ import psycopg
 
 from txcache import _validate as validate
 
-__all__ = ["MembershipError", "add_nodes", "list_nodes", "remove_nodes"]
+__all__ = ["MembershipError", "add_nodes", "list_nodes", "remove_nodes", "slot_known"]
 
 _MISSING = (
     "txcache.cache_nodes does not exist: run `txcache setup` again (it creates the table of "
@@ -63,6 +63,17 @@ def remove_nodes(dsn: str, slot: str, addresses: Iterable[str]) -> list[str]:
             rows,
         )
     ]
+
+
+def slot_known(dsn: str, slot: str) -> bool:
+    """Whether an agent of ``slot`` is known to this database: a replication slot of that
+    name here, or a lease an agent of it took (an agent decoding on a standby keeps its slot
+    there)."""
+    statement = (
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_replication_slots WHERE slot_name = %s) "
+        "OR EXISTS (SELECT FROM txcache.agent_lease WHERE slot = %s)"
+    )
+    return bool(_run(dsn, statement, [(slot, slot)])[0][0])
 
 
 def _checked(addresses: Iterable[str]) -> list[str]:

@@ -166,11 +166,17 @@ class ManagedProcess:
     """A running child process; a context manager that stops it on exit."""
 
     def __init__(
-        self, command: list[str], ready: re.Pattern[str], start_timeout: float = 15.0
+        self,
+        command: list[str],
+        ready: re.Pattern[str],
+        start_timeout: float = 15.0,
+        echo: Callable[[str], None] | None = None,
     ) -> None:
-        """Start ``command`` and wait until a stderr line matches ``ready``."""
+        """Start ``command`` and wait until a stderr line matches ``ready``; ``echo`` is
+        handed every line as it is read (from the reading thread)."""
         self.command = command
         self.log: deque[str] = deque(maxlen=5000)
+        self._echo = echo
         self.ready_match: re.Match[str] | None = None
         self._ready_pattern = ready
         self._ready = threading.Event()
@@ -194,6 +200,8 @@ class ManagedProcess:
         for raw in self.process.stderr:
             line = _ANSI.sub("", raw.rstrip("\n"))
             self.log.append(line)
+            if self._echo is not None:
+                self._echo(line)
             if not self._ready.is_set():
                 match = self._ready_pattern.search(line)
                 if match:

@@ -30,6 +30,7 @@ from txcache._catalog_stamp import (
 )
 from txcache._columns import table_of
 from txcache._frame import Frame
+from txcache._log_throttle import LogThrottle
 from txcache._parking import ParkedSnapshot, holds
 from txcache._pinset import Pin, PinSet
 from txcache._protocol import Interval
@@ -60,6 +61,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("txcache")
+
+_fall_backs = LogThrottle(log)
+"""Every transaction falls back while the agent is down: one line a minute says so."""
 
 C = TypeVar("C", bound="CacheCore")
 N = TypeVar("N", bound=NodeClient)
@@ -789,7 +793,9 @@ class ReadOnlyCore(Generic[C]):
         """Go on without the cache: only before any cached value was used."""
         assert not self.read_cache
         if not self.uncached:
-            log.info("read-only transaction continues without the cache: %s", why)
+            _fall_backs.log(
+                logging.INFO, "read-only transaction continues without the cache: %s", why
+            )
         self.uncached = True
 
     # -- statements -------------------------------------------------------------------------

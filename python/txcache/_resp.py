@@ -172,7 +172,7 @@ def greeting_refused(address: tuple[str, int], command: Sequence[Any] | None, re
     if command is None:
         raise ConnectionLost(
             f"not connecting to {where} yet: the agent has not said which database it follows "
-            "(is it running?)"
+            "(is it running, and does it take the library's password?)"
         )
     if isinstance(reply, ReplyError):
         raise ConnectionLost(f"{where} refused {command[0]}: {reply}")

@@ -26,7 +26,7 @@ from psycopg import sql
 __all__ = [
     "CHECK_CONTEXT",
     "CONTEXT_DIGEST_BYTES",
-    "FORGET_SEQUENCES",
+    "FORGET_BLOCK_STATE",
     "PIN_AND_READ_CONTEXT",
     "READ_CONTEXT",
     "RESULT_SETTINGS",
@@ -243,9 +243,12 @@ _RESET_SESSION = "; ".join(
 _PREPARED_IN_SQL = "SELECT name FROM pg_catalog.pg_prepared_statements WHERE from_sql"
 
 
-# What a read/write block that left the rest of its session alone still changed: nextval
-# (a serial column's default, unseen in the statement) sets what currval and lastval return.
-FORGET_SEQUENCES = "DISCARD SEQUENCES"
+# What a read/write block that left the rest of its session alone may still have changed:
+# nextval (a serial column's default, unseen in the statement) sets what currval and lastval
+# return, and a function it called may have created a temporary table — which would shadow
+# a table of its name in later blocks' queries, unseen by their keys. Both are cheap to
+# forget when there is nothing to forget.
+FORGET_BLOCK_STATE = ("DISCARD TEMP", "DISCARD SEQUENCES")
 
 
 class SessionReset(enum.Enum):
@@ -254,8 +257,8 @@ class SessionReset(enum.Enum):
     NONE = "none"
     """Nothing: a read-only transaction, which refuses what would change it."""
     SEQUENCES = "sequences"
-    """:data:`FORGET_SEQUENCES`: a read/write block whose statements left the rest alone
-    (:class:`~txcache._session_watch.SessionWatch`)."""
+    """:data:`FORGET_BLOCK_STATE` (sequences' state, temporary tables): a read/write block
+    whose statements left the rest alone (:class:`~txcache._session_watch.SessionWatch`)."""
     FULL = "full"
     """:func:`reset_statement`: anything else."""
 

@@ -394,8 +394,9 @@ class _Planner:
         if relation is None:
             name = f"{node.schemaname}.{node.relname}" if node.schemaname else node.relname
             raise UncacheableQuery(
-                f"unknown relation {name} (created after the schema was loaded? "
-                "call Schema.refresh())"
+                f"unknown relation {name}: no table or view of that name in the schemas of "
+                "the session's search path that its role may use (a schema without USAGE is "
+                "left out), as the catalog was last read"
             )
         names = [column.name for column in relation.columns]
         visible = list(names)

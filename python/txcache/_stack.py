@@ -118,6 +118,9 @@ class StackOptions:
     """Seconds the agent may take to start its stream (more after a PostgreSQL restart)."""
     isolate_signals: bool = False
     """Start the nodes and the agent with SIGINT blocked (see the module docstring)."""
+    echo: Callable[[str, str], None] | None = None
+    """Handed ``(part, line)`` for every line a node or an agent logs, as it is read (from
+    a thread of its own per part): ``txcache up`` shows the warnings and errors."""
     membership: Literal["flags", "database"] = "flags"
     """How the agent learns its nodes: ``flags``, one ``--node`` each; ``database``, the
     table ``txcache.cache_nodes`` (the stack registers its nodes before the agent starts;
@@ -312,7 +315,9 @@ class Stack:
         args += self._serve_tls_args()
         try:
             with self._child_context():
-                node = NodeProcess(*args, *self.options.node_args)
+                node = NodeProcess(
+                    *args, *self.options.node_args, echo=self._echo(f"cache node {index + 1}")
+                )
         except (ProcessStartError, OSError) as error:
             where = f"port {port}" if port else "a free port"
             part = f"cache node {index + 1} (txcached, {where}) did not start"
@@ -375,9 +380,17 @@ class Stack:
                     *self.options.agent_args,
                     start_timeout=self.options.agent_start_timeout,
                     standby=standby,
+                    echo=self._echo("standby agent" if standby else "agent"),
                 )
         except (ProcessStartError, OSError) as error:
             raise PartFailed("the agent (txcache-agent) did not start", tail(str(error))) from None
+
+    def _echo(self, part: str) -> Callable[[str], None] | None:
+        """The line handler of ``part``, from :attr:`StackOptions.echo`."""
+        echo = self.options.echo
+        if echo is None:
+            return None
+        return lambda line: echo(part, line)
 
     @contextlib.contextmanager
     def _child_context(self) -> Iterator[None]:

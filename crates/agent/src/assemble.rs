@@ -73,6 +73,9 @@ struct OpenTransaction {
     untracked_schema_change: bool,
     schema_digest: Option<String>,
     schema_before: Option<String>,
+    /// A DDL command started (its `before:` digest) and has not ended (its digest) in this
+    /// transaction so far.
+    command_open: bool,
 }
 
 /// What the assembler knows of one relation's rows.
@@ -123,6 +126,7 @@ impl Assembler {
             untracked_schema_change: false,
             schema_digest: None,
             schema_before: None,
+            command_open: false,
         });
     }
 
@@ -353,8 +357,12 @@ impl Assembler {
                 transaction
                     .schema_before
                     .get_or_insert_with(|| before.to_owned());
+                transaction.command_open = true;
             }
-            None => transaction.schema_digest = Some(text.into_owned()),
+            None => {
+                transaction.schema_digest = Some(text.into_owned());
+                transaction.command_open = false;
+            }
         }
         Ok(())
     }
@@ -362,6 +370,20 @@ impl Assembler {
     /// Ends the transaction; `None` when no BEGIN was seen (a stream resumed mid-way).
     pub fn commit(&mut self, lsn: u64, commit_time_micros: i64) -> Option<Committed> {
         let mut open = self.open.take()?;
+        if open.command_open {
+            // A command that commits transactions of its own before it ends (DETACH
+            // PARTITION … CONCURRENTLY, CREATE INDEX CONCURRENTLY): this commit may already
+            // change what queries return, and no notice will say what it touched until the
+            // command ends — if it ever does.
+            tracing::info!(
+                lsn,
+                "a DDL command committed a transaction before it ended (… CONCURRENTLY): \
+                 every cached result is invalidated at that commit"
+            );
+            open.tags = BTreeSet::from([InvalidationTag::global()]);
+            open.changed_schema = true;
+            open.barrier = true;
+        }
         open.tags = merged(open.tags);
         if open.lsn < self.coarse_below && open.changed_schema {
             open.tags = BTreeSet::from([InvalidationTag::global()]);
@@ -890,6 +912,29 @@ mod tests {
         let committed = assembler.commit(500, 0).unwrap();
         assert_eq!(committed.schema_before.as_deref(), Some("0z"));
         assert_eq!(committed.schema_digest.as_deref(), Some("2b"));
+    }
+
+    #[test]
+    fn a_command_that_commits_before_it_ends_invalidates_everything() {
+        let mut assembler = Assembler::default();
+        assembler.begin(7, 500);
+        assembler.schema_digest(b"before:0z").unwrap();
+        let committed = assembler.commit(500, 0).unwrap();
+        assert_eq!(committed.invalidation.tags, vec![InvalidationTag::global()]);
+        assert!(committed.changed_schema && committed.barrier);
+        assembler.begin(8, 600); // its end, in a transaction of its own
+        assembler.schema_digest(b"1a").unwrap();
+        let ended = assembler.commit(600, 0).unwrap();
+        assert!(ended.invalidation.tags.is_empty());
+        assembler.begin(9, 700); // a command that ends where it starts
+        assembler.schema_digest(b"before:1a").unwrap();
+        assembler.schema_digest(b"2b").unwrap();
+        assert!(assembler
+            .commit(700, 0)
+            .unwrap()
+            .invalidation
+            .tags
+            .is_empty());
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub struct Config {
     pub publication: String,
 
     /// A cache node, host:port (rediss://host:port for a node serving TLS); repeat the flag
-    /// (or separate with commas) for several. Default: the nodes `txcache nodes add` put in
+    /// (or separate with commas) for several, each node once. Default: the nodes `txcache nodes add` put in
     /// txcache.cache_nodes for --slot, read again every --membership-interval.
     #[arg(long = "node", env = "TXCACHE_NODES", value_delimiter = ',')]
     pub nodes: Vec<String>,
@@ -84,7 +84,7 @@ pub struct Config {
     pub node_tls_ca: Option<std::path::PathBuf>,
 
     /// Password the agent authenticates to the cache nodes with: their --stream-password
-    /// (else their --password, when they have no stream password). Default: none.
+    /// (else their --password, when they have no stream password); not empty. Default: none.
     #[arg(long, env = "TXCACHE_NODE_PASSWORD", hide_env_values = true)]
     pub node_password: Option<String>,
 
@@ -135,7 +135,8 @@ pub struct Config {
     )]
     pub tls_key: Option<std::path::PathBuf>,
 
-    /// Password libraries must send with AUTH. Default: none.
+    /// Password libraries must send with AUTH; not empty (anyone could send that). Default:
+    /// none.
     #[arg(long, env = "TXCACHE_AGENT_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
 
@@ -219,7 +220,8 @@ pub struct Config {
     #[arg(long, env = "TXCACHE_AGENT_LEASE", default_value = "4s", value_name = "DURATION", value_parser = parse_interval)]
     pub lease: Duration,
 
-    /// Log filter (error, warn, info, debug, trace, or a tracing directive).
+    /// Log filter: a level (off, error, warn, info, debug, trace), target=level directives,
+    /// or both, comma-separated; empty means info, any other word is refused.
     #[arg(long, env = "TXCACHE_LOG", default_value = "info")]
     pub log: String,
 }
@@ -234,12 +236,36 @@ impl Config {
     }
 
     /// The settings with blank `--standby` values dropped (as blank `--node` ones: an empty
-    /// `TXCACHE_STANDBYS`, a stray `;`) and a blank `--decode-from` taken as none, or the error clap reports for what no single flag's
-    /// parser can see: a standby name given twice, and standbys with `--ddl-tracking
-    /// fingerprint`.
+    /// `TXCACHE_STANDBYS`, a stray `;`) and a blank `--decode-from` taken as none, or the
+    /// error clap reports for what no single flag's parser can see: an empty password, a
+    /// node or a standby name given twice, and standbys with `--ddl-tracking fingerprint`.
     pub fn checked(mut self) -> Result<Self, clap::Error> {
         self.standbys.retain(|standby| !standby.name.is_empty());
         self.decode_from = self.decode_from.filter(|dsn| !dsn.trim().is_empty());
+        // As the node refuses its own: an empty password is one anyone can send.
+        if self.password.as_deref() == Some("") {
+            let message = "an empty --password (TXCACHE_AGENT_PASSWORD) opens the agent to \
+                           anyone (`AUTH \"\"`), and no library can log in with it: give a \
+                           non-empty one, or leave it unset";
+            return Err(Self::command().error(ErrorKind::ValueValidation, message));
+        }
+        if self.node_password.as_deref() == Some("") {
+            let message = "an empty --node-password (TXCACHE_NODE_PASSWORD): the nodes refuse \
+                           an empty password; give their --stream-password, or leave it unset \
+                           for nodes without one";
+            return Err(Self::command().error(ErrorKind::ValueValidation, message));
+        }
+        if let Some((first, second)) = same_node_twice(&self.nodes) {
+            let message = if first == second {
+                format!("--node {first}: the node is given twice (was another node meant?)")
+            } else {
+                format!(
+                    "--node {first} and --node {second} name the same node (was another node \
+                     meant?)"
+                )
+            };
+            return Err(Self::command().error(ErrorKind::ValueValidation, message));
+        }
         if let Some(name) = twice(&self.standbys) {
             let message = format!(
                 "--standby {name}: the name is given twice; each standby needs a name of its own"
@@ -409,6 +435,28 @@ fn check_conninfo(dsn: &str) -> Result<(), String> {
     config
         .map(drop)
         .map_err(|error| format!("not a connection string: {error}"))
+}
+
+/// Two `--node` values naming the same node: the same `host:port` (the host's case aside),
+/// with or without a scheme (`redis://`, `rediss://`: one node is not both). Blank values
+/// are dropped, not compared.
+fn same_node_twice(nodes: &[String]) -> Option<(&str, &str)> {
+    // As `NodeAddress::parse` reads it (a bad scheme is refused when the node is connected).
+    let key = |node: &str| {
+        let node = node.trim();
+        let host_port = node.split_once("://").map_or(node, |(_, rest)| rest);
+        host_port.trim_end_matches('/').to_ascii_lowercase()
+    };
+    let nodes: Vec<(&str, String)> = nodes
+        .iter()
+        .map(String::as_str)
+        .filter(|node| !node.trim().is_empty())
+        .map(|node| (node, key(node)))
+        .collect();
+    nodes.iter().enumerate().find_map(|(index, (node, key))| {
+        let earlier = nodes[..index].iter().find(|(_, other)| other == key);
+        earlier.map(|(first, _)| (*first, *node))
+    })
 }
 
 /// A standby name given more than once.
@@ -620,6 +668,51 @@ mod tests {
             "{fingerprint}"
         );
         assert!(standbys(&["--ddl-tracking", "fingerprint"]).is_ok());
+    }
+
+    #[test]
+    fn an_empty_password_is_refused() {
+        let refused = |flags: &[&str]| {
+            let error = parse(flags).and_then(Config::checked).err();
+            error.map(|error| error.to_string()).unwrap_or_default()
+        };
+        let agent = refused(&["--password", ""]);
+        assert!(agent.contains("an empty --password"), "{agent}");
+        let node = refused(&["--node-password", ""]);
+        assert!(node.contains("an empty --node-password"), "{node}");
+        let set = parse(&["--password", "s", "--node-password", "t"]).and_then(Config::checked);
+        let set = set.ok().map(|c| (c.password, c.node_password));
+        assert_eq!(set, Some((Some("s".to_owned()), Some("t".to_owned()))));
+        let unset = parse(&[]).and_then(Config::checked).ok();
+        assert_eq!(
+            unset.map(|c| (c.password, c.node_password)),
+            Some((None, None))
+        );
+    }
+
+    #[test]
+    fn a_node_given_twice_is_refused() {
+        let checked = |flags: &[&str]| {
+            let config = parse(flags).map(Config::without_blank_nodes);
+            config
+                .and_then(Config::checked)
+                .map_err(|error| error.to_string())
+        };
+        // `parse` gives 127.0.0.1:6380 already.
+        let twice = checked(&["--node", "127.0.0.1:6380"]).unwrap_err();
+        assert!(
+            twice.contains("--node 127.0.0.1:6380: the node is given twice"),
+            "{twice}"
+        );
+        let same = checked(&["--node", "b:1,redis://B:1/"]).unwrap_err();
+        assert!(
+            same.contains("--node b:1 and --node redis://B:1/ name the same node"),
+            "{same}"
+        );
+        let tls = checked(&["--node", "rediss://127.0.0.1:6380"]).unwrap_err();
+        assert!(tls.contains("name the same node"), "{tls}");
+        let nodes = checked(&["--node", "127.0.0.1:6381,,b:6380"]).map(|c| c.nodes.len());
+        assert_eq!(nodes, Ok(3));
     }
 
     /// docs/agent.md's options table names every flag with its environment variable.

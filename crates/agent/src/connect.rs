@@ -2,6 +2,7 @@
 //! TLS as the `--dsn`'s `sslmode` says ([`crate::conninfo`]).
 
 use crate::conninfo::{self, Conninfo};
+use crate::retry::{self, Backoff, Repeats, Report};
 use anyhow::{bail, Context as _};
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, TlsConfig};
 use std::net::IpAddr;
@@ -9,6 +10,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+use tokio::time::Instant;
 use tokio_postgres::config::{Host, TargetSessionAttrs};
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::types::ToSql;
@@ -118,17 +120,62 @@ pub async fn connect_sql(dsn: &str, application: &str) -> anyhow::Result<SqlSess
     connect_config(config, &conninfo, application).await
 }
 
-/// Opens an SQL session named `application`, trying again every second (each failure
-/// logged) until it opens: for the background tasks that outlive the database's absences.
+/// The longest wait between two attempts of a background task to connect.
+pub const RECONNECT_CAP: Duration = Duration::from_secs(5);
+
+/// How often a connection that keeps failing is logged again, as one summary line.
+pub const RECONNECT_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Opens an SQL session named `application`, trying again with a backoff (doubling to
+/// [`RECONNECT_CAP`]) until it opens: for the background tasks that outlive the database's
+/// absences. The first failure is logged, then a summary every [`RECONNECT_LOG_INTERVAL`]
+/// while it lasts, and the reconnection.
 pub async fn connect_sql_until_open(dsn: &str, application: &str) -> SqlSession {
+    retry_until_ok(application, || connect_sql(dsn, application)).await
+}
+
+/// `attempt`'s value, tried again as [`connect_sql_until_open`] says until it succeeds.
+async fn retry_until_ok<T, F>(application: &str, mut attempt: impl FnMut() -> F) -> T
+where
+    F: std::future::Future<Output = anyhow::Result<T>>,
+{
+    // Quick retries for a restart, then every few seconds: a database down for long gets
+    // neither a flood of attempts nor of log lines.
+    let mut backoff = Backoff::new(Duration::from_millis(100), RECONNECT_CAP);
+    let mut failures = Repeats::new(RECONNECT_LOG_INTERVAL);
     loop {
-        match connect_sql(dsn, application).await {
-            Ok(sql) => return sql,
-            Err(error) => {
-                tracing::warn!(%error, "{application}: cannot connect; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+        let error = match attempt().await {
+            Ok(value) => {
+                if let Some((attempts, failing_for)) = failures.ended(Instant::now()) {
+                    let failing_for = retry::rounded(failing_for);
+                    tracing::info!(attempts, ?failing_for, "{application}: connected again");
+                }
+                return value;
             }
+            Err(error) => error,
+        };
+        let error = format!("{error:#}");
+        match failures.occurred(Instant::now()) {
+            Report::First => tracing::warn!(
+                error,
+                "{application}: cannot connect; retrying every {RECONNECT_CAP:?} at most \
+                 (a summary every {RECONNECT_LOG_INTERVAL:?} while it fails): is the \
+                 database up, and --dsn right?"
+            ),
+            Report::Summary {
+                total, failing_for, ..
+            } => {
+                let failing_for = retry::rounded(failing_for);
+                tracing::warn!(
+                    error,
+                    attempts = total,
+                    ?failing_for,
+                    "{application}: still cannot connect; retrying"
+                );
+            }
+            Report::Quiet => {}
         }
+        backoff.wait().await;
     }
 }
 
@@ -536,4 +583,35 @@ fn replication_tls(conninfo: &Conninfo, host: &str) -> anyhow::Result<TlsConfig>
         client_cert_pem_path,
         client_key_pem_path,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// A database down for 34 s (the probe's outage) is tried a few times a minute, not
+    /// every second, and the session opens within the cap once it is back.
+    #[tokio::test(start_paused = true)]
+    async fn a_background_connection_backs_off_while_the_database_is_down() {
+        let start = Instant::now();
+        let back_at = start + Duration::from_secs(34);
+        let attempts = Cell::new(0);
+        let opened = retry_until_ok("txcache-agent test", || {
+            attempts.set(attempts.get() + 1);
+            let up = Instant::now() >= back_at;
+            async move {
+                if up {
+                    Ok(Instant::now())
+                } else {
+                    anyhow::bail!("connection refused")
+                }
+            }
+        })
+        .await;
+        assert!(opened - back_at <= RECONNECT_CAP, "{:?}", opened - back_at);
+        // 0.1 + 0.2 + … + 3.2 s, then every 5 s: 7 + 6 attempts to cover 34 s, and the one
+        // that opens.
+        assert!((8..=15).contains(&attempts.get()), "{}", attempts.get());
+    }
 }

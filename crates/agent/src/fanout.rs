@@ -22,6 +22,7 @@ use crate::connect::connect_sql;
 use crate::database;
 use crate::message::StreamMessage;
 use crate::node_link::{NodeLink, OtherDatabase};
+use crate::retry::Backoff;
 use crate::term::Term;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -539,8 +540,8 @@ async fn leave_history(
 
 /// Keeps one node connected and fed, forever.
 async fn run_node(fanout: Arc<Fanout>, node: Arc<NodeState>, link: LinkSettings) {
-    let mut backoff = Duration::from_millis(50);
-    let mut outage_reported = false;
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    let mut outage = OutageLog::default();
     loop {
         let error = match serve_node(&fanout, &node, &link).await {
             Ok(()) => return, // the stream ended: the agent is shutting down
@@ -548,22 +549,84 @@ async fn run_node(fanout: Arc<Fanout>, node: Arc<NodeState>, link: LinkSettings)
         };
         if node.connected.swap(false, Ordering::AcqRel) {
             fanout.delivered.send_replace(()); // it holds back no wait for delivery now
-            backoff = Duration::from_millis(50);
-            outage_reported = false;
+            backoff.reset();
+            outage = OutageLog::default();
         }
-        if !outage_reported {
-            if error.downcast_ref::<OtherDatabase>().is_some() {
+        match outage.report(&error) {
+            None => {}
+            Some(_) if error.downcast_ref::<OtherDatabase>().is_some() => {
                 tracing::error!(node = %node.address, %error,
                     "CACHE NODE FOLLOWS ANOTHER DATABASE: this agent does not feed it, and libraries of this database do not use it; give each database nodes of its own, or restart the node to give it to this one");
-            } else {
-                tracing::warn!(node = %node.address, %error,
+            }
+            Some(true) => {
+                tracing::warn!(node = %node.address, %error, hint = password_hint(&error),
                     "cache node unreachable; retrying (on return it is replayed or reset, never stale)");
             }
-            outage_reported = true;
+            Some(false) => {
+                tracing::warn!(node = %node.address, %error, hint = password_hint(&error),
+                    "cache node still unreachable, now for another reason; retrying (logged again only when the reason changes)");
+            }
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        backoff.wait().await;
     }
+}
+
+/// What is logged of one node's outage: its first error, then each error of a kind not
+/// seen yet in it ([`error_kind`]) — a node back with another password says so — and no
+/// retry that fails the same way again.
+#[derive(Debug, Default)]
+struct OutageLog {
+    /// The kinds logged in this outage (a few: the oldest are forgotten past [`Self::KINDS`]).
+    kinds: Vec<String>,
+}
+
+impl OutageLog {
+    /// How many kinds an outage remembers: more would be a node failing every way at once.
+    const KINDS: usize = 8;
+
+    /// `Some(first)` when `error` is to be logged (`first`: the outage's first error),
+    /// `None` when one of its kind was.
+    fn report(&mut self, error: &anyhow::Error) -> Option<bool> {
+        let kind = error_kind(error);
+        if self.kinds.contains(&kind) {
+            return None;
+        }
+        let first = self.kinds.is_empty();
+        if self.kinds.len() == Self::KINDS {
+            self.kinds.remove(0);
+        }
+        self.kinds.push(kind);
+        Some(first)
+    }
+}
+
+/// What to do about a node that refuses the agent's password, or wants one; else nothing.
+fn password_hint(error: &anyhow::Error) -> Option<&'static str> {
+    let text = format!("{error:#}");
+    if text.contains("WRONGPASS") {
+        Some("the node refuses --node-password: give the agent the node's --stream-password")
+    } else if text.contains("NOAUTH") {
+        Some("the node needs a password: give the agent its --stream-password as --node-password")
+    } else {
+        None
+    }
+}
+
+/// What kind of failure `error` is: a node of another database, an I/O error's kind (the
+/// connection refused, reset…), or else its text without digits (positions and epochs in
+/// it make no new kind; `node answered WRONGPASS …` and `node closed the connection` do).
+fn error_kind(error: &anyhow::Error) -> String {
+    if error.downcast_ref::<OtherDatabase>().is_some() {
+        return "another database".to_owned();
+    }
+    let io = error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<std::io::Error>());
+    if let Some(io) = io {
+        return format!("{:?}", io.kind());
+    }
+    let text = format!("{error:#}");
+    text.chars().filter(|c| !c.is_ascii_digit()).collect()
 }
 
 async fn serve_node(
@@ -900,5 +963,33 @@ mod tests {
             fanout.lock().after(Timestamp(103)).is_err(),
             "nothing of the old history is replayed"
         );
+    }
+
+    /// A node's outage is logged at its first error and again when the kind of error
+    /// changes (the node back with another password), never for a retry that fails alike.
+    #[test]
+    fn an_outage_is_logged_again_only_when_its_error_changes() {
+        let mut outage = OutageLog::default();
+        let closed = || anyhow::anyhow!("node closed the connection");
+        let refused = || {
+            let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+            anyhow::Error::from(io).context("connecting")
+        };
+        let wrongpass =
+            || anyhow::anyhow!("node answered WRONGPASS invalid username-password pair");
+        assert_eq!(outage.report(&closed()), Some(true));
+        assert_eq!(outage.report(&refused()), Some(false));
+        assert_eq!(outage.report(&refused()), None);
+        assert_eq!(outage.report(&wrongpass()), Some(false));
+        for _ in 0..10 {
+            assert_eq!(outage.report(&wrongpass()), None);
+            assert_eq!(outage.report(&closed()), None);
+        }
+        // Numbers in the text (a position, an epoch) make no new kind.
+        assert!(password_hint(&wrongpass()).is_some_and(|hint| hint.contains("--node-password")));
+        assert_eq!(password_hint(&closed()), None);
+        let at = |n: u64| anyhow::anyhow!("node refused a stream message: ERR behind {n}");
+        assert_eq!(outage.report(&at(1)), Some(false));
+        assert_eq!(outage.report(&at(22)), None);
     }
 }

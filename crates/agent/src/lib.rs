@@ -2,6 +2,7 @@
 //! cache nodes, and keeps the pincushion of certified snapshots.
 
 pub mod assemble;
+pub mod auth_failures;
 pub mod catalog;
 pub mod certify;
 pub mod cmd;
@@ -21,6 +22,7 @@ pub mod metrics;
 pub mod node_link;
 pub mod pgoutput;
 pub mod pincushion;
+pub mod retry;
 pub mod schema_digests;
 pub mod schema_watch;
 pub mod server;

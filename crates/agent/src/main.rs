@@ -26,18 +26,31 @@ use txcache_agent::term::{Holder, Term};
 use txcache_agent::tracker::StreamTracker;
 use txcache_agent::{database, heartbeat, server, shared_catalog};
 
+/// The targets the agent's lines are logged under, which `--log` may name alone.
+const LOG_TARGETS: [&str; 9] = [
+    "txcache_agent",
+    "txcache_resp",
+    "txcache_tls",
+    "txcache_metrics",
+    "txcache_model",
+    "tokio_postgres",
+    "pgwire_replication",
+    "rustls",
+    "tokio",
+];
+
 fn main() -> anyhow::Result<()> {
     let config = Config::parse()
         .without_blank_nodes()
         .checked()
         .unwrap_or_else(|error| error.exit());
     txcache_tls::install_default_provider();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&config.log)?)
-        .with_target(false)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let log_filter = txcache_metrics::log::filter(&config.log, "--log (TXCACHE_LOG)", &LOG_TARGETS)
+        .unwrap_or_else(|message| {
+            eprintln!("txcache-agent: {message}");
+            std::process::exit(2);
+        });
+    txcache_metrics::log::init(log_filter);
     let started = Instant::now();
     let listeners = Listeners::bind(&config)?;
     tracing::info!(address = %listeners.address, membership = config.membership().as_str(), nodes = config.nodes.len(), slot = %config.slot, tls = config.tls_cert.is_some(), standbys = config.standbys.len(), "txcache-agent listening");

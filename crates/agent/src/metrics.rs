@@ -8,6 +8,7 @@
 //! (section, name, kind, help, how to read it). `STATUS` lists the rows without a label,
 //! `GET /metrics` (`--metrics-port`) all of them with the prefix `txcache_agent_`.
 
+use crate::auth_failures;
 use crate::fanout::{Fanout, NodeCounts};
 use crate::pincushion::{PinCounts, Pincushion, StandbyCounts};
 use crate::stream_stats::{StreamCounts, StreamStats};
@@ -24,6 +25,7 @@ use txcache_metrics::{Kind, Metric, Registry};
 pub struct Reading {
     uptime_seconds: u64,
     clients: u64,
+    auth_failures: u64,
     stream: StreamCounts,
     commit_position: u64,
     heartbeat_position: u64,
@@ -73,6 +75,7 @@ pub fn collect(sources: &Sources) -> Reading {
     Reading {
         uptime_seconds: sources.started.elapsed().as_secs(),
         clients: sources.clients.load(Ordering::Relaxed) as u64,
+        auth_failures: auth_failures::count(),
         stream: sources.stream.read(),
         commit_position: progress.commit.0,
         heartbeat_position: progress.heartbeat.0,
@@ -124,6 +127,13 @@ pub static REGISTRY: Registry<Reading> = Registry {
             Gauge,
             "Epoch of the lease this agent holds: raised by every takeover",
             |r| r.lease_epoch,
+        ),
+        Metric::one(
+            "server",
+            "auth_failures",
+            Counter,
+            "AUTH attempts by libraries refused for a wrong password, since the agent started",
+            |r| r.auth_failures,
         ),
         Metric::one(
             "stream",
@@ -183,6 +193,20 @@ pub static REGISTRY: Registry<Reading> = Registry {
             Counter,
             "Sessions that found the database's positions gone back or its history changed",
             |r| r.stream.database_changes,
+        ),
+        Metric::one(
+            "stream",
+            "slot_on_standby",
+            Gauge,
+            "1 while the stream is decoded on a --decode-from standby, its slot there (none of it on the primary); 0 on the primary",
+            |r| u64::from(r.stream.slot_on_standby),
+        ),
+        Metric::one(
+            "stream",
+            "primary_slot_spare",
+            Gauge,
+            "1 while the primary among the --decode-from hosts keeps a spare slot (--decode-primary-slot spare), else 0",
+            |r| u64::from(r.stream.primary_slot_spare),
         ),
         Metric::one(
             "nodes",
@@ -318,6 +342,7 @@ mod tests {
             uptime_seconds: 1_001,
             clients: 1_002,
             lease_epoch: 1_003,
+            auth_failures: 1_004,
             stream: StreamCounts {
                 position: 2_001,
                 database_position: 2_500,
@@ -325,6 +350,8 @@ mod tests {
                 slot_recreations: 2_004,
                 database_changes: 2_005,
                 untracked_schema_changes: 2_006,
+                slot_on_standby: true,
+                primary_slot_spare: false,
             },
             commit_position: 3_001,
             heartbeat_position: 3_002,
@@ -380,6 +407,9 @@ mod tests {
         assert_eq!(lines.iter().map(|(n, _)| *n).collect::<Vec<_>>(), names);
         assert!(lines.iter().all(|(_, v)| v.parse::<u64>().is_ok()));
         assert!(lines.contains(&("stream_lag_bytes", "499")), "{status}");
+        // `txcache status` reads where the slot is from these.
+        assert!(lines.contains(&("slot_on_standby", "1")), "{status}");
+        assert!(lines.contains(&("primary_slot_spare", "0")), "{status}");
         // The fields libraries and tools read keep their names.
         for name in [
             "commit_position",
@@ -388,6 +418,9 @@ mod tests {
             "pins_unclean",
             "nodes",
             "nodes_connected",
+            "slot_on_standby",
+            "primary_slot_spare",
+            "auth_failures",
         ] {
             assert!(names.contains(&name), "{name}");
         }

@@ -4,6 +4,7 @@
 
 use crate::cmd::{self, Endpoint, Session};
 use bytes::BytesMut;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,9 +62,9 @@ pub async fn run(
 ) {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
                 let (endpoint, clients) = (Arc::clone(&endpoint), Arc::clone(&clients));
-                tokio::spawn(admit(stream, endpoint, clients, tls.clone()));
+                tokio::spawn(admit(stream, peer, endpoint, clients, tls.clone()));
             }
             Err(error) => {
                 tracing::error!(%error, "accept failed");
@@ -75,6 +76,7 @@ pub async fn run(
 
 async fn admit(
     mut stream: TcpStream,
+    peer: SocketAddr,
     endpoint: Arc<Endpoint>,
     clients: Arc<AtomicUsize>,
     tls: Option<TlsAcceptor>,
@@ -87,9 +89,9 @@ async fn admit(
         return;
     };
     match tls {
-        None => serve(stream, &endpoint).await,
+        None => serve(stream, &endpoint, Some(peer)).await,
         Some(acceptor) => match txcache_tls::handshake(&acceptor, stream).await {
-            Ok(stream) => serve(stream, &endpoint).await,
+            Ok(stream) => serve(stream, &endpoint, Some(peer)).await,
             Err(error) => {
                 tracing::info!(%error, "TLS handshake failed (a library without TLS, or one that does not trust --tls-cert?)")
             }
@@ -97,10 +99,12 @@ async fn admit(
     }
 }
 
-async fn serve(mut stream: impl Duplex, endpoint: &Arc<Endpoint>) {
+/// Serves one library at `peer` (its address, for the log) until it closes or must go.
+async fn serve(mut stream: impl Duplex, endpoint: &Arc<Endpoint>, peer: Option<SocketAddr>) {
     let (mut input, mut output) = (BytesMut::with_capacity(4096), BytesMut::with_capacity(4096));
     let mut decoder = RequestDecoder::new();
     let mut session = Session::new(endpoint);
+    session.peer = peer;
     let auth_deadline = tokio::time::Instant::now() + AUTH_DEADLINE;
     loop {
         loop {
@@ -166,7 +170,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_connection_that_never_authenticates_is_closed_at_the_deadline() {
         let (mut client, server) = tokio::io::duplex(4096);
-        let served = tokio::spawn(async move { serve(server, &endpoint()).await });
+        let served = tokio::spawn(async move { serve(server, &endpoint(), None).await });
         tokio::time::timeout(AUTH_DEADLINE + Duration::from_secs(1), served)
             .await
             .expect("closed at the deadline")
@@ -181,12 +185,25 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_authenticated_connection_stays_open() {
         let (mut client, server) = tokio::io::duplex(4096);
-        let served = tokio::spawn(async move { serve(server, &endpoint()).await });
+        let served = tokio::spawn(async move { serve(server, &endpoint(), None).await });
         client.write_all(b"AUTH pw\r\n").await.unwrap();
         let mut reply = [0; 5];
         client.read_exact(&mut reply).await.unwrap();
         assert_eq!(&reply, b"+OK\r\n");
         let waited = tokio::time::timeout(AUTH_DEADLINE * 3, served).await;
         assert!(waited.is_err(), "still served past the deadline");
+    }
+
+    #[tokio::test]
+    async fn a_wrong_password_is_refused_and_counted() {
+        let before = crate::auth_failures::count();
+        let (mut client, server) = tokio::io::duplex(4096);
+        let peer = "192.0.2.1:4000".parse().ok();
+        tokio::spawn(async move { serve(server, &endpoint(), peer).await });
+        client.write_all(b"AUTH nope\r\n").await.unwrap();
+        let mut reply = [0; 10];
+        client.read_exact(&mut reply).await.unwrap();
+        assert_eq!(&reply, b"-WRONGPASS");
+        assert!(crate::auth_failures::count() > before);
     }
 }

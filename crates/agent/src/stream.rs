@@ -10,7 +10,7 @@
 
 use crate::assemble::Assembler;
 use crate::catalog::Catalog;
-use crate::config::Config;
+use crate::config::{Config, PrimarySlot};
 use crate::connect::{
     self, application_name, connect_sql, replication_config, ReplicationHost, SqlSession,
 };
@@ -21,6 +21,7 @@ use crate::fanout::Fanout;
 use crate::heartbeat::HEARTBEAT_PREFIX;
 use crate::message::StreamMessage;
 use crate::pincushion::FENCE_PREFIX;
+use crate::retry::Backoff;
 use crate::schema_digests::{SchemaDigests, SCHEMA_PREFIX};
 use crate::stream_stats::StreamStats;
 use crate::term::Term;
@@ -102,7 +103,7 @@ impl Stream {
 
     /// Streams forever, reconnecting after any failure.
     pub async fn run(mut self) {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         loop {
             let started = Instant::now();
             if let Err(error) = self.run_session().await {
@@ -114,10 +115,9 @@ impl Stream {
             self.assembler.abandon();
             self.stats.count_reconnect();
             if started.elapsed() > Duration::from_secs(10) {
-                backoff = Duration::from_millis(100);
+                backoff.reset();
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
+            backoff.wait().await;
         }
     }
 
@@ -530,8 +530,11 @@ impl Stream {
         host: usize,
         first_pushed: Timestamp,
     ) -> anyhow::Result<()> {
-        self.servers
-            .decoded_on_primary(!database::in_recovery(sql).await?);
+        let primary = !database::in_recovery(sql).await?;
+        self.servers.decoded_on_primary(primary);
+        // For `txcache status`: with the slot on a standby, none on the primary is missing.
+        let spare = self.servers.primary_slot() == PrimarySlot::Spare;
+        self.stats.decoding_on(!primary, spare);
         let history = match database::history(sql, Some(self.replication_host(host))).await {
             Ok(history) => history,
             // A replication session refused or unanswered says nothing of the stream's.

@@ -1,8 +1,8 @@
 //! The stream's positions and events, counted where they happen: by the stream task (what
-//! it decoded, its reconnects, slot recreations, database changes) and the heartbeat task
-//! (the database's WAL position). `metrics.rs` reads them; nothing here knows of metrics.
+//! it decoded, its reconnects, slot recreations, database changes, where it is decoded) and
+//! the heartbeat task (the database's WAL position). `metrics.rs` reads them; nothing here knows of metrics.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use txcache_model::Timestamp;
 
 /// Positions and events of the stream, kept by the stream and heartbeat tasks.
@@ -16,6 +16,11 @@ pub struct StreamStats {
     slot_recreations: AtomicU64,
     database_changes: AtomicU64,
     untracked_schema_changes: AtomicU64,
+    /// Whether the stream's slot is on a `--decode-from` standby, as last checked.
+    slot_on_standby: AtomicBool,
+    /// Whether the primary keeps a spare slot (`--decode-primary-slot spare`, the primary
+    /// found among the `--decode-from` hosts).
+    primary_slot_spare: AtomicBool,
 }
 
 impl StreamStats {
@@ -57,6 +62,15 @@ impl StreamStats {
             .fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Where the stream is decoded, as the stream (with `--decode-from`) last checked: on a
+    /// standby (its slot there, none of the stream's on the primary) or the primary; and
+    /// whether the primary keeps a spare slot.
+    pub fn decoding_on(&self, standby: bool, primary_spare: bool) {
+        self.slot_on_standby.store(standby, Ordering::Relaxed);
+        self.primary_slot_spare
+            .store(primary_spare, Ordering::Relaxed);
+    }
+
     /// The counters now.
     pub fn read(&self) -> StreamCounts {
         // Destructured whole: a field added above is a compile error here until it is read.
@@ -67,6 +81,8 @@ impl StreamStats {
             slot_recreations,
             database_changes,
             untracked_schema_changes,
+            slot_on_standby,
+            primary_slot_spare,
         } = self;
         let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
         StreamCounts {
@@ -76,6 +92,8 @@ impl StreamStats {
             slot_recreations: load(slot_recreations),
             database_changes: load(database_changes),
             untracked_schema_changes: load(untracked_schema_changes),
+            slot_on_standby: slot_on_standby.load(Ordering::Relaxed),
+            primary_slot_spare: primary_slot_spare.load(Ordering::Relaxed),
         }
     }
 }
@@ -95,4 +113,8 @@ pub struct StreamCounts {
     pub database_changes: u64,
     /// Transactions that changed a table's definition without a DDL notice.
     pub untracked_schema_changes: u64,
+    /// Whether the stream's slot is on a `--decode-from` standby.
+    pub slot_on_standby: bool,
+    /// Whether the primary keeps a spare slot.
+    pub primary_slot_spare: bool,
 }

@@ -1,4 +1,5 @@
-//! A minimal HTTP responder for Prometheus: `GET /metrics` and nothing else.
+//! A minimal HTTP responder for Prometheus: `GET /metrics` (and `HEAD`, and any query string,
+//! which is ignored) and nothing else.
 //!
 //! One response per connection, then close. A request is read until its headers end, at most
 //! [`MAX_REQUEST`] bytes and [`READ_TIMEOUT`] long; its body, if it claims one, is never read.
@@ -25,6 +26,7 @@ where
 {
     let render = Arc::new(render);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let accept_failures = crate::log::Throttle::new(Duration::from_secs(60));
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
@@ -38,8 +40,12 @@ where
                 });
             }
             Err(error) => {
-                // Out of descriptors, most likely: wait rather than spin.
-                tracing::warn!(%error, "metrics endpoint: accept failed");
+                // Out of descriptors, most likely: wait rather than spin, and say so once a
+                // minute rather than at every retry.
+                if let Some(failures_not_logged) = accept_failures.admit() {
+                    tracing::warn!(%error, failures_not_logged,
+                        "metrics endpoint: accept failed (out of open files? raise the limit: ulimit -n, or LimitNOFILE= under systemd)");
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -51,18 +57,47 @@ async fn respond<F: Fn() -> String>(mut stream: TcpStream, render: &F) {
         return;
     };
     let response = match request {
-        Head::Complete(head) if head.starts_with(b"GET /metrics ") => {
-            let body = render();
-            format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            )
-        }
-        Head::Complete(_) => plain("404 Not Found", "only GET /metrics here\n"),
+        Head::Complete(head) => match metrics_request(&head) {
+            Some(method) => {
+                let body = render();
+                let header = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                // HEAD gets GET's headers, Content-Length included, and no body.
+                match method {
+                    Method::Get => header + &body,
+                    Method::Head => header,
+                }
+            }
+            None => plain("404 Not Found", "only GET /metrics here\n"),
+        },
         Head::TooLarge => plain("431 Request Header Fields Too Large", "request too large\n"),
     };
     let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
+}
+
+/// The two methods answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Method {
+    Get,
+    Head,
+}
+
+/// The method of a request for `/metrics` (query string allowed: scrapers and probes add
+/// one), or `None` for any other request.
+fn metrics_request(head: &[u8]) -> Option<Method> {
+    let line = head.split(|&b| b == b'\r').next()?;
+    let mut parts = line.split(|&b| b == b' ');
+    let method = match parts.next()? {
+        b"GET" => Method::Get,
+        b"HEAD" => Method::Head,
+        _ => return None,
+    };
+    let target = parts.next()?;
+    let path = target.split(|&b| b == b'?').next()?;
+    (path == b"/metrics").then_some(method)
 }
 
 fn plain(status: &str, body: &str) -> String {
@@ -129,12 +164,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_query_string_is_ignored_and_head_gets_the_headers_only() {
+        let address = start().await;
+        let response = exchange(address, b"GET /metrics?x=1 HTTP/1.1\r\n\r\n").await;
+        assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+        assert!(response.ends_with("\r\n\r\ndemo_up 1\n"), "{response}");
+        let response = exchange(address, b"HEAD /metrics HTTP/1.1\r\n\r\n").await;
+        assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+        assert!(response.contains("Content-Length: 10\r\n"), "{response}");
+        assert!(response.ends_with("\r\n\r\n"), "{response}");
+    }
+
+    #[tokio::test]
     async fn anything_else_is_not_found() {
         let address = start().await;
         for request in [
             &b"GET / HTTP/1.1\r\n\r\n"[..],
             b"POST /metrics HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n",
             b"GET /metricsx HTTP/1.1\r\n\r\n",
+            b"GET /metricsx?a HTTP/1.1\r\n\r\n",
+            b"HEAD / HTTP/1.1\r\n\r\n",
         ] {
             let response = exchange(address, request).await;
             assert!(response.starts_with("HTTP/1.1 404 "), "{response}");

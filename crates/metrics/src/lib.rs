@@ -3,12 +3,14 @@
 //! The Prometheus text exposition is rendered here from that table; each server renders its
 //! RESP text (the node's `INFO`, the agent's `STATUS`) from the same rows through
 //! [`Registry::samples`], so no name, kind or help is written twice. [`http`] serves the
-//! Prometheus text at `GET /metrics`.
+//! Prometheus text at `GET /metrics`. [`log`] is the servers' shared log setup (a checked
+//! `--log` filter), kept here with the other process plumbing both binaries share.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::{Debug, Write as _};
 
 pub mod http;
+pub mod log;
 
 /// Whether a metric only grows or may go both ways (the Prometheus types).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,7 +11,7 @@ pub struct Limits {
     /// `proto-max-bulk-len`.
     pub max_bulk_len: usize,
     /// Most elements in one array or multibulk request (`*<count>`). Default:
-    /// 1_048_576 (1 Mi), the multibulk limit Redis applies to unauthenticated clients.
+    /// 1_048_576 (1 Mi), Redis's multibulk limit for authenticated clients.
     pub max_array_len: usize,
     /// Longest line without a length prefix: an inline request, or a simple string
     /// or error line in a reply frame (excluding the line terminator). Default:
@@ -29,6 +29,17 @@ impl Limits {
         max_bulk_len: 512 * 1024 * 1024,
         max_array_len: 1_048_576,
         max_inline_len: 64 * 1024,
+        max_depth: 32,
+    };
+
+    /// The limits for a client that must authenticate and has not yet, as Redis applies
+    /// them: at most 10 elements and 16 KiB per bulk string (and per inline line), enough for
+    /// any `AUTH` or `HELLO … AUTH … SETNAME …`, so that a client without the password cannot
+    /// make a server buffer more than about 160 KiB of one request.
+    pub const UNAUTHENTICATED: Self = Self {
+        max_bulk_len: 16 * 1024,
+        max_array_len: 10,
+        max_inline_len: 16 * 1024,
         max_depth: 32,
     };
 }

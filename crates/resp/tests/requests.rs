@@ -221,3 +221,25 @@ fn misused_decoder_does_not_panic() {
     assert_eq!(decoder.decode(&mut line, &limits), Ok(None));
     let _ = decoder.decode(&mut BytesMut::from(&b"x\n"[..]), &limits);
 }
+
+#[test]
+fn unauthenticated_limits_fit_every_auth_form_and_refuse_more() {
+    let limits = Limits::UNAUTHENTICATED;
+    let decode_with = |input: &[u8]| decode_request(&mut BytesMut::from(input), &limits);
+    let hello = b"*7\r\n$5\r\nHELLO\r\n$1\r\n3\r\n$4\r\nAUTH\r\n$7\r\ndefault\r\n$2\r\npw\r\n$7\r\nSETNAME\r\n$3\r\napp\r\n";
+    let hello = decode_with(hello).unwrap().unwrap();
+    assert_eq!(hello.len(), 7, "the longest handshake fits");
+    let auth = b"*3\r\n$4\r\nAUTH\r\n$7\r\ndefault\r\n$2\r\npw\r\n";
+    assert!(decode_with(auth).unwrap().is_some());
+    assert_eq!(
+        decode_with(b"*11\r\n"),
+        Err(ProtocolError::MultibulkTooLong { len: 11, limit: 10 })
+    );
+    assert_eq!(
+        decode_with(b"*2\r\n$3\r\nSET\r\n$16385\r\n"),
+        Err(ProtocolError::BulkTooLong {
+            len: 16385,
+            limit: 16 * 1024
+        })
+    );
+}

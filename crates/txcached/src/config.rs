@@ -19,9 +19,9 @@ pub struct Config {
     #[arg(long, env = "TXCACHED_PORT", default_value_t = 6380)]
     pub port: u16,
 
-    /// Hard limit on cached data (values, keys, intervals, tags, history), e.g. 64mb, 2gb;
-    /// units b, k, m, g (or kb/kib, mb/mib, gb/gib: all powers of 1024); a bare number is
-    /// bytes.
+    /// Hard limit on cached data (values, keys, intervals, tags, history), at least 1mb (and
+    /// 64 KiB per shard), e.g. 64mb, 2gb; units b, k, m, g (or kb/kib, mb/mib, gb/gib: all
+    /// powers of 1024); a bare number is bytes.
     #[arg(long, env = "TXCACHED_MAX_MEMORY", default_value = "1gb", value_name = "SIZE", value_parser = parse_size)]
     pub max_memory: usize,
 
@@ -67,12 +67,14 @@ pub struct Config {
     #[arg(long, env = "TXCACHED_THREADS")]
     pub threads: Option<usize>,
 
-    /// Store shards (each locked separately); memory is split evenly between them.
-    /// Default: 4 per worker thread.
+    /// Store shards (each locked separately); memory is split evenly between them, at least
+    /// 64 KiB each. Default: 4 per worker thread (fewer when --max-memory is too small for
+    /// that many).
     #[arg(long, env = "TXCACHED_SHARDS")]
     pub shards: Option<usize>,
 
-    /// Most simultaneous client connections; further ones are refused with an error.
+    /// Most simultaneous client connections (at least 1); further ones are refused with an
+    /// error. The node raises its open-file limit to match, as far as the hard limit allows.
     #[arg(long, env = "TXCACHED_MAX_CLIENTS", default_value_t = 10_000)]
     pub max_clients: usize,
 
@@ -87,12 +89,66 @@ pub struct Config {
     #[arg(long, env = "TXCACHED_METRICS_PORT")]
     pub metrics_port: Option<u16>,
 
-    /// Log filter (error, warn, info, debug, trace, or a tracing directive).
+    /// Log filter: a level (off, error, warn, info, debug, trace), target=level directives, or
+    /// both, comma-separated (e.g. warn,txcached=debug); empty means info. A word that is
+    /// neither a level nor a target of txcached stops the start.
     #[arg(long, env = "TXCACHED_LOG", default_value = "info")]
     pub log: String,
 }
 
+/// The smallest `--max-memory` (and `CONFIG SET maxmemory`) accepted: below it a node holds
+/// so little that it is a misconfiguration (`0` or `100` used to store nothing, every value
+/// refused as too large, without a word).
+pub const MIN_MAX_MEMORY: usize = 1 << 20;
+
+/// The smallest share of `--max-memory` one shard may get: a shard holds no value larger than
+/// its share, so a tiny one would refuse ordinary values. The default shard count stays under
+/// it; an explicit `--shards` that does not is refused.
+pub const MIN_SHARD_MEMORY: usize = 64 << 10;
+
+/// The smallest memory limit a node of `shards` shards accepts.
+pub fn min_max_memory(shards: usize) -> usize {
+    MIN_MAX_MEMORY.max(shards.saturating_mul(MIN_SHARD_MEMORY))
+}
+
 impl Config {
+    /// Every check of the settings that clap cannot express: [`Config::check_passwords`] and
+    /// [`Config::check_limits`]. The message says what to change.
+    pub fn check(&self) -> Result<(), String> {
+        self.check_passwords()?;
+        self.check_limits()
+    }
+
+    /// Refuses limits under which the node cannot serve: no memory to speak of, no clients,
+    /// no shards or threads, shards too small to hold an ordinary value.
+    pub fn check_limits(&self) -> Result<(), String> {
+        if self.max_clients == 0 {
+            return Err("--max-clients 0 would refuse every client: give at least 1".to_owned());
+        }
+        if self.threads == Some(0) {
+            return Err("--threads 0: give at least 1, or leave it unset".to_owned());
+        }
+        if self.shards == Some(0) {
+            return Err("--shards 0: give at least 1, or leave it unset".to_owned());
+        }
+        let minimum = min_max_memory(self.shard_count());
+        if self.max_memory < minimum {
+            let shards = self.shard_count();
+            return Err(format!(
+                "--max-memory {} bytes is below the minimum of {minimum} bytes (1 MiB, and at \
+                 least 64 KiB for each of the {shards} shards): the node could hold next to \
+                 nothing; give more (e.g. 64mb){}",
+                self.max_memory,
+                if self.shards.is_some() {
+                    ", or fewer --shards"
+                } else {
+                    ""
+                }
+            ));
+        }
+        Ok(())
+    }
+
     /// Refuses passwords that would open more than they say: an empty one (anyone can send
     /// it) and a stream password equal to the data password (every application could move
     /// the node's position).
@@ -120,9 +176,13 @@ impl Config {
         self.threads.unwrap_or_else(|| workers_for(cores())).max(1)
     }
 
-    /// Shards to create, resolving the default.
+    /// Shards to create, resolving the default: 4 per worker thread, but no more than leave
+    /// each [`MIN_SHARD_MEMORY`] (a small node on a large machine gets fewer, larger shards).
     pub fn shard_count(&self) -> usize {
-        self.shards.unwrap_or(4 * self.worker_threads()).max(1)
+        let fitting = self.max_memory / MIN_SHARD_MEMORY;
+        self.shards
+            .unwrap_or_else(|| (4 * self.worker_threads()).min(fitting))
+            .max(1)
     }
 }
 
@@ -172,6 +232,34 @@ mod tests {
         assert_eq!(cores_to_workers, [(1, 1), (2, 1), (3, 2), (8, 7)]);
         let config = Config::parse_from(["txcached", "--threads", "3"]);
         assert_eq!((config.worker_threads(), config.shard_count()), (3, 12));
+    }
+
+    #[test]
+    fn useless_limits_are_refused_naming_the_minimum() {
+        let refusal = |args: &[&str]| {
+            let args = ["txcached"].iter().chain(args).copied();
+            Config::parse_from(args).check().err().unwrap_or_default()
+        };
+        for (args, says) in [
+            (&["--max-memory", "0"][..], "minimum of 1048576 bytes"),
+            (&["--max-memory", "100"], "minimum of 1048576 bytes"),
+            (&["--max-memory", "1mb", "--shards", "32"], "fewer --shards"),
+            (&["--max-clients", "0"], "--max-clients 0"),
+            (&["--shards", "0"], "--shards 0"),
+            (&["--threads", "0"], "--threads 0"),
+        ] {
+            let message = refusal(args);
+            assert!(message.contains(says), "{args:?}: {message}");
+        }
+        assert_eq!(refusal(&["--max-memory", "1mb", "--shards", "16"]), "");
+        assert_eq!(refusal(&[]), "");
+    }
+
+    #[test]
+    fn a_small_node_gets_fewer_shards_by_default() {
+        let config = Config::parse_from(["txcached", "--max-memory", "1mb", "--threads", "8"]);
+        assert_eq!(config.shard_count(), 16, "64 KiB each, not 32 of 32 KiB");
+        assert_eq!(config.check(), Ok(()));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use bytes::{Buf, BytesMut};
 use std::io;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
-use txcache_resp::{ProtocolError, RequestDecoder};
+use txcache_resp::{Limits, ProtocolError, RequestDecoder};
 use txcache_tls::Duplex;
 
 /// Bytes read per system call, and the buffer size kept between batches.
@@ -65,7 +65,7 @@ pub async fn serve(mut stream: impl Duplex, node: &Node, mut session: Session) -
         } else if let Ok(read) = tokio::time::timeout_at(auth_deadline, read).await {
             read?
         } else {
-            tracing::info!(client = session.id, timeout = ?node.config.auth_timeout,
+            tracing::info!(client = session.id, peer = %session.peer_text(), timeout = ?node.config.auth_timeout,
                 "closing a connection that did not authenticate in time (--auth-timeout)");
             return Ok(());
         };
@@ -83,8 +83,9 @@ fn answer_buffered(
     node: &Node,
     session: &mut Session,
 ) -> Next {
-    let limits = node.limits();
     while output.len() < OUTPUT_HIGH_WATER {
+        // Read per request: an AUTH earlier in this batch lifts the limits for the next one.
+        let limits = limits_for(node, session);
         match decoder.peek(input, &limits) {
             Ok(Some(request)) => {
                 let len = request.len();
@@ -106,17 +107,40 @@ fn answer_buffered(
     Next::Flush
 }
 
-/// The most a client may buffer of one request: its largest argument plus the rest of it.
-/// Every argument is already bounded; this bounds their sum, like Redis's query buffer limit.
-fn max_partial_request(limits: &txcache_resp::Limits) -> usize {
-    limits.max_bulk_len.saturating_add(1 << 20)
+/// The limits for the session's next request: Redis's small ones until a session that must
+/// authenticate has, so that a client without the password cannot make the node buffer a
+/// request of up to the bulk limit (hundreds of MiB) until `--auth-timeout`.
+fn limits_for(node: &Node, session: &Session) -> Limits {
+    if session.authenticated {
+        node.limits()
+    } else {
+        Limits::UNAUTHENTICATED
+    }
+}
+
+/// The most a client may buffer of one request: its largest argument plus the rest of it
+/// (1 MiB, or all its elements at their largest when that is less). Every argument is already
+/// bounded; this bounds their sum, like Redis's query buffer limit.
+fn max_partial_request(limits: &Limits) -> usize {
+    let whole = limits
+        .max_array_len
+        .saturating_mul(limits.max_bulk_len.saturating_add(32))
+        .max(limits.max_inline_len);
+    limits.max_bulk_len.saturating_add(1 << 20).min(whole)
 }
 
 /// Replies with the protocol error; the connection must close.
 fn refuse(error: &ProtocolError, output: &mut BytesMut, node: &Node, session: &Session) -> Next {
     node.metrics.count_protocol_error();
-    tracing::debug!(client = session.id, %error, "closing connection");
-    error.write_reply(output);
+    tracing::debug!(client = session.id, peer = %session.peer_text(), %error, "closing connection");
+    if session.authenticated {
+        error.write_reply(output);
+    } else {
+        // Say that the small limit is the one before AUTH, or the client's author would look
+        // for a bug in the bulk limit.
+        let message = format!("ERR {error} before AUTH (unauthenticated clients' limit)");
+        txcache_resp::encode::error(output, &message);
+    }
     Next::Close
 }
 
@@ -147,6 +171,71 @@ mod tests {
         let mut replies = Vec::new();
         client.read_to_end(&mut replies).await.unwrap();
         assert!(replies.starts_with(b"-NOAUTH"), "{replies:?}");
+    }
+
+    #[tokio::test]
+    async fn before_auth_a_large_bulk_is_refused_at_once_naming_the_limit() {
+        let node = node_with_password();
+        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        let served = tokio::spawn(async move { serve(server, &node, Session::default()).await });
+        client
+            .write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$60000000\r\n")
+            .await
+            .unwrap();
+        served.await.unwrap().unwrap();
+        let mut reply = String::new();
+        client.read_to_string(&mut reply).await.unwrap();
+        assert_eq!(
+            reply,
+            "-ERR Protocol error: bulk length 60000000 exceeds the limit of 16384 before AUTH \
+             (unauthenticated clients' limit)\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn auth_lifts_the_limits_for_the_next_request_of_the_same_batch() {
+        let node = node_with_password();
+        let (mut client, server) = tokio::io::duplex(256 * 1024);
+        tokio::spawn(async move { serve(server, &node, Session::default()).await });
+        let value = "v".repeat(100_000);
+        let mut batch = b"*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n".to_vec();
+        batch.extend(
+            format!(
+                "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n{value}\r\n",
+                value.len()
+            )
+            .bytes(),
+        );
+        client.write_all(&batch).await.unwrap();
+        let mut replies = [0; 10];
+        client.read_exact(&mut replies).await.unwrap();
+        assert_eq!(&replies, b"+OK\r\n+OK\r\n");
+    }
+
+    #[tokio::test]
+    async fn before_auth_a_request_of_many_elements_is_refused() {
+        let node = node_with_password();
+        let (mut client, server) = tokio::io::duplex(4096);
+        let served = tokio::spawn(async move { serve(server, &node, Session::default()).await });
+        client.write_all(b"*11\r\n").await.unwrap();
+        served.await.unwrap().unwrap();
+        let mut reply = String::new();
+        client.read_to_string(&mut reply).await.unwrap();
+        assert!(
+            reply.starts_with(
+                "-ERR Protocol error: multibulk length 11 exceeds the limit of 10 before AUTH"
+            ),
+            "{reply}"
+        );
+    }
+
+    #[test]
+    fn a_partial_request_is_bounded_by_its_elements_before_auth() {
+        use txcache_resp::Limits;
+        let before_auth = super::max_partial_request(&Limits::UNAUTHENTICATED);
+        assert!(before_auth < 200 * 1024, "{before_auth}");
+        let after = super::max_partial_request(&Limits::DEFAULT);
+        assert_eq!(after, (512 << 20) + (1 << 20));
     }
 
     #[tokio::test(start_paused = true)]

@@ -12,6 +12,7 @@
 mod cmd;
 mod config;
 mod connection;
+mod fdlimit;
 mod metrics;
 mod node;
 mod server;
@@ -25,20 +26,29 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
+/// The targets txcached's lines are logged under, which `--log` may name alone.
+const LOG_TARGETS: [&str; 8] = [
+    "txcached",
+    "txcache_store",
+    "txcache_resp",
+    "txcache_tls",
+    "txcache_metrics",
+    "txcache_model",
+    "rustls",
+    "tokio",
+];
+
 fn main() -> anyhow::Result<()> {
     let config = Config::parse();
-    if let Err(message) = config.check_passwords() {
+    let log_filter =
+        txcache_metrics::log::filter(&config.log, "--log (TXCACHED_LOG)", &LOG_TARGETS);
+    let log_filter = config.check().and(log_filter).unwrap_or_else(|message| {
         eprintln!("txcached: {message}");
         std::process::exit(2);
-    }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&config.log).context("invalid --log filter")?,
-        )
-        .with_target(false)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    });
+    txcache_metrics::log::init(log_filter);
+    // Before any socket: the limit decides how many clients can connect at all.
+    fdlimit::raise_for(config.max_clients);
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.worker_threads())
         .enable_all()

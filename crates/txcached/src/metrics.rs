@@ -512,8 +512,9 @@ pub static REGISTRY: Registry<Reading> = Registry {
             "sizes",
             "objects_by_size",
             Gauge,
-            "Stored values by size bucket (largest length in the bucket)",
-            "le",
+            "Stored values by size bucket, each counted in one bucket only (max_bytes: the largest length in it)",
+            // Not `le`: the buckets are not cumulative, so they are not a Prometheus histogram.
+            "max_bytes",
             |r| size_series(&r.gauges),
         ),
     ],
@@ -691,7 +692,7 @@ mod tests {
             info.contains("\r\n\r\n# Sizes\r\nobjects_by_size_0:6000\r\n"),
             "{info}"
         );
-        assert!(prometheus.contains("\ntxcached_objects_by_size{le=\"1\"} 6001\n"));
+        assert!(prometheus.contains("\ntxcached_objects_by_size{max_bytes=\"1\"} 6001\n"));
         let empty = info_text(&Reading::default(), Some("sizes"));
         assert_eq!(empty, "", "empty buckets are not listed");
         assert_eq!(SIZE_BUCKETS, reading.gauges.size_histogram.len());

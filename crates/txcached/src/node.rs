@@ -8,9 +8,39 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
+use std::time::Duration;
 use std::time::Instant;
+use txcache_metrics::log::Throttle;
 use txcache_resp::Limits;
 use txcache_store::StoreConfig;
+
+/// How often a kind of line a client can cause at will is logged at most.
+const NOISY_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// One throttle per kind of log line a client (or a flood of them) can cause at will, so
+/// that none can fill the log: the first is logged, then one a minute with the count held.
+#[derive(Debug)]
+pub struct LogThrottles {
+    /// Connections refused at `--max-clients`.
+    pub refused: Throttle,
+    /// Failed `AUTH`s (and `HELLO … AUTH`s).
+    pub auth_failed: Throttle,
+    /// Failed TLS handshakes.
+    pub tls_failed: Throttle,
+    /// Failed `accept`s (out of open files, mostly).
+    pub accept_failed: Throttle,
+}
+
+impl Default for LogThrottles {
+    fn default() -> Self {
+        Self {
+            refused: Throttle::new(NOISY_LOG_INTERVAL),
+            auth_failed: Throttle::new(NOISY_LOG_INTERVAL),
+            tls_failed: Throttle::new(NOISY_LOG_INTERVAL),
+            accept_failed: Throttle::new(NOISY_LOG_INTERVAL),
+        }
+    }
+}
 
 /// One cache node's shared state.
 pub struct Node {
@@ -20,6 +50,8 @@ pub struct Node {
     pub metrics: ServerMetrics,
     /// The settings the node was started with.
     pub config: Config,
+    /// Throttles of the log lines clients can cause.
+    pub logs: LogThrottles,
     /// Protocol limits for client requests; the bulk limit follows `maxmemory`.
     max_bulk_len: AtomicUsize,
     /// Node-wide memory limit (changes with `CONFIG SET maxmemory`).
@@ -62,6 +94,7 @@ impl Node {
             max_bulk_len: AtomicUsize::new(0),
             max_memory: AtomicUsize::new(config.max_memory),
             config,
+            logs: LogThrottles::default(),
             started: Instant::now(),
             origin: Mutex::new(None),
             database: OnceLock::new(),

@@ -2,6 +2,7 @@
 
 use crate::cmd::Session;
 use crate::node::Node;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
@@ -12,35 +13,53 @@ use txcache_tls::TlsAcceptor;
 pub async fn run(listener: TcpListener, node: Arc<Node>, tls: Option<TlsAcceptor>) {
     let next_id = AtomicU64::new(1);
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(error) => {
-                // Usually EMFILE: back off instead of spinning, and say what to do.
-                tracing::error!(%error, "accept failed (raise the open-file limit with `ulimit -n`?)");
+                // Usually EMFILE: back off instead of spinning, and say what to do once a
+                // minute, not at every retry (a full table would otherwise log 20 lines a
+                // second).
+                if let Some(failures_not_logged) = node.logs.accept_failed.admit() {
+                    tracing::error!(%error, failures_not_logged, max_clients = node.config.max_clients,
+                        "accept failed: new clients wait unanswered (out of open files? raise the limit: ulimit -n, or LimitNOFILE= under systemd; or lower --max-clients)");
+                }
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             }
         };
         let id = next_id.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(admit(stream, Arc::clone(&node), id, tls.clone()));
+        tokio::spawn(admit(stream, peer, Arc::clone(&node), id, tls.clone()));
     }
 }
 
-async fn admit(mut stream: TcpStream, node: Arc<Node>, id: u64, tls: Option<TlsAcceptor>) {
+async fn admit(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    node: Arc<Node>,
+    id: u64,
+    tls: Option<TlsAcceptor>,
+) {
     let _ = stream.set_nodelay(true);
     let Some(_slot) = node.metrics.open_connection(node.config.max_clients) else {
         let _ = stream
             .write_all(b"-ERR max number of clients reached\r\n")
             .await;
-        tracing::warn!(
-            max_clients = node.config.max_clients,
-            "refused a connection: raise --max-clients"
-        );
+        if let Some(refusals_not_logged) = node.logs.refused.admit() {
+            tracing::warn!(
+                %peer,
+                max_clients = node.config.max_clients,
+                refusals_not_logged,
+                "refused a connection at --max-clients: raise --max-clients (and the open-file \
+                 limit with it), or find the client holding many connections; at most one such \
+                 line a minute"
+            );
+        }
         return;
     };
     let authenticated = node.config.password.is_none();
     let session = Session {
         id,
+        peer: Some(peer),
         authenticated,
         streams: authenticated && node.config.stream_password.is_none(),
         ..Session::default()
@@ -50,12 +69,15 @@ async fn admit(mut stream: TcpStream, node: Arc<Node>, id: u64, tls: Option<TlsA
         Some(acceptor) => match txcache_tls::handshake(&acceptor, stream).await {
             Ok(stream) => crate::connection::serve(stream, &node, session).await,
             Err(error) => {
-                tracing::info!(client = id, %error, "TLS handshake failed (a client without TLS, or one that does not trust --tls-cert?)");
+                if let Some(failures_not_logged) = node.logs.tls_failed.admit() {
+                    tracing::info!(client = id, %peer, %error, failures_not_logged,
+                        "TLS handshake failed (a client without TLS, or one that does not trust --tls-cert?); at most one such line a minute");
+                }
                 return;
             }
         },
     };
     if let Err(error) = served {
-        tracing::debug!(client = id, %error, "connection ended with an error");
+        tracing::debug!(client = id, %peer, %error, "connection ended with an error");
     }
 }

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from txcache import _protocol as protocol
-from txcache._agent_follow import Follower, agent_addresses, verdict
+from txcache._agent_follow import Follower, agent_addresses
 from txcache._agent_state import (
     AgentState,
     Refreshed,
@@ -158,7 +158,7 @@ class AsyncAgentClient(AgentState):
             result = None if replies is None else refresh_result(replies)
             if result is not None:
                 return index, result
-            if not self._follower.goes_on(index, verdict(replies)):
+            if not self._follower.goes_on(index, replies):
                 return None
         return None
 

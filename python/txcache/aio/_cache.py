@@ -39,7 +39,7 @@ from txcache._ring import NodeRing
 from txcache._schema import Catalog, Schema
 from txcache._session import (
     CHECK_CONTEXT,
-    FORGET_SEQUENCES,
+    FORGET_BLOCK_STATE,
     PIN_AND_READ_CONTEXT,
     SessionContext,
     SessionReset,
@@ -408,16 +408,16 @@ async def _cleaned(
 
 
 async def _changed_unseen(connection: AsyncConnection, context: SessionContext | None) -> bool:
-    """Forget the idle ``connection``'s sequences' state and tell whether the statements of
-    its read/write block changed its session's ``context`` nonetheless: code the statement
-    check cannot see — a function's or a trigger's ``SET``, ``SET ROLE`` or ``set_config``
-    — whose change a ``COMMIT`` kept. One round trip."""
-    if context is None:
-        await connection.execute(FORGET_SEQUENCES, prepare=False)
-        return False
+    """Forget the idle ``connection``'s sequences' state and temporary tables, and tell
+    whether the statements of its read/write block changed its session's ``context``
+    nonetheless: code the statement check cannot see — a function's or a trigger's ``SET``,
+    ``SET ROLE`` or ``set_config`` — whose change a ``COMMIT`` kept. One round trip."""
     async with connection.pipeline():  # one round trip; the check prepared once used enough
-        await connection.execute(FORGET_SEQUENCES, prepare=False)
-        cursor = await connection.execute(CHECK_CONTEXT)
+        for statement in FORGET_BLOCK_STATE:
+            await connection.execute(statement, prepare=False)
+        cursor = None if context is None else await connection.execute(CHECK_CONTEXT)
+    if cursor is None or context is None:
+        return False
     rows = await cursor.fetchall()
     changed = context_changes(context, rows[0] if rows else None)
     if changed:
@@ -434,11 +434,11 @@ async def _reset_session(
     connection: AsyncConnection, context: SessionContext | None, reset: SessionReset
 ) -> None:
     """End any transaction on ``connection`` and reset its session: with
-    :attr:`~txcache._session.SessionReset.SEQUENCES`, only its sequences' state (in full
-    when its context changed all the same: :func:`_changed_unseen`); in full, its settings
-    (pinned back to ``context``'s), role, temporary tables, held cursors, session advisory
-    locks, LISTENs, cached plans, sequence state, and statements the application
-    PREPAREd — psycopg's own prepared statements stay
+    :attr:`~txcache._session.SessionReset.SEQUENCES`, only its sequences' state and
+    temporary tables (in full when its context changed all the same:
+    :func:`_changed_unseen`); in full, its settings (pinned back to ``context``'s), role,
+    temporary tables, held cursors, session advisory locks, LISTENs, cached plans, sequence
+    state, and statements the application PREPAREd — psycopg's own prepared statements stay
     (:func:`~txcache._session.reset_statement`). One round trip, plus one if the application
     PREPAREd statements (and one more if a transaction was open); raises psycopg's
     errors."""

@@ -179,6 +179,8 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         names what is not. A database error (or :class:`~txcache.SnapshotUnavailable`)
         fails the block: every later lookup, query and cacheable call raises
         :class:`~txcache.TransactionError`. The cursor returned holds the results only."""
+        if self._closed:  # first: a write after the end is refused for the end, not as a write
+            raise self._ended_error()
         single = self._statement_count(statement, params) == 1
         try:
             try:

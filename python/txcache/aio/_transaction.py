@@ -121,6 +121,16 @@ def _owner() -> object:
         return threading.get_ident()
 
 
+def _already_running(running: Running) -> TransactionError:
+    """The error for a block begun inside ``running``: blocks do not nest."""
+    kind = "read/write" if isinstance(running, CommitRecord) else "read-only"
+    return TransactionError(
+        f"a {kind} transaction is already running in this context (under a web framework's "
+        "middleware, the request's), and transactions do not nest: do this work in that "
+        "one, or outside it (a read/write view for writes, or one txcache does not wrap)"
+    )
+
+
 class AsyncTransaction:
     """What both kinds of transaction share: a context manager, a database connection
     taken from the cache's pool when first needed, and the task that began it (its state is
@@ -155,10 +165,10 @@ class AsyncTransaction:
             if running is not None and (
                 not isinstance(running, AsyncTransaction) or running.owner is _owner()
             ):
-                raise TransactionError("a transaction is already running in this context")
+                raise _already_running(running)
         else:
             if running is not None:
-                raise TransactionError("a transaction is already running in this context")
+                raise _already_running(running)
         self.owner = _owner()
 
     async def __aexit__(

@@ -14,7 +14,15 @@ from typing import Any, TypeVar
 from txcache import _validate as validate
 from txcache.cli import _units as units
 
-__all__ = ["add_dsn", "add_slot", "checked", "duration_text", "size_text", "wait_seconds"]
+__all__ = [
+    "add_dsn",
+    "add_slot",
+    "checked",
+    "duration_text",
+    "share",
+    "size_text",
+    "wait_seconds",
+]
 
 T = TypeVar("T")
 
@@ -69,6 +77,17 @@ wait_seconds = checked(_seconds_to_wait)
 """A timeout: seconds, > 0 and at most :data:`txcache._validate.MAX_WAIT` (one day), as the
 library's timeouts: ``inf``, ``nan``, ``0`` or ``-1`` are usage errors, not an endpoint
 reported unreachable."""
+
+
+def share(text: str) -> float:
+    """A fraction, 0 to 1 (``0.05``); argparse's usage error otherwise."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, not {text}")
+    return value
 
 
 def _unit_text(parse: Callable[[str], int]) -> Callable[[str], str]:

@@ -27,6 +27,7 @@ __all__ = [
     "SILENT_STREAM_SECONDS",
     "SLOT_BEHIND_BYTES",
     "Problem",
+    "SlotPlace",
     "database_seconds",
     "diagnose",
     "diagnose_agents",
@@ -46,6 +47,9 @@ LEAST_CONNECT_TIMEOUT = 2
 _REACH_FIX = "check TXCACHE_DSN or --dsn, and that the server answers"
 
 T = TypeVar("T")
+
+_SLOT_STEP = "slot"
+"""The name of setup's step that creates the agent's replication slot."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +177,8 @@ def _agent_problems(agent: AgentReport, nodes_given: int) -> list[Problem]:
                 f"cannot take a pin ({agent.pin_error or 'none given'}): every read-only "
                 "transaction runs without the cache",
                 "read the agent's log: its pinner sessions cannot take snapshots "
-                "(connections refused? the stream not started?)",
+                "(connections refused? the stream not started, or held back by a standby "
+                "named in synchronized_standby_slots that is down?)",
             )
         )
     connected = agent.status.get("nodes_connected")
@@ -188,25 +193,45 @@ def _agent_problems(agent: AgentReport, nodes_given: int) -> list[Problem]:
     return problems
 
 
-def probe_database(dsn: str, slot: str = "txcache", timeout: float = 5.0) -> list[Problem]:
+@dataclass(frozen=True)
+class SlotPlace:
+    """Where the active agent keeps its slot, as its ``STATUS`` says: on a ``--decode-from``
+    standby (``on_standby``; the primary's then has none), perhaps with a spare slot left on
+    the primary (``primary_spare``)."""
+
+    on_standby: bool = False
+    primary_spare: bool = False
+
+    @classmethod
+    def of(cls, agent: AgentReport | None) -> SlotPlace:
+        """The place ``agent`` reports (on the primary, when there is no agent to ask)."""
+        status = agent.status if agent is not None else {}
+        return cls(bool(status.get("slot_on_standby")), bool(status.get("primary_slot_spare")))
+
+
+def probe_database(
+    dsn: str, slot: str = "txcache", timeout: float = 5.0, place: SlotPlace = SlotPlace()
+) -> list[Problem]:
     """What ``txcache setup --check`` finds missing, and the slot's state; never raises.
 
     Each of its two connections (setup's check, then the slot's state) gets ``timeout``
     seconds to connect (``connect_timeout``, at least :data:`LEAST_CONNECT_TIMEOUT`) and
     ``timeout`` more for its statements (:func:`database_seconds` in all); one that has not
-    finished by then is reported as not answering, after what was found before it."""
+    finished by then is reported as not answering, after what was found before it. With
+    the agent's slot on a standby (``place``), the primary's slot is missing on purpose, and
+    one found there is a leftover holding WAL, unless it is the spare."""
     try:
         bounded = make_conninfo(dsn, connect_timeout=_connect_seconds(timeout))
     except psycopg.Error as error:  # a connection string psycopg cannot read
         return [_unreachable(error)]
     seconds = database_seconds(timeout)
-    setup = _within(seconds, lambda: _setup_problems(bounded, slot))
+    setup = _within(seconds, lambda: _setup_problems(bounded, slot, place))
     if setup is None:
         return [_silent("txcache setup --check", seconds)]
     problems, reachable = setup
     if not reachable:
         return problems
-    state = _within(seconds, lambda: _slot_problems(bounded, slot))
+    state = _within(seconds, lambda: _slot_problems(bounded, slot, place))
     if state is None:
         return [*problems, _silent(f"the state of slot {slot}", seconds)]
     return [*problems, *state]
@@ -244,7 +269,7 @@ def _within(seconds: float, call: Callable[[], T]) -> T | None:
     return results[0] if results else None
 
 
-def _setup_problems(dsn: str, slot: str) -> tuple[list[Problem], bool]:
+def _setup_problems(dsn: str, slot: str, place: SlotPlace) -> tuple[list[Problem], bool]:
     """The steps setup's check finds missing, and whether the database answered well enough
     to ask about the slot too."""
     try:
@@ -260,12 +285,14 @@ def _setup_problems(dsn: str, slot: str) -> tuple[list[Problem], bool]:
         Problem("database", f"setup step {step.name} missing: {step.detail}", "run txcache setup")
         for step in report.steps
         if step.status is StepStatus.MISSING
+        and not (place.on_standby and step.name == _SLOT_STEP)  # the agent's is elsewhere
     ]
     return missing, True
 
 
-def _slot_problems(dsn: str, slot: str) -> list[Problem]:
-    """Whether an agent streams from the slot, and how far behind the WAL it is."""
+def _slot_problems(dsn: str, slot: str, place: SlotPlace) -> list[Problem]:
+    """Whether an agent streams from the slot, and how far behind the WAL it is; with the
+    agent's slot on a standby, whether one is left on the primary that no agent keeps."""
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             row = conn.execute(
@@ -279,6 +306,18 @@ def _slot_problems(dsn: str, slot: str) -> list[Problem]:
         return []  # setup's check reported the missing slot
     problems = []
     behind, active = row
+    if place.on_standby and not place.primary_spare and not active:
+        return [
+            Problem(
+                "database",
+                f"slot {slot} on this database is a leftover: the agent decodes on a standby "
+                "(--decode-from), and nothing advances this one, which holds WAL",
+                f"drop it: SELECT pg_drop_replication_slot('{slot}') (and do not run "
+                "txcache setup for the slot while the agent decodes on a standby)",
+            )
+        ]
+    if place.on_standby:
+        return []  # the spare: tended by the agent, not streamed from
     if not active:
         problems.append(
             Problem(

@@ -186,7 +186,9 @@ def probe_agent(
                 return report
             if not report.pins:
                 try:
-                    report.pins = [agent.run(protocol.pin())]
+                    # Answered within half the wait: a stream held back (a standby in
+                    # synchronized_standby_slots down) is an error to report, not a silence.
+                    report.pins = [agent.run(protocol.pin(timeout_ms=max(1, int(timeout * 500))))]
                 except ReplyError as error:
                     report.pin_error = str(error).strip()
             report.database = protocol.stream_name(agent.run(protocol.database()))

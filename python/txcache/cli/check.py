@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import shlex
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ from txcache.check.faults import (
 )
 from txcache.check.report import as_json, as_markdown
 from txcache.check.stack import CheckRefused
+from txcache.cli._arguments import share
 
 __all__ = ["add_parser", "run"]
 
@@ -127,7 +132,7 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--schema-share",
-        type=float,
+        type=share,
         default=defaults.schema_share,
         help="share of write transactions that are schema operations, 0 for none "
         "(default: %(default)s)",
@@ -145,6 +150,24 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--report", type=Path, help="also write the Markdown report here")
     parser.add_argument("--json", type=Path, help="also write the report as JSON here")
     parser.set_defaults(handler=run)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a CI job's timeout) as Ctrl-C: the check stops every process it
+    started and removes its data, instead of leaving them to init."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -166,6 +189,11 @@ def run(args: argparse.Namespace) -> int:
         standby_postgres=standby_postgres,
         primary_spare=args.primary_spare,
     )
+    if problem is None and args.ddl_tracking == "fingerprint" and args.standby_reads:
+        problem = (
+            "--standby-reads needs the DDL event triggers (the agent's --standby does): "
+            "leave out --ddl-tracking fingerprint"
+        )
     if problem is not None:
         print(f"txcache check: {problem}", file=sys.stderr)
         return 2
@@ -190,10 +218,16 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(format="  %(name)s: %(message)s", level=logging.WARNING)
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)  # restarts are on purpose
     try:
-        report = run_check(options, progress=lambda line: print(line, file=sys.stderr, flush=True))
+        with _terminate_as_interrupt():
+            report = run_check(
+                options, progress=lambda line: print(line, file=sys.stderr, flush=True)
+            )
     except CheckRefused as refused:
         print(f"txcache check: {refused}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("txcache check: interrupted; every part it started is stopped", file=sys.stderr)
+        return 130
     command = "txcache check " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else [])
     markdown = as_markdown(report, command.strip())
     print(markdown)

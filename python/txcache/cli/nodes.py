@@ -9,7 +9,13 @@ import argparse
 import sys
 from typing import Any
 
-from txcache._membership import MembershipError, add_nodes, list_nodes, remove_nodes
+from txcache._membership import (
+    MembershipError,
+    add_nodes,
+    list_nodes,
+    remove_nodes,
+    slot_known,
+)
 from txcache.cli._arguments import add_dsn, add_slot
 
 __all__ = ["add_parser", "run"]
@@ -52,12 +58,19 @@ def run(args: argparse.Namespace) -> int:
             return 0
         change = add_nodes if args.action == "add" else remove_nodes
         changed = change(args.dsn, args.slot, args.addresses)
+        if not slot_known(args.dsn, args.slot):
+            print(
+                f"txcache nodes: warning: no agent of slot {args.slot!r} is known to this "
+                "database (no replication slot and no lease of that name): the agents feed "
+                "the nodes of their own --slot; is --slot (TXCACHE_SLOT) right?",
+                file=sys.stderr,
+            )
     except MembershipError as error:
         print(f"txcache nodes: error: {error}", file=sys.stderr)
         return 1
     adding = args.action == "add"
     done = "added" if adding else "removed"
     unchanged = "unchanged (already a member)" if adding else "unchanged (not a member)"
-    for address in args.addresses:
-        print(f"{address}: {done if address.strip() in changed else unchanged}")
+    for address in dict.fromkeys(given.strip() for given in args.addresses):
+        print(f"{address}: {done if address in changed else unchanged}")
     return 0

@@ -30,7 +30,7 @@ from txcache import _validate as validate
 from txcache._pinset import Pin
 from txcache._resp import parse_address
 from txcache.cli._arguments import add_slot, checked, wait_seconds
-from txcache.cli._health import Problem, diagnose, diagnose_agents, probe_database
+from txcache.cli._health import Problem, SlotPlace, diagnose, diagnose_agents, probe_database
 from txcache.cli._probe import (
     AgentReport,
     NodeReport,
@@ -156,7 +156,10 @@ def run(args: argparse.Namespace) -> int:
         report.problems = diagnose(nodes, active, now, agent_given=bool(args.agent))
         report.problems += diagnose_agents(agents)
     if args.dsn:
-        report.problems += probe_database(args.dsn, slot=args.slot, timeout=args.timeout)
+        place = SlotPlace.of(report.active_agent)
+        report.problems += probe_database(
+            args.dsn, slot=args.slot, timeout=args.timeout, place=place
+        )
     print(
         json.dumps(_report_json(report, now), indent=2) if args.json else _report_text(report, now)
     )

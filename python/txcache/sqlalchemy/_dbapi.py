@@ -19,7 +19,9 @@ blocks it is used in:
   variable set by the session's task could not be reset), committed by ``commit()`` —
   the committed transaction, which knows the ``not_before`` token, is handed to the
   SQLAlchemy session and the Core connection that used the facade
-  (:mod:`txcache.sqlalchemy._commits`), if it wrote.
+  (:mod:`txcache.sqlalchemy._commits`), if it wrote. Until it ends, a statement it gets
+  while a txcache block is current is refused: it would run outside the block's snapshot,
+  and a cacheable function would cache what it read.
 
 While SQLAlchemy's ``connect`` event runs (the dialect's one-time initialisation:
 ``select pg_catalog.version()``, ``show standard_conforming_strings``, …) statements go to
@@ -47,8 +49,9 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from txcache import ReadWriteTransaction, Transaction, current_transaction
+from txcache._statements import leaves_session_alone
 from txcache.aio import AsyncReadWriteTransaction, AsyncTransaction
-from txcache.errors import TransactionError
+from txcache.errors import StatementNotAllowed, TransactionError
 from txcache.integration import Params
 from txcache.sqlalchemy._commits import COMMITTED, JOINED
 from txcache.sqlalchemy._cursor import Info, Results, TxcacheCursor
@@ -59,6 +62,22 @@ __all__ = ["EngineTypes", "Facade"]
 log = logging.getLogger("txcache")
 
 _savepoints = itertools.count(1)
+
+_CONNECT_EVENT_SETTING = (
+    "{!r} in SQLAlchemy's connect event: this engine's connections are the cache's pooled "
+    "ones, shared by every user of the cache, so a change to the session made here would "
+    "not apply to this connection's statements and could reach others'; set it for the "
+    "cache instead: in its DSN (options='-c name=value') or on its role (ALTER ROLE … SET), "
+    "one cache per tenant"
+)
+
+_OWN_TRANSACTION_IN_BLOCK = (
+    "this SQLAlchemy session or connection began its transaction outside the txcache "
+    "transaction now running, and has not ended it: its statements would run in that other "
+    "database transaction, outside this one's snapshot and checks (a cacheable function "
+    "would cache what it read, even writes never committed); commit(), rollback() or close() "
+    "it before the block, or begin it inside"
+)
 
 T = TypeVar("T", bound="Transaction | AsyncTransaction")
 
@@ -240,6 +259,8 @@ class Facade(Generic[T]):
     def run(self, operation: str, parameters: Params) -> Any:
         """Run one statement; its cursor (or results)."""
         if self.connecting:
+            if not leaves_session_alone(operation, parameters):
+                raise StatementNotAllowed(_CONNECT_EVENT_SETTING.format(operation))
             return self._run_plain(operation, parameters)
         transaction = self._transaction()
         if self.types.hstore is not None:
@@ -276,6 +297,8 @@ class Facade(Generic[T]):
         if self.closed:
             raise psycopg.InterfaceError("the connection is closed")
         if self._owned is not None:
+            if current_transaction() is not None:
+                raise TransactionError(_OWN_TRANSACTION_IN_BLOCK)
             return self._owned
         if self._joined is not None:
             return self._joined

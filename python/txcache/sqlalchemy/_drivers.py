@@ -48,7 +48,12 @@ class TxcacheConnection(Facade[Transaction]):
         return cursor
 
     def _run_plain(self, operation: str, parameters: Params) -> Results:
-        with self.cache.pool.connection() as connection:
+        # Rolled back: whatever a function it calls changed in the session (SET, set_config,
+        # SET ROLE, a temporary table) goes with it, not to the pool's next user.
+        with (
+            self.cache.pool.connection() as connection,
+            connection.transaction(force_rollback=True),
+        ):
             cursor = connection.execute(operation, parameters)
             rows = cursor.fetchall() if cursor.description is not None else []
             return Results(cursor.description, rows, cursor.rowcount)
@@ -98,7 +103,10 @@ class AsyncTxcacheConnection(Facade[AsyncTransaction]):
         return await_only(self._plain(operation, parameters))
 
     async def _plain(self, operation: str, parameters: Params) -> Results:
-        async with self.cache.pool.connection() as connection:
+        async with (
+            self.cache.pool.connection() as connection,
+            connection.transaction(force_rollback=True),
+        ):
             cursor = await connection.execute(operation, parameters)
             rows = await cursor.fetchall() if cursor.description is not None else []
             return Results(cursor.description, rows, cursor.rowcount)

@@ -1,6 +1,7 @@
 //! `AUTH [user] password`: the agent has one password (`--password`), and no users.
 
 use super::{Args, CommandError, Endpoint, Session};
+use crate::auth_failures;
 use bytes::BytesMut;
 use txcache_resp::encode;
 
@@ -21,7 +22,8 @@ impl Auth {
         })
     }
 
-    /// `+OK`, and the connection is authenticated; or refused.
+    /// `+OK`, and the connection is authenticated; or refused (a wrong password counted
+    /// and logged: [`auth_failures`]).
     pub fn apply(
         self,
         endpoint: &Endpoint,
@@ -34,7 +36,10 @@ impl Auth {
                 encode::simple(out, "OK");
                 Ok(())
             }
-            Some(_) => Err(CommandError::WrongPassword),
+            Some(_) => {
+                auth_failures::record(session.peer);
+                Err(CommandError::WrongPassword)
+            }
             None => Err(CommandError::NoPasswordConfigured),
         }
     }

@@ -113,6 +113,8 @@ pub struct Session {
     pub authenticated: bool,
     /// Set by `QUIT`: close after this reply.
     pub closing: bool,
+    /// The library's address, for the log of failed `AUTH`s (`None` when unknown).
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 impl Session {
@@ -121,6 +123,7 @@ impl Session {
         Self {
             authenticated: endpoint.password.is_none(),
             closing: false,
+            peer: None,
         }
     }
 }

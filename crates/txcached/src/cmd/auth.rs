@@ -43,10 +43,17 @@ pub fn authenticate(
         context.session.authenticated = true;
         context.session.streams = config.stream_password.is_none();
     } else {
-        tracing::warn!(
-            client = context.session.id,
-            "AUTH failed: wrong user name or password"
-        );
+        // Throttled: a client guessing passwords must not fill the log.
+        if let Some(not_logged) = context.node.logs.auth_failed.admit() {
+            let peer = context.session.peer_text();
+            tracing::warn!(
+                client = context.session.id,
+                %peer,
+                failures_not_logged = not_logged,
+                "AUTH failed: wrong user name or password (a client with an old password, or \
+                 someone guessing: check the address; at most one such line a minute)"
+            );
+        }
         return Err(CommandError::WrongPassword);
     }
     Ok(())

@@ -1,6 +1,7 @@
 //! `CONFIG GET parameter` and `CONFIG SET maxmemory size` (a size as `--max-memory` takes it).
 
 use super::{ok, Args, CommandError, Context};
+use crate::config::min_max_memory;
 use bytes::BytesMut;
 use txcache_model::units::parse_size;
 use txcache_resp::encode;
@@ -47,19 +48,59 @@ fn set(args: &mut Args, context: &mut Context<'_>, out: &mut BytesMut) -> Result
     let value = args.next_text("value")?;
     args.finish()?;
     if !name.eq_ignore_ascii_case(b"maxmemory") {
-        return Err(args.invalid(
-            "parameter",
-            name,
-            "maxmemory (the only one settable at run time)",
-        ));
+        return Err(CommandError::InvalidArgument {
+            command: "CONFIG SET",
+            message: format!(
+                "unsupported parameter '{}' (maxmemory is the only one settable at run time)",
+                super::printable(name)
+            ),
+        });
     }
     let bytes = parse_size(&value).map_err(|error| CommandError::InvalidArgument {
-        command: args.command(),
+        command: "CONFIG SET",
         message: error.to_string(),
     })?;
+    // The same floor as --max-memory: a client must not be able to empty the node for good.
+    let minimum = min_max_memory(context.node.shards.len());
+    if bytes < minimum {
+        return Err(CommandError::InvalidArgument {
+            command: "CONFIG SET",
+            message: format!(
+                "maxmemory {bytes} is below the minimum of {minimum} bytes (1 MiB, and at least \
+                 64 KiB per shard)"
+            ),
+        });
+    }
     let share = context.node.set_max_memory(bytes);
     context.for_each_shard(|store| store.set_max_memory(share));
     tracing::info!(maxmemory = bytes, "CONFIG SET maxmemory");
     ok(out);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::compat_tests::{node, Client};
+
+    #[test]
+    fn config_set_refuses_a_useless_maxmemory_and_other_parameters() {
+        let node = node();
+        let mut c = Client::new(&node);
+        let too_small = "-ERR CONFIG SET: maxmemory 0 is below the minimum of 1048576 bytes \
+                         (1 MiB, and at least 64 KiB per shard)\r\n";
+        assert_eq!(c.send(&["CONFIG", "SET", "maxmemory", "0"]), too_small);
+        assert!(c
+            .send(&["CONFIG", "SET", "maxmemory", "100"])
+            .contains("minimum"));
+        assert_eq!(
+            c.send(&["CONFIG", "GET", "maxmemory"]),
+            "*2\r\n$9\r\nmaxmemory\r\n$10\r\n1073741824\r\n"
+        );
+        assert_eq!(c.send(&["CONFIG", "SET", "maxmemory", "1mb"]), "+OK\r\n");
+        assert_eq!(
+            c.send(&["CONFIG", "SET", "maxclients", "5"]),
+            "-ERR CONFIG SET: unsupported parameter 'maxclients' (maxmemory is the only one \
+             settable at run time)\r\n"
+        );
+    }
 }

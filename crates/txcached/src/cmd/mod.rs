@@ -61,6 +61,8 @@ use txcache_store::Store;
 pub struct Session {
     /// The connection's number, unique per node run (`CLIENT ID`).
     pub id: u64,
+    /// The client's address, for log lines about it (`None` in tests without a socket).
+    pub peer: Option<std::net::SocketAddr>,
     /// Whether `AUTH` succeeded (or no password is configured).
     pub authenticated: bool,
     /// Whether stream commands may run: authenticated with the stream password, or
@@ -81,6 +83,14 @@ pub struct Session {
     /// follow it (`None` from then on, or when it declared none): its versioned and stream
     /// commands are refused while the node follows another ([`check_database`]).
     pub unconfirmed_database: Option<Bytes>,
+}
+
+impl Session {
+    /// The client's address for a log line (`unknown` without one).
+    pub fn peer_text(&self) -> String {
+        self.peer
+            .map_or_else(|| "unknown".to_owned(), |peer| peer.to_string())
+    }
 }
 
 /// What a command may touch.

@@ -32,8 +32,9 @@ pub fn run_rewind(
         "the database's positions went back (a restored backup or a failover); every versioned entry was dropped")
 }
 
-/// Applies `apply(ts, commit_time)` to every shard and logs `what` happened, loudly: both
-/// are rare and cost the node its open (or all versioned) entries.
+/// Applies `apply(ts, commit_time)` to every shard and logs `what` happened, loudly when the
+/// node held versioned entries (both are rare and cost it its open, or all, entries); at info
+/// when it held none, as on a new node's first stream, which loses nothing.
 fn reposition(
     args: &mut Args,
     context: &mut Context<'_>,
@@ -44,12 +45,44 @@ fn reposition(
     let ts = args.next_timestamp("ts")?;
     let commit_time = WallClock(args.next_u64("commit_time")?);
     args.finish()?;
+    let mut versions = 0;
     let old_position = context.node.shards.broadcast(|store| {
         let before = store.last_applied();
+        versions += store.gauges().versions;
         apply(store, ts, commit_time);
         before
     });
-    tracing::warn!(%old_position, new_position = %ts, "{}: {what}", args.command());
+    let command = args.command();
+    if versions > 0 {
+        tracing::warn!(%old_position, new_position = %ts, versions, "{command}: {what}");
+    } else if old_position == Timestamp::ZERO {
+        // What every agent sends a node it meets: normal for a node just started.
+        tracing::info!(new_position = %ts,
+            "{command}: the node's first stream, starting at the agent's position (no entries to bound)");
+    } else {
+        tracing::info!(%old_position, new_position = %ts,
+            "{command}: the stream moved to a new position; the node held no versioned entries, so nothing was lost");
+    }
     ok(out);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::compat_tests::{node, Client};
+
+    #[test]
+    fn a_reset_on_a_new_node_bounds_nothing_and_one_with_entries_bounds_them() {
+        let node = node();
+        let mut c = Client::new(&node);
+        assert_eq!(c.send(&["TXRESET", "100", "5"]), "+OK\r\n");
+        let inserted = c.send(&["TXSET", "k", "v", "100", "OPEN", "SNAPSHOT", "100"]);
+        assert!(inserted.contains("inserted"), "{inserted}");
+        assert_eq!(c.send(&["TXRESET", "200", "6"]), "+OK\r\n");
+        let found = c.send(&["TXGET", "k", "100", "300"]);
+        assert!(
+            found.contains(":101\r\n"),
+            "bounded at the old position: {found}"
+        );
+    }
 }
