@@ -226,6 +226,7 @@ def test_a_get_whose_session_auth_writes_runs_again_read_write(
         page = client.get("/whoami")  # auth flushes the session: a DELETE, refused read-only
     assert (page.status_code, page.json()["user"], page.json()["kind"]) == (200, "", "read_write")
     assert [record.getMessage().split(":")[0] for record in caplog.records] == ["GET /whoami"]
+    assert "The refusal: DELETE is not allowed" in caplog.records[0].getMessage()
     sessions = "SELECT count(*) FROM django_session WHERE session_key = %s"
     assert shop.admin.execute(sessions, (session,)).fetchone() == (0,)  # the flush committed
     caplog.clear()

@@ -414,3 +414,22 @@ def test_a_forked_worker_connects_a_cache_of_its_own(shop: DjangoShop) -> None:
     os.waitpid(child, 0)
     assert txcache.django.get_cache() is parent
     assert warm(shop, price_of, 1) == 10
+
+
+def test_a_setting_changed_on_django_s_own_connection_refuses_txcache_transactions(
+    shop: DjangoShop,
+) -> None:
+    """A tenant middleware's ``SET search_path`` on Django's own connection would not reach
+    the txcache transactions (the cache's pooled connections): refused, not ignored."""
+    own = connections["default"]
+    with own.cursor() as cursor:
+        cursor.execute("SET search_path TO pg_catalog, public")
+    try:
+        assert Item.objects.get(id=1).price == 10  # Django's own connection: as set
+        refused = pytest.raises(txcache.TransactionError, match="SET search_path TO pg_catalog")
+        with txcache.django.read_only(), refused:
+            Item.objects.get(id=1)
+    finally:
+        own.close()  # a new connection has the configured settings again
+    with txcache.django.read_only():
+        assert Item.objects.get(id=1).price == 10

@@ -494,3 +494,21 @@ def test_a_write_block_that_changed_its_session_unseen_is_reset_in_full(
     assert role is not None
     pid = write(cache, statement)
     assert look(cache, shown) == (pid, expected or role[0]), "reset, not leaked"
+
+
+def test_a_setting_local_to_a_transaction_does_not_reach_the_next_block(
+    lib1: LibraryStack,
+) -> None:
+    """A row-security app's tenant, set for the transaction by a function (unseen by the
+    analysis): the next block would share the database transaction were it parked."""
+    lib1.write(
+        "CREATE FUNCTION set_tenant(tenant text) RETURNS text LANGUAGE sql "
+        "AS $$ SELECT set_config('app.tenant', tenant, true) $$"
+    )
+    lib1.caught_up()
+    lib1.fresh_pins()
+    with lib1.cache.read_only(staleness=60) as tx:
+        assert tx.query_one("SELECT set_tenant('a')") == ("a",)
+    for _ in range(2):
+        with lib1.cache.read_only(staleness=60) as tx:
+            assert tx.query_one("SELECT current_setting('app.tenant', true)") in {(None,), ("",)}

@@ -228,8 +228,8 @@ def test_prometheus_endpoint_serves_the_same_metrics(start_node: StartNode) -> N
     client.get("k")
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         body = response.read().decode()
-    assert "# TYPE txcached_plain_hits counter" in body
-    assert "txcached_plain_hits 1" in body
+    assert "# TYPE txcached_plain_hits_total counter" in body
+    assert "txcached_plain_hits_total 1" in body
     assert "txcached_used_memory_values 1" in body
     assert 'txcached_objects_by_size{max_bytes="1"} 1' in body
 

@@ -414,6 +414,12 @@ def tenant_item_name(schema: str, item_id: int) -> str:
 
 
 @txcache.cacheable
+def tenant_item_name_in(tenant: dict[str, str], item_id: int) -> str:
+    with tenant_session(tenant["schema"]) as s:
+        return s.get_one(Item, item_id).name
+
+
+@txcache.cacheable
 def request_tenant_item_name(item_id: int) -> str:
     with tenant_session(request_tenant.get()) as s:
         return s.get_one(Item, item_id).name
@@ -431,6 +437,8 @@ def test_a_schema_translate_map_must_be_named_by_the_arguments(shop: Shop) -> No
             assert tenant_item_name("tenant_a", 1) == "a secret"
             assert tenant_item_name("tenant_b", 1) == "b secret"
     assert tenant_item_name.stats.hits > 0, "both stored, then served to their own tenant"
+    with shop.lib.cache.read_only(staleness=60):  # a string inside an argument is in the key
+        assert tenant_item_name_in({"schema": "tenant_b"}, 1) == "b secret"
     request_tenant.set("tenant_a")
     refused = pytest.raises(txcache.UncacheableQuery, match="tenant_a, which are not among")
     with shop.lib.cache.read_only(staleness=60), refused:

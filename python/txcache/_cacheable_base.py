@@ -31,7 +31,7 @@ import logging
 import random
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast
 
 from txcache import _validate
@@ -115,6 +115,19 @@ def audit_stats() -> list[AuditStats]:
     """What the audit found for every cacheable function defined in this process, by
     name."""
     return sorted((function.audit for function in _registry), key=lambda s: s.name)
+
+
+def _strings_in(values: Iterable[Any], depth: int = 8) -> Iterator[str]:
+    """The strings among ``values`` and inside their tuples, lists, sets and dicts (keys and
+    values), to ``depth`` levels: every one is in the call's key, as its argument encoding
+    takes each container whole (a tenant's ``{"schema": "t_a"}``)."""
+    for value in values:
+        if isinstance(value, str):
+            yield value
+        elif depth and isinstance(value, dict):
+            yield from _strings_in((*value.keys(), *value.values()), depth - 1)
+        elif depth and isinstance(value, tuple | list | set | frozenset):
+            yield from _strings_in(value, depth - 1)
 
 
 class CacheableBase(Generic[P, R]):
@@ -318,7 +331,7 @@ class CacheableBase(Generic[P, R]):
     ) -> Frame:
         """A frame for a miss's run with ``arguments`` (positional and keyword values), on
         the transaction's stack."""
-        texts = frozenset(value for value in arguments if isinstance(value, str))
+        texts = frozenset(_strings_in(arguments))
         frame = Frame(self.keys.name, self.keys.independent_of, texts)
         transaction.frames.append(frame)
         if manual_tag is not None:  # callers' results depend on this call's too

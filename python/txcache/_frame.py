@@ -28,9 +28,9 @@ class Frame:
         self.function = function
         """The qualified name of the function being computed."""
         self.texts = texts
-        """The call's string arguments (positional and keyword): what its key names that a
-        query may take a schema or table name from (``txcache.sqlalchemy``'s check of a
-        ``schema_translate_map``)."""
+        """The call's string arguments (positional and keyword) and the strings inside its
+        containers: what its key names that a query may take a schema or table name from
+        (``txcache.sqlalchemy``'s check of a ``schema_translate_map``)."""
         self.independent_of = independent_of
         """The key contexts its keys leave out (``@cacheable(independent_of=...)``): what it
         computes must not depend on them."""

@@ -274,6 +274,10 @@ class ReadOnlyCore(Generic[C]):
         self.session_changed = False
         """Whether a statement changed the connection's session (the block then failed, and
         its connection is not given back as it is)."""
+        self._ran_unanalysed = False
+        """Whether a statement whose tags were not derived ran: code it called may have set
+        what lasts until the database transaction ends (``set_config(…, true)``, a tenant
+        for row security), which a parked transaction would hand to the next block."""
         self.primary_only = False
         """Whether the transaction left a standby (it then runs on the primary)."""
         agent = cache.agent
@@ -355,7 +359,10 @@ class ReadOnlyCore(Generic[C]):
         not report to the client, after which the block's cacheable calls would compute
         under one session and store under another's keys, and its parked transaction
         would carry the change to the next block. ``None`` when nothing will be stored."""
-        if tags is not None or self.uncached or self.context is None:
+        if tags is not None:
+            return None
+        self._ran_unanalysed = True
+        if self.uncached or self.context is None:
             return None
         return CHECK_CONTEXT
 
@@ -722,11 +729,14 @@ class ReadOnlyCore(Generic[C]):
     def _parkable(self, connection: Any, now: float) -> ParkedSnapshot[Any] | None:
         """The database transaction on ``connection`` as it may be kept for the next
         transaction at its pin: only one that is on a pin, young, in its transaction
-        without error, and that met no failure, session change or schema change."""
+        without error, and that met no failure, session change, schema change or statement
+        whose code was not analysed."""
         pin, context = self.snapshot, self.context
         if pin is None or context is None or self.uncached or self.database_snapshot:
             return None
         if self._failure is not None or self.session_changed or self._catalog_moved:
+            return None
+        if self._ran_unanalysed:
             return None
         if not self.cache.parking.young(self._database_began, now) or not holds(connection):
             return None

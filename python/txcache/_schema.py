@@ -398,7 +398,7 @@ class Catalog:
         if relation.row_security:
             return (
                 f"table {what} has row-level security (its policies may read session state "
-                "no key names)"
+                "no key names): read it outside cacheable functions, uncached"
             )
         return None
 

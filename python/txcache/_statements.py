@@ -39,7 +39,7 @@ from txcache._current import Params
 from txcache._sql import UncacheableQuery, _convert
 from txcache.errors import StatementNotAllowed
 
-__all__ = ["check_read_only", "cursor_refusal", "leaves_session_alone"]
+__all__ = ["changes_settings", "check_read_only", "cursor_refusal", "leaves_session_alone"]
 
 V = TypeVar("V")
 
@@ -52,7 +52,9 @@ _READ_ONLY_REASON = "it writes or changes the database: use cache.read_write()"
 _TRANSACTION_REASON = "the transaction begins and ends with its `with cache.read_only()` block"
 _SETTING_REASON = (
     "a setting outlives the block on the pooled connection, and even one local to the "
-    "transaction changes how its later statements run, which the cache cannot see"
+    "transaction changes how its later statements run, which the cache cannot see; a "
+    "tenant's settings belong to a cache of its own (its DSN's options, or ALTER ROLE … SET: "
+    'docs/library.md, "What a key names")'
 )
 _SESSION_REASON = "it changes the session, which outlives the block on the pooled connection"
 _CODE_REASON = "it runs code whose statements the library cannot see"
@@ -120,6 +122,8 @@ _SAVEPOINT_KINDS = (
 )
 _session_verdicts: dict[tuple[str, type], bool] = {}
 """(statement text, type of its parameters) → whether it leaves the session alone."""
+_setting_verdicts: dict[tuple[str, type], bool] = {}
+"""(statement text, type of its parameters) → whether it changes a session setting."""
 
 
 def _is(node: Any, kind: Any) -> bool:
@@ -147,6 +151,36 @@ def leaves_session_alone(statement: object, params: Params = None) -> bool:
     transaction; the settings PostgreSQL reports are watched instead (:class:`SessionWatch
     <txcache._session_watch.SessionWatch>`)."""
     return _memoized(_session_verdicts, _leaves_session_alone, statement, params)
+
+
+def changes_settings(statement: object, params: Params = None) -> bool:
+    """Whether ``statement`` changes a setting of the session beyond its transaction: a
+    ``SET`` (``search_path``, ``ROLE``, ``SESSION AUTHORIZATION``, …) or ``RESET`` that is not
+    ``LOCAL`` and not the transaction's own (``SET TRANSACTION``), or a call of
+    ``set_config``; a string that cannot be parsed counts as one. DDL, writes and
+    transaction control do not."""
+    return _memoized(_setting_verdicts, _changes_settings, statement, params)
+
+
+def _changes_settings(text: str, params: Params) -> bool:
+    try:
+        converted, _ = _convert(text, params)
+        statements = pglast.parse_sql(converted)
+    except (UncacheableQuery, pglast.parser.ParseError):
+        return True
+    for raw in statements:
+        for node in _nodes(raw.stmt):
+            if _is(node, ast.VariableSetStmt) and _outlives_transaction(node):
+                return True
+            if _is(node, ast.FuncCall) and node.funcname[-1].sval == "set_config":
+                return True
+    return False
+
+
+def _outlives_transaction(node: Any) -> bool:
+    """Whether a ``SET``/``RESET`` changes the session: not ``LOCAL``, nor the transaction's
+    own characteristics (``SET TRANSACTION``)."""
+    return not node.is_local and not (node.name or "").startswith("TRANSACTION")
 
 
 def _memoized(

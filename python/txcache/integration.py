@@ -9,7 +9,8 @@ integration"). Stable within a release; not for application code.
   of its commit: ``wrote``, the commit timestamp).
 - **Statements.** :func:`check_read_only`: what a read-only transaction may run — an
   integration that runs statements on a connection of its own refuses what the library
-  would.
+  would; :func:`leaves_session_alone` and :func:`changes_settings`: what a statement does
+  to its session, for one whose session the library's transactions do not share.
 - **Cacheable calls.** :func:`run_directly_when`: a condition under which a call outside any
   transaction runs its function directly (Django's ``atomic()`` on its own connection).
 - **Read-your-writes.** :mod:`tokens <txcache._tokens>`: record a write committed outside
@@ -32,7 +33,7 @@ from txcache._current import Params, Row
 from txcache._read_only_core import ReadOnlyCore
 from txcache._resp import parse_address
 from txcache._ring import NodeRing
-from txcache._statements import check_read_only
+from txcache._statements import changes_settings, check_read_only, leaves_session_alone
 from txcache._stats import view_stats
 
 __all__ = [
@@ -41,7 +42,9 @@ __all__ = [
     "Params",
     "ReadOnlyCore",
     "Row",
+    "changes_settings",
     "check_read_only",
+    "leaves_session_alone",
     "load_settings",
     "parse_address",
     "run_directly_when",

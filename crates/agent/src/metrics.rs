@@ -459,7 +459,7 @@ mod tests {
     #[test]
     fn per_node_series_carry_the_node_address() {
         let text = REGISTRY.prometheus(&distinct_reading());
-        let line = "txcache_agent_delivered_commits{node=\"127.0.0.1:6380\"} 4002\n";
+        let line = "txcache_agent_delivered_commits_total{node=\"127.0.0.1:6380\"} 4002\n";
         assert!(text.contains(line), "{text}");
         assert!(text.contains("txcache_agent_node_connected{node=\"127.0.0.1:6380\"} 1\n"));
         let line = "txcache_agent_standby_pins{standby=\"replica1\"} 6001\n";

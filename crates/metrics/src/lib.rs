@@ -55,6 +55,17 @@ pub struct Metric<R> {
 }
 
 impl<R> Metric<R> {
+    /// Its name in the Prometheus text: a counter's ends in `_total`, as Prometheus's naming
+    /// conventions (and OpenMetrics) ask; `INFO` and `STATUS` keep the plain name.
+    pub fn exposed_name(&self) -> std::borrow::Cow<'static, str> {
+        match self.kind {
+            Kind::Counter if !self.name.ends_with("_total") => {
+                format!("{}_total", self.name).into()
+            }
+            _ => self.name.into(),
+        }
+    }
+
     /// A row with one value.
     pub const fn one(
         section: &'static str,
@@ -151,7 +162,7 @@ impl<R> Registry<R> {
         let samples = self.samples(reading);
         let mut samples = samples.iter().peekable();
         for metric in self.metrics {
-            let (prefix, name) = (self.prefix, metric.name);
+            let (prefix, name) = (self.prefix, metric.exposed_name());
             let _ = write!(
                 text,
                 "# HELP {prefix}{name} {}\n# TYPE {prefix}{name} {}\n",
@@ -327,16 +338,16 @@ mod tests {
             per_peer: vec![("a:1".to_owned(), 3), ("say \"hi\"\\".to_owned(), 4)],
         };
         let expected = "\
-# HELP demo_requests Requests served
-# TYPE demo_requests counter
-demo_requests 7
+# HELP demo_requests_total Requests served
+# TYPE demo_requests_total counter
+demo_requests_total 7
 # HELP demo_open Connections open
 # TYPE demo_open gauge
 demo_open 2
-# HELP demo_peer_messages Messages per peer
-# TYPE demo_peer_messages counter
-demo_peer_messages{peer=\"a:1\"} 3
-demo_peer_messages{peer=\"say \\\"hi\\\"\\\\\"} 4
+# HELP demo_peer_messages_total Messages per peer
+# TYPE demo_peer_messages_total counter
+demo_peer_messages_total{peer=\"a:1\"} 3
+demo_peer_messages_total{peer=\"say \\\"hi\\\"\\\\\"} 4
 ";
         assert_eq!(TABLE.prometheus(&reading), expected);
     }
@@ -345,7 +356,7 @@ demo_peer_messages{peer=\"say \\\"hi\\\"\\\\\"} 4
     fn a_labelled_metric_without_series_is_still_described() {
         let text = TABLE.prometheus(&Reading::default());
         assert!(
-            text.ends_with("# TYPE demo_peer_messages counter\n"),
+            text.ends_with("# TYPE demo_peer_messages_total counter\n"),
             "{text}"
         );
         assert_eq!(TABLE.sections(), ["traffic", "peers"]);

@@ -1,62 +1,11 @@
 //! The real binary, on a free port, answering raw RESP with exact bytes.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use common::{command, Node};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-
-/// A running `txcached`, killed on drop.
-struct Node {
-    child: Child,
-    address: String,
-}
-
-impl Node {
-    fn start(args: &[&str]) -> Node {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_txcached"))
-            .args(["--port", "0"])
-            .args(args)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("txcached starts");
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let mut lines = BufReader::new(stderr).lines();
-        let address = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .find_map(|line| {
-                let (_, rest) = line.split_once("address=")?;
-                Some(rest.split_whitespace().next()?.to_owned())
-            })
-            .expect("txcached logs its address");
-        // Keep draining the log so the node never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        Node { child, address }
-    }
-
-    fn connect(&self) -> TcpStream {
-        let stream = TcpStream::connect(&self.address).expect("connects");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("timeout set");
-        stream
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn command(parts: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", parts.len()).into_bytes();
-    for part in parts {
-        out.extend_from_slice(format!("${}\r\n{part}\r\n", part.len()).as_bytes());
-    }
-    out
-}
 
 /// Sends `request` and reads exactly `expected.len()` bytes back.
 fn exchange(stream: &mut TcpStream, request: &[u8], expected: &[u8]) {
@@ -73,7 +22,7 @@ fn exchange(stream: &mut TcpStream, request: &[u8], expected: &[u8]) {
 
 #[test]
 fn versioned_round_trip_has_exact_replies() {
-    let node = Node::start(&["--max-memory", "16mb"]);
+    let node = Node::with(&["--max-memory", "16mb"]);
     let mut stream = node.connect();
     exchange(
         &mut stream,
@@ -111,7 +60,7 @@ fn versioned_round_trip_has_exact_replies() {
 
 #[test]
 fn pipelined_requests_are_answered_in_order() {
-    let node = Node::start(&[]);
+    let node = Node::with(&[]);
     let mut stream = node.connect();
     let mut batch = Vec::new();
     for part in [
@@ -135,7 +84,7 @@ fn pipelined_requests_are_answered_in_order() {
 fn a_pipelined_transaction_on_resp3_has_exact_replies() {
     // What redis-py 8 sends for a transactional pipeline: HELLO 3 on connecting, then MULTI,
     // the commands and EXEC in one write.
-    let node = Node::start(&[]);
+    let node = Node::with(&[]);
     let mut stream = node.connect();
     stream.write_all(&command(&["HELLO", "3"])).expect("sends");
     let mut hello = [0u8; 4];
@@ -170,7 +119,7 @@ fn a_pipelined_transaction_on_resp3_has_exact_replies() {
 
 #[test]
 fn the_sweep_removes_expired_keys_nobody_reads() {
-    let node = Node::start(&[]);
+    let node = Node::with(&[]);
     let mut stream = node.connect();
     exchange(
         &mut stream,
@@ -199,7 +148,7 @@ fn the_sweep_removes_expired_keys_nobody_reads() {
 
 #[test]
 fn protocol_error_closes_only_that_connection() {
-    let node = Node::start(&[]);
+    let node = Node::with(&[]);
     let mut healthy = node.connect();
     let mut hostile = node.connect();
     hostile.write_all(b"*1\r\n$99999999999\r\n").expect("sends");
@@ -211,7 +160,7 @@ fn protocol_error_closes_only_that_connection() {
 
 #[test]
 fn txinterval_has_exact_replies() {
-    let node = Node::start(&["--max-memory", "16mb"]);
+    let node = Node::with(&["--max-memory", "16mb"]);
     let mut stream = node.connect();
     // No message yet (N = 0): above N it is open from s, valid at s alone; at N, only at s.
     exchange(
@@ -293,7 +242,7 @@ fn txinterval_has_exact_replies() {
 
 #[test]
 fn txinvalidate_with_the_global_tag_bounds_every_open_entry() {
-    let node = Node::start(&["--max-memory", "16mb", "--shards", "4"]);
+    let node = Node::with(&["--max-memory", "16mb", "--shards", "4"]);
     let mut stream = node.connect();
     exchange(
         &mut stream,

@@ -1,91 +1,13 @@
 //! What an operator sees of the real binary: refused settings, the open-file limit, and log
 //! lines that name the client and do not flood.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use common::{command, Node, TXCACHED};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-const TXCACHED: &str = env!("CARGO_BIN_EXE_txcached");
-
-/// A running `txcached` whose log lines are kept, killed on drop.
-struct Node {
-    child: Child,
-    address: String,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Node {
-    fn start(command: &mut Command) -> Node {
-        let mut child = command
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("txcached starts");
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (found, address) = std::sync::mpsc::channel();
-        let kept = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some((_, rest)) = line.split_once("address=") {
-                    let _ = found.send(rest.split_whitespace().next().unwrap_or("").to_owned());
-                }
-                kept.lock().expect("log lock").push(line);
-            }
-        });
-        let address = address
-            .recv_timeout(Duration::from_secs(10))
-            .expect("txcached logs its address");
-        Node {
-            child,
-            address,
-            log,
-        }
-    }
-
-    fn with(args: &[&str]) -> Node {
-        Node::start(Command::new(TXCACHED).args(["--port", "0"]).args(args))
-    }
-
-    fn connect(&self) -> TcpStream {
-        let stream = TcpStream::connect(&self.address).expect("connects");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("timeout set");
-        stream
-    }
-
-    /// The log lines containing `text`, once `count` of them arrived (or 5 s passed).
-    fn lines_with(&self, text: &str, count: usize) -> Vec<String> {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let lines: Vec<String> = (self.log.lock().expect("log lock").iter())
-                .filter(|line| line.contains(text))
-                .cloned()
-                .collect();
-            if lines.len() >= count || Instant::now() > deadline {
-                return lines;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn command(parts: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", parts.len()).into_bytes();
-    for part in parts {
-        out.extend_from_slice(format!("${}\r\n{part}\r\n", part.len()).as_bytes());
-    }
-    out
-}
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 fn reply(stream: &mut TcpStream, request: &[u8]) -> String {
     stream.write_all(request).expect("sends");
@@ -168,6 +90,36 @@ fn the_open_file_limit_is_raised_for_max_clients() {
         .expect("the node's limits");
     let line = limits.lines().find(|l| l.starts_with("Max open files"));
     assert!(line.is_some_and(|l| l.contains(" 1128 ")), "{limits}");
+}
+
+#[test]
+fn out_of_open_files_new_clients_are_refused_not_left_waiting() {
+    // A hard limit of 64 descriptors: far below what --max-clients asks.
+    let node = Node::start(Command::new("sh").args([
+        "-c",
+        &format!("ulimit -n 64 && exec {TXCACHED} --port 0 --max-clients 1000 --threads 1"),
+    ]));
+    let (mut served, mut refused) = (Vec::new(), 0);
+    for _ in 0..80 {
+        let mut stream = node.connect();
+        let answer = reply(&mut stream, &command(&["PING"])); // panics if left waiting
+        if answer == "+PONG\r\n" {
+            served.push(stream); // held: its descriptor stays taken
+        } else {
+            assert!(answer.contains("out of open files"), "{answer}");
+            refused += 1;
+        }
+    }
+    assert!(refused > 0 && !served.is_empty(), "{} served", served.len());
+    drop(served);
+    let answer = (0..50)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            reply(&mut node.connect(), &command(&["PING"]))
+        })
+        .find(|answer| answer == "+PONG\r\n");
+    assert!(answer.is_some(), "served again once descriptors are free");
+    assert_eq!(node.lines_with("accept failed", 1).len(), 1);
 }
 
 #[test]

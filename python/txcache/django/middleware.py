@@ -112,11 +112,14 @@ class TransactionMiddleware:
         if not (refusals.count and _unsent_failure(response)):
             return response
         log.warning(
-            "%s %s: its read-only transaction refused a write and the request failed; ran it "
-            "again read/write (mark the view @read_write if it writes on %s)",
+            "%s %s: its read-only transaction refused a statement and the request failed; "
+            "ran it again read/write, uncached (mark the view @read_write if it writes on "
+            "%s; a setting belongs to the cache, not the request: docs/django.md, "
+            '"Tenants"). The refusal: %s',
             request.method,
             request.path,
             request.method,
+            refusals.first,
         )
         vars(request).pop(_VIEW_FAILED, None)  # the first run's failure is not the second's
         return self._read_write(request, policy)

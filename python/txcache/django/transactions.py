@@ -78,13 +78,14 @@ def read_write(*, isolation: str | None = None) -> Iterator[ReadWriteTransaction
     ``on_commit`` callbacks registered inside run after the commit. Marked for rollback
     (:func:`set_rollback`), the block rolls back and raises nothing."""
     if isinstance(current_transaction(), ReadOnlyTransaction):
-        note_refusal()  # the middleware runs a safe request again read/write
-        raise StatementNotAllowed(
+        refusal = StatementNotAllowed(
             "txcache.django.read_write() inside a read-only transaction (a safe request's, "
             "or a read_only() block's): transactions do not nest. Under the middleware the "
             "request runs again read/write, where an on_commit callback runs after its "
             "commit; mark a view that writes @read_write to spare it the first try"
         )
+        note_refusal(str(refusal))  # the middleware runs a safe request again read/write
+        raise refusal
     chosen = isolation or conf.isolation_level(conf.txcache_settings().database)
     try:
         with conf.get_cache().read_write(isolation=chosen) as transaction:
@@ -134,6 +135,8 @@ class Refusals:
     (:func:`watching_refusals`)."""
 
     count: int = 0
+    first: str = ""
+    """What the first refusal said."""
 
 
 _refusals: contextvars.ContextVar[Refusals | None] = contextvars.ContextVar(
@@ -153,11 +156,13 @@ def watching_refusals() -> Iterator[Refusals]:
         _refusals.reset(token)
 
 
-def note_refusal() -> None:
-    """A read-only transaction refused a statement of the ORM (``StatementNotAllowed``)."""
+def note_refusal(what: str) -> None:
+    """A read-only transaction refused a statement of the ORM (``StatementNotAllowed``);
+    ``what`` is the refusal's message."""
     refusals = _refusals.get()
     if refusals is not None:
         refusals.count += 1
+        refusals.first = refusals.first or what
 
 
 def refused() -> bool:

@@ -49,10 +49,9 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from txcache import ReadWriteTransaction, Transaction, current_transaction
-from txcache._statements import leaves_session_alone
 from txcache.aio import AsyncReadWriteTransaction, AsyncTransaction
 from txcache.errors import StatementNotAllowed, TransactionError
-from txcache.integration import Params
+from txcache.integration import Params, leaves_session_alone
 from txcache.sqlalchemy._commits import COMMITTED, JOINED
 from txcache.sqlalchemy._cursor import Info, Results, TxcacheCursor
 from txcache.sqlalchemy._hstore import Hstore

@@ -60,7 +60,7 @@ from txcache.django.db.binding import Params, bind_client_side
 from txcache.django.db.creation import DatabaseCreation
 from txcache.django.db.cursor import TransactionCursor
 from txcache.errors import StatementNotAllowed, TransactionError
-from txcache.integration import check_read_only, run_directly_when
+from txcache.integration import changes_settings, check_read_only, run_directly_when
 
 __all__ = ["DatabaseOperations", "DatabaseWrapper", "in_django_transaction"]
 
@@ -112,6 +112,7 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         self._began_on: Any = _IDLE  # the route of the Django transaction open now
         self._outer_savepoint: str | None = None
         self._wrote_uncommitted = False  # a write in Django's own transaction, not committed
+        self._changed_session: tuple[Any, str] | None = None  # (its connection, the SET)
         self.execute_wrappers.append(self._guard)
 
     # -- the route -------------------------------------------------------------------------
@@ -130,6 +131,8 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         current = current_transaction()
         if current is not None:
             current = self._usable(current)
+        if current is not None:
+            self._refuse_changed_session()
         if self._began_on is None and self.connection is None:
             # Its connection was closed in it (and dropped at its atomic() block's end): that
             # transaction is over, rolled back by the server.
@@ -189,7 +192,27 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         result = execute(sql, params, many, context)
         if current is None and self.routed:
             self._note_write(sql, params, many)
+            if changes_settings(sql, params):
+                self._changed_session = (self.connection, sql)
         return result
+
+    def _refuse_changed_session(self) -> None:
+        """Refuse a txcache transaction's statements after Django's own (still open)
+        connection changed a session setting: they run on the cache's pooled connections,
+        which the setting does not reach — a tenant middleware's ``SET search_path`` would
+        leave every tenant reading the cache's schemas, silently."""
+        changed = self._changed_session
+        if changed is None or changed[0] is not self.connection or self.connection is None:
+            return
+        raise TransactionError(
+            f"Django's own connection of {self.alias!r} ran {changed[1][:80]!r}, which "
+            "changes its session (a tenant middleware's SET search_path, say), and the "
+            "txcache transactions the ORM runs in do not carry it: they run on the cache's "
+            "pooled connections, with the cache's settings. Give the settings to the cache "
+            "instead — OPTIONS['options'] = '-c search_path=…' or ALTER ROLE … SET, one "
+            'process per tenant (docs/django.md, "Tenants") — or mark the views that need '
+            "them @bypass"
+        )
 
     def _note_write(self, sql: str, params: Any, many: bool) -> None:
         """Record a statement of Django's own connection that may have written

@@ -84,8 +84,8 @@ class TransactionCursor:
         query, params = bind(query, params, self._adapters, server_side=self._server_side_binding)
         try:
             result = self.transaction.execute(query, params)
-        except StatementNotAllowed:
-            transactions.note_refusal()
+        except StatementNotAllowed as refusal:
+            transactions.note_refusal(str(refusal))
             raise
         self._take(result)
 
