@@ -71,7 +71,7 @@ def breakdown_round(
                 assert bounds is not None
                 found = node.lookup(key, bounds[0], bounds[1], with_tags=False)
                 t5 = perf_ns()
-                value = serializer.loads(found.value)  # type: ignore[union-attr]
+                value = serializer.loads(found.value, key=key)  # type: ignore[union-attr]
                 t6 = perf_ns()
                 interval = found.interval  # type: ignore[union-attr]
                 accepted = tx.pin_set.narrow(interval.lo, interval.hi)

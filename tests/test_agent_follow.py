@@ -26,6 +26,7 @@ import pytest
 import txcache
 from async_fixtures import AsyncLib
 from library_fixtures import LibraryStack, wait_for_pin
+from txcache import _protocol as protocol
 from txcache import _validate as validate
 from txcache import aio
 from txcache._agent_follow import (
@@ -362,6 +363,16 @@ def test_an_agent_from_before_nodes_leaves_them_unknown(monkeypatch: pytest.Monk
         assert client.members == ("n:1",)
 
     asyncio.run(body())
+
+
+def test_a_nodes_reply_with_an_address_that_is_not_one_leaves_the_nodes_as_they_were() -> None:
+    """A broken or hostile agent's NODES would otherwise make every transaction raise where
+    the ring is built: the reply counts as wrong, as an agent from before NODES does."""
+    command = protocol.nodes()
+    assert read_reply(command, [b"n:1", b"rediss://n:2"]) == ("n:1", "rediss://n:2")
+    refused = read_reply(command, [b"n:1", b"'; DROP TABLE x; --"])
+    assert isinstance(refused, ReplyError)
+    assert "NODES listed" in str(refused)
 
 
 def test_a_standby_named_first_is_passed_over_once(

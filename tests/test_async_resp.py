@@ -6,6 +6,7 @@ passwords; and, as pure logic on a stand-in transport, the FIFO matching itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -306,3 +307,47 @@ def test_an_unreadable_reply_loses_the_connection_not_the_call() -> None:
         with pytest.raises(ConnectionLost, match="an unreadable reply: TypeError"):
             connection.call("TXGET", "k", 1, 2)
         server.join(timeout=10)
+
+
+def test_a_reply_dripped_byte_by_byte_is_bounded_by_the_timeout_as_a_whole() -> None:
+    """A peer that sends one byte at a time, each before the socket's timeout, cannot hold
+    a call longer than the timeout: the reply must arrive whole within it (both drivers)."""
+    reply = b"$20\r\n" + b"x" * 20 + b"\r\n"
+    stop = threading.Event()
+
+    def drip(listener: socket.socket) -> None:
+        peer, _ = listener.accept()
+        with peer:
+            peer.recv(4096)
+            for byte in reply:
+                if stop.wait(0.2):
+                    return
+                with contextlib.suppress(OSError):
+                    peer.sendall(bytes([byte]))
+
+    async def async_call(address: tuple[str, int]) -> None:
+        connection = await AsyncRespConnection.open(address, timeout=1.0)
+        try:
+            await connection.call("GET", "k")
+        finally:
+            connection.close()
+
+    def call(driver: str, address: tuple[str, int]) -> None:
+        if driver == "sync":
+            RespConnection(address, timeout=1.0).call("GET", "k")
+        else:
+            asyncio.run(async_call(address))
+
+    for driver in ("sync", "async"):
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            server = threading.Thread(target=drip, args=(listener,), daemon=True)
+            server.start()
+            started = time.monotonic()
+            with pytest.raises(ConnectionLost):
+                call(driver, listener.getsockname())
+            assert time.monotonic() - started < 3, f"{driver}: waited for every byte"
+            stop.set()
+            server.join(timeout=10)
+            stop.clear()

@@ -10,6 +10,8 @@ values and query results must always come from one commit point.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import psycopg
 import pytest
@@ -316,6 +318,48 @@ def redefine_shelf(lib: LibraryStack, base: str, change: int) -> None:
     wait_until(lambda: agent.catalog_generation > generation, "a new catalog generation")
 
 
+def test_a_table_locked_after_a_schema_change_stalls_no_transaction(
+    lib: LibraryStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The catalog reading a schema change calls for describes every published table, and
+    PostgreSQL locks each to do so: behind a migration's lock on one of them, transactions
+    run uncached (a hit too would otherwise wait for the lock) and cache again after it."""
+    warm(lib, 1)
+    token = lib.commit("ALTER TABLE items ADD COLUMN note text")
+    with psycopg.connect(lib.dsn) as migration:
+        migration.execute("LOCK TABLE users IN ACCESS EXCLUSIVE MODE")
+        pid = migration.info.backend_pid
+
+        def release() -> None:  # after 20 s whatever happens: one waiting fails below
+            with psycopg.connect(lib.dsn, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+        released = threading.Timer(20, release)
+        released.start()
+        started = time.monotonic()
+        with (
+            caplog.at_level(logging.WARNING, "txcache"),
+            lib.cache.read_only(staleness=60, not_before=token) as tx,
+        ):
+            assert get_item(1) == (1, "item 1", 10)
+        assert time.monotonic() - started < 10, "waited for the lock"
+        assert tx.uncached
+        assert "the catalog could not be read: a table is locked" in caplog.text
+        released.cancel()
+        migration.rollback()
+    wait_until(lambda: cached_again(lib), "a hit once the lock is gone", timeout=20)
+
+
+def cached_again(lib: LibraryStack) -> bool:
+    """Whether a read, then another, is a hit."""
+    with lib.cache.read_only(staleness=60):
+        get_item(1)
+    runs.clear()
+    with lib.cache.read_only(staleness=60) as tx:
+        get_item(1)
+    return not tx.uncached and runs == []
+
+
 def test_the_catalog_is_read_again_after_every_schema_change(lib: LibraryStack) -> None:
     lib.write("CREATE VIEW shelf AS SELECT id, name FROM items")
     # More changes than the agent keeps catalog versions (16): the number of versions it
@@ -323,7 +367,9 @@ def test_the_catalog_is_read_again_after_every_schema_change(lib: LibraryStack) 
     for change in range(1, 21):
         base = "users" if change == 20 else "items"
         redefine_shelf(lib, base, change)
-        view = lib.cache._current_schema().catalog.relation("public", "shelf")
+        schema = lib.cache._current_schema()
+        assert schema is not None
+        view = schema.catalog.relation("public", "shelf")
         assert view is not None
         assert view.view_sql is not None
         assert f"FROM {base}" in view.view_sql, f"change {change}: {view.view_sql}"
@@ -401,6 +447,27 @@ def test_a_foreign_value_is_a_miss_and_a_warning(
     assert runs == [("get_item", 10)]
     assert "integrity tag mismatch" in caplog.text
     assert get_item.stats.misses["foreign"] >= 1
+
+
+def test_a_value_copied_to_another_key_is_foreign(lib: LibraryStack) -> None:
+    """A client of the nodes (no secret needed) copies item 10's genuine value under item
+    11's key: the tag covers the key, so item 11 is computed, never served item 10."""
+    warm(lib, 10)
+    source, target = get_item.key(10), get_item.key(11)
+    clients = lib.clients()
+    value = None
+    for client in clients:
+        found = client.execute_command("TXGET", source, 0, 2**63 - 1)
+        if found[0] is not None:
+            value, lo = found[0], found[1]
+    assert value is not None, "item 10 is cached"
+    for client in clients:  # the copy on every node, whichever holds the key
+        client.delete(target)
+        assert client.execute_command("TXSET", target, value, lo, "OPEN", "SNAPSHOT", lo)
+    runs.clear()
+    with lib.cache.read_only(staleness=60):
+        assert get_item(11) == (11, "item 11", 110)
+    assert runs == [("get_item", 11)]
 
 
 def test_keys_change_with_arguments_and_code(lib: LibraryStack) -> None:

@@ -766,7 +766,7 @@ def check_stored(state: Run, round_: int, query: Query, value: Rows, ts: int) ->
     if reply[0] is None:
         state.stats.not_stored += 1
         return
-    stored = state.lib.cache.serializer.loads(reply[0])
+    stored = state.lib.cache.serializer.loads(reply[0], key=key)
     lo, hi, is_open = reply[1], reply[2], reply[3]
     state.stats.stored_checked += 1
     if stored != value:
@@ -798,7 +798,7 @@ def sweep(state: Run) -> None:
             if reply[0] is None:
                 continue
             state.stats.sweep_comparisons += 1
-            stored = state.lib.cache.serializer.loads(reply[0])
+            stored = state.lib.cache.serializer.loads(reply[0], key=key)
             reference = state.references.answers[ts][query]
             if stored != reference:
                 state.fail(

@@ -20,6 +20,7 @@ import pytest
 from conftest import StartNode
 from txcache import protocol, setup_database
 from txcache._pinset import Pin
+from txcache._resp import read_reply
 from txcache.cli._probe import probe_agent, probe_node
 from txcache.protocol import BadReply, Command, PasswordRefused, ReplyError
 from txcache.stack import AgentProcess, free_port, wait_until
@@ -267,3 +268,14 @@ def test_the_package_and_the_command_work_without_redis_py() -> None:
     assert "Traceback" not in result.stderr, result.stderr
     assert "node 127.0.0.1:1: UNREACHABLE" in result.stdout
     assert result.returncode == 1
+
+
+def test_a_txget_reply_of_the_wrong_shape_is_an_error_not_a_hit_or_a_new_counter() -> None:
+    """A node's miss type names a statistics counter, and a hit's value is bytes: anything
+    else (a broken or hostile node) is a refused reply, logged, and a miss."""
+    command = protocol.txget(b"k", 1, 2)
+    assert command.read([None, b"capacity"]) == protocol.Miss("capacity")
+    replies: list[list[Any]] = [[None, b"x" * 5000], [7, 1, 2, 1], [[b"a"], 1, 2, 1]]
+    for reply in replies:
+        outcome = read_reply(command, reply)
+        assert isinstance(outcome, ReplyError), reply

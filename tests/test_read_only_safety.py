@@ -308,7 +308,7 @@ def test_a_truncated_and_reloaded_table_is_read_after_the_reload(lib: LibrarySta
     hit = stored(lib, key, token, 2**63 - 1)
     assert hit is not None
     assert hit.interval.lo >= token
-    assert lib.cache.serializer.loads(hit.value) == 300
+    assert lib.cache.serializer.loads(hit.value, key=key) == 300
 
 
 def test_a_bare_query_reads_the_reloaded_table(lib: LibraryStack) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from txcache._serialize import ForeignValue, SafeSerializer
+from txcache._serialize import ForeignValue, SafeSerializer, keyed
 from txcache.errors import TxcacheError, UnsupportedValue
 
 UTC = datetime.UTC
@@ -290,6 +290,38 @@ def test_a_value_written_with_a_secret_is_foreign_to_other_readers() -> None:
             reader.loads(data)
 
 
+def test_a_value_is_bound_to_the_key_it_was_written_for() -> None:
+    """A client of the nodes that copies a genuine value to another key (or a node that
+    answers with another key's value) is refused: the tag covers the key."""
+    serializer = SafeSerializer(b"secret")
+    data = serializer.dumps(SAMPLE, key=b"account 1")
+    assert_same(serializer.loads(data, key=b"account 1"), SAMPLE)
+    for other in (b"account 2", b"", b"account 1\x00"):
+        with pytest.raises(ForeignValue, match="another key"):
+            serializer.loads(data, key=other)
+
+
+class OldSerializer:
+    """A serializer of the protocol before ``key=``."""
+
+    def dumps(self, value: Any) -> bytes:
+        return repr(value).encode()
+
+    def loads(self, data: bytes) -> Any:
+        return data.decode()
+
+
+def test_a_serializer_without_key_is_adapted_and_warned_of(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING", logger="txcache"):
+        adapted = keyed(OldSerializer())
+    assert adapted.loads(adapted.dumps(7, key=b"k"), key=b"k") == "7"
+    assert "bound to no cache key" in caplog.text
+    safe = SafeSerializer()
+    assert keyed(safe) is safe
+
+
 def test_a_value_written_without_a_secret_is_foreign_to_a_reader_with_one() -> None:
     data = SafeSerializer().dumps(SAMPLE)
     with pytest.raises(ForeignValue):
@@ -324,7 +356,7 @@ def test_plain_msgpack_and_pickle_are_foreign() -> None:
 
 def tagged(body: bytes, serializer: SafeSerializer | None = None) -> bytes:
     serializer = serializer or SafeSerializer()
-    return serializer.dumps(None)[:1] + serializer._tag(body) + body
+    return serializer.dumps(None)[:1] + serializer._tag(b"", body) + body
 
 
 def ext(code: int, data: bytes) -> bytes:

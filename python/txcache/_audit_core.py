@@ -112,10 +112,11 @@ def same_result(serializer: Serializer, call: SampledCall[Any], result: Any) -> 
     ``loads(dumps(…))`` makes of it (a JSON serializer turns tuples into lists). Raises
     :class:`AuditSkipped` when either cannot be decoded or compared."""
     try:
-        encoded = serializer.dumps(result)
+        encoded = serializer.dumps(result, key=call.key)
         if encoded == call.cached:  # the same bytes: equal, even where == says not (NaN)
             return True
-        return bool(serializer.loads(call.cached) == serializer.loads(encoded))
+        cached = serializer.loads(call.cached, key=call.key)
+        return bool(cached == serializer.loads(encoded, key=call.key))
     except Exception as error:  # a pluggable serializer, or a value's __eq__, may raise anything
         raise AuditSkipped(f"the results cannot be compared ({error!r})") from error
 

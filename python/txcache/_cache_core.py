@@ -21,12 +21,15 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
+import psycopg
+
 from txcache import _tokens as tokens
 from txcache import _validate as validate
 from txcache._agent_state import AgentState
 from txcache._audit_core import Auditor
 from txcache._config import Mode, Settings, load_settings
 from txcache._current import Params
+from txcache._log_throttle import LogThrottle
 from txcache._parking import ParkingLot
 from txcache._pending_stores import PendingStore, PendingStores
 from txcache._pinset import PinPolicy, newest_or_fresh, prefer_standbys
@@ -34,15 +37,33 @@ from txcache._protocol import DatabaseIdentity, stream_name
 from txcache._replicas import ReplicaHealth, answers
 from txcache._ring import NodeClient, NodeRing
 from txcache._schema import Catalog, Schema, TagColumns
-from txcache._serialize import SafeSerializer, Serializer
+from txcache._serialize import SafeSerializer, Serializer, keyed
 from txcache._session import SessionContext
 from txcache._sql import UncacheableQuery, analyze
 from txcache._stats import OperationLatency
 from txcache.errors import ConfigurationError
 
-__all__ = ["ISOLATION_LEVELS", "CacheCore", "gather_settings", "unknown_relation"]
+__all__ = [
+    "ISOLATION_LEVELS",
+    "CacheCore",
+    "CatalogUnavailable",
+    "gather_settings",
+    "unknown_relation",
+]
 
 log = logging.getLogger("txcache")
+
+
+class CatalogUnavailable(Exception):
+    """The catalog reading is due (a schema change) and cannot be made now (a table is
+    locked): nothing can be analysed, so nothing is cached until it can."""
+
+
+CATALOG_RETRY = 1.0
+"""Seconds before a catalog reading that found a table locked is tried again."""
+
+_catalog_blocked = LogThrottle(log)
+"""While a table stays locked, every second's failed reading would say so."""
 
 T = TypeVar("T")
 
@@ -123,7 +144,7 @@ class CacheCore:
         """The process that made it: its sockets are that process's, not a forked child's."""
         self.mode: Mode = settings.mode
         secret = settings.secret.encode() if settings.secret else None
-        self.serializer: Serializer = serializer or SafeSerializer(secret)
+        self.serializer: Serializer = keyed(serializer) if serializer else SafeSerializer(secret)
         self.policy: PinPolicy = pin_policy or newest_or_fresh(settings.fresh_pin_age)
         if pin_policy is None and settings.replicas:
             self.policy = prefer_standbys(self.policy, len(settings.replicas))
@@ -154,6 +175,7 @@ class CacheCore:
         self._schema_read_at = 0.0  # time.monotonic() of the last catalog reading
         self._schema_readings = 0  # catalog readings since the first
         self._schema_moved = False  # a query ran with a newer catalog than the last reading
+        self._catalog_blocked_until = 0.0  # time.monotonic() before which no reading is tried
         # Per pooled connection, the catalog reading it last began a transaction under.
         self._connection_readings: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         # Per pooled connection, its session's context, read (and its settings pinned) when
@@ -344,21 +366,48 @@ class CacheCore:
         """Read the catalog if :meth:`_schema_stale` still says so once the lock is held
         (another thread may have read it meanwhile); ``cover`` then runs, under the lock.
         Synchronous, through a connection of its own (a transaction holding the last pooled
-        one may wait here). Returns whether a reading was made."""
+        one may wait here). Returns whether a reading was made. A reading that found a
+        table locked (a migration's) is not tried again for :data:`CATALOG_RETRY` seconds:
+        meanwhile the catalog is unknown and transactions run uncached."""
         with self._schema_lock:
-            read = True
-            before = self._schema.catalog.session if self._schema is not None else None
-            if self._schema is None:
-                self._schema = Schema.load(self.settings.dsn, fingerprint=self._fingerprints())
-                self._schema_read_at = time.monotonic()
-                if cover is not None:
-                    cover()
-            elif generation > self._schema_generation or self._schema_moved:
-                self._reload_schema(cover)
-            else:
-                read = False
-            self._schema_generation = max(generation, self._schema_generation)
-            self._note_context(before)
+            if time.monotonic() < self._catalog_blocked_until:
+                return False
+            moved = self._schema_moved
+            try:
+                return self._read_schema_now(generation, cover)
+            except psycopg.errors.LockNotAvailable as error:
+                self._schema_moved = moved  # still due
+                self._catalog_blocked_until = time.monotonic() + CATALOG_RETRY
+                _catalog_blocked.log(
+                    logging.WARNING,
+                    "the catalog could not be read: a table is locked (%s; a migration "
+                    "holding or awaiting a lock?); transactions run uncached until it can be, "
+                    "tried again every %g s",
+                    str(error).strip(),
+                    CATALOG_RETRY,
+                )
+                return False
+
+    def catalog_known(self, generation: int) -> bool:
+        """Whether the catalog reading is current for the agent's ``generation``: not when
+        a reading is due and could not be made (a table locked)."""
+        return not self._schema_stale(generation)
+
+    def _read_schema_now(self, generation: int, cover: Callable[[], None] | None) -> bool:
+        """:meth:`_read_schema`'s reading, with ``_schema_lock`` held."""
+        read = True
+        before = self._schema.catalog.session if self._schema is not None else None
+        if self._schema is None:
+            self._schema = Schema.load(self.settings.dsn, fingerprint=self._fingerprints())
+            self._schema_read_at = time.monotonic()
+            if cover is not None:
+                cover()
+        elif generation > self._schema_generation or self._schema_moved:
+            self._reload_schema(cover)
+        else:
+            read = False
+        self._schema_generation = max(generation, self._schema_generation)
+        self._note_context(before)
         return read
 
     def _reload_schema(self, cover: Callable[[], None] | None) -> None:

@@ -119,7 +119,7 @@ class CacheableFunction(CacheableBase[P, R]):
         started = time.perf_counter()
         transaction.check_owner()
         key, node, manual_tag = self._where(transaction, transaction.ring, args, kwargs)
-        decode = self._decoder(transaction)
+        decode = self._decoder(transaction, key)
         found = transaction.lookup(node, key, decode)
         if isinstance(found, Miss) and found.lease:
             found = self._wait_for_lease(transaction, node, key, found, decode)
@@ -175,7 +175,7 @@ class CacheableFunction(CacheableBase[P, R]):
         finally:
             self._close_frame(transaction, frame)
         self._record_miss(transaction, miss.kind, started)
-        request = self._store_request(transaction, value, frame)
+        request = self._store_request(transaction, key, value, frame)
         if request is not None and not self._defer_store(transaction, node, key, request, frame):
             if not node.is_up() and transaction.ring is not None:
                 node = transaction.ring.node_for(key)  # it went down: where the key goes now

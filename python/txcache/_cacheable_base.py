@@ -264,14 +264,14 @@ class CacheableBase(Generic[P, R]):
                 f"{outer}'s independent_of, or declare {self.keys.name} independent of it too"
             )
 
-    def _decoder(self, transaction: ReadOnlyCore[Any]) -> Callable[[bytes], R]:
-        """How the transaction's lookups read a cached value of this function: its cache's
+    def _decoder(self, transaction: ReadOnlyCore[Any], key: bytes) -> Callable[[bytes], R]:
+        """How the transaction's lookups read the cached value under ``key``: its cache's
         serializer, a value it refuses logged (the lookup counts it a ``foreign`` miss)."""
         serializer = transaction.cache.serializer
 
         def decode(data: bytes) -> R:
             try:
-                value: R = serializer.loads(data)
+                value: R = serializer.loads(data, key=key)
             except Exception as error:
                 log.warning("ignored the cached value of %s: %s", self.keys.name, error)
                 raise
@@ -344,17 +344,17 @@ class CacheableBase(Generic[P, R]):
         assert popped is frame, "frames out of order: a transaction used by two threads"
 
     def _store_request(
-        self, transaction: ReadOnlyCore[Any], value: R, frame: Frame
+        self, transaction: ReadOnlyCore[Any], key: bytes, value: R, frame: Frame
     ) -> Request | None:
-        """What ``TXSET`` stores for a miss's ``value`` (data, interval, snapshot, tags), or
-        ``None`` when nothing may be stored."""
+        """What ``TXSET`` stores under ``key`` for a miss's ``value`` (data bound to the key,
+        interval, snapshot, tags), or ``None`` when nothing may be stored."""
         if transaction.uncached:
             return None  # it fell back to an unpinned snapshot: its reads have no timestamp
         if transaction.failed:
             return None  # a statement failed (and the function caught it): nothing is stored
         if transaction.catalog_moved:
             return None  # its tags may describe another catalog than the one it ran with
-        data = transaction.cache.serializer.dumps(value)
+        data = transaction.cache.serializer.dumps(value, key=key)
         snapshot = frame.snapshot
         if snapshot is None:
             snapshot = transaction.reference_point()

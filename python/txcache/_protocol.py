@@ -43,7 +43,14 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from txcache._pinset import Pin
-from txcache._resp import Command, RespConnection, parse_address, tls_context, uses_tls
+from txcache._resp import (
+    BadReply,
+    Command,
+    RespConnection,
+    parse_address,
+    tls_context,
+    uses_tls,
+)
 
 __all__ = [
     "MISS_KINDS",
@@ -162,9 +169,14 @@ def txrelease(key: bytes | str) -> Command[int]:
 
 def _hit_or_miss(reply: Sequence[Any]) -> Hit | Miss:
     if reply[0] is None:
+        kind = reply[1].decode()
+        if kind not in MISS_KINDS:  # it names a counter: only the protocol's kinds
+            raise BadReply(f"unknown miss type {kind[:40]!r}")
         # The third element is there exactly when LEASE was sent.
-        return Miss(reply[1].decode(), int(reply[2]) if len(reply) > 2 else None)
+        return Miss(kind, int(reply[2]) if len(reply) > 2 else None)
     value, lo, hi, is_open = reply[:4]
+    if not isinstance(value, bytes):
+        raise BadReply(f"a hit's value is {type(value).__name__}, not a bulk string")
     # The fifth element is there exactly when WITHTAGS was sent.
     tags = tuple(tag.decode() for tag in reply[4]) if len(reply) > 4 else ()
     return Hit(value, Interval(int(lo), int(hi), bool(is_open)), tags)
@@ -466,4 +478,12 @@ def nodes() -> Command[tuple[str, ...]]:
 
 
 def _nodes(reply: Sequence[Any]) -> tuple[str, ...]:
-    return tuple(address.decode() for address in reply)
+    """Each address checked as the ``nodes`` setting's are: one that is not ``host:port``
+    makes the whole reply a :class:`BadReply` (the ring stays as it was)."""
+    addresses = tuple(address.decode() for address in reply)
+    for address in addresses:
+        try:
+            parse_address(address)
+        except ValueError as error:
+            raise BadReply(f"NODES listed {error}") from None
+    return addresses

@@ -37,6 +37,7 @@ import psycopg
 from psycopg.rows import RowFactory, tuple_row
 
 from txcache import _tokens as tokens
+from txcache._cache_core import CatalogUnavailable
 from txcache._current import Params
 from txcache._cursor import ResultCursor
 from txcache._nodes import CacheNode
@@ -352,6 +353,12 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         except UncacheableQuery:
             if not self._may_run_untagged():
                 raise
+            return None, self.cache.catalog_reading()
+        except CatalogUnavailable as unavailable:
+            why = f"the catalog changed and cannot be read now: {unavailable}"
+            if self.read_cache:
+                raise SnapshotUnavailable(f"{why}; retry the transaction") from unavailable
+            self._fall_back(why)
             return None, self.cache.catalog_reading()
 
     def _database(self) -> Connection:

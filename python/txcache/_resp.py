@@ -21,6 +21,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -187,7 +188,7 @@ class RespConnection:
     :meth:`send_later` are not waited for: their replies are read before the next reply
     this connection reads, or by :meth:`settle`, in the order they were sent."""
 
-    __slots__ = ("_owed", "_reader", "_socket", "address")
+    __slots__ = ("_owed", "_reader", "_socket", "_timeout", "address")
 
     def __init__(
         self,
@@ -215,6 +216,7 @@ class RespConnection:
             ) from error
         self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._socket.settimeout(timeout)
+        self._timeout = timeout
         if password is not None:
             reply = self.call("AUTH", password)
             if isinstance(reply, ReplyError):
@@ -297,9 +299,16 @@ class RespConnection:
             raise ConnectionLost(f"{show_address(self.address)}: {error}") from error
 
     def _receive(self) -> Any:
+        """The next reply, whole within the timeout: a peer that drips one byte at a time
+        cannot hold a call longer by keeping each read short of it."""
         reply = self._reader.gets()
+        deadline = None
         while reply is False:
             try:
+                if deadline is None:  # the common case: one read, at the socket's timeout
+                    deadline = time.monotonic() + self._timeout
+                else:
+                    self._socket.settimeout(_left(deadline, self.address, self._timeout))
                 chunk = self._socket.recv(_READ_SIZE)
             except OSError as error:
                 self.close()
@@ -313,7 +322,18 @@ class RespConnection:
             except Exception as error:  # MemoryError, TypeError too: see unreadable()
                 self.close()
                 raise unreadable(self.address, error) from error
+        if deadline is not None:
+            self._socket.settimeout(self._timeout)
         return reply
+
+
+def _left(deadline: float, address: tuple[str, int], timeout: float) -> float:
+    """The seconds left before ``deadline``; :class:`TimeoutError` (an ``OSError``) when
+    none are."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(f"the reply took longer than {timeout:g} s")
+    return left
 
 
 def unreadable(address: tuple[str, int], error: Exception) -> ConnectionLost:

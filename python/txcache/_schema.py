@@ -544,9 +544,19 @@ def _read(
     reused if the built-in objects are unchanged."""
     if isinstance(source, str):
         with psycopg.connect(source, autocommit=True, application_name="txcache schema") as conn:
+            # Some catalog functions lock the tables they describe (pg_get_publication_tables
+            # every published one): behind a migration's lock, fail rather than wait.
+            conn.execute(
+                "SELECT pg_catalog.set_config('lock_timeout', %s, false)",
+                (f"{round(CATALOG_LOCK_WAIT * 1000)}ms",),
+            )
             return _read_stamped(conn, publication, built_ins, fingerprint)
     return _read_in_one_snapshot(source, publication, built_ins)
 
+
+CATALOG_LOCK_WAIT = 1.0
+"""Seconds a catalog reading through a DSN waits for a table's lock before it fails with
+``LockNotAvailable`` (the cache then runs uncached for a while)."""
 
 # Readings tried while schema changes keep committing, before one is kept unstamped.
 _STAMP_TRIES = 5

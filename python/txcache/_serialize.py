@@ -19,18 +19,22 @@ import datetime
 import decimal
 import hashlib
 import hmac
+import inspect
+import logging
 import threading
 import uuid
 import zoneinfo
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import msgpack
 
 from txcache.errors import UnsupportedValue
 
-__all__ = ["ForeignValue", "SafeSerializer", "Serializer"]
+__all__ = ["ForeignValue", "SafeSerializer", "Serializer", "keyed"]
 
-_VERSION = b"\x01"
+log = logging.getLogger("txcache")
+
+_VERSION = b"\x02"  # 2: the tag covers the key the value is stored under
 _TAG_BYTES = 8
 _INT64 = range(-(2**63), 2**64)
 _MAX_DEPTH = 64
@@ -46,15 +50,54 @@ class ForeignValue(ValueError):
 
 class Serializer(Protocol):
     """What a serializer provides. ``loads`` raises :class:`ForeignValue` (or any
-    ``ValueError``) for bytes it did not write; it must never execute code from them."""
+    ``ValueError``) for bytes it did not write; it must never execute code from them.
+    ``key`` is the cache key the bytes are stored under: a serializer that binds them to
+    it (as :class:`SafeSerializer` does) refuses bytes moved to another key."""
 
-    def dumps(self, value: Any) -> bytes:
+    def dumps(self, value: Any, *, key: bytes = b"") -> bytes:
         """The bytes of ``value``; :class:`~txcache.errors.UnsupportedValue` if impossible."""
         ...
 
-    def loads(self, data: bytes) -> Any:
+    def loads(self, data: bytes, *, key: bytes = b"") -> Any:
         """The value ``data`` holds."""
         ...
+
+
+def keyed(serializer: Any) -> Serializer:
+    """``serializer`` as the library calls it, with the key: one whose ``dumps`` and
+    ``loads`` take no ``key`` (written for an earlier release) is adapted, its values then
+    bound to no key — a warning says so once."""
+    if all(_takes_key(getattr(serializer, name)) for name in ("dumps", "loads")):
+        return cast(Serializer, serializer)
+    log.warning(
+        "the serializer %r takes no key= in dumps() and loads(): the values it writes are "
+        "bound to no cache key, so a client of the cache nodes could move one to another "
+        "key unnoticed; give both a keyword parameter key (bytes) and tag the value with it",
+        serializer,
+    )
+    return _Keyless(serializer)
+
+
+def _takes_key(method: Any) -> bool:
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "key" or p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+class _Keyless:
+    """A serializer of the old protocol, called with the key it ignores."""
+
+    def __init__(self, serializer: Any) -> None:
+        self._serializer = serializer
+
+    def dumps(self, value: Any, *, key: bytes = b"") -> bytes:
+        data: bytes = self._serializer.dumps(value)
+        return data
+
+    def loads(self, data: bytes, *, key: bytes = b"") -> Any:
+        return self._serializer.loads(data)
 
 
 _TUPLE, _SET, _FROZENSET, _DECIMAL, _DATETIME, _DATE, _TIME, _TIMEDELTA = range(1, 9)
@@ -69,23 +112,26 @@ class SafeSerializer:
         read; without one the tag still detects corruption and foreign bytes."""
         self._key = secret or b""
 
-    def dumps(self, value: Any) -> bytes:
-        """See :class:`Serializer`."""
+    def dumps(self, value: Any, *, key: bytes = b"") -> bytes:
+        """See :class:`Serializer`; the tag covers ``key`` and the body."""
         _check(value, 0)
         try:
             body: bytes = msgpack.packb(value, default=_pack_extension, strict_types=True)
         except (TypeError, ValueError, OverflowError) as error:
             raise UnsupportedValue(str(error)) from None
-        return _VERSION + self._tag(body) + body
+        return _VERSION + self._tag(key, body) + body
 
-    def loads(self, data: bytes) -> Any:
+    def loads(self, data: bytes, *, key: bytes = b"") -> Any:
         """See :class:`Serializer`."""
         header = 1 + _TAG_BYTES
         if len(data) < header or data[:1] != _VERSION:
             raise ForeignValue("not a txcache value (unknown format or version)")
         body = data[header:]
-        if not hmac.compare_digest(data[1:header], self._tag(body)):
-            raise ForeignValue("integrity tag mismatch (changed, or written with another secret)")
+        if not hmac.compare_digest(data[1:header], self._tag(key, body)):
+            raise ForeignValue(
+                "integrity tag mismatch (changed, written with another secret, or stored "
+                "under another key)"
+            )
         _depth.level = 0
         try:
             return _unpack(body)
@@ -94,8 +140,11 @@ class SafeSerializer:
         except Exception as error:  # whatever the bytes provoke, it is not our value
             raise ForeignValue(f"undecodable value: {error!r}") from None
 
-    def _tag(self, body: bytes) -> bytes:
-        return hashlib.blake2b(body, digest_size=_TAG_BYTES, key=self._key).digest()
+    def _tag(self, key: bytes, body: bytes) -> bytes:
+        tag = hashlib.blake2b(len(key).to_bytes(4, "big"), digest_size=_TAG_BYTES, key=self._key)
+        tag.update(key)
+        tag.update(body)
+        return tag.digest()
 
 
 def _check(value: Any, depth: int) -> None:

@@ -44,6 +44,7 @@
 //! # Ok::<(), txcache_resp::ProtocolError>(())
 //! ```
 
+pub mod auth;
 mod cursor;
 pub mod decimal;
 pub mod encode;

@@ -146,6 +146,18 @@ fn refused_connections_are_logged_once_a_minute_with_the_address() {
 }
 
 #[test]
+fn the_third_wrong_password_closes_the_connection() {
+    let node = Node::with(&["--password", "right"]);
+    let mut stream = node.connect();
+    for _ in 0..3 {
+        let refused = reply(&mut stream, &command(&["AUTH", "guess"]));
+        assert!(refused.starts_with("-WRONGPASS"), "{refused}");
+    }
+    let mut rest = Vec::new();
+    assert_eq!(stream.read_to_end(&mut rest).expect("closed, not reset"), 0);
+}
+
+#[test]
 fn failed_auths_are_logged_once_a_minute_with_the_address() {
     let node = Node::with(&["--password", "right"]);
     let mut stream = node.connect();

@@ -29,7 +29,7 @@ import psycopg
 import psycopg_pool
 
 from txcache import _tokens as tokens
-from txcache._cache_core import CacheCore, unknown_relation
+from txcache._cache_core import CacheCore, CatalogUnavailable, unknown_relation
 from txcache._current import Params
 from txcache._drivers import ASYNC
 from txcache._lsn import WAL_POSITION
@@ -138,21 +138,33 @@ class AsyncCacheDriver(CacheCore):
         assert self.agent is not None
         columns = await self.agent.tag_columns(snapshot)
         try:
-            return self._analysis(statement, params, await self._current_schema(), columns)
+            return self._analysis(statement, params, await self._known_schema(), columns)
         except UncacheableQuery as refusal:
             if not unknown_relation(refusal):
                 raise
             # A table created since the reading: read the catalog again.
-            if ASYNC:
-                await asyncio.to_thread(self._reload_schema_locked)
-                await self._cover_reading()
-            else:
-                self._reload_schema_locked(self._cover_reading)
-            return self._analysis(statement, params, await self._current_schema(), columns)
+            try:
+                if ASYNC:
+                    await asyncio.to_thread(self._reload_schema_locked)
+                    await self._cover_reading()
+                else:
+                    self._reload_schema_locked(self._cover_reading)
+            except psycopg.errors.LockNotAvailable as error:
+                raise CatalogUnavailable(f"a table is locked ({error})") from error
+            return self._analysis(statement, params, await self._known_schema(), columns)
 
-    async def _current_schema(self) -> Schema:
+    async def _known_schema(self) -> Schema:
+        """:meth:`_current_schema`; :class:`CatalogUnavailable` when it cannot be read."""
+        schema = await self._current_schema()
+        if schema is None:
+            raise CatalogUnavailable("a table is locked")
+        return schema
+
+    async def _current_schema(self) -> Schema | None:
         """The catalog facts, re-read once after every change of the agent's catalog (a
-        DDL) and after a query found them outdated (:meth:`CacheCore._schema_stale`)."""
+        DDL) and after a query found them outdated (:meth:`CacheCore._schema_stale`);
+        ``None`` while they are due and cannot be read (a table locked: the reading waits
+        for no lock longer than a second, and is tried again a second later)."""
         # Read before the catalog is: a DDL the agent reports meanwhile reads it again.
         generation = self.agent.catalog_generation if self.agent is not None else 0
         if self._schema_stale(generation):
@@ -167,9 +179,9 @@ class AsyncCacheDriver(CacheCore):
         if self._take_sessions_changed():
             await self.end_parked(every=True)
             await self.pool.drain()  # connections in use are closed when given back
-        schema = self._schema
-        assert schema is not None
-        return schema
+        if not self.catalog_known(generation):
+            return None
+        return self._schema
 
     async def _cover_reading(self) -> None:
         """Have the agent's stream pass the catalog reading just made, so that what is
@@ -184,14 +196,16 @@ class AsyncCacheDriver(CacheCore):
         """The session context a read-only transaction beginning now keys its values by
         (:meth:`CacheCore._context_for`): the current catalog reading's, read first if
         due; ``None`` — the transaction runs uncached — when caching is not sound for it, or
-        the catalog cannot be read (the database is down: its first statement will say)."""
+        the catalog cannot be read (the database is down: its first statement will say; a
+        table is locked)."""
         if self.agent is None:
             return None
         try:
-            return self._context_for(await self._current_schema())
+            schema = await self._current_schema()
         except psycopg.Error as error:
             log.warning("the catalog could not be read (%s); the transaction runs uncached", error)
             return None
+        return None if schema is None else self._context_for(schema)
 
     # -- connections ------------------------------------------------------------------------
 
@@ -201,12 +215,13 @@ class AsyncCacheDriver(CacheCore):
         change altered (``cached plan must not change result type``) — with its session
         context known (read, and its settings pinned, when first checked out)."""
         self._refuse_inherited()
-        if self.agent is not None:
-            await self._current_schema()  # a schema change the agent reported is read first
+        known = True
+        if self.agent is not None:  # a schema change the agent reported is read first
+            known = await self._current_schema() is not None
         connection = await self._parked_elsewhere()
         if connection is None:
             connection = await self.pool.getconn()
-        await self._prepare_checkout(connection)
+        await self._prepare_checkout(connection, catalog_known=known)
         return connection
 
     async def checkout_replica(self, name: str) -> AsyncConnection | None:
@@ -235,12 +250,15 @@ class AsyncCacheDriver(CacheCore):
             return None
         return connection
 
-    async def _prepare_checkout(self, connection: AsyncConnection) -> None:
-        """No statement prepared under an older catalog reading, the session context known;
-        the connection given back if that fails or is interrupted."""
+    async def _prepare_checkout(
+        self, connection: AsyncConnection, *, catalog_known: bool = True
+    ) -> None:
+        """No statement prepared under an older catalog reading (none at all while the
+        catalog is not known: a schema change may have gone unread), the session context
+        known; the connection given back if that fails or is interrupted."""
         try:
             readings, outdated = self._prepared_outdated(connection)
-            if outdated:
+            if outdated or not catalog_known:
                 await _forget_prepared(connection)
             if self._known_context(connection) is None:
                 self._connection_contexts[connection] = await _pin_context(connection)

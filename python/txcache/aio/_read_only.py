@@ -36,6 +36,7 @@ import psycopg
 from psycopg.rows import AsyncRowFactory, tuple_row
 
 from txcache import _tokens as tokens
+from txcache._cache_core import CatalogUnavailable
 from txcache._current import Params
 from txcache._drivers import ASYNC
 from txcache._pinset import Pin
@@ -358,6 +359,12 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         except UncacheableQuery:
             if not self._may_run_untagged():
                 raise
+            return None, self.cache.catalog_reading()
+        except CatalogUnavailable as unavailable:
+            why = f"the catalog changed and cannot be read now: {unavailable}"
+            if self.read_cache:
+                raise SnapshotUnavailable(f"{why}; retry the transaction") from unavailable
+            self._fall_back(why)
             return None, self.cache.catalog_reading()
 
     async def _database(self) -> AsyncConnection:

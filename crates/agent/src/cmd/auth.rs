@@ -3,6 +3,7 @@
 use super::{Args, CommandError, Endpoint, Session};
 use crate::auth_failures;
 use bytes::BytesMut;
+use txcache_resp::auth::{password_matches, WRONG_PASSWORDS_PER_CONNECTION};
 use txcache_resp::encode;
 
 /// `AUTH`'s arguments: the last one is the password; a user name before it, as Redis
@@ -31,13 +32,16 @@ impl Auth {
         out: &mut BytesMut,
     ) -> Result<(), CommandError> {
         match &endpoint.password {
-            Some(expected) if expected.as_bytes() == self.password => {
+            Some(expected) if password_matches(expected.as_bytes(), &self.password) => {
                 session.authenticated = true;
                 encode::simple(out, "OK");
                 Ok(())
             }
             Some(_) => {
                 auth_failures::record(session.peer);
+                session.wrong_passwords += 1;
+                // Guessing costs a connection every few tries.
+                session.closing |= session.wrong_passwords >= WRONG_PASSWORDS_PER_CONNECTION;
                 Err(CommandError::WrongPassword)
             }
             None => Err(CommandError::NoPasswordConfigured),

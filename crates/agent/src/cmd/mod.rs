@@ -111,10 +111,14 @@ impl Endpoint {
 pub struct Session {
     /// Whether `AUTH` succeeded (or no password is configured).
     pub authenticated: bool,
-    /// Set by `QUIT`: close after this reply.
+    /// Set by `QUIT`, or by the last wrong password a connection may send: close after
+    /// this reply.
     pub closing: bool,
     /// The library's address, for the log of failed `AUTH`s (`None` when unknown).
     pub peer: Option<std::net::SocketAddr>,
+    /// Wrong passwords sent so far (the connection closes at
+    /// [`WRONG_PASSWORDS_PER_CONNECTION`](txcache_resp::auth::WRONG_PASSWORDS_PER_CONNECTION)).
+    pub wrong_passwords: u32,
 }
 
 impl Session {
@@ -124,6 +128,7 @@ impl Session {
             authenticated: endpoint.password.is_none(),
             closing: false,
             peer: None,
+            wrong_passwords: 0,
         }
     }
 }

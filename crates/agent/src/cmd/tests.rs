@@ -408,6 +408,18 @@ async fn before_auth_only_auth_and_quit_run() {
 }
 
 #[tokio::test]
+async fn the_third_wrong_password_closes_the_connection() {
+    let endpoint = endpoint(Some("secret"));
+    let session = &mut Session::new(&endpoint);
+    for attempt in 1..=3 {
+        assert!(!session.closing, "attempt {attempt}");
+        let refused = reply(&endpoint, session, "AUTH guess").await;
+        assert!(refused.starts_with("-WRONGPASS"), "{refused}");
+    }
+    assert!(session.closing);
+}
+
+#[tokio::test]
 async fn auth_without_a_configured_password_says_so() {
     let endpoint = endpoint(None);
     let session = &mut Session::new(&endpoint);

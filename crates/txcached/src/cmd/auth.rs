@@ -2,6 +2,7 @@
 
 use super::{ok, Args, CommandError, Context};
 use bytes::BytesMut;
+use txcache_resp::auth::{password_matches, WRONG_PASSWORDS_PER_CONNECTION};
 
 /// Replies `+OK` and marks the connection authenticated, or refuses.
 pub fn run(
@@ -54,21 +55,17 @@ pub fn authenticate(
                  someone guessing: check the address; at most one such line a minute)"
             );
         }
+        context.session.wrong_passwords += 1;
+        if context.session.wrong_passwords >= WRONG_PASSWORDS_PER_CONNECTION {
+            context.session.closing = true; // guessing costs a connection every few tries
+        }
         return Err(CommandError::WrongPassword);
     }
     Ok(())
 }
 
-/// Whether `given` is the configured secret `expected` (compared in constant time); false
-/// when none is configured.
+/// Whether `given` is the configured secret `expected` (in a time that tells nothing of
+/// it); false when none is configured.
 fn secret_matches(expected: Option<&str>, given: &[u8]) -> bool {
-    let Some(expected) = expected else {
-        return false;
-    };
-    let expected = expected.as_bytes();
-    let differences = expected
-        .iter()
-        .zip(given)
-        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-    differences == 0 && expected.len() == given.len()
+    expected.is_some_and(|expected| password_matches(expected.as_bytes(), given))
 }

@@ -70,8 +70,12 @@ pub struct Session {
     pub streams: bool,
     /// Set by `CLIENT SETNAME`.
     pub name: Option<Bytes>,
-    /// Set by `QUIT`: close after this reply.
+    /// Set by `QUIT`, or by the last wrong password a connection may send: close after
+    /// this reply.
     pub closing: bool,
+    /// Wrong passwords sent so far (the connection closes at
+    /// [`WRONG_PASSWORDS_PER_CONNECTION`](txcache_resp::auth::WRONG_PASSWORDS_PER_CONNECTION)).
+    pub wrong_passwords: u32,
     /// The reply protocol, chosen with `HELLO`.
     pub protocol: Protocol,
     /// The commands queued since `MULTI`, until `EXEC` or `DISCARD`.
