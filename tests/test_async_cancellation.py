@@ -189,16 +189,15 @@ def test_a_task_cancelled_while_a_parked_connection_rolls_back_gives_it_back(
     server would be) gives the connection back all the same: the pool's only one."""
 
     async def body(cache: AsyncCache) -> None:
-        async with cache.read_only(staleness=60):
-            row = await aio.query_one("SELECT pg_backend_pid()")
-        assert row is not None
+        async with cache.read_only(staleness=60) as tx:
+            await aio.query_one("SELECT name FROM items WHERE id = 1")  # analysed: parked
+            session = tx._connection.info.backend_pid  # type: ignore[union-attr]
         assert len(cache.parking) == 1
 
         async def writer() -> None:
             async with cache.read_write():
                 await aio.execute("SELECT 1")
 
-        session = int(row[0])
         stop(session)  # its ROLLBACK waits until the session runs again
         try:
             task = asyncio.create_task(writer())

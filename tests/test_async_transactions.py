@@ -6,6 +6,7 @@ commit point, a hit in one round trip, and the refusals (another task, the other
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from typing import Any
 
@@ -89,7 +90,8 @@ def test_values_cached_by_one_api_are_hits_for_the_other(alib: AsyncLib) -> None
             node = cache.ring.node_for(sync_key)
             assert lib.cache.ring is not None
             assert node.address == lib.cache.ring.node_for(sync_key).address
-            found = await tx.lookup(node, sync_key, cache.serializer.loads)
+            decode = functools.partial(cache.serializer.loads, key=sync_key)
+            found = await tx.lookup(node, sync_key, decode)
             assert isinstance(found, tuple)
             assert isinstance(found[0], Hit)
             assert found[1] == 80
@@ -99,7 +101,8 @@ def test_values_cached_by_one_api_are_hits_for_the_other(alib: AsyncLib) -> None
     assert lib.cache.ring is not None
     with lib.cache.read_only(staleness=60) as tx:
         assert price_of.key(7) == async_key  # the sync cache's settings and session context
-        found = tx.lookup(lib.cache.ring.node_for(async_key), async_key, lib.cache.serializer.loads)
+        decode = functools.partial(lib.cache.serializer.loads, key=async_key)
+        found = tx.lookup(lib.cache.ring.node_for(async_key), async_key, decode)
         assert isinstance(found, tuple)
         assert found[1] == 70
 

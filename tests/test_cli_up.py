@@ -331,6 +331,17 @@ def test_a_library_without_the_password_logs_what_the_agent_asks_for(
     assert "(NOAUTH" in line, "once, naming the agent's reply"
 
 
+def test_a_second_up_on_the_same_env_file_is_refused(stack: tuple[Up, dict[str, str]]) -> None:
+    """It would write its own settings there, and remove the file when it stops while the
+    first stack still runs."""
+    up, _settings = stack
+    command = [sys.executable, "-m", "txcache", "up", "--env-file", str(up.env_file)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "belongs to another txcache up, still running" in result.stderr
+    assert up.env_file.exists()
+
+
 def test_settings_are_shell_quoted_and_exported_with_shell() -> None:
     settings = {"TXCACHE_DSN": "host=db user=app", "TXCACHE_NODES": "127.0.0.1:1"}
     assert format_settings(settings) == "TXCACHE_DSN='host=db user=app'\nTXCACHE_NODES=127.0.0.1:1"

@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 import psycopg
 import pytest
+from psycopg.rows import namedtuple_row
 
 import txcache
 from library_fixtures import LibraryStack, as_another_process
@@ -423,6 +425,22 @@ def test_unsupported_arguments_raise_a_clear_error(lib: LibraryStack) -> None:
         get_item(object())  # type: ignore[arg-type]
     assert "item_id" in str(caught.value)
     assert "get_item" in str(caught.value)
+
+
+@txcache.cacheable
+def item_row(item_id: int) -> Any:
+    return txcache.query_one(
+        "SELECT id, name FROM items WHERE id = %s", (item_id,), row_factory=namedtuple_row
+    )
+
+
+def test_a_value_that_cannot_be_stored_names_the_function_and_what_to_return(
+    lib: LibraryStack,
+) -> None:
+    warm(lib)
+    refused = pytest.raises(txcache.UnsupportedValue, match=r"item_row returned .* plain data")
+    with lib.cache.read_only(staleness=60), refused:
+        item_row(1)
 
 
 def test_a_foreign_value_is_a_miss_and_a_warning(

@@ -46,7 +46,7 @@ from txcache._read_only_core import ReadOnlyCore
 from txcache._ring import NodeClient, NodeRing
 from txcache._sql import UncacheableQuery
 from txcache._stats import AuditStats, FunctionStats
-from txcache.errors import TransactionError, UnsupportedArgument
+from txcache.errors import TransactionError, UnsupportedArgument, UnsupportedValue
 
 if TYPE_CHECKING:
     from txcache._cache_core import CacheCore
@@ -354,7 +354,10 @@ class CacheableBase(Generic[P, R]):
             return None  # a statement failed (and the function caught it): nothing is stored
         if transaction.catalog_moved:
             return None  # its tags may describe another catalog than the one it ran with
-        data = transaction.cache.serializer.dumps(value, key=key)
+        try:
+            data = transaction.cache.serializer.dumps(value, key=key)
+        except UnsupportedValue as refused:
+            raise UnsupportedValue(f"{self.keys.name} returned {refused}") from None
         snapshot = frame.snapshot
         if snapshot is None:
             snapshot = transaction.reference_point()

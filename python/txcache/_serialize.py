@@ -190,7 +190,10 @@ def _orm_hint(kind: type) -> str:
             "list(queryset.values()) or .values_list(), or cache the queryset itself with "
             ".txcache() (docs/django.md)"
         )
-    return ""
+    return (
+        ": return plain data — a tuple or dict per row (txcache.query gives tuples unless "
+        "a row_factory says otherwise), lists of them, a dataclass's asdict()"
+    )
 
 
 def _zone_name(zone: datetime.tzinfo) -> str | None:

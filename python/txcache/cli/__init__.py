@@ -16,6 +16,7 @@ out.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from txcache.cli import check, nodes, setup, status, up
@@ -39,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``txcache`` command with ``argv`` (default: ``sys.argv[1:]``)."""
-    args = build_parser().parse_args(argv)
-    status: int = args.handler(args)
+    try:
+        args = build_parser().parse_args(argv)
+        status: int = args.handler(args)
+    except KeyboardInterrupt:  # Ctrl-C before a command handles it: no traceback
+        print("txcache: interrupted", file=sys.stderr)
+        return 130
     return status

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import os
 import re
 import shlex
@@ -171,6 +172,28 @@ def _write_env_file(path: Path, text: str) -> None:
     os.replace(partial, path)
 
 
+def _claim_env_file(path: Path) -> int | None:
+    """Lock ``path`` for this run (an ``flock`` on a lock file beside it, held until the
+    process ends: a killed run's goes with it); the lock's descriptor, or ``None``, said,
+    when another ``up`` holds it — that one's stack would lose its file to this one."""
+    lock = path.with_name(f".{path.name}.lock")
+    try:
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT, 0o600)
+    except OSError as error:
+        _log(f"error: --env-file {path}: cannot create its lock file {lock}: {error}")
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        _log(
+            f"error: --env-file {path} belongs to another txcache up, still running: stop "
+            "that one, or give this one another file"
+        )
+        return None
+    return fd
+
+
 def _remove_stale_env_file(path: Path) -> bool:
     """Remove an env file an earlier run left (a killed ``up`` cannot): a script that waits
     for the file must not take a dead stack's settings for this one's. False, said, when it
@@ -228,8 +251,24 @@ def _options(args: argparse.Namespace) -> StackOptions:
 
 def run(args: argparse.Namespace) -> int:
     """Start the stack, print its settings, run until a stop signal; the exit status."""
-    if args.env_file is not None and not _remove_stale_env_file(args.env_file):
+    if args.env_file is None:
+        return _run_claimed(args)
+    if not args.env_file.parent.is_dir():
+        _log(f"error: --env-file {args.env_file}: directory {args.env_file.parent} does not exist")
         return 2
+    claim = _claim_env_file(args.env_file)
+    if claim is None:
+        return 2
+    try:
+        if not _remove_stale_env_file(args.env_file):
+            return 2
+        return _run_claimed(args)
+    finally:
+        os.close(claim)  # the lock goes with it
+
+
+def _run_claimed(args: argparse.Namespace) -> int:
+    """:func:`run`, once the env file (if any) is this run's alone."""
     options = _options(args)
     if options.port_base is not None and options.agent_port() > 65535:
         _log(f"error: --port-base {options.port_base} leaves no room for {options.nodes + 1} ports")
@@ -237,9 +276,6 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port is not None and args.metrics_port + options.nodes > 65535:
         needed = options.nodes + 1
         _log(f"error: --metrics-port {args.metrics_port} leaves no room for {needed} ports")
-        return 2
-    if args.env_file is not None and not args.env_file.parent.is_dir():
-        _log(f"error: --env-file {args.env_file}: directory {args.env_file.parent} does not exist")
         return 2
     signals = _StopSignals()
     stack = Stack(options, _log)
@@ -257,6 +293,9 @@ def _serve(stack: Stack, args: argparse.Namespace, signals: _StopSignals) -> int
         _log(f"{signals.received} received while starting: stopping what started")
         return 0
     except PartFailed as failure:
+        if signals.received:  # the part died of the user's Ctrl-C (initdb does)
+            _log(f"{signals.received} received while starting: stopping what started")
+            return 0
         _log(f"error: {failure}")
         if stack.started:
             _log("stopping what started")

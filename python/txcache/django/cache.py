@@ -101,7 +101,7 @@ class TxcacheCacheClient(RedisCacheClient):  # type: ignore[misc]
         for client, group in self._clients_by_node(keys):
             values = client.mget(group)
             found.update(
-                (key, self._serializer.loads(value, key=key.encode()))
+                (key, self._serializer.loads(value))
                 for key, value in zip(group, values, strict=True)
                 if value is not None
             )
@@ -112,9 +112,7 @@ class TxcacheCacheClient(RedisCacheClient):  # type: ignore[misc]
         ``RedisCacheClient`` does on its one write server)."""
         for client, group in self._clients_by_node(data):
             pipeline = client.pipeline()
-            pipeline.mset(
-                {key: self._serializer.dumps(data[key], key=key.encode()) for key in group}
-            )
+            pipeline.mset({key: self._serializer.dumps(data[key]) for key in group})
             if timeout is not None:
                 for key in group:
                     pipeline.expire(key, timeout)
