@@ -5,6 +5,7 @@ nodes (one, several, with a password), and Django's own cache-backend cases
 
 from __future__ import annotations
 
+import pickle
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,8 +14,10 @@ import pytest
 import redis
 from django.core.exceptions import ImproperlyConfigured
 
+import txcache
 from conftest import StartNode
 from django_cache_suite import harness
+from txcache._serialize import ForeignValue
 from txcache.django import cache as cache_module
 from txcache.django.cache import TxcacheCache
 from txcache.stack import NodeProcess, wait_until
@@ -228,6 +231,26 @@ def test_password(
     assert make_cache(node.address, {"OPTIONS": {"password": PASSWORD}}).get("k") == "v"
     django_settings(PASSWORD=PASSWORD)
     assert make_cache(node.address).get("k") == "v", "from the TXCACHE setting"
+
+
+def test_the_plain_data_serializer_never_unpickles(
+    start_node: StartNode, make_cache: MakeCache
+) -> None:
+    """With it, bytes written to the nodes by anyone are never code to the application:
+    pickle's are refused; plain data and integers (incr) work as with Django's own."""
+    node = start_node()
+    options = {"OPTIONS": {"serializer": "txcache.django.cache.PlainDataSerializer"}}
+    cache = make_cache(node.address, options)
+    cache.set("order", {"id": 7, "lines": [(1, "lamp")]})
+    assert cache.get("order") == {"id": 7, "lines": [(1, "lamp")]}
+    cache.set("hits", 1)
+    assert cache.incr("hits") == 2
+    with pytest.raises(txcache.UnsupportedValue):
+        cache.set("thing", object())
+    with redis.Redis(host=node.host, port=node.port, protocol=2) as raw:
+        raw.set(cache.make_and_validate_key("order"), pickle.dumps({"id": 7}))
+    with pytest.raises(ForeignValue):
+        cache.get("order")
 
 
 def test_nodes_from_the_setting_or_the_environment(

@@ -30,9 +30,39 @@ from django.conf import settings
 from django.core.cache.backends.redis import RedisCache, RedisCacheClient
 from django.core.exceptions import ImproperlyConfigured
 
+from txcache._serialize import SafeSerializer
 from txcache.integration import NodeRing, parse_address
 
-__all__ = ["TxcacheCache", "TxcacheCacheClient"]
+__all__ = ["PlainDataSerializer", "TxcacheCache", "TxcacheCacheClient"]
+
+
+class PlainDataSerializer:
+    """``OPTIONS["serializer"]`` for a cache whose values are plain data: txcache's
+    code-free format (:class:`txcache.SafeSerializer`, tagged with ``TXCACHE["SECRET"]`` or
+    ``TXCACHE_SECRET`` if set) instead of Django's ``pickle``, so that whoever can write to
+    the nodes cannot make the application run code; integers stay plain, for ``incr``.
+    A value of another type raises ``UnsupportedValue`` when set; bytes it did not write
+    raise ``ForeignValue`` when read."""
+
+    def __init__(self, protocol: int | None = None) -> None:
+        """``protocol`` is pickle's, which Django passes: unused."""
+        given = getattr(settings, "TXCACHE", None)
+        secret = given.get("SECRET") if isinstance(given, Mapping) else None
+        secret = secret or os.environ.get("TXCACHE_SECRET") or None
+        self._safe = SafeSerializer(secret.encode() if secret else None)
+
+    def dumps(self, value: Any) -> bytes | int:
+        """``value``'s bytes; an ``int`` as it is (the node's ``INCR`` reads it)."""
+        if type(value) is int:
+            return value
+        return self._safe.dumps(value)
+
+    def loads(self, data: bytes) -> Any:
+        """The value ``data`` holds."""
+        try:
+            return int(data)
+        except ValueError:
+            return self._safe.loads(data)
 
 
 class _Server:
