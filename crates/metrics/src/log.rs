@@ -1,7 +1,7 @@
 //! The log setup both servers share: a checked `--log` filter and the stderr subscriber.
 //!
 //! `tracing_subscriber`'s `EnvFilter` reads any word it does not know as a target, so a typo
-//! such as `warnn` used to enable nothing and silence every line. Here each directive must be
+//! such as `warnn` would enable nothing and silence every line. Here each directive must be
 //! a level, `target=level`, or a target the binary names; anything else stops the start.
 
 use std::sync::Mutex;
