@@ -339,15 +339,20 @@ def test_a_table_locked_after_a_schema_change_stalls_no_transaction(
         released = threading.Timer(20, release)
         released.start()
         started = time.monotonic()
-        with (
-            caplog.at_level(logging.WARNING, "txcache"),
-            lib.cache.read_only(staleness=60, not_before=token) as tx,
-        ):
-            assert get_item(1) == (1, "item 1", 10)
+        try:
+            with (
+                caplog.at_level(logging.WARNING, "txcache"),
+                lib.cache.read_only(staleness=60, not_before=token) as tx,
+            ):
+                assert get_item(1) == (1, "item 1", 10)
+        finally:
+            released.cancel()
         assert time.monotonic() - started < 10, "waited for the lock"
-        assert tx.uncached
-        assert "the catalog could not be read: a table is locked" in caplog.text
-        released.cancel()
+        # PostgreSQL 18's pg_get_publication_tables opens every published table (15's reads
+        # the catalog alone, and so never waits here).
+        if migration.info.server_version >= 180000:
+            assert tx.uncached
+            assert "the catalog could not be read: a table is locked" in caplog.text
         migration.rollback()
     wait_until(lambda: cached_again(lib), "a hit once the lock is gone", timeout=20)
 
