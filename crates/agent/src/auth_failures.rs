@@ -4,12 +4,10 @@
 //! guessing, shows in the log without flooding it. Counted for the process's life, across
 //! terms: the server of every term (active or standing by) reports here.
 
-use crate::retry::{self, Repeats, Report};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
-use tokio::time::Instant;
+use txcache_metrics::log::{self, Report, Throttle};
 
 /// How often failed logins that go on are logged again, as one summary line.
 pub const LOG_INTERVAL: Duration = Duration::from_secs(60);
@@ -18,18 +16,14 @@ pub const LOG_INTERVAL: Duration = Duration::from_secs(60);
 static COUNT: AtomicU64 = AtomicU64::new(0);
 
 /// What has been logged of them.
-static LOGGED: Mutex<Repeats> = Mutex::new(Repeats::new(LOG_INTERVAL));
+static LOGGED: Throttle = Throttle::new(LOG_INTERVAL);
 
 /// A library at `client` (unknown for a connection without an address) sent `AUTH` with a
 /// wrong password: counted, and logged as [`LOG_INTERVAL`] allows.
 pub fn record(client: Option<SocketAddr>) {
     COUNT.fetch_add(1, Ordering::Relaxed);
     let client = client.map_or_else(|| "unknown".to_owned(), |address| address.to_string());
-    let report = LOGGED
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .occurred(Instant::now());
-    match report {
+    match LOGGED.occurred() {
         Report::First => tracing::warn!(
             client,
             "a library failed AUTH (wrong password): give it the agent's --password \
@@ -39,7 +33,7 @@ pub fn record(client: Option<SocketAddr>) {
         Report::Summary {
             count, failing_for, ..
         } => {
-            let since_first = retry::rounded(failing_for);
+            let since_first = log::rounded(failing_for);
             tracing::warn!(
                 last_client = client,
                 failures = count,

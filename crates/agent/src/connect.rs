@@ -2,7 +2,7 @@
 //! TLS as the `--dsn`'s `sslmode` says ([`crate::conninfo`]).
 
 use crate::conninfo::{self, Conninfo};
-use crate::retry::{self, Backoff, Repeats, Report};
+use crate::retry::Backoff;
 use anyhow::{bail, Context as _};
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, TlsConfig};
 use std::net::IpAddr;
@@ -15,6 +15,7 @@ use tokio_postgres::config::{Host, TargetSessionAttrs};
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Connection, NoTls, Row, Socket, Statement};
+use txcache_metrics::log::{self, Repeats, Report};
 
 use tokio_postgres_rustls::MakeRustlsConnect;
 use txcache_tls::Verify;
@@ -147,7 +148,7 @@ where
         let error = match attempt().await {
             Ok(value) => {
                 if let Some((attempts, failing_for)) = failures.ended(Instant::now()) {
-                    let failing_for = retry::rounded(failing_for);
+                    let failing_for = log::rounded(failing_for);
                     tracing::info!(attempts, ?failing_for, "{application}: connected again");
                 }
                 return value;
@@ -165,7 +166,7 @@ where
             Report::Summary {
                 total, failing_for, ..
             } => {
-                let failing_for = retry::rounded(failing_for);
+                let failing_for = log::rounded(failing_for);
                 tracing::warn!(
                     error,
                     attempts = total,

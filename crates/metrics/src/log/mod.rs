@@ -1,12 +1,15 @@
-//! The log setup both servers share: a checked `--log` filter and the stderr subscriber.
+//! The log setup both servers share: a checked `--log` filter, the stderr subscriber, and
+//! [`Repeats`]/[`Throttle`] for lines that repeat.
 //!
 //! `tracing_subscriber`'s `EnvFilter` reads any word it does not know as a target, so a typo
 //! such as `warnn` would enable nothing and silence every line. Here each directive must be
 //! a level, `target=level`, or a target the binary names; anything else stops the start.
 
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 use tracing_subscriber::EnvFilter;
+
+mod repeats;
+
+pub use repeats::{rounded, Repeats, Report, Throttle};
 
 /// The filter used when the setting is empty (an empty environment variable included).
 pub const DEFAULT_FILTER: &str = "info";
@@ -46,58 +49,6 @@ pub fn init(filter: EnvFilter) {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-}
-
-/// Lets one line of a kind through per interval and counts those held back, for lines a peer
-/// can cause at will (refused connections, failed AUTHs): the first one is logged, then at most
-/// one per interval, saying how many were not logged since.
-#[derive(Debug)]
-pub struct Throttle {
-    interval: Duration,
-    state: Mutex<ThrottleState>,
-}
-
-#[derive(Debug)]
-struct ThrottleState {
-    last: Option<Instant>,
-    held: u64,
-}
-
-impl Throttle {
-    /// Lines of one kind are logged at most once per `interval`.
-    pub const fn new(interval: Duration) -> Self {
-        Self {
-            interval,
-            state: Mutex::new(ThrottleState {
-                last: None,
-                held: 0,
-            }),
-        }
-    }
-
-    /// `Some(held)`: log this line now, with the count of lines of its kind not logged since
-    /// the last one; `None`: count it and stay quiet.
-    pub fn admit(&self) -> Option<u64> {
-        self.admit_at(Instant::now())
-    }
-
-    /// [`Throttle::admit`] at `now` (tests pass their own clock).
-    pub fn admit_at(&self, now: Instant) -> Option<u64> {
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let due = state
-            .last
-            .is_none_or(|last| now.saturating_duration_since(last) >= self.interval);
-        if due {
-            state.last = Some(now);
-            Some(std::mem::take(&mut state.held))
-        } else {
-            state.held += 1;
-            None
-        }
-    }
 }
 
 /// Whether one directive is a level, `target=level` (span filters included), or one of
@@ -156,18 +107,6 @@ mod tests {
         ] {
             assert!(check(value).is_ok(), "{value}: {:?}", check(value));
         }
-    }
-
-    #[test]
-    fn a_throttle_logs_the_first_then_one_per_interval_with_the_count_held() {
-        let throttle = Throttle::new(Duration::from_secs(60));
-        let start = Instant::now();
-        let at = |seconds| start + Duration::from_secs(seconds);
-        assert_eq!(throttle.admit_at(at(0)), Some(0));
-        assert_eq!(throttle.admit_at(at(1)), None);
-        assert_eq!(throttle.admit_at(at(59)), None);
-        assert_eq!(throttle.admit_at(at(60)), Some(2));
-        assert_eq!(throttle.admit_at(at(200)), Some(0));
     }
 
     #[test]
