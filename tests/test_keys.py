@@ -99,6 +99,29 @@ def test_a_single_parameter_given_by_keyword_or_position_is_one_call() -> None:
     assert keys.key((1,), {}) == keys.key((), {"x": 1})
 
 
+def test_a_wrapper_is_keyed_by_its_own_signature_not_the_wrapped_one() -> None:
+    """A ``functools.wraps`` wrapper that fills in a default of its own, or takes an
+    argument the wrapped function does not: calls that compute different results differ."""
+
+    def price(item: int, currency: str = "USD") -> tuple[int, str]:
+        return item, currency
+
+    @functools.wraps(price)
+    def in_euros(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        kwargs.setdefault("currency", "EUR")
+        return price(*args, **kwargs)
+
+    keys = CallKeys(in_euros)
+    assert keys.key((1,), {}) != keys.key((1,), {"currency": "USD"})
+
+    @functools.wraps(price)
+    def limited(*args: Any, limit: int = 10, **kwargs: Any) -> tuple[int, str]:
+        return price(*args, **kwargs)
+
+    keys = CallKeys(limited)
+    assert keys.key((1,), {"limit": 5}) != keys.key((1,), {"limit": 6})
+
+
 def test_a_function_without_parameters_has_one_key() -> None:
     def f() -> int:
         return 0
@@ -508,3 +531,8 @@ def test_a_cacheable_method_or_a_partial_is_refused_saying_what_to_do() -> None:
     assert isinstance(Repository().find, txcache.CacheableFunction)
     with pytest.raises(TypeError, match=r"takes a function .* not a partial"):
         txcache.cacheable(functools.partial(one, 1))
+    # The advice for each names what works.
+    with pytest.raises(TypeError, match="Put @staticmethod above @cacheable"):
+        txcache.cacheable(staticmethod(one))
+    with pytest.raises(TypeError, match="make it a @staticmethod"):
+        txcache.cacheable(classmethod(one))  # type: ignore[call-overload]

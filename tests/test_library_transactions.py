@@ -409,6 +409,17 @@ def test_a_cacheable_call_outside_a_transaction_runs_in_an_implicit_one(lib: Lib
     assert runs == []
 
 
+def test_the_default_cache_is_the_last_one_made_and_not_closed(lib: LibraryStack) -> None:
+    assert txcache.default_cache() is lib.cache
+    with lib.connect(**lib.cache_settings) as second:
+        assert txcache.default_cache() is second
+        third = lib.connect(**lib.cache_settings)
+        second.close()
+        assert txcache.default_cache() is third, "closing an older one changes nothing"
+        third.close()
+    assert txcache.default_cache() is lib.cache, "the one made before is the default again"
+
+
 def test_queries_outside_a_transaction_are_refused(lib: LibraryStack) -> None:
     with pytest.raises(txcache.NoTransaction, match="read_only"):
         txcache.query("SELECT 1")

@@ -188,6 +188,37 @@ def test_tokens_are_kept_per_database_and_asked_once() -> None:
     contextvars.copy_context().run(body)
 
 
+def test_the_dsns_that_reach_one_database_share_their_tokens() -> None:
+    """Two caches of one database under different DSNs (a tenant's search_path in
+    ``options``, another host name for the server) read each other's writes; a DSN of
+    another database, or not yet known to reach one, is not held to them."""
+
+    def body() -> None:
+        tokens.reaches("host=localhost dbname=a", ("cluster", 1))
+        tokens.reaches("host=127.0.0.1 dbname=a options=-csearch_path=t", ("cluster", 1))
+        tokens.reaches("host=localhost dbname=b", ("cluster", 2))
+        tokens.record(FakeCommit("host=localhost dbname=a", 100))
+        assert tokens.floor("host=127.0.0.1 dbname=a options=-csearch_path=t") == 100
+        assert tokens.floor("host=localhost dbname=b") is None
+        assert tokens.floor("host=elsewhere dbname=a") is None
+        tokens.record(FakeCommit("host=127.0.0.1 dbname=a options=-csearch_path=t", 120))
+        assert tokens.floor("host=localhost dbname=a") == 120
+
+    contextvars.copy_context().run(body)
+
+
+def test_a_cache_reads_the_writes_of_another_cache_of_its_database(lib: LibraryStack) -> None:
+    """One cache per tenant on one database (``options`` in the DSN): a thread that wrote
+    through one reads the write through the other, however stale that one's pins."""
+    assert cached_price(lib, 3) == 30
+    tenant_dsn = lib.dsn + " application_name=tenant"
+    with lib.connect(dsn=tenant_dsn, **lib.cache_settings) as tenant, tenant.read_write() as tx:
+        tx.execute("UPDATE items SET price = 32 WHERE id = 3")
+    with lib.cache.read_only(staleness=60) as tx:
+        assert price(3) == 32
+        assert tx.not_before is not None
+
+
 def test_a_request_scope_sees_its_writes_and_its_clients_token_only(lib: LibraryStack) -> None:
     """One web request: a thread's earlier requests no longer hold it; what it wrote is the
     token to hand its client."""

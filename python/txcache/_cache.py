@@ -243,7 +243,9 @@ class CacheDriver(CacheCore):
             if outdated or not catalog_known:
                 _forget_prepared(connection)
             if self._known_context(connection) is None:
-                self._connection_contexts[connection] = _pin_context(connection)
+                context = _pin_context(connection)
+                self._connection_contexts[connection] = context
+                tokens.reaches(self.settings.dsn, context.database_identity)
         except BaseException:
             self.release(connection)
             raise

@@ -117,6 +117,18 @@ def audit_stats() -> list[AuditStats]:
     return sorted((function.audit for function in _registry), key=lambda s: s.name)
 
 
+def _instead(decorated: object) -> str:
+    """What to decorate instead of ``decorated``, which is not a function."""
+    if isinstance(decorated, staticmethod):
+        return "Put @staticmethod above @cacheable"
+    if isinstance(decorated, classmethod):
+        return (
+            "A class cannot be an argument of a key: make it a @staticmethod (above "
+            "@cacheable) taking what it needs of the class as arguments"
+        )
+    return "Wrap it in a def that calls it"
+
+
 def _strings_in(values: Iterable[Any], depth: int = 8) -> Iterator[str]:
     """The strings among ``values`` and inside their tuples, lists, sets and dicts (keys and
     values), to ``depth`` levels: every one is in the call's key, as its argument encoding
@@ -147,8 +159,7 @@ class CacheableBase(Generic[P, R]):
         if not inspect.isfunction(function):
             raise TypeError(
                 f"@cacheable takes a function (def or async def), not a "
-                f"{type(function).__name__}: its key names its code. Wrap it in a def that "
-                "calls it (and put @staticmethod or @classmethod above @cacheable)"
+                f"{type(function).__name__}: its key names its code. {_instead(function)}"
             )
         version, manual_invalidation, independent = _validate.cacheable_options(
             version, manual_invalidation, independent_of

@@ -9,7 +9,6 @@ made — its transactions, tokens, catalog reading and connections — is
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterable
 from types import TracebackType
@@ -24,6 +23,7 @@ from txcache._auditor import ThreadAuditor
 from txcache._cache import CacheDriver
 from txcache._cache_core import gather_settings
 from txcache._config import Mode, Settings
+from txcache._open_caches import OpenCaches
 from txcache._pinset import PinPolicy
 from txcache._replica_connection import ReplicaConnection
 from txcache._ring import NodeRing
@@ -33,22 +33,13 @@ __all__ = ["Cache", "connect", "default_cache"]
 
 log = logging.getLogger("txcache")
 
-_default: Cache | None = None
-_default_lock = threading.Lock()
+_open: OpenCaches[Cache] = OpenCaches()
 
 
 def default_cache() -> Cache | None:
     """The cache implicit transactions use: the last one :func:`connect` made in this
     process and not yet closed (a forked child starts without one)."""
-    return _default
-
-
-def _forget_default_in_child() -> None:
-    global _default
-    _default = None
-
-
-os.register_at_fork(after_in_child=_forget_default_in_child)
+    return _open.last()
 
 
 def connect(
@@ -125,9 +116,7 @@ class Cache(CacheDriver):
         }
         self._auditor = ThreadAuditor(self) if self.audits else None
         self.auditor = self._auditor
-        global _default
-        with _default_lock:
-            _default = self
+        _open.opened(self)
 
     def _ask_max_staleness(self) -> None:
         ring = self.ring  # the agent may name other nodes meanwhile
@@ -157,10 +146,7 @@ class Cache(CacheDriver):
         end the parked database transactions, close node connections and the database pool
         (a block still running gives its connection back as it ends). In a forked child,
         only forget the cache: its connections are the parent's."""
-        global _default
-        with _default_lock:
-            if _default is self:
-                _default = None
+        _open.closed(self)
         if self.inherited():
             return
         self.closed = True  # a block that ends from now on gives its connection back

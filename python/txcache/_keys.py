@@ -110,7 +110,10 @@ class CallKeys:
         self._function = function
         self._version = version
         self._independent_of = independent_of
-        self._signature = inspect.signature(function)
+        # The signature calls go through: a functools.wraps wrapper's own, not the wrapped
+        # function's — a wrapper that fills in its own defaults or takes arguments of its
+        # own would otherwise give calls that differ one key.
+        self._signature = inspect.signature(function, follow_wrapped=False)
         self._parameters = tuple(self._signature.parameters)
         # Binding can be skipped only when positional arguments map one to one onto
         # parameters: no *args, **kwargs or keyword-only parameter may reinterpret them.

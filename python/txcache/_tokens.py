@@ -38,6 +38,7 @@ __all__ = [
     "advance",
     "floor",
     "floor_async",
+    "reaches",
     "record",
     "scope",
     "written",
@@ -81,8 +82,9 @@ class _State:
 
 _EMPTY = _State()
 Written = Mapping[str, _State]
-"""What a context has written, per database (by the caches' DSN: tokens are positions in
-one cluster's WAL, meaningless in another's)."""
+"""What a context has written, per cache DSN (tokens are positions in one cluster's WAL,
+meaningless in another's); the DSNs that reach one database are read together
+(:func:`reaches`)."""
 _NOTHING: Written = MappingProxyType({})
 _written: contextvars.ContextVar[Written] = contextvars.ContextVar(
     "txcache_written", default=_NOTHING
@@ -155,6 +157,36 @@ async def _shared_floor_async(database: str) -> int | None:
     return shared.settled(database, [token, *asked], [])
 
 
+DatabaseIdentity = tuple[str, int]
+"""A database: its cluster's system identifier and its oid."""
+
+_reached: Mapping[str, DatabaseIdentity] = MappingProxyType({})
+"""The database each DSN reaches, as its cache's sessions found it. Replaced whole, never
+changed in place, so that readers need no lock."""
+_reached_lock = threading.Lock()
+
+
+def reaches(dsn: str, database: DatabaseIdentity) -> None:
+    """A cache on ``dsn`` reaches ``database``: the writes recorded under every DSN that
+    reaches it count for each (two caches of one database — a tenant's ``options=-c
+    search_path=…``, ``localhost`` and ``127.0.0.1`` — see each other's writes). Cheap when
+    already known: called as every transaction learns its session."""
+    global _reached
+    if _reached.get(dsn) == database:
+        return
+    with _reached_lock:
+        _reached = MappingProxyType({**_reached, dsn: database})
+
+
+def _alike(dsn: str) -> list[str]:
+    """``dsn`` and every other DSN known to reach its database."""
+    reached = _reached
+    database = reached.get(dsn)
+    if database is None:
+        return [dsn]
+    return [dsn, *(other for other, its in reached.items() if its == database and other != dsn)]
+
+
 def _newest(*tokens: int | None) -> int | None:
     known = [token for token in tokens if token is not None]
     return max(known) if known else None
@@ -207,23 +239,32 @@ def written() -> Written:
 
 
 def floor(database: str, written: Written | None = None) -> int | None:
-    """The token of the context's writes to ``database`` (as of ``written``, else now), for
-    a sync read-only transaction beginning: asks a pending write's token first (a round
-    trip). ``None``: the context wrote nothing there."""
-    state = _of(database, written)
-    own = state.token
-    if state.pending is not None:
-        own = _settle(database, state, state.pending.settled_timestamp())
-    return _newest(own, _shared_floor(database))
+    """The token of the context's writes to ``database`` (a cache's DSN, and every DSN
+    that reaches the same database), as of ``written``, else now, for a sync read-only
+    transaction beginning: asks a pending write's token first (a round trip). ``None``:
+    the context wrote nothing there."""
+    return _newest(*(_floor_of(dsn, written) for dsn in _alike(database)))
 
 
 async def floor_async(database: str, written: Written | None = None) -> int | None:
     """:func:`floor` for an async read-only transaction (a pending token is awaited)."""
-    state = _of(database, written)
+    return _newest(*[await _floor_of_async(dsn, written) for dsn in _alike(database)])
+
+
+def _floor_of(dsn: str, written: Written | None) -> int | None:
+    state = _of(dsn, written)
     own = state.token
     if state.pending is not None:
-        own = _settle(database, state, await state.pending.settled_timestamp_async())
-    return _newest(own, await _shared_floor_async(database))
+        own = _settle(dsn, state, state.pending.settled_timestamp())
+    return _newest(own, _shared_floor(dsn))
+
+
+async def _floor_of_async(dsn: str, written: Written | None) -> int | None:
+    state = _of(dsn, written)
+    own = state.token
+    if state.pending is not None:
+        own = _settle(dsn, state, await state.pending.settled_timestamp_async())
+    return _newest(own, await _shared_floor_async(dsn))
 
 
 def _settle(database: str, state: _State, asked: int | None) -> int | None:

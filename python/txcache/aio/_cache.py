@@ -261,7 +261,9 @@ class AsyncCacheDriver(CacheCore):
             if outdated or not catalog_known:
                 await _forget_prepared(connection)
             if self._known_context(connection) is None:
-                self._connection_contexts[connection] = await _pin_context(connection)
+                context = await _pin_context(connection)
+                self._connection_contexts[connection] = context
+                tokens.reaches(self.settings.dsn, context.database_identity)
         except BaseException:
             await self.release(connection)
             raise

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self
@@ -22,6 +21,7 @@ from txcache import _protocol as protocol
 from txcache._agent_follow import no_answer_yet
 from txcache._cache_core import gather_settings
 from txcache._config import Mode, Settings
+from txcache._open_caches import OpenCaches
 from txcache._pinset import PinPolicy
 from txcache._ring import NodeRing
 from txcache._serialize import Serializer
@@ -35,22 +35,14 @@ __all__ = ["AsyncCache", "connect", "default_cache"]
 
 log = logging.getLogger("txcache")
 
-_default: AsyncCache | None = None
+_open: OpenCaches[AsyncCache] = OpenCaches()
 
 
 def default_cache() -> AsyncCache | None:
     """The cache implicit async transactions use (an async cacheable function called
     outside any transaction): the last one :func:`connect` made in this process and not yet
     closed (a forked child starts without one)."""
-    return _default
-
-
-def _forget_default_in_child() -> None:
-    global _default
-    _default = None
-
-
-os.register_at_fork(after_in_child=_forget_default_in_child)
+    return _open.last()
 
 
 async def connect(
@@ -153,8 +145,7 @@ class AsyncCache(AsyncCacheDriver):
             self._spawn(self._ask_max_staleness())
         if self._auditor is not None:
             self._auditor.start()
-        global _default
-        _default = self
+        _open.opened(self)
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -172,9 +163,7 @@ class AsyncCache(AsyncCacheDriver):
         """Stop the auditor (dropping the checks not made yet) and the agent's refresher,
         end the parked database transactions, close node connections and the pool (a block
         still running gives its connection back as it ends)."""
-        global _default
-        if _default is self:
-            _default = None
+        _open.closed(self)
         if self.inherited():
             return  # its connections are the parent's
         self.closed = True  # a block that ends from now on gives its connection back
