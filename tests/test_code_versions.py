@@ -26,6 +26,7 @@ from library_fixtures import LibraryStack
 from txcache._code_hash import Scope, code_hash, code_units
 from txcache._config import Settings, load_settings
 from txcache._keys import CallKeys
+from txcache._open_caches import OpenCaches
 from txcache.errors import ConfigurationError
 
 DSN = "postgresql:///app"
@@ -744,7 +745,9 @@ def test_a_cacheable_functions_key_uses_the_default_caches_code_version(
     unversioned = f.key(1)
     settings = load_settings({"dsn": DSN, "code_version": "release-7"}, {})
     default = SimpleNamespace(settings=settings, last_context=lambda: None)  # no reading yet
-    monkeypatch.setattr(txcache._connect, "_default", default)
+    open_caches: OpenCaches[object] = OpenCaches()
+    open_caches.opened(default)
+    monkeypatch.setattr(txcache._connect, "_open", open_caches)
     versioned = f.key(1)
     assert versioned != unversioned
     assert versioned == f.keys.key((1,), {}, Settings(dsn=DSN, code_version="release-7"))

@@ -191,15 +191,18 @@ def test_tokens_are_kept_per_database_and_asked_once() -> None:
 def test_the_dsns_that_reach_one_database_share_their_tokens() -> None:
     """Two caches of one database under different DSNs (a tenant's search_path in
     ``options``, another host name for the server) read each other's writes; a DSN of
-    another database, or not yet known to reach one, is not held to them."""
+    another database, of a running copy of the cluster (its files cloned: same identifier
+    and oid, another WAL), or not yet known to reach one, is not held to them."""
 
     def body() -> None:
-        tokens.reaches("host=localhost dbname=a", ("cluster", 1))
-        tokens.reaches("host=127.0.0.1 dbname=a options=-csearch_path=t", ("cluster", 1))
-        tokens.reaches("host=localhost dbname=b", ("cluster", 2))
+        tokens.reaches("host=localhost dbname=a", ("cluster", 1, "started"))
+        tokens.reaches("host=127.0.0.1 dbname=a options=-csearch_path=t", ("cluster", 1, "started"))
+        tokens.reaches("host=localhost dbname=b", ("cluster", 2, "started"))
+        tokens.reaches("host=clone dbname=a", ("cluster", 1, "started later"))
         tokens.record(FakeCommit("host=localhost dbname=a", 100))
         assert tokens.floor("host=127.0.0.1 dbname=a options=-csearch_path=t") == 100
         assert tokens.floor("host=localhost dbname=b") is None
+        assert tokens.floor("host=clone dbname=a") is None
         assert tokens.floor("host=elsewhere dbname=a") is None
         tokens.record(FakeCommit("host=127.0.0.1 dbname=a options=-csearch_path=t", 120))
         assert tokens.floor("host=localhost dbname=a") == 120

@@ -245,7 +245,7 @@ class CacheDriver(CacheCore):
             if self._known_context(connection) is None:
                 context = _pin_context(connection)
                 self._connection_contexts[connection] = context
-                tokens.reaches(self.settings.dsn, context.database_identity)
+                tokens.reaches(self.settings.dsn, context.running_database)
         except BaseException:
             self.release(connection)
             raise

@@ -470,7 +470,7 @@ class CacheCore:
         if context is None or followed is None:
             return None
         if context.database_identity == (followed.system_identifier, followed.oid):
-            tokens.reaches(self.settings.dsn, context.database_identity)
+            tokens.reaches(self.settings.dsn, context.running_database)
             return context
         self._refuse(context, followed)
         return None

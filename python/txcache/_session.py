@@ -86,7 +86,8 @@ READ_CONTEXT = sql.SQL(
              FROM unnest(pg_catalog.current_schemas(true)) WITH ORDINALITY AS p(name, i)
              JOIN pg_catalog.pg_namespace n ON n.nspname = p.name
              WHERE p.name NOT LIKE 'pg\\_temp\\_%' ORDER BY p.i),
-       ARRAY(SELECT pg_catalog.current_setting(name, true) FROM unnest({names}::text[]) name)
+       ARRAY(SELECT pg_catalog.current_setting(name, true) FROM unnest({names}::text[]) name),
+       pg_catalog.pg_postmaster_start_time()::text
 FROM pg_catalog.pg_control_system() s, pg_catalog.pg_database d, pg_catalog.pg_roles r
 WHERE d.datname = pg_catalog.current_database() AND r.rolname = current_user"""
 ).format(names=_NAMES)
@@ -132,6 +133,10 @@ class SessionContext:
     """The schemas names resolve in (``current_schemas(true)``, as oids, in order)."""
     settings: tuple[tuple[str, str | None], ...]
     """Each of :data:`RESULT_SETTINGS` with its value."""
+    server_started: str = field(default="", compare=False)
+    """When the server answering started (``pg_postmaster_start_time()``): tells apart two
+    running copies of one cluster (a clone made from its files has its identifier). Not
+    part of the key: a restart changes nothing cached."""
     digest: bytes = field(init=False, repr=False)
     """The part of every cache key that names this context."""
 
@@ -155,6 +160,12 @@ class SessionContext:
         """The cluster and the database: what the agent must follow for this session's
         results to be invalidated."""
         return self.system_identifier, self.database_oid
+
+    @property
+    def running_database(self) -> tuple[str, int, str]:
+        """The database on the server running now: the DSNs whose sessions share it write
+        to one WAL, so their read-your-writes tokens compare."""
+        return self.system_identifier, self.database_oid, self.server_started
 
     def differences(self, other: SessionContext) -> list[str]:
         """What differs from ``other``, for a log line (``database``, ``role``,
@@ -182,7 +193,7 @@ def context_from_row(row: tuple[Any, ...] | None) -> SessionContext:
     """The :class:`SessionContext` of a :data:`READ_CONTEXT` row."""
     if row is None:
         raise ValueError("the session context query returned no row (no such role?)")
-    system, database_oid, database, role_oid, role, path, values = row
+    system, database_oid, database, role_oid, role, path, values, started = row
     return SessionContext(
         system_identifier=str(system),
         database_oid=int(database_oid),
@@ -191,6 +202,7 @@ def context_from_row(row: tuple[Any, ...] | None) -> SessionContext:
         role=str(role),
         search_path=tuple(int(oid) for oid in path),
         settings=tuple(zip(RESULT_SETTINGS, values, strict=True)),
+        server_started=str(started),
     )
 
 

@@ -157,16 +157,18 @@ async def _shared_floor_async(database: str) -> int | None:
     return shared.settled(database, [token, *asked], [])
 
 
-DatabaseIdentity = tuple[str, int]
-"""A database: its cluster's system identifier and its oid."""
+RunningDatabase = tuple[str, int, str]
+"""A database on a running server: its cluster's system identifier, its oid and when the
+server started (two running copies of one cluster's files share the first two, never
+their WAL)."""
 
-_reached: Mapping[str, DatabaseIdentity] = MappingProxyType({})
+_reached: Mapping[str, RunningDatabase] = MappingProxyType({})
 """The database each DSN reaches, as its cache's sessions found it. Replaced whole, never
 changed in place, so that readers need no lock."""
 _reached_lock = threading.Lock()
 
 
-def reaches(dsn: str, database: DatabaseIdentity) -> None:
+def reaches(dsn: str, database: RunningDatabase) -> None:
     """A cache on ``dsn`` reaches ``database``: the writes recorded under every DSN that
     reaches it count for each (two caches of one database — a tenant's ``options=-c
     search_path=…``, ``localhost`` and ``127.0.0.1`` — see each other's writes). Cheap when

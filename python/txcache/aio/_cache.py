@@ -263,7 +263,7 @@ class AsyncCacheDriver(CacheCore):
             if self._known_context(connection) is None:
                 context = await _pin_context(connection)
                 self._connection_contexts[connection] = context
-                tokens.reaches(self.settings.dsn, context.database_identity)
+                tokens.reaches(self.settings.dsn, context.running_database)
         except BaseException:
             await self.release(connection)
             raise
