@@ -265,6 +265,13 @@ def search(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"names": names, **transaction_of_request()})
 
 
+def category_of_name(request: HttpRequest, name: str) -> JsonResponse:
+    """An unmarked GET that writes as Django's update_or_create() does: it locks the row
+    first (``SELECT … FOR UPDATE``)."""
+    category, created = Category.objects.update_or_create(name=name, defaults={"name": name})
+    return JsonResponse({"id": category.id, "created": created, **transaction_of_request()})
+
+
 def unavailable(request: HttpRequest) -> JsonResponse:
     """A read whose snapshot is gone."""
     raise txcache.SnapshotUnavailable(
@@ -297,6 +304,7 @@ urlpatterns = [
     path("items/<int:item_id>/bypassed-price", set_price_bypassed),
     path("patient", patient),
     path("search", search),
+    path("categories/<str:name>", category_of_name),
     path("unavailable", unavailable),
     path("login", log_in),
     path("whoami", whoami),

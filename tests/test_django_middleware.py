@@ -234,6 +234,18 @@ def test_a_get_whose_session_auth_writes_runs_again_read_write(
     assert (again["user"], again["kind"], caplog.records) == ("", "read_only", [])
 
 
+def test_a_get_that_locks_rows_runs_again_read_write(
+    shop: DjangoShop, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``update_or_create()`` locks the row before it writes: refused in the read-only
+    transaction like the write itself, the request runs again read/write."""
+    with caplog.at_level(logging.WARNING, logger="txcache.django"):
+        page = Client().get("/categories/desks")
+    assert page.status_code == 200
+    assert (page.json()["created"], page.json()["kind"]) == (False, "read_write")
+    assert "SELECT … FOR UPDATE is not allowed" in caplog.records[0].getMessage()
+
+
 def test_a_get_whose_session_key_rotates_runs_again_read_write(shop: DjangoShop) -> None:
     client = logged_in()
     session = client.cookies["sessionid"].value

@@ -8,13 +8,16 @@ it. :func:`check_read_only` classifies every statement of a string with PostgreS
 parser (pglast) and refuses anything but:
 
 - ``SELECT``, ``VALUES``, ``TABLE``, ``WITH`` whose every ``WITH`` query is a ``SELECT``
-  (no data-modifying ``WITH``), without ``INTO`` and without a call of ``set_config`` or
-  of a session-level advisory lock function;
+  (no data-modifying ``WITH``), without ``INTO``, without a locking clause (``FOR UPDATE``,
+  ``FOR SHARE``, …: PostgreSQL refuses them in a read-only transaction, and refused here
+  they are a :class:`StatementNotAllowed` that a framework answers with a read/write
+  transaction, not a failed one) and without a call of ``set_config`` or of a
+  session-level advisory lock function;
 - ``EXPLAIN`` (with or without ``ANALYZE``) of such a statement;
 - ``SHOW``.
 
-``SELECT … FOR UPDATE`` is left to PostgreSQL's own read-only check, and so are writes
-hidden in functions a ``SELECT`` calls. A string that cannot be parsed is refused with the
+Writes hidden in functions a ``SELECT`` calls are left to PostgreSQL's own read-only
+check. A string that cannot be parsed is refused with the
 parser's message: nothing runs that could not be classified.
 
 The verdict is memoized per statement text (bounded), so the check costs one dictionary
@@ -48,6 +51,12 @@ _verdicts: dict[tuple[str, type], int | str] = {}
 """(statement text, type of its parameters) → how many statements it holds, or why it is
 refused. The parameters' type matters: with parameters psycopg rewrites placeholders."""
 
+_LOCKING = {
+    enums.LockClauseStrength.LCS_FORKEYSHARE: "FOR KEY SHARE",
+    enums.LockClauseStrength.LCS_FORSHARE: "FOR SHARE",
+    enums.LockClauseStrength.LCS_FORNOKEYUPDATE: "FOR NO KEY UPDATE",
+    enums.LockClauseStrength.LCS_FORUPDATE: "FOR UPDATE",
+}
 _READ_ONLY_REASON = "it writes or changes the database: use cache.read_write()"
 _TRANSACTION_REASON = "the transaction begins and ends with its `with cache.read_only()` block"
 _SETTING_REASON = (
@@ -304,6 +313,13 @@ def _node_refusal(node: Any) -> str | None:
         )
     if _is(node, ast.SelectStmt) and node.intoClause is not None:
         return f"SELECT … INTO is not allowed in a read-only transaction: {_READ_ONLY_REASON}"
+    if _is(node, ast.SelectStmt) and node.lockingClause:
+        strength = _LOCKING[node.lockingClause[0].strength]
+        return (
+            f"SELECT … {strength} is not allowed in a read-only transaction: it locks rows "
+            "for a write (update_or_create(), select_for_update(), with_for_update()): use "
+            "cache.read_write()"
+        )
     if _is(node, ast.FuncCall):
         name = node.funcname[-1].sval
         reason = _SESSION_FUNCTIONS.get(name)

@@ -171,10 +171,14 @@ def _routers(alias: str) -> list[CheckMessage]:
         Warning(
             f"DATABASE_ROUTERS is set: a query a router sends to another alias than "
             f"TXCACHE['DATABASE'] ({alias!r}) runs outside txcache transactions — refused "
-            "inside cacheable functions and for .txcache() querysets, and outside the "
-            "request's commit point elsewhere",
+            "inside cacheable functions and for .txcache() querysets when they run, and "
+            "outside the request's commit point elsewhere. A hit is not refused: its key "
+            f"names {alias!r}'s session, not the router's choice, so a router that chooses "
+            "per request (a tenant) would have one tenant served another's cached value",
             hint=f"Have the routers send the models read through the cache to {alias!r}, "
-            "then silence txcache.W004 (SILENCED_SYSTEM_CHECKS).",
+            "or make the router's choice part of every key (txcache.register_key_context("
+            "'tenant', <reader of the request's tenant>)); then silence txcache.W004 "
+            "(SILENCED_SYSTEM_CHECKS).",
             id="txcache.W004",
         )
     ]

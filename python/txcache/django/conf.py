@@ -234,14 +234,27 @@ class DjangoCache(txcache.Cache):
     def read_only(
         self, staleness: float | None = None, *, not_before: int | None = None
     ) -> ReadOnlyTransaction:
-        """:meth:`txcache.Cache.read_only`, refused inside a Django transaction."""
+        """:meth:`txcache.Cache.read_only`, refused inside a Django transaction and after
+        Django's own connection changed its session."""
         _refuse_in_django_transaction("read-only")
+        self._refuse_changed_session()
         return super().read_only(staleness, not_before=not_before)
 
     def read_write(self, *, isolation: str | None = None) -> ReadWriteTransaction:
-        """:meth:`txcache.Cache.read_write`, refused inside a Django transaction."""
+        """:meth:`txcache.Cache.read_write`, refused inside a Django transaction and after
+        Django's own connection changed its session."""
         _refuse_in_django_transaction("read/write")
+        self._refuse_changed_session()
         return super().read_write(isolation=isolation)
+
+    def _refuse_changed_session(self) -> None:
+        """Before any value is read: a hit would be served in the cache's session context
+        as surely as a miss computed (:meth:`DatabaseWrapper.refuse_changed_session`)."""
+        from txcache.django.db.base import DatabaseWrapper  # the backend imports this
+
+        wrapper = connections[self.database]
+        if isinstance(wrapper, DatabaseWrapper):
+            wrapper.refuse_changed_session()
 
 
 def _refuse_in_django_transaction(kind: str) -> None:

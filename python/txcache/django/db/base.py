@@ -54,6 +54,7 @@ from django.db.backends.postgresql.psycopg_any import get_adapters_template
 from psycopg.adapt import AdaptersMap
 
 from txcache import ReadOnlyTransaction, ReadWriteTransaction, Transaction, current_transaction
+from txcache._session_watch import reported_settings
 from txcache.django import conf, transactions
 from txcache.django.db import guards
 from txcache.django.db.binding import Params, bind_client_side
@@ -113,6 +114,7 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         self._outer_savepoint: str | None = None
         self._wrote_uncommitted = False  # a write in Django's own transaction, not committed
         self._changed_session: tuple[Any, str] | None = None  # (its connection, the SET)
+        self._reported: tuple[bytes | None, ...] = ()  # as Django left its connection's session
         self.execute_wrappers.append(self._guard)
 
     # -- the route -------------------------------------------------------------------------
@@ -132,13 +134,15 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         if current is not None:
             current = self._usable(current)
         if current is not None:
-            self._refuse_changed_session()
+            self.refuse_changed_session()
         if self._began_on is None and self.connection is None:
             # Its connection was closed in it (and dropped at its atomic() block's end): that
             # transaction is over, rolled back by the server.
             self._began_on = _IDLE
             self._wrote_uncommitted = False
         if self._began_on is not _IDLE and self._began_on is not current:
+            if self._began_on is not None and not self.in_atomic_block:
+                self._end_outlived_transaction(current)
             raise TransactionError(
                 "this Django transaction (an atomic() block, or autocommit turned off) began "
                 f"{_where(self._began_on)} and is used {_where(current)}: a Django "
@@ -146,6 +150,21 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
                 "outside any)"
             )
         return current
+
+    def _end_outlived_transaction(self, current: Transaction | None) -> None:
+        """Forget a Django transaction whose txcache transaction ended under it — an
+        ``atomic()`` block left after the block it began in, as a generator can — and refuse
+        the statement that ends it: its savepoint was committed or rolled back with that
+        transaction, whatever this end says. Forgotten, so that the thread goes on."""
+        began_on = self._began_on
+        self._began_on = _IDLE
+        self._outer_savepoint = None
+        raise TransactionError(
+            f"this Django transaction (an atomic() block, or autocommit turned off) began "
+            f"{_where(began_on)}, which ended before it, and ends {_where(current)}: what it "
+            "did was committed or rolled back with that txcache transaction. End the atomic() "
+            "block inside the txcache block it began in"
+        )
 
     @functools.cached_property
     def routed(self) -> bool:
@@ -192,15 +211,38 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         result = execute(sql, params, many, context)
         if current is None and self.routed:
             self._note_write(sql, params, many)
-            if changes_settings(sql, params):
-                self._changed_session = (self.connection, sql)
+            self._note_session_change(sql, params)
         return result
 
-    def _refuse_changed_session(self) -> None:
-        """Refuse a txcache transaction's statements after Django's own (still open)
-        connection changed a session setting: they run on the cache's pooled connections,
-        which the setting does not reach — a tenant middleware's ``SET search_path`` would
-        leave every tenant reading the cache's schemas, silently."""
+    def _note_session_change(self, sql: str, params: Any) -> None:
+        """Remember a statement of Django's own connection that changed its session: a
+        ``SET`` or ``set_config`` seen in it, or one whose change PostgreSQL reports (a
+        ``DO`` block's or a function's ``set_config`` of ``search_path`` from version 18,
+        of the time zone or the role in any)."""
+        noted = self._changed_session
+        if noted is not None and noted[0] is self.connection:
+            return  # the first statement that changed it is the one to name
+        if changes_settings(sql, params) or reported_settings(self.connection) != self._reported:
+            self._changed_session = (self.connection, sql)
+
+    def init_connection_state(self) -> None:
+        """Django's; the session as it leaves it is the one txcache transactions match."""
+        super().init_connection_state()
+        self._reported = reported_settings(self.connection)
+
+    def ensure_timezone(self) -> bool:
+        """Django's (a changed ``TIME_ZONE``: the cache follows it too)."""
+        changed: bool = super().ensure_timezone()
+        if self.connection is not None:
+            self._reported = reported_settings(self.connection)
+        return changed
+
+    def refuse_changed_session(self) -> None:
+        """Refuse a txcache transaction — as it begins, and at each statement — after
+        Django's own (still open) connection changed a session setting: it runs on the
+        cache's pooled connections, which the setting does not reach — a tenant
+        middleware's ``SET search_path`` would leave every tenant reading the cache's
+        schemas, hits and misses alike, silently."""
         changed = self._changed_session
         if changed is None or changed[0] is not self.connection or self.connection is None:
             return
