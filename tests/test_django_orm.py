@@ -21,6 +21,7 @@ import txcache
 import txcache.django
 from django_fixtures import CHANGED, Category, DjangoShop, Item, start_shop
 from txcache._columns import ROWS, column_bit, split_tag, with_columns
+from txcache.django import conf
 from txcache.django.db.cursor import TransactionCursor
 from txcache.stack import EmbeddedPostgres, wait_until
 
@@ -402,6 +403,24 @@ def test_another_database_inside_a_cacheable_function_is_refused(shop: DjangoSho
     assert sum(plain_price.stats.inserts.values()) == 0
     with txcache.django.read_write():  # cacheable functions run uncached: nothing to refuse
         assert plain_price(1) == 10
+
+
+def test_a_cacheable_call_before_any_cache_connects_the_process_s_cache(
+    shop: DjangoShop,
+) -> None:
+    """A worker or a management command that never asked for the cache: its first
+    cacheable call outside any transaction connects the process's cache, and is cached."""
+    conf.close()
+    assert txcache.default_cache() is None
+    assert price_of(2) == 20  # an implicit transaction
+    assert isinstance(txcache.default_cache(), conf.DjangoCache)
+
+    def hit() -> bool:
+        runs.clear()
+        assert price_of(2) == 20
+        return not runs
+
+    wait_until(hit, "an implicit cacheable call that hits", timeout=20)
 
 
 def test_a_cursor_made_before_a_txcache_transaction_is_refused_inside_it(shop: DjangoShop) -> None:

@@ -61,9 +61,9 @@ class CacheableFunction(CacheableBase[P, R]):
         self.function = function
 
     def _default_cache(self) -> Cache | None:
-        from txcache._connect import default_cache  # the cache module imports this one
+        from txcache._connect import implicit_cache  # the cache module imports this one
 
-        return default_cache()
+        return implicit_cache()
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Self
 
@@ -29,7 +29,7 @@ from txcache._replica_connection import ReplicaConnection
 from txcache._ring import NodeRing
 from txcache._serialize import Serializer
 
-__all__ = ["Cache", "connect", "default_cache"]
+__all__ = ["Cache", "connect", "default_cache", "implicit_cache", "provide_default_cache"]
 
 log = logging.getLogger("txcache")
 
@@ -40,6 +40,19 @@ def default_cache() -> Cache | None:
     """The cache implicit transactions use: the last one :func:`connect` made in this
     process and not yet closed (a forked child starts without one)."""
     return _open.last()
+
+
+def implicit_cache() -> Cache | None:
+    """The cache an implicit transaction begins in: :func:`default_cache`, else the one
+    the provider a framework registered makes (:func:`provide_default_cache`)."""
+    return _open.default()
+
+
+def provide_default_cache(provider: Callable[[], Cache] | None) -> None:
+    """Have ``provider()`` make (or find) the cache of implicit transactions while no cache
+    is open — a framework's process cache, connected at the first cacheable call of a
+    worker or a script that never asked for it; ``None`` forgets it."""
+    _open.provider = provider
 
 
 def connect(

@@ -12,7 +12,9 @@ integration"). Stable within a release; not for application code.
   would; :func:`leaves_session_alone` and :func:`changes_settings`: what a statement does
   to its session, for one whose session the library's transactions do not share.
 - **Cacheable calls.** :func:`run_directly_when`: a condition under which a call outside any
-  transaction runs its function directly (Django's ``atomic()`` on its own connection).
+  transaction runs its function directly (Django's ``atomic()`` on its own connection);
+  :func:`provide_default_cache`: what makes the cache of such calls while none is open (the
+  framework's process cache, in a worker or a script that never asked for it).
 - **Read-your-writes.** :mod:`tokens <txcache._tokens>`: record a write committed outside
   txcache's transactions (``tokens.wrote_elsewhere``), give a request its own state
   (``tokens.scope``, ``tokens.advance``), hand its client the token (``tokens.floor``). A
@@ -29,6 +31,7 @@ from txcache import _tokens as tokens
 from txcache._cacheable_base import run_directly_when
 from txcache._commit import CommitRecord
 from txcache._config import load_settings
+from txcache._connect import provide_default_cache
 from txcache._current import Params, Row
 from txcache._read_only_core import ReadOnlyCore
 from txcache._resp import parse_address
@@ -47,6 +50,7 @@ __all__ = [
     "leaves_session_alone",
     "load_settings",
     "parse_address",
+    "provide_default_cache",
     "run_directly_when",
     "tokens",
     "view_stats",

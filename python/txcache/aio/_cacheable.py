@@ -61,9 +61,9 @@ class AsyncCacheableFunction(CacheableBase[P, R]):
         self.function = function
 
     def _default_cache(self) -> AsyncCache | None:
-        from txcache.aio._connect import default_cache  # the cache module imports this one
+        from txcache.aio._connect import implicit_cache  # the cache module imports this one
 
-        return default_cache()
+        return implicit_cache()
 
     async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         try:

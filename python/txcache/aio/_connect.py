@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Self
 
@@ -31,7 +31,7 @@ from txcache.aio._cache import AsyncCacheDriver
 from txcache.aio._parking_watchdog import ParkingWatchdog
 from txcache.aio._replica_connection import AsyncReplicaConnection
 
-__all__ = ["AsyncCache", "connect", "default_cache"]
+__all__ = ["AsyncCache", "connect", "default_cache", "implicit_cache", "provide_default_cache"]
 
 log = logging.getLogger("txcache")
 
@@ -43,6 +43,18 @@ def default_cache() -> AsyncCache | None:
     outside any transaction): the last one :func:`connect` made in this process and not yet
     closed (a forked child starts without one)."""
     return _open.last()
+
+
+def implicit_cache() -> AsyncCache | None:
+    """The cache an implicit async transaction begins in: :func:`default_cache`, else the
+    one the provider a framework registered makes (:func:`provide_default_cache`)."""
+    return _open.default()
+
+
+def provide_default_cache(provider: Callable[[], AsyncCache] | None) -> None:
+    """Have ``provider()`` make (or find) the cache of implicit async transactions while
+    none is open; ``None`` forgets it."""
+    _open.provider = provider
 
 
 async def connect(
