@@ -16,6 +16,7 @@ from django.core.checks import run_checks
 from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 from django.db.backends.postgresql import psycopg_any
+from django.db.backends.signals import connection_created
 from django.test import override_settings
 from psycopg.conninfo import conninfo_to_dict
 
@@ -116,6 +117,9 @@ def test_the_txcache_setting_is_checked(shop: DjangoShop) -> None:
     unconnected = {key: value for key, value in current.items() if key != "AGENT"}
     assert messages(TXCACHE=unconnected) == ["txcache.W001"]
     assert messages(TXCACHE={**unconnected, "MODE": "bypass"}) == []
+    name = settings.DATABASES["default"]["NAME"]
+    assert messages(TXCACHE={**current, "DSN": f"host=127.0.0.1 dbname={name}"}) == []
+    assert messages(TXCACHE={**current, "DSN": "dbname=elsewhere"}) == ["txcache.E011"]
 
 
 def test_the_database_is_checked(shop: DjangoShop, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,6 +173,21 @@ def test_a_middleware_answering_exceptions_below_it_is_warned_about(shop: Django
     order = list(settings.MIDDLEWARE)
     assert messages(MIDDLEWARE=[*order, f"{__name__}.AnswerErrors"]) == ["txcache.W005"]
     assert messages(MIDDLEWARE=[f"{__name__}.AnswerErrors", *order]) == []  # above: seen
+
+
+def set_tenant_schema(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """A ``connection_created`` receiver as a tenant package writes it."""
+
+
+def test_a_connection_created_receiver_is_warned_about(shop: DjangoShop) -> None:
+    connection_created.connect(set_tenant_schema)
+    try:
+        found = run_checks(tags=["txcache"])
+    finally:
+        connection_created.disconnect(set_tenant_schema)
+    assert [message.id for message in found] == ["txcache.W006"]
+    assert f"{__name__}.set_tenant_schema" in found[0].msg
+    assert messages() == []
 
 
 def test_database_routers_are_warned_about(shop: DjangoShop) -> None:

@@ -14,19 +14,24 @@ as Django's own checks do): nothing connects to the database, the nodes or the a
 ``txcache.E008``   a library setting is malformed (``txcache.ConfigurationError``)
 ``txcache.E009``   ``SESSION_SAVE_EVERY_REQUEST`` with database sessions and the middleware
 ``txcache.E010``   ``TOKEN_MAX_AGE`` is shorter than ``STALENESS`` or a view's staleness
+``txcache.E011``   ``TXCACHE["DSN"]`` names another database than the alias's ``NAME``
 ``txcache.W001``   no cache nodes or no agent: every transaction runs uncached
 ``txcache.W002``   ``SessionMiddleware`` (database sessions) comes before the middleware
 ``txcache.W003``   ``ATOMIC_REQUESTS`` on the txcache database with the middleware
 ``txcache.W004``   ``DATABASE_ROUTERS`` is set (a router may take queries to another alias)
 ``txcache.W005``   a middleware below the txcache one handles view exceptions
+``txcache.W006``   a ``connection_created`` receiver (its session changes miss txcache's
+                   connections)
 =================  ======================================================================
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import psycopg
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
@@ -57,7 +62,7 @@ def _settings() -> conf.TxcacheSettings | None:
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """E001, E008, E010, W001: the ``TXCACHE`` setting and the library settings it
+    """E001, E008, E010, E011, W001: the ``TXCACHE`` setting and the library settings it
     gives."""
     try:
         chosen = conf.txcache_settings()
@@ -69,7 +74,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         library = conf.library_settings(chosen)
     except (ConfigurationError, ImproperlyConfigured) as error:
         return [Error(str(error), hint="See docs/settings.md.", id="txcache.E008")]
-    messages: list[CheckMessage] = []
+    messages = _dsn_database(chosen)
     if chosen.token_max_age < library.staleness:
         messages.append(_token_outlived("STALENESS", chosen.token_max_age, library.staleness))
     if library.mode != "bypass" and (not library.nodes or library.agent is None):
@@ -83,6 +88,27 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     return messages
+
+
+def _dsn_database(chosen: conf.TxcacheSettings) -> list[CheckMessage]:
+    """E011: a ``DSN`` given must reach the alias's database (host names may differ: a
+    pooler, another name for the server)."""
+    given = chosen.library.get("dsn")
+    if given is None or conf.on_test_database(chosen.database):
+        return []  # on a test database, a DSN given takes the alias's NAME
+    named = psycopg.conninfo.conninfo_to_dict(str(given)).get("dbname")
+    expected = settings.DATABASES[chosen.database].get("NAME")
+    if not named or not expected or named == expected:
+        return []
+    return [
+        Error(
+            f"TXCACHE['DSN'] names the database {named!r}, DATABASES[{chosen.database!r}] "
+            f"names {expected!r}: the ORM would read one outside txcache transactions and "
+            "the other inside",
+            hint="Give the DSN the alias's NAME, or leave DSN out (it is made from DATABASES).",
+            id="txcache.E011",
+        )
+    ]
 
 
 def _token_outlived(what: str, max_age: float, staleness: float) -> CheckMessage:
@@ -161,7 +187,56 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     messages += _psycopg()
     messages += _options(alias, found)
     messages += _routers(alias)
+    messages += _connection_receivers()
     return messages
+
+
+# Receivers of connection_created that change nothing txcache's connections need:
+# txcache's own guard, and django.contrib.postgres's type registration (hstore, citext: a
+# known limit, docs/django.md).
+_KNOWN_RECEIVERS = frozenset(
+    (
+        "txcache.django.db.guards._install",
+        "django.contrib.postgres.signals.register_type_handlers",
+    )
+)
+
+
+def _connection_receivers() -> list[CheckMessage]:
+    """W006: what a ``connection_created`` receiver does to Django's own connection (a
+    ``SET search_path``, a ``SET ROLE``) never reaches the cache's pooled connections,
+    where the ORM's statements run inside txcache transactions."""
+    from django.db.backends.signals import connection_created
+
+    unknown = sorted(
+        name for name in map(_receiver_name, connection_created.receivers)
+        if name is not None and name not in _KNOWN_RECEIVERS
+    )  # fmt: skip
+    if not unknown:
+        return []
+    return [
+        Warning(
+            f"connection_created has receivers ({', '.join(unknown)}): what they do to a "
+            "new Django connection does not happen on txcache's pooled connections, where "
+            "the ORM's statements run inside txcache transactions",
+            hint="Give session settings to the database instead (OPTIONS['options'] = "
+            "'-c search_path=…', ALTER ROLE … SET); then silence txcache.W006.",
+            id="txcache.W006",
+        )
+    ]
+
+
+def _receiver_name(entry: tuple[Any, ...]) -> str | None:
+    """The dotted name of a receiver of a Django signal's ``receivers`` list (``None``:
+    garbage-collected)."""
+    receiver = entry[1]
+    if isinstance(receiver, weakref.ReferenceType):
+        receiver = receiver()
+    if receiver is None:
+        return None
+    function = getattr(receiver, "__func__", receiver)
+    module = getattr(function, "__module__", type(function).__module__)
+    return f"{module}.{getattr(function, '__qualname__', type(function).__qualname__)}"
 
 
 def _routers(alias: str) -> list[CheckMessage]:

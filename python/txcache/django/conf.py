@@ -353,6 +353,11 @@ def close() -> None:
     _close(_take(alias=None))
 
 
+def on_test_database(alias: str) -> bool:
+    """Whether Django's test runner has the ``DATABASES`` alias on a test database now."""
+    return alias in _on_test_database
+
+
 def move_alias(alias: str, *, test_database: bool) -> None:
     """Django's test runner moves the ``DATABASES`` alias ``alias`` to another database —
     a test database (``test_database``) or the original again — or clones or drops the
