@@ -342,6 +342,34 @@ def test_a_second_up_on_the_same_env_file_is_refused(stack: tuple[Up, dict[str, 
     assert up.env_file.exists()
 
 
+def test_a_stack_on_a_second_database_of_the_cluster_takes_a_slot_of_its_own(
+    stack: tuple[Up, dict[str, str]], tmp_path: Path
+) -> None:
+    """``txcache up --dsn`` of another database of a cluster a stack follows: the slot's
+    name is taken (slots are the cluster's), the error says to choose another ``--slot``,
+    and ``up`` takes one."""
+    _, settings = stack
+    with psycopg.connect(settings["TXCACHE_DSN"], autocommit=True) as admin:
+        admin.execute("CREATE DATABASE second_shop")
+    dsn = psycopg.conninfo.make_conninfo(settings["TXCACHE_DSN"], dbname="second_shop")
+    (tmp_path / "taken").mkdir()
+    taken = Up(tmp_path / "taken", "--dsn", dsn, "--nodes", "1")
+    assert taken.process.wait(START_TIMEOUT) == 1
+    assert "choose another --slot" in taken.stderr(), taken.stderr()
+    taken.stop()
+    (tmp_path / "second").mkdir()
+    second = Up(tmp_path / "second", "--dsn", dsn, "--nodes", "1", "--slot", "second_shop")
+    try:
+        assert "dbname=second_shop" in second.wait_ready()["TXCACHE_DSN"]
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            slots = "SELECT active FROM pg_replication_slots WHERE slot_name = 'second_shop'"
+            wait_until(lambda: conn.execute(slots).fetchone() == (True,), "the second slot used")
+    finally:
+        assert second.stop() == 0, second.stderr()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot('second_shop')")  # WAL it would keep
+
+
 def test_settings_are_shell_quoted_and_exported_with_shell() -> None:
     settings = {"TXCACHE_DSN": "host=db user=app", "TXCACHE_NODES": "127.0.0.1:1"}
     assert format_settings(settings) == "TXCACHE_DSN='host=db user=app'\nTXCACHE_NODES=127.0.0.1:1"

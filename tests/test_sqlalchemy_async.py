@@ -7,6 +7,7 @@ own, read one commit point while a writer commits; and the refusals."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 import pytest
@@ -213,3 +214,27 @@ def test_a_sessionmaker_begin_block_commits_in_sqlalchemys_own_task(alib: AsyncL
     assert token is not None
     rows = alib.lib.admin.execute("SELECT id, name FROM users WHERE id >= 60 ORDER BY id")
     assert rows.fetchall() == [(60, "from begin()"), (62, "flushed here")]
+
+
+def test_a_refused_connection_option_gives_the_connection_back(
+    alib: AsyncLib, caplog: pytest.LogCaptureFixture
+) -> None:
+    """AUTOCOMMIT and ``postgresql_readonly`` are refused as the connection is checked out;
+    the connection goes back (the pool whole, SQLAlchemy's garbage collector finds nothing
+    left checked out)."""
+
+    async def body(cache: AsyncCache) -> None:
+        engine = txsa.create_async_engine(cache)
+        refused = {"isolation_level": "AUTOCOMMIT", "postgresql_readonly": True}
+        try:
+            for option, value in refused.items():
+                optioned = engine.execution_options(**{option: value})
+                with pytest.raises(txcache.TransactionError):
+                    async with optioned.connect() as conn:
+                        await conn.execute(select(Item.id))
+        finally:
+            await engine.dispose()
+
+    run(alib, body)
+    gc.collect()
+    assert [record.getMessage() for record in caplog.records if "garbage" in record.msg] == []

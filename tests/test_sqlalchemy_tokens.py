@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy
 from sqlalchemy import select, text, update
@@ -273,3 +274,36 @@ def test_an_async_token_ahead_of_the_database_reads_the_newest_state(
     with caplog.at_level("WARNING", logger="txcache"):
         run(alib, body)
     assert "lies after everything" in caplog.text
+
+
+def test_commit_timestamp_of_what_has_no_token_is_a_type_error(
+    lib: LibraryStack, sync_engine: sqlalchemy.Engine, alib: AsyncLib
+) -> None:
+    """A connection of a stock engine, the other driver's session or connection, or
+    anything else: a ``TypeError`` that says what to pass — never a silent ``None``."""
+    stock = sqlalchemy.create_engine(
+        "postgresql+psycopg://", creator=lambda: psycopg.connect(lib.dsn)
+    )
+    with stock.connect() as conn, pytest.raises(TypeError, match="did not make"):
+        txsa.commit_timestamp(conn)
+    stock.dispose()
+    with pytest.raises(TypeError, match="not str"):
+        txsa.commit_timestamp("a token")  # type: ignore[arg-type]
+    with sync_engine.connect() as conn, txsa.Session(sync_engine) as session:
+        for sync_target in (conn, session):
+
+            async def ask(cache: AsyncCache, target: Any = sync_target) -> int | None:
+                return await txsa.commit_timestamp_async(target)
+
+            with pytest.raises(TypeError, match=r"call commit_timestamp\(\)"):
+                alib.run(ask)
+
+    async def body(cache: AsyncCache, made: AsyncEngine) -> None:
+        async with made.connect() as conn, txsa.AsyncSession(made) as session:
+            for target in (conn, session):
+                with pytest.raises(TypeError, match=r"await commit_timestamp_async\(\)"):
+                    txsa.commit_timestamp(target)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="not int"):
+            await txsa.commit_timestamp_async(7)  # type: ignore[arg-type]
+
+    run(alib, body)

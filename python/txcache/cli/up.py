@@ -34,7 +34,7 @@ from typing import Any
 
 from txcache import _validate as validate
 from txcache._postgres import SYSTEM_USER, find_postgres_bin
-from txcache.cli._arguments import checked, duration_text, size_text
+from txcache.cli._arguments import add_slot, checked, duration_text, size_text
 from txcache.cli._supervise import Supervisor
 from txcache.cli._units import DURATION_FORMS, SIZE_FORMS
 from txcache.stack import PartFailed, Stack, StackOptions, StartInterrupted
@@ -110,6 +110,7 @@ def add_parser(subparsers: Any) -> None:
         help="keep the embedded PostgreSQL's cluster here and reuse it next time "
         "(default: a temporary directory, removed at exit)",
     )
+    add_slot(parser)  # a second stack on one database needs its own
     parser.add_argument(
         "--schema",
         dest="schemas",
@@ -242,6 +243,7 @@ def _options(args: argparse.Namespace) -> StackOptions:
         dsn=args.dsn,
         data_dir=args.data_dir,
         schemas=tuple(args.schemas or ["public"]),
+        slot=args.slot,
         password=args.password,
         metrics_port_base=args.metrics_port,
         isolate_signals=True,

@@ -34,6 +34,7 @@ __all__ = [
     "commit_timestamp_async",
     "connection_record",
     "last_commit",
+    "made_by_txcache",
 ]
 
 COMMITTED = "txcache_transaction"
@@ -47,6 +48,15 @@ commit, not the session's, is the one a token names."""
 _connections: weakref.WeakKeyDictionary[sqlalchemy.Connection, dict[str, Any]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+_engines: weakref.WeakSet[sqlalchemy.Engine] = weakref.WeakSet()
+
+
+def made_by_txcache(engine: sqlalchemy.Engine) -> None:
+    """``engine`` (an async engine's ``sync_engine``) is txcache's: its connections' commits
+    have tokens."""
+    _engines.add(engine)
 
 
 def connection_record(connection: sqlalchemy.Connection) -> MutableMapping[str, Any]:
@@ -91,9 +101,20 @@ async def commit_timestamp_async(
     :func:`~txcache.sqlalchemy.create_async_engine` engine, awaited."""
     if isinstance(target, sqlalchemy_asyncio.AsyncSession):
         committed = last_commit(target.sync_session.info)
-    else:
+    elif isinstance(target, sqlalchemy_asyncio.AsyncConnection):
+        _require_txcache_engine("commit_timestamp_async()", target.sync_engine)
         connection = target.sync_connection
         committed = None if connection is None else last_commit(_info(connection))
+    elif isinstance(target, sqlalchemy.orm.Session | sqlalchemy.Connection):
+        raise TypeError(
+            "commit_timestamp_async() of a sync session or connection: call "
+            "commit_timestamp() (no await)"
+        )
+    else:
+        raise TypeError(
+            "commit_timestamp_async() takes an AsyncSession or an AsyncConnection of a "
+            f"txcache.sqlalchemy.create_async_engine() engine, not {type(target).__name__}"
+        )
     if committed is None:
         return None
     if not isinstance(committed, AsyncReadWriteTransaction):
@@ -102,6 +123,27 @@ async def commit_timestamp_async(
 
 
 def _info(target: sqlalchemy.orm.Session | sqlalchemy.Connection) -> Mapping[str, Any]:
+    """Where ``target``'s commits are recorded; a ``TypeError`` for what has none."""
     if isinstance(target, sqlalchemy.orm.Session):
         return target.info
-    return _connections.get(target, {})
+    if isinstance(target, sqlalchemy.Connection):
+        _require_txcache_engine("commit_timestamp()", target.engine)
+        return _connections.get(target, {})
+    if isinstance(target, sqlalchemy_asyncio.AsyncSession | sqlalchemy_asyncio.AsyncConnection):
+        raise TypeError(
+            "commit_timestamp() of an async session or connection: await "
+            "commit_timestamp_async() (or the AsyncSession's commit_timestamp())"
+        )
+    raise TypeError(
+        "commit_timestamp() takes a Session or a Connection of a "
+        f"txcache.sqlalchemy.create_engine() engine, not {type(target).__name__}"
+    )
+
+
+def _require_txcache_engine(function: str, engine: sqlalchemy.Engine) -> None:
+    if engine not in _engines:
+        raise TypeError(
+            f"{function} of a connection of an engine txcache.sqlalchemy did not make: its "
+            "commits are not txcache transactions, and have no token (make the engine "
+            "with txcache.sqlalchemy.create_engine() / create_async_engine())"
+        )

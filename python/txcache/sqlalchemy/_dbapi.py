@@ -113,6 +113,10 @@ class Facade(Generic[T]):
         """The record of the Core connection that began its transaction on this facade
         (:func:`txcache.sqlalchemy._commits.connection_record`), handed the same."""
         self._isolation: str | None = None
+        self._refused: dict[str, str] = {}
+        """What SQLAlchemy set that txcache cannot honour, by setting: raised at the next
+        statement, not as it is set — set while the Core connection is being made, a
+        raise would leave the connection checked out (the async pool cannot end it)."""
         self._joined: T | None = None
         self._owned: T | None = None
         self._savepoint: str | None = None
@@ -138,12 +142,14 @@ class Facade(Generic[T]):
         self.set_autocommit(value)
 
     def set_autocommit(self, value: bool) -> None:
-        """Refuses ``True``: every statement runs in a txcache transaction."""
-        if value:
-            raise TransactionError(
-                "txcache's SQLAlchemy connections run every statement in a txcache "
-                "transaction: the AUTOCOMMIT isolation level is not supported"
-            )
+        """Refuses ``True`` (at the next statement): every statement runs in a txcache
+        transaction."""
+        self._refuse(
+            "autocommit",
+            value,
+            "txcache's SQLAlchemy connections run every statement in a txcache "
+            "transaction: the AUTOCOMMIT isolation level is not supported",
+        )
 
     @property
     def isolation_level(self) -> str | None:
@@ -170,12 +176,20 @@ class Facade(Generic[T]):
         self.set_read_only(value)
 
     def set_read_only(self, value: bool) -> None:
-        """Refuses ``True``: read in a ``cache.read_only()`` block instead."""
+        """Refuses ``True`` (at the next statement): read in a ``cache.read_only()`` block
+        instead."""
+        self._refuse(
+            "read_only",
+            value,
+            "postgresql_readonly is not supported: run the session inside "
+            "`cache.read_only()`, which reads at a pinned snapshot through the cache",
+        )
+
+    def _refuse(self, setting: str, value: bool, refusal: str) -> None:
         if value:
-            raise TransactionError(
-                "postgresql_readonly is not supported: run the session inside "
-                "`cache.read_only()`, which reads at a pinned snapshot through the cache"
-            )
+            self._refused[setting] = refusal
+        else:
+            self._refused.pop(setting, None)
 
     @property
     def deferrable(self) -> bool:
@@ -295,6 +309,8 @@ class Facade(Generic[T]):
         statement (the module docstring)."""
         if self.closed:
             raise psycopg.InterfaceError("the connection is closed")
+        for refusal in self._refused.values():
+            raise TransactionError(refusal)
         if self._owned is not None:
             if current_transaction() is not None:
                 raise TransactionError(_OWN_TRANSACTION_IN_BLOCK)

@@ -31,6 +31,7 @@ from txcache.sqlalchemy._commits import (
     commit_timestamp,
     commit_timestamp_async,
     connection_record,
+    made_by_txcache,
 )
 from txcache.sqlalchemy._dbapi import EngineTypes, Facade
 from txcache.sqlalchemy._drivers import AsyncTxcacheConnection, TxcacheConnection
@@ -99,6 +100,7 @@ def _listen(engine: sqlalchemy.Engine) -> None:
     """Hook the engine's facades to SQLAlchemy's events: the end of ``connect`` and a Core
     connection's ``begin``."""
     dialect = engine.dialect
+    made_by_txcache(engine)
 
     def connected(dbapi_connection: Any, _record: Any) -> None:
         # The pool's `connect` event, last of its listeners: the dialect initialised on the
