@@ -368,6 +368,23 @@ def test_errors_of_the_database_reach_sqlalchemy_as_its_own(shop: Shop) -> None:
         assert tx.failed  # txcache's rule: a failed statement fails the read-only block
 
 
+def test_the_plain_data_helpers_say_what_they_take(shop: Shop) -> None:
+    """Rows to ``to_dict``, instances to ``dicts``/``rows``: a ``TypeError`` naming the
+    helper to use, not SQLAlchemy's own error from deep inside."""
+    with shop.lib.cache.read_only(staleness=60), shop.Session() as s:
+        row = s.execute(select(Item.id, Item.name).where(Item.id == 1)).one()
+        with pytest.raises(TypeError, match=r"to_dict\(\) takes an ORM instance.*dicts"):
+            txsa.to_dict(row)
+        with pytest.raises(TypeError, match="mapped class"):
+            txsa.to_dict(Item)
+        instances = s.scalars(select(Item).where(Item.id == 1)).all()
+        for helper in (txsa.dicts, txsa.rows):
+            with pytest.raises(TypeError, match=r"got a Item: to_dict\(\) each instance"):
+                helper(instances)  # type: ignore[arg-type]
+        assert txsa.dicts([row]) == [{"id": 1, "name": "item 1"}]
+        assert txsa.to_dict(instances[0])["id"] == 1
+
+
 def test_the_public_names() -> None:
     assert sorted(txsa.__all__) == [
         "AsyncSession",
