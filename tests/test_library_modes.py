@@ -136,7 +136,7 @@ def test_the_protocol_client_names_are_exactly_these() -> None:
         *("parse_fields", "integer_fields", "Hit", "Miss", "Interval", "Stored"),
         *("NodeStatus", "agent_status", "agent_role", "pins", "pin", "commit_lsn", "tag_columns"),
         *("CatalogVersion", "barrier", "Barrier", "database", "DatabaseIdentity", "nodes"),
-        "standby_pins",
+        *("standby_pins", "agent_standbys"),
     }
     for name in txcache.protocol.__all__:
         assert getattr(txcache.protocol, name) is not None

@@ -6,7 +6,9 @@ standby cannot serve them."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import io
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +22,8 @@ from async_fixtures import AsyncLib
 from library_fixtures import AGENT_ARGS, LibraryStack
 from txcache import aio
 from txcache.aio import AsyncCache
+from txcache.cli import status
+from txcache.cli._probe import probe_agent
 from txcache.stack import EmbeddedPostgres, ReplicatedPostgres, wait_until
 
 STANDBY = "s1"
@@ -94,6 +98,30 @@ def test_two_standbys_share_the_misses_each_at_exactly_its_pin_s_commit_point(
     with standby_stack(pair, "--standby", f"s2={second.dsn}", replicas={"s2": second.dsn}) as lib:
         wait_for_standby_pin(lib)
         exact_readings_under_commits(lib.cache, pair.primary.dsn, {STANDBY: 20, "s2": 20})
+        report = probe_agent(lib.agent_address)
+        assert list(report.standbys) == [STANDBY, "s2"], report
+        text = status_text(lib)
+        assert f"  standbys       {STANDBY} " in text, text
+        assert ", s2 " in text, text
+
+
+def status_text(lib: LibraryStack) -> str:
+    """What ``txcache status`` prints for ``lib``'s nodes and agent."""
+    arguments = argparse.Namespace(
+        nodes=lib.node_addresses,
+        agent=[lib.agent_address],
+        metrics=[],
+        dsn=None,
+        slot="txcache",
+        password=None,
+        tls_ca=None,
+        timeout=5.0,
+        json=False,
+    )
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status.run(arguments)
+    return printed.getvalue()
 
 
 def test_a_standby_on_another_timeline_than_the_stream_gives_no_pins() -> None:

@@ -31,7 +31,7 @@ For a bench or a tool, :func:`connect` and the command functions are the whole i
 returns the reply as hiredis parses it. Nodes: :func:`txget`, :func:`txset`,
 :func:`txinterval`, :func:`txstatus`, :func:`delete`, :func:`info`; the agent:
 :func:`pins`, :func:`pin`, :func:`commit_lsn`, :func:`tag_columns`, :func:`barrier`,
-:func:`database`, :func:`agent_status`, :func:`agent_role`.
+:func:`database`, :func:`agent_status`, :func:`agent_role`, :func:`agent_standbys`.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ __all__ = [
     "NodeStatus",
     "Stored",
     "agent_role",
+    "agent_standbys",
     "agent_status",
     "barrier",
     "commit_lsn",
@@ -316,6 +317,18 @@ def agent_status() -> Command[dict[str, int]]:
 
 def _status_fields(reply: bytes) -> dict[str, int]:
     return integer_fields(parse_fields(reply))
+
+
+def agent_standbys() -> Command[dict[str, int]]:
+    """The agent's ``STATUS`` ``standby_pins``: each hot standby it pins on (``--standby``,
+    by name, in its flags' order) with its pin count; empty without standbys."""
+    return Command(("STATUS",), _standby_pins)
+
+
+def _standby_pins(reply: bytes) -> dict[str, int]:
+    field = parse_fields(reply).get("standby_pins", "")
+    pairs = (item.partition("=") for item in field.split(",") if item)
+    return {name: int(count) for name, _, count in pairs if count.isdigit()}
 
 
 def agent_role() -> Command[str]:

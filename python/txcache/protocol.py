@@ -22,7 +22,7 @@ Nodes: :func:`txget`, :func:`txset`, :func:`txinterval`, :func:`txstatus`, :func
 :func:`max_staleness`, :func:`info` (:func:`parse_fields`, :func:`integer_fields`); the
 agent: :func:`pins`, :func:`standby_pins`, :func:`pin`, :func:`commit_lsn`,
 :func:`tag_columns`, :func:`barrier`, :func:`database`, :func:`nodes`, :func:`agent_status`,
-:func:`agent_role`. A node's misses
+:func:`agent_role`, :func:`agent_standbys`. A node's misses
 are of the kinds :data:`MISS_KINDS`.
 
 :class:`RespConnection` (what :func:`connect` returns; hiredis, one socket, no pool) raises
@@ -45,6 +45,7 @@ from txcache._protocol import (
     NodeStatus,
     Stored,
     agent_role,
+    agent_standbys,
     agent_status,
     barrier,
     commit_lsn,
@@ -95,6 +96,7 @@ __all__ = [
     "RespConnection",
     "Stored",
     "agent_role",
+    "agent_standbys",
     "agent_status",
     "barrier",
     "commit_lsn",

@@ -94,6 +94,8 @@ class AgentReport(Report):
     """What the agent said, or why it could not be asked (``error``)."""
 
     status: dict[str, int] = field(default_factory=dict)
+    standbys: dict[str, int] = field(default_factory=dict)
+    """The hot standbys the agent pins on (``--standby``), each with its pin count."""
     pins: list[Pin] = field(default_factory=list)
     pin_error: str | None = None
     """Why the agent, listing no pin, could not take one either (``PIN``'s error)."""
@@ -177,6 +179,7 @@ def probe_agent(
     try:
         with protocol.connect(address, password=password, timeout=timeout, tls_ca=tls_ca) as agent:
             report.status = agent.run(protocol.agent_status())
+            report.standbys = agent.run(protocol.agent_standbys())
             try:
                 report.pins = agent.run(protocol.pins())
             except ReplyError as error:

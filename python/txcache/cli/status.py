@@ -248,6 +248,7 @@ def agent_json(agent: AgentReport, now: int) -> dict[str, Any]:
         "state": agent.state,
         "standby": None,
         "status": agent.status,
+        "standbys": agent.standbys,
         "database": agent.database,
         "pins": len(agent.pins),
         "newest_pin": None
@@ -381,7 +382,7 @@ def _agent_text(agent: AgentReport, now: int) -> list[str]:
     pins = f"{len(agent.pins)} live"
     if newest is not None:
         pins += f", newest ts {newest.ts} current as of {_seconds_ago(now, _micros(newest))}"
-    return [
+    lines = [
         f"agent {agent.address}: up",
         f"  stream         commit_position {status.get('commit_position', 0)}, "
         f"heartbeat_position {status.get('heartbeat_position', 0)}, delivered_everywhere "
@@ -390,6 +391,16 @@ def _agent_text(agent: AgentReport, now: int) -> list[str]:
         f"  pins           {pins}; certified {status.get('pins_certified', 0)}, unclean "
         f"{status.get('pins_unclean', 0)}, below floor {status.get('pins_below_floor', 0)}",
     ]
+    if agent.standbys:
+        listed = ", ".join(f"{name} {count} pin(s)" for name, count in agent.standbys.items())
+        idle = [name for name, count in agent.standbys.items() if count == 0]
+        lines.append(f"  standbys       {listed}")
+        if idle:
+            lines.append(
+                f"                 without pins: {', '.join(idle)} (their misses go to the "
+                "primary until they have one)"
+            )
+    return lines
 
 
 def _hit_rate(counters: dict[str, float]) -> float | None:
