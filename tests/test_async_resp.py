@@ -23,6 +23,7 @@ from library_fixtures import LibraryStack
 from txcache import protocol
 from txcache._nodes import CacheNode
 from txcache._protocol import Miss
+from txcache._resp import ReplyReader
 from txcache.aio._agent import AsyncAgentClient
 from txcache.aio._nodes import AsyncCacheNode
 from txcache.aio._resp import AsyncEndpoint, AsyncRespConnection
@@ -307,6 +308,33 @@ def test_an_unreadable_reply_loses_the_connection_not_the_call() -> None:
         with pytest.raises(ConnectionLost, match="an unreadable reply: TypeError"):
             connection.call("TXGET", "k", 1, 2)
         server.join(timeout=10)
+
+
+def test_an_unfinished_reply_may_buffer_no_more_than_the_limit() -> None:
+    """Bytes that never finish a reply are refused once past the limit (a string that claims
+    more than it sends, or an array of ever more elements), and the count starts again at
+    each whole reply; both drivers read replies through this reader."""
+    address = ("127.0.0.1", 1)
+    claimed = ReplyReader(address, limit=100)
+    claimed.feed(b"$1000\r\n" + b"x" * 90)
+    assert claimed.gets() is False
+    claimed.feed(b"x" * 10)
+    with pytest.raises(ConnectionLost, match=r"more than 100 bytes without finishing a reply"):
+        claimed.gets()
+    endless = ReplyReader(address, limit=100)
+    endless.feed(b"*1000\r\n")
+    for _ in range(40):
+        endless.feed(b":1\r\n")
+        with contextlib.suppress(ConnectionLost):
+            assert endless.gets() is False
+            continue
+        break
+    else:
+        pytest.fail("an array that never ends was buffered past the limit")
+    whole = ReplyReader(address, limit=100)
+    for _ in range(5):
+        whole.feed(b"$60\r\n" + b"y" * 60 + b"\r\n")
+        assert whole.gets() == b"y" * 60
 
 
 def test_a_reply_dripped_byte_by_byte_is_bounded_by_the_timeout_as_a_whole() -> None:

@@ -204,7 +204,7 @@ class RespConnection:
         the host), authenticate and send ``greeting``'s command; raises
         :class:`ConnectionLost`."""
         self.address = address
-        self._reader = hiredis.Reader()
+        self._reader = ReplyReader(address)
         self._owed: deque[OnReply] = deque()
         try:
             self._socket = socket.create_connection(address, timeout=connect_timeout)
@@ -301,7 +301,7 @@ class RespConnection:
     def _receive(self) -> Any:
         """The next reply, whole within the timeout: a peer that drips one byte at a time
         cannot hold a call longer by keeping each read short of it."""
-        reply = self._reader.gets()
+        reply = self._next_reply()
         deadline = None
         while reply is False:
             try:
@@ -317,14 +317,19 @@ class RespConnection:
                 self.close()
                 raise ConnectionLost(f"{show_address(self.address)} closed the connection")
             self._reader.feed(chunk)
-            try:
-                reply = self._reader.gets()
-            except Exception as error:  # MemoryError, TypeError too: see unreadable()
-                self.close()
-                raise unreadable(self.address, error) from error
+            reply = self._next_reply()
         if deadline is not None:
             self._socket.settimeout(self._timeout)
         return reply
+
+    def _next_reply(self) -> Any:
+        """The next whole reply received, else ``False``; a reply that cannot be read loses
+        the connection."""
+        try:
+            return self._reader.gets()
+        except ConnectionLost:
+            self.close()
+            raise
 
 
 def _left(deadline: float, address: tuple[str, int], timeout: float) -> float:
@@ -334,6 +339,46 @@ def _left(deadline: float, address: tuple[str, int], timeout: float) -> float:
     if left <= 0:
         raise TimeoutError(f"the reply took longer than {timeout:g} s")
     return left
+
+
+MAX_REPLY_BYTES = 513 * 1024 * 1024
+"""The most bytes one reply may take before it is whole: a node's largest reply is its bulk
+limit (at most 512 MiB) and a few headers. A peer that sends more without finishing the
+reply is broken or hostile; its connection is lost rather than buffered without end."""
+
+
+class ReplyReader:
+    """hiredis's reader for one connection, with its failures made :class:`ConnectionLost`
+    and the bytes of an unfinished reply bounded by ``limit`` (:data:`MAX_REPLY_BYTES`)."""
+
+    def __init__(self, address: tuple[str, int], limit: int = MAX_REPLY_BYTES) -> None:
+        """A reader for replies from ``address`` (named in its errors)."""
+        self._address = address
+        self._limit = limit
+        self._reader = hiredis.Reader()
+        self._unfinished = 0  # bytes fed since the last whole reply
+
+    def feed(self, data: bytes) -> None:
+        """Add bytes received from the peer."""
+        self._reader.feed(data)
+        self._unfinished += len(data)
+
+    def gets(self) -> Any:
+        """The next whole reply, else ``False``; :class:`ConnectionLost` when the bytes fed
+        cannot be read (:func:`unreadable`) or an unfinished reply took more than the limit."""
+        try:
+            reply = self._reader.gets()
+        except Exception as error:  # MemoryError, TypeError too: see unreadable()
+            raise unreadable(self._address, error) from error
+        if reply is not False:
+            self._unfinished = self._reader.len()  # what is left belongs to the next replies
+        elif self._unfinished > self._limit:
+            raise ConnectionLost(
+                f"{show_address(self._address)} sent more than {self._limit} bytes without "
+                "finishing a reply (more than any txcache server's reply): a broken or hostile "
+                "peer"
+            )
+        return reply
 
 
 def unreadable(address: tuple[str, int], error: Exception) -> ConnectionLost:

@@ -32,13 +32,13 @@ from txcache._resp import (
     Health,
     PasswordRefused,
     ReplyError,
+    ReplyReader,
     greeting_refused,
     parse_address,
     read_reply,
     show_address,
     tls_context,
     tls_hint,
-    unreadable,
     uses_tls,
 )
 
@@ -57,7 +57,7 @@ class AsyncRespConnection(asyncio.Protocol):
         """Not connected yet: :meth:`open` makes one."""
         self.address = address
         self._timeout = timeout
-        self._reader = hiredis.Reader()
+        self._reader = ReplyReader(address)
         # Futures of the calls owed a reply, in request order, with their deadlines.
         self._waiting: collections.deque[tuple[asyncio.Future[Any], float]] = collections.deque()
         self._transport: asyncio.Transport | None = None
@@ -164,8 +164,8 @@ class AsyncRespConnection(asyncio.Protocol):
         while True:
             try:
                 reply = self._reader.gets()
-            except Exception as error:  # MemoryError, TypeError too: see unreadable()
-                self._fail(unreadable(self.address, error))
+            except ConnectionLost as lost:
+                self._fail(lost)
                 return
             if reply is False:
                 return
