@@ -10,7 +10,8 @@ the C library and its companions, else ``py3-none-linux_x86_64``), not ``py3-non
 
 An editable install (``pip install -e .``, the Makefile's ``venv``) skips all this: a checkout
 runs the binaries ``make build`` leaves in ``target/release`` (``txcache.stack.find_binary``).
-An sdist carries the Rust sources (``MANIFEST.in``), never the binaries.
+An sdist carries the Rust sources and ``docs/`` (``MANIFEST.in``), never the binaries; the
+wheel carries ``docs/*.md`` as ``txcache/docs`` (what ``txcache docs`` prints).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from setuptools import Distribution, setup
 from setuptools.command.bdist_wheel import bdist_wheel
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 BINARIES = ("txcached", "txcache-agent")
@@ -71,6 +73,22 @@ class BuildBinaries(_build_scripts):
         return [str(Path(self.build_dir) / name) for name in BINARIES]
 
 
+class BuildPackageWithDocs(build_py):
+    """``build_py``: the package, with ``docs/*.md`` as ``txcache/docs`` — the documents its
+    messages cite, which ``txcache docs`` prints. A checkout (editable) reads ``docs/``."""
+
+    editable_mode = False  # set by setuptools for `pip install -e`
+
+    def run(self) -> None:
+        super().run()
+        if self.editable_mode:
+            return
+        target = Path(self.build_lib) / "txcache" / "docs"
+        target.mkdir(parents=True, exist_ok=True)
+        for document in sorted((ROOT / "docs").glob("*.md")):
+            shutil.copyfile(document, target / document.name)
+
+
 class PlatformWheel(bdist_wheel):
     """A wheel tagged for the binaries' platform: any Python 3, no ABI, this OS and CPU."""
 
@@ -109,5 +127,9 @@ def _platform_tag(binaries: list[Path], default: str) -> str:
 
 setup(
     scripts=[f"target/release/{name}" for name in BINARIES],
-    cmdclass={"build_scripts": BuildBinaries, "bdist_wheel": PlatformWheel},
+    cmdclass={
+        "build_scripts": BuildBinaries,
+        "build_py": BuildPackageWithDocs,
+        "bdist_wheel": PlatformWheel,
+    },
 )

@@ -160,12 +160,28 @@ def test_the_wheel_carries_the_library_and_the_command_not_the_benchmarks(wheel:
     names = [re.sub(r"^txcache-[^/]+\.data/(purelib|platlib)/", "", name) for name in entries]
     packages = {name.split("/")[0] for name in names if not name.startswith("txcache-")}
     assert packages == {"txcache"}, "only the library's package: no rubis, no bench"
-    assert not [name for name in names if "rubis" in name]
+    assert not [n for n in names if "rubis" in n and not n.startswith("txcache/docs/")]
     for module in ("__init__.py", "py.typed", "stack.py", "protocol.py", "cli/__init__.py"):
         assert f"txcache/{module}" in names
     assert any(name.startswith("txcache/sql/") and name.endswith(".sql") for name in names)
     assert "rubis" not in extras
     assert {"embedded", "sqlalchemy", "django"} <= set(extras)
+    shipped = {name.removeprefix("txcache/docs/") for name in names if "/docs/" in name}
+    assert shipped == {path.name for path in (CHECKOUT / "docs").glob("*.md")}, "docs/*.md"
+
+
+def test_the_installed_command_prints_the_docs_its_messages_cite(machine: Machine) -> None:
+    section = subprocess.run(
+        ["txcache", "docs", "agent", "High availability"],
+        cwd=machine.home,
+        env=machine.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert section.returncode == 0, section.stderr
+    assert section.stdout.startswith("## High availability\n"), section.stdout[:200]
 
 
 def test_the_installed_wheel_runs_a_stack_and_caches(machine: Machine) -> None:

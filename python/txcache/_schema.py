@@ -215,7 +215,8 @@ class TypeInfo:
 class TypeFacts:
     """What a value of each type may hold, through its components: a domain's base type,
     an array's elements, a range's subtype, a multirange's range, a composite or row type's
-    attributes (docs/sql-tags.md, "Literals" and "Type references")."""
+    attributes (docs/sql-tags.md, "Literals, types and object identifiers" and "Type
+    references")."""
 
     varying_input: frozenset[int] = frozenset()
     """Types whose text input may read the clock, the catalog or a setting (a component's

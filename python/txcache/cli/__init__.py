@@ -11,6 +11,7 @@ out.
 - ``status`` (:mod:`txcache.cli.status`): what the nodes and the agent report.
 - ``check`` (:mod:`txcache.cli.check`): the consistency checker under faults.
 - ``nodes`` (:mod:`txcache.cli.nodes`): the cache nodes the agent feeds.
+- ``docs`` (:mod:`txcache.cli.docs`): the documentation that messages cite.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from txcache.cli import check, nodes, setup, status, up
+from txcache.cli import check, docs, nodes, setup, status, up
 
 __all__ = ["main"]
 
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_parser(subparsers)
     check.add_parser(subparsers)
     nodes.add_parser(subparsers)
+    docs.add_parser(subparsers)
     return parser
 
 
