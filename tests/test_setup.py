@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from postgres_fixtures import PostgresFactory
-from txcache import SetupError, SetupReport, StepStatus, _ddl_notice, setup_database
+from txcache import SetupError, SetupReport, StepStatus, _ddl_notice, _setup, setup_database
 from txcache._ddl_notice import functions, read_sql
 from txcache._postgres import EmbeddedPostgres
 
@@ -698,6 +698,130 @@ def test_print_sql_is_the_sql_an_administrator_runs(
     writes = "SELECT has_table_privilege('txcache.shared_catalog', 'SELECT, INSERT, UPDATE')"
     assert query(dsn, writes) == [(True,)]
     assert run_cli("--dsn", dsn, "--print-sql").stdout == ""
+
+
+OWNERS = (
+    "SELECT DISTINCT pg_get_userbyid(owner)::text FROM ("
+    " SELECT nspowner AS owner FROM pg_namespace WHERE nspname = 'txcache' UNION ALL"
+    " SELECT proowner FROM pg_proc WHERE pronamespace = 'txcache'::regnamespace UNION ALL"
+    " SELECT relowner FROM pg_class WHERE oid IN"
+    " ('txcache.tracked_schemas'::regclass, 'txcache.ddl_counter'::regclass)) o"
+)
+
+
+def plant_escalation(dsn: str, role: str) -> None:
+    """What the probe did: the role, owning the trigger's function, makes it grant the role
+    superuser as soon as a superuser's DDL runs it."""
+    execute(
+        dsn,
+        "CREATE OR REPLACE FUNCTION txcache.ddl_notice() RETURNS event_trigger "
+        "LANGUAGE plpgsql AS $$BEGIN IF (SELECT rolsuper FROM pg_roles "
+        f"WHERE rolname = current_user) THEN EXECUTE 'ALTER ROLE {role} SUPERUSER'; "
+        "END IF; END$$",
+    )
+
+
+def is_superuser(database: str, role: str) -> bool:
+    rows = query(database, "SELECT rolsuper FROM pg_roles WHERE rolname = %s", [role])
+    return bool(rows[0][0])
+
+
+def refuses_changes_to_what_the_triggers_run(dsn: str) -> None:
+    """The role at ``dsn`` may replace, drop or add no function of schema ``txcache``."""
+    for statement in (
+        "CREATE OR REPLACE FUNCTION txcache.ddl_notice() RETURNS event_trigger "
+        "LANGUAGE plpgsql AS $$BEGIN END$$",
+        "DROP FUNCTION txcache.schema_digest()",
+        "CREATE FUNCTION txcache.mine() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+        "DROP TABLE txcache.tracked_schemas",
+    ):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            execute(dsn, statement)
+
+
+def test_the_administrator_s_script_takes_over_what_the_triggers_run(
+    database: str, make_role: MakeRole, postgres: EmbeddedPostgres
+) -> None:
+    """A role sets up what it may first: schema txcache and its functions are its own. The
+    DDL triggers run them as whoever runs DDL, a superuser too, so the administrator's
+    script takes them over (and drops a function the role added) before it installs the
+    triggers: the role can then change none of them."""
+    role, dsn = make_role("REPLICATION")
+    execute(database, f"GRANT CREATE ON DATABASE {database.split('dbname=')[1]} TO {role}",
+            f"GRANT CREATE ON SCHEMA public TO {role}")  # fmt: skip
+    execute(dsn, "CREATE TABLE mine (id int PRIMARY KEY)")
+    setup_database(dsn)
+    execute(
+        dsn,
+        "CREATE FUNCTION txcache.extra() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+        "GRANT CREATE ON SCHEMA txcache TO PUBLIC",
+    )
+    assert query(database, OWNERS) == [(role,)]
+
+    printed = run_cli("--dsn", dsn, "--print-sql")
+    assert f"would take over schema txcache from role(s) {role}:" in printed.stderr, printed.stderr
+    plant_escalation(dsn, role)  # after the script was printed, before it runs
+    psql = [str(postgres.binary("psql")), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", database]
+    ran = subprocess.run(psql, input=printed.stdout, capture_output=True, text=True, check=False)
+    assert ran.returncode == 0, ran.stderr
+
+    assert query(database, OWNERS) == [("postgres",)]
+    assert query(database, "SELECT to_regprocedure('txcache.extra()') IS NULL") == [(True,)]
+    refuses_changes_to_what_the_triggers_run(dsn)
+    report = setup_database(dsn, check=True)
+    assert not report.missing, report.format()
+    assert report.step("ddl trigger").status is StepStatus.OK
+    assert query(database, "SELECT schema_name::text FROM txcache.tracked_schemas") == [("public",)]
+    execute(dsn, "CREATE TABLE later (id int PRIMARY KEY)")  # the triggers see the role's DDL
+    assert query(dsn, "SELECT relreplident FROM pg_class WHERE relname = 'later'") == [("f",)]
+    execute(database, "CREATE TABLE theirs (id int PRIMARY KEY)")
+    assert not is_superuser(database, role)
+
+
+def test_triggers_that_run_a_role_s_functions_are_a_warning_until_a_superuser_takes_them_over(
+    database: str, make_role: MakeRole
+) -> None:
+    """Triggers installed over functions an ordinary role owns (the order of an older
+    script): the role's check warns, and setup run by a superuser takes them over."""
+    role, dsn = make_role("REPLICATION")
+    execute(database, f"GRANT CREATE ON DATABASE {database.split('dbname=')[1]} TO {role}")
+    setup_database(dsn)
+    execute(
+        database,
+        *(
+            statement
+            for name, event in _setup._EVENT_TRIGGERS
+            for statement in (
+                f"CREATE EVENT TRIGGER {name} ON {event} EXECUTE FUNCTION txcache.ddl_notice()",
+                f"ALTER EVENT TRIGGER {name} ENABLE ALWAYS",
+            )
+        ),
+    )
+
+    plant_escalation(dsn, role)
+    owner = setup_database(dsn, check=True).step("ddl trigger owner")
+    assert owner.status is StepStatus.WARNING, owner
+    count = len(_ddl_notice.function_signatures())
+    assert owner.detail.startswith(
+        f"schema txcache, relation txcache.ddl_counter, relation txcache.tracked_schemas, "
+        f"{count} function(s) belong to role(s) {role}"
+    ), owner.detail
+    assert f"belong to role(s) {role}; the DDL triggers run them" in owner.detail
+
+    report = setup_database(database)
+    names = [step.name for step in report.steps]
+    assert names.index("ddl trigger owner") < names.index("publication"), "before any DDL"
+    assert (
+        f"took over schema txcache from role(s) {role}:" in report.step("ddl trigger owner").detail
+    )
+    assert query(database, OWNERS) == [("postgres",)]
+    refuses_changes_to_what_the_triggers_run(dsn)
+    assert not is_superuser(database, role), "the superuser's setup ran none of its code"
+    execute(database, "CREATE TABLE theirs (id int PRIMARY KEY)")
+    assert not is_superuser(database, role)
+    again = setup_database(dsn, check=True)
+    assert "ddl trigger owner" not in statuses(again)
+    assert again.step("ddl trigger").status is StepStatus.OK
 
 
 def test_a_managed_service_is_recognised_and_its_way_is_advised(

@@ -36,6 +36,7 @@ __all__ = [
     "SCHEMA_BEFORE",
     "SCHEMA_MESSAGE_PREFIX",
     "TRUNCATE_TRIGGER",
+    "function_signatures",
     "functions",
     "read_sql",
 ]
@@ -183,3 +184,19 @@ def functions() -> tuple[tuple[str, str, sql.Composed], ...]:
         )
         result.append((name, body, create.format(sql.Literal(body))))
     return tuple(result)
+
+
+def function_signatures() -> tuple[str, ...]:
+    """Every function's identity as ``to_regprocedure`` reads it (``txcache.name(types)``:
+    the input arguments' types, without names or ``OUT`` arguments)."""
+    signatures = []
+    for _, signature, _, _, _ in _DECLARATIONS:
+        name, _, arguments = signature.partition("(")
+        types = []
+        for argument in arguments.removesuffix(")").split(","):
+            words = argument.split()
+            if not words or words[0] == "OUT":
+                continue
+            types.append(words[-1])  # a name, if any, comes first; each type is one word
+        signatures.append(f"txcache.{name}({', '.join(types)})")
+    return tuple(signatures)

@@ -31,6 +31,7 @@ from txcache._ddl_notice import (
     DDL_COUNTER,
     DDL_MESSAGE_PREFIX,
     TRUNCATE_TRIGGER,
+    function_signatures,
     functions,
     read_sql,
 )
@@ -187,7 +188,13 @@ class _Plan:
 
 def _past(todo: str) -> str:
     verb, _, rest = todo.partition(" ")
-    done = {"create": "created", "add": "added", "set": "set", "install": "installed"}
+    done = {
+        "create": "created",
+        "add": "added",
+        "set": "set",
+        "install": "installed",
+        "take": "took",
+    }
     return f"{done.get(verb, verb)} {rest}"
 
 
@@ -302,6 +309,9 @@ class _Context:
     may: _Capabilities
     service: Service | None = None
     administrator: bool = False  # planning for a role that may do everything
+    untrusted: list[tuple[str, str]] = field(default_factory=list)
+    """What of schema ``txcache`` the DDL triggers run belongs to a role they may not trust:
+    each ``(object, owner)`` (:func:`_plan_trigger_owner`)."""
     problems: list[str] = field(default_factory=list)
     found: list[SetupStep] = field(default_factory=list)
 
@@ -378,11 +388,14 @@ def setup_database(
 
 
 def _plan_all(ctx: _Context) -> list[_Plan]:
-    """Every step that may change the database, in the order they are applied."""
+    """Every step that may change the database, in the order they are applied: first what
+    the DDL triggers run taken over from a role they may not trust, before any DDL of the
+    plan fires them."""
+    owner = _plan_trigger_owner(ctx)
     publish, published = _plan_publication(ctx)
     trigger = _plan_ddl_trigger(ctx)
     identity = not trigger.warning  # the trigger is (or will be) there
-    plans = [*_plan_replication(ctx), publish, _plan_replica_identity(ctx)]
+    plans = [*owner, *_plan_replication(ctx), publish, _plan_replica_identity(ctx)]
     plans += [*_plan_coarse_tables(ctx), trigger, *_plan_new_tables(published, identity)]
     return [*plans, _plan_slot(ctx)]
 
@@ -878,6 +891,147 @@ def _plan_ddl_trigger(ctx: _Context) -> _Plan:
     )
 
 
+def _plan_trigger_owner(ctx: _Context) -> list[_Plan]:
+    """The DDL triggers run schema ``txcache``'s functions as whoever runs DDL — a superuser
+    too — so a role that owns them, or the schema, could act with that user's rights.
+    Where such a role owns any (:func:`_untrusted_objects`), a step that takes them over in
+    one transaction, the triggers disabled meanwhile so that none of that code runs (a role
+    that may not create event triggers gets a warning instead); no step otherwise."""
+    ctx.untrusted = _untrusted_objects(ctx)
+    if not ctx.untrusted:
+        return []
+    owners = _names(sorted({owner for _, owner in ctx.untrusted}))
+    functions_ = [name for name, _ in ctx.untrusted if name.startswith("function ")]
+    others = [name for name, _ in ctx.untrusted if not name.startswith("function ")]
+    listed = [*others, f"{len(functions_)} function(s)"] if functions_ else others
+    what = f"{', '.join(listed)} belong to role(s) {owners}"
+    if not ctx.may.event_triggers:
+        warning = (
+            "the DDL triggers run them as whoever runs DDL, a superuser too: have a superuser "
+            "run the script of `txcache setup --print-sql`, which takes them over"
+        )
+        return [_Plan("ddl trigger owner", what, warning=warning)] if _triggers(ctx) else []
+    triggers = [sql.Identifier(name) for name in _triggers(ctx)]
+    ours = sql.SQL(", ").join(
+        sql.SQL("to_regprocedure({})").format(sql.Literal(signature))
+        for signature in function_signatures()
+    )
+    statements: list[sql.SQL | sql.Composed] = [sql.SQL("BEGIN")]
+    statements += [sql.SQL("ALTER EVENT TRIGGER {} DISABLE").format(t) for t in triggers]
+    statements += [
+        sql.SQL("ALTER SCHEMA txcache OWNER TO CURRENT_USER"),
+        sql.SQL(_TAKE_OVER).format(ours=ours, counter=sql.Literal(DDL_COUNTER)),
+        *(create for _, _, create in functions()),
+    ]
+    statements += [sql.SQL("ALTER EVENT TRIGGER {} ENABLE ALWAYS").format(t) for t in triggers]
+    return [
+        _Plan(
+            "ddl trigger owner",
+            what,
+            todo=f"take over schema txcache from role(s) {owners}: {what}",
+            statements=[*statements, sql.SQL("COMMIT")],
+        )
+    ]
+
+
+def _triggers(ctx: _Context) -> list[str]:
+    """The DDL event triggers of txcache's names that exist."""
+    rows = ctx.rows(
+        "SELECT evtname::text FROM pg_event_trigger WHERE evtname = ANY(%s) ORDER BY 1",
+        [name for name, _ in _EVENT_TRIGGERS],
+    )
+    return [row[0] for row in rows]
+
+
+def _untrusted_objects(ctx: _Context) -> list[tuple[str, str]]:
+    """What of schema ``txcache`` the DDL triggers run or read — the schema, its functions,
+    the table of tracked schemas, the DDL counter — that belongs to a role they may not
+    trust, each ``(object, owner)``. Trusted are superusers, the triggers' owner, the
+    managed service's administrators, and the role running setup where it is the one that
+    creates the triggers."""
+    if not ctx.rows("SELECT 1 FROM pg_namespace WHERE nspname = 'txcache'"):
+        return []
+    trusted = [
+        "r.rolsuper",
+        "r.oid IN (SELECT evtowner FROM pg_event_trigger WHERE evtname = ANY(%(triggers)s))",
+    ]
+    if ctx.service is not None:
+        trusted.append("pg_has_role(r.oid, %(marker)s, 'MEMBER')")
+    if ctx.may.event_triggers and not ctx.administrator:
+        trusted.append("r.rolname = current_user")
+    query = f"""
+        SELECT what, pg_get_userbyid(owner)::text FROM (
+            SELECT 'schema txcache' AS what, nspowner AS owner, 0 AS rank
+            FROM pg_namespace WHERE nspname = 'txcache'
+            UNION ALL
+            SELECT 'function ' || p.oid::regprocedure::text, p.proowner, 1 FROM pg_proc p
+            WHERE p.pronamespace = 'txcache'::regnamespace
+            UNION ALL
+            SELECT 'relation ' || c.oid::regclass::text, c.relowner, 2 FROM pg_class c
+            WHERE c.oid IN (to_regclass('txcache.tracked_schemas'), to_regclass(%(counter)s))
+        ) o
+        WHERE NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = o.owner
+                          AND ({" OR ".join(trusted)}))
+        ORDER BY rank, what"""
+    parameters = {
+        "triggers": [name for name, _ in _EVENT_TRIGGERS],
+        "marker": ctx.service.marker if ctx.service is not None else None,
+        "counter": DDL_COUNTER,
+    }
+    return [(str(what), str(owner)) for what, owner in ctx.conn.execute(query, parameters)]
+
+
+# Run by the role taking schema txcache over, the triggers disabled: the functions are
+# re-owned (and written anew after) or, if not txcache's, dropped; the DDL counter is
+# re-owned (its value must never go back); the table of tracked schemas is re-owned and
+# loses what could run its old owner's code (row security policies, triggers, rules);
+# every right to create in the schema is taken back.
+_TAKE_OVER = """DO $take_over$
+DECLARE
+    f record;
+    grantee oid;
+    tracked regclass := to_regclass('txcache.tracked_schemas');
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure AS signature, p.oid = ANY(ARRAY[{ours}]) AS ours
+             FROM pg_proc p WHERE p.pronamespace = 'txcache'::regnamespace LOOP
+        IF f.ours THEN
+            EXECUTE format('ALTER FUNCTION %s OWNER TO CURRENT_USER', f.signature);
+        ELSE
+            EXECUTE format('DROP FUNCTION %s', f.signature);
+        END IF;
+    END LOOP;
+    FOR grantee IN SELECT DISTINCT a.grantee FROM pg_namespace n, aclexplode(n.nspacl) a
+                   WHERE n.nspname = 'txcache' AND a.privilege_type = 'CREATE'
+                     AND a.grantee <> n.nspowner LOOP
+        EXECUTE format('REVOKE CREATE ON SCHEMA txcache FROM %s',
+                       CASE WHEN grantee = 0 THEN 'PUBLIC'
+                            ELSE quote_ident(pg_get_userbyid(grantee)) END);
+    END LOOP;
+    IF to_regclass({counter}) IS NOT NULL THEN
+        EXECUTE format('ALTER SEQUENCE %s OWNER TO CURRENT_USER', to_regclass({counter}));
+    END IF;
+    IF tracked IS NOT NULL THEN
+        IF (SELECT relkind FROM pg_class WHERE oid = tracked) <> 'r' THEN
+            RAISE EXCEPTION 'txcache.tracked_schemas is no longer a table: drop it, then '
+                            'run txcache setup again';
+        END IF;
+        ALTER TABLE txcache.tracked_schemas OWNER TO CURRENT_USER;
+        ALTER TABLE txcache.tracked_schemas NO FORCE ROW LEVEL SECURITY;
+        ALTER TABLE txcache.tracked_schemas DISABLE ROW LEVEL SECURITY;
+        FOR f IN SELECT polname FROM pg_policy WHERE polrelid = tracked LOOP
+            EXECUTE format('DROP POLICY %I ON txcache.tracked_schemas', f.polname);
+        END LOOP;
+        FOR f IN SELECT tgname FROM pg_trigger WHERE tgrelid = tracked AND NOT tgisinternal LOOP
+            EXECUTE format('DROP TRIGGER %I ON txcache.tracked_schemas', f.tgname);
+        END LOOP;
+        FOR f IN SELECT rulename FROM pg_rewrite WHERE ev_class = tracked LOOP
+            EXECUTE format('DROP RULE %I ON txcache.tracked_schemas', f.rulename);
+        END LOOP;
+    END IF;
+END
+$take_over$"""
+
+
 def _may_create_objects(ctx: _Context) -> bool:
     """Whether the role may create schema ``txcache`` and what goes in it."""
     query = (
@@ -919,8 +1073,11 @@ def _plan_trigger_objects(ctx: _Context, plan: _Plan, parts: list[str]) -> list[
             sql.SQL("GRANT USAGE ON SCHEMA txcache TO PUBLIC"),
         ]
     tracked: list[str] = []
-    if ctx.rows("SELECT to_regclass('txcache.tracked_schemas') IS NOT NULL")[0][0]:
-        tracked = [r[0] for r in ctx.rows("SELECT schema_name::text FROM txcache.tracked_schemas")]
+    kind = ctx.rows("SELECT relkind::text FROM pg_class WHERE oid = to_regclass(%s)", _TRACKED)
+    if kind and kind[0][0] != "r":  # reading it could run its owner's code: not read
+        ctx.problems.append(f"{_TRACKED} is no longer a table: drop it, then run setup again")
+    elif kind:
+        tracked = [r[0] for r in ctx.rows(f"SELECT schema_name::text FROM {_TRACKED}")]
     else:
         parts.append("table txcache.tracked_schemas")
         plan.statements += [
@@ -1002,6 +1159,8 @@ def _plan_agent_table(ctx: _Context, plan: _Plan, parts: list[str], name: str, c
         grant = f"GRANT SELECT, INSERT, UPDATE, DELETE ON txcache.{name} TO {{}}"
         plan.statements.append(sql.SQL(grant).format(sql.Identifier(ctx.role)))
 
+
+_TRACKED = "txcache.tracked_schemas"
 
 _AGENT_LEASE_TABLE = """CREATE TABLE txcache.agent_lease (
     slot text PRIMARY KEY,
