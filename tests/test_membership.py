@@ -6,6 +6,7 @@ keys on the nodes the agent names (``NODES``).
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import pytest
 import txcache
 from library_fixtures import LibraryStack
 from txcache import protocol
+from txcache._cache_core import NO_NODES_FED
 from txcache.stack import wait_until
 
 
@@ -156,13 +158,23 @@ def test_nodes_for_a_slot_no_agent_has_used_warns(lib: LibraryStack) -> None:
     assert "no agent of slot 'txcahce' is known to this database" in added.stderr
 
 
-def test_every_node_removed_leaves_the_library_uncached(lib: LibraryStack) -> None:
+def test_every_node_removed_leaves_the_library_uncached_and_says_so(
+    lib: LibraryStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert lib.cache.uncached_reason is None
     removed = nodes_command(lib, "remove", *lib.node_addresses)
     assert removed.returncode == 0, removed.stderr
-    follow(lib, [])
+    with caplog.at_level(logging.WARNING, logger="txcache"):
+        follow(lib, [])
+    assert lib.cache.uncached_reason == NO_NODES_FED
+    said = [r.getMessage() for r in caplog.records if "feeds no cache node" in r.getMessage()]
+    assert said == [f"{NO_NODES_FED}: every call runs against the database, uncached"]
     before = item_name.stats.uncached
     assert read_all(lib) == [f"item {item}" for item in ITEMS]
     assert item_name.stats.uncached - before == len(ITEMS)
+    assert nodes_command(lib, "add", *lib.node_addresses).returncode == 0
+    follow(lib, sorted(lib.node_addresses))
+    assert lib.cache.uncached_reason is None, "cached again"
 
 
 def test_nodes_refuses_what_it_cannot_do(lib: LibraryStack) -> None:

@@ -92,6 +92,13 @@ def unknown_relation(refusal: UncacheableQuery) -> bool:
     return "unknown relation" in str(refusal)
 
 
+NO_NODES_FED = (
+    "the agent feeds no cache node (start it with --node HOST:PORT, or add one with "
+    "`txcache nodes add HOST:PORT`)"
+)
+"""Why a cache runs uncached while its agent names no node (``NODES`` empty)."""
+
+
 def _uncached_reason(settings: Settings) -> str | None:
     """Why a cache with these settings would never cache, naming the setting to give."""
     if settings.mode == "bypass":
@@ -157,8 +164,8 @@ class CacheCore:
         self.latency = OperationLatency()
         """Mean cache lookup and database statement latency of read-only transactions."""
         self.uncached_reason = _uncached_reason(settings)
-        """Why this cache never caches (no nodes, no agent, ``bypass`` mode); ``None`` when
-        it does."""
+        """Why this cache does not cache (no nodes, no agent, ``bypass`` mode; or, for now,
+        an agent that feeds no node); ``None`` when it does."""
         if settings.mode != "bypass" and self.uncached_reason is not None:
             log.warning("%s: every call runs against the database, uncached", self.uncached_reason)
         self.auditor: Auditor | None = None
@@ -217,8 +224,23 @@ class CacheCore:
                     ", ".join(self.settings.nodes),
                 )
             self._members = members
+            self._note_members(members)
         for node in kept.values():
             node.close()
+
+    def _note_members(self, members: tuple[str, ...]) -> None:
+        """While the agent names no node, :attr:`uncached_reason` says so and a warning
+        is logged (once per such stretch): every call runs against the database."""
+        if self.uncached_reason not in (None, NO_NODES_FED):
+            return  # the settings' reason stands
+        reason = None if members else NO_NODES_FED
+        if reason == self.uncached_reason:
+            return
+        self.uncached_reason = reason
+        if reason is not None:
+            log.warning("%s: every call runs against the database, uncached", reason)
+        else:
+            log.info("txcache: the agent feeds cache nodes again: calls are cached")
 
     def _new_node(self, address: str) -> NodeClient:
         """A client of the node at ``address``, of the driver's kind."""

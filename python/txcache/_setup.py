@@ -100,6 +100,8 @@ class SetupReport:
     steps: list[SetupStep] = field(default_factory=list)
     statements: list[tuple[str, str]] = field(default_factory=list)
     """Every statement the run executed (``check``: would execute), with its step's name."""
+    administrator: bool = False
+    """Planned for a role that may do everything (``--print-sql``)."""
 
     @property
     def changed(self) -> bool:
@@ -125,7 +127,7 @@ class SetupReport:
 
     def format(self) -> str:
         """The report as aligned lines of text, with a closing summary."""
-        mode = " --check" if self.check else ""
+        mode = " --print-sql" if self.administrator else " --check" if self.check else ""
         lines = [f"txcache setup{mode}: {self.target}"]
         width = max((len(step.name) for step in self.steps), default=0)
         for step in self.steps:
@@ -154,10 +156,12 @@ class SetupReport:
     def _summary(self) -> str:
         warned = f" ({len(self.warnings)} warning(s))" if self.warnings else ""
         if self.missing:
-            return (
-                f"{len(self.missing)} step(s) missing{warned}: "
-                "run `txcache setup` without --check to carry them out"
+            how = (
+                "have an administrator run the SQL printed to stdout"
+                if self.administrator
+                else "run `txcache setup` without --check to carry them out"
             )
+            return f"{len(self.missing)} step(s) missing{warned}: {how}"
         if self.changed:
             changes = sum(step.status is StepStatus.CHANGED for step in self.steps)
             return f"done: {changes} step(s) changed the database{warned}"
@@ -378,7 +382,7 @@ def setup_database(
             raise SetupError([f"reading the catalogs failed: {error}".strip()]) from error
         if ctx.problems:
             raise SetupError(ctx.problems)
-        report = SetupReport(_describe(ctx), check, list(ctx.found))
+        report = SetupReport(_describe(ctx), check, list(ctx.found), administrator=administrator)
         for plan in plans:
             if not check:
                 _apply(conn, plan)

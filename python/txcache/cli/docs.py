@@ -13,6 +13,7 @@ them (case and spacing aside).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -132,7 +133,16 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print what was asked; 1 (and what there is, on stderr) for a name or section that
-    does not exist."""
+    does not exist. A reader that stops early (``| head``) ends it quietly."""
+    try:
+        return _print(args)
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at nothing, so no second error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _print(args: argparse.Namespace) -> int:
     directory = docs_directory()
     if directory is None:
         print("txcache docs: error: this installation carries no docs/", file=sys.stderr)
