@@ -20,7 +20,13 @@ from conftest import info, running_agent
 from postgres_fixtures import PostgresFactory
 from txcache import setup_database
 from txcache._process import ManagedProcess
-from txcache.stack import AgentProcess, ProcessStartError, find_binary, wait_until
+from txcache.stack import (
+    AgentProcess,
+    NodeProcess,
+    ProcessStartError,
+    find_binary,
+    wait_until,
+)
 
 
 def test_a_stalled_node_never_holds_up_the_others_and_catches_up(database: str) -> None:
@@ -346,6 +352,19 @@ def test_the_agent_streams_with_the_stream_password(database: str) -> None:
         stack.assert_streams_an_insert(7)
         with pytest.raises(redis.exceptions.NoPermissionError):
             stack.cache.execute_command("TXHEARTBEAT", 2**40, 1)
+
+
+def test_a_node_that_needs_a_password_the_agent_lacks_is_named_as_such(database: str) -> None:
+    """A node's NOAUTH is no other database: the agent's log names the password to give."""
+    setup_database(database)
+    with (
+        NodeProcess("--password", "app") as node,
+        AgentProcess(database, [node.address]) as agent,
+    ):
+        agent.wait_for_log("cache node unreachable", "the agent to report the node")
+        log = agent.log_text()
+        assert "give the agent its --stream-password as --node-password" in log, log
+        assert "ANOTHER DATABASE" not in log, log
 
 
 def test_the_agent_refuses_to_start_while_schema_changes_go_unseen(database: str) -> None:

@@ -114,11 +114,16 @@ impl NodeLink {
         if let Some(password) = password {
             link.call(&[b"AUTH", password.as_bytes()]).await?;
         }
-        if let Frame::Error(refusal) = link
+        match link
             .call_frame(&[b"TXDATABASE", database.as_bytes()])
             .await?
         {
-            return Err(OtherDatabase(refusal).into());
+            Frame::Error(refusal) if refusal.starts_with("WRONGDB") => {
+                return Err(OtherDatabase(refusal).into());
+            }
+            // NOAUTH, say (a node given a password the agent lacks): not another database.
+            Frame::Error(refusal) => bail!("the node refused TXDATABASE: {refusal}"),
+            _ => {}
         }
         let epoch = link.term.epoch().to_string();
         link.call(&[b"TXEPOCH", epoch.as_bytes()])
