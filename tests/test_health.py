@@ -66,6 +66,23 @@ def test_an_agent_that_cannot_take_a_pin_or_feeds_not_every_node_is_degraded() -
     ]
 
 
+def test_an_agent_asked_for_its_nodes_is_judged_by_the_nodes_it_feeds() -> None:
+    """Without --nodes, the nodes are the agent's own: none is the agent's problem (with
+    the fix for an agent started without --node), and one it cannot reach is not for want
+    of a --node."""
+    [none] = diagnose([], agent(nodes_connected=0), NOW, agent_given=True, nodes_given=False)
+    assert (none.part, none.what) == (
+        "agent 127.0.0.1:9",
+        "feeds no cache node: a library following it runs uncached",
+    )
+    assert "txcache nodes add HOST:PORT" in none.fix
+    nodes = [fed("127.0.0.1:1"), fed("127.0.0.1:2")]
+    [short] = diagnose(nodes, agent(nodes_connected=1), NOW, agent_given=True, nodes_given=False)
+    assert short.what == "is connected to 1 of the 2 node(s) it feeds"
+    assert "TXCACHE_NODES" not in short.fix
+    assert "--node-password" in short.fix
+
+
 def test_settings_without_nodes_or_agent_say_the_library_would_not_cache() -> None:
     problems = diagnose([], None, NOW, agent_given=False)
     assert [part for part, _ in whats(problems)] == ["settings", "settings"]

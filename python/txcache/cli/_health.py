@@ -68,18 +68,32 @@ def diagnose(
     now_micros: int,
     *,
     agent_given: bool,
+    nodes_given: bool = True,
 ) -> list[Problem]:
-    """The problems of the reachable parts (unreachable ones are reported as such)."""
+    """The problems of the reachable parts (unreachable ones are reported as such).
+    ``nodes_given``: ``nodes`` are the ones asked about (``--nodes``), not those the agent
+    named (its ``NODES``)."""
     problems = [problem for node in nodes for problem in _node_problems(node, now_micros)]
+    agent_answers = agent is not None and agent.reachable
     if agent is not None and agent.reachable:
-        problems += _agent_problems(agent, len(nodes))
+        problems += _agent_problems(agent, len(nodes), nodes_given=nodes_given)
         problems += [problem for node in nodes for problem in _database_problems(node, agent)]
-    if not nodes:
+    if not nodes and agent is not None and agent_answers and not nodes_given:
+        problems.append(
+            Problem(
+                f"agent {agent.address}",
+                "feeds no cache node: a library following it runs uncached",
+                "start the agent with --node HOST:PORT for each node, or (an agent started "
+                "without --node) add them with `txcache nodes add HOST:PORT`",
+            )
+        )
+    elif not nodes:
         problems.append(
             Problem(
                 "settings",
                 "no cache nodes given: a library with these settings runs uncached",
-                "set TXCACHE_NODES (or pass nodes=) to the nodes `txcache up` printed",
+                "set TXCACHE_NODES (or pass nodes=) to the cache nodes' addresses "
+                "(`txcache up` prints them)",
             )
         )
     if not agent_given:
@@ -167,7 +181,7 @@ def _database_problems(node: NodeReport, agent: AgentReport) -> list[Problem]:
     ]
 
 
-def _agent_problems(agent: AgentReport, nodes_given: int) -> list[Problem]:
+def _agent_problems(agent: AgentReport, nodes: int, *, nodes_given: bool) -> list[Problem]:
     part = f"agent {agent.address}"
     problems: list[Problem] = []
     if not agent.pins:
@@ -182,12 +196,22 @@ def _agent_problems(agent: AgentReport, nodes_given: int) -> list[Problem]:
             )
         )
     connected = agent.status.get("nodes_connected")
-    if connected is not None and nodes_given and connected < nodes_given:
+    why = "its log says why it cannot reach one (down, or a password: --node-password)"
+    if connected is not None and nodes and connected < nodes and nodes_given:
         problems.append(
             Problem(
                 part,
-                f"is connected to {connected} node(s), {nodes_given} given here",
-                "start the agent with a --node for every node in TXCACHE_NODES",
+                f"is connected to {connected} node(s), {nodes} given here",
+                "give the agent every node of TXCACHE_NODES (--node, or `txcache nodes add` "
+                f"for an agent started without --node); {why}",
+            )
+        )
+    elif connected is not None and nodes and connected < nodes:
+        problems.append(
+            Problem(
+                part,
+                f"is connected to {connected} of the {nodes} node(s) it feeds",
+                f"a node it cannot reach is reported above if it is down; else {why}",
             )
         )
     return problems

@@ -153,7 +153,9 @@ def run(args: argparse.Namespace) -> int:
     report = Everything(nodes, agents, processes, [])
     if args.nodes or args.agent:  # not when asked about processes alone
         active = report.active_agent
-        report.problems = diagnose(nodes, active, now, agent_given=bool(args.agent))
+        report.problems = diagnose(
+            nodes, active, now, agent_given=bool(args.agent), nodes_given=bool(args.nodes)
+        )
         report.problems += diagnose_agents(agents)
     if args.dsn:
         place = SlotPlace.of(report.active_agent)
