@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 from collections.abc import AsyncIterator
 
@@ -15,7 +16,7 @@ import psycopg
 import pytest
 
 import txcache
-from async_fixtures import AsyncLib
+from async_fixtures import AsyncLib, assert_pool_whole
 from test_async_resp import stop
 from txcache import aio
 from txcache.aio import AsyncCache
@@ -240,3 +241,60 @@ def test_a_lookup_cut_short_changes_nothing(alib: AsyncLib) -> None:
         assert all(node.is_up() for node in cache.ring.nodes)
 
     alib.run(body, node_timeout=5.0)
+
+
+def test_timestamp_calls_cut_short_give_their_connections_back(alib: AsyncLib) -> None:
+    """``cache.timestamp()`` borrows a pooled connection for one statement; cut short at
+    any point (timeouts of a fraction of a millisecond to a few), each goes back, so the
+    pool stays whole (``alib.run`` checks) and read/write blocks still get one each."""
+
+    async def body(cache: AsyncCache) -> None:
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + 3.0
+        rng = random.Random(7)
+
+        async def cut_short() -> int:
+            cut = 0
+            while loop.time() < ends:
+                try:
+                    async with asyncio.timeout(rng.uniform(0.0002, 0.005)):
+                        await cache.timestamp()
+                except TimeoutError:
+                    cut += 1
+            return cut
+
+        cuts = await asyncio.gather(*(cut_short() for _ in range(8)))
+        assert sum(cuts) > 0, "the timeouts cut calls short"
+        await assert_pool_whole(cache)
+
+        async def write() -> None:
+            async with cache.read_write():
+                await aio.execute("SELECT 1")
+
+        await asyncio.gather(*(write() for _ in range(2)))
+
+    alib.run(body, pool_size=2, pool_timeout=5)
+
+
+def test_a_block_reading_after_a_token_never_waits_for_a_second_connection(
+    alib: AsyncLib,
+) -> None:
+    """A token newer than the agent's fresh pin (a write made elsewhere, then
+    ``cache.timestamp()``; or a lock-only write) has the block read the WAL position to
+    judge it — on the connection it holds: with a pool of one, a second would wait
+    ``pool_timeout`` and fail."""
+
+    async def body(cache: AsyncCache) -> None:
+        for _ in range(3):
+            with psycopg.connect(alib.lib.dsn, autocommit=True) as outside:
+                outside.execute("UPDATE items SET price = price + 1 WHERE id = 5")
+            token = await cache.timestamp()
+            async with cache.read_only(staleness=5, not_before=token):
+                row = await aio.query_one("SELECT price FROM items WHERE id = 5")
+            assert row is not None
+        async with cache.read_write() as tx:
+            await aio.query("SELECT price FROM items WHERE id = 5 FOR UPDATE")
+        async with cache.read_only(staleness=5, not_before=await tx.commit_timestamp()):
+            assert await aio.query_one("SELECT price FROM items WHERE id = 5") == row
+
+    alib.run(body, pool_size=1, pool_timeout=2)

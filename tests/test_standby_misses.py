@@ -401,6 +401,50 @@ def test_a_standby_that_hangs_costs_the_transaction_on_it_one_replica_timeout_on
         wait_for_standby_pin(stack)
 
 
+@txcache.cacheable
+def logged_max() -> int:
+    row = txcache.query_one("SELECT coalesce(max(n), 0) FROM log")
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_standby_that_hangs_while_a_hit_moves_the_transaction_asks_for_a_retry(
+    pair: ReplicatedPostgres,
+) -> None:
+    """A hit valid only at an older pin of the standby moves the transaction there, on the
+    standby's connection: a standby that hangs meanwhile is down, and the transaction, bound
+    to what it read there, fails with ``SnapshotUnavailable`` — the error to retry, never
+    the connection's."""
+    assert pair.standby is not None
+    with standby_stack(pair, replica_timeout=REPLICA_TIMEOUT) as stack:
+        stack.write("CREATE TABLE other (x int)")  # read first, and unchanged: a move fits it
+        stack.write("INSERT INTO log VALUES (1)")
+        stack.caught_up()
+        wait_for_standby_pin(stack)
+        with stack.cache.read_only(staleness=30) as tx:
+            assert logged_max() == 1  # computed on the standby: cached from its pin on
+            assert tx.snapshot is not None
+            assert tx.snapshot.server == STANDBY
+        stack.write("INSERT INTO log VALUES (2)")  # the cached value's interval ends here
+        stack.caught_up()
+
+        def on_standby_past_the_write() -> bool:
+            stack.fresh_pins()
+            _pin, in_recovery, seen = where(stack.cache, 30)
+            return bool(in_recovery) and seen == 2
+
+        wait_until(on_standby_past_the_write, "a standby pin past the write", timeout=30,
+                   log=stack._agent_log)  # fmt: skip
+        with contextlib.ExitStack() as hung, stack.cache.read_only(staleness=30) as tx:
+            assert txcache.query_one("SELECT count(*) FROM other") == (0,)
+            assert tx.snapshot is not None
+            assert tx.snapshot.server == STANDBY
+            hung.enter_context(pair.standby.paused())
+            with pytest.raises(txcache.SnapshotUnavailable, match="retry the transaction"):
+                logged_max()
+        assert not stack.cache.replica_health.usable(STANDBY), "the standby is down"
+
+
 def test_a_stream_held_back_by_a_hung_standby_fails_fresh_pins_quickly_and_keeps_the_agent(
     stack: LibraryStack, pair: ReplicatedPostgres
 ) -> None:

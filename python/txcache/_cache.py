@@ -22,8 +22,10 @@ closed nothing is parked, and no parked connection is handed out.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -112,11 +114,24 @@ class CacheDriver(CacheCore):
         call — through this library, another service, a migration, psql: the database's
         WAL insert position now. A read-only transaction given it sees all of them."""
         self._refuse_inherited()
-        with self.pool.connection() as connection:
+        with self.pooled() as connection:
             cursor = connection.execute(WAL_POSITION)
             row = cursor.fetchone()
         assert row is not None
         return int(row[0])
+
+    @contextlib.contextmanager
+    def pooled(self) -> Iterator[Connection]:
+        """A connection of the primary's pool for statements outside the cache's
+        transactions (integrations use it too), given back as psycopg_pool gives back its
+        own — rolled back, or replaced when broken — but shielded from cancellation: a task
+        cancelled while giving it back would otherwise lose it for good (``connection()``
+        of psycopg_pool is not shielded)."""
+        connection = self.pool.getconn()
+        try:
+            yield connection
+        finally:
+            self.pool.putconn(connection)
 
     def written_token(self) -> int | None:
         """The ``not_before`` token of what this thread (or task) committed to this

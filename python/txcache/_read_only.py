@@ -40,6 +40,7 @@ from txcache import _tokens as tokens
 from txcache._cache_core import CatalogUnavailable
 from txcache._current import Params
 from txcache._cursor import ResultCursor
+from txcache._lsn import WAL_POSITION
 from txcache._nodes import CacheNode
 from txcache._pinset import Pin
 from txcache._protocol import Hit, Interval, Miss
@@ -132,6 +133,15 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
                 accepted = self._move(found.interval)
         except _MOVE_FAILURES as error:
             self._fail(error)  # a move failed, or was interrupted
+            server = self._server()
+            if server is not None and isinstance(error, psycopg.OperationalError):
+                # The standby's connection failed (or went silent) in the move: it is down,
+                # and the transaction, bound to what it read there, is to be retried.
+                self.cache.replica_health.failed(server, str(error))
+                raise SnapshotUnavailable(
+                    f"the standby {server} failed while the transaction moved to another of "
+                    f"its snapshots ({error}); retry the transaction"
+                ) from error
             raise
         if not accepted:
             return Miss("consistency")
@@ -456,7 +466,7 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
                     return False
                 continue
             if choice is None:
-                choice = self._fresh_or_newest(self._fresh_pin())
+                choice = self._fresh_or_newest(self._fresh_pin(connection))
                 if choice is None:
                     return False
             if self._import(connection, choice):
@@ -465,16 +475,34 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
             if not self._import_refused(choice):
                 return False
 
-    def _fresh_pin(self) -> Pin | None:
-        """★: a pin the agent takes now, its ``not_before`` checked."""
+    def _fresh_pin(self, connection: Connection | None = None) -> Pin | None:
+        """★: a pin the agent takes now, its ``not_before`` checked — on ``connection``, the
+        block's own on the primary, when it holds one (else the block's, or the pool's)."""
         agent = self.cache.agent
         fresh = None
         if agent is not None:
             fresh = agent.pin_now()
             self.cache.latency.record_fresh_pin(fresh is not None)
         if self._predates_token(fresh):
-            self._check_token(self.cache.timestamp())
+            self._check_token(self._wal_position(connection or self._primary_connection()))
         return fresh
+
+    def _primary_connection(self) -> Connection | None:
+        """The block's connection, if it holds one on the primary."""
+        return None if self._runs_on_replica() else self._connection
+
+    def _wal_position(self, connection: Connection | None) -> int:
+        """The database's WAL insert position (:meth:`Cache.timestamp`), asked on the
+        block's own ``connection`` when it holds one: a block holds one connection from its
+        first query to its end, and a second from the pool could wait on a full one until
+        ``pool_timeout``, every block holding one and waiting for another."""
+        usable = (psycopg.pq.TransactionStatus.IDLE, psycopg.pq.TransactionStatus.INTRANS)
+        if connection is None or connection.info.transaction_status not in usable:
+            return self.cache.timestamp()
+        cursor = connection.execute(WAL_POSITION)
+        row = cursor.fetchone()
+        assert row is not None
+        return int(row[0])
 
     def _import(self, connection: Connection, pin: Pin) -> bool:
         """Put ``connection`` in a read-only transaction at ``pin`` (ending the one it was

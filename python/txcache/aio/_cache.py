@@ -21,8 +21,10 @@ closed nothing is parked, and no parked connection is handed out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -115,11 +117,27 @@ class AsyncCacheDriver(CacheCore):
         call — through this library, another service, a migration, psql: the database's
         WAL insert position now. A read-only transaction given it sees all of them."""
         self._refuse_inherited()
-        async with self.pool.connection() as connection:
+        async with self.pooled() as connection:
             cursor = await connection.execute(WAL_POSITION)
             row = await cursor.fetchone()
         assert row is not None
         return int(row[0])
+
+    @contextlib.asynccontextmanager
+    async def pooled(self) -> AsyncIterator[AsyncConnection]:
+        """A connection of the primary's pool for statements outside the cache's
+        transactions (integrations use it too), given back as psycopg_pool gives back its
+        own — rolled back, or replaced when broken — but shielded from cancellation: a task
+        cancelled while giving it back would otherwise lose it for good (``connection()``
+        of psycopg_pool is not shielded)."""
+        connection = await self.pool.getconn()
+        try:
+            yield connection
+        finally:
+            if ASYNC:
+                await asyncio.shield(self.pool.putconn(connection))
+            else:
+                self.pool.putconn(connection)
 
     async def written_token(self) -> int | None:
         """The ``not_before`` token of what this thread (or task) committed to this

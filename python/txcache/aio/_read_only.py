@@ -39,6 +39,7 @@ from txcache import _tokens as tokens
 from txcache._cache_core import CatalogUnavailable
 from txcache._current import Params
 from txcache._drivers import ASYNC
+from txcache._lsn import WAL_POSITION
 from txcache._pinset import Pin
 from txcache._protocol import Hit, Interval, Miss
 from txcache._read_only_core import (
@@ -136,6 +137,15 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
                 accepted = await self._move(found.interval)
         except _MOVE_FAILURES as error:
             self._fail(error)  # a move failed, or was interrupted
+            server = self._server()
+            if server is not None and isinstance(error, psycopg.OperationalError):
+                # The standby's connection failed (or went silent) in the move: it is down,
+                # and the transaction, bound to what it read there, is to be retried.
+                self.cache.replica_health.failed(server, str(error))
+                raise SnapshotUnavailable(
+                    f"the standby {server} failed while the transaction moved to another of "
+                    f"its snapshots ({error}); retry the transaction"
+                ) from error
             raise
         if not accepted:
             return Miss("consistency")
@@ -462,7 +472,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
                     return False
                 continue
             if choice is None:
-                choice = self._fresh_or_newest(await self._fresh_pin())
+                choice = self._fresh_or_newest(await self._fresh_pin(connection))
                 if choice is None:
                     return False
             if await self._import(connection, choice):
@@ -471,16 +481,34 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
             if not self._import_refused(choice):
                 return False
 
-    async def _fresh_pin(self) -> Pin | None:
-        """★: a pin the agent takes now, its ``not_before`` checked."""
+    async def _fresh_pin(self, connection: AsyncConnection | None = None) -> Pin | None:
+        """★: a pin the agent takes now, its ``not_before`` checked — on ``connection``, the
+        block's own on the primary, when it holds one (else the block's, or the pool's)."""
         agent = self.cache.agent
         fresh = None
         if agent is not None:
             fresh = await agent.pin_now()
             self.cache.latency.record_fresh_pin(fresh is not None)
         if self._predates_token(fresh):
-            self._check_token(await self.cache.timestamp())
+            self._check_token(await self._wal_position(connection or self._primary_connection()))
         return fresh
+
+    def _primary_connection(self) -> AsyncConnection | None:
+        """The block's connection, if it holds one on the primary."""
+        return None if self._runs_on_replica() else self._connection
+
+    async def _wal_position(self, connection: AsyncConnection | None) -> int:
+        """The database's WAL insert position (:meth:`Cache.timestamp`), asked on the
+        block's own ``connection`` when it holds one: a block holds one connection from its
+        first query to its end, and a second from the pool could wait on a full one until
+        ``pool_timeout``, every block holding one and waiting for another."""
+        usable = (psycopg.pq.TransactionStatus.IDLE, psycopg.pq.TransactionStatus.INTRANS)
+        if connection is None or connection.info.transaction_status not in usable:
+            return await self.cache.timestamp()
+        cursor = await connection.execute(WAL_POSITION)
+        row = await cursor.fetchone()
+        assert row is not None
+        return int(row[0])
 
     async def _import(self, connection: AsyncConnection, pin: Pin) -> bool:
         """Put ``connection`` in a read-only transaction at ``pin`` (ending the one it was

@@ -51,7 +51,7 @@ class TxcacheConnection(Facade[Transaction]):
         # Rolled back: whatever a function it calls changed in the session (SET, set_config,
         # SET ROLE, a temporary table) goes with it, not to the pool's next user.
         with (
-            self.cache.pool.connection() as connection,
+            self.cache.pooled() as connection,
             connection.transaction(force_rollback=True),
         ):
             cursor = connection.execute(operation, parameters)
@@ -59,7 +59,7 @@ class TxcacheConnection(Facade[Transaction]):
             return Results(cursor.description, rows, cursor.rowcount)
 
     def _read_hstore(self) -> Hstore | None:
-        with self.cache.pool.connection() as connection:
+        with self.cache.pooled() as connection:
             return read_hstore(connection)
 
 
@@ -104,7 +104,7 @@ class AsyncTxcacheConnection(Facade[AsyncTransaction]):
 
     async def _plain(self, operation: str, parameters: Params) -> Results:
         async with (
-            self.cache.pool.connection() as connection,
+            self.cache.pooled() as connection,
             connection.transaction(force_rollback=True),
         ):
             cursor = await connection.execute(operation, parameters)
@@ -115,5 +115,5 @@ class AsyncTxcacheConnection(Facade[AsyncTransaction]):
         return await_only(self._read_hstore_async())
 
     async def _read_hstore_async(self) -> Hstore | None:
-        async with self.cache.pool.connection() as connection:
+        async with self.cache.pooled() as connection:
             return await read_hstore_async(connection)
