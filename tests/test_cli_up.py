@@ -254,7 +254,7 @@ def test_status_checks_the_database_setup_and_the_slot(stack: tuple[Up, dict[str
     [problem] = report["problems"]
     assert problem["part"] == "database"
     assert problem["what"].startswith("setup step slot missing")
-    assert problem["fix"] == "run txcache setup"
+    assert problem["fix"] == "run txcache setup --slot elsewhere"
 
 
 def test_status_without_an_agent_says_the_library_would_not_cache(

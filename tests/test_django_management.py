@@ -122,6 +122,15 @@ def test_the_txcache_setting_is_checked(shop: DjangoShop) -> None:
     assert messages(TXCACHE={**current, "DSN": "dbname=elsewhere"}) == ["txcache.E011"]
 
 
+def test_a_txcache_cache_on_bad_nodes_is_a_check_s_error_not_a_traceback(shop: DjangoShop) -> None:
+    """Django's own cache checks make every cache: a TxcacheCache on a malformed NODES must
+    let the checks run and report it (txcache.E008)."""
+    caches = {"default": {"BACKEND": "txcache.django.cache.TxcacheCache"}}
+    with override_settings(TXCACHE={**settings.TXCACHE, "NODES": "nonsense"}, CACHES=caches):
+        found = sorted(message.id for message in run_checks())
+    assert "txcache.E008" in found, found
+
+
 def test_the_database_is_checked(shop: DjangoShop, monkeypatch: pytest.MonkeyPatch) -> None:
     current = settings.TXCACHE
     assert messages(TXCACHE={**current, "DATABASE": "missing"}) == ["txcache.E002"]

@@ -227,6 +227,8 @@ def test_a_get_whose_session_auth_writes_runs_again_read_write(
     assert (page.status_code, page.json()["user"], page.json()["kind"]) == (200, "", "read_write")
     assert [record.getMessage().split(":")[0] for record in caplog.records] == ["GET /whoami"]
     assert "The refusal: DELETE is not allowed" in caplog.records[0].getMessage()
+    assert "(mark the view @read_write if it writes on GET)" in caplog.records[0].getMessage()
+    assert "Tenants" not in caplog.records[0].getMessage(), "no setting was refused"
     sessions = "SELECT count(*) FROM django_session WHERE session_key = %s"
     assert shop.admin.execute(sessions, (session,)).fetchone() == (0,)  # the flush committed
     caplog.clear()

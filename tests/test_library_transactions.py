@@ -520,3 +520,45 @@ def test_bypass_mode_never_touches_the_cache(database: str) -> None:
         for client in lib.clients():
             assert client.dbsize() == 0
             client.close()
+
+
+def test_a_read_only_transaction_chosen_to_end_a_deadlock_asks_for_a_retry(
+    lib: LibraryStack,
+) -> None:
+    """A block holds the locks of what it read until it ends; a schema change waiting on
+    one of them while holding a table the block reads next is a deadlock, which PostgreSQL
+    ends by failing one side. When that is the block (its deadlock_timeout, 1 s, expires
+    first: the change waits 60 s), it raises SnapshotUnavailable, the error to retry."""
+    migration = psycopg.connect(lib.dsn, autocommit=True)
+    migration.execute("SET deadlock_timeout = '60s'")
+    altered = threading.Event()
+
+    def alter() -> None:
+        with migration.transaction(force_rollback=True):
+            migration.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+            altered.set()
+            migration.execute("ALTER TABLE users ADD COLUMN nickname text")
+
+    lib.caught_up()
+    try:
+        with lib.cache.read_only(staleness=60):
+            assert txcache.query_one("SELECT name FROM users WHERE id = 1") == ("user 1",)
+            changer = threading.Thread(target=alter, daemon=True)
+            changer.start()
+            assert altered.wait(30)
+            wait_until(
+                lambda: (
+                    lib.admin.execute(
+                        "SELECT count(*) FROM pg_locks WHERE NOT granted "
+                        "AND relation = 'users'::regclass"
+                    ).fetchone()
+                    == (1,)
+                ),
+                "the schema change to wait for the block's lock on users",
+            )
+            with pytest.raises(txcache.SnapshotUnavailable, match="deadlock"):
+                txcache.query_one("SELECT price FROM items WHERE id = 1")
+        changer.join(timeout=30)
+        assert not changer.is_alive()
+    finally:
+        migration.close()

@@ -379,9 +379,18 @@ class ReadOnlyCore(Generic[C]):
 
     def _failed_by(self, error: psycopg.Error | SnapshotUnavailable) -> BaseException | None:
         """Fail the block after a statement raised ``error``; the error to raise instead of
-        it, if any: a prepared statement whose result type a schema change altered means a
-        snapshot to retry, not a bug (the connection forgets its prepared statements)."""
+        it, if any: a prepared statement whose result type a schema change altered, or a
+        deadlock this transaction was chosen to end, means a snapshot to retry, not a bug
+        (the connection forgets its prepared statements)."""
         self._fail(error)
+        if isinstance(error, psycopg.errors.DeadlockDetected):
+            # Locks held since the block began (a schema change waiting on one, while this
+            # waits on the change's): a read-only transaction, chosen to end the deadlock,
+            # lost nothing and may run again.
+            return SnapshotUnavailable(
+                f"this read-only transaction was chosen to end a deadlock ({error}), most "
+                "likely with a schema change; retry the transaction"
+            )
         if not isinstance(error, psycopg.errors.FeatureNotSupported):
             return None
         if _CHANGED_RESULT_TYPE not in str(error):

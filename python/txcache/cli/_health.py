@@ -234,7 +234,11 @@ class SlotPlace:
 
 
 def probe_database(
-    dsn: str, slot: str = "txcache", timeout: float = 5.0, place: SlotPlace = SlotPlace()
+    dsn: str,
+    slot: str = "txcache",
+    timeout: float = 5.0,
+    place: SlotPlace = SlotPlace(),
+    setup_command: str = "txcache setup",
 ) -> list[Problem]:
     """What ``txcache setup --check`` finds missing, and the slot's state; never raises.
 
@@ -243,13 +247,15 @@ def probe_database(
     ``timeout`` more for its statements (:func:`database_seconds` in all); one that has not
     finished by then is reported as not answering, after what was found before it. With
     the agent's slot on a standby (``place``), the primary's slot is missing on purpose, and
-    one found there is a leftover holding WAL, unless it is the spare."""
+    one found there is a leftover holding WAL, unless it is the spare. A fix names
+    ``setup_command`` (``manage.py txcache_setup`` from Django), with ``--slot``."""
     try:
         bounded = make_conninfo(dsn, connect_timeout=_connect_seconds(timeout))
     except psycopg.Error as error:  # a connection string psycopg cannot read
         return [_unreachable(error)]
     seconds = database_seconds(timeout)
-    setup = _within(seconds, lambda: _setup_problems(bounded, slot, place))
+    run_setup = setup_command if slot == "txcache" else f"{setup_command} --slot {slot}"
+    setup = _within(seconds, lambda: _setup_problems(bounded, slot, place, run_setup))
     if setup is None:
         return [_silent("txcache setup --check", seconds)]
     problems, reachable = setup
@@ -293,20 +299,22 @@ def _within(seconds: float, call: Callable[[], T]) -> T | None:
     return results[0] if results else None
 
 
-def _setup_problems(dsn: str, slot: str, place: SlotPlace) -> tuple[list[Problem], bool]:
-    """The steps setup's check finds missing, and whether the database answered well enough
-    to ask about the slot too."""
+def _setup_problems(
+    dsn: str, slot: str, place: SlotPlace, run_setup: str
+) -> tuple[list[Problem], bool]:
+    """The steps setup's check finds missing (each fixed by running ``run_setup``), and
+    whether the database answered well enough to ask about the slot too."""
     try:
         report = setup_database(dsn, slot=slot, check=True)
     except SetupError as error:
         first = str(error).splitlines()[0]
         if isinstance(error.__cause__, psycopg.OperationalError):  # no connection, or lost
             return [Problem("database", f"unreachable: {first}", _REACH_FIX)], False
-        return [Problem("database", first, "run `txcache setup` for details")], False
+        return [Problem("database", first, f"run `{run_setup}` for details")], False
     except psycopg.Error as error:
         return [_unreachable(error)], False
     missing = [
-        Problem("database", f"setup step {step.name} missing: {step.detail}", "run txcache setup")
+        Problem("database", f"setup step {step.name} missing: {step.detail}", f"run {run_setup}")
         for step in report.steps
         if step.status is StepStatus.MISSING
         and not (place.on_standby and step.name == _SLOT_STEP)  # the agent's is elsewhere

@@ -160,7 +160,11 @@ def run(args: argparse.Namespace) -> int:
     if args.dsn:
         place = SlotPlace.of(report.active_agent)
         report.problems += probe_database(
-            args.dsn, slot=args.slot, timeout=args.timeout, place=place
+            args.dsn,
+            slot=args.slot,
+            timeout=args.timeout,
+            place=place,
+            setup_command=getattr(args, "setup_command", "txcache setup"),
         )
     print(
         json.dumps(_report_json(report, now), indent=2) if args.json else _report_text(report, now)

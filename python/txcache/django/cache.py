@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
+from functools import cached_property
 from typing import Any
 
 import redis
@@ -172,17 +173,35 @@ class TxcacheCache(RedisCache):  # type: ignore[misc]
     of the ``TXCACHE`` setting, else ``$TXCACHE_NODES``. ``OPTIONS`` go to redis-py's
     connection pools, as with ``RedisCache``; without a ``"password"`` there, the
     ``"PASSWORD"`` of ``TXCACHE`` (else ``$TXCACHE_PASSWORD``) is sent to the nodes, if
-    any."""
+    any.
+
+    A ``LOCATION`` (or ``NODES``) that names no node or a malformed address is
+    ``ImproperlyConfigured`` when the cache is first used, not when Django makes it: its
+    system checks make every cache, and report a bad ``NODES`` as ``txcache.E008``."""
 
     _options: dict[str, Any]
 
     def __init__(self, server: str | list[str], params: dict[str, Any]) -> None:
         """``server``: the ``LOCATION``; ``params``: the rest of the ``CACHES`` entry."""
-        super().__init__(_node_urls(server or _txcache_setting("NODES") or ""), params)
+        source = "LOCATION" if server else "TXCACHE['NODES']"
+        self._unusable: ImproperlyConfigured | None = None
+        try:
+            urls = _node_urls(server or _txcache_setting("NODES") or "", source)
+        except ImproperlyConfigured as error:
+            self._unusable, urls = error, []
+        super().__init__(urls, params)
         self._class = TxcacheCacheClient
         password = _txcache_setting("PASSWORD")
         if "password" not in self._options and password:
             self._options = {**self._options, "password": password}
+
+    @cached_property
+    def _cache(self) -> Any:
+        """The client, made on first use (as ``RedisCache``'s): where the nodes named are
+        unusable, their ``ImproperlyConfigured`` instead."""
+        if self._unusable is not None:
+            raise self._unusable
+        return self._class(self._servers, **self._options)
 
 
 def _txcache_setting(name: str) -> Any:
@@ -194,23 +213,23 @@ def _txcache_setting(name: str) -> Any:
     return txcache.get(name) or os.environ.get(f"TXCACHE_{name}") or None
 
 
-def _node_urls(location: str | Iterable[str]) -> list[str]:
-    """``redis://`` URLs of the nodes ``location`` names; ImproperlyConfigured when it names
-    none or an address is malformed."""
+def _node_urls(location: str | Iterable[str], source: str = "LOCATION") -> list[str]:
+    """``redis://`` URLs of the nodes ``location`` (from ``source``, named in errors)
+    names; ImproperlyConfigured when it names none or an address is malformed."""
     items = re.split("[;,]", location) if isinstance(location, str) else list(location)
     addresses = [item.strip() for item in items if item.strip()]
     if not addresses:
         raise ImproperlyConfigured(
             "TxcacheCache needs the cache nodes: LOCATION, TXCACHE['NODES'] or TXCACHE_NODES"
         )
-    return [_node_url(address) for address in addresses]
+    return [_node_url(address, source) for address in addresses]
 
 
-def _node_url(address: str) -> str:
+def _node_url(address: str, source: str) -> str:
     if "://" in address:
         return address  # a redis-py URL already (redis://, rediss://, unix://), as RedisCache's
     try:
         host, port = parse_address(address)
     except ValueError as error:
-        raise ImproperlyConfigured(f"TxcacheCache LOCATION: {error}") from None
+        raise ImproperlyConfigured(f"TxcacheCache {source}: {error}") from None
     return f"redis://[{host}]:{port}" if ":" in host else f"redis://{host}:{port}"

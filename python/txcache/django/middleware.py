@@ -113,12 +113,10 @@ class TransactionMiddleware:
             return response
         log.warning(
             "%s %s: its read-only transaction refused a statement and the request failed; "
-            "ran it again read/write, uncached (mark the view @read_write if it writes on "
-            "%s; a setting belongs to the cache, not the request: docs/django.md, "
-            '"Tenants"). The refusal: %s',
+            "ran it again read/write, uncached (%s). The refusal: %s",
             request.method,
             request.path,
-            request.method,
+            _rerun_hint(str(request.method), refusals.first or ""),
             refusals.first,
         )
         vars(request).pop(_VIEW_FAILED, None)  # the first run's failure is not the second's
@@ -162,6 +160,14 @@ class TransactionMiddleware:
                 content_type="text/plain",
             )
         return None
+
+
+def _rerun_hint(method: str, refusal: str) -> str:
+    """What to change so that a safe request's read-only run is not refused: a session
+    change belongs to the cache's settings; a write, to a view marked read/write."""
+    if "changes the session" in refusal:
+        return 'a setting belongs to the cache, not the request: docs/django.md, "Tenants"'
+    return f"mark the view @read_write if it writes on {method}"
 
 
 def _unsent_failure(response: HttpResponseBase) -> bool:

@@ -57,6 +57,7 @@ class Command(BaseCommand):  # type: ignore[misc]
             tls_ca=library.tls_ca,
             timeout=options["timeout"],
             json=options["json"],
+            setup_command="python manage.py txcache_setup",
         )
         printed, errors = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
