@@ -177,6 +177,43 @@ def test_every_node_removed_leaves_the_library_uncached_and_says_so(
     assert lib.cache.uncached_reason is None, "cached again"
 
 
+def test_a_node_is_one_member_however_it_is_written(lib: LibraryStack) -> None:
+    """``redis://``, another case or a port with leading zeros name a member already there:
+    not added again (the node would get every invalidation twice); remove takes the node's
+    rows whatever their form."""
+    first, second = lib.node_addresses
+    host, port = first.rsplit(":", 1)
+    again = nodes_command(lib, "add", f"redis://{host}:{port}", f"{host}:0{port}")
+    assert again.stdout.splitlines() == [
+        f"redis://{host}:{port}: unchanged (already a member)",
+        f"{host}:0{port}: unchanged (already a member)",
+    ], again.stderr
+    with psycopg.connect(lib.dsn, autocommit=True) as db:  # a row written by hand
+        db.execute(
+            "INSERT INTO txcache.cache_nodes (slot, address) VALUES ('txcache', %s)",
+            (f" redis://{host}:{port}",),
+        )
+    follow(lib, sorted([first, second]))  # the agent names the node once
+    removed = nodes_command(lib, "remove", f"{host}:{port}")
+    assert removed.stdout.strip() == f"{host}:{port}: removed"
+    follow(lib, [second])
+
+
+def test_a_row_that_names_no_node_leaves_the_others_in_force(lib: LibraryStack) -> None:
+    """A row written by hand that is no address (a port past 65535) is skipped by the
+    agent, and the libraries follow the other rows (a NODES they could not read would have
+    kept their ring as it was)."""
+    first, second = lib.node_addresses
+    with psycopg.connect(lib.dsn, autocommit=True) as db:
+        db.execute(
+            "INSERT INTO txcache.cache_nodes (slot, address) VALUES ('txcache', '127.0.0.1:99999')"
+        )
+    assert nodes_command(lib, "remove", first).returncode == 0
+    follow(lib, [second])
+    assert lib.agent is not None
+    lib.agent.wait_for_log("names no cache node", "the agent to log the row it skipped")
+
+
 def test_nodes_refuses_what_it_cannot_do(lib: LibraryStack) -> None:
     bad = nodes_command(lib, "add", "no-port-here")
     assert bad.returncode == 1

@@ -31,7 +31,7 @@ from typing import Any, NoReturn, TypeVar, cast
 
 import psycopg
 
-from txcache._resp import parse_address
+from txcache._resp import parse_address, uses_tls
 
 __all__ = [
     "ISOLATION_LEVELS",
@@ -324,6 +324,15 @@ def address(value: Any) -> str:
     if any(c.isspace() or c == "," for c in host) or (":" in host and not bare.startswith("[")):
         raise Refused(allowed)
     return found
+
+
+def canonical_address(value: Any) -> str:
+    """:func:`address`, written the one way the agent names the node (``NODES``): the host in
+    lower case, the port as a plain number, ``rediss://`` kept and ``redis://`` dropped."""
+    found = address(value)
+    host, port = parse_address(found)
+    host = f"[{host.lower()}]" if ":" in host else host.lower()
+    return f"{'rediss://' if uses_tls(found) else ''}{host}:{port}"
 
 
 def readable_file(value: Any) -> str:

@@ -136,14 +136,22 @@ impl Watch {
         }
     }
 
-    /// The rows whose address names a cache node; each other row is logged once (while it
-    /// stays in the table) and skipped, the others still apply.
+    /// The nodes the rows name, each once and by its canonical address
+    /// ([`NodeAddress::canonical`]): a row that names no cache node, or one an earlier row
+    /// names already, is logged once (while it stays in the table) and skipped; the others
+    /// still apply.
     fn usable(&mut self, rows: Vec<String>) -> Vec<String> {
         self.refused.retain(|address| rows.contains(address));
-        let mut nodes = Vec::with_capacity(rows.len());
+        let mut nodes: Vec<String> = Vec::with_capacity(rows.len());
         for address in rows {
-            match NodeAddress::parse(&address) {
-                Ok(_) => nodes.push(address),
+            match NodeAddress::parse(&address).map(|node| node.canonical()) {
+                Ok(node) if !nodes.contains(&node) => nodes.push(node),
+                Ok(node) => {
+                    if self.refused.insert(address.clone()) {
+                        tracing::warn!(slot = %self.slot, %address, node = %node,
+                            "a row of txcache.cache_nodes names a node an earlier row names: skipped (remove it with txcache nodes remove)");
+                    }
+                }
                 Err(error) => {
                     if self.refused.insert(address.clone()) {
                         tracing::error!(slot = %self.slot, %address, error = format!("{error:#}"),
@@ -198,17 +206,37 @@ mod tests {
             refused: BTreeSet::new(),
             failing: false,
         };
-        let rows = owned(&["a:1", "ftp://b:2", "nothing", "rediss://c:3"]);
+        let rows = owned(&["a:1", "ftp://b:2", "nothing", "rediss://c:3", "d:99999"]);
         assert_eq!(watch.usable(rows), owned(&["a:1", "rediss://c:3"]));
         assert_eq!(
             watch.refused,
-            owned(&["ftp://b:2", "nothing"]).into_iter().collect()
+            owned(&["d:99999", "ftp://b:2", "nothing"])
+                .into_iter()
+                .collect()
         );
         watch.usable(owned(&["nothing"]));
         assert_eq!(
             watch.refused,
             owned(&["nothing"]).into_iter().collect(),
             "a row gone is forgotten"
+        );
+    }
+
+    #[test]
+    fn a_node_is_named_once_however_its_rows_write_it() {
+        let mut watch = Watch {
+            slot: "txcache".to_owned(),
+            refused: BTreeSet::new(),
+            failing: false,
+        };
+        let rows = owned(&[" A:1 ", "redis://a:1", "a:0001", "rediss://a:1", "[::1]:2"]);
+        assert_eq!(
+            watch.usable(rows),
+            owned(&["a:1", "rediss://a:1", "[::1]:2"])
+        );
+        assert_eq!(
+            watch.refused,
+            owned(&["a:0001", "redis://a:1"]).into_iter().collect()
         );
     }
 }

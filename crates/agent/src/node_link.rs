@@ -36,6 +36,7 @@ pub struct NodeAddress {
 impl NodeAddress {
     /// Reads an address; an unknown scheme is refused.
     pub fn parse(address: &str) -> anyhow::Result<Self> {
+        let address = address.trim();
         let (tls, host_port) = match address.split_once("://") {
             None => (false, address),
             Some(("redis", rest)) => (false, rest),
@@ -44,11 +45,32 @@ impl NodeAddress {
                 bail!("{address}: unknown scheme {scheme:?} (host:port, or rediss://host:port for TLS)")
             }
         };
-        let host_port = host_port.trim_end_matches('/').to_owned();
-        if !host_port.contains(':') {
+        let Some((host, port)) = host_port.trim_end_matches('/').rsplit_once(':') else {
             bail!("{address}: not host:port");
+        };
+        if host.is_empty() || host.chars().any(char::is_whitespace) {
+            bail!("{address}: not host:port (no host, or a space in it)");
         }
+        if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) {
+            bail!("{address}: an IPv6 address goes in brackets ([::1]:6380)");
+        }
+        let port = port.parse::<u16>().ok().filter(|port| *port > 0);
+        let Some(port) = port else {
+            bail!("{address}: the port is not a number from 1 to 65535");
+        };
+        let host_port = format!("{}:{port}", host.to_ascii_lowercase());
         Ok(Self { host_port, tls })
+    }
+
+    /// The address as the agent names the node (`NODES`, its logs): `host:port`, or
+    /// `rediss://host:port`, the host in lower case and the port as a plain number — one
+    /// name per node, however it was written.
+    pub fn canonical(&self) -> String {
+        if self.tls {
+            format!("rediss://{}", self.host_port)
+        } else {
+            self.host_port.clone()
+        }
     }
 
     /// The host, for checking the node's certificate (without an IPv6 address's brackets).
