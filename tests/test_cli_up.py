@@ -214,6 +214,7 @@ def test_status_json_has_the_same_report(stack: tuple[Up, dict[str, str]]) -> No
         assert set(node["misses"]) == {"compulsory", "capacity", "staleness", "consistency"}
         assert node["lag_bytes"] is not None
     assert report["agent"]["pins"] >= 1
+    assert report["agent"]["status"]["role"] == "active", "every STATUS field, text too"
     assert report["agent"]["newest_pin"]["age_seconds"] < 30
 
 

@@ -5,11 +5,13 @@ asking a database that stops answering once connected (:func:`probe_database`)."
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import threading
 import time
 
 from txcache._pinset import Pin
+from txcache._resp import ConnectionLost
 from txcache.cli._health import (
     SILENT_STREAM_SECONDS,
     Problem,
@@ -81,6 +83,10 @@ def test_an_agent_asked_for_its_nodes_is_judged_by_the_nodes_it_feeds() -> None:
     assert short.what == "is connected to 1 of the 2 node(s) it feeds"
     assert "TXCACHE_NODES" not in short.fix
     assert "--node-password" in short.fix
+    down = AgentReport("127.0.0.1:9", state="unreachable", error="refused")
+    assert diagnose([], down, NOW, agent_given=True, nodes_given=False) == [], (
+        "the agent that could not say which nodes it feeds is reported as unreachable"
+    )
 
 
 def test_settings_without_nodes_or_agent_say_the_library_would_not_cache() -> None:
@@ -174,3 +180,19 @@ def test_a_database_that_stops_answering_once_connected_is_reported_within_the_b
     ]
     assert "longer --timeout" in problems[0].fix
     assert bound <= took < bound + 2
+
+
+def test_a_certificate_for_another_host_is_no_matter_of_the_ca() -> None:
+    """``status`` says to give ``--tls-ca`` when the certificate did not verify against the
+    CA, and that the certificate must name the host when it is a name mismatch."""
+    for reason, hint in (
+        ("certificate verify failed: unable to get local issuer", "give txcache status --tls-ca"),
+        ("certificate verify failed: Hostname mismatch, certificate is not valid for 'x'",
+         "the certificate does not name this host"),
+    ):  # fmt: skip
+        lost = ConnectionLost("cannot connect to x:1")
+        lost.__cause__ = ssl.SSLCertVerificationError(1, reason)
+        report = NodeReport("rediss://x:1")
+        report.failed(lost, "a txcache node")
+        assert report.state == "unreachable"
+        assert hint in (report.error or ""), report.error

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from txcache import _protocol as protocol
+from txcache._log_throttle import LogThrottle
 from txcache._protocol import Hit, Interval, Miss
 from txcache._resp import ReplyError
 
@@ -23,6 +24,14 @@ __all__ = [
 ]
 
 log = logging.getLogger("txcache")
+# A node refusing requests (full: TOOLARGE, say) refuses many in a row: a line a minute per
+# node and command, with how many more there were.
+_refusals: dict[tuple[str, str], LogThrottle] = {}
+
+
+def _log_refusal(address: str, command: str, reply: ReplyError) -> None:
+    throttle = _refusals.setdefault((address, command), LogThrottle(log))
+    throttle.log(logging.WARNING, "cache node %s refused %s: %s", address, command, reply)
 
 
 def follows_another_database(reply: object) -> bool:
@@ -38,7 +47,7 @@ def lookup_result(address: str, reply: Hit | Miss | ReplyError | None) -> Hit | 
     if reply is None:
         return Miss("unavailable")
     if isinstance(reply, ReplyError):
-        log.warning("cache node %s refused TXGET: %s", address, reply)
+        _log_refusal(address, "TXGET", reply)
         return Miss("error")
     return reply
 
@@ -48,7 +57,7 @@ def insert_result(address: str, reply: protocol.Stored | ReplyError | None) -> s
     if reply is None:
         return None
     if isinstance(reply, ReplyError):
-        log.warning("cache node %s refused TXSET: %s", address, reply)
+        _log_refusal(address, "TXSET", reply)
         return None
     return reply.outcome
 
@@ -57,7 +66,7 @@ def delete_result(address: str, reply: int | ReplyError | None) -> int | None:
     """The number of keys a ``DEL`` reply says were removed; ``None`` when the node is down
     or refused it."""
     if isinstance(reply, ReplyError):
-        log.warning("cache node %s refused DEL: %s", address, reply)
+        _log_refusal(address, "DEL", reply)
         return None
     return reply
 

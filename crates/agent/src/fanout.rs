@@ -559,11 +559,11 @@ async fn run_node(fanout: Arc<Fanout>, node: Arc<NodeState>, link: LinkSettings)
                     "CACHE NODE FOLLOWS ANOTHER DATABASE: this agent does not feed it, and libraries of this database do not use it; give each database nodes of its own, or restart the node to give it to this one");
             }
             Some(true) => {
-                tracing::warn!(node = %node.address, %error, hint = password_hint(&error),
+                tracing::warn!(node = %node.address, error = %format_args!("{error:#}"), hint = password_hint(&error),
                     "cache node unreachable; retrying (on return it is replayed or reset, never stale)");
             }
             Some(false) => {
-                tracing::warn!(node = %node.address, %error, hint = password_hint(&error),
+                tracing::warn!(node = %node.address, error = %format_args!("{error:#}"), hint = password_hint(&error),
                     "cache node still unreachable, now for another reason; retrying (logged again only when the reason changes)");
             }
         }

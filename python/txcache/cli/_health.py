@@ -87,7 +87,7 @@ def diagnose(
                 "without --node) add them with `txcache nodes add HOST:PORT`",
             )
         )
-    elif not nodes:
+    elif not nodes and (nodes_given or not agent_given):  # else: the agent could not say
         problems.append(
             Problem(
                 "settings",
@@ -156,8 +156,9 @@ def _node_problems(node: NodeReport, now_micros: int) -> list[Problem]:
             Problem(
                 part,
                 f"its last stream message is {silent:.0f} s old: the agent is not feeding it",
-                "check that the agent runs and lists this node (--node); its log says why "
-                "it cannot reach the node",
+                "check that the agent runs and feeds this node (--node, or `txcache nodes "
+                "add` for an agent started without --node); its log says why it cannot reach "
+                "the node (a password: --node-password)",
             )
         ]
     return []

@@ -20,12 +20,16 @@ from txcache import _protocol as protocol
 from txcache._agent_follow import is_standby
 from txcache._pinset import Pin
 from txcache._protocol import MISS_KINDS
-from txcache._resp import BadReply, ConnectionLost, PasswordRefused, ReplyError
+from txcache._resp import BadReply, Command, ConnectionLost, PasswordRefused, ReplyError
 
 __all__ = ["AgentReport", "NodeReport", "Report", "probe_agent", "probe_node"]
 
 _AUTH_HINT = " (give --password or set TXCACHE_PASSWORD)"
 _TLS_HINT = "; give txcache status --tls-ca the CA file, or set TXCACHE_TLS_CA"
+_NAME_HINT = (
+    "; the certificate does not name this host: address it by a name the certificate holds "
+    "(its subjectAltName), or give it a certificate for this one"
+)
 # An error reply starts with its code (ERR, NOAUTH, WRONGPASS…): a word for programs, left
 # out of what people read, as redis-py leaves it out of its exceptions' messages.
 _AUTH_CODES = ("NOAUTH", "WRONGPASS")
@@ -58,8 +62,11 @@ class Report:
         else:  # the connection failed, or the address is not host:port
             self.state, self.error = "unreachable", str(error).strip() or type(error).__name__
             # The message names the library's tls_ca setting; say where status takes it.
-            if isinstance(error.__cause__, ssl.SSLCertVerificationError):
-                self.error += _TLS_HINT
+            cause = error.__cause__
+            if isinstance(cause, ssl.SSLCertVerificationError):
+                # A certificate for another host is no matter of which CA: say so.
+                hostname = "Hostname mismatch" in str(cause) or "IP address mismatch" in str(cause)
+                self.error += _NAME_HINT if hostname else _TLS_HINT
 
 
 @dataclass
@@ -94,6 +101,8 @@ class AgentReport(Report):
     """What the agent said, or why it could not be asked (``error``)."""
 
     status: dict[str, int] = field(default_factory=dict)
+    fields: dict[str, str] = field(default_factory=dict)
+    """Every ``STATUS`` field as the agent wrote it (``role``, ``membership`` … too)."""
     standbys: dict[str, int] = field(default_factory=dict)
     """The hot standbys the agent pins on (``--standby``), each with its pin count."""
     pins: list[Pin] = field(default_factory=list)
@@ -178,7 +187,8 @@ def probe_agent(
     report = AgentReport(address)
     try:
         with protocol.connect(address, password=password, timeout=timeout, tls_ca=tls_ca) as agent:
-            report.status = agent.run(protocol.agent_status())
+            report.fields = agent.run(Command(("STATUS",), protocol.parse_fields))
+            report.status = protocol.integer_fields(report.fields)
             report.standbys = agent.run(protocol.agent_standbys())
             try:
                 report.pins = agent.run(protocol.pins())

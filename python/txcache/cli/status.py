@@ -245,7 +245,7 @@ def agent_json(agent: AgentReport, now: int) -> dict[str, Any]:
             "reachable": True,
             "state": agent.state,
             "standby": agent.standby,
-            "status": agent.status,
+            "status": {**agent.fields, **agent.status},
         }
     newest = agent.newest_pin
     return {
@@ -253,7 +253,7 @@ def agent_json(agent: AgentReport, now: int) -> dict[str, Any]:
         "reachable": True,
         "state": agent.state,
         "standby": None,
-        "status": agent.status,
+        "status": {**agent.fields, **agent.status},
         "standbys": agent.standbys,
         "database": agent.database,
         "pins": len(agent.pins),
