@@ -10,7 +10,10 @@ commit so far. A test that needs other library settings starts its own:
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import contextvars
+import io
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, TypeVar
@@ -20,6 +23,7 @@ import pytest
 import redis
 
 import txcache
+from txcache.cli import status
 from txcache.stack import Stack, StackOptions, TlsFiles, wait_until
 
 SCHEMA = """
@@ -186,3 +190,23 @@ def lib(database: str) -> Iterator[LibraryStack]:
     """PostgreSQL with ``items`` and ``users``, two nodes, the agent, a connected cache."""
     with LibraryStack(database) as stack:
         yield stack
+
+
+def status_report(nodes: list[str], agents: list[str]) -> tuple[int, str]:
+    """``txcache status`` for ``nodes`` and ``agents`` (in process): its exit status and
+    what it printed."""
+    arguments = argparse.Namespace(
+        nodes=nodes,
+        agent=agents,
+        metrics=[],
+        dsn=None,
+        slot="txcache",
+        password=None,
+        tls_ca=None,
+        timeout=5.0,
+        json=False,
+    )
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = status.run(arguments)
+    return code, printed.getvalue()

@@ -10,10 +10,7 @@ routed around or followed, in the sync and the async library.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
-import io
 import logging
 import os
 import signal
@@ -25,7 +22,7 @@ import pytest
 
 import txcache
 from async_fixtures import AsyncLib
-from library_fixtures import LibraryStack, wait_for_pin
+from library_fixtures import LibraryStack, status_report, wait_for_pin
 from txcache import _protocol as protocol
 from txcache import _validate as validate
 from txcache import aio
@@ -50,7 +47,6 @@ from txcache._protocol import Barrier, CatalogVersion, DatabaseIdentity
 from txcache._resp import Command, ReplyError, read_reply
 from txcache.aio import AsyncCache
 from txcache.aio._agent import AsyncAgentClient
-from txcache.cli import status
 from txcache.cli._health import diagnose_agents
 from txcache.cli._probe import AgentReport
 from txcache.errors import ConfigurationError
@@ -598,21 +594,7 @@ def test_a_takeover_is_followed(lib: LibraryStack, how: str) -> None:
 def test_status_reports_each_agent_and_which_is_a_standby(lib: LibraryStack) -> None:
     standby = lib.start_standby_agent()
     standby_address = f"127.0.0.1:{standby.port}"
-    arguments = argparse.Namespace(
-        nodes=lib.node_addresses,
-        agent=[standby_address, lib.agent_address],
-        metrics=[],
-        dsn=None,
-        slot="txcache",
-        password=None,
-        tls_ca=None,
-        timeout=5.0,
-        json=False,
-    )
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        code = status.run(arguments)
-    text = printed.getvalue()
+    code, text = status_report(lib.node_addresses, [standby_address, lib.agent_address])
     assert f"agent {standby_address}: up, standby: this agent is a standby" in text
     assert f"agent {lib.agent_address}: up" in text
     assert "4 of 4 endpoint(s) up" in text

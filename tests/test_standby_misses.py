@@ -6,9 +6,7 @@ standby cannot serve them."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import io
 import threading
 import time
 from collections.abc import Iterator
@@ -19,10 +17,9 @@ import pytest
 
 import txcache
 from async_fixtures import AsyncLib
-from library_fixtures import AGENT_ARGS, LibraryStack
+from library_fixtures import AGENT_ARGS, LibraryStack, status_report
 from txcache import aio
 from txcache.aio import AsyncCache
-from txcache.cli import status
 from txcache.cli._probe import probe_agent
 from txcache.stack import EmbeddedPostgres, ReplicatedPostgres, wait_until
 
@@ -107,21 +104,7 @@ def test_two_standbys_share_the_misses_each_at_exactly_its_pin_s_commit_point(
 
 def status_text(lib: LibraryStack) -> str:
     """What ``txcache status`` prints for ``lib``'s nodes and agent."""
-    arguments = argparse.Namespace(
-        nodes=lib.node_addresses,
-        agent=[lib.agent_address],
-        metrics=[],
-        dsn=None,
-        slot="txcache",
-        password=None,
-        tls_ca=None,
-        timeout=5.0,
-        json=False,
-    )
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        status.run(arguments)
-    return printed.getvalue()
+    return status_report(lib.node_addresses, [lib.agent_address])[1]
 
 
 def test_a_standby_on_another_timeline_than_the_stream_gives_no_pins() -> None:
