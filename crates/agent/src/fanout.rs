@@ -23,7 +23,7 @@ use crate::database;
 use crate::message::StreamMessage;
 use crate::node_link::{NodeLink, OtherDatabase};
 use crate::retry::Backoff;
-use crate::term::Term;
+use crate::term::{LeaseLapsed, Term};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -554,6 +554,10 @@ async fn run_node(fanout: Arc<Fanout>, node: Arc<NodeState>, link: LinkSettings)
         }
         match outage.report(&error) {
             None => {}
+            Some(_) if error.downcast_ref::<LeaseLapsed>().is_some() => {
+                tracing::info!(node = %node.address, %error,
+                    "not feeding the cache node: this agent does not hold the lease now");
+            }
             Some(_) if error.downcast_ref::<OtherDatabase>().is_some() => {
                 tracing::error!(node = %node.address, %error,
                     "CACHE NODE FOLLOWS ANOTHER DATABASE: this agent does not feed it, and libraries of this database do not use it; give each database nodes of its own, or restart the node to give it to this one");

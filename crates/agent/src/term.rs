@@ -57,15 +57,12 @@ impl Term {
         !self.ended.load(Ordering::Acquire) && Instant::now() < *self.lock()
     }
 
-    /// `Ok` while [`valid`](Self::valid); else an error saying why nothing is done.
+    /// `Ok` while [`valid`](Self::valid); else [`LeaseLapsed`], saying why nothing is done.
     pub fn check(&self) -> anyhow::Result<()> {
         if self.valid() {
             return Ok(());
         }
-        anyhow::bail!(
-            "this agent's lease (epoch {}) was not renewed in time or was taken over: it acts no more until it holds the lease again",
-            self.epoch
-        )
+        Err(LeaseLapsed(self.epoch).into())
     }
 
     /// A renewal succeeded: the term is valid until `until` (never shortened).
@@ -114,9 +111,15 @@ impl Holder {
     }
 }
 
+/// What a process whose term is over answers each thing it was to do: it acts no more,
+/// whatever it was doing (a node's feed, a pin) — no failure of that thing itself.
+#[derive(Debug, thiserror::Error)]
+#[error("this agent's lease (epoch {0}) was not renewed in time or was taken over: it acts no more until it holds the lease again")]
+pub struct LeaseLapsed(pub u64);
+
 #[cfg(test)]
 mod tests {
-    use super::{Holder, Term};
+    use super::{Holder, LeaseLapsed, Term};
     use std::time::{Duration, Instant};
 
     #[test]
@@ -125,7 +128,8 @@ mod tests {
         assert!(term.valid() && term.check().is_ok());
         term.end();
         assert!(!term.valid());
-        assert!(term.check().is_err());
+        let error = term.check().unwrap_err().context("feeding a node");
+        assert!(error.downcast_ref::<LeaseLapsed>().is_some(), "{error:#}");
     }
 
     #[test]
