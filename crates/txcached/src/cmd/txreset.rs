@@ -34,7 +34,7 @@ pub fn run_rewind(
 
 /// Applies `apply(ts, commit_time)` to every shard and logs `what` happened, loudly when the
 /// node held versioned entries (both are rare and cost it its open, or all, entries); at info
-/// when it held none, as on a new node's first stream, which loses nothing.
+/// when it held none, or on a new node's first stream, which loses nothing.
 fn reposition(
     args: &mut Args,
     context: &mut Context<'_>,
@@ -53,12 +53,14 @@ fn reposition(
         before
     });
     let command = args.command();
-    if versions > 0 {
+    if old_position == Timestamp::ZERO {
+        // What every agent sends a node it meets: normal for a node just started. Versions
+        // libraries stored before it are bounded at the point each was computed at, where
+        // they are exact: nothing is stale, and nothing the stream had was lost.
+        tracing::info!(new_position = %ts, versions,
+            "{command}: the node's first stream, starting at the agent's position (versions stored before it stay valid at their own commit points only)");
+    } else if versions > 0 {
         tracing::warn!(%old_position, new_position = %ts, versions, "{command}: {what}");
-    } else if old_position == Timestamp::ZERO {
-        // What every agent sends a node it meets: normal for a node just started.
-        tracing::info!(new_position = %ts,
-            "{command}: the node's first stream, starting at the agent's position (no entries to bound)");
     } else {
         tracing::info!(%old_position, new_position = %ts,
             "{command}: the stream moved to a new position; the node held no versioned entries, so nothing was lost");
@@ -83,6 +85,22 @@ mod tests {
         assert!(
             found.contains(":101\r\n"),
             "bounded at the old position: {found}"
+        );
+    }
+
+    #[test]
+    fn what_a_new_node_got_before_its_first_stream_stays_valid_at_its_own_point_only() {
+        let node = node();
+        let mut c = Client::new(&node);
+        let stored = c.send(&["TXSET", "k", "v", "100", "OPEN", "SNAPSHOT", "100"]);
+        assert!(!stored.starts_with('-'), "{stored}");
+        assert_eq!(c.send(&["TXRESET", "200", "6"]), "+OK\r\n");
+        let exact = c.send(&["TXGET", "k", "100", "100"]);
+        assert!(exact.contains(":100\r\n:101\r\n"), "{exact:?}");
+        let later = c.send(&["TXGET", "k", "101", "300"]);
+        assert!(
+            !later.contains("$1\r\nv"),
+            "served past its point: {later:?}"
         );
     }
 }
