@@ -205,6 +205,7 @@ def status_report(nodes: list[str], agents: list[str]) -> tuple[int, str]:
         tls_ca=None,
         timeout=5.0,
         json=False,
+        setup_command="txcache setup",
     )
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

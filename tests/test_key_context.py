@@ -7,10 +7,7 @@ key names")."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
-import io
 import logging
 import uuid
 from collections.abc import Iterator
@@ -23,9 +20,9 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import txcache
+from library_fixtures import status_report
 from postgres_fixtures import drop_database
 from txcache import protocol
-from txcache.cli import status
 from txcache.stack import AgentProcess, EmbeddedPostgres, Stack, StackOptions, wait_until
 
 TENANTS = """
@@ -354,14 +351,7 @@ def test_two_databases_on_one_server_never_share_a_value(
 
 def status_of(nodes: list[str], agent: str) -> str:
     """What ``txcache status`` prints about ``nodes`` and ``agent``."""
-    arguments = argparse.Namespace(
-        nodes=nodes, agent=[agent], metrics=[], dsn=None, slot="txcache", password=None,
-        tls_ca=None, timeout=5.0, json=False,
-    )  # fmt: skip
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        status.run(arguments)
-    return printed.getvalue()
+    return status_report(nodes, [agent])[1]
 
 
 @txcache.cacheable

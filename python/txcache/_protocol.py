@@ -322,12 +322,12 @@ def _status_fields(reply: bytes) -> dict[str, int]:
 def agent_standbys() -> Command[dict[str, int]]:
     """The agent's ``STATUS`` ``standby_pins``: each hot standby it pins on (``--standby``,
     by name, in its flags' order) with its pin count; empty without standbys."""
-    return Command(("STATUS",), _standby_pins)
+    return Command(("STATUS",), lambda reply: standby_pin_counts(parse_fields(reply)))
 
 
-def _standby_pins(reply: bytes) -> dict[str, int]:
-    field = parse_fields(reply).get("standby_pins", "")
-    pairs = (item.partition("=") for item in field.split(",") if item)
+def standby_pin_counts(fields: Mapping[str, str]) -> dict[str, int]:
+    """The ``standby_pins`` of ``STATUS`` fields already read (:func:`parse_fields`)."""
+    pairs = (item.partition("=") for item in fields.get("standby_pins", "").split(",") if item)
     return {name: int(count) for name, _, count in pairs if count.isdigit()}
 
 

@@ -313,9 +313,6 @@ class _Context:
     may: _Capabilities
     service: Service | None = None
     administrator: bool = False  # planning for a role that may do everything
-    untrusted: list[tuple[str, str]] = field(default_factory=list)
-    """What of schema ``txcache`` the DDL triggers run belongs to a role they may not trust:
-    each ``(object, owner)`` (:func:`_plan_trigger_owner`)."""
     problems: list[str] = field(default_factory=list)
     found: list[SetupStep] = field(default_factory=list)
 
@@ -372,6 +369,9 @@ def setup_database(
         raise SetupError([f"cannot connect to PostgreSQL: {error}".strip()]) from error
     with conn:
         try:
+            # What setup reads of schema txcache may belong to another role: a row security
+            # policy there would run that role's code as this one, so any is an error instead.
+            conn.execute("SET row_security = off")
             ctx = _context(conn, wanted, slot, publication, administrator)
             _choose_key_identity(
                 ctx, [key_identity] if isinstance(key_identity, str) else key_identity
@@ -901,21 +901,22 @@ def _plan_trigger_owner(ctx: _Context) -> list[_Plan]:
     Where such a role owns any (:func:`_untrusted_objects`), a step that takes them over in
     one transaction, the triggers disabled meanwhile so that none of that code runs (a role
     that may not create event triggers gets a warning instead); no step otherwise."""
-    ctx.untrusted = _untrusted_objects(ctx)
-    if not ctx.untrusted:
+    untrusted = _untrusted_objects(ctx)
+    if not untrusted:
         return []
-    owners = _names(sorted({owner for _, owner in ctx.untrusted}))
-    functions_ = [name for name, _ in ctx.untrusted if name.startswith("function ")]
-    others = [name for name, _ in ctx.untrusted if not name.startswith("function ")]
+    owners = _names(sorted({owner for _, owner in untrusted}))
+    functions_ = [name for name, _ in untrusted if name.startswith("function ")]
+    others = [name for name, _ in untrusted if not name.startswith("function ")]
     listed = [*others, f"{len(functions_)} function(s)"] if functions_ else others
     what = f"{', '.join(listed)} belong to role(s) {owners}"
+    existing = _triggers(ctx)
     if not ctx.may.event_triggers:
         warning = (
             "the DDL triggers run them as whoever runs DDL, a superuser too: have a superuser "
             "run the script of `txcache setup --print-sql`, which takes them over"
         )
-        return [_Plan("ddl trigger owner", what, warning=warning)] if _triggers(ctx) else []
-    triggers = [sql.Identifier(name) for name in _triggers(ctx)]
+        return [_Plan("ddl trigger owner", what, warning=warning)] if existing else []
+    triggers = [sql.Identifier(name) for name in existing]
     ours = sql.SQL(", ").join(
         sql.SQL("to_regprocedure({})").format(sql.Literal(signature))
         for signature in function_signatures()

@@ -189,7 +189,7 @@ def probe_agent(
         with protocol.connect(address, password=password, timeout=timeout, tls_ca=tls_ca) as agent:
             report.fields = agent.run(Command(("STATUS",), protocol.parse_fields))
             report.status = protocol.integer_fields(report.fields)
-            report.standbys = agent.run(protocol.agent_standbys())
+            report.standbys = protocol.standby_pin_counts(report.fields)
             try:
                 report.pins = agent.run(protocol.pins())
             except ReplyError as error:

@@ -130,7 +130,8 @@ def add_parser(subparsers: Any) -> None:
         "connection (default: 2)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(handler=run)
+    # What a problem of the database's setup says to run (Django's command names its own).
+    parser.set_defaults(handler=run, setup_command="txcache setup")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
             slot=args.slot,
             timeout=args.timeout,
             place=place,
-            setup_command=getattr(args, "setup_command", "txcache setup"),
+            setup_command=args.setup_command,
         )
     print(
         json.dumps(_report_json(report, now), indent=2) if args.json else _report_text(report, now)
