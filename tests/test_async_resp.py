@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import queue
 import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import hiredis
@@ -23,7 +25,7 @@ from library_fixtures import LibraryStack
 from txcache import protocol
 from txcache._nodes import CacheNode
 from txcache._protocol import Miss
-from txcache._resp import ReplyReader
+from txcache._resp import Endpoint, ReplyReader
 from txcache.aio._agent import AsyncAgentClient
 from txcache.aio._nodes import AsyncCacheNode
 from txcache.aio._resp import AsyncEndpoint, AsyncRespConnection
@@ -379,3 +381,141 @@ def test_a_reply_dripped_byte_by_byte_is_bounded_by_the_timeout_as_a_whole() -> 
             stop.set()
             server.join(timeout=10)
             stop.clear()
+
+
+@contextlib.contextmanager
+def silent_server() -> Iterator[tuple[tuple[str, int], queue.Queue[socket.socket]]]:
+    """A server that accepts connections and answers nothing: its address, and the
+    connections it accepted, in order."""
+    accepted: queue.Queue[socket.socket] = queue.Queue()
+    with socket.socket() as listener, contextlib.ExitStack() as peers:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+
+        def accept() -> None:
+            with contextlib.suppress(OSError):  # the listener closed: the test is over
+                while True:
+                    accepted.put(peers.enter_context(listener.accept()[0]))
+
+        threading.Thread(target=accept, daemon=True).start()
+        yield listener.getsockname(), accepted
+
+
+def read_until(peer: socket.socket, sent: bytes) -> None:
+    """Read ``peer`` until the client has sent ``sent`` (for at most 10 s)."""
+    peer.settimeout(10)
+    received = b""
+    while sent not in received:
+        chunk = peer.recv(4096)
+        assert chunk, f"closed before sending {sent!r}: {received!r}"
+        received += chunk
+
+
+def closed_by_client(peer: socket.socket) -> bool:
+    """Read ``peer`` until the client closes it (``True``), or for 10 s (``False``)."""
+    peer.settimeout(10)
+    try:
+        while peer.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def test_a_connection_whose_opener_or_probe_is_cancelled_is_closed() -> None:
+    """A connection is closed at once, not left to the garbage collector, when the task
+    opening it is cancelled while ``AUTH`` is unanswered, and when closing the endpoint
+    cancels its probe while the probe's ``PING`` is unanswered."""
+
+    async def body(address: tuple[str, int], accepted: queue.Queue[socket.socket]) -> None:
+        # Replies are awaited for 60 s: a connection left open would close only then.
+        opening = asyncio.create_task(
+            AsyncRespConnection.open(address, password="secret", timeout=60)
+        )
+        peer = await asyncio.to_thread(accepted.get, timeout=10)
+        await asyncio.to_thread(read_until, peer, b"AUTH")
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        assert await asyncio.to_thread(closed_by_client, peer)
+
+        endpoint = AsyncEndpoint(f"{address[0]}:{address[1]}", role="cache node", timeout=60)
+        endpoint.refused("is told down by the test")  # probed in 0.5 s
+        probe = await asyncio.to_thread(accepted.get, timeout=10)
+        await asyncio.to_thread(read_until, probe, b"PING")
+        endpoint.close()
+        assert await asyncio.to_thread(closed_by_client, probe)
+
+    with silent_server() as (address, accepted):
+        asyncio.run(body(address, accepted))
+
+
+class PongServer:
+    """A server that answers every ``PING`` with ``PONG`` and can close every connection
+    it holds at once, as a restarting server or an agent changing terms does."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = "{}:{}".format(*self._listener.getsockname())
+        self._peers: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):  # the listener closed
+            while True:
+                peer, _ = self._listener.accept()
+                with self._lock:
+                    self._peers.append(peer)
+                threading.Thread(target=self._answer, args=(peer,), daemon=True).start()
+
+    @staticmethod
+    def _answer(peer: socket.socket) -> None:
+        with contextlib.suppress(OSError):  # closed by close_connections
+            while data := peer.recv(4096):
+                peer.sendall(b"+PONG\r\n" * data.count(b"PING"))
+
+    def close_connections(self) -> int:
+        """Close every connection accepted so far; how many there were."""
+        with self._lock:
+            peers, self._peers = self._peers, []
+        for peer in peers:
+            peer.shutdown(socket.SHUT_RDWR)
+            peer.close()
+        return len(peers)
+
+    def close(self) -> None:
+        """Stop listening and close every connection."""
+        self._listener.close()
+        self.close_connections()
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced_not_taken_for_down() -> None:
+    """A server that closes its clients' idle connections (it restarted, or an agent took
+    over and ended its standby term's connections) still answers the next call, on a new
+    connection, and is not marked down, for both drivers and both kinds of endpoint."""
+    server = PongServer()
+    try:
+        endpoint = Endpoint(server.address, role="agent")
+        assert endpoint.call("PING") == b"PONG"
+        assert server.close_connections() == 1
+        assert endpoint.call("PING") == b"PONG"
+        assert endpoint.is_up()
+        endpoint.close()
+
+        async def body(multiplex: bool) -> None:
+            endpoint = AsyncEndpoint(server.address, role="agent", multiplex=multiplex)
+            assert await endpoint.call("PING") == b"PONG"
+            # Closed while the loop does not run: the end of stream is read only after the
+            # next call was sent on the connection.
+            assert server.close_connections() >= 1  # the sync endpoint's closed one too
+            assert await endpoint.call("PING") == b"PONG"
+            assert endpoint.is_up()
+            endpoint.close()
+
+        asyncio.run(body(multiplex=False))
+        asyncio.run(body(multiplex=True))
+    finally:
+        server.close()

@@ -27,6 +27,7 @@ import hiredis
 
 from txcache._resp import (
     Command,
+    ConnectionClosed,
     ConnectionLost,
     Greeting,
     Health,
@@ -95,22 +96,25 @@ class AsyncRespConnection(asyncio.Protocol):
         except OSError as error:
             why = tls_hint(error)
             raise ConnectionLost(f"cannot connect to {show_address(address)}: {why}") from error
+        try:
+            await connection._introduce(password, greeting)
+        except BaseException:  # refused, lost or cancelled: no caller holds it to close
+            connection.close()
+            raise
+        return connection
+
+    async def _introduce(self, password: str | None, greeting: Greeting | None) -> None:
+        """Authenticate and send the greeting's command (raises as :meth:`open`)."""
         if password is not None:
-            reply = await connection.call("AUTH", password)
+            reply = await self.call("AUTH", password)
             if isinstance(reply, ReplyError):
-                connection.close()
                 raise PasswordRefused(
-                    f"{show_address(address)} refused the password: {reply}", reply
+                    f"{show_address(self.address)} refused the password: {reply}", reply
                 )
         if greeting is not None:
             command = greeting()
-            reply = None if command is None else await connection.call(*command)
-            try:
-                greeting_refused(address, command, reply)
-            except ConnectionLost:
-                connection.close()
-                raise
-        return connection
+            reply = None if command is None else await self.call(*command)
+            greeting_refused(self.address, command, reply)
 
     @property
     def usable(self) -> bool:
@@ -181,7 +185,7 @@ class AsyncRespConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         """asyncio's callback: the connection ended."""
         why = f": {exc}" if exc is not None else ""
-        self._fail(ConnectionLost(f"{show_address(self.address)} closed the connection{why}"))
+        self._fail(ConnectionClosed(f"{show_address(self.address)} closed the connection{why}"))
 
     # -- failure ----------------------------------------------------------------------------
 
@@ -297,6 +301,8 @@ class AsyncEndpoint(Health):
             on_reply(result)
 
         future.add_done_callback(arrived)
+        if self._closed:  # closed while connecting: nothing would close this one later
+            connection.close()
 
     def settle(self) -> None:
         """Nothing to do: replies not waited for are handed over as they arrive (the sync
@@ -309,23 +315,33 @@ class AsyncEndpoint(Health):
         if not self.is_up() or self._closed:
             return None
         connection = self._shared  # the common case: a node's connection, already open
-        try:
-            if connection is None or not connection.usable:
-                connection = None
-                connection = await self._connection()
-            if len(commands) == 1:  # no gather for one reply: the hit's path
-                replies = [await connection.call(*commands[0])]
-            else:
-                replies = await connection.pipeline(commands)
-        except ConnectionLost as error:
-            self._lost(connection, error)
-            return None
-        except BaseException:
-            # Cancelled while a reply is owed: a shared connection drops it when it comes;
-            # an exclusive one would make its next user wait for it, so it goes.
-            if connection is not None and not self._multiplex:
-                connection.close()
-            raise
+        retried = False
+        while True:
+            try:
+                if connection is None or not connection.usable:
+                    connection = None
+                    connection = await self._connection()
+                if len(commands) == 1:  # no gather for one reply: the hit's path
+                    replies = [await connection.call(*commands[0])]
+                else:
+                    replies = await connection.pipeline(commands)
+                break
+            except ConnectionClosed as error:
+                # Closed by the server while idle (it restarted, or an agent changed terms)
+                # is no sign it is down: once more, on a new connection, which then says.
+                if retried or not self.is_up():
+                    self._lost(connection, error)
+                    return None
+                retried, connection = True, None
+            except ConnectionLost as error:
+                self._lost(connection, error)
+                return None
+            except BaseException:
+                # Cancelled while a reply is owed: a shared connection drops it when it
+                # comes; an exclusive one would make its next user wait for it, so it goes.
+                if connection is not None and not self._multiplex:
+                    connection.close()
+                raise
         if self._closed:  # closed meanwhile: nothing would close this connection later
             connection.close()
         elif not self._multiplex:
@@ -364,6 +380,8 @@ class AsyncEndpoint(Health):
         async with self._connecting:  # one connection, however many tasks call at once
             shared = self._shared
             if shared is None or not shared.usable:
+                if not self.is_up():  # a task before this one found it down: no new try
+                    raise ConnectionLost(f"{show_address(self._target)} is down")
                 shared = self._shared = await self._open()
         return shared
 
@@ -404,9 +422,15 @@ class AsyncEndpoint(Health):
             await asyncio.sleep(self._probe_delay())
             try:
                 connection = await self._open()
-                reply = await connection.call("PING")
             except ConnectionLost:
                 continue
+            try:
+                reply = await connection.call("PING")
+            except ConnectionLost:
+                continue  # the connection closed itself
+            except asyncio.CancelledError:  # close() stops the probe
+                connection.close()
+                raise
             if isinstance(reply, ReplyError):  # not what it was taken for: stay down
                 connection.close()
                 continue
