@@ -558,18 +558,24 @@ def test_a_standby_named_first_is_passed_over(
 
 
 @pytest.mark.parametrize("how", ["kill", "stop"])
-def test_a_takeover_is_followed(lib: LibraryStack, how: str) -> None:
+def test_a_takeover_is_followed(
+    lib: LibraryStack, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """The active agent killed (its sessions end: taken over in about a second) or stopped
     (taken over once its lease expires): the library follows the standby that took over,
-    and its transactions hit the cache again."""
+    and its transactions hit the cache again. The standby's connections, which the
+    takeover ends, are replaced without the standby ever being taken for down."""
     lib.caught_up()
     standby = lib.start_standby_agent()
     standby_address = f"127.0.0.1:{standby.port}"
     active = lib.agent
     assert active is not None
-    with lib.connect(
-        agent=[lib.agent_address, standby_address], refresh_interval=0.05, agent_timeout=0.5
-    ) as cache:
+    with (
+        caplog.at_level(logging.WARNING, logger="txcache"),
+        lib.connect(
+            agent=[lib.agent_address, standby_address], refresh_interval=0.05, agent_timeout=0.5
+        ) as cache,
+    ):
         agent = cache.agent
         assert agent is not None
         assert_cached(lib, cache)
@@ -589,6 +595,7 @@ def test_a_takeover_is_followed(lib: LibraryStack, how: str) -> None:
         finally:
             if how == "stop":
                 os.kill(active.process.pid, signal.SIGCONT)
+    assert not [r for r in caplog.messages if f"agent {standby_address} is unreachable" in r]
 
 
 def test_status_reports_each_agent_and_which_is_a_standby(lib: LibraryStack) -> None:

@@ -18,6 +18,7 @@ import txcache
 from library_fixtures import LibraryStack
 from txcache import protocol
 from txcache._cache_core import NO_NODES_FED
+from txcache.cli import build_parser
 from txcache.stack import wait_until
 
 
@@ -220,7 +221,7 @@ def test_nodes_refuses_what_it_cannot_do(lib: LibraryStack) -> None:
     assert "a cache node's address must be host:port" in bad.stderr
     none = nodes_command(lib, "remove")
     assert none.returncode == 2
-    assert "name at least one ADDRESS" in none.stderr
+    assert "the following arguments are required: ADDRESS" in none.stderr
     with psycopg.connect(lib.dsn, autocommit=True) as admin:
         admin.execute("ALTER TABLE txcache.cache_nodes RENAME TO cache_nodes_gone")
         try:
@@ -236,3 +237,20 @@ def test_an_agent_with_node_flags_names_them(database: str) -> None:
         assert agent_nodes(lib) == tuple(lib.node_addresses)
         assert lib.cache.agent is not None
         assert lib.cache.agent.members == tuple(lib.node_addresses)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["nodes", "add", "--dsn", "D", "a:1", "b:2"],
+        ["nodes", "--dsn", "D", "add", "a:1", "b:2"],
+    ],
+)
+def test_nodes_takes_its_options_anywhere(argv: list[str]) -> None:
+    args = build_parser().parse_args(argv)
+    assert (args.action, args.addresses, args.dsn, args.slot) == (
+        "add",
+        ["a:1", "b:2"],
+        "D",
+        "txcache",
+    )

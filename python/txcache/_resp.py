@@ -33,6 +33,7 @@ import hiredis
 __all__ = [
     "BadReply",
     "Command",
+    "ConnectionClosed",
     "ConnectionLost",
     "Endpoint",
     "Greeting",
@@ -66,6 +67,12 @@ T = TypeVar("T")
 
 class ConnectionLost(OSError):
     """The peer could not be reached, closed the connection, or did not answer in time."""
+
+
+class ConnectionClosed(ConnectionLost):
+    """The peer closed the connection (end of stream, or a reset) instead of answering.
+    On a connection that sat idle this need not mean the server is down: servers close
+    their clients' connections when they restart, and an agent when it changes terms."""
 
 
 class PasswordRefused(ConnectionLost):
@@ -296,7 +303,7 @@ class RespConnection:
             self._socket.sendall(data)
         except OSError as error:
             self.close()
-            raise ConnectionLost(f"{show_address(self.address)}: {error}") from error
+            raise _lost(self.address, error) from error
 
     def _receive(self) -> Any:
         """The next reply, whole within the timeout: a peer that drips one byte at a time
@@ -312,10 +319,10 @@ class RespConnection:
                 chunk = self._socket.recv(_READ_SIZE)
             except OSError as error:
                 self.close()
-                raise ConnectionLost(f"{show_address(self.address)}: {error}") from error
+                raise _lost(self.address, error) from error
             if not chunk:
                 self.close()
-                raise ConnectionLost(f"{show_address(self.address)} closed the connection")
+                raise ConnectionClosed(f"{show_address(self.address)} closed the connection")
             self._reader.feed(chunk)
             reply = self._next_reply()
         if deadline is not None:
@@ -330,6 +337,13 @@ class RespConnection:
         except ConnectionLost:
             self.close()
             raise
+
+
+def _lost(address: tuple[str, int], error: OSError) -> ConnectionLost:
+    """What a failed send or receive means: closed by the peer, or lost otherwise (a
+    timeout, an unreachable host)."""
+    closed = isinstance(error, (ConnectionResetError, BrokenPipeError))
+    return (ConnectionClosed if closed else ConnectionLost)(f"{show_address(address)}: {error}")
 
 
 def _left(deadline: float, address: tuple[str, int], timeout: float) -> float:
@@ -501,14 +515,30 @@ class Endpoint(Health):
         if not self.is_up() or self._closed.is_set():
             return None
         try:
-            connection = self._take()
-            reply = connection.call(*command)
+            connection, reply = self._exchange(command)
         except ConnectionLost as error:
             self._mark_down(error)
             return None
         self._keep(connection)
         self._note_up()
         return reply
+
+    def _exchange(self, command: Sequence[Argument]) -> tuple[RespConnection, Any]:
+        """``command``'s reply, and the connection that carried it: an idle one, else a
+        new one. An idle connection the server closed meanwhile (it restarted, or an agent
+        changed terms) is no sign the server is down: the command goes once more, on a new
+        connection, which then says."""
+        try:
+            idle = self._idle.pop()
+        except IndexError:
+            pass
+        else:
+            try:
+                return idle, idle.call(*command)
+            except ConnectionClosed:
+                pass
+        connection = RespConnection(self._target, **self._options)
+        return connection, connection.call(*command)
 
     def send_later(
         self, command: Command[T], on_reply: Callable[[T | ReplyError | None], None]

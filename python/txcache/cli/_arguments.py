@@ -27,22 +27,24 @@ __all__ = [
 T = TypeVar("T")
 
 
-def add_dsn(parser: argparse.ArgumentParser) -> None:
-    """``--dsn``: the database (default: ``$TXCACHE_DSN``, else libpq's ``PG*`` variables)."""
+def add_dsn(parser: argparse.ArgumentParser, *, inherited: bool = False) -> None:
+    """``--dsn``: the database (default: ``$TXCACHE_DSN``, else libpq's ``PG*`` variables).
+    ``inherited``: on a sub-command's parser, whose parent has it too; given to neither,
+    the parent's default stands."""
     parser.add_argument(
         "--dsn",
-        default=os.environ.get("TXCACHE_DSN", ""),
+        default=argparse.SUPPRESS if inherited else os.environ.get("TXCACHE_DSN", ""),
         help="libpq connection string or URI (default: $TXCACHE_DSN, else libpq's PG* "
         "environment variables)",
     )
 
 
-def add_slot(parser: argparse.ArgumentParser) -> None:
+def add_slot(parser: argparse.ArgumentParser, *, inherited: bool = False) -> None:
     """``--slot``: the agents' logical replication slot (default: ``$TXCACHE_SLOT``, else
-    ``txcache``, as the agent's own default)."""
+    ``txcache``, as the agent's own default); ``inherited`` as for :func:`add_dsn`."""
     parser.add_argument(
         "--slot",
-        default=os.environ.get("TXCACHE_SLOT", "txcache"),
+        default=argparse.SUPPRESS if inherited else os.environ.get("TXCACHE_SLOT", "txcache"),
         help="the agents' logical replication slot (default: $TXCACHE_SLOT, else txcache)",
     )
 

@@ -34,23 +34,29 @@ def add_parser(subparsers: Any) -> None:
             "invalidation of; libraries place keys on the new list at their next refresh."
         ),
     )
-    parser.add_argument(
-        "action", choices=("list", "add", "remove"), help="what to do (list: one per line)"
-    )
-    parser.add_argument(
-        "addresses", nargs="*", metavar="ADDRESS", help="host:port, or rediss://host:port"
-    )
     add_dsn(parser)
     add_slot(parser)
+    # Each action a parser of its own: its addresses and options may come in any order
+    # (``add --dsn D ADDRESS``), which one positional list after the action would refuse.
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    helps = {
+        "list": "print the members, one per line",
+        "add": "make nodes members (fed, and placed on libraries' rings)",
+        "remove": "take nodes out (no longer fed, nor asked by libraries)",
+    }
+    for action, help_text in helps.items():
+        sub = actions.add_parser(action, help=help_text, description=help_text)
+        if action != "list":
+            sub.add_argument(
+                "addresses", nargs="+", metavar="ADDRESS", help="host:port, or rediss://host:port"
+            )
+        add_dsn(sub, inherited=True)
+        add_slot(sub, inherited=True)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Carry out the action and say what changed; 1 (and why, on stderr) on an error, 2
-    when ``add`` or ``remove`` names no address."""
-    if args.action != "list" and not args.addresses:
-        print(f"txcache nodes {args.action}: name at least one ADDRESS", file=sys.stderr)
-        return 2
+    """Carry out the action and say what changed; 1 (and why, on stderr) on an error."""
     try:
         if args.action == "list":
             for address in list_nodes(args.dsn, args.slot):
