@@ -79,6 +79,12 @@ def days_in(category_id: int, zone: str) -> list[datetime.datetime]:
     return list(found.values_list("day", flat=True)[:2])
 
 
+@txcache.cacheable(independent_of={"timezone", "language"})
+def changed_at(item_id: int) -> datetime.datetime:
+    """Aware under ``USE_TZ``, naive without: as Django loads the row."""
+    return cast(datetime.datetime, Item.objects.values_list("changed", flat=True).get(id=item_id))
+
+
 def in_zone(request: HttpRequest) -> JsonResponse:
     """``?tz=&day=&category=``: the items changed that day where the user lives."""
     day = datetime.date.fromisoformat(request.GET["day"])
@@ -209,3 +215,20 @@ def test_cached_querysets_are_keyed_by_the_sql_which_names_the_zone(shop: Django
     hits = rows.stats.hits
     assert names_in("de") == ["item 7"]
     assert rows.stats.hits == hits + 1  # the French read's rows: no language in the key
+
+
+def test_use_tz_is_part_of_the_key(shop: DjangoShop) -> None:
+    """Two processes that differ in ``USE_TZ`` alone (``TIME_ZONE = "UTC"`` in both, so the
+    connection's time zone is the same) never share a function's values: one loads a
+    ``timestamptz`` aware, the other naive, as Django's own connection does."""
+
+    def read() -> datetime.datetime:
+        with txcache.django.read_only(staleness=60):
+            return changed_at(3)
+
+    evening = datetime.datetime.fromisoformat(EVENING)
+    with override_settings(USE_TZ=True, TIME_ZONE="UTC"):
+        assert until_hit(changed_at, read) == evening
+    with override_settings(USE_TZ=False, TIME_ZONE="UTC"):
+        assert read() == evening.replace(tzinfo=None)  # not the aware value cached
+        assert until_hit(changed_at, read) == evening.replace(tzinfo=None)

@@ -1,20 +1,24 @@
 """Django's request-scoped state in cacheable calls' keys (docs/django.md, "Time zones,
 languages and other request state").
 
-Two things Django code reads without an argument carrying them change what a function
+Three things Django code reads without an argument carrying them change what a function
 computes:
 
 - ``"timezone"``: the active time zone's name (``timezone.activate()``/``override()``, a
   middleware that sets the user's). ``__date``, ``__hour``, ``Trunc*`` and ``Extract*`` of a
   ``DateTimeField`` convert to it when no ``tzinfo=`` is given, and ``localtime()`` uses it;
 - ``"language"``: the active language (``translation.override()``, ``LocaleMiddleware``),
-  which ``gettext`` and localized formatting read.
+  which ``gettext`` and localized formatting read;
+- ``"use_tz"``: ``settings.USE_TZ``, which decides whether the ORM loads a ``timestamptz``
+  aware or naive. The connection's time zone is in every key already (a session setting),
+  but under ``TIME_ZONE = "UTC"`` it is ``UTC`` either way.
 
-:func:`register` (the app does it when ready) makes both key contexts of the library
+:func:`register` (the app does it when ready) makes all three key contexts of the library
 (``txcache.register_key_context``): part of every cacheable call's key, so a result
-computed for Tokyo is never served to Los Angeles. A function whose result depends on
-neither says so — ``@txcache.cacheable(independent_of={"timezone", "language"})`` — and
-shares its values across them.
+computed for Tokyo is never served to Los Angeles, nor one loaded aware to a process that
+loads naive. A function whose result depends on none says so —
+``@txcache.cacheable(independent_of={"timezone", "language", "use_tz"})`` — and shares its
+values across them.
 
 A declaration the ORM can prove wrong is refused (:func:`refuse_undeclared`): a query,
 compiled while a function declared independent of ``"timezone"`` is being computed, that
@@ -39,18 +43,26 @@ import txcache
 from txcache import UncacheableQuery, current_transaction
 from txcache.integration import ReadOnlyCore
 
-__all__ = ["LANGUAGE", "TIMEZONE", "refuse_undeclared", "register"]
+__all__ = ["LANGUAGE", "TIMEZONE", "USE_TZ", "refuse_undeclared", "register"]
 
 TIMEZONE = "timezone"
 """The key context of the active time zone (its name)."""
 LANGUAGE = "language"
 """The key context of the active language (its code)."""
+USE_TZ = "use_tz"
+"""The key context of ``settings.USE_TZ`` (how the ORM loads a ``timestamptz``)."""
 
 
 def register() -> None:
-    """Make the active time zone and language part of every cacheable call's key."""
+    """Make the active time zone, the language and ``USE_TZ`` part of every cacheable
+    call's key."""
     txcache.register_key_context(TIMEZONE, timezone.get_current_timezone_name)
     txcache.register_key_context(LANGUAGE, translation.get_language)
+    txcache.register_key_context(USE_TZ, _use_tz)
+
+
+def _use_tz() -> bool:
+    return bool(settings.USE_TZ)  # read at each call: override_settings changes it
 
 
 def refuse_undeclared(node: Any) -> None:
