@@ -491,3 +491,25 @@ def test_a_setting_changed_on_django_s_own_connection_refuses_txcache_transactio
     with txcache.django.read_only():
         assert Item.objects.get(id=1).price == 10
     assert price_of(1) == 10
+
+
+@pytest.mark.parametrize("sets", [1, 3])
+def test_executemany_on_django_s_own_connection_is_a_write_seen_next(
+    shop: DjangoShop, sets: int
+) -> None:
+    """``executemany`` on Django's own connection, outside any txcache transaction (a
+    management command, a ``@bypass`` view): a write the next read sees, not a session
+    change, however many parameter sets it has — and nothing about its text is remembered
+    wrongly for the next ``execute`` of it."""
+    assert warm(shop, price_of, 9) == 90  # a hit waits in the cache
+    update = "UPDATE shop_item SET price = %s WHERE id = %s"
+    own = connections["default"]
+    try:
+        with own.cursor() as cursor:
+            cursor.executemany(update, [(990 + n, 9) for n in range(sets)])
+        assert price_of(9) == 990 + sets - 1  # read-your-writes: not the cached 90
+        with own.cursor() as cursor:
+            cursor.execute(update, [90, 9])
+        assert price_of(9) == 90
+    finally:
+        own.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from txcache._statements import leaves_session_alone
+from txcache._statements import changes_settings, check_read_only, leaves_session_alone
 
 LEAVE_IT_ALONE = [
     "SELECT 1",
@@ -58,3 +58,18 @@ def test_statements_that_may_change_the_session(statement: str) -> None:
 
 def test_placeholders_without_parameters_cannot_be_classified() -> None:
     assert not leaves_session_alone("UPDATE items SET name = %s")
+
+
+def test_a_verdict_is_on_the_text_whatever_the_values() -> None:
+    """An ``executemany``'s list of parameter sets, or a set that does not fit the
+    placeholders (psycopg refuses that itself), is classified by the statement's text; the
+    verdict, remembered per text, then holds for every later call of it."""
+    update = "UPDATE items SET name = %s WHERE id = %s"
+    for params in ([("a", 1)], [("a", 1), ("b", 2), ("c", 3)], ["a"], ["a", 1]):
+        assert leaves_session_alone(update, params)
+        assert not changes_settings(update, params)
+        assert check_read_only("SELECT %s, %s", params) == 1
+    assert leaves_session_alone(
+        "UPDATE items SET name = %(name)s WHERE id = %(id)s", [{"name": "a", "id": 1}]
+    )
+    assert changes_settings("SELECT set_config(%s, %s, false)", [("a.b", "c"), ("a.b", "d")])

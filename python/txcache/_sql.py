@@ -158,6 +158,34 @@ def _convert(sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> tupl
     named = isinstance(params, Mapping)
     if not named and isinstance(params, str | bytes):
         raise UncacheableQuery("query parameters must be a sequence or a mapping, not a string")
+    text, names, count = _dollars(sql, named)
+    if isinstance(params, Mapping):
+        missing = [name for name in names if name not in params]
+        if missing:
+            raise UncacheableQuery(f"no value for placeholder %({missing[0]})s")
+        return text, [params[name] for name in names]
+    values = list(params)
+    if len(values) != count:
+        raise UncacheableQuery(f"the query has {count} placeholders but {len(values)} parameters")
+    return text, values
+
+
+def dollar_placeholders(sql: str, params: object) -> str:
+    """``sql`` with psycopg's placeholders replaced by ``$n``, whatever values it runs with
+    (unchanged when ``params`` is ``None``): the text to parse for what a statement does.
+    The values are not looked at — an ``executemany``'s list of sets, or a set that does
+    not fit the placeholders (psycopg refuses it itself) — so that a verdict on the text
+    holds for every call of it. Raises :class:`UncacheableQuery` for a placeholder psycopg
+    refuses, or named and positional ones mixed."""
+    if params is None:
+        return sql
+    return _dollars(sql, None)[0]
+
+
+def _dollars(sql: str, named: bool | None) -> tuple[str, dict[str, int], int]:
+    """``sql`` with ``$n`` for its placeholders, the names of named ones in ``$n`` order and
+    the count of positional ones; ``named``: which kind the parameters are (``None``: as
+    the first placeholder is)."""
     chunks: list[str] = []
     names: dict[str, int] = {}
     count = 0
@@ -172,6 +200,8 @@ def _convert(sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> tupl
         if placeholder[-1] not in "sbt" or placeholder == "%(":
             raise UncacheableQuery(f"invalid placeholder {placeholder!r} (psycopg refuses it)")
         name = match.group(1)
+        if named is None:
+            named = name is not None
         if (name is not None) != named:
             raise UncacheableQuery("placeholders do not match the parameters (named/positional)")
         if name is None:
@@ -180,15 +210,7 @@ def _convert(sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> tupl
         else:
             chunks.append(f"${names.setdefault(name, len(names) + 1)}")
     chunks.append(sql[end:])
-    if isinstance(params, Mapping):
-        missing = [name for name in names if name not in params]
-        if missing:
-            raise UncacheableQuery(f"no value for placeholder %({missing[0]})s")
-        return "".join(chunks), [params[name] for name in names]
-    values = list(params)
-    if len(values) != count:
-        raise UncacheableQuery(f"the query has {count} placeholders but {len(values)} parameters")
-    return "".join(chunks), values
+    return "".join(chunks), names, count
 
 
 # -- plans -------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from pglast import ast, enums
 from psycopg import sql
 
 from txcache._current import Params
-from txcache._sql import UncacheableQuery, _convert
+from txcache._sql import UncacheableQuery, dollar_placeholders
 from txcache.errors import StatementNotAllowed
 
 __all__ = ["changes_settings", "check_read_only", "cursor_refusal", "leaves_session_alone"]
@@ -173,7 +173,7 @@ def changes_settings(statement: object, params: Params = None) -> bool:
 
 def _changes_settings(text: str, params: Params) -> bool:
     try:
-        converted, _ = _convert(text, params)
+        converted = dollar_placeholders(text, params)
         statements = pglast.parse_sql(converted)
     except (UncacheableQuery, pglast.parser.ParseError):
         return True
@@ -213,7 +213,7 @@ def _memoized(
 
 def _leaves_session_alone(text: str, params: Params) -> bool:
     try:
-        converted, _ = _convert(text, params)
+        converted = dollar_placeholders(text, params)
         statements = pglast.parse_sql(converted)
     except (UncacheableQuery, pglast.parser.ParseError):
         return False
@@ -267,7 +267,7 @@ def _text(statement: object) -> str:
 def _classify(text: str, params: Params) -> int | str:
     """The number of statements in ``text``, or why it is refused."""
     try:
-        converted, _ = _convert(text, params)
+        converted = dollar_placeholders(text, params)
     except UncacheableQuery as error:
         return f"cannot read the statement's placeholders: {error}"
     try:
