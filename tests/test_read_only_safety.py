@@ -255,6 +255,22 @@ def test_a_failed_statement_fails_the_whole_block(lib: LibraryStack) -> None:
             txcache.query("SELECT 1")
 
 
+def test_a_failed_statement_is_raised_as_it_is_and_nothing_else_is_logged(
+    lib: LibraryStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A statement sent with its checks in one pipeline fails: its own error is raised, and
+    psycopg logs nothing about the pipeline the failure aborted (its warning would read as
+    a second failure). The error reaches the block at a check sent after the statement, or
+    as the pipeline ends, as the server's reply comes: many blocks see both."""
+    ready(lib)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(30):
+            with pytest.raises(psycopg.errors.DivisionByZero), lib.cache.read_only() as tx:
+                txcache.query("SELECT price / 0 FROM items WHERE id = 1")
+            assert tx.rewrite_checks == 1  # it went with its check
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")]
+
+
 def test_nothing_is_stored_after_a_failure_a_function_swallowed(lib: LibraryStack) -> None:
     ready(lib)
     with lib.cache.read_only(staleness=60) as tx:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
@@ -275,7 +275,7 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         rewrite: psycopg.Cursor[Any] | None = None
         catalog: psycopg.Cursor[Any] | None = None
         session: psycopg.Cursor[Any] | None = None
-        pipeline = connection.pipeline() if single and checks else contextlib.nullcontext()
+        pipeline = _pipelined(connection) if single and checks else contextlib.nullcontext()
         with pipeline:
             cursor.run(statement, params)
             if rewrite_check is not None:
@@ -571,3 +571,24 @@ def _begin_unpinned(connection: Connection) -> str:
     row = cursor.fetchone()
     assert row is not None
     return str(row[0])
+
+
+@contextlib.contextmanager
+def _pipelined(connection: Connection) -> Iterator[None]:
+    """``connection.pipeline()`` that raises a failed statement's error as it is, once.
+    psycopg's own logs a warning when a block leaves it by an error (the pipeline it then
+    ends is aborted: that is what the warning says), and a statement's error reaches the
+    block at the next statement sent after it, so every failed query of a block with checks
+    would be logged, as if something else had failed."""
+    failed: psycopg.Error | None = None
+    try:
+        with connection.pipeline():
+            try:
+                yield
+            except psycopg.Error as error:
+                failed = error  # the pipeline ends without it: then aborted, as it says
+    except psycopg.Error:
+        if failed is None:
+            raise
+    if failed is not None:
+        raise failed

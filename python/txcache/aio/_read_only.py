@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
@@ -279,7 +279,7 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         rewrite: psycopg.AsyncCursor[Any] | None = None
         catalog: psycopg.AsyncCursor[Any] | None = None
         session: psycopg.AsyncCursor[Any] | None = None
-        pipeline = connection.pipeline() if single and checks else contextlib.nullcontext()
+        pipeline = _pipelined(connection) if single and checks else contextlib.nullcontext()
         async with pipeline:
             await cursor.run(statement, params)
             if rewrite_check is not None:
@@ -577,3 +577,24 @@ async def _begin_unpinned(connection: AsyncConnection) -> str:
     row = await cursor.fetchone()
     assert row is not None
     return str(row[0])
+
+
+@contextlib.asynccontextmanager
+async def _pipelined(connection: AsyncConnection) -> AsyncIterator[None]:
+    """``connection.pipeline()`` that raises a failed statement's error as it is, once.
+    psycopg's own logs a warning when a block leaves it by an error (the pipeline it then
+    ends is aborted: that is what the warning says), and a statement's error reaches the
+    block at the next statement sent after it, so every failed query of a block with checks
+    would be logged, as if something else had failed."""
+    failed: psycopg.Error | None = None
+    try:
+        async with connection.pipeline():
+            try:
+                yield
+            except psycopg.Error as error:
+                failed = error  # the pipeline ends without it: then aborted, as it says
+    except psycopg.Error:
+        if failed is None:
+            raise
+    if failed is not None:
+        raise failed
