@@ -513,3 +513,23 @@ def test_executemany_on_django_s_own_connection_is_a_write_seen_next(
         assert price_of(9) == 90
     finally:
         own.close()
+
+
+def test_a_setting_changed_past_django_s_cursors_refuses_txcache_transactions(
+    shop: DjangoShop,
+) -> None:
+    """A middleware that sets its tenant on the psycopg connection itself
+    (``connection.connection.execute``), where Django's cursors do not see it: what
+    PostgreSQL reports shows the change, and txcache transactions are refused as they
+    begin, as after a ``SET`` through a cursor (the time zone here: reported by every
+    version; ``search_path`` from PostgreSQL 18)."""
+    own = connections["default"]
+    own.ensure_connection()
+    own.connection.execute("SET TimeZone = 'Asia/Tokyo'")
+    try:
+        with pytest.raises(txcache.TransactionError, match="changed past Django's cursors"):
+            txcache.django.read_only()
+    finally:
+        own.close()
+    with txcache.django.read_only():
+        assert Item.objects.get(id=1).price == 10

@@ -243,12 +243,20 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
         cache's pooled connections, which the setting does not reach — a tenant
         middleware's ``SET search_path`` would leave every tenant reading the cache's
         schemas, hits and misses alike, silently."""
+        if self.connection is None:
+            return
         changed = self._changed_session
-        if changed is None or changed[0] is not self.connection or self.connection is None:
+        if changed is not None and changed[0] is self.connection:
+            what = f"ran {changed[1][:80]!r}, which changes its session"
+        elif reported_settings(self.connection) != self._reported:
+            # Through the psycopg connection itself (``connection.connection.execute``),
+            # past Django's cursors: only what PostgreSQL reports shows it.
+            what = "had its session changed past Django's cursors (on its psycopg connection)"
+        else:
             return
         raise TransactionError(
-            f"Django's own connection of {self.alias!r} ran {changed[1][:80]!r}, which "
-            "changes its session (a tenant middleware's SET search_path, say), and the "
+            f"Django's own connection of {self.alias!r} {what} "
+            "(a tenant middleware's SET search_path, say), and the "
             "txcache transactions the ORM runs in do not carry it: they run on the cache's "
             "pooled connections, with the cache's settings. Give the settings to the cache "
             "instead — OPTIONS['options'] = '-c search_path=…' or ALTER ROLE … SET, one "
