@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -478,6 +479,174 @@ def test_a_decorated_helper_is_covered_through_its_wrapper(package: MakePackage)
     app.write("m", source.replace("x + 20", "x + 21"))
     after = fresh_hash(app.reload("m").f)
     assert len({before, middle, after}) == 3
+
+
+def test_a_singledispatch_implementation_is_covered(package: MakePackage) -> None:
+    """An implementation registered for a type is code the generic function runs: its
+    registry is a dispatch table, hashed by the code it holds."""
+    source = """
+    import functools
+
+    @functools.singledispatch
+    def render(x):
+        return "generic"
+
+    @render.register(int)
+    def _(x):
+        return "int-v1"
+
+    def f(x):
+        return render(x)
+    """
+    app = package({"m": source})
+    before = fresh_hash(app.module("m").f)
+    app.write("m", source.replace("int-v1", "int-v2"))
+    assert fresh_hash(app.reload("m").f) != before
+
+
+DJANGO_MODELS = """
+from django.db import models
+
+class CentsField(models.IntegerField):
+    def from_db_value(self, value, expression, connection):
+        return value * 1
+
+class ActiveManager(models.Manager):
+    def get_queryset(self):
+        return super().get_queryset().filter(active=True)
+
+class ItemQuerySet(models.QuerySet):
+    def cheap(self):
+        return self.filter(price__lt=10)
+
+class Item(models.Model):
+    active = models.BooleanField(default=True)
+    price = models.IntegerField(db_column="price")
+    cents = CentsField(default=0)
+    objects = ItemQuerySet.as_manager()
+    actives = ActiveManager()
+
+    class Meta:
+        app_label = "shop"
+        ordering = ["id"]
+"""
+DJANGO_VIEWS = """
+import txcache
+from shop.models import Item
+
+@txcache.cacheable
+def view(x):
+    return list(Item.objects.cheap().values_list("id", "cents", flat=False))
+
+@txcache.cacheable
+def actives(x):
+    return list(Item.actives.values_list("id", flat=True))
+"""
+DJANGO_KEYS = """
+import json
+import django
+from django.conf import settings
+
+settings.configure(
+    INSTALLED_APPS=["txcache.django", "shop"],
+    DATABASES={"default": {"ENGINE": "txcache.django.db", "NAME": "app"}},
+)
+django.setup()
+from shop import views
+print(json.dumps({name: getattr(views, name).keys.code_hash().hex()
+                  for name in ("view", "actives")}))
+"""
+# What a model declares beside its methods, each changed alone: (the old text, the new).
+MODEL_CHANGES = {
+    "ordering": ('ordering = ["id"]', 'ordering = ["-id"]'),
+    "manager": ("filter(active=True)", "filter(active=False)"),
+    "queryset method": ("filter(price__lt=10)", "filter(price__lt=99)"),
+    "field class": ("return value * 1", "return value * 100"),
+    "db_column": ('db_column="price"', 'db_column="old_price"'),
+    "field default": ("default=True", "default=False"),
+}
+
+
+def test_a_django_model_s_declarations_are_covered(tmp_path: Path) -> None:
+    """A model's ordering, managers, queryset methods and fields (their classes, columns
+    and defaults) are code the functions reading it depend on, whose change runs no SQL
+    that would invalidate anything: each changes the keys of every function reading the
+    model (``txcache.django`` reads the model's declarations into the hash); the keys are
+    the same in every process."""
+
+    def hashes(models: str) -> dict[str, str]:
+        files = {"shop/__init__.py": "", "shop/models.py": models, "shop/views.py": DJANGO_VIEWS}
+        found: dict[str, str] = json.loads(in_subprocess(write_tree(tmp_path, files), DJANGO_KEYS))
+        return found
+
+    before = hashes(DJANGO_MODELS)
+    assert hashes(DJANGO_MODELS) == before
+    for change, (old, new) in MODEL_CHANGES.items():
+        after = hashes(DJANGO_MODELS.replace(old, new))
+        assert after["view"] != before["view"], change
+        assert after["actives"] != before["actives"], change
+
+
+SQLALCHEMY_MODELS = """
+from sqlalchemy import ForeignKey, Integer, Numeric
+from sqlalchemy.orm import DeclarativeBase, Mapped, column_property, mapped_column, relationship
+
+class Base(DeclarativeBase):
+    pass
+
+class Item(Base):
+    __tablename__ = "items"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    price: Mapped[int] = mapped_column("price")
+    other = mapped_column(Integer, default=0)
+    bumped = column_property(price + 1)
+    tags = relationship("Tag", order_by=lambda: Tag.id)
+
+class Tag(Base):
+    __tablename__ = "tags"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    item_id: Mapped[int] = mapped_column(ForeignKey("items.id"))
+"""
+SQLALCHEMY_VIEWS = """
+import txcache
+from sqlalchemy import select
+from shop.models import Item
+
+@txcache.cacheable
+def view(x):
+    return str(select(Item))
+"""
+SQLALCHEMY_KEYS = """
+import txcache.sqlalchemy
+from shop import views
+print(views.view.keys.code_hash().hex())
+"""
+MAPPING_CHANGES = {
+    "column name": ('mapped_column("price")', 'mapped_column("old_price")'),
+    "column type": ("mapped_column(Integer, default=0)", "mapped_column(Numeric, default=0)"),
+    "column_property": ("column_property(price + 1)", "column_property(price + 5)"),
+    "relationship order": ("order_by=lambda: Tag.id", "order_by=lambda: Tag.id.desc()"),
+}
+
+
+def test_a_sqlalchemy_mapping_is_covered(tmp_path: Path) -> None:
+    """A mapped class's columns (names, types), column properties (with their literal
+    values) and relationships' order are code the functions reading it depend on: each
+    change gives them new keys (``txcache.sqlalchemy`` reads mappings into the hash); the
+    keys are the same in every process."""
+
+    def digest(models: str) -> str:
+        files = {
+            "shop/__init__.py": "",
+            "shop/models.py": models,
+            "shop/views.py": SQLALCHEMY_VIEWS,
+        }
+        return in_subprocess(write_tree(tmp_path, files), SQLALCHEMY_KEYS)
+
+    before = digest(SQLALCHEMY_MODELS)
+    assert digest(SQLALCHEMY_MODELS) == before
+    for change, (old, new) in MAPPING_CHANGES.items():
+        assert digest(SQLALCHEMY_MODELS.replace(old, new)) != before, change
 
 
 def test_a_helper_defined_after_the_decorated_function_is_seen() -> None:

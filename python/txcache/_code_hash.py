@@ -41,7 +41,7 @@ from typing import Any
 from txcache._arguments import encode_argument
 from txcache.errors import UnsupportedArgument
 
-__all__ = ["CODE_HASH_BYTES", "Scope", "code_hash", "code_units"]
+__all__ = ["CODE_HASH_BYTES", "Scope", "code_hash", "code_units", "describe_classes"]
 
 CODE_HASH_BYTES = 16
 
@@ -93,6 +93,21 @@ _NATIVE_CALLABLES = (
     types.GetSetDescriptorType,
     types.MemberDescriptorType,
 )
+
+
+_describers: list[Callable[[type], object]] = []
+
+
+def describe_classes(describe: Callable[[type], object]) -> None:
+    """Add a framework's reading of the classes it builds from declarations to their
+    digests: ``describe(cls)`` returns what ``cls`` declares, as data the hash reads by
+    value (tuples, strings, numbers; classes and functions by name, followed), or ``None``
+    for a class it does not know. A Django model's fields, ordering and managers, or a
+    SQLAlchemy mapping, live in objects the hash reads by class only: without this, a
+    deploy that changes them would keep the keys of every function reading the class.
+    Registering one again does nothing."""
+    if describe not in _describers:
+        _describers.append(describe)
 
 
 def code_hash(function: Callable[..., Any], *, packages: tuple[str, ...] | None = None) -> bytes:
@@ -373,6 +388,9 @@ class _Walk:
         wrapped = function.__dict__.get("__wrapped__", _MISSING)
         if wrapped is not _MISSING:  # a functools.wraps wrapper: the code it wraps
             parts.append(self.value(wrapped))
+        registry = function.__dict__.get("registry", _MISSING)
+        if isinstance(registry, types.MappingProxyType):  # functools.singledispatch's
+            parts.append(self.value(dict(registry)))  # a dispatch table: its code
         return b"".join(parts)
 
     def _cell(self, cell: types.CellType) -> bytes:
@@ -410,6 +428,10 @@ class _Walk:
             if name not in _CLASS_NOISE:
                 value = self.value(attributes[name], state=True)
                 parts.append(_sized(name.encode()) + _sized(value))
+        for describe in _describers:
+            declared = describe(cls)
+            if declared is not None:
+                parts.append(b"D" + self.value(declared))
         return b"".join(parts)
 
     # -- what a name resolves to
