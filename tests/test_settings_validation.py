@@ -252,6 +252,15 @@ def test_bad_environment_text_is_refused_naming_the_variable(name: str, text: st
     assert_refused(raised.value, name, f"from {variable}", text)
 
 
+@pytest.mark.parametrize(
+    "given", [["host=127.0.0.1 port=5433"], ["postgresql://standby/app"], "dbname=app"]
+)
+def test_a_standby_given_without_its_name_is_refused_saying_so(given: Any) -> None:
+    """A bare connection string where a named standby is expected (``replicas=[dsn]``)."""
+    with pytest.raises(ConfigurationError, match="a connection string without a name"):
+        load_settings({"dsn": DSN, "replicas": given}, {})
+
+
 @pytest.mark.parametrize("name", ["password", "secret", "staleness"])
 def test_an_empty_environment_variable_is_unset_not_refused(name: str) -> None:
     settings = load_settings({}, {"TXCACHE_DSN": DSN, f"TXCACHE_{name.upper()}": ""})

@@ -292,6 +292,12 @@ def test_misses_go_to_the_primary_while_the_standby_is_down(
 ) -> None:
     assert pair.standby is not None
     wait_for_standby_pin(stack)
+    # Three connections to the standby in its pool, as after concurrent transactions: the
+    # crash closes them all, and the first transaction after it finds one.
+    taken = [stack.cache.checkout_replica(STANDBY) for _ in range(3)]
+    for connection in taken:
+        assert connection is not None
+        stack.cache.release(connection)
     pair.standby.crash()  # its data stays: it starts again below
     try:
         stack.write("INSERT INTO log VALUES (1)")
@@ -306,6 +312,9 @@ def test_misses_go_to_the_primary_while_the_standby_is_down(
     finally:
         pair.standby.start()
     wait_for_standby_pin(stack)
+    # Back after one outage: the connections pooled before the crash, which the restarted
+    # standby closed, were not used (their first statement would have been a second one).
+    assert stack.cache.replica_health.outages(STANDBY) == 1
 
 
 def wait_for_standby_pin_with_fallback(stack: LibraryStack) -> None:

@@ -26,7 +26,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import psycopg_pool
@@ -40,6 +40,7 @@ from txcache._nodes import CacheNode
 from txcache._parking import ParkedSnapshot
 from txcache._pinset import Pin
 from txcache._read_only import ReadOnlyTransaction
+from txcache._replica_connection import ReplicaConnection
 from txcache._ring import NodeRing
 from txcache._schema import Catalog, Schema
 from txcache._session import (
@@ -237,7 +238,7 @@ class CacheDriver(CacheCore):
         connection = self._parked_elsewhere(name)
         if connection is None:
             try:
-                connection = self.replica_pools[name].getconn(timeout=self.settings.node_timeout)
+                connection = self._pooled_replica(name)
             except (psycopg_pool.PoolTimeout, psycopg.OperationalError) as error:
                 self.replica_health.failed(name, f"no connection: {error}")
                 return None
@@ -248,6 +249,18 @@ class CacheDriver(CacheCore):
             self.replica_health.failed(name, str(error))
             return None
         return connection
+
+    def _pooled_replica(self, name: str) -> Connection:
+        """A connection of the standby ``name``'s pool made since it last went down: one
+        made before is closed as it comes out (a standby that restarted closed its end, and
+        the first statement on it would have the standby taken for down once more)."""
+        pool = self.replica_pools[name]
+        while True:
+            connection: Connection = pool.getconn(timeout=self.settings.node_timeout)
+            if cast(ReplicaConnection, connection).outages >= self.replica_health.outages(name):
+                return connection
+            connection.close()
+            pool.putconn(connection)  # closed: the pool makes another in its place
 
     def _prepare_checkout(self, connection: Connection, *, catalog_known: bool = True) -> None:
         """No statement prepared under an older catalog reading (none at all while the

@@ -53,12 +53,18 @@ class ReplicaHealth:
         self._first_pause = first_pause
         self._pause = dict.fromkeys(self._dsn, 0.0)
         self._down: set[str] = set()
+        self._outages = dict.fromkeys(self._dsn, 0)
         self._lock = threading.Lock()
         self._closed = threading.Event()
 
     def usable(self, name: str) -> bool:
         """Whether ``name`` is a standby of the setting that is not down."""
         return name in self._dsn and name not in self._down
+
+    def outages(self, name: str) -> int:
+        """How many times ``name`` has gone down: a connection to it made before the last
+        time is not used (a standby that restarted closed its end)."""
+        return self._outages.get(name, 0)
 
     def any_down(self) -> bool:
         """Whether some standby is down (a transaction then leaves its pins out)."""
@@ -71,6 +77,7 @@ class ReplicaHealth:
             if name in self._down:
                 return
             self._down.add(name)
+            self._outages[name] += 1
             pause = min(max(self._first_pause, 2 * self._pause[name]), LONGEST_PAUSE)
             self._pause[name] = pause
         log.warning(

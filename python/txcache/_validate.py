@@ -422,11 +422,26 @@ def replicas(value: Any) -> tuple[tuple[str, str], ...]:
     return tuple(found.items())
 
 
+# What a bare connection string starts with, where an entry should start with a name.
+_CONNINFO_STARTS = ("postgres://", "postgresql://")
+_CONNINFO_KEYWORDS = frozenset(
+    {"host", "hostaddr", "port", "dbname", "user", "password", "service", "sslmode", "options"}
+)
+
+
 def _replica_entry(item: Any, allowed: str) -> tuple[str, str]:
-    if not isinstance(item, str) or "=" not in item:
+    text = item.strip() if isinstance(item, str) else ""
+    name = text.split("=", 1)[0].strip()
+    if text.startswith(_CONNINFO_STARTS) or name in _CONNINFO_KEYWORDS:
+        raise Refused(
+            allowed,
+            detail="an entry is a connection string without a name: name each standby as "
+            "the agent's --standby NAME=CONNINFO does, {'NAME': 'connection string'}",
+        )
+    if "=" not in text:
         raise Refused(allowed, detail="an entry is not name=conninfo")
-    name, conninfo = item.strip().split("=", 1)
-    return name.strip(), conninfo.strip()
+    conninfo = text.split("=", 1)[1]
+    return name, conninfo.strip()
 
 
 def module_names(value: Any) -> tuple[str, ...]:

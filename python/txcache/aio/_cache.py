@@ -25,7 +25,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import psycopg_pool
@@ -54,6 +54,7 @@ from txcache._sql import UncacheableQuery
 from txcache.aio._agent import AsyncAgentClient
 from txcache.aio._nodes import AsyncCacheNode
 from txcache.aio._read_only import AsyncReadOnlyTransaction
+from txcache.aio._replica_connection import AsyncReplicaConnection
 from txcache.aio._transaction import AsyncReadWriteTransaction
 from txcache.errors import TransactionError
 
@@ -254,9 +255,7 @@ class AsyncCacheDriver(CacheCore):
         connection = await self._parked_elsewhere(name)
         if connection is None:
             try:
-                connection = await self.replica_pools[name].getconn(
-                    timeout=self.settings.node_timeout
-                )
+                connection = await self._pooled_replica(name)
             except (psycopg_pool.PoolTimeout, psycopg.OperationalError) as error:
                 self.replica_health.failed(name, f"no connection: {error}")
                 return None
@@ -267,6 +266,20 @@ class AsyncCacheDriver(CacheCore):
             self.replica_health.failed(name, str(error))
             return None
         return connection
+
+    async def _pooled_replica(self, name: str) -> AsyncConnection:
+        """A connection of the standby ``name``'s pool made since it last went down: one
+        made before is closed as it comes out (a standby that restarted closed its end, and
+        the first statement on it would have the standby taken for down once more)."""
+        pool = self.replica_pools[name]
+        while True:
+            connection: AsyncConnection = await pool.getconn(timeout=self.settings.node_timeout)
+            if cast(AsyncReplicaConnection, connection).outages >= self.replica_health.outages(
+                name
+            ):
+                return connection
+            await connection.close()
+            await pool.putconn(connection)  # closed: the pool makes another in its place
 
     async def _prepare_checkout(
         self, connection: AsyncConnection, *, catalog_known: bool = True
