@@ -19,7 +19,7 @@ from txcache._agent_state import AgentState, UsedPins, refresh_commands, refresh
 from txcache._pinset import Pin, PinSet, newest_or_fresh, prefer_standbys
 from txcache._protocol import Barrier, DatabaseIdentity
 from txcache._read_only_core import ReadOnlyCore
-from txcache._replicas import ReplicaHealth
+from txcache._replicas import MISSING_IN_A_ROW, ReplicaHealth
 from txcache._resp import ReplyError
 from txcache._stats import OperationLatency
 from txcache.stack import wait_until
@@ -266,3 +266,25 @@ def test_fresh_pins_given_and_not_are_counted_and_exported() -> None:
         "txcache_fresh_pins": [({}, 2.0)],
         "txcache_fresh_pins_unavailable": [({}, 1.0)],
     }
+
+
+def test_a_standby_whose_pins_name_no_snapshot_there_is_down_saying_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The ``replicas`` entry names the primary or another standby: the agent's pins of it
+    are never there. After a run of them, and none imported, it is down with a warning
+    that names the setting; a pin imported in between starts the count again."""
+    health = ReplicaHealth((("s1", "host=a"),), lambda dsn: "no answer", first_pause=60)
+    try:
+        for _ in range(MISSING_IN_A_ROW - 1):
+            health.snapshot_missing("s1")
+        health.served("s1")  # a pin that went, among pins imported
+        for _ in range(MISSING_IN_A_ROW - 1):
+            health.snapshot_missing("s1")
+        assert health.usable("s1")
+        with caplog.at_level(logging.WARNING, logger="txcache"):
+            health.snapshot_missing("s1")
+        assert not health.usable("s1")
+        assert "is replicas['s1'] the server the agent's --standby s1=… names" in caplog.text
+    finally:
+        health.close()

@@ -454,6 +454,8 @@ class ReadOnlyTransaction(Transaction, ReadOnlyCore["CacheDriver"]):
         if imported:
             self._began_at(pin)
             self.cache.replica_health.served(pin.server)
+        else:
+            self.cache.replica_health.snapshot_missing(pin.server)
         return imported
 
     def _begin_pinned(self, connection: Connection) -> bool:

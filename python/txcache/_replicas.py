@@ -29,6 +29,10 @@ FIRST_PAUSE = 1.0
 """Seconds from a standby's failure to the first probe."""
 LONGEST_PAUSE = 30.0
 """The most seconds between probes of a standby that stays down."""
+MISSING_IN_A_ROW = 20
+"""Pins of a standby in a row whose snapshot the server does not have, and none imported,
+after which it counts as down: the server is not the one the agent pins (the primary, or
+another standby), a setting to fix, not a pin that went."""
 
 Probe = Callable[[str], "str | None"]
 """Asks the standby at a connection string whether it answers: ``None`` if it does, else
@@ -54,6 +58,7 @@ class ReplicaHealth:
         self._pause = dict.fromkeys(self._dsn, 0.0)
         self._down: set[str] = set()
         self._outages = dict.fromkeys(self._dsn, 0)
+        self._missing = dict.fromkeys(self._dsn, 0)
         self._lock = threading.Lock()
         self._closed = threading.Event()
 
@@ -93,9 +98,26 @@ class ReplicaHealth:
 
     def served(self, name: str) -> None:
         """``name`` served a transaction: its next failure starts the pauses anew."""
-        if self._pause.get(name):
+        if self._pause.get(name) or self._missing.get(name):
             with self._lock:
                 self._pause[name] = 0.0
+                self._missing[name] = 0
+
+    def snapshot_missing(self, name: str) -> None:
+        """A pin of ``name`` named no snapshot there (it went, or the server is not the one
+        the agent pins): after :data:`MISSING_IN_A_ROW` in a row, ``name`` is down, saying
+        why once, instead of every transaction trying its pins first."""
+        with self._lock:
+            self._missing[name] = missing = self._missing.get(name, 0) + 1
+            if missing < MISSING_IN_A_ROW:
+                return
+            self._missing[name] = 0
+        self.failed(
+            name,
+            f"{missing} of its pins in a row named no snapshot there: is replicas[{name!r}] "
+            f"the server the agent's --standby {name}=… names, not the primary or another "
+            "standby?",
+        )
 
     def close(self) -> None:
         """Stop probing (the cache is closing)."""

@@ -460,6 +460,8 @@ class AsyncReadOnlyTransaction(AsyncTransaction, ReadOnlyCore["AsyncCacheDriver"
         if imported:
             self._began_at(pin)
             self.cache.replica_health.served(pin.server)
+        else:
+            self.cache.replica_health.snapshot_missing(pin.server)
         return imported
 
     async def _begin_pinned(self, connection: AsyncConnection) -> bool:
