@@ -184,14 +184,20 @@ class CacheableBase(Generic[P, R]):
         call: the instance would be an argument of the key, and objects cannot be."""
         if instance is None:
             return self
-        name, kind = self.keys.name, type(instance).__name__
+        name = self.keys.name
+        if isinstance(instance, type):  # @classmethod above @cacheable
+            bound = f"bound to the class {instance.__name__} by @classmethod: the class"
+            what = "classes"
+        else:
+            bound = f"called as a method of a {type(instance).__name__} object: the instance"
+            what = "objects"
 
         def method_call(*args: Any, **kwargs: Any) -> Any:
             raise UnsupportedArgument(
-                f"{name} is cacheable and called as a method of a {kind}: the instance "
-                "would be an argument of its key, and objects cannot be (docs/library.md, "
-                '"The arguments in the key"); make it a function, or a @staticmethod, '
-                "and pass it what it reads from the instance"
+                f"{name} is cacheable and {bound} would be an argument of its key, and "
+                f'{what} cannot be (docs/library.md, "The arguments in the key"); make it '
+                "a function, or a @staticmethod, and pass it what it reads from the "
+                f"{'class' if what == 'classes' else 'instance'}"
             )
 
         return method_call

@@ -347,7 +347,10 @@ class ReadOnlyCore(Generic[C]):
         error = TransactionError(
             f"a statement changed the session's {', '.join(changed)} (a function that runs "
             "SET, SET ROLE or set_config?): a read-only transaction must leave the session as "
-            "it found it; the block is failed and its connection is reset"
+            "it found it; the block is failed and its connection is reset. Give the cache "
+            "the setting instead (the DSN's options=-c …, or ALTER ROLE … SET: "
+            'docs/library.md, "Connections and session state"), or run that statement in a '
+            "read/write block"
         )
         self._fail(error)
         raise error
