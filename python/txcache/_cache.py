@@ -26,7 +26,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 import psycopg_pool
@@ -40,7 +40,6 @@ from txcache._nodes import CacheNode
 from txcache._parking import ParkedSnapshot
 from txcache._pinset import Pin
 from txcache._read_only import ReadOnlyTransaction
-from txcache._replica_connection import ReplicaConnection
 from txcache._ring import NodeRing
 from txcache._schema import Catalog, Schema
 from txcache._session import (
@@ -251,16 +250,17 @@ class CacheDriver(CacheCore):
         return connection
 
     def _pooled_replica(self, name: str) -> Connection:
-        """A connection of the standby ``name``'s pool made since it last went down: one
-        made before is closed as it comes out (a standby that restarted closed its end, and
-        the first statement on it would have the standby taken for down once more)."""
+        """A connection of the standby ``name``'s pool, which is drained first once after
+        each time the standby went down: a standby that restarted closed its end of every
+        connection made before, and the first statement on one would have it taken for down
+        once more."""
         pool = self.replica_pools[name]
-        while True:
-            connection: Connection = pool.getconn(timeout=self.settings.node_timeout)
-            if cast(ReplicaConnection, connection).outages >= self.replica_health.outages(name):
-                return connection
-            connection.close()
-            pool.putconn(connection)  # closed: the pool makes another in its place
+        outages = self.replica_health.outages(name)
+        if self._replica_drained.get(name, 0) < outages:
+            self._replica_drained[name] = outages
+            pool.drain()  # those in use are closed as they come back
+        connection: Connection = pool.getconn(timeout=self.settings.node_timeout)
+        return connection
 
     def _prepare_checkout(self, connection: Connection, *, catalog_known: bool = True) -> None:
         """No statement prepared under an older catalog reading (none at all while the

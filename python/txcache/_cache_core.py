@@ -160,6 +160,7 @@ class CacheCore:
         """Which standbys of the ``replicas`` setting misses may run on now."""
         # Per connection checked out from a standby's pool, the standby's name.
         self._replica_of: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._replica_drained: dict[str, int] = {}  # outages each standby's pool was drained for
         self.safe_functions = frozenset(safe_functions)
         self.latency = OperationLatency()
         """Mean cache lookup and database statement latency of read-only transactions."""

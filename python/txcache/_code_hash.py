@@ -97,6 +97,16 @@ _NATIVE_CALLABLES = (
 
 _describers: list[Callable[[type], object]] = []
 
+# The frameworks whose class declarations are code: (the module whose presence says the
+# framework is in use, and the module and name of txcache's reading of its classes). Read as
+# soon as the framework is imported, whether or not txcache's integration is, so that every
+# process of a release computes the same keys.
+_FRAMEWORKS = (
+    ("django.db.models", "txcache.django.declarations", "model_declaration"),
+    ("sqlalchemy.orm", "txcache.sqlalchemy._declarations", "mapping_declaration"),
+)
+_frameworks_read: set[str] = set()
+
 
 def describe_classes(describe: Callable[[type], object]) -> None:
     """Add a framework's reading of the classes it builds from declarations to their
@@ -104,10 +114,19 @@ def describe_classes(describe: Callable[[type], object]) -> None:
     value (tuples, strings, numbers; classes and functions by name, followed), or ``None``
     for a class it does not know. A Django model's fields, ordering and managers, or a
     SQLAlchemy mapping, live in objects the hash reads by class only: without this, a
-    deploy that changes them would keep the keys of every function reading the class.
-    Registering one again does nothing."""
+    deploy that changes them would keep the keys of every function reading the class
+    (Django's and SQLAlchemy's are added by themselves). Registering one again does
+    nothing."""
     if describe not in _describers:
         _describers.append(describe)
+
+
+def _read_frameworks() -> None:
+    """Add the describers of the frameworks imported so far (:data:`_FRAMEWORKS`)."""
+    for framework, module, name in _FRAMEWORKS:
+        if framework in sys.modules and framework not in _frameworks_read:
+            _frameworks_read.add(framework)
+            describe_classes(getattr(importlib.import_module(module), name))
 
 
 def code_hash(function: Callable[..., Any], *, packages: tuple[str, ...] | None = None) -> bytes:
@@ -428,8 +447,12 @@ class _Walk:
             if name not in _CLASS_NOISE:
                 value = self.value(attributes[name], state=True)
                 parts.append(_sized(name.encode()) + _sized(value))
+        _read_frameworks()
         for describe in _describers:
-            declared = describe(cls)
+            try:
+                declared = describe(cls)
+            except Exception as error:  # a class the framework cannot read: by class only
+                declared = ("unreadable", type(error).__name__)
             if declared is not None:
                 parts.append(b"D" + self.value(declared))
         return b"".join(parts)

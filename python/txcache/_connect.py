@@ -8,7 +8,6 @@ made — its transactions, tokens, catalog reading and connections — is
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -122,7 +121,7 @@ class Cache(CacheDriver):
             name: psycopg_pool.ConnectionPool(
                 **self._pool_options(dsn),
                 connection_class=ReplicaConnection,
-                configure=functools.partial(self._bound_answers, name),
+                configure=self._bound_answers,
                 name=f"txcache-{name}",
                 open=True,
             )
@@ -181,11 +180,9 @@ class Cache(CacheDriver):
         for replica_pool in self.replica_pools.values():
             replica_pool.close()
 
-    def _bound_answers(self, name: str, connection: ReplicaConnection) -> None:
-        """A connection to the standby ``name`` waits for an answer at most
-        ``replica_timeout``, and knows how many times the standby had gone down."""
+    def _bound_answers(self, connection: ReplicaConnection) -> None:
+        """A standby's connection waits for an answer at most ``replica_timeout``."""
         connection.answer_timeout = self.settings.replica_timeout
-        connection.outages = self.replica_health.outages(name)
 
     def __enter__(self) -> Self:
         return self

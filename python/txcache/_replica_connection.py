@@ -39,9 +39,6 @@ class ReplicaConnection(psycopg.Connection[Any]):
     answer_timeout: float | None = None
     """Seconds the server may take to answer (``None``: no bound); the cache's pool sets
     it to ``replica_timeout`` on each connection it makes."""
-    outages: int = 0
-    """How many times its standby had gone down when it was made
-    (:meth:`~txcache._replicas.ReplicaHealth.outages`), which the pool sets."""
 
     def wait(
         self, gen: PQGen[RV], interval: float = WAIT_INTERVAL, timeout: float | None = None

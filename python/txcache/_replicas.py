@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -30,9 +31,11 @@ FIRST_PAUSE = 1.0
 LONGEST_PAUSE = 30.0
 """The most seconds between probes of a standby that stays down."""
 MISSING_IN_A_ROW = 20
-"""Pins of a standby in a row whose snapshot the server does not have, and none imported,
-after which it counts as down: the server is not the one the agent pins (the primary, or
-another standby), a setting to fix, not a pin that went."""
+MISSING_FOR = 2.0
+"""Pins of a standby in a row whose snapshot the server does not have, none imported, over
+at least as many seconds, after which it counts as down: the server is not the one the
+agent pins (the primary, or another standby), a setting to fix — not pins that went with
+an agent's term, which the next refreshes (every 0.25 s) replace."""
 
 Probe = Callable[[str], "str | None"]
 """Asks the standby at a connection string whether it answers: ``None`` if it does, else
@@ -49,9 +52,12 @@ class ReplicaHealth:
         probe: Probe,
         *,
         first_pause: float = FIRST_PAUSE,
+        missing_for: float = MISSING_FOR,
     ) -> None:
         """Every standby of ``replicas`` (``(name, connection string)`` pairs) usable;
         ``probe`` asks one that failed whether it answers again."""
+        self._missing_for = missing_for
+        self._missing_since: dict[str, float] = {}
         self._dsn = dict(replicas)
         self._probe = probe
         self._first_pause = first_pause
@@ -107,16 +113,20 @@ class ReplicaHealth:
         """A pin of ``name`` named no snapshot there (it went, or the server is not the one
         the agent pins): after :data:`MISSING_IN_A_ROW` in a row, ``name`` is down, saying
         why once, instead of every transaction trying its pins first."""
+        now = time.monotonic()
         with self._lock:
             self._missing[name] = missing = self._missing.get(name, 0) + 1
-            if missing < MISSING_IN_A_ROW:
+            if missing == 1:
+                self._missing_since[name] = now
+            since = self._missing_since[name]
+            if missing < MISSING_IN_A_ROW or now - since < self._missing_for:
                 return
             self._missing[name] = 0
         self.failed(
             name,
-            f"{missing} of its pins in a row named no snapshot there: is replicas[{name!r}] "
-            f"the server the agent's --standby {name}=… names, not the primary or another "
-            "standby?",
+            f"{missing} of its pins in a row over {now - since:.0f} s named no snapshot "
+            f"there: is replicas[{name!r}] the server the agent's --standby {name}=… names, "
+            "not the primary or another standby?",
         )
 
     def close(self) -> None:

@@ -303,7 +303,7 @@ class RespConnection:
             self._socket.sendall(data)
         except OSError as error:
             self.close()
-            raise _lost(self.address, error) from error
+            raise _connection_error(self.address, error) from error
 
     def _receive(self) -> Any:
         """The next reply, whole within the timeout: a peer that drips one byte at a time
@@ -319,7 +319,7 @@ class RespConnection:
                 chunk = self._socket.recv(_READ_SIZE)
             except OSError as error:
                 self.close()
-                raise _lost(self.address, error) from error
+                raise _connection_error(self.address, error) from error
             if not chunk:
                 self.close()
                 raise ConnectionClosed(f"{show_address(self.address)} closed the connection")
@@ -339,7 +339,7 @@ class RespConnection:
             raise
 
 
-def _lost(address: tuple[str, int], error: OSError) -> ConnectionLost:
+def _connection_error(address: tuple[str, int], error: OSError) -> ConnectionLost:
     """What a failed send or receive means: closed by the peer, or lost otherwise (a
     timeout, an unreachable host)."""
     closed = isinstance(error, (ConnectionResetError, BrokenPipeError))
@@ -536,7 +536,7 @@ class Endpoint(Health):
             try:
                 return idle, idle.call(*command)
             except ConnectionClosed:
-                pass
+                self._drop_idle()  # made before the server closed them too
         connection = RespConnection(self._target, **self._options)
         return connection, connection.call(*command)
 
@@ -575,6 +575,8 @@ class Endpoint(Health):
                 continue
             try:
                 connection.settle()
+            except ConnectionClosed:
+                continue  # closed while idle (a restart): the next call says whether it is up
             except ConnectionLost as error:
                 self._mark_down(error)
                 continue

@@ -47,7 +47,7 @@ __all__ = ["changes_settings", "check_read_only", "cursor_refusal", "leaves_sess
 V = TypeVar("V")
 
 _MAX_VERDICTS = 4096
-_verdicts: dict[tuple[str, type], int | str] = {}
+_verdicts: dict[tuple[str, bool], int | str] = {}
 """(statement text, type of its parameters) → how many statements it holds, or why it is
 refused. The parameters' type matters: with parameters psycopg rewrites placeholders."""
 
@@ -129,9 +129,9 @@ _SAVEPOINT_KINDS = (
     enums.TransactionStmtKind.TRANS_STMT_RELEASE,
     enums.TransactionStmtKind.TRANS_STMT_ROLLBACK_TO,
 )
-_session_verdicts: dict[tuple[str, type], bool] = {}
+_session_verdicts: dict[tuple[str, bool], bool] = {}
 """(statement text, type of its parameters) → whether it leaves the session alone."""
-_setting_verdicts: dict[tuple[str, type], bool] = {}
+_setting_verdicts: dict[tuple[str, bool], bool] = {}
 """(statement text, type of its parameters) → whether it changes a session setting."""
 
 
@@ -193,15 +193,15 @@ def _outlives_transaction(node: Any) -> bool:
 
 
 def _memoized(
-    verdicts: dict[tuple[str, type], V],
+    verdicts: dict[tuple[str, bool], V],
     classify: Callable[[str, Params], V],
     statement: object,
     params: Params,
 ) -> V:
     """``classify(text, params)`` of ``statement``, memoized in ``verdicts`` by its text and
-    the type of its parameters (bounded: cleared when full)."""
+    whether it has parameters, all a verdict depends on (bounded: cleared when full)."""
     text = statement if type(statement) is str else _text(statement)
-    key = (text, type(params))
+    key = (text, params is None)
     verdict = verdicts.get(key)
     if verdict is None:
         verdict = classify(text, params)

@@ -22,6 +22,7 @@ Each value is checked once, where it is given; the checks run per transaction
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import re
@@ -422,17 +423,17 @@ def replicas(value: Any) -> tuple[tuple[str, str], ...]:
     return tuple(found.items())
 
 
-# What a bare connection string starts with, where an entry should start with a name.
-_CONNINFO_STARTS = ("postgres://", "postgresql://")
-_CONNINFO_KEYWORDS = frozenset(
-    {"host", "hostaddr", "port", "dbname", "user", "password", "service", "sslmode", "options"}
-)
+@functools.cache
+def _conninfo_keywords() -> frozenset[str]:
+    """The keywords of a libpq connection string (``host``, ``dbname``, …)."""
+    return frozenset(option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults())
 
 
 def _replica_entry(item: Any, allowed: str) -> tuple[str, str]:
     text = item.strip() if isinstance(item, str) else ""
     name = text.split("=", 1)[0].strip()
-    if text.startswith(_CONNINFO_STARTS) or name in _CONNINFO_KEYWORDS:
+    # A URI, or a conninfo's first keyword, where a name should be: never echoed (a password).
+    if "://" in name or "@" in name or name in _conninfo_keywords():
         raise Refused(
             allowed,
             detail="an entry is a connection string without a name: name each standby as "

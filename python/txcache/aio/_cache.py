@@ -25,7 +25,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 import psycopg_pool
@@ -54,7 +54,6 @@ from txcache._sql import UncacheableQuery
 from txcache.aio._agent import AsyncAgentClient
 from txcache.aio._nodes import AsyncCacheNode
 from txcache.aio._read_only import AsyncReadOnlyTransaction
-from txcache.aio._replica_connection import AsyncReplicaConnection
 from txcache.aio._transaction import AsyncReadWriteTransaction
 from txcache.errors import TransactionError
 
@@ -268,18 +267,17 @@ class AsyncCacheDriver(CacheCore):
         return connection
 
     async def _pooled_replica(self, name: str) -> AsyncConnection:
-        """A connection of the standby ``name``'s pool made since it last went down: one
-        made before is closed as it comes out (a standby that restarted closed its end, and
-        the first statement on it would have the standby taken for down once more)."""
+        """A connection of the standby ``name``'s pool, which is drained first once after
+        each time the standby went down: a standby that restarted closed its end of every
+        connection made before, and the first statement on one would have it taken for down
+        once more."""
         pool = self.replica_pools[name]
-        while True:
-            connection: AsyncConnection = await pool.getconn(timeout=self.settings.node_timeout)
-            if cast(AsyncReplicaConnection, connection).outages >= self.replica_health.outages(
-                name
-            ):
-                return connection
-            await connection.close()
-            await pool.putconn(connection)  # closed: the pool makes another in its place
+        outages = self.replica_health.outages(name)
+        if self._replica_drained.get(name, 0) < outages:
+            self._replica_drained[name] = outages
+            await pool.drain()  # those in use are closed as they come back
+        connection: AsyncConnection = await pool.getconn(timeout=self.settings.node_timeout)
+        return connection
 
     async def _prepare_checkout(
         self, connection: AsyncConnection, *, catalog_known: bool = True

@@ -10,7 +10,6 @@ is generated.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Callable, Iterable
 from types import TracebackType
@@ -114,7 +113,7 @@ class AsyncCache(AsyncCacheDriver):
             name: psycopg_pool.AsyncConnectionPool(
                 **self._pool_options(dsn),
                 connection_class=AsyncReplicaConnection,
-                configure=functools.partial(self._bound_answers, name),
+                configure=self._bound_answers,
                 name=f"txcache-async-{name}",
                 open=False,
             )
@@ -200,11 +199,9 @@ class AsyncCache(AsyncCacheDriver):
         for replica_pool in self.replica_pools.values():
             await replica_pool.close()
 
-    async def _bound_answers(self, name: str, connection: AsyncReplicaConnection) -> None:
-        """A connection to the standby ``name`` waits for an answer at most
-        ``replica_timeout``, and knows how many times the standby had gone down."""
+    async def _bound_answers(self, connection: AsyncReplicaConnection) -> None:
+        """A standby's connection waits for an answer at most ``replica_timeout``."""
         connection.answer_timeout = self.settings.replica_timeout
-        connection.outages = self.replica_health.outages(name)
 
     async def __aenter__(self) -> Self:
         return self

@@ -184,8 +184,14 @@ class AsyncRespConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         """asyncio's callback: the connection ended."""
-        why = f": {exc}" if exc is not None else ""
-        self._fail(ConnectionClosed(f"{show_address(self.address)} closed the connection{why}"))
+        if exc is None or isinstance(exc, ConnectionResetError | BrokenPipeError):
+            why = f": {exc}" if exc is not None else ""
+            lost: ConnectionLost = ConnectionClosed(
+                f"{show_address(self.address)} closed the connection{why}"
+            )
+        else:  # a timeout, an unreachable host: not the peer closing it
+            lost = ConnectionLost(f"{show_address(self.address)}: {exc}")
+        self._fail(lost)
 
     # -- failure ----------------------------------------------------------------------------
 

@@ -1,8 +1,7 @@
 """The app config of ``txcache.django`` (``INSTALLED_APPS = [..., "txcache.django"]``): its
 system checks and management commands, the process's cache as the default one, the active
 time zone, language and ``USE_TZ`` in cacheable calls' keys
-(:mod:`txcache.django.contexts`), models' declarations in their code hash
-(:mod:`txcache.django.declarations`), the guard of other databases' connections
+(:mod:`txcache.django.contexts`), the guard of other databases' connections
 (:mod:`txcache.django.db.guards`), and a fresh cache after a test changes its settings."""
 
 from __future__ import annotations
@@ -28,21 +27,17 @@ class TxcacheConfig(AppConfig):  # type: ignore[misc]
     verbose_name = "txcache"
 
     def ready(self) -> None:
-        """Register the checks, the key contexts and the reading of models' declarations;
-        make the process's cache the default of cacheable calls outside any transaction (a
-        worker's, a management command's: it connects at the first); guard every database
-        connection Django opens from now on (before any is); close the cache when a
-        setting it is made from changes."""
-        from txcache._code_hash import describe_classes
+        """Register the checks and the key contexts; make the process's cache the default of
+        cacheable calls outside any transaction (a worker's, a management command's: it
+        connects at the first); guard every database connection Django opens from now on
+        (before any is); close the cache when a setting it is made from changes."""
         from txcache.django import conf, contexts
         from txcache.django.checks import CHECKS
         from txcache.django.db.guards import watch_other_databases
-        from txcache.django.declarations import model_declaration
 
         for check in CHECKS:
             register(check, "txcache")
         contexts.register()
-        describe_classes(model_declaration)
         provide_default_cache(conf.get_cache)
         watch_other_databases()
         setting_changed.connect(_settings_changed, dispatch_uid="txcache.django.settings")

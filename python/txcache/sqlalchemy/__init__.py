@@ -37,9 +37,7 @@ session.commit_timestamp()``), :func:`commit_timestamp_async`, :func:`async_sess
 inside ``async with cache.read_only()`` of an :class:`~txcache.aio.AsyncCache`.
 """
 
-from txcache._code_hash import describe_classes
 from txcache.sqlalchemy._commits import commit_timestamp, commit_timestamp_async
-from txcache.sqlalchemy._declarations import mapping_declaration
 from txcache.sqlalchemy._engine import (
     AsyncSession,
     Session,
@@ -49,8 +47,6 @@ from txcache.sqlalchemy._engine import (
     sessionmaker,
 )
 from txcache.sqlalchemy._results import dicts, rows, to_dict
-
-describe_classes(mapping_declaration)
 
 __all__ = [
     "AsyncSession",
