@@ -503,6 +503,14 @@ def test_a_connection_the_server_closed_while_idle_is_replaced_not_taken_for_dow
         assert server.close_connections() == 1
         assert endpoint.call("PING") == b"PONG"
         assert endpoint.is_up()
+        # A reply owed on an idle connection the server then closed (a store not waited
+        # for): read by settle as the connection gone, not the server down.
+        replies: list[object] = []
+        assert server.close_connections() >= 1
+        endpoint.send_later(protocol.Command(("PING",), lambda reply: reply), replies.append)
+        endpoint.settle()
+        assert endpoint.is_up()
+        assert endpoint.call("PING") == b"PONG"
         endpoint.close()
 
         async def body(multiplex: bool) -> None:

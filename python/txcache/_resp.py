@@ -558,7 +558,12 @@ class Endpoint(Health):
 
         try:
             connection = self._take()
-            connection.send_later(command.arguments, decoded)
+            try:
+                connection.send_later(command.arguments, decoded)
+            except ConnectionClosed:  # an idle one the server closed: as in _exchange
+                self._drop_idle()
+                connection = RespConnection(self._target, **self._options)
+                connection.send_later(command.arguments, decoded)
         except ConnectionLost as error:
             self._mark_down(error)
             on_reply(None)
