@@ -580,7 +580,9 @@ def test_a_decoding_standby_left_without_wal_by_a_hung_primary_is_kept(
                 timeout=60,
                 log=lib._agent_log,
             )
-            assert agent_walsenders(first.dsn) == 1
+            # The stream stays: one session there, once the silence check's question to
+            # the standby's walsender (a session "txcache-agent timeline") has ended.
+            wait_for_stream_on(first.dsn, "the stream to stay on the standby", log=lib._agent_log)
             assert "THE STREAM CANNOT RUN" not in lib._agent_log()
         wait_until(
             lambda: lease_held(lib), "the agent to renew its lease", timeout=30, log=lib._agent_log
