@@ -185,19 +185,19 @@ class CacheableBase(Generic[P, R]):
         if instance is None:
             return self
         name = self.keys.name
-        if isinstance(instance, type):  # @classmethod above @cacheable
-            bound = f"bound to the class {instance.__name__} by @classmethod: the class"
-            what = "classes"
+        if isinstance(instance, type):  # @classmethod above @cacheable (until Python 3.13)
+            bound = f"bound to the class {instance.__name__} by @classmethod"
+            subject, kinds = "class", "classes"
         else:
-            bound = f"called as a method of a {type(instance).__name__} object: the instance"
-            what = "objects"
+            bound = f"called as a method of a {type(instance).__name__} object"
+            subject, kinds = "instance", "objects"
 
         def method_call(*args: Any, **kwargs: Any) -> Any:
             raise UnsupportedArgument(
-                f"{name} is cacheable and {bound} would be an argument of its key, and "
-                f'{what} cannot be (docs/library.md, "The arguments in the key"); make it '
-                "a function, or a @staticmethod, and pass it what it reads from the "
-                f"{'class' if what == 'classes' else 'instance'}"
+                f"{name} is cacheable and {bound}: the {subject} would be an argument of its "
+                f'key, and {kinds} cannot be (docs/library.md, "The arguments in the key"); '
+                f"make it a function, or a @staticmethod, and pass it what it reads from the "
+                f"{subject}"
             )
 
         return method_call

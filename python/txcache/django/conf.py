@@ -254,7 +254,7 @@ class DjangoCache(txcache.Cache):
 
         wrapper = connections[self.database]
         if isinstance(wrapper, DatabaseWrapper):
-            wrapper.refuse_changed_session()
+            wrapper.refuse_changed_session(beginning=True)
 
 
 def _refuse_in_django_transaction(kind: str) -> None:

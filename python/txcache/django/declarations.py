@@ -57,6 +57,8 @@ def _data(value: Any) -> object:
         return tuple((str(key), _data(value[key])) for key in sorted(value, key=str))
     if isinstance(value, set | frozenset):
         return frozenset(_data(item) for item in value)
+    if isinstance(value, models.Field):  # an ArrayField's base_field, say
+        return _field(value)
     deconstruct = getattr(value, "deconstruct", None)
     if callable(deconstruct) and not isinstance(value, type):
         try:

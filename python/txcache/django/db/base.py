@@ -237,18 +237,20 @@ class DatabaseWrapper(postgresql.DatabaseWrapper):  # type: ignore[misc]
             self._reported = reported_settings(self.connection)
         return changed
 
-    def refuse_changed_session(self) -> None:
+    def refuse_changed_session(self, *, beginning: bool = False) -> None:
         """Refuse a txcache transaction — as it begins, and at each statement — after
         Django's own (still open) connection changed a session setting: it runs on the
         cache's pooled connections, which the setting does not reach — a tenant
         middleware's ``SET search_path`` would leave every tenant reading the cache's
-        schemas, hits and misses alike, silently."""
-        if self.connection is None:
+        schemas, hits and misses alike, silently. ``beginning``: also compare what
+        PostgreSQL reports (only there: inside a txcache transaction Django's psycopg
+        connection is not reachable, and each statement need not pay for it)."""
+        if self.connection is None or self.connection.closed:
             return
         changed = self._changed_session
         if changed is not None and changed[0] is self.connection:
             what = f"ran {changed[1][:80]!r}, which changes its session"
-        elif reported_settings(self.connection) != self._reported:
+        elif beginning and reported_settings(self.connection) != self._reported:
             # Through the psycopg connection itself (``connection.connection.execute``),
             # past Django's cursors: only what PostgreSQL reports shows it.
             what = "had its session changed past Django's cursors (on its psycopg connection)"
