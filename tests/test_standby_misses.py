@@ -46,13 +46,14 @@ def standby_stack(
     pair: ReplicatedPostgres,
     *agent_args: str,
     replicas: dict[str, str] | None = None,
+    standby_options: str = "",
     **settings: Any,
 ) -> Iterator[LibraryStack]:
     """:func:`stack`, the agent run with ``agent_args`` too, the library with more
     ``replicas`` (standbys the agent's ``--standby`` flags among ``agent_args`` name) and
-    ``settings``."""
+    ``settings``; ``standby_options`` go at the end of the standby's conninfo."""
     assert pair.standby is not None
-    standby_dsn = pair.standby.dsn
+    standby_dsn = f"{pair.standby.dsn} {standby_options}".strip()
     with psycopg.connect(pair.primary.dsn, autocommit=True) as db:
         db.execute("CREATE TABLE log (n integer PRIMARY KEY)")
     flags = (*AGENT_ARGS, "--standby", f"{STANDBY}={standby_dsn}", *agent_args)
@@ -461,6 +462,36 @@ def test_a_stream_held_back_by_a_hung_standby_fails_fresh_pins_quickly_and_keeps
         assert agent.pin_now() is None
         assert time.monotonic() - started < waited / 2, "no PIN asked right after one failed"
     stack.fresh_pins()
+
+
+def test_the_agent_lets_a_hung_standby_s_pins_go_within_its_connect_timeout_and_says_so(
+    pair: ReplicatedPostgres,
+) -> None:
+    """A standby that hangs (SIGSTOP) holds no pinner call past its conninfo's
+    ``connect_timeout``: the agent logs that it does not answer, lists none of its pins
+    (no library picks a pin there to wait on), and pins there again once it answers."""
+    assert pair.standby is not None
+    with standby_stack(pair, standby_options="connect_timeout=2") as stack:
+        agent = stack.cache.agent
+        assert agent is not None
+        stack.write("INSERT INTO log VALUES (1)")
+        stack.caught_up()
+        wait_for_standby_pin(stack)
+
+        def standby_pins() -> list[txcache.Pin]:
+            agent.refresh()
+            return [pin for pin in agent.listed_pins() if pin.server == STANDBY]
+
+        with pair.standby.paused():
+
+            def let_go() -> bool:
+                agent.pin_now()  # keeps the standby's pinner awake
+                return "it did not answer within 2s" in stack._agent_log() and not standby_pins()
+
+            wait_until(let_go, "the standby's pins let go, said", timeout=30, log=stack._agent_log)
+        wait_until(standby_pins, "pins on the standby again", timeout=30, log=stack._agent_log)
+        log = stack._agent_log()
+        assert "check the standby (a stopped or overloaded server" in log
 
 
 def test_the_async_driver_bounds_a_hung_standby_the_same_way(pair: ReplicatedPostgres) -> None:

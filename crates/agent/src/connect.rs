@@ -330,7 +330,7 @@ async fn identity_of(
 
 /// How long a host of a connection string naming several is given to answer, unless it
 /// sets `connect_timeout`: a stopped server accepts the TCP connection and never answers.
-const HOST_ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HOST_ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Opens an SQL session named `application` with `dsn`'s `index`-th host alone, which must
 /// answer within its `connect_timeout` (10 s without one), start-up included.

@@ -31,7 +31,7 @@
 
 use crate::assemble::unix_micros_now;
 use crate::certify::{Certification, Snapshot};
-use crate::connect::{connect_sql, SqlSession};
+use crate::connect::{answer_timeout, connect_sql, SqlSession, HOST_ANSWER_TIMEOUT};
 use crate::database::DatabaseIdentity;
 use crate::fingerprint_check::FingerprintCheck;
 use crate::standby::{self, Health, Refusal, StandbySnapshot};
@@ -248,7 +248,7 @@ impl Pincushion {
         let (fingerprints, standby) = match source {
             PinSource::Primary { fingerprints } => (fingerprints.map(|check| *check), None),
             PinSource::Standby { name, primary } => {
-                (None, Some(StandbyPinning::new(name, primary)))
+                (None, Some(StandbyPinning::new(name, primary, &dsn)))
             }
         };
         let name = standby
@@ -396,13 +396,16 @@ struct StandbyPinning {
     primary: DatabaseIdentity,
     /// How it answered last (each change is logged once); its name.
     health: Health,
+    /// How long each call there may wait for its answer: its conninfo's `connect_timeout`.
+    answer_wait: Duration,
 }
 
 impl StandbyPinning {
-    fn new(name: String, primary: DatabaseIdentity) -> Self {
+    fn new(name: String, primary: DatabaseIdentity, dsn: &str) -> Self {
         Self {
             primary,
             health: Health::new(&name),
+            answer_wait: answer_timeout(dsn).unwrap_or(HOST_ANSWER_TIMEOUT),
         }
     }
 }
@@ -691,15 +694,21 @@ impl Pinner {
     /// milliseconds of CPU, once per rotation. A connection that cannot end its
     /// transaction is closed.
     async fn recycle(&mut self, retired: Vec<PinnerSession>) {
+        let wait = self.answer_wait();
         for session in retired {
             if self.idle.len() >= MAX_SESSIONS {
                 break;
             }
-            match session.sql.client.batch_execute("COMMIT").await {
-                Ok(()) => self.idle.push(session.sql),
-                Err(error) => tracing::debug!(
+            let ended = tokio::time::timeout(wait, session.sql.client.batch_execute("COMMIT"));
+            match ended.await {
+                Ok(Ok(())) => self.idle.push(session.sql),
+                Ok(Err(error)) => tracing::debug!(
                     error = format!("{error:#}"),
                     "pinner session could not end its transaction; closing it"
+                ),
+                Err(_) => tracing::debug!(
+                    ?wait,
+                    "pinner session did not end its transaction in time; closing it"
                 ),
             }
         }
@@ -821,9 +830,7 @@ impl Pinner {
     /// One snapshot taken on the standby, and the pin it makes once placed on the stream
     /// (`None` when it cannot be: the snapshot is discarded).
     async fn standby_pin(&mut self) -> Result<(Timestamp, Option<Pin>), Refusal> {
-        let index = self.session_index().await.map_err(Refusal::from_opening)?;
-        let session = self.sessions[index].id;
-        let exported = standby::export(&self.sessions[index].sql).await?;
+        let (session, exported) = self.standby_export().await?;
         let replay = exported.replay;
         let Some(timeline) = self.tracker.timeline() else {
             return Ok((replay, None)); // the stream has not connected yet: nothing is placed
@@ -835,6 +842,29 @@ impl Pinner {
             tracing::debug!(%replay, "standby snapshot discarded: its replay position is not placed on the stream");
         }
         Ok((replay, pin))
+    }
+
+    /// A snapshot exported on the standby, and the session holding it. A standby that
+    /// accepted the connection and hangs (stopped, overloaded, cut off) answers nothing:
+    /// bounded by its `connect_timeout`, the call then fails as [`Refusal::NoAnswer`].
+    async fn standby_export(&mut self) -> Result<(u64, StandbySnapshot), Refusal> {
+        let wait = self.answer_wait();
+        let export = async {
+            let index = self.session_index().await.map_err(Refusal::from_opening)?;
+            let exported = standby::export(&self.sessions[index].sql).await?;
+            Ok((self.sessions[index].id, exported))
+        };
+        tokio::time::timeout(wait, export)
+            .await
+            .unwrap_or(Err(Refusal::NoAnswer(wait)))
+    }
+
+    /// How long a call to the standby may wait for its answer (the primary's pinner: the
+    /// default, which only ending a session's transaction uses).
+    fn answer_wait(&self) -> Duration {
+        self.standby
+            .as_ref()
+            .map_or(HOST_ANSWER_TIMEOUT, |standby| standby.answer_wait)
     }
 
     /// Lists a standby pin placed on the stream, and counts it.
@@ -853,10 +883,15 @@ impl Pinner {
             return;
         };
         let new = standby.health.refused(&refusal);
+        let wait = standby.answer_wait;
         if refusal.may_have_paused() {
-            // The failed call ran in the newest session (`session_index`).
-            let session = self.sessions.last().map(|session| &session.sql);
-            let outcome = standby::resume_replay(session, &self.dsn).await;
+            // The failed call ran in the newest session (`session_index`); one that did not
+            // answer is still busy with it: a fresh connection asks instead.
+            let session = match refusal {
+                Refusal::NoAnswer(_) => None,
+                _ => self.sessions.last().map(|session| &session.sql),
+            };
+            let outcome = standby::resume_replay(session, &self.dsn, wait).await;
             standby::log_resume(&outcome, new);
         }
         self.drop_all();

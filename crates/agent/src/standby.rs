@@ -10,10 +10,11 @@
 //! replay, inside the pinner session's open READ COMMITTED transaction, which keeps the
 //! snapshot importable. The pincushion does the rest as for the primary's pins.
 
-use crate::connect::{connect_sql, SqlSession};
+use crate::connect::{connect_sql, NoAnswer, SqlSession};
 use crate::database::{self, DatabaseIdentity};
 use anyhow::Context as _;
 use pgwire_replication::Lsn;
+use std::time::Duration;
 use tokio_postgres::error::SqlState;
 use txcache_model::Timestamp;
 
@@ -139,6 +140,10 @@ pub enum Refusal {
     /// The connection broke during the call.
     #[error("the connection broke during the call: {0:#}")]
     Broken(anyhow::Error),
+    /// It accepted the connection, then did not answer within the host's `connect_timeout`
+    /// (10 s without one): stopped, overloaded, or cut off after the handshake.
+    #[error("it did not answer within {0:?}")]
+    NoAnswer(Duration),
     /// It streams another timeline than the agent's stream (a failover left it behind).
     #[error("it streams timeline {standby}, the agent's stream follows timeline {stream}")]
     OtherTimeline {
@@ -198,6 +203,7 @@ impl Refusal {
             Self::NotPermitted(_) => "not permitted".to_owned(),
             Self::NotSetUp(_) => "not set up".to_owned(),
             Self::Broken(_) => "broken".to_owned(),
+            Self::NoAnswer(_) => "no answer".to_owned(),
             Self::OtherTimeline { standby, .. } => format!("timeline {standby}"),
             Self::NotStreaming => "not streaming".to_owned(),
             Self::TimelineHidden => "timeline hidden".to_owned(),
@@ -214,6 +220,11 @@ impl Refusal {
             Self::Foreign(_) => {
                 "name a streaming replica of the agent's database (same cluster, same \
                  database) in --standby"
+            }
+            Self::NoAnswer(_) => {
+                "check the standby (a stopped or overloaded server, or a network cut after \
+                 the handshake); each call waits at most its conninfo's connect_timeout, and \
+                 pins return once it answers"
             }
             Self::Promoted => "it is a primary now: point --standby at a standby, or remove it",
             Self::NotPermitted(_) => {
@@ -248,15 +259,26 @@ impl Refusal {
     pub fn may_have_paused(&self) -> bool {
         matches!(
             self,
-            Self::Broken(_) | Self::Failed { .. } | Self::NotPermitted(_)
+            Self::Broken(_) | Self::NoAnswer(_) | Self::Failed { .. } | Self::NotPermitted(_)
         )
     }
 }
 
 /// After a failed call in `session` (its transaction aborted, or its connection gone): ends
 /// that transaction and resumes replay if it is paused, on the same connection or, failing
-/// that, a fresh one to `dsn`. Whether replay was paused (and is resumed now).
-pub async fn resume_replay(session: Option<&SqlSession>, dsn: &str) -> anyhow::Result<bool> {
+/// that, a fresh one to `dsn`, all within `wait` (a standby that hangs must not hold its
+/// pinner). Whether replay was paused (and is resumed now).
+pub async fn resume_replay(
+    session: Option<&SqlSession>,
+    dsn: &str,
+    wait: Duration,
+) -> anyhow::Result<bool> {
+    tokio::time::timeout(wait, resume_on_either(session, dsn))
+        .await
+        .unwrap_or_else(|_| Err(NoAnswer { within: wait }.into()))
+}
+
+async fn resume_on_either(session: Option<&SqlSession>, dsn: &str) -> anyhow::Result<bool> {
     if let Some(sql) = session.filter(|sql| !sql.client.is_closed()) {
         let resumed = async {
             sql.client.batch_execute("ROLLBACK").await?;
@@ -368,6 +390,7 @@ mod tests {
             Refusal::NotPermitted("permission denied".to_owned()),
             Refusal::NotSetUp("no function".to_owned()),
             Refusal::Broken(anyhow::anyhow!("eof")),
+            Refusal::NoAnswer(Duration::from_secs(2)),
             Refusal::OtherTimeline {
                 standby: 2,
                 stream: 1,
@@ -384,7 +407,7 @@ mod tests {
         let paused: Vec<bool> = refusals.iter().map(Refusal::may_have_paused).collect();
         assert_eq!(
             paused,
-            [false, false, false, true, false, true, false, false, false, true]
+            [false, false, false, true, false, true, true, false, false, false, true]
         );
     }
 
