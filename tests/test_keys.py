@@ -538,6 +538,10 @@ def test_a_cacheable_method_or_a_partial_is_refused_saying_what_to_do() -> None:
         ):
             Repository.named(1)
     assert isinstance(Repository.get, txcache.CacheableFunction)
+    # Through its class the instance is an argument: refused as such, with no cache
+    # connected too (uncached calls encode their arguments as cached ones would).
+    with pytest.raises(UnsupportedArgument, match="Repository"):
+        Repository.get(Repository(), 1)
     assert isinstance(Repository().find, txcache.CacheableFunction)
     with pytest.raises(TypeError, match=r"takes a function .* not a partial"):
         txcache.cacheable(functools.partial(one, 1))

@@ -441,6 +441,10 @@ def test_unsupported_arguments_raise_a_clear_error(lib: LibraryStack) -> None:
         get_item(object())  # type: ignore[arg-type]
     assert "item_id" in str(caught.value)
     assert "get_item" in str(caught.value)
+    # Uncached (a read/write transaction), the same call is refused alike: not first by the
+    # cache once one is connected in production.
+    with lib.cache.read_write(), pytest.raises(txcache.UnsupportedArgument, match="item_id"):
+        get_item(object())  # type: ignore[arg-type]
 
 
 @txcache.cacheable

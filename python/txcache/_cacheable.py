@@ -98,6 +98,7 @@ class CacheableFunction(CacheableBase[P, R]):
             if isinstance(transaction, ReadOnlyTransaction):
                 transaction.check_usable()  # a failed block refuses every call
             transaction.check_owner()
+            self._refuse_unkeyable(args, kwargs)
             self.stats.record_uncached()
             return self.function(*args, **kwargs)
         if transaction.reruns:  # an audit's rerun (txcache._audit_core): not the application's
@@ -108,6 +109,7 @@ class CacheableFunction(CacheableBase[P, R]):
     def _call_implicitly(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         cache = self._default_cache()
         if cache is None or runs_directly():
+            self._refuse_unkeyable(args, kwargs)
             self.stats.record_uncached()
             return self.function(*args, **kwargs)
         with cache.read_only(staleness=cache.settings.staleness):
