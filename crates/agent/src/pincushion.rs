@@ -31,7 +31,7 @@
 
 use crate::assemble::unix_micros_now;
 use crate::certify::{Certification, Snapshot};
-use crate::connect::{answer_timeout, connect_sql, SqlSession, HOST_ANSWER_TIMEOUT};
+use crate::connect::{answer_timeout, connect_sql, NoAnswer, SqlSession, HOST_ANSWER_TIMEOUT};
 use crate::database::DatabaseIdentity;
 use crate::fingerprint_check::FingerprintCheck;
 use crate::standby::{self, Health, Refusal, StandbySnapshot};
@@ -398,6 +398,8 @@ struct StandbyPinning {
     health: Health,
     /// How long each call there may wait for its answer: its conninfo's `connect_timeout`.
     answer_wait: Duration,
+    /// An export got no answer: replay is resumed before the next one.
+    resume_owed: bool,
 }
 
 impl StandbyPinning {
@@ -406,6 +408,7 @@ impl StandbyPinning {
             primary,
             health: Health::new(&name),
             answer_wait: answer_timeout(dsn).unwrap_or(HOST_ANSWER_TIMEOUT),
+            resume_owed: false,
         }
     }
 }
@@ -695,9 +698,14 @@ impl Pinner {
     /// transaction is closed.
     async fn recycle(&mut self, retired: Vec<PinnerSession>) {
         let wait = self.answer_wait();
+        let mut hung = false;
         for session in retired {
             if self.idle.len() >= MAX_SESSIONS {
                 break;
+            }
+            if hung {
+                session.sql.cut(); // the server hangs: one wait is enough
+                continue;
             }
             let ended = tokio::time::timeout(wait, session.sql.client.batch_execute("COMMIT"));
             match ended.await {
@@ -706,10 +714,11 @@ impl Pinner {
                     error = format!("{error:#}"),
                     "pinner session could not end its transaction; closing it"
                 ),
-                Err(_) => tracing::debug!(
-                    ?wait,
-                    "pinner session did not end its transaction in time; closing it"
-                ),
+                Err(_) => {
+                    tracing::debug!(?wait, "pinner session did not end its transaction in time; closing it and the other retired ones");
+                    session.sql.cut();
+                    hung = true;
+                }
             }
         }
     }
@@ -846,17 +855,46 @@ impl Pinner {
 
     /// A snapshot exported on the standby, and the session holding it. A standby that
     /// accepted the connection and hangs (stopped, overloaded, cut off) answers nothing:
-    /// bounded by its `connect_timeout`, the call then fails as [`Refusal::NoAnswer`].
+    /// each call waits at most its `connect_timeout` (the export also the time
+    /// `txcache.standby_snapshot()` may wait for replay to pause), then fails as
+    /// [`Refusal::NoAnswer`].
     async fn standby_export(&mut self) -> Result<(u64, StandbySnapshot), Refusal> {
         let wait = self.answer_wait();
-        let export = async {
-            let index = self.session_index().await.map_err(Refusal::from_opening)?;
-            let exported = standby::export(&self.sessions[index].sql).await?;
-            Ok((self.sessions[index].id, exported))
-        };
-        tokio::time::timeout(wait, export)
-            .await
-            .unwrap_or(Err(Refusal::NoAnswer(wait)))
+        self.resume_owed_replay(wait).await?;
+        let opened = tokio::time::timeout(wait, self.session_index()).await;
+        let index = opened
+            .map_err(|_| Refusal::NoAnswer(wait))?
+            .map_err(Refusal::from_opening)?;
+        let sql = &self.sessions[index].sql;
+        let exported =
+            tokio::time::timeout(wait + standby::REPLAY_PAUSE_DEADLINE, standby::export(sql));
+        let exported = exported.await.map_err(|_| Refusal::NoAnswer(wait))??;
+        Ok((self.sessions[index].id, exported))
+    }
+
+    /// After an export that got no answer (it may have paused replay before the standby
+    /// hung), resumes replay before anything else once the standby answers again: else the
+    /// next export would take that pause for an operator's and pin where replay stopped.
+    async fn resume_owed_replay(&mut self, wait: Duration) -> Result<(), Refusal> {
+        if !self
+            .standby
+            .as_ref()
+            .is_some_and(|standby| standby.resume_owed)
+        {
+            return Ok(());
+        }
+        let outcome = standby::resume_replay(None, &self.dsn, wait).await;
+        if let Err(error) = outcome {
+            return Err(match error.downcast::<NoAnswer>() {
+                Ok(_) => Refusal::NoAnswer(wait),
+                Err(error) => Refusal::Unreachable(error),
+            });
+        }
+        standby::log_resume(&outcome, true);
+        if let Some(standby) = &mut self.standby {
+            standby.resume_owed = false;
+        }
+        Ok(())
     }
 
     /// How long a call to the standby may wait for its answer (the primary's pinner: the
@@ -883,15 +921,18 @@ impl Pinner {
             return;
         };
         let new = standby.health.refused(&refusal);
-        let wait = standby.answer_wait;
-        if refusal.may_have_paused() {
-            // The failed call ran in the newest session (`session_index`); one that did not
-            // answer is still busy with it: a fresh connection asks instead.
-            let session = match refusal {
-                Refusal::NoAnswer(_) => None,
-                _ => self.sessions.last().map(|session| &session.sql),
-            };
-            let outcome = standby::resume_replay(session, &self.dsn, wait).await;
+        if let Refusal::NoAnswer(_) = refusal {
+            // The call that hung ran in the newest session (`session_index`): its
+            // connection would wait for the answer as long as TCP keeps it. Replay is
+            // resumed once the standby answers ([`Self::resume_owed_replay`]).
+            if let Some(session) = self.sessions.last() {
+                session.sql.cut();
+            }
+            standby.resume_owed = true;
+        } else if refusal.may_have_paused() {
+            // The failed call ran in the newest session (`session_index`).
+            let session = self.sessions.last().map(|session| &session.sql);
+            let outcome = standby::resume_replay(session, &self.dsn, standby.answer_wait).await;
             standby::log_resume(&outcome, new);
         }
         self.drop_all();

@@ -69,6 +69,10 @@ pub fn check_timeline(receiver: Receiver, stream: u32) -> Result<(), Refusal> {
     }
 }
 
+/// How long `txcache.standby_snapshot()` waits for replay to pause before it gives up (its
+/// `deadline`): an export may take that long on a standby that answers.
+pub const REPLAY_PAUSE_DEADLINE: Duration = Duration::from_secs(5);
+
 /// Takes and exports a snapshot in `sql`'s open transaction.
 pub async fn export(sql: &SqlSession) -> Result<StandbySnapshot, Refusal> {
     let row = sql

@@ -405,8 +405,8 @@ def _agent_text(agent: AgentReport, now: int) -> list[str]:
         if idle:
             lines.append(
                 f"                 without pins: {', '.join(idle)} (their misses go to the "
-                "primary until they have one; unless no library read lately, the agent's log "
-                "says why: 'standby pins: the standby gives no pins', with what to do)"
+                "primary until they have one: idle for want of reads, or the agent's log "
+                "lines starting 'standby pins:' say why, with what to do)"
             )
     return lines
 
