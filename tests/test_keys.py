@@ -542,6 +542,8 @@ def test_a_cacheable_method_or_a_partial_is_refused_saying_what_to_do() -> None:
     # connected too (uncached calls encode their arguments as cached ones would).
     with pytest.raises(UnsupportedArgument, match="Repository"):
         Repository.get(Repository(), 1)
+    with pytest.raises(TypeError, match=r"get\(\) takes 2 positional arguments but 3"):
+        Repository.get(1, 2, 3)  # Python's own words
     assert isinstance(Repository().find, txcache.CacheableFunction)
     with pytest.raises(TypeError, match=r"takes a function .* not a partial"):
         txcache.cacheable(functools.partial(one, 1))

@@ -231,7 +231,7 @@ class CacheableBase(Generic[P, R]):
         """Encodes the call's arguments as a cached call would, for a call that runs
         uncached (no cache, a read/write transaction, Django's ``atomic()``): arguments a
         key cannot hold are refused there too, not first by the cache in production."""
-        self.keys.invalidation_key(args, kwargs)
+        self.keys.check_arguments(args, kwargs)
 
     def _call_key(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any], settings: Settings | None

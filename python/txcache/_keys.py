@@ -202,6 +202,23 @@ class CallKeys:
         """The call in every session and key context: what a manual invalidation names."""
         return self._digest(args, kwargs, settings, b"", with_key_contexts=False)
 
+    def check_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        """Raises :class:`UnsupportedArgument` for an argument a key cannot hold, as
+        :meth:`key` would, without building a key (no code hash, no digest): for a call that
+        runs uncached. A call its signature does not take passes, for the call itself to
+        report in Python's words."""
+        if self._positional_only_call and not kwargs and len(args) == len(self._parameters):
+            pairs: Iterable[tuple[str, Any]] = zip(self._parameters, args, strict=True)
+        else:
+            try:
+                bound = self._signature.bind(*args, **kwargs)
+            except TypeError:
+                return
+            bound.apply_defaults()
+            pairs = bound.arguments.items()
+        for name, value in pairs:
+            self._encoded(name, value)
+
     def _digest(
         self,
         args: tuple[Any, ...],
@@ -235,8 +252,14 @@ class CallKeys:
                 self._add(digest, f"<{name}>", read())
 
     def _add(self, digest: Any, name: str, value: Any) -> None:
+        encoded = self._encoded(name, value)
+        digest.update(struct.pack("<I", len(encoded)))
+        digest.update(encoded)
+
+    def _encoded(self, name: str, value: Any) -> bytes:
+        """``value``'s canonical encoding, or the refusal naming this function and ``name``."""
         try:
-            encoded = encode_argument(value)
+            return encode_argument(value)
         except UnsupportedArgument as error:
             raise UnsupportedArgument(
                 f"{self.name}(): argument {name!r}: {error} — cacheable functions take "
@@ -244,8 +267,6 @@ class CallKeys:
                 "bytes, bytearray, Decimal, date/time with ZoneInfo or timezone zones, UUID, "
                 "Enum, and tuples, lists, dicts, sets, frozensets of them; no subclasses)"
             ) from None
-        digest.update(struct.pack("<I", len(encoded)))
-        digest.update(encoded)
 
 
 def _sized(tag: bytes, body: bytes) -> bytes:
