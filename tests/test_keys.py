@@ -540,7 +540,7 @@ def test_a_cacheable_method_or_a_partial_is_refused_saying_what_to_do() -> None:
     assert isinstance(Repository.get, txcache.CacheableFunction)
     # Through its class the instance is an argument: refused as such, with no cache
     # connected too (uncached calls encode their arguments as cached ones would).
-    with pytest.raises(UnsupportedArgument, match="Repository"):
+    with pytest.raises(UnsupportedArgument, match="called through its class: make it a function"):
         Repository.get(Repository(), 1)
     with pytest.raises(TypeError, match=r"get\(\) takes 2 positional arguments but 3"):
         Repository.get(1, 2, 3)  # Python's own words

@@ -266,7 +266,19 @@ class CallKeys:
                 "values of exact types with a canonical form (None, bool, int, float, str, "
                 "bytes, bytearray, Decimal, date/time with ZoneInfo or timezone zones, UUID, "
                 "Enum, and tuples, lists, dicts, sets, frozensets of them; no subclasses)"
+                f"{self._method_advice(name)}"
             ) from None
+
+    def _method_advice(self, name: str) -> str:
+        """For a method called through its class (``C.f(C(), 1)``), whose first parameter
+        is the instance: what to make it instead."""
+        if name not in ("self", "cls") or self._parameters[:1] != (name,):
+            return ""
+        return (
+            f"; a first parameter named {name!r} says a method called through its class: make "
+            "it a function, or a @staticmethod, and pass it what it reads from the "
+            f"{'instance' if name == 'self' else 'class'}"
+        )
 
 
 def _sized(tag: bytes, body: bytes) -> bytes:
