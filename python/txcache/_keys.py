@@ -207,17 +207,24 @@ class CallKeys:
         :meth:`key` would, without building a key (no code hash, no digest): for a call that
         runs uncached. A call its signature does not take passes, for the call itself to
         report in Python's words."""
-        if self._positional_only_call and not kwargs and len(args) == len(self._parameters):
-            pairs: Iterable[tuple[str, Any]] = zip(self._parameters, args, strict=True)
-        else:
-            try:
-                bound = self._signature.bind(*args, **kwargs)
-            except TypeError:
-                return
-            bound.apply_defaults()
-            pairs = bound.arguments.items()
-        for name, value in pairs:
+        try:
+            named = self._named_arguments(args, kwargs)
+        except TypeError:
+            return
+        for name, value in named:
             self._encoded(name, value)
+
+    def _named_arguments(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> Iterable[tuple[str, Any]]:
+        """Each parameter's name and value in this call, defaults applied; ``TypeError``
+        for a call the signature does not take."""
+        if self._positional_only_call and not kwargs and len(args) == len(self._parameters):
+            # The common case: every parameter given positionally, no binding needed.
+            return zip(self._parameters, args, strict=True)
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.arguments.items()
 
     def _digest(
         self,
@@ -231,15 +238,8 @@ class CallKeys:
         last = self._last  # prefix()'s fast path, without the call: this runs on every hit
         prefix = last[1] if last[0] is settings else self.prefix(settings)
         digest = hashlib.blake2b(prefix, digest_size=KEY_BYTES, key=context)
-        if self._positional_only_call and not kwargs and len(args) == len(self._parameters):
-            # The common case: every parameter given positionally, no binding needed.
-            for name, value in zip(self._parameters, args, strict=True):
-                self._add(digest, name, value)
-        else:
-            bound = self._signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            for name, value in bound.arguments.items():
-                self._add(digest, name, value)
+        for name, value in self._named_arguments(args, kwargs):
+            self._add(digest, name, value)
         if with_key_contexts and _key_contexts:  # none, and no cost, without a framework's
             self._add_key_contexts(digest)
         return digest.digest()
