@@ -268,7 +268,11 @@ def test_a_failed_statement_is_raised_as_it_is_and_nothing_else_is_logged(
             with pytest.raises(psycopg.errors.DivisionByZero), lib.cache.read_only() as tx:
                 txcache.query("SELECT price / 0 FROM items WHERE id = 1")
             assert tx.rewrite_checks == 1  # it went with its check
-    assert not [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")]
+    logged = [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")]
+    # A cache another test in this worker left open may retry its dropped database meanwhile.
+    database = psycopg.conninfo.conninfo_to_dict(lib.dsn)["dbname"]
+    elsewhere = re.compile(r'database "(?!' + re.escape(str(database)) + r'")[^"]*" does not exist')
+    assert not [message for message in logged if not elsewhere.search(message)]
 
 
 def test_nothing_is_stored_after_a_failure_a_function_swallowed(lib: LibraryStack) -> None:
